@@ -1,0 +1,2 @@
+//! The `profdev` binary.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Pure parsers and writers of the classic on-disk profile formats, byte for byte.

@@ -1,0 +1,1 @@
+//! The FUSE file server over the device table.

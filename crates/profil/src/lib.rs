@@ -1,0 +1,1 @@
+//! profil(2) and monitor(3C) for Rust and C programs.

@@ -1,0 +1,1 @@
+//! Text reports in the classic tools' exact formats.

@@ -1,0 +1,1 @@
+//! Linux sampling engine: perf_event_open, the mmap ring reader, task tracking.

@@ -1,0 +1,1 @@
+//! Kernel (kallsyms, System.map, vmlinux) and user ELF/DWARF symbolization, in process.
