@@ -327,7 +327,7 @@ ffffffffc0000000 t modfn\t[kvm]
         match KernelSymbols::running() {
             Ok(k) => {
                 let t = k.text().expect("kallsyms has _stext and _etext");
-                assert!(t.len() > 0);
+                assert!(!t.is_empty());
                 assert!(k.text_symbols().len() > 1000);
             }
             Err(e) => assert!(e.to_string().contains("kptr_restrict"), "{e}"),

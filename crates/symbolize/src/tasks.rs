@@ -105,23 +105,19 @@ impl Tasks {
                 let at = p.maps.partition_point(|o| o.start < m.start);
                 p.maps.insert(at, m);
             }
-            Record::Fork { pid, ppid, tid, .. } => {
-                if pid != ppid && pid == tid {
-                    let parent = self.procs.get(ppid).cloned().unwrap_or_default();
-                    self.procs.insert(
-                        *pid,
-                        Process {
-                            exited: false,
-                            ..parent
-                        },
-                    );
-                }
+            Record::Fork { pid, ppid, tid, .. } if pid != ppid && pid == tid => {
+                let parent = self.procs.get(ppid).cloned().unwrap_or_default();
+                self.procs.insert(
+                    *pid,
+                    Process {
+                        exited: false,
+                        ..parent
+                    },
+                );
             }
-            Record::Exit { pid, tid, .. } => {
-                if pid == tid {
-                    if let Some(p) = self.procs.get_mut(pid) {
-                        p.exited = true;
-                    }
+            Record::Exit { pid, tid, .. } if pid == tid => {
+                if let Some(p) = self.procs.get_mut(pid) {
+                    p.exited = true;
                 }
             }
             _ => {}
