@@ -1,15 +1,16 @@
 //! The Inferno kprof(10.1) formatter: `kprof kernel kpdata`.
 //!
-//! Output, byte for byte as Inferno 4th edition's `utils/kprof/kprof.c`:
+//! Output, byte for byte as Inferno 4th edition's `utils/kprof/kprof.c`
+//! (fields separated by tabs, shown here as spaces):
 //!
 //! ```text
-//! total: 100	in kernel text: 97	outside kernel text: 3
+//! total: 100    in kernel text: 97    outside kernel text: 3
 //! KTZERO 80100000
-//! ms	  %	sym
-//! 500	 51.5	fnB
-//! 300	 30.9	fnA
-//! 150	 15.4	fnC
-//! 20	  2.0	_start
+//! ms      %    sym
+//! 500     51.5    fnB
+//! 300     30.9    fnA
+//! 150     15.4    fnC
+//! 20      2.0    _start
 //! ```
 //!
 //! Bucket `j` covers `[tbase + j·pcres, tbase + (j+1)·pcres)`, where
