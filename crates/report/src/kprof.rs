@@ -118,11 +118,8 @@ pub fn format(symbols: &[(u64, &str)], data: &Kpdata) -> Report {
     let delta = u64::from(delta);
     for r in &rows {
         let ms = r.ticks * uspertick / 1000;
-        let (pct, tenth) = if delta == 0 {
-            (0, 0)
-        } else {
-            (100 * r.ticks / delta, (1000 * r.ticks / delta) % 10)
-        };
+        let pct = (100 * r.ticks).checked_div(delta).unwrap_or(0);
+        let tenth = (1000 * r.ticks).checked_div(delta).unwrap_or(0) % 10;
         let _ = writeln!(text, "{ms}\t{pct:3}.{tenth}\t{}", r.name);
     }
     done(text, rows, None)

@@ -23,6 +23,9 @@ pub enum Place {
     Unknown { module: String },
 }
 
+/// Picks a table's rows: (module, symbol) of the places it shows.
+type Select = fn(&Place) -> Option<(&str, &str)>;
+
 /// Aggregated outside ticks.
 #[derive(Clone, Debug, Default)]
 pub struct Outside {
@@ -67,7 +70,7 @@ impl Outside {
         for ((comm, pid), n) in procs.iter().take(limit) {
             let _ = writeln!(out, "{n}\t{}\t{pid}\t{comm}", pct(**n));
         }
-        let sections: [(&str, fn(&Place) -> Option<(&str, &str)>); 3] = [
+        let sections: [(&str, Select); 3] = [
             (
                 "by user-space function\nticks\t  %\tmodule\tsymbol",
                 |p| match p {
