@@ -249,6 +249,75 @@ impl ElfObject {
     }
 }
 
+/// The load layout of an ELF file without its symbols or DWARF: enough to
+/// turn a mapping's file offset into a [`FileAddr`] and to identify the file
+/// by build id. Cheap to open: only the headers and notes are read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElfLayout {
+    loads: Vec<(u64, u64, u64)>,
+    build_id: Option<Vec<u8>>,
+    is_dyn: bool,
+}
+
+impl ElfLayout {
+    /// Open `path` and read its program headers and build id.
+    pub fn open(path: &Path) -> Result<Self, ElfError> {
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| ElfError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        // SAFETY: as in `ElfObject::open`: a read-only private map.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ElfError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        Self::parse(&map, path)
+    }
+
+    /// Parse ELF bytes; `path` names the object in errors.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Self, ElfError> {
+        let name = path.display().to_string();
+        if !bytes.starts_with(b"\x7fELF") {
+            return Err(ElfError::NotElf { path: name });
+        }
+        let file = object::File::parse(bytes).map_err(|e| ElfError::Malformed {
+            path: name,
+            why: e.to_string(),
+        })?;
+        Ok(ElfLayout {
+            loads: file
+                .segments()
+                .map(|seg| {
+                    let (offset, filesz) = seg.file_range();
+                    (offset, filesz, seg.address())
+                })
+                .collect(),
+            build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
+            is_dyn: matches!(file.kind(), object::ObjectKind::Dynamic),
+        })
+    }
+
+    /// The GNU build id, if the object has one.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.build_id.as_deref()
+    }
+
+    /// True for position-independent objects (ET_DYN).
+    pub fn is_position_independent(&self) -> bool {
+        self.is_dyn
+    }
+
+    /// The link-time address of byte `file_offset` of the file, through the
+    /// load segment that contains it (as [`ElfObject::file_addr_of_offset`]).
+    pub fn file_addr_of_offset(&self, file_offset: u64) -> Option<FileAddr> {
+        self.loads
+            .iter()
+            .find(|&&(off, len, _)| file_offset >= off && file_offset - off < len)
+            .map(|&(off, _, vaddr)| FileAddr(vaddr + (file_offset - off)))
+    }
+}
+
 fn load_dwarf(file: &object::File<'_>) -> Option<addr2line::Context<Reader>> {
     file.section_by_name(".debug_info")?;
     let endian = if file.is_little_endian() {
@@ -288,6 +357,22 @@ fn clean_rust_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layout_agrees_with_object() {
+        let exe = std::env::current_exe().unwrap();
+        let obj = ElfObject::open(&exe).unwrap();
+        let lay = ElfLayout::open(&exe).unwrap();
+        assert_eq!(lay.build_id(), obj.build_id());
+        assert_eq!(lay.is_position_independent(), obj.is_position_independent());
+        for off in [0u64, 0x1000, 0x1234, 0x10_0000] {
+            assert_eq!(lay.file_addr_of_offset(off), obj.file_addr_of_offset(off));
+        }
+        assert!(matches!(
+            ElfLayout::parse(b"#!/bin/sh", Path::new("s")),
+            Err(ElfError::NotElf { .. })
+        ));
+    }
 
     #[test]
     fn not_elf_is_a_sentence() {

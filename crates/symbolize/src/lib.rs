@@ -12,6 +12,6 @@ pub mod elf;
 pub mod kernel;
 pub mod tasks;
 
-pub use elf::{ElfError, ElfObject, Frame};
+pub use elf::{ElfError, ElfLayout, ElfObject, Frame};
 pub use kernel::{KSym, KernelSymbols, SymbolError};
 pub use tasks::{Mapping, Tasks};

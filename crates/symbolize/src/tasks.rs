@@ -144,6 +144,13 @@ impl Tasks {
         self.thread_names.get(&tid).map(String::as_str)
     }
 
+    /// Forget process `pid` (after its exit, once no sample of it can
+    /// still arrive), so that a long session does not keep every address
+    /// space it ever saw.
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
     /// True once the process has exited.
     pub fn has_exited(&self, pid: u32) -> bool {
         self.procs.get(&pid).is_some_and(|p| p.exited)
