@@ -20,6 +20,7 @@
 pub mod ctl;
 pub mod engine;
 pub mod kprof;
+pub mod prof;
 
 mod error;
 pub mod tree;
@@ -135,8 +136,11 @@ pub struct DevContext {
 ///
 /// Adding a device is one line here.
 pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
-    vec![Arc::new(kprof::Kprof::new(
-        kprof::KprofConfig::new(ctx.kernel_text),
-        ctx.engine.clone(),
-    ))]
+    vec![
+        Arc::new(kprof::Kprof::new(
+            kprof::KprofConfig::new(ctx.kernel_text),
+            ctx.engine.clone(),
+        )),
+        Arc::new(prof::Prof::new(ctx.engine.clone())),
+    ]
 }

@@ -44,7 +44,11 @@ pub enum HistogramError {
     Count { offset: usize, found: String },
     /// Pairs out of order or repeated.
     #[error("bad histogram data at byte {offset}: pc {pc:#x} does not follow {previous:#x}")]
-    Order { offset: usize, pc: u64, previous: u64 },
+    Order {
+        offset: usize,
+        pc: u64,
+        previous: u64,
+    },
 }
 
 /// The text of one pair, newline included.
