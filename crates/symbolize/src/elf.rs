@@ -247,6 +247,93 @@ impl ElfObject {
         }
         out
     }
+
+    /// Where each frame of [`frames`](Self::frames)`(addr)` is declared:
+    /// the function's `DW_AT_decl_file` and `DW_AT_decl_line` (followed
+    /// through `DW_AT_abstract_origin` and `DW_AT_specification`), aligned
+    /// with the frames, innermost first. Empty without DWARF; `None` where
+    /// the debug info does not say (or the declaration is in another unit).
+    pub fn frame_decls(&self, addr: FileAddr) -> Vec<Option<(String, u32)>> {
+        let Some(ctx) = &self.dwarf else {
+            return Vec::new();
+        };
+        let Some(unit) = ctx.find_dwarf_and_unit(addr.0).skip_all_loads() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Ok(mut frames) = ctx.find_frames(addr.0).skip_all_loads() {
+            while let Ok(Some(f)) = frames.next() {
+                out.push(f.dw_die_offset.and_then(|off| decl_of(unit, off)));
+            }
+        }
+        out
+    }
+
+    /// The declaration (file, line) of the out-of-line function holding
+    /// `addr`: the last of [`frame_decls`](Self::frame_decls).
+    pub fn function_decl(&self, addr: FileAddr) -> Option<(String, u32)> {
+        self.frame_decls(addr).pop().flatten()
+    }
+}
+
+fn decl_of(unit: gimli::UnitRef<'_, Reader>, offset: gimli::UnitOffset) -> Option<(String, u32)> {
+    let mut offset = offset;
+    // Follow at most a few origin links: inlined → abstract → declaration.
+    for _ in 0..4 {
+        let entry = unit.entry(offset).ok()?;
+        let line = entry
+            .attr_value(gimli::DW_AT_decl_line)
+            .ok()
+            .flatten()
+            .and_then(|v| v.udata_value());
+        let file = entry
+            .attr_value(gimli::DW_AT_decl_file)
+            .ok()
+            .flatten()
+            .and_then(|v| match v {
+                gimli::AttributeValue::FileIndex(i) => Some(i),
+                other => other.udata_value(),
+            });
+        if let (Some(line), Some(file)) = (line, file) {
+            return Some((file_path(unit, file)?, u32::try_from(line).ok()?));
+        }
+        let next = [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification]
+            .into_iter()
+            .find_map(|at| match entry.attr_value(at).ok().flatten() {
+                Some(gimli::AttributeValue::UnitRef(o)) => Some(o),
+                _ => None,
+            });
+        offset = next?;
+    }
+    None
+}
+
+fn file_path(unit: gimli::UnitRef<'_, Reader>, index: u64) -> Option<String> {
+    use gimli::Reader as _;
+    let header = unit.line_program.as_ref()?.header();
+    let file = header.file(index)?;
+    let string = |v| -> Option<String> {
+        Some(
+            unit.attr_string(v)
+                .ok()?
+                .to_string_lossy()
+                .ok()?
+                .into_owned(),
+        )
+    };
+    let name = string(file.path_name())?;
+    if name.starts_with('/') {
+        return Some(name);
+    }
+    let mut path = PathBuf::new();
+    if let Some(dir) = unit.comp_dir.as_ref() {
+        path.push(dir.to_string_lossy().ok()?.as_ref());
+    }
+    if let Some(dir) = file.directory(header).and_then(string) {
+        path.push(dir);
+    }
+    path.push(name);
+    Some(path.to_string_lossy().into_owned())
 }
 
 /// The load layout of an ELF file without its symbols or DWARF: enough to
@@ -357,6 +444,36 @@ fn clean_rust_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[inline(never)]
+    fn declared_here() -> u32 {
+        line!() - 1
+    }
+
+    #[test]
+    fn function_declarations() {
+        let decl_line = std::hint::black_box(declared_here)();
+        let exe = std::env::current_exe().unwrap();
+        let obj = ElfObject::open(&exe).unwrap();
+        if !obj.has_debug_info() {
+            eprintln!("SKIPPED function_declarations: test binary has no DWARF");
+            return;
+        }
+        let sym = obj
+            .symbols()
+            .iter()
+            .find(|s| s.name.ends_with("tests::declared_here"))
+            .expect("the helper's symbol");
+        let (file, line) = obj
+            .function_decl(FileAddr(sym.addr))
+            .expect("a declaration");
+        assert!(file.ends_with("src/elf.rs"), "{file}");
+        assert_eq!(line, decl_line);
+        assert_eq!(
+            obj.frame_decls(FileAddr(sym.addr)).len(),
+            obj.frames(FileAddr(sym.addr)).len()
+        );
+    }
 
     #[test]
     fn layout_agrees_with_object() {
