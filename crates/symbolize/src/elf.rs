@@ -299,7 +299,7 @@ impl ElfObject {
     /// with the frames, innermost first. Empty without DWARF; `None` where
     /// the debug info does not say (or the declaration is in another unit).
     pub fn frame_decls(&self, addr: FileAddr) -> Vec<Option<(String, u32)>> {
-        let Some(ctx) = &self.dwarf else {
+        let Some(ctx) = self.dwarf() else {
             return Vec::new();
         };
         let Some(unit) = ctx.find_dwarf_and_unit(addr.0).skip_all_loads() else {
@@ -511,7 +511,7 @@ mod tests {
         let sym = obj
             .symbols()
             .iter()
-            .find(|s| s.name.ends_with("tests::declared_here"))
+            .find(|s| s.name().ends_with("tests::declared_here"))
             .expect("the helper's symbol");
         let (file, line) = obj
             .function_decl(FileAddr(sym.addr))
