@@ -5,6 +5,7 @@
 //! through a link named after it (`ln -s profdev kprof`).
 
 mod kprof;
+mod prof;
 mod sample;
 
 use std::ffi::OsString;
@@ -24,6 +25,11 @@ const COMMANDS: &[Command] = &[
         name: "sample",
         about: "run a command with kernel profiling on; write kpdata and print the kprof table",
         run: sample::main,
+    },
+    Command {
+        name: "prof",
+        about: "profile a command's modules by function and source line (Inferno prof)",
+        run: prof::main,
     },
     Command {
         name: "kprof",

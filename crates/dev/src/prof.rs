@@ -279,6 +279,10 @@ pub struct ProfStats {
     /// Samples in no file-backed ELF mapping (anonymous memory, vDSO, an
     /// unknown process, a file that could not be read).
     pub unresolved: u64,
+    /// Records the kernel dropped (ring full), over the sessions so far.
+    pub lost: u64,
+    /// Times the kernel throttled sampling, over the sessions so far.
+    pub throttled: u64,
 }
 
 struct State {
@@ -659,10 +663,13 @@ impl Prof {
 
     fn stop(&self) {
         let sub = self.lock_session().take();
-        // Dropping the subscription drains the last records into the
-        // records; it takes the state lock, so not while we hold it.
-        drop(sub);
-        self.lock().mode = None;
+        // Stopping drains the last records into the records; the sink takes
+        // the state lock, so not while we hold it.
+        let source = sub.map(Subscription::stop).unwrap_or_default();
+        let mut st = self.lock();
+        st.mode = None;
+        st.stats.lost += source.lost;
+        st.stats.throttled += source.throttled;
     }
 
     fn ctl(&self, data: &[u8]) -> Result<(), DevError> {
@@ -1188,7 +1195,8 @@ mod tests {
             ProfStats {
                 samples: 3,
                 counted: 0,
-                unresolved: 3
+                unresolved: 3,
+                ..Default::default()
             }
         );
     }

@@ -214,7 +214,16 @@ fn function_rows(out: &mut String, m: &ModuleProfile, opts: &Options, tot: u64) 
         .iter()
         .filter(|(_, n)| *n != 0 || opts.zeros)
         .collect();
-    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    // Source order; rows without a file (no debug info) after, by address.
+    rows.sort_by(|(a, _), (b, _)| {
+        (a.file.is_none(), &a.file, a.line, a.addr, &a.name).cmp(&(
+            b.file.is_none(),
+            &b.file,
+            b.line,
+            b.addr,
+            &b.name,
+        ))
+    });
     for (f, n) in rows {
         if opts.file_prefix {
             if let Some(file) = &f.file {

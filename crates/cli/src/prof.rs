@@ -1,0 +1,712 @@
+//! `profdev prof`: Inferno's prof(1), time profiling by module, function and
+//! source line.
+//!
+//! # Synopsis
+//!
+//! ```text
+//! profdev prof [-bflnvei] [-m MODULE]... [-s MS] [CMD [ARGS]]
+//! ```
+//!
+//! # Description
+//!
+//! With CMD, prof profiles the modules CMD runs (every ELF object its
+//! process tree executes: the program, its shared libraries, the dynamic
+//! linker), or only the `-m` ones, runs CMD, stops, shows the profile and
+//! ends it. Without CMD it shows what the mounted prof device holds.
+//!
+//! | option | meaning |
+//! |---|---|
+//! | `-f` | the function table |
+//! | `-l` | the line table (the default when neither `-f` nor `-l` is given) |
+//! | `-n` | prefix each row with its source file and a colon |
+//! | `-v` | include rows with no samples: every line of each shown source file, every function symbol of each module |
+//! | `-m MODULE` | profile only this module (a basename such as `libc.so.6`, or a path); repeatable |
+//! | `-e` | profile CMD's own executable (adds it to the `-m` list) |
+//! | `-s MS` | the sampling interval in milliseconds (default 1 with CMD; the device's own default is 100) |
+//! | `-i` | charge inlined code to its own lines and functions (see Attribution); not in Inferno |
+//! | `-b` | begin: start profiling on the mounted device (and run CMD if given) and exit, leaving profiling on |
+//!
+//! **How CMD is profiled.** prof drives a private instance of the prof
+//! device (`profdev_dev::prof`) in its own process, through the same
+//! control messages a user writes to `prof/ctl` (`interval`, `module`,
+//! `start`, `stop`, `end`) and the same one-pair-per-read histogram
+//! protocol, but fed by a session on CMD's process tree only
+//! (`Target::Process` with `inherit`, started at CMD's exec by
+//! `profdev_sample::spawn_profiled`). So prof needs no mount, samples
+//! nothing but CMD, and any number of prof runs coexist. prof waits for
+//! CMD, then up to a second for CMD's descendants, then stops. Its exit
+//! status is CMD's (128 + signal if CMD was killed).
+//!
+//! The default interval with CMD is 1 ms (1000 samples per second of CPU
+//! time), not the device's 100 ms: Inferno's 100 ms suited a slow
+//! interpreter; on native code a one-second run would yield ten samples.
+//!
+//! **Attribution.** Each histogram pc is an address in the module's ELF
+//! file. Its *function* is the out-of-line function holding it (its ELF
+//! symbol), shown at its declaration line (`DW_AT_decl_line`); as with
+//! Inferno's function ranges and `perf report`, code inlined into a
+//! function counts toward it. Its *line* is the line of that same function
+//! the code belongs to: the line-table location when the pc is in the
+//! function's own code, and, when it is in code inlined there, the call
+//! site in the function (DW_AT_call_file/line of the outermost inlined
+//! subroutine; what `addr2line -i` prints last). So the line table shows
+//! each function's own lines, its rows add up to the function table's, and
+//! a Rust loop spending its time in inlined `wrapping_mul` is charged to
+//! the loop's line, not to a line of the standard library. With `-i` both
+//! go to the innermost inlined subroutine instead (what `addr2line -i`
+//! prints first): the line whose code actually ran, and the inlined
+//! function's name. Percentages are of all samples of all modules shown.
+//! The report format is Inferno's (see `profdev_report::prof`).
+//!
+//! # Example
+//!
+//! ```text
+//! % cc -g -O1 -o prog prog.c
+//! % profdev prof -f -l -- ./prog
+//!
+//! Module: prog(/home/u/prog)
+//!
+//! 4	69.81	hot()
+//! 9	30.19	cold()
+//!
+//! **** module sampling points 1603 ****
+//! …
+//! ```
+//!
+//! # Errors
+//!
+//! One sentence each, on standard error, prefixed `prof: `:
+//! a module that cannot be read or is not ELF (`prof: cannot read module
+//! /x: …`; its samples are shown as `??`), a module without debug
+//! information (`prof: /usr/lib/…/libc.so.6 has no debug information:
+//! functions from its symbol table, no lines`), a source file that cannot
+//! be read (`prof: source file /x/y.c not found: line numbers only`), a
+//! source newer than its module (a warning), a CMD that cannot be found
+//! (`prof: command not found: ./nope`), and `prof: no profile information`
+//! when nothing was sampled.
+//!
+//! # Bugs
+//!
+//! * Time spent in the kernel on CMD's behalf is not sampled (prof profiles
+//!   modules; see `profdev sample` for the kernel).
+//! * Code in anonymous memory (JIT compilers) and in the vDSO belongs to
+//!   no module and is not shown.
+//! * Sources are looked up at the paths the debug info names; Rust's
+//!   standard library (`/rustc/HASH/…`) is usually not there, so its lines
+//!   show without text.
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use profdev_core::{FileAddr, SampleSource, SessionConfig, SourceError, SourceFactory};
+use profdev_dev::prof::{self, Prof};
+use profdev_dev::tree::walk;
+use profdev_dev::{Dev, DevError, DirEntry, Engine, OpenMode, Qid};
+use profdev_formats::prof_histogram;
+use profdev_report::prof::{attribute, format, Function, ModuleProfile, Options, SourceMap, SrcRange};
+use profdev_symbolize::ElfObject;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Stand-in until the file server's `crate::mount` lands.
+mod mount {
+    pub fn ensure_mounted() -> anyhow::Result<std::path::PathBuf> {
+        match std::env::var_os("PROFDEV_MOUNT") {
+            Some(d) => Ok(d.into()),
+            None => anyhow::bail!("no prof device is mounted (set PROFDEV_MOUNT)"),
+        }
+    }
+}
+
+const USAGE: &str = "usage: prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]";
+
+/// The command line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Args {
+    begin: bool,
+    innermost: bool,
+    exec: bool,
+    options: Options,
+    modules: Vec<String>,
+    interval: Option<u32>,
+    command: Vec<OsString>,
+}
+
+/// Parse Inferno-style options: clustered flags, `-m X` or `-mX`, `--`.
+fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
+    let mut a = Args::default();
+    let mut it = args.into_iter().peekable();
+    while let Some(arg) = it.peek() {
+        let s = arg.to_string_lossy().into_owned();
+        if s == "--" {
+            it.next();
+            break;
+        }
+        if !s.starts_with('-') || s == "-" {
+            break;
+        }
+        it.next();
+        let flags: Vec<char> = s[1..].chars().collect();
+        let mut i = 0;
+        while i < flags.len() {
+            match flags[i] {
+                'b' => a.begin = true,
+                'f' => a.options.functions = true,
+                'l' => a.options.lines = true,
+                'n' => a.options.file_prefix = true,
+                'v' => a.options.zeros = true,
+                'e' => a.exec = true,
+                'i' => a.innermost = true,
+                c @ ('m' | 's') => {
+                    let rest: String = flags[i + 1..].iter().collect();
+                    let value = if !rest.is_empty() {
+                        rest
+                    } else {
+                        match it.next() {
+                            Some(v) => v.to_string_lossy().into_owned(),
+                            None => return Err(format!("option -{c} needs an argument")),
+                        }
+                    };
+                    if c == 'm' {
+                        a.modules.push(value);
+                    } else {
+                        match value.parse::<u32>() {
+                            Ok(ms) if ms > 0 => a.interval = Some(ms),
+                            _ => return Err(format!("bad sample rate: '{value}'")),
+                        }
+                    }
+                    break;
+                }
+                c => return Err(format!("unknown option -{c}")),
+            }
+            i += 1;
+        }
+    }
+    a.command = it.collect();
+    if a.exec && a.command.is_empty() {
+        return Err("-e needs a command".into());
+    }
+    Ok(a)
+}
+
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}\n\nProfile CMD's modules (or the -m ones) by sampling, then show the time per");
+        println!("source line (-l, the default) and per function (-f). Without CMD, show what");
+        println!("the mounted prof device holds. -n prefixes rows with the source file, -v shows");
+        println!("rows with no samples, -s sets the interval in ms (default 1), -e profiles");
+        println!("CMD's own executable only, -b starts the mounted device and leaves it on.");
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("prof: {e}\n{USAGE}");
+            return ExitCode::from(1);
+        }
+    };
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("prof: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<ExitCode> {
+    if args.begin {
+        return begin(args);
+    }
+    if args.command.is_empty() {
+        if !args.modules.is_empty() {
+            eprintln!("prof: warning: -m option ignored");
+        }
+        if args.interval.is_some() {
+            eprintln!("prof: warning: -s option ignored");
+        }
+        let dir = mount::ensure_mounted()?.join("prof");
+        let records = read_mounted(&dir)?;
+        show(&records, &args.options, args.innermost)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (status, records, stats) = profile_command(args)?;
+    if stats.lost > 0 || stats.throttled > 0 {
+        eprintln!(
+            "prof: warning: the kernel dropped {} records and throttled sampling {} times; \
+             counts are incomplete (try a larger -s)",
+            stats.lost, stats.throttled
+        );
+    }
+    show(&records, &args.options, args.innermost)?;
+    Ok(exit_code(status))
+}
+
+/// A module's record as read from the device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Record {
+    id: u32,
+    name: String,
+    path: String,
+    pairs: Vec<(u64, u64)>,
+}
+
+/// The -m list (and -e's executable) as `module` words: paths made
+/// absolute, since the device may run in another directory.
+fn module_words(args: &Args) -> Result<Vec<String>> {
+    let mut words: Vec<String> = args
+        .modules
+        .iter()
+        .map(|m| {
+            if m.contains('/') {
+                absolute(Path::new(m))
+            } else {
+                m.clone()
+            }
+        })
+        .collect();
+    if args.exec {
+        let exe = find_program(&args.command[0])?;
+        words.push(absolute(&exe));
+    }
+    if let Some(w) = words.iter().find(|w| w.chars().any(char::is_whitespace)) {
+        bail!("module name {w:?} contains a blank, which a control message cannot carry");
+    }
+    Ok(words)
+}
+
+fn absolute(p: &Path) -> String {
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .unwrap_or_else(|_| p.to_path_buf())
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn find_program(cmd: &OsString) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let name = Path::new(cmd);
+    let runnable = |p: &Path| {
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if name.components().count() > 1 {
+        return runnable(name)
+            .then(|| name.to_path_buf())
+            .ok_or_else(|| anyhow!("command not found: {}", name.display()));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| runnable(p))
+        .ok_or_else(|| anyhow!("command not found: {}", name.display()))
+}
+
+/// A factory handing out the one session `spawn_profiled` opened.
+struct Prepared(Mutex<Option<Box<dyn SampleSource>>>);
+
+impl SourceFactory for Prepared {
+    fn open(&self, _config: &SessionConfig) -> Result<Box<dyn SampleSource>, SourceError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| SourceError::Io {
+                context: "the command's sampling session".into(),
+                source: std::io::Error::other("it was already started once"),
+            })
+    }
+}
+
+/// Write one control message, as `echo MSG >prof/ctl`.
+fn ctl(dev: &Prof, msg: &str) -> Result<()> {
+    let entry = walk(dev, Qid::ROOT, "ctl").map_err(|e| anyhow!("ctl: {e}"))?;
+    let mut chan = dev.open(entry.qid, OpenMode::Write)?;
+    let r = dev.write(&mut chan, 0, format!("{msg}\n").as_bytes());
+    dev.close(chan);
+    match r {
+        Ok(_) => Ok(()),
+        Err(DevError::Sampling { msg, .. }) => bail!("cannot start profiling: {msg}"),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Run CMD under a private prof device; its exit status and the records.
+fn profile_command(
+    args: &Args,
+) -> Result<(std::process::ExitStatus, Vec<Record>, prof::ProfStats)> {
+    let interval = args.interval.unwrap_or(1);
+    let words = module_words(args)?;
+    let config = prof::session_config(interval);
+    let _guard = IgnoreInterrupts::new();
+    let mut cmd = std::process::Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    // SAFETY: only async-signal-safe calls (signal) between fork and exec;
+    // this hook runs before spawn_profiled's own.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let (mut child, source) =
+        profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| match e {
+            profdev_sample::SpawnError::NotFound(_) => anyhow!("{e}"),
+            e => anyhow!("cannot start profiling: {e}"),
+        })?;
+    let dev = Prof::new(Engine::new(Arc::new(Prepared(Mutex::new(Some(source))))));
+    let started = (|| -> Result<()> {
+        ctl(&dev, &format!("interval {interval}"))?;
+        ctl(&dev, &format!("module {}", words.join(" ")).trim_end().to_string())?;
+        ctl(&dev, "start")
+    })();
+    if let Err(e) = started {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    let status = child.wait().context("waiting for the command")?;
+    // Descendants may outlive CMD: give them a moment, not forever.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !dev.session_ended() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if let Some(e) = dev.session_error() {
+        eprintln!("prof: warning: sampling ended early: {e}");
+    }
+    ctl(&dev, "stop")?;
+    let records = read_dev(&dev)?;
+    let stats = dev.stats();
+    ctl(&dev, "end")?;
+    Ok((status, records, stats))
+}
+
+/// `-b`: start the mounted device (and run CMD) and leave it on.
+fn begin(args: &Args) -> Result<ExitCode> {
+    let o = &args.options;
+    if o.functions || o.lines || o.file_prefix || o.zeros || args.innermost {
+        eprintln!("prof: warning: output format ignored");
+    }
+    let words = module_words(args)?;
+    let ctl_path = mount::ensure_mounted()?.join("prof/ctl");
+    let write = |msg: String| -> Result<()> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&ctl_path)
+            .and_then(|mut f| f.write_all(format!("{msg}\n").as_bytes()))
+            .with_context(|| format!("cannot start profiling: {}: {msg:?}", ctl_path.display()))
+    };
+    if let Some(ms) = args.interval {
+        write(format!("interval {ms}"))?;
+    }
+    write(format!("module {}", words.join(" ")).trim_end().to_string())?;
+    write("start".into())?;
+    if args.command.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let program = find_program(&args.command[0])?;
+    let status = std::process::Command::new(program)
+        .args(&args.command[1..])
+        .status()
+        .context("cannot run the command")?;
+    Ok(exit_code(status))
+}
+
+/// Read every record of a device through its files, as the library did:
+/// the root's directories, each one's `name`, `path`, and `histogram` one
+/// pair per read. Oldest record first.
+fn read_dev(dev: &dyn Dev) -> Result<Vec<Record>> {
+    let read_file = |dir: &DirEntry, name: &str, buf: usize| -> Result<Vec<Vec<u8>>> {
+        let f = walk(dev, dir.qid, name).map_err(|e| anyhow!("{}/{name}: {e}", dir.name))?;
+        let mut chan = dev.open(f.qid, OpenMode::Read)?;
+        let mut reads = Vec::new();
+        let mut offset = 0;
+        loop {
+            let b = dev.read(&mut chan, offset, buf as u32)?;
+            if b.is_empty() {
+                break;
+            }
+            offset += b.len() as u64;
+            reads.push(b);
+        }
+        dev.close(chan);
+        Ok(reads)
+    };
+    let mut out = Vec::new();
+    for dir in dev.gen(Qid::ROOT)?.into_iter().filter(|e| e.qid.is_dir()) {
+        let text = |name| -> Result<String> {
+            let bytes = read_file(&dir, name, 4096)?.concat();
+            Ok(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_string())
+        };
+        let mut pairs = Vec::new();
+        for pair in read_file(&dir, "histogram", 64)? {
+            pairs.push(
+                prof_histogram::parse_pair(&pair)
+                    .with_context(|| format!("{}/histogram", dir.name))?,
+            );
+        }
+        out.push(Record {
+            id: u32::from_str_radix(&dir.name, 16).unwrap_or(0),
+            name: text("name")?,
+            path: text("path")?,
+            pairs,
+        });
+    }
+    out.sort_by_key(|r| r.id);
+    Ok(out)
+}
+
+/// Read every record of a mounted device (`DIR` is its `prof/`).
+fn read_mounted(dir: &Path) -> Result<Vec<Record>> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name == "ctl" {
+            continue;
+        }
+        let Ok(id) = u32::from_str_radix(&name, 16) else {
+            continue;
+        };
+        let text = |f: &str| -> Result<String> {
+            let p = e.path().join(f);
+            Ok(std::fs::read_to_string(&p)
+                .with_context(|| format!("cannot read {}", p.display()))?
+                .trim_end_matches('\n')
+                .to_string())
+        };
+        let hist = e.path().join("histogram");
+        let mut bytes = Vec::new();
+        let mut f = std::fs::File::open(&hist)
+            .with_context(|| format!("cannot open {}", hist.display()))?;
+        // One pair per read; a large buffer takes several if a server
+        // returns more.
+        let mut buf = vec![0; 4096];
+        loop {
+            let n = f.read(&mut buf).with_context(|| format!("cannot read {}", hist.display()))?;
+            if n == 0 {
+                break;
+            }
+            bytes.extend_from_slice(&buf[..n]);
+        }
+        let pairs = prof_histogram::parse_text(&String::from_utf8_lossy(&bytes))
+            .with_context(|| hist.display().to_string())?;
+        out.push(Record {
+            id,
+            name: text("name")?,
+            path: text("path")?,
+            pairs,
+        });
+    }
+    out.sort_by_key(|r| r.id);
+    Ok(out)
+}
+
+/// A module's ELF file as prof's source map.
+struct ElfMap {
+    obj: Option<ElfObject>,
+    /// `-i`: charge inlined code to its own lines and functions.
+    innermost: bool,
+    functions: RefCell<HashMap<u64, Function>>,
+}
+
+impl ElfMap {
+    fn function_at(&self, obj: &ElfObject, addr: u64) -> Function {
+        if let Some(f) = self.functions.borrow().get(&addr) {
+            return f.clone();
+        }
+        let frames = obj.frames(FileAddr(addr));
+        let name = frames
+            .last()
+            .and_then(|f| f.function.clone())
+            .or_else(|| obj.symbol(FileAddr(addr)).map(|(s, _)| s.name()))
+            .unwrap_or_else(|| "??".into());
+        let decl = obj.function_decl(FileAddr(addr));
+        let f = Function {
+            file: decl.as_ref().map(|d| d.0.clone()),
+            line: decl.map(|d| d.1),
+            name,
+            addr: Some(addr),
+        };
+        self.functions.borrow_mut().insert(addr, f.clone());
+        f
+    }
+}
+
+impl SourceMap for ElfMap {
+    fn lines(&self, pc: u64) -> Option<SrcRange> {
+        let obj = self.obj.as_ref()?;
+        if !obj.has_debug_info() {
+            return None;
+        }
+        let frames = obj.frames(FileAddr(pc));
+        let frame = if self.innermost {
+            frames.into_iter().next()?
+        } else {
+            frames.into_iter().next_back()?
+        };
+        let line = frame.line.filter(|&l| l != 0)?;
+        Some(SrcRange {
+            file: frame.file?,
+            first: line,
+            last: line,
+        })
+    }
+
+    fn function(&self, pc: u64) -> Option<Function> {
+        let obj = self.obj.as_ref()?;
+        if self.innermost {
+            let frames = obj.frames(FileAddr(pc));
+            if frames.len() > 1 {
+                let decl = obj.frame_decls(FileAddr(pc)).into_iter().next().flatten();
+                return Some(Function {
+                    file: decl.as_ref().map(|d| d.0.clone()),
+                    line: decl.map(|d| d.1),
+                    name: frames[0].function.clone().unwrap_or_else(|| "??".into()),
+                    addr: None,
+                });
+            }
+        }
+        let (sym, _) = obj.symbol(FileAddr(pc))?;
+        Some(self.function_at(obj, sym.addr))
+    }
+}
+
+/// Attribute, read sources, print.
+fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
+    if records.iter().all(|r| r.pairs.is_empty()) {
+        bail!("no profile information");
+    }
+    let mut modules = Vec::new();
+    for r in records {
+        let obj = match ElfObject::open(Path::new(&r.path)) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                eprintln!("prof: cannot read module {}: {e}", r.path);
+                None
+            }
+        };
+        let has_lines = obj.as_ref().is_some_and(ElfObject::has_debug_info);
+        if obj.is_some() && !has_lines {
+            eprintln!(
+                "prof: {} has no debug information: functions from its symbol table, no lines",
+                r.path
+            );
+        }
+        let map = ElfMap {
+            obj,
+            innermost,
+            functions: RefCell::new(HashMap::new()),
+        };
+        let a = attribute(&r.pairs, &map);
+        let mut m = ModuleProfile::new(&r.name, &r.path, &a, has_lines);
+        if options.zeros {
+            if let Some(obj) = &map.obj {
+                let seen: std::collections::HashSet<Option<u64>> =
+                    m.functions.iter().map(|(f, _)| f.addr).collect();
+                for s in obj.symbols() {
+                    if !seen.contains(&Some(s.addr)) {
+                        m.functions.push((map.function_at(obj, s.addr), 0));
+                    }
+                }
+            }
+        }
+        let module_time = std::fs::metadata(&r.path).and_then(|m| m.modified()).ok();
+        for f in &mut m.files {
+            match std::fs::read(&f.path) {
+                Ok(bytes) => {
+                    let text = String::from_utf8_lossy(&bytes);
+                    f.text = Some(text.split_inclusive('\n').map(String::from).collect());
+                    let src_time = std::fs::metadata(&f.path).and_then(|m| m.modified()).ok();
+                    if let (Some(s), Some(t)) = (src_time, module_time) {
+                        if s > t {
+                            eprintln!(
+                                "prof: warning: {} is newer than {}: lines may not match",
+                                f.path, r.path
+                            );
+                        }
+                    }
+                }
+                Err(_) => eprintln!("prof: source file {} not found: line numbers only", f.path),
+            }
+        }
+        modules.push(m);
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(format(&modules, options).as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
+        _ => ExitCode::from(1),
+    }
+}
+
+/// ^C and ^\ go to the whole foreground group: CMD takes them, and prof
+/// stays alive to show what was recorded (as `profdev sample` does).
+struct IgnoreInterrupts {
+    int: libc::sighandler_t,
+    quit: libc::sighandler_t,
+}
+
+impl IgnoreInterrupts {
+    fn new() -> Self {
+        // SAFETY: installing SIG_IGN has no preconditions; the previous
+        // handlers are restored on drop.
+        unsafe {
+            IgnoreInterrupts {
+                int: libc::signal(libc::SIGINT, libc::SIG_IGN),
+                quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+            }
+        }
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        // SAFETY: restores the handlers saved in new().
+        unsafe {
+            libc::signal(libc::SIGINT, self.int);
+            libc::signal(libc::SIGQUIT, self.quit);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: &[&str]) -> Result<Args, String> {
+        parse_args(v.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn options() {
+        let a = parse(&["-fl", "-mlibc.so.6", "-m", "prog", "-s", "5", "--", "./x", "-f"]).unwrap();
+        assert!(a.options.functions && a.options.lines && !a.options.zeros);
+        assert_eq!(a.modules, ["libc.so.6", "prog"]);
+        assert_eq!(a.interval, Some(5));
+        assert_eq!(a.command, ["./x", "-f"]);
+        let a = parse(&["-nv", "ls", "-l"]).unwrap();
+        assert!(a.options.file_prefix && a.options.zeros);
+        assert_eq!(a.command, ["ls", "-l"]);
+        assert_eq!(parse(&["-s", "0"]).unwrap_err(), "bad sample rate: '0'");
+        assert_eq!(parse(&["-s", "x"]).unwrap_err(), "bad sample rate: 'x'");
+        assert_eq!(parse(&["-m"]).unwrap_err(), "option -m needs an argument");
+        assert_eq!(parse(&["-q"]).unwrap_err(), "unknown option -q");
+        assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
+        assert!(parse(&[]).unwrap().command.is_empty());
+    }
+}
