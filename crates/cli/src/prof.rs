@@ -60,17 +60,30 @@
 //!
 //! # Example
 //!
+//! Columns are separated by tabs; shown here with spaces.
+//!
 //! ```text
 //! % cc -g -O1 -o prog prog.c
 //! % profdev prof -f -l -- ./prog
+//! 2466030419683779552
 //!
 //! Module: prog(/home/u/prog)
 //!
-//! 4	69.81	hot()
-//! 9	30.19	cold()
+//! 6       69.72   hot()
+//! 13      30.28   cold()
 //!
-//! **** module sampling points 1603 ****
-//! …
+//! **** module sampling points 1103 ****
+//!
+//!
+//! 9       69.72       for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + i;
+//! 16      30.28       for (unsigned long i = 0; i < n; i++) x = x * 2862933555777941757UL + i;
+//!
+//! **** module sampling points 1103 ****
+//!
+//! % profdev prof -b -m libc.so.6        # start the mounted device, leave it on
+//! % …
+//! % echo stop >/run/profdev/prof/ctl
+//! % profdev prof -f                      # show what the mounted device holds
 //! ```
 //!
 //! # Errors
@@ -101,7 +114,9 @@ use profdev_dev::prof::{self, Prof};
 use profdev_dev::tree::walk;
 use profdev_dev::{Dev, DevError, DirEntry, Engine, OpenMode, Qid};
 use profdev_formats::prof_histogram;
-use profdev_report::prof::{attribute, format, Function, ModuleProfile, Options, SourceMap, SrcRange};
+use profdev_report::prof::{
+    attribute, format, Function, ModuleProfile, Options, SourceMap, SrcRange,
+};
 use profdev_symbolize::ElfObject;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -196,7 +211,9 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}\n\nProfile CMD's modules (or the -m ones) by sampling, then show the time per");
+        println!(
+            "{USAGE}\n\nProfile CMD's modules (or the -m ones) by sampling, then show the time per"
+        );
         println!("source line (-l, the default) and per function (-f). Without CMD, show what");
         println!("the mounted prof device holds. -n prefixes rows with the source file, -v shows");
         println!("rows with no samples, -s sets the interval in ms (default 1), -e profiles");
@@ -364,7 +381,7 @@ fn profile_command(
     let dev = Prof::new(Engine::new(Arc::new(Prepared(Mutex::new(Some(source))))));
     let started = (|| -> Result<()> {
         ctl(&dev, &format!("interval {interval}"))?;
-        ctl(&dev, &format!("module {}", words.join(" ")).trim_end().to_string())?;
+        ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;
         ctl(&dev, "start")
     })();
     if let Err(e) = started {
@@ -443,7 +460,9 @@ fn read_dev(dev: &dyn Dev) -> Result<Vec<Record>> {
     for dir in dev.gen(Qid::ROOT)?.into_iter().filter(|e| e.qid.is_dir()) {
         let text = |name| -> Result<String> {
             let bytes = read_file(&dir, name, 4096)?.concat();
-            Ok(String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_string())
+            Ok(String::from_utf8_lossy(&bytes)
+                .trim_end_matches('\n')
+                .to_string())
         };
         let mut pairs = Vec::new();
         for pair in read_file(&dir, "histogram", 64)? {
@@ -465,7 +484,8 @@ fn read_dev(dev: &dyn Dev) -> Result<Vec<Record>> {
 
 /// Read every record of a mounted device (`DIR` is its `prof/`).
 fn read_mounted(dir: &Path) -> Result<Vec<Record>> {
-    let entries = std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
     let mut out = Vec::new();
     for e in entries {
         let e = e?;
@@ -491,7 +511,9 @@ fn read_mounted(dir: &Path) -> Result<Vec<Record>> {
         // returns more.
         let mut buf = vec![0; 4096];
         loop {
-            let n = f.read(&mut buf).with_context(|| format!("cannot read {}", hist.display()))?;
+            let n = f
+                .read(&mut buf)
+                .with_context(|| format!("cannot read {}", hist.display()))?;
             if n == 0 {
                 break;
             }
@@ -580,6 +602,31 @@ impl SourceMap for ElfMap {
     }
 }
 
+/// Where distributions install detached debug information:
+/// `/usr/lib/debug/.build-id/xx/yyyy….debug` (Debian's `-dbg` and `-dbgsym`
+/// packages, Fedora's `debuginfo`).
+const DEBUG_DIR: &str = "/usr/lib/debug/.build-id";
+
+/// `obj`, or its detached debug file when `obj` has no DWARF and the debug
+/// file (found by build id) has: same link-time addresses, full symbol
+/// table and line information.
+fn separate_debug_info(obj: ElfObject) -> ElfObject {
+    if obj.has_debug_info() {
+        return obj;
+    }
+    let Some(id) = obj.build_id().filter(|id| id.len() > 1) else {
+        return obj;
+    };
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let path = Path::new(DEBUG_DIR)
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]));
+    match ElfObject::open(&path) {
+        Ok(debug) if debug.has_debug_info() && debug.build_id() == obj.build_id() => debug,
+        _ => obj,
+    }
+}
+
 /// Attribute, read sources, print.
 fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     if records.iter().all(|r| r.pairs.is_empty()) {
@@ -588,7 +635,7 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     let mut modules = Vec::new();
     for r in records {
         let obj = match ElfObject::open(Path::new(&r.path)) {
-            Ok(o) => Some(o),
+            Ok(o) => Some(separate_debug_info(o)),
             Err(e) => {
                 eprintln!("prof: cannot read module {}: {e}", r.path);
                 None
@@ -694,7 +741,18 @@ mod tests {
 
     #[test]
     fn options() {
-        let a = parse(&["-fl", "-mlibc.so.6", "-m", "prog", "-s", "5", "--", "./x", "-f"]).unwrap();
+        let a = parse(&[
+            "-fl",
+            "-mlibc.so.6",
+            "-m",
+            "prog",
+            "-s",
+            "5",
+            "--",
+            "./x",
+            "-f",
+        ])
+        .unwrap();
         assert!(a.options.functions && a.options.lines && !a.options.zeros);
         assert_eq!(a.modules, ["libc.so.6", "prog"]);
         assert_eq!(a.interval, Some(5));
