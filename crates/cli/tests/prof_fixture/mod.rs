@@ -1,0 +1,133 @@
+//! Shared by the prof device tests: the workload and the addr2line checks.
+//!
+//! Fixture recipe: `work.c` below, compiled by the test with `cc -g -O1`,
+//! spends about half its time in its own `hot` and half in libc's
+//! `random_r` (an exported, non-IFUNC function that does its work itself,
+//! so that even without libc's debug information `addr2line -f` names it
+//! from the dynamic symbol table).
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::path::Path;
+use std::process::Command;
+
+pub const WORK_C: &str = r#"#include <stdio.h>
+#include <stdlib.h>
+
+static volatile unsigned long sink;
+
+__attribute__((noipa)) unsigned long hot(unsigned long n)
+{
+	unsigned long x = 1;
+	for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + i;
+	return x;
+}
+
+int main(void)
+{
+	static char state[64];
+	struct random_data buf = {0};
+	int32_t r;
+	initstate_r(1, state, sizeof state, &buf);
+	for (int k = 0; k < 60; k++) {
+		sink += hot(5000000);
+		for (int j = 0; j < 4000000; j++) {
+			random_r(&buf, &r);
+			sink += r;
+		}
+	}
+	printf("%lu\n", sink);
+	return 0;
+}
+"#;
+
+/// One module directory as read back.
+#[derive(Debug)]
+pub struct Module {
+    pub name: String,
+    pub path: String,
+    pub pairs: Vec<(u64, u64)>,
+}
+
+/// `addr2line -f -e PATH pc…`: the function of each pc.
+pub fn addr2line_functions(path: &str, pcs: &[u64]) -> Vec<String> {
+    let out = Command::new("addr2line")
+        .arg("-f")
+        .arg("-e")
+        .arg(path)
+        .args(pcs.iter().map(|pc| format!("{pc:#x}")))
+        .output()
+        .expect("the test needs binutils addr2line");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn compile_work(dir: &Path) -> std::path::PathBuf {
+    std::fs::write(dir.join("work.c"), WORK_C).unwrap();
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-o", "work", "work.c"])
+        .current_dir(dir)
+        .status()
+        .expect("the test needs cc");
+    assert!(st.success());
+    std::fs::canonicalize(dir.join("work")).unwrap()
+}
+
+/// Check the workload's and libc's directories against addr2line.
+pub fn check_modules(modules: &[Module], work: &Path) {
+    let work = work.to_string_lossy();
+    let exe = modules
+        .iter()
+        .find(|m| m.path == work)
+        .unwrap_or_else(|| panic!("no directory for {work} among {modules:#?}"));
+    assert_eq!(exe.name, "work");
+    let libc = modules
+        .iter()
+        .find(|m| m.name == "libc.so.6")
+        .unwrap_or_else(|| panic!("no directory for libc among {modules:#?}"));
+
+    // The executable: only this workload runs it. Its pcs are in hot(),
+    // in main()'s loop around random_r, or in the PLT stub (no symbol: ??).
+    let pcs: Vec<u64> = exe.pairs.iter().map(|p| p.0).collect();
+    let names = addr2line_functions(&exe.path, &pcs);
+    let total: u64 = exe.pairs.iter().map(|p| p.1).sum();
+    let count = |f: &str| -> u64 {
+        exe.pairs
+            .iter()
+            .zip(&names)
+            .filter(|(_, n)| *n == f)
+            .map(|(p, _)| p.1)
+            .sum()
+    };
+    let (in_hot, in_main) = (count("hot"), count("main"));
+    eprintln!("work: {total} samples, {in_hot} in hot(), {in_main} in main() by addr2line");
+    assert!(total >= 200, "too few samples of work: {total}");
+    assert!(in_hot > total / 2, "{names:?}");
+    assert!((in_hot + in_main) * 10 >= total * 9, "{names:?}");
+
+    // libc: every process uses it; this workload's random_r must be there.
+    let pcs: Vec<u64> = libc.pairs.iter().map(|p| p.0).collect();
+    let names = addr2line_functions(&libc.path, &pcs);
+    let in_random: u64 = libc
+        .pairs
+        .iter()
+        .zip(&names)
+        .filter(|(_, n)| n.contains("random_r"))
+        .map(|(p, _)| p.1)
+        .sum();
+    eprintln!(
+        "libc: {} samples, {in_random} in random_r by addr2line",
+        libc.pairs.iter().map(|p| p.1).sum::<u64>()
+    );
+    assert!(
+        in_random >= 100,
+        "random_r has {in_random} samples: {names:?}"
+    );
+}
