@@ -1,0 +1,498 @@
+//! kprof — kernel profiling device (Inferno kprof(3)).
+//!
+//! # Synopsis
+//!
+//! ```text
+//! kpctl     0600  write: start | stop | startclr
+//! kpdata    0600  read: the big-endian PC histogram of kernel text
+//! ```
+//!
+//! # Description
+//!
+//! While profiling is on, every tick of the sampling clock (software
+//! cpu-clock, one event per online CPU, system wide, kernel and user mode;
+//! 1000 Hz by default) adds one to word 0 of `kpdata` and one to the bucket
+//! holding the interrupted PC, or to word 1 if the PC is outside kernel text
+//! `[_stext, _etext)` or within its first six buckets (which the header
+//! shadows). A user-mode PC is outside kernel text.
+//!
+//! `kpctl` takes exactly these messages (a trailing newline is ignored):
+//!
+//! | message | effect |
+//! |---|---|
+//! | `start` | profiling on; counts continue accumulating |
+//! | `stop` | profiling off; every tick taken before is counted |
+//! | `startclr` | zero the histogram, restore words 2–5, profiling on |
+//!
+//! Anything else fails with EINVAL and the message quoted back
+//! (`unknown control message "stopwatch"`), changing nothing. The original
+//! matched prefixes, so `stopwatch` stopped it and `startxyz` started it;
+//! profdev matches verbs exactly, on purpose. Reading `kpctl` returns no
+//! bytes; writing `kpdata` fails ("inappropriate use of fd").
+//!
+//! `kpdata` is `nbuf` 32-bit big-endian words, laid out as Inferno 4th
+//! edition (see [`profdev_formats::kpdata`]): total ticks, outside ticks,
+//! microseconds per tick, `nbuf`, sample size 4, log2 bucket size (3 by
+//! default), then buckets over `[_stext, _etext)`. A partial last bucket is
+//! rounded up, so nothing is ever written out of bounds.
+//!
+//! Reads follow the original: the offset must be a multiple of 4 ("bad arg
+//! in system call" otherwise), a read is clipped to the file and rounded
+//! down to whole words (a 1–3 byte read returns nothing), and a read at or
+//! past the end returns nothing. Each open of `kpdata` sees one consistent
+//! point-in-time snapshot taken at open, even while profiling runs (the
+//! original said its reads "may not be consistent"). Unlike Inferno 4e,
+//! `stat kpdata` reports its true length.
+//!
+//! # Example
+//!
+//! ```text
+//! % echo startclr >/run/profdev/kpctl
+//! % dd if=/dev/zero of=/dev/null bs=1M count=20000
+//! % echo stop >/run/profdev/kpctl
+//! % cp /run/profdev/kpdata /tmp/kpdata
+//! % profdev kprof /proc/kallsyms /tmp/kpdata
+//! ```
+//!
+//! # Bugs
+//!
+//! Counters are 32 bits and wrap, as the original's did (at 1000 Hz on two
+//! CPUs that takes about 24 days). There is one histogram per device server:
+//! two users profiling at once share it, as on Inferno.
+
+use crate::ctl::{self, Cmd};
+use crate::engine::{Engine, Sink, Subscription};
+use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
+use crate::{Dev, DevError};
+use profdev_core::{KernelPc, KernelText, Record, SessionConfig};
+use profdev_formats::kpdata;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const KPCTL: Qid = Qid::file(1);
+const KPDATA: Qid = Qid::file(2);
+
+/// Geometry and clock of a kprof device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KprofConfig {
+    /// Kernel text, `[_stext, _etext)`; `_stext` is Inferno's KTZERO.
+    pub text: KernelText,
+    /// log2 of bytes per bucket (Inferno's LRES, 3).
+    pub log_bucket: u32,
+    /// Sampling frequency per CPU.
+    pub frequency_hz: u32,
+}
+
+impl KprofConfig {
+    /// The default geometry over `text`: 8-byte buckets, 1000 Hz.
+    pub fn new(text: KernelText) -> Self {
+        KprofConfig {
+            text,
+            log_bucket: kpdata::DEFAULT_LOG_BUCKET_SIZE,
+            frequency_hz: 1000,
+        }
+    }
+
+    /// Number of words in kpdata.
+    pub fn words(&self) -> usize {
+        kpdata::words_for(self.text.len(), self.log_bucket)
+    }
+
+    fn microseconds_per_tick(&self) -> u32 {
+        1_000_000 / self.frequency_hz.max(1)
+    }
+}
+
+/// The histogram: the words of kpdata, in host order.
+struct Histogram {
+    config: KprofConfig,
+    words: Vec<u32>,
+}
+
+impl Histogram {
+    fn new(config: KprofConfig) -> Self {
+        let mut h = Histogram {
+            config,
+            words: Vec::new(),
+        };
+        h.clear();
+        h
+    }
+
+    /// Zero everything and rewrite words 2–5 (Inferno's kprofbufinit).
+    fn clear(&mut self) {
+        self.words = vec![0; self.config.words()];
+        kpdata::init_header(
+            &mut self.words,
+            self.config.microseconds_per_tick(),
+            self.config.log_bucket,
+        );
+    }
+
+    /// One tick at `pc` (Inferno 4e kproftick).
+    fn tick(&mut self, pc: KernelPc) {
+        let c = &self.config;
+        let w = &mut self.words;
+        w[kpdata::TOTAL_TICKS] = w[kpdata::TOTAL_TICKS].wrapping_add(1);
+        let first = c
+            .text
+            .start
+            .0
+            .saturating_add((kpdata::SPECIAL_WORDS as u64) << c.log_bucket);
+        let slot = if pc.0 >= first && pc < c.text.end {
+            ((pc.0 - c.text.start.0) >> c.log_bucket) as usize
+        } else {
+            kpdata::OUTSIDE_TICKS
+        };
+        w[slot] = w[slot].wrapping_add(1);
+    }
+}
+
+/// The kprof device.
+pub struct Kprof {
+    config: KprofConfig,
+    histogram: Arc<Mutex<Histogram>>,
+    session: Mutex<Option<Subscription>>,
+    engine: Engine,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CtlOp {
+    Start,
+    Stop,
+    StartClr,
+}
+
+const CTL_TABLE: &[Cmd<CtlOp>] = &[
+    Cmd {
+        verb: "start",
+        min_args: 0,
+        max_args: 0,
+        op: CtlOp::Start,
+    },
+    Cmd {
+        verb: "stop",
+        min_args: 0,
+        max_args: 0,
+        op: CtlOp::Stop,
+    },
+    Cmd {
+        verb: "startclr",
+        min_args: 0,
+        max_args: 0,
+        op: CtlOp::StartClr,
+    },
+];
+
+/// A kpdata snapshot, held by one open channel.
+struct Snapshot(Vec<u8>);
+
+impl Kprof {
+    /// A device with the given geometry, sampling through `engine`.
+    pub fn new(config: KprofConfig, engine: Engine) -> Self {
+        Kprof {
+            config,
+            histogram: Arc::new(Mutex::new(Histogram::new(config))),
+            session: Mutex::new(None),
+            engine,
+        }
+    }
+
+    /// The device's geometry.
+    pub fn config(&self) -> &KprofConfig {
+        &self.config
+    }
+
+    /// Count the samples among `records`: the tick entry point, used by the
+    /// engine's sink and directly by tests.
+    pub fn feed(&self, records: &[Record]) {
+        tick_all(&self.histogram, records);
+    }
+
+    /// True while profiling is on.
+    pub fn is_on(&self) -> bool {
+        self.lock_session().is_some()
+    }
+
+    /// The current kpdata bytes (a consistent snapshot).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let h = self.histogram.lock().unwrap_or_else(|p| p.into_inner());
+        kpdata::encode(&h.words)
+    }
+
+    /// The running session's counts, if profiling is on.
+    pub fn session_stats(&self) -> Option<profdev_core::SourceStats> {
+        self.lock_session().as_ref().map(|s| s.stats())
+    }
+
+    fn lock_session(&self) -> MutexGuard<'_, Option<Subscription>> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn start(&self) -> Result<(), DevError> {
+        let mut session = self.lock_session();
+        if session.is_some() {
+            return Ok(());
+        }
+        let histogram = self.histogram.clone();
+        let sink: Sink = Arc::new(move |batch: &[Record]| tick_all(&histogram, batch));
+        let sub = self
+            .engine
+            .subscribe(&SessionConfig::system(self.config.frequency_hz), sink)
+            .map_err(|e| DevError::Sampling {
+                permission: matches!(e, profdev_core::SourceError::Permission(_)),
+                msg: e.to_string(),
+            })?;
+        *session = Some(sub);
+        Ok(())
+    }
+
+    fn stop(&self) {
+        let sub = self.lock_session().take();
+        // Dropping the subscription drains the last samples into the
+        // histogram; done outside the session lock.
+        drop(sub);
+    }
+
+    fn ctl(&self, data: &[u8]) -> Result<(), DevError> {
+        let (op, _) = ctl::parse(data, CTL_TABLE)?;
+        match op {
+            CtlOp::Start => self.start(),
+            CtlOp::Stop => {
+                self.stop();
+                Ok(())
+            }
+            CtlOp::StartClr => {
+                self.histogram
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clear();
+                self.start()
+            }
+        }
+    }
+}
+
+fn tick_all(histogram: &Mutex<Histogram>, records: &[Record]) {
+    let mut h = histogram.lock().unwrap_or_else(|p| p.into_inner());
+    for r in records {
+        if let Record::Sample(s) = r {
+            h.tick(KernelPc(s.ip));
+        }
+    }
+}
+
+impl Dev for Kprof {
+    fn name(&self) -> &'static str {
+        "kprof"
+    }
+
+    fn gen(&self, dir: Qid) -> Result<Vec<DirEntry>, DevError> {
+        if dir != Qid::ROOT {
+            return Err(DevError::NotDir);
+        }
+        Ok(vec![
+            DirEntry::file("kpctl", KPCTL, 0o600, 0),
+            DirEntry::file("kpdata", KPDATA, 0o600, self.config.words() as u64 * 4),
+        ])
+    }
+
+    fn open(&self, qid: Qid, mode: OpenMode) -> Result<Chan, DevError> {
+        let mut chan = match qid {
+            Qid::ROOT if mode == OpenMode::Read => Chan::new(qid, mode),
+            Qid::ROOT => return Err(DevError::Perm),
+            KPCTL | KPDATA => Chan::new(qid, mode),
+            _ => return Err(DevError::NotFound),
+        };
+        if qid == KPDATA && mode.readable() {
+            chan.aux = Some(Box::new(Snapshot(self.snapshot())));
+        }
+        Ok(chan)
+    }
+
+    fn read(&self, chan: &mut Chan, offset: u64, count: u32) -> Result<Vec<u8>, DevError> {
+        match chan.qid {
+            KPCTL => Ok(Vec::new()),
+            KPDATA => {
+                if offset % 4 != 0 {
+                    return Err(DevError::BadArg);
+                }
+                let whole = count & !3;
+                let Some(Snapshot(data)) = chan.aux_mut::<Snapshot>() else {
+                    return Err(DevError::Perm);
+                };
+                Ok(read_slice(data, offset, whole))
+            }
+            _ => Err(DevError::Perm),
+        }
+    }
+
+    fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {
+        match chan.qid {
+            KPCTL => {
+                self.ctl(data)?;
+                Ok(data.len())
+            }
+            KPDATA => Err(DevError::BadUseFd),
+            _ => Err(DevError::Perm),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ReplayFactory;
+    use profdev_core::Sample;
+
+    /// TV-K1's geometry: KTZERO=0x80100000, etext=0x80100400, LRES=3.
+    fn tv_k1() -> Kprof {
+        let text = KernelText {
+            start: KernelPc(0x8010_0000),
+            end: KernelPc(0x8010_0400),
+        };
+        let mut config = KprofConfig::new(text);
+        config.frequency_hz = 100;
+        Kprof::new(config, Engine::new(Arc::new(ReplayFactory::new(vec![]))))
+    }
+
+    fn samples(pcs: &[u64]) -> Vec<Record> {
+        pcs.iter()
+            .map(|&ip| {
+                Record::Sample(Sample {
+                    ip,
+                    ..Default::default()
+                })
+            })
+            .collect()
+    }
+
+    fn words(k: &Kprof) -> Vec<u32> {
+        k.snapshot()
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    fn write(k: &Kprof, msg: &str) -> Result<usize, DevError> {
+        let mut c = k.open(KPCTL, OpenMode::Write).unwrap();
+        k.write(&mut c, 0, msg.as_bytes())
+    }
+
+    #[test]
+    fn tv_k1_sampling() {
+        let k = tv_k1();
+        assert_eq!(k.config().words(), 128);
+        k.feed(&samples(&[0x8010_0000]));
+        assert_eq!(words(&k)[1], 1);
+        k.feed(&samples(&[0x8010_002F]));
+        assert_eq!(words(&k)[1], 2);
+        k.feed(&samples(&[0x8010_0030]));
+        assert_eq!(words(&k)[6], 1);
+        k.feed(&samples(&[0x8010_03FF]));
+        assert_eq!(words(&k)[127], 1);
+        k.feed(&samples(&[0x8010_0400]));
+        let w = words(&k);
+        assert_eq!(w[1], 3);
+        assert_eq!(w[0], 5);
+        assert_eq!(&w[2..6], &[10_000, 128, 4, 3]);
+    }
+
+    #[test]
+    fn partial_last_bucket_is_in_bounds() {
+        let text = KernelText {
+            start: KernelPc(0x1000),
+            end: KernelPc(0x1403),
+        };
+        let k = Kprof::new(
+            KprofConfig::new(text),
+            Engine::new(Arc::new(ReplayFactory::new(vec![]))),
+        );
+        assert_eq!(k.config().words(), 129);
+        k.feed(&samples(&[0x1402]));
+        assert_eq!(words(&k)[128], 1);
+    }
+
+    #[test]
+    fn tv_k2_read_rules() {
+        let k = tv_k1();
+        let mut w = vec![0u32; 128];
+        w[0] = 0x64;
+        *k.histogram.lock().unwrap() = Histogram {
+            config: k.config,
+            words: w,
+        };
+        let mut c = k.open(KPDATA, OpenMode::Read).unwrap();
+        assert_eq!(k.read(&mut c, 2, 8), Err(DevError::BadArg));
+        assert_eq!(
+            k.read(&mut c, 2, 8).unwrap_err().to_string(),
+            "bad arg in system call"
+        );
+        assert_eq!(k.read(&mut c, 0, 3).unwrap(), b"");
+        assert_eq!(k.read(&mut c, 508, 100).unwrap().len(), 4);
+        assert_eq!(k.read(&mut c, 512, 100).unwrap(), b"");
+        assert_eq!(k.read(&mut c, 0, 4).unwrap(), [0, 0, 0, 0x64]);
+        assert_eq!(k.read(&mut c, 0, 7).unwrap().len(), 4);
+        assert_eq!(k.stat(KPDATA).unwrap().length, 512);
+    }
+
+    #[test]
+    fn tv_k3_ctl() {
+        let k = tv_k1();
+        k.feed(&samples(&[0x8010_0100, 0x8010_0100]));
+        write(&k, "startclr").unwrap();
+        assert!(k.is_on());
+        let w = words(&k);
+        assert!(w[..2].iter().chain(&w[6..]).all(|&x| x == 0));
+        assert_eq!(&w[2..6], &[10_000, 128, 4, 3]);
+        write(&k, "stop\n").unwrap();
+        assert!(!k.is_on());
+
+        // Exact verbs: "stopped" no longer stops; "go" is refused.
+        write(&k, "start").unwrap();
+        let e = write(&k, "stopped").unwrap_err();
+        assert_eq!(e.to_string(), "unknown control message \"stopped\"");
+        assert!(k.is_on(), "a bad message must change nothing");
+        assert_eq!(write(&k, "go").unwrap_err(), DevError::BadCtl("go".into()));
+        assert_eq!(write(&k, "stop\n").unwrap(), 5);
+    }
+
+    #[test]
+    fn bad_messages_keep_counts() {
+        let k = tv_k1();
+        k.feed(&samples(&[0x8010_0100; 7]));
+        let before = k.snapshot();
+        for bad in ["stopwatch", "startxyz", "", "start now", "clear"] {
+            assert!(write(&k, bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(k.snapshot(), before);
+        let mut c = k.open(KPDATA, OpenMode::Write).unwrap();
+        assert_eq!(k.write(&mut c, 0, b"x"), Err(DevError::BadUseFd));
+    }
+
+    #[test]
+    fn snapshot_is_taken_at_open() {
+        let k = tv_k1();
+        let mut c = k.open(KPDATA, OpenMode::Read).unwrap();
+        k.feed(&samples(&[0x8010_0100; 3]));
+        assert_eq!(k.read(&mut c, 0, 4).unwrap(), [0, 0, 0, 0]);
+        let mut c2 = k.open(KPDATA, OpenMode::Read).unwrap();
+        assert_eq!(k.read(&mut c2, 0, 4).unwrap(), [0, 0, 0, 3]);
+    }
+
+    #[test]
+    fn replayed_session_counts_through_the_engine() {
+        let text = KernelText {
+            start: KernelPc(0x8010_0000),
+            end: KernelPc(0x8010_0400),
+        };
+        let recs = samples(&[0x8010_0100, 0x8010_0108, 0x1234]);
+        let k = Kprof::new(
+            KprofConfig::new(text),
+            Engine::new(Arc::new(ReplayFactory::new(recs))),
+        );
+        write(&k, "startclr\n").unwrap();
+        write(&k, "stop\n").unwrap();
+        let w = words(&k);
+        assert_eq!((w[0], w[1], w[32], w[33]), (3, 1, 1, 1));
+    }
+}

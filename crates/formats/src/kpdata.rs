@@ -1,0 +1,182 @@
+//! `kpdata`: the Inferno 4th-edition kprof(3) histogram.
+//!
+//! Lineage: Inferno 4e `os/port/devkprof.c`. The file is a sequence of
+//! 32-bit unsigned words, each **big-endian**:
+//!
+//! | word | name | contents |
+//! |---|---|---|
+//! | 0 | SpecialTotalTicks | ticks while profiling was on |
+//! | 1 | SpecialOutsideTicks | ticks whose PC fell in no bucket |
+//! | 2 | SpecialMicroSecondsPerTick | the sampling period in µs |
+//! | 3 | SpecialSamples | number of words in the file, `nbuf` |
+//! | 4 | SpecialSampleSize | 4 |
+//! | 5 | SpecialSampleLogBucketSize | log2 of bytes per bucket (3) |
+//! | 6 … nbuf-1 | bucket k | ticks with `(pc - KTZERO) >> log2 == k` |
+//!
+//! The six header words shadow buckets 0–5, so PCs in the first
+//! `6 << log2` bytes of text count as outside.
+
+/// Number of header words that shadow the first buckets.
+pub const SPECIAL_WORDS: usize = 6;
+/// Word index: total ticks.
+pub const TOTAL_TICKS: usize = 0;
+/// Word index: ticks outside kernel text.
+pub const OUTSIDE_TICKS: usize = 1;
+/// Word index: microseconds per tick.
+pub const MICROSECONDS_PER_TICK: usize = 2;
+/// Word index: number of words.
+pub const SAMPLES: usize = 3;
+/// Word index: bytes per counter (always 4).
+pub const SAMPLE_SIZE: usize = 4;
+/// Word index: log2 of the bucket size.
+pub const LOG_BUCKET_SIZE: usize = 5;
+/// Default log2 bucket size (Inferno's LRES).
+pub const DEFAULT_LOG_BUCKET_SIZE: u32 = 3;
+
+/// Number of words covering `text_len` bytes of text with buckets of
+/// `1 << log_bucket` bytes: a partial last bucket is rounded up (the
+/// original truncated and then wrote one word out of bounds), and there are
+/// always at least the six header words.
+pub fn words_for(text_len: u64, log_bucket: u32) -> usize {
+    let size = 1u64 << log_bucket;
+    let n = text_len.div_ceil(size);
+    usize::try_from(n).unwrap_or(usize::MAX).max(SPECIAL_WORDS)
+}
+
+/// Fill the header words of `words` (which must hold at least six) for a
+/// profile of `words.len()` words: words 2–5. Words 0 and 1 are left alone.
+pub fn init_header(words: &mut [u32], microseconds_per_tick: u32, log_bucket: u32) {
+    words[MICROSECONDS_PER_TICK] = microseconds_per_tick;
+    words[SAMPLES] = u32::try_from(words.len()).unwrap_or(u32::MAX);
+    words[SAMPLE_SIZE] = 4;
+    words[LOG_BUCKET_SIZE] = log_bucket;
+}
+
+/// Encode words as the file's bytes (big-endian).
+pub fn encode(words: &[u32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(words.len() * 4);
+    for w in words {
+        out.extend_from_slice(&w.to_be_bytes());
+    }
+    out
+}
+
+/// Why a kpdata file cannot be used. The messages are the kprof
+/// formatter's own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KpdataError {
+    /// Fewer than two whole words.
+    #[error("data file too short")]
+    TooShort,
+    /// Fewer than the six header words, so the header is incomplete.
+    #[error("data file too short: {words} words, the header needs 6")]
+    NoHeader { words: usize },
+    /// Word 4 is not 4.
+    #[error("only sample size 4 supported")]
+    SampleSize { found: u32 },
+    /// Word 5 is not a usable shift.
+    #[error("log2 bucket size {found} in word 5 (byte offset 20) is out of range 0..=31")]
+    LogBucket { found: u32 },
+}
+
+/// A decoded kpdata file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kpdata {
+    /// Every word, header included, in host order.
+    pub words: Vec<u32>,
+}
+
+impl Kpdata {
+    /// Decode a whole file. Trailing bytes that do not make a word are
+    /// ignored (the formatter uses `length / 4`).
+    pub fn parse(bytes: &[u8]) -> Result<Kpdata, KpdataError> {
+        let n = bytes.len() / 4;
+        if n < 2 {
+            return Err(KpdataError::TooShort);
+        }
+        let words: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if words[TOTAL_TICKS] == 0 {
+            // kprof prints only the totals line in this case; the rest of
+            // the header need not be there.
+            return Ok(Kpdata { words });
+        }
+        if words.len() < SPECIAL_WORDS {
+            return Err(KpdataError::NoHeader { words: words.len() });
+        }
+        if words[SAMPLE_SIZE] != 4 {
+            return Err(KpdataError::SampleSize {
+                found: words[SAMPLE_SIZE],
+            });
+        }
+        if words[LOG_BUCKET_SIZE] > 31 {
+            return Err(KpdataError::LogBucket {
+                found: words[LOG_BUCKET_SIZE],
+            });
+        }
+        Ok(Kpdata { words })
+    }
+
+    /// Word 0.
+    pub fn total(&self) -> u32 {
+        self.words[TOTAL_TICKS]
+    }
+
+    /// Word 1.
+    pub fn outside(&self) -> u32 {
+        self.words[OUTSIDE_TICKS]
+    }
+
+    /// Word 2 (0 if the header is absent).
+    pub fn microseconds_per_tick(&self) -> u32 {
+        self.words.get(MICROSECONDS_PER_TICK).copied().unwrap_or(0)
+    }
+
+    /// Bytes per bucket, `1 << word 5`.
+    pub fn bucket_size(&self) -> u64 {
+        1u64 << self.words.get(LOG_BUCKET_SIZE).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_last_bucket_rounds_up() {
+        assert_eq!(words_for(0x400, 3), 128);
+        assert_eq!(words_for(0x401, 3), 129);
+        assert_eq!(words_for(0x3ff, 3), 128);
+        assert_eq!(words_for(1, 3), 6);
+    }
+
+    #[test]
+    fn encode_is_big_endian() {
+        assert_eq!(encode(&[0x64, 1]), [0, 0, 0, 0x64, 0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn parse_errors_are_the_formatters() {
+        assert_eq!(Kpdata::parse(&[0; 4]), Err(KpdataError::TooShort));
+        assert_eq!(Kpdata::parse(&[0; 7]), Err(KpdataError::TooShort));
+        let mut w = vec![0u32; 8];
+        w[0] = 1;
+        w[4] = 8;
+        let e = Kpdata::parse(&encode(&w)).unwrap_err();
+        assert_eq!(e.to_string(), "only sample size 4 supported");
+        w[4] = 4;
+        w[5] = 40;
+        assert!(matches!(
+            Kpdata::parse(&encode(&w)),
+            Err(KpdataError::LogBucket { found: 40 })
+        ));
+        // A zero total needs no header.
+        assert!(Kpdata::parse(&[0; 8]).is_ok());
+        assert_eq!(
+            Kpdata::parse(&encode(&[5, 0, 0])),
+            Err(KpdataError::NoHeader { words: 3 })
+        );
+    }
+}
