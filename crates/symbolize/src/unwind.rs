@@ -243,13 +243,16 @@ impl fmt::Display for UnwindStats {
     }
 }
 
+/// Reads an object file's bytes by path (`None`: unreadable).
+pub type ObjectLoader = dyn FnMut(&str) -> Option<Vec<u8>> + Send;
+
 /// Unwinds user stacks of the processes seen in a record stream.
 pub struct UserUnwinder {
     procs: HashMap<u32, Proc>,
     objects: HashMap<String, Option<Arc<ObjectInfo>>>,
     cache: CacheX86_64,
     stats: UnwindStats,
-    load: Box<dyn FnMut(&str) -> Option<Vec<u8>> + Send>,
+    load: Box<ObjectLoader>,
 }
 
 impl Default for UserUnwinder {
@@ -546,16 +549,16 @@ mod tests {
     use super::*;
     use profdev_core::UserRegs;
 
-    fn proc_with(maps: &[Range<u64>]) -> Proc {
+    fn proc_with(map: Range<u64>) -> Proc {
         Proc {
-            maps: maps.to_vec(),
+            maps: vec![map],
             ..Proc::default()
         }
     }
 
     #[test]
     fn frame_pointer_walk_stops_at_zero_and_validates() {
-        let p = proc_with(&[0x1000..0x2000]);
+        let p = proc_with(0x1000..0x2000);
         // sp = 0x100; frames at bp 0x110 -> 0x130 -> 0.
         let mut stack = vec![0u8; 0x40];
         let put = |s: &mut Vec<u8>, at: u64, v: u64| {
