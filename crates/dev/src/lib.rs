@@ -19,6 +19,7 @@
 
 pub mod ctl;
 pub mod engine;
+pub mod kgmon;
 pub mod kprof;
 
 mod error;
@@ -129,14 +130,24 @@ pub struct DevContext {
     pub kernel_text: KernelText,
     /// Online CPUs.
     pub cpus: Vec<u32>,
+    /// Entry addresses of the core kernel's functions, ascending (for
+    /// kgmon's `selfpc`), e.g. from
+    /// `KernelSymbols::text_symbols()` in `profdev-symbolize`.
+    pub kernel_functions: Arc<[u64]>,
 }
 
 /// The device table: every device profdev serves, in mount order.
 ///
 /// Adding a device is one line here.
 pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
-    vec![Arc::new(kprof::Kprof::new(
-        kprof::KprofConfig::new(ctx.kernel_text),
-        ctx.engine.clone(),
-    ))]
+    vec![
+        Arc::new(kprof::Kprof::new(
+            kprof::KprofConfig::new(ctx.kernel_text),
+            ctx.engine.clone(),
+        )),
+        Arc::new(kgmon::Kgmon::new(
+            kgmon::KgmonConfig::new(ctx.kernel_text, &ctx.kernel_functions),
+            ctx.engine.clone(),
+        )),
+    ]
 }
