@@ -6,3 +6,4 @@
 
 pub mod gmon;
 pub mod kpdata;
+pub mod symelf;

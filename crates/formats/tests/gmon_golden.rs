@@ -351,3 +351,36 @@ fn tv_g5_errors() {
         "{out}"
     );
 }
+
+/// A symbols-only ELF (what `profdev kgmon -p` writes as vmlinux.syms) with
+/// the fixture's four functions makes gprof print exactly what the real
+/// fixture executable does.
+#[test]
+fn gprof_reads_a_symbols_only_elf() {
+    use profdev_formats::symelf::{self, Binding, Symbol};
+    let Some(tools) = Tools::get() else { return };
+    let entries = [
+        (0x401000, "_start"),
+        (0x4011a6, "leaf"),
+        (0x4011da, "mid"),
+        (0x401201, "main"),
+        (HI, "_etext"),
+    ];
+    let syms: Vec<Symbol> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, &(addr, name))| Symbol {
+            addr,
+            size: entries.get(i + 1).map_or(HI, |e| e.0) - addr,
+            name: name.into(),
+            binding: Binding::Global,
+        })
+        .collect();
+    let elf = symelf::write(LO..HI, &syms);
+    tools.write("fake", &elf);
+    let bytes = gmon::write(&common_payload(), Format::Gnu, Target::X86_64).unwrap();
+    let file = tools.write("tv-g1.gnu.gmon", &bytes);
+    let (code, out, err) = tools.gprof(&["-b"], &file);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, SPEC_TV_G1);
+}
