@@ -4,6 +4,8 @@
 //! back and lives in a module of its own. A subcommand can also be run
 //! through a link named after it (`ln -s profdev kprof`).
 
+mod gmon;
+mod kgmon;
 mod kprof;
 mod sample;
 
@@ -24,6 +26,16 @@ const COMMANDS: &[Command] = &[
         name: "sample",
         about: "run a command with kernel profiling on; write kpdata and print the kprof table",
         run: sample::main,
+    },
+    Command {
+        name: "kgmon",
+        about: "control kernel call-graph profiling; dump gmon.out for gprof (NetBSD kgmon)",
+        run: kgmon::main,
+    },
+    Command {
+        name: "gmon",
+        about: "run a command and write a gmon.out for gprof, without -pg",
+        run: gmon::main,
     },
     Command {
         name: "kprof",

@@ -57,6 +57,38 @@ pub struct Symbol {
     pub binding: Binding,
 }
 
+/// The ELF for nm-style function symbols `(address, type letter, name)`
+/// in `text`, in any order: sizes run to the next symbol, `T` is global,
+/// `W`/`w` weak, anything else local; a `_etext` symbol is added at
+/// `text.end` when no symbol is there, so the last function has an end.
+pub fn from_nm(text: Range<u64>, symbols: &[(u64, char, &str)]) -> Vec<u8> {
+    let mut sorted: Vec<&(u64, char, &str)> = symbols.iter().collect();
+    sorted.sort_by_key(|s| s.0);
+    let mut out: Vec<Symbol> = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, &&(addr, kind, name))| Symbol {
+            addr,
+            size: sorted.get(i + 1).map_or(0, |n| n.0 - addr),
+            name: name.to_string(),
+            binding: match kind {
+                'T' => Binding::Global,
+                'W' | 'w' => Binding::Weak,
+                _ => Binding::Local,
+            },
+        })
+        .collect();
+    if !out.iter().any(|s| s.addr == text.end) {
+        out.push(Symbol {
+            addr: text.end,
+            size: 0,
+            name: "_etext".into(),
+            binding: Binding::Global,
+        });
+    }
+    write(text, &out)
+}
+
 const EHDR: usize = 64;
 const SHDR: usize = 64;
 const SYM: usize = 24;

@@ -128,7 +128,7 @@ impl Capture {
                 let a = if i == 0 { a } else { a - 1 };
                 let &(start, _, pgoff) = maps.iter().find(|m| a >= m.0 && a < m.0 + m.1)?;
                 let fa: FileAddr = exe.file_addr_of_offset(pgoff + (a - start))?;
-                exe.symbol(fa).map(|(s, _)| s.name.clone())
+                exe.symbol(fa).map(|(s, _)| s.name())
             })
             .collect()
     }
