@@ -12,7 +12,10 @@
 //!
 //! Without `-N`, `-p` also writes `./vmlinux.syms`: an ELF carrying the
 //! running kernel's text symbols from /proc/kallsyms, so that
-//! `gprof -b vmlinux.syms gmon.out` works without a vmlinux. With
+//! `gprof -b vmlinux.syms gmon.out` works without a vmlinux. It holds the
+//! functions this gmon.out needs (each with the symbol that ends it), not
+//! all 100,000-odd: gprof searches the symbol table linearly for every
+//! symbol, which takes it minutes with the whole table. With
 //! `-N system` (a vmlinux or System.map of the running kernel), the
 //! addresses in gmon.out are moved by the KASLR offset to that image's
 //! link-time addresses, for `gprof -b system gmon.out`.
@@ -24,7 +27,6 @@ use profdev_formats::symelf;
 use profdev_symbolize::KernelSymbols;
 use std::ffi::OsString;
 use std::io::Write;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -279,7 +281,7 @@ fn dump(dev: &Device, system: Option<&Path>) -> Result<()> {
             }
         }
         None => {
-            let elf = vmlinux_syms(&running, hist.low_pc..hist.high_pc);
+            let elf = vmlinux_syms(&running, &decoded.gmon);
             std::fs::write("vmlinux.syms", elf)
                 .map_err(|e| anyhow!("cannot open `vmlinux.syms': {e}"))?;
         }
@@ -299,13 +301,18 @@ fn dump(dev: &Device, system: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// `vmlinux.syms`: the running kernel's text symbols as an ELF that gprof
-/// reads, its `.text` covering `text` (gmon.out's lowpc..highpc).
-pub fn vmlinux_syms(running: &KernelSymbols, text: Range<u64>) -> Vec<u8> {
+/// `vmlinux.syms` for `profile`: the running kernel's text symbols that
+/// the profile needs (see `symelf::used_by`), as an ELF whose `.text`
+/// covers the histogram.
+pub fn vmlinux_syms(running: &KernelSymbols, profile: &gmon::GmonOut) -> Vec<u8> {
     let list: Vec<(u64, char, &str)> = running
         .text_symbols()
         .iter()
         .map(|s| (s.addr, s.kind, s.name.as_str()))
         .collect();
-    symelf::from_nm(text, &list)
+    let text = profile
+        .histograms
+        .first()
+        .map_or(0..0, |h| h.low_pc..h.high_pc);
+    symelf::from_nm(text, &symelf::used_by(&list, profile))
 }

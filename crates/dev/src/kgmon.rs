@@ -97,7 +97,7 @@ use crate::engine::{Engine, Sink, Subscription};
 use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
 use profdev_core::{CpuMode, KernelText, Record, Sample, SessionConfig, SourceStats, Target};
-use profdev_formats::gmon::mcount::{ArcTable, Recorded, SLOT_BYTES};
+use profdev_formats::gmon::mcount::{self, ArcTable, Recorded, SLOT_BYTES};
 use profdev_formats::gmon::{self, Format, GmonOut, Histogram};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -444,7 +444,7 @@ impl Kgmon {
         let stats = self.source_stats();
         let p = self.lock();
         let c = &p.config;
-        let tolimit = ArcTable::for_text(c.lowpc(), c.highpc()).tolimit();
+        let tolimit = mcount::tolimit_for(c.textsize());
         let mut s = String::new();
         let mut line = |name: &str, value: String| {
             let _ = writeln!(s, "{name} {value}");

@@ -791,6 +791,12 @@ pub mod mcount {
     /// Text bytes per froms slot.
     pub const SLOT_BYTES: u64 = HASHFRACTION * 2;
 
+    /// `tolimit` for `textsize` bytes of text, as `kmstartup` computes it:
+    /// `clamp(textsize * ARCDENSITY / 100, MINARCS, MAXARCS)`.
+    pub fn tolimit_for(textsize: u64) -> u64 {
+        (textsize.saturating_mul(ARCDENSITY) / 100).clamp(MINARCS, MAXARCS)
+    }
+
     /// One `tostruct`: a callee and its count, linked to the next callee of
     /// the same call site.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -833,8 +839,7 @@ pub mod mcount {
             let lowpc = lowpc & !3;
             let highpc = highpc.div_ceil(4) * 4;
             let textsize = highpc.saturating_sub(lowpc);
-            let tolimit = (textsize * ARCDENSITY / 100).clamp(MINARCS, MAXARCS);
-            Self::with_limit(lowpc, textsize, tolimit)
+            Self::with_limit(lowpc, textsize, tolimit_for(textsize))
         }
 
         /// A table with an explicit `tolimit` (at most [`MAXARCS`] + 1, so

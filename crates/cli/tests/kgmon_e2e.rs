@@ -1,0 +1,261 @@
+//! End to end: kernel call-graph profiling with the kgmon device, the real
+//! perf_event engine and the real GNU gprof as the oracle.
+//!
+//! * `device_live_begin_halt_dump_gprof`: the device driven in process
+//!   through its files (begin, workload, halt, read gmon.out), then
+//!   `gprof -b vmlinux.syms gmon.out` must exit 0 and name the workload's
+//!   kernel function.
+//! * `kgmon_sequence_through_the_mount`: the same through `profdev kgmon
+//!   -b`, `-h`, `-p` and a mounted device tree (started by kgmon itself).
+//! * `no_server_and_none_startable`: one sentence, exit 1.
+
+mod common;
+use common::*;
+use profdev_dev::kgmon::{Kgmon, KgmonConfig};
+use profdev_dev::tree::walk;
+use profdev_dev::{Dev, Engine, OpenMode, Qid};
+use profdev_formats::{gmon, symelf};
+use profdev_symbolize::KernelSymbols;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+/// Kernel functions that do the zeroing for `dd if=/dev/zero` across
+/// kernel versions (as in sample_e2e.rs).
+fn is_zeroing(sym: &str) -> bool {
+    [
+        "read_zero",
+        "clear_user",
+        "rep_stos",
+        "iov_iter_zero",
+        "clear_page",
+    ]
+    .iter()
+    .any(|z| sym.contains(z))
+}
+
+fn dd() {
+    let st = Command::new("dd")
+        .args(["if=/dev/zero", "of=/dev/null", "bs=64k", "count=200000"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn have_gprof() -> bool {
+    if Command::new("gprof").arg("--version").output().is_ok() {
+        return true;
+    }
+    if std::env::var("PROFDEV_REQUIRE_TOOLS").as_deref() == Ok("1") {
+        panic!("gprof is not installed, and PROFDEV_REQUIRE_TOOLS=1");
+    }
+    eprintln!("SKIPPED: gprof is not installed");
+    false
+}
+
+/// `gprof -b vmlinux.syms gmon.out` in `dir`: its flat profile's first
+/// three function names (after checking it exits 0).
+fn gprof_top3(dir: &Path) -> (Vec<String>, String) {
+    let g = Command::new("gprof")
+        .args(["-b", "vmlinux.syms", "gmon.out"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&g.stdout).into_owned();
+    assert!(
+        g.status.success(),
+        "gprof failed: {}\n{out}",
+        String::from_utf8_lossy(&g.stderr)
+    );
+    let top = out
+        .lines()
+        .skip_while(|l| !l.starts_with(" time   seconds"))
+        .skip(1)
+        .take(3)
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect();
+    (top, out)
+}
+
+fn ctl(dev: &Kgmon, msg: &str) {
+    let e = walk(dev, Qid::ROOT, "ctl").unwrap();
+    let mut c = dev.open(e.qid, OpenMode::Write).unwrap();
+    dev.write(&mut c, 0, msg.as_bytes()).unwrap();
+}
+
+fn read(dev: &Kgmon, name: &str) -> Vec<u8> {
+    let e = walk(dev, Qid::ROOT, name).unwrap();
+    let mut c = dev.open(e.qid, OpenMode::Read).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let chunk = dev.read(&mut c, out.len() as u64, 1 << 16).unwrap();
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    assert_eq!(out.len() as u64, e.length, "{name}: stat length");
+    out
+}
+
+#[test]
+fn device_live_begin_halt_dump_gprof() {
+    if !privileged("kgmon live sampling", can_sample_system()) || !have_gprof() {
+        return;
+    }
+    let ksyms = KernelSymbols::running().unwrap();
+    let text = ksyms.require_text("/proc/kallsyms").unwrap();
+    let functions: Vec<u64> = ksyms.text_symbols().iter().map(|s| s.addr).collect();
+    let dev = Kgmon::new(
+        KgmonConfig::new(text, &functions),
+        Engine::new(Arc::new(profdev_sample::PerfFactory::new())),
+    );
+    assert_eq!(read(&dev, "state"), b"off\n");
+    ctl(&dev, "begin\n");
+    assert_eq!(read(&dev, "state"), b"on\n");
+    dd();
+    ctl(&dev, "halt\n");
+    assert_eq!(read(&dev, "state"), b"off\n");
+    let param = String::from_utf8(read(&dev, "gmonparam")).unwrap();
+    let bytes = read(&dev, "gmon.out");
+    let d = gmon::parse(&bytes, gmon::Target::X86_64).unwrap();
+    assert_eq!(d.format, gmon::Format::Bsd);
+    let h = &d.gmon.histograms[0];
+    let ticks: u64 = h.bins.iter().map(|&b| u64::from(b)).sum();
+    assert!(ticks > 50, "only {ticks} kernel ticks\n{param}");
+    assert!(d.gmon.arcs.len() > 5, "{} arcs\n{param}", d.gmon.arcs.len());
+    assert!(param.contains("\nsaturated 0\n"), "{param}");
+
+    let dir = tempdir();
+    std::fs::write(dir.path().join("gmon.out"), &bytes).unwrap();
+    let list: Vec<(u64, char, &str)> = ksyms
+        .text_symbols()
+        .iter()
+        .map(|s| (s.addr, s.kind, s.name.as_str()))
+        .collect();
+    std::fs::write(
+        dir.path().join("vmlinux.syms"),
+        symelf::from_nm(h.low_pc..h.high_pc, &symelf::used_by(&list, &d.gmon)),
+    )
+    .unwrap();
+    let (top, out) = gprof_top3(dir.path());
+    eprintln!(
+        "{param}{}",
+        out.lines().take(40).collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        top.iter().any(|s| is_zeroing(s)),
+        "top three {top:?}\n{param}\n{out}"
+    );
+    // Kernel arcs show up as callers in the call graph.
+    assert!(out.contains("\t\t\tCall graph\n"), "{out}");
+}
+
+/// Is `profdev mount` (issue 3) in this build?
+fn mount_available() -> bool {
+    let o = run(profdev().arg("--help"));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .any(|l| l.trim_start().starts_with("mount "))
+}
+
+#[test]
+fn kgmon_sequence_through_the_mount() {
+    if !privileged("kgmon through the mount", can_sample_system()) || !have_gprof() {
+        return;
+    }
+    if !mount_available() {
+        eprintln!("SKIPPED kgmon through the mount: this build has no `profdev mount` yet");
+        return;
+    }
+    let d = tempdir();
+    let mnt = d.path().join("mnt");
+    let work = d.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let kgmon = |flags: &str| {
+        let o = run(profdev()
+            .arg("kgmon")
+            .arg(flags)
+            .env("PROFDEV_MOUNT", &mnt)
+            .current_dir(&work));
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let unmount = || {
+        let _ = run(profdev().arg("unmount").arg(&mnt));
+    };
+    let (code, out, err) = kgmon("-rb");
+    if code != Some(0) {
+        unmount();
+        panic!("kgmon -rb: {out}{err}");
+    }
+    assert_eq!(out, "kgmon: kernel profiling is running.\n");
+    assert!(
+        err.contains("started one in the background"),
+        "kgmon must say it started a server: {err}"
+    );
+    dd();
+    let (code, out, err) = kgmon("-h");
+    let (pcode, pout, perr) = kgmon("-p");
+    unmount();
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "kgmon: kernel profiling is off.\n"),
+        "{err}"
+    );
+    assert_eq!(
+        (pcode, pout.as_str()),
+        (Some(0), "kgmon: kernel profiling is off.\n"),
+        "{perr}"
+    );
+    assert!(perr.contains("not numbers of calls"), "{perr}");
+    let (top, report) = gprof_top3(&work);
+    assert!(
+        top.iter().any(|s| is_zeroing(s)),
+        "top three {top:?}\n{report}"
+    );
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(
+        !mounts.contains(mnt.to_str().unwrap()),
+        "still mounted: {mounts}"
+    );
+}
+
+#[test]
+fn no_server_and_none_startable() {
+    let d = tempdir();
+    // A regular file where the mount point should be: nothing can mount.
+    let not_a_dir = d.path().join("file");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let o = run(profdev()
+        .args(["kgmon", "-b"])
+        .env("PROFDEV_MOUNT", &not_a_dir));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "kgmon: no device server is mounted on {} and none could be started",
+            not_a_dir.display()
+        )),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn usage_and_help() {
+    let o = run(profdev().args(["kgmon", "-x"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "usage: profdev kgmon [-bhpr] [-N system]\n"
+    );
+    let o = run(profdev().args(["kgmon", "--help"]));
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("not numbers of calls"));
+}
