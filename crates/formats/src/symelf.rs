@@ -103,7 +103,7 @@ pub fn used_by<'a>(
     sorted.sort_by_key(|s| s.0);
     let mut keep = vec![false; sorted.len()];
     let holder = |pc: u64| sorted.partition_point(|s| s.0 <= pc).checked_sub(1);
-    let mut mark = |keep: &mut Vec<bool>, i: Option<usize>| {
+    let mark = |keep: &mut Vec<bool>, i: Option<usize>| {
         if let Some(i) = i {
             keep[i] = true;
             if i + 1 < keep.len() {
