@@ -250,11 +250,9 @@ fn dump(dev: &Device, system: Option<&Path>) -> Result<()> {
         std::fs::read(&src).with_context(|| format!("cannot read {}", src.display()))?;
     let decoded = gmon::parse(&bytes, gmon::Target::X86_64)
         .with_context(|| format!("{} is malformed", src.display()))?;
-    let hist = decoded
-        .gmon
-        .histograms
-        .first()
-        .ok_or_else(|| anyhow!("{} has no histogram", src.display()))?;
+    if decoded.gmon.histograms.len() != 1 {
+        bail!("{} does not hold one histogram", src.display());
+    }
     let running = KernelSymbols::running()?;
     match system {
         Some(image) => {
