@@ -501,21 +501,27 @@ impl Kgmon {
     fn begin(&self) -> Result<(), DevError> {
         let config = self.session_config();
         let mut session = self.lock_session();
+        // On before the first sample can arrive; back as it was if
+        // sampling cannot start.
+        let before = {
+            let mut p = self.lock();
+            p.allocate();
+            std::mem::replace(&mut p.state, GmonState::On)
+        };
         if session.is_none() {
             let profile = self.profile.clone();
             let sink: Sink = Arc::new(move |batch: &[Record]| feed(&profile, batch));
-            let sub = self
-                .engine
-                .subscribe(&config, sink)
-                .map_err(|e| DevError::Sampling {
-                    permission: matches!(e, profdev_core::SourceError::Permission(_)),
-                    msg: e.to_string(),
-                })?;
-            *session = Some(sub);
+            match self.engine.subscribe(&config, sink) {
+                Ok(sub) => *session = Some(sub),
+                Err(e) => {
+                    self.lock().state = before;
+                    return Err(DevError::Sampling {
+                        permission: matches!(e, profdev_core::SourceError::Permission(_)),
+                        msg: e.to_string(),
+                    });
+                }
+            }
         }
-        let mut p = self.lock();
-        p.allocate();
-        p.state = GmonState::On;
         Ok(())
     }
 
