@@ -930,6 +930,26 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// control device, with the by-value `arg` of the ioctl(2) call
+    /// (profdev patch: upstream 0.18 drops `fuse_ioctl_in.arg`). The
+    /// default forwards to [`Filesystem::ioctl`] without it.
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl_with_arg(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        flags: IoctlFlags,
+        cmd: u32,
+        arg: u64,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _ = arg;
+        self.ioctl(req, ino, fh, flags, cmd, in_data, out_size, reply);
+    }
+
     /// Poll for events
     fn poll(
         &self,

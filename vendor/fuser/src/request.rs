@@ -426,12 +426,13 @@ impl<'a> RequestWithSender<'a> {
                 if x.unrestricted() {
                     return Err(Errno::ENOSYS);
                 }
-                filesystem.ioctl(
+                filesystem.ioctl_with_arg(
                     self.request_header(),
                     self.request.nodeid(),
                     x.file_handle(),
                     x.flags(),
                     x.command(),
+                    x.arg(),
                     x.in_data(),
                     x.out_size(),
                     self.reply(),

@@ -1356,6 +1356,10 @@ mod op {
         pub(crate) fn command(&self) -> u32 {
             self.arg.cmd
         }
+        /// The by-value argument of the ioctl(2) call (profdev patch).
+        pub(crate) fn arg(&self) -> u64 {
+            self.arg.arg
+        }
         pub(crate) fn out_size(&self) -> u32 {
             self.arg.out_size
         }
