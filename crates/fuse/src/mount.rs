@@ -254,6 +254,29 @@ pub fn check_mount_point(dir: &Path, create: bool) -> Result<PathBuf, MountError
     }
 }
 
+/// Check, before doing anything costly, that this process could mount:
+/// /dev/fuse exists and the process has CAP_SYS_ADMIN.
+pub fn check_can_mount(dir: &Path) -> Result<(), MountError> {
+    if !Path::new(DEV_FUSE).exists() {
+        return Err(MountError::NoFuse);
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !has_cap_sys_admin(&status) {
+        return Err(MountError::Permission(dir.to_path_buf()));
+    }
+    Ok(())
+}
+
+/// CAP_SYS_ADMIN (bit 21) in the CapEff line of /proc/self/status.
+fn has_cap_sys_admin(status: &str) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
 /// How to mount.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MountOptions {
@@ -409,6 +432,15 @@ mod tests {
         );
         assert_eq!(unescape("a\\134b\\011"), "a\\b\t");
         assert_eq!(unescape("trailing\\04"), "trailing\\04");
+    }
+
+    #[test]
+    fn capabilities() {
+        assert!(has_cap_sys_admin("Name:\tx\nCapEff:\t000001ffffffffff\n"));
+        assert!(has_cap_sys_admin("CapEff:\t0000000000200000\n"));
+        assert!(!has_cap_sys_admin("CapEff:\t0000000000000000\n"));
+        assert!(!has_cap_sys_admin("CapEff:\t00000000001fffff\n"));
+        assert!(!has_cap_sys_admin(""));
     }
 
     #[test]
