@@ -51,8 +51,16 @@
 //!
 //! # Bugs
 //!
+//! Some ioctl commands never reach a device: the kernel's VFS answers them
+//! itself for every file, among them the bare numbers 1 (FIBMAP) and 2
+//! (FIGETBSZ), and FIONREAD, FIOCLEX, FIONBIO. Devices number their
+//! commands `_IO(type, nr)` with a type byte of their own (prf uses
+//! `_IO('P', n)`). Commands without `_IOC` size bits carry no buffers
+//! through FUSE, only `cmd`, `arg` and the result.
+//!
 //! Qid numbers of 2^47 and above cannot be served. In a nested directory
-//! `..` is listed with the mount root's inode number.
+//! `..` is listed with the mount root's inode number. Files are direct
+//! I/O, so they cannot be mmap'ed.
 
 mod errno;
 mod mount;
