@@ -235,12 +235,13 @@ sample 'dd if=/dev/zero of=/dev/null bs=1M count=20000 2>/dev/null'
         .lines()
         .skip_while(|l| *l != "ms\t  %\tsym")
         .skip(1)
-        .take(3)
+        .take(5)
         .map(|l| l.rsplit('\t').next().unwrap())
         .collect();
+    // Five, not one: the machine may be busy with other work meanwhile.
     assert!(
         top.iter().any(|s| is_zeroing(s)),
-        "top three {top:?}\n{table}"
+        "top five {top:?}\n{table}"
     );
 
     // Profiling is off: every reader sees the copy's bytes.
