@@ -367,8 +367,7 @@ mod tests {
     /// /dev/fuse; skips without them unless PROFDEV_REQUIRE_PRIVILEGED=1.
     #[test]
     fn ensure_mounted_starts_a_server_once() {
-        // SAFETY: geteuid has no preconditions.
-        let why = if unsafe { libc::geteuid() } != 0 {
+        let why = if !nix::unistd::geteuid().is_root() {
             "mounting needs root"
         } else if !Path::new("/dev/fuse").exists() {
             "/dev/fuse does not exist"
