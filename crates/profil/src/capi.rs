@@ -97,7 +97,12 @@ fn do_mcleanup() {
 /// # Safety
 /// `buf` must be valid for `bufsiz` bytes until profiling is replaced or stopped.
 #[no_mangle]
-pub unsafe extern "C" fn profil(buf: *mut c_ushort, bufsiz: size_t, offset: size_t, scale: c_uint) -> c_int {
+pub unsafe extern "C" fn profil(
+    buf: *mut c_ushort,
+    bufsiz: size_t,
+    offset: size_t,
+    scale: c_uint,
+) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { do_profil(buf, bufsiz, offset, scale) }
 }

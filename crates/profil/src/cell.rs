@@ -56,7 +56,11 @@ pub(crate) fn choose_mode() {
     let mut dst: u16 = 0;
     // SAFETY: both iovecs describe live, correctly sized local variables.
     let n = unsafe { vm_copy(&mut dst, &src as *const u16 as usize, Direction::Read) };
-    let m = if n == 2 && dst == src { CHECKED } else { DIRECT };
+    let m = if n == 2 && dst == src {
+        CHECKED
+    } else {
+        DIRECT
+    };
     MODE.store(m, Ordering::Relaxed);
 }
 
@@ -71,8 +75,14 @@ enum Direction {
 /// # Safety
 /// `local` must be a valid u16. `addr` may be anything: the kernel checks it.
 unsafe fn vm_copy(local: *mut u16, addr: usize, dir: Direction) -> isize {
-    let l = libc::iovec { iov_base: local.cast(), iov_len: 2 };
-    let r = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: 2 };
+    let l = libc::iovec {
+        iov_base: local.cast(),
+        iov_len: 2,
+    };
+    let r = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 2,
+    };
     // SAFETY: per the function contract; the kernel validates `addr`.
     unsafe {
         let pid = libc::getpid();
@@ -117,7 +127,11 @@ mod tests {
     #[test]
     fn checked_mode_refuses_unmapped_and_read_only_cells() {
         choose_mode();
-        assert_eq!(mode(), CellMode::Checked, "process_vm_readv is available in the test environment");
+        assert_eq!(
+            mode(),
+            CellMode::Checked,
+            "process_vm_readv is available in the test environment"
+        );
         let mut cell: u16 = 0xfffe;
         let addr = &mut cell as *mut u16 as usize;
         // SAFETY: checked mode, any address is acceptable.

@@ -188,9 +188,17 @@ mod tests {
     #[test]
     fn spec_4_7_table() {
         for (d, scale, s, b, g) in table() {
-            assert_eq!(svr4(pc(d), OFF, scale, BIG), s, "svr4 d={d} scale={scale:#x}");
+            assert_eq!(
+                svr4(pc(d), OFF, scale, BIG),
+                s,
+                "svr4 d={d} scale={scale:#x}"
+            );
             assert_eq!(bsd(pc(d), OFF, scale, BIG), b, "bsd d={d} scale={scale:#x}");
-            assert_eq!(glibc(pc(d), OFF, scale, BIG), g, "glibc d={d} scale={scale:#x}");
+            assert_eq!(
+                glibc(pc(d), OFF, scale, BIG),
+                g,
+                "glibc d={d} scale={scale:#x}"
+            );
         }
     }
 
@@ -199,7 +207,10 @@ mod tests {
         for (d, scale, ..) in table() {
             for f in Formula::ALL {
                 let t = f.tick(pc(d), OFF, scale, 0);
-                assert!(matches!(t, Tick::Ignored | Tick::Off), "{f:?} d={d} scale={scale:#x}: {t:?}");
+                assert!(
+                    matches!(t, Tick::Ignored | Tick::Off),
+                    "{f:?} d={d} scale={scale:#x}: {t:?}"
+                );
             }
         }
     }
@@ -216,16 +227,25 @@ mod tests {
     #[test]
     fn svr4_is_exact_for_64_bit_pcs() {
         let off = 0x7fff_0000_0000usize;
-        assert_eq!(svr4(off + (1 << 32), off, 0xFFFF, usize::MAX), Tick::Cell(2_147_418_112));
+        assert_eq!(
+            svr4(off + (1 << 32), off, 0xFFFF, usize::MAX),
+            Tick::Cell(2_147_418_112)
+        );
         // The largest distance does not overflow.
         let t = svr4(usize::MAX, 0, 0xFFFE, usize::MAX);
-        assert_eq!(t, Tick::Cell(((usize::MAX as u128 * 0xFFFE) >> 17) as usize));
+        assert_eq!(
+            t,
+            Tick::Cell(((usize::MAX as u128 * 0xFFFE) >> 17) as usize)
+        );
     }
 
     #[test]
     fn scale_high_bits_are_dropped_by_svr4() {
         // Only the low 16 bits (minus bit 0) survive: 0x18000 acts as 0x8000.
-        assert_eq!(svr4(OFF + 40, OFF, 0x18000, BIG), svr4(OFF + 40, OFF, 0x8000, BIG));
+        assert_eq!(
+            svr4(OFF + 40, OFF, 0x18000, BIG),
+            svr4(OFF + 40, OFF, 0x8000, BIG)
+        );
         assert_eq!(bsd(OFF + 40, OFF, 0x18000, BIG), Tick::Rejected);
     }
 

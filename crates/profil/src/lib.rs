@@ -98,3 +98,8 @@ pub mod text;
 pub use error::Error;
 pub use monitor::Monitor;
 pub use profil::Profil;
+
+/// The README's Rust examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

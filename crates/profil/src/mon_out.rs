@@ -94,9 +94,17 @@ impl MonOut {
         let nfns = b
             .get(16..20)
             .map(|s| i32::from_le_bytes(s.try_into().expect("4 bytes")))
-            .ok_or(Error::Truncated { field: "nfns", offset: 16, len })?;
+            .ok_or(Error::Truncated {
+                field: "nfns",
+                offset: 16,
+                len,
+            })?;
         if len < HDR_BYTES {
-            return Err(Error::Truncated { field: "padding", offset: 20, len });
+            return Err(Error::Truncated {
+                field: "padding",
+                offset: 20,
+                len,
+            });
         }
         if nfns < 0 {
             return Err(Error::BadField {
@@ -135,7 +143,12 @@ impl MonOut {
             .chunks_exact(2)
             .map(|c| u16::from_le_bytes([c[0], c[1]]))
             .collect();
-        Ok(MonOut { lpc, hpc, counts, hist })
+        Ok(MonOut {
+            lpc,
+            hpc,
+            counts,
+            hist,
+        })
     }
 }
 
@@ -148,7 +161,10 @@ mod tests {
         let m = MonOut {
             lpc: 0x0102_0304_0506_0708,
             hpc: 0x1112_1314_1516_1718,
-            counts: vec![FnCount { fnpc: 0x2122, mcnt: -2 }],
+            counts: vec![FnCount {
+                fnpc: 0x2122,
+                mcnt: -2,
+            }],
             hist: vec![0x3132, 0x4142],
         };
         let b = m.to_bytes();
@@ -168,11 +184,21 @@ mod tests {
     #[test]
     fn bad_files_name_field_and_offset() {
         let e = MonOut::parse(&[0; 10]).unwrap_err().to_string();
-        assert_eq!(e, "mon.out: file of 10 bytes ends inside field hpc at byte offset 8");
-        let mut b = MonOut { counts: vec![FnCount::default(); 2], ..Default::default() }.to_bytes();
+        assert_eq!(
+            e,
+            "mon.out: file of 10 bytes ends inside field hpc at byte offset 8"
+        );
+        let mut b = MonOut {
+            counts: vec![FnCount::default(); 2],
+            ..Default::default()
+        }
+        .to_bytes();
         b.truncate(50);
         let e = MonOut::parse(&b).unwrap_err().to_string();
-        assert_eq!(e, "mon.out: file of 50 bytes ends inside field cnt at byte offset 40");
+        assert_eq!(
+            e,
+            "mon.out: file of 50 bytes ends inside field cnt at byte offset 40"
+        );
         let mut b = MonOut::default().to_bytes();
         b[16..20].copy_from_slice(&(-1i32).to_le_bytes());
         let e = MonOut::parse(&b).unwrap_err().to_string();
@@ -180,9 +206,16 @@ mod tests {
             e,
             "mon.out: field nfns at byte offset 16 holds 4294967295, which is negative"
         );
-        let mut b = MonOut { hist: vec![1], ..Default::default() }.to_bytes();
+        let mut b = MonOut {
+            hist: vec![1],
+            ..Default::default()
+        }
+        .to_bytes();
         b.push(0);
         let e = MonOut::parse(&b).unwrap_err().to_string();
-        assert_eq!(e, "mon.out: file of 27 bytes ends inside field histogram cell at byte offset 26");
+        assert_eq!(
+            e,
+            "mon.out: file of 27 bytes ends inside field histogram cell at byte offset 26"
+        );
     }
 }

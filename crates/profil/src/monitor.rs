@@ -53,8 +53,8 @@
 //! it is printed in full.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -398,8 +398,17 @@ mod tests {
         let a = Some(OsStr::new("/usr/bin/prog"));
         assert_eq!(output_path(None, 7, a), Some(PathBuf::from("mon.out")));
         assert_eq!(output_path(Some(OsStr::new("")), 7, a), None);
-        assert_eq!(output_path(Some(OsStr::new("/tmp/p")), 123456, a), Some(PathBuf::from("/tmp/p/123456.prog")));
-        assert_eq!(output_path(Some(OsStr::new("d")), 9, Some(OsStr::new("prog"))), Some(PathBuf::from("d/9.prog")));
-        assert_eq!(output_path(Some(OsStr::new("d")), 9, None), Some(PathBuf::from("d/9.mon.out")));
+        assert_eq!(
+            output_path(Some(OsStr::new("/tmp/p")), 123456, a),
+            Some(PathBuf::from("/tmp/p/123456.prog"))
+        );
+        assert_eq!(
+            output_path(Some(OsStr::new("d")), 9, Some(OsStr::new("prog"))),
+            Some(PathBuf::from("d/9.prog"))
+        );
+        assert_eq!(
+            output_path(Some(OsStr::new("d")), 9, None),
+            Some(PathBuf::from("d/9.mon.out"))
+        );
     }
 }

@@ -209,7 +209,9 @@ pub unsafe fn set(cfg: Config) -> Result<u64, Error> {
             // SAFETY: registering static extern "C" functions. pthread_atfork
             // fails only with ENOMEM; without the handlers a child merely
             // stops counting, as under glibc.
-            unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+            unsafe {
+                libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child))
+            };
         });
     }
     let s = begin_write();
@@ -372,7 +374,9 @@ impl<'buf> Profil<'buf> {
                 // SAFETY: `i < len` cells of a live buffer; u16 and AtomicU16
                 // have the same layout; concurrent writers write atomically
                 // or from the kernel.
-                unsafe { (*(self.cells.as_ptr().add(i) as *const AtomicU16)).load(Ordering::Relaxed) }
+                unsafe {
+                    (*(self.cells.as_ptr().add(i) as *const AtomicU16)).load(Ordering::Relaxed)
+                }
             })
             .collect()
     }
@@ -408,7 +412,9 @@ impl Profil<'static> {
             Err(e) => {
                 // SAFETY: reconstituting the box we leaked above; profiling
                 // into it never started (set failed and stored OFF).
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells.as_ptr(), len)) });
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells.as_ptr(), len))
+                });
                 Err(e)
             }
         }
@@ -419,7 +425,12 @@ impl Profil<'static> {
         stop_if_current(self.generation);
         let me = std::mem::ManuallyDrop::new(self);
         // SAFETY: the box leaked in `start`; no tick writes it any more.
-        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(me.cells.as_ptr(), me.len)) }
+        unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                me.cells.as_ptr(),
+                me.len,
+            ))
+        }
     }
 }
 
@@ -430,7 +441,10 @@ impl Drop for Profil<'_> {
             // SAFETY: the box leaked in `start`; profiling into it stopped
             // (or was replaced, and `set` waited for in-flight ticks).
             drop(unsafe {
-                Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.cells.as_ptr(), self.len))
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    self.cells.as_ptr(),
+                    self.len,
+                ))
             });
         }
     }

@@ -15,7 +15,11 @@ fn hot_fraction(link: Link) -> (f64, f64, u64) {
     let dir = tempdir();
     let exe = compile("hot", link, dir.path());
     let dump = run_ok(&exe, &["600", "60"], dir.path(), &[]);
-    let formula = if link == Link::Glibc { Formula::Glibc } else { Formula::Svr4 };
+    let formula = if link == Link::Glibc {
+        Formula::Glibc
+    } else {
+        Formula::Svr4
+    };
     let a = attribute(&exe, &dump, "main", formula, &["hot", "cold"]);
     eprintln!(
         "{link:?}: {} counts, hot {:.3}, cold {:.3}",
@@ -29,7 +33,10 @@ fn hot_fraction(link: Link) -> (f64, f64, u64) {
 #[test]
 fn hot_function_holds_most_counts_static() {
     let (hot, cold, total) = hot_fraction(Link::Static);
-    assert!(total >= 30, "only {total} ticks in ~660 ms of CPU at 100 Hz");
+    assert!(
+        total >= 30,
+        "only {total} ticks in ~660 ms of CPU at 100 Hz"
+    );
     assert!(hot >= 0.75, "hot() holds {hot:.3} of the counts");
     assert!(cold < hot && cold <= 0.25, "cold() holds {cold:.3}");
 }
@@ -51,10 +58,16 @@ fn glibc_and_ours_agree_on_the_hot_function() {
     let (o_hot, o_cold, o_total) = hot_fraction(Link::Static);
     eprintln!("glibc: {g_total} counts hot {g_hot:.3} cold {g_cold:.3}; ours: {o_total} counts hot {o_hot:.3} cold {o_cold:.3}");
     assert!(g_hot >= 0.75 && o_hot >= 0.75);
-    assert!((g_hot - o_hot).abs() <= 0.15, "hot: glibc {g_hot:.3} vs ours {o_hot:.3}");
+    assert!(
+        (g_hot - o_hot).abs() <= 0.15,
+        "hot: glibc {g_hot:.3} vs ours {o_hot:.3}"
+    );
     // Both tick at 100 Hz of process CPU time over the same work.
     let ratio = o_total as f64 / g_total as f64;
-    assert!((0.6..=1.6).contains(&ratio), "totals: glibc {g_total}, ours {o_total}");
+    assert!(
+        (0.6..=1.6).contains(&ratio),
+        "totals: glibc {g_total}, ours {o_total}"
+    );
 }
 
 /// Where the formulas differ, the same PCs land in different cells: read the
@@ -65,7 +78,11 @@ fn glibc_cells_follow_the_glibc_formula() {
     let exe = compile("hot", Link::Glibc, dir.path());
     let dump = run_ok(&exe, &["400", "0"], dir.path(), &[]);
     let a = attribute(&exe, &dump, "main", Formula::Glibc, &["hot"]);
-    assert!(a.fraction("hot") >= 0.75, "glibc counts read with the glibc formula: {:.3}", a.fraction("hot"));
+    assert!(
+        a.fraction("hot") >= 0.75,
+        "glibc counts read with the glibc formula: {:.3}",
+        a.fraction("hot")
+    );
 }
 
 #[test]
@@ -74,7 +91,12 @@ fn scale_0_1_and_0x10000_turn_profiling_off() {
     let exe = compile("hot", Link::Static, dir.path());
     for scale in ["0", "1", "0x10000"] {
         let dump = run_ok(&exe, &["200", "0", scale], dir.path(), &[]);
-        assert_eq!(dump.total("main"), 0, "scale {scale} counted:\n{}", dump.text);
+        assert_eq!(
+            dump.total("main"),
+            0,
+            "scale {scale} counted:\n{}",
+            dump.text
+        );
     }
 }
 
@@ -94,7 +116,12 @@ fn glibc_scale_0_still_counts_into_cell_0() {
     let exe = compile("hot", Link::Glibc, dir.path());
     let dump = run_ok(&exe, &["200", "0", "0"], dir.path(), &[]);
     let cells = &dump.cells["main"];
-    assert_eq!(cells.keys().copied().collect::<Vec<_>>(), vec![0], "{}", dump.text);
+    assert_eq!(
+        cells.keys().copied().collect::<Vec<_>>(),
+        vec![0],
+        "{}",
+        dump.text
+    );
     assert!(cells[&0] >= 5);
 }
 
@@ -143,7 +170,12 @@ fn exec_after_profil_runs_the_new_image_to_completion() {
     // Five images in a row, each profiled and burning CPU up to its exec;
     // at 1000 Hz a stray tick would be very likely to arrive.
     for hz in ["100", "1000"] {
-        let out = run(&exe, &["5", "100"], dir.path(), &[("PROFDEV_PROFIL_HZ", hz)]);
+        let out = run(
+            &exe,
+            &["5", "100"],
+            dir.path(),
+            &[("PROFDEV_PROFIL_HZ", hz)],
+        );
         assert!(
             out.status.success(),
             "at {hz} Hz: {} (signal {:?}), stdout {}",
@@ -171,7 +203,12 @@ fn unmapped_buffer_turns_profiling_off_and_the_process_survives() {
     let d = run_ok(&exe, &["unmap", "150"], dir.path(), &[]);
     assert!(d.text.contains("survived"));
     assert!(d.value("before") >= 5, "{}", d.text);
-    assert_eq!(d.value("after"), 0, "memory mapped at the old address was counted into:\n{}", d.text);
+    assert_eq!(
+        d.value("after"),
+        0,
+        "memory mapped at the old address was counted into:\n{}",
+        d.text
+    );
 }
 
 #[test]
@@ -182,7 +219,12 @@ fn read_only_buffer_turns_profiling_off_and_the_process_survives() {
     assert!(d.text.contains("survived"));
     assert!(d.value("before") >= 5, "{}", d.text);
     assert_eq!(d.value("while_readonly"), 0);
-    assert_eq!(d.value("after"), 0, "profiling came back after the buffer became writable:\n{}", d.text);
+    assert_eq!(
+        d.value("after"),
+        0,
+        "profiling came back after the buffer became writable:\n{}",
+        d.text
+    );
 }
 
 /// Control: glibc's profil crashes on an unmapped buffer.
@@ -202,14 +244,21 @@ fn ticks_go_to_the_thread_that_consumed_the_cpu() {
     // The worker burns while main sleeps in pthread_join.
     let d = run_ok(&exe, &["worker", "400"], dir.path(), &[]);
     let a = attribute(&exe, &d, "main", Formula::Svr4, &fns);
-    eprintln!("worker only: {} counts, worker_hot {:.3}", a.total, a.fraction("worker_hot"));
+    eprintln!(
+        "worker only: {} counts, worker_hot {:.3}",
+        a.total,
+        a.fraction("worker_hot")
+    );
     assert!(a.total >= 25, "{} counts", a.total);
     assert!(a.fraction("worker_hot") >= 0.75);
     // Both burn the same amount of their own CPU time.
     let d = run_ok(&exe, &["both", "400"], dir.path(), &[]);
     let a = attribute(&exe, &d, "main", Formula::Svr4, &fns);
     let (m, w) = (a.fraction("main_hot"), a.fraction("worker_hot"));
-    eprintln!("both: {} counts, main_hot {m:.3}, worker_hot {w:.3}", a.total);
+    eprintln!(
+        "both: {} counts, main_hot {m:.3}, worker_hot {w:.3}",
+        a.total
+    );
     assert!(a.total >= 50, "{} counts for ~800 ms of CPU", a.total);
     assert!(m >= 0.3 && w >= 0.3, "main_hot {m:.3}, worker_hot {w:.3}");
 }
@@ -220,7 +269,11 @@ fn a_later_call_replaces_the_earlier_one() {
     let exe = compile("replace", Link::Static, dir.path());
     let d = run_ok(&exe, &["200"], dir.path(), &[]);
     assert!(d.value("a_at_switch") >= 5, "{}", d.text);
-    assert_eq!(d.value("a_final"), d.value("a_at_switch"), "the replaced buffer kept counting");
+    assert_eq!(
+        d.value("a_final"),
+        d.value("a_at_switch"),
+        "the replaced buffer kept counting"
+    );
     assert!(d.value("b_final") >= 5, "{}", d.text);
 }
 
@@ -233,14 +286,22 @@ fn gprof_reads_monstartup_output_with_hot_on_top() {
     eprintln!("{text}");
     assert_eq!(name, "hot", "top of the flat profile:\n{text}");
     assert!(pct >= 75.0, "hot has {pct}%:\n{text}");
-    assert!(text.contains("Each sample counts as 0.01 seconds."), "{text}");
+    assert!(
+        text.contains("Each sample counts as 0.01 seconds."),
+        "{text}"
+    );
 }
 
 #[test]
 fn gmon_out_prefix_names_the_file() {
     let dir = tempdir();
     let exe = compile("gmon", Link::Shared, dir.path());
-    let out = run(&exe, &["100", "10"], dir.path(), &[("GMON_OUT_PREFIX", "prof")]);
+    let out = run(
+        &exe,
+        &["100", "10"],
+        dir.path(),
+        &[("GMON_OUT_PREFIX", "prof")],
+    );
     assert!(out.status.success());
     let files: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -248,7 +309,10 @@ fn gmon_out_prefix_names_the_file() {
         .filter(|n| n.starts_with("prof."))
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
-    assert!(files[0]["prof.".len()..].parse::<u32>().is_ok(), "{files:?}");
+    assert!(
+        files[0]["prof.".len()..].parse::<u32>().is_ok(),
+        "{files:?}"
+    );
     assert!(!dir.path().join("gmon.out").exists());
 }
 
@@ -261,7 +325,13 @@ fn monitor_writes_mon_out_with_the_hot_function() {
     let d = run_ok(&exe, &["600", "500", "50"], dir.path(), &[]);
     let bytes = std::fs::read(dir.path().join("mon.out")).expect("mon.out written");
     let m = MonOut::parse(&bytes).unwrap();
-    let line: Vec<&str> = d.text.lines().find(|l| l.starts_with("text ")).unwrap().split(' ').collect();
+    let line: Vec<&str> = d
+        .text
+        .lines()
+        .find(|l| l.starts_with("text "))
+        .unwrap()
+        .split(' ')
+        .collect();
     let (lpc, hpc) = (
         u64::from_str_radix(line[1], 16).unwrap(),
         u64::from_str_radix(line[2], 16).unwrap(),
@@ -277,9 +347,16 @@ fn monitor_writes_mon_out_with_the_hot_function() {
     let bias = d.syms["main"] - elf["main"].0;
     let (hot, size) = elf["hot"];
     let cells: std::collections::BTreeSet<usize> = (0..size)
-        .filter_map(|o| match svr4((hot + bias + o) as usize, lpc as usize, scale, m.hist.len() * 2) {
-            Tick::Cell(i) => Some(i),
-            _ => None,
+        .filter_map(|o| {
+            match svr4(
+                (hot + bias + o) as usize,
+                lpc as usize,
+                scale,
+                m.hist.len() * 2,
+            ) {
+                Tick::Cell(i) => Some(i),
+                _ => None,
+            }
         })
         .collect();
     let total: u64 = m.hist.iter().map(|&c| u64::from(c)).sum();
@@ -295,8 +372,17 @@ fn monitor_follows_profdir() {
     let exe = compile("monitor", Link::Static, dir.path());
     let pdir = dir.path().join("profdir");
     std::fs::create_dir(&pdir).unwrap();
-    let d = run_ok(&exe, &["10", "50", "0"], dir.path(), &[("PROFDIR", pdir.to_str().unwrap())]);
-    let want = pdir.join(format!("{}.{}", d.value("pid"), exe.file_name().unwrap().to_string_lossy()));
+    let d = run_ok(
+        &exe,
+        &["10", "50", "0"],
+        dir.path(),
+        &[("PROFDIR", pdir.to_str().unwrap())],
+    );
+    let want = pdir.join(format!(
+        "{}.{}",
+        d.value("pid"),
+        exe.file_name().unwrap().to_string_lossy()
+    ));
     assert!(want.exists(), "{} missing", want.display());
     assert!(!dir.path().join("mon.out").exists());
     // PROFDIR set and empty: no profiling, no file anywhere.

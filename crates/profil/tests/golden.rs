@@ -15,7 +15,9 @@ use profdev_profil::gmon_out::{write_gnu, Arc, Histogram};
 use profdev_profil::index::{Formula, Tick};
 
 fn golden(name: &str) -> PathBuf {
-    Path::new(common::MANIFEST_DIR).join("tests/golden").join(name)
+    Path::new(common::MANIFEST_DIR)
+        .join("tests/golden")
+        .join(name)
 }
 
 fn check_golden(name: &str, actual: &str) {
@@ -76,7 +78,9 @@ fn index_table() {
         (40, 0x8000, BIG),
     ];
     let mut out = String::new();
-    out.push_str("# profil(2) cell index for pc = offset + d (offset 0x400000); spec 4.7 rows first\n");
+    out.push_str(
+        "# profil(2) cell index for pc = offset + d (offset 0x400000); spec 4.7 rows first\n",
+    );
     out.push_str(&format!(
         "{:>16} {:>8} {:>20} {:>12} {:>12} {:>12}\n",
         "d", "scale", "bufsiz", "svr4", "bsd", "glibc"
@@ -105,7 +109,12 @@ fn fake_elf(dir: &Path) -> PathBuf {
     let src = Path::new(common::MANIFEST_DIR).join("tests/fixtures/fake.s");
     let obj = dir.join("fake.o");
     let exe = dir.join("fake");
-    let st = Command::new("as").arg(&src).arg("-o").arg(&obj).status().expect("run as (binutils)");
+    let st = Command::new("as")
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .expect("run as (binutils)");
     assert!(st.success());
     let st = Command::new("ld")
         .args(["-Ttext=0x401000", "-e", "_start", "-o"])
@@ -126,15 +135,37 @@ fn gprof_reads_our_gmon_out_tv_g1() {
     const LO: u64 = 0x401000;
     const HI: u64 = 0x401300;
     let mut bins = vec![0u16; ((HI - LO) / 2) as usize];
-    for (addr, n) in [(0x4011b0u64, 60u16), (0x4011c0, 20), (0x4011e0, 15), (0x401210, 5)] {
+    for (addr, n) in [
+        (0x4011b0u64, 60u16),
+        (0x4011c0, 20),
+        (0x4011e0, 15),
+        (0x401210, 5),
+    ] {
         bins[((addr - LO) / 2) as usize] += n;
     }
     let arcs = [
-        Arc { from_pc: 0x4011f0, self_pc: 0x4011a6, count: 2000 },
-        Arc { from_pc: 0x401210, self_pc: 0x4011da, count: 200 },
-        Arc { from_pc: 0x401220, self_pc: 0x4011a6, count: 1 },
+        Arc {
+            from_pc: 0x4011f0,
+            self_pc: 0x4011a6,
+            count: 2000,
+        },
+        Arc {
+            from_pc: 0x401210,
+            self_pc: 0x4011da,
+            count: 200,
+        },
+        Arc {
+            from_pc: 0x401220,
+            self_pc: 0x4011a6,
+            count: 1,
+        },
     ];
-    let hist = Histogram { low_pc: LO, high_pc: HI, prof_rate: 100, bins: &bins };
+    let hist = Histogram {
+        low_pc: LO,
+        high_pc: HI,
+        prof_rate: 100,
+        bins: &bins,
+    };
     let bytes = write_gnu(&hist, &arcs).unwrap();
     assert_eq!(bytes.len(), 892);
     let gmon = dir.path().join("v_gnu.out");
@@ -145,6 +176,10 @@ fn gprof_reads_our_gmon_out_tv_g1() {
         .arg(&gmon)
         .output()
         .expect("run gprof (binutils)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     check_golden("tv_g1_gprof.txt", &String::from_utf8_lossy(&out.stdout));
 }

@@ -29,7 +29,10 @@ fn rust_hot(n: u64) -> u64 {
 }
 
 fn cpu_ms() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime fills the timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
@@ -89,7 +92,10 @@ fn scope_counts_the_hot_function_and_stops() {
     assert!(counting);
     assert_eq!(current().0, Config::OFF, "scope must stop profiling");
     let total = sum(&buf);
-    let hot: u64 = hot_cells(off, 0xFFFF, buf.len()).iter().map(|&i| u64::from(buf[i])).sum();
+    let hot: u64 = hot_cells(off, 0xFFFF, buf.len())
+        .iter()
+        .map(|&i| u64::from(buf[i]))
+        .sum();
     eprintln!("scope: {total} counts, {hot} in rust_hot");
     assert!(total >= 20, "{total}");
     assert!(hot as f64 >= 0.75 * total as f64, "{hot} of {total}");
@@ -114,7 +120,11 @@ fn owned_buffer_comes_back_from_into_buffer() {
     let live = sum(&p.snapshot());
     let buf = p.into_buffer();
     assert_eq!(current().0, Config::OFF);
-    assert!(sum(&buf) >= live && live >= 5, "live {live}, final {}", sum(&buf));
+    assert!(
+        sum(&buf) >= live && live >= 5,
+        "live {live}, final {}",
+        sum(&buf)
+    );
 }
 
 #[test]
@@ -126,7 +136,10 @@ fn a_later_start_replaces_and_dropping_the_old_handle_leaves_it_running() {
     assert!(!a.is_counting() && b.is_counting());
     let a_at_switch = sum(&a.snapshot());
     drop(a);
-    assert!(b.is_counting(), "dropping the replaced handle stopped the new one");
+    assert!(
+        b.is_counting(),
+        "dropping the replaced handle stopped the new one"
+    );
     burn(150.0);
     assert!(sum(&b.snapshot()) >= 5);
     drop(b);
@@ -153,13 +166,18 @@ fn monitor_writes_mon_out_into_profdir() {
     let r = hot_range();
     let text = (r.start & !0xffff)..(r.end + 0xffff) & !0xffff;
     let words = 12 + 8 * 10 + (text.end - text.start) / 2;
-    let m = Monitor::start(text.clone(), vec![0u16; words].into_boxed_slice(), 10).unwrap().unwrap();
+    let m = Monitor::start(text.clone(), vec![0u16; words].into_boxed_slice(), 10)
+        .unwrap()
+        .unwrap();
     burn(300.0);
     let path = m.finish().unwrap();
     std::env::remove_var("PROFDIR");
     assert_eq!(path.parent(), Some(dir.path()));
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with(&format!("{}.", std::process::id())), "{name}");
+    assert!(
+        name.starts_with(&format!("{}.", std::process::id())),
+        "{name}"
+    );
     let mo = MonOut::parse(&std::fs::read(&path).unwrap()).unwrap();
     assert_eq!((mo.lpc, mo.hpc), (text.start as u64, text.end as u64));
     assert_eq!(mo.counts.len(), 10);
@@ -175,10 +193,33 @@ fn monitor_writes_mon_out_into_profdir() {
 #[test]
 fn monitor_refuses_what_svr4_ignored() {
     let _t = turn();
-    let e = Monitor::start(0x1000..0x2000, vec![0u16; 12].into_boxed_slice(), 0).err().unwrap();
-    assert!(matches!(e, Error::MonitorBufferTooSmall { bufsize: 12, nfunc: 0 }), "{e}");
-    let e = Monitor::start(0x2000..0x1000, vec![0u16; 100].into_boxed_slice(), 0).err().unwrap();
-    assert_eq!(e.to_string(), "monitor: lowpc 0x2000 is not below highpc 0x1000");
+    let e = Monitor::start(0x1000..0x2000, vec![0u16; 12].into_boxed_slice(), 0)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            e,
+            Error::MonitorBufferTooSmall {
+                bufsize: 12,
+                nfunc: 0
+            }
+        ),
+        "{e}"
+    );
+    let e = Monitor::start(
+        std::ops::Range {
+            start: 0x2000,
+            end: 0x1000,
+        },
+        vec![0u16; 100].into_boxed_slice(),
+        0,
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "monitor: lowpc 0x2000 is not below highpc 0x1000"
+    );
     std::env::set_var("PROFDIR", "");
     let m = Monitor::start(0x1000..0x2000, vec![0u16; 100].into_boxed_slice(), 0).unwrap();
     std::env::remove_var("PROFDIR");
@@ -212,6 +253,9 @@ fn gmon_start_and_mcleanup_write_a_gnu_gmon_out() {
     assert_eq!(high, (((t.high + 3) & !3) - t.bias) as u64);
     assert_eq!((high - low) / 4, nbins);
     assert_eq!(b.len() as u64, 20 + 41 + 2 * nbins);
-    let counts: u64 = b[61..].chunks(2).map(|c| u64::from(u16::from_le_bytes([c[0], c[1]]))).sum();
+    let counts: u64 = b[61..]
+        .chunks(2)
+        .map(|c| u64::from(u16::from_le_bytes([c[0], c[1]])))
+        .sum();
     assert!(counts >= 10, "{counts}");
 }

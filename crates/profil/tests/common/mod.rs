@@ -40,7 +40,15 @@ pub fn built() -> &'static Built {
         };
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let out = Command::new(cargo)
-            .args(["build", "-p", "profdev-profil", "--lib", "--examples", "--profile", &profile])
+            .args([
+                "build",
+                "-p",
+                "profdev-profil",
+                "--lib",
+                "--examples",
+                "--profile",
+                &profile,
+            ])
             .arg("--manifest-path")
             .arg(Path::new(MANIFEST_DIR).join("Cargo.toml"))
             .arg("--target-dir")
@@ -53,7 +61,11 @@ pub fn built() -> &'static Built {
             String::from_utf8_lossy(&out.stderr)
         );
         for lib in ["libprofdev_profil.a", "libprofdev_profil.so"] {
-            assert!(profile_dir.join(lib).exists(), "{lib} not found in {}", profile_dir.display());
+            assert!(
+                profile_dir.join(lib).exists(),
+                "{lib} not found in {}",
+                profile_dir.display()
+            );
         }
         Built { profile_dir }
     })
@@ -72,15 +84,23 @@ pub enum Link {
 
 /// Compile tests/c/`name`.c into `dir`; returns the executable.
 pub fn compile(name: &str, link: Link, dir: &Path) -> PathBuf {
-    let src = Path::new(MANIFEST_DIR).join("tests/c").join(format!("{name}.c"));
+    let src = Path::new(MANIFEST_DIR)
+        .join("tests/c")
+        .join(format!("{name}.c"));
     let exe = dir.join(format!("{name}-{link:?}").to_lowercase());
     let mut cmd = Command::new("cc");
-    cmd.args(["-O1", "-g", "-fno-inline", "-fno-omit-frame-pointer", "-Wall"])
-        .arg("-I")
-        .arg(Path::new(MANIFEST_DIR).join("include"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe);
+    cmd.args([
+        "-O1",
+        "-g",
+        "-fno-inline",
+        "-fno-omit-frame-pointer",
+        "-Wall",
+    ])
+    .arg("-I")
+    .arg(Path::new(MANIFEST_DIR).join("include"))
+    .arg(&src)
+    .arg("-o")
+    .arg(&exe);
     match link {
         Link::Glibc => {}
         Link::Static => {
@@ -109,11 +129,14 @@ pub fn compile(name: &str, link: Link, dir: &Path) -> PathBuf {
 /// Run `exe` with `args` in `cwd`.
 pub fn run(exe: &Path, args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(exe);
-    cmd.args(args).current_dir(cwd).env_remove("PROFDEV_PROFIL_HZ");
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("PROFDEV_PROFIL_HZ");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().unwrap_or_else(|e| panic!("run {}: {e}", exe.display()))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", exe.display()))
 }
 
 /// Run and require exit status 0.
@@ -227,7 +250,13 @@ impl Attribution {
 
 /// Sum the counts of `tag` over the cells that each named function's bytes
 /// map to under `formula`.
-pub fn attribute(exe: &Path, dump: &Dump, tag: &str, formula: Formula, functions: &[&str]) -> Attribution {
+pub fn attribute(
+    exe: &Path,
+    dump: &Dump,
+    tag: &str,
+    formula: Formula,
+    functions: &[&str],
+) -> Attribution {
     let elf = elf_functions(exe);
     let main_elf = elf.get("main").expect("main in symtab").0;
     let bias = dump.syms["main"].wrapping_sub(main_elf);
@@ -243,7 +272,10 @@ pub fn attribute(exe: &Path, dump: &Dump, tag: &str, formula: Formula, functions
                 mine.insert(i);
             }
         }
-        let n = mine.iter().map(|i| cells.get(i).copied().unwrap_or(0)).sum();
+        let n = mine
+            .iter()
+            .map(|i| cells.get(i).copied().unwrap_or(0))
+            .sum();
         per_function.insert(f.to_string(), n);
     }
     Attribution {
@@ -277,6 +309,8 @@ pub fn gprof_top(exe: &Path, gmon: &Path) -> (f64, String, String) {
         .nth(1)
         .unwrap_or_else(|| panic!("no flat profile rows in:\n{text}"));
     let w: Vec<&str> = row.split_whitespace().collect();
-    let pct: f64 = w[0].parse().unwrap_or_else(|_| panic!("bad row {row:?} in:\n{text}"));
+    let pct: f64 = w[0]
+        .parse()
+        .unwrap_or_else(|_| panic!("bad row {row:?} in:\n{text}"));
     (pct, w.last().unwrap().to_string(), text)
 }
