@@ -92,6 +92,13 @@ fn do_mcleanup() {
     }
 }
 
+/// The next definition of `name` after ours (glibc's), if any.
+fn next_definition(name: &std::ffi::CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
 /// profil(2), NEWS-os/SVR4 semantics, glibc's prototype.
 ///
 /// # Safety
@@ -166,9 +173,18 @@ pub extern "C" fn profdev_monstartup(lowpc: c_ulong, highpc: c_ulong) {
     do_monstartup(lowpc, highpc)
 }
 
-/// moncontrol(3): nonzero resumes, zero suspends.
+/// moncontrol(3): nonzero resumes, zero suspends. If this library's
+/// monstartup was not called (a `-pg` program, whose startup code called
+/// glibc's `__monstartup`), glibc's moncontrol is called instead.
 #[no_mangle]
 pub extern "C" fn moncontrol(mode: c_int) {
+    if !gmon::is_started() {
+        if let Some(f) = next_definition(c"moncontrol") {
+            // SAFETY: glibc's `void moncontrol(int)`.
+            let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(f) };
+            return f(mode);
+        }
+    }
     do_moncontrol(mode)
 }
 
@@ -178,9 +194,19 @@ pub extern "C" fn profdev_moncontrol(mode: c_int) {
     do_moncontrol(mode)
 }
 
-/// _mcleanup(3): stop, write gmon.out, free.
+/// _mcleanup(3): stop, write gmon.out, free. If this library's monstartup
+/// was not called (a `-pg` program registers `_mcleanup` with atexit after
+/// glibc's `__monstartup`), glibc's _mcleanup is called instead, so linking
+/// this library does not cost a `-pg` program its gmon.out.
 #[no_mangle]
 pub extern "C" fn _mcleanup() {
+    if !gmon::is_started() {
+        if let Some(f) = next_definition(c"_mcleanup") {
+            // SAFETY: glibc's `void _mcleanup(void)`.
+            let f: extern "C" fn() = unsafe { std::mem::transmute(f) };
+            return f();
+        }
+    }
     do_mcleanup()
 }
 

@@ -147,6 +147,11 @@ pub fn monstartup(lowpc: usize, highpc: usize) -> Result<(), Error> {
     control(g.as_ref().expect("just set"), true)
 }
 
+/// Whether monstartup was called and _mcleanup not yet.
+pub fn is_started() -> bool {
+    lock().is_some()
+}
+
 /// monstartup over the main program's executable segments.
 pub fn start() -> Result<(), Error> {
     let t = text::main_program().ok_or(Error::NoText)?;

@@ -390,3 +390,26 @@ fn monitor_follows_profdir() {
     run_ok(&exe, &["10", "50", "0"], empty.path(), &[("PROFDIR", "")]);
     assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 }
+
+/// A `-pg` program linked with this library still gets glibc's gmon.out
+/// (with call arcs): our _mcleanup hands over to glibc's when our
+/// monstartup was not called.
+#[test]
+fn pg_program_keeps_glibc_gmon_out() {
+    let dir = tempdir();
+    let exe = common::compile_with("pg", Link::Static, dir.path(), &["-pg"]);
+    let out = run(&exe, &["200"], dir.path(), &[]);
+    let gmon = dir.path().join("gmon.out");
+    assert!(
+        out.status.success() && gmon.exists(),
+        "no gmon.out from glibc's _mcleanup: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, name, text) = common::gprof_top(&exe, &gmon);
+    assert_eq!(name, "hot", "{text}");
+    // glibc's mcount counted the calls: 10 from caller plus burn's.
+    let row = text.lines().find(|l| l.ends_with(" hot")).unwrap();
+    let calls: u64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(calls > 10, "{row}");
+}

@@ -84,6 +84,11 @@ pub enum Link {
 
 /// Compile tests/c/`name`.c into `dir`; returns the executable.
 pub fn compile(name: &str, link: Link, dir: &Path) -> PathBuf {
+    compile_with(name, link, dir, &[])
+}
+
+/// [`compile`] with extra compiler flags.
+pub fn compile_with(name: &str, link: Link, dir: &Path, flags: &[&str]) -> PathBuf {
     let src = Path::new(MANIFEST_DIR)
         .join("tests/c")
         .join(format!("{name}.c"));
@@ -96,6 +101,7 @@ pub fn compile(name: &str, link: Link, dir: &Path) -> PathBuf {
         "-fno-omit-frame-pointer",
         "-Wall",
     ])
+    .args(flags)
     .arg("-I")
     .arg(Path::new(MANIFEST_DIR).join("include"))
     .arg(&src)
