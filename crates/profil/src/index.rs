@@ -249,6 +249,21 @@ mod tests {
         assert_eq!(bsd(OFF + 40, OFF, 0x18000, BIG), Tick::Rejected);
     }
 
+    /// Where SVR4 and glibc differ at scale 0xFFFF (what the tests' C
+    /// programs use): by exactly one cell, for odd distances only.
+    #[test]
+    fn svr4_and_glibc_differ_by_one_cell_for_odd_distances() {
+        for d in 2..(1usize << 16) {
+            let (Tick::Cell(s), Tick::Cell(g)) = (
+                svr4(OFF + d, OFF, 0xFFFF, BIG),
+                glibc(OFF + d, OFF, 0xFFFF, BIG),
+            ) else {
+                panic!("d={d}");
+            };
+            assert_eq!(s - g, d % 2, "d={d}: svr4 {s} glibc {g}");
+        }
+    }
+
     #[test]
     fn cell_start_inverts_svr4() {
         for scale in [2u32, 0x4000, 0x5555, 0x8000, 0xFFFF] {
