@@ -85,7 +85,7 @@ fn glibc_and_ours_agree_on_the_hot_function() {
         o.total
     );
     // At scale 0xFFFF the formulas differ by one cell for odd distances
-    // only (index::tests), so reading either histogram with the other
+    // only (index::tests; the hot functions lie in the first 32 KiB), so reading either histogram with the other
     // formula moves at most the function's edge cells.
     for (own, other) in [(&g, &g_other), (&o, &o_other)] {
         let shift = (own.fraction("hot") - other.fraction("hot")).abs();
