@@ -13,6 +13,16 @@
 
 #include <stddef.h>
 
+/* None of these functions throws; say so as glibc's declarations do, so
+ * that C++ accepts this header together with <unistd.h> and <sys/gmon.h>. */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define PROFDEV_NOTHROW noexcept(true)
+#elif defined(__cplusplus)
+#define PROFDEV_NOTHROW throw()
+#else
+#define PROFDEV_NOTHROW
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,7 +36,7 @@ extern "C" {
  * and turns itself off if the buffer becomes unwritable.
  * Returns 0, or -1 with errno set if the timer cannot be set up.
  */
-int profil(unsigned short *buf, size_t bufsiz, size_t offset, unsigned int scale);
+int profil(unsigned short *buf, size_t bufsiz, size_t offset, unsigned int scale) PROFDEV_NOTHROW;
 
 /*
  * monitor(3C), SVR4: buffer = 24-byte header, nfunc 16-byte call counters,
@@ -35,25 +45,25 @@ int profil(unsigned short *buf, size_t bufsiz, size_t offset, unsigned int scale
  * monitor((int (*)())0, 0, 0, 0, 0) stops and writes it.
  */
 void monitor(int (*lowpc)(), int (*highpc)(), unsigned short *buffer, size_t bufsize,
-             size_t nfunc);
+             size_t nfunc) PROFDEV_NOTHROW;
 
 /* BSD/glibc: histogram of lowpc..highpc (4 bytes per bin), profiling on. */
-void monstartup(unsigned long lowpc, unsigned long highpc);
+void monstartup(unsigned long lowpc, unsigned long highpc) PROFDEV_NOTHROW;
 /* Nonzero: resume profiling into the monstartup histogram; 0: profil(NULL,0,0,0). */
-void moncontrol(int mode);
+void moncontrol(int mode) PROFDEV_NOTHROW;
 /* Stop and write gmon.out (or $GMON_OUT_PREFIX.<pid>) for gprof. */
-void _mcleanup(void);
+void _mcleanup(void) PROFDEV_NOTHROW;
 
 /* The same functions under names that never clash with libc's. */
-int profdev_profil(unsigned short *buf, size_t bufsiz, size_t offset, unsigned int scale);
+int profdev_profil(unsigned short *buf, size_t bufsiz, size_t offset, unsigned int scale) PROFDEV_NOTHROW;
 void profdev_monitor(int (*lowpc)(), int (*highpc)(), unsigned short *buffer, size_t bufsize,
-                     size_t nfunc);
-void profdev_monstartup(unsigned long lowpc, unsigned long highpc);
-void profdev_moncontrol(int mode);
-void profdev_mcleanup(void);
+                     size_t nfunc) PROFDEV_NOTHROW;
+void profdev_monstartup(unsigned long lowpc, unsigned long highpc) PROFDEV_NOTHROW;
+void profdev_moncontrol(int mode) PROFDEV_NOTHROW;
+void profdev_mcleanup(void) PROFDEV_NOTHROW;
 
 /* Ticks per second of process CPU time. */
-unsigned int profdev_profil_hz(void);
+unsigned int profdev_profil_hz(void) PROFDEV_NOTHROW;
 
 #ifdef __cplusplus
 }

@@ -424,3 +424,45 @@ fn pg_program_keeps_glibc_gmon_out() {
     let calls: u64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
     assert!(calls > 10, "{row}");
 }
+
+/// The header is clean C11 and C++ next to glibc's own declarations of the
+/// same functions (<unistd.h> profil, <sys/gmon.h> monstartup/_mcleanup).
+#[test]
+fn header_compiles_as_c_and_cxx_with_glibc_headers() {
+    let dir = tempdir();
+    let src = dir.path().join("h.c");
+    std::fs::write(
+        &src,
+        "#include \"profdev_profil.h\"\n#include <unistd.h>\n#include <sys/gmon.h>\n\
+         int main(void) { moncontrol(0); return profdev_profil(0, 0, 0, 0); }\n",
+    )
+    .unwrap();
+    let include = std::path::Path::new(common::MANIFEST_DIR).join("include");
+    for (compiler, flags) in [
+        (
+            "cc",
+            &["-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror"][..],
+        ),
+        (
+            "c++",
+            &["-x", "c++", "-std=c++11", "-Wall", "-Wextra", "-Werror"][..],
+        ),
+        ("c++", &["-x", "c++", "-std=c++98", "-Wall", "-Werror"][..]),
+    ] {
+        let out = std::process::Command::new(compiler)
+            .args(flags)
+            .arg("-I")
+            .arg(&include)
+            .arg("-c")
+            .arg(&src)
+            .arg("-o")
+            .arg(dir.path().join("h.o"))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {compiler} ({e}): install gcc and g++"));
+        assert!(
+            out.status.success(),
+            "{compiler} {flags:?}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
