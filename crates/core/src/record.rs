@@ -132,11 +132,7 @@ pub enum Record {
     Lost { cpu: u32, count: u64, time: u64 },
     /// The kernel throttled (`throttled == true`) or unthrottled sampling on
     /// a CPU because interrupts took too long.
-    Throttle {
-        cpu: u32,
-        throttled: bool,
-        time: u64,
-    },
+    Throttle { cpu: u32, throttled: bool, time: u64 },
 }
 
 impl Record {
