@@ -2,8 +2,8 @@
 //! device's files.
 //!
 //! It drives `gmon/` in the mounted device tree (`$PROFDEV_MOUNT`, default
-//! `/run/profdev`), starting a server there with `profdev mount -b` (and
-//! saying so) when none is mounted. The order of operations and the
+//! `/run/profdev`), starting a server there in the background, as
+//! `profdev mount -b` does (and saying so), when none is mounted. The order of operations and the
 //! messages are NetBSD's (kgmon.c v1.22): read the state; the wanted state
 //! is `off` with `-h`, `on` with `-b`, else unchanged; `-p` halts
 //! profiling if it runs, dumps `./gmon.out`; `-r` zeroes the profile;
@@ -33,7 +33,7 @@ use std::process::Command;
 use std::process::ExitCode;
 
 /// Where the device tree is mounted unless `$PROFDEV_MOUNT` says otherwise.
-pub const DEFAULT_MOUNT: &str = "/run/profdev";
+pub const DEFAULT_MOUNT: &str = crate::mount::DEFAULT_DIR;
 
 /// Control kernel profiling (NetBSD kgmon): begin, halt, dump to
 /// ./gmon.out, reset.
@@ -183,51 +183,26 @@ fn param(dev: &dyn Files, name: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-fn mount_dir() -> PathBuf {
-    std::env::var_os("PROFDEV_MOUNT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_MOUNT))
-}
-
-/// The kgmon device of the mounted tree, mounting one if needed.
+/// The kgmon device of the mounted tree, mounting one if needed (the
+/// mount says so on stderr).
 fn mounted() -> Result<Mounted> {
-    let root = mount_dir();
-    let dir = root.join("gmon");
-    if dir.join("state").exists() {
-        return Ok(Mounted { dir });
-    }
-    let exe = std::env::current_exe().context("cannot find the profdev binary")?;
-    let out = std::process::Command::new(&exe)
-        .arg("mount")
-        .arg("-b")
-        .arg(&root)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| {
-            anyhow!(
-                "no device server is mounted on {} and none could be started: {e}",
-                root.display()
-            )
-        })?;
-    if !out.status.success() || !dir.join("state").exists() {
-        let why = String::from_utf8_lossy(&out.stderr);
-        let why = why.trim();
+    let root = std::env::var_os("PROFDEV_MOUNT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_MOUNT));
+    let dir = crate::mount::ensure_mounted().map_err(|e| {
+        anyhow!(
+            "no device server is mounted on {} and none could be started: {e:#}",
+            root.display()
+        )
+    })?;
+    let gmon = dir.join("gmon");
+    if !gmon.join("state").exists() {
         bail!(
-            "no device server is mounted on {} and none could be started{}",
-            root.display(),
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(": {why}")
-            }
+            "the device server on {} has no gmon directory (an older profdev?)",
+            dir.display()
         );
     }
-    eprintln!(
-        "kgmon: no device server was mounted on {}; started one in the background (profdev mount -b {})",
-        root.display(),
-        root.display()
-    );
-    Ok(Mounted { dir })
+    Ok(Mounted { dir: gmon })
 }
 
 /// kgmon's main line (kgmon.c v1.22): `out` gets the state line, `err`

@@ -7,7 +7,9 @@
 mod gmon;
 mod kgmon;
 mod kprof;
+mod mount;
 mod sample;
+mod unmount;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -41,6 +43,16 @@ const COMMANDS: &[Command] = &[
         name: "kprof",
         about: "format a kpdata histogram against kernel symbols (Inferno kprof)",
         run: kprof::main,
+    },
+    Command {
+        name: "mount",
+        about: "serve the devices as files on DIR (default /run/profdev)",
+        run: mount::main,
+    },
+    Command {
+        name: "unmount",
+        about: "unmount the device server at DIR (default /run/profdev)",
+        run: unmount::main,
     },
 ];
 

@@ -152,27 +152,47 @@ fn device_live_begin_halt_dump_gprof() {
     assert!(out.contains("\t\t\tCall graph\n"), "{out}");
 }
 
-/// Is `profdev mount` (issue 3) in this build?
-fn mount_available() -> bool {
-    let o = run(profdev().arg("--help"));
-    String::from_utf8_lossy(&o.stdout)
+fn can_mount() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("mounting needs root (CAP_SYS_ADMIN)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse does not exist (modprobe fuse)".into());
+    }
+    Ok(())
+}
+
+/// Unmounts `0` when dropped, whatever happened.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = run(profdev().arg("unmount").arg(&self.0));
+    }
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
         .lines()
-        .any(|l| l.trim_start().starts_with("mount "))
+        .any(|l| l.split(' ').nth(1) == dir.to_str())
 }
 
 #[test]
 fn kgmon_sequence_through_the_mount() {
-    if !privileged("kgmon through the mount", can_sample_system()) || !have_gprof() {
-        return;
-    }
-    if !mount_available() {
-        eprintln!("SKIPPED kgmon through the mount: this build has no `profdev mount` yet");
+    if !privileged(
+        "kgmon through the mount",
+        can_sample_system().and(can_mount()),
+    ) || !have_gprof()
+    {
         return;
     }
     let d = tempdir();
     let mnt = d.path().join("mnt");
     let work = d.path().join("work");
     std::fs::create_dir(&work).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
     let kgmon = |flags: &str| {
         let o = run(profdev()
             .arg("kgmon")
@@ -185,43 +205,45 @@ fn kgmon_sequence_through_the_mount() {
             String::from_utf8_lossy(&o.stderr).into_owned(),
         )
     };
-    let unmount = || {
-        let _ = run(profdev().arg("unmount").arg(&mnt));
-    };
+    let guard = Unmount(mnt.clone());
+    // No server yet: kgmon starts one and says so.
     let (code, out, err) = kgmon("-rb");
-    if code != Some(0) {
-        unmount();
-        panic!("kgmon -rb: {out}{err}");
-    }
+    assert_eq!(code, Some(0), "kgmon -rb: {out}{err}");
     assert_eq!(out, "kgmon: kernel profiling is running.\n");
     assert!(
-        err.contains("started one in the background"),
+        err.contains("started a device server"),
         "kgmon must say it started a server: {err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("gmon/state")).unwrap(),
+        "on\n"
     );
     dd();
     let (code, out, err) = kgmon("-h");
-    let (pcode, pout, perr) = kgmon("-p");
-    unmount();
     assert_eq!(
         (code, out.as_str()),
         (Some(0), "kgmon: kernel profiling is off.\n"),
         "{err}"
     );
+    assert_eq!(err, "", "the server is reused silently");
+    let (code, out, err) = kgmon("-p");
     assert_eq!(
-        (pcode, pout.as_str()),
+        (code, out.as_str()),
         (Some(0), "kgmon: kernel profiling is off.\n"),
-        "{perr}"
+        "{err}"
     );
-    assert!(perr.contains("not numbers of calls"), "{perr}");
+    assert!(err.contains("not numbers of calls"), "{err}");
+    // The dump is the device's gmon.out, byte for byte.
+    assert_eq!(
+        std::fs::read(work.join("gmon.out")).unwrap(),
+        std::fs::read(mnt.join("gmon/gmon.out")).unwrap()
+    );
+    drop(guard);
+    assert!(!is_mounted(&mnt), "still mounted");
     let (top, report) = gprof_top3(&work);
     assert!(
         top.iter().any(|s| is_zeroing(s)),
         "top three {top:?}\n{report}"
-    );
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    assert!(
-        !mounts.contains(mnt.to_str().unwrap()),
-        "still mounted: {mounts}"
     );
 }
 
