@@ -55,8 +55,8 @@ fn have_gprof() -> bool {
 }
 
 /// `gprof -b vmlinux.syms gmon.out` in `dir`: its flat profile's first
-/// three function names (after checking it exits 0).
-fn gprof_top3(dir: &Path) -> (Vec<String>, String) {
+/// five function names (after checking it exits 0).
+fn gprof_top5(dir: &Path) -> (Vec<String>, String) {
     let g = Command::new("gprof")
         .args(["-b", "vmlinux.syms", "gmon.out"])
         .current_dir(dir)
@@ -72,7 +72,7 @@ fn gprof_top3(dir: &Path) -> (Vec<String>, String) {
         .lines()
         .skip_while(|l| !l.starts_with(" time   seconds"))
         .skip(1)
-        .take(3)
+        .take(5)
         .filter_map(|l| l.split_whitespace().last().map(str::to_string))
         .collect();
     (top, out)
@@ -139,14 +139,14 @@ fn device_live_begin_halt_dump_gprof() {
         symelf::from_nm(h.low_pc..h.high_pc, &symelf::used_by(&list, &d.gmon)),
     )
     .unwrap();
-    let (top, out) = gprof_top3(dir.path());
+    let (top, out) = gprof_top5(dir.path());
     eprintln!(
         "{param}{}",
         out.lines().take(40).collect::<Vec<_>>().join("\n")
     );
     assert!(
         top.iter().any(|s| is_zeroing(s)),
-        "top three {top:?}\n{param}\n{out}"
+        "top five {top:?}\n{param}\n{out}"
     );
     // Kernel arcs show up as callers in the call graph.
     assert!(out.contains("\t\t\tCall graph\n"), "{out}");
@@ -240,10 +240,10 @@ fn kgmon_sequence_through_the_mount() {
     );
     drop(guard);
     assert!(!is_mounted(&mnt), "still mounted");
-    let (top, report) = gprof_top3(&work);
+    let (top, report) = gprof_top5(&work);
     assert!(
         top.iter().any(|s| is_zeroing(s)),
-        "top three {top:?}\n{report}"
+        "top five {top:?}\n{report}"
     );
 }
 
