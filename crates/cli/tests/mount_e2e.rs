@@ -90,7 +90,7 @@ impl Scene {
         assert_eq!(
             line,
             format!(
-                "profdev: serving kpctl kpdata at {} in the background (pid {}, log {}.log)",
+                "profdev: serving kpctl kpdata gmon at {} in the background (pid {}, log {}.log)",
                 self.dir.display(),
                 pid_in(line),
                 self.dir.display()
@@ -395,7 +395,7 @@ fn sigkill_then_mount_clears_the_dead_mount_and_serves() {
     assert!(out.status.success(), "{err}");
     assert!(
         err.starts_with(&format!(
-            "profdev: cleared a dead mount at {} (its server had died)\nprofdev: serving kpctl kpdata at",
+            "profdev: cleared a dead mount at {} (its server had died)\nprofdev: serving kpctl kpdata gmon at",
             s.dir.display()
         )),
         "{err}"
