@@ -5,3 +5,4 @@
 //! take values and return bytes.
 
 pub mod kpdata;
+pub mod prflog;
