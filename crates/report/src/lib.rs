@@ -1,1 +1,3 @@
 //! Text reports in the classic tools' exact formats.
+
+pub mod prfpr;
