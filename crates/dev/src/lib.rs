@@ -20,6 +20,7 @@
 pub mod ctl;
 pub mod engine;
 pub mod kprof;
+pub mod prf;
 
 mod error;
 pub mod tree;
@@ -135,8 +136,14 @@ pub struct DevContext {
 ///
 /// Adding a device is one line here.
 pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
-    vec![Arc::new(kprof::Kprof::new(
-        kprof::KprofConfig::new(ctx.kernel_text),
-        ctx.engine.clone(),
-    ))]
+    vec![
+        Arc::new(kprof::Kprof::new(
+            kprof::KprofConfig::new(ctx.kernel_text),
+            ctx.engine.clone(),
+        )),
+        Arc::new(prf::Prf::new(
+            prf::PrfConfig::new(ctx.cpus.clone()),
+            ctx.engine.clone(),
+        )),
+    ]
 }

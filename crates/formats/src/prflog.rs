@@ -302,11 +302,15 @@ impl<'a> Cursor<'a> {
     }
 
     fn u32(&mut self, field: &'static str) -> Result<u32, PrfLogError> {
-        Ok(u32::from_le_bytes(self.take(field, 4)?.try_into().unwrap_or([0; 4])))
+        Ok(u32::from_le_bytes(
+            self.take(field, 4)?.try_into().unwrap_or([0; 4]),
+        ))
     }
 
     fn u64(&mut self, field: &'static str) -> Result<u64, PrfLogError> {
-        Ok(u64::from_le_bytes(self.take(field, 8)?.try_into().unwrap_or([0; 8])))
+        Ok(u64::from_le_bytes(
+            self.take(field, 8)?.try_into().unwrap_or([0; 8]),
+        ))
     }
 
     fn remaining(&self) -> usize {

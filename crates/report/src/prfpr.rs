@@ -254,7 +254,12 @@ fn shtime(out: &mut String, t: i64, localtime: &dyn Fn(i64) -> Tm) {
 
 /// prfpr's output for `log` with `cutoff` percent (0–100), naming counters
 /// from `names` and breaking times down with `localtime`.
-pub fn report(log: &PrfLog, cutoff: u32, names: &Namelist, localtime: &dyn Fn(i64) -> Tm) -> String {
+pub fn report(
+    log: &PrfLog,
+    cutoff: u32,
+    names: &Namelist,
+    localtime: &dyn Fn(i64) -> Tm,
+) -> String {
     let mut out = String::new();
     let n = log.header.n();
     let Some(first) = log.records.first() else {
@@ -399,6 +404,9 @@ mod tests {
         let empty = profdev_formats::prflog::parse(&[]).unwrap_err();
         assert_eq!(PrfprError::from_log_error(&empty), PrfprError::BadDataFile);
         let zero = profdev_formats::prflog::parse(&[0, 0, 0, 0]).unwrap_err();
-        assert_eq!(PrfprError::from_log_error(&zero).to_string(), "bad data file");
+        assert_eq!(
+            PrfprError::from_log_error(&zero).to_string(),
+            "bad data file"
+        );
     }
 }

@@ -92,7 +92,10 @@ fn tv_r4_cutoff_zero_shows_the_one_tick_interval_too() {
     let log = prflog::parse(&hex(TV_R4_HEX)).unwrap();
     // read got 1000*1/1001 = 0 per mille: still not shown (0 > 0 is false).
     let out = prfpr::report(&log, 0, &tv_r4_names(), &prfpr::utc);
-    assert!(out.ends_with("09/13/120 12:28\n\nuser     99.9\n\n"), "{out}");
+    assert!(
+        out.ends_with("09/13/120 12:28\n\nuser     99.9\n\n"),
+        "{out}"
+    );
     golden("prfpr_tv_r4_cutoff0.txt", &out);
 }
 
@@ -149,7 +152,10 @@ fn profdev_layout_prfpr_with_idle() {
     let names = Namelist::new([
         (0xffff_ffff_8100_0000, "_stext".to_string()),
         (0xffff_ffff_8100_0000, "_text".to_string()),
-        (0xffff_ffff_8110_0000, "copy_user_enhanced_fast_string".to_string()),
+        (
+            0xffff_ffff_8110_0000,
+            "copy_user_enhanced_fast_string".to_string(),
+        ),
         (0xffff_ffff_8120_0000, "clear_page_erms".to_string()),
         (0xffff_ffff_8130_0000, "memcpy".to_string()),
     ]);
