@@ -1,2 +1,82 @@
-//! The `profdev` binary.
-fn main() {}
+//! `profdev`: the classic profiling devices on modern Linux.
+//!
+//! One binary; each subcommand is named after the classic tool it brings
+//! back and lives in a module of its own. A subcommand can also be run
+//! through a link named after it (`ln -s profdev kprof`).
+
+mod kprof;
+mod sample;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+/// A subcommand: its name, one line of help, and its entry point, which
+/// gets the arguments after the name and returns the exit status.
+struct Command {
+    name: &'static str,
+    about: &'static str,
+    run: fn(Vec<OsString>) -> ExitCode,
+}
+
+/// The command table: adding a subcommand is one line here.
+const COMMANDS: &[Command] = &[
+    Command {
+        name: "sample",
+        about: "run a command with kernel profiling on; write kpdata and print the kprof table",
+        run: sample::main,
+    },
+    Command {
+        name: "kprof",
+        about: "format a kpdata histogram against kernel symbols (Inferno kprof)",
+        run: kprof::main,
+    },
+];
+
+fn usage() -> String {
+    let mut s = String::from("usage: profdev COMMAND [ARGS]\n\ncommands:\n");
+    for c in COMMANDS {
+        s.push_str(&format!("  {:<10} {}\n", c.name, c.about));
+    }
+    s.push_str("\n'profdev COMMAND --help' describes each command.\n");
+    s
+}
+
+fn main() -> ExitCode {
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    let argv0 = args
+        .first()
+        .map(std::path::Path::new)
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("profdev")
+        .to_string();
+    let name = if let Some(c) = COMMANDS.iter().find(|c| c.name == argv0) {
+        args.remove(0);
+        c.name.to_string()
+    } else {
+        args.remove(0);
+        if args.is_empty() {
+            eprint!("{}", usage());
+            return ExitCode::from(2);
+        }
+        args.remove(0).to_string_lossy().into_owned()
+    };
+    match name.as_str() {
+        "-h" | "--help" | "help" => {
+            print!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
+        "-V" | "--version" => {
+            println!("profdev {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    match COMMANDS.iter().find(|c| c.name == name) {
+        Some(c) => (c.run)(args),
+        None => {
+            eprintln!("profdev: unknown command \"{name}\"; 'profdev --help' lists them");
+            ExitCode::from(2)
+        }
+    }
+}

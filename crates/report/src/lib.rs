@@ -1,3 +1,8 @@
 //! Text reports in the classic tools' exact formats.
+//!
+//! Each module is a pure function from decoded data (and symbols, as plain
+//! `(address, name)` pairs) to the text the original tool printed.
 
+pub mod kprof;
+pub mod outside;
 pub mod prfpr;

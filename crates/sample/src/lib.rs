@@ -1,1 +1,137 @@
-//! Linux sampling engine: perf_event_open, the mmap ring reader, task tracking.
+//! Linux sampling engine: perf_event_open, the mmap ring reader, task
+//! tracking.
+//!
+//! # Synopsis
+//!
+//! ```no_run
+//! use profdev_core::{Record, SessionConfig, SourceFactory, SourceError};
+//! use profdev_sample::PerfFactory;
+//! use std::time::Duration;
+//!
+//! let config = SessionConfig { callchain: true, track_tasks: true, ..SessionConfig::system(1000) };
+//! let mut source = PerfFactory::new().open(&config)?;
+//! let mut records = Vec::new();
+//! for _ in 0..10 {
+//!     source.read(&mut records, Duration::from_millis(100))?;
+//! }
+//! let stats = source.stats(); // samples, lost, throttled
+//! # Ok::<(), SourceError>(())
+//! ```
+//!
+//! Or, for one command and its children: [`spawn_profiled`].
+//!
+//! # Description
+//!
+//! This crate is the only one in profdev that talks to the kernel's
+//! perf_event subsystem, and the only one with `unsafe` code (in [`sys`]
+//! for the system calls, [`ring`] for the shared mapping, and the
+//! `pre_exec` hook of [`spawn_profiled`]).
+//!
+//! **What it asks the kernel for, and why.** One software `cpu-clock` event
+//! (`PERF_TYPE_SOFTWARE`, `PERF_COUNT_SW_CPU_CLOCK`) per online CPU:
+//! software, because the VMs profdev runs on have no hardware PMU, and the
+//! hrtimer behind cpu-clock fires in kernel and user mode alike, the way
+//! the classic clock-interrupt profilers sampled. The period is fixed,
+//! `1e9 / frequency_hz` nanoseconds of CPU time (not frequency mode), so
+//! every sample stands for the same time and a tick count is a time;
+//! [`SessionConfig::validate`] refuses 0 Hz and more than 10 kHz. For
+//! `Target::System` the events are per CPU with pid -1 (every task); for
+//! `Target::Process` they are per CPU on one pid, with `inherit` so that
+//! children are followed.
+//!
+//! Each sample carries IP, PID/TID, TIME, CPU and PERIOD, plus the
+//! CALLCHAIN when asked (split at the kernel/user context markers into
+//! `kernel_chain` and `user_chain`), plus REGS_USER (frame pointer, stack
+//! pointer, instruction pointer) and STACK_USER when
+//! `user_stack_bytes > 0`, for unwinding code without frame pointers. The
+//! sample's mode comes from `PERF_RECORD_MISC_CPUMODE`. Timestamps are
+//! `CLOCK_MONOTONIC` nanoseconds (`use_clockid`), the clock of
+//! `std::time::Instant`, so they can be compared with the caller's own
+//! time. Every non-sample record carries the same pid/tid, time and CPU
+//! (`sample_id_all`).
+//!
+//! With `track_tasks`, the events also deliver MMAP2 (executable mappings
+//! only; device and inode, or the build id when the kernel sends one), COMM
+//! (with `exec` set when the name changed by exec) and FORK/EXIT records,
+//! so that samples of processes that exit before the end still symbolize.
+//! Tasks running before the session starts are described from /proc
+//! ([`synthesize_tasks`]) at time 0, at the head of the first batch.
+//!
+//! **The ring.** Each event has its own ring of 1 + 2^n pages, mapped
+//! read-write so the kernel never overwrites unread data: when a ring is
+//! full it drops records and later writes a PERF_RECORD_LOST, which becomes
+//! a [`Record::Lost`](profdev_core::Record::Lost) and is added to
+//! `stats().lost`. THROTTLE/UNTHROTTLE records (the kernel slowing a CPU's
+//! sampling because interrupts took too long) become
+//! [`Record::Throttle`](profdev_core::Record::Throttle), and each THROTTLE
+//! is counted in `stats().throttled`. Nothing is dropped silently. The ring
+//! size is chosen by [`auto_ring_pages`] (at 1000 Hz: 32 KiB per CPU
+//! without callchains, 256 KiB with them, 2 MiB with an 8 KiB user-stack
+//! copy, each enough for a reader that comes every 100 ms with a factor 2
+//! to spare), or set with [`PerfFactory::ring_pages_log2`].
+//!
+//! **Reading.** [`SampleSource::read`] polls every event's descriptor until
+//! a ring is a quarter full, a target exits, or the timeout passes; then it
+//! reads every ring's `data_head` (Acquire), decodes the records between
+//! tail and head ([`ring::for_each_record_in`], [`decode::decode_record`]),
+//! stores `data_tail` (Release), sorts the batch by time (stable) and
+//! appends it.
+//!
+//! **Ordering guarantee.** Within one batch, records are in nondecreasing
+//! time order. Across batches, order holds except for a record the kernel
+//! was still writing on one CPU while the heads were read (the heads of
+//! all CPUs are read back to back before any ring is consumed), which can
+//! arrive in the next batch with a time slightly older than the previous
+//! batch's newest. Consumers that key state by time should tolerate that
+//! (by microseconds). Synthesized records (time 0) come first.
+//!
+//! **End of a session.** A `Target::Process` session ends (`read` returns
+//! `Err(SourceError::Ended)`) when every event has hung up (the whole
+//! process tree exited) and the rings are drained. A system-wide session
+//! runs until dropped. Dropping disables every event, then unmaps the rings
+//! and closes the descriptors.
+//!
+//! # Errors
+//!
+//! Each is one sentence: EACCES/EPERM from perf_event_open is
+//! [`SourceError::Permission`](profdev_core::SourceError::Permission),
+//! naming the CPU, the current value of /proc/sys/kernel/perf_event_paranoid,
+//! the sysctl `kernel.perf_event_paranoid` and CAP_PERFMON (or root);
+//! ENOENT/ENODEV/EOPNOTSUPP say the kernel offers no such event; EMFILE says
+//! there are too many open files; an mmap refused for locked memory names
+//! `kernel.perf_event_mlock_kb`.
+//!
+//! # Bugs
+//!
+//! * The cpu-clock is a software hrtimer: it cannot sample code that runs
+//!   with interrupts disabled, so such code is charged to the instruction
+//!   that re-enables them (the classic profilers had the same blind spot).
+//! * A record that cannot be decoded, or a ring whose counters make no
+//!   sense (neither has been seen), is skipped, counted in `stats().lost`
+//!   and reported as a `Record::Lost` of 1; [`PerfSource::malformed`]
+//!   counts them apart.
+//! * Hypervisor and guest parts of callchains are dropped.
+//! * User registers are only decoded on x86_64 and aarch64; elsewhere a
+//!   session with `user_stack_bytes > 0` is refused.
+//! * The cross-batch ordering above is not a total order (see there).
+//! * Synthesized tasks are read from /proc after the events are enabled: a
+//!   task created in between may be described twice (once synthesized,
+//!   once by the kernel); one that exits in between is described with time
+//!   0 even though it is gone.
+//! * Ring sizing assumes the default `kernel.perf_event_max_stack` of 127.
+//!   Without root or CAP_IPC_LOCK, `kernel.perf_event_mlock_kb` (516 KiB by
+//!   default) limits rings across all CPUs; use a smaller ring then.
+
+pub mod decode;
+pub mod procfs;
+pub mod ring;
+mod source;
+mod spawn;
+pub mod sys;
+
+pub use procfs::{online_cpus, synthesize_tasks};
+pub use source::{auto_ring_pages, PerfFactory, PerfSource, MAX_USER_STACK_BYTES};
+pub use spawn::{spawn_profiled, SpawnError};
+
+#[doc(no_inline)]
+pub use profdev_core::{Record, SampleSource, SessionConfig, SourceError, SourceFactory};

@@ -1,0 +1,141 @@
+//! `profdev kprof` against the spec's test vectors TV-K4 and TV-K6.
+//!
+//! Fixture recipe: the inputs are built here from the spec's description
+//! (symbols `_start`=0x80100000, `fnA`=0x80100040, `fnB`=0x80100100,
+//! `fnC`=0x80100200, `etext`=0x80100400; kpdata of 128 big-endian words with
+//! w0=100, w1=3, w2=10000, w3=128, w4=4, w5=3, w6=2, w10=30, w40=50, w100=15);
+//! the expected outputs are in tests/golden/.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+const SYMBOLS: &str = "\
+80100000 T _start
+80100040 T fnA
+80100100 T fnB
+80100200 T fnC
+80100400 T etext
+";
+
+fn kpdata(words: &[(usize, u32)], n: usize) -> Vec<u8> {
+    let mut w = vec![0u32; n];
+    for &(i, v) in words {
+        w[i] = v;
+    }
+    w.iter().flat_map(|x| x.to_be_bytes()).collect()
+}
+
+fn tv_k4_data() -> Vec<u8> {
+    kpdata(
+        &[
+            (0, 100),
+            (1, 3),
+            (2, 10000),
+            (3, 128),
+            (4, 4),
+            (5, 3),
+            (6, 2),
+            (10, 30),
+            (40, 50),
+            (100, 15),
+        ],
+        128,
+    )
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn tv_k4_table() {
+    let d = tempdir();
+    let data = tv_k4_data();
+    assert_eq!(
+        &data[..24],
+        [0, 0, 0, 0x64, 0, 0, 0, 3, 0, 0, 0x27, 0x10, 0, 0, 0, 0x80, 0, 0, 0, 4, 0, 0, 0, 3]
+    );
+    let out = run(profdev()
+        .arg("kprof")
+        .arg(write(d.path(), "System.map", SYMBOLS.as_bytes()))
+        .arg(write(d.path(), "kpdata", &data)));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    golden("tv-k4.out", &out.stdout);
+}
+
+#[test]
+fn tv_k6_zero_total_prints_only_totals() {
+    let d = tempdir();
+    let out = run(profdev()
+        .arg("kprof")
+        .arg(write(d.path(), "map", SYMBOLS.as_bytes()))
+        .arg(write(d.path(), "kpdata", &kpdata(&[], 128))));
+    assert!(out.status.success());
+    golden("tv-k6-zero.out", &out.stdout);
+}
+
+#[test]
+fn tv_k6_errors() {
+    let d = tempdir();
+    let map = write(d.path(), "map", SYMBOLS.as_bytes());
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        ("short", vec![0, 0, 0, 1], "kprof: data file too short\n"),
+        (
+            "size8",
+            kpdata(&[(0, 1), (4, 8), (5, 3)], 128),
+            "kprof: only sample size 4 supported\n\n",
+        ),
+        (
+            "nocounts",
+            kpdata(&[(0, 5), (1, 5), (4, 4), (5, 3)], 128),
+            "kprof: no counts\n",
+        ),
+    ];
+    for (name, bytes, stderr) in cases {
+        let out = run(profdev()
+            .arg("kprof")
+            .arg(&map)
+            .arg(write(d.path(), name, &bytes)));
+        assert!(!out.status.success(), "{name}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), stderr, "{name}");
+    }
+}
+
+#[test]
+fn usage_and_bad_inputs_are_one_sentence() {
+    let d = tempdir();
+    let out = run(profdev().arg("kprof").arg("onlyone"));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "kprof: usage: kprof text data\n"
+    );
+
+    let data = write(d.path(), "kpdata", &tv_k4_data());
+    let notsyms = write(d.path(), "notes.txt", b"just some prose\n");
+    let out = run(profdev().arg("kprof").arg(&notsyms).arg(&data));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("kprof: ") && err.contains("is not a symbol file"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let out = run(profdev()
+        .arg("kprof")
+        .arg(&notsyms)
+        .arg(d.path().join("missing")));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("kprof: can't open") && err.contains("missing"),
+        "{err}"
+    );
+}

@@ -1,0 +1,969 @@
+//! Decoding perf records (bytes as the kernel wrote them) into
+//! [`profdev_core::Record`].
+//!
+//! Pure: a record's bytes and the [`RecordLayout`] of the session that
+//! produced them in, a value out. Records are in host byte order. The live
+//! ring reader and any replay of raw perf records share this code.
+//!
+//! Layouts, from `<linux/perf_event.h>` (only the fields profdev asks for):
+//!
+//! ```text
+//! SAMPLE   ip, pid/tid, time, cpu/res, period, [nr, ips[nr]],
+//!          [abi, regs[weight(mask)] if abi != 0], [size, data[size], dyn_size if size != 0]
+//! MMAP     pid, tid, addr, len, pgoff, filename, sample_id
+//! MMAP2    pid, tid, addr, len, pgoff, {maj, min, ino, ino_generation | bid_size, _, _, build_id[20]},
+//!          prot, flags, filename, sample_id
+//! COMM     pid, tid, comm, sample_id          (misc COMM_EXEC: by exec)
+//! FORK/EXIT pid, ppid, tid, ptid, time, sample_id
+//! LOST     id, lost, sample_id
+//! LOST_SAMPLES lost, sample_id
+//! (UN)THROTTLE time, id, stream_id, sample_id
+//! sample_id = pid/tid, time, cpu/res          (sample_id_all, the fields of sample_type)
+//! ```
+
+use crate::sys::{self, context, misc, record, sample};
+use profdev_core::{CpuMode, FileId, Record, Sample, SessionConfig, UserRegs};
+
+/// What a session's records contain: its `sample_type`, whether non-sample
+/// records carry the `sample_id` trailer, and the user-register mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordLayout {
+    /// `perf_event_attr.sample_type`.
+    pub sample_type: u64,
+    /// `perf_event_attr.sample_id_all`.
+    pub sample_id_all: bool,
+    /// `perf_event_attr.sample_regs_user`.
+    pub regs_user_mask: u64,
+}
+
+impl RecordLayout {
+    /// The layout profdev asks the kernel for under `config`:
+    /// IP|TID|TIME|CPU|PERIOD, CALLCHAIN if asked, REGS_USER (frame pointer,
+    /// stack pointer, instruction pointer) and STACK_USER when user stack
+    /// bytes are asked; always `sample_id_all`.
+    pub fn for_config(config: &SessionConfig) -> RecordLayout {
+        let mut sample_type =
+            sample::IP | sample::TID | sample::TIME | sample::CPU | sample::PERIOD;
+        if config.callchain {
+            sample_type |= sample::CALLCHAIN;
+        }
+        let mut regs_user_mask = 0;
+        if config.user_stack_bytes > 0 {
+            if let Some((bp, sp, ip)) = sys::USER_REG_BITS {
+                sample_type |= sample::REGS_USER | sample::STACK_USER;
+                regs_user_mask = (1 << bp) | (1 << sp) | (1 << ip);
+            }
+        }
+        RecordLayout {
+            sample_type,
+            sample_id_all: true,
+            regs_user_mask,
+        }
+    }
+
+    fn has(&self, bit: u64) -> bool {
+        self.sample_type & bit != 0
+    }
+
+    /// Bytes of the `sample_id` trailer on non-sample records.
+    pub fn trailer_len(&self) -> usize {
+        if !self.sample_id_all {
+            return 0;
+        }
+        [
+            sample::TID,
+            sample::TIME,
+            sample::ID,
+            sample::STREAM_ID,
+            sample::CPU,
+            sample::IDENTIFIER,
+        ]
+        .iter()
+        .filter(|b| self.has(**b))
+        .count()
+            * 8
+    }
+}
+
+/// A record whose bytes do not match its layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The record ends before a field.
+    #[error(
+        "perf record of type {record_type} ({len} bytes) is too short for field `{field}` at byte {offset}"
+    )]
+    Short {
+        record_type: u32,
+        len: usize,
+        field: &'static str,
+        offset: usize,
+    },
+    /// The session's sample_type has a field this decoder does not know.
+    #[error("sample_type {sample_type:#x} asks for fields this decoder cannot read (READ, RAW or BRANCH_STACK)")]
+    UnsupportedSampleType { sample_type: u64 },
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    /// Where the fixed fields end (start of the sample_id trailer).
+    end: usize,
+    ty: u32,
+}
+
+impl<'a> Cursor<'a> {
+    fn short(&self, field: &'static str) -> DecodeError {
+        DecodeError::Short {
+            record_type: self.ty,
+            len: self.bytes.len(),
+            field,
+            offset: self.pos,
+        }
+    }
+
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        match self.pos.checked_add(n) {
+            Some(e) if e <= self.end => {
+                let s = &self.bytes[self.pos..e];
+                self.pos = e;
+                Ok(s)
+            }
+            _ => Err(self.short(field)),
+        }
+    }
+
+    fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+        let b = self.take(8, field)?;
+        Ok(u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        let b = self.take(4, field)?;
+        Ok(u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+    }
+
+    /// Two u32 in one u64 slot (pid/tid, cpu/res).
+    fn pair(&mut self, field: &'static str) -> Result<(u32, u32), DecodeError> {
+        Ok((self.u32(field)?, self.u32(field)?))
+    }
+
+    /// A NUL-terminated, 8-byte padded string filling the rest up to `end`.
+    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        let rest = self.take(self.end - self.pos, field)?;
+        let n = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
+        Ok(String::from_utf8_lossy(&rest[..n]).into_owned())
+    }
+}
+
+/// The `sample_id` trailer of a non-sample record.
+#[derive(Default)]
+struct SampleId {
+    time: u64,
+    cpu: Option<u32>,
+}
+
+fn trailer(bytes: &[u8], ty: u32, layout: &RecordLayout) -> Result<(SampleId, usize), DecodeError> {
+    if !layout.sample_id_all {
+        return Ok((SampleId::default(), bytes.len()));
+    }
+    let tl = layout.trailer_len();
+    let start = bytes.len().checked_sub(tl).filter(|s| *s >= 8).ok_or(DecodeError::Short {
+        record_type: ty,
+        len: bytes.len(),
+        field: "sample_id",
+        offset: 8,
+    })?;
+    let mut c = Cursor {
+        bytes,
+        pos: start,
+        end: bytes.len(),
+        ty,
+    };
+    let mut id = SampleId::default();
+    if layout.has(sample::TID) {
+        c.pair("sample_id.pid/tid")?;
+    }
+    if layout.has(sample::TIME) {
+        id.time = c.u64("sample_id.time")?;
+    }
+    if layout.has(sample::ID) {
+        c.u64("sample_id.id")?;
+    }
+    if layout.has(sample::STREAM_ID) {
+        c.u64("sample_id.stream_id")?;
+    }
+    if layout.has(sample::CPU) {
+        id.cpu = Some(c.pair("sample_id.cpu")?.0);
+    }
+    Ok((id, start))
+}
+
+/// Split a kernel callchain at its context markers. Entries before the first
+/// marker belong to the sample's own mode; hypervisor and guest parts are
+/// dropped (profdev does not symbolize them).
+pub fn split_callchain(ips: &[u64], mode: CpuMode) -> (Vec<u64>, Vec<u64>) {
+    #[derive(PartialEq)]
+    enum Part {
+        Kernel,
+        User,
+        Other,
+    }
+    let mut part = match mode {
+        CpuMode::Kernel => Part::Kernel,
+        CpuMode::User => Part::User,
+        CpuMode::Other => Part::Other,
+    };
+    let (mut kernel, mut user) = (Vec::new(), Vec::new());
+    for &ip in ips {
+        if ip >= context::MAX {
+            part = match ip {
+                context::KERNEL => Part::Kernel,
+                context::USER => Part::User,
+                _ => Part::Other, // HV, GUEST, GUEST_KERNEL, GUEST_USER
+            };
+            continue;
+        }
+        match part {
+            Part::Kernel => kernel.push(ip),
+            Part::User => user.push(ip),
+            Part::Other => {}
+        }
+    }
+    (kernel, user)
+}
+
+fn cpu_mode(misc_bits: u16) -> CpuMode {
+    match misc_bits & misc::CPUMODE_MASK {
+        misc::KERNEL => CpuMode::Kernel,
+        misc::USER => CpuMode::User,
+        _ => CpuMode::Other,
+    }
+}
+
+/// Decode one record (header included). `ring_cpu` is the CPU of the ring
+/// it came from, used when the record itself names none.
+///
+/// Returns `Ok(None)` for record types profdev does not ask for and for
+/// data (non-executable) mappings.
+pub fn decode_record(
+    bytes: &[u8],
+    layout: &RecordLayout,
+    ring_cpu: u32,
+) -> Result<Option<Record>, DecodeError> {
+    if bytes.len() < 8 {
+        return Err(DecodeError::Short {
+            record_type: 0,
+            len: bytes.len(),
+            field: "header",
+            offset: 0,
+        });
+    }
+    let ty = u32::from_ne_bytes(bytes[0..4].try_into().expect("4 bytes"));
+    let misc_bits = u16::from_ne_bytes([bytes[4], bytes[5]]);
+    if ty == record::SAMPLE {
+        return decode_sample(bytes, misc_bits, layout, ring_cpu).map(Some);
+    }
+    if !matches!(
+        ty,
+        record::MMAP
+            | record::MMAP2
+            | record::COMM
+            | record::FORK
+            | record::EXIT
+            | record::LOST
+            | record::LOST_SAMPLES
+            | record::THROTTLE
+            | record::UNTHROTTLE
+    ) {
+        return Ok(None);
+    }
+    let (id, end) = trailer(bytes, ty, layout)?;
+    let cpu = id.cpu.unwrap_or(ring_cpu);
+    let mut c = Cursor {
+        bytes,
+        pos: 8,
+        end,
+        ty,
+    };
+    let rec = match ty {
+        record::MMAP | record::MMAP2 => {
+            let (pid, tid) = c.pair("pid/tid")?;
+            let addr = c.u64("addr")?;
+            let len = c.u64("len")?;
+            let pgoff = c.u64("pgoff")?;
+            let (mut file, mut build_id) = (None, None);
+            if ty == record::MMAP2 {
+                let ids = c.take(24, "maj/min/ino/ino_generation")?;
+                if misc_bits & misc::MMAP_BUILD_ID != 0 {
+                    let n = usize::from(ids[0]).min(20);
+                    build_id = Some(ids[4..4 + n].to_vec());
+                } else {
+                    let u32_at = |o: usize| u32::from_ne_bytes(ids[o..o + 4].try_into().unwrap());
+                    let u64_at = |o: usize| u64::from_ne_bytes(ids[o..o + 8].try_into().unwrap());
+                    file = Some(FileId {
+                        major: u32_at(0),
+                        minor: u32_at(4),
+                        ino: u64_at(8),
+                        ino_generation: u64_at(16),
+                    });
+                }
+                c.u32("prot")?;
+                c.u32("flags")?;
+            }
+            let path = c.string("filename")?;
+            if misc_bits & misc::MMAP_DATA != 0 {
+                return Ok(None);
+            }
+            Record::Mmap {
+                pid,
+                tid,
+                addr,
+                len,
+                pgoff,
+                path,
+                file,
+                build_id,
+                time: id.time,
+            }
+        }
+        record::COMM => {
+            let (pid, tid) = c.pair("pid/tid")?;
+            let comm = c.string("comm")?;
+            Record::Comm {
+                pid,
+                tid,
+                comm,
+                exec: misc_bits & misc::COMM_EXEC != 0,
+                time: id.time,
+            }
+        }
+        record::FORK | record::EXIT => {
+            let (pid, ppid) = c.pair("pid/ppid")?;
+            let (tid, ptid) = c.pair("tid/ptid")?;
+            let time = c.u64("time")?;
+            if ty == record::FORK {
+                Record::Fork {
+                    pid,
+                    ppid,
+                    tid,
+                    ptid,
+                    time,
+                }
+            } else {
+                Record::Exit {
+                    pid,
+                    ppid,
+                    tid,
+                    ptid,
+                    time,
+                }
+            }
+        }
+        record::LOST => {
+            c.u64("id")?;
+            let count = c.u64("lost")?;
+            Record::Lost {
+                cpu,
+                count,
+                time: id.time,
+            }
+        }
+        record::LOST_SAMPLES => {
+            let count = c.u64("lost")?;
+            Record::Lost {
+                cpu,
+                count,
+                time: id.time,
+            }
+        }
+        _ => {
+            // THROTTLE / UNTHROTTLE
+            let time = c.u64("time")?;
+            c.u64("id")?;
+            c.u64("stream_id")?;
+            Record::Throttle {
+                cpu,
+                throttled: ty == record::THROTTLE,
+                time,
+            }
+        }
+    };
+    Ok(Some(rec))
+}
+
+fn decode_sample(
+    bytes: &[u8],
+    misc_bits: u16,
+    layout: &RecordLayout,
+    ring_cpu: u32,
+) -> Result<Record, DecodeError> {
+    if layout.has(sample::READ | sample::RAW | sample::BRANCH_STACK) {
+        return Err(DecodeError::UnsupportedSampleType {
+            sample_type: layout.sample_type,
+        });
+    }
+    let mut c = Cursor {
+        bytes,
+        pos: 8,
+        end: bytes.len(),
+        ty: record::SAMPLE,
+    };
+    let mode = cpu_mode(misc_bits);
+    let mut s = Sample {
+        mode,
+        cpu: ring_cpu,
+        ..Sample::default()
+    };
+    if layout.has(sample::IDENTIFIER) {
+        c.u64("identifier")?;
+    }
+    if layout.has(sample::IP) {
+        s.ip = c.u64("ip")?;
+    }
+    if layout.has(sample::TID) {
+        (s.pid, s.tid) = c.pair("pid/tid")?;
+    }
+    if layout.has(sample::TIME) {
+        s.time = c.u64("time")?;
+    }
+    if layout.has(sample::ADDR) {
+        c.u64("addr")?;
+    }
+    if layout.has(sample::ID) {
+        c.u64("id")?;
+    }
+    if layout.has(sample::STREAM_ID) {
+        c.u64("stream_id")?;
+    }
+    if layout.has(sample::CPU) {
+        s.cpu = c.pair("cpu/res")?.0;
+    }
+    if layout.has(sample::PERIOD) {
+        s.period = c.u64("period")?;
+    }
+    if layout.has(sample::CALLCHAIN) {
+        let nr = c.u64("callchain.nr")?;
+        let n = usize::try_from(nr)
+            .ok()
+            .and_then(|n| n.checked_mul(8))
+            .unwrap_or(usize::MAX);
+        let raw = c.take(n, "callchain.ips")?;
+        let ips: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+            .collect();
+        (s.kernel_chain, s.user_chain) = split_callchain(&ips, mode);
+    }
+    if layout.has(sample::REGS_USER) {
+        let abi = c.u64("regs_user.abi")?;
+        if abi != sys::REGS_ABI_NONE {
+            let mut regs = UserRegs::default();
+            let (bp, sp, ip) = sys::USER_REG_BITS.unwrap_or((u32::MAX, u32::MAX, u32::MAX));
+            for bit in 0..64 {
+                if layout.regs_user_mask & (1 << bit) == 0 {
+                    continue;
+                }
+                let v = c.u64("regs_user.regs")?;
+                if bit == bp {
+                    regs.bp = v;
+                } else if bit == sp {
+                    regs.sp = v;
+                } else if bit == ip {
+                    regs.ip = v;
+                }
+            }
+            s.user_regs = Some(regs);
+        }
+    }
+    if layout.has(sample::STACK_USER) {
+        let size = c.u64("stack_user.size")?;
+        if size != 0 {
+            let data = c.take(
+                usize::try_from(size).unwrap_or(usize::MAX),
+                "stack_user.data",
+            )?;
+            let dyn_size = c.u64("stack_user.dyn_size")?;
+            let n = usize::try_from(dyn_size.min(size)).unwrap_or(data.len());
+            s.user_stack = data[..n].to_vec();
+        }
+    }
+    Ok(Record::Sample(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_core::Target;
+
+    /// Builds a record the way the kernel lays it out.
+    struct B(Vec<u8>);
+
+    impl B {
+        fn new(ty: u32, misc: u16) -> B {
+            let mut v = Vec::new();
+            v.extend_from_slice(&ty.to_ne_bytes());
+            v.extend_from_slice(&misc.to_ne_bytes());
+            v.extend_from_slice(&0u16.to_ne_bytes()); // size, patched in done()
+            B(v)
+        }
+        fn u64(mut self, x: u64) -> B {
+            self.0.extend_from_slice(&x.to_ne_bytes());
+            self
+        }
+        fn u32(mut self, x: u32) -> B {
+            self.0.extend_from_slice(&x.to_ne_bytes());
+            self
+        }
+        fn u8s(mut self, x: &[u8]) -> B {
+            self.0.extend_from_slice(x);
+            self
+        }
+        /// NUL-terminated, padded to 8 bytes.
+        fn str(mut self, s: &str) -> B {
+            self.0.extend_from_slice(s.as_bytes());
+            self.0.push(0);
+            while self.0.len() % 8 != 0 {
+                self.0.push(0);
+            }
+            self
+        }
+        /// The sample_id trailer for TID|TIME|CPU.
+        fn id(self, pid: u32, tid: u32, time: u64, cpu: u32) -> B {
+            self.u32(pid).u32(tid).u64(time).u32(cpu).u32(0)
+        }
+        fn done(mut self) -> Vec<u8> {
+            assert_eq!(self.0.len() % 8, 0);
+            let n = self.0.len() as u16;
+            self.0[6..8].copy_from_slice(&n.to_ne_bytes());
+            self.0
+        }
+    }
+
+    fn layout(callchain: bool, stack: u32) -> RecordLayout {
+        RecordLayout::for_config(&SessionConfig {
+            target: Target::System,
+            frequency_hz: 1000,
+            kernel: true,
+            user: true,
+            callchain,
+            user_stack_bytes: stack,
+            track_tasks: true,
+        })
+    }
+
+    fn decode(bytes: &[u8], l: &RecordLayout) -> Record {
+        decode_record(bytes, l, 99).unwrap().unwrap()
+    }
+
+    #[test]
+    fn layout_bits() {
+        let l = layout(true, 0);
+        assert_eq!(l.sample_type, 0x1a7); // IP|TID|TIME|CALLCHAIN|CPU|PERIOD
+        assert_eq!(l.trailer_len(), 24);
+        let l = layout(false, 8192);
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(l.sample_type, 0x3187);
+            assert_eq!(l.regs_user_mask, 0x1c0);
+        }
+        let _ = l;
+    }
+
+    #[test]
+    fn sample_with_callchain() {
+        let k = context::KERNEL;
+        let u = context::USER;
+        let bytes = B::new(record::SAMPLE, misc::KERNEL)
+            .u64(0xffff_ffff_8100_1234) // ip
+            .u32(42)
+            .u32(43) // pid, tid
+            .u64(1_000_000) // time
+            .u32(1)
+            .u32(0) // cpu
+            .u64(1_000_000) // period
+            .u64(6) // nr
+            .u64(k)
+            .u64(0xffff_ffff_8100_1234)
+            .u64(0xffff_ffff_8100_5678)
+            .u64(u)
+            .u64(0x5555_0000_1000)
+            .u64(0x5555_0000_2000)
+            .done();
+        let r = decode(&bytes, &layout(true, 0));
+        let Record::Sample(s) = r else { panic!("{r:?}") };
+        assert_eq!(s.ip, 0xffff_ffff_8100_1234);
+        assert_eq!((s.pid, s.tid, s.cpu, s.time, s.period), (42, 43, 1, 1_000_000, 1_000_000));
+        assert_eq!(s.mode, CpuMode::Kernel);
+        assert_eq!(s.kernel_chain, vec![0xffff_ffff_8100_1234, 0xffff_ffff_8100_5678]);
+        assert_eq!(s.user_chain, vec![0x5555_0000_1000, 0x5555_0000_2000]);
+        assert_eq!(s.user_regs, None);
+        assert!(s.user_stack.is_empty());
+    }
+
+    #[test]
+    fn user_sample_mode_and_chain_without_leading_marker() {
+        let bytes = B::new(record::SAMPLE, misc::USER)
+            .u64(0x401000)
+            .u32(7)
+            .u32(7)
+            .u64(5)
+            .u32(0)
+            .u32(0)
+            .u64(250_000)
+            .u64(2)
+            .u64(0x401000)
+            .u64(0x402000)
+            .done();
+        let Record::Sample(s) = decode(&bytes, &layout(true, 0)) else { panic!() };
+        assert_eq!(s.mode, CpuMode::User);
+        assert!(s.kernel_chain.is_empty());
+        assert_eq!(s.user_chain, vec![0x401000, 0x402000]);
+    }
+
+    #[test]
+    fn guest_and_hv_parts_are_dropped() {
+        let ips = [
+            context::HV,
+            1,
+            context::KERNEL,
+            2,
+            context::GUEST,
+            context::GUEST_USER,
+            3,
+            context::USER,
+            4,
+        ];
+        assert_eq!(split_callchain(&ips, CpuMode::Other), (vec![2], vec![4]));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn sample_with_user_regs_and_stack() {
+        let stack: Vec<u8> = (0..16u8).collect();
+        let bytes = B::new(record::SAMPLE, misc::USER)
+            .u64(0x401000)
+            .u32(7)
+            .u32(8)
+            .u64(5)
+            .u32(1)
+            .u32(0)
+            .u64(1_000_000)
+            .u64(2) // abi = PERF_SAMPLE_REGS_ABI_64
+            .u64(0x7ffc_0000_0100) // BP (bit 6)
+            .u64(0x7ffc_0000_00f0) // SP (bit 7)
+            .u64(0x401000) // IP (bit 8)
+            .u64(16) // stack size
+            .u8s(&stack)
+            .u64(12) // dyn_size: only 12 valid bytes
+            .done();
+        let Record::Sample(s) = decode(&bytes, &layout(false, 16)) else { panic!() };
+        assert_eq!(
+            s.user_regs,
+            Some(UserRegs {
+                ip: 0x401000,
+                sp: 0x7ffc_0000_00f0,
+                bp: 0x7ffc_0000_0100
+            })
+        );
+        assert_eq!(s.user_stack, stack[..12].to_vec());
+        assert_eq!((s.pid, s.tid, s.cpu), (7, 8, 1));
+    }
+
+    #[test]
+    fn kernel_thread_sample_has_no_user_regs_or_stack() {
+        let bytes = B::new(record::SAMPLE, misc::KERNEL)
+            .u64(0xffff_ffff_8100_0000)
+            .u32(0)
+            .u32(0)
+            .u64(5)
+            .u32(0)
+            .u32(0)
+            .u64(1_000_000)
+            .u64(0) // abi NONE: no regs follow
+            .u64(0) // stack size 0: no data, no dyn_size
+            .done();
+        let Record::Sample(s) = decode(&bytes, &layout(false, 8192)) else { panic!() };
+        assert_eq!(s.user_regs, None);
+        assert!(s.user_stack.is_empty());
+        assert!(s.is_idle());
+    }
+
+    #[test]
+    fn mmap2_with_inode() {
+        let bytes = B::new(record::MMAP2, misc::USER)
+            .u32(100)
+            .u32(101)
+            .u64(0x5555_5555_4000)
+            .u64(0x1000)
+            .u64(0x2000)
+            .u32(8)
+            .u32(1) // maj, min
+            .u64(123456) // ino
+            .u64(7) // ino_generation
+            .u32(5) // prot r-x
+            .u32(2) // flags MAP_PRIVATE
+            .str("/usr/bin/dd")
+            .id(100, 101, 555, 1)
+            .done();
+        assert_eq!(
+            decode(&bytes, &layout(false, 0)),
+            Record::Mmap {
+                pid: 100,
+                tid: 101,
+                addr: 0x5555_5555_4000,
+                len: 0x1000,
+                pgoff: 0x2000,
+                path: "/usr/bin/dd".into(),
+                file: Some(FileId {
+                    major: 8,
+                    minor: 1,
+                    ino: 123456,
+                    ino_generation: 7
+                }),
+                build_id: None,
+                time: 555,
+            }
+        );
+    }
+
+    #[test]
+    fn mmap2_with_build_id() {
+        let bid: Vec<u8> = (1..=20).collect();
+        let bytes = B::new(record::MMAP2, misc::USER | misc::MMAP_BUILD_ID)
+            .u32(100)
+            .u32(100)
+            .u64(0x7f00_0000_0000)
+            .u64(0x20000)
+            .u64(0)
+            .u8s(&[20, 0, 0, 0])
+            .u8s(&bid)
+            .u32(5)
+            .u32(2)
+            .str("/usr/lib/x86_64-linux-gnu/libc.so.6")
+            .id(100, 100, 9, 0)
+            .done();
+        let Record::Mmap {
+            file, build_id, path, ..
+        } = decode(&bytes, &layout(false, 0))
+        else {
+            panic!()
+        };
+        assert_eq!(file, None);
+        assert_eq!(build_id, Some(bid));
+        assert_eq!(path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+    }
+
+    #[test]
+    fn old_mmap_and_data_mmap() {
+        let bytes = B::new(record::MMAP, misc::KERNEL)
+            .u32(u32::MAX)
+            .u32(0)
+            .u64(0xffff_ffff_8100_0000)
+            .u64(0x100_0000)
+            .u64(0)
+            .str("[kernel.kallsyms]_text")
+            .id(0, 0, 1, 0)
+            .done();
+        let Record::Mmap { path, file, .. } = decode(&bytes, &layout(false, 0)) else {
+            panic!()
+        };
+        assert_eq!((path.as_str(), file), ("[kernel.kallsyms]_text", None));
+        let data = B::new(record::MMAP, misc::USER | misc::MMAP_DATA)
+            .u32(1)
+            .u32(1)
+            .u64(0)
+            .u64(0)
+            .u64(0)
+            .str("/tmp/x")
+            .id(1, 1, 1, 0)
+            .done();
+        assert_eq!(decode_record(&data, &layout(false, 0), 0), Ok(None));
+    }
+
+    #[test]
+    fn comm_exec_and_rename() {
+        let exec = B::new(record::COMM, misc::USER | misc::COMM_EXEC)
+            .u32(300)
+            .u32(300)
+            .str("dd")
+            .id(300, 300, 77, 1)
+            .done();
+        assert_eq!(
+            decode(&exec, &layout(false, 0)),
+            Record::Comm {
+                pid: 300,
+                tid: 300,
+                comm: "dd".into(),
+                exec: true,
+                time: 77
+            }
+        );
+        // exactly 16 bytes of name: the NUL lands in the padding word
+        let rename = B::new(record::COMM, misc::USER)
+            .u32(300)
+            .u32(301)
+            .str("worker-thread-15")
+            .id(300, 301, 78, 0)
+            .done();
+        let Record::Comm { comm, exec, .. } = decode(&rename, &layout(false, 0)) else {
+            panic!()
+        };
+        assert_eq!((comm.as_str(), exec), ("worker-thread-15", false));
+    }
+
+    #[test]
+    fn fork_and_exit() {
+        let fork = B::new(record::FORK, 0)
+            .u32(400)
+            .u32(300)
+            .u32(400)
+            .u32(300)
+            .u64(1000)
+            .id(400, 400, 1000, 0)
+            .done();
+        assert_eq!(
+            decode(&fork, &layout(false, 0)),
+            Record::Fork {
+                pid: 400,
+                ppid: 300,
+                tid: 400,
+                ptid: 300,
+                time: 1000
+            }
+        );
+        let exit = B::new(record::EXIT, 0)
+            .u32(400)
+            .u32(300)
+            .u32(401)
+            .u32(400)
+            .u64(2000)
+            .id(400, 401, 2000, 1)
+            .done();
+        assert_eq!(
+            decode(&exit, &layout(false, 0)),
+            Record::Exit {
+                pid: 400,
+                ppid: 300,
+                tid: 401,
+                ptid: 400,
+                time: 2000
+            }
+        );
+    }
+
+    #[test]
+    fn lost_and_lost_samples() {
+        let lost = B::new(record::LOST, 0)
+            .u64(12) // id
+            .u64(345) // lost
+            .id(0, 0, 3000, 1)
+            .done();
+        assert_eq!(
+            decode(&lost, &layout(true, 0)),
+            Record::Lost {
+                cpu: 1,
+                count: 345,
+                time: 3000
+            }
+        );
+        let ls = B::new(record::LOST_SAMPLES, 0).u64(6).id(0, 0, 3001, 0).done();
+        assert_eq!(
+            decode(&ls, &layout(true, 0)),
+            Record::Lost {
+                cpu: 0,
+                count: 6,
+                time: 3001
+            }
+        );
+        // Without a sample_id trailer the ring's CPU is used.
+        let l = RecordLayout {
+            sample_id_all: false,
+            ..layout(false, 0)
+        };
+        let bare = B::new(record::LOST, 0).u64(1).u64(2).done();
+        assert_eq!(
+            decode(&bare, &l),
+            Record::Lost {
+                cpu: 99,
+                count: 2,
+                time: 0
+            }
+        );
+    }
+
+    #[test]
+    fn throttle_and_unthrottle() {
+        for (ty, throttled) in [(record::THROTTLE, true), (record::UNTHROTTLE, false)] {
+            let b = B::new(ty, 0)
+                .u64(4000)
+                .u64(1)
+                .u64(1)
+                .id(0, 0, 4000, 1)
+                .done();
+            assert_eq!(
+                decode(&b, &layout(false, 0)),
+                Record::Throttle {
+                    cpu: 1,
+                    throttled,
+                    time: 4000
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_types_are_skipped() {
+        let b = B::new(14 /* SWITCH */, 0).id(1, 1, 1, 0).done();
+        assert_eq!(decode_record(&b, &layout(false, 0), 0), Ok(None));
+    }
+
+    #[test]
+    fn short_records_name_field_and_offset() {
+        // callchain nr claims 100 entries in a short record
+        let bytes = B::new(record::SAMPLE, misc::KERNEL)
+            .u64(1)
+            .u32(1)
+            .u32(1)
+            .u64(1)
+            .u32(0)
+            .u32(0)
+            .u64(1)
+            .u64(100)
+            .u64(2)
+            .done();
+        let err = decode_record(&bytes, &layout(true, 0), 0).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::Short {
+                record_type: 9,
+                len: 64,
+                field: "callchain.ips",
+                offset: 56
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "perf record of type 9 (64 bytes) is too short for field `callchain.ips` at byte 56"
+        );
+        // an absurd nr must not overflow
+        let bytes = B::new(record::SAMPLE, 0)
+            .u64(1)
+            .u32(1)
+            .u32(1)
+            .u64(1)
+            .u32(0)
+            .u32(0)
+            .u64(1)
+            .u64(u64::MAX)
+            .done();
+        assert!(decode_record(&bytes, &layout(true, 0), 0).is_err());
+        // an EXIT without its time
+        let exit = B::new(record::EXIT, 0).u32(1).u32(1).u32(1).u32(1).id(1, 1, 1, 0).done();
+        let err = decode_record(&exit, &layout(false, 0), 0).unwrap_err();
+        assert!(matches!(err, DecodeError::Short { field: "time", offset: 24, .. }), "{err:?}");
+        // a record shorter than its trailer
+        let tiny = B::new(record::COMM, 0).u64(0).done();
+        assert!(decode_record(&tiny, &layout(false, 0), 0).is_err());
+        assert!(decode_record(&[1, 2, 3], &layout(false, 0), 0).is_err());
+    }
+}

@@ -1,0 +1,545 @@
+//! The live source: one perf event and one ring per online CPU.
+
+use crate::decode::{decode_record, RecordLayout};
+use crate::procfs::{online_cpus, perf_event_paranoid, synthesize_tasks};
+use crate::ring::MappedRing;
+use crate::sys::{self, flag, PerfEventAttr};
+use profdev_core::{
+    Record, SampleSource, SessionConfig, SourceError, SourceFactory, SourceStats, Target,
+};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
+
+/// Largest user-stack copy a sample can carry: a record's size is a u16.
+pub const MAX_USER_STACK_BYTES: u32 = 65528 - 512;
+
+/// The ring size, in data pages per CPU (a power of two), that `config`
+/// gets unless the factory is told otherwise.
+///
+/// Sized so that a reader calling [`SampleSource::read`] every 100 ms keeps
+/// up with twice the worst case: every sample carrying a full-depth
+/// callchain (127 frames, the default `kernel.perf_event_max_stack`) and
+/// the whole user-stack copy, plus 16 KiB of task records. Clamped to
+/// 8..=2048 pages. At 1000 Hz: 8 pages (32 KiB) without callchains, 64
+/// pages (256 KiB) with callchains, 512 pages (2 MiB) with an 8 KiB stack
+/// copy.
+pub fn auto_ring_pages(config: &SessionConfig) -> usize {
+    let mut per_sample: u64 = 8 + 5 * 8; // header, ip, pid/tid, time, cpu, period
+    if config.callchain {
+        per_sample += 8 + 8 * (127 + 4); // nr, frames, context markers
+    }
+    if config.user_stack_bytes > 0 {
+        per_sample += 8 + 3 * 8 + 8 + u64::from(config.user_stack_bytes) + 8;
+    }
+    let per_read = per_sample * u64::from(config.frequency_hz.max(1)) / 10;
+    let bytes = 2 * per_read + 16 * 1024;
+    let page = sys::page_size() as u64;
+    let pages = bytes.div_ceil(page).next_power_of_two();
+    pages.clamp(8, 2048) as usize
+}
+
+/// Opens [`PerfSource`]s: the live implementation of [`SourceFactory`].
+///
+/// ```no_run
+/// use profdev_core::{SessionConfig, SourceFactory};
+/// use profdev_sample::PerfFactory;
+/// use std::time::Duration;
+///
+/// let mut source = PerfFactory::new().open(&SessionConfig::system(1000))?;
+/// let mut records = Vec::new();
+/// source.read(&mut records, Duration::from_millis(100))?;
+/// # Ok::<(), profdev_core::SourceError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerfFactory {
+    ring_pages_log2: Option<u32>,
+}
+
+impl PerfFactory {
+    /// A factory with the automatic ring size ([`auto_ring_pages`]).
+    pub fn new() -> Self {
+        PerfFactory::default()
+    }
+
+    /// Use 2^`log2` data pages per CPU (at most 2^16) instead of the
+    /// automatic size.
+    pub fn ring_pages_log2(mut self, log2: u32) -> Self {
+        self.ring_pages_log2 = Some(log2.min(16));
+        self
+    }
+
+    /// Data pages per CPU a session with `config` gets.
+    pub fn ring_pages(&self, config: &SessionConfig) -> usize {
+        match self.ring_pages_log2 {
+            Some(n) => 1 << n,
+            None => auto_ring_pages(config),
+        }
+    }
+
+    /// Open a session, as [`SourceFactory::open`] does, unboxed.
+    pub fn open_perf(&self, config: &SessionConfig) -> Result<PerfSource, SourceError> {
+        PerfSource::open(config, self.ring_pages(config), Start::Now)
+    }
+}
+
+impl SourceFactory for PerfFactory {
+    fn open(&self, config: &SessionConfig) -> Result<Box<dyn SampleSource>, SourceError> {
+        Ok(Box::new(self.open_perf(config)?))
+    }
+}
+
+/// When the events start counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Enable them once all are open and mapped; synthesize running tasks.
+    Now,
+    /// Let the target's next exec enable them (`enable_on_exec`); its
+    /// pre-exec image is not worth synthesizing.
+    OnExec,
+}
+
+struct Event {
+    cpu: u32,
+    ring: MappedRing,
+    fd: OwnedFd,
+    hung_up: bool,
+}
+
+/// A running perf_event session: software cpu-clock sampling on every
+/// online CPU, read through one mmap ring per CPU.
+///
+/// Sampling stops when the value is dropped (events disabled, rings
+/// unmapped, descriptors closed).
+pub struct PerfSource {
+    events: Vec<Event>,
+    pollfds: Vec<libc::pollfd>,
+    layout: RecordLayout,
+    pending: Vec<Record>,
+    stats: SourceStats,
+    scratch: Vec<u8>,
+    ends_on_hangup: bool,
+    malformed: u64,
+}
+
+impl PerfSource {
+    pub(crate) fn open(
+        config: &SessionConfig,
+        data_pages: usize,
+        start: Start,
+    ) -> Result<PerfSource, SourceError> {
+        config.validate()?;
+        let invalid = |msg: String| SourceError::Io {
+            context: msg,
+            source: io::Error::from(io::ErrorKind::InvalidInput),
+        };
+        if !config.kernel && !config.user {
+            return Err(invalid(
+                "a session that excludes both kernel and user mode takes no samples".into(),
+            ));
+        }
+        if config.user_stack_bytes > MAX_USER_STACK_BYTES {
+            return Err(invalid(format!(
+                "a user stack copy of {} bytes is more than the {MAX_USER_STACK_BYTES} bytes a perf sample can carry",
+                config.user_stack_bytes
+            )));
+        }
+        if config.user_stack_bytes > 0 && sys::USER_REG_BITS.is_none() {
+            return Err(invalid(
+                "user stack copies need user registers, which profdev only knows on x86_64 and aarch64".into(),
+            ));
+        }
+        let cpus = online_cpus().map_err(|e| SourceError::Io {
+            context: "cannot list the online CPUs".into(),
+            source: e,
+        })?;
+        let layout = RecordLayout::for_config(config);
+        let attr = attr_for(config, &layout, data_pages, start);
+        let pid = match config.target {
+            Target::System => -1,
+            Target::Process { pid, .. } => i32::try_from(pid).map_err(|_| {
+                invalid(format!("process id {pid} is out of range"))
+            })?,
+        };
+        let mut events = Vec::with_capacity(cpus.len());
+        for &cpu in &cpus {
+            let fd = sys::perf_event_open(&attr, pid, cpu as i32)
+                .map_err(|e| open_error(e, cpu, cpus.len(), config))?;
+            let ring = MappedRing::map(&fd, data_pages)
+                .map_err(|e| map_error(e, cpu, data_pages))?;
+            events.push(Event {
+                cpu,
+                ring,
+                fd,
+                hung_up: false,
+            });
+        }
+        if start == Start::Now {
+            for ev in &events {
+                sys::enable(&ev.fd).map_err(|e| SourceError::Io {
+                    context: format!("cannot enable sampling on CPU {}", ev.cpu),
+                    source: e,
+                })?;
+            }
+        }
+        // Synthesize after enabling, so a task started in between is seen
+        // at least once (perhaps twice; consumers keep the latest).
+        let pending = if config.track_tasks && start == Start::Now {
+            match config.target {
+                Target::System => synthesize_tasks(None),
+                Target::Process { pid, .. } => synthesize_tasks(Some(pid)),
+            }
+        } else {
+            Vec::new()
+        };
+        let pollfds = events
+            .iter()
+            .map(|ev| libc::pollfd {
+                fd: ev.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        Ok(PerfSource {
+            events,
+            pollfds,
+            layout,
+            pending,
+            stats: SourceStats::default(),
+            scratch: Vec::new(),
+            ends_on_hangup: matches!(config.target, Target::Process { .. }),
+            malformed: 0,
+        })
+    }
+
+    /// The CPUs sampled, one event and ring each.
+    pub fn cpus(&self) -> Vec<u32> {
+        self.events.iter().map(|e| e.cpu).collect()
+    }
+
+    /// Bytes in each CPU's ring data area.
+    pub fn ring_data_bytes(&self) -> usize {
+        self.events.first().map_or(0, |e| e.ring.data_size())
+    }
+
+    /// Records or ring states that could not be decoded (each also counted
+    /// in `stats().lost` and reported as a [`Record::Lost`] of 1).
+    pub fn malformed(&self) -> u64 {
+        self.malformed
+    }
+
+    /// Drain every ring into `batch`: heads are read for all CPUs first, so
+    /// the batch is a snapshot of one instant across CPUs.
+    fn drain(&mut self, batch: &mut Vec<Record>) {
+        let heads: Vec<u64> = self.events.iter().map(|e| e.ring.head()).collect();
+        let layout = self.layout;
+        let stats = &mut self.stats;
+        let malformed = &mut self.malformed;
+        for (ev, head) in self.events.iter_mut().zip(heads) {
+            let cpu = ev.cpu;
+            let mut bad = 0u64;
+            let mut last_time = 0u64;
+            let result = ev.ring.consume(head, &mut self.scratch, |bytes| {
+                match decode_record(bytes, &layout, cpu) {
+                    Ok(Some(rec)) => {
+                        last_time = rec.time();
+                        match &rec {
+                            Record::Sample(_) => stats.samples += 1,
+                            Record::Lost { count, .. } => stats.lost += count,
+                            Record::Throttle {
+                                throttled: true, ..
+                            } => stats.throttled += 1,
+                            _ => {}
+                        }
+                        batch.push(rec);
+                    }
+                    Ok(None) => {}
+                    Err(_) => bad += 1,
+                }
+            });
+            if result.is_err() {
+                bad += 1;
+            }
+            if bad > 0 {
+                *malformed += bad;
+                stats.lost += bad;
+                batch.push(Record::Lost {
+                    cpu,
+                    count: bad,
+                    time: last_time,
+                });
+            }
+        }
+    }
+}
+
+impl SampleSource for PerfSource {
+    /// Wait (poll(2)) up to `timeout` for a ring to pass its wakeup mark (a
+    /// quarter full) or a target to exit, then drain every ring. The batch
+    /// is sorted by time (stable). A Process session ends
+    /// (`Err(SourceError::Ended)`) once every event has hung up (the whole
+    /// task tree exited) and the rings are empty; a System session never
+    /// ends by itself.
+    fn read(&mut self, out: &mut Vec<Record>, timeout: Duration) -> Result<(), SourceError> {
+        let mut batch = std::mem::take(&mut self.pending);
+        let ms = if batch.is_empty() {
+            i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
+        } else {
+            0
+        };
+        sys::poll(&mut self.pollfds, ms).map_err(|e| SourceError::Io {
+            context: "cannot wait for perf events".into(),
+            source: e,
+        })?;
+        for (ev, p) in self.events.iter_mut().zip(&self.pollfds) {
+            if p.revents & libc::POLLHUP != 0 {
+                ev.hung_up = true;
+            }
+        }
+        self.drain(&mut batch);
+        if batch.is_empty() && self.ends_on_hangup && self.events.iter().all(|e| e.hung_up) {
+            return Err(SourceError::Ended);
+        }
+        batch.sort_by_key(Record::time);
+        out.append(&mut batch);
+        Ok(())
+    }
+
+    fn stats(&self) -> SourceStats {
+        self.stats
+    }
+}
+
+impl Drop for PerfSource {
+    fn drop(&mut self) {
+        // Stop every CPU first, then unmap and close (Event's fields drop
+        // in order: ring, then fd).
+        for ev in &self.events {
+            let _ = sys::disable(&ev.fd);
+        }
+    }
+}
+
+/// The perf_event_attr a session asks for.
+pub(crate) fn attr_for(
+    config: &SessionConfig,
+    layout: &RecordLayout,
+    data_pages: usize,
+    start: Start,
+) -> PerfEventAttr {
+    let mut flags = flag::DISABLED | flag::SAMPLE_ID_ALL | flag::USE_CLOCKID | flag::WATERMARK;
+    if let Target::Process { inherit: true, .. } = config.target {
+        flags |= flag::INHERIT;
+    }
+    if start == Start::OnExec {
+        flags |= flag::ENABLE_ON_EXEC;
+    }
+    if !config.kernel {
+        flags |= flag::EXCLUDE_KERNEL;
+    }
+    if !config.user {
+        flags |= flag::EXCLUDE_USER;
+    }
+    if config.track_tasks {
+        flags |= flag::MMAP | flag::MMAP2 | flag::COMM | flag::COMM_EXEC | flag::TASK;
+    }
+    let data_bytes = data_pages * sys::page_size();
+    PerfEventAttr {
+        type_: sys::PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: sys::PERF_COUNT_SW_CPU_CLOCK,
+        sample_period: config.period_ns(),
+        sample_type: layout.sample_type,
+        flags,
+        wakeup_watermark: u32::try_from(data_bytes / 4).unwrap_or(u32::MAX).max(1),
+        sample_regs_user: layout.regs_user_mask,
+        sample_stack_user: if layout.regs_user_mask != 0 {
+            config.user_stack_bytes.next_multiple_of(8)
+        } else {
+            0
+        },
+        clockid: libc::CLOCK_MONOTONIC,
+        ..PerfEventAttr::default()
+    }
+}
+
+fn open_error(e: io::Error, cpu: u32, ncpus: usize, config: &SessionConfig) -> SourceError {
+    let what = match config.target {
+        Target::System => format!("system-wide sampling on CPU {cpu}"),
+        Target::Process { pid, .. } => format!("sampling process {pid} on CPU {cpu}"),
+    };
+    let io = |context: String| SourceError::Io {
+        context,
+        source: io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)),
+    };
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => SourceError::Permission(format!(
+            "the kernel refused {what}: /proc/sys/kernel/perf_event_paranoid is {}, so this needs \
+             root or CAP_PERFMON, or a lower `kernel.perf_event_paranoid` (sysctl kernel.perf_event_paranoid=-1)",
+            perf_event_paranoid()
+        )),
+        Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::EOPNOTSUPP) => io(format!(
+            "this kernel offers no software cpu-clock event for {what} (perf events not built in, or the CPU went offline)"
+        )),
+        Some(libc::ENOSYS) => io(
+            "this kernel has no perf_event_open system call (built without CONFIG_PERF_EVENTS)"
+                .into(),
+        ),
+        Some(libc::EMFILE) | Some(libc::ENFILE) => io(format!(
+            "too many open files: {what} needs one descriptor per CPU ({ncpus} here); raise `ulimit -n`"
+        )),
+        Some(libc::ESRCH) => match config.target {
+            Target::Process { pid, .. } => io(format!("process {pid} does not exist")),
+            Target::System => io(format!("cannot open {what}")),
+        },
+        Some(libc::EINVAL) => io(format!(
+            "the kernel rejected the event attributes for {what} (an option this kernel does not support)"
+        )),
+        Some(libc::EBUSY) => io(format!(
+            "{what} is impossible while another user holds the event exclusively"
+        )),
+        _ => SourceError::Io {
+            context: format!("cannot open the cpu-clock event for {what}"),
+            source: e,
+        },
+    }
+}
+
+fn map_error(e: io::Error, cpu: u32, data_pages: usize) -> SourceError {
+    let kib = (1 + data_pages) * sys::page_size() / 1024;
+    if e.raw_os_error() == Some(libc::EPERM) {
+        let limit = std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        return SourceError::Permission(format!(
+            "the kernel refused to lock a {kib} KiB ring buffer for CPU {cpu}: \
+             `kernel.perf_event_mlock_kb` allows {limit} KiB per user without CAP_IPC_LOCK (or root)"
+        ));
+    }
+    SourceError::Io {
+        context: format!("cannot map the {kib} KiB ring buffer of CPU {cpu}"),
+        source: e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> SessionConfig {
+        SessionConfig {
+            callchain: true,
+            track_tasks: true,
+            ..SessionConfig::system(1000)
+        }
+    }
+
+    #[test]
+    fn attr_for_system_session() {
+        let c = config();
+        let a = attr_for(&c, &RecordLayout::for_config(&c), 64, Start::Now);
+        assert_eq!(a.size, 136);
+        assert_eq!((a.type_, a.config), (1, 0));
+        assert_eq!(a.sample_period, 1_000_000);
+        assert_eq!(a.flags & flag::FREQ, 0);
+        assert_eq!(a.flags & flag::INHERIT, 0);
+        assert_eq!(a.flags & flag::MMAP_DATA, 0);
+        for f in [
+            flag::DISABLED,
+            flag::SAMPLE_ID_ALL,
+            flag::MMAP,
+            flag::MMAP2,
+            flag::COMM,
+            flag::COMM_EXEC,
+            flag::TASK,
+            flag::USE_CLOCKID,
+        ] {
+            assert_ne!(a.flags & f, 0, "flag {f:#x}");
+        }
+        assert_eq!(a.flags & (flag::EXCLUDE_KERNEL | flag::EXCLUDE_USER), 0);
+        assert_eq!(a.sample_stack_user, 0);
+        assert_eq!(a.wakeup_watermark as usize, 64 * sys::page_size() / 4);
+    }
+
+    #[test]
+    fn attr_for_spawned_process() {
+        let c = SessionConfig {
+            target: Target::Process {
+                pid: 1,
+                inherit: true,
+            },
+            kernel: false,
+            user_stack_bytes: 8190,
+            ..config()
+        };
+        let a = attr_for(&c, &RecordLayout::for_config(&c), 8, Start::OnExec);
+        assert_ne!(a.flags & flag::INHERIT, 0);
+        assert_ne!(a.flags & flag::ENABLE_ON_EXEC, 0);
+        assert_ne!(a.flags & flag::EXCLUDE_KERNEL, 0);
+        assert_eq!(a.flags & flag::EXCLUDE_USER, 0);
+        if sys::USER_REG_BITS.is_some() {
+            assert_eq!(a.sample_stack_user, 8192);
+            assert_ne!(a.sample_regs_user, 0);
+        }
+    }
+
+    #[test]
+    fn ring_sizes() {
+        let page = sys::page_size();
+        if page != 4096 {
+            return;
+        }
+        let c = SessionConfig::system(1000);
+        assert_eq!(auto_ring_pages(&c), 8);
+        assert_eq!(auto_ring_pages(&config()), 64);
+        let stack = SessionConfig {
+            user_stack_bytes: 8192,
+            ..config()
+        };
+        assert_eq!(auto_ring_pages(&stack), 512);
+        let fast = SessionConfig {
+            frequency_hz: 10_000,
+            ..stack
+        };
+        assert_eq!(auto_ring_pages(&fast), 2048);
+        assert_eq!(PerfFactory::new().ring_pages_log2(0).ring_pages(&c), 1);
+    }
+
+    #[test]
+    fn frequency_is_checked_before_anything() {
+        for hz in [0, 20_000] {
+            let c = SessionConfig::system(hz);
+            let err = PerfFactory::new().open(&c).err().expect("refused");
+            assert!(matches!(err, SourceError::Frequency(_)), "{err}");
+        }
+    }
+
+    #[test]
+    fn permission_sentence_names_the_knobs() {
+        let e = open_error(
+            io::Error::from_raw_os_error(libc::EACCES),
+            3,
+            4,
+            &SessionConfig::system(1000),
+        );
+        let s = e.to_string();
+        assert!(matches!(e, SourceError::Permission(_)));
+        for needle in [
+            "CPU 3",
+            "kernel.perf_event_paranoid",
+            "CAP_PERFMON",
+            "root",
+            "/proc/sys/kernel/perf_event_paranoid is ",
+        ] {
+            assert!(s.contains(needle), "{needle:?} missing in {s:?}");
+        }
+        let s = open_error(
+            io::Error::from_raw_os_error(libc::EMFILE),
+            0,
+            4,
+            &SessionConfig::system(1000),
+        )
+        .to_string();
+        assert!(s.starts_with("too many open files"), "{s}");
+    }
+}

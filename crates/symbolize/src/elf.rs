@@ -1,0 +1,327 @@
+//! User-space ELF objects: symbols, load segments, and DWARF.
+//!
+//! An [`ElfObject`] answers, for an address in the file's own link-time
+//! space ([`FileAddr`]), which function holds it (symbol table) and which
+//! source lines and inlined frames (DWARF, through `addr2line`). It also
+//! turns a mapping's file offset into a [`FileAddr`], which is how a
+//! process address loses its load bias.
+
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use profdev_core::FileAddr;
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// Why an object could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not ELF.
+    #[error("{path} is not an ELF file")]
+    NotElf { path: String },
+    /// The ELF could not be parsed.
+    #[error("{path} is a malformed ELF file: {why}")]
+    Malformed { path: String, why: String },
+}
+
+/// A function symbol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FnSym {
+    /// Link-time address.
+    pub addr: u64,
+    /// Size in bytes (0 if unknown).
+    pub size: u64,
+    /// Demangled name.
+    pub name: String,
+}
+
+/// One frame at an address: the innermost first, inlined callers after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Function name (demangled), if known.
+    pub function: Option<String>,
+    /// Source file, if known.
+    pub file: Option<String>,
+    /// Line, if known.
+    pub line: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LoadSegment {
+    offset: u64,
+    filesz: u64,
+    vaddr: u64,
+}
+
+/// An ELF executable or shared library.
+pub struct ElfObject {
+    path: PathBuf,
+    symbols: Vec<FnSym>,
+    loads: Vec<LoadSegment>,
+    build_id: Option<Vec<u8>>,
+    text: Option<(u64, u64)>,
+    is_dyn: bool,
+    dwarf: Option<addr2line::Context<Reader>>,
+}
+
+impl std::fmt::Debug for ElfObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ElfObject")
+            .field("path", &self.path)
+            .field("symbols", &self.symbols.len())
+            .field("dwarf", &self.dwarf.is_some())
+            .finish()
+    }
+}
+
+impl ElfObject {
+    /// Open and parse `path`.
+    pub fn open(path: &Path) -> Result<Self, ElfError> {
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| ElfError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        // SAFETY: the map is read-only and private; a file truncated under
+        // us could fault, which is the same risk every ELF reader takes (the
+        // alternative, reading whole debug files into memory, is slower).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ElfError::Read {
+            path: name.clone(),
+            source,
+        })?;
+        Self::parse(&map, path)
+    }
+
+    /// Parse ELF bytes; `path` names the object.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Self, ElfError> {
+        let name = path.display().to_string();
+        if !bytes.starts_with(b"\x7fELF") {
+            return Err(ElfError::NotElf { path: name });
+        }
+        let file = object::File::parse(bytes).map_err(|e| ElfError::Malformed {
+            path: name.clone(),
+            why: e.to_string(),
+        })?;
+        let mut symbols: Vec<FnSym> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| {
+                let name = s.name().ok()?;
+                Some(FnSym {
+                    addr: s.address(),
+                    size: s.size(),
+                    name: demangle(name),
+                })
+            })
+            .collect();
+        // Prefer sized symbols, then the first name, at each address.
+        symbols.sort_by(|a, b| a.addr.cmp(&b.addr).then(b.size.cmp(&a.size)));
+        symbols.dedup_by_key(|s| s.addr);
+        let loads = file
+            .segments()
+            .map(|seg| {
+                let (offset, filesz) = seg.file_range();
+                LoadSegment {
+                    offset,
+                    filesz,
+                    vaddr: seg.address(),
+                }
+            })
+            .collect();
+        let text = file
+            .section_by_name(".text")
+            .map(|s| (s.address(), s.address() + s.size()));
+        let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+        let is_dyn = matches!(file.kind(), object::ObjectKind::Dynamic);
+        let dwarf = load_dwarf(&file);
+        Ok(ElfObject {
+            path: path.to_path_buf(),
+            symbols,
+            loads,
+            build_id,
+            text,
+            is_dyn,
+            dwarf,
+        })
+    }
+
+    /// The object's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The GNU build id, if the object has one.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.build_id.as_deref()
+    }
+
+    /// True for position-independent objects (ET_DYN: PIE executables and
+    /// shared libraries), whose load bias is not zero.
+    pub fn is_position_independent(&self) -> bool {
+        self.is_dyn
+    }
+
+    /// `[start, end)` of `.text` in link-time addresses.
+    pub fn text_range(&self) -> Option<(FileAddr, FileAddr)> {
+        self.text.map(|(s, e)| (FileAddr(s), FileAddr(e)))
+    }
+
+    /// True if the object carries DWARF line information.
+    pub fn has_debug_info(&self) -> bool {
+        self.dwarf.is_some()
+    }
+
+    /// Function symbols by address.
+    pub fn symbols(&self) -> &[FnSym] {
+        &self.symbols
+    }
+
+    /// The link-time address of byte `file_offset` of the file, through the
+    /// load segment that contains it.
+    pub fn file_addr_of_offset(&self, file_offset: u64) -> Option<FileAddr> {
+        self.loads
+            .iter()
+            .find(|l| file_offset >= l.offset && file_offset < l.offset + l.filesz)
+            .map(|l| FileAddr(l.vaddr + (file_offset - l.offset)))
+    }
+
+    /// The function symbol holding `addr` and the offset into it. A symbol
+    /// with a size holds only its bytes; one without holds up to the next.
+    pub fn symbol(&self, addr: FileAddr) -> Option<(&FnSym, u64)> {
+        let i = self.symbols.partition_point(|s| s.addr <= addr.0);
+        let s = self.symbols[..i].last()?;
+        let off = addr.0 - s.addr;
+        if s.size != 0 && off >= s.size {
+            return None;
+        }
+        Some((s, off))
+    }
+
+    /// Source frames at `addr`, innermost (possibly inlined) first. Falls
+    /// back to the symbol table, with no file or line, without DWARF.
+    pub fn frames(&self, addr: FileAddr) -> Vec<Frame> {
+        let mut out = Vec::new();
+        if let Some(ctx) = &self.dwarf {
+            if let Ok(mut frames) = ctx.find_frames(addr.0).skip_all_loads() {
+                while let Ok(Some(f)) = frames.next() {
+                    let function = f
+                        .function
+                        .as_ref()
+                        .and_then(|n| n.demangle().ok())
+                        .map(|n| clean_rust_name(&n));
+                    let (file, line) = match f.location {
+                        Some(l) => (l.file.map(|f| f.to_string()), l.line),
+                        None => (None, None),
+                    };
+                    out.push(Frame {
+                        function,
+                        file,
+                        line,
+                    });
+                }
+            }
+        }
+        if out.is_empty() {
+            if let Some((s, _)) = self.symbol(addr) {
+                out.push(Frame {
+                    function: Some(s.name.clone()),
+                    file: None,
+                    line: None,
+                });
+            }
+        } else if out.last().is_some_and(|f| f.function.is_none()) {
+            if let Some((s, _)) = self.symbol(addr) {
+                if let Some(last) = out.last_mut() {
+                    last.function = Some(s.name.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+fn load_dwarf(file: &object::File<'_>) -> Option<addr2line::Context<Reader>> {
+    file.section_by_name(".debug_info")?;
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        let data: Cow<'_, [u8]> = file
+            .section_by_name(id.name())
+            .and_then(|s| s.uncompressed_data().ok())
+            .unwrap_or(Cow::Borrowed(&[]));
+        Ok(gimli::EndianArcSlice::new(Arc::from(&*data), endian))
+    };
+    let dwarf = gimli::Dwarf::load(load).ok()?;
+    addr2line::Context::from_dwarf(dwarf).ok()
+}
+
+/// Demangle a Rust or C++ symbol; other names are returned unchanged.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    name.to_string()
+}
+
+fn clean_rust_name(name: &str) -> String {
+    // addr2line's demangle keeps Rust's trailing hash (`::h0123…`); drop it.
+    match name.rsplit_once("::h") {
+        Some((head, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            head.to_string()
+        }
+        _ => name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_elf_is_a_sentence() {
+        let e = ElfObject::parse(b"#!/bin/sh\n", Path::new("/x/script")).unwrap_err();
+        assert_eq!(e.to_string(), "/x/script is not an ELF file");
+        let e = ElfObject::parse(b"\x7fELF\x02\x01", Path::new("t")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("t is a malformed ELF file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn own_test_binary_symbolizes_itself() {
+        // This test binary has symbols and (in debug builds) DWARF.
+        let exe = std::env::current_exe().unwrap();
+        let obj = ElfObject::open(&exe).unwrap();
+        let sym = obj
+            .symbols()
+            .iter()
+            .find(|s| s.name.contains("own_test_binary_symbolizes_itself"))
+            .expect("the test's own symbol");
+        let frames = obj.frames(FileAddr(sym.addr));
+        assert!(frames.iter().any(|f| f
+            .function
+            .as_deref()
+            .is_some_and(|n| n.contains("own_test_binary"))));
+        if obj.has_debug_info() {
+            let f = frames.last().unwrap();
+            assert!(
+                f.file.as_deref().is_some_and(|p| p.ends_with("elf.rs")),
+                "{f:?}"
+            );
+        }
+        assert!(obj.is_position_independent());
+    }
+}
