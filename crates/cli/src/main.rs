@@ -5,6 +5,12 @@
 //! through a link named after it (`ln -s profdev kprof`).
 
 mod kprof;
+mod prfdc;
+mod prfdev;
+mod prfld;
+mod prfpr;
+mod prfsnap;
+mod prfstat;
 mod sample;
 
 use std::ffi::OsString;
@@ -29,6 +35,31 @@ const COMMANDS: &[Command] = &[
         name: "kprof",
         about: "format a kpdata histogram against kernel symbols (Inferno kprof)",
         run: kprof::main,
+    },
+    Command {
+        name: "prfld",
+        about: "load the prf profiler with the kernel's text addresses (profiler(1M))",
+        run: prfld::main,
+    },
+    Command {
+        name: "prfstat",
+        about: "switch the prf profiler on or off and report its state",
+        run: prfstat::main,
+    },
+    Command {
+        name: "prfdc",
+        about: "collect prf counters into a log every period, in the background",
+        run: prfdc::main,
+    },
+    Command {
+        name: "prfsnap",
+        about: "append a snapshot of the prf counters to a log",
+        run: prfsnap::main,
+    },
+    Command {
+        name: "prfpr",
+        about: "print a prf log: each kernel function's share of the ticks",
+        run: prfpr::main,
     },
 ];
 

@@ -178,9 +178,6 @@ pub enum PrfprError {
     /// The namelist cannot be opened.
     #[error("cannot open namelist file")]
     CannotOpenNamelist,
-    /// The namelist cannot be read as a symbol table.
-    #[error("read error in namelist file")]
-    NamelistRead,
 }
 
 impl PrfprError {
