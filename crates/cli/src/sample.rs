@@ -1,6 +1,468 @@
-use std::ffi::OsString;
-use std::process::ExitCode;
+//! `profdev sample [-F HZ] [-o DIR] -- CMD [ARGS]`: the kprof man page's
+//! `sample` shell function as one command.
+//!
+//! ```text
+//! fn sample { echo startclr >/dev/kpctl; $*; echo stop >/dev/kpctl; cp /dev/kpdata kpdata }
+//! ```
+//!
+//! It drives a kprof device exactly that way (through its `kpctl` and
+//! `kpdata` files), system wide on every CPU, around CMD; writes
+//! DIR/kpdata; prints the kprof table; then explains the ticks outside
+//! kernel text — per process, per user-space function, per kernel-module
+//! symbol — which kprof could never say. It exits with CMD's status.
 
-pub fn main(_args: Vec<OsString>) -> ExitCode {
-    ExitCode::from(1)
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use profdev_core::{
+    KernelText, ProcessVa, Record, SampleSource, SessionConfig, SourceError, SourceFactory,
+    SourceStats,
+};
+use profdev_dev::kprof::{Kprof, KprofConfig};
+use profdev_dev::tree::walk;
+use profdev_dev::{Dev, DevError, Engine, OpenMode, Qid};
+use profdev_formats::kpdata::{self, Kpdata};
+use profdev_report::outside::{Outside, Place};
+use profdev_symbolize::{ElfObject, KernelSymbols, Tasks};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Run CMD with kernel profiling on (system wide, all CPUs); write
+/// DIR/kpdata and print the kprof table and where the ticks outside kernel
+/// text went.
+#[derive(Parser, Debug)]
+#[command(name = "profdev sample", version)]
+struct Args {
+    /// Samples per second per CPU (software cpu-clock), at most 10000.
+    #[arg(short = 'F', value_name = "HZ", default_value_t = 1000)]
+    frequency: u32,
+    /// Output directory for kpdata.
+    #[arg(short = 'o', value_name = "DIR", default_value = "profdev.out")]
+    output: PathBuf,
+    /// log2 of the bucket size in bytes (Inferno's LRES).
+    #[arg(long, value_name = "N", default_value_t = kpdata::DEFAULT_LOG_BUCKET_SIZE,
+          value_parser = clap::value_parser!(u32).range(1..=12))]
+    log_bucket: u32,
+    /// Rows per table in the outside-kernel-text section.
+    #[arg(long, value_name = "N", default_value_t = 15)]
+    rows: usize,
+    /// The command to profile, and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let args =
+        match Args::try_parse_from(std::iter::once(OsString::from("profdev sample")).chain(args)) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            }
+        };
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("profdev sample: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<ExitCode> {
+    SessionConfig::system(args.frequency)
+        .validate()
+        .map_err(|e| anyhow!("{e}"))?;
+    let program = find_program(&args.command[0])?;
+    prepare_output(&args.output)?;
+    let ksyms = Arc::new(KernelSymbols::running()?);
+    let text = ksyms.require_text("/proc/kallsyms")?;
+
+    let collector = Arc::new(Mutex::new(Collector::new(text, args.log_bucket)));
+    let factory = TapFactory {
+        inner: profdev_sample::PerfFactory::new(),
+        collector: collector.clone(),
+    };
+    let config = KprofConfig {
+        text,
+        log_bucket: args.log_bucket,
+        frequency_hz: args.frequency,
+    };
+    let kprof = Kprof::new(config, Engine::new(Arc::new(factory)));
+
+    ctl(&kprof, "startclr")?;
+    let started = Instant::now();
+    let progress = Progress::start(collector.clone(), started);
+    let status = run_child(&program, &args.command[1..]);
+    ctl(&kprof, "stop")?;
+    progress.finish();
+    let status = status?;
+    let elapsed = started.elapsed();
+
+    let bytes = read_kpdata(&kprof)?;
+    let out_path = args.output.join("kpdata");
+    write_atomically(&out_path, &bytes)?;
+
+    let data = Kpdata::parse(&bytes).context("the kpdata just recorded is malformed")?;
+    let symbols: Vec<(u64, &str)> = ksyms
+        .text_symbols()
+        .into_iter()
+        .map(|s| (s.addr, s.name.as_str()))
+        .collect();
+    let report = profdev_report::kprof::format(&symbols, &data);
+    let mut out = std::io::stdout().lock();
+    out.write_all(report.text.as_bytes())?;
+    if let Some(e) = report.error {
+        writeln!(out, "kprof: {e}")?;
+    }
+    let collector = collector.lock().unwrap_or_else(|p| p.into_inner());
+    let outside = collector.attribute(&ksyms);
+    writeln!(out)?;
+    out.write_all(outside.render(args.rows).as_bytes())?;
+    out.flush()?;
+    let stats = collector.stats;
+    eprintln!(
+        "profdev sample: {} samples in {:.1}s at {} Hz per CPU, {} lost, {} throttled; wrote {}",
+        stats.samples,
+        elapsed.as_secs_f64(),
+        args.frequency,
+        stats.lost,
+        stats.throttled,
+        out_path.display()
+    );
+    if stats.lost > 0 || stats.throttled > 0 {
+        eprintln!(
+            "profdev sample: warning: the kernel dropped {} records and throttled sampling {} times; \
+             counts are incomplete (try a lower -F)",
+            stats.lost, stats.throttled
+        );
+    }
+    Ok(exit_code(status))
+}
+
+/// Write a control message to the device's `kpctl`, as `echo MSG >kpctl`.
+fn ctl(dev: &Kprof, msg: &str) -> Result<()> {
+    let entry = walk(dev, Qid::ROOT, "kpctl").map_err(|e| anyhow!("kpctl: {e}"))?;
+    let mut chan = dev.open(entry.qid, OpenMode::Write)?;
+    let r = dev.write(&mut chan, 0, format!("{msg}\n").as_bytes());
+    dev.close(chan);
+    match r {
+        Ok(_) => Ok(()),
+        Err(DevError::Sampling { msg, .. }) => bail!("{msg}"),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Read the whole of `kpdata`, as `cp kpdata`.
+fn read_kpdata(dev: &Kprof) -> Result<Vec<u8>> {
+    let entry = walk(dev, Qid::ROOT, "kpdata").map_err(|e| anyhow!("kpdata: {e}"))?;
+    let mut chan = dev.open(entry.qid, OpenMode::Read)?;
+    let mut bytes = Vec::with_capacity(entry.length as usize);
+    loop {
+        let chunk = dev.read(&mut chan, bytes.len() as u64, 1 << 20)?;
+        if chunk.is_empty() {
+            break;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    dev.close(chan);
+    Ok(bytes)
+}
+
+fn find_program(cmd: &OsString) -> Result<PathBuf> {
+    let name = Path::new(cmd);
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if name.components().count() > 1 {
+        if executable(name) {
+            return Ok(name.to_path_buf());
+        }
+        bail!("{}: no such executable file", name.display());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| executable(p))
+        .ok_or_else(|| anyhow!("{}: command not found", name.display()))
+}
+
+fn prepare_output(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    let probe = dir.join(".profdev-write-test");
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("cannot write in output directory {}", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+fn run_child(program: &Path, args: &[OsString]) -> Result<std::process::ExitStatus> {
+    // ^C and ^\ go to the whole foreground group: CMD takes them, and
+    // profdev stays alive to write what was recorded.
+    let _guard = IgnoreInterrupts::new();
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    // SAFETY: only async-signal-safe calls (signal) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {}", program.display()))?;
+    Ok(child.wait()?)
+}
+
+struct IgnoreInterrupts {
+    int: libc::sighandler_t,
+    quit: libc::sighandler_t,
+}
+
+impl IgnoreInterrupts {
+    fn new() -> Self {
+        // SAFETY: installing SIG_IGN has no preconditions; the previous
+        // handlers are restored on drop.
+        unsafe {
+            IgnoreInterrupts {
+                int: libc::signal(libc::SIGINT, libc::SIG_IGN),
+                quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+            }
+        }
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        // SAFETY: restores the handlers saved in new().
+        unsafe {
+            libc::signal(libc::SIGINT, self.int);
+            libc::signal(libc::SIGQUIT, self.quit);
+        }
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
+        _ => ExitCode::from(1),
+    }
+}
+
+/// What an outside tick is keyed by until the end, when it is symbolized.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Kernel(u64),
+    User { path: String, offset: u64 },
+    NoMapping { what: String },
+}
+
+/// Watches the records on their way to kprof: tasks, counts, and every
+/// tick outside kernel text.
+struct Collector {
+    text: KernelText,
+    first_bucket: u64,
+    tasks: Tasks,
+    stats: SourceStats,
+    outside: HashMap<(u32, Key), u64>,
+}
+
+impl Collector {
+    fn new(text: KernelText, log_bucket: u32) -> Self {
+        Collector {
+            text,
+            first_bucket: text.start.0 + ((kpdata::SPECIAL_WORDS as u64) << log_bucket),
+            tasks: Tasks::new(),
+            stats: SourceStats::default(),
+            outside: HashMap::new(),
+        }
+    }
+
+    fn observe(&mut self, records: &[Record]) {
+        for r in records {
+            match r {
+                Record::Sample(s) => {
+                    self.stats.samples += 1;
+                    if s.ip >= self.first_bucket && s.ip < self.text.end.0 {
+                        continue;
+                    }
+                    let key = if s.mode == profdev_core::CpuMode::User {
+                        match self.tasks.lookup(s.pid, ProcessVa(s.ip)) {
+                            Some(m) if m.is_file() => Key::User {
+                                path: m.path.clone(),
+                                offset: m.file_offset(ProcessVa(s.ip)),
+                            },
+                            Some(m) => Key::NoMapping {
+                                what: m.path.clone(),
+                            },
+                            None => Key::NoMapping {
+                                what: "[unmapped]".into(),
+                            },
+                        }
+                    } else {
+                        Key::Kernel(s.ip)
+                    };
+                    *self.outside.entry((s.pid, key)).or_default() += 1;
+                }
+                Record::Lost { count, .. } => self.stats.lost += count,
+                Record::Throttle {
+                    throttled: true, ..
+                } => self.stats.throttled += 1,
+                other => self.tasks.observe(other),
+            }
+        }
+    }
+
+    /// Symbolize every outside tick.
+    fn attribute(&self, ksyms: &KernelSymbols) -> Outside {
+        let mut objects: HashMap<&str, Option<ElfObject>> = HashMap::new();
+        let mut out = Outside::new();
+        let mut keys: Vec<_> = self.outside.iter().collect();
+        keys.sort_by_key(|k| k.0 .0);
+        for ((pid, key), &n) in keys {
+            let comm = match self.tasks.comm(*pid) {
+                Some(c) => c.to_string(),
+                None if *pid == 0 => "[idle]".to_string(),
+                None => format!("pid {pid}"),
+            };
+            let place = match key {
+                Key::Kernel(ip) => match ksyms.lookup(*ip) {
+                    Some((s, _)) if self.text.contains(profdev_core::KernelPc(*ip)) => {
+                        Place::KernelTextHead {
+                            symbol: s.name.clone(),
+                        }
+                    }
+                    Some((s, _)) => match &s.module {
+                        Some(m) => Place::KernelModule {
+                            module: m.clone(),
+                            symbol: s.name.clone(),
+                        },
+                        None => Place::KernelOther {
+                            symbol: s.name.clone(),
+                        },
+                    },
+                    None => Place::KernelOther {
+                        symbol: format!("{ip:#x}"),
+                    },
+                },
+                Key::User { path, offset } => {
+                    let obj = objects
+                        .entry(path.as_str())
+                        .or_insert_with(|| ElfObject::open(Path::new(path)).ok());
+                    let module = path.rsplit('/').next().unwrap_or(path).to_string();
+                    let symbol = obj
+                        .as_ref()
+                        .and_then(|o| {
+                            let addr = o.file_addr_of_offset(*offset)?;
+                            o.symbol(addr).map(|(s, _)| s.name())
+                        })
+                        .unwrap_or_else(|| "[no symbol]".to_string());
+                    Place::User { module, symbol }
+                }
+                Key::NoMapping { what } => Place::Unknown {
+                    module: what.clone(),
+                },
+            };
+            out.add(&comm, *pid, place, n);
+        }
+        out
+    }
+}
+
+/// Opens sessions from the live engine with task tracking on, and shows
+/// every batch to the collector before kprof counts it.
+struct TapFactory {
+    inner: profdev_sample::PerfFactory,
+    collector: Arc<Mutex<Collector>>,
+}
+
+impl SourceFactory for TapFactory {
+    fn open(&self, config: &SessionConfig) -> Result<Box<dyn SampleSource>, SourceError> {
+        let config = SessionConfig {
+            track_tasks: true,
+            ..config.clone()
+        };
+        Ok(Box::new(Tap {
+            inner: self.inner.open(&config)?,
+            collector: self.collector.clone(),
+        }))
+    }
+}
+
+struct Tap {
+    inner: Box<dyn SampleSource>,
+    collector: Arc<Mutex<Collector>>,
+}
+
+impl SampleSource for Tap {
+    fn read(&mut self, out: &mut Vec<Record>, timeout: Duration) -> Result<(), SourceError> {
+        let start = out.len();
+        let r = self.inner.read(out, timeout);
+        self.collector
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(&out[start..]);
+        r
+    }
+
+    fn stats(&self) -> SourceStats {
+        self.inner.stats()
+    }
+}
+
+/// Elapsed time, samples and lost records on stderr while CMD runs, when
+/// stderr is a terminal.
+struct Progress {
+    done: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(collector: Arc<Mutex<Collector>>, started: Instant) -> Self {
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = std::io::stderr().is_terminal().then(|| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    let s = collector.lock().unwrap_or_else(|p| p.into_inner()).stats;
+                    eprint!(
+                        "\r\x1b[Kprofdev sample: {:.1}s, {} samples, {} lost",
+                        started.elapsed().as_secs_f64(),
+                        s.samples,
+                        s.lost
+                    );
+                }
+                eprint!("\r\x1b[K");
+            })
+        });
+        Progress { done, thread }
+    }
+
+    fn finish(mut self) {
+        self.done.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

@@ -40,11 +40,11 @@ impl Outside {
         Outside::default()
     }
 
-    /// Count one tick of process `comm`/`pid` at `place`.
-    pub fn add(&mut self, comm: &str, pid: u32, place: Place) {
-        self.total += 1;
-        *self.by_process.entry((comm.to_string(), pid)).or_default() += 1;
-        *self.by_place.entry(place).or_default() += 1;
+    /// Count `ticks` ticks of process `comm`/`pid` at `place`.
+    pub fn add(&mut self, comm: &str, pid: u32, place: Place, ticks: u64) {
+        self.total += ticks;
+        *self.by_process.entry((comm.to_string(), pid)).or_default() += ticks;
+        *self.by_place.entry(place).or_default() += ticks;
     }
 
     /// Ticks counted.
@@ -134,10 +134,8 @@ mod tests {
             module: "dd".into(),
             symbol: s.into(),
         };
-        for _ in 0..3 {
-            o.add("dd", 42, user("main"));
-        }
-        o.add("sh", 7, user("main"));
+        o.add("dd", 42, user("main"), 3);
+        o.add("sh", 7, user("main"), 1);
         o.add(
             "dd",
             42,
@@ -145,6 +143,7 @@ mod tests {
                 module: "kvm".into(),
                 symbol: "vmx_run".into(),
             },
+            1,
         );
         let text = o.render(10);
         assert_eq!(

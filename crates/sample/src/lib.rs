@@ -60,10 +60,10 @@
 //! **The ring.** Each event has its own ring of 1 + 2^n pages, mapped
 //! read-write so the kernel never overwrites unread data: when a ring is
 //! full it drops records and later writes a PERF_RECORD_LOST, which becomes
-//! a [`Record::Lost`](profdev_core::Record::Lost) and is added to
+//! a [`Record::Lost`] and is added to
 //! `stats().lost`. THROTTLE/UNTHROTTLE records (the kernel slowing a CPU's
 //! sampling because interrupts took too long) become
-//! [`Record::Throttle`](profdev_core::Record::Throttle), and each THROTTLE
+//! [`Record::Throttle`], and each THROTTLE
 //! is counted in `stats().throttled`. Nothing is dropped silently. The ring
 //! size is chosen by [`auto_ring_pages`] (at 1000 Hz: 32 KiB per CPU
 //! without callchains, 256 KiB with them, 2 MiB with an 8 KiB user-stack
@@ -94,7 +94,7 @@
 //! # Errors
 //!
 //! Each is one sentence: EACCES/EPERM from perf_event_open is
-//! [`SourceError::Permission`](profdev_core::SourceError::Permission),
+//! [`SourceError::Permission`],
 //! naming the CPU, the current value of /proc/sys/kernel/perf_event_paranoid,
 //! the sysctl `kernel.perf_event_paranoid` and CAP_PERFMON (or root);
 //! ENOENT/ENODEV/EOPNOTSUPP say the kernel offers no such event; EMFILE says

@@ -13,9 +13,8 @@ pub fn online_cpus() -> io::Result<Vec<u32>> {
     let path = "/sys/devices/system/cpu/online";
     let text = fs::read_to_string(path)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot read {path}: {e}")))?;
-    parse_cpu_list(&text).map_err(|msg| {
-        io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {msg}"))
-    })
+    parse_cpu_list(&text)
+        .map_err(|msg| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {msg}")))
 }
 
 /// Parse a kernel CPU list (`0-3,6,8-9`, trailing newline allowed).
@@ -180,12 +179,18 @@ mod tests {
     fn cpu_lists() {
         assert_eq!(parse_cpu_list("0\n").unwrap(), vec![0]);
         assert_eq!(parse_cpu_list("0-1\n").unwrap(), vec![0, 1]);
-        assert_eq!(parse_cpu_list("0-3,6,8-9").unwrap(), vec![0, 1, 2, 3, 6, 8, 9]);
+        assert_eq!(
+            parse_cpu_list("0-3,6,8-9").unwrap(),
+            vec![0, 1, 2, 3, 6, 8, 9]
+        );
         assert_eq!(
             parse_cpu_list("x").unwrap_err(),
             "`x` is not a CPU number or range"
         );
-        assert_eq!(parse_cpu_list("3-1").unwrap_err(), "`3-1` is a backwards range");
+        assert_eq!(
+            parse_cpu_list("3-1").unwrap_err(),
+            "`3-1` is a backwards range"
+        );
         assert!(parse_cpu_list("\n").is_err());
     }
 
@@ -216,7 +221,10 @@ mod tests {
         let e = parse_maps_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
         assert_eq!((e.path.as_str(), e.file), ("//anon", None));
         // pseudo file, path with spaces, hex device numbers
-        let e = parse_maps_line("ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]").unwrap();
+        let e = parse_maps_line(
+            "ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]",
+        )
+        .unwrap();
         assert_eq!(e.path, "[vsyscall]");
         let e = parse_maps_line("7f00-7f10 r-xp 00000000 fd:1a 42 /tmp/a b (deleted)").unwrap();
         assert_eq!(e.path, "/tmp/a b (deleted)");
@@ -235,8 +243,10 @@ mod tests {
             .any(|r| matches!(r, Record::Comm { pid, tid, .. } if *pid == me && *tid == me)));
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert!(
-            recs.iter().any(|r| matches!(r, Record::Mmap { pid, path, file: Some(_), .. }
-                if *pid == me && std::path::Path::new(path) == exe)),
+            recs.iter().any(
+                |r| matches!(r, Record::Mmap { pid, path, file: Some(_), .. }
+                if *pid == me && std::path::Path::new(path) == exe)
+            ),
             "no mapping of {exe:?} in {recs:?}"
         );
         // a pid that cannot exist yields nothing

@@ -27,7 +27,9 @@ pub enum RingError {
     #[error("ring head {head} is more than the ring's {size} bytes ahead of tail {tail}")]
     Overrun { tail: u64, head: u64, size: usize },
     /// A header announces fewer than 8 bytes.
-    #[error("record header at ring position {pos} has size {size}, smaller than the 8-byte header")]
+    #[error(
+        "record header at ring position {pos} has size {size}, smaller than the 8-byte header"
+    )]
     ShortRecord { pos: u64, size: u16 },
     /// A header announces more bytes than were published.
     #[error("record at ring position {pos} claims {size} bytes but only {available} are readable")]
@@ -200,7 +202,8 @@ impl MappedRing {
         };
         // Kernels since 4.1 say where the data area is; older ones leave 0.
         let (off, size) = (
-            ring.meta(sys::mmap_page::DATA_OFFSET).load(Ordering::Relaxed),
+            ring.meta(sys::mmap_page::DATA_OFFSET)
+                .load(Ordering::Relaxed),
             ring.meta(sys::mmap_page::DATA_SIZE).load(Ordering::Relaxed),
         );
         if size != 0 && size.is_power_of_two() && off as usize + size as usize <= map_len {
@@ -321,15 +324,25 @@ mod tests {
         assert_eq!(readable_segments(64, 8, 40).unwrap(), (8..40, 0..0));
         assert_eq!(readable_segments(64, 56, 72).unwrap(), (56..64, 0..8));
         // free-running counters far past the size
-        assert_eq!(readable_segments(64, 640 + 48, 640 + 64 + 16).unwrap(), (48..64, 0..16));
+        assert_eq!(
+            readable_segments(64, 640 + 48, 640 + 64 + 16).unwrap(),
+            (48..64, 0..16)
+        );
         assert_eq!(readable_segments(64, 0, 64).unwrap(), (0..64, 0..0));
         assert_eq!(
             readable_segments(64, 0, 65),
-            Err(RingError::Overrun { tail: 0, head: 65, size: 64 })
+            Err(RingError::Overrun {
+                tail: 0,
+                head: 65,
+                size: 64
+            })
         );
         // counters wrapping u64
         let t = u64::MAX - 7;
-        assert_eq!(readable_segments(64, t, t.wrapping_add(16)).unwrap(), (56..64, 0..8));
+        assert_eq!(
+            readable_segments(64, t, t.wrapping_add(16)).unwrap(),
+            (56..64, 0..8)
+        );
     }
 
     #[test]
@@ -395,9 +408,23 @@ mod tests {
         // size larger than what was published
         put(&mut ring, 16, &rec(9, &[1, 2, 3]));
         let err = collect(&ring, 0, 24).unwrap_err();
-        assert_eq!(err, RingError::Truncated { pos: 16, size: 32, available: 8 });
+        assert_eq!(
+            err,
+            RingError::Truncated {
+                pos: 16,
+                size: 32,
+                available: 8
+            }
+        );
         // fewer than 8 bytes left
         let err = collect(&ring, 0, 20).unwrap_err();
-        assert_eq!(err, RingError::Truncated { pos: 16, size: 8, available: 4 });
+        assert_eq!(
+            err,
+            RingError::Truncated {
+                pos: 16,
+                size: 8,
+                available: 4
+            }
+        );
     }
 }

@@ -157,16 +157,15 @@ impl PerfSource {
         let attr = attr_for(config, &layout, data_pages, start);
         let pid = match config.target {
             Target::System => -1,
-            Target::Process { pid, .. } => i32::try_from(pid).map_err(|_| {
-                invalid(format!("process id {pid} is out of range"))
-            })?,
+            Target::Process { pid, .. } => i32::try_from(pid)
+                .map_err(|_| invalid(format!("process id {pid} is out of range")))?,
         };
         let mut events = Vec::with_capacity(cpus.len());
         for &cpu in &cpus {
             let fd = sys::perf_event_open(&attr, pid, cpu as i32)
                 .map_err(|e| open_error(e, cpu, cpus.len(), config))?;
-            let ring = MappedRing::map(&fd, data_pages)
-                .map_err(|e| map_error(e, cpu, data_pages))?;
+            let ring =
+                MappedRing::map(&fd, data_pages).map_err(|e| map_error(e, cpu, data_pages))?;
             events.push(Event {
                 cpu,
                 ring,

@@ -169,7 +169,10 @@ impl PerfFactory {
             // the opener cannot block if the child never wrote.
             drop(pid_w);
             drop(go_r);
-            (spawned, opener.join().expect("the session opener thread panicked"))
+            (
+                spawned,
+                opener.join().expect("the session opener thread panicked"),
+            )
         });
         match (spawned, opened) {
             (Ok(child), Some(Ok(source))) => Ok((child, Box::new(source))),
@@ -195,8 +198,14 @@ mod tests {
 
     #[test]
     fn program_lookup() {
-        assert!(find_program(OsStr::new("sh"), Some(OsStr::new("/usr/bin:/bin"))));
-        assert!(!find_program(OsStr::new("sh"), Some(OsStr::new("/nonexistent"))));
+        assert!(find_program(
+            OsStr::new("sh"),
+            Some(OsStr::new("/usr/bin:/bin"))
+        ));
+        assert!(!find_program(
+            OsStr::new("sh"),
+            Some(OsStr::new("/nonexistent"))
+        ));
         assert!(find_program(OsStr::new("/bin/sh"), None));
         assert!(!find_program(OsStr::new("./no-such-program"), None));
         assert!(!find_program(OsStr::new(""), None));
@@ -211,7 +220,10 @@ mod tests {
             .err()
             .expect("refused");
         assert!(matches!(err, SpawnError::NotFound(_)));
-        assert_eq!(err.to_string(), "command not found: profdev-no-such-command");
+        assert_eq!(
+            err.to_string(),
+            "command not found: profdev-no-such-command"
+        );
     }
 
     #[test]
@@ -220,6 +232,9 @@ mod tests {
         let err = spawn_profiled(&mut cmd, &SessionConfig::system(20_000))
             .err()
             .expect("refused");
-        assert!(matches!(err, SpawnError::Source(SourceError::Frequency(_))), "{err}");
+        assert!(
+            matches!(err, SpawnError::Source(SourceError::Frequency(_))),
+            "{err}"
+        );
     }
 }

@@ -39,8 +39,17 @@ pub struct FnSym {
     pub addr: u64,
     /// Size in bytes (0 if unknown).
     pub size: u64,
-    /// Demangled name.
-    pub name: String,
+    /// The name as stored in the file (mangled); [`FnSym::name`] demangles.
+    pub mangled: String,
+}
+
+impl FnSym {
+    /// The demangled name (Rust hashes dropped). Demangling is done here,
+    /// on demand, because objects such as librustc_driver hold hundreds of
+    /// thousands of symbols of which a profile touches a few.
+    pub fn name(&self) -> String {
+        demangle(&self.mangled)
+    }
 }
 
 /// One frame at an address: the innermost first, inlined callers after.
@@ -69,7 +78,26 @@ pub struct ElfObject {
     build_id: Option<Vec<u8>>,
     text: Option<(u64, u64)>,
     is_dyn: bool,
-    dwarf: Option<addr2line::Context<Reader>>,
+    /// The file's bytes (mapped), kept to build the DWARF context lazily:
+    /// symbol lookups never pay for it.
+    bytes: Bytes,
+    has_dwarf: bool,
+    dwarf: std::sync::OnceLock<Option<addr2line::Context<Reader>>>,
+}
+
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -77,7 +105,7 @@ impl std::fmt::Debug for ElfObject {
         f.debug_struct("ElfObject")
             .field("path", &self.path)
             .field("symbols", &self.symbols.len())
-            .field("dwarf", &self.dwarf.is_some())
+            .field("dwarf", &self.has_dwarf)
             .finish()
     }
 }
@@ -97,11 +125,16 @@ impl ElfObject {
             path: name.clone(),
             source,
         })?;
-        Self::parse(&map, path)
+        Self::from_bytes(Bytes::Mapped(map), path)
     }
 
     /// Parse ELF bytes; `path` names the object.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<Self, ElfError> {
+        Self::from_bytes(Bytes::Owned(bytes.to_vec()), path)
+    }
+
+    fn from_bytes(data: Bytes, path: &Path) -> Result<Self, ElfError> {
+        let bytes: &[u8] = &data;
         let name = path.display().to_string();
         if !bytes.starts_with(b"\x7fELF") {
             return Err(ElfError::NotElf { path: name });
@@ -119,7 +152,7 @@ impl ElfObject {
                 Some(FnSym {
                     addr: s.address(),
                     size: s.size(),
-                    name: demangle(name),
+                    mangled: name.to_string(),
                 })
             })
             .collect();
@@ -142,7 +175,8 @@ impl ElfObject {
             .map(|s| (s.address(), s.address() + s.size()));
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let is_dyn = matches!(file.kind(), object::ObjectKind::Dynamic);
-        let dwarf = load_dwarf(&file);
+        let has_dwarf = file.section_by_name(".debug_info").is_some();
+        drop(file);
         Ok(ElfObject {
             path: path.to_path_buf(),
             symbols,
@@ -150,7 +184,9 @@ impl ElfObject {
             build_id,
             text,
             is_dyn,
-            dwarf,
+            bytes: data,
+            has_dwarf,
+            dwarf: std::sync::OnceLock::new(),
         })
     }
 
@@ -177,7 +213,16 @@ impl ElfObject {
 
     /// True if the object carries DWARF line information.
     pub fn has_debug_info(&self) -> bool {
-        self.dwarf.is_some()
+        self.has_dwarf
+    }
+
+    fn dwarf(&self) -> Option<&addr2line::Context<Reader>> {
+        self.dwarf
+            .get_or_init(|| {
+                let file = object::File::parse(&*self.bytes).ok()?;
+                load_dwarf(&file)
+            })
+            .as_ref()
     }
 
     /// Function symbols by address.
@@ -210,7 +255,7 @@ impl ElfObject {
     /// back to the symbol table, with no file or line, without DWARF.
     pub fn frames(&self, addr: FileAddr) -> Vec<Frame> {
         let mut out = Vec::new();
-        if let Some(ctx) = &self.dwarf {
+        if let Some(ctx) = self.dwarf() {
             if let Ok(mut frames) = ctx.find_frames(addr.0).skip_all_loads() {
                 while let Ok(Some(f)) = frames.next() {
                     let function = f
@@ -233,7 +278,7 @@ impl ElfObject {
         if out.is_empty() {
             if let Some((s, _)) = self.symbol(addr) {
                 out.push(Frame {
-                    function: Some(s.name.clone()),
+                    function: Some(s.name()),
                     file: None,
                     line: None,
                 });
@@ -241,7 +286,7 @@ impl ElfObject {
         } else if out.last().is_some_and(|f| f.function.is_none()) {
             if let Some((s, _)) = self.symbol(addr) {
                 if let Some(last) = out.last_mut() {
-                    last.function = Some(s.name.clone());
+                    last.function = Some(s.name());
                 }
             }
         }
@@ -271,6 +316,10 @@ fn load_dwarf(file: &object::File<'_>) -> Option<addr2line::Context<Reader>> {
 pub fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        let d = addr2line::demangle_auto(name.into(), None);
+        return clean_rust_name(&d);
     }
     name.to_string()
 }
@@ -308,7 +357,7 @@ mod tests {
         let sym = obj
             .symbols()
             .iter()
-            .find(|s| s.name.contains("own_test_binary_symbolizes_itself"))
+            .find(|s| s.name().contains("own_test_binary_symbolizes_itself"))
             .expect("the test's own symbol");
         let frames = obj.frames(FileAddr(sym.addr));
         assert!(frames.iter().any(|f| f

@@ -50,8 +50,9 @@ pub enum SymbolError {
     BadElf { path: String, why: String },
     /// Addresses are all zero: kptr_restrict hides them.
     #[error(
-        "{path} shows every kernel address as zero: kernel pointers are hidden by the sysctl \
-         kernel.kptr_restrict (now {setting}); run as root (CAP_SYSLOG) or set kernel.kptr_restrict=0"
+        "{path} shows every kernel address as zero: kernel addresses are hidden from this user \
+         by the sysctl kernel.kptr_restrict (now {setting}); run as root (CAP_SYSLOG), or set \
+         kernel.kptr_restrict=0 and kernel.perf_event_paranoid<=1"
     )]
     Restricted { path: String, setting: String },
     /// No code symbols at all.
