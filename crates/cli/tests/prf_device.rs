@@ -344,15 +344,10 @@ fn per_cpu_files_add_up_to_prf() {
     }
     assert_eq!(sum, all[n..], "the per-CPU counters add up to prf's");
     let total: u64 = all[n..].iter().sum();
-    // 100 Hz on every CPU for about 1.5 s: each CPU ticks about as often.
-    let max = *totals.iter().max().unwrap();
-    assert!(max >= 50, "per-CPU totals {totals:?}");
-    for t in &totals {
-        assert!(
-            *t * 2 >= max,
-            "every CPU ticks at 100 Hz, idle or not: {totals:?}"
-        );
-    }
+    // 100 Hz per CPU for about 1.5 s; dd keeps at least one CPU busy. (Not
+    // every CPU need tick that often: on some VMs an idle vCPU's cpu-clock
+    // timer does not fire, and `perf record -a` sees the same.)
+    assert!(total >= 100, "per-CPU totals {totals:?}");
     assert!(
         all[n] + all[n + 1] < total,
         "kernel ticks counted: {totals:?}"
