@@ -5,6 +5,7 @@
 //! through a link named after it (`ln -s profdev kprof`).
 
 mod kprof;
+mod mount;
 mod prfdc;
 mod prfdev;
 mod prfld;
@@ -12,6 +13,7 @@ mod prfpr;
 mod prfsnap;
 mod prfstat;
 mod sample;
+mod unmount;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -35,6 +37,16 @@ const COMMANDS: &[Command] = &[
         name: "kprof",
         about: "format a kpdata histogram against kernel symbols (Inferno kprof)",
         run: kprof::main,
+    },
+    Command {
+        name: "mount",
+        about: "serve the devices as files on DIR (default /run/profdev)",
+        run: mount::main,
+    },
+    Command {
+        name: "unmount",
+        about: "unmount the device server at DIR (default /run/profdev)",
+        run: unmount::main,
     },
     Command {
         name: "prfld",

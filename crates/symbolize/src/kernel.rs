@@ -335,3 +335,34 @@ ffffffffc0000000 t modfn\t[kvm]
         }
     }
 }
+
+#[cfg(test)]
+mod sweep {
+    use super::*;
+
+    /// Stand-in for the fuzz target on stable: truncated and corrupted
+    /// symbol files parse or fail with a sentence, never panic.
+    #[test]
+    fn truncations_and_corruptions_never_panic() {
+        let good =
+            b"ffffffff81000000 T _stext\nffffffff81000010 t f\t[m]\nffffffff81000100 T _etext\n";
+        for n in 0..good.len() {
+            if let Ok(k) = KernelSymbols::from_text(&good[..n], "t") {
+                let _ = (k.text_symbols(), k.lookup(0xffffffff81000011), k.text());
+            }
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..5000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut bad = good.to_vec();
+            let i = (seed as usize) % bad.len();
+            bad[i] = (seed >> 40) as u8;
+            if let Ok(k) = KernelSymbols::from_text(&bad, "t") {
+                let _ = (k.text_symbols(), k.lookup(seed));
+            }
+            let _ = KernelSymbols::from_vmlinux(&bad, "t");
+        }
+    }
+}
