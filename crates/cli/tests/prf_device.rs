@@ -17,7 +17,7 @@ const PRF_GETSTATUS: u64 = 0x5001;
 const PRF_GETSIZE: u64 = 0x5002;
 const PRF_SETSTATE: u64 = 0x5003;
 const PRF_GETMAX: u64 = 0x5004;
-const MAXPRF: usize = 131_071;
+const MAXPRF: usize = 130_560;
 const TV_R1: [u64; 4] = [0, 0xC000_1000, 0xC000_2000, 0xC000_3000];
 
 /// Kernel functions that do the zeroing for `dd if=/dev/zero` across
@@ -197,6 +197,26 @@ fn diagnostics_and_tv_r2_r3_through_system_calls() {
         assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(0), "{len} bytes");
         assert_eq!(fd.read(8), Err(libc::ENXIO), "{len} bytes");
     }
+
+    // The largest table loads whole even from a buffer that starts 8 bytes
+    // before a page boundary (so it spans one page more than its length),
+    // and a read of its 2 MiB image, which FUSE splits, is one snapshot.
+    let table: Vec<u64> = (0..MAXPRF as u64).map(|i| i * 16).collect();
+    let bytes: Vec<u8> = table.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let mut backing = vec![0u8; bytes.len() + 8192];
+    let skew = (4088 + 4096 - backing.as_ptr() as usize % 4096) % 4096;
+    backing[skew..skew + bytes.len()].copy_from_slice(&bytes);
+    assert_eq!(fd.write(&backing[skew..skew + bytes.len()]), Ok(MAXPRF * 8));
+    assert_eq!(fd.ioctl(PRF_GETSIZE, 0), Ok(MAXPRF as i32));
+    let image = fd.read((2 * MAXPRF + 2) * 8 + 100).unwrap();
+    assert_eq!(image.len(), (2 * MAXPRF + 2) * 8);
+    assert_eq!(words(&image[..MAXPRF * 8]), table);
+    assert!(image[MAXPRF * 8..].iter().all(|&b| b == 0));
+    assert_eq!(
+        fd.read(16).unwrap(),
+        image[..16],
+        "the next read starts over"
+    );
 
     // A good load; then TV-R3.
     assert_eq!(fd.write_words(&TV_R1), Ok(32));

@@ -78,7 +78,7 @@
 //! #define PRF_GETSIZE     0x5002  /* ioctl(fd, PRF_GETSIZE, 0) = N (0 before any load) */
 //! #define PRF_SETSTATE    0x5003  /* ioctl(fd, PRF_SETSTATE, on) = 0; bit 0 of on; */
 //!                                 /*   no effect without a valid table (DG/UX) */
-//! #define PRF_GETMAX      0x5004  /* ioctl(fd, PRF_GETMAX, 0) = most addresses a load may hold */
+//! #define PRF_GETMAX      0x5004  /* ioctl(fd, PRF_GETMAX, 0) = most addresses a load may hold (130560) */
 //! ```
 //!
 //! Any other command fails with EINVAL. SVR4 used the bare numbers 1, 2
@@ -86,10 +86,15 @@
 //! VFS answers itself for every regular file (EFAULT with a 0 argument),
 //! before a file system or driver sees them. So profdev keeps the seed's
 //! numbers as the low byte of `_IO('P', n)`: same names, same calling
-//! convention, numbers that reach the device. `PRF_GETMAX` is 131071: a
-//! table must arrive in one FUSE write request, and Linux caps those at
-//! 1 MiB (256 pages); one word less than that makes an oversized table fail
-//! as a whole with ENOSPC rather than be split by the kernel.
+//! convention, numbers that reach the device.
+//!
+//! `PRF_GETMAX` is 130560. A table must reach the device in one FUSE
+//! request, and Linux builds a request from at most 256 pages of the
+//! caller's buffer (`fs.fuse.max_pages_limit`); a buffer that does not
+//! start on a page boundary loses up to a page of that, so 1 MiB − 4 KiB
+//! = 130560 words is the largest table that always arrives whole. A larger
+//! write's first request is then already too large, so it fails as a whole
+//! with ENOSPC instead of being loaded in part.
 //!
 //! **poll** and **select** always report the files ready; **open** and
 //! **close** do nothing.
@@ -108,13 +113,17 @@
 //!
 //! # Bugs
 //!
-//! Counters are 64 bits and never wrap in practice. The files need the file
-//! server to open them without a file position (FOPEN_STREAM), or a second
-//! `read` on the same descriptor continues where the first stopped instead
-//! of starting over. A sampling session that dies (the engine reports an
-//! error) leaves the profiler "on" but counting nothing. Kernels with more
-//! than 131070 text symbols cannot be loaded whole (`prfld`: "too many text
-//! symbols").
+//! Counters are 64 bits and never wrap in practice. The files have no file
+//! position (the server opens them FOPEN_STREAM, so that every read starts
+//! over, as the seed's did): `lseek` and `pread` fail with ESPIPE, and
+//! `cat prf` never ends, as on SVR4. A read larger than one FUSE request
+//! (1 MiB) reaches the device in pieces; they are served from one snapshot
+//! taken for the piece at offset 0. A sampling session that dies (the
+//! engine reports an error) leaves the profiler "on" but counting nothing.
+//! A kernel with more than 130559 distinct code addresses cannot be loaded
+//! whole (`prfld`: "too many text symbols"); x86_64 Linux 6.18 has about
+//! 64000. On a VM whose idle vCPUs' timers do not fire, those CPUs count no
+//! idle ticks (`perf record -a` sees the same).
 
 use crate::engine::{Engine, Sink, Subscription};
 use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
@@ -138,8 +147,9 @@ pub const PRF_GETMAX: u32 = 0x5004;
 
 /// Bytes per word of the table and the counters.
 pub const WORD: usize = 8;
-/// Default `PRF_GETMAX`: one word less than a 1 MiB FUSE write.
-pub const DEFAULT_MAXPRF: usize = (1 << 20) / WORD - 1;
+/// Default `PRF_GETMAX`: the words of 256 pages less one, the most a FUSE
+/// request always carries whole, whatever the buffer's alignment.
+pub const DEFAULT_MAXPRF: usize = ((256 - 1) * 4096) / WORD;
 /// Default sampling frequency per CPU: the seed's 100th of a second.
 pub const DEFAULT_FREQUENCY_HZ: u32 = 100;
 
@@ -158,7 +168,7 @@ pub struct PrfConfig {
 }
 
 impl PrfConfig {
-    /// The defaults for these CPUs: 131071 addresses, 100 Hz.
+    /// The defaults for these CPUs: 130560 addresses, 100 Hz.
     pub fn new(cpus: Vec<u32>) -> Self {
         PrfConfig {
             cpus,
@@ -492,7 +502,9 @@ impl Dev for Prf {
             };
         }
         self.view(qid).ok_or(DevError::NotFound)?;
-        Ok(Chan::new(qid, mode))
+        let mut chan = Chan::new(qid, mode);
+        chan.stream = true;
+        Ok(chan)
     }
 
     fn read(&self, chan: &mut Chan, offset: u64, count: u32) -> Result<Vec<u8>, DevError> {
