@@ -3,11 +3,13 @@
 //! commands' shared option parsing.
 //!
 //! `-f DEVICE` names the device: a path, or a bare file name (`prf1`)
-//! taken in the default mount directory `/run/profdev`. Without `-f` the
-//! commands use `/run/profdev/prf`, and if no device server is mounted
-//! there they start one in the background (`profdev mount -b
-//! /run/profdev`) and say so on standard error.
+//! taken in the mount directory, `$PROFDEV_MOUNT` or `/run/profdev`.
+//! Without `-f` the commands use `prf` there. When the device is in the
+//! mount directory and no device server is mounted there, the command
+//! starts one in the background (`profdev mount -b`) and says so on
+//! standard error.
 
+use crate::mount::DEFAULT_DIR;
 use profdev_dev::prf::{PRF_GETMAX, PRF_GETSIZE, PRF_GETSTATUS, PRF_SETSTATE, WORD};
 use profdev_report::prfpr::Tm;
 use std::ffi::OsString;
@@ -15,10 +17,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// Where `profdev mount` puts the devices by default.
-pub const DEFAULT_DIR: &str = "/run/profdev";
 
 /// Parsed command line: option values by letter, then the operands.
 #[derive(Debug, Default)]
@@ -75,42 +73,31 @@ pub fn getopt(args: Vec<OsString>, letters: &[char]) -> Result<Opts, ()> {
     Ok(opts)
 }
 
-/// The device a command uses: `-f`'s, or the default, starting a device
-/// server if the default is not mounted. `cmd` prefixes the note.
+/// The device a command uses: `-f`'s path, or a file in the mount
+/// directory (`$PROFDEV_MOUNT`, or `/run/profdev`): `-f`'s bare name or
+/// `prf`. In the mount directory, a device server is started if none is
+/// mounted, and the command says so; if none can be started, it says why
+/// and the open that follows fails with the command's own message.
 pub fn device_path(cmd: &str, opt: Option<&str>) -> PathBuf {
-    match opt {
-        Some(name) if name.contains('/') => PathBuf::from(name),
-        Some(name) => Path::new(DEFAULT_DIR).join(name),
-        None => {
-            let path = Path::new(DEFAULT_DIR).join("prf");
-            if std::fs::metadata(&path).is_err() {
-                start_server(cmd);
-            }
-            path
+    let name = match opt {
+        Some(path) if path.contains('/') => return PathBuf::from(path),
+        Some(name) => name,
+        None => "prf",
+    };
+    match crate::mount::ensure_mounted() {
+        Ok(dir) => dir.join(name),
+        Err(e) => {
+            eprintln!("{cmd}: no device server is mounted, and none could be started: {e:#}");
+            mount_dir().join(name)
         }
     }
 }
 
-/// Start `profdev mount -b /run/profdev` and say so.
-fn start_server(cmd: &str) {
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("profdev"));
-    let status = Command::new(&exe)
-        .args(["mount", "-b", DEFAULT_DIR])
-        .status();
-    match status {
-        Ok(s) if s.success() => eprintln!(
-            "{cmd}: no device server was mounted at {DEFAULT_DIR}; started one in the background \
-             (profdev mount -b {DEFAULT_DIR})"
-        ),
-        Ok(s) => eprintln!(
-            "{cmd}: no device server is mounted at {DEFAULT_DIR}, and 'profdev mount -b \
-             {DEFAULT_DIR}' failed ({s})"
-        ),
-        Err(e) => eprintln!(
-            "{cmd}: no device server is mounted at {DEFAULT_DIR}, and 'profdev mount -b \
-             {DEFAULT_DIR}' could not run: {e}"
-        ),
-    }
+/// The mount directory the commands use by default.
+pub fn mount_dir() -> PathBuf {
+    std::env::var_os("PROFDEV_MOUNT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
 }
 
 /// An open prf device.
@@ -253,14 +240,11 @@ mod tests {
     }
 
     #[test]
-    fn bare_device_names_are_in_the_default_directory() {
-        assert_eq!(
-            device_path("t", Some("prf1")),
-            PathBuf::from("/run/profdev/prf1")
-        );
+    fn paths_are_taken_as_they_are() {
         assert_eq!(
             device_path("t", Some("/mnt/p/prf")),
             PathBuf::from("/mnt/p/prf")
         );
+        assert_eq!(device_path("t", Some("./prf")), PathBuf::from("./prf"));
     }
 }

@@ -646,3 +646,33 @@ fn prfdc_collects_every_period_in_the_background() {
     assert_eq!(text.matches("initialization").count(), 0, "{text}");
     assert!(text.lines().count() >= 6, "two intervals:\n{text}");
 }
+
+#[test]
+fn without_f_the_command_starts_a_device_server_and_says_so() {
+    if !privileged("prf commands starting a server", can_mount()) {
+        return;
+    }
+    let d = tempdir();
+    let dir = d.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let out = run(profdev().env("PROFDEV_MOUNT", &dir).arg("prfstat"));
+    let unmount = run(profdev().arg("unmount").arg(&dir));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "profiling disabled\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&format!("started a device server at {}", dir.display())),
+        "{out:?}"
+    );
+    assert!(unmount.status.success(), "{unmount:?}");
+    // Bare -f names are files in that directory, started the same way.
+    let out = run(profdev()
+        .env("PROFDEV_MOUNT", &dir)
+        .args(["prfstat", "-f", "prf0"]));
+    let unmount = run(profdev().arg("unmount").arg(&dir));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "profiling disabled\n",
+        "{out:?}"
+    );
+    assert!(unmount.status.success(), "{unmount:?}");
+}
