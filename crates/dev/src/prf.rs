@@ -75,7 +75,7 @@
 //! #define PRF_VAL         2       /* state bit: a valid table is loaded */
 //!
 //! #define PRF_GETSTATUS   0x5001  /* ioctl(fd, PRF_GETSTATUS, 0) = state bits */
-//! #define PRF_GETSIZE     0x5002  /* ioctl(fd, PRF_GETSIZE, 0) = N (0 before any load) */
+//! #define PRF_GETSIZE     0x5002  /* ioctl(fd, PRF_GETSIZE, 0) = N of the last table taken, even one refused as unsorted; 0 before any */
 //! #define PRF_SETSTATE    0x5003  /* ioctl(fd, PRF_SETSTATE, on) = 0; bit 0 of on; */
 //!                                 /*   no effect without a valid table (DG/UX) */
 //! #define PRF_GETMAX      0x5004  /* ioctl(fd, PRF_GETMAX, 0) = most addresses a load may hold (130560) */
@@ -96,7 +96,8 @@
 //! write's first request is then already too large, so it fails as a whole
 //! with ENOSPC instead of being loaded in part.
 //!
-//! **poll** and **select** always report the files ready; **open** and
+//! **poll** and **select** always report the files ready (for reading when
+//! open for reading, for writing when open for writing); **open** and
 //! **close** do nothing.
 //!
 //! # Example
@@ -105,7 +106,7 @@
 //! % profdev prfld                     # load /proc/kallsyms' text symbols
 //! % profdev prfstat on
 //! profiling enabled
-//! 122080 kernel text addresses
+//! 64104 kernel text addresses
 //! % profdev prfsnap /tmp/log; make -j2; profdev prfsnap /tmp/log
 //! % profdev prfpr /tmp/log 1
 //! % profdev prfsnap -f /run/profdev/prf1 /tmp/log1   # processor 1 only

@@ -652,6 +652,36 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A small deterministic generator: both layouts, all sorts of counts.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 96) as usize;
+            let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if next() % 2 == 0 && len >= 24 {
+                bytes[..8].copy_from_slice(&MAGIC);
+                bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+                bytes[12..16].copy_from_slice(&(1 + next() as u32 % 2).to_le_bytes());
+                bytes[16..24].copy_from_slice(&(next() % 8).to_le_bytes());
+            } else if len >= 4 {
+                bytes[..4].copy_from_slice(&((next() % 8) as u32).to_le_bytes());
+            }
+            if let Ok(log) = parse(&bytes) {
+                let h = &log.header;
+                let used = h.byte_len() + log.records.len() * h.record_len();
+                let partial = log.partial.map_or(0, |p| p.len as usize);
+                assert_eq!(used + partial, bytes.len());
+            }
+        }
+    }
+
+    #[test]
     fn writing_checks_widths_and_counts() {
         let svr4 = Header::new(Layout::Svr4I386, 1, vec![0, 0x1_0000_0000]).unwrap();
         assert_eq!(
