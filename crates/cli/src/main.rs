@@ -8,6 +8,12 @@ mod gmon;
 mod kgmon;
 mod kprof;
 mod mount;
+mod prfdc;
+mod prfdev;
+mod prfld;
+mod prfpr;
+mod prfsnap;
+mod prfstat;
 mod sample;
 mod unmount;
 
@@ -53,6 +59,31 @@ const COMMANDS: &[Command] = &[
         name: "unmount",
         about: "unmount the device server at DIR (default /run/profdev)",
         run: unmount::main,
+    },
+    Command {
+        name: "prfld",
+        about: "load the prf profiler with the kernel's text addresses (profiler(1M))",
+        run: prfld::main,
+    },
+    Command {
+        name: "prfstat",
+        about: "switch the prf profiler on or off and report its state",
+        run: prfstat::main,
+    },
+    Command {
+        name: "prfdc",
+        about: "collect prf counters into a log every period, in the background",
+        run: prfdc::main,
+    },
+    Command {
+        name: "prfsnap",
+        about: "append a snapshot of the prf counters to a log",
+        run: prfsnap::main,
+    },
+    Command {
+        name: "prfpr",
+        about: "print a prf log: each kernel function's share of the ticks",
+        run: prfpr::main,
     },
 ];
 

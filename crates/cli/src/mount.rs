@@ -34,7 +34,7 @@
 //!
 //! ```text
 //! # profdev mount -b
-//! profdev: serving kpctl kpdata gmon at /run/profdev in the background (pid 4242, log /run/profdev.log)
+//! profdev: serving kpctl kpdata at /run/profdev in the background (pid 4242, log /run/profdev.log)
 //! # echo start >/run/profdev/kpctl; make -j2; echo stop >/run/profdev/kpctl
 //! # cp /run/profdev/kpdata /tmp/kpdata && profdev kprof /proc/kallsyms /tmp/kpdata
 //! # profdev unmount

@@ -90,7 +90,8 @@ impl Scene {
         assert_eq!(
             line,
             format!(
-                "profdev: serving kpctl kpdata gmon at {} in the background (pid {}, log {}.log)",
+                "profdev: serving {} at {} in the background (pid {}, log {}.log)",
+                served_files(),
                 self.dir.display(),
                 pid_in(line),
                 self.dir.display()
@@ -382,6 +383,16 @@ fn sigkill_then_unmount_clears_the_dead_mount() {
     assert_eq!(mounted(&s.dir), None, "nothing left in /proc/mounts");
 }
 
+/// The files the device table puts at the mount root, in table order:
+/// kprof's, then prf's (one per online CPU).
+fn served_files() -> String {
+    let mut files: Vec<String> = ["kpctl", "kpdata", "prf"].map(String::from).to_vec();
+    let cpus = profdev_sample::online_cpus().unwrap();
+    files.extend(cpus.iter().map(|c| format!("prf{c}")));
+    files.push("gmon".into());
+    files.join(" ")
+}
+
 #[test]
 fn sigkill_then_mount_clears_the_dead_mount_and_serves() {
     if !privileged("sigkill_then_mount", can_mount()) {
@@ -395,8 +406,9 @@ fn sigkill_then_mount_clears_the_dead_mount_and_serves() {
     assert!(out.status.success(), "{err}");
     assert!(
         err.starts_with(&format!(
-            "profdev: cleared a dead mount at {} (its server had died)\nprofdev: serving kpctl kpdata gmon at",
-            s.dir.display()
+            "profdev: cleared a dead mount at {} (its server had died)\nprofdev: serving {} at",
+            s.dir.display(),
+            served_files()
         )),
         "{err}"
     );

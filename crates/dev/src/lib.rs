@@ -21,6 +21,7 @@ pub mod ctl;
 pub mod engine;
 pub mod kgmon;
 pub mod kprof;
+pub mod prf;
 
 mod error;
 pub mod tree;
@@ -143,6 +144,10 @@ pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
     vec![
         Arc::new(kprof::Kprof::new(
             kprof::KprofConfig::new(ctx.kernel_text),
+            ctx.engine.clone(),
+        )),
+        Arc::new(prf::Prf::new(
+            prf::PrfConfig::new(ctx.cpus.clone()),
             ctx.engine.clone(),
         )),
         Arc::new(kgmon::Kgmon::new(

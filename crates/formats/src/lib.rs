@@ -6,4 +6,5 @@
 
 pub mod gmon;
 pub mod kpdata;
+pub mod prflog;
 pub mod symelf;

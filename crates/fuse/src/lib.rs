@@ -27,7 +27,9 @@
 //! * **Reads and writes** are direct I/O: every `read(2)` reaches the
 //!   device with its exact offset and size (`dd bs=4` reads one kpdata
 //!   word), whatever `stat` says the length is, and `stat` shows the
-//!   device's true length.
+//!   device's true length. A channel its device marks `stream` (prf) is
+//!   opened FOPEN_STREAM: it has no file position, so every `read(2)` and
+//!   `write(2)` starts at offset 0.
 //! * **Truncation.** `echo start >kpctl` truncates before it writes; a
 //!   truncation to 0 of a writable file succeeds and does nothing. Every
 //!   other attribute change fails with EPERM.

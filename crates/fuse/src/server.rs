@@ -397,6 +397,11 @@ impl Filesystem for Server {
         let name = d.stat(qid).map(|e| e.name).unwrap_or_default();
         match d.open(qid, open_mode(flags)) {
             Ok(chan) => {
+                let fopen = if chan.stream {
+                    FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_STREAM
+                } else {
+                    FopenFlags::FOPEN_DIRECT_IO
+                };
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                 let of = OpenFile {
                     dev,
@@ -404,7 +409,7 @@ impl Filesystem for Server {
                     chan: Mutex::new(Some(chan)),
                 };
                 self.lock_files().insert(fh, Arc::new(of));
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
+                reply.opened(FileHandle(fh), fopen);
             }
             Err(e) => reply.error(Errno::from_i32(errno(&e))),
         }

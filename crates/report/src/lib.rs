@@ -5,3 +5,4 @@
 
 pub mod kprof;
 pub mod outside;
+pub mod prfpr;
