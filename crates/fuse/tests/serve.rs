@@ -513,6 +513,9 @@ fn concurrent_readers_each_see_a_consistent_snapshot() {
     }
     let k = kprof();
     let m = TestMount::new(vec![k.clone()]);
+    // One batch before any reader opens, so every snapshot holds samples
+    // whatever the scheduling; the feeder keeps ticking during the reads.
+    k.feed(&samples((0..64).map(|j| 0xffff_ffff_8100_0100 + j * 8)));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let feeder = {
         let (k, stop) = (k.clone(), stop.clone());
