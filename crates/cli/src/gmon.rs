@@ -20,6 +20,7 @@
 //! programs CMD runs) are counted and reported, not written: gprof knows
 //! only CMD's symbols. It exits with CMD's status.
 
+use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError, Target};
@@ -31,7 +32,6 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -127,14 +127,7 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args.command[1..]);
-    // SAFETY: only async-signal-safe calls (signal) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    restore_in_child(&mut cmd);
     // ^C and ^\ go to the whole foreground group: CMD takes them, and
     // profdev stays alive to write what was recorded.
     let guard = IgnoreInterrupts::new();
@@ -366,63 +359,6 @@ impl Builder {
     #[cfg(test)]
     fn unwind_stats(&self) -> profdev_symbolize::unwind::UnwindStats {
         self.unwinder.stats()
-    }
-}
-
-fn find_program(cmd: &OsString) -> Result<PathBuf> {
-    let name = Path::new(cmd);
-    let executable = |p: &Path| {
-        use std::os::unix::fs::PermissionsExt;
-        p.metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if name.components().count() > 1 {
-        if executable(name) {
-            return Ok(name.to_path_buf());
-        }
-        bail!("{}: no such executable file", name.display());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| executable(p))
-        .ok_or_else(|| anyhow!("{}: command not found", name.display()))
-}
-
-struct IgnoreInterrupts {
-    int: libc::sighandler_t,
-    quit: libc::sighandler_t,
-}
-
-impl IgnoreInterrupts {
-    fn new() -> Self {
-        // SAFETY: installing SIG_IGN has no preconditions; the previous
-        // handlers are restored on drop.
-        unsafe {
-            IgnoreInterrupts {
-                int: libc::signal(libc::SIGINT, libc::SIG_IGN),
-                quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-            }
-        }
-    }
-}
-
-impl Drop for IgnoreInterrupts {
-    fn drop(&mut self) {
-        // SAFETY: restores the handlers saved in new().
-        unsafe {
-            libc::signal(libc::SIGINT, self.int);
-            libc::signal(libc::SIGQUIT, self.quit);
-        }
-    }
-}
-
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
-        _ => ExitCode::from(1),
     }
 }
 

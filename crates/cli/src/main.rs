@@ -4,6 +4,7 @@
 //! back and lives in a module of its own. A subcommand can also be run
 //! through a link named after it (`ln -s profdev kprof`).
 
+mod child;
 mod gmon;
 mod kgmon;
 mod kprof;

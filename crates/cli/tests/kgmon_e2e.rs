@@ -20,20 +20,6 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-/// Kernel functions that do the zeroing for `dd if=/dev/zero` across
-/// kernel versions (as in sample_e2e.rs).
-fn is_zeroing(sym: &str) -> bool {
-    [
-        "read_zero",
-        "clear_user",
-        "rep_stos",
-        "iov_iter_zero",
-        "clear_page",
-    ]
-    .iter()
-    .any(|z| sym.contains(z))
-}
-
 fn dd() {
     let st = Command::new("dd")
         .args(["if=/dev/zero", "of=/dev/null", "bs=64k", "count=200000"])

@@ -188,14 +188,6 @@ fn ok(out: std::process::Output) -> Vec<u8> {
     out.stdout
 }
 
-/// Kernel functions that do the zeroing for `dd if=/dev/zero` across
-/// kernel versions (6.x inlines clear_user into read_zero).
-fn is_zeroing(sym: &str) -> bool {
-    ["clear_user", "rep_stos", "zero"]
-        .iter()
-        .any(|z| sym.contains(z))
-}
-
 /// The kprof(3) man page's example, in sh, against a real mount: profile
 /// a kernel workload, copy kpdata, format it, find the workload's kernel
 /// function. Then every way of reading kpdata agrees, stat shows its

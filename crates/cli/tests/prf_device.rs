@@ -20,20 +20,6 @@ const PRF_GETMAX: u64 = 0x5004;
 const MAXPRF: usize = 130_560;
 const TV_R1: [u64; 4] = [0, 0xC000_1000, 0xC000_2000, 0xC000_3000];
 
-/// Kernel functions that do the zeroing for `dd if=/dev/zero` across
-/// kernel versions.
-fn is_zeroing(sym: &str) -> bool {
-    [
-        "read_zero",
-        "clear_user",
-        "rep_stos",
-        "iov_iter_zero",
-        "clear_page",
-    ]
-    .iter()
-    .any(|z| sym.contains(z))
-}
-
 fn can_mount() -> Result<(), String> {
     if !Path::new("/dev/fuse").exists() {
         return Err("/dev/fuse is missing".into());
