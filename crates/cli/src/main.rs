@@ -4,9 +4,20 @@
 //! back and lives in a module of its own. A subcommand can also be run
 //! through a link named after it (`ln -s profdev kprof`).
 
+mod child;
+mod gmon;
+mod kgmon;
 mod kprof;
+mod mount;
+mod prfdc;
+mod prfdev;
+mod prfld;
+mod prfpr;
+mod prfsnap;
+mod prfstat;
 mod prof;
 mod sample;
+mod unmount;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -27,6 +38,16 @@ const COMMANDS: &[Command] = &[
         run: sample::main,
     },
     Command {
+        name: "kgmon",
+        about: "control kernel call-graph profiling; dump gmon.out for gprof (NetBSD kgmon)",
+        run: kgmon::main,
+    },
+    Command {
+        name: "gmon",
+        about: "run a command and write a gmon.out for gprof, without -pg",
+        run: gmon::main,
+    },
+    Command {
         name: "prof",
         about: "profile a command's modules by function and source line (Inferno prof)",
         run: prof::main,
@@ -35,6 +56,41 @@ const COMMANDS: &[Command] = &[
         name: "kprof",
         about: "format a kpdata histogram against kernel symbols (Inferno kprof)",
         run: kprof::main,
+    },
+    Command {
+        name: "mount",
+        about: "serve the devices as files on DIR (default /run/profdev)",
+        run: mount::main,
+    },
+    Command {
+        name: "unmount",
+        about: "unmount the device server at DIR (default /run/profdev)",
+        run: unmount::main,
+    },
+    Command {
+        name: "prfld",
+        about: "load the prf profiler with the kernel's text addresses (profiler(1M))",
+        run: prfld::main,
+    },
+    Command {
+        name: "prfstat",
+        about: "switch the prf profiler on or off and report its state",
+        run: prfstat::main,
+    },
+    Command {
+        name: "prfdc",
+        about: "collect prf counters into a log every period, in the background",
+        run: prfdc::main,
+    },
+    Command {
+        name: "prfsnap",
+        about: "append a snapshot of the prf counters to a log",
+        run: prfsnap::main,
+    },
+    Command {
+        name: "prfpr",
+        about: "print a prf log: each kernel function's share of the ticks",
+        run: prfpr::main,
     },
 ];
 

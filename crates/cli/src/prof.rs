@@ -108,6 +108,7 @@
 //!   standard library (`/rustc/HASH/…`) is usually not there, so its lines
 //!   show without text.
 
+use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
 use anyhow::{anyhow, bail, Context as _, Result};
 use profdev_core::{FileAddr, SampleSource, SessionConfig, SourceError, SourceFactory};
 use profdev_dev::prof::{self, Prof};
@@ -122,21 +123,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Stand-in until the file server's `crate::mount` lands.
-mod mount {
-    pub fn ensure_mounted() -> anyhow::Result<std::path::PathBuf> {
-        match std::env::var_os("PROFDEV_MOUNT") {
-            Some(d) => Ok(d.into()),
-            None => anyhow::bail!("no prof device is mounted (set PROFDEV_MOUNT)"),
-        }
-    }
-}
 
 const USAGE: &str = "usage: prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]";
 
@@ -247,7 +237,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         if args.interval.is_some() {
             eprintln!("prof: warning: -s option ignored");
         }
-        let dir = mount::ensure_mounted()?.join("prof");
+        let dir = crate::mount::ensure_mounted()?.join("prof");
         let records = read_mounted(&dir)?;
         show(&records, &args.options, args.innermost)?;
         return Ok(ExitCode::SUCCESS);
@@ -305,26 +295,6 @@ fn absolute(p: &Path) -> String {
         .into_owned()
 }
 
-fn find_program(cmd: &OsString) -> Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let name = Path::new(cmd);
-    let runnable = |p: &Path| {
-        p.metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if name.components().count() > 1 {
-        return runnable(name)
-            .then(|| name.to_path_buf())
-            .ok_or_else(|| anyhow!("command not found: {}", name.display()));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| runnable(p))
-        .ok_or_else(|| anyhow!("command not found: {}", name.display()))
-}
-
 /// A factory handing out the one session `spawn_profiled` opened.
 struct Prepared(Mutex<Option<Box<dyn SampleSource>>>);
 
@@ -364,15 +334,8 @@ fn profile_command(
     let _guard = IgnoreInterrupts::new();
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    // SAFETY: only async-signal-safe calls (signal) between fork and exec;
-    // this hook runs before spawn_profiled's own.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    // Registered before spawn_profiled's own pre_exec hook, so it runs first.
+    restore_in_child(&mut cmd);
     let (mut child, source) =
         profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| match e {
             profdev_sample::SpawnError::NotFound(_) => anyhow!("{e}"),
@@ -412,7 +375,7 @@ fn begin(args: &Args) -> Result<ExitCode> {
         eprintln!("prof: warning: output format ignored");
     }
     let words = module_words(args)?;
-    let ctl_path = mount::ensure_mounted()?.join("prof/ctl");
+    let ctl_path = crate::mount::ensure_mounted()?.join("prof/ctl");
     let write = |msg: String| -> Result<()> {
         std::fs::OpenOptions::new()
             .write(true)
@@ -429,10 +392,11 @@ fn begin(args: &Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
-    let status = std::process::Command::new(program)
-        .args(&args.command[1..])
-        .status()
-        .context("cannot run the command")?;
+    let _guard = IgnoreInterrupts::new();
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(&args.command[1..]);
+    restore_in_child(&mut cmd);
+    let status = cmd.status().context("cannot run the command")?;
     Ok(exit_code(status))
 }
 
@@ -691,44 +655,6 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     out.write_all(format(&modules, options).as_bytes())?;
     out.flush()?;
     Ok(())
-}
-
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
-        _ => ExitCode::from(1),
-    }
-}
-
-/// ^C and ^\ go to the whole foreground group: CMD takes them, and prof
-/// stays alive to show what was recorded (as `profdev sample` does).
-struct IgnoreInterrupts {
-    int: libc::sighandler_t,
-    quit: libc::sighandler_t,
-}
-
-impl IgnoreInterrupts {
-    fn new() -> Self {
-        // SAFETY: installing SIG_IGN has no preconditions; the previous
-        // handlers are restored on drop.
-        unsafe {
-            IgnoreInterrupts {
-                int: libc::signal(libc::SIGINT, libc::SIG_IGN),
-                quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-            }
-        }
-    }
-}
-
-impl Drop for IgnoreInterrupts {
-    fn drop(&mut self) {
-        // SAFETY: restores the handlers saved in new().
-        unsafe {
-            libc::signal(libc::SIGINT, self.int);
-            libc::signal(libc::SIGQUIT, self.quit);
-        }
-    }
 }
 
 #[cfg(test)]

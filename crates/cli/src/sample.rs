@@ -11,6 +11,7 @@
 //! kernel text — per process, per user-space function, per kernel-module
 //! symbol — which kprof could never say. It exits with CMD's status.
 
+use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use profdev_core::{
@@ -26,7 +27,6 @@ use profdev_symbolize::{ElfObject, KernelSymbols, Tasks};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,27 +175,6 @@ fn read_kpdata(dev: &Kprof) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn find_program(cmd: &OsString) -> Result<PathBuf> {
-    let name = Path::new(cmd);
-    let executable = |p: &Path| {
-        use std::os::unix::fs::PermissionsExt;
-        p.metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if name.components().count() > 1 {
-        if executable(name) {
-            return Ok(name.to_path_buf());
-        }
-        bail!("{}: no such executable file", name.display());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| executable(p))
-        .ok_or_else(|| anyhow!("{}: command not found", name.display()))
-}
-
 fn prepare_output(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create output directory {}", dir.display()))?;
@@ -219,54 +198,11 @@ fn run_child(program: &Path, args: &[OsString]) -> Result<std::process::ExitStat
     let _guard = IgnoreInterrupts::new();
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
-    // SAFETY: only async-signal-safe calls (signal) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    restore_in_child(&mut cmd);
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {}", program.display()))?;
     Ok(child.wait()?)
-}
-
-struct IgnoreInterrupts {
-    int: libc::sighandler_t,
-    quit: libc::sighandler_t,
-}
-
-impl IgnoreInterrupts {
-    fn new() -> Self {
-        // SAFETY: installing SIG_IGN has no preconditions; the previous
-        // handlers are restored on drop.
-        unsafe {
-            IgnoreInterrupts {
-                int: libc::signal(libc::SIGINT, libc::SIG_IGN),
-                quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-            }
-        }
-    }
-}
-
-impl Drop for IgnoreInterrupts {
-    fn drop(&mut self) {
-        // SAFETY: restores the handlers saved in new().
-        unsafe {
-            libc::signal(libc::SIGINT, self.int);
-            libc::signal(libc::SIGQUIT, self.quit);
-        }
-    }
-}
-
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
-        _ => ExitCode::from(1),
-    }
 }
 
 /// What an outside tick is keyed by until the end, when it is symbolized.

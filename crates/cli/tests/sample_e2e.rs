@@ -4,20 +4,6 @@
 mod common;
 use common::*;
 
-/// Kernel functions that do the zeroing for `dd if=/dev/zero` across
-/// kernel versions (6.x inlines clear_user into read_zero).
-fn is_zeroing(sym: &str) -> bool {
-    [
-        "read_zero",
-        "clear_user",
-        "rep_stos",
-        "iov_iter_zero",
-        "clear_page",
-    ]
-    .iter()
-    .any(|z| sym.contains(z))
-}
-
 #[test]
 fn dd_zeroing_routine_is_in_the_top_three_and_dd_is_named() {
     if !privileged("profdev sample end-to-end", can_sample_system()) {

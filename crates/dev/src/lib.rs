@@ -19,7 +19,9 @@
 
 pub mod ctl;
 pub mod engine;
+pub mod kgmon;
 pub mod kprof;
+pub mod prf;
 pub mod prof;
 
 mod error;
@@ -130,6 +132,10 @@ pub struct DevContext {
     pub kernel_text: KernelText,
     /// Online CPUs.
     pub cpus: Vec<u32>,
+    /// Entry addresses of the core kernel's functions, ascending (for
+    /// kgmon's `selfpc`), e.g. from
+    /// `KernelSymbols::text_symbols()` in `profdev-symbolize`.
+    pub kernel_functions: Arc<[u64]>,
 }
 
 /// The device table: every device profdev serves, in mount order.
@@ -139,6 +145,14 @@ pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
     vec![
         Arc::new(kprof::Kprof::new(
             kprof::KprofConfig::new(ctx.kernel_text),
+            ctx.engine.clone(),
+        )),
+        Arc::new(prf::Prf::new(
+            prf::PrfConfig::new(ctx.cpus.clone()),
+            ctx.engine.clone(),
+        )),
+        Arc::new(kgmon::Kgmon::new(
+            kgmon::KgmonConfig::new(ctx.kernel_text, &ctx.kernel_functions),
             ctx.engine.clone(),
         )),
         Arc::new(prof::Prof::new(ctx.engine.clone())),

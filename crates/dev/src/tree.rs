@@ -107,6 +107,12 @@ pub struct Chan {
     pub mode: OpenMode,
     /// Per-open state owned by the device.
     pub aux: Option<Box<dyn Any + Send>>,
+    /// The open file has no position, like a pipe or SVR4's `/dev/prf`:
+    /// every read(2) and write(2) starts at offset 0 (a large one reaches
+    /// the device in pieces at increasing offsets), and lseek and pread
+    /// fail (the server opens it FOPEN_STREAM). False unless the device's
+    /// `open` sets it.
+    pub stream: bool,
 }
 
 impl Chan {
@@ -116,6 +122,7 @@ impl Chan {
             qid,
             mode,
             aux: None,
+            stream: false,
         }
     }
 

@@ -4,5 +4,8 @@
 //! order. Nothing here does I/O: functions take bytes and return values, or
 //! take values and return bytes.
 
+pub mod gmon;
 pub mod kpdata;
+pub mod prflog;
 pub mod prof_histogram;
+pub mod symelf;

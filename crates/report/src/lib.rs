@@ -5,4 +5,5 @@
 
 pub mod kprof;
 pub mod outside;
+pub mod prfpr;
 pub mod prof;

@@ -11,6 +11,7 @@
 pub mod elf;
 pub mod kernel;
 pub mod tasks;
+pub mod unwind;
 
 pub use elf::{ElfError, ElfLayout, ElfObject, Frame};
 pub use kernel::{KSym, KernelSymbols, SymbolError};

@@ -81,3 +81,17 @@ pub fn fixture(name: &str) -> PathBuf {
         .join("tests/fixtures")
         .join(name)
 }
+
+/// Kernel functions that do the zeroing for `dd if=/dev/zero` across
+/// kernel versions (6.x inlines clear_user into read_zero).
+pub fn is_zeroing(sym: &str) -> bool {
+    [
+        "read_zero",
+        "clear_user",
+        "rep_stos",
+        "iov_iter_zero",
+        "clear_page",
+    ]
+    .iter()
+    .any(|z| sym.contains(z))
+}

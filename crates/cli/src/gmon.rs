@@ -1,0 +1,470 @@
+//! `profdev gmon [-F HZ] [-o FILE] [--format gnu|bsd] -- CMD [ARGS]`: gprof
+//! for any program, without `-pg`.
+//!
+//! Runs CMD (and the processes it forks) under a per-process sampling
+//! session, user mode only, with the user registers and a copy of the user
+//! stack taken at every sample; unwinds each stack with the binaries'
+//! `.eh_frame` (frame pointers where that is better, see
+//! `profdev_symbolize::unwind`); and when CMD exits writes a gmon.out for
+//! CMD's executable, which `gprof CMD gmon.out` reads:
+//!
+//! * a histogram over the executable's `.text`, in link-time addresses (a
+//!   PIE's load bias removed), one u16 cell per 4 bytes as glibc's
+//!   `monstartup` sizes it (HISTFRACTION 2), saturating, at `-F` Hz;
+//! * one arc per pair of adjacent frames that both lie in the executable:
+//!   `frompc` the call site (return address - 1), `selfpc` the entry of the
+//!   function holding the callee frame, counted once per sample whose stack
+//!   held it.
+//!
+//! Samples outside the executable (shared libraries, the vDSO, other
+//! programs CMD runs) are counted and reported, not written: gprof knows
+//! only CMD's symbols. It exits with CMD's status.
+
+use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError, Target};
+use profdev_formats::gmon::{self, Arc, Format, GmonOut, Histogram};
+use profdev_symbolize::unwind::UserUnwinder;
+use profdev_symbolize::{ElfObject, Tasks};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The honesty note, on stderr after writing and in `--help`.
+pub const CALLED_NOTE: &str =
+    "gprof's \"called\" column shows sampled arc traversals (the number of \
+samples whose stack held the call), not numbers of calls: read it as a relative weight.";
+
+/// Text bytes per histogram cell (glibc's HISTFRACTION 2 of u16 cells).
+const CELL_BYTES: u64 = 4;
+
+/// Bytes of user stack copied with each sample for unwinding.
+const DEFAULT_STACK_BYTES: u32 = 16384;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FormatArg {
+    /// GNU tagged format, what glibc writes.
+    Gnu,
+    /// 4.4BSD format, what NetBSD's kgmon writes.
+    Bsd,
+}
+
+/// Profile CMD the way `cc -pg` would, without recompiling it: write a
+/// gmon.out that `gprof CMD gmon.out` reads.
+#[derive(Parser, Debug)]
+#[command(
+    name = "profdev gmon",
+    version,
+    after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable with a symbol table. Its \
+        children are sampled too, but only code in CMD's own executable is written.")
+)]
+struct Args {
+    /// Samples per second (software cpu-clock, user mode), at most 10000.
+    #[arg(short = 'F', value_name = "HZ", default_value_t = 1000)]
+    frequency: u32,
+    /// Where to write the profile.
+    #[arg(short = 'o', value_name = "FILE", default_value = "gmon.out")]
+    output: PathBuf,
+    /// gmon.out layout.
+    #[arg(long, value_enum, default_value_t = FormatArg::Gnu)]
+    format: FormatArg,
+    /// Bytes of user stack copied with each sample, for unwinding code
+    /// without frame pointers (0: the kernel's frame-pointer chains only).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STACK_BYTES)]
+    stack_bytes: u32,
+    /// The command to profile, and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let args =
+        match Args::try_parse_from(std::iter::once(OsString::from("profdev gmon")).chain(args)) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            }
+        };
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("profdev gmon: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<ExitCode> {
+    let config = SessionConfig {
+        target: Target::Process {
+            pid: 0,
+            inherit: true,
+        },
+        frequency_hz: args.frequency,
+        kernel: false,
+        user: true,
+        callchain: true,
+        user_stack_bytes: args.stack_bytes,
+        track_tasks: true,
+    };
+    config.validate().map_err(|e| anyhow!("{e}"))?;
+    let program = find_program(&args.command[0])?;
+    let exe = Program::open(&program)?;
+    // Find out now, not after a long run, whether the output can be written.
+    let mut out = File::options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&args.output)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+
+    let mut cmd = std::process::Command::new(&program);
+    cmd.args(&args.command[1..]);
+    restore_in_child(&mut cmd);
+    // ^C and ^\ go to the whole foreground group: CMD takes them, and
+    // profdev stays alive to write what was recorded.
+    let guard = IgnoreInterrupts::new();
+    let (mut child, mut source) =
+        profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| anyhow!("{e}"))?;
+    let mut builder = Builder::new(exe);
+    let mut batch = Vec::new();
+    let ended = loop {
+        let r = source.read(&mut batch, Duration::from_millis(100));
+        for rec in batch.drain(..) {
+            builder.record(&rec);
+        }
+        match r {
+            Ok(()) => {}
+            Err(SourceError::Ended) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    let stats = source.stats();
+    drop(source);
+    let status = child.wait().context("waiting for the command")?;
+    drop(guard);
+    if let Some(e) = ended {
+        bail!("sampling stopped early: {e}");
+    }
+
+    let profile = builder.gmon(args.frequency);
+    let format = match args.format {
+        FormatArg::Gnu => Format::Gnu,
+        FormatArg::Bsd => Format::Bsd,
+    };
+    let bytes = gmon::write(&profile, format, gmon::Target::X86_64)
+        .map_err(|e| anyhow!("cannot encode the profile: {e}"))?;
+    out.set_len(0)
+        .and_then(|()| out.write_all(&bytes))
+        .and_then(|()| out.flush())
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+
+    let c = &builder.counts;
+    eprintln!(
+        "profdev gmon: wrote {} for {}: {} user samples at {} Hz, {} in its text, {} elsewhere \
+         (libraries, other programs), {} arcs; {} lost, {} throttled",
+        args.output.display(),
+        program.display(),
+        c.samples,
+        args.frequency,
+        c.in_text,
+        c.samples - c.in_text,
+        profile.arcs.len(),
+        stats.lost,
+        stats.throttled
+    );
+    eprintln!("profdev gmon: {}", builder.unwinder.stats());
+    if c.saturated > 0 {
+        eprintln!(
+            "profdev gmon: {} histogram counts were lost: cells stop at 65535",
+            c.saturated
+        );
+    }
+    if c.unresolved > 0 {
+        eprintln!(
+            "profdev gmon: {} arcs dropped: their callee is in no function of {}'s symbol table",
+            c.unresolved,
+            program.display()
+        );
+    }
+    eprintln!("profdev gmon: note: {CALLED_NOTE}");
+    Ok(exit_code(status))
+}
+
+/// CMD's executable: its symbols, text range and identity.
+struct Program {
+    elf: ElfObject,
+    path: PathBuf,
+    ino: u64,
+    dev: (u32, u32),
+    lowpc: u64,
+    highpc: u64,
+}
+
+impl Program {
+    fn open(path: &Path) -> Result<Self> {
+        let canonical = path
+            .canonicalize()
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let meta = std::fs::metadata(&canonical)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let elf = match ElfObject::open(&canonical) {
+            Ok(e) => e,
+            Err(profdev_symbolize::ElfError::NotElf { .. }) => {
+                bail!("{} is not an ELF executable", path.display())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some((start, end)) = elf.text_range() else {
+            bail!("{} has no .text section to profile", path.display());
+        };
+        if elf.symbols().is_empty() {
+            bail!(
+                "{} has no symbol table (it was stripped), so gprof could not name its functions",
+                path.display()
+            );
+        }
+        Ok(Program {
+            elf,
+            path: canonical,
+            ino: meta.ino(),
+            dev: (libc::major(meta.dev()), libc::minor(meta.dev())),
+            lowpc: start.0 & !(CELL_BYTES - 1),
+            highpc: end.0.div_ceil(CELL_BYTES) * CELL_BYTES,
+        })
+    }
+
+    fn cells(&self) -> usize {
+        ((self.highpc - self.lowpc) / CELL_BYTES) as usize
+    }
+
+    /// Is the mapping this executable?
+    fn is(&self, m: &profdev_symbolize::Mapping) -> bool {
+        match m.file {
+            Some(f) => f.ino == self.ino && (f.major, f.minor) == self.dev,
+            None => Path::new(&m.path) == self.path,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    samples: u64,
+    in_text: u64,
+    saturated: u64,
+    unresolved: u64,
+}
+
+/// Turns a record stream into a gmon.out for one executable.
+struct Builder {
+    exe: Program,
+    tasks: Tasks,
+    unwinder: UserUnwinder,
+    bins: Vec<u16>,
+    arcs: BTreeMap<(u64, u64), u64>,
+    counts: Counts,
+}
+
+impl Builder {
+    fn new(exe: Program) -> Self {
+        Builder::with_unwinder(exe, UserUnwinder::new())
+    }
+
+    fn with_unwinder(exe: Program, unwinder: UserUnwinder) -> Self {
+        Builder {
+            bins: vec![0; exe.cells()],
+            exe,
+            tasks: Tasks::new(),
+            unwinder,
+            arcs: BTreeMap::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    fn record(&mut self, r: &Record) {
+        self.tasks.observe(r);
+        self.unwinder.observe(r);
+        if let Record::Sample(s) = r {
+            self.sample(s);
+        }
+    }
+
+    /// The link-time address in the executable of process address `va`.
+    fn file_addr(&self, pid: u32, va: u64) -> Option<FileAddr> {
+        let m = self.tasks.lookup(pid, profdev_core::ProcessVa(va))?;
+        if !self.exe.is(m) {
+            return None;
+        }
+        self.exe
+            .elf
+            .file_addr_of_offset(m.file_offset(profdev_core::ProcessVa(va)))
+    }
+
+    fn sample(&mut self, s: &Sample) {
+        if s.mode != CpuMode::User {
+            return;
+        }
+        self.counts.samples += 1;
+        let stack = self.unwinder.unwind(s);
+        let frames: Vec<Option<FileAddr>> = (0..stack.frames.len())
+            .map(|i| self.file_addr(s.pid, stack.lookup_address(i).0))
+            .collect();
+        if let Some(Some(pc)) = frames.first() {
+            if pc.0 >= self.exe.lowpc && pc.0 < self.exe.highpc {
+                self.counts.in_text += 1;
+                let cell = &mut self.bins[((pc.0 - self.exe.lowpc) / CELL_BYTES) as usize];
+                match cell.checked_add(1) {
+                    Some(n) => *cell = n,
+                    None => self.counts.saturated += 1,
+                }
+            }
+        }
+        for pair in frames.windows(2) {
+            let (Some(callee), Some(site)) = (pair[0], pair[1]) else {
+                continue;
+            };
+            match self.exe.elf.symbol(callee) {
+                Some((sym, _)) => *self.arcs.entry((site.0, sym.addr)).or_default() += 1,
+                None => self.counts.unresolved += 1,
+            }
+        }
+    }
+
+    fn gmon(&self, hz: u32) -> GmonOut {
+        let mut hist = Histogram::new(self.exe.lowpc, self.exe.highpc, 0, hz);
+        hist.bins = self.bins.clone();
+        GmonOut {
+            histograms: vec![hist],
+            arcs: self
+                .arcs
+                .iter()
+                .map(|(&(from_pc, self_pc), &count)| Arc {
+                    from_pc,
+                    self_pc,
+                    // The GNU layout's counts are 32 bits.
+                    count: count.min(u64::from(u32::MAX)),
+                })
+                .collect(),
+            bb_counts: Vec::new(),
+        }
+    }
+
+    #[cfg(test)]
+    fn unwind_stats(&self) -> profdev_symbolize::unwind::UnwindStats {
+        self.unwinder.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_core::UserRegs;
+
+    /// The test binary itself plays CMD: a PIE with symbols.
+    fn me() -> Program {
+        Program::open(&std::env::current_exe().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn not_elf_and_missing_are_sentences() {
+        let d = tempfile::tempdir().unwrap();
+        let script = d.path().join("s.sh");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let e = Program::open(&script).err().unwrap();
+        assert_eq!(
+            format!("{e:#}"),
+            format!("{} is not an ELF executable", script.display())
+        );
+        let e = find_program(&OsString::from("/nonexistent/x")).unwrap_err();
+        assert_eq!(e.to_string(), "/nonexistent/x: no such executable file");
+    }
+
+    #[test]
+    fn synthetic_samples_become_histogram_and_arcs() {
+        let exe = me();
+        // Two functions of this binary, as a caller/callee pair.
+        let syms = exe.elf.symbols();
+        let callee = syms
+            .iter()
+            .find(|s| s.size > 16 && s.addr >= exe.lowpc)
+            .unwrap()
+            .clone();
+        let caller = syms
+            .iter()
+            .find(|s| s.size > 16 && s.addr > callee.addr + callee.size)
+            .unwrap()
+            .clone();
+        let path = exe.path.to_str().unwrap().to_string();
+        // Map the whole file at a bias: offset 0 at 0x5555_0000_0000.
+        let base = 0x5555_0000_0000u64;
+        let file_len = std::fs::metadata(&exe.path).unwrap().len();
+        let offset_of = |fa: u64| {
+            // Invert file_addr_of_offset by a search over the file.
+            (0..file_len)
+                .step_by(16)
+                .find_map(|off| {
+                    let a = exe.elf.file_addr_of_offset(off)?;
+                    (fa >= a.0 && fa < a.0 + 16).then(|| off + (fa - a.0))
+                })
+                .unwrap()
+        };
+        let ip = base + offset_of(callee.addr + 8);
+        let ret = base + offset_of(caller.addr + 10);
+        let mut b = Builder::with_unwinder(exe, UserUnwinder::with_loader(|_| None));
+        b.record(&Record::Mmap {
+            pid: 9,
+            tid: 9,
+            addr: base,
+            len: 0x4000_0000,
+            pgoff: 0,
+            path,
+            file: None,
+            build_id: None,
+            time: 0,
+        });
+        let s = Sample {
+            pid: 9,
+            tid: 9,
+            ip,
+            mode: CpuMode::User,
+            user_chain: vec![ip, ret],
+            ..Sample::default()
+        };
+        b.record(&Record::Sample(s.clone()));
+        b.record(&Record::Sample(s));
+        // A sample elsewhere (no mapping) and a kernel one.
+        b.record(&Record::Sample(Sample {
+            pid: 9,
+            ip: 0x10,
+            mode: CpuMode::User,
+            user_regs: Some(UserRegs::default()),
+            ..Sample::default()
+        }));
+        b.record(&Record::Sample(Sample {
+            pid: 9,
+            ip: 0x10,
+            mode: CpuMode::Kernel,
+            ..Sample::default()
+        }));
+        let g = b.gmon(1000);
+        let h = &g.histograms[0];
+        assert_eq!(h.bins[((callee.addr + 8 - h.low_pc) / 4) as usize], 2);
+        assert_eq!(
+            g.arcs,
+            vec![Arc {
+                from_pc: caller.addr + 9,
+                self_pc: callee.addr,
+                count: 2
+            }]
+        );
+        assert_eq!((b.counts.samples, b.counts.in_text), (3, 2));
+        assert_eq!(b.unwind_stats().kernel_chain, 2);
+    }
+}

@@ -1,0 +1,250 @@
+//! The prf device as the profiler(1M) commands see it: where it is, how
+//! to start a device server when none is mounted, the ioctls, and the
+//! commands' shared option parsing.
+//!
+//! `-f DEVICE` names the device: a path, or a bare file name (`prf1`)
+//! taken in the mount directory, `$PROFDEV_MOUNT` or `/run/profdev`.
+//! Without `-f` the commands use `prf` there. When the device is in the
+//! mount directory and no device server is mounted there, the command
+//! starts one in the background (`profdev mount -b`) and says so on
+//! standard error.
+
+use crate::mount::DEFAULT_DIR;
+use profdev_dev::prf::{PRF_GETMAX, PRF_GETSIZE, PRF_GETSTATUS, PRF_SETSTATE, WORD};
+use profdev_report::prfpr::Tm;
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// Parsed command line: option values by letter, then the operands.
+#[derive(Debug, Default)]
+pub struct Opts {
+    /// `(letter, value)` for each option given.
+    pub values: Vec<(char, String)>,
+    /// The operands after the options.
+    pub operands: Vec<String>,
+}
+
+impl Opts {
+    /// The value of option `letter`, if given (the last one wins).
+    pub fn get(&self, letter: char) -> Option<&str> {
+        self.values
+            .iter()
+            .rev()
+            .find(|(l, _)| *l == letter)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// getopt for options that all take a value (`-f DEV`, `-fDEV`), in front
+/// of the operands; `--` ends them. Err on an unknown option or a missing
+/// value.
+pub fn getopt(args: Vec<OsString>, letters: &[char]) -> Result<Opts, ()> {
+    let mut opts = Opts::default();
+    let mut args = args
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .peekable();
+    while let Some(a) = args.peek() {
+        if a == "--" {
+            args.next();
+            break;
+        }
+        let Some(rest) = a.strip_prefix('-') else {
+            break;
+        };
+        let mut chars = rest.chars();
+        let Some(letter) = chars.next() else { break }; // "-" is an operand
+        if !letters.contains(&letter) {
+            return Err(());
+        }
+        let attached: String = chars.collect();
+        args.next();
+        let value = if attached.is_empty() {
+            args.next().ok_or(())?
+        } else {
+            attached
+        };
+        opts.values.push((letter, value));
+    }
+    opts.operands = args.collect();
+    Ok(opts)
+}
+
+/// The device a command uses: `-f`'s path, or a file in the mount
+/// directory (`$PROFDEV_MOUNT`, or `/run/profdev`): `-f`'s bare name or
+/// `prf`. In the mount directory, a device server is started if none is
+/// mounted, and the command says so; if none can be started, it says why
+/// and the open that follows fails with the command's own message.
+pub fn device_path(cmd: &str, opt: Option<&str>) -> PathBuf {
+    let name = match opt {
+        Some(path) if path.contains('/') => return PathBuf::from(path),
+        Some(name) => name,
+        None => "prf",
+    };
+    match crate::mount::ensure_mounted() {
+        Ok(dir) => dir.join(name),
+        Err(e) => {
+            eprintln!("{cmd}: no device server is mounted, and none could be started: {e:#}");
+            mount_dir().join(name)
+        }
+    }
+}
+
+/// The mount directory the commands use by default.
+pub fn mount_dir() -> PathBuf {
+    std::env::var_os("PROFDEV_MOUNT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
+}
+
+/// An open prf device.
+pub struct PrfDev {
+    file: File,
+}
+
+/// How to open the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+impl PrfDev {
+    /// Open the device.
+    pub fn open(path: &Path, access: Access) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(access != Access::Write)
+            .write(access != Access::Read)
+            .open(path)?;
+        Ok(PrfDev { file })
+    }
+
+    /// ioctl with a by-value argument; the result is the return value.
+    fn ioctl(&self, cmd: u32, arg: u64) -> io::Result<i32> {
+        // SAFETY: the prf ioctls take their argument by value and copy no
+        // memory in or out (they are _IO numbers), and the descriptor is
+        // open for the life of `self.file`.
+        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), cmd as _, arg as libc::c_ulong) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// PRF_GETSTATUS: the state bits.
+    pub fn status(&self) -> io::Result<i32> {
+        self.ioctl(PRF_GETSTATUS, 0)
+    }
+
+    /// PRF_GETSIZE: N.
+    pub fn size(&self) -> io::Result<i32> {
+        self.ioctl(PRF_GETSIZE, 0)
+    }
+
+    /// PRF_GETMAX: the most addresses a load may hold.
+    pub fn max(&self) -> io::Result<i32> {
+        self.ioctl(PRF_GETMAX, 0)
+    }
+
+    /// PRF_SETSTATE.
+    pub fn set_state(&self, on: bool) -> io::Result<()> {
+        self.ioctl(PRF_SETSTATE, u64::from(on)).map(|_| ())
+    }
+
+    /// Load a table with one write(2).
+    pub fn load(&mut self, addrs: &[u64]) -> io::Result<usize> {
+        let bytes: Vec<u8> = addrs.iter().flat_map(|a| a.to_ne_bytes()).collect();
+        self.file.write(&bytes)
+    }
+
+    /// One read(2) of the whole image for a table of `n` addresses: the
+    /// addresses and the N + 2 counters.
+    pub fn snapshot(&mut self, n: usize) -> io::Result<(Vec<u64>, Vec<u64>)> {
+        let want = (2 * n + 2) * WORD;
+        let mut buf = vec![0u8; want];
+        let got = self.file.read(&mut buf)?;
+        if got != want {
+            return Err(io::Error::other(format!(
+                "read {got} bytes where a table of {n} addresses takes {want}: was it reloaded?"
+            )));
+        }
+        let words: Vec<u64> = buf
+            .chunks_exact(WORD)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap_or([0; WORD])))
+            .collect();
+        let counters = words[n..].to_vec();
+        let mut addrs = words;
+        addrs.truncate(n);
+        Ok((addrs, counters))
+    }
+}
+
+/// Seconds since the epoch in the local time zone (`TZ`), as prfpr prints
+/// them and prfdc compares its off hour.
+pub fn localtime(t: i64) -> Tm {
+    extern "C" {
+        fn tzset();
+    }
+    // SAFETY: tzset only reads the environment and sets libc's time zone
+    // globals; nothing else in this process touches them concurrently.
+    unsafe { tzset() };
+    // SAFETY: an all-zero `tm` is a valid value (integers and, on glibc, a
+    // null tm_zone pointer) for localtime_r to overwrite.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let tt = t as libc::time_t;
+    // SAFETY: both pointers are to live locals of the right types;
+    // localtime_r is the reentrant form and keeps no pointer to them.
+    let ok = !unsafe { libc::localtime_r(&tt, &mut tm) }.is_null();
+    if !ok {
+        return profdev_report::prfpr::utc(t);
+    }
+    Tm {
+        years_since_1900: i64::from(tm.tm_year),
+        month: (tm.tm_mon + 1) as u32,
+        day: tm.tm_mday as u32,
+        hour: tm.tm_hour as u32,
+        minute: tm.tm_min as u32,
+    }
+}
+
+/// C's `atoi`, as the commands read their numbers.
+pub fn atoi(s: &str) -> i64 {
+    profdev_report::prfpr::atoi(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn getopt_takes_values_in_front() {
+        let o = getopt(os(&["-f", "/x/prf1", "-u1", "log", "-n"]), &['f', 'u']).unwrap();
+        assert_eq!(o.get('f'), Some("/x/prf1"));
+        assert_eq!(o.get('u'), Some("1"));
+        assert_eq!(o.operands, ["log", "-n"]);
+        assert!(getopt(os(&["-x"]), &['f']).is_err());
+        assert!(getopt(os(&["-f"]), &['f']).is_err());
+        let o = getopt(os(&["--", "-f"]), &['f']).unwrap();
+        assert_eq!(o.operands, ["-f"]);
+        let o = getopt(os(&["-", "on"]), &['f']).unwrap();
+        assert_eq!(o.operands, ["-", "on"]);
+    }
+
+    #[test]
+    fn paths_are_taken_as_they_are() {
+        assert_eq!(
+            device_path("t", Some("/mnt/p/prf")),
+            PathBuf::from("/mnt/p/prf")
+        );
+        assert_eq!(device_path("t", Some("./prf")), PathBuf::from("./prf"));
+    }
+}

@@ -1,0 +1,59 @@
+//! `profdev prfstat [-f DEVICE] [on|off]`: switch the prf device and
+//! report its state (profiler(1M)).
+//!
+//! As SVR4's prfstat: the device is opened first (`cannot open …`), more
+//! than one operand prints `usage: prfstat  [ on ]  [ off ]`, a word other
+//! than `on` or `off` prints `eh?` (all on standard output, exit status 1).
+//! Then it prints `profiling enabled` or `profiling disabled`, and, when a
+//! table is loaded, `N kernel text addresses`. If switching on fails (the
+//! sampling engine cannot start), the reason goes to standard error; the
+//! report on standard output says what the device is.
+
+use crate::prfdev::{self, Access, PrfDev};
+use profdev_report::prfpr::prfstat_report;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: prfstat  [ on ]  [ off ]";
+
+fn fail(msg: &str) -> ExitCode {
+    println!("{msg}");
+    ExitCode::from(1)
+}
+
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("usage: prfstat [-f device_name] [on|off]\n\nSwitch the prf profiler on or off and report its state.");
+        return ExitCode::SUCCESS;
+    }
+    let Ok(opts) = prfdev::getopt(args, &['f']) else {
+        return fail(USAGE);
+    };
+    let path = prfdev::device_path("prfstat", opts.get('f'));
+    let dev = match PrfDev::open(&path, Access::ReadWrite) {
+        Ok(d) => d,
+        Err(e) => return fail(&format!("cannot open {}: {e}", path.display())),
+    };
+    match opts.operands.as_slice() {
+        [] => {}
+        [word] if word == "on" || word == "off" => {
+            if let Err(e) = dev.set_state(word == "on") {
+                eprintln!("prfstat: cannot switch profiling {word}: {e}");
+            }
+        }
+        [_] => return fail("eh?"),
+        _ => return fail(USAGE),
+    }
+    let status = match dev.status() {
+        Ok(s) => s,
+        Err(e) => {
+            return fail(&format!(
+                "{} is not a prf device (PRF_GETSTATUS: {e})",
+                path.display()
+            ))
+        }
+    };
+    let size = dev.size().unwrap_or(0);
+    print!("{}", prfstat_report(status, i64::from(size)));
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,247 @@
+//! End to end: `profdev gmon` on real programs, with the real GNU gprof as
+//! the oracle. tests/fixtures/hotcall.c is built with gcc -O2 (no -pg) with
+//! and without frame pointers, tests/fixtures/hotcall.rs with rustc -O; in
+//! each, `hot_spin` must come first in gprof's flat profile and the arc
+//! `caller_loop -> hot_spin` must be in its call graph.
+
+mod common;
+use common::*;
+use profdev_formats::gmon;
+use std::path::Path;
+use std::process::Command;
+
+/// Can this process sample its own children (user mode)?
+fn can_sample_children() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map_err(|e| format!("cannot read kernel.perf_event_paranoid: {e}"))?;
+    let paranoid: i32 = paranoid.trim().parse().unwrap_or(3);
+    if root || paranoid <= 2 {
+        Ok(())
+    } else {
+        Err(format!(
+            "sampling a child process needs kernel.perf_event_paranoid <= 2 (it is {paranoid})"
+        ))
+    }
+}
+
+/// Is `tool` installed? Says why not, and fails instead under
+/// PROFDEV_REQUIRE_TOOLS=1.
+fn have(tool: &str) -> bool {
+    if Command::new(tool).arg("--version").output().is_ok() {
+        return true;
+    }
+    if std::env::var("PROFDEV_REQUIRE_TOOLS").as_deref() == Ok("1") {
+        panic!("{tool} is not installed, and PROFDEV_REQUIRE_TOOLS=1");
+    }
+    eprintln!("SKIPPED: {tool} is not installed");
+    false
+}
+
+fn ready(what: &str, tools: &[&str]) -> bool {
+    privileged(what, can_sample_children()) && tools.iter().all(|t| have(t))
+}
+
+fn build(dir: &Path, compiler: &str, args: &[&str], src: &str, out: &str) -> std::path::PathBuf {
+    let exe = dir.join(out);
+    let o = Command::new(compiler)
+        .args(args)
+        .arg("-o")
+        .arg(&exe)
+        .arg(fixture(src))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{compiler}: {o:?}");
+    exe
+}
+
+/// Run `profdev gmon` on `exe` and then `gprof -b exe gmon.out`; returns
+/// gprof's output and profdev's stderr.
+fn profile(dir: &Path, exe: &Path, extra: &[&str], rounds: &str) -> (String, String) {
+    let out_file = dir.join(format!(
+        "{}.gmon",
+        exe.file_name().unwrap().to_string_lossy()
+    ));
+    let o = run(profdev()
+        .arg("gmon")
+        .args(extra)
+        .arg("-o")
+        .arg(&out_file)
+        .arg("--")
+        .arg(exe)
+        .arg(rounds));
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "profdev gmon: {stderr}");
+    let printed = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        printed == "0\n" || printed == "1\n",
+        "the program's own output: {printed:?}"
+    );
+    // Our own parser reads what we wrote, over the executable's text.
+    let bytes = std::fs::read(&out_file).unwrap();
+    let d = gmon::parse(&bytes, gmon::Target::X86_64).unwrap();
+    let h = &d.gmon.histograms[0];
+    assert!(h.low_pc < h.high_pc && h.prof_rate == 1000, "{h:?}");
+    let g = Command::new("gprof")
+        .arg("-b")
+        .arg(exe)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&g.stdout).into_owned();
+    assert!(
+        g.status.success(),
+        "gprof: {}",
+        String::from_utf8_lossy(&g.stderr)
+    );
+    (report, stderr)
+}
+
+/// The first function of the flat profile.
+fn first_in_flat_profile(report: &str) -> &str {
+    let mut lines = report.lines();
+    lines.find(|l| l.starts_with(" time   seconds"));
+    lines
+        .next()
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or("")
+}
+
+/// Does the call graph list `caller` as a parent of `callee`?
+fn has_arc(report: &str, caller: &str, callee: &str) -> bool {
+    let graph = report.split("Call graph").nth(1).unwrap_or("");
+    graph
+        .split("-----------------------------------------------")
+        .any(|entry| {
+            let lines: Vec<&str> = entry.lines().filter(|l| !l.trim().is_empty()).collect();
+            let Some(primary) = lines.iter().position(|l| l.starts_with('[')) else {
+                return false;
+            };
+            lines[primary].contains(&format!(" {callee} ["))
+                && lines[..primary]
+                    .iter()
+                    .any(|l| l.contains(&format!(" {caller} [")))
+        })
+}
+
+fn check(report: &str, stderr: &str) {
+    assert_eq!(first_in_flat_profile(report), "hot_spin", "{report}");
+    assert!(has_arc(report, "caller_loop", "hot_spin"), "{report}");
+    // The honesty note, after writing.
+    assert!(
+        stderr.contains("not numbers of calls"),
+        "no note about counts on stderr: {stderr}"
+    );
+}
+
+#[test]
+fn c_without_frame_pointers() {
+    if !ready(
+        "profdev gmon on C -O2 -fomit-frame-pointer",
+        &["gcc", "gprof"],
+    ) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(
+        d.path(),
+        "gcc",
+        &["-O2", "-fomit-frame-pointer"],
+        "hotcall.c",
+        "hot_nofp",
+    );
+    let (report, stderr) = profile(d.path(), &exe, &[], "1500");
+    check(&report, &stderr);
+    // Frame pointers alone cannot find hot_spin's caller here.
+    assert!(stderr.contains("unwound by CFI"), "{stderr}");
+}
+
+#[test]
+fn c_with_frame_pointers() {
+    if !ready(
+        "profdev gmon on C -O2 -fno-omit-frame-pointer",
+        &["gcc", "gprof"],
+    ) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(
+        d.path(),
+        "gcc",
+        &["-O2", "-fno-omit-frame-pointer"],
+        "hotcall.c",
+        "hot_fp",
+    );
+    let (report, stderr) = profile(d.path(), &exe, &[], "1500");
+    check(&report, &stderr);
+    // (The kernel's frame-pointer chain alone, --stack-bytes 0, would not
+    // do even here: gcc omits the frame of a leaf like hot_spin, so the walk
+    // skips caller_loop and credits main.) The 4.4BSD layout reads the same.
+    let (report, stderr) = profile(d.path(), &exe, &["--format", "bsd"], "1500");
+    check(&report, &stderr);
+}
+
+#[test]
+fn rust_release_binary() {
+    if !ready("profdev gmon on a Rust release binary", &["rustc", "gprof"]) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path(), "rustc", &["-O"], "hotcall.rs", "hot_rs");
+    let (report, stderr) = profile(d.path(), &exe, &[], "700");
+    check(&report, &stderr);
+}
+
+#[test]
+fn errors_are_one_sentence() {
+    let d = tempdir();
+    // A script is not an ELF executable: refused before running.
+    let script = d.path().join("job.sh");
+    let marker = d.path().join("ran");
+    std::fs::write(&script, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = run(profdev()
+        .arg("gmon")
+        .arg("-o")
+        .arg(d.path().join("g.out"))
+        .arg("--")
+        .arg(&script));
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!(
+            "profdev gmon: {} is not an ELF executable\n",
+            script.display()
+        )
+    );
+    assert!(!marker.exists());
+
+    // An output that cannot be written: refused before running CMD.
+    let o = run(profdev()
+        .args(["gmon", "-o", "/nonexistent/dir/gmon.out", "--"])
+        .arg(env!("CARGO_BIN_EXE_profdev"))
+        .arg("--version"));
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "profdev gmon: cannot write /nonexistent/dir/gmon.out: No such file or directory (os error 2)\n"
+    );
+    assert!(o.stdout.is_empty(), "CMD must not have run");
+
+    // No such command.
+    let o = run(profdev().args(["gmon", "--", "/nonexistent/prog"]));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "profdev gmon: /nonexistent/prog: no such executable file\n"
+    );
+}
+
+#[test]
+fn help_says_what_called_counts_are() {
+    let o = run(profdev().args(["gmon", "--help"]));
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("not numbers of calls"), "{help}");
+}

@@ -1,0 +1,664 @@
+//! End to end: the prf device mounted by `profdev mount`, driven with real
+//! system calls (open, write, read, ioctl, poll through libc) and by the
+//! profiler(1M) commands. Needs /dev/fuse and root (mounting), and
+//! system-wide perf_event_open (sampling).
+//!
+//! Fixtures: none on disk. TV-R1's table `[0, 0xC0001000, 0xC0002000,
+//! 0xC0003000]` and TV-R2's tables are written by the tests; the live
+//! tests load the running kernel's /proc/kallsyms with prfld.
+
+mod common;
+use common::*;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const PRF_GETSTATUS: u64 = 0x5001;
+const PRF_GETSIZE: u64 = 0x5002;
+const PRF_SETSTATE: u64 = 0x5003;
+const PRF_GETMAX: u64 = 0x5004;
+const MAXPRF: usize = 130_560;
+const TV_R1: [u64; 4] = [0, 0xC000_1000, 0xC000_2000, 0xC000_3000];
+
+fn can_mount() -> Result<(), String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is missing".into());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("mounting a FUSE file system without fusermount needs root".into());
+    }
+    can_sample_system()
+}
+
+/// A device server mounted on a temporary directory, unmounted on drop.
+struct Mount {
+    dir: tempfile::TempDir,
+}
+
+impl Mount {
+    fn new(what: &str) -> Option<Mount> {
+        if !privileged(what, can_mount()) {
+            return None;
+        }
+        let dir = tempdir();
+        let out = run(profdev().args(["mount", "-b"]).arg(dir.path()));
+        assert!(out.status.success(), "profdev mount -b: {out:?}");
+        Some(Mount { dir })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The per-CPU files, in CPU order.
+    fn cpu_files(&self) -> Vec<PathBuf> {
+        let mut cpus: Vec<u32> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_prefix("prf")?.parse().ok()
+            })
+            .collect();
+        cpus.sort_unstable();
+        cpus.iter().map(|c| self.path(&format!("prf{c}"))).collect()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = run(profdev().arg("unmount").arg(self.dir.path()));
+    }
+}
+
+/// A file descriptor, closed on drop; every call is the raw system call.
+struct Fd(i32);
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+impl Fd {
+    fn open(path: &Path, flags: i32) -> Result<Fd, i32> {
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: c is a NUL-terminated path that outlives the call.
+        let fd = unsafe { libc::open(c.as_ptr(), flags) };
+        if fd < 0 {
+            Err(errno())
+        } else {
+            Ok(Fd(fd))
+        }
+    }
+
+    fn write(&self, data: &[u8]) -> Result<usize, i32> {
+        // SAFETY: data is a live slice of data.len() bytes.
+        let n = unsafe { libc::write(self.0, data.as_ptr().cast(), data.len()) };
+        if n < 0 {
+            Err(errno())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    fn write_words(&self, words: &[u64]) -> Result<usize, i32> {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        self.write(&bytes)
+    }
+
+    fn read_into(&self, buf: &mut [u8]) -> Result<usize, i32> {
+        // SAFETY: buf is a live, writable slice of buf.len() bytes.
+        let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            Err(errno())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    fn read(&self, count: usize) -> Result<Vec<u8>, i32> {
+        let mut buf = vec![0u8; count];
+        let n = self.read_into(&mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    fn ioctl(&self, cmd: u64, arg: u64) -> Result<i32, i32> {
+        // SAFETY: the prf ioctls are _IO numbers taking a value; the
+        // intercepted numbers 1 and 2 are only ever given a null pointer.
+        let r = unsafe { libc::ioctl(self.0, cmd as _, arg as libc::c_ulong) };
+        if r < 0 {
+            Err(errno())
+        } else {
+            Ok(r)
+        }
+    }
+}
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is ours and closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+fn words(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn diagnostics_and_tv_r2_r3_through_system_calls() {
+    let Some(m) = Mount::new("prf device system calls") else {
+        return;
+    };
+    let prf = m.path("prf");
+    let fd = Fd::open(&prf, libc::O_RDWR).unwrap();
+
+    // Before any load: state 0, N 0, GETMAX; SETSTATE has no effect (DG/UX).
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(0));
+    assert_eq!(fd.ioctl(PRF_GETSIZE, 0), Ok(0));
+    assert_eq!(fd.ioctl(PRF_GETMAX, 0), Ok(MAXPRF as i32));
+    assert_eq!(fd.ioctl(PRF_SETSTATE, 1), Ok(0));
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(0));
+
+    // ENXIO, buffer untouched.
+    let mut buf = [0xAAu8; 64];
+    assert_eq!(fd.read_into(&mut buf), Err(libc::ENXIO));
+    assert_eq!(buf, [0xAA; 64]);
+
+    // TV-R2: E2BIG for too few or partial words, ENOSPC for too many
+    // (checked first); the state is unchanged by each.
+    for (len, want) in [
+        (8, libc::E2BIG),
+        (14, libc::E2BIG),
+        (16, libc::E2BIG),
+        (28, libc::E2BIG),
+        ((MAXPRF + 1) * 8, libc::ENOSPC),
+        ((MAXPRF + 1) * 8 + 2, libc::ENOSPC),
+        (4 << 20, libc::ENOSPC), // larger than one FUSE request: refused whole
+    ] {
+        assert_eq!(fd.write(&vec![0; len]), Err(want), "{len} bytes");
+        assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(0), "{len} bytes");
+        assert_eq!(fd.read(8), Err(libc::ENXIO), "{len} bytes");
+    }
+
+    // The largest table loads whole even from a buffer that starts 8 bytes
+    // before a page boundary (so it spans one page more than its length),
+    // and a read of its 2 MiB image, which FUSE splits, is one snapshot.
+    let table: Vec<u64> = (0..MAXPRF as u64).map(|i| i * 16).collect();
+    let bytes: Vec<u8> = table.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let mut backing = vec![0u8; bytes.len() + 8192];
+    let skew = (4088 + 4096 - backing.as_ptr() as usize % 4096) % 4096;
+    backing[skew..skew + bytes.len()].copy_from_slice(&bytes);
+    assert_eq!(fd.write(&backing[skew..skew + bytes.len()]), Ok(MAXPRF * 8));
+    assert_eq!(fd.ioctl(PRF_GETSIZE, 0), Ok(MAXPRF as i32));
+    let image = fd.read((2 * MAXPRF + 2) * 8 + 100).unwrap();
+    assert_eq!(image.len(), (2 * MAXPRF + 2) * 8);
+    assert_eq!(words(&image[..MAXPRF * 8]), table);
+    assert!(image[MAXPRF * 8..].iter().all(|&b| b == 0));
+    assert_eq!(
+        fd.read(16).unwrap(),
+        image[..16],
+        "the next read starts over"
+    );
+
+    // A good load; then TV-R3.
+    assert_eq!(fd.write_words(&TV_R1), Ok(32));
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(2));
+    assert_eq!(fd.ioctl(PRF_SETSTATE, 1), Ok(0));
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(3));
+    assert_eq!(fd.ioctl(PRF_GETSIZE, 0), Ok(4));
+    assert_eq!(fd.ioctl(PRF_SETSTATE, 0x11), Ok(0));
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(3));
+    assert_eq!(fd.ioctl(9, 0), Err(libc::EINVAL));
+    assert_eq!(
+        fd.ioctl(3, 1),
+        Err(libc::EINVAL),
+        "bare SVR4 numbers are not ours"
+    );
+    // Why the numbers are not SVR4's bare 1 and 2: Linux answers FIBMAP and
+    // FIGETBSZ itself, for every regular file, and they never reach us.
+    assert_eq!(fd.ioctl(2, 0), Err(libc::EFAULT));
+    assert!(fd.ioctl(1, 0).is_err());
+
+    // EBUSY while on (sizes are checked first), state and counters unchanged.
+    let on_image = fd.read(80).unwrap();
+    assert_eq!(fd.write_words(&[0, 1, 2]), Err(libc::EBUSY));
+    assert_eq!(fd.write(&[0; 16]), Err(libc::E2BIG));
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(3));
+    assert_eq!(fd.ioctl(PRF_GETSIZE, 0), Ok(4));
+    assert_eq!(words(&fd.read(80).unwrap())[..4], TV_R1);
+    assert_eq!(words(&on_image)[..4], TV_R1);
+    assert_eq!(fd.ioctl(PRF_SETSTATE, 0x10), Ok(0));
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(2));
+
+    // Reads: from the start whatever the offset, truncated to the count.
+    let first = fd.read(80).unwrap();
+    assert_eq!(first.len(), 80);
+    let again = fd.read(80).unwrap();
+    assert_eq!(again, first, "a second read starts from the start again");
+    assert_eq!(fd.read(13).unwrap(), first[..13]);
+    assert_eq!(fd.read(1000).unwrap(), first, "no more than the image");
+
+    // EINVAL for an unsorted table: no valid table afterwards.
+    assert_eq!(fd.write_words(&[0, 0x20, 0x10]), Err(libc::EINVAL));
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(0));
+    let mut buf = [0x55u8; 32];
+    assert_eq!(fd.read_into(&mut buf), Err(libc::ENXIO));
+    assert_eq!(buf, [0x55; 32]);
+    assert_eq!(fd.ioctl(PRF_SETSTATE, 1), Ok(0));
+    assert_eq!(
+        fd.ioctl(PRF_GETSTATUS, 0),
+        Ok(0),
+        "no effect without a table"
+    );
+
+    // Equal neighbours are accepted; counters start at zero.
+    assert_eq!(fd.write_words(&[0, 0x10, 0x10]), Ok(24));
+    assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(2));
+    assert_eq!(
+        words(&fd.read(1 << 10).unwrap()),
+        [0, 0x10, 0x10, 0, 0, 0, 0, 0]
+    );
+
+    // A per-CPU file shares the table and the state.
+    let cpu0 = Fd::open(&m.cpu_files()[0], libc::O_RDONLY).unwrap();
+    assert_eq!(cpu0.ioctl(PRF_GETSIZE, 0), Ok(3));
+    assert_eq!(words(&cpu0.read(24).unwrap()), [0, 0x10, 0x10]);
+
+    // poll: always ready for reading and writing.
+    let mut pfd = [
+        libc::pollfd {
+            fd: fd.0,
+            events: libc::POLLIN | libc::POLLOUT,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: cpu0.0,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: pfd is a live array of two pollfd.
+    let n = unsafe { libc::poll(pfd.as_mut_ptr(), 2, 0) };
+    assert_eq!(n, 2);
+    assert_eq!(
+        pfd[0].revents & (libc::POLLIN | libc::POLLOUT),
+        libc::POLLIN | libc::POLLOUT
+    );
+    assert_eq!(pfd[1].revents & libc::POLLIN, libc::POLLIN);
+}
+
+/// `dd if=/dev/zero of=/dev/null`, about `secs` seconds of kernel zeroing.
+fn workload(secs: f64) {
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < secs {
+        let st = std::process::Command::new("dd")
+            .args(["if=/dev/zero", "of=/dev/null", "bs=64k", "count=20000"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+}
+
+fn prf_cmd(args: &[&str], dev: &Path) -> std::process::Output {
+    let (cmd, rest) = args.split_first().unwrap();
+    run(profdev().arg(cmd).arg("-f").arg(dev).args(rest))
+}
+
+#[test]
+fn per_cpu_files_add_up_to_prf() {
+    let Some(m) = Mount::new("prf per-CPU files") else {
+        return;
+    };
+    let prf = m.path("prf");
+    let out = prf_cmd(&["prfld"], &prf);
+    assert!(out.status.success(), "{out:?}");
+    let out = prf_cmd(&["prfstat", "on"], &prf);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("profiling enabled\n"),
+        "{out:?}"
+    );
+    workload(1.5);
+    let out = prf_cmd(&["prfstat", "off"], &prf);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("profiling disabled\n"),
+        "{out:?}"
+    );
+
+    let fd = Fd::open(&prf, libc::O_RDONLY).unwrap();
+    let n = fd.ioctl(PRF_GETSIZE, 0).unwrap() as usize;
+    let all = words(&fd.read((2 * n + 2) * 8).unwrap());
+    assert_eq!(all.len(), 2 * n + 2);
+    let mut sum = vec![0u64; n + 2];
+    let mut totals = Vec::new();
+    for f in m.cpu_files() {
+        let cpu = words(
+            &Fd::open(&f, libc::O_RDONLY)
+                .unwrap()
+                .read((2 * n + 2) * 8)
+                .unwrap(),
+        );
+        assert_eq!(cpu[..n], all[..n], "{}: same table", f.display());
+        for (s, c) in sum.iter_mut().zip(&cpu[n..]) {
+            *s += c;
+        }
+        totals.push(cpu[n..].iter().sum::<u64>());
+    }
+    assert_eq!(sum, all[n..], "the per-CPU counters add up to prf's");
+    let total: u64 = all[n..].iter().sum();
+    // 100 Hz per CPU for about 1.5 s; dd keeps at least one CPU busy. (Not
+    // every CPU need tick that often: on some VMs an idle vCPU's cpu-clock
+    // timer does not fire, and `perf record -a` sees the same.)
+    assert!(total >= 100, "per-CPU totals {totals:?}");
+    assert!(
+        all[n] + all[n + 1] < total,
+        "kernel ticks counted: {totals:?}"
+    );
+    eprintln!(
+        "prf: {n} addresses; {total} ticks on {} CPUs; user {} idle {}",
+        totals.len(),
+        all[n],
+        all[n + 1]
+    );
+}
+
+#[test]
+fn prfld_prfstat_prfsnap_prfpr_names_the_workload() {
+    let Some(m) = Mount::new("prf command sequence") else {
+        return;
+    };
+    let prf = m.path("prf");
+    let d = tempdir();
+    let log = d.path().join("log");
+    let log = log.to_str().unwrap();
+
+    let out = prf_cmd(&["prfld"], &prf);
+    assert_eq!(
+        (out.status.code(), out.stdout.len()),
+        (Some(0), 0),
+        "{out:?}"
+    );
+    let out = prf_cmd(&["prfstat", "on"], &prf);
+    let stat = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stat.starts_with("profiling enabled\n") && stat.ends_with(" kernel text addresses\n"),
+        "{stat}"
+    );
+    workload(1.0);
+    let out = prf_cmd(&["prfsnap", log], &prf);
+    assert!(out.status.success(), "{out:?}");
+    workload(1.5);
+    let out = prf_cmd(&["prfsnap", log], &prf);
+    assert!(out.status.success(), "{out:?}");
+    let out = run(profdev().args(["prfpr", log, "1"]));
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let (t0, t1) = (lines.next().unwrap(), lines.next().unwrap());
+    for t in [t0, t1] {
+        // mm/dd/yyy hh:mm, the year as tm_year.
+        assert_eq!(t.len(), 15, "{text}");
+        assert_eq!(&t[6..9], &format!("{}", year_since_1900()), "{text}");
+    }
+    let named: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once('\t').map(|(name, _)| name.trim_end()))
+        .collect();
+    assert!(
+        named.iter().any(|n| is_zeroing(n)),
+        "no zeroing function in\n{text}"
+    );
+
+    // The log: profdev's layout, two records, N + 2 counters.
+    let bytes = std::fs::read(log).unwrap();
+    assert_eq!(&bytes[..8], b"PRFLOG64");
+    let n = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+    assert_eq!(bytes.len(), 24 + 8 * n + 2 * (8 + 8 * (n + 2)));
+
+    // Appending after a reload with another table is refused.
+    prf_cmd(&["prfstat", "off"], &prf);
+    let fd = Fd::open(&prf, libc::O_WRONLY).unwrap();
+    fd.write_words(&TV_R1).unwrap();
+    let out = prf_cmd(&["prfsnap", log], &prf);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("different address table"),
+        "{out:?}"
+    );
+}
+
+fn year_since_1900() -> i64 {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    // Close enough for the year away from New Year's Eve.
+    (1970 + secs / 31_556_952) - 1900
+}
+
+#[test]
+fn tv_r5_and_command_messages() {
+    let Some(m) = Mount::new("prf command messages") else {
+        return;
+    };
+    let prf = m.path("prf");
+    let d = tempdir();
+
+    // Nothing loaded.
+    let out = prf_cmd(&["prfstat"], &prf);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "profiling disabled\n");
+    let snap = d.path().join("snap");
+    let out = prf_cmd(&["prfsnap", snap.to_str().unwrap()], &prf);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).as_ref()
+        ),
+        (Some(1), "prfsnap: cannot activate profiling\n")
+    );
+
+    // TV-R5: four addresses loaded with profiling off.
+    let fd = Fd::open(&prf, libc::O_WRONLY).unwrap();
+    fd.write_words(&TV_R1).unwrap();
+    let out = prf_cmd(&["prfstat"], &prf);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "profiling disabled\n4 kernel text addresses\n"
+    );
+    assert_eq!(out.status.code(), Some(0));
+
+    let msg = |out: &std::process::Output| {
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let out = prf_cmd(&["prfstat", "maybe"], &prf);
+    assert_eq!(msg(&out), (1, "eh?\n".into(), String::new()));
+    let out = prf_cmd(&["prfstat", "on", "off"], &prf);
+    assert_eq!(
+        msg(&out),
+        (1, "usage: prfstat  [ on ]  [ off ]\n".into(), String::new())
+    );
+    let missing = m.path("prf999999");
+    let out = prf_cmd(&["prfstat"], &missing);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("cannot open "),
+        "{out:?}"
+    );
+
+    // prfld while on: EBUSY's message; too many arguments; bad namelist.
+    prf_cmd(&["prfstat", "on"], &prf);
+    let out = prf_cmd(&["prfld"], &prf);
+    assert_eq!(
+        msg(&out),
+        (1, "error: profiler is enabled\n".into(), String::new())
+    );
+    prf_cmd(&["prfstat", "off"], &prf);
+    let out = prf_cmd(&["prfld", "a", "b"], &prf);
+    assert_eq!(
+        msg(&out),
+        (
+            1,
+            "error: usage: prfld [-f device_name] [namelist]\n".into(),
+            String::new()
+        )
+    );
+    let out = prf_cmd(&["prfld", "/nonexistent/System.map"], &prf);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("error: cannot read /nonexistent"));
+    let out = prf_cmd(&["prfld"], &missing);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("error: cannot open "),
+        "{out:?}"
+    );
+    // A namelist with too few text symbols: the device's E2BIG.
+    let tiny = d.path().join("tiny.map");
+    std::fs::write(&tiny, "ffffffff81000000 T _stext\n").unwrap();
+    let out = prf_cmd(&["prfld", tiny.to_str().unwrap()], &prf);
+    assert_eq!(
+        msg(&out),
+        (
+            1,
+            "error: unaligned data or insufficient addresses\n".into(),
+            String::new()
+        )
+    );
+    // A failed load left the last good table in place.
+    assert_eq!(fd.ioctl(PRF_GETSIZE, 0), Ok(4));
+
+    // prfsnap usage; prfdc usage, rate, existing file.
+    let out = prf_cmd(&["prfsnap"], &prf);
+    assert_eq!(
+        msg(&out),
+        (
+            1,
+            String::new(),
+            "prfsnap: usage: prfsnap  logfile\n".into()
+        )
+    );
+    let out = prf_cmd(&["prfdc"], &prf);
+    assert_eq!(
+        msg(&out),
+        (
+            1,
+            String::new(),
+            "prfdc: usage: prfdc  logfile  [ rate  [ off_hour ] ]\n".into()
+        )
+    );
+    let out = prf_cmd(&["prfdc", d.path().join("x").to_str().unwrap(), "0"], &prf);
+    assert_eq!(
+        msg(&out),
+        (1, String::new(), "prfdc: invalid sampling rate\n".into())
+    );
+    let out = prf_cmd(&["prfdc", tiny.to_str().unwrap()], &prf);
+    assert_eq!(
+        msg(&out),
+        (
+            1,
+            String::new(),
+            "prfdc: existing file would be truncated\n".into()
+        )
+    );
+}
+
+#[test]
+fn prfdc_collects_every_period_in_the_background() {
+    let Some(m) = Mount::new("prfdc") else {
+        return;
+    };
+    let prf = m.path("prf");
+    let d = tempdir();
+    let log = d.path().join("dc.log");
+    let out = prf_cmd(&["prfld"], &prf);
+    assert!(out.status.success(), "{out:?}");
+    let started = Instant::now();
+    // Every second (-u 1, period 1), never an off hour (24), three records.
+    let st = profdev()
+        .args(["prfdc", "-f"])
+        .arg(&prf)
+        .args(["-u", "1", "-n", "3"])
+        .arg(&log)
+        .args(["1", "24"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "prfdc returns at once"
+    );
+    let fd = Fd::open(&prf, libc::O_RDONLY).unwrap();
+    assert_eq!(
+        fd.ioctl(PRF_GETSTATUS, 0),
+        Ok(3),
+        "prfdc switched profiling on"
+    );
+    let n = fd.ioctl(PRF_GETSIZE, 0).unwrap() as usize;
+    let want = 24 + 8 * n + 3 * (8 + 8 * (n + 2));
+    while std::fs::metadata(&log)
+        .map(|m| m.len() as usize)
+        .unwrap_or(0)
+        < want
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "prfdc wrote too little"
+        );
+        workload(0.2);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let bytes = std::fs::read(&log).unwrap();
+    assert_eq!(
+        bytes.len(),
+        want,
+        "exactly three records, then prfdc stopped"
+    );
+    let rec = |k: usize| 24 + 8 * n + k * (8 + 8 * (n + 2));
+    let time = |k: usize| i64::from_le_bytes(bytes[rec(k)..rec(k) + 8].try_into().unwrap());
+    let total = |k: usize| words(&bytes[rec(k) + 8..rec(k + 1)]).iter().sum::<u64>();
+    assert!(time(1) - time(0) >= 1 && time(2) - time(1) >= 1 && time(2) - time(0) <= 4);
+    assert!(total(0) <= total(1) && total(1) < total(2), "counters grow");
+    let out = run(profdev().arg("prfpr").arg(&log).arg("0"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text.matches("initialization").count(), 0, "{text}");
+    assert!(text.lines().count() >= 6, "two intervals:\n{text}");
+}
+
+#[test]
+fn without_f_the_command_starts_a_device_server_and_says_so() {
+    if !privileged("prf commands starting a server", can_mount()) {
+        return;
+    }
+    let d = tempdir();
+    let dir = d.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let out = run(profdev().env("PROFDEV_MOUNT", &dir).arg("prfstat"));
+    let unmount = run(profdev().arg("unmount").arg(&dir));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "profiling disabled\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&format!("started a device server at {}", dir.display())),
+        "{out:?}"
+    );
+    assert!(unmount.status.success(), "{unmount:?}");
+    // Bare -f names are files in that directory, started the same way.
+    let out = run(profdev()
+        .env("PROFDEV_MOUNT", &dir)
+        .args(["prfstat", "-f", "prf0"]));
+    let unmount = run(profdev().arg("unmount").arg(&dir));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "profiling disabled\n",
+        "{out:?}"
+    );
+    assert!(unmount.status.success(), "{unmount:?}");
+}

@@ -1,0 +1,634 @@
+//! User stacks without frame pointers: unwinding a sample's copy of the user
+//! stack with the mapped objects' `.eh_frame` (through `framehop`, as samply
+//! does), falling back to frame pointers where that is better.
+//!
+//! Most binaries — Rust release builds, distribution C code — are built
+//! without frame pointers, so the kernel's frame-pointer callchain stops
+//! after a frame or two, or wanders into garbage. With
+//! `SessionConfig::user_stack_bytes > 0` each sample carries the user
+//! registers (ip, sp, bp) and a copy of the stack from sp upward; the call
+//! frame information (CFI) in each object's `.eh_frame` says, for any
+//! instruction, where the return address and the caller's registers are.
+//!
+//! Feed every record to [`UserUnwinder::observe`] in timestamp order (it
+//! tracks each process's executable mappings from mmap, fork, exec and exit
+//! records, the way [`crate::Tasks`] does) and call [`UserUnwinder::unwind`]
+//! for each sample.
+//!
+//! Which chain a sample gets, in order:
+//!
+//! 1. the CFI unwind, if it reached the root of the stack (`_start`, or a
+//!    thread's `clone3`, whose CFI marks the return address undefined);
+//! 2. a frame-pointer walk of the stack copy, if it reached the root (a zero
+//!    frame pointer, which `_start` sets);
+//! 3. otherwise the longer of: the CFI unwind as far as it went, extended
+//!    with the kernel's frame-pointer callchain past the last frame both
+//!    agree on ("spliced"); the kernel's frame-pointer callchain; the
+//!    frame-pointer walk of the copy.
+//!
+//! Every return address must fall inside an executable mapping of the
+//! process; a chain is cut at the first one that does not.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use profdev_symbolize::unwind::UserUnwinder;
+//! # let records: Vec<profdev_core::Record> = vec![];
+//! let mut unwinder = UserUnwinder::new();
+//! for r in &records {
+//!     unwinder.observe(r);
+//!     if let profdev_core::Record::Sample(s) = r {
+//!         let stack = unwinder.unwind(s);
+//!         println!("{:x?} by {:?}", stack.frames, stack.method);
+//!     }
+//! }
+//! eprintln!("{}", unwinder.stats());
+//! ```
+//!
+//! # Bugs
+//!
+//! * x86_64 only.
+//! * Objects are read by the path the kernel reported; a process in another
+//!   mount namespace, or an object replaced on disk, unwinds by frame
+//!   pointers only (counted as `objects_missing`).
+//! * The vDSO is not loaded; frames in it unwind by frame pointers.
+//! * A stack deeper than the copy is cut where the copy ends unless the
+//!   kernel's frame-pointer chain continues it.
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+use object::{Object, ObjectSection, ObjectSegment};
+use profdev_core::{ProcessVa, Record, Sample};
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
+/// Most frames kept per stack (deeper recursion is cut).
+pub const MAX_FRAMES: usize = 512;
+
+/// Section bytes shared between the modules of every process mapping the
+/// same object.
+#[derive(Clone, Debug, Default)]
+pub struct Bytes(Arc<[u8]>);
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// What [`UserUnwinder`] needs from one object file.
+#[derive(Debug)]
+struct ObjectInfo {
+    /// PT_LOAD segments: (file offset, file size, vaddr).
+    loads: Vec<(u64, u64, u64)>,
+    text: Option<(Range<u64>, Bytes)>,
+    eh_frame: Option<(Range<u64>, Bytes)>,
+    eh_frame_hdr: Option<(Range<u64>, Bytes)>,
+    got: Option<Range<u64>>,
+    debug_frame: Option<Bytes>,
+}
+
+impl ObjectInfo {
+    fn parse(bytes: &[u8]) -> Option<Self> {
+        let file = object::File::parse(bytes).ok()?;
+        let section = |name: &str| {
+            let s = file.section_by_name(name)?;
+            let data = s.uncompressed_data().ok()?;
+            Some((
+                s.address()..s.address() + s.size(),
+                Bytes(Arc::from(&*data)),
+            ))
+        };
+        Some(ObjectInfo {
+            loads: file
+                .segments()
+                .map(|seg| {
+                    let (offset, size) = seg.file_range();
+                    (offset, size, seg.address())
+                })
+                .collect(),
+            text: section(".text"),
+            eh_frame: section(".eh_frame"),
+            eh_frame_hdr: section(".eh_frame_hdr"),
+            got: file
+                .section_by_name(".got")
+                .map(|s| s.address()..s.address() + s.size()),
+            debug_frame: section(".debug_frame").map(|(_, b)| b),
+        })
+    }
+
+    /// The link-time address of file offset `off`.
+    fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
+        self.loads
+            .iter()
+            .find(|&&(o, size, _)| off >= o && off < o + size)
+            .map(|&(o, _, vaddr)| vaddr + (off - o))
+    }
+
+    fn section_info(&self) -> ExplicitModuleSectionInfo<Bytes> {
+        ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text.as_ref().map(|t| t.0.clone()),
+            text: self.text.as_ref().map(|t| t.1.clone()),
+            got_svma: self.got.clone(),
+            eh_frame_svma: self.eh_frame.as_ref().map(|t| t.0.clone()),
+            eh_frame: self.eh_frame.as_ref().map(|t| t.1.clone()),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|t| t.0.clone()),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|t| t.1.clone()),
+            debug_frame: self.debug_frame.clone(),
+            ..ExplicitModuleSectionInfo::default()
+        }
+    }
+}
+
+/// One process's modules.
+#[derive(Clone, Default)]
+struct Proc {
+    unwinder: UnwinderX86_64<Bytes>,
+    /// Executable mappings, sorted by start, non-overlapping.
+    maps: Vec<Range<u64>>,
+}
+
+impl Proc {
+    fn is_code(&self, addr: u64) -> bool {
+        let i = self.maps.partition_point(|m| m.start <= addr);
+        self.maps[..i].last().is_some_and(|m| addr < m.end)
+    }
+}
+
+/// How a stack was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnwindMethod {
+    /// CFI unwind of the stack copy, to the root.
+    Cfi,
+    /// Frame-pointer walk of the stack copy, to the root.
+    FramePointers,
+    /// CFI unwind as far as it went, continued by the kernel's
+    /// frame-pointer callchain.
+    Spliced,
+    /// The kernel's frame-pointer callchain (no usable stack copy, or it was
+    /// the longest partial result).
+    KernelChain,
+    /// A partial CFI or frame-pointer unwind (the root was not reached).
+    Truncated,
+    /// Nothing beyond the sampled instruction.
+    IpOnly,
+}
+
+/// A user stack: `frames[0]` is the sampled instruction, the others are
+/// return addresses, innermost first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserStack {
+    /// Frame addresses in the process.
+    pub frames: Vec<ProcessVa>,
+    /// How they were found.
+    pub method: UnwindMethod,
+}
+
+impl UserStack {
+    /// The address to symbolize for frame `i`: the sampled instruction for
+    /// frame 0, the call instruction (return address - 1) for the others.
+    /// A return address can be the first byte of the next function when the
+    /// call was the last instruction (a noreturn call).
+    pub fn lookup_address(&self, i: usize) -> ProcessVa {
+        let a = self.frames[i];
+        if i == 0 {
+            a
+        } else {
+            ProcessVa(a.0.wrapping_sub(1))
+        }
+    }
+}
+
+/// Counts kept so that no unwinding failure is silent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindStats {
+    /// User stacks asked for.
+    pub samples: u64,
+    /// Reached the root by CFI.
+    pub cfi: u64,
+    /// Reached the root by a frame-pointer walk of the copy.
+    pub frame_pointers: u64,
+    /// CFI, then the kernel's frame-pointer chain.
+    pub spliced: u64,
+    /// The kernel's frame-pointer chain alone.
+    pub kernel_chain: u64,
+    /// Did not reach the root: the unwind failures.
+    pub truncated: u64,
+    /// Samples without registers or stack copy.
+    pub no_stack_copy: u64,
+    /// Mapped objects that could not be read or parsed.
+    pub objects_missing: u64,
+}
+
+impl fmt::Display for UnwindStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} user stacks: {} unwound by CFI, {} by frame pointers, {} CFI continued by the \
+             kernel's frame-pointer chain, {} kernel chain only, {} truncated (unwind failures); \
+             {} without a stack copy; {} objects unreadable",
+            self.samples,
+            self.cfi,
+            self.frame_pointers,
+            self.spliced,
+            self.kernel_chain,
+            self.truncated,
+            self.no_stack_copy,
+            self.objects_missing
+        )
+    }
+}
+
+/// Reads an object file's bytes by path (`None`: unreadable).
+pub type ObjectLoader = dyn FnMut(&str) -> Option<Vec<u8>> + Send;
+
+/// Unwinds user stacks of the processes seen in a record stream.
+pub struct UserUnwinder {
+    procs: HashMap<u32, Proc>,
+    objects: HashMap<String, Option<Arc<ObjectInfo>>>,
+    cache: CacheX86_64,
+    stats: UnwindStats,
+    load: Box<ObjectLoader>,
+}
+
+impl Default for UserUnwinder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for UserUnwinder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserUnwinder")
+            .field("processes", &self.procs.len())
+            .field("objects", &self.objects.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl UserUnwinder {
+    /// An unwinder that reads objects from the file system by the path the
+    /// kernel reported.
+    pub fn new() -> Self {
+        Self::with_loader(|path| std::fs::read(path).ok())
+    }
+
+    /// An unwinder that gets object bytes from `load` (`None`: unreadable).
+    pub fn with_loader(load: impl FnMut(&str) -> Option<Vec<u8>> + Send + 'static) -> Self {
+        UserUnwinder {
+            procs: HashMap::new(),
+            objects: HashMap::new(),
+            cache: CacheX86_64::new(),
+            stats: UnwindStats::default(),
+            load: Box::new(load),
+        }
+    }
+
+    /// Counts so far.
+    pub fn stats(&self) -> UnwindStats {
+        self.stats
+    }
+
+    /// Update the processes' mappings with one record.
+    pub fn observe(&mut self, record: &Record) {
+        match record {
+            Record::Comm { pid, exec, .. } if *exec => {
+                self.procs.insert(*pid, Proc::default());
+            }
+            Record::Mmap {
+                pid,
+                addr,
+                len,
+                pgoff,
+                path,
+                ..
+            } => self.map(*pid, *addr, *len, *pgoff, path),
+            Record::Fork { pid, ppid, tid, .. } if pid != ppid && pid == tid => {
+                let child = self.procs.get(ppid).cloned().unwrap_or_default();
+                self.procs.insert(*pid, child);
+            }
+            Record::Exit { pid, tid, .. } if pid == tid => {
+                self.procs.remove(pid);
+            }
+            _ => {}
+        }
+    }
+
+    fn object(&mut self, path: &str) -> Option<Arc<ObjectInfo>> {
+        if let Some(o) = self.objects.get(path) {
+            return o.clone();
+        }
+        let info = (self.load)(path)
+            .and_then(|bytes| ObjectInfo::parse(&bytes))
+            .map(Arc::new);
+        if info.is_none() {
+            self.stats.objects_missing += 1;
+        }
+        self.objects.insert(path.to_string(), info.clone());
+        info
+    }
+
+    fn map(&mut self, pid: u32, addr: u64, len: u64, pgoff: u64, path: &str) {
+        let range = addr..addr.saturating_add(len);
+        let object = if path.starts_with('/') {
+            self.object(path)
+        } else {
+            None
+        };
+        let p = self.procs.entry(pid).or_default();
+        // A new mapping replaces whatever it overlaps.
+        let overlapped: Vec<u64> = p
+            .maps
+            .iter()
+            .filter(|m| m.start < range.end && range.start < m.end)
+            .map(|m| m.start)
+            .collect();
+        for start in overlapped {
+            p.unwinder.remove_module(start);
+        }
+        p.maps
+            .retain(|m| m.end <= range.start || m.start >= range.end);
+        let at = p.maps.partition_point(|m| m.start < range.start);
+        p.maps.insert(at, range.clone());
+        let Some(object) = object else { return };
+        let Some(vaddr) = object.vaddr_of_offset(pgoff) else {
+            return;
+        };
+        let bias = addr.wrapping_sub(vaddr);
+        p.unwinder.add_module(Module::new(
+            path.to_string(),
+            range,
+            bias,
+            object.section_info(),
+        ));
+    }
+
+    /// The user stack of `sample`.
+    pub fn unwind(&mut self, sample: &Sample) -> UserStack {
+        self.stats.samples += 1;
+        let kernel_chain: Vec<u64> = sample
+            .user_chain
+            .iter()
+            .copied()
+            .filter(|&a| a < PERF_CONTEXT_MAX)
+            .collect();
+        let empty = Proc::default();
+        let proc = self.procs.get(&sample.pid).unwrap_or(&empty);
+        let (regs, stack) = match sample.user_regs {
+            Some(r) if !sample.user_stack.is_empty() => (r, &sample.user_stack[..]),
+            _ => {
+                self.stats.no_stack_copy += 1;
+                let frames = valid_prefix(proc, &kernel_chain);
+                let method = if frames.len() > 1 {
+                    self.stats.kernel_chain += 1;
+                    UnwindMethod::KernelChain
+                } else {
+                    self.stats.truncated += 1;
+                    UnwindMethod::IpOnly
+                };
+                let mut frames = frames;
+                if frames.is_empty() && sample.ip != 0 {
+                    frames.push(sample.ip);
+                }
+                return stack_of(frames, method);
+            }
+        };
+        let read = |addr: u64| read_u64(regs.sp, stack, addr);
+
+        // 1. CFI.
+        let mut cfi = Vec::new();
+        let mut cfi_complete = false;
+        {
+            let mut read_stack = |a: u64| read(a).ok_or(());
+            let mut it = proc.unwinder.iter_frames(
+                regs.ip,
+                UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
+                &mut self.cache,
+                &mut read_stack,
+            );
+            loop {
+                match it.next() {
+                    Ok(Some(f)) => {
+                        let a = f.address();
+                        if matches!(f, FrameAddress::ReturnAddress(_)) && !proc.is_code(a - 1) {
+                            break;
+                        }
+                        cfi.push(a);
+                        if cfi.len() == MAX_FRAMES {
+                            break;
+                        }
+                    }
+                    Ok(None) => {
+                        cfi_complete = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        if cfi_complete {
+            self.stats.cfi += 1;
+            return stack_of(cfi, UnwindMethod::Cfi);
+        }
+
+        // 2. Frame pointers over the copy.
+        let (fp, fp_complete) = frame_pointer_walk(proc, regs.ip, regs.bp, regs.sp, &read);
+        if fp_complete {
+            self.stats.frame_pointers += 1;
+            return stack_of(fp, UnwindMethod::FramePointers);
+        }
+
+        // 3. The longest partial answer.
+        let kernel = valid_prefix(proc, &kernel_chain);
+        let mut spliced = Vec::new();
+        if let Some(&last) = cfi.last() {
+            if cfi.len() > 1 {
+                if let Some(k) = kernel.iter().position(|&a| a == last) {
+                    spliced = cfi.clone();
+                    spliced.extend_from_slice(&kernel[k + 1..]);
+                    spliced.truncate(MAX_FRAMES);
+                }
+            }
+        }
+        let mut best = (cfi, UnwindMethod::Truncated);
+        for candidate in [
+            (spliced, UnwindMethod::Spliced),
+            (kernel, UnwindMethod::KernelChain),
+            (fp, UnwindMethod::Truncated),
+        ] {
+            if candidate.0.len() > best.0.len() {
+                best = candidate;
+            }
+        }
+        match best.1 {
+            UnwindMethod::Spliced => self.stats.spliced += 1,
+            UnwindMethod::KernelChain => self.stats.kernel_chain += 1,
+            _ => self.stats.truncated += 1,
+        }
+        if best.0.len() <= 1 && best.1 == UnwindMethod::Truncated {
+            best.1 = UnwindMethod::IpOnly;
+        }
+        if best.0.is_empty() {
+            best.0.push(regs.ip);
+        }
+        stack_of(best.0, best.1)
+    }
+}
+
+/// perf marks context switches in callchains with values at or above
+/// `PERF_CONTEXT_MAX` (-4095 as u64).
+const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
+
+fn stack_of(frames: Vec<u64>, method: UnwindMethod) -> UserStack {
+    UserStack {
+        frames: frames.into_iter().map(ProcessVa).collect(),
+        method,
+    }
+}
+
+/// Read the u64 at `addr` from a stack copy that starts at `sp`.
+fn read_u64(sp: u64, stack: &[u8], addr: u64) -> Option<u64> {
+    let off = usize::try_from(addr.checked_sub(sp)?).ok()?;
+    let b = stack.get(off..off.checked_add(8)?)?;
+    Some(u64::from_le_bytes(b.try_into().ok()?))
+}
+
+/// The frame-pointer walk the kernel does, over the stack copy: the return
+/// address is at `bp + 8`, the caller's frame pointer at `bp`. Complete when
+/// it reaches a zero frame pointer.
+fn frame_pointer_walk(
+    proc: &Proc,
+    ip: u64,
+    mut bp: u64,
+    sp: u64,
+    read: &impl Fn(u64) -> Option<u64>,
+) -> (Vec<u64>, bool) {
+    let mut frames = vec![ip];
+    let mut floor = sp;
+    while frames.len() < MAX_FRAMES {
+        if bp == 0 {
+            let complete = frames.len() > 1;
+            return (frames, complete);
+        }
+        if bp < floor || bp % 8 != 0 {
+            break;
+        }
+        let (Some(next), Some(ret)) = (read(bp), read(bp + 8)) else {
+            break;
+        };
+        if ret == 0 || !proc.is_code(ret - 1) {
+            break;
+        }
+        frames.push(ret);
+        floor = bp + 16;
+        bp = next;
+    }
+    (frames, false)
+}
+
+/// The leading entries of a kernel callchain whose return addresses lie in
+/// executable mappings.
+fn valid_prefix(proc: &Proc, chain: &[u64]) -> Vec<u64> {
+    let mut out = Vec::new();
+    for (i, &a) in chain.iter().enumerate().take(MAX_FRAMES) {
+        if i > 0 && (a == 0 || !proc.is_code(a - 1)) {
+            break;
+        }
+        out.push(a);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_core::UserRegs;
+
+    fn proc_with(map: Range<u64>) -> Proc {
+        Proc {
+            maps: vec![map],
+            ..Proc::default()
+        }
+    }
+
+    #[test]
+    fn frame_pointer_walk_stops_at_zero_and_validates() {
+        let p = proc_with(0x1000..0x2000);
+        // sp = 0x100; frames at bp 0x110 -> 0x130 -> 0.
+        let mut stack = vec![0u8; 0x40];
+        let put = |s: &mut Vec<u8>, at: u64, v: u64| {
+            let o = (at - 0x100) as usize;
+            s[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        put(&mut stack, 0x110, 0x130);
+        put(&mut stack, 0x118, 0x1500);
+        put(&mut stack, 0x130, 0);
+        put(&mut stack, 0x138, 0x1600);
+        let read = |a| read_u64(0x100, &stack, a);
+        let (f, complete) = frame_pointer_walk(&p, 0x1234, 0x110, 0x100, &read);
+        assert_eq!(f, vec![0x1234, 0x1500, 0x1600]);
+        assert!(complete);
+        // A return address outside any mapping cuts the walk.
+        put(&mut stack, 0x138, 0x9999);
+        let read = |a| read_u64(0x100, &stack, a);
+        let (f, complete) = frame_pointer_walk(&p, 0x1234, 0x110, 0x100, &read);
+        assert_eq!(f, vec![0x1234, 0x1500]);
+        assert!(!complete);
+    }
+
+    #[test]
+    fn no_stack_copy_uses_the_kernel_chain() {
+        let mut u = UserUnwinder::with_loader(|_| None);
+        u.observe(&Record::Mmap {
+            pid: 7,
+            tid: 7,
+            addr: 0x1000,
+            len: 0x1000,
+            pgoff: 0,
+            path: "/nonexistent".into(),
+            file: None,
+            build_id: None,
+            time: 0,
+        });
+        let s = Sample {
+            pid: 7,
+            tid: 7,
+            ip: 0x1010,
+            user_chain: vec![0x1010, 0x1100, 0x1200, 0x77777, 0x1300],
+            ..Sample::default()
+        };
+        let st = u.unwind(&s);
+        assert_eq!(st.method, UnwindMethod::KernelChain);
+        assert_eq!(
+            st.frames,
+            vec![ProcessVa(0x1010), ProcessVa(0x1100), ProcessVa(0x1200)]
+        );
+        assert_eq!(st.lookup_address(1), ProcessVa(0x10ff));
+        let stats = u.stats();
+        assert_eq!(
+            (stats.samples, stats.no_stack_copy, stats.objects_missing),
+            (1, 1, 1)
+        );
+        // Registers but nothing known: the ip alone, counted as truncated.
+        let s = Sample {
+            pid: 8,
+            ip: 0x5000,
+            user_regs: Some(UserRegs {
+                ip: 0x5000,
+                sp: 0x100,
+                bp: 0x8,
+            }),
+            user_stack: vec![0; 64],
+            ..Sample::default()
+        };
+        let st = u.unwind(&s);
+        assert_eq!(st.frames, vec![ProcessVa(0x5000)]);
+        assert_eq!(st.method, UnwindMethod::IpOnly);
+        assert_eq!(u.stats().truncated, 1);
+    }
+}
