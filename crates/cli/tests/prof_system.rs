@@ -58,7 +58,7 @@ fn system_wide_session_in_process() {
         return;
     }
     let d = tempdir();
-    let work = compile_work(d.path());
+    let work = compile_work(d.path(), "work-inproc");
     let dev = Prof::new(Engine::new(Arc::new(profdev_sample::PerfFactory::new())));
     let ctl = |msg: &str| {
         let f = walk(&dev, Qid::ROOT, "ctl").unwrap();

@@ -69,15 +69,16 @@ pub fn addr2line_functions(path: &str, pcs: &[u64]) -> Vec<String> {
         .collect()
 }
 
-pub fn compile_work(dir: &Path) -> std::path::PathBuf {
+/// Compile work.c into `dir/name`.
+pub fn compile_work(dir: &Path, name: &str) -> std::path::PathBuf {
     std::fs::write(dir.join("work.c"), WORK_C).unwrap();
     let st = Command::new("cc")
-        .args(["-g", "-O1", "-o", "work", "work.c"])
+        .args(["-g", "-O1", "-o", name, "work.c"])
         .current_dir(dir)
         .status()
         .expect("the test needs cc");
     assert!(st.success());
-    std::fs::canonicalize(dir.join("work")).unwrap()
+    std::fs::canonicalize(dir.join(name)).unwrap()
 }
 
 /// Check the workload's and libc's directories against addr2line.
@@ -87,7 +88,7 @@ pub fn check_modules(modules: &[Module], work: &Path) {
         .iter()
         .find(|m| m.path == work)
         .unwrap_or_else(|| panic!("no directory for {work} among {modules:#?}"));
-    assert_eq!(exe.name, "work");
+    assert_eq!(Some(exe.name.as_str()), work.rsplit('/').next());
     let libc = modules
         .iter()
         .find(|m| m.name == "libc.so.6")

@@ -1,0 +1,262 @@
+//! The prof device through the mount, with real system calls: TV-P1's
+//! control messages and TV-P2's histogram reads (adapted), a system-wide
+//! session checked with addr2line, and `profdev prof` reading the mount.
+//!
+//! Adaptations (documented in `profdev_dev::prof`): a 200-byte control
+//! message is taken whole (returns 200, not 127); the counts of a live
+//! session are not TV-P2's [0,5,0,0,7], so the protocol is checked on
+//! whatever the session recorded: one `0x<pc> <count>\n` pair per read, pcs
+//! increasing, counts non-zero, then end of file; a read too small for the
+//! next pair fails with EINVAL and the pair comes with the next read.
+//!
+//! Fixture recipe: `work.c` in prof_fixture/mod.rs, compiled by the test.
+
+mod common;
+mod prof_fixture;
+
+use common::*;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn can_mount() -> Result<(), String> {
+    can_sample_system()?;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("mounting needs root (CAP_SYS_ADMIN)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse does not exist (modprobe fuse)".into());
+    }
+    Ok(())
+}
+
+/// A private mount (`profdev mount -b DIR`), unmounted on drop.
+struct Mount {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+impl Mount {
+    fn new() -> Mount {
+        let tmp = tempdir();
+        let dir = tmp.path().canonicalize().unwrap().join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        let out = run(profdev().arg("mount").arg("-b").arg(&dir));
+        assert!(
+            out.status.success(),
+            "profdev mount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Mount { _tmp: tmp, dir }
+    }
+
+    fn prof(&self) -> PathBuf {
+        self.dir.join("prof")
+    }
+
+    /// One write(2) of `msg` to prof/ctl: its result.
+    fn ctl(&self, msg: &[u8]) -> std::io::Result<usize> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .open(self.prof().join("ctl"))?;
+        f.write(msg)
+    }
+
+    fn dirs(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.prof())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "ctl")
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn modules(&self) -> Vec<prof_fixture::Module> {
+        self.dirs()
+            .iter()
+            .map(|d| {
+                let dir = self.prof().join(d);
+                let text = |f: &str| {
+                    std::fs::read_to_string(dir.join(f))
+                        .unwrap()
+                        .trim_end()
+                        .to_string()
+                };
+                prof_fixture::Module {
+                    name: text("name"),
+                    path: text("path"),
+                    pairs: read_pairs(&dir.join("histogram"))
+                        .iter()
+                        .map(|p| profdev_formats::prof_histogram::parse_pair(p).unwrap())
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = run(profdev().arg("unmount").arg(&self.dir));
+    }
+}
+
+/// Every read(2) of 64 bytes until end of file.
+fn read_pairs(path: &Path) -> Vec<Vec<u8>> {
+    let mut f = File::open(path).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let mut buf = [0u8; 64];
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.push(buf[..n].to_vec());
+        assert!(out.len() < 1_000_000, "{} does not end", path.display());
+    }
+}
+
+fn einval(r: std::io::Result<usize>, what: &str) {
+    let e = r.expect_err(what);
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{what}: {e}");
+}
+
+#[test]
+fn tv_p1_p2_through_the_mount() {
+    if !privileged("prof through the mount", can_mount()) {
+        return;
+    }
+    let m = Mount::new();
+    let d = tempdir();
+    // A name of its own: other tests run workloads system wide meanwhile.
+    let work = prof_fixture::compile_work(d.path(), "work-tvp1");
+
+    // TV-P1.
+    assert_eq!(m.ctl(b"interval 10").unwrap(), 11);
+    assert_eq!(m.ctl(b"interval 0x10").unwrap(), 13);
+    assert_eq!(m.ctl(b"module").unwrap(), 6);
+    einval(m.ctl(b"startcp"), "startcp");
+    einval(m.ctl(b"start now"), "start now");
+    einval(m.ctl(b"bogus"), "bogus");
+    einval(m.ctl(b"interval 0"), "interval 0");
+    let mut long = b"module".to_vec();
+    while long.len() < 200 {
+        long.extend_from_slice(b" a");
+    }
+    assert_eq!(m.ctl(&long).unwrap(), 200);
+    // The list the session uses: blanks and tabs separate names.
+    m.ctl(b"module  work-tvp1\t/nonexistent/bar.so\n").unwrap();
+    m.ctl(b"interval 1\n").unwrap();
+    m.ctl(b"start\n").unwrap();
+    assert!(Command::new(&work).output().unwrap().status.success());
+    m.ctl(b"stop\n").unwrap();
+    assert_eq!(
+        m.dirs(),
+        ["00000001"],
+        "only the wanted module: {:#?}",
+        m.modules()
+    );
+    let dir = m.prof().join("00000001");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("name")).unwrap(),
+        "work-tvp1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("path")).unwrap(),
+        format!("{}\n", work.display())
+    );
+
+    // TV-P2, adapted: one pair per read, increasing, non-zero, then EOF.
+    let hist = dir.join("histogram");
+    let reads = read_pairs(&hist);
+    assert!(reads.len() > 3, "{reads:?}");
+    let mut last = None;
+    for r in &reads {
+        let text = std::str::from_utf8(r).unwrap();
+        assert!(text.starts_with("0x") && text.ends_with('\n'), "{text:?}");
+        assert_eq!(text.matches('\n').count(), 1, "one pair per read: {text:?}");
+        let (pc, n) = profdev_formats::prof_histogram::parse_pair(r).unwrap();
+        assert!(n > 0);
+        assert!(last < Some(pc), "pcs increase: {text:?}");
+        last = Some(pc);
+    }
+    // A read too small for the pair fails (EINVAL) and loses nothing.
+    let mut f = File::open(&hist).unwrap();
+    let mut small = [0u8; 3];
+    let e = f.read(&mut small).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    let mut buf = [0u8; 64];
+    let n = f.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &reads[0][..]);
+    let n = f.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &reads[1][..]);
+
+    // The files' rules.
+    let e = OpenOptions::new()
+        .write(true)
+        .open(dir.join("pctl"))
+        .unwrap()
+        .write(b"x");
+    assert!(e.is_err(), "pctl refuses writes");
+    assert!(
+        File::open(m.prof().join("ctl")).is_err(),
+        "ctl is write-only"
+    );
+
+    // `end` frees everything.
+    m.ctl(b"end\n").unwrap();
+    assert!(m.dirs().is_empty());
+    assert!(File::open(&hist).is_err());
+}
+
+#[test]
+fn system_wide_session_through_the_mount() {
+    if !privileged("prof through the mount", can_mount()) {
+        return;
+    }
+    let m = Mount::new();
+    let d = tempdir();
+    let work = prof_fixture::compile_work(d.path(), "work-mount");
+    m.ctl(b"module\n").unwrap();
+    m.ctl(b"interval 1\n").unwrap();
+    m.ctl(b"start\n").unwrap();
+    assert!(Command::new(&work).output().unwrap().status.success());
+    m.ctl(b"stop\n").unwrap();
+    prof_fixture::check_modules(&m.modules(), &work);
+
+    // `profdev prof` without CMD shows what the mount holds.
+    let out = run(profdev()
+        .args(["prof", "-f", "-m", "x"])
+        .env("PROFDEV_MOUNT", &m.dir));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("prof: warning: -m option ignored\n"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("\nModule: work-mount({})\n\n", work.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\thot()\n"), "{stdout}");
+    assert!(stdout.contains("\n**** total sampling points "), "{stdout}");
+    m.ctl(b"end\n").unwrap();
+
+    // `profdev prof -b` starts the mounted device and leaves it on.
+    let out = run(profdev()
+        .args(["prof", "-b", "-s", "1", "-m", "work-mount"])
+        .arg(&work)
+        .env("PROFDEV_MOUNT", &m.dir));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    m.ctl(b"stop\n").unwrap();
+    assert_eq!(m.dirs(), ["00000001"]);
+    m.ctl(b"end\n").unwrap();
+}
