@@ -382,6 +382,7 @@ fn served_files() -> String {
     let cpus = profdev_sample::online_cpus().unwrap();
     files.extend(cpus.iter().map(|c| format!("prf{c}")));
     files.push("gmon".into());
+    files.push("prof".into());
     files.join(" ")
 }
 
