@@ -104,6 +104,10 @@
 //!   modules; see `profdev sample` for the kernel).
 //! * Code in anonymous memory (JIT compilers) and in the vDSO belongs to
 //!   no module and is not shown.
+//! * `-e` adds CMD's file: for a script that is the script, not the
+//!   interpreter that runs it, and nothing is profiled.
+//! * Detached debug information is found by build id under
+//!   `/usr/lib/debug/.build-id` only (no `.gnu_debuglink`, no debuginfod).
 //! * Sources are looked up at the paths the debug info names; Rust's
 //!   standard library (`/rustc/HASH/…`) is usually not there, so its lines
 //!   show without text.

@@ -13,7 +13,7 @@
 //!    count of every pc it holds. Unlike Inferno's Dis pcs, which pointed
 //!    past the sampled instruction, these pcs are the sampled instruction:
 //!    nothing is subtracted.
-//! 2. [`format`] prints modules in the order given (prof lists them oldest
+//! 2. [`format()`] prints modules in the order given (prof lists them oldest
 //!    record first), each as:
 //!
 //! ```text
