@@ -139,3 +139,28 @@ fn usage_and_bad_inputs_are_one_sentence() {
         "{err}"
     );
 }
+
+#[test]
+fn tv_k4_with_a_vmlinux_elf_as_text() {
+    // The same symbols as an ELF symbol table (recipe: symelf::from_nm over
+    // TV-K4's text range); the table must not change.
+    let d = tempdir();
+    let syms: Vec<(u64, char, &str)> = SYMBOLS
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (u64::from_str_radix(f[0], 16).unwrap(), 'T', f[2])
+        })
+        .collect();
+    let elf = profdev_formats::symelf::from_nm(0x8010_0000..0x8010_0400, &syms);
+    let out = run(profdev()
+        .arg("kprof")
+        .arg(write(d.path(), "vmlinux", &elf))
+        .arg(write(d.path(), "kpdata", &tv_k4_data())));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    golden("tv-k4.out", &out.stdout);
+}
