@@ -84,20 +84,9 @@ struct Args {
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let args =
-        match Args::try_parse_from(std::iter::once(OsString::from("profdev gmon")).chain(args)) {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = e.print();
-                return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-            }
-        };
-    match run(&args) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("profdev gmon: {e:#}");
-            ExitCode::from(1)
-        }
+    match crate::cmdline::parse::<Args>("profdev gmon", args) {
+        Ok(args) => crate::cmdline::finish("profdev gmon", run(&args)),
+        Err(code) => code,
     }
 }
 

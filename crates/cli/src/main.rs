@@ -5,6 +5,7 @@
 //! through a link named after it (`ln -s profdev kprof`).
 
 mod child;
+mod cmdline;
 mod gmon;
 mod kgmon;
 mod kprof;

@@ -83,14 +83,10 @@ struct Args {
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let args =
-        match Args::try_parse_from(std::iter::once(OsString::from("profdev mount")).chain(args)) {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = e.print();
-                return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-            }
-        };
+    let args = match crate::cmdline::parse::<Args>("profdev mount", args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
     let result = if args.daemon {
         daemon(&args.dir)
     } else if args.background {

@@ -24,14 +24,9 @@ struct Args {
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let args = match Args::try_parse_from(
-        std::iter::once(OsString::from("profdev unmount")).chain(args),
-    ) {
+    let args = match crate::cmdline::parse::<Args>("profdev unmount", args) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(code) => return code,
     };
     match profdev_fuse::unmount(&args.dir) {
         Ok(Unmounted::Detached) => ExitCode::SUCCESS,

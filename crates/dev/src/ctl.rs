@@ -40,6 +40,29 @@ pub struct Cmd<T> {
     pub op: T,
 }
 
+impl<T> Cmd<T> {
+    /// A verb that takes no arguments.
+    pub const fn verb(verb: &'static str, op: T) -> Self {
+        Cmd {
+            verb,
+            min_args: 0,
+            max_args: 0,
+            op,
+        }
+    }
+
+    /// A verb taking from `min_args` to `max_args` arguments
+    /// (`usize::MAX` for no limit).
+    pub const fn with_args(verb: &'static str, min_args: usize, max_args: usize, op: T) -> Self {
+        Cmd {
+            verb,
+            min_args,
+            max_args,
+            op,
+        }
+    }
+}
+
 /// Longest control message accepted, in bytes.
 pub const MAX_MESSAGE: usize = 4096;
 
@@ -97,24 +120,9 @@ mod tests {
         Module,
     }
     const T: &[Cmd<Op>] = &[
-        Cmd {
-            verb: "start",
-            min_args: 0,
-            max_args: 0,
-            op: Op::Start,
-        },
-        Cmd {
-            verb: "stop",
-            min_args: 0,
-            max_args: 0,
-            op: Op::Stop,
-        },
-        Cmd {
-            verb: "module",
-            min_args: 0,
-            max_args: usize::MAX,
-            op: Op::Module,
-        },
+        Cmd::verb("start", Op::Start),
+        Cmd::verb("stop", Op::Stop),
+        Cmd::with_args("module", 0, usize::MAX, Op::Module),
     ];
 
     #[test]

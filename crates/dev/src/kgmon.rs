@@ -371,24 +371,9 @@ enum CtlOp {
 }
 
 const CTL_TABLE: &[Cmd<CtlOp>] = &[
-    Cmd {
-        verb: "begin",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::Begin,
-    },
-    Cmd {
-        verb: "halt",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::Halt,
-    },
-    Cmd {
-        verb: "reset",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::Reset,
-    },
+    Cmd::verb("begin", CtlOp::Begin),
+    Cmd::verb("halt", CtlOp::Halt),
+    Cmd::verb("reset", CtlOp::Reset),
 ];
 
 /// A snapshot held by one open channel.

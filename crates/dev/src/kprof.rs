@@ -163,24 +163,9 @@ enum CtlOp {
 }
 
 const CTL_TABLE: &[Cmd<CtlOp>] = &[
-    Cmd {
-        verb: "start",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::Start,
-    },
-    Cmd {
-        verb: "stop",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::Stop,
-    },
-    Cmd {
-        verb: "startclr",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::StartClr,
-    },
+    Cmd::verb("start", CtlOp::Start),
+    Cmd::verb("stop", CtlOp::Stop),
+    Cmd::verb("startclr", CtlOp::StartClr),
 ];
 
 /// A kpdata snapshot, held by one open channel.

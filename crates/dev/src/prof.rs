@@ -503,36 +503,11 @@ enum CtlOp {
 }
 
 const CTL_TABLE: &[Cmd<CtlOp>] = &[
-    Cmd {
-        verb: "module",
-        min_args: 0,
-        max_args: usize::MAX,
-        op: CtlOp::Module,
-    },
-    Cmd {
-        verb: "start",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::Start,
-    },
-    Cmd {
-        verb: "stop",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::Stop,
-    },
-    Cmd {
-        verb: "end",
-        min_args: 0,
-        max_args: 0,
-        op: CtlOp::End,
-    },
-    Cmd {
-        verb: "interval",
-        min_args: 1,
-        max_args: 1,
-        op: CtlOp::Interval,
-    },
+    Cmd::with_args("module", 0, usize::MAX, CtlOp::Module),
+    Cmd::verb("start", CtlOp::Start),
+    Cmd::verb("stop", CtlOp::Stop),
+    Cmd::verb("end", CtlOp::End),
+    Cmd::with_args("interval", 1, 1, CtlOp::Interval),
 ];
 
 /// C's `strtoul(s, 0, 0)` on a whole word: decimal, `0x` hex, `0` octal.
