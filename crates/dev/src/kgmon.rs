@@ -5,9 +5,12 @@
 //! ```text
 //! gmon/ctl        0600  write: begin | halt | reset
 //! gmon/state      0444  read: on | off | error
-//! gmon/gmonparam  0444  read: the profile's parameters and counters, "name value" lines
-//! gmon/gmon.out   0444  read: the current profile, 4.4BSD gmon.out (x86_64 LP64, little-endian)
+//! gmon/gmonparam  0400  read: the profile's parameters and counters, "name value" lines
+//! gmon/gmon.out   0400  read: the current profile, 4.4BSD gmon.out (x86_64 LP64, little-endian)
 //! ```
+//!
+//! `gmonparam` and `gmon.out` hold kernel addresses, which defeat KASLR:
+//! like kprof's files they are for the mounting user only.
 //!
 //! # Description
 //!
@@ -574,8 +577,8 @@ impl Dev for Kgmon {
         Ok(vec![
             DirEntry::file("ctl", CTL, 0o600, 0),
             DirEntry::file("state", STATE, 0o444, state_len),
-            DirEntry::file("gmonparam", GMONPARAM, 0o444, self.gmonparam().len() as u64),
-            DirEntry::file("gmon.out", GMON_OUT, 0o444, gmon_len),
+            DirEntry::file("gmonparam", GMONPARAM, 0o400, self.gmonparam().len() as u64),
+            DirEntry::file("gmon.out", GMON_OUT, 0o400, gmon_len),
         ])
     }
 
