@@ -59,11 +59,28 @@ fn system_wide_session_sees_dd_in_kernel_text() {
         .spawn()
         .expect("spawn dd");
     let dd = child.id();
+    // An idle vCPU takes no cpu-clock ticks on these VMs: keep every CPU
+    // busy for a moment so that each one's event has something to sample.
+    let mut loaders: Vec<_> = online_cpus()
+        .unwrap()
+        .into_iter()
+        .map(|cpu| {
+            Command::new("taskset")
+                .args(["-c", &cpu.to_string(), "sh", "-c"])
+                .arg("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done")
+                .spawn()
+                .expect("spawn a pinned loader (taskset, util-linux)")
+        })
+        .collect();
     let mut recs = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         read_batch(&mut *src, &mut recs).expect("read");
-        if child.try_wait().expect("wait dd").is_some() {
+        if child.try_wait().expect("wait dd").is_some()
+            && loaders
+                .iter_mut()
+                .all(|l| l.try_wait().expect("wait loader").is_some())
+        {
             break;
         }
         assert!(Instant::now() < deadline, "dd did not finish");
