@@ -570,31 +570,6 @@ impl SourceMap for ElfMap {
     }
 }
 
-/// Where distributions install detached debug information:
-/// `/usr/lib/debug/.build-id/xx/yyyy….debug` (Debian's `-dbg` and `-dbgsym`
-/// packages, Fedora's `debuginfo`).
-const DEBUG_DIR: &str = "/usr/lib/debug/.build-id";
-
-/// `obj`, or its detached debug file when `obj` has no DWARF and the debug
-/// file (found by build id) has: same link-time addresses, full symbol
-/// table and line information.
-fn separate_debug_info(obj: ElfObject) -> ElfObject {
-    if obj.has_debug_info() {
-        return obj;
-    }
-    let Some(id) = obj.build_id().filter(|id| id.len() > 1) else {
-        return obj;
-    };
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    let path = Path::new(DEBUG_DIR)
-        .join(&hex[..2])
-        .join(format!("{}.debug", &hex[2..]));
-    match ElfObject::open(&path) {
-        Ok(debug) if debug.has_debug_info() && debug.build_id() == obj.build_id() => debug,
-        _ => obj,
-    }
-}
-
 /// Attribute, read sources, print.
 fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     if records.iter().all(|r| r.pairs.is_empty()) {
@@ -603,7 +578,7 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     let mut modules = Vec::new();
     for r in records {
         let obj = match ElfObject::open(Path::new(&r.path)) {
-            Ok(o) => Some(separate_debug_info(o)),
+            Ok(o) => Some(o.with_separate_debug_info()),
             Err(e) => {
                 eprintln!("prof: cannot read module {}: {e}", r.path);
                 None

@@ -260,7 +260,7 @@ impl Collector {
 
     /// Symbolize every outside tick.
     fn attribute(&self, ksyms: &KernelSymbols) -> Outside {
-        let mut objects: HashMap<&str, Option<ElfObject>> = HashMap::new();
+        let mut objects: HashMap<&str, (Option<ElfObject>, Option<ElfObject>)> = HashMap::new();
         let mut out = Outside::new();
         let mut keys: Vec<_> = self.outside.iter().collect();
         keys.sort_by_key(|k| k.0 .0);
@@ -291,15 +291,18 @@ impl Collector {
                     },
                 },
                 Key::User { path, offset } => {
-                    let obj = objects
-                        .entry(path.as_str())
-                        .or_insert_with(|| ElfObject::open(Path::new(path)).ok());
+                    let (layout, symbols) = objects.entry(path.as_str()).or_insert_with(|| {
+                        let obj = ElfObject::open(Path::new(path)).ok();
+                        let debug = obj.as_ref().and_then(ElfObject::separate_debug_info);
+                        (obj, debug)
+                    });
                     let module = path.rsplit('/').next().unwrap_or(path).to_string();
-                    let symbol = obj
+                    let symbol = layout
                         .as_ref()
                         .and_then(|o| {
                             let addr = o.file_addr_of_offset(*offset)?;
-                            o.symbol(addr).map(|(s, _)| s.name())
+                            let syms = symbols.as_ref().unwrap_or(o);
+                            syms.symbol(addr).map(|(s, _)| s.name())
                         })
                         .unwrap_or_else(|| "[no symbol]".to_string());
                     Place::User { module, symbol }

@@ -143,21 +143,42 @@ impl ElfObject {
             path: name.clone(),
             why: e.to_string(),
         })?;
-        let mut symbols: Vec<FnSym> = file
+        // At an address with several names (`write`, `__write`,
+        // `__GI___write`…) keep the one a user would recognize: sized before
+        // unsized, global before weak before local, fewest leading
+        // underscores, then by name for a deterministic choice.
+        let mut ranked: Vec<(FnSym, (u8, usize))> = file
             .symbols()
             .chain(file.dynamic_symbols())
             .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
             .filter_map(|s| {
                 let name = s.name().ok()?;
-                Some(FnSym {
-                    addr: s.address(),
-                    size: s.size(),
-                    mangled: name.to_string(),
-                })
+                let binding = if s.is_weak() {
+                    1
+                } else if s.is_global() {
+                    0
+                } else {
+                    2
+                };
+                let underscores = name.bytes().take_while(|&b| b == b'_').count();
+                Some((
+                    FnSym {
+                        addr: s.address(),
+                        size: s.size(),
+                        mangled: name.to_string(),
+                    },
+                    (binding, underscores),
+                ))
             })
             .collect();
-        // Prefer sized symbols, then the first name, at each address.
-        symbols.sort_by(|a, b| a.addr.cmp(&b.addr).then(b.size.cmp(&a.size)));
+        ranked.sort_by(|(a, ra), (b, rb)| {
+            a.addr
+                .cmp(&b.addr)
+                .then((b.size != 0).cmp(&(a.size != 0)))
+                .then(ra.cmp(rb))
+                .then(a.mangled.cmp(&b.mangled))
+        });
+        let mut symbols: Vec<FnSym> = ranked.into_iter().map(|(s, _)| s).collect();
         symbols.dedup_by_key(|s| s.addr);
         let loads = file
             .segments()
@@ -447,6 +468,40 @@ impl ElfLayout {
             .iter()
             .find(|&&(off, len, _)| file_offset >= off && file_offset - off < len)
             .map(|&(off, _, vaddr)| FileAddr(vaddr + (file_offset - off)))
+    }
+}
+
+/// Where distributions install detached debug information:
+/// `/usr/lib/debug/.build-id/xx/yyyy….debug` (Debian's `-dbg` and `-dbgsym`
+/// packages, Fedora's `debuginfo`).
+pub const DEBUG_DIR: &str = "/usr/lib/debug/.build-id";
+
+impl ElfObject {
+    /// This object, or its detached debug file when it has no DWARF and
+    /// the debug file (found by build id under [`DEBUG_DIR`]) has: same
+    /// link-time addresses, full symbol table and line information.
+    ///
+    /// Use it for symbols and lines only: a debug file's load segments
+    /// need not describe the original's file offsets, so map process
+    /// addresses with the original ([`ElfObject::file_addr_of_offset`]).
+    pub fn with_separate_debug_info(self) -> ElfObject {
+        self.separate_debug_info().unwrap_or(self)
+    }
+
+    /// The detached debug file for this object, if it has no DWARF of its
+    /// own and one with the same build id is installed.
+    pub fn separate_debug_info(&self) -> Option<ElfObject> {
+        if self.has_debug_info() {
+            return None;
+        }
+        let id = self.build_id().filter(|id| id.len() > 1)?;
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let path = Path::new(DEBUG_DIR)
+            .join(&hex[..2])
+            .join(format!("{}.debug", &hex[2..]));
+        ElfObject::open(&path)
+            .ok()
+            .filter(|debug| debug.has_debug_info() && debug.build_id() == self.build_id())
     }
 }
 
