@@ -96,9 +96,8 @@
 //! write's first request is then already too large, so it fails as a whole
 //! with ENOSPC instead of being loaded in part.
 //!
-//! **poll** and **select** always report the files ready (for reading when
-//! open for reading, for writing when open for writing); **open** and
-//! **close** do nothing.
+//! **poll** and **select** always report the files ready, for reading and
+//! for writing; **open** and **close** do nothing.
 //!
 //! # Example
 //!
