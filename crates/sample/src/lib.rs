@@ -122,6 +122,7 @@
 //!   Without root or CAP_IPC_LOCK, `kernel.perf_event_mlock_kb` (516 KiB by
 //!   default) limits rings across all CPUs; use a smaller ring then.
 
+pub mod bpf;
 pub mod decode;
 pub mod procfs;
 pub mod ring;
