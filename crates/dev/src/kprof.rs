@@ -569,7 +569,10 @@ mod tests {
 
     /// A counter whose state the test can see and change.
     #[derive(Clone, Default)]
-    struct FakeCounter(Arc<Mutex<(Vec<u32>, bool, Vec<&'static str>)>>);
+    struct FakeCounter(Arc<Mutex<FakeState>>);
+
+    /// Words, on, and the calls made, in order.
+    type FakeState = (Vec<u32>, bool, Vec<&'static str>);
 
     impl HistogramCounter for FakeCounter {
         fn enable(&mut self) -> Result<(), SourceError> {

@@ -212,10 +212,8 @@ const SPECIAL_WORDS: u64 = 6;
 /// elements, two u32 words each).
 pub fn program(map_fd: i32, start: u64, end: u64, lres: u32) -> Vec<Insn> {
     let first = start.saturating_add(SPECIAL_WORDS << lres);
-    let mut p = Vec::new();
     // r6 = ctx; r7 = ctx->regs.ip
-    p.push(Insn::mov_reg(6, 1));
-    p.push(Insn::ldx(op::DW, 7, 6, REGS_IP_OFFSET));
+    let mut p = vec![Insn::mov_reg(6, 1), Insn::ldx(op::DW, 7, 6, REGS_IP_OFFSET)];
     // key 0 (words 0 and 1): r8 = lookup(map, &0)
     p.push(Insn::mov_imm(1, 0));
     p.push(Insn::stx(op::W, 10, 1, -4));

@@ -99,7 +99,7 @@ fn dd_from_dev_zero_counts_a_zeroing_function() {
         }
     }
     let mut top: Vec<_> = per.into_iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|t| std::cmp::Reverse(t.1));
     let top3: Vec<&str> = top.iter().take(3).map(|t| t.0).collect();
     eprintln!("top three: {top3:?} of {} ticks", w[0]);
     assert!(
