@@ -10,6 +10,12 @@
 //! DIR/kpdata; prints the kprof table; then explains the ticks outside
 //! kernel text — per process, per user-space function, per kernel-module
 //! symbol — which kprof could never say. It exits with CMD's status.
+//!
+//! With `--bpf` the device's histogram is counted in the kernel by a BPF
+//! program on the cpu-clock events ([`profdev_sample::bpf`]): no sample
+//! crosses a ring buffer, and kpdata is a copy of the kernel's counters.
+//! No records reach user space then, so the outside-kernel-text section is
+//! not available (it says so), and the summary counts word 0 as samples.
 
 use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
 use anyhow::{anyhow, bail, Context, Result};
@@ -18,7 +24,7 @@ use profdev_core::{
     KernelText, ProcessVa, Record, SampleSource, SessionConfig, SourceError, SourceFactory,
     SourceStats,
 };
-use profdev_dev::kprof::{Kprof, KprofConfig};
+use profdev_dev::kprof::{HistogramCounter, Kprof, KprofConfig};
 use profdev_dev::tree::walk;
 use profdev_dev::{Dev, DevError, Engine, OpenMode, Qid};
 use profdev_formats::kpdata::{self, Kpdata};
@@ -49,6 +55,11 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = kpdata::DEFAULT_LOG_BUCKET_SIZE,
           value_parser = clap::value_parser!(u32).range(1..=12))]
     log_bucket: u32,
+    /// Count kpdata in the kernel with a BPF program instead of reading
+    /// samples through ring buffers (needs CAP_BPF and CAP_PERFMON, or
+    /// root); the outside-kernel-text section is then unavailable.
+    #[arg(long)]
+    bpf: bool,
     /// Rows per table in the outside-kernel-text section.
     #[arg(long, value_name = "N", default_value_t = 15)]
     rows: usize,
@@ -83,11 +94,22 @@ fn run(args: &Args) -> Result<ExitCode> {
         log_bucket: args.log_bucket,
         frequency_hz: args.frequency,
     };
-    let kprof = Kprof::new(config, Engine::new(Arc::new(factory)));
+    let kprof = if args.bpf {
+        let h = profdev_sample::bpf::KernelHistogram::open(
+            text.start.0,
+            text.end.0,
+            args.log_bucket,
+            args.frequency,
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+        Kprof::with_counter(config, Box::new(BpfCounter(h)))?
+    } else {
+        Kprof::new(config, Engine::new(Arc::new(factory)))
+    };
 
     ctl(&kprof, "startclr")?;
     let started = Instant::now();
-    let progress = Progress::start(collector.clone(), started);
+    let progress = Progress::start(collector.clone(), started, !args.bpf);
     let status = run_child(&program, &args.command[1..]);
     ctl(&kprof, "stop")?;
     progress.finish();
@@ -111,11 +133,34 @@ fn run(args: &Args) -> Result<ExitCode> {
         writeln!(out, "kprof: {e}")?;
     }
     let collector = collector.lock().unwrap_or_else(|p| p.into_inner());
-    let outside = collector.attribute(&ksyms);
     writeln!(out)?;
-    out.write_all(outside.render(args.rows).as_bytes())?;
+    let stats = if args.bpf {
+        writeln!(
+            out,
+            "outside section unavailable with --bpf: the kernel counted {} ticks outside kernel text \
+             (word 1), but no records reached user space to say whose they were",
+            data.outside()
+        )?;
+        SourceStats {
+            samples: u64::from(data.total()),
+            ..SourceStats::default()
+        }
+    } else {
+        let outside = collector.attribute(&ksyms);
+        out.write_all(outside.render(args.rows).as_bytes())?;
+        collector.stats
+    };
     out.flush()?;
-    let stats = collector.stats;
+    if args.bpf {
+        eprintln!(
+            "profdev sample: {} ticks in {:.1}s at {} Hz per CPU, counted in the kernel (BPF); wrote {}",
+            stats.samples,
+            elapsed.as_secs_f64(),
+            args.frequency,
+            out_path.display()
+        );
+        return Ok(exit_code(status));
+    }
     eprintln!(
         "profdev sample: {} samples in {:.1}s at {} Hz per CPU, {} lost, {} throttled; wrote {}",
         stats.samples,
@@ -366,9 +411,9 @@ struct Progress {
 }
 
 impl Progress {
-    fn start(collector: Arc<Mutex<Collector>>, started: Instant) -> Self {
+    fn start(collector: Arc<Mutex<Collector>>, started: Instant, show: bool) -> Self {
         let done = Arc::new(AtomicBool::new(false));
-        let thread = std::io::stderr().is_terminal().then(|| {
+        let thread = (show && std::io::stderr().is_terminal()).then(|| {
             let done = done.clone();
             std::thread::spawn(move || {
                 while !done.load(Ordering::Acquire) {
@@ -392,5 +437,23 @@ impl Progress {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// The in-kernel BPF histogram as the kprof device's counter.
+struct BpfCounter(profdev_sample::bpf::KernelHistogram);
+
+impl HistogramCounter for BpfCounter {
+    fn enable(&mut self) -> Result<(), SourceError> {
+        self.0.enable()
+    }
+    fn disable(&mut self) {
+        self.0.disable()
+    }
+    fn clear(&mut self) {
+        self.0.clear()
+    }
+    fn words(&self) -> Vec<u32> {
+        self.0.words()
     }
 }

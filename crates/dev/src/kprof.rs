@@ -44,6 +44,16 @@
 //! original said its reads "may not be consistent"). Unlike Inferno 4e,
 //! `stat kpdata` reports its true length.
 //!
+//! # Backends
+//!
+//! By default ([`Kprof::new`]) the device counts the sample records of an
+//! engine session in user space. With [`Kprof::with_counter`] it counts
+//! nothing itself: a [`HistogramCounter`] (in profdev, the in-kernel BPF
+//! histogram of `profdev_sample::bpf`) keeps the words, `start`/`stop`
+//! enable and disable it, `startclr` clears it first, and each open of
+//! `kpdata` snapshots its words. The files, verbs, layout and read rules
+//! are the same; [`Kprof::feed`] is then ignored.
+//!
 //! # Example
 //!
 //! ```text
@@ -64,7 +74,7 @@ use crate::ctl::{self, Cmd};
 use crate::engine::{Engine, Sink, Subscription};
 use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
-use profdev_core::{KernelPc, KernelText, Record, SessionConfig};
+use profdev_core::{KernelPc, KernelText, Record, SessionConfig, SourceError};
 use profdev_formats::kpdata;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -100,6 +110,26 @@ impl KprofConfig {
     fn microseconds_per_tick(&self) -> u32 {
         1_000_000 / self.frequency_hz.max(1)
     }
+}
+
+/// A kpdata histogram kept outside the device (e.g. counted in the kernel
+/// by a BPF program), in kpdata's word layout and host order, with words
+/// 2–5 already set.
+pub trait HistogramCounter: Send {
+    /// Start counting (idempotent).
+    fn enable(&mut self) -> Result<(), SourceError>;
+    /// Stop counting; every tick taken before is counted.
+    fn disable(&mut self);
+    /// Zero the counts and restore words 2–5.
+    fn clear(&mut self);
+    /// The words now.
+    fn words(&self) -> Vec<u32>;
+}
+
+/// A counter backend and whether it is on.
+struct Counter {
+    counter: Box<dyn HistogramCounter>,
+    on: bool,
 }
 
 /// The histogram: the words of kpdata, in host order.
@@ -153,6 +183,7 @@ pub struct Kprof {
     histogram: Arc<Mutex<Histogram>>,
     session: Mutex<Option<Subscription>>,
     engine: Engine,
+    counter: Option<Mutex<Counter>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,7 +210,37 @@ impl Kprof {
             histogram: Arc::new(Mutex::new(Histogram::new(config))),
             session: Mutex::new(None),
             engine,
+            counter: None,
         }
+    }
+
+    /// A device whose histogram is kept by `counter` (which must have
+    /// `config.words()` words) instead of counted from engine records.
+    /// Fails, saying why, if the counter's geometry differs.
+    pub fn with_counter(
+        config: KprofConfig,
+        counter: Box<dyn HistogramCounter>,
+    ) -> Result<Self, DevError> {
+        let n = counter.words().len();
+        if n != config.words() {
+            return Err(DevError::Sampling {
+                msg: format!(
+                    "the histogram counter has {n} words where kpdata needs {}",
+                    config.words()
+                ),
+                permission: false,
+            });
+        }
+        let engine = Engine::new(Arc::new(crate::engine::ReplayFactory::new(Vec::new())));
+        let mut k = Kprof::new(config, engine);
+        k.counter = Some(Mutex::new(Counter { counter, on: false }));
+        Ok(k)
+    }
+
+    fn lock_counter(&self) -> Option<MutexGuard<'_, Counter>> {
+        self.counter
+            .as_ref()
+            .map(|c| c.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The device's geometry.
@@ -195,11 +256,17 @@ impl Kprof {
 
     /// True while profiling is on.
     pub fn is_on(&self) -> bool {
+        if let Some(c) = self.lock_counter() {
+            return c.on;
+        }
         self.lock_session().is_some()
     }
 
     /// The current kpdata bytes (a consistent snapshot).
     pub fn snapshot(&self) -> Vec<u8> {
+        if let Some(c) = self.lock_counter() {
+            return kpdata::encode(&c.counter.words());
+        }
         let h = self.histogram.lock().unwrap_or_else(|p| p.into_inner());
         kpdata::encode(&h.words)
     }
@@ -214,6 +281,13 @@ impl Kprof {
     }
 
     fn start(&self) -> Result<(), DevError> {
+        if let Some(mut c) = self.lock_counter() {
+            if !c.on {
+                c.counter.enable().map_err(sampling_error)?;
+                c.on = true;
+            }
+            return Ok(());
+        }
         let mut session = self.lock_session();
         if session.is_some() {
             return Ok(());
@@ -223,15 +297,17 @@ impl Kprof {
         let sub = self
             .engine
             .subscribe(&SessionConfig::system(self.config.frequency_hz), sink)
-            .map_err(|e| DevError::Sampling {
-                permission: matches!(e, profdev_core::SourceError::Permission(_)),
-                msg: e.to_string(),
-            })?;
+            .map_err(sampling_error)?;
         *session = Some(sub);
         Ok(())
     }
 
     fn stop(&self) {
+        if let Some(mut c) = self.lock_counter() {
+            c.counter.disable();
+            c.on = false;
+            return;
+        }
         let sub = self.lock_session().take();
         // Dropping the subscription drains the last samples into the
         // histogram; done outside the session lock.
@@ -247,6 +323,9 @@ impl Kprof {
                 Ok(())
             }
             CtlOp::StartClr => {
+                if let Some(mut c) = self.lock_counter() {
+                    c.counter.clear();
+                }
                 self.histogram
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -254,6 +333,13 @@ impl Kprof {
                 self.start()
             }
         }
+    }
+}
+
+fn sampling_error(e: SourceError) -> DevError {
+    DevError::Sampling {
+        permission: matches!(e, SourceError::Permission(_)),
+        msg: e.to_string(),
     }
 }
 
@@ -479,5 +565,96 @@ mod tests {
         write(&k, "stop\n").unwrap();
         let w = words(&k);
         assert_eq!((w[0], w[1], w[32], w[33]), (3, 1, 1, 1));
+    }
+
+    /// A counter whose state the test can see and change.
+    #[derive(Clone, Default)]
+    struct FakeCounter(Arc<Mutex<FakeState>>);
+
+    /// Words, on, and the calls made, in order.
+    type FakeState = (Vec<u32>, bool, Vec<&'static str>);
+
+    impl HistogramCounter for FakeCounter {
+        fn enable(&mut self) -> Result<(), SourceError> {
+            let mut s = self.0.lock().unwrap();
+            s.1 = true;
+            s.2.push("enable");
+            Ok(())
+        }
+        fn disable(&mut self) {
+            let mut s = self.0.lock().unwrap();
+            s.1 = false;
+            s.2.push("disable");
+        }
+        fn clear(&mut self) {
+            let mut s = self.0.lock().unwrap();
+            let n = s.0.len();
+            s.0 = vec![0; n];
+            kpdata::init_header(&mut s.0, 10_000, 3);
+            s.2.push("clear");
+        }
+        fn words(&self) -> Vec<u32> {
+            self.0.lock().unwrap().0.clone()
+        }
+    }
+
+    fn counted() -> (Kprof, FakeCounter) {
+        let fake = FakeCounter::default();
+        fake.0.lock().unwrap().0 = vec![7; 128];
+        let config = tv_k1().config;
+        let k = Kprof::with_counter(config, Box::new(fake.clone())).unwrap();
+        (k, fake)
+    }
+
+    #[test]
+    fn counter_backend_follows_the_verbs() {
+        let (k, fake) = counted();
+        assert!(!k.is_on());
+        assert_eq!(words(&k), vec![7; 128], "kpdata is the counter's words");
+        write(&k, "startclr\n").unwrap();
+        assert!(k.is_on());
+        assert!(fake.0.lock().unwrap().1);
+        let w = words(&k);
+        assert!(w[..2].iter().chain(&w[6..]).all(|&x| x == 0));
+        assert_eq!(&w[2..6], &[10_000, 128, 4, 3]);
+        write(&k, "start").unwrap(); // already on: no second enable
+        assert!(write(&k, "stopwatch").is_err());
+        assert!(k.is_on());
+        write(&k, "stop").unwrap();
+        assert!(!k.is_on());
+        write(&k, "start").unwrap();
+        write(&k, "stop").unwrap();
+        assert_eq!(
+            fake.0.lock().unwrap().2,
+            ["clear", "enable", "disable", "enable", "disable"]
+        );
+        // Records fed to a counter-backed device are not counted.
+        k.feed(&samples(&[0x8010_0100]));
+        assert_eq!(words(&k)[0], 0);
+    }
+
+    #[test]
+    fn counter_backend_snapshots_at_open() {
+        let (k, fake) = counted();
+        let mut c = k.open(KPDATA, OpenMode::Read).unwrap();
+        fake.0.lock().unwrap().0[0] = 99;
+        assert_eq!(k.read(&mut c, 0, 4).unwrap(), [0, 0, 0, 7]);
+        assert_eq!(k.read(&mut c, 2, 4), Err(DevError::BadArg));
+        let mut c2 = k.open(KPDATA, OpenMode::Read).unwrap();
+        assert_eq!(k.read(&mut c2, 0, 4).unwrap(), [0, 0, 0, 99]);
+        assert_eq!(k.stat(KPDATA).unwrap().length, 512);
+    }
+
+    #[test]
+    fn counter_of_the_wrong_size_is_refused() {
+        let fake = FakeCounter::default();
+        fake.0.lock().unwrap().0 = vec![0; 100];
+        let e = Kprof::with_counter(tv_k1().config, Box::new(fake))
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "the histogram counter has 100 words where kpdata needs 128"
+        );
     }
 }

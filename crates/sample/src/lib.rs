@@ -24,8 +24,9 @@
 //!
 //! This crate is the only one in profdev that talks to the kernel's
 //! perf_event subsystem, and the only one with `unsafe` code (in [`sys`]
-//! for the system calls, [`ring`] for the shared mapping, and the
-//! `pre_exec` hook of [`spawn_profiled`]).
+//! for the system calls, [`ring`] for the shared mapping, [`bpf`] for
+//! bpf(2) and the in-kernel histogram's mapping, and the `pre_exec` hook of
+//! [`spawn_profiled`]).
 //!
 //! **What it asks the kernel for, and why.** One software `cpu-clock` event
 //! (`PERF_TYPE_SOFTWARE`, `PERF_COUNT_SW_CPU_CLOCK`) per online CPU:
@@ -122,6 +123,7 @@
 //!   Without root or CAP_IPC_LOCK, `kernel.perf_event_mlock_kb` (516 KiB by
 //!   default) limits rings across all CPUs; use a smaller ring then.
 
+pub mod bpf;
 pub mod decode;
 pub mod procfs;
 pub mod ring;

@@ -1,0 +1,674 @@
+//! An in-kernel PC histogram: a hand-assembled eBPF program on the
+//! cpu-clock events that counts kernel PCs into kpdata buckets inside the
+//! kernel, so no sample ever crosses a ring buffer.
+//!
+//! # Synopsis
+//!
+//! ```no_run
+//! use profdev_sample::bpf::KernelHistogram;
+//!
+//! let (start, end) = (0xffff_ffff_8100_0000, 0xffff_ffff_8240_0000);
+//! let mut h = KernelHistogram::open(start, end, 3, 1000)?;
+//! h.enable()?;
+//! std::thread::sleep(std::time::Duration::from_secs(1));
+//! h.disable();
+//! let words = h.words(); // kpdata's words, host order
+//! # Ok::<(), profdev_core::SourceError>(())
+//! ```
+//!
+//! # Description
+//!
+//! No libbpf and no compiler: [`program`] assembles the instructions with
+//! the small encoder [`Insn`], and [`KernelHistogram::open`] loads them with
+//! bpf(2) as a `BPF_PROG_TYPE_PERF_EVENT` program (license "GPL"), then
+//! attaches it with `PERF_EVENT_IOC_SET_BPF` to one software cpu-clock event
+//! per online CPU (pid -1, every task, kernel and user mode, a fixed period
+//! of `1e9 / frequency_hz` ns as the ring engine uses). No ring buffer is
+//! mapped: the program returns 0, which tells the kernel not to write the
+//! sample anywhere.
+//!
+//! On every tick the program reads the interrupted PC (`regs.ip` of
+//! `struct bpf_perf_event_data`, offset 128 on x86_64: `struct pt_regs`
+//! has 16 words before `ip`) and applies Inferno 4e's kproftick: word 0 += 1;
+//! if `start + (6 << lres) <= ip < end` then word `(ip - start) >> lres`
+//! += 1, else word 1 += 1. Both increments are BPF atomic adds (32 bits,
+//! wrapping like the original's counters).
+//!
+//! The words live in a `BPF_MAP_TYPE_ARRAY` created with `BPF_F_MMAPABLE`
+//! whose 8-byte elements each hold two consecutive u32 words (an array map
+//! rounds its element size up to 8, so u32 elements would waste half of the
+//! mapping), and which user space maps shared: [`KernelHistogram::words`]
+//! is a copy of the mapping, and words 2–5 of kpdata (microseconds per
+//! tick, word count, 4, lres) are written by user space at open and at
+//! every [`KernelHistogram::clear`].
+//!
+//! # Errors
+//!
+//! EPERM/EACCES from bpf(2) or perf_event_open is
+//! [`SourceError::Permission`], one sentence naming CAP_BPF and
+//! CAP_PERFMON (or root) and `kernel.unprivileged_bpf_disabled`; a verifier
+//! rejection is an [`SourceError::Io`] whose context holds the first lines
+//! of the verifier log.
+//!
+//! # Bugs
+//!
+//! * x86_64 only (the offset of the PC in `struct pt_regs`); elsewhere
+//!   `open` fails with EOPNOTSUPP.
+//! * Word 0 is one shared counter incremented by every CPU, an atomic on a
+//!   shared cache line; at 10 kHz on many CPUs that costs a little.
+//! * `clear` while enabled races with the program: a tick taken during the
+//!   clear may be kept or lost. The kprof device clears only on `startclr`.
+
+use profdev_core::SourceError;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::procfs::online_cpus;
+use crate::sys::{self, flag, PerfEventAttr};
+
+/// One eBPF instruction, `struct bpf_insn`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    pub code: u8,
+    pub dst: u8,
+    pub src: u8,
+    pub off: i16,
+    pub imm: i32,
+}
+
+/// Opcode parts of `<linux/bpf.h>` and `<linux/bpf_common.h>`.
+pub mod op {
+    pub const LD: u8 = 0x00;
+    pub const LDX: u8 = 0x01;
+    pub const STX: u8 = 0x03;
+    pub const ALU64: u8 = 0x07;
+    pub const JMP: u8 = 0x05;
+    pub const W: u8 = 0x00;
+    pub const DW: u8 = 0x18;
+    pub const IMM: u8 = 0x00;
+    pub const MEM: u8 = 0x60;
+    pub const ATOMIC: u8 = 0xc0;
+    pub const K: u8 = 0x00;
+    pub const X: u8 = 0x08;
+    pub const ADD: u8 = 0x00;
+    pub const SUB: u8 = 0x10;
+    pub const LSH: u8 = 0x60;
+    pub const RSH: u8 = 0x70;
+    pub const AND: u8 = 0x50;
+    pub const MOV: u8 = 0xb0;
+    pub const JA: u8 = 0x00;
+    pub const JEQ: u8 = 0x10;
+    pub const JGE: u8 = 0x30;
+    pub const JLT: u8 = 0xa0;
+    pub const CALL: u8 = 0x80;
+    pub const EXIT: u8 = 0x90;
+    /// `BPF_PSEUDO_MAP_FD`: the ld_imm64 source register meaning "map fd".
+    pub const PSEUDO_MAP_FD: u8 = 1;
+    /// `BPF_FUNC_map_lookup_elem`.
+    pub const FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+}
+
+impl Insn {
+    const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn {
+            code,
+            dst,
+            src,
+            off,
+            imm,
+        }
+    }
+    /// `dst = imm` (64-bit, sign-extended).
+    pub const fn mov_imm(dst: u8, imm: i32) -> Insn {
+        Insn::new(op::ALU64 | op::MOV | op::K, dst, 0, 0, imm)
+    }
+    /// `dst = src`.
+    pub const fn mov_reg(dst: u8, src: u8) -> Insn {
+        Insn::new(op::ALU64 | op::MOV | op::X, dst, src, 0, 0)
+    }
+    /// `dst OP= imm` (64-bit).
+    pub const fn alu_imm(alu: u8, dst: u8, imm: i32) -> Insn {
+        Insn::new(op::ALU64 | alu | op::K, dst, 0, 0, imm)
+    }
+    /// `dst OP= src` (64-bit).
+    pub const fn alu_reg(alu: u8, dst: u8, src: u8) -> Insn {
+        Insn::new(op::ALU64 | alu | op::X, dst, src, 0, 0)
+    }
+    /// `dst = *(size *)(src + off)`.
+    pub const fn ldx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+        Insn::new(op::LDX | op::MEM | size, dst, src, off, 0)
+    }
+    /// `*(size *)(dst + off) = src`.
+    pub const fn stx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+        Insn::new(op::STX | op::MEM | size, dst, src, off, 0)
+    }
+    /// `lock *(size *)(dst + off) += src`.
+    pub const fn atomic_add(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+        Insn::new(op::STX | op::ATOMIC | size, dst, src, off, op::ADD as i32)
+    }
+    /// `if dst JOP imm goto pc + 1 + off`.
+    pub const fn jmp_imm(jop: u8, dst: u8, imm: i32, off: i16) -> Insn {
+        Insn::new(op::JMP | jop | op::K, dst, 0, off, imm)
+    }
+    /// `if dst JOP src goto pc + 1 + off`.
+    pub const fn jmp_reg(jop: u8, dst: u8, src: u8, off: i16) -> Insn {
+        Insn::new(op::JMP | jop | op::X, dst, src, off, 0)
+    }
+    /// `goto pc + 1 + off`.
+    pub const fn ja(off: i16) -> Insn {
+        Insn::new(op::JMP | op::JA, 0, 0, off, 0)
+    }
+    /// Call helper `func`.
+    pub const fn call(func: i32) -> Insn {
+        Insn::new(op::JMP | op::CALL, 0, 0, 0, func)
+    }
+    /// Return r0.
+    pub const fn exit() -> Insn {
+        Insn::new(op::JMP | op::EXIT, 0, 0, 0, 0)
+    }
+    /// `dst = imm64`: two instructions.
+    pub const fn ld_imm64(dst: u8, imm: u64) -> [Insn; 2] {
+        [
+            Insn::new(op::LD | op::DW | op::IMM, dst, 0, 0, imm as u32 as i32),
+            Insn::new(0, 0, 0, 0, (imm >> 32) as u32 as i32),
+        ]
+    }
+    /// `dst = map` (the map's descriptor, resolved by the kernel at load).
+    pub const fn ld_map_fd(dst: u8, fd: i32) -> [Insn; 2] {
+        [
+            Insn::new(op::LD | op::DW | op::IMM, dst, op::PSEUDO_MAP_FD, 0, fd),
+            Insn::new(0, 0, 0, 0, 0),
+        ]
+    }
+
+    /// The 8 bytes of `struct bpf_insn` on a little-endian host
+    /// (dst_reg in the low nibble).
+    pub fn encode(&self) -> [u8; 8] {
+        let off = self.off.to_le_bytes();
+        let imm = self.imm.to_le_bytes();
+        [
+            self.code,
+            (self.dst & 0xf) | (self.src << 4),
+            off[0],
+            off[1],
+            imm[0],
+            imm[1],
+            imm[2],
+            imm[3],
+        ]
+    }
+}
+
+/// Offset of `regs.ip` in `struct bpf_perf_event_data` (x86_64: `struct
+/// pt_regs` r15..orig_ax are 16 words, then ip).
+pub const REGS_IP_OFFSET: i16 = 128;
+
+/// Header words of kpdata that the program never touches as buckets.
+const SPECIAL_WORDS: u64 = 6;
+
+/// The program: kproftick over `[start, end)` with buckets of `1 << lres`
+/// bytes, counting into the map whose descriptor is `map_fd` (8-byte
+/// elements, two u32 words each).
+pub fn program(map_fd: i32, start: u64, end: u64, lres: u32) -> Vec<Insn> {
+    let first = start.saturating_add(SPECIAL_WORDS << lres);
+    // r6 = ctx; r7 = ctx->regs.ip
+    let mut p = vec![Insn::mov_reg(6, 1), Insn::ldx(op::DW, 7, 6, REGS_IP_OFFSET)];
+    // key 0 (words 0 and 1): r8 = lookup(map, &0)
+    p.push(Insn::mov_imm(1, 0));
+    p.push(Insn::stx(op::W, 10, 1, -4));
+    p.extend(Insn::ld_map_fd(1, map_fd));
+    p.push(Insn::mov_reg(2, 10));
+    p.push(Insn::alu_imm(op::ADD, 2, -4));
+    p.push(Insn::call(op::FUNC_MAP_LOOKUP_ELEM));
+    p.push(Insn::jmp_imm(op::JEQ, 0, 0, 1)); // null: skip to exit below
+    p.push(Insn::ja(2));
+    p.push(Insn::mov_imm(0, 0));
+    p.push(Insn::exit());
+    // word 0 += 1
+    p.push(Insn::mov_imm(1, 1));
+    p.push(Insn::atomic_add(op::W, 0, 1, 0));
+    // r2 = slot
+    p.push(Insn::mov_reg(2, 7));
+    p.extend(Insn::ld_imm64(3, first));
+    p.push(Insn::jmp_reg(op::JLT, 2, 3, 8)); // ip < first: outside
+    p.extend(Insn::ld_imm64(3, end));
+    p.push(Insn::jmp_reg(op::JGE, 2, 3, 5)); // ip >= end: outside
+    p.extend(Insn::ld_imm64(3, start));
+    p.push(Insn::alu_reg(op::SUB, 2, 3));
+    p.push(Insn::alu_imm(op::RSH, 2, lres as i32));
+    p.push(Insn::ja(3));
+    // outside: word 1 += 1, which lives in element 0 already looked up
+    p.push(Insn::atomic_add(op::W, 0, 1, 4));
+    p.push(Insn::mov_imm(0, 0));
+    p.push(Insn::exit());
+    // key = slot >> 1; r8 = (slot & 1) * 4
+    p.push(Insn::mov_reg(8, 2));
+    p.push(Insn::alu_imm(op::AND, 8, 1));
+    p.push(Insn::alu_imm(op::LSH, 8, 2));
+    p.push(Insn::alu_imm(op::RSH, 2, 1));
+    p.push(Insn::stx(op::W, 10, 2, -4));
+    p.extend(Insn::ld_map_fd(1, map_fd));
+    p.push(Insn::mov_reg(2, 10));
+    p.push(Insn::alu_imm(op::ADD, 2, -4));
+    p.push(Insn::call(op::FUNC_MAP_LOOKUP_ELEM));
+    p.push(Insn::jmp_imm(op::JEQ, 0, 0, 3)); // null: exit
+    p.push(Insn::alu_reg(op::ADD, 0, 8));
+    p.push(Insn::mov_imm(1, 1));
+    p.push(Insn::atomic_add(op::W, 0, 1, 0));
+    p.push(Insn::mov_imm(0, 0));
+    p.push(Insn::exit());
+    p
+}
+
+/// The program's bytes, as handed to the kernel.
+pub fn encode(insns: &[Insn]) -> Vec<u8> {
+    insns.iter().flat_map(Insn::encode).collect()
+}
+
+// bpf(2) commands, map and program types, flags.
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+/// `_IOW('$', 8, __u32)`.
+const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
+
+/// `union bpf_attr`, as a zeroed byte block the commands fill in (the
+/// kernel accepts a shorter union as long as the tail it knows is zero).
+#[repr(C, align(8))]
+struct BpfAttr([u8; 128]);
+
+impl BpfAttr {
+    fn new() -> Self {
+        BpfAttr([0; 128])
+    }
+    fn u32(&mut self, off: usize, v: u32) -> &mut Self {
+        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn u64(&mut self, off: usize, v: u64) -> &mut Self {
+        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+}
+
+fn bpf(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
+    // SAFETY: `attr` is a live 128-byte block; the kernel reads at most that
+    // many bytes (we pass the size) and the pointers inside it (instructions,
+    // license, log buffer) are owned by the caller and outlive this call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut BpfAttr,
+            std::mem::size_of::<BpfAttr>() as libc::c_long,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as libc::c_int) })
+}
+
+fn permission(what: &str) -> SourceError {
+    let knob = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    SourceError::Permission(format!(
+        "the kernel refused {what}: an in-kernel BPF histogram needs CAP_BPF and CAP_PERFMON \
+         (or root), since /proc/sys/kernel/unprivileged_bpf_disabled is {knob} \
+         (sysctl kernel.unprivileged_bpf_disabled)"
+    ))
+}
+
+fn is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+}
+
+fn io_error(context: impl Into<String>, source: io::Error) -> SourceError {
+    SourceError::Io {
+        context: context.into(),
+        source,
+    }
+}
+
+/// The shared mapping of the map's values.
+struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+    words: usize,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; it is
+// only accessed through AtomicU32 loads and stores, which are sound from
+// any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; &Mapping only hands out atomic accesses.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn atomics(&self) -> &[AtomicU32] {
+        // SAFETY: `ptr` is a live, page-aligned, read-write shared mapping of
+        // `len >= words * 4` bytes, valid until Drop; AtomicU32 has the size
+        // and alignment of u32, and every access (ours and the BPF program's
+        // atomic adds) is atomic, so there is no data race.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const AtomicU32, self.words) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; no reference
+        // from `atomics` outlives `self`.
+        unsafe {
+            libc::munmap(self.ptr, self.len);
+        }
+    }
+}
+
+/// A kpdata histogram counted in the kernel by a BPF program on the
+/// cpu-clock events of every online CPU.
+pub struct KernelHistogram {
+    // Field order is drop order: events first (detaches the program), then
+    // the program, the mapping, the map.
+    events: Vec<OwnedFd>,
+    _prog: OwnedFd,
+    mapping: Mapping,
+    _map: OwnedFd,
+    header: [u32; 4],
+}
+
+impl KernelHistogram {
+    /// Load the program for `[start, end)` with buckets of `1 << log_bucket`
+    /// bytes at `frequency_hz` per CPU; disabled and cleared.
+    pub fn open(
+        start: u64,
+        end: u64,
+        log_bucket: u32,
+        frequency_hz: u32,
+    ) -> Result<KernelHistogram, SourceError> {
+        if !cfg!(target_arch = "x86_64") {
+            return Err(io_error(
+                "the BPF histogram knows where the PC is only on x86_64",
+                io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            ));
+        }
+        if frequency_hz == 0 || log_bucket > 31 || end <= start {
+            return Err(SourceError::Frequency(format!(
+                "a BPF histogram needs a nonzero frequency, a bucket log below 32 and a nonempty \
+                 text range (got {frequency_hz} Hz, lres {log_bucket}, {start:#x}..{end:#x})"
+            )));
+        }
+        let nbuf = (end - start).div_ceil(1 << log_bucket) as usize;
+        let nbuf = nbuf.max(SPECIAL_WORDS as usize);
+        let nwords = u32::try_from(nbuf).map_err(|_| {
+            SourceError::Frequency(format!("{nbuf} buckets do not fit a kpdata word count"))
+        })?;
+        let elements = nbuf.div_ceil(2) as u32;
+
+        let mut attr = BpfAttr::new();
+        attr.u32(0, BPF_MAP_TYPE_ARRAY)
+            .u32(4, 4)
+            .u32(8, 8)
+            .u32(12, elements)
+            .u32(16, BPF_F_MMAPABLE);
+        let map = bpf(BPF_MAP_CREATE, &mut attr).map_err(|e| {
+            if is_permission(&e) {
+                permission("creating a BPF map")
+            } else {
+                io_error(
+                    format!("cannot create a BPF array map of {elements} elements"),
+                    e,
+                )
+            }
+        })?;
+
+        let len = (elements as usize * 8).next_multiple_of(sys::page_size());
+        // SAFETY: a fresh shared mapping of the map's values; the kernel
+        // checks that `len` fits the map and that it was created mmapable.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io_error(
+                format!("cannot map the {} KiB BPF histogram", len / 1024),
+                io::Error::last_os_error(),
+            ));
+        }
+        let mapping = Mapping {
+            ptr,
+            len,
+            words: nbuf,
+        };
+
+        let insns = program(map.as_raw_fd(), start, end, log_bucket);
+        let code = encode(&insns);
+        let license = c"GPL";
+        let mut log = vec![0u8; 1 << 16];
+        let mut attr = BpfAttr::new();
+        attr.u32(0, BPF_PROG_TYPE_PERF_EVENT)
+            .u32(4, insns.len() as u32)
+            .u64(8, code.as_ptr() as u64)
+            .u64(16, license.as_ptr() as u64)
+            .u32(24, 1)
+            .u32(28, log.len() as u32)
+            .u64(32, log.as_mut_ptr() as u64);
+        attr.0[48..56].copy_from_slice(b"kproftck");
+        let prog = match bpf(BPF_PROG_LOAD, &mut attr) {
+            Ok(fd) => fd,
+            Err(e) if is_permission(&e) && log.iter().all(|&b| b == 0) => {
+                return Err(permission("loading a BPF program"));
+            }
+            Err(e) => {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                let text = String::from_utf8_lossy(&log[..end]);
+                let head: Vec<&str> = text.lines().take(8).collect();
+                return Err(io_error(
+                    format!(
+                        "the BPF verifier rejected the kprof program: {}",
+                        head.join(" | ")
+                    ),
+                    e,
+                ));
+            }
+        };
+
+        let cpus = online_cpus().map_err(|e| io_error("cannot list the online CPUs", e))?;
+        let period = 1_000_000_000 / u64::from(frequency_hz);
+        let attr = PerfEventAttr {
+            type_: sys::PERF_TYPE_SOFTWARE,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: sys::PERF_COUNT_SW_CPU_CLOCK,
+            sample_period: period,
+            sample_type: sys::sample::IP,
+            flags: flag::DISABLED,
+            ..PerfEventAttr::default()
+        };
+        let mut events = Vec::with_capacity(cpus.len());
+        for &cpu in &cpus {
+            let fd = sys::perf_event_open(&attr, -1, cpu as i32).map_err(|e| {
+                if is_permission(&e) {
+                    permission(&format!("the cpu-clock event of CPU {cpu}"))
+                } else {
+                    io_error(format!("cannot open the cpu-clock event of CPU {cpu}"), e)
+                }
+            })?;
+            let fd_arg = prog.as_raw_fd();
+            // SAFETY: SET_BPF takes the program descriptor by value; both
+            // descriptors are live for the call.
+            let ret = unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_BPF as _, fd_arg) };
+            if ret < 0 {
+                let e = io::Error::last_os_error();
+                return Err(if is_permission(&e) {
+                    permission(&format!("attaching BPF to the cpu-clock of CPU {cpu}"))
+                } else {
+                    io_error(
+                        format!("cannot attach the BPF program to the cpu-clock of CPU {cpu}"),
+                        e,
+                    )
+                });
+            }
+            events.push(fd);
+        }
+        let mut h = KernelHistogram {
+            events,
+            _prog: prog,
+            mapping,
+            _map: map,
+            header: [1_000_000 / frequency_hz.max(1), nwords, 4, log_bucket],
+        };
+        h.clear();
+        Ok(h)
+    }
+
+    /// Start counting on every CPU.
+    pub fn enable(&mut self) -> Result<(), SourceError> {
+        for fd in &self.events {
+            sys::enable(fd).map_err(|e| io_error("cannot enable a cpu-clock event", e))?;
+        }
+        Ok(())
+    }
+
+    /// Stop counting on every CPU; a tick in progress finishes first (the
+    /// ioctl waits for the event to be scheduled out on its CPU).
+    pub fn disable(&mut self) {
+        for fd in &self.events {
+            let _ = sys::disable(fd);
+        }
+    }
+
+    /// Zero the words and rewrite words 2–5 (Inferno's kprofbufinit).
+    pub fn clear(&mut self) {
+        let w = self.mapping.atomics();
+        for a in w {
+            a.store(0, Ordering::Relaxed);
+        }
+        for (i, &v) in self.header.iter().enumerate() {
+            w[2 + i].store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The words of kpdata, in host order.
+    pub fn words(&self) -> Vec<u32> {
+        self.mapping
+            .atomics()
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// The number of CPUs counted.
+    pub fn cpus(&self) -> usize {
+        self.events.len()
+    }
+}
+
+impl Drop for KernelHistogram {
+    fn drop(&mut self) {
+        self.disable();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoder_golden_instructions() {
+        // Hand-checked against <linux/bpf.h>: opcode, dst|src<<4, off, imm.
+        let cases: &[(Insn, [u8; 8])] = &[
+            (Insn::mov_reg(6, 1), [0xbf, 0x16, 0, 0, 0, 0, 0, 0]),
+            (
+                Insn::ldx(op::DW, 7, 6, 128),
+                [0x79, 0x67, 0x80, 0, 0, 0, 0, 0],
+            ),
+            (Insn::mov_imm(1, 0), [0xb7, 0x01, 0, 0, 0, 0, 0, 0]),
+            (
+                Insn::stx(op::W, 10, 1, -4),
+                [0x63, 0x1a, 0xfc, 0xff, 0, 0, 0, 0],
+            ),
+            (
+                Insn::alu_imm(op::ADD, 2, -4),
+                [0x07, 0x02, 0, 0, 0xfc, 0xff, 0xff, 0xff],
+            ),
+            (Insn::call(1), [0x85, 0, 0, 0, 1, 0, 0, 0]),
+            (Insn::jmp_imm(op::JEQ, 0, 0, 1), [0x15, 0, 1, 0, 0, 0, 0, 0]),
+            (
+                Insn::jmp_reg(op::JLT, 2, 3, 6),
+                [0xad, 0x32, 6, 0, 0, 0, 0, 0],
+            ),
+            (
+                Insn::jmp_reg(op::JGE, 2, 3, 4),
+                [0x3d, 0x32, 4, 0, 0, 0, 0, 0],
+            ),
+            (
+                Insn::atomic_add(op::W, 0, 1, 4),
+                [0xc3, 0x10, 4, 0, 0, 0, 0, 0],
+            ),
+            (Insn::alu_reg(op::SUB, 2, 3), [0x1f, 0x32, 0, 0, 0, 0, 0, 0]),
+            (Insn::alu_imm(op::RSH, 2, 3), [0x77, 0x02, 0, 0, 3, 0, 0, 0]),
+            (Insn::alu_imm(op::AND, 8, 1), [0x57, 0x08, 0, 0, 1, 0, 0, 0]),
+            (Insn::alu_imm(op::LSH, 8, 2), [0x67, 0x08, 0, 0, 2, 0, 0, 0]),
+            (Insn::ja(3), [0x05, 0, 3, 0, 0, 0, 0, 0]),
+            (Insn::exit(), [0x95, 0, 0, 0, 0, 0, 0, 0]),
+        ];
+        for (insn, bytes) in cases {
+            assert_eq!(&insn.encode(), bytes, "{insn:?}");
+        }
+        let [lo, hi] = Insn::ld_imm64(3, 0xffff_ffff_8100_0030);
+        assert_eq!(lo.encode(), [0x18, 0x03, 0, 0, 0x30, 0, 0x00, 0x81]);
+        assert_eq!(hi.encode(), [0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+        let [lo, hi] = Insn::ld_map_fd(1, 7);
+        assert_eq!(lo.encode(), [0x18, 0x11, 0, 0, 7, 0, 0, 0]);
+        assert_eq!(hi.encode(), [0; 8]);
+    }
+
+    #[test]
+    fn program_golden_bytes() {
+        let p = program(5, 0xffff_ffff_8100_0000, 0xffff_ffff_8240_0000, 3);
+        let hex: Vec<String> = p
+            .iter()
+            .map(|i| {
+                i.encode()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            })
+            .collect();
+        let golden = include_str!("../tests/golden/kproftick.bpf.txt");
+        if std::env::var("PROFDEV_BLESS").is_ok_and(|v| v == "1") {
+            let path = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/golden/kproftick.bpf.txt"
+            );
+            std::fs::write(path, hex.join("\n") + "\n").unwrap();
+            return;
+        }
+        assert_eq!(hex.join("\n") + "\n", golden);
+    }
+
+    #[test]
+    fn jumps_land_inside_the_program() {
+        let p = program(5, 0x1000, 0x2000, 3);
+        for (i, insn) in p.iter().enumerate() {
+            if insn.code & 0x07 == op::JMP
+                && insn.code & 0xf0 != op::CALL
+                && insn.code & 0xf0 != op::EXIT
+            {
+                let target = i as i64 + 1 + i64::from(insn.off);
+                assert!((0..p.len() as i64).contains(&target), "insn {i}");
+            }
+        }
+        assert_eq!(p.last(), Some(&Insn::exit()));
+    }
+}
