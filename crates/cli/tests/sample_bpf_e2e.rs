@@ -28,15 +28,7 @@ fn bpf_dd_zeroing_routine_is_in_the_top_three() {
     }
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
 
-    let mut lines = stdout.lines();
-    assert!(lines.next().unwrap().starts_with("total: "));
-    assert!(lines.next().unwrap().starts_with("KTZERO "));
-    assert_eq!(lines.next().unwrap(), "ms\t  %\tsym");
-    let top: Vec<&str> = lines
-        .by_ref()
-        .take(3)
-        .map(|l| l.rsplit('\t').next().unwrap())
-        .collect();
+    let top = kprof_top(&stdout, 3);
     assert!(
         top.iter().any(|s| is_zeroing(s)),
         "top three {top:?}\n{stdout}"

@@ -95,3 +95,16 @@ pub fn is_zeroing(sym: &str) -> bool {
     .iter()
     .any(|z| sym.contains(z))
 }
+
+/// The symbol names of the first `n` rows of a kprof table, checking the
+/// header lines `total: …`, `KTZERO …` and `ms\t  %\tsym` before them.
+pub fn kprof_top(table: &str, n: usize) -> Vec<&str> {
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("total: "), "{table}");
+    assert!(lines.next().unwrap().starts_with("KTZERO "), "{table}");
+    assert_eq!(lines.next().unwrap(), "ms\t  %\tsym", "{table}");
+    lines
+        .take(n)
+        .map(|l| l.rsplit('\t').next().unwrap())
+        .collect()
+}
