@@ -12,35 +12,26 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 
-const TV_R4_HEX: &str = "04000000 00000000 001000c0 002000c0 003000c0 \
-    00000000 00000000 00000000 00000000 00000000 00000000 \
-    00105e5f 0a000000 32000000 1e000000 05000000 05000000 \
-    3c105e5f 0a000000 32000000 1e000000 05000000 05000000 \
-    78105e5f 0a000000 33000000 1e000000 05000000 ed030000";
-
 const TV_R4_MAP: &str = "c0000000 T start\nc0001000 T read\nc0002000 T write\nc0003000 T idle\n";
 
-const TV_R4_OUTPUT: &str = "initialization
-09/13/120 12:26
+/// The report crate's TV-R4 fixtures: the log, and prfpr's output, which
+/// that crate's tests check against the spec's text.
+fn report_golden(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../report/tests/golden")
+            .join(name),
+    )
+    .unwrap()
+}
 
-unknown  10.0
-read         \t 50.0
-write        \t 30.0
-idle         \t 5.0
-user     5.0
-
-09/13/120 12:26
-09/13/120 12:27
-
-no samples
-
-
-09/13/120 12:27
-09/13/120 12:28
-
-user     99.9
-
-";
+fn tv_r4_log() -> Vec<u8> {
+    hex(&report_golden("tv_r4.log.hex")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join(" "))
+}
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
@@ -53,7 +44,7 @@ fn hex(s: &str) -> Vec<u8> {
 fn fixtures(dir: &Path) -> (PathBuf, PathBuf) {
     let log = dir.join("log");
     let map = dir.join("System.map");
-    std::fs::write(&log, hex(TV_R4_HEX)).unwrap();
+    std::fs::write(&log, tv_r4_log()).unwrap();
     std::fs::write(&map, TV_R4_MAP).unwrap();
     (log, map)
 }
@@ -69,7 +60,10 @@ fn tv_r4_through_the_binary() {
         .arg("1")
         .arg(&map));
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), TV_R4_OUTPUT);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        report_golden("prfpr_tv_r4.txt")
+    );
     assert!(out.stderr.is_empty());
     golden("prfpr_tv_r4.txt", &out.stdout);
 }
@@ -96,11 +90,11 @@ fn messages_and_exit_statuses() {
     let d = tempdir();
     let (log, map) = fixtures(d.path());
     let short = d.path().join("short");
-    std::fs::write(&short, &hex(TV_R4_HEX)[..10]).unwrap();
+    std::fs::write(&short, &tv_r4_log()[..10]).unwrap();
     let zero = d.path().join("zero");
     std::fs::write(&zero, [0u8; 4]).unwrap();
     let one = d.path().join("one-record");
-    std::fs::write(&one, &hex(TV_R4_HEX)[..44]).unwrap();
+    std::fs::write(&one, &tv_r4_log()[..44]).unwrap();
     let missing = d.path().join("missing");
     let cases: Vec<(Vec<&std::ffi::OsStr>, &str, u8)> = vec![
         (
@@ -166,5 +160,8 @@ fn runs_under_its_own_name() {
         .arg(&map)
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), TV_R4_OUTPUT);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        report_golden("prfpr_tv_r4.txt")
+    );
 }

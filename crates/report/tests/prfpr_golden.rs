@@ -31,11 +31,19 @@ fn golden(name: &str, actual: &str) {
     assert_eq!(actual, expected, "output differs from {}", path.display());
 }
 
-const TV_R4_HEX: &str = "04000000 00000000 001000c0 002000c0 003000c0 \
-    00000000 00000000 00000000 00000000 00000000 00000000 \
-    00105e5f 0a000000 32000000 1e000000 05000000 05000000 \
-    3c105e5f 0a000000 32000000 1e000000 05000000 05000000 \
-    78105e5f 0a000000 33000000 1e000000 05000000 ed030000";
+/// TV-R4's log bytes, from `tests/golden/tv_r4.log.hex` (shared with the
+/// cli's prfpr tests).
+fn tv_r4_log() -> Vec<u8> {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/tv_r4.log.hex"),
+    )
+    .unwrap();
+    hex(&text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join(" "))
+}
 
 /// The spec's expected `TZ=UTC prfpr log` output for TV-R4.
 const TV_R4_OUTPUT: &str = "initialization
@@ -79,7 +87,7 @@ fn tv_r4_names() -> Namelist {
 
 #[test]
 fn tv_r4_prfpr() {
-    let bytes = hex(TV_R4_HEX);
+    let bytes = tv_r4_log();
     assert_eq!(bytes.len(), 116);
     let log = prflog::parse(&bytes).unwrap();
     let out = prfpr::report(&log, 1, &tv_r4_names(), &prfpr::utc);
@@ -89,7 +97,7 @@ fn tv_r4_prfpr() {
 
 #[test]
 fn tv_r4_cutoff_zero_shows_the_one_tick_interval_too() {
-    let log = prflog::parse(&hex(TV_R4_HEX)).unwrap();
+    let log = prflog::parse(&tv_r4_log()).unwrap();
     // read got 1000*1/1001 = 0 per mille: still not shown (0 > 0 is false).
     let out = prfpr::report(&log, 0, &tv_r4_names(), &prfpr::utc);
     assert!(
