@@ -7,6 +7,8 @@
 //! committing.
 
 mod common;
+#[path = "common/tv_g1.rs"]
+mod tv_g1;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -132,41 +134,7 @@ fn fake_elf(dir: &Path) -> PathBuf {
 fn gprof_reads_our_gmon_out_tv_g1() {
     let dir = common::tempdir();
     let exe = fake_elf(dir.path());
-    const LO: u64 = 0x401000;
-    const HI: u64 = 0x401300;
-    let mut bins = vec![0u16; ((HI - LO) / 2) as usize];
-    for (addr, n) in [
-        (0x4011b0u64, 60u16),
-        (0x4011c0, 20),
-        (0x4011e0, 15),
-        (0x401210, 5),
-    ] {
-        bins[((addr - LO) / 2) as usize] += n;
-    }
-    let arcs = [
-        Arc {
-            from_pc: 0x4011f0,
-            self_pc: 0x4011a6,
-            count: 2000,
-        },
-        Arc {
-            from_pc: 0x401210,
-            self_pc: 0x4011da,
-            count: 200,
-        },
-        Arc {
-            from_pc: 0x401220,
-            self_pc: 0x4011a6,
-            count: 1,
-        },
-    ];
-    let hist = Histogram {
-        low_pc: LO,
-        high_pc: HI,
-        prof_rate: 100,
-        bins: &bins,
-    };
-    let bytes = write_gnu(&hist, &arcs).unwrap();
+    let bytes = tv_g1::tv_g1();
     assert_eq!(bytes.len(), 892);
     let gmon = dir.path().join("v_gnu.out");
     std::fs::write(&gmon, &bytes).unwrap();
