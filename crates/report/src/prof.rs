@@ -319,41 +319,14 @@ pub fn format(modules: &[ModuleProfile], opts: &Options) -> String {
 }
 
 #[cfg(test)]
+#[path = "../tests/common/tv_p3.rs"]
+mod tv_p3;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    /// TV-P3's abstract symbol table: lines a..d; pc0, pc1 → line 1; pc2 →
-    /// lines 2..3; pc3 → line 4; f1 = [0,2) at line 1, f2 = [2,4) at line 2.
-    struct TvP3;
-
-    impl SourceMap for TvP3 {
-        fn lines(&self, pc: u64) -> Option<SrcRange> {
-            let (first, last) = match pc {
-                0 | 1 => (1, 1),
-                2 => (2, 3),
-                3 => (4, 4),
-                _ => return None,
-            };
-            Some(SrcRange {
-                file: "x.b".into(),
-                first,
-                last,
-            })
-        }
-        fn function(&self, pc: u64) -> Option<Function> {
-            let (name, line, addr) = match pc {
-                0 | 1 => ("f1", 1, 0),
-                2 | 3 => ("f2", 2, 2),
-                _ => return None,
-            };
-            Some(Function {
-                file: Some("x.b".into()),
-                line: Some(line),
-                name: name.into(),
-                addr: Some(addr),
-            })
-        }
-    }
+    use super::tv_p3::TvP3;
 
     /// TV-P3's pairs `1 3`, `3 5`, `4 2` were Dis pcs one past the sampled
     /// instruction; as exact pcs they are `0 3`, `2 5`, `3 2`.

@@ -13,36 +13,9 @@ use profdev_report::prof::{
 };
 use std::path::Path;
 
-struct TvP3;
-
-impl SourceMap for TvP3 {
-    fn lines(&self, pc: u64) -> Option<SrcRange> {
-        let (first, last) = match pc {
-            0 | 1 => (1, 1),
-            2 => (2, 3),
-            3 => (4, 4),
-            _ => return None,
-        };
-        Some(SrcRange {
-            file: "x.b".into(),
-            first,
-            last,
-        })
-    }
-    fn function(&self, pc: u64) -> Option<Function> {
-        let (name, line) = match pc {
-            0 | 1 => ("f1", 1),
-            2 | 3 => ("f2", 2),
-            _ => return None,
-        };
-        Some(Function {
-            file: Some("x.b".into()),
-            line: Some(line),
-            name: name.into(),
-            addr: Some(if name == "f1" { 0 } else { 2 }),
-        })
-    }
-}
+#[path = "common/tv_p3.rs"]
+mod tv_p3;
+use tv_p3::TvP3;
 
 fn module(name: &str, path: &str, pairs: &[(u64, u64)]) -> ModuleProfile {
     let a = attribute(pairs, &TvP3);
