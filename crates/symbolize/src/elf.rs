@@ -113,19 +113,7 @@ impl std::fmt::Debug for ElfObject {
 impl ElfObject {
     /// Open and parse `path`.
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|source| ElfError::Read {
-            path: name.clone(),
-            source,
-        })?;
-        // SAFETY: the map is read-only and private; a file truncated under
-        // us could fault, which is the same risk every ELF reader takes (the
-        // alternative, reading whole debug files into memory, is slower).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ElfError::Read {
-            path: name.clone(),
-            source,
-        })?;
-        Self::from_bytes(Bytes::Mapped(map), path)
+        Self::from_bytes(Bytes::Mapped(map_file(path)?), path)
     }
 
     /// Parse ELF bytes; `path` names the object.
@@ -415,17 +403,7 @@ pub struct ElfLayout {
 impl ElfLayout {
     /// Open `path` and read its program headers and build id.
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|source| ElfError::Read {
-            path: name.clone(),
-            source,
-        })?;
-        // SAFETY: as in `ElfObject::open`: a read-only private map.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ElfError::Read {
-            path: name.clone(),
-            source,
-        })?;
-        Self::parse(&map, path)
+        Self::parse(&map_file(path)?, path)
     }
 
     /// Parse ELF bytes; `path` names the object in errors.
@@ -521,6 +499,19 @@ fn load_dwarf(file: &object::File<'_>) -> Option<addr2line::Context<Reader>> {
     };
     let dwarf = gimli::Dwarf::load(load).ok()?;
     addr2line::Context::from_dwarf(dwarf).ok()
+}
+
+/// Map `path` read-only.
+fn map_file(path: &Path) -> Result<memmap2::Mmap, ElfError> {
+    let read_error = |source| ElfError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    // SAFETY: the map is read-only and private; a file truncated under us
+    // could fault, which is the same risk every ELF reader takes (the
+    // alternative, reading whole debug files into memory, is slower).
+    unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)
 }
 
 /// Demangle a Rust or C++ symbol; other names are returned unchanged.
