@@ -207,7 +207,13 @@ fn c_program_masked_golden() {
     let mut masked = String::new();
     for line in out.replace(&prog.display().to_string(), "TMP/prog").lines() {
         let mut f: Vec<&str> = line.split('\t').collect();
-        if f.len() >= 2 && f[1].parse::<f64>().is_ok() {
+        if let Some(pct) = f.get(1).and_then(|p| p.parse::<f64>().ok()) {
+            // A stray sample in main()'s call loop (well under 1 %) comes
+            // and goes from run to run: the golden file holds the rows that
+            // always appear.
+            if pct < 1.0 {
+                continue;
+            }
             f[1] = "PP.PP";
         }
         let line = f.join("\t");
