@@ -175,14 +175,10 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            Kind::Io { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-}
+/// The message already ends with the OS error, so it is no `source()`:
+/// a chain printer (`anyhow`'s `{:#}`) would say it twice. It is at hand
+/// in [`Error::os_error`].
+impl std::error::Error for Error {}
 
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
