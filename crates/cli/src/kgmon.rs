@@ -142,17 +142,12 @@ impl Files for Mounted {
     }
 
     fn ctl(&self, verb: &str) -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(self.dir.join("ctl"))?;
+        let mut f = output::open_ctl(&self.dir.join("ctl"))?;
         f.write_all(format!("{verb}\n").as_bytes())
     }
 
     fn writable(&self) -> bool {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(self.dir.join("ctl"))
-            .is_ok()
+        output::open_ctl(&self.dir.join("ctl")).is_ok()
     }
 
     fn describe(&self, name: &str) -> String {

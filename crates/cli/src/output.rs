@@ -27,3 +27,14 @@ pub fn status(status: ExitStatus, written: bool) -> ExitCode {
         exit_code(status)
     }
 }
+
+/// Open a control file of a mounted device tree (`prof/ctl`, `gmon/ctl`)
+/// for a control write: never created, never through a symbolic link, so
+/// a missing or swapped file is an error rather than a new file.
+pub fn open_ctl(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+}

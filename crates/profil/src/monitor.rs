@@ -32,7 +32,9 @@
 //! otherwise `$PROFDIR/<pid>.<basename of argv[0]>` ([`output_path`]).
 //!
 //! `monitor(NULL, ...)` finishes: if a block was registered, it calls
-//! `profil(NULL, 0, 0, 0)` and creates the output file (mode 0666): one
+//! `profil(NULL, 0, 0, 0)` and writes the output file (mode 0666 less the
+//! umask; through `profdev_safefile`, a unique temporary renamed over the
+//! name, so a link planted there is replaced, never followed): one
 //! summary header with the `lpc`/`hpc` of the last block and `nfns` = the
 //! sum of all blocks' `nfunc`, all blocks' counter regions in registration
 //! order, then the last block's histogram. On failure it prints
@@ -53,7 +55,6 @@
 //! it is printed in full.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -223,14 +224,13 @@ unsafe fn summarize(blocks: &[Block]) -> MonOut {
     }
 }
 
+/// mon.out through `profdev_safefile`: a unique temporary beside it,
+/// renamed over it (a symbolic link there is replaced, never followed),
+/// mode 0666 less the umask as the C library's `creat`.
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(path)?;
-        f.write_all(bytes)
-    };
-    write().map_err(|source| Error::Write {
+    profdev_safefile::write_file(path, bytes, 0o666).map_err(|e| Error::Write {
         path: path.to_path_buf(),
-        source,
+        source: e.into_os_error(),
     })
 }
 

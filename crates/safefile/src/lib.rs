@@ -117,6 +117,16 @@ impl Error {
         }
     }
 
+    /// The OS error itself when the OS refused, else this error as an
+    /// `io::Error` (for callers that keep the path apart, as C's
+    /// `perror(path)` does).
+    pub fn into_os_error(self) -> io::Error {
+        match self.kind {
+            Kind::Io { source, .. } => source,
+            _ => self.into(),
+        }
+    }
+
     /// Was the file to be created new, and exists?
     pub fn already_exists(&self) -> bool {
         matches!(self.kind, Kind::Exists)
