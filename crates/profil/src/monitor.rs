@@ -379,6 +379,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mon_out_replaces_a_planted_link_and_never_follows_it() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let mon_out = d.path().join("mon.out");
+        std::os::unix::fs::symlink(&victim, &mon_out).unwrap();
+        write_file(&mon_out, b"profile").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(std::fs::symlink_metadata(&mon_out).unwrap().is_file());
+        assert_eq!(std::fs::read(&mon_out).unwrap(), b"profile");
+        // No temporary left beside it.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+        // Errors keep perror's shape: the path, then the OS error alone.
+        let e = write_file(Path::new("/nonexistent/mon.out"), b"x").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/nonexistent/mon.out: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
     fn scale_matches_spec_4_7() {
         assert_eq!(scale(0x9000 - 0x1000, 4096), 16384);
         assert_eq!(scale(0x9000 - 0x1000, 16384), 0xffff);
