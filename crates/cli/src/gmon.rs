@@ -207,7 +207,10 @@ pub(crate) fn create_output(path: &Path) -> Result<SafeFile, profdev_safefile::E
 
 /// Write `bytes` and put the file in place: afterwards it is complete, or
 /// (on an error, e.g. a full disk) as it was before.
-pub(crate) fn finish_output(mut out: SafeFile, bytes: &[u8]) -> Result<(), profdev_safefile::Error> {
+pub(crate) fn finish_output(
+    mut out: SafeFile,
+    bytes: &[u8],
+) -> Result<(), profdev_safefile::Error> {
     out.write_bytes(bytes)?;
     out.commit()
 }

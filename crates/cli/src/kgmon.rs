@@ -27,12 +27,12 @@
 //! complete or as it was, the error names it, `-r` does not zero the
 //! profile, and the exit status is 1.
 
+use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use profdev_formats::gmon::{self, Format};
 use profdev_formats::symelf;
 use profdev_symbolize::KernelSymbols;
-use crate::output;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -26,12 +26,12 @@
 //! creat log file`, `cannot activate profiling`. SVR4 wrote only six bytes
 //! of `"prfdc: "`, losing the space; profdev writes the space.
 
+use crate::output;
 use crate::prfdev::{self, Access, PrfDev};
 use crate::prfsnap::{activate, now};
 use profdev_formats::prflog::{Header, Layout, Record};
-use std::ffi::OsString;
-use crate::output;
 use profdev_safefile::AppendFile;
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 

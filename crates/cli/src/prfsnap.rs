@@ -19,11 +19,11 @@
 //! snapshot is one write(2); one that does not fit (a full disk) is an
 //! error, and its partial bytes are cut off again.
 
+use crate::output;
 use crate::prfdev::{self, Access, PrfDev};
 use profdev_formats::prflog::{self, Header, Layout, Record};
 use profdev_report::prfpr::PRF_ON;
 use std::ffi::OsString;
-use crate::output;
 use std::path::Path;
 use std::process::ExitCode;
 

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant, SystemTime};
 fn can_attack() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err("the symlink attacks need root (profdev as root, the attacker as nobody)".into());
+        return Err(
+            "the symlink attacks need root (profdev as root, the attacker as nobody)".into(),
+        );
     }
     match Command::new("setpriv").arg("--version").output() {
         Ok(o) if o.status.success() => Ok(()),
@@ -45,7 +47,13 @@ fn as_nobody(cmd: &str, args: &[&Path]) {
         other => (other, &[]),
     };
     let o = Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", cmd])
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--",
+            cmd,
+        ])
         .args(flags)
         .args(args)
         .output()
@@ -55,7 +63,11 @@ fn as_nobody(cmd: &str, args: &[&Path]) {
 
 /// `stat -c %a`.
 fn mode_of(path: &Path) -> String {
-    let o = Command::new("stat").args(["-c", "%a"]).arg(path).output().unwrap();
+    let o = Command::new("stat")
+        .args(["-c", "%a"])
+        .arg(path)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "stat {}: {o:?}", path.display());
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
@@ -75,9 +87,12 @@ fn is_link(path: &Path) -> bool {
 
 /// A regular file profdev wrote as root with `mode`.
 fn assert_written(path: &Path, mode: &str) {
-    let m = std::fs::symlink_metadata(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(m.file_type().is_file(), "{} is no regular file", path.display());
+    let m = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        m.file_type().is_file(),
+        "{} is no regular file",
+        path.display()
+    );
     assert_eq!(m.uid(), 0, "{}", path.display());
     assert!(m.len() > 0, "{} is empty", path.display());
     assert_eq!(mode_of(path), mode, "{}", path.display());
@@ -95,7 +110,13 @@ fn snapshot(dir: &Path) -> Snapshot {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         let m = std::fs::symlink_metadata(&p).unwrap();
-        v.push((p.clone(), m.is_dir(), m.len(), m.modified().unwrap(), m.mode()));
+        v.push((
+            p.clone(),
+            m.is_dir(),
+            m.len(),
+            m.modified().unwrap(),
+            m.mode(),
+        ));
         if m.is_dir() {
             v.extend(snapshot(&p));
         }
@@ -161,13 +182,20 @@ impl World {
 
     fn assert_untouched(&self) {
         assert_eq!(std::fs::read(self.victim()).unwrap(), b"precious\n");
-        assert_eq!(snapshot(&self.victims), self.before, "a file outside the output changed");
+        assert_eq!(
+            snapshot(&self.victims),
+            self.before,
+            "a file outside the output changed"
+        );
     }
 }
 
 #[test]
 fn sample_replaces_planted_links_and_refuses_a_planted_output_dir() {
-    if !privileged("sample symlink attack", can_attack().and_then(|()| can_sample_system())) {
+    if !privileged(
+        "sample symlink attack",
+        can_attack().and_then(|()| can_sample_system()),
+    ) {
         return;
     }
     let w = World::new();
@@ -190,9 +218,15 @@ fn sample_replaces_planted_links_and_refuses_a_planted_output_dir() {
     // profdev.out itself a link by nobody to a root directory: refused.
     let d = w.sticky();
     as_nobody("ln", &[&w.victims.join("vdir"), &d.join("planted.out")]);
-    let o = run(profdev()
-        .current_dir(&d)
-        .args(["sample", "-F", "100", "-o", "planted.out", "--", "true"]));
+    let o = run(profdev().current_dir(&d).args([
+        "sample",
+        "-F",
+        "100",
+        "-o",
+        "planted.out",
+        "--",
+        "true",
+    ]));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(
         stderr(&o),
@@ -220,7 +254,10 @@ fn exit_program(dir: &Path) -> PathBuf {
 
 #[test]
 fn gmon_replaces_a_planted_link() {
-    if !privileged("gmon symlink attack", can_attack().and_then(|()| can_sample_system())) {
+    if !privileged(
+        "gmon symlink attack",
+        can_attack().and_then(|()| can_sample_system()),
+    ) {
         return;
     }
     let w = World::new();
@@ -286,7 +323,11 @@ fn mount_log_kgmon_and_prf_logs_resist_planted_links_and_are_0600() {
     let o = run(profdev().arg("mount").arg("-b").arg(d.join("mnt")));
     let _cleanup = Mount(d.join("mnt"));
     assert_eq!(o.status.code(), Some(1), "{o:?}");
-    assert!(stderr(&o).contains("it belongs to uid 65534, not to uid 0"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("it belongs to uid 65534, not to uid 0"),
+        "{}",
+        stderr(&o)
+    );
 
     // A mount of our own, its log 0600.
     let mnt = w.top.path().join("mnt");
@@ -319,9 +360,17 @@ fn mount_log_kgmon_and_prf_logs_resist_planted_links_and_are_0600() {
     assert!(o.status.success(), "prfld: {o:?}");
     for d in w.shared() {
         w.plant(&d, "snap.log");
-        let o = run(profdev().arg("prfsnap").arg("-f").arg(&prf).arg(d.join("snap.log")));
+        let o = run(profdev()
+            .arg("prfsnap")
+            .arg("-f")
+            .arg(&prf)
+            .arg(d.join("snap.log")));
         assert_eq!(o.status.code(), Some(1), "{o:?}");
-        assert!(stderr(&o).contains("it is a symbolic link"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("it is a symbolic link"),
+            "{}",
+            stderr(&o)
+        );
         w.plant(&d, "dc.log");
         let o = run(profdev()
             .arg("prfdc")
@@ -378,11 +427,20 @@ fn a_directory_writable_by_others_and_not_sticky_is_refused() {
          such as /tmp",
         open.display()
     );
-    let o = run(profdev().arg("sample").arg("-o").arg(&open).args(["--", "true"]));
+    let o = run(profdev()
+        .arg("sample")
+        .arg("-o")
+        .arg(&open)
+        .args(["--", "true"]));
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o), format!("profdev sample: {sentence}\n"));
     let prog = exit_program(w.top.path());
-    let o = run(profdev().arg("gmon").arg("-o").arg(open.join("gmon.out")).arg("--").arg(&prog));
+    let o = run(profdev()
+        .arg("gmon")
+        .arg("-o")
+        .arg(open.join("gmon.out"))
+        .arg("--")
+        .arg(&prog));
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o), format!("profdev gmon: {sentence}\n"));
     // prfsnap refuses before it opens anything but its device.
@@ -392,8 +450,15 @@ fn a_directory_writable_by_others_and_not_sticky_is_refused() {
         .arg("/dev/null")
         .arg(open.join("log")));
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(stderr(&o), format!("prfsnap: cannot creat log file: {sentence}\n"));
-    assert!(names(&open).is_empty(), "nothing written: {:?}", names(&open));
+    assert_eq!(
+        stderr(&o),
+        format!("prfsnap: cannot creat log file: {sentence}\n")
+    );
+    assert!(
+        names(&open).is_empty(),
+        "nothing written: {:?}",
+        names(&open)
+    );
     w.assert_untouched();
 }
 
@@ -449,7 +514,10 @@ fn no_space(path: &Path) -> String {
 
 #[test]
 fn sample_on_a_full_disk_keeps_the_report_and_leaves_no_partial_file() {
-    if !privileged("sample on a full disk", can_attack().and_then(|()| can_sample_system())) {
+    if !privileged(
+        "sample on a full disk",
+        can_attack().and_then(|()| can_sample_system()),
+    ) {
         return;
     }
     let fs = Tmpfs::new();
@@ -462,19 +530,32 @@ fn sample_on_a_full_disk_keeps_the_report_and_leaves_no_partial_file() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(code), "{cmd}: {err}");
         assert!(
-            err.contains(&format!("profdev sample: {}\n", no_space(&out.join("kpdata")))),
+            err.contains(&format!(
+                "profdev sample: {}\n",
+                no_space(&out.join("kpdata"))
+            )),
             "{err}"
         );
         assert!(err.contains("not written"), "{err}");
         let report = String::from_utf8_lossy(&o.stdout);
-        assert!(report.starts_with("total: "), "the report still goes to stdout: {report}");
-        assert!(names(&out).is_empty(), "no kpdata and no temporary: {:?}", names(&out));
+        assert!(
+            report.starts_with("total: "),
+            "the report still goes to stdout: {report}"
+        );
+        assert!(
+            names(&out).is_empty(),
+            "no kpdata and no temporary: {:?}",
+            names(&out)
+        );
     }
 }
 
 #[test]
 fn gmon_on_a_full_disk_leaves_no_partial_file() {
-    if !privileged("gmon on a full disk", can_attack().and_then(|()| can_sample_system())) {
+    if !privileged(
+        "gmon on a full disk",
+        can_attack().and_then(|()| can_sample_system()),
+    ) {
         return;
     }
     let top = tempdir();
@@ -491,7 +572,10 @@ fn gmon_on_a_full_disk_leaves_no_partial_file() {
             .arg(arg));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(code), "{err}");
-        assert!(err.contains(&format!("profdev gmon: {}\n", no_space(&file))), "{err}");
+        assert!(
+            err.contains(&format!("profdev gmon: {}\n", no_space(&file))),
+            "{err}"
+        );
         assert!(err.contains("did not write"), "{err}");
         assert_eq!(names(fs.path()), ["filler"], "no gmon.out and no temporary");
     }
@@ -517,13 +601,20 @@ fn kgmon_dump_on_a_full_disk_leaves_no_partial_file() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.ends_with(&format!("kgmon: {}\n", no_space(&Path::new(".").join("gmon.out")))),
+        err.ends_with(&format!(
+            "kgmon: {}\n",
+            no_space(&Path::new(".").join("gmon.out"))
+        )),
         "{err}"
     );
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
         "kgmon: kernel profiling is off.\n"
     );
-    assert_eq!(names(fs.path()), ["vmlinux.syms"], "gmon.out absent, no temporary");
+    assert_eq!(
+        names(fs.path()),
+        ["vmlinux.syms"],
+        "gmon.out absent, no temporary"
+    );
     assert_written(&fs.path().join("vmlinux.syms"), "600");
 }

@@ -104,6 +104,15 @@ impl Error {
         }
     }
 
+    /// An OS error opening `file`'s directory, told as one about `file`
+    /// (which is what the user named); refusals keep naming the directory.
+    fn for_file(self, doing: &'static str, file: &Path) -> Error {
+        match self.kind {
+            Kind::Io { source, .. } => Error::io(doing, file, source),
+            kind => Error { kind, ..self },
+        }
+    }
+
     /// The file or directory the error is about.
     pub fn path(&self) -> &Path {
         &self.path
@@ -413,9 +422,14 @@ impl Dir {
             | OFlags::NONBLOCK
             | OFlags::CLOEXEC
             | OFlags::NOCTTY;
-        let symlink = || Error::new(&path, Kind::NotRegular {
-            what: "a symbolic link",
-        });
+        let symlink = || {
+            Error::new(
+                &path,
+                Kind::NotRegular {
+                    what: "a symbolic link",
+                },
+            )
+        };
         let mut opened = None;
         // Each round either opens, or loses a race to a creator or a
         // remover; a handful of rounds ends any honest race.
@@ -490,7 +504,10 @@ impl Dir {
 fn random_u64() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     let mut b = [0u8; 8];
-    if matches!(rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::NONBLOCK), Ok(8)) {
+    if matches!(
+        rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::NONBLOCK),
+        Ok(8)
+    ) {
         return u64::from_ne_bytes(b);
     }
     static COUNT: AtomicU64 = AtomicU64::new(0);
@@ -521,7 +538,8 @@ impl SafeFile {
     pub fn create(path: impl AsRef<Path>, mode_bits: u32) -> Result<SafeFile> {
         let path = path.as_ref();
         let (dir, name) = split(path)?;
-        let mut f = Dir::open(dir)?.create_file(name, mode_bits)?;
+        let dir = Dir::open(dir).map_err(|e| e.for_file("cannot write", path))?;
+        let mut f = dir.create_file(name, mode_bits)?;
         f.path = path.to_path_buf();
         Ok(f)
     }
@@ -540,7 +558,10 @@ impl SafeFile {
     /// Flush to the disk and rename over the final name. On an error the
     /// temporary is removed and the final name is as it was.
     pub fn commit(mut self) -> Result<()> {
-        let file = self.file.take().expect("a SafeFile holds its file until commit");
+        let file = self
+            .file
+            .take()
+            .expect("a SafeFile holds its file until commit");
         file.sync_all()
             .map_err(|e| Error::io("cannot write", &self.path, e))?;
         drop(file);
@@ -657,7 +678,8 @@ impl AppendFile {
 pub fn open_append(path: impl AsRef<Path>, mode_bits: u32) -> Result<AppendFile> {
     let path = path.as_ref();
     let (dir, name) = split(path)?;
-    let mut f = Dir::open(dir)?.open_append(name, mode_bits)?;
+    let dir = Dir::open(dir).map_err(|e| e.for_file("cannot open", path))?;
+    let mut f = dir.open_append(name, mode_bits)?;
     f.path = path.to_path_buf();
     Ok(f)
 }
@@ -667,7 +689,8 @@ pub fn open_append(path: impl AsRef<Path>, mode_bits: u32) -> Result<AppendFile>
 pub fn create_append(path: impl AsRef<Path>, mode_bits: u32) -> Result<AppendFile> {
     let path = path.as_ref();
     let (dir, name) = split(path)?;
-    let mut f = Dir::open(dir)?.create_append(name, mode_bits)?;
+    let dir = Dir::open(dir).map_err(|e| e.for_file("cannot create", path))?;
+    let mut f = dir.create_append(name, mode_bits)?;
     f.path = path.to_path_buf();
     Ok(f)
 }

@@ -40,7 +40,10 @@ fn write_file_replaces_a_hard_link_without_changing_the_other_name() {
     std::fs::hard_link(&victim, d.path().join("gmon.out")).unwrap();
     write_file(d.path().join("gmon.out"), b"profile", 0o644).unwrap();
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
-    assert_eq!(std::fs::read(d.path().join("gmon.out")).unwrap(), b"profile");
+    assert_eq!(
+        std::fs::read(d.path().join("gmon.out")).unwrap(),
+        b"profile"
+    );
 }
 
 #[test]
@@ -50,7 +53,11 @@ fn an_uncommitted_file_leaves_nothing_and_keeps_the_old_one() {
     std::fs::write(&path, b"old").unwrap();
     let mut f = SafeFile::create(&path, 0o600).unwrap();
     f.write_bytes(b"half of the new").unwrap();
-    assert_eq!(entries(d.path()).len(), 2, "the temporary exists while writing");
+    assert_eq!(
+        entries(d.path()).len(),
+        2,
+        "the temporary exists while writing"
+    );
     drop(f);
     assert_eq!(entries(d.path()), ["kpdata"]);
     assert_eq!(std::fs::read(&path).unwrap(), b"old");
@@ -60,7 +67,9 @@ fn an_uncommitted_file_leaves_nothing_and_keeps_the_old_one() {
 fn concurrent_writers_use_distinct_temporaries() {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("gmon.out");
-    let files: Vec<SafeFile> = (0..8).map(|_| SafeFile::create(&path, 0o644).unwrap()).collect();
+    let files: Vec<SafeFile> = (0..8)
+        .map(|_| SafeFile::create(&path, 0o644).unwrap())
+        .collect();
     assert_eq!(entries(d.path()).len(), 8, "eight temporaries, eight names");
     for (i, mut f) in files.into_iter().enumerate() {
         f.write_bytes(format!("writer {i}").as_bytes()).unwrap();
@@ -102,6 +111,12 @@ fn a_name_that_is_no_file_is_refused() {
     let e = dir.write_file("a/b", b"x", 0o600).unwrap_err();
     assert!(e.to_string().contains("does not name a file"), "{e}");
     assert!(write_file("/", b"x", 0o600).is_err());
+    // A missing directory is told about the file the caller named.
+    let e = write_file("/nonexistent/dir/gmon.out", b"x", 0o600).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "cannot write /nonexistent/dir/gmon.out: No such file or directory (os error 2)"
+    );
 }
 
 #[test]
@@ -144,7 +159,10 @@ fn open_append_refuses_links_fifos_and_directories() {
     let dangling = d.path().join("dangling.log");
     std::os::unix::fs::symlink(d.path().join("nowhere"), &dangling).unwrap();
     assert!(open_append(&dangling, 0o600).is_err());
-    assert!(!d.path().join("nowhere").exists(), "a dangling link is not followed");
+    assert!(
+        !d.path().join("nowhere").exists(),
+        "a dangling link is not followed"
+    );
     let hard = d.path().join("hard.log");
     std::fs::hard_link(&victim, &hard).unwrap();
     let e = open_append(&hard, 0o600).unwrap_err();
@@ -208,7 +226,11 @@ fn create_dir_makes_parents_and_refuses_a_planted_symlink() {
     std::os::unix::fs::symlink(&victim, &planted).unwrap();
     std::os::unix::fs::lchown(&planted, Some(65534), Some(65534)).unwrap();
     let e = create_dir(&planted, 0o755).unwrap_err();
-    assert!(e.to_string().contains("symbolic link that uid 65534 controls"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("symbolic link that uid 65534 controls"),
+        "{e}"
+    );
 }
 
 /// A tmpfs of 64 KiB, unmounted on drop.
@@ -235,15 +257,23 @@ impl Drop for Tmpfs {
 #[test]
 fn a_full_disk_leaves_the_file_complete_or_absent() {
     let Some(fs) = (root()).then(Tmpfs::mount).flatten() else {
-        eprintln!("SKIPPED a_full_disk_leaves_the_file_complete_or_absent: needs root to mount tmpfs");
+        eprintln!(
+            "SKIPPED a_full_disk_leaves_the_file_complete_or_absent: needs root to mount tmpfs"
+        );
         return;
     };
     let dir = fs.0.path();
     let big = vec![7u8; 200 * 1024];
     let e = write_file(dir.join("kpdata"), &big, 0o600).unwrap_err();
     assert_eq!(e.os_error().and_then(|e| e.raw_os_error()), Some(28), "{e}");
-    assert!(e.to_string().starts_with(&format!("cannot write {}: ", dir.join("kpdata").display())));
-    assert!(entries(dir).is_empty(), "no temporary and no partial file: {:?}", entries(dir));
+    assert!(e
+        .to_string()
+        .starts_with(&format!("cannot write {}: ", dir.join("kpdata").display())));
+    assert!(
+        entries(dir).is_empty(),
+        "no temporary and no partial file: {:?}",
+        entries(dir)
+    );
     // An old complete file survives a failed rewrite.
     write_file(dir.join("kpdata"), b"old", 0o600).unwrap();
     assert!(write_file(dir.join("kpdata"), &big, 0o600).is_err());
@@ -254,5 +284,8 @@ fn a_full_disk_leaves_the_file_complete_or_absent() {
     log.append(b"header+record").unwrap();
     let e = log.append(&big).unwrap_err();
     assert!(e.to_string().contains("prf.log"), "{e}");
-    assert_eq!(std::fs::read(dir.join("prf.log")).unwrap(), b"header+record");
+    assert_eq!(
+        std::fs::read(dir.join("prf.log")).unwrap(),
+        b"header+record"
+    );
 }
