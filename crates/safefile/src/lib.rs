@@ -489,6 +489,13 @@ impl Dir {
         if nlink != 1 {
             return Err(Error::new(&path, Kind::Linked { nlink }));
         }
+        // A file made before these rules (an old 0644 log) keeps no
+        // permission bit beyond `mode`.
+        let perms = st.st_mode & 0o7777;
+        if perms & !(mode_bits & 0o777) != 0 {
+            rfs::fchmod(&fd, mode(perms & mode_bits & 0o777))
+                .map_err(|e| Error::io("cannot restrict the mode of", &path, e))?;
+        }
         let flags = rfs::fcntl_getfl(&fd).map_err(|e| Error::io("cannot open", &path, e))?;
         rfs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK)
             .map_err(|e| Error::io("cannot open", &path, e))?;
@@ -672,7 +679,8 @@ impl AppendFile {
 }
 
 /// Open `path` for appending records, creating it with `mode` (less the
-/// umask) when absent. Refuses a symbolic link, anything but a regular
+/// umask) when absent; an existing file loses any permission bit beyond
+/// `mode` (an old 0644 log becomes 0600). Refuses a symbolic link, anything but a regular
 /// file, a file owned by another user, a file with more than one link, and
 /// a directory writable by others and not sticky.
 pub fn open_append(path: impl AsRef<Path>, mode_bits: u32) -> Result<AppendFile> {

@@ -135,6 +135,17 @@ fn open_append_creates_0600_and_appends_records_whole() {
 }
 
 #[test]
+fn open_append_takes_extra_permission_bits_from_an_old_log() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("old.log");
+    std::fs::write(&path, b"old records").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    open_append(&path, 0o600).unwrap().append(b"+").unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(std::fs::read(&path).unwrap(), b"old records+");
+}
+
+#[test]
 fn create_append_refuses_an_existing_file() {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("prf.log");
