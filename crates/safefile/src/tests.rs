@@ -15,6 +15,19 @@ fn root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// The root-only tests: run as root; otherwise say SKIPPED, or fail under
+/// PROFDEV_REQUIRE_PRIVILEGED=1 (as the cli tests' `privileged()` does).
+fn privileged(what: &str) -> bool {
+    if root() {
+        return true;
+    }
+    if std::env::var("PROFDEV_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        panic!("{what} needs root, and PROFDEV_REQUIRE_PRIVILEGED=1");
+    }
+    eprintln!("SKIPPED {what}: needs root");
+    false
+}
+
 #[test]
 fn write_file_replaces_a_symlink_and_never_writes_through_it() {
     let d = tempfile::tempdir().unwrap();
@@ -193,8 +206,7 @@ fn open_append_refuses_links_fifos_and_directories() {
 
 #[test]
 fn open_append_refuses_a_file_of_another_user() {
-    if !root() {
-        eprintln!("SKIPPED open_append_refuses_a_file_of_another_user: needs root to chown");
+    if !privileged("open_append_refuses_a_file_of_another_user (chown)") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -227,8 +239,7 @@ fn create_dir_makes_parents_and_refuses_a_planted_symlink() {
     // A file where the directory should be is not a directory.
     std::fs::write(d.path().join("file"), b"").unwrap();
     assert!(create_dir(d.path().join("file"), 0o755).is_err());
-    if !root() {
-        eprintln!("SKIPPED the foreign-symlink half: needs root to chown");
+    if !privileged("create_dir's foreign-symlink half (lchown)") {
         return;
     }
     let victim = d.path().join("victim");
@@ -267,12 +278,10 @@ impl Drop for Tmpfs {
 
 #[test]
 fn a_full_disk_leaves_the_file_complete_or_absent() {
-    let Some(fs) = (root()).then(Tmpfs::mount).flatten() else {
-        eprintln!(
-            "SKIPPED a_full_disk_leaves_the_file_complete_or_absent: needs root to mount tmpfs"
-        );
+    if !privileged("a_full_disk_leaves_the_file_complete_or_absent (mount tmpfs)") {
         return;
-    };
+    }
+    let fs = Tmpfs::mount().expect("mount -t tmpfs as root");
     let dir = fs.0.path();
     let big = vec![7u8; 200 * 1024];
     let e = write_file(dir.join("kpdata"), &big, 0o600).unwrap_err();
