@@ -19,18 +19,27 @@
 //! Samples outside the executable (shared libraries, the vDSO, other
 //! programs CMD runs) are counted and reported, not written: gprof knows
 //! only CMD's symbols. It exits with CMD's status.
+//!
+//! FILE is written through `profdev_safefile`: a unique temporary beside
+//! it, created when the run starts (so an unwritable FILE is found at
+//! once), renamed over FILE at the end; a symbolic link at FILE is
+//! replaced, never followed. Its mode is 0644 (less the umask), as `cc -pg`
+//! leaves gmon.out: it holds the program's addresses, none of the
+//! kernel's. If it cannot be written (a full disk) FILE is left complete
+//! or absent, the error names it, and the exit status is CMD's if CMD
+//! failed, else 1.
 
-use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
+use crate::child::{find_program, restore_in_child, IgnoreInterrupts};
+use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError, Target};
 use profdev_formats::gmon::{self, Arc, Format, GmonOut, Histogram};
+use profdev_safefile::SafeFile;
 use profdev_symbolize::unwind::UserUnwinder;
 use profdev_symbolize::{ElfObject, Tasks};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -106,13 +115,9 @@ fn run(args: &Args) -> Result<ExitCode> {
     config.validate().map_err(|e| anyhow!("{e}"))?;
     let program = find_program(&args.command[0])?;
     let exe = Program::open(&program)?;
-    // Find out now, not after a long run, whether the output can be written.
-    let mut out = File::options()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&args.output)
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    // Find out now, not after a long run, whether the output can be written:
+    // the real write starts here, into a temporary beside FILE.
+    let out = create_output(&args.output)?;
 
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args.command[1..]);
@@ -150,14 +155,16 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     let bytes = gmon::write(&profile, format, gmon::Target::X86_64)
         .map_err(|e| anyhow!("cannot encode the profile: {e}"))?;
-    out.set_len(0)
-        .and_then(|()| out.write_all(&bytes))
-        .and_then(|()| out.flush())
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    // A full disk loses the file, not the summary below.
+    let written = finish_output(out, &bytes);
+    let wrote = match &written {
+        Ok(()) => "wrote",
+        Err(_) => "did not write",
+    };
 
     let c = &builder.counts;
     eprintln!(
-        "profdev gmon: wrote {} for {}: {} user samples at {} Hz, {} in its text, {} elsewhere \
+        "profdev gmon: {wrote} {} for {}: {} user samples at {} Hz, {} in its text, {} elsewhere \
          (libraries, other programs), {} arcs; {} lost, {} throttled",
         args.output.display(),
         program.display(),
@@ -184,7 +191,35 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     eprintln!("profdev gmon: note: {CALLED_NOTE}");
-    Ok(exit_code(status))
+    if let Err(e) = &written {
+        eprintln!("profdev gmon: {e}");
+    }
+    Ok(output::status(status, written.is_ok()))
+}
+
+/// Start writing a profile file for user programs (gmon.out, or a file
+/// beside it): a unique temporary in its directory, mode 0644 (it holds
+/// the program's addresses, no kernel's), renamed over `path` by
+/// [`finish_output`]. Every file `profdev gmon` writes goes through here.
+pub(crate) fn create_output(path: &Path) -> Result<SafeFile, profdev_safefile::Error> {
+    SafeFile::create(path, output::USER_MODE)
+}
+
+/// Write `bytes` and put the file in place: afterwards it is complete, or
+/// (on an error, e.g. a full disk) as it was before.
+pub(crate) fn finish_output(
+    mut out: SafeFile,
+    bytes: &[u8],
+) -> Result<(), profdev_safefile::Error> {
+    out.write_bytes(bytes)?;
+    out.commit()
+}
+
+/// Write a whole profile file at once, as [`create_output`] and
+/// [`finish_output`] do.
+#[allow(dead_code)] // for files written beside gmon.out
+pub(crate) fn write_output(path: &Path, bytes: &[u8]) -> Result<(), profdev_safefile::Error> {
+    finish_output(create_output(path)?, bytes)
 }
 
 /// CMD's executable: its symbols, text range and identity.

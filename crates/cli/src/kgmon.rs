@@ -19,7 +19,15 @@
 //! `-N system` (a vmlinux or System.map of the running kernel), the
 //! addresses in gmon.out are moved by the KASLR offset to that image's
 //! link-time addresses, for `gprof -b system gmon.out`.
+//!
+//! gmon.out and vmlinux.syms hold kernel addresses: they are written 0600
+//! through `profdev_safefile` (a unique temporary in the directory,
+//! renamed over the name; a symbolic link there is replaced, never
+//! followed). If either cannot be written (a full disk) it is left
+//! complete or as it was, the error names it, `-r` does not zero the
+//! profile, and the exit status is 1.
 
+use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use profdev_formats::gmon::{self, Format};
@@ -134,17 +142,12 @@ impl Files for Mounted {
     }
 
     fn ctl(&self, verb: &str) -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(self.dir.join("ctl"))?;
+        let mut f = output::open_ctl(&self.dir.join("ctl"))?;
         f.write_all(format!("{verb}\n").as_bytes())
     }
 
     fn writable(&self) -> bool {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(self.dir.join("ctl"))
-            .is_ok()
+        output::open_ctl(&self.dir.join("ctl")).is_ok()
     }
 
     fn describe(&self, name: &str) -> String {
@@ -244,11 +247,14 @@ fn run(
     } else {
         state
     };
+    let mut dumped = Ok(());
     if args.dump {
         if writable && state == State::On {
             set(dev, State::Off)?;
         }
-        dump(dev, args.system.as_deref(), running, outdir, err)?;
+        dumped = dump(dev, args.system.as_deref(), running, outdir, err);
+        // A profile that could not be saved is not zeroed.
+        reset &= dumped.is_ok();
     }
     if reset {
         dev.ctl("reset")
@@ -263,7 +269,7 @@ fn run(
         "kgmon: kernel profiling is {}.",
         if now == State::Off { "off" } else { "running" }
     )?;
-    Ok(())
+    dumped
 }
 
 /// `-p`: copy gmon.out, write or relocate symbols, report what was lost.
@@ -284,6 +290,8 @@ fn dump(
         bail!("{src} does not hold one histogram");
     }
     let running = running()?;
+    let dir = profdev_safefile::Dir::open(outdir)?;
+    let mut syms = Ok(());
     match system {
         Some(image) => {
             let syms = KernelSymbols::load(image)?;
@@ -311,12 +319,12 @@ fn dump(
         }
         None => {
             let elf = vmlinux_syms(&running, &decoded.gmon);
-            std::fs::write(outdir.join("vmlinux.syms"), elf)
-                .map_err(|e| anyhow!("cannot open `vmlinux.syms': {e}"))?;
+            syms = dir.write_file("vmlinux.syms", &elf, output::KERNEL_MODE);
         }
     }
-    std::fs::write(outdir.join("gmon.out"), &bytes)
-        .map_err(|e| anyhow!("cannot open `gmon.out': {e}"))?;
+    // Both files hold kernel addresses: 0600, through the safe path; each
+    // is complete or as it was. gmon.out is tried even if the symbols fail.
+    let profile = dir.write_file("gmon.out", &bytes, output::KERNEL_MODE);
     if let Some(n) = param(dev, "saturated").filter(|&n| n > 0) {
         writeln!(
             err,
@@ -332,7 +340,11 @@ fn dump(
         )?;
     }
     writeln!(err, "kgmon: note: {}", crate::gmon::CALLED_NOTE)?;
-    Ok(())
+    match (profile, syms) {
+        (Err(e), Err(s)) => bail!("{e}; {s}"),
+        (Err(e), _) | (_, Err(e)) => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 /// `vmlinux.syms` for `profile`: the running kernel's text symbols that
@@ -677,7 +689,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             format!("{e:#}"),
-            "cannot open `vmlinux.syms': No such file or directory (os error 2)"
+            "cannot open the directory /nonexistent/dir: No such file or directory (os error 2)"
         );
     }
 }

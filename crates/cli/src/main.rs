@@ -10,6 +10,7 @@ mod gmon;
 mod kgmon;
 mod kprof;
 mod mount;
+mod output;
 mod prfdc;
 mod prfdev;
 mod prfld;

@@ -17,6 +17,9 @@
 //! in the foreground with a log on standard error (failed control writes,
 //! quoted). With `-b` it returns once the mount is ready and leaves the
 //! server running in the background, its log in `DIR.log` beside DIR.
+//! `DIR.log` is created 0600 and appended to only when it is a regular file
+//! of the mounting user with one link, opened without following a symbolic
+//! link (`profdev_safefile`); anything else is refused with a sentence.
 //!
 //! The files belong to the user who mounted; others get EACCES on the
 //! 0600 files (kernel addresses defeat KASLR). Reads and writes reach the
@@ -275,11 +278,11 @@ fn log_path(dir: &Path) -> PathBuf {
 fn background(exe: &Path, dir: &Path) -> Result<Started> {
     let abs = prepare(dir)?;
     let log = log_path(&abs);
-    let log_file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .with_context(|| format!("cannot open the log {}", log.display()))?;
+    // The log holds kernel addresses in its messages: 0600, appended to
+    // only if it is a regular file of ours (never through a link).
+    let log_file = profdev_safefile::open_append(&log, crate::output::KERNEL_MODE)
+        .map_err(|e| anyhow!("cannot open the log: {e}"))?
+        .into_file();
     let mut child = std::process::Command::new(exe)
         .arg("mount")
         .arg("--serve-in-background")

@@ -4,8 +4,7 @@
 //!
 //! As SVR4's prfdc: `period` is in minutes (default 10), `off_hour` an hour
 //! of the day (default 17; 24 never comes), both read with `atoi`. prfdc
-//! refuses an existing file, creates the log (mode 0666 less the umask),
-//! switches profiling on, and goes into the background: the command returns
+//! refuses an existing file, creates the log, switches profiling on, and goes into the background: the command returns
 //! at once, and the collector writes the header and a first record
 //! immediately, then one record every period, and exits after writing a
 //! record whose local hour is `off_hour`. The log is profdev's 64-bit
@@ -15,20 +14,24 @@
 //! default; `-u 1` makes the period count seconds, for tests and short
 //! experiments), and `-n COUNT` stops the collector after COUNT records.
 //!
+//! The log holds kernel addresses, so profdev creates it mode 0600 (SVR4:
+//! 0666 less the umask), with `O_CREAT|O_EXCL|O_NOFOLLOW` through
+//! `profdev_safefile`: a symbolic link at its name is an existing file.
+//! Each record is one write(2); one that does not fit (a full disk) ends
+//! the collector with an error, and its partial bytes are cut off again.
+//!
 //! Errors go to standard error as `prfdc: <message>`, exit status 1:
 //! `usage: prfdc  logfile  [ rate  [ off_hour ] ]`, `invalid sampling
 //! rate`, `cannot open …`, `existing file would be truncated`, `cannot
 //! creat log file`, `cannot activate profiling`. SVR4 wrote only six bytes
 //! of `"prfdc: "`, losing the space; profdev writes the space.
 
+use crate::output;
 use crate::prfdev::{self, Access, PrfDev};
 use crate::prfsnap::{activate, now};
 use profdev_formats::prflog::{Header, Layout, Record};
+use profdev_safefile::AppendFile;
 use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -90,20 +93,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Ok(d) => d,
         Err(e) => return error(&format!("cannot open {}: {e}", path.display())),
     };
-    let log = Path::new(log);
-    if std::fs::symlink_metadata(log).is_ok() {
-        return error("existing file would be truncated");
-    }
-    let mut file = match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o666)
-        .open(log)
-    {
+    // O_CREAT|O_EXCL|O_NOFOLLOW: anything at that name, a symbolic link
+    // too, is an existing file.
+    let mut file = match profdev_safefile::create_append(log, output::KERNEL_MODE) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return error("existing file would be truncated")
-        }
+        Err(e) if e.already_exists() => return error("existing file would be truncated"),
         Err(e) => return error(&format!("cannot creat log file: {e}")),
     };
     if let Err(msg) = activate(&dev) {
@@ -127,7 +121,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 /// The collector: a record now, then one per period.
-fn collect(dev: &mut PrfDev, file: &mut File, plan: &Plan) -> Result<(), String> {
+fn collect(dev: &mut PrfDev, file: &mut AppendFile, plan: &Plan) -> Result<(), String> {
     let n = dev
         .size()
         .map_err(|e| format!("cannot read the table size: {e}"))? as usize;
@@ -152,8 +146,8 @@ fn collect(dev: &mut PrfDev, file: &mut File, plan: &Plan) -> Result<(), String>
             h.encode_record(&Record { time, counters })
                 .map_err(|e| e.to_string())?,
         );
-        file.write_all(&bytes)
-            .map_err(|e| format!("cannot write log file: {e}"))?;
+        // One write(2) per record: whole in the log or cut off again.
+        file.append(&bytes).map_err(|e| e.to_string())?;
         written += 1;
         if plan.count.is_some_and(|c| written >= c)
             || i64::from(prfdev::localtime(time).hour) == plan.off_hour

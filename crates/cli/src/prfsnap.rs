@@ -1,8 +1,8 @@
 //! `profdev prfsnap [-f DEVICE] file`: append one snapshot of the prf
 //! counters to a log (profiler(1M)).
 //!
-//! As SVR4's prfsnap: the log is opened for appending (created mode 0666
-//! less the umask if absent), profiling is switched on, and the counters
+//! As SVR4's prfsnap: the log is opened for appending (created if absent),
+//! profiling is switched on, and the counters
 //! are read; an empty log first gets the header (the address table). The
 //! log is profdev's 64-bit layout (see `profdev_formats::prflog`), with the
 //! user and idle counters. Errors go to standard error as
@@ -11,14 +11,19 @@
 //! (also when no table is loaded: run prfld). profdev adds one check SVR4
 //! lacked: appending to a log written for another address table (or in
 //! the SVR4 layout) is refused, since prfpr would misread every record.
+//!
+//! The log holds kernel addresses, so profdev creates it mode 0600 (SVR4:
+//! 0666 less the umask), and opens it as `profdev_safefile` appends: never
+//! through a symbolic link, and only a regular file of the user running
+//! prfsnap with one link (anything else is refused with a sentence). Each
+//! snapshot is one write(2); one that does not fit (a full disk) is an
+//! error, and its partial bytes are cut off again.
 
+use crate::output;
 use crate::prfdev::{self, Access, PrfDev};
 use profdev_formats::prflog::{self, Header, Layout, Record};
 use profdev_report::prfpr::PRF_ON;
 use std::ffi::OsString;
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -51,11 +56,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 
 /// Switch on, read, append. Shared with prfdc's first steps.
 fn snap(dev: &mut PrfDev, log: &Path) -> Result<(), String> {
-    let mut file = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o666)
-        .open(log)
+    let mut file = profdev_safefile::open_append(log, output::KERNEL_MODE)
         .map_err(|e| format!("cannot creat log file: {e}"))?;
     activate(dev)?;
     let n = dev
@@ -67,7 +68,10 @@ fn snap(dev: &mut PrfDev, log: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot read the profiler: {e}"))?;
     let header = Header::new(Layout::Profdev64, 2, addrs).map_err(|e| e.to_string())?;
     let mut bytes = Vec::new();
-    let existing = std::fs::read(log).map_err(|e| format!("cannot read log file: {e}"))?;
+    // The header is read through the descriptor appended to, never the
+    // path again, and only as far as this table's header reaches.
+    let existing = read_head(file.file(), header.byte_len())
+        .map_err(|e| format!("cannot read log file: {e}"))?;
     if existing.is_empty() {
         bytes.extend(header.encode().map_err(|e| e.to_string())?);
     } else if !same_table(&existing, &header) {
@@ -81,8 +85,19 @@ fn snap(dev: &mut PrfDev, log: &Path) -> Result<(), String> {
             .encode_record(&Record { time, counters })
             .map_err(|e| e.to_string())?,
     );
-    file.write_all(&bytes)
-        .map_err(|e| format!("cannot write log file: {e}"))
+    // One write(2): the record (with the header, into an empty log) is
+    // whole in the log or not there at all.
+    file.append(&bytes).map_err(|e| e.to_string())
+}
+
+/// Up to `len` bytes from the start of `file`.
+fn read_head(file: &std::fs::File, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let mut r = file;
+    std::io::Seek::seek(&mut r, std::io::SeekFrom::Start(0))?;
+    r.take(len as u64).read_to_end(&mut head)?;
+    Ok(head)
 }
 
 /// Switch profiling on; fails unless the device says it is on.

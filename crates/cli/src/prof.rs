@@ -381,9 +381,7 @@ fn begin(args: &Args) -> Result<ExitCode> {
     let words = module_words(args)?;
     let ctl_path = crate::mount::ensure_mounted()?.join("prof/ctl");
     let write = |msg: String| -> Result<()> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&ctl_path)
+        crate::output::open_ctl(&ctl_path)
             .and_then(|mut f| f.write_all(format!("{msg}\n").as_bytes()))
             .with_context(|| format!("cannot start profiling: {}: {msg:?}", ctl_path.display()))
     };

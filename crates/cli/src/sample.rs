@@ -11,13 +11,21 @@
 //! kernel text — per process, per user-space function, per kernel-module
 //! symbol — which kprof could never say. It exits with CMD's status.
 //!
+//! DIR is created 0755 if missing (never through a symbolic link another
+//! user planted) and DIR/kpdata 0600, since it holds kernel addresses; it
+//! is written through `profdev_safefile` (a unique temporary, renamed over
+//! kpdata). If it cannot be written (a full disk) the table is still
+//! printed, the error names the file, kpdata is left complete or absent,
+//! and the exit status is CMD's if CMD failed, else 1.
+//!
 //! With `--bpf` the device's histogram is counted in the kernel by a BPF
 //! program on the cpu-clock events ([`profdev_sample::bpf`]): no sample
 //! crosses a ring buffer, and kpdata is a copy of the kernel's counters.
 //! No records reach user space then, so the outside-kernel-text section is
 //! not available (it says so), and the summary counts word 0 as samples.
 
-use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
+use crate::child::{find_program, restore_in_child, IgnoreInterrupts};
+use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use profdev_core::{
@@ -29,6 +37,7 @@ use profdev_dev::tree::walk;
 use profdev_dev::{Dev, DevError, Engine, OpenMode, Qid};
 use profdev_formats::kpdata::{self, Kpdata};
 use profdev_report::outside::{Outside, Place};
+use profdev_safefile::SafeFile;
 use profdev_symbolize::{ElfObject, KernelSymbols, Tasks};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -80,7 +89,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         .validate()
         .map_err(|e| anyhow!("{e}"))?;
     let program = find_program(&args.command[0])?;
-    prepare_output(&args.output)?;
+    // The real write starts now: a temporary beside DIR/kpdata, so an
+    // unwritable DIR is found before a long run, not after.
+    let kpdata_file = prepare_output(&args.output)?;
     let ksyms = Arc::new(KernelSymbols::running()?);
     let text = ksyms.require_text("/proc/kallsyms")?;
 
@@ -118,7 +129,12 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let bytes = read_kpdata(&kprof)?;
     let out_path = args.output.join("kpdata");
-    write_atomically(&out_path, &bytes)?;
+    // A full disk loses the file, not the report: it still goes to stdout.
+    let written = write_kpdata(kpdata_file, &bytes);
+    let wrote = match &written {
+        Ok(()) => format!("wrote {}", out_path.display()),
+        Err(_) => format!("{} not written", out_path.display()),
+    };
 
     let data = Kpdata::parse(&bytes).context("the kpdata just recorded is malformed")?;
     let symbols: Vec<(u64, &str)> = ksyms
@@ -153,22 +169,20 @@ fn run(args: &Args) -> Result<ExitCode> {
     out.flush()?;
     if args.bpf {
         eprintln!(
-            "profdev sample: {} ticks in {:.1}s at {} Hz per CPU, counted in the kernel (BPF); wrote {}",
+            "profdev sample: {} ticks in {:.1}s at {} Hz per CPU, counted in the kernel (BPF); {wrote}",
             stats.samples,
             elapsed.as_secs_f64(),
             args.frequency,
-            out_path.display()
         );
-        return Ok(exit_code(status));
+        return Ok(written_status(status, written));
     }
     eprintln!(
-        "profdev sample: {} samples in {:.1}s at {} Hz per CPU, {} lost, {} throttled; wrote {}",
+        "profdev sample: {} samples in {:.1}s at {} Hz per CPU, {} lost, {} throttled; {wrote}",
         stats.samples,
         elapsed.as_secs_f64(),
         args.frequency,
         stats.lost,
         stats.throttled,
-        out_path.display()
     );
     if stats.lost > 0 || stats.throttled > 0 {
         eprintln!(
@@ -177,7 +191,18 @@ fn run(args: &Args) -> Result<ExitCode> {
             stats.lost, stats.throttled
         );
     }
-    Ok(exit_code(status))
+    Ok(written_status(status, written))
+}
+
+/// Say why kpdata was not written; CMD's status, or 1 if CMD succeeded.
+fn written_status(
+    status: std::process::ExitStatus,
+    written: Result<(), profdev_safefile::Error>,
+) -> ExitCode {
+    if let Err(e) = &written {
+        eprintln!("profdev sample: {e}");
+    }
+    output::status(status, written.is_ok())
 }
 
 /// Write a control message to the device's `kpctl`, as `echo MSG >kpctl`.
@@ -209,21 +234,17 @@ fn read_kpdata(dev: &Kprof) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn prepare_output(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
-    let probe = dir.join(".profdev-write-test");
-    std::fs::write(&probe, b"")
-        .with_context(|| format!("cannot write in output directory {}", dir.display()))?;
-    let _ = std::fs::remove_file(probe);
-    Ok(())
+/// Create DIR (never through another user's symbolic link) and start
+/// writing DIR/kpdata, 0600: it holds kernel addresses.
+fn prepare_output(dir: &Path) -> Result<SafeFile> {
+    let dir = profdev_safefile::create_dir(dir, output::DIR_MODE)?;
+    Ok(dir.create_file("kpdata", output::KERNEL_MODE)?)
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+/// Complete DIR/kpdata, or leave it as it was.
+fn write_kpdata(mut file: SafeFile, bytes: &[u8]) -> Result<(), profdev_safefile::Error> {
+    file.write_bytes(bytes)?;
+    file.commit()
 }
 
 fn run_child(program: &Path, args: &[OsString]) -> Result<std::process::ExitStatus> {

@@ -89,7 +89,7 @@ fn errors_are_one_sentence_and_write_nothing() {
         ),
         (
             vec!["sample", "-o", "/proc/profdev-cannot-be-here", "--", "true"],
-            "cannot create output directory /proc/profdev-cannot-be-here",
+            "cannot create the directory /proc/profdev-cannot-be-here",
         ),
     ];
     for (args, want) in cases {

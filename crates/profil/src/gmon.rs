@@ -30,8 +30,13 @@
 //!
 //! Output file: `$GMON_OUT_PREFIX.<pid>` if that variable is set (ignored
 //! in a set-user-ID program, `AT_SECURE`), else `gmon.out`, in the current
-//! directory, opened `O_CREAT|O_TRUNC|O_WRONLY|O_NOFOLLOW|O_CLOEXEC` with
-//! mode 0666 before the umask.
+//! directory, mode 0666 before the umask. glibc opens that name
+//! `O_CREAT|O_TRUNC|O_WRONLY|O_NOFOLLOW`; here it is written as profdev
+//! writes every file (`profdev_safefile`): a unique temporary beside it,
+//! renamed over it, so a symbolic link or a hard link planted at the name
+//! is replaced, never written through, and a full disk leaves the old file
+//! or none, never a partial one. A directory writable by other users and
+//! not sticky is refused (the message goes to standard error).
 //!
 //! Differences from glibc: glibc sizes the histogram as
 //! `roundup(textsize/2, sizeof(long))` bytes and scales by a float-derived
@@ -42,8 +47,6 @@
 //! call counts.
 
 use std::ffi::OsStr;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -213,19 +216,9 @@ pub fn mcleanup() -> Result<PathBuf, Error> {
     let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
     let prefix = std::env::var_os("GMON_OUT_PREFIX");
     let path = output_path(prefix.as_deref(), secure, std::process::id());
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o666)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        f.write_all(&bytes)
-    };
-    write().map_err(|source| Error::Write {
+    profdev_safefile::write_file(&path, &bytes, 0o666).map_err(|e| Error::Write {
         path: path.clone(),
-        source,
+        source: e.into_os_error(),
     })?;
     Ok(path)
 }

@@ -32,7 +32,9 @@
 //! otherwise `$PROFDIR/<pid>.<basename of argv[0]>` ([`output_path`]).
 //!
 //! `monitor(NULL, ...)` finishes: if a block was registered, it calls
-//! `profil(NULL, 0, 0, 0)` and creates the output file (mode 0666): one
+//! `profil(NULL, 0, 0, 0)` and writes the output file (mode 0666 less the
+//! umask; through `profdev_safefile`, a unique temporary renamed over the
+//! name, so a link planted there is replaced, never followed): one
 //! summary header with the `lpc`/`hpc` of the last block and `nfns` = the
 //! sum of all blocks' `nfunc`, all blocks' counter regions in registration
 //! order, then the last block's histogram. On failure it prints
@@ -53,7 +55,6 @@
 //! it is printed in full.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -223,14 +224,13 @@ unsafe fn summarize(blocks: &[Block]) -> MonOut {
     }
 }
 
+/// mon.out through `profdev_safefile`: a unique temporary beside it,
+/// renamed over it (a symbolic link there is replaced, never followed),
+/// mode 0666 less the umask as the C library's `creat`.
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(path)?;
-        f.write_all(bytes)
-    };
-    write().map_err(|source| Error::Write {
+    profdev_safefile::write_file(path, bytes, 0o666).map_err(|e| Error::Write {
         path: path.to_path_buf(),
-        source,
+        source: e.into_os_error(),
     })
 }
 
@@ -377,6 +377,27 @@ impl Drop for Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mon_out_replaces_a_planted_link_and_never_follows_it() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let mon_out = d.path().join("mon.out");
+        std::os::unix::fs::symlink(&victim, &mon_out).unwrap();
+        write_file(&mon_out, b"profile").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(std::fs::symlink_metadata(&mon_out).unwrap().is_file());
+        assert_eq!(std::fs::read(&mon_out).unwrap(), b"profile");
+        // No temporary left beside it.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+        // Errors keep perror's shape: the path, then the OS error alone.
+        let e = write_file(Path::new("/nonexistent/mon.out"), b"x").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/nonexistent/mon.out: No such file or directory (os error 2)"
+        );
+    }
 
     #[test]
     fn scale_matches_spec_4_7() {

@@ -1,0 +1,40 @@
+//! What every subcommand writes goes through `profdev_safefile`; this
+//! module holds the modes and the exit status rule shared by them.
+//!
+//! - Files holding kernel addresses (kpdata, kgmon's gmon.out and
+//!   vmlinux.syms, prf logs, DIR.log) are created [`KERNEL_MODE`] 0600.
+//! - A user program's gmon.out holds only that program's addresses:
+//!   [`USER_MODE`] 0644, what `cc -pg` leaves under the usual umask.
+//! - When CMD succeeded but its profile could not be written (a full disk),
+//!   the exit status is 1; when CMD failed, CMD's status is kept.
+
+use crate::child::exit_code;
+use std::process::{ExitCode, ExitStatus};
+
+/// Mode of every file that holds kernel addresses.
+pub const KERNEL_MODE: u32 = 0o600;
+/// Mode of a user program's profile.
+pub const USER_MODE: u32 = 0o644;
+/// Mode of an output directory profdev creates.
+pub const DIR_MODE: u32 = 0o755;
+
+/// CMD's exit status, or 1 when CMD succeeded but the output was not
+/// written.
+pub fn status(status: ExitStatus, written: bool) -> ExitCode {
+    if !written && status.success() {
+        ExitCode::from(1)
+    } else {
+        exit_code(status)
+    }
+}
+
+/// Open a control file of a mounted device tree (`prof/ctl`, `gmon/ctl`)
+/// for a control write: never created, never through a symbolic link, so
+/// a missing or swapped file is an error rather than a new file.
+pub fn open_ctl(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+}
