@@ -14,8 +14,9 @@ use profdev_dev::prf::{PRF_GETMAX, PRF_GETSIZE, PRF_GETSTATUS, PRF_SETSTATE, WOR
 use profdev_report::prfpr::Tm;
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Parsed command line: option values by letter, then the operands.
@@ -162,12 +163,13 @@ impl PrfDev {
         self.file.write(&bytes)
     }
 
-    /// One read(2) of the whole image for a table of `n` addresses: the
-    /// addresses and the N + 2 counters.
+    /// One read of the whole image for a table of `n` addresses, at offset
+    /// 0 whatever was read before (the device ends at the image's length):
+    /// the addresses and the N + 2 counters.
     pub fn snapshot(&mut self, n: usize) -> io::Result<(Vec<u64>, Vec<u64>)> {
         let want = (2 * n + 2) * WORD;
         let mut buf = vec![0u8; want];
-        let got = self.file.read(&mut buf)?;
+        let got = self.file.read_at(&mut buf, 0)?;
         if got != want {
             return Err(io::Error::other(format!(
                 "read {got} bytes where a table of {n} addresses takes {want}: was it reloaded?"

@@ -17,6 +17,7 @@
 //!
 //! [`SourceFactory`]: profdev_core::SourceFactory
 
+pub mod access;
 pub mod ctl;
 pub mod engine;
 pub mod kgmon;
@@ -27,6 +28,7 @@ pub mod prof;
 mod error;
 pub mod tree;
 
+pub use access::{AccessRules, Cred};
 pub use engine::{Engine, Subscription};
 pub use error::DevError;
 pub use tree::{Chan, DirEntry, OpenMode, Qid};

@@ -53,8 +53,9 @@
 //! The file offset is ignored: every write is a whole load.
 //!
 //! **read** fails with ENXIO, copying nothing, unless a valid table is
-//! loaded. Otherwise it returns, from the start of this image whatever the
-//! file offset, as much as the caller asked for:
+//! loaded. Otherwise it returns, from the file offset on, as much of this
+//! image as the caller asked for, and 0 (end of file) at its end, the
+//! length `stat` reports:
 //!
 //! | offset | size | contents |
 //! |---|---|---|
@@ -63,8 +64,10 @@
 //! | 16·N | 8 | user ticks |
 //! | 16·N + 8 | 8 | idle ticks |
 //!
-//! Counters are read while sampling goes on; each read is one consistent
-//! snapshot (the seed warned that its reads might not be).
+//! Counters are read while sampling goes on; a read at offset 0 takes one
+//! consistent snapshot (the seed warned that its reads might not be), and
+//! the reads that continue it at higher offsets on the same descriptor are
+//! served from it, so `cat prf` sees one image.
 //!
 //! **ioctl** takes its argument by value and returns its result as the
 //! ioctl's return value, as SVR4 did:
@@ -113,12 +116,19 @@
 //!
 //! # Bugs
 //!
-//! Counters are 64 bits and never wrap in practice. The files have no file
-//! position (the server opens them FOPEN_STREAM, so that every read starts
-//! over, as the seed's did): `lseek` and `pread` fail with ESPIPE, and
-//! `cat prf` never ends, as on SVR4. A read larger than one FUSE request
-//! (1 MiB) reaches the device in pieces; they are served from one snapshot
-//! taken for the piece at offset 0. A sampling session that dies (the
+//! Counters are 64 bits and never wrap in practice.
+//!
+//! **Change from the seed:** SVR4's read ignored the file offset and always
+//! copied from the start, so a program could read the same descriptor over
+//! and over, and `cat prf` never ended. Here reads honour the offset and end
+//! at the image's length, as every file in the mount does (`cat`, `cp`,
+//! `tar`, `grep -r` all end). A single read of the whole image from offset
+//! 0 — the seed's usage — returns exactly what it did. A program that reads
+//! the same descriptor again must read at offset 0: `pread(fd, buf, n, 0)`
+//! or `lseek(fd, 0, SEEK_SET)` first (`prfdc` does); a plain second
+//! `read` returns 0. A read larger than one FUSE request (1 MiB) reaches the
+//! device in pieces; they are served from one snapshot taken for the piece
+//! at offset 0. A sampling session that dies (the
 //! engine reports an error) leaves the profiler "on" but counting nothing.
 //! A kernel with more than 130559 distinct code addresses cannot be loaded
 //! whole (`prfld`: "too many text symbols"); x86_64 Linux 6.18 has about
@@ -502,9 +512,7 @@ impl Dev for Prf {
             };
         }
         self.view(qid).ok_or(DevError::NotFound)?;
-        let mut chan = Chan::new(qid, mode);
-        chan.stream = true;
-        Ok(chan)
+        Ok(Chan::new(qid, mode))
     }
 
     fn read(&self, chan: &mut Chan, offset: u64, count: u32) -> Result<Vec<u8>, DevError> {
