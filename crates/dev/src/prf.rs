@@ -228,6 +228,9 @@ pub struct PrfTable {
     counters: Vec<Vec<u64>>,
     /// Samples from a CPU without a file (hot-plugged after the mount).
     pub unknown_cpu_samples: u64,
+    /// Loads tried so far: a read that continues a snapshot taken before
+    /// another load starts over with a fresh one.
+    loads: u64,
 }
 
 impl PrfTable {
@@ -241,6 +244,7 @@ impl PrfTable {
             cpus: cpus.to_vec(),
             counters: vec![Vec::new(); cpus.len()],
             unknown_cpu_samples: 0,
+            loads: 0,
         }
     }
 
@@ -267,6 +271,7 @@ impl PrfTable {
 
     /// Load a table from `data`, native words (write(2)).
     pub fn load(&mut self, data: &[u8]) -> Result<usize, DevError> {
+        self.loads += 1;
         let len = data.len();
         if len > self.maxprf.saturating_mul(WORD) {
             return Err(DevError::NoSpace(format!(
@@ -387,7 +392,11 @@ impl PrfTable {
 
 /// One read's image, kept by the channel so that the pieces of one large
 /// read (FUSE splits reads over 1 MiB) come from the same snapshot.
-struct Snapshot(Vec<u8>);
+struct Snapshot {
+    /// `PrfTable::loads` when it was taken.
+    loads: u64,
+    image: Vec<u8>,
+}
 
 /// The prf device.
 pub struct Prf {
@@ -517,14 +526,25 @@ impl Dev for Prf {
 
     fn read(&self, chan: &mut Chan, offset: u64, count: u32) -> Result<Vec<u8>, DevError> {
         let view = self.view(chan.qid).ok_or(DevError::Perm)?;
-        if offset == 0 || chan.aux_mut::<Snapshot>().is_none() {
-            let image = self.lock_table().image(view)?;
-            chan.aux = Some(Box::new(Snapshot(image)));
+        let (loads, valid) = {
+            let t = self.lock_table();
+            (t.loads, t.status() & PRF_VAL != 0)
+        };
+        let current = chan
+            .aux_mut::<Snapshot>()
+            .is_some_and(|s| s.loads == loads);
+        if offset == 0 || !current || !valid {
+            let t = self.lock_table();
+            let image = t.image(view)?;
+            chan.aux = Some(Box::new(Snapshot {
+                loads: t.loads,
+                image,
+            }));
         }
-        let Some(Snapshot(image)) = chan.aux_mut::<Snapshot>() else {
+        let Some(snapshot) = chan.aux_mut::<Snapshot>() else {
             return Err(DevError::Perm);
         };
-        Ok(read_slice(image, offset, count))
+        Ok(read_slice(&snapshot.image, offset, count))
     }
 
     fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {
