@@ -102,6 +102,11 @@
 //! **poll** and **select** always report the files ready, for reading and
 //! for writing; **open** and **close** do nothing.
 //!
+//! **Access.** Only root, the mounting user and the users and groups the
+//! mount names (`--allow-user`, `--allow-group`) may open, read, write or
+//! send ioctls to these files: the file server checks every request's uid
+//! (`profdev_dev::access`), whatever the modes say; others get EACCES.
+//!
 //! # Example
 //!
 //! ```text
