@@ -136,8 +136,7 @@ impl Files for Mounted {
         use profdev_symbolize::open::{open_bounded, Follow};
         use std::io::Read;
         let path = self.dir.join(name);
-        let (file, size) =
-            open_bounded(&path, u64::MAX, Follow::Yes).map_err(|e| e.into_io())?;
+        let (file, size) = open_bounded(&path, u64::MAX, Follow::Yes).map_err(|e| e.into_io())?;
         let mut file = file;
         let mut bytes = Vec::new();
         let target = gmon::Target::X86_64;

@@ -447,10 +447,7 @@ fn daemon(dir: &Path, serving: &Serving) -> Result<()> {
     let _ = nix::unistd::setsid();
     let mounted = server(serving).and_then(|server| {
         let files = file_names(&server);
-        Ok((
-            profdev_fuse::mount(server, dir, serving.options())?,
-            files,
-        ))
+        Ok((profdev_fuse::mount(server, dir, serving.options())?, files))
     });
     let mut out = std::io::stdout();
     let (mounted, files) = match mounted {

@@ -113,7 +113,10 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Err(Err(e)) => {
             return error_with_hint(
                 &PrfprError::CannotOpenData,
-                &format!("{log}: {}; give the path of a log written by prfsnap or prfdc", reason(&e)),
+                &format!(
+                    "{log}: {}; give the path of a log written by prfsnap or prfdc",
+                    reason(&e)
+                ),
             )
         }
         Err(Ok(e)) => {
@@ -193,7 +196,10 @@ fn print_records(
     let mut stream = past_header.chain(input);
     loop {
         let got = read_full(&mut stream, &mut buf).map_err(|e| {
-            format!("cannot read the record at byte offset {offset}: {}", reason(&e))
+            format!(
+                "cannot read the record at byte offset {offset}: {}",
+                reason(&e)
+            )
         })?;
         if got == 0 {
             break;

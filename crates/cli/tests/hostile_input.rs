@@ -77,11 +77,7 @@ fn files() -> Files {
     let huge = dir.path().join("huge");
     sparse(&huge, 10 << 30, b"");
     let map = dir.path().join("System.map");
-    std::fs::write(
-        &map,
-        "80100000 T start\n80100040 T fnA\n80100400 T etext\n",
-    )
-    .unwrap();
+    std::fs::write(&map, "80100000 T start\n80100040 T fnA\n80100400 T etext\n").unwrap();
     Files {
         _dir: dir,
         fifo,
@@ -134,7 +130,9 @@ fn kprof_refuses_devices_fifos_and_oversized_files() {
     let (code, _, err) = bounded(&["kprof".as_ref(), f.map.as_os_str(), padded.as_os_str()]);
     assert_eq!(code, 1);
     assert!(
-        err.contains("data file of 1073741824 bytes is longer than a kpdata file can be (515 bytes"),
+        err.contains(
+            "data file of 1073741824 bytes is longer than a kpdata file can be (515 bytes"
+        ),
         "{err}"
     );
 
@@ -197,10 +195,18 @@ fn prfpr_refuses_devices_fifos_and_oversized_files() {
     header.extend((1u64 << 40).to_le_bytes());
     let many = dir.join("many");
     sparse(&many, 10 << 30, &header);
-    let (code, out, err) = bounded(&["prfpr".as_ref(), many.as_os_str(), "1".as_ref(), f.map.as_os_str()]);
+    let (code, out, err) = bounded(&[
+        "prfpr".as_ref(),
+        many.as_os_str(),
+        "1".as_ref(),
+        f.map.as_os_str(),
+    ]);
     assert_eq!(code, 1);
     assert_eq!(out, "error: cannot read profile addresses\n");
-    assert!(err.contains("more than the 130560 the device holds"), "{err}");
+    assert!(
+        err.contains("more than the 130560 the device holds"),
+        "{err}"
+    );
 
     // A good header, then 10 GiB of zeros: the second zero record is
     // foreign, found at once.
@@ -213,7 +219,12 @@ fn prfpr_refuses_devices_fifos_and_oversized_files() {
     }
     let zeros = dir.join("zeros");
     sparse(&zeros, 10 << 30, &header);
-    let (code, out, err) = bounded(&["prfpr".as_ref(), zeros.as_os_str(), "1".as_ref(), f.map.as_os_str()]);
+    let (code, out, err) = bounded(&[
+        "prfpr".as_ref(),
+        zeros.as_os_str(),
+        "1".as_ref(),
+        f.map.as_os_str(),
+    ]);
     assert_eq!(code, 1);
     assert_eq!(out, "");
     // Header 48 bytes, records 48: the second starts at 96.
@@ -226,9 +237,17 @@ fn prfpr_refuses_devices_fifos_and_oversized_files() {
     let log = dir.join("log");
     std::fs::write(&log, &header).unwrap();
     for text in [zero.to_path_buf(), f.fifo.clone(), f.huge.clone()] {
-        let (code, out, err) = bounded(&["prfpr".as_ref(), log.as_os_str(), "1".as_ref(), text.as_os_str()]);
+        let (code, out, err) = bounded(&[
+            "prfpr".as_ref(),
+            log.as_os_str(),
+            "1".as_ref(),
+            text.as_os_str(),
+        ]);
         assert_eq!(code, 1, "{}", text.display());
         assert_eq!(out, "error: cannot open namelist file\n");
-        assert!(err.starts_with(&format!("prfpr: {}: ", text.display())), "{err}");
+        assert!(
+            err.starts_with(&format!("prfpr: {}: ", text.display())),
+            "{err}"
+        );
     }
 }

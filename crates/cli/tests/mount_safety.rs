@@ -179,7 +179,10 @@ fn bounded(what: &str, secs: u32, args: &[&std::ffi::OsStr]) -> (i32, Vec<u8>) {
     let mut err = String::new();
     let _ = child.stderr.take().unwrap().read_to_string(&mut err);
     let status = child.wait().unwrap();
-    assert!(!too_much, "{what}: more than {BOUND} bytes: a file does not end");
+    assert!(
+        !too_much,
+        "{what}: more than {BOUND} bytes: a file does not end"
+    );
     let code = status
         .code()
         .unwrap_or_else(|| panic!("{what}: killed ({status}): {err}"));
@@ -219,7 +222,14 @@ fn every_file_in_the_mount_ends_for_cat_cp_tar_and_grep() {
         .iter()
         .map(|(p, _, _)| p.strip_prefix(&s.dir).unwrap().display().to_string())
         .collect();
-    for want in ["kpctl", "kpdata", "prf", "gmon/ctl", "gmon/gmon.out", "prof/ctl"] {
+    for want in [
+        "kpctl",
+        "kpdata",
+        "prf",
+        "gmon/ctl",
+        "gmon/gmon.out",
+        "prof/ctl",
+    ] {
         assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
     }
     assert!(names.iter().any(|n| n.ends_with("/histogram")), "{names:?}");
@@ -239,7 +249,12 @@ fn every_file_in_the_mount_ends_for_cat_cp_tar_and_grep() {
         }
         assert_eq!(code, 0, "cat {}", path.display());
         if *size > 0 {
-            assert_eq!(out.len() as u64, *size, "cat {} gives stat's size", path.display());
+            assert_eq!(
+                out.len() as u64,
+                *size,
+                "cat {} gives stat's size",
+                path.display()
+            );
         }
     }
     let prf = std::fs::read(s.path("prf")).unwrap();
@@ -266,7 +281,12 @@ fn every_file_in_the_mount_ends_for_cat_cp_tar_and_grep() {
             continue;
         }
         let c = copy.join(path.strip_prefix(&s.dir).unwrap());
-        assert_eq!(std::fs::metadata(&c).unwrap().len(), *size, "{}", c.display());
+        assert_eq!(
+            std::fs::metadata(&c).unwrap().len(),
+            *size,
+            "{}",
+            c.display()
+        );
     }
 
     // tar, to a pipe read under the bound.
@@ -327,12 +347,20 @@ fn nobody_is_refused(s: &Scene, writes: &[&str], reads: &[&str]) {
     for f in writes {
         let out = as_nobody(WRITE, &[&s.path(f)]);
         assert!(!out.status.success(), "nobody wrote {f}");
-        assert!(stderr_of(&out).contains("Permission denied"), "{f}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains("Permission denied"),
+            "{f}: {}",
+            stderr_of(&out)
+        );
     }
     for f in reads {
         let out = as_nobody(READ, &[&s.path(f)]);
         assert!(!out.status.success(), "nobody read {f}");
-        assert!(stderr_of(&out).contains("Permission denied"), "{f}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains("Permission denied"),
+            "{f}: {}",
+            stderr_of(&out)
+        );
     }
 }
 
@@ -358,7 +386,11 @@ fn nobody_gets_eacces_and_changes_nothing() {
     let then = before(&s);
     nobody_is_refused(&s, &WRITES, &READS);
     let out = as_nobody("ls \"$1\"", &[&s.path("prof")]);
-    assert!(stderr_of(&out).contains("Permission denied"), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("Permission denied"),
+        "{}",
+        stderr_of(&out)
+    );
     assert_eq!(before(&s), then, "nothing changed");
     assert_eq!(then.2, "off\n");
     s.unmount();
@@ -367,7 +399,11 @@ fn nobody_gets_eacces_and_changes_nothing() {
     // user (daemon) shows the files 0666, and nobody is still refused.
     s.mount(&["--allow-user", "daemon"]);
     load_prf(&s);
-    let mode = std::fs::metadata(s.path("kpctl")).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(s.path("kpctl"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o666, "owner bits shown to others");
     let then = before(&s);
     nobody_is_refused(&s, &WRITES, &READS);
@@ -383,7 +419,11 @@ fn nobody_gets_eacces_and_changes_nothing() {
         let len = std::fs::metadata(s.path("kpdata")).unwrap().len();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), len.to_string());
         let out = as_nobody("env printf 'stopwatch\\n' >\"$1\"", &[&s.path("kpctl")]);
-        assert!(stderr_of(&out).contains("Invalid argument"), "{allow:?}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains("Invalid argument"),
+            "{allow:?}: {}",
+            stderr_of(&out)
+        );
         s.unmount();
     }
 

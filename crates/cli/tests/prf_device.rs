@@ -244,7 +244,11 @@ fn diagnostics_and_tv_r2_r3_through_system_calls() {
     let first = fd.read(80).unwrap();
     assert_eq!(first.len(), 80);
     let mut rest = [0u8; 1000];
-    assert_eq!(fd.read_into(&mut rest), Ok(0), "end of file after the image");
+    assert_eq!(
+        fd.read_into(&mut rest),
+        Ok(0),
+        "end of file after the image"
+    );
     let again = fd.read(80).unwrap();
     assert_eq!(again, first, "a read at offset 0 starts from the start");
     assert_eq!(fd.read(13).unwrap(), first[..13]);

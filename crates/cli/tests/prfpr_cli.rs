@@ -249,7 +249,10 @@ fn a_foreign_record_is_named_by_its_offset() {
         .arg(&map));
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with("initialization\n09/13/120 12:26\n"), "{text}");
+    assert!(
+        text.starts_with("initialization\n09/13/120 12:26\n"),
+        "{text}"
+    );
     assert!(text.contains("idle     90.0\n"), "{text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -172,7 +172,9 @@ fn field(status: &str, name: &str) -> Option<String> {
 }
 
 fn numbers(s: &str) -> Vec<u32> {
-    s.split_whitespace().filter_map(|w| w.parse().ok()).collect()
+    s.split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
 }
 
 /// Yama's `kernel.yama.ptrace_scope`: 0 classic, 1 descendants only,
@@ -226,8 +228,8 @@ pub fn ptrace_rule(who: &Cred, target: &Target, yama: u8, descendant: bool) -> R
     if who.pid != 0 && who.pid == target.tgid {
         return Ok(());
     }
-    let same_user = target.uids.iter().all(|&u| u == who.uid)
-        && target.gids.iter().all(|&g| g == who.gid);
+    let same_user =
+        target.uids.iter().all(|&u| u == who.uid) && target.gids.iter().all(|&g| g == who.gid);
     if !same_user && !root {
         return Err(format!(
             "uid {} may not trace a process of uid {} (real, effective and saved uids and gids must all be the requester's)",
@@ -235,12 +237,17 @@ pub fn ptrace_rule(who: &Cred, target: &Target, yama: u8, descendant: bool) -> R
         ));
     }
     if !target.dumpable && !root {
-        return Err("the process is not dumpable (a set-id program, or prctl(PR_SET_DUMPABLE, 0))".into());
+        return Err(
+            "the process is not dumpable (a set-id program, or prctl(PR_SET_DUMPABLE, 0))".into(),
+        );
     }
     match yama {
         0 => Ok(()),
         1 if root || descendant => Ok(()),
-        1 => Err("kernel.yama.ptrace_scope is 1: only a descendant of the requester may be traced".into()),
+        1 => Err(
+            "kernel.yama.ptrace_scope is 1: only a descendant of the requester may be traced"
+                .into(),
+        ),
         2 if root => Ok(()),
         2 => Err("kernel.yama.ptrace_scope is 2: only root may trace".into()),
         _ => Err("kernel.yama.ptrace_scope is 3: no process may be traced".into()),
@@ -357,7 +364,10 @@ mod tests {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         assert_eq!(t.uids, [uid; 3]);
         let own = Cred { uid, gid, pid: 0 };
-        assert_eq!(ptrace_may_attach(&own, me).map_err(|e| e.to_string()), Ok(()));
+        assert_eq!(
+            ptrace_may_attach(&own, me).map_err(|e| e.to_string()),
+            Ok(())
+        );
         // A user who is not us may not attach to us (unless we are that
         // user, which a test runner as uid 65534 would be).
         if uid != 65534 {
@@ -369,7 +379,10 @@ mod tests {
         if uid != 0 {
             assert!(ptrace_may_attach(&own, 1).is_err());
         } else {
-            assert_eq!(ptrace_may_attach(&cred(0, 0), 1).map_err(|e| e.to_string()), Ok(()));
+            assert_eq!(
+                ptrace_may_attach(&cred(0, 0), 1).map_err(|e| e.to_string()),
+                Ok(())
+            );
             assert!(matches!(
                 ptrace_may_attach(&cred(65534, 65534), 1),
                 Err(DevError::NotPermitted(_))

@@ -535,9 +535,7 @@ impl Dev for Prf {
             let t = self.lock_table();
             (t.loads, t.status() & PRF_VAL != 0)
         };
-        let current = chan
-            .aux_mut::<Snapshot>()
-            .is_some_and(|s| s.loads == loads);
+        let current = chan.aux_mut::<Snapshot>().is_some_and(|s| s.loads == loads);
         if offset == 0 || !current || !valid {
             let t = self.lock_table();
             let image = t.image(view)?;

@@ -160,7 +160,11 @@ pub enum PrfLogError {
     TooMany { offset: u64, value: u64 },
     /// A last record cut short: an append that did not finish.
     #[error("prf log: the record at byte offset {offset} is torn: {len} of its {record_len} bytes are present (an append cut short, e.g. by a full disk)")]
-    Torn { offset: u64, len: u64, record_len: u64 },
+    Torn {
+        offset: u64,
+        len: u64,
+        record_len: u64,
+    },
     /// A whole record that cannot follow the one before it.
     #[error("prf log: the record at byte offset {offset} is not one of this log's: {why}")]
     Foreign { offset: u64, why: String },
@@ -467,7 +471,10 @@ pub const MAX_TICKS_PER_SECOND: u64 = 100 * 8192;
 pub fn check_record(prev: Option<&Record>, rec: &Record, offset: u64) -> Result<(), PrfLogError> {
     let foreign = |why: String| Err(PrfLogError::Foreign { offset, why });
     if rec.time < 0 || rec.time > MAX_TIME {
-        return foreign(format!("its time {} is not a date from 1970 to 9999", rec.time));
+        return foreign(format!(
+            "its time {} is not a date from 1970 to 9999",
+            rec.time
+        ));
     }
     let Some(prev) = prev else {
         return Ok(());
@@ -583,11 +590,9 @@ mod tests {
         assert_eq!(check_record(Some(&init), &a, 40), Ok(()));
         assert_eq!(check_record(Some(&a), &b, 80), Ok(()));
         assert_eq!(check_record(Some(&a), &a, 80), Ok(()), "same second");
-        let foreign = |prev: &Record, rec: &Record| {
-            match check_record(Some(prev), rec, 80) {
-                Err(PrfLogError::Foreign { offset: 80, why }) => why,
-                other => panic!("{rec:?} after {prev:?}: {other:?}"),
-            }
+        let foreign = |prev: &Record, rec: &Record| match check_record(Some(prev), rec, 80) {
+            Err(PrfLogError::Foreign { offset: 80, why }) => why,
+            other => panic!("{rec:?} after {prev:?}: {other:?}"),
         };
         assert!(foreign(&a, &r(0, &[10, 50, 5])).contains("time 0"));
         assert!(foreign(&b, &a).contains("before the previous"));

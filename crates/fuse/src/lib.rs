@@ -82,7 +82,7 @@ mod server;
 
 pub use errno::errno;
 pub use mount::{
-    check_can_mount, check_empty, check_mount_point, clear_dead, mount, resolve, state, unmount, Background,
-    MountError, MountOptions, MountState, Mounted, Unmounted, DEV_FUSE, FSTYPE, SOURCE,
+    check_can_mount, check_empty, check_mount_point, clear_dead, mount, resolve, state, unmount,
+    Background, MountError, MountOptions, MountState, Mounted, Unmounted, DEV_FUSE, FSTYPE, SOURCE,
 };
 pub use server::{Log, ServeError, Server, MAX_DEVICES};

@@ -260,10 +260,8 @@ pub fn check_mount_point(dir: &Path, create: bool) -> Result<PathBuf, MountError
 /// Check that `dir` is empty, as libfuse 2's fusermount did unless given
 /// `nonempty`: a mount would hide its files.
 pub fn check_empty(dir: &Path) -> Result<(), MountError> {
-    let mut entries = std::fs::read_dir(dir).map_err(io_error(format!(
-        "cannot list {}",
-        dir.display()
-    )))?;
+    let mut entries =
+        std::fs::read_dir(dir).map_err(io_error(format!("cannot list {}", dir.display())))?;
     match entries.next() {
         None => Ok(()),
         Some(_) => Err(MountError::NotEmpty(dir.to_path_buf())),

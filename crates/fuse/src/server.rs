@@ -746,7 +746,11 @@ mod tests {
         // The quote's content is the whole message between the outer
         // quotes: every inner quote is escaped.
         let inner = &q[1..q.len() - 1];
-        assert!(inner.replace("\\\\", "").replace("\\\"", "").find('"').is_none());
+        assert!(inner
+            .replace("\\\\", "")
+            .replace("\\\"", "")
+            .find('"')
+            .is_none());
     }
 
     #[test]

@@ -170,7 +170,8 @@ mod tests {
         let r = format(&[(0x1000, "fnA"), (0x1080, "end")], &d);
         assert_eq!(r.error, None);
         assert!(
-            r.text.ends_with("ms\t  %\tsym\n36893488130239234\t200.0\tfnA\n"),
+            r.text
+                .ends_with("ms\t  %\tsym\n36893488130239234\t200.0\tfnA\n"),
             "{}",
             r.text
         );

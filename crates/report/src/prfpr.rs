@@ -325,7 +325,12 @@ impl<'a> Reporter<'a> {
                 } else if i == n + 1 {
                     let _ = writeln!(out, "idle     {whole}.{tenth}");
                 } else {
-                    match self.header.addrs.get(i).and_then(|&a| self.names.nearest(a)) {
+                    match self
+                        .header
+                        .addrs
+                        .get(i)
+                        .and_then(|&a| self.names.nearest(a))
+                    {
                         Some(name) => {
                             let _ = writeln!(out, "{name:<13}\t {whole}.{tenth}");
                         }

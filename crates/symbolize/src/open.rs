@@ -286,12 +286,18 @@ mod tests {
         let start = Instant::now();
         for follow in [Follow::Yes, Follow::No] {
             let e = read_bounded(&fifo, 1 << 20, follow).unwrap_err();
-            assert!(matches!(e, OpenError::NotRegular { kind: "FIFO", .. }), "{e}");
+            assert!(
+                matches!(e, OpenError::NotRegular { kind: "FIFO", .. }),
+                "{e}"
+            );
         }
         let e = read_object(&fifo, None).unwrap_err();
         assert_eq!(
             e.to_string(),
-            format!("{} is a FIFO, not a regular file; give a regular file", fifo.display())
+            format!(
+                "{} is a FIFO, not a regular file; give a regular file",
+                fifo.display()
+            )
         );
         assert!(start.elapsed() < Duration::from_secs(5), "no open blocked");
     }
@@ -309,18 +315,39 @@ mod tests {
             read_bounded(&link, 100, Follow::No),
             Err(OpenError::Symlink { .. })
         ));
-        assert_eq!(read_bounded(&link, 100, Follow::Yes).unwrap(), b"\x7fELF...");
+        assert_eq!(
+            read_bounded(&link, 100, Follow::Yes).unwrap(),
+            b"\x7fELF..."
+        );
         assert_eq!(read_object(&target, None).unwrap(), b"\x7fELF...");
     }
 
     #[test]
     fn devices_and_directories_are_refused() {
         let e = read_object(Path::new("/dev/zero"), None).unwrap_err();
-        assert!(matches!(e, OpenError::NotRegular { kind: "character device", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                OpenError::NotRegular {
+                    kind: "character device",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = read_bounded(Path::new("/dev/zero"), 10, Follow::Yes).unwrap_err();
         assert!(matches!(e, OpenError::NotRegular { .. }), "{e}");
         let e = read_bounded(Path::new("/"), 10, Follow::Yes).unwrap_err();
-        assert!(matches!(e, OpenError::NotRegular { kind: "directory", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                OpenError::NotRegular {
+                    kind: "directory",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
@@ -338,9 +365,11 @@ mod tests {
         // A procfs file says 0 bytes: the read itself is bounded.
         let e = read_bounded(Path::new("/proc/self/status"), 16, Follow::Yes).unwrap_err();
         assert!(matches!(e, OpenError::TooLarge { limit: 16, .. }), "{e}");
-        assert!(!read_bounded(Path::new("/proc/self/status"), 1 << 20, Follow::Yes)
-            .unwrap()
-            .is_empty());
+        assert!(
+            !read_bounded(Path::new("/proc/self/status"), 1 << 20, Follow::Yes)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
