@@ -116,11 +116,27 @@ pub enum Access {
 
 impl PrfDev {
     /// Open the device.
+    /// Opened without blocking, so a FIFO put in the device's place is
+    /// refused at once instead of hanging the command: the device is a
+    /// regular file of the mount.
     pub fn open(path: &Path, access: Access) -> io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .read(access != Access::Write)
             .write(access != Access::Read)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
             .open(path)?;
+        if !file.metadata()?.file_type().is_file() {
+            return Err(io::Error::other("not a prf device (not a regular file)"));
+        }
+        // SAFETY: fcntl on the descriptor we own: back to blocking I/O.
+        unsafe {
+            let fd = file.as_raw_fd();
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            if fl >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+            }
+        }
         Ok(PrfDev { file })
     }
 

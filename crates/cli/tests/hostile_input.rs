@@ -251,3 +251,39 @@ fn prfpr_refuses_devices_fifos_and_oversized_files() {
         );
     }
 }
+
+#[test]
+fn prf_commands_refuse_a_fifo_or_device_in_the_devices_place() {
+    if !privileged("prf commands hostile device", tools()) {
+        return;
+    }
+    let f = files();
+    let log = f.huge.parent().unwrap().join("log");
+    for dev in [f.fifo.as_path(), Path::new("/dev/zero")] {
+        for args in [
+            vec![
+                "prfld".as_ref(),
+                "-f".as_ref(),
+                dev.as_os_str(),
+                f.map.as_os_str(),
+            ],
+            vec!["prfstat".as_ref(), "-f".as_ref(), dev.as_os_str()],
+            vec![
+                "prfsnap".as_ref(),
+                "-f".as_ref(),
+                dev.as_os_str(),
+                log.as_os_str(),
+            ],
+        ] {
+            let (code, out, err) = bounded(&args);
+            assert_eq!(code, 1, "{args:?}");
+            // A FIFO opened write-only without a reader fails at once
+            // (ENXIO); anything else that opens is found not to be a file.
+            let said = format!("{out}{err}");
+            assert!(
+                said.contains("not a prf device") || said.contains("No such device or address"),
+                "{args:?}: {said}"
+            );
+        }
+    }
+}
