@@ -137,8 +137,39 @@ pub struct Mounted {
 }
 
 impl Files for Mounted {
+    /// A regular file only (a FIFO or device put in its place is refused
+    /// without blocking), no longer than its header allows: gmon.out by
+    /// `gmon::max_len`, the small text files by 1 MiB.
     fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
-        std::fs::read(self.dir.join(name))
+        use profdev_symbolize::open::{open_bounded, Follow};
+        use std::io::Read;
+        let path = self.dir.join(name);
+        let (file, size) = open_bounded(&path, u64::MAX, Follow::Yes).map_err(|e| e.into_io())?;
+        let mut file = file;
+        let mut bytes = Vec::new();
+        let target = gmon::Target::X86_64;
+        (&mut file)
+            .take(target.bsd_header_size() as u64)
+            .read_to_end(&mut bytes)?;
+        let limit = if name == "gmon.out" {
+            gmon::max_len(&bytes, target)
+        } else {
+            1 << 20
+        };
+        let too_long = |len: u64| {
+            std::io::Error::other(format!(
+                "it is {len} bytes, more than its header allows ({limit})"
+            ))
+        };
+        if size > limit {
+            return Err(too_long(size));
+        }
+        file.take((limit + 1).saturating_sub(bytes.len() as u64))
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > limit {
+            return Err(too_long(bytes.len() as u64));
+        }
+        Ok(bytes)
     }
 
     fn ctl(&self, verb: &str) -> std::io::Result<()> {

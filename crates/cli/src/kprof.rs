@@ -4,7 +4,7 @@
 //! of the kprof device's `kpdata`. Output and messages are the original's
 //! (see `profdev_report::kprof`).
 
-use profdev_formats::kpdata::{Kpdata, KpdataError};
+use profdev_formats::kpdata::{self, Kpdata, KpdataError};
 use profdev_report::kprof::{format, Report};
 use profdev_symbolize::KernelSymbols;
 use std::ffi::OsString;
@@ -45,10 +45,53 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     }
 }
 
+/// Read a kpdata file: a regular file (a FIFO or a device is refused
+/// without blocking), no longer than its header allows
+/// ([`profdev_formats::kpdata::max_len`]), checked before anything but the
+/// header is read.
+fn read_kpdata(data: &Path) -> Result<Vec<u8>, String> {
+    use profdev_symbolize::open::{open_bounded, Follow, OpenError};
+    use std::io::Read;
+    let (file, size) = open_bounded(data, u64::MAX, Follow::Yes).map_err(|e| match e {
+        OpenError::Open { path, source } => format!("can't open {}: {source}\n", path.display()),
+        e => format!("{e}\n"),
+    })?;
+    let cant_read = |e: std::io::Error| format!("can't read {}: {e}\n", data.display());
+    let mut file = file;
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(kpdata::HEADER_LEN as u64)
+        .read_to_end(&mut bytes)
+        .map_err(cant_read)?;
+    let max = kpdata::max_len(&bytes);
+    if size > max {
+        return Err(format!(
+            "{}: {}\n",
+            data.display(),
+            KpdataError::TooLong { len: size, max }
+        ));
+    }
+    // The file may grow while it is read: never past the bound.
+    file.take(max + 1 - bytes.len() as u64)
+        .read_to_end(&mut bytes)
+        .map_err(cant_read)?;
+    if bytes.len() as u64 > max {
+        return Err(format!(
+            "{}: {}\n",
+            data.display(),
+            KpdataError::TooLong {
+                len: bytes.len() as u64,
+                max
+            }
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Read, check and format; an error is the text after "kprof: ", newline
 /// included.
 pub fn run(text: &Path, data: &Path) -> Result<Report, String> {
-    let bytes = std::fs::read(data).map_err(|e| format!("can't open {}: {e}\n", data.display()))?;
+    let bytes = read_kpdata(data)?;
     let kp = match Kpdata::parse(&bytes) {
         // The original's message already ended in a newline, and its error
         // helper added another: two newlines, as it printed.

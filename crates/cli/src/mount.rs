@@ -3,7 +3,8 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev mount [-b] [DIR]        DIR defaults to /run/profdev (created if missing)
+//! profdev mount [-b] [--nonempty] [--allow-user UID|NAME]... [--allow-group GID|NAME]... [DIR]
+//!                                 DIR defaults to /run/profdev (created if missing)
 //! profdev unmount [DIR]
 //!
 //! DIR/kpctl     0600  kprof(3) control: start | stop | startclr
@@ -21,8 +22,20 @@
 //! of the mounting user with one link, opened without following a symbolic
 //! link (`profdev_safefile`); anything else is refused with a sentence.
 //!
-//! The files belong to the user who mounted; others get EACCES on the
-//! 0600 files (kernel addresses defeat KASLR). Reads and writes reach the
+//! The files belong to the user who mounted. Who may use them is a rule
+//! the server checks on every request, by the requester's uid: root, the
+//! mounting user, and the users and group members named with
+//! `--allow-user` and `--allow-group` (numbers or names, repeatable);
+//! everyone else gets EACCES on every open, read, write and ioctl, and
+//! cannot list a device's directory (kernel addresses defeat KASLR, and
+//! prof's modules are other users' programs). The 0600 modes stay as a
+//! second wall; a mount that names others shows the owner's bits to group
+//! and others so that the kernel lets them reach the rule. A control
+//! message that names a process must also pass the kernel's ptrace-attach
+//! rule for the requester (EPERM otherwise).
+//!
+//! DIR must be empty (a mount would hide its files), as libfuse 2's
+//! fusermount required, unless `--nonempty` is given. Reads and writes reach the
 //! devices unchanged, so `cat`, `cp`, `dd bs=4` and `od` all read kpdata,
 //! `stat` shows its true length, and a bad control message fails with
 //! EINVAL.
@@ -46,8 +59,10 @@
 //! # Errors
 //!
 //! One sentence each, exit status 1: DIR does not exist (unless it is the
-//! default) or is not a directory; DIR is already a mount point; /dev/fuse
-//! does not exist; mounting needs CAP_SYS_ADMIN.
+//! default) or is not a directory; DIR is not empty (without
+//! `--nonempty`); DIR is already a mount point; /dev/fuse does not exist;
+//! mounting needs CAP_SYS_ADMIN; an `--allow-user` or `--allow-group` name
+//! that does not exist.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -80,9 +95,107 @@ struct Args {
     /// standard output.
     #[arg(long = "serve-in-background", hide = true)]
     daemon: bool,
+    /// Mount even on a directory that has files in it (they are hidden
+    /// while mounted).
+    #[arg(long = "nonempty")]
+    nonempty: bool,
+    /// Also let this user (a uid or a name) use the mount; repeatable.
+    #[arg(long = "allow-user", value_name = "UID|NAME")]
+    allow_user: Vec<String>,
+    /// Also let the members of this group (a gid or a name) use the
+    /// mount; repeatable.
+    #[arg(long = "allow-group", value_name = "GID|NAME")]
+    allow_group: Vec<String>,
     /// The mount point.
     #[arg(value_name = "DIR", default_value = DEFAULT_DIR)]
     dir: PathBuf,
+}
+
+/// How to serve: what `profdev mount`'s options say beyond DIR.
+#[derive(Clone, Debug, Default)]
+pub struct Serving {
+    /// Mount on a non-empty directory.
+    pub nonempty: bool,
+    /// Users allowed besides root and the mounting user.
+    pub users: Vec<u32>,
+    /// Groups whose members are allowed.
+    pub groups: Vec<u32>,
+}
+
+impl Serving {
+    fn from_args(args: &Args) -> Result<Serving> {
+        let users = args
+            .allow_user
+            .iter()
+            .map(|u| user_id(u))
+            .collect::<Result<_>>()?;
+        let groups = args
+            .allow_group
+            .iter()
+            .map(|g| group_id(g))
+            .collect::<Result<_>>()?;
+        Ok(Serving {
+            nonempty: args.nonempty,
+            users,
+            groups,
+        })
+    }
+
+    /// The options again, for the background server's command line.
+    fn to_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.nonempty {
+            v.push("--nonempty".to_string());
+        }
+        for u in &self.users {
+            v.push(format!("--allow-user={u}"));
+        }
+        for g in &self.groups {
+            v.push(format!("--allow-group={g}"));
+        }
+        v
+    }
+
+    fn rules(&self) -> profdev_dev::AccessRules {
+        let owner = nix::unistd::geteuid().as_raw();
+        let mut rules = profdev_dev::AccessRules::owner_only(owner);
+        for &u in &self.users {
+            rules = rules.allow_user(u);
+        }
+        for &g in &self.groups {
+            rules = rules.allow_group(g);
+        }
+        rules
+    }
+
+    fn options(&self) -> MountOptions {
+        MountOptions {
+            nonempty: self.nonempty,
+            ..MountOptions::default()
+        }
+    }
+}
+
+/// A uid, given as a number or a user name.
+fn user_id(s: &str) -> Result<u32> {
+    if let Ok(n) = s.parse::<u32>() {
+        return Ok(n);
+    }
+    match nix::unistd::User::from_name(s) {
+        Ok(Some(u)) => Ok(u.uid.as_raw()),
+        _ => bail!("--allow-user {s:?}: no such user; give a uid or a name from /etc/passwd"),
+    }
+}
+
+/// A gid, given as a number or a group name.
+fn group_id(s: &str) -> Result<u32> {
+    if let Ok(n) = s.parse::<u32>() {
+        return Ok(n);
+    }
+    match nix::unistd::Group::from_name(s) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        _ => bail!("--allow-group {s:?}: no such group; give a gid or a name from /etc/group"),
+    }
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -90,11 +203,18 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
+    let serving = match Serving::from_args(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("profdev: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
     let result = if args.daemon {
-        daemon(&args.dir)
+        daemon(&args.dir, &serving)
     } else if args.background {
         let exe = std::env::current_exe().context("cannot find the profdev binary");
-        exe.and_then(|exe| background(&exe, &args.dir))
+        exe.and_then(|exe| background(&exe, &args.dir, &serving))
             .map(|started| {
                 eprintln!(
                     "profdev: serving {} at {} in the background (pid {}, log {})",
@@ -105,7 +225,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
                 );
             })
     } else {
-        foreground(&args.dir)
+        foreground(&args.dir, &serving)
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -138,7 +258,7 @@ pub fn ensure_mounted_with(exe: &Path, dir: &Path) -> Result<PathBuf> {
     if profdev_fuse::state(dir)? == (MountState::Profdev { alive: true }) {
         return Ok(profdev_fuse::resolve(dir));
     }
-    let started = background(exe, dir)?;
+    let started = background(exe, dir, &Serving::default())?;
     eprintln!(
         "profdev: started a device server at {}",
         started.dir.display()
@@ -149,7 +269,7 @@ pub fn ensure_mounted_with(exe: &Path, dir: &Path) -> Result<PathBuf> {
 /// Clear a dead mount at `dir` (saying so), then check it can take a
 /// mount: it exists (the default is created), is a directory, has nothing
 /// mounted; and that this process may mount. Returns it resolved.
-fn prepare(dir: &Path) -> Result<PathBuf> {
+fn prepare(dir: &Path, serving: &Serving) -> Result<PathBuf> {
     if profdev_fuse::clear_dead(dir)? {
         eprintln!(
             "profdev: cleared a dead mount at {} (its server had died)",
@@ -158,12 +278,15 @@ fn prepare(dir: &Path) -> Result<PathBuf> {
     }
     let create = dir == Path::new(DEFAULT_DIR);
     let abs = profdev_fuse::check_mount_point(dir, create)?;
+    if !serving.nonempty {
+        profdev_fuse::check_empty(&abs)?;
+    }
     profdev_fuse::check_can_mount(dir)?;
     Ok(abs)
 }
 
 /// The device table over the running kernel, sampling with perf_event.
-fn server() -> Result<Server> {
+fn server(serving: &Serving) -> Result<Server> {
     let ksyms = profdev_symbolize::KernelSymbols::running()?;
     let ctx = DevContext {
         engine: Engine::new(Arc::new(profdev_sample::PerfFactory::new())),
@@ -175,7 +298,9 @@ fn server() -> Result<Server> {
         // The log must never kill the server: a closed stderr is ignored.
         let _ = writeln!(std::io::stderr().lock(), "profdev: {line}");
     });
-    Ok(Server::new(devtab(&ctx))?.with_log(log))
+    Ok(Server::new(devtab(&ctx))?
+        .with_log(log)
+        .with_access(serving.rules()))
 }
 
 fn file_names(server: &Server) -> String {
@@ -243,12 +368,12 @@ fn serve(mounted: profdev_fuse::Mounted, signals: SigSet) -> Result<()> {
     }
 }
 
-fn foreground(dir: &Path) -> Result<()> {
+fn foreground(dir: &Path, serving: &Serving) -> Result<()> {
     let signals = block_stop_signals()?;
-    prepare(dir)?;
-    let server = server()?;
+    prepare(dir, serving)?;
+    let server = server(serving)?;
     let files = file_names(&server);
-    let mounted = profdev_fuse::mount(server, dir, MountOptions::default())?;
+    let mounted = profdev_fuse::mount(server, dir, serving.options())?;
     eprintln!(
         "profdev: serving {files} at {} (pid {}); stop with ^C or 'profdev unmount {}'",
         mounted.dir().display(),
@@ -275,8 +400,8 @@ fn log_path(dir: &Path) -> PathBuf {
 
 /// Start `exe mount --serve-in-background DIR` and wait for it to report
 /// the mount ready (or its error) on the pipe that is its stdout.
-fn background(exe: &Path, dir: &Path) -> Result<Started> {
-    let abs = prepare(dir)?;
+fn background(exe: &Path, dir: &Path, serving: &Serving) -> Result<Started> {
+    let abs = prepare(dir, serving)?;
     let log = log_path(&abs);
     // The log holds kernel addresses in its messages: 0600, appended to
     // only if it is a regular file of ours (never through a link).
@@ -286,6 +411,7 @@ fn background(exe: &Path, dir: &Path) -> Result<Started> {
     let mut child = std::process::Command::new(exe)
         .arg("mount")
         .arg("--serve-in-background")
+        .args(serving.to_args())
         .arg(&abs)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -317,17 +443,14 @@ fn background(exe: &Path, dir: &Path) -> Result<Started> {
 
 /// The background server: a session of its own, readiness or the error
 /// reported on stdout, then [`serve`].
-fn daemon(dir: &Path) -> Result<()> {
+fn daemon(dir: &Path, serving: &Serving) -> Result<()> {
     let signals = block_stop_signals()?;
     // Leave the caller's session, so that its terminal's hangup does not
     // reach the server.
     let _ = nix::unistd::setsid();
-    let mounted = server().and_then(|server| {
+    let mounted = server(serving).and_then(|server| {
         let files = file_names(&server);
-        Ok((
-            profdev_fuse::mount(server, dir, MountOptions::default())?,
-            files,
-        ))
+        Ok((profdev_fuse::mount(server, dir, serving.options())?, files))
     });
     let mut out = std::io::stdout();
     let (mounted, files) = match mounted {

@@ -14,8 +14,9 @@ use profdev_dev::prf::{PRF_GETMAX, PRF_GETSIZE, PRF_GETSTATUS, PRF_SETSTATE, WOR
 use profdev_report::prfpr::Tm;
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Parsed command line: option values by letter, then the operands.
@@ -115,11 +116,27 @@ pub enum Access {
 
 impl PrfDev {
     /// Open the device.
+    /// Opened without blocking, so a FIFO put in the device's place is
+    /// refused at once instead of hanging the command: the device is a
+    /// regular file of the mount.
     pub fn open(path: &Path, access: Access) -> io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .read(access != Access::Write)
             .write(access != Access::Read)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
             .open(path)?;
+        if !file.metadata()?.file_type().is_file() {
+            return Err(io::Error::other("not a prf device (not a regular file)"));
+        }
+        // SAFETY: fcntl on the descriptor we own: back to blocking I/O.
+        unsafe {
+            let fd = file.as_raw_fd();
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            if fl >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+            }
+        }
         Ok(PrfDev { file })
     }
 
@@ -162,12 +179,13 @@ impl PrfDev {
         self.file.write(&bytes)
     }
 
-    /// One read(2) of the whole image for a table of `n` addresses: the
-    /// addresses and the N + 2 counters.
+    /// One read of the whole image for a table of `n` addresses, at offset
+    /// 0 whatever was read before (the device ends at the image's length):
+    /// the addresses and the N + 2 counters.
     pub fn snapshot(&mut self, n: usize) -> io::Result<(Vec<u64>, Vec<u64>)> {
         let want = (2 * n + 2) * WORD;
         let mut buf = vec![0u8; want];
-        let got = self.file.read(&mut buf)?;
+        let got = self.file.read_at(&mut buf, 0)?;
         if got != want {
             return Err(io::Error::other(format!(
                 "read {got} bytes where a table of {n} addresses takes {want}: was it reloaded?"

@@ -147,6 +147,9 @@ struct Args {
 }
 
 /// Parse Inferno-style options: clustered flags, `-m X` or `-mX`, `--`.
+/// The largest source file shown beside its lines: 64 MiB.
+const MAX_SOURCE: u64 = 64 << 20;
+
 fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     let mut a = Args::default();
     let mut it = args.into_iter().peekable();
@@ -609,7 +612,13 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
         }
         let module_time = std::fs::metadata(&r.path).and_then(|m| m.modified()).ok();
         for f in &mut m.files {
-            match std::fs::read(&f.path) {
+            // A path from the module's DWARF, which another user may have
+            // written: a regular file only (no FIFO or device), bounded.
+            match profdev_symbolize::open::read_bounded(
+                Path::new(&f.path),
+                MAX_SOURCE,
+                profdev_symbolize::open::Follow::Yes,
+            ) {
                 Ok(bytes) => {
                     let text = String::from_utf8_lossy(&bytes);
                     f.text = Some(text.split_inclusive('\n').map(String::from).collect());

@@ -115,7 +115,11 @@ impl Fd {
         }
     }
 
+    /// One read of `count` bytes from offset 0: the seed's usage (lseek to
+    /// 0, then read).
     fn read(&self, count: usize) -> Result<Vec<u8>, i32> {
+        // SAFETY: lseek on our own descriptor.
+        assert_eq!(unsafe { libc::lseek(self.0, 0, libc::SEEK_SET) }, 0);
         let mut buf = vec![0u8; count];
         let n = self.read_into(&mut buf)?;
         buf.truncate(n);
@@ -234,13 +238,25 @@ fn diagnostics_and_tv_r2_r3_through_system_calls() {
     assert_eq!(fd.ioctl(PRF_SETSTATE, 0x10), Ok(0));
     assert_eq!(fd.ioctl(PRF_GETSTATUS, 0), Ok(2));
 
-    // Reads: from the start whatever the offset, truncated to the count.
+    // Reads honour the file offset and end at the image's length (80
+    // bytes for 4 addresses), which stat reports; a read from offset 0
+    // returns what the seed's did.
     let first = fd.read(80).unwrap();
     assert_eq!(first.len(), 80);
+    let mut rest = [0u8; 1000];
+    assert_eq!(
+        fd.read_into(&mut rest),
+        Ok(0),
+        "end of file after the image"
+    );
     let again = fd.read(80).unwrap();
-    assert_eq!(again, first, "a second read starts from the start again");
+    assert_eq!(again, first, "a read at offset 0 starts from the start");
     assert_eq!(fd.read(13).unwrap(), first[..13]);
+    assert_eq!(fd.read_into(&mut rest), Ok(67), "the next read continues");
+    assert_eq!(rest[..67], first[13..]);
+    assert_eq!(fd.read_into(&mut rest), Ok(0));
     assert_eq!(fd.read(1000).unwrap(), first, "no more than the image");
+    assert_eq!(std::fs::metadata(&prf).unwrap().len(), 80);
 
     // EINVAL for an unsorted table: no valid table afterwards.
     assert_eq!(fd.write_words(&[0, 0x20, 0x10]), Err(libc::EINVAL));

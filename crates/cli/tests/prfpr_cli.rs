@@ -165,3 +165,133 @@ fn runs_under_its_own_name() {
         report_golden("prfpr_tv_r4.txt")
     );
 }
+
+/// The TV-R4 report up to (not including) its interval number `k` (0-based).
+fn first_intervals(k: usize) -> String {
+    let golden = report_golden("prfpr_tv_r4.txt");
+    let starts = [
+        0,
+        golden.find("09/13/120 12:26\n09/13/120 12:27").unwrap(),
+        golden.find("09/13/120 12:27\n09/13/120 12:28").unwrap(),
+        golden.len(),
+    ];
+    golden[..starts[k]].to_string()
+}
+
+#[test]
+fn a_log_truncated_mid_record_prints_what_precedes_and_fails() {
+    let d = tempdir();
+    let (log, map) = fixtures(d.path());
+    // Header 20 bytes, records of 24: the fourth record (at 92) keeps 10.
+    std::fs::write(&log, &tv_r4_log()[..102]).unwrap();
+    let out = run(profdev()
+        .env("TZ", "UTC")
+        .arg("prfpr")
+        .arg(&log)
+        .arg("1")
+        .arg(&map));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), first_intervals(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "prfpr: {}: prf log: the record at byte offset 92 is torn: 10 of its 24 bytes are present (an append cut short, e.g. by a full disk); the intervals before it are printed above; truncate the log to 92 bytes to drop it and what follows\n",
+            log.display()
+        )
+    );
+}
+
+#[test]
+fn a_foreign_record_is_named_by_its_offset() {
+    let d = tempdir();
+    let (log, map) = fixtures(d.path());
+    // Two logs concatenated: the second header is read as a record whose
+    // time (4) goes back.
+    let mut twice = tv_r4_log();
+    twice.extend(tv_r4_log());
+    std::fs::write(&log, &twice).unwrap();
+    let out = run(profdev()
+        .env("TZ", "UTC")
+        .arg("prfpr")
+        .arg(&log)
+        .arg("1")
+        .arg(&map));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), first_intervals(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "prfpr: {}: prf log: the record at byte offset 116 is not one of this log's: its time 4 is before the previous record's 1600000120;",
+            log.display()
+        )),
+        "{err}"
+    );
+
+    // Text appended to a profdev log (what prfsnap writes).
+    use profdev_formats::prflog::{Header, Layout, Record};
+    let header = Header::new(Layout::Profdev64, 2, vec![0, 0xc000_1000, 0xc000_2000]).unwrap();
+    let mut bytes = header.encode().unwrap();
+    for (t, c) in [(0, [0, 0, 0, 0, 0]), (1_600_000_000, [1, 2, 3, 4, 90])] {
+        let rec = Record {
+            time: t,
+            counters: c.to_vec(),
+        };
+        bytes.extend(header.encode_record(&rec).unwrap());
+    }
+    let garbage_at = bytes.len();
+    bytes.extend(b"this is not a prf record: someone appended text to the log, twice over.\n");
+    std::fs::write(&log, &bytes).unwrap();
+    let out = run(profdev()
+        .env("TZ", "UTC")
+        .arg("prfpr")
+        .arg(&log)
+        .arg("1")
+        .arg(&map));
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("initialization\n09/13/120 12:26\n"),
+        "{text}"
+    );
+    assert!(text.contains("idle     90.0\n"), "{text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "the record at byte offset {garbage_at} is not one of this log's: its time"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_log_keeps_svr4s_message_and_says_why() {
+    let d = tempdir();
+    let missing = d.path().join("missing");
+    let out = run(profdev().arg("prfpr").arg(&missing));
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "error: cannot open data file\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "prfpr: {}: No such file or directory; give the path of a log written by prfsnap or prfdc\n",
+            missing.display()
+        )
+    );
+    let (log, _) = fixtures(d.path());
+    let out = run(profdev().arg("prfpr").arg(&log).arg("1").arg(&missing));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "error: cannot open namelist file\n"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with(&format!(
+            "prfpr: {}: No such file or directory; give /proc/kallsyms",
+            missing.display()
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

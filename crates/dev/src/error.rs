@@ -15,11 +15,13 @@ pub enum DevError {
     /// A directory operation on a file (ENOTDIR).
     #[error("not a directory")]
     NotDir,
-    /// A control message that no command matches; quotes the message (EINVAL).
-    #[error("unknown control message \"{0}\"")]
+    /// A control message that no command matches; quotes the message with
+    /// Rust's escapes (`"a\"b\n"`), so no byte of it forges a log line
+    /// (EINVAL).
+    #[error("unknown control message {0:?}")]
     BadCtl(String),
     /// A control message with the wrong arguments (EINVAL).
-    #[error("bad control message \"{msg}\": {why}")]
+    #[error("bad control message {msg:?}: {why}")]
     BadCtlArg { msg: String, why: String },
     /// A bad argument to a system call, e.g. a misaligned offset (EINVAL).
     #[error("bad arg in system call")]
@@ -46,6 +48,13 @@ pub enum DevError {
     /// No such ioctl (ENOTTY).
     #[error("inappropriate ioctl for device")]
     NoIoctl,
+    /// The requester may not do this to that process, e.g. it fails the
+    /// kernel's ptrace-attach rule (EPERM).
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
+    /// No such process (ESRCH).
+    #[error("no such process: {0}")]
+    NoProcess(u32),
     /// Sampling could not start; the message says why (e.g. a missing
     /// capability). Served as EPERM when it is a permission problem, EIO
     /// otherwise.

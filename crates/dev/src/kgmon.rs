@@ -74,6 +74,12 @@
 //! addresses, whatever the host. Each open sees one consistent snapshot,
 //! taken at open; `stat` gives its current length.
 //!
+//! **Access.** Only root, the mounting user and the users and groups the
+//! mount names (`--allow-user`, `--allow-group`) may open, read or write
+//! these files: the file server checks every request's uid
+//! (`profdev_dev::access`), whatever the modes say; others get EACCES.
+//! Every file ends at the length `stat` gives (a snapshot taken at open).
+//!
 //! # Example
 //!
 //! ```text

@@ -54,6 +54,12 @@
 //! `kpdata` snapshots its words. The files, verbs, layout and read rules
 //! are the same; [`Kprof::feed`] is then ignored.
 //!
+//! **Access.** Only root, the mounting user and the users and groups the
+//! mount names (`--allow-user`, `--allow-group`) may open, read or write
+//! these files: the file server checks every request's uid
+//! (`profdev_dev::access`), whatever the modes say; others get EACCES.
+//! Both files end: kpdata's reads return 0 at the length `stat` gives.
+//!
 //! # Example
 //!
 //! ```text

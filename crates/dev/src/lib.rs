@@ -5,6 +5,9 @@
 //!
 //! * [`Dev`] is the trait; a device implements `gen` (its file tree, as data)
 //!   and whichever of `read`, `write`, `ioctl` it needs. The others refuse.
+//! * [`access`] states who may use a mount (checked by the file server on
+//!   every request) and the kernel's ptrace-attach rule that a control
+//!   message naming a process must pass.
 //! * [`ctl`] parses control messages through a command table (exact verbs,
 //!   never prefixes) and quotes bad messages back.
 //! * [`engine`] opens sampling sessions for devices that are switched on and
@@ -17,6 +20,7 @@
 //!
 //! [`SourceFactory`]: profdev_core::SourceFactory
 
+pub mod access;
 pub mod ctl;
 pub mod engine;
 pub mod kgmon;
@@ -27,6 +31,7 @@ pub mod prof;
 mod error;
 pub mod tree;
 
+pub use access::{AccessRules, Cred};
 pub use engine::{Engine, Subscription};
 pub use error::DevError;
 pub use tree::{Chan, DirEntry, OpenMode, Qid};

@@ -53,8 +53,9 @@
 //! The file offset is ignored: every write is a whole load.
 //!
 //! **read** fails with ENXIO, copying nothing, unless a valid table is
-//! loaded. Otherwise it returns, from the start of this image whatever the
-//! file offset, as much as the caller asked for:
+//! loaded. Otherwise it returns, from the file offset on, as much of this
+//! image as the caller asked for, and 0 (end of file) at its end, the
+//! length `stat` reports:
 //!
 //! | offset | size | contents |
 //! |---|---|---|
@@ -63,8 +64,10 @@
 //! | 16·N | 8 | user ticks |
 //! | 16·N + 8 | 8 | idle ticks |
 //!
-//! Counters are read while sampling goes on; each read is one consistent
-//! snapshot (the seed warned that its reads might not be).
+//! Counters are read while sampling goes on; a read at offset 0 takes one
+//! consistent snapshot (the seed warned that its reads might not be), and
+//! the reads that continue it at higher offsets on the same descriptor are
+//! served from it, so `cat prf` sees one image.
 //!
 //! **ioctl** takes its argument by value and returns its result as the
 //! ioctl's return value, as SVR4 did:
@@ -99,6 +102,11 @@
 //! **poll** and **select** always report the files ready, for reading and
 //! for writing; **open** and **close** do nothing.
 //!
+//! **Access.** Only root, the mounting user and the users and groups the
+//! mount names (`--allow-user`, `--allow-group`) may open, read, write or
+//! send ioctls to these files: the file server checks every request's uid
+//! (`profdev_dev::access`), whatever the modes say; others get EACCES.
+//!
 //! # Example
 //!
 //! ```text
@@ -113,12 +121,19 @@
 //!
 //! # Bugs
 //!
-//! Counters are 64 bits and never wrap in practice. The files have no file
-//! position (the server opens them FOPEN_STREAM, so that every read starts
-//! over, as the seed's did): `lseek` and `pread` fail with ESPIPE, and
-//! `cat prf` never ends, as on SVR4. A read larger than one FUSE request
-//! (1 MiB) reaches the device in pieces; they are served from one snapshot
-//! taken for the piece at offset 0. A sampling session that dies (the
+//! Counters are 64 bits and never wrap in practice.
+//!
+//! **Change from the seed:** SVR4's read ignored the file offset and always
+//! copied from the start, so a program could read the same descriptor over
+//! and over, and `cat prf` never ended. Here reads honour the offset and end
+//! at the image's length, as every file in the mount does (`cat`, `cp`,
+//! `tar`, `grep -r` all end). A single read of the whole image from offset
+//! 0 — the seed's usage — returns exactly what it did. A program that reads
+//! the same descriptor again must read at offset 0: `pread(fd, buf, n, 0)`
+//! or `lseek(fd, 0, SEEK_SET)` first (`prfdc` does); a plain second
+//! `read` returns 0. A read larger than one FUSE request (1 MiB) reaches the
+//! device in pieces; they are served from one snapshot taken for the piece
+//! at offset 0. A sampling session that dies (the
 //! engine reports an error) leaves the profiler "on" but counting nothing.
 //! A kernel with more than 130559 distinct code addresses cannot be loaded
 //! whole (`prfld`: "too many text symbols"); x86_64 Linux 6.18 has about
@@ -218,6 +233,9 @@ pub struct PrfTable {
     counters: Vec<Vec<u64>>,
     /// Samples from a CPU without a file (hot-plugged after the mount).
     pub unknown_cpu_samples: u64,
+    /// Loads tried so far: a read that continues a snapshot taken before
+    /// another load starts over with a fresh one.
+    loads: u64,
 }
 
 impl PrfTable {
@@ -231,6 +249,7 @@ impl PrfTable {
             cpus: cpus.to_vec(),
             counters: vec![Vec::new(); cpus.len()],
             unknown_cpu_samples: 0,
+            loads: 0,
         }
     }
 
@@ -257,6 +276,7 @@ impl PrfTable {
 
     /// Load a table from `data`, native words (write(2)).
     pub fn load(&mut self, data: &[u8]) -> Result<usize, DevError> {
+        self.loads += 1;
         let len = data.len();
         if len > self.maxprf.saturating_mul(WORD) {
             return Err(DevError::NoSpace(format!(
@@ -377,7 +397,11 @@ impl PrfTable {
 
 /// One read's image, kept by the channel so that the pieces of one large
 /// read (FUSE splits reads over 1 MiB) come from the same snapshot.
-struct Snapshot(Vec<u8>);
+struct Snapshot {
+    /// `PrfTable::loads` when it was taken.
+    loads: u64,
+    image: Vec<u8>,
+}
 
 /// The prf device.
 pub struct Prf {
@@ -502,21 +526,28 @@ impl Dev for Prf {
             };
         }
         self.view(qid).ok_or(DevError::NotFound)?;
-        let mut chan = Chan::new(qid, mode);
-        chan.stream = true;
-        Ok(chan)
+        Ok(Chan::new(qid, mode))
     }
 
     fn read(&self, chan: &mut Chan, offset: u64, count: u32) -> Result<Vec<u8>, DevError> {
         let view = self.view(chan.qid).ok_or(DevError::Perm)?;
-        if offset == 0 || chan.aux_mut::<Snapshot>().is_none() {
-            let image = self.lock_table().image(view)?;
-            chan.aux = Some(Box::new(Snapshot(image)));
+        let (loads, valid) = {
+            let t = self.lock_table();
+            (t.loads, t.status() & PRF_VAL != 0)
+        };
+        let current = chan.aux_mut::<Snapshot>().is_some_and(|s| s.loads == loads);
+        if offset == 0 || !current || !valid {
+            let t = self.lock_table();
+            let image = t.image(view)?;
+            chan.aux = Some(Box::new(Snapshot {
+                loads: t.loads,
+                image,
+            }));
         }
-        let Some(Snapshot(image)) = chan.aux_mut::<Snapshot>() else {
+        let Some(snapshot) = chan.aux_mut::<Snapshot>() else {
             return Err(DevError::Perm);
         };
-        Ok(read_slice(image, offset, count))
+        Ok(read_slice(&snapshot.image, offset, count))
     }
 
     fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {

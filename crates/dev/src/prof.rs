@@ -120,6 +120,15 @@
 //! the same for every mode (only what a pair's count means differs), so a
 //! mode adds no file.
 //!
+//! **Access.** Only root, the mounting user and the users and groups the
+//! mount names (`--allow-user`, `--allow-group`) may write `ctl`, list the
+//! module directories or read their files (other users' programs are
+//! named there): the file server checks every request's uid
+//! (`profdev_dev::access`); others get EACCES. A control message that
+//! names a process must also pass `access::ptrace_may_attach` for the
+//! requester (EPERM). `histogram` has length 0 but ends: after the last
+//! pair a read returns 0.
+//!
 //! # Example
 //!
 //! ```text

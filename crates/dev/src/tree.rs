@@ -113,6 +113,12 @@ pub struct Chan {
     /// fail (the server opens it FOPEN_STREAM). False unless the device's
     /// `open` sets it.
     pub stream: bool,
+    /// Who made the request being served: the file server sets it before
+    /// every read, write and ioctl (the FUSE request's uid, gid and pid),
+    /// so a control message that names a process can be checked with
+    /// [`crate::access::ptrace_may_attach`]. `None` when a device is driven
+    /// directly, in process: the caller acts as itself.
+    pub cred: Option<crate::access::Cred>,
 }
 
 impl Chan {
@@ -123,6 +129,7 @@ impl Chan {
             mode,
             aux: None,
             stream: false,
+            cred: None,
         }
     }
 

@@ -517,6 +517,41 @@ impl Writer {
     }
 }
 
+/// The most bytes a GNU-format gmon.out is read up to: its records are
+/// tagged, so no header bounds them; 1 GiB is far above any real profile.
+pub const MAX_GNU_LEN: u64 = 1 << 30;
+
+/// The most bytes a gmon.out that begins with `prefix` (its first
+/// `Target::bsd_header_size` bytes, or fewer) can hold, from its header
+/// alone: for the BSD layouts, `ncnt` (header and histogram) plus the
+/// kernel's most arcs (`mcount::MAXARCS`, as kgmon's tos table holds), one
+/// arc being three address-wide words; for GNU's, [`MAX_GNU_LEN`]. A reader
+/// refuses a longer file before reading it.
+///
+/// ```
+/// use profdev_formats::gmon::{max_len, Target};
+/// let mut h = vec![0u8; 40];
+/// h[16..20].copy_from_slice(&1000u32.to_le_bytes()); // ncnt
+/// assert_eq!(max_len(&h, Target::X86_64), 1000 + 65534 * 24);
+/// ```
+pub fn max_len(prefix: &[u8], target: Target) -> u64 {
+    if prefix.starts_with(&GNU_COOKIE) {
+        return MAX_GNU_LEN;
+    }
+    let w = target.addr_width.bytes();
+    let ncnt = prefix
+        .get(2 * w..2 * w + 4)
+        .map(|b| {
+            let b = [b[0], b[1], b[2], b[3]];
+            u64::from(match target.order {
+                ByteOrder::Little => u32::from_le_bytes(b),
+                ByteOrder::Big => u32::from_be_bytes(b),
+            })
+        })
+        .unwrap_or(0);
+    ncnt.saturating_add(mcount::MAXARCS * 3 * w as u64)
+}
+
 /// Decode a gmon.out for an executable of ABI `target`, detecting the layout
 /// as gprof does.
 pub fn parse(bytes: &[u8], target: Target) -> Result<Decoded, ParseError> {

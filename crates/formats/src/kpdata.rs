@@ -33,6 +33,43 @@ pub const LOG_BUCKET_SIZE: usize = 5;
 /// Default log2 bucket size (Inferno's LRES).
 pub const DEFAULT_LOG_BUCKET_SIZE: u32 = 3;
 
+/// The most kernel text a kpdata file can describe: 1 GiB, x86_64 Linux's
+/// `KERNEL_IMAGE_SIZE` (the whole kernel image, text and data, fits in it).
+pub const MAX_KERNEL_TEXT: u64 = 1 << 30;
+
+/// Bytes of the header: the six special words.
+pub const HEADER_LEN: usize = SPECIAL_WORDS * 4;
+
+/// The most bytes a kpdata file that begins with `header` (its first
+/// [`HEADER_LEN`] bytes, or fewer) can hold: the words of
+/// [`MAX_KERNEL_TEXT`] at the bucket size in word 5 (1-byte buckets if
+/// word 5 is missing or out of range), and no more than word 3's count
+/// when it gives one, plus up to 3 trailing bytes the formatter ignores.
+/// A reader refuses a longer file before reading it.
+///
+/// ```
+/// use profdev_formats::kpdata::{encode, max_len};
+/// let mut w = vec![0u32; 128];
+/// (w[0], w[3], w[4], w[5]) = (1, 128, 4, 3);
+/// assert_eq!(max_len(&encode(&w)), 128 * 4 + 3);
+/// // No count: as many words as 1 GiB of text in 8-byte buckets.
+/// w[3] = 0;
+/// assert_eq!(max_len(&encode(&w)), 4 * ((1 << 27) + 6) + 3);
+/// ```
+pub fn max_len(header: &[u8]) -> u64 {
+    let word = |i: usize| {
+        header
+            .get(4 * i..4 * i + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let log = word(LOG_BUCKET_SIZE).filter(|&l| l <= 31).unwrap_or(0);
+    let by_text = 4 * ((MAX_KERNEL_TEXT >> log) + SPECIAL_WORDS as u64) + 3;
+    match word(SAMPLES) {
+        Some(n) if n as usize >= SPECIAL_WORDS => by_text.min(4 * u64::from(n) + 3),
+        _ => by_text,
+    }
+}
+
 /// Number of words covering `text_len` bytes of text with buckets of
 /// `1 << log_bucket` bytes: a partial last bucket is rounded up (the
 /// original truncated and then wrote one word out of bounds), and there are
@@ -74,6 +111,9 @@ pub enum KpdataError {
     /// Word 4 is not 4.
     #[error("only sample size 4 supported")]
     SampleSize { found: u32 },
+    /// Longer than any kernel's text needs (see [`max_len`]).
+    #[error("data file of {len} bytes is longer than a kpdata file can be ({max} bytes at most by its header and a 1 GiB kernel text); is it a kpdata file?")]
+    TooLong { len: u64, max: u64 },
     /// Word 5 is not a usable shift.
     #[error("log2 bucket size {found} in word 5 (byte offset 20) is out of range 0..=31")]
     LogBucket { found: u32 },

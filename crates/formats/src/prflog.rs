@@ -45,10 +45,22 @@
 //! # Short files
 //!
 //! The header must be whole: a missing or short field is an error naming
-//! the field and its byte offset. A last record cut short (a log copied
-//! while `prfdc` was writing it) is not an error: [`PrfLog::partial`] says
-//! where it starts, and the records before it are returned, as SVR4 `prfpr`
-//! stopped quietly at a short record.
+//! the field and its byte offset, and an address count above
+//! [`MAX_ADDRESSES`] (the device's `PRF_GETMAX`) is refused before anything
+//! is allocated for it ([`header_len`] gives a streaming reader the
+//! header's length from its first 24 bytes). [`parse`] returns the
+//! complete records and says in [`PrfLog::partial`] where a last record cut
+//! short starts (SVR4 `prfpr` stopped quietly there).
+//!
+//! # Validation
+//!
+//! A reader that must not print garbage checks each record with
+//! [`check_record`] against the one before it: times from 0 (first record
+//! only) to year 9999 that never go back, counters that never go down and
+//! grow no faster than any machine ticks. A record that fails is
+//! [`PrfLogError::Foreign`]; a last record cut short is
+//! [`PrfLogError::Torn`]. `profdev prfpr` prints the intervals before
+//! either, then names its byte offset and exits non-zero.
 //!
 //! ```
 //! use profdev_formats::prflog::{self, Header, Layout, Record};
@@ -143,6 +155,19 @@ pub enum PrfLogError {
     /// The address count is not positive.
     #[error("prf log: the address count at byte offset {offset} is {value}; a log holds at least one address")]
     Count { offset: u64, value: i64 },
+    /// More addresses than the device can hold.
+    #[error("prf log: the address count at byte offset {offset} is {value}, more than the {MAX_ADDRESSES} the device holds (PRF_GETMAX)")]
+    TooMany { offset: u64, value: u64 },
+    /// A last record cut short: an append that did not finish.
+    #[error("prf log: the record at byte offset {offset} is torn: {len} of its {record_len} bytes are present (an append cut short, e.g. by a full disk)")]
+    Torn {
+        offset: u64,
+        len: u64,
+        record_len: u64,
+    },
+    /// A whole record that cannot follow the one before it.
+    #[error("prf log: the record at byte offset {offset} is not one of this log's: {why}")]
+    Foreign { offset: u64, why: String },
     /// An unknown version of the profdev layout.
     #[error("prf log: version {version} at byte offset {offset} is not one this reader knows (it reads version 1)")]
     Version { offset: u64, version: u32 },
@@ -327,11 +352,14 @@ pub fn layout_of(bytes: &[u8]) -> Layout {
     }
 }
 
-/// Read the header; returns it and its length in bytes.
-pub fn parse_header(bytes: &[u8]) -> Result<(Header, usize), PrfLogError> {
-    let mut c = Cursor { bytes, pos: 0 };
-    let layout = layout_of(bytes);
-    let (extra, n) = match layout {
+/// The most addresses a log may hold: the device's `PRF_GETMAX` (130560).
+/// A larger count is refused before anything is allocated for it.
+pub const MAX_ADDRESSES: u64 = 130_560;
+
+/// The fixed part of the header: (layout, extra, N), checked.
+fn fixed_header(c: &mut Cursor<'_>) -> Result<(Layout, usize, u64), PrfLogError> {
+    let layout = layout_of(c.bytes);
+    let (extra, n, offset) = match layout {
         Layout::Profdev64 => {
             c.take("magic", 8)?;
             let version = c.u32("version")?;
@@ -352,7 +380,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, usize), PrfLogError> {
                     value: n as i64,
                 });
             }
-            (extra as usize, n)
+            (extra as usize, n, 16)
         }
         Layout::Svr4I386 => {
             let n = c.u32("address count")? as i32;
@@ -362,9 +390,32 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, usize), PrfLogError> {
                     value: i64::from(n),
                 });
             }
-            (1, n as u64)
+            (1, n as u64, 0)
         }
     };
+    if n > MAX_ADDRESSES {
+        return Err(PrfLogError::TooMany { offset, value: n });
+    }
+    Ok((layout, extra, n))
+}
+
+/// The length of the header that begins with `prefix` (at least its first
+/// 24 bytes, or the whole file if shorter), from its fixed part alone: a
+/// reader reads that many bytes and gives them to [`parse_header`], having
+/// allocated no more than [`MAX_ADDRESSES`] allow.
+pub fn header_len(prefix: &[u8]) -> Result<usize, PrfLogError> {
+    let mut c = Cursor {
+        bytes: prefix,
+        pos: 0,
+    };
+    let (layout, _, n) = fixed_header(&mut c)?;
+    Ok(c.pos + n as usize * layout.word())
+}
+
+/// Read the header; returns it and its length in bytes.
+pub fn parse_header(bytes: &[u8]) -> Result<(Header, usize), PrfLogError> {
+    let mut c = Cursor { bytes, pos: 0 };
+    let (layout, extra, n) = fixed_header(&mut c)?;
     let word = layout.word();
     // Check the table is present before allocating for it.
     let need = n.saturating_mul(word as u64);
@@ -388,6 +439,77 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, usize), PrfLogError> {
     ))
 }
 
+/// Decode one whole record (`bytes` is [`Header::record_len`] long).
+pub fn decode_record(header: &Header, bytes: &[u8]) -> Record {
+    let word = header.layout.word();
+    let time = if word == 8 {
+        i64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]))
+    } else {
+        i64::from(i32::from_le_bytes(bytes[..4].try_into().unwrap_or([0; 4])))
+    };
+    Record {
+        time,
+        counters: decode_words(&bytes[word..], word),
+    }
+}
+
+/// The latest time a record may carry: the end of year 9999.
+pub const MAX_TIME: i64 = 253_402_300_799;
+
+/// The most ticks a log can gain per second: 100 ticks per second (the
+/// device's clock) on each of Linux's most CPUs (8192).
+pub const MAX_TICKS_PER_SECOND: u64 = 100 * 8192;
+
+/// Check that `rec`, at byte `offset`, can follow `prev` (the record
+/// before it, if any) in one log: a time from 0 to [`MAX_TIME`], 0 only
+/// for the first record ("initialization"), never earlier than the
+/// previous record's; counters that never go down (they are cumulative
+/// until the next load) and that grow by no more ticks than the time
+/// between the two records allows (when both have a time). A record that
+/// fails is not one of this log's: written over a torn append, appended
+/// from another log, or garbage ([`PrfLogError::Foreign`]).
+pub fn check_record(prev: Option<&Record>, rec: &Record, offset: u64) -> Result<(), PrfLogError> {
+    let foreign = |why: String| Err(PrfLogError::Foreign { offset, why });
+    if rec.time < 0 || rec.time > MAX_TIME {
+        return foreign(format!(
+            "its time {} is not a date from 1970 to 9999",
+            rec.time
+        ));
+    }
+    let Some(prev) = prev else {
+        return Ok(());
+    };
+    if rec.time == 0 {
+        return foreign("only the first record may have time 0 (initialization)".into());
+    }
+    if rec.time < prev.time {
+        return foreign(format!(
+            "its time {} is before the previous record's {}",
+            rec.time, prev.time
+        ));
+    }
+    let mut gained: u128 = 0;
+    for (i, (&c, &p)) in rec.counters.iter().zip(&prev.counters).enumerate() {
+        if c < p {
+            return foreign(format!(
+                "counter {i} went down from {p} to {c} (counters only grow until the next load)"
+            ));
+        }
+        gained += u128::from(c - p);
+    }
+    if prev.time > 0 {
+        let seconds = (rec.time - prev.time) as u128 + 1;
+        let most = seconds * u128::from(MAX_TICKS_PER_SECOND);
+        if gained > most {
+            return foreign(format!(
+                "its counters grew by {gained} ticks in {} seconds, more than any machine ticks",
+                seconds - 1
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn decode_words(bytes: &[u8], word: usize) -> Vec<u64> {
     bytes
         .chunks_exact(word)
@@ -404,7 +526,6 @@ fn decode_words(bytes: &[u8], word: usize) -> Vec<u64> {
 /// Read a whole log: the header and every complete record.
 pub fn parse(bytes: &[u8]) -> Result<PrfLog, PrfLogError> {
     let (header, mut pos) = parse_header(bytes)?;
-    let word = header.layout.word();
     let record_len = header.record_len();
     let mut records = Vec::new();
     let mut partial = None;
@@ -417,16 +538,7 @@ pub fn parse(bytes: &[u8]) -> Result<PrfLog, PrfLogError> {
             });
             break;
         }
-        let rec = &rest[..record_len];
-        let time = if word == 8 {
-            i64::from_le_bytes(rec[..8].try_into().unwrap_or([0; 8]))
-        } else {
-            i64::from(i32::from_le_bytes(rec[..4].try_into().unwrap_or([0; 4])))
-        };
-        records.push(Record {
-            time,
-            counters: decode_words(&rec[word..], word),
-        });
+        records.push(decode_record(&header, &rest[..record_len]));
         pos += record_len;
     }
     Ok(PrfLog {
@@ -439,6 +551,63 @@ pub fn parse(bytes: &[u8]) -> Result<PrfLog, PrfLogError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_len_and_the_address_bound() {
+        let h = Header::new(Layout::Profdev64, 2, vec![0, 0x10, 0x20]).unwrap();
+        let bytes = h.encode().unwrap();
+        assert_eq!(header_len(&bytes[..24]), Ok(24 + 3 * 8));
+        let svr4 = Header::new(Layout::Svr4I386, 1, vec![0, 0x10]).unwrap();
+        assert_eq!(header_len(&svr4.encode().unwrap()[..4]), Ok(4 + 2 * 4));
+        // Counts beyond PRF_GETMAX are refused from the fixed part alone.
+        let mut big = bytes[..24].to_vec();
+        big[16..24].copy_from_slice(&(MAX_ADDRESSES + 1).to_le_bytes());
+        assert_eq!(
+            header_len(&big),
+            Err(PrfLogError::TooMany {
+                offset: 16,
+                value: MAX_ADDRESSES + 1
+            })
+        );
+        assert!(matches!(parse(&big), Err(PrfLogError::TooMany { .. })));
+        let svr4_big = (i32::MAX).to_le_bytes();
+        assert!(matches!(
+            header_len(&svr4_big),
+            Err(PrfLogError::TooMany { offset: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn records_are_checked_against_the_one_before() {
+        let r = |time, c: &[u64]| Record {
+            time,
+            counters: c.to_vec(),
+        };
+        let init = r(0, &[0, 0, 0]);
+        let a = r(1_600_000_000, &[10, 50, 5]);
+        let b = r(1_600_000_060, &[10, 51, 1005]);
+        assert_eq!(check_record(None, &init, 0), Ok(()));
+        assert_eq!(check_record(Some(&init), &a, 40), Ok(()));
+        assert_eq!(check_record(Some(&a), &b, 80), Ok(()));
+        assert_eq!(check_record(Some(&a), &a, 80), Ok(()), "same second");
+        let foreign = |prev: &Record, rec: &Record| match check_record(Some(prev), rec, 80) {
+            Err(PrfLogError::Foreign { offset: 80, why }) => why,
+            other => panic!("{rec:?} after {prev:?}: {other:?}"),
+        };
+        assert!(foreign(&a, &r(0, &[10, 50, 5])).contains("time 0"));
+        assert!(foreign(&b, &a).contains("before the previous"));
+        assert!(foreign(&a, &r(1_600_000_001, &[9, 50, 5])).contains("went down"));
+        assert!(foreign(&a, &r(-1, &[10, 50, 5])).contains("1970 to 9999"));
+        assert!(foreign(&a, &r(MAX_TIME + 1, &[10, 50, 5])).contains("1970 to 9999"));
+        // One second, 819201 more ticks than 8192 CPUs at 100 Hz give in two.
+        let fast = r(1_600_000_001, &[10, 50, 5 + 2 * MAX_TICKS_PER_SECOND + 1]);
+        assert!(foreign(&a, &fast).contains("more than any machine ticks"));
+        let e = check_record(Some(&a), &r(-5, &[0]), 1234).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "prf log: the record at byte offset 1234 is not one of this log's: its time -5 is not a date from 1970 to 9999"
+        );
+    }
 
     /// TV-R4's log, as the spec gives it: little-endian 32-bit words.
     const TV_R4_WORDS: &str = "04000000 00000000 001000c0 002000c0 003000c0 \
@@ -558,10 +727,7 @@ mod tests {
         // A huge count is refused before any allocation.
         assert!(matches!(
             parse(&hex("ffffff7f")).unwrap_err(),
-            PrfLogError::Short {
-                field: "address table",
-                ..
-            }
+            PrfLogError::TooMany { offset: 0, .. }
         ));
         let mut v = b"PRFLOG64".to_vec();
         assert_eq!(

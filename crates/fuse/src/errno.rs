@@ -15,6 +15,8 @@ use profdev_dev::DevError;
 /// | `TooBig` | E2BIG |
 /// | `NoDevice` | ENXIO |
 /// | `NoIoctl` | ENOTTY |
+/// | `NotPermitted` (e.g. the ptrace-attach rule) | EPERM |
+/// | `NoProcess` | ESRCH |
 /// | `Sampling` (a missing privilege) | EPERM |
 /// | `Sampling` (anything else) | EIO |
 ///
@@ -35,6 +37,8 @@ pub fn errno(e: &DevError) -> i32 {
         DevError::TooBig(_) => libc::E2BIG,
         DevError::NoDevice(_) => libc::ENXIO,
         DevError::NoIoctl => libc::ENOTTY,
+        DevError::NotPermitted(_) => libc::EPERM,
+        DevError::NoProcess(_) => libc::ESRCH,
         DevError::Sampling {
             permission: true, ..
         } => libc::EPERM,

@@ -27,9 +27,11 @@
 //! * **Reads and writes** are direct I/O: every `read(2)` reaches the
 //!   device with its exact offset and size (`dd bs=4` reads one kpdata
 //!   word), whatever `stat` says the length is, and `stat` shows the
-//!   device's true length. A channel its device marks `stream` (prf) is
+//!   device's true length. A channel its device marks `stream` is
 //!   opened FOPEN_STREAM: it has no file position, so every `read(2)` and
-//!   `write(2)` starts at offset 0.
+//!   `write(2)` starts at offset 0. No device does: every file ends, with
+//!   `read` returning 0 at the length `stat` gives (or, for a file whose
+//!   length is 0 like prof's `histogram`, when the device has no more).
 //! * **Truncation.** `echo start >kpctl` truncates before it writes; a
 //!   truncation to 0 of a writable file succeeds and does nothing. Every
 //!   other attribute change fails with EPERM.
@@ -42,7 +44,17 @@
 //! * **poll** is always ready for what the open mode allows.
 //! * **Permissions.** Files belong to the user who mounted; the kernel
 //!   checks the devices' modes (`default_permissions,allow_other`), so a
-//!   0600 file gives other users EACCES.
+//!   0600 file gives other users EACCES. That is the first wall; the rule
+//!   is checked by the server itself ([`Server::with_access`],
+//!   [`profdev_dev::access`]): every open, read, write, truncation, ioctl,
+//!   and every lookup or listing inside a device's directory, is refused
+//!   with EACCES unless the request's uid is root's, the mounting user's,
+//!   or one the mount names (`--allow-user`, `--allow-group`). The
+//!   request's credentials reach the device in [`Chan::cred`], so a control
+//!   message that names a process can be held to the kernel's
+//!   ptrace-attach rule ([`profdev_dev::access::ptrace_may_attach`]).
+//!
+//! [`Chan::cred`]: profdev_dev::Chan
 //! * **Concurrency.** Several threads serve requests; each open file has
 //!   its own channel, so readers at once each get their own snapshot.
 //!
@@ -70,7 +82,7 @@ mod server;
 
 pub use errno::errno;
 pub use mount::{
-    check_can_mount, check_mount_point, clear_dead, mount, resolve, state, unmount, Background,
-    MountError, MountOptions, MountState, Mounted, Unmounted, DEV_FUSE, FSTYPE, SOURCE,
+    check_can_mount, check_empty, check_mount_point, clear_dead, mount, resolve, state, unmount,
+    Background, MountError, MountOptions, MountState, Mounted, Unmounted, DEV_FUSE, FSTYPE, SOURCE,
 };
 pub use server::{Log, ServeError, Server, MAX_DEVICES};

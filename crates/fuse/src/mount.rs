@@ -43,6 +43,9 @@ pub enum MountError {
     /// Not privileged enough to unmount.
     #[error("unmounting {} needs CAP_SYS_ADMIN; run profdev unmount as root", .0.display())]
     UnmountPermission(PathBuf),
+    /// The mount point has files in it, which the mount would hide.
+    #[error("{} is not empty: a mount there would hide its files; empty it, choose another directory, or give --nonempty", .0.display())]
+    NotEmpty(PathBuf),
     /// Nothing is mounted there.
     #[error("nothing is mounted at {}", .0.display())]
     NotMounted(PathBuf),
@@ -254,6 +257,17 @@ pub fn check_mount_point(dir: &Path, create: bool) -> Result<PathBuf, MountError
     }
 }
 
+/// Check that `dir` is empty, as libfuse 2's fusermount did unless given
+/// `nonempty`: a mount would hide its files.
+pub fn check_empty(dir: &Path) -> Result<(), MountError> {
+    let mut entries =
+        std::fs::read_dir(dir).map_err(io_error(format!("cannot list {}", dir.display())))?;
+    match entries.next() {
+        None => Ok(()),
+        Some(_) => Err(MountError::NotEmpty(dir.to_path_buf())),
+    }
+}
+
 /// Check, before doing anything costly, that this process could mount:
 /// /dev/fuse exists and the process has CAP_SYS_ADMIN.
 pub fn check_can_mount(dir: &Path) -> Result<(), MountError> {
@@ -282,11 +296,16 @@ fn has_cap_sys_admin(status: &str) -> bool {
 pub struct MountOptions {
     /// Threads serving requests: several readers are served at once.
     pub threads: usize,
+    /// Mount even on a directory that has files in it (hiding them).
+    pub nonempty: bool,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { threads: 4 }
+        MountOptions {
+            threads: 4,
+            nonempty: false,
+        }
     }
 }
 
@@ -297,14 +316,18 @@ pub struct Mounted {
     session: Session<Server>,
 }
 
-/// Mount `server` on the directory `dir`, which must exist and have nothing
-/// mounted on it (see [`check_mount_point`]).
+/// Mount `server` on the directory `dir`, which must exist, have nothing
+/// mounted on it (see [`check_mount_point`]), and be empty unless
+/// `options.nonempty` ([`check_empty`]).
 ///
 /// The mount is `fuse.profdev` with `default_permissions,allow_other`:
 /// every user reaches the files, and the kernel checks each file's mode
 /// against its owner, the mounting user. It is `nosuid,nodev`.
 pub fn mount(server: Server, dir: &Path, options: MountOptions) -> Result<Mounted, MountError> {
     let dir = check_mount_point(dir, false)?;
+    if !options.nonempty {
+        check_empty(&dir)?;
+    }
     let fuse = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -441,6 +464,22 @@ mod tests {
         assert!(!has_cap_sys_admin("CapEff:\t0000000000000000\n"));
         assert!(!has_cap_sys_admin("CapEff:\t00000000001fffff\n"));
         assert!(!has_cap_sys_admin(""));
+    }
+
+    #[test]
+    fn a_directory_with_files_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(check_empty(tmp.path()).is_ok());
+        std::fs::write(tmp.path().join(".hidden"), b"x").unwrap();
+        let e = check_empty(tmp.path()).unwrap_err();
+        assert!(matches!(e, MountError::NotEmpty(_)));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{} is not empty: a mount there would hide its files; empty it, choose another directory, or give --nonempty",
+                tmp.path().display()
+            )
+        );
     }
 
     #[test]

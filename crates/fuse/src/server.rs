@@ -7,7 +7,7 @@ use fuser::{
     ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll,
     ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-use profdev_dev::{Chan, Dev, DevError, DirEntry, OpenMode, Qid};
+use profdev_dev::{AccessRules, Chan, Cred, Dev, DevError, DirEntry, OpenMode, Qid};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,9 +98,13 @@ struct OpenFile {
 /// direct I/O, so each `read(2)` and `write(2)` reaches the device with its
 /// own offset and size, whatever the file's length says. Files belong to
 /// the user who mounted; their modes are the devices' (the kernel checks
-/// them: the mount uses `default_permissions`).
+/// them: the mount uses `default_permissions`), and every request to a
+/// device is checked again, by its uid, against the mount's
+/// [`AccessRules`] (see [`profdev_dev::access`]): EACCES for anyone but
+/// root, the mounting user and the users and groups the mount names.
 pub struct Server {
     devs: Vec<Arc<dyn Dev>>,
+    rules: AccessRules,
     uid: u32,
     gid: u32,
     time: SystemTime,
@@ -117,9 +121,11 @@ impl Server {
         if devs.len() > MAX_DEVICES {
             return Err(ServeError::TooManyDevices(devs.len()));
         }
+        let uid = nix::unistd::geteuid().as_raw();
         let server = Server {
             devs,
-            uid: nix::unistd::geteuid().as_raw(),
+            rules: AccessRules::owner_only(uid),
+            uid,
             gid: nix::unistd::getegid().as_raw(),
             time: SystemTime::now(),
             files: Mutex::new(HashMap::new()),
@@ -146,6 +152,30 @@ impl Server {
         self
     }
 
+    /// Who may use the mount besides root and the mounting user (by
+    /// default, no one). A mount that names others shows each file's owner
+    /// bits to group and others too, so that the kernel's mode check lets
+    /// them reach this rule.
+    pub fn with_access(mut self, rules: AccessRules) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The access rules.
+    pub fn access(&self) -> &AccessRules {
+        &self.rules
+    }
+
+    /// EACCES unless the request's user may use the mount.
+    fn check(&self, req: &Request) -> Result<Cred, Errno> {
+        let cred = cred(req);
+        if self.rules.allows(&cred) {
+            Ok(cred)
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+
     /// The names at the mount root, in order, each with its device's name.
     pub fn root_names(&self) -> Vec<(String, &'static str)> {
         let mut names = Vec::new();
@@ -161,9 +191,13 @@ impl Server {
         names
     }
 
+    /// Log one line. Whatever the devices put in it, it stays one line:
+    /// control characters (newline, carriage return, ESC) are escaped as
+    /// Rust escapes them (`\n`, `\u{1b}`), after the quoted parts were
+    /// already escaped by [`quote`] and `{:?}`.
     fn log(&self, line: &str) {
         if let Some(log) = &self.log {
-            log(line);
+            log(&one_line(line));
         }
     }
 
@@ -184,13 +218,26 @@ impl Server {
             ctime: self.time,
             crtime: self.time,
             kind,
-            perm: entry.perm & 0o7777,
+            perm: self.perm(entry.perm),
             nlink,
             uid: self.uid,
             gid: self.gid,
             rdev: 0,
             blksize: 4096,
             flags: 0,
+        }
+    }
+
+    /// The mode shown: the device's, or with the owner's bits copied to
+    /// group and others when the mount names other users (the server's
+    /// check is then the rule).
+    fn perm(&self, perm: u16) -> u16 {
+        let perm = perm & 0o7777;
+        if self.rules.names_others() {
+            let owner = (perm >> 6) & 0o7;
+            perm | (owner << 3) | owner
+        } else {
+            perm
         }
     }
 
@@ -220,7 +267,7 @@ impl Server {
             Some(ino) => Ok((ino, e)),
             None => {
                 self.log(&format!(
-                    "{}: {}: qid {:#x} is too large to serve",
+                    "{}: {:?}: qid {:#x} is too large to serve",
                     self.devs[dev].name(),
                     e.name,
                     e.qid.raw()
@@ -289,16 +336,29 @@ impl Server {
         self.files.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Run `f` on the open file's channel.
+    /// Run `f` on the open file's channel, for the request `req`: checked
+    /// against the access rules, its credentials put in the channel.
     fn with_chan<T>(
         &self,
+        req: &Request,
         fh: FileHandle,
         f: impl FnOnce(&dyn Dev, &OpenFile, &mut Chan) -> Result<T, DevError>,
     ) -> Result<T, (Errno, Option<DevError>)> {
+        let cred = self.check(req).map_err(|e| (e, None))?;
         let of = self.open_file(fh).map_err(|e| (e, None))?;
         let mut guard = of.chan.lock().unwrap_or_else(|p| p.into_inner());
         let chan = guard.as_mut().ok_or((Errno::EBADF, None))?;
+        chan.cred = Some(cred);
         f(self.devs[of.dev].as_ref(), &of, chan).map_err(|e| (Errno::from_i32(errno(&e)), Some(e)))
+    }
+}
+
+/// The credentials a FUSE request carries.
+fn cred(req: &Request) -> Cred {
+    Cred {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
     }
 }
 
@@ -311,14 +371,30 @@ fn open_mode(flags: OpenFlags) -> OpenMode {
 }
 
 /// A control message as the log quotes it: at most 80 characters, one
-/// trailing newline dropped.
+/// trailing newline dropped, between double quotes with Rust's `{:?}`
+/// escapes (a quote is `\"`, a newline `\n`, ESC `\u{1b}`), so that no
+/// byte sequence in it ends the quote or the line.
 fn quote(data: &[u8]) -> String {
     let text = profdev_dev::ctl::quoted(data);
     let mut short: String = text.chars().take(80).collect();
     if short.len() < text.len() {
         short.push_str("...");
     }
-    format!("\"{}\"", short.escape_debug())
+    format!("{short:?}")
+}
+
+/// `line` with every control character escaped: one log line, whatever
+/// it holds.
+fn one_line(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for c in line.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl Filesystem for Server {
@@ -326,7 +402,12 @@ impl Filesystem for Server {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if parent != INodeNo::ROOT {
+            if let Err(e) = self.check(req) {
+                return reply.error(e);
+            }
+        }
         let found = self.list(parent).and_then(|entries| {
             entries
                 .into_iter()
@@ -358,7 +439,7 @@ impl Filesystem for Server {
     /// Times that come with it (the kernel sends mtime along) are ignored.
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -378,6 +459,9 @@ impl Filesystem for Server {
             Ok(a) => a,
             Err(e) => return reply.error(e),
         };
+        if let Err(e) = self.check(req) {
+            return reply.error(e);
+        }
         let truncate_only = mode.is_none() && uid.is_none() && gid.is_none() && flags.is_none();
         let writable = attr.kind == FileType::RegularFile && attr.perm & 0o222 != 0;
         if truncate_only && size == Some(0) && writable {
@@ -387,12 +471,15 @@ impl Filesystem for Server {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let (dev, qid) = match self.file(ino) {
             Ok(Node::File { dev, qid }) => (dev, qid),
             Ok(Node::Root) => return reply.error(Errno::EISDIR),
             Err(e) => return reply.error(e),
         };
+        if let Err(e) = self.check(req) {
+            return reply.error(e);
+        }
         let d = &self.devs[dev];
         let name = d.stat(qid).map(|e| e.name).unwrap_or_default();
         match d.open(qid, open_mode(flags)) {
@@ -417,7 +504,7 @@ impl Filesystem for Server {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -426,7 +513,7 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.with_chan(fh, |d, _, c| d.read(c, offset, size)) {
+        match self.with_chan(req, fh, |d, _, c| d.read(c, offset, size)) {
             Ok(mut data) => {
                 data.truncate(size as usize);
                 reply.data(&data);
@@ -437,7 +524,7 @@ impl Filesystem for Server {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -448,7 +535,7 @@ impl Filesystem for Server {
         reply: ReplyWrite,
     ) {
         let mut who = None;
-        let result = self.with_chan(fh, |d, of, c| {
+        let result = self.with_chan(req, fh, |d, of, c| {
             who = Some((d.name(), of.name.clone()));
             d.write(c, offset, data)
         });
@@ -501,7 +588,14 @@ impl Filesystem for Server {
         reply.ok();
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The mount root lists the device files to anyone; a device's own
+        // directory (prof's modules) only to those the rules allow.
+        if ino != INodeNo::ROOT {
+            if let Err(e) = self.check(req) {
+                return reply.error(e);
+            }
+        }
         match self.stat(ino) {
             Ok(a) if a.kind == FileType::Directory => {
                 reply.opened(FileHandle(0), FopenFlags::empty())
@@ -562,7 +656,7 @@ impl Filesystem for Server {
 
     fn ioctl_with_arg(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: IoctlFlags,
@@ -572,7 +666,7 @@ impl Filesystem for Server {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        match self.with_chan(fh, |d, _, c| d.ioctl(c, cmd, arg, in_data, out_size)) {
+        match self.with_chan(req, fh, |d, _, c| d.ioctl(c, cmd, arg, in_data, out_size)) {
             Ok((result, mut out)) => {
                 out.truncate(out_size as usize);
                 reply.ioctl(result, &out);
@@ -584,7 +678,7 @@ impl Filesystem for Server {
     /// Always ready for whatever the open mode allows: no device blocks.
     fn poll(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _ph: PollNotifier,
@@ -594,7 +688,7 @@ impl Filesystem for Server {
     ) {
         // Device files are always ready, as the seed's prf says and as
         // Linux reports every regular file (DEFAULT_POLLMASK).
-        if let Err((e, _)) = self.with_chan(fh, |_, _, _| Ok(())) {
+        if let Err((e, _)) = self.with_chan(req, fh, |_, _, _| Ok(())) {
             return reply.error(e);
         }
         let ready = PollEvents::POLLIN
@@ -641,5 +735,27 @@ mod tests {
         assert_eq!(quote(b"a\"b\tc"), "\"a\\\"b\\tc\"");
         let long = quote(&[b'x'; 200]);
         assert!(long.ends_with("...\"") && long.len() < 90, "{long}");
+        // No byte sequence ends the quote early or starts a new line.
+        let hostile = b"stop\" x\nprofdev: kprof: forged\r\x1b[2J\\\"";
+        let q = quote(hostile);
+        assert_eq!(
+            q,
+            "\"stop\\\" x\\nprofdev: kprof: forged\\r\\u{1b}[2J\\\\\\\"\""
+        );
+        assert!(!q.chars().any(char::is_control), "{q}");
+        // The quote's content is the whole message between the outer
+        // quotes: every inner quote is escaped.
+        let inner = &q[1..q.len() - 1];
+        assert!(inner
+            .replace("\\\\", "")
+            .replace("\\\"", "")
+            .find('"')
+            .is_none());
+    }
+
+    #[test]
+    fn log_lines_stay_one_line() {
+        assert_eq!(one_line("a\nb\x1b\"c"), "a\\nb\\u{1b}\"c");
+        assert_eq!(one_line("plain \\n"), "plain \\n");
     }
 }

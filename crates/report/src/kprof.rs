@@ -99,7 +99,7 @@ pub fn format(symbols: &[(u64, &str)], data: &Kpdata) -> Report {
         let limit = symbols[i].0.saturating_sub(tbase);
         let mut sum = 0u64;
         while j < n && (j as u64).saturating_mul(pcres) < limit {
-            sum += u64::from(w[j]);
+            sum = sum.saturating_add(u64::from(w[j]));
             j += 1;
         }
         if sum != 0 {
@@ -115,11 +115,14 @@ pub fn format(symbols: &[(u64, &str)], data: &Kpdata) -> Report {
     }
     rows.sort_by(|a, b| b.ticks.cmp(&a.ticks).then(a.addr.cmp(&b.addr)));
     text.push_str("ms\t  %\tsym\n");
-    let delta = u64::from(delta);
+    // In u128: a sum of u32 buckets times a u32 period (or times 1000)
+    // does not fit u64 for large counts, and it cannot overflow u128.
+    let delta = u128::from(delta);
     for r in &rows {
-        let ms = r.ticks * uspertick / 1000;
-        let pct = (100 * r.ticks).checked_div(delta).unwrap_or(0);
-        let tenth = (1000 * r.ticks).checked_div(delta).unwrap_or(0) % 10;
+        let ticks = u128::from(r.ticks);
+        let ms = ticks * u128::from(uspertick) / 1000;
+        let pct = (100 * ticks).checked_div(delta).unwrap_or(0);
+        let tenth = (1000 * ticks).checked_div(delta).unwrap_or(0) % 10;
         let _ = writeln!(text, "{ms}\t{pct:3}.{tenth}\t{}", r.name);
     }
     done(text, rows, None)
@@ -152,6 +155,26 @@ mod tests {
         let r = format(&[(0x8010_0000, "_start"), (0x8010_0400, "etext")], &d);
         assert_eq!(r.error, Some(KprofError::NoCounts));
         assert_eq!(format(&[], &d).error, Some(KprofError::NoTextSymbols));
+    }
+
+    #[test]
+    fn huge_counts_do_not_overflow_the_ms_column() {
+        // Two full buckets at the largest period: 2 * (2^32 - 1) ticks of
+        // (2^32 - 1) µs each, which overflows u64 when multiplied.
+        let mut w = vec![0u32; 16];
+        w[0] = u32::MAX;
+        (w[2], w[3], w[4], w[5]) = (u32::MAX, 16, 4, 3);
+        w[8] = u32::MAX;
+        w[9] = u32::MAX;
+        let d = Kpdata::parse(&encode(&w)).unwrap();
+        let r = format(&[(0x1000, "fnA"), (0x1080, "end")], &d);
+        assert_eq!(r.error, None);
+        assert!(
+            r.text
+                .ends_with("ms\t  %\tsym\n36893488130239234\t200.0\tfnA\n"),
+            "{}",
+            r.text
+        );
     }
 
     #[test]

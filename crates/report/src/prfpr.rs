@@ -68,7 +68,7 @@
 //! assert_eq!(text, "initialization\n01/01/70 00:01\n\ndo_work      \t 75.0\nuser     25.0\n\n");
 //! ```
 
-use profdev_formats::prflog::{PrfLog, PrfLogError};
+use profdev_formats::prflog::{Header, PrfLog, PrfLogError, Record};
 use std::fmt::Write as _;
 
 /// State bit: sampling is on.
@@ -184,10 +184,13 @@ impl PrfprError {
     /// prfpr's verdict on a log that did not parse.
     pub fn from_log_error(e: &PrfLogError) -> Self {
         match e {
+            // SVR4 read the table it was told of and failed: more
+            // addresses than the device holds could not be read either.
             PrfLogError::Short {
                 field: "address table",
                 ..
-            } => PrfprError::CannotReadAddresses,
+            }
+            | PrfLogError::TooMany { .. } => PrfprError::CannotReadAddresses,
             _ => PrfprError::BadDataFile,
         }
     }
@@ -257,25 +260,63 @@ pub fn report(
     names: &Namelist,
     localtime: &dyn Fn(i64) -> Tm,
 ) -> String {
+    let mut r = Reporter::new(&log.header, cutoff, names, localtime);
     let mut out = String::new();
-    let n = log.header.n();
-    let Some(first) = log.records.first() else {
-        return out;
-    };
-    let total = |c: &[u64]| c.iter().map(|&v| i128::from(v)).sum::<i128>();
-    let mut prev = first;
-    let mut osum = total(&prev.counters);
-    for cur in &log.records[1..] {
-        shtime(&mut out, prev.time, localtime);
-        shtime(&mut out, cur.time, localtime);
-        out.push('\n');
+    for rec in &log.records {
+        out.push_str(&r.push(rec));
+    }
+    out
+}
+
+/// prfpr one record at a time: [`Reporter::push`] each record in file
+/// order and print what it returns, the interval that record ends. It
+/// keeps only the previous record, so a reader streaming a log needs
+/// memory for one record whatever the log's length.
+pub struct Reporter<'a> {
+    header: &'a Header,
+    cutoff: u32,
+    names: &'a Namelist,
+    localtime: &'a dyn Fn(i64) -> Tm,
+    /// The previous record and the sum of its counters.
+    prev: Option<(Record, i128)>,
+}
+
+impl<'a> Reporter<'a> {
+    /// A reporter for a log with `header`.
+    pub fn new(
+        header: &'a Header,
+        cutoff: u32,
+        names: &'a Namelist,
+        localtime: &'a dyn Fn(i64) -> Tm,
+    ) -> Self {
+        Reporter {
+            header,
+            cutoff,
+            names,
+            localtime,
+            prev: None,
+        }
+    }
+
+    /// The text of the interval `cur` ends (empty for the first record).
+    pub fn push(&mut self, cur: &Record) -> String {
+        let mut out = String::new();
+        let total = |c: &[u64]| c.iter().map(|&v| i128::from(v)).sum::<i128>();
         let sum = total(&cur.counters);
+        let Some((prev, osum)) = self.prev.take() else {
+            self.prev = Some((cur.clone(), sum));
+            return out;
+        };
+        let n = self.header.n();
+        shtime(&mut out, prev.time, self.localtime);
+        shtime(&mut out, cur.time, self.localtime);
+        out.push('\n');
         if sum == osum {
             out.push_str("no samples\n\n");
         } else {
             for (i, (&c, &p)) in cur.counters.iter().zip(&prev.counters).enumerate() {
                 let pc = 1000 * (i128::from(c) - i128::from(p)) / (sum - osum);
-                if pc <= 10 * i128::from(cutoff) {
+                if pc <= 10 * i128::from(self.cutoff) {
                     continue;
                 }
                 let (whole, tenth) = (pc / 10, pc % 10);
@@ -284,7 +325,12 @@ pub fn report(
                 } else if i == n + 1 {
                     let _ = writeln!(out, "idle     {whole}.{tenth}");
                 } else {
-                    match names.nearest(log.header.addrs[i]) {
+                    match self
+                        .header
+                        .addrs
+                        .get(i)
+                        .and_then(|&a| self.names.nearest(a))
+                    {
                         Some(name) => {
                             let _ = writeln!(out, "{name:<13}\t {whole}.{tenth}");
                         }
@@ -296,10 +342,9 @@ pub fn report(
             }
         }
         out.push('\n');
-        prev = cur;
-        osum = sum;
+        self.prev = Some((cur.clone(), sum));
+        out
     }
-    out
 }
 
 /// prfstat's report: `profiling enabled` or `profiling disabled`, then,

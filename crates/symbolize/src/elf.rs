@@ -507,7 +507,7 @@ fn map_file(path: &Path) -> Result<memmap2::Mmap, ElfError> {
         path: path.display().to_string(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read_error)?;
+    let (file, _) = crate::open::open_object(path, None).map_err(|e| read_error(e.into_io()))?;
     // SAFETY: the map is read-only and private; a file truncated under us
     // could fault, which is the same risk every ELF reader takes (the
     // alternative, reading whole debug files into memory, is slower).

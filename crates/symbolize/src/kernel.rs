@@ -70,6 +70,50 @@ pub struct KernelSymbols {
     text: Option<KernelText>,
 }
 
+/// The longest kallsyms or System.map text read: 256 MiB (a kernel with
+/// every module loaded lists a few hundred thousand symbols, some 20 MiB).
+pub const MAX_SYMBOL_TEXT: u64 = 256 << 20;
+
+/// Read a kallsyms copy, System.map or vmlinux: a regular file (opened
+/// without blocking), at most [`MAX_SYMBOL_TEXT`] bytes of text, or
+/// [`crate::open::MAX_OBJECT`] for an ELF file; procfs files, whose size
+/// is 0, are bounded by the read itself.
+fn read_symbol_file(path: &Path) -> Result<Vec<u8>, crate::open::OpenError> {
+    use crate::open::{open_bounded, Follow, OpenError, MAX_OBJECT};
+    use std::io::Read;
+    let (file, size) = open_bounded(path, MAX_OBJECT, Follow::Yes)?;
+    let read_err = |source| OpenError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = file;
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(4)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    let limit = if bytes.starts_with(b"\x7fELF") {
+        MAX_OBJECT
+    } else {
+        MAX_SYMBOL_TEXT
+    };
+    let too_large = || OpenError::TooLarge {
+        path: path.to_path_buf(),
+        limit,
+    };
+    if size > limit {
+        return Err(too_large());
+    }
+    bytes.reserve(usize::try_from(size).unwrap_or(0));
+    file.take(limit + 1 - bytes.len() as u64)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
 /// Page size used to find KTZERO from the first text symbol, as kprof does.
 pub const PAGE_SIZE: u64 = 4096;
 
@@ -82,9 +126,9 @@ impl KernelSymbols {
     /// Load a kallsyms copy, a System.map or a vmlinux.
     pub fn load(path: &Path) -> Result<Self, SymbolError> {
         let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| SymbolError::Read {
+        let bytes = read_symbol_file(path).map_err(|e| SymbolError::Read {
             path: name.clone(),
-            source,
+            source: e.into_io(),
         })?;
         if bytes.starts_with(b"\x7fELF") {
             Self::from_vmlinux(&bytes, &name)

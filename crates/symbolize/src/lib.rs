@@ -10,6 +10,7 @@
 
 pub mod elf;
 pub mod kernel;
+pub mod open;
 pub mod tasks;
 pub mod unwind;
 

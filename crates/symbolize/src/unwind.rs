@@ -275,7 +275,7 @@ impl UserUnwinder {
     /// An unwinder that reads objects from the file system by the path the
     /// kernel reported.
     pub fn new() -> Self {
-        Self::with_loader(|path| std::fs::read(path).ok())
+        Self::with_loader(|path| crate::open::read_object(path.as_ref(), None).ok())
     }
 
     /// An unwinder that gets object bytes from `load` (`None`: unreadable).
