@@ -542,11 +542,7 @@ mod tests {
             ]
         );
         // vmlinux.syms names what gprof needs, and gprof reads the pair.
-        let have_gprof = Command::new("gprof").arg("--version").output().is_ok();
-        if !have_gprof && std::env::var("PROFDEV_REQUIRE_TOOLS").as_deref() == Ok("1") {
-            panic!("gprof is not installed, and PROFDEV_REQUIRE_TOOLS=1");
-        }
-        if have_gprof {
+        if profdev_testkit::tools("kgmon's dump read by gprof", &["gprof"]) {
             let g = Command::new("gprof")
                 .args(["-b", "vmlinux.syms", "gmon.out"])
                 .current_dir(d.path())
@@ -555,15 +551,7 @@ mod tests {
             assert!(g.status.success(), "{g:?}");
             let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/golden/kgmon_synthetic.gprof.txt");
-            if std::env::var_os("PROFDEV_BLESS").is_some() {
-                std::fs::write(&golden, &g.stdout).unwrap();
-            }
-            assert_eq!(
-                String::from_utf8_lossy(&g.stdout),
-                std::fs::read_to_string(&golden).unwrap(),
-                "PROFDEV_BLESS=1 rewrites {}",
-                golden.display()
-            );
+            profdev_testkit::golden(&golden, &g.stdout);
         }
         // -r zeroes; the state is unchanged.
         let (out, _) = kgmon(&["-rp"], &dev, d.path());

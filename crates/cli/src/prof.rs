@@ -706,9 +706,9 @@ mod tests {
         let factory = profdev_dev::engine::ReplayFactory::new(recs);
         let dev = Prof::new(Engine::new(Arc::new(factory)));
         ctl(&dev, "start").unwrap();
-        while !dev.session_ended() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        profdev_testkit::wait_until("the replay to end", Duration::from_secs(30), || {
+            dev.session_ended()
+        });
         ctl(&dev, "stop").unwrap();
         let records = read_dev(&dev).unwrap();
         assert_eq!(

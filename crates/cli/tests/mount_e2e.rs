@@ -13,18 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn can_mount() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("mounting needs root (CAP_SYS_ADMIN)".into());
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse does not exist (modprobe fuse)".into());
-    }
-    Ok(())
-}
+use std::time::Duration;
 
 /// The file system type mounted at `dir`, from /proc/mounts.
 fn mounted(dir: &Path) -> Option<String> {
@@ -38,12 +27,8 @@ fn mounted(dir: &Path) -> Option<String> {
         .next_back()
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait_until(what, Duration::from_secs(20), cond);
 }
 
 fn stderr_of(out: &std::process::Output) -> String {

@@ -20,14 +20,9 @@ const PRF_GETMAX: u64 = 0x5004;
 const MAXPRF: usize = 130_560;
 const TV_R1: [u64; 4] = [0, 0xC000_1000, 0xC000_2000, 0xC000_3000];
 
-fn can_mount() -> Result<(), String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is missing".into());
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("mounting a FUSE file system without fusermount needs root".into());
-    }
+/// Mounting (root, /dev/fuse) and system-wide sampling.
+fn can_mount_and_sample() -> Result<(), String> {
+    can_mount()?;
     can_sample_system()
 }
 
@@ -38,7 +33,7 @@ struct Mount {
 
 impl Mount {
     fn new(what: &str) -> Option<Mount> {
-        if !privileged(what, can_mount()) {
+        if !privileged(what, can_mount_and_sample()) {
             return None;
         }
         let dir = tempdir();
@@ -580,17 +575,27 @@ fn prfdc_collects_every_period_in_the_background() {
     assert!(out.status.success(), "{out:?}");
     let started = Instant::now();
     // Every second (-u 1, period 1), never an off hour (24), three records.
-    let st = profdev()
+    let out = run(profdev()
         .args(["prfdc", "-f"])
         .arg(&prf)
         .args(["-u", "1", "-n", "3"])
         .arg(&log)
-        .args(["1", "24"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
+        .args(["1", "24"]));
+    assert!(out.status.success(), "{out:?}");
+    // The collector's pid, as prfdc prints it when it detaches.
+    let err = String::from_utf8_lossy(&out.stderr);
+    let pid: i32 = err
+        .strip_prefix(&format!(
+            "prfdc: collecting into {} every 1 s in the background: pid ",
+            log.display()
+        ))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no collector pid in {err:?}"));
+    assert!(
+        err.ends_with(&format!(" (stop it with kill {pid})\n")),
+        "{err:?}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "prfdc returns at once"
@@ -614,7 +619,12 @@ fn prfdc_collects_every_period_in_the_background() {
         );
         workload(0.2);
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // The collector exits after its third record (a zombie, if nothing
+    // reaps it, counts as gone).
+    wait_until("the collector to exit", Duration::from_secs(20), || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s.rsplit(") ").next().unwrap_or("").starts_with('Z'))
+    });
     let bytes = std::fs::read(&log).unwrap();
     assert_eq!(
         bytes.len(),
@@ -635,7 +645,7 @@ fn prfdc_collects_every_period_in_the_background() {
 
 #[test]
 fn without_f_the_command_starts_a_device_server_and_says_so() {
-    if !privileged("prf commands starting a server", can_mount()) {
+    if !privileged("prf commands starting a server", can_mount_and_sample()) {
         return;
     }
     let d = tempdir();
@@ -646,7 +656,10 @@ fn without_f_the_command_starts_a_device_server_and_says_so() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "profiling disabled\n");
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains(&format!("started a device server at {}", dir.display())),
+            .contains(&format!(
+                "profdev: started a device server at {0} (stop it with: profdev unmount {0})\n",
+                dir.display()
+            )),
         "{out:?}"
     );
     assert!(unmount.status.success(), "{unmount:?}");
