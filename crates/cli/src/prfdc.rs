@@ -152,6 +152,18 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     // SAFETY: setsid has no preconditions; in the child of a fork it cannot
     // fail with EPERM (the child is no process group leader).
     unsafe { libc::setsid() };
+    // The collector never reads or prints: let go of the caller's stdin and
+    // stdout, so that `pid=$(prfdc …)` or `prfdc … | cat` returns at once.
+    // It keeps stderr for its errors.
+    if let Ok(null) = OpenOptions::new().read(true).write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto descriptors 0 and 1, which this process owns;
+        // `null` stays open until both are done.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+    }
     match collect(&mut dev, &mut file, &plan) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => error(&msg),

@@ -575,15 +575,31 @@ fn prfdc_collects_every_period_in_the_background() {
     assert!(out.status.success(), "{out:?}");
     let started = Instant::now();
     // Every second (-u 1, period 1), never an off hour (24), three records.
-    let out = run(profdev()
+    // The collector keeps stderr (for its errors), so read prfdc's line,
+    // not the pipe to its end.
+    let mut child = profdev()
         .args(["prfdc", "-f"])
         .arg(&prf)
         .args(["-u", "1", "-n", "3"])
         .arg(&log)
-        .args(["1", "24"]));
-    assert!(out.status.success(), "{out:?}");
+        .args(["1", "24"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let st = child.wait().unwrap();
+    assert!(st.success());
+    let mut err = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stderr.take().unwrap()),
+        &mut err,
+    )
+    .unwrap();
+    // The collector's stdout is not the caller's: `$(prfdc …)` returns.
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(out.is_empty());
     // The collector's pid, as prfdc prints it when it detaches.
-    let err = String::from_utf8_lossy(&out.stderr);
     let pid: i32 = err
         .strip_prefix(&format!(
             "prfdc: collecting into {} every 1 s in the background: pid ",

@@ -205,9 +205,10 @@ pub fn golden(path: &Path, actual: &[u8]) {
 /// probability under one in a million per check.
 pub const SIGMAS: f64 = 5.0;
 
-/// The fewest samples a share check accepts: below this the margin says
-/// nothing (five deviations of a 50 % share over 100 samples is 25 points).
-pub const MIN_SAMPLES: u64 = 100;
+/// The widest margin a share check accepts: with fewer samples than that
+/// takes, the check says nothing and fails as such (five deviations of a
+/// 50 % share are 25 points at 100 samples; of a 95 % share, at 19).
+pub const MAX_MARGIN: f64 = 0.25;
 
 /// The margin for a share `p` estimated from `n` samples: five standard
 /// deviations of the binomial share, `5 * sqrt(p (1 - p) / n)`, never less
@@ -222,14 +223,21 @@ pub fn share_margin(n: u64, p: f64) -> f64 {
     (SIGMAS * (p * (1.0 - p) / n).sqrt()).max(0.5 / n)
 }
 
+fn checked_margin(what: &str, n: u64, expected: f64) -> f64 {
+    let m = share_margin(n, expected);
+    assert!(
+        m <= MAX_MARGIN,
+        "{what}: {n} samples are too few to check a share of {:.0}% (the margin would be {:.0} points)",
+        expected * 100.0,
+        m * 100.0
+    );
+    m
+}
+
 /// Assert that `observed` (a share, 0 to 1) of `n` samples is within
 /// [`share_margin`] of `expected`, the share the workload is built to have.
 pub fn assert_share_near(what: &str, observed: f64, n: u64, expected: f64) {
-    assert!(
-        n >= MIN_SAMPLES,
-        "{what}: only {n} samples; a share needs at least {MIN_SAMPLES}"
-    );
-    let m = share_margin(n, expected);
+    let m = checked_margin(what, n, expected);
     assert!(
         (observed - expected).abs() <= m,
         "{what}: {:.2}% of {n} samples is not within {:.2} points ({SIGMAS} standard deviations) of {:.2}%",
@@ -243,11 +251,7 @@ pub fn assert_share_near(what: &str, observed: f64, n: u64, expected: f64) {
 /// `expected` less [`share_margin`]: the workload is built so that its true
 /// share is `expected` or more.
 pub fn assert_share_at_least(what: &str, observed: f64, n: u64, expected: f64) {
-    assert!(
-        n >= MIN_SAMPLES,
-        "{what}: only {n} samples; a share needs at least {MIN_SAMPLES}"
-    );
-    let m = share_margin(n, expected);
+    let m = checked_margin(what, n, expected);
     assert!(
         observed >= expected - m,
         "{what}: {:.2}% of {n} samples is below {:.2}% by more than {:.2} points ({SIGMAS} standard deviations)",
