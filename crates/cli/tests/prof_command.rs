@@ -289,6 +289,25 @@ fn rust_release_program_70_30() {
 }
 
 #[test]
+fn help_names_every_option() {
+    let out = run(profdev().args(["prof", "--help"]));
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let (usage, text) = help.split_once('\n').unwrap();
+    assert_eq!(
+        usage,
+        "usage: prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]"
+    );
+    for c in "bflnveims".chars() {
+        assert!(
+            text.contains(&format!("-{c}")),
+            "prof --help omits -{c}:\n{help}"
+        );
+    }
+    assert!(text.contains("(default 1, also with -b)"), "{help}");
+}
+
+#[test]
 fn errors_are_sentences() {
     let d = tempdir();
     let out = run(profdev()
