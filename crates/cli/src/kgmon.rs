@@ -97,7 +97,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kgmon: {e:#}");
+            eprintln!("kgmon: {}", crate::cmdline::sentence(&e));
             ExitCode::from(1)
         }
     }
@@ -191,8 +191,9 @@ fn mounted() -> Result<Mounted> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MOUNT));
     let dir = crate::mount::ensure_mounted().map_err(|e| {
         anyhow!(
-            "no device server is mounted on {} and none could be started: {e:#}",
-            root.display()
+            "no device server is mounted on {} and none could be started: {}",
+            root.display(),
+            crate::cmdline::sentence(&e)
         )
     })?;
     let gmon = dir.join("gmon");
@@ -666,6 +667,30 @@ mod tests {
         assert_eq!(
             format!("{e:#}"),
             "cannot open `vmlinux.syms': No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn a_missing_system_file_is_one_sentence() {
+        let d = tempfile::tempdir().unwrap();
+        let dev = DevFiles::new();
+        kgmon(&["-b"], &dev, d.path());
+        kgmon(&["-h"], &dev, d.path());
+        let args = Args::try_parse_from(["kgmon", "-p", "-N", "/nonexistent/vmlinux"]).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let e = run(
+            &args,
+            &dev,
+            &|| Ok(ksyms(0)),
+            d.path(),
+            &mut out,
+            &mut err,
+        )
+        .unwrap_err();
+        // The reason once, not once per link of the error chain.
+        assert_eq!(
+            crate::cmdline::sentence(&e),
+            "cannot read /nonexistent/vmlinux: No such file or directory (os error 2)"
         );
     }
 }

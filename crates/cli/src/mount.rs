@@ -104,13 +104,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     } else {
         foreground(&args.dir)
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("profdev: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    crate::cmdline::finish("profdev mount", result.map(|()| ExitCode::SUCCESS))
 }
 
 /// The mount directory of the profdev server the profiling commands use:
@@ -331,7 +325,7 @@ fn daemon(dir: &Path) -> Result<()> {
     let (mounted, files) = match mounted {
         Ok(m) => m,
         Err(e) => {
-            let _ = writeln!(out, "error: {e:#}");
+            let _ = writeln!(out, "error: {}", crate::cmdline::sentence(&e));
             return Err(e);
         }
     };

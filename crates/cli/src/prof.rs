@@ -230,7 +230,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     match run(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("prof: {e:#}");
+            eprintln!("prof: {}", crate::cmdline::sentence(&e));
             ExitCode::from(1)
         }
     }

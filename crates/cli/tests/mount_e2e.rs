@@ -403,6 +403,33 @@ impl ModeBits for std::fs::Metadata {
     }
 }
 
+/// profdev's own commands report errors in one form, `profdev CMD: …`,
+/// usage errors included (clap's `error: …` is not passed on as is).
+#[test]
+fn errors_take_one_form() {
+    for (args, want) in [
+        (
+            &["sample", "-x"][..],
+            "profdev sample: unexpected argument '-x' found\n",
+        ),
+        (&["gmon"][..], "profdev gmon: the following required arguments were not provided:\n"),
+        (&["mount", "-q"][..], "profdev mount: unexpected argument '-q' found\n"),
+        (&["unmount", "a", "b"][..], "profdev unmount: unexpected argument 'b' found\n"),
+    ] {
+        let out = run(profdev().args(args));
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with(want), "{args:?}: {err}");
+        assert!(!err.contains("error:"), "{args:?}: {err}");
+    }
+    let d = tempdir();
+    let out = run(profdev().arg("unmount").arg(d.path()));
+    assert_eq!(
+        stderr_of(&out),
+        format!("profdev unmount: nothing is mounted at {}\n", d.path().display())
+    );
+}
+
 #[test]
 fn bad_mount_points_are_one_sentence() {
     if !privileged("bad_mount_points_are_one_sentence", can_mount()) {
@@ -418,17 +445,17 @@ fn bad_mount_points_are_one_sentence() {
     let missing = t.join("missing");
     assert_eq!(
         fails(&["mount".as_ref(), missing.as_os_str()]),
-        format!("profdev: {} does not exist\n", missing.display())
+        format!("profdev mount: {} does not exist\n", missing.display())
     );
     let file = t.join("file");
     std::fs::write(&file, b"").unwrap();
     assert_eq!(
         fails(&["mount".as_ref(), "-b".as_ref(), file.as_os_str()]),
-        format!("profdev: {} is not a directory\n", file.display())
+        format!("profdev mount: {} is not a directory\n", file.display())
     );
     assert_eq!(
         fails(&["unmount".as_ref(), s.dir.as_os_str()]),
-        format!("profdev: nothing is mounted at {}\n", s.dir.display())
+        format!("profdev unmount: nothing is mounted at {}\n", s.dir.display())
     );
 
     // Something else mounted there.
@@ -448,14 +475,14 @@ fn bad_mount_points_are_one_sentence() {
     assert_eq!(
         busy,
         format!(
-            "profdev: {} is already a mount point (tmpfs); unmount it first\n",
+            "profdev mount: {} is already a mount point (tmpfs); unmount it first\n",
             other.display()
         )
     );
     assert_eq!(
         refused,
         format!(
-            "profdev: {} is a tmpfs mount, not a profdev one; profdev leaves it alone\n",
+            "profdev unmount: {} is a tmpfs mount, not a profdev one; profdev leaves it alone\n",
             other.display()
         )
     );
@@ -465,7 +492,7 @@ fn bad_mount_points_are_one_sentence() {
     assert_eq!(
         fails(&["mount".as_ref(), "-b".as_ref(), s.dir.as_os_str()]),
         format!(
-            "profdev: a profdev server is already mounted at {}\n",
+            "profdev mount: a profdev server is already mounted at {}\n",
             s.dir.display()
         )
     );
@@ -486,7 +513,7 @@ fn bad_mount_points_are_one_sentence() {
     assert_eq!(
         stderr_of(&out),
         format!(
-            "profdev: mounting {} needs CAP_SYS_ADMIN; run profdev mount as root\n",
+            "profdev mount: mounting {} needs CAP_SYS_ADMIN; run profdev mount as root\n",
             s.dir.display()
         )
     );
@@ -526,7 +553,7 @@ fn bad_mount_points_are_one_sentence() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
     assert_eq!(
         stderr_of(&out),
-        "profdev: /dev/fuse does not exist; load the fuse module (modprobe fuse)\n"
+        "profdev mount: /dev/fuse does not exist; load the fuse module (modprobe fuse)\n"
     );
     assert_eq!(mounted(&s.dir), None);
 }

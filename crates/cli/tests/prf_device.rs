@@ -474,7 +474,14 @@ fn tv_r5_and_command_messages() {
         )
     };
     let out = prf_cmd(&["prfstat", "maybe"], &prf);
-    assert_eq!(msg(&out), (1, "eh?\n".into(), String::new()));
+    assert_eq!(
+        msg(&out),
+        (
+            1,
+            "eh?\n".into(),
+            "prfstat: \"maybe\" is neither on nor off: say prfstat on, prfstat off, or prfstat alone for the state\n".into()
+        )
+    );
     let out = prf_cmd(&["prfstat", "on", "off"], &prf);
     assert_eq!(
         msg(&out),
@@ -493,7 +500,11 @@ fn tv_r5_and_command_messages() {
     let out = prf_cmd(&["prfld"], &prf);
     assert_eq!(
         msg(&out),
-        (1, "error: profiler is enabled\n".into(), String::new())
+        (
+            1,
+            "error: profiler is enabled\n".into(),
+            "prfld: switch profiling off first (profdev prfstat off), then load\n".into()
+        )
     );
     prf_cmd(&["prfstat", "off"], &prf);
     let out = prf_cmd(&["prfld", "a", "b"], &prf);
@@ -522,7 +533,9 @@ fn tv_r5_and_command_messages() {
         (
             1,
             "error: unaligned data or insufficient addresses\n".into(),
-            String::new()
+            "prfld: the device takes 0 and at least two text addresses; give the running kernel's \
+             namelist (/proc/kallsyms, its System.map or its vmlinux)\n"
+                .into()
         )
     );
     // A failed load left the last good table in place.
