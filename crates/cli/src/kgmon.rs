@@ -678,15 +678,7 @@ mod tests {
         kgmon(&["-h"], &dev, d.path());
         let args = Args::try_parse_from(["kgmon", "-p", "-N", "/nonexistent/vmlinux"]).unwrap();
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let e = run(
-            &args,
-            &dev,
-            &|| Ok(ksyms(0)),
-            d.path(),
-            &mut out,
-            &mut err,
-        )
-        .unwrap_err();
+        let e = run(&args, &dev, &|| Ok(ksyms(0)), d.path(), &mut out, &mut err).unwrap_err();
         // The reason once, not once per link of the error chain.
         assert_eq!(
             crate::cmdline::sentence(&e),

@@ -167,8 +167,14 @@ mod tests {
     #[test]
     fn every_device_error_keeps_svr4_words_and_says_what_to_do() {
         for (errno, svr4) in [
-            (Some(libc::ENOSPC), "insufficient space in system for addresses"),
-            (Some(libc::E2BIG), "unaligned data or insufficient addresses"),
+            (
+                Some(libc::ENOSPC),
+                "insufficient space in system for addresses",
+            ),
+            (
+                Some(libc::E2BIG),
+                "unaligned data or insufficient addresses",
+            ),
             (Some(libc::EBUSY), "profiler is enabled"),
             (Some(libc::EINVAL), "text addresses not sorted properly"),
             (Some(libc::EIO), "cannot load profiler addresses"),

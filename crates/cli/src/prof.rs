@@ -413,7 +413,9 @@ fn begin(args: &Args) -> Result<ExitCode> {
 fn begin_messages(interval: Option<u32>, modules: &[String]) -> [String; 3] {
     [
         format!("interval {}", interval.unwrap_or(DEFAULT_INTERVAL_MS)),
-        format!("module {}", modules.join(" ")).trim_end().to_string(),
+        format!("module {}", modules.join(" "))
+            .trim_end()
+            .to_string(),
         "start".to_string(),
     ]
 }
@@ -662,10 +664,7 @@ mod tests {
     fn begin_sets_the_default_interval_too() {
         // -s is documented as "default 1": -b must not leave the device
         // at its own 100 ms.
-        assert_eq!(
-            begin_messages(None, &[]),
-            ["interval 1", "module", "start"]
-        );
+        assert_eq!(begin_messages(None, &[]), ["interval 1", "module", "start"]);
         assert_eq!(
             begin_messages(Some(7), &["libc.so.6".into()]),
             ["interval 7", "module libc.so.6", "start"]

@@ -412,9 +412,18 @@ fn errors_take_one_form() {
             &["sample", "-x"][..],
             "profdev sample: unexpected argument '-x' found\n",
         ),
-        (&["gmon"][..], "profdev gmon: the following required arguments were not provided:\n"),
-        (&["mount", "-q"][..], "profdev mount: unexpected argument '-q' found\n"),
-        (&["unmount", "a", "b"][..], "profdev unmount: unexpected argument 'b' found\n"),
+        (
+            &["gmon"][..],
+            "profdev gmon: the following required arguments were not provided:\n",
+        ),
+        (
+            &["mount", "-q"][..],
+            "profdev mount: unexpected argument '-q' found\n",
+        ),
+        (
+            &["unmount", "a", "b"][..],
+            "profdev unmount: unexpected argument 'b' found\n",
+        ),
     ] {
         let out = run(profdev().args(args));
         let err = stderr_of(&out);
@@ -426,7 +435,10 @@ fn errors_take_one_form() {
     let out = run(profdev().arg("unmount").arg(d.path()));
     assert_eq!(
         stderr_of(&out),
-        format!("profdev unmount: nothing is mounted at {}\n", d.path().display())
+        format!(
+            "profdev unmount: nothing is mounted at {}\n",
+            d.path().display()
+        )
     );
 }
 
@@ -455,7 +467,10 @@ fn bad_mount_points_are_one_sentence() {
     );
     assert_eq!(
         fails(&["unmount".as_ref(), s.dir.as_os_str()]),
-        format!("profdev unmount: nothing is mounted at {}\n", s.dir.display())
+        format!(
+            "profdev unmount: nothing is mounted at {}\n",
+            s.dir.display()
+        )
     );
 
     // Something else mounted there.

@@ -651,8 +651,9 @@ fn prfdc_collects_every_period_in_the_background() {
     // The collector exits after its third record (a zombie, if nothing
     // reaps it, counts as gone).
     wait_until("the collector to exit", Duration::from_secs(20), || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_or(true, |s| s.rsplit(") ").next().unwrap_or("").starts_with('Z'))
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(") ").next().unwrap_or("").starts_with('Z')
+        })
     });
     let bytes = std::fs::read(&log).unwrap();
     assert_eq!(
@@ -684,11 +685,10 @@ fn without_f_the_command_starts_a_device_server_and_says_so() {
     let unmount = run(profdev().arg("unmount").arg(&dir));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "profiling disabled\n");
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains(&format!(
-                "profdev: started a device server at {0} (stop it with: profdev unmount {0})\n",
-                dir.display()
-            )),
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "profdev: started a device server at {0} (stop it with: profdev unmount {0})\n",
+            dir.display()
+        )),
         "{out:?}"
     );
     assert!(unmount.status.success(), "{unmount:?}");

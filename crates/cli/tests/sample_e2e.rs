@@ -181,10 +181,16 @@ fn unprivileged_user_gets_the_sysctl_named() {
     // The sysctl that hides the addresses, with its value, and the
     // capabilities that would do.
     let cause = match kptr.trim() {
-        "0" => format!("the sysctl kernel.perf_event_paranoid is {},", paranoid.trim()),
+        "0" => format!(
+            "the sysctl kernel.perf_event_paranoid is {},",
+            paranoid.trim()
+        ),
         k => format!("the sysctl kernel.kptr_restrict is {k},"),
     };
     assert!(err.contains(&cause), "{err}");
-    assert!(err.contains("CAP_PERFMON") && err.contains("CAP_SYSLOG"), "{err}");
+    assert!(
+        err.contains("CAP_PERFMON") && err.contains("CAP_SYSLOG"),
+        "{err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }

@@ -166,7 +166,10 @@ struct Tools {
 
 impl Tools {
     fn get() -> Option<Tools> {
-        if !profdev_testkit::tools("gprof on the fixture (GNU binutils)", &["gprof", "as", "ld"]) {
+        if !profdev_testkit::tools(
+            "gprof on the fixture (GNU binutils)",
+            &["gprof", "as", "ld"],
+        ) {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();

@@ -335,7 +335,11 @@ ffffffffc0000000 t modfn\t[kvm]
     fn restricted_and_malformed_inputs_are_sentences() {
         let e = KernelSymbols::from_text(b"0000000000000000 T a\n0000000000000000 T b\n", "k")
             .unwrap_err();
-        assert!(e.to_string().starts_with("k shows every kernel address as zero: "), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("k shows every kernel address as zero: "),
+            "{e}"
+        );
         let e = KernelSymbols::from_text(b"hello world\n", "f").unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -359,7 +363,10 @@ ffffffffc0000000 t modfn\t[kvm]
                 assert!(!t.is_empty());
                 assert!(k.text_symbols().len() > 1000);
             }
-            Err(e) => assert!(e.to_string().contains("shows every kernel address as zero"), "{e}"),
+            Err(e) => assert!(
+                e.to_string().contains("shows every kernel address as zero"),
+                "{e}"
+            ),
         }
     }
 
@@ -367,13 +374,22 @@ ffffffffc0000000 t modfn\t[kvm]
     fn hidden_addresses_name_the_sysctl_that_hides_them() {
         // kptr_restrict 0 hides nothing by itself: paranoid 2 does.
         let w = why_hidden(Some(0), Some(2));
-        assert!(w.starts_with("the sysctl kernel.perf_event_paranoid is 2,"), "{w}");
+        assert!(
+            w.starts_with("the sysctl kernel.perf_event_paranoid is 2,"),
+            "{w}"
+        );
         assert!(w.contains("CAP_PERFMON") && w.contains("CAP_SYSLOG"), "{w}");
         let w = why_hidden(Some(1), Some(2));
-        assert!(w.starts_with("the sysctl kernel.kptr_restrict is 1,"), "{w}");
+        assert!(
+            w.starts_with("the sysctl kernel.kptr_restrict is 1,"),
+            "{w}"
+        );
         assert!(w.contains("CAP_SYSLOG"), "{w}");
         let w = why_hidden(Some(2), Some(-1));
-        assert!(w.starts_with("the sysctl kernel.kptr_restrict is 2,"), "{w}");
+        assert!(
+            w.starts_with("the sysctl kernel.kptr_restrict is 2,"),
+            "{w}"
+        );
         let w = why_hidden(None, None);
         assert!(w.contains("could not be read"), "{w}");
     }

@@ -172,12 +172,8 @@ pub fn golden(path: &Path, actual: &[u8]) {
             .unwrap_or_else(|e| panic!("cannot bless {}: {e}", path.display()));
         return;
     }
-    let expected = std::fs::read(path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with {BLESS}=1 to create it)",
-            path.display()
-        )
-    });
+    let expected = std::fs::read(path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with {BLESS}=1 to create it)", path.display()));
     if actual == expected.as_slice() {
         return;
     }
@@ -303,9 +299,8 @@ mod tests {
 
     #[test]
     fn wait_until_times_out() {
-        let r = std::panic::catch_unwind(|| {
-            wait_until("never", Duration::from_millis(20), || false)
-        });
+        let r =
+            std::panic::catch_unwind(|| wait_until("never", Duration::from_millis(20), || false));
         assert!(r.is_err());
         let mut n = 0;
         wait_until("three calls", Duration::from_secs(5), || {
