@@ -105,7 +105,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kgmon: {e:#}");
+            eprintln!("kgmon: {}", crate::cmdline::sentence(&e));
             ExitCode::from(1)
         }
     }
@@ -225,8 +225,9 @@ fn mounted() -> Result<Mounted> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_MOUNT));
     let dir = crate::mount::ensure_mounted().map_err(|e| {
         anyhow!(
-            "no device server is mounted on {} and none could be started: {e:#}",
-            root.display()
+            "no device server is mounted on {} and none could be started: {}",
+            root.display(),
+            crate::cmdline::sentence(&e)
         )
     })?;
     let gmon = dir.join("gmon");
@@ -585,11 +586,7 @@ mod tests {
             ]
         );
         // vmlinux.syms names what gprof needs, and gprof reads the pair.
-        let have_gprof = Command::new("gprof").arg("--version").output().is_ok();
-        if !have_gprof && std::env::var("PROFDEV_REQUIRE_TOOLS").as_deref() == Ok("1") {
-            panic!("gprof is not installed, and PROFDEV_REQUIRE_TOOLS=1");
-        }
-        if have_gprof {
+        if profdev_testkit::tools("kgmon's dump read by gprof", &["gprof"]) {
             let g = Command::new("gprof")
                 .args(["-b", "vmlinux.syms", "gmon.out"])
                 .current_dir(d.path())
@@ -598,15 +595,7 @@ mod tests {
             assert!(g.status.success(), "{g:?}");
             let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/golden/kgmon_synthetic.gprof.txt");
-            if std::env::var_os("PROFDEV_BLESS").is_some() {
-                std::fs::write(&golden, &g.stdout).unwrap();
-            }
-            assert_eq!(
-                String::from_utf8_lossy(&g.stdout),
-                std::fs::read_to_string(&golden).unwrap(),
-                "PROFDEV_BLESS=1 rewrites {}",
-                golden.display()
-            );
+            profdev_testkit::golden(&golden, &g.stdout);
         }
         // -r zeroes; the state is unchanged.
         let (out, _) = kgmon(&["-rp"], &dev, d.path());
@@ -721,6 +710,22 @@ mod tests {
         assert_eq!(
             format!("{e:#}"),
             "cannot open the directory /nonexistent/dir: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn a_missing_system_file_is_one_sentence() {
+        let d = tempfile::tempdir().unwrap();
+        let dev = DevFiles::new();
+        kgmon(&["-b"], &dev, d.path());
+        kgmon(&["-h"], &dev, d.path());
+        let args = Args::try_parse_from(["kgmon", "-p", "-N", "/nonexistent/vmlinux"]).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let e = run(&args, &dev, &|| Ok(ksyms(0)), d.path(), &mut out, &mut err).unwrap_err();
+        // The reason once, not once per link of the error chain.
+        assert_eq!(
+            crate::cmdline::sentence(&e),
+            "cannot read /nonexistent/vmlinux: No such file or directory (os error 2)"
         );
     }
 }

@@ -227,18 +227,13 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     } else {
         foreground(&args.dir, &serving)
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("profdev: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    crate::cmdline::finish("profdev mount", result.map(|()| ExitCode::SUCCESS))
 }
 
 /// The mount directory of the profdev server the profiling commands use:
 /// $PROFDEV_MOUNT, or /run/profdev. If no server is mounted there, start
-/// one in the background (`profdev mount -b`) and say so on stderr.
+/// one in the background (`profdev mount -b`) and say so on stderr, with
+/// the command that stops it.
 ///
 /// ```no_run
 /// let dir = crate::mount::ensure_mounted()?;
@@ -260,7 +255,7 @@ pub fn ensure_mounted_with(exe: &Path, dir: &Path) -> Result<PathBuf> {
     }
     let started = background(exe, dir, &Serving::default())?;
     eprintln!(
-        "profdev: started a device server at {}",
+        "profdev: started a device server at {0} (stop it with: profdev unmount {0})",
         started.dir.display()
     );
     Ok(started.dir)
@@ -456,7 +451,7 @@ fn daemon(dir: &Path, serving: &Serving) -> Result<()> {
     let (mounted, files) = match mounted {
         Ok(m) => m,
         Err(e) => {
-            let _ = writeln!(out, "error: {e:#}");
+            let _ = writeln!(out, "error: {}", crate::cmdline::sentence(&e));
             return Err(e);
         }
     };
@@ -490,18 +485,10 @@ mod tests {
     /// /dev/fuse; skips without them unless PROFDEV_REQUIRE_PRIVILEGED=1.
     #[test]
     fn ensure_mounted_starts_a_server_once() {
-        let why = if !nix::unistd::geteuid().is_root() {
-            "mounting needs root"
-        } else if !Path::new("/dev/fuse").exists() {
-            "/dev/fuse does not exist"
-        } else {
-            ""
-        };
-        if !why.is_empty() {
-            if std::env::var("PROFDEV_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-                panic!("ensure_mounted needs a capability this machine lacks: {why}");
-            }
-            eprintln!("SKIPPED ensure_mounted_starts_a_server_once: {why}");
+        if !profdev_testkit::privileged(
+            "ensure_mounted_starts_a_server_once",
+            profdev_testkit::can_mount(),
+        ) {
             return;
         }
         // The unit-test binary is target/*/deps/profdev-HASH; cargo builds

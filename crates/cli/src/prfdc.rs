@@ -3,12 +3,27 @@
 //! (profiler(1M)).
 //!
 //! As SVR4's prfdc: `period` is in minutes (default 10), `off_hour` an hour
-//! of the day (default 17; 24 never comes), both read with `atoi`. prfdc
-//! refuses an existing file, creates the log, switches profiling on, and goes into the background: the command returns
-//! at once, and the collector writes the header and a first record
-//! immediately, then one record every period, and exits after writing a
-//! record whose local hour is `off_hour`. The log is profdev's 64-bit
-//! layout (see `profdev_formats::prflog`).
+//! of the day (24 never comes), both read with `atoi`. prfdc refuses an
+//! existing file, creates the log (mode 0600: it holds kernel addresses), switches
+//! profiling on, and goes into the background: the command prints the
+//! collector's process id on standard error and returns at once, and the
+//! collector writes the header and a first record immediately, then one
+//! record every period, and exits after writing a record whose local hour
+//! is `off_hour`. The log is profdev's 64-bit layout (see
+//! `profdev_formats::prflog`).
+//!
+//! Without `off_hour`, the collector runs until it is killed or has written
+//! `-n` records. SVR4's default `off_hour` was 17 (the end of a working
+//! day): started at 17:xx, its collector stopped after one record, and
+//! started at 9:00 it ran all day. profdev drops that default on purpose.
+//!
+//! Example:
+//!
+//! ```text
+//! $ profdev prfdc -u 1 /tmp/log 5
+//! prfdc: collecting into /tmp/log every 5 s in the background: pid 4242 (stop it with kill 4242)
+//! $ kill 4242
+//! ```
 //!
 //! profdev adds two options: `-u SECONDS` sets the period's unit (60 by
 //! default; `-u 1` makes the period count seconds, for tests and short
@@ -45,8 +60,17 @@ fn error(msg: &str) -> ExitCode {
 /// What the collector does, once the command line is read.
 struct Plan {
     period: Duration,
-    off_hour: i64,
+    /// The hour of day whose record is the last; None: no such hour.
+    off_hour: Option<i64>,
     count: Option<u64>,
+}
+
+impl Plan {
+    /// Is the collector done after writing its `written`th record, taken
+    /// in local hour `hour`?
+    fn done(&self, written: u64, hour: i64) -> bool {
+        self.count.is_some_and(|c| written >= c) || self.off_hour == Some(hour)
+    }
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -55,17 +79,19 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             "usage: prfdc [-f device_name] [-u seconds] [-n count] logfile [period [off_hour]]\n"
         );
         println!("Switch the prf profiler on and, in the background, append its counters to");
-        println!("logfile now and every period minutes (-u: seconds per period unit) until a");
-        println!("record is taken in hour off_hour (default 17) or count records are written.");
+        println!("logfile now and every period minutes (default 10; -u: seconds per period");
+        println!("unit) until a record is taken in hour off_hour, count records are written,");
+        println!("or the collector, whose pid it prints, is killed. (SVR4's default off_hour,");
+        println!("17, is not kept: without off_hour the collector runs until stopped.)");
         return ExitCode::SUCCESS;
     }
     let Ok(opts) = prfdev::getopt(args, &['f', 'u', 'n']) else {
         return error(USAGE);
     };
     let (log, rate, off_hour) = match opts.operands.as_slice() {
-        [log] => (log, 10, 17),
-        [log, rate] => (log, prfdev::atoi(rate), 17),
-        [log, rate, off] => (log, prfdev::atoi(rate), prfdev::atoi(off)),
+        [log] => (log, 10, None),
+        [log, rate] => (log, prfdev::atoi(rate), None),
+        [log, rate, off] => (log, prfdev::atoi(rate), Some(prfdev::atoi(off))),
         _ => return error(USAGE),
     };
     let unit = match opts.get('u').map(prfdev::atoi) {
@@ -109,11 +135,30 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     match unsafe { libc::fork() } {
         -1 => return error(&format!("cannot fork: {}", std::io::Error::last_os_error())),
         0 => {}
-        _ => return ExitCode::SUCCESS,
+        pid => {
+            eprintln!(
+                "prfdc: collecting into {} every {} s in the background: pid {pid} (stop it with kill {pid})",
+                log.display(),
+                plan.period.as_secs()
+            );
+            return ExitCode::SUCCESS;
+        }
     }
     // SAFETY: setsid has no preconditions; in the child of a fork it cannot
     // fail with EPERM (the child is no process group leader).
     unsafe { libc::setsid() };
+    // The collector never reads or prints: let go of the caller's stdin and
+    // stdout, so that `pid=$(prfdc …)` or `prfdc … | cat` returns at once.
+    // It keeps stderr for its errors.
+    if let Ok(null) = OpenOptions::new().read(true).write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto descriptors 0 and 1, which this process owns;
+        // `null` stays open until both are done.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+    }
     match collect(&mut dev, &mut file, &plan) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => error(&msg),
@@ -149,9 +194,7 @@ fn collect(dev: &mut PrfDev, file: &mut AppendFile, plan: &Plan) -> Result<(), S
         // One write(2) per record: whole in the log or cut off again.
         file.append(&bytes).map_err(|e| e.to_string())?;
         written += 1;
-        if plan.count.is_some_and(|c| written >= c)
-            || i64::from(prfdev::localtime(time).hour) == plan.off_hour
-        {
+        if plan.done(written, i64::from(prfdev::localtime(time).hour)) {
             return Ok(());
         }
         let elapsed = plan
@@ -164,5 +207,47 @@ fn collect(dev: &mut PrfDev, file: &mut AppendFile, plan: &Plan) -> Result<(), S
                 std::thread::sleep(Duration::from_secs(u64::from(u32::MAX)));
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(off_hour: Option<i64>, count: Option<u64>) -> Plan {
+        Plan {
+            period: Duration::from_secs(60),
+            off_hour,
+            count,
+        }
+    }
+
+    #[test]
+    fn without_off_hour_no_hour_ends_the_collector() {
+        // The seed's default stopped the collector at 17:xx after one record.
+        let p = plan(None, None);
+        for hour in 0..24 {
+            assert!(!p.done(1, hour), "hour {hour}");
+            assert!(!p.done(1000, hour), "hour {hour}");
+        }
+    }
+
+    #[test]
+    fn off_hour_ends_the_collector_in_that_hour_only() {
+        let p = plan(Some(17), None);
+        assert!(p.done(1, 17));
+        assert!(!p.done(1, 16) && !p.done(5, 18));
+        // 24 never comes.
+        let p = plan(Some(24), None);
+        assert!((0..24).all(|h| !p.done(1, h)));
+    }
+
+    #[test]
+    fn count_ends_the_collector() {
+        let p = plan(None, Some(3));
+        assert!(!p.done(2, 10));
+        assert!(p.done(3, 10));
+        let p = plan(Some(17), Some(3));
+        assert!(p.done(1, 17) && p.done(3, 9) && !p.done(2, 9));
     }
 }

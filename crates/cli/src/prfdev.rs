@@ -88,7 +88,10 @@ pub fn device_path(cmd: &str, opt: Option<&str>) -> PathBuf {
     match crate::mount::ensure_mounted() {
         Ok(dir) => dir.join(name),
         Err(e) => {
-            eprintln!("{cmd}: no device server is mounted, and none could be started: {e:#}");
+            eprintln!(
+                "{cmd}: no device server is mounted, and none could be started: {}",
+                crate::cmdline::sentence(&e)
+            );
             mount_dir().join(name)
         }
     }

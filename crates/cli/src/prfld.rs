@@ -19,6 +19,11 @@
 //! | other | `cannot load profiler addresses` |
 //!
 //! More symbols than `PRF_GETMAX` allows: `too many text symbols`.
+//!
+//! Those lines are SVR4's, byte for byte; after each of the device's errors
+//! and `too many text symbols`, profdev adds a second line on standard
+//! error, `prfld: …`, that says what to do (for EBUSY: switch profiling
+//! off with `prfstat off` first).
 
 use crate::prfdev::{self, Access, PrfDev};
 use profdev_symbolize::KernelSymbols;
@@ -31,6 +36,50 @@ const USAGE: &str = "usage: prfld [-f device_name] [namelist]";
 fn error(msg: &str) -> ExitCode {
     println!("error: {msg}");
     ExitCode::from(1)
+}
+
+/// SVR4's message on standard output, byte for byte, then what to do on
+/// standard error.
+fn error_then(msg: &str, hint: &str) -> ExitCode {
+    println!("error: {msg}");
+    eprintln!("prfld: {hint}");
+    ExitCode::from(1)
+}
+
+/// SVR4's message for the device's answer to a load, and what to do.
+fn load_error(errno: Option<i32>, maxprf: usize) -> (&'static str, String) {
+    match errno {
+        Some(libc::ENOSPC) => (
+            "insufficient space in system for addresses",
+            format!("the device takes at most {maxprf} addresses; give a namelist with fewer text symbols"),
+        ),
+        Some(libc::E2BIG) => (
+            "unaligned data or insufficient addresses",
+            "the device takes 0 and at least two text addresses; give the running kernel's namelist \
+             (/proc/kallsyms, its System.map or its vmlinux)"
+                .into(),
+        ),
+        Some(libc::EBUSY) => (
+            "profiler is enabled",
+            "switch profiling off first (profdev prfstat off), then load".into(),
+        ),
+        Some(libc::EINVAL) => (
+            "text addresses not sorted properly",
+            "the table must start at 0 and ascend without repeats (prfld sorts it: if this \
+             namelist came through prfld, please report it)"
+                .into(),
+        ),
+        _ => (
+            "cannot load profiler addresses",
+            match errno {
+                Some(e) => format!(
+                    "the device refused the table: {}; check the device with profdev prfstat",
+                    std::io::Error::from_raw_os_error(e)
+                ),
+                None => "the device took only part of the table; check it with profdev prfstat".into(),
+            },
+        ),
+    }
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -74,19 +123,21 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Err(e) => return error(&e),
     };
     if table.len() > maxprf {
-        return error("too many text symbols");
+        return error_then(
+            "too many text symbols",
+            &format!(
+                "the namelist has {} text addresses and the device takes at most {maxprf}",
+                table.len()
+            ),
+        );
     }
-    match dev.load(&table) {
-        Ok(n) if n == table.len() * 8 => ExitCode::SUCCESS,
-        Ok(_) => error("cannot load profiler addresses"),
-        Err(e) => error(match e.raw_os_error() {
-            Some(libc::ENOSPC) => "insufficient space in system for addresses",
-            Some(libc::E2BIG) => "unaligned data or insufficient addresses",
-            Some(libc::EBUSY) => "profiler is enabled",
-            Some(libc::EINVAL) => "text addresses not sorted properly",
-            _ => "cannot load profiler addresses",
-        }),
-    }
+    let failed = match dev.load(&table) {
+        Ok(n) if n == table.len() * 8 => return ExitCode::SUCCESS,
+        Ok(_) => None,
+        Err(e) => Some(e.raw_os_error().unwrap_or(0)),
+    };
+    let (msg, hint) = load_error(failed, maxprf);
+    error_then(msg, &hint)
 }
 
 /// The table prfld loads: 0, then each code symbol's address once, sorted.
@@ -112,6 +163,29 @@ pub fn table(syms: &KernelSymbols) -> Result<Vec<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_device_error_keeps_svr4_words_and_says_what_to_do() {
+        for (errno, svr4) in [
+            (
+                Some(libc::ENOSPC),
+                "insufficient space in system for addresses",
+            ),
+            (
+                Some(libc::E2BIG),
+                "unaligned data or insufficient addresses",
+            ),
+            (Some(libc::EBUSY), "profiler is enabled"),
+            (Some(libc::EINVAL), "text addresses not sorted properly"),
+            (Some(libc::EIO), "cannot load profiler addresses"),
+            (None, "cannot load profiler addresses"),
+        ] {
+            let (msg, hint) = load_error(errno, 130_560);
+            assert_eq!(msg, svr4);
+            assert!(!hint.is_empty() && !hint.contains('\n'), "{hint}");
+        }
+        assert!(load_error(Some(libc::EBUSY), 1).1.contains("prfstat off"));
+    }
 
     #[test]
     fn table_is_zero_then_sorted_code_addresses_once() {

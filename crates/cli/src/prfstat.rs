@@ -3,7 +3,8 @@
 //!
 //! As SVR4's prfstat: the device is opened first (`cannot open …`), more
 //! than one operand prints `usage: prfstat  [ on ]  [ off ]`, a word other
-//! than `on` or `off` prints `eh?` (all on standard output, exit status 1).
+//! than `on` or `off` prints `eh?` (all on standard output, exit status 1;
+//! after `eh?`, profdev adds a line on standard error saying what to say).
 //! Then it prints `profiling enabled` or `profiling disabled`, and, when a
 //! table is loaded, `N kernel text addresses`. If switching on fails (the
 //! sampling engine cannot start), the reason goes to standard error; the
@@ -41,7 +42,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
                 eprintln!("prfstat: cannot switch profiling {word}: {e}");
             }
         }
-        [_] => return fail("eh?"),
+        [word] => {
+            let code = fail("eh?");
+            eprintln!("prfstat: {word:?} is neither on nor off: say prfstat on, prfstat off, or prfstat alone for the state");
+            return code;
+        }
         _ => return fail(USAGE),
     }
     let status = match dev.status() {

@@ -22,7 +22,7 @@
 //! | `-v` | include rows with no samples: every line of each shown source file, every function symbol of each module |
 //! | `-m MODULE` | profile only this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-e` | profile CMD's own executable (adds it to the `-m` list) |
-//! | `-s MS` | the sampling interval in milliseconds (default 1 with CMD; the device's own default is 100) |
+//! | `-s MS` | the sampling interval in milliseconds (default 1, with CMD and with `-b`; the device's own default, for a bare `start` on `prof/ctl`, is 100) |
 //! | `-i` | charge inlined code to its own lines and functions (see Attribution); not in Inferno |
 //! | `-b` | begin: start profiling on the mounted device (and run CMD if given) and exit, leaving profiling on |
 //!
@@ -37,9 +37,11 @@
 //! CMD, then up to a second for CMD's descendants, then stops. Its exit
 //! status is CMD's (128 + signal if CMD was killed).
 //!
-//! The default interval with CMD is 1 ms (1000 samples per second of CPU
-//! time), not the device's 100 ms: Inferno's 100 ms suited a slow
-//! interpreter; on native code a one-second run would yield ten samples.
+//! The default interval is 1 ms (1000 samples per second of CPU time), with
+//! CMD and with `-b` (which writes `interval 1` before `start`), not the
+//! device's 100 ms: Inferno's 100 ms suited a slow interpreter; on native
+//! code a one-second run would yield ten samples. The device keeps its
+//! 100 ms for a bare `start` written to `prof/ctl`.
 //!
 //! **Attribution.** Each histogram pc is an address in the module's ELF
 //! file. Its *function* is the out-of-line function holding it (its ELF
@@ -134,6 +136,9 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]";
 
+/// The sampling interval, in ms, unless `-s` gives one (with CMD and `-b`).
+const DEFAULT_INTERVAL_MS: u32 = 1;
+
 /// The command line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Args {
@@ -213,8 +218,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         );
         println!("source line (-l, the default) and per function (-f). Without CMD, show what");
         println!("the mounted prof device holds. -n prefixes rows with the source file, -v shows");
-        println!("rows with no samples, -s sets the interval in ms (default 1), -e profiles");
-        println!("CMD's own executable only, -b starts the mounted device and leaves it on.");
+        println!("rows with no samples, -s sets the interval in ms (default 1, also with -b),");
+        println!("-e profiles CMD's own executable only, -i charges inlined code to the inlined");
+        println!("function and its own lines, -b starts the mounted device and leaves it on.");
         return ExitCode::SUCCESS;
     }
     let args = match parse_args(args) {
@@ -227,7 +233,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     match run(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("prof: {e:#}");
+            eprintln!("prof: {}", crate::cmdline::sentence(&e));
             ExitCode::from(1)
         }
     }
@@ -335,7 +341,7 @@ fn ctl(dev: &Prof, msg: &str) -> Result<()> {
 fn profile_command(
     args: &Args,
 ) -> Result<(std::process::ExitStatus, Vec<Record>, prof::ProfStats)> {
-    let interval = args.interval.unwrap_or(1);
+    let interval = args.interval.unwrap_or(DEFAULT_INTERVAL_MS);
     let words = module_words(args)?;
     let config = prof::session_config(interval);
     let _guard = IgnoreInterrupts::new();
@@ -388,11 +394,9 @@ fn begin(args: &Args) -> Result<ExitCode> {
             .and_then(|mut f| f.write_all(format!("{msg}\n").as_bytes()))
             .with_context(|| format!("cannot start profiling: {}: {msg:?}", ctl_path.display()))
     };
-    if let Some(ms) = args.interval {
-        write(format!("interval {ms}"))?;
+    for msg in begin_messages(args.interval, &words) {
+        write(msg)?;
     }
-    write(format!("module {}", words.join(" ")).trim_end().to_string())?;
-    write("start".into())?;
     if args.command.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
@@ -403,6 +407,18 @@ fn begin(args: &Args) -> Result<ExitCode> {
     restore_in_child(&mut cmd);
     let status = cmd.status().context("cannot run the command")?;
     Ok(exit_code(status))
+}
+
+/// The control messages `-b` writes: the interval (prof's default, not the
+/// device's, unless `-s` gives one), the modules, `start`.
+fn begin_messages(interval: Option<u32>, modules: &[String]) -> [String; 3] {
+    [
+        format!("interval {}", interval.unwrap_or(DEFAULT_INTERVAL_MS)),
+        format!("module {}", modules.join(" "))
+            .trim_end()
+            .to_string(),
+        "start".to_string(),
+    ]
 }
 
 /// Read every record of a device through its files, as the library did:
@@ -652,6 +668,17 @@ mod tests {
     }
 
     #[test]
+    fn begin_sets_the_default_interval_too() {
+        // -s is documented as "default 1": -b must not leave the device
+        // at its own 100 ms.
+        assert_eq!(begin_messages(None, &[]), ["interval 1", "module", "start"]);
+        assert_eq!(
+            begin_messages(Some(7), &["libc.so.6".into()]),
+            ["interval 7", "module libc.so.6", "start"]
+        );
+    }
+
+    #[test]
     fn options() {
         let a = parse(&[
             "-fl",
@@ -713,9 +740,9 @@ mod tests {
         let factory = profdev_dev::engine::ReplayFactory::new(recs);
         let dev = Prof::new(Engine::new(Arc::new(factory)));
         ctl(&dev, "start").unwrap();
-        while !dev.session_ended() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        profdev_testkit::wait_until("the replay to end", Duration::from_secs(30), || {
+            dev.session_ended()
+        });
         ctl(&dev, "stop").unwrap();
         let records = read_dev(&dev).unwrap();
         assert_eq!(

@@ -7,9 +7,12 @@
 //!
 //! It drives a kprof device exactly that way (through its `kpctl` and
 //! `kpdata` files), system wide on every CPU, around CMD; writes
-//! DIR/kpdata; prints the kprof table; then explains the ticks outside
-//! kernel text — per process, per user-space function, per kernel-module
-//! symbol — which kprof could never say. It exits with CMD's status.
+//! DIR/kpdata; prints the kprof table, byte for byte, and after it how many
+//! of its ticks were the idle loop (pid 0) — on an idle machine the top row
+//! is a halt instruction such as `pv_native_safe_halt`; then explains the
+//! ticks outside kernel text — per process, per user-space function, per
+//! kernel-module symbol — which kprof could never say. It exits with CMD's
+//! status.
 //!
 //! DIR is created 0755 if missing (never through a symbolic link another
 //! user planted) and DIR/kpdata 0600, since it holds kernel addresses; it
@@ -149,6 +152,12 @@ fn run(args: &Args) -> Result<ExitCode> {
         writeln!(out, "kprof: {e}")?;
     }
     let collector = collector.lock().unwrap_or_else(|p| p.into_inner());
+    if !args.bpf {
+        out.write_all(
+            profdev_report::outside::idle_line(collector.idle_in_text, collector.in_text)
+                .as_bytes(),
+        )?;
+    }
     writeln!(out)?;
     let stats = if args.bpf {
         writeln!(
@@ -276,6 +285,10 @@ struct Collector {
     tasks: Tasks,
     stats: SourceStats,
     outside: HashMap<(u32, Key), u64>,
+    /// Ticks in kernel text (the kprof table's), and those of them that
+    /// were the idle loop (`Sample::is_idle`).
+    in_text: u64,
+    idle_in_text: u64,
 }
 
 impl Collector {
@@ -286,6 +299,8 @@ impl Collector {
             tasks: Tasks::new(),
             stats: SourceStats::default(),
             outside: HashMap::new(),
+            in_text: 0,
+            idle_in_text: 0,
         }
     }
 
@@ -295,6 +310,8 @@ impl Collector {
                 Record::Sample(s) => {
                     self.stats.samples += 1;
                     if s.ip >= self.first_bucket && s.ip < self.text.end.0 {
+                        self.in_text += 1;
+                        self.idle_in_text += u64::from(s.is_idle());
                         continue;
                     }
                     let key = if s.mode == profdev_core::CpuMode::User {
@@ -476,5 +493,37 @@ impl HistogramCounter for BpfCounter {
     }
     fn words(&self) -> Vec<u32> {
         self.0.words()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_core::{CpuMode, KernelPc, Sample};
+
+    #[test]
+    fn idle_ticks_in_text_are_counted_apart() {
+        let text = KernelText {
+            start: KernelPc(0x1000),
+            end: KernelPc(0x9000),
+        };
+        let mut c = Collector::new(text, 3);
+        let sample = |pid: u32, ip: u64| {
+            Record::Sample(Sample {
+                pid,
+                tid: pid,
+                ip,
+                mode: CpuMode::Kernel,
+                ..Default::default()
+            })
+        };
+        c.observe(&[
+            sample(0, 0x2000),
+            sample(0, 0x2008),
+            sample(7, 0x2000),
+            sample(0, 0xa000), // outside text: not the table's
+        ]);
+        assert_eq!((c.idle_in_text, c.in_text), (2, 3));
+        assert_eq!(c.stats.samples, 4);
     }
 }

@@ -38,7 +38,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("profdev: {e}");
+            eprintln!("profdev unmount: {e}");
             ExitCode::from(1)
         }
     }

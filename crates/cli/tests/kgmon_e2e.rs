@@ -30,14 +30,7 @@ fn dd() {
 }
 
 fn have_gprof() -> bool {
-    if Command::new("gprof").arg("--version").output().is_ok() {
-        return true;
-    }
-    if std::env::var("PROFDEV_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("gprof is not installed, and PROFDEV_REQUIRE_TOOLS=1");
-    }
-    eprintln!("SKIPPED: gprof is not installed");
-    false
+    profdev_testkit::tools("kgmon's profile read by gprof", &["gprof"])
 }
 
 /// `gprof -b vmlinux.syms gmon.out` in `dir`: its flat profile's first
@@ -138,17 +131,6 @@ fn device_live_begin_halt_dump_gprof() {
     assert!(out.contains("\t\t\tCall graph\n"), "{out}");
 }
 
-fn can_mount() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("mounting needs root (CAP_SYS_ADMIN)".into());
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse does not exist (modprobe fuse)".into());
-    }
-    Ok(())
-}
-
 /// Unmounts `0` when dropped, whatever happened.
 struct Unmount(std::path::PathBuf);
 
@@ -197,8 +179,11 @@ fn kgmon_sequence_through_the_mount() {
     assert_eq!(code, Some(0), "kgmon -rb: {out}{err}");
     assert_eq!(out, "kgmon: kernel profiling is running.\n");
     assert!(
-        err.contains("started a device server"),
-        "kgmon must say it started a server: {err}"
+        err.contains(&format!(
+            "started a device server at {0} (stop it with: profdev unmount {0})\n",
+            mnt.display()
+        )),
+        "kgmon must say it started a server, and how to stop it: {err}"
     );
     assert_eq!(
         std::fs::read_to_string(mnt.join("gmon/state")).unwrap(),

@@ -13,18 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn can_mount() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("mounting needs root (CAP_SYS_ADMIN)".into());
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse does not exist (modprobe fuse)".into());
-    }
-    Ok(())
-}
+use std::time::Duration;
 
 /// The file system type mounted at `dir`, from /proc/mounts.
 fn mounted(dir: &Path) -> Option<String> {
@@ -38,12 +27,8 @@ fn mounted(dir: &Path) -> Option<String> {
         .next_back()
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    wait_until(what, Duration::from_secs(20), cond);
 }
 
 fn stderr_of(out: &std::process::Output) -> String {
@@ -418,6 +403,45 @@ impl ModeBits for std::fs::Metadata {
     }
 }
 
+/// profdev's own commands report errors in one form, `profdev CMD: …`,
+/// usage errors included (clap's `error: …` is not passed on as is).
+#[test]
+fn errors_take_one_form() {
+    for (args, want) in [
+        (
+            &["sample", "-x"][..],
+            "profdev sample: unexpected argument '-x' found\n",
+        ),
+        (
+            &["gmon"][..],
+            "profdev gmon: the following required arguments were not provided:\n",
+        ),
+        (
+            &["mount", "-q"][..],
+            "profdev mount: unexpected argument '-q' found\n",
+        ),
+        (
+            &["unmount", "a", "b"][..],
+            "profdev unmount: unexpected argument 'b' found\n",
+        ),
+    ] {
+        let out = run(profdev().args(args));
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with(want), "{args:?}: {err}");
+        assert!(!err.contains("error:"), "{args:?}: {err}");
+    }
+    let d = tempdir();
+    let out = run(profdev().arg("unmount").arg(d.path()));
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "profdev unmount: nothing is mounted at {}\n",
+            d.path().display()
+        )
+    );
+}
+
 #[test]
 fn bad_mount_points_are_one_sentence() {
     if !privileged("bad_mount_points_are_one_sentence", can_mount()) {
@@ -433,17 +457,20 @@ fn bad_mount_points_are_one_sentence() {
     let missing = t.join("missing");
     assert_eq!(
         fails(&["mount".as_ref(), missing.as_os_str()]),
-        format!("profdev: {} does not exist\n", missing.display())
+        format!("profdev mount: {} does not exist\n", missing.display())
     );
     let file = t.join("file");
     std::fs::write(&file, b"").unwrap();
     assert_eq!(
         fails(&["mount".as_ref(), "-b".as_ref(), file.as_os_str()]),
-        format!("profdev: {} is not a directory\n", file.display())
+        format!("profdev mount: {} is not a directory\n", file.display())
     );
     assert_eq!(
         fails(&["unmount".as_ref(), s.dir.as_os_str()]),
-        format!("profdev: nothing is mounted at {}\n", s.dir.display())
+        format!(
+            "profdev unmount: nothing is mounted at {}\n",
+            s.dir.display()
+        )
     );
 
     // Something else mounted there.
@@ -463,14 +490,14 @@ fn bad_mount_points_are_one_sentence() {
     assert_eq!(
         busy,
         format!(
-            "profdev: {} is already a mount point (tmpfs); unmount it first\n",
+            "profdev mount: {} is already a mount point (tmpfs); unmount it first\n",
             other.display()
         )
     );
     assert_eq!(
         refused,
         format!(
-            "profdev: {} is a tmpfs mount, not a profdev one; profdev leaves it alone\n",
+            "profdev unmount: {} is a tmpfs mount, not a profdev one; profdev leaves it alone\n",
             other.display()
         )
     );
@@ -480,7 +507,7 @@ fn bad_mount_points_are_one_sentence() {
     assert_eq!(
         fails(&["mount".as_ref(), "-b".as_ref(), s.dir.as_os_str()]),
         format!(
-            "profdev: a profdev server is already mounted at {}\n",
+            "profdev mount: a profdev server is already mounted at {}\n",
             s.dir.display()
         )
     );
@@ -501,7 +528,7 @@ fn bad_mount_points_are_one_sentence() {
     assert_eq!(
         stderr_of(&out),
         format!(
-            "profdev: mounting {} needs CAP_SYS_ADMIN; run profdev mount as root\n",
+            "profdev mount: mounting {} needs CAP_SYS_ADMIN; run profdev mount as root\n",
             s.dir.display()
         )
     );
@@ -541,7 +568,7 @@ fn bad_mount_points_are_one_sentence() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
     assert_eq!(
         stderr_of(&out),
-        "profdev: /dev/fuse does not exist; load the fuse module (modprobe fuse)\n"
+        "profdev mount: /dev/fuse does not exist; load the fuse module (modprobe fuse)\n"
     );
     assert_eq!(mounted(&s.dir), None);
 }

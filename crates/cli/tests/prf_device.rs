@@ -20,14 +20,9 @@ const PRF_GETMAX: u64 = 0x5004;
 const MAXPRF: usize = 130_560;
 const TV_R1: [u64; 4] = [0, 0xC000_1000, 0xC000_2000, 0xC000_3000];
 
-fn can_mount() -> Result<(), String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Err("/dev/fuse is missing".into());
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("mounting a FUSE file system without fusermount needs root".into());
-    }
+/// Mounting (root, /dev/fuse) and system-wide sampling.
+fn can_mount_and_sample() -> Result<(), String> {
+    can_mount()?;
     can_sample_system()
 }
 
@@ -38,7 +33,7 @@ struct Mount {
 
 impl Mount {
     fn new(what: &str) -> Option<Mount> {
-        if !privileged(what, can_mount()) {
+        if !privileged(what, can_mount_and_sample()) {
             return None;
         }
         let dir = tempdir();
@@ -495,7 +490,14 @@ fn tv_r5_and_command_messages() {
         )
     };
     let out = prf_cmd(&["prfstat", "maybe"], &prf);
-    assert_eq!(msg(&out), (1, "eh?\n".into(), String::new()));
+    assert_eq!(
+        msg(&out),
+        (
+            1,
+            "eh?\n".into(),
+            "prfstat: \"maybe\" is neither on nor off: say prfstat on, prfstat off, or prfstat alone for the state\n".into()
+        )
+    );
     let out = prf_cmd(&["prfstat", "on", "off"], &prf);
     assert_eq!(
         msg(&out),
@@ -514,7 +516,11 @@ fn tv_r5_and_command_messages() {
     let out = prf_cmd(&["prfld"], &prf);
     assert_eq!(
         msg(&out),
-        (1, "error: profiler is enabled\n".into(), String::new())
+        (
+            1,
+            "error: profiler is enabled\n".into(),
+            "prfld: switch profiling off first (profdev prfstat off), then load\n".into()
+        )
     );
     prf_cmd(&["prfstat", "off"], &prf);
     let out = prf_cmd(&["prfld", "a", "b"], &prf);
@@ -543,7 +549,9 @@ fn tv_r5_and_command_messages() {
         (
             1,
             "error: unaligned data or insufficient addresses\n".into(),
-            String::new()
+            "prfld: the device takes 0 and at least two text addresses; give the running kernel's \
+             namelist (/proc/kallsyms, its System.map or its vmlinux)\n"
+                .into()
         )
     );
     // A failed load left the last good table in place.
@@ -596,17 +604,43 @@ fn prfdc_collects_every_period_in_the_background() {
     assert!(out.status.success(), "{out:?}");
     let started = Instant::now();
     // Every second (-u 1, period 1), never an off hour (24), three records.
-    let st = profdev()
+    // The collector keeps stderr (for its errors), so read prfdc's line,
+    // not the pipe to its end.
+    let mut child = profdev()
         .args(["prfdc", "-f"])
         .arg(&prf)
         .args(["-u", "1", "-n", "3"])
         .arg(&log)
         .args(["1", "24"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let st = child.wait().unwrap();
     assert!(st.success());
+    let mut err = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stderr.take().unwrap()),
+        &mut err,
+    )
+    .unwrap();
+    // The collector's stdout is not the caller's: `$(prfdc …)` returns.
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(out.is_empty());
+    // The collector's pid, as prfdc prints it when it detaches.
+    let pid: i32 = err
+        .strip_prefix(&format!(
+            "prfdc: collecting into {} every 1 s in the background: pid ",
+            log.display()
+        ))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no collector pid in {err:?}"));
+    assert!(
+        err.ends_with(&format!(" (stop it with kill {pid})\n")),
+        "{err:?}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "prfdc returns at once"
@@ -630,7 +664,13 @@ fn prfdc_collects_every_period_in_the_background() {
         );
         workload(0.2);
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // The collector exits after its third record (a zombie, if nothing
+    // reaps it, counts as gone).
+    wait_until("the collector to exit", Duration::from_secs(20), || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(") ").next().unwrap_or("").starts_with('Z')
+        })
+    });
     let bytes = std::fs::read(&log).unwrap();
     assert_eq!(
         bytes.len(),
@@ -651,7 +691,7 @@ fn prfdc_collects_every_period_in_the_background() {
 
 #[test]
 fn without_f_the_command_starts_a_device_server_and_says_so() {
-    if !privileged("prf commands starting a server", can_mount()) {
+    if !privileged("prf commands starting a server", can_mount_and_sample()) {
         return;
     }
     let d = tempdir();
@@ -661,8 +701,10 @@ fn without_f_the_command_starts_a_device_server_and_says_so() {
     let unmount = run(profdev().arg("unmount").arg(&dir));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "profiling disabled\n");
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains(&format!("started a device server at {}", dir.display())),
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "profdev: started a device server at {0} (stop it with: profdev unmount {0})\n",
+            dir.display()
+        )),
         "{out:?}"
     );
     assert!(unmount.status.success(), "{unmount:?}");

@@ -54,7 +54,32 @@ fn dd_zeroing_routine_is_in_the_top_three_and_dd_is_named() {
         .arg("/proc/kallsyms")
         .arg(out_dir.join("kpdata")));
     assert!(again.status.success());
-    assert!(stdout.starts_with(&*String::from_utf8_lossy(&again.stdout)));
+    let table = String::from_utf8_lossy(&again.stdout);
+    assert!(stdout.starts_with(&*table));
+
+    // Right after the table: how many of its ticks were the idle loop.
+    let in_text: u64 = table
+        .lines()
+        .next()
+        .and_then(|l| l.split("in kernel text: ").nth(1))
+        .and_then(|r| r.split('\t').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no in-text count in {table}"));
+    let idle_line = stdout[table.len()..].lines().next().unwrap();
+    let idle: u64 = idle_line
+        .strip_prefix("idle: ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no idle line after the table: {idle_line:?}"));
+    let t = 1000 * idle / in_text;
+    assert_eq!(
+        idle_line,
+        format!(
+            "idle: {idle} of the {in_text} ticks in kernel text ({}.{}%) were the idle loop (pid 0: a CPU with nothing to run)",
+            t / 10,
+            t % 10
+        )
+    );
 }
 
 #[test]
@@ -108,37 +133,64 @@ fn errors_are_one_sentence_and_write_nothing() {
     );
 }
 
+/// Can the test run profdev as `nobody`, with the kernel hiding addresses
+/// from it? (root to switch users; a kernel.perf_event_paranoid above 0,
+/// or nobody may sample and the test has nothing to check.)
+fn can_run_as_nobody_refused() -> Result<(), String> {
+    if !profdev_testkit::is_root() {
+        return Err("switching to the user nobody needs root".into());
+    }
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map_err(|e| format!("cannot read kernel.perf_event_paranoid: {e}"))?;
+    match paranoid.trim().parse::<i32>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(format!(
+            "kernel.perf_event_paranoid is {}: any user may sample",
+            paranoid.trim()
+        )),
+    }
+}
+
 #[test]
 fn unprivileged_user_gets_the_sysctl_named() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!(
-            "SKIPPED unprivileged_user_gets_the_sysctl_named: needs root to switch to nobody"
-        );
+    if !privileged(
+        "unprivileged_user_gets_the_sysctl_named",
+        can_run_as_nobody_refused(),
+    ) {
         return;
     }
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
-    if paranoid.trim().parse::<i32>().unwrap() <= 0 {
-        eprintln!("SKIPPED unprivileged_user_gets_the_sysctl_named: perf_event_paranoid <= 0 lets anyone sample");
-        return;
-    }
+    let kptr = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").unwrap();
+    // A copy of the binary that nobody can run, in a directory it can use
+    // (the build directory may be closed to it).
     let d = tempdir();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_profdev"));
-    let mut cmd = std::process::Command::new(exe);
+    let exe = d.path().join("profdev");
+    std::fs::copy(env!("CARGO_BIN_EXE_profdev"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = std::process::Command::new(&exe);
     cmd.current_dir(d.path())
         .uid(65534)
         .gid(65534)
         .args(["sample", "--", "true"]);
     let out = run(&mut cmd);
     let err = String::from_utf8_lossy(&out.stderr);
-    if err.contains("Permission denied") && err.contains("cannot run") {
-        eprintln!("SKIPPED unprivileged_user_gets_the_sysctl_named: nobody cannot execute the test binary");
-        return;
-    }
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("kernel.perf_event_paranoid"), "{err}");
+    // The sysctl that hides the addresses, with its value, and the
+    // capabilities that would do.
+    let cause = match kptr.trim() {
+        "0" => format!(
+            "the sysctl kernel.perf_event_paranoid is {},",
+            paranoid.trim()
+        ),
+        k => format!("the sysctl kernel.kptr_restrict is {k},"),
+    };
+    assert!(err.contains(&cause), "{err}");
+    assert!(
+        err.contains("CAP_PERFMON") && err.contains("CAP_SYSLOG"),
+        "{err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }

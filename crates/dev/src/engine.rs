@@ -229,9 +229,7 @@ mod tests {
                 Arc::new(move |b: &[Record]| g.lock().unwrap().extend_from_slice(b)),
             )
             .unwrap();
-        while !sub.ended() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        profdev_testkit::wait_until("the replay to end", Duration::from_secs(30), || sub.ended());
         let stats = sub.stop();
         assert_eq!(*got.lock().unwrap(), recs);
         assert_eq!(stats.samples, 1);

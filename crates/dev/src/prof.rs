@@ -1125,9 +1125,17 @@ mod tests {
         assert_ne!(id1, id2);
         p.feed(&[mmap(2, &path, id2, None), sample(2, BASE + 0x10)]);
         assert_eq!(dirs(&p), ["ctl", "00000002", "00000001"]);
-        // A rewrite in place: same inode, the build id changes back.
-        std::thread::sleep(std::time::Duration::from_millis(30));
+        // A rewrite in place: same inode, the build id changes back, and a
+        // later mtime (set, not waited for: a coarse clock could give the
+        // rewrite the same mtime as the rename).
+        let renamed = std::fs::metadata(&prog).unwrap().modified().unwrap();
         std::fs::write(&prog, &original).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&prog)
+            .unwrap()
+            .set_modified(renamed + std::time::Duration::from_secs(1))
+            .unwrap();
         assert_eq!(real_id(&prog), id2);
         p.feed(&[mmap(3, &path, id2, None), sample(3, BASE + 0x10)]);
         // The same file again: the same record.
@@ -1220,9 +1228,11 @@ mod tests {
         write(&p, b"start\n").unwrap();
         assert_eq!(p.mode(), Some(Mode::Sampling));
         write(&p, b"start\n").unwrap(); // ignored while running
-        while !p.session_ended() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        profdev_testkit::wait_until(
+            "the replay to end",
+            std::time::Duration::from_secs(30),
+            || p.session_ended(),
+        );
         write(&p, b"stop\n").unwrap();
         assert_eq!(p.mode(), None);
         assert_eq!(read_all(&p, "00000001", "histogram"), "0x18 1\n0x30 2\n");

@@ -47,28 +47,9 @@ fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/gmon")
 }
 
-fn bless() -> bool {
-    std::env::var_os("PROFDEV_BLESS").is_some_and(|v| v == "1")
-}
-
 /// Compare `got` with the golden file `name`, or rewrite it when blessing.
 fn check_golden(name: &str, got: &[u8]) {
-    let path = golden_dir().join(name);
-    if bless() {
-        std::fs::write(&path, got).unwrap();
-        return;
-    }
-    let want = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    if want != got {
-        let at = want.iter().zip(got).position(|(a, b)| a != b);
-        panic!(
-            "{name}: differs from the golden file (lengths {} and {}, first difference at byte {:?}); \
-             PROFDEV_BLESS=1 rewrites it",
-            want.len(),
-            got.len(),
-            at
-        );
-    }
+    profdev_testkit::golden(&golden_dir().join(name), got);
 }
 
 /// The common payload of TV-G1..G3: 384 2-byte bins, 3 arcs, 100 Hz.
@@ -185,16 +166,11 @@ struct Tools {
 
 impl Tools {
     fn get() -> Option<Tools> {
-        for tool in ["gprof", "as", "ld"] {
-            let found = Command::new(tool).arg("--version").output().is_ok();
-            if !found {
-                let why = format!("`{tool}` is not installed (GNU binutils)");
-                if std::env::var_os("PROFDEV_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
-                    panic!("{why}, and PROFDEV_REQUIRE_TOOLS=1");
-                }
-                eprintln!("skipped: {why}");
-                return None;
-            }
+        if !profdev_testkit::tools(
+            "gprof on the fixture (GNU binutils)",
+            &["gprof", "as", "ld"],
+        ) {
+            return None;
         }
         let dir = tempfile::tempdir().unwrap();
         let run = |cmd: &mut Command| {

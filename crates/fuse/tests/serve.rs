@@ -23,23 +23,7 @@ use std::time::Duration;
 // ---------------------------------------------------------------- gate
 
 fn privileged(what: &str) -> bool {
-    let why = if !nix::unistd::geteuid().is_root() {
-        Some("not running as root (mounting needs CAP_SYS_ADMIN)".to_string())
-    } else if !Path::new("/dev/fuse").exists() {
-        Some("/dev/fuse does not exist (modprobe fuse)".to_string())
-    } else {
-        None
-    };
-    match why {
-        None => true,
-        Some(why) => {
-            if std::env::var("PROFDEV_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-                panic!("{what} needs a capability this machine lacks: {why}");
-            }
-            eprintln!("SKIPPED {what}: {why}");
-            false
-        }
-    }
+    profdev_testkit::privileged(what, profdev_testkit::can_mount())
 }
 
 // ---------------------------------------------------------------- devices

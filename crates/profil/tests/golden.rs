@@ -23,18 +23,7 @@ fn golden(name: &str) -> PathBuf {
 }
 
 fn check_golden(name: &str, actual: &str) {
-    let path = golden(name);
-    if std::env::var_os("PROFDEV_BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (PROFDEV_BLESS=1 creates it)", path.display()));
-    assert!(
-        want == actual,
-        "{} differs (PROFDEV_BLESS=1 rewrites it)\n--- want\n{want}\n--- got\n{actual}",
-        path.display()
-    );
+    profdev_testkit::golden(&golden(name), actual.as_bytes());
 }
 
 fn show(t: Tick) -> String {

@@ -98,7 +98,8 @@ fn scope_counts_the_hot_function_and_stops() {
         .sum();
     eprintln!("scope: {total} counts, {hot} in rust_hot");
     assert!(total >= 20, "{total}");
-    assert!(hot as f64 >= 0.75 * total as f64, "{hot} of {total}");
+    // rust_hot burns all of the closure's CPU time.
+    profdev_testkit::assert_share_at_least("rust_hot", hot as f64 / total as f64, total, 0.95);
 }
 
 #[test]

@@ -7,6 +7,31 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+/// The line printed after the kprof table: how many of its `in_text` ticks
+/// were the idle loop (`idle`: samples of pid 0, the CPU's idle task), and
+/// their share, truncated to tenths as kprof's. On an idle machine the top
+/// rows (`pv_native_safe_halt`, `default_idle`, `intel_idle`…) are a CPU
+/// with nothing to run, not kernel work, and the table alone does not say so.
+///
+/// ```
+/// assert_eq!(
+///     profdev_report::outside::idle_line(812, 1000),
+///     "idle: 812 of the 1000 ticks in kernel text (81.2%) were the idle loop (pid 0: a CPU with nothing to run)\n"
+/// );
+/// ```
+pub fn idle_line(idle: u64, in_text: u64) -> String {
+    let t = if in_text == 0 {
+        0
+    } else {
+        1000 * u128::from(idle) / u128::from(in_text)
+    };
+    format!(
+        "idle: {idle} of the {in_text} ticks in kernel text ({}.{}%) were the idle loop (pid 0: a CPU with nothing to run)\n",
+        t / 10,
+        t % 10
+    )
+}
+
 /// Where one outside tick landed.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Place {

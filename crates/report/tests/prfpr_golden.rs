@@ -18,17 +18,7 @@ fn golden(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    if std::env::var_os("PROFDEV_BLESS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with PROFDEV_BLESS=1 to create it)",
-            path.display()
-        )
-    });
-    assert_eq!(actual, expected, "output differs from {}", path.display());
+    profdev_testkit::golden(&path, actual.as_bytes());
 }
 
 /// TV-R4's log bytes, from `tests/golden/tv_r4.log.hex` (shared with the

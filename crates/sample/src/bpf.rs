@@ -645,16 +645,11 @@ mod tests {
                     .collect::<String>()
             })
             .collect();
-        let golden = include_str!("../tests/golden/kproftick.bpf.txt");
-        if std::env::var("PROFDEV_BLESS").is_ok_and(|v| v == "1") {
-            let path = concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/golden/kproftick.bpf.txt"
-            );
-            std::fs::write(path, hex.join("\n") + "\n").unwrap();
-            return;
-        }
-        assert_eq!(hex.join("\n") + "\n", golden);
+        let golden = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/golden/kproftick.bpf.txt"
+        );
+        profdev_testkit::golden(golden.as_ref(), (hex.join("\n") + "\n").as_bytes());
     }
 
     #[test]

@@ -41,8 +41,11 @@ fn overflowing_ring_reports_lost_records() {
         .spawn()
         .expect("spawn the workload");
 
-    // Fall behind: no read while the ring fills.
-    std::thread::sleep(Duration::from_millis(500));
+    // Fall behind: no read while this thread keeps its CPU busy for 500 ms
+    // of CPU time, so that at least that many ticks are taken on the CPUs
+    // it runs on, whatever the load (a wall-clock sleep on a loaded machine
+    // could see its CPUs taken by others, or idle).
+    profdev_testkit::burn_cpu(Duration::from_millis(500));
 
     let mut recs = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -87,8 +90,9 @@ fn overflowing_ring_reports_lost_records() {
         lost_records.len(),
         stats.throttled
     );
-    // 500 ms unread at 1000 Hz is ~500 sample attempts per CPU; a 4 KiB ring
-    // holds fewer than 90 of even the smallest samples.
+    // 500 ms of CPU time unread at 1000 Hz is ~500 sample attempts on the
+    // CPUs this thread ran on (two at most here); a 4 KiB ring holds fewer
+    // than 90 of even the smallest samples.
     assert!(
         stats.lost >= 100,
         "a full ring lost only {} records",

@@ -48,19 +48,45 @@ pub enum SymbolError {
     /// An ELF that could not be parsed.
     #[error("{path} is not a readable vmlinux: {why}")]
     BadElf { path: String, why: String },
-    /// Addresses are all zero: kptr_restrict hides them.
-    #[error(
-        "{path} shows every kernel address as zero: kernel addresses are hidden from this user \
-         by the sysctl kernel.kptr_restrict (now {setting}); run as root (CAP_SYSLOG), or set \
-         kernel.kptr_restrict=0 and kernel.perf_event_paranoid<=1"
-    )]
-    Restricted { path: String, setting: String },
+    /// Addresses are all zero: the sysctls hide them from this user; `why`
+    /// names the one that does, as [`why_hidden`] says.
+    #[error("{path} shows every kernel address as zero: {why}")]
+    Restricted { path: String, why: String },
     /// No code symbols at all.
     #[error("{path} holds no text symbols")]
     NoText { path: String },
     /// No `_stext`/`_etext` pair.
     #[error("{path} has no _stext and _etext symbols, so kernel text cannot be located")]
     NoTextBounds { path: String },
+}
+
+/// Why /proc/kallsyms shows this user zeros, from the two sysctls the
+/// kernel consults (`kallsyms_show_value`): with `kernel.kptr_restrict` 0,
+/// addresses are shown when `kernel.perf_event_paranoid` is 1 or less, or
+/// to a user with CAP_SYSLOG; with 1, only to CAP_SYSLOG; with 2, to no one.
+/// Sampling the kernel system wide needs CAP_PERFMON (or a paranoid of 0 or
+/// less) besides, so the remedy names both capabilities.
+pub fn why_hidden(kptr_restrict: Option<i64>, perf_event_paranoid: Option<i64>) -> String {
+    const CAPS: &str = "run as root (or with CAP_PERFMON and CAP_SYSLOG)";
+    match (kptr_restrict, perf_event_paranoid) {
+        (Some(0), Some(p)) => format!(
+            "the sysctl kernel.perf_event_paranoid is {p}, and with kernel.kptr_restrict 0 the \
+             kernel shows its addresses only when it is 1 or less or to a user with CAP_SYSLOG; \
+             {CAPS}, or set kernel.perf_event_paranoid=0"
+        ),
+        (Some(1), _) => format!(
+            "the sysctl kernel.kptr_restrict is 1, which shows kernel addresses only to a user \
+             with CAP_SYSLOG; {CAPS}"
+        ),
+        (Some(k), _) if k >= 2 => format!(
+            "the sysctl kernel.kptr_restrict is {k}, which hides kernel addresses from every \
+             user; set kernel.kptr_restrict=1 and {CAPS}"
+        ),
+        _ => format!(
+            "kernel addresses are hidden from this user (kernel.kptr_restrict and \
+             kernel.perf_event_paranoid could not be read); {CAPS}"
+        ),
+    }
 }
 
 /// A kernel's symbol table, sorted by address.
@@ -197,12 +223,14 @@ impl KernelSymbols {
             return Err(not(1, "no symbols"));
         }
         if !nonzero {
-            let setting = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "unknown".into());
+            let sysctl = |name: &str| {
+                std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+            };
             return Err(SymbolError::Restricted {
                 path: path.to_string(),
-                setting,
+                why: why_hidden(sysctl("kptr_restrict"), sysctl("perf_event_paranoid")),
             });
         }
         Ok(Self::from_symbols(syms))
@@ -351,7 +379,11 @@ ffffffffc0000000 t modfn\t[kvm]
     fn restricted_and_malformed_inputs_are_sentences() {
         let e = KernelSymbols::from_text(b"0000000000000000 T a\n0000000000000000 T b\n", "k")
             .unwrap_err();
-        assert!(e.to_string().contains("kernel.kptr_restrict"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("k shows every kernel address as zero: "),
+            "{e}"
+        );
         let e = KernelSymbols::from_text(b"hello world\n", "f").unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -375,8 +407,35 @@ ffffffffc0000000 t modfn\t[kvm]
                 assert!(!t.is_empty());
                 assert!(k.text_symbols().len() > 1000);
             }
-            Err(e) => assert!(e.to_string().contains("kptr_restrict"), "{e}"),
+            Err(e) => assert!(
+                e.to_string().contains("shows every kernel address as zero"),
+                "{e}"
+            ),
         }
+    }
+
+    #[test]
+    fn hidden_addresses_name_the_sysctl_that_hides_them() {
+        // kptr_restrict 0 hides nothing by itself: paranoid 2 does.
+        let w = why_hidden(Some(0), Some(2));
+        assert!(
+            w.starts_with("the sysctl kernel.perf_event_paranoid is 2,"),
+            "{w}"
+        );
+        assert!(w.contains("CAP_PERFMON") && w.contains("CAP_SYSLOG"), "{w}");
+        let w = why_hidden(Some(1), Some(2));
+        assert!(
+            w.starts_with("the sysctl kernel.kptr_restrict is 1,"),
+            "{w}"
+        );
+        assert!(w.contains("CAP_SYSLOG"), "{w}");
+        let w = why_hidden(Some(2), Some(-1));
+        assert!(
+            w.starts_with("the sysctl kernel.kptr_restrict is 2,"),
+            "{w}"
+        );
+        let w = why_hidden(None, None);
+        assert!(w.contains("could not be read"), "{w}");
     }
 }
 

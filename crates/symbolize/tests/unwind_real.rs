@@ -21,11 +21,7 @@ struct Capture {
 /// Compile snapstack.c with `flags` and run it; `None` (after saying why)
 /// without gcc.
 fn capture(flags: &[&str]) -> Option<Capture> {
-    if Command::new("gcc").arg("--version").output().is_err() {
-        if std::env::var_os("PROFDEV_REQUIRE_TOOLS").is_some_and(|v| v == "1") {
-            panic!("gcc is not installed, and PROFDEV_REQUIRE_TOOLS=1");
-        }
-        eprintln!("skipped: gcc is not installed");
+    if !profdev_testkit::tools("snapstack.c compiled by gcc", &["gcc"]) {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,6 @@
 //! Shared helpers for the end-to-end tests: the binary, golden files, and
-//! the privileged-capability gate.
+//! the privileged-capability gate (the last three, with bounded waiting and
+//! sampling margins, from `profdev-testkit`, shared by every crate's tests).
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::path::{Path, PathBuf};
@@ -20,22 +21,7 @@ pub fn golden(name: &str, actual: &[u8]) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    if std::env::var_os("PROFDEV_BLESS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with PROFDEV_BLESS=1 to create it)",
-            path.display()
-        )
-    });
-    assert_eq!(
-        String::from_utf8_lossy(actual),
-        String::from_utf8_lossy(&expected),
-        "output differs from {}",
-        path.display()
-    );
+    profdev_testkit::golden(&path, actual);
 }
 
 /// A fresh temporary directory.
@@ -43,21 +29,10 @@ pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-/// Decide whether a privileged test can run. Returns false (after printing
-/// why) when the capability is missing, unless PROFDEV_REQUIRE_PRIVILEGED=1,
-/// in which case a missing capability fails the test.
-pub fn privileged(what: &str, available: Result<(), String>) -> bool {
-    match available {
-        Ok(()) => true,
-        Err(why) => {
-            if std::env::var("PROFDEV_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-                panic!("{what} needs a capability this machine lacks: {why}");
-            }
-            eprintln!("SKIPPED {what}: {why}");
-            false
-        }
-    }
-}
+#[allow(unused_imports)] // reason: each test file uses a different subset
+pub use profdev_testkit::{
+    assert_share_at_least, assert_share_near, can_mount, privileged, wait_until,
+};
 
 /// Can this process sample system wide with perf_event_open?
 pub fn can_sample_system() -> Result<(), String> {

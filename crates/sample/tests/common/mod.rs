@@ -3,14 +3,10 @@
 
 use profdev_core::SourceError;
 
-/// True when the environment demands that privileged tests run.
-pub fn privileged_required() -> bool {
-    std::env::var("PROFDEV_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
-}
-
-/// Unwrap an open result, or return None (after printing why) when the
-/// kernel refused perf_event_open for lack of privilege or support. Panics
-/// instead when PROFDEV_REQUIRE_PRIVILEGED=1, and on any other error.
+/// Unwrap an open result, or return None when the kernel refused
+/// perf_event_open for lack of privilege or support, through
+/// `profdev_testkit::privileged` (which prints why, or panics when
+/// PROFDEV_REQUIRE_PRIVILEGED=1). Panics on any other error.
 pub fn open_or_skip<T>(test: &str, result: Result<T, SourceError>) -> Option<T> {
     let err = match result {
         Ok(v) => return Some(v),
@@ -24,10 +20,13 @@ pub fn open_or_skip<T>(test: &str, result: Result<T, SourceError>) -> Option<T> 
         ),
         _ => false,
     };
-    if !skippable || privileged_required() {
+    if !skippable {
         panic!("{test}: perf_event_open failed: {err}");
     }
-    eprintln!("SKIPPED {test}: perf_event_open is not available here: {err}");
+    profdev_testkit::privileged(
+        test,
+        Err(format!("perf_event_open is not available here: {err}")),
+    );
     None
 }
 
