@@ -67,6 +67,9 @@ use std::sync::Arc;
 /// Most frames kept per stack (deeper recursion is cut).
 pub const MAX_FRAMES: usize = 512;
 
+/// The page size mappings are aligned to.
+const PAGE: u64 = 4096;
+
 /// Section bytes shared between the modules of every process mapping the
 /// same object.
 #[derive(Clone, Debug, Default)]
@@ -82,8 +85,8 @@ impl Deref for Bytes {
 /// What [`UserUnwinder`] needs from one object file.
 #[derive(Debug)]
 struct ObjectInfo {
-    /// PT_LOAD segments: (file offset, file size, vaddr).
-    loads: Vec<(u64, u64, u64)>,
+    /// PT_LOAD segments: (file offset, file size, vaddr, executable).
+    loads: Vec<(u64, u64, u64, bool)>,
     text: Option<(Range<u64>, Bytes)>,
     eh_frame: Option<(Range<u64>, Bytes)>,
     eh_frame_hdr: Option<(Range<u64>, Bytes)>,
@@ -107,7 +110,13 @@ impl ObjectInfo {
                 .segments()
                 .map(|seg| {
                     let (offset, size) = seg.file_range();
-                    (offset, size, seg.address())
+                    let exec = match seg.flags() {
+                        object::SegmentFlags::Elf { p_flags } => {
+                            p_flags & object::elf::PF_X != 0
+                        }
+                        _ => false,
+                    };
+                    (offset, size, seg.address(), exec)
                 })
                 .collect(),
             text: section(".text"),
@@ -120,12 +129,27 @@ impl ObjectInfo {
         })
     }
 
-    /// The link-time address of file offset `off`.
-    fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
+    /// The link-time address at which an executable mapping starting at
+    /// file offset `pgoff` (page aligned, as the kernel maps) begins.
+    ///
+    /// The mapping belongs to an executable PT_LOAD whose page-rounded file
+    /// range holds `pgoff`, and takes that segment's offset-to-address
+    /// delta. Linkers such as lld (rustc's default) and recent GNU ld give
+    /// the text segment an address one page past its file offset, and its
+    /// first page of file bytes is shared with the read-only segment
+    /// before it: taking the first segment that holds `pgoff` (the
+    /// read-only one) would put every module one page off and make every
+    /// CFI lookup miss.
+    fn vaddr_of_mapping(&self, pgoff: u64) -> Option<u64> {
+        let holds = |&&(o, size, _, _): &&(u64, u64, u64, bool)| {
+            pgoff >= o & !(PAGE - 1) && pgoff < o + size
+        };
         self.loads
             .iter()
-            .find(|&&(o, size, _)| off >= o && off < o + size)
-            .map(|&(o, _, vaddr)| vaddr + (off - o))
+            .filter(|l| l.3)
+            .find(holds)
+            .or_else(|| self.loads.iter().find(|&&(o, size, _, _)| pgoff >= o && pgoff < o + size))
+            .map(|&(o, _, vaddr, _)| vaddr.wrapping_add(pgoff).wrapping_sub(o))
     }
 
     fn section_info(&self) -> ExplicitModuleSectionInfo<Bytes> {
@@ -356,7 +380,7 @@ impl UserUnwinder {
         let at = p.maps.partition_point(|m| m.start < range.start);
         p.maps.insert(at, range.clone());
         let Some(object) = object else { return };
-        let Some(vaddr) = object.vaddr_of_offset(pgoff) else {
+        let Some(vaddr) = object.vaddr_of_mapping(pgoff) else {
             return;
         };
         let bias = addr.wrapping_sub(vaddr);
