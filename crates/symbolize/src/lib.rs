@@ -13,6 +13,6 @@ pub mod kernel;
 pub mod tasks;
 pub mod unwind;
 
-pub use elf::{ElfError, ElfLayout, ElfObject, Frame};
+pub use elf::{ElfError, ElfLayout, ElfObject, FnSym, Frame, SymOrigin};
 pub use kernel::{KSym, KernelSymbols, SymbolError};
 pub use tasks::{Mapping, Tasks};
