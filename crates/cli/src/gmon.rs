@@ -26,7 +26,7 @@ use clap::{Parser, ValueEnum};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError, Target};
 use profdev_formats::gmon::{self, Arc, Format, GmonOut, Histogram};
 use profdev_symbolize::unwind::UserUnwinder;
-use profdev_symbolize::{ElfObject, Tasks};
+use profdev_symbolize::{ElfObject, SymOrigin, Tasks};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::File;
@@ -183,6 +183,13 @@ fn run(args: &Args) -> Result<ExitCode> {
             program.display()
         );
     }
+    if c.plt_calls > 0 {
+        eprintln!(
+            "profdev gmon: {} arcs into PLT stubs (calls into shared libraries) not written: \
+             gprof knows no PLT symbols and would charge them to _init",
+            c.plt_calls
+        );
+    }
     eprintln!("profdev gmon: note: {CALLED_NOTE}");
     Ok(exit_code(status))
 }
@@ -249,6 +256,8 @@ struct Counts {
     in_text: u64,
     saturated: u64,
     unresolved: u64,
+    /// Arcs into PLT stubs (calls into shared libraries), not written.
+    plt_calls: u64,
 }
 
 /// Turns a record stream into a gmon.out for one executable.
@@ -320,6 +329,10 @@ impl Builder {
                 continue;
             };
             match self.exe.elf.symbol(callee) {
+                // A PLT stub jumps into a shared library: the call leaves
+                // the executable, and gprof, which reads no PLT symbols,
+                // would charge the stub to `_init`.
+                Some((sym, _)) if sym.origin == SymOrigin::Plt => self.counts.plt_calls += 1,
                 Some((sym, _)) => *self.arcs.entry((site.0, sym.addr)).or_default() += 1,
                 None => self.counts.unresolved += 1,
             }

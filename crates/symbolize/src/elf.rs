@@ -767,9 +767,21 @@ impl ElfObject {
         let path = Path::new(DEBUG_DIR)
             .join(&hex[..2])
             .join(format!("{}.debug", &hex[2..]));
-        ElfObject::open(&path)
+        let mut debug = ElfObject::open(&path)
             .ok()
-            .filter(|debug| debug.has_debug_info() && debug.build_id() == self.build_id())
+            .filter(|debug| debug.has_debug_info() && debug.build_id() == self.build_id())?;
+        // A debug file's `.plt` and relocations carry no bytes: take the
+        // PLT's names from the original.
+        if !debug.symbols.iter().any(|s| s.origin == SymOrigin::Plt) {
+            debug.symbols.extend(
+                self.symbols
+                    .iter()
+                    .filter(|s| s.origin == SymOrigin::Plt)
+                    .cloned(),
+            );
+            debug.symbols.sort_by_key(|s| s.addr);
+        }
+        Some(debug)
     }
 }
 
