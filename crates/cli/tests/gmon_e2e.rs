@@ -5,6 +5,7 @@
 //! `caller_loop -> hot_spin` must be in its call graph.
 
 mod common;
+mod prof_fixture;
 use common::*;
 use profdev_formats::gmon;
 use std::path::Path;
@@ -244,4 +245,42 @@ fn help_says_what_called_counts_are() {
     assert!(o.status.success());
     let help = String::from_utf8_lossy(&o.stdout);
     assert!(help.contains("not numbers of calls"), "{help}");
+}
+
+/// Calls through the PLT (work.c of prof_fixture calls random_r through
+/// `random_r@plt`) are calls into a shared library: no arc into `_init`,
+/// or into anything but the program's own functions, and profdev says how
+/// many it left out. One sample in ten of the program lands in the stub.
+#[test]
+fn plt_calls_make_no_arc_into_init() {
+    if !ready("profdev gmon on PLT calls", &["cc", "gprof"]) {
+        return;
+    }
+    let d = tempdir();
+    let exe = prof_fixture::compile_work(d.path(), "work-gmon");
+    let out_file = d.path().join("work.gmon");
+    let o = run(profdev()
+        .arg("gmon")
+        .arg("-o")
+        .arg(&out_file)
+        .arg("--")
+        .arg(&exe));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "profdev gmon: {stderr}");
+    let plt = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("profdev gmon: ")?.split_once(" arcs into PLT stubs"))
+        .and_then(|(n, _)| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no PLT arc count: {stderr}"));
+    assert!(plt > 0, "{stderr}");
+    let g = Command::new("gprof")
+        .arg("-b")
+        .arg(&exe)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert!(g.status.success(), "{g:?}");
+    let report = String::from_utf8_lossy(&g.stdout);
+    assert!(!report.contains("_init"), "{report}");
+    assert!(has_arc(&report, "main", "hot"), "{report}");
 }
