@@ -61,8 +61,10 @@ enum FormatArg {
 #[command(
     name = "profdev gmon",
     version,
-    after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable with a symbol table. Its \
-        children are sampled too, but only code in CMD's own executable is written.")
+    after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable. If it is stripped, its \
+        functions are taken from .dynsym and .eh_frame (named sub_ADDR) and written to CMD.syms beside \
+        the profile, for `gprof CMD.syms gmon.out`. Its children are sampled too, but only code in \
+        CMD's own executable is written.")
 )]
 struct Args {
     /// Samples per second (software cpu-clock, user mode), at most 10000.
@@ -107,7 +109,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     let program = find_program(&args.command[0])?;
     let exe = Program::open(&program)?;
     // Find out now, not after a long run, whether the output can be written.
-    let mut out = File::options()
+    let out = File::options()
         .write(true)
         .create(true)
         .truncate(false)
@@ -150,10 +152,16 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     let bytes = gmon::write(&profile, format, gmon::Target::X86_64)
         .map_err(|e| anyhow!("cannot encode the profile: {e}"))?;
-    out.set_len(0)
-        .and_then(|()| out.write_all(&bytes))
-        .and_then(|()| out.flush())
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    drop(out);
+    write_output(&args.output, &bytes)?;
+    let syms_file = match exe_symbols_elf(&builder.exe) {
+        Some(elf) => {
+            let path = symbols_path(&args.output, &builder.exe.path);
+            write_output(&path, &elf)?;
+            Some(path)
+        }
+        None => None,
+    };
 
     let c = &builder.counts;
     eprintln!(
@@ -191,7 +199,62 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     eprintln!("profdev gmon: note: {CALLED_NOTE}");
+    if let Some(path) = syms_file {
+        eprintln!(
+            "profdev gmon: {} is stripped: wrote its functions (.dynsym and .eh_frame: sub_ADDR) \
+             to {}; read the profile with: gprof {} {}",
+            program.display(),
+            path.display(),
+            path.display(),
+            args.output.display()
+        );
+    }
     Ok(exit_code(status))
+}
+
+/// Write `bytes` to `path`: the one write path of every file gmon writes
+/// (gmon.out and a stripped executable's symbols file).
+fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
+    File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.flush()
+        })
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Where a stripped executable's symbols go: `EXE.syms` beside gmon.out.
+fn symbols_path(output: &Path, exe: &Path) -> PathBuf {
+    let name = exe
+        .file_name()
+        .map_or_else(|| "a.out".into(), |n| n.to_string_lossy().into_owned());
+    output.with_file_name(format!("{name}.syms"))
+}
+
+/// For a stripped executable, the symbols ELF gprof reads in its place (as
+/// `kgmon -p` writes `vmlinux.syms`): its `.dynsym` functions and the
+/// functions its `.eh_frame` FDEs delimit, over the histogram's range.
+/// `None` for an executable with a symbol table: gprof reads that.
+fn exe_symbols_elf(exe: &Program) -> Option<Vec<u8>> {
+    if !exe.stripped {
+        return None;
+    }
+    let syms: Vec<(u64, char, String)> = exe
+        .elf
+        .all_symbols()
+        .into_iter()
+        .filter(|s| s.addr >= exe.lowpc && s.addr < exe.highpc && s.origin != SymOrigin::Plt)
+        .map(|s| {
+            let kind = if s.origin == SymOrigin::Table { 'T' } else { 't' };
+            (s.addr, kind, s.mangled)
+        })
+        .collect();
+    let nm: Vec<(u64, char, &str)> = syms.iter().map(|(a, k, n)| (*a, *k, n.as_str())).collect();
+    Some(profdev_formats::symelf::from_nm(exe.lowpc..exe.highpc, &nm))
 }
 
 /// CMD's executable: its symbols, text range and identity.
@@ -202,6 +265,8 @@ struct Program {
     dev: (u32, u32),
     lowpc: u64,
     highpc: u64,
+    /// No symbol table: gprof needs the symbols file written beside gmon.out.
+    stripped: bool,
 }
 
 impl Program {
@@ -221,9 +286,22 @@ impl Program {
         let Some((start, end)) = elf.text_range() else {
             bail!("{} has no .text section to profile", path.display());
         };
-        if elf.symbols().is_empty() {
+        // Stripped: no function of the symbol tables in its text. Its
+        // functions then come from .dynsym and .eh_frame, written for gprof
+        // to a symbols file beside gmon.out.
+        let stripped = !elf
+            .symbols()
+            .iter()
+            .any(|s| s.origin == SymOrigin::Table && s.addr >= start.0 && s.addr < end.0);
+        if stripped
+            && !elf
+                .all_symbols()
+                .iter()
+                .any(|s| s.addr >= start.0 && s.addr < end.0)
+        {
             bail!(
-                "{} has no symbol table (it was stripped), so gprof could not name its functions",
+                "{} has no symbol table (it was stripped) and no .eh_frame, so gprof could not \
+                 name its functions",
                 path.display()
             );
         }
@@ -234,6 +312,7 @@ impl Program {
             dev: (libc::major(meta.dev()), libc::minor(meta.dev())),
             lowpc: start.0 & !(CELL_BYTES - 1),
             highpc: end.0.div_ceil(CELL_BYTES) * CELL_BYTES,
+            stripped,
         })
     }
 

@@ -284,3 +284,81 @@ fn plt_calls_make_no_arc_into_init() {
     assert!(!report.contains("_init"), "{report}");
     assert!(has_arc(&report, "main", "hot"), "{report}");
 }
+
+/// A stripped executable: gprof reads symbols only from the file on its
+/// command line, so profdev writes `EXE.syms` beside gmon.out (functions
+/// from .eh_frame, `sub_ADDR`) and prints the gprof command that reads it.
+/// The names must be the unstripped binary's function addresses (nm).
+#[test]
+fn stripped_executable_gets_a_symbols_file() {
+    if !ready(
+        "profdev gmon on a stripped executable",
+        &["gcc", "gprof", "strip", "nm"],
+    ) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path(), "gcc", &["-O2"], "hotcall.c", "hot_full");
+    let nm = Command::new("nm").arg(&exe).output().unwrap();
+    let nm = String::from_utf8_lossy(&nm.stdout);
+    let addr_of = |f: &str| {
+        nm.lines()
+            .find_map(|l| {
+                let (a, rest) = l.split_once(' ')?;
+                (rest.split_whitespace().nth(1)? == f).then(|| a.trim_start_matches('0').to_string())
+            })
+            .unwrap_or_else(|| panic!("{f} not in nm: {nm}"))
+    };
+    let (hot, caller) = (
+        format!("sub_{}", addr_of("hot_spin")),
+        format!("sub_{}", addr_of("caller_loop")),
+    );
+    let stripped = d.path().join("hot_stripped");
+    let st = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out_dir = d.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out_file = out_dir.join("gmon.out");
+    let o = run(profdev()
+        .arg("gmon")
+        .arg("-o")
+        .arg(&out_file)
+        .arg("--")
+        .arg(&stripped)
+        .arg("1500"));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "profdev gmon: {stderr}");
+    let syms = out_dir.join("hot_stripped.syms");
+    let want = format!(
+        "read the profile with: gprof {} {}\n",
+        syms.display(),
+        out_file.display()
+    );
+    assert!(stderr.ends_with(&want), "{stderr}");
+    // gprof on the executable itself has no symbols to use.
+    let g = Command::new("gprof")
+        .arg("-b")
+        .arg(&stripped)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert!(
+        !g.status.success() || !String::from_utf8_lossy(&g.stdout).contains(&hot),
+        "{g:?}"
+    );
+    let g = Command::new("gprof")
+        .arg("-b")
+        .arg(&syms)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&g.stdout);
+    assert!(g.status.success(), "gprof: {g:?}");
+    assert_eq!(first_in_flat_profile(&report), hot, "{report}");
+    assert!(has_arc(&report, &caller, &hot), "{report}");
+}
