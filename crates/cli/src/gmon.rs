@@ -18,7 +18,12 @@
 //!
 //! Samples outside the executable (shared libraries, the vDSO, other
 //! programs CMD runs) are counted and reported, not written: gprof knows
-//! only CMD's symbols. It exits with CMD's status.
+//! only CMD's symbols. Arcs into PLT stubs (`random_r@plt`, calls into
+//! shared libraries) are counted and not written either: gprof reads no
+//! PLT symbols and would charge them to `_init`. A stripped CMD's functions
+//! (from `.dynsym` and `.eh_frame`, `sub_ADDR`) are written to `CMD.syms`
+//! beside gmon.out, and the `gprof CMD.syms gmon.out` that reads it is
+//! printed. It exits with CMD's status.
 
 use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
 use anyhow::{anyhow, bail, Context, Result};
