@@ -4,8 +4,10 @@
 //! 16 KB stack copy per sample).
 //!
 //! A stack is *complete* when its outermost frame is in a function named
-//! `_start` (the executable's, or the dynamic loader's for samples taken
-//! before the executable runs) or in a thread's start routine (`clone3`,
+//! `_start` (the executable's, or, for samples taken in the dynamic loader
+//! before the executable runs, the loader's: there a return address at most
+//! 64 bytes past the loader's ELF entry point, as the loader has no symbol
+//! for it) or in a thread's start routine (`clone3`,
 //! `clone`, `start_thread`; without libc's debug file, which names them,
 //! the code of libc.so.6 where the CFI unwind ended because the CFI marks
 //! the return address undefined, as glibc's clone3 does for a new thread):
@@ -78,7 +80,10 @@ struct Namer {
 }
 
 impl Namer {
-    /// (module, function) of process address `va`.
+    /// (module, function) of process address `va`. A return address in
+    /// the first 64 bytes after an object's entry point is named `_start`:
+    /// the dynamic loader's `_start` has no symbol in the stripped loader
+    /// and no CFI, and it is where the loader's stacks begin.
     fn name(&mut self, tasks: &Tasks, pid: u32, va: u64) -> (String, String) {
         let Some(m) = tasks.lookup(pid, ProcessVa(va)) else {
             return (String::new(), format!("{va:#x}"));
@@ -92,6 +97,7 @@ impl Namer {
         });
         let name = match obj {
             Some((o, debug)) => match o.file_addr_of_offset(off) {
+                Some(fa) if fa.0 >= o.entry().0 && fa.0 < o.entry().0 + 64 => "_start".into(),
                 Some(fa) => debug
                     .as_ref()
                     .and_then(|d| d.symbol(fa))
@@ -220,4 +226,65 @@ fn rust_release_binaries() {
     check(&exe, &["2500"]);
     let exe = build(d.path(), "rustc", &["-O"], "btree.rs", "btree_rs");
     check(&exe, &["2"]);
+}
+
+
+/// perf's share of complete stacks in `perf script` of a
+/// `perf record --call-graph dwarf` run (same definition: the outermost
+/// frame is `_start` or a thread start routine).
+fn perf_complete(dir: &Path, exe: &Path, args: &[&str]) -> (u64, u64) {
+    let data = dir.join("perf.data");
+    let o = Command::new("perf")
+        .args(["record", "-q", "-F", "1000", "-e", "cpu-clock:u", "--call-graph", "dwarf", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "perf record: {o:?}");
+    let o = Command::new("perf")
+        .args(["script", "-F", "ip,sym", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "perf script: {o:?}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let (mut complete, mut total) = (0, 0);
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let Some(last) = block.lines().filter(|l| !l.trim().is_empty()).last() else {
+            continue;
+        };
+        total += 1;
+        let sym = last.split_whitespace().nth(1).unwrap_or("");
+        if ["_start", "clone3", "clone", "start_thread"].contains(&sym) {
+            complete += 1;
+        }
+    }
+    (complete, total)
+}
+
+/// perf as the oracle: on the C++ program (two threads, exceptions) and
+/// the BTreeMap program, wherever perf's dwarf unwinding completes 99% of
+/// the stacks, profdev's completes 99% too.
+#[test]
+fn as_complete_as_perf() {
+    if !ready("unwinding against perf", &["g++", "rustc", "perf"]) {
+        return;
+    }
+    let d = tempdir();
+    let cc = build(d.path(), "g++", &["-O2"], "hotcall.cc", "hot_cc");
+    let rs = build(d.path(), "rustc", &["-O"], "btree.rs", "btree_rs");
+    for (exe, args) in [(&cc, &["1500"][..]), (&rs, &["1"][..])] {
+        let (pc, pt) = perf_complete(d.path(), exe, args);
+        eprintln!("perf: {pc} of {pt} stacks complete");
+        assert!(pt >= 300, "perf took too few samples: {pt}");
+        if pc * 100 >= pt * 99 {
+            let (c, t, example) = unwind_run(exe, args);
+            assert!(
+                c * 100 >= t * 99,
+                "perf: {pc} of {pt}, profdev: {c} of {t}; an incomplete one: {example:?}"
+            );
+        }
+    }
 }

@@ -96,6 +96,7 @@ pub struct ElfObject {
     loads: Vec<LoadSegment>,
     build_id: Option<Vec<u8>>,
     text: Option<(u64, u64)>,
+    entry: u64,
     is_dyn: bool,
     /// The file's bytes (mapped), kept to build the DWARF context lazily:
     /// symbol lookups never pay for it.
@@ -209,6 +210,7 @@ impl ElfObject {
             .map(|s| (s.address(), s.address() + s.size()));
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let is_dyn = matches!(file.kind(), object::ObjectKind::Dynamic);
+        let entry = file.entry();
         let has_dwarf = file.section_by_name(".debug_info").is_some();
         drop(file);
         Ok(ElfObject {
@@ -217,6 +219,7 @@ impl ElfObject {
             loads,
             build_id,
             text,
+            entry,
             is_dyn,
             bytes: data,
             has_dwarf,
@@ -244,6 +247,12 @@ impl ElfObject {
     /// `[start, end)` of `.text` in link-time addresses.
     pub fn text_range(&self) -> Option<(FileAddr, FileAddr)> {
         self.text.map(|(s, e)| (FileAddr(s), FileAddr(e)))
+    }
+
+    /// The entry point (`e_entry`), in link-time addresses: `_start` of an
+    /// executable or of the dynamic loader.
+    pub fn entry(&self) -> FileAddr {
+        FileAddr(self.entry)
     }
 
     /// True if the object carries DWARF line information.
