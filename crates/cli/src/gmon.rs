@@ -254,7 +254,11 @@ fn exe_symbols_elf(exe: &Program) -> Option<Vec<u8>> {
         .into_iter()
         .filter(|s| s.addr >= exe.lowpc && s.addr < exe.highpc && s.origin != SymOrigin::Plt)
         .map(|s| {
-            let kind = if s.origin == SymOrigin::Table { 'T' } else { 't' };
+            let kind = if s.origin == SymOrigin::Table {
+                'T'
+            } else {
+                't'
+            };
             (s.addr, kind, s.mangled)
         })
         .collect();

@@ -269,7 +269,10 @@ fn plt_calls_make_no_arc_into_init() {
     assert!(o.status.success(), "profdev gmon: {stderr}");
     let plt = stderr
         .lines()
-        .find_map(|l| l.strip_prefix("profdev gmon: ")?.split_once(" arcs into PLT stubs"))
+        .find_map(|l| {
+            l.strip_prefix("profdev gmon: ")?
+                .split_once(" arcs into PLT stubs")
+        })
         .and_then(|(n, _)| n.parse::<u64>().ok())
         .unwrap_or_else(|| panic!("no PLT arc count: {stderr}"));
     assert!(plt > 0, "{stderr}");
@@ -305,7 +308,8 @@ fn stripped_executable_gets_a_symbols_file() {
         nm.lines()
             .find_map(|l| {
                 let (a, rest) = l.split_once(' ')?;
-                (rest.split_whitespace().nth(1)? == f).then(|| a.trim_start_matches('0').to_string())
+                (rest.split_whitespace().nth(1)? == f)
+                    .then(|| a.trim_start_matches('0').to_string())
             })
             .unwrap_or_else(|| panic!("{f} not in nm: {nm}"))
     };

@@ -104,7 +104,13 @@ fn prof_command_names_the_plt_stub() {
         .filter_map(|l| l.rsplit('\t').next().filter(|_| l.contains('\t')))
         .collect();
     assert!(rows.contains(&"random_r@plt()"), "{module}");
-    assert!(rows.contains(&"hot()") && rows.contains(&"main()"), "{module}");
-    assert!(!rows.contains(&"_init()"), "a PLT stub charged to _init: {module}");
+    assert!(
+        rows.contains(&"hot()") && rows.contains(&"main()"),
+        "{module}"
+    );
+    assert!(
+        !rows.contains(&"_init()"),
+        "a PLT stub charged to _init: {module}"
+    );
     assert!(!rows.contains(&"??()"), "{module}");
 }

@@ -159,7 +159,10 @@ fn unwind_run(exe: &Path, args: &[&str]) -> (u64, u64, Vec<String>) {
             {
                 complete += 1;
             } else if example.is_empty() {
-                example = names.into_iter().map(|(m, f)| format!("{f} in {m}")).collect();
+                example = names
+                    .into_iter()
+                    .map(|(m, f)| format!("{f} in {m}"))
+                    .collect();
             }
         }
         match r {
@@ -228,14 +231,23 @@ fn rust_release_binaries() {
     check(&exe, &["2"]);
 }
 
-
 /// perf's share of complete stacks in `perf script` of a
 /// `perf record --call-graph dwarf` run (same definition: the outermost
 /// frame is `_start` or a thread start routine).
 fn perf_complete(dir: &Path, exe: &Path, args: &[&str]) -> (u64, u64) {
     let data = dir.join("perf.data");
     let o = Command::new("perf")
-        .args(["record", "-q", "-F", "1000", "-e", "cpu-clock:u", "--call-graph", "dwarf", "-o"])
+        .args([
+            "record",
+            "-q",
+            "-F",
+            "1000",
+            "-e",
+            "cpu-clock:u",
+            "--call-graph",
+            "dwarf",
+            "-o",
+        ])
         .arg(&data)
         .arg("--")
         .arg(exe)
@@ -252,7 +264,7 @@ fn perf_complete(dir: &Path, exe: &Path, args: &[&str]) -> (u64, u64) {
     let text = String::from_utf8_lossy(&o.stdout);
     let (mut complete, mut total) = (0, 0);
     for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
-        let Some(last) = block.lines().filter(|l| !l.trim().is_empty()).last() else {
+        let Some(last) = block.lines().rfind(|l| !l.trim().is_empty()) else {
             continue;
         };
         total += 1;

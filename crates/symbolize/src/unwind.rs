@@ -29,6 +29,19 @@
 //! Every return address must fall inside an executable mapping of the
 //! process; a chain is cut at the first one that does not.
 //!
+//! Each executable mapping becomes a module whose load bias is taken from
+//! the executable PT_LOAD that holds the mapping's page offset (see
+//! `ObjectInfo::vaddr_of_mapping`): lld, rustc's default linker, puts the
+//! text segment one page above its file offset, and a bias taken from the
+//! read-only segment sharing that page made every lookup of a Rust release
+//! binary miss its CFI.
+//!
+//! Measured (tests/unwind_complete.rs in the cli crate, 1 kHz, 16 KB
+//! copies): every stack complete — reaching `_start` or the thread's start
+//! routine — for C -O2 -fomit-frame-pointer, C++ -O2 with exceptions and a
+//! second thread, and Rust release binaries, as perf's `--call-graph dwarf`
+//! completes them.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -53,7 +66,12 @@
 //!   pointers only (counted as `objects_missing`).
 //! * The vDSO is not loaded; frames in it unwind by frame pointers.
 //! * A stack deeper than the copy is cut where the copy ends unless the
-//!   kernel's frame-pointer chain continues it.
+//!   kernel's frame-pointer chain continues it. Deep stacks need a bigger
+//!   copy: cargo (`cargo metadata`) completes 9 of 49 stacks with 16 KB
+//!   (perf, with its 8 KB default: 9 of 67) and 49 of 49 with 65016 bytes.
+//! * The dynamic loader's `_start` has no CFI: a sample taken while the
+//!   loader relocates, before the program runs, ends at the return address
+//!   into it (the root of that stack) and is counted as truncated.
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
@@ -111,9 +129,7 @@ impl ObjectInfo {
                 .map(|seg| {
                     let (offset, size) = seg.file_range();
                     let exec = match seg.flags() {
-                        object::SegmentFlags::Elf { p_flags } => {
-                            p_flags & object::elf::PF_X != 0
-                        }
+                        object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,
                         _ => false,
                     };
                     (offset, size, seg.address(), exec)
@@ -148,7 +164,11 @@ impl ObjectInfo {
             .iter()
             .filter(|l| l.3)
             .find(holds)
-            .or_else(|| self.loads.iter().find(|&&(o, size, _, _)| pgoff >= o && pgoff < o + size))
+            .or_else(|| {
+                self.loads
+                    .iter()
+                    .find(|&&(o, size, _, _)| pgoff >= o && pgoff < o + size)
+            })
             .map(|&(o, _, vaddr, _)| vaddr.wrapping_add(pgoff).wrapping_sub(o))
     }
 

@@ -128,7 +128,10 @@ fn plt_entries_are_named_as_objdump_names_them() {
             .windows(9)
             .any(|w| w == b".plt.sec\0");
     }
-    assert!(saw_plt_sec, "no variant had a .plt.sec: the IBT layout went untested");
+    assert!(
+        saw_plt_sec,
+        "no variant had a .plt.sec: the IBT layout went untested"
+    );
 }
 
 #[test]
@@ -170,10 +173,7 @@ fn stripped_code_is_named_by_its_fdes() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    for (name, flags) in [
-        ("plain", &["-O2"][..]),
-        ("nopie", &["-O2", "-no-pie"][..]),
-    ] {
+    for (name, flags) in [("plain", &["-O2"][..]), ("nopie", &["-O2", "-no-pie"][..])] {
         let exe = gcc(d.path(), name, flags);
         let functions = nm_functions(&exe);
         let stripped = d.path().join(format!("{name}.stripped"));
@@ -192,7 +192,8 @@ fn stripped_code_is_named_by_its_fdes() {
             obj.symbols()
         );
         let known = |f: &str| {
-            ["hot_a", "hot_b", "hot_c", "main", "_start", "fail"].contains(&f) || f.ends_with(".cold")
+            ["hot_a", "hot_b", "hot_c", "main", "_start", "fail"].contains(&f)
+                || f.ends_with(".cold")
         };
         // The unstripped binary's symbols cover its code: no FDE names.
         for (addr, f) in functions.iter().filter(|f| known(&f.1)) {

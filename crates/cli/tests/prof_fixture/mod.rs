@@ -109,7 +109,10 @@ pub fn check_modules(modules: &[Module], work: &Path) {
         .collect();
     for ((pc, ours), theirs) in pcs.iter().zip(&names).zip(&theirs) {
         if theirs == "??" {
-            assert!(ours.ends_with("@plt"), "{pc:#x}: addr2line ??, profdev {ours}");
+            assert!(
+                ours.ends_with("@plt"),
+                "{pc:#x}: addr2line ??, profdev {ours}"
+            );
         } else {
             assert_eq!(ours, theirs, "{pc:#x}");
         }
@@ -134,7 +137,10 @@ pub fn check_modules(modules: &[Module], work: &Path) {
     assert!(in_hot * 4 > total, "{names:?}");
     // Startup and exit run for microseconds: a sample or two at most.
     let elsewhere = total - in_hot - in_main - in_plt;
-    assert!(elsewhere <= 3, "{elsewhere} samples outside hot, main and random_r@plt: {names:?}");
+    assert!(
+        elsewhere <= 3,
+        "{elsewhere} samples outside hot, main and random_r@plt: {names:?}"
+    );
     assert!(in_plt > 0, "no sample in random_r@plt: {names:?}");
 
     // libc: every process uses it; this workload's random_r must be there.
