@@ -58,7 +58,8 @@ pub enum SymOrigin {
     /// Synthesized from an `.eh_frame` FDE that no symbol covers:
     /// `sub_<link-time address in hex>`, or `NAME.cold` for a fragment (an
     /// FDE whose first instruction is not a function entry) that directly
-    /// follows the named function `NAME`.
+    /// follows, in `.eh_frame`, the FDE of the named function `NAME` (the
+    /// order compilers emit a function and its cold part in).
     EhFrame,
 }
 
@@ -568,12 +569,14 @@ fn eh_frame_symbols(
         bases = bases.set_got(got.address());
     }
     let x86_64 = file.architecture() == object::Architecture::X86_64;
-    // (start, len, entry): entry is false for a fragment whose first
-    // instruction does not see the CFA at rsp+8, as every x86-64 function
-    // entry does (the return address just pushed).
-    let mut fdes: Vec<(u64, u64, bool)> = Vec::new();
+    // (start, len, entry, parent) in .eh_frame order: entry is false for a
+    // fragment whose first instruction does not see the CFA at rsp+8, as
+    // every x86-64 function entry does (the return address just pushed);
+    // parent is the start of the entry FDE just before it in .eh_frame.
+    let mut fdes: Vec<(u64, u64, bool, Option<u64>)> = Vec::new();
     let mut ctx = gimli::UnwindContext::new();
     let mut entries = eh.entries(&bases);
+    let mut previous: Option<(u64, bool)> = None;
     while let Ok(Some(entry)) = entries.next() {
         let gimli::CieOrFde::Fde(partial) = entry else {
             continue;
@@ -594,29 +597,30 @@ fn eh_frame_symbols(
                 ),
                 Err(_) => true,
             };
-        fdes.push((start, len, entry));
+        let parent = previous.filter(|p| p.1).map(|p| p.0);
+        fdes.push((start, len, entry, parent));
+        previous = Some((start, entry));
     }
-    fdes.sort_unstable();
+    fdes.sort_unstable_by_key(|f| f.0);
     fdes.dedup_by_key(|f| f.0);
     let mut out = Vec::new();
-    for (k, &(start, len, entry)) in fdes.iter().enumerate() {
+    for &(start, len, entry, parent) in &fdes {
         if covered(start) {
             continue;
         }
         let mut name = format!("sub_{start:x}");
         if !entry {
-            // A fragment directly after a named function (no other FDE in
-            // between) is that function's cold part.
-            let i = table.partition_point(|s| s.addr < start);
-            let prev_fde = k.checked_sub(1).map(|j| fdes[j].0);
-            if let Some(s) = table[..i]
-                .iter()
-                .rev()
-                .find(|s| s.origin == SymOrigin::Table && s.size != 0)
-            {
-                if s.addr + s.size <= start && prev_fde.is_none_or(|p| p <= s.addr) {
-                    name = format!("{}.cold", s.mangled);
-                }
+            // Compilers emit a function's FDE and then its cold part's, so
+            // a fragment whose predecessor in .eh_frame is a named
+            // function's entry is that function's `.cold` part.
+            let named = parent.and_then(|p| {
+                let i = table.partition_point(|s| s.addr < p);
+                table
+                    .get(i)
+                    .filter(|s| s.addr == p && s.origin == SymOrigin::Table)
+            });
+            if let Some(s) = named {
+                name = format!("{}.cold", s.mangled);
             }
         }
         out.push(FnSym {
