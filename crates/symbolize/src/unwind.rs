@@ -61,9 +61,11 @@
 //! # Bugs
 //!
 //! * x86_64 only.
-//! * Objects are read by the path the kernel reported; a process in another
-//!   mount namespace, or an object replaced on disk, unwinds by frame
-//!   pointers only (counted as `objects_missing`).
+//! * Objects are read by the path the kernel reported, and cached by that
+//!   path with the device, inode and build id of the mapping; a process in
+//!   another mount namespace, or an object replaced on disk (a build id
+//!   other than the mapping's), unwinds by frame pointers only (counted as
+//!   `objects_missing`).
 //! * The vDSO is not loaded; frames in it unwind by frame pointers.
 //! * A stack deeper than the copy is cut where the copy ends unless the
 //!   kernel's frame-pointer chain continues it. Deep stacks need a bigger
@@ -110,6 +112,7 @@ struct ObjectInfo {
     eh_frame_hdr: Option<(Range<u64>, Bytes)>,
     got: Option<Range<u64>>,
     debug_frame: Option<Bytes>,
+    build_id: Option<Vec<u8>>,
 }
 
 impl ObjectInfo {
@@ -142,6 +145,7 @@ impl ObjectInfo {
                 .section_by_name(".got")
                 .map(|s| s.address()..s.address() + s.size()),
             debug_frame: section(".debug_frame").map(|(_, b)| b),
+            build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
         })
     }
 
@@ -290,10 +294,15 @@ impl fmt::Display for UnwindStats {
 /// Reads an object file's bytes by path (`None`: unreadable).
 pub type ObjectLoader = dyn FnMut(&str) -> Option<Vec<u8>> + Send;
 
+type ObjectKey = (String, Option<(u32, u32, u64, u64)>, Option<Vec<u8>>);
+
 /// Unwinds user stacks of the processes seen in a record stream.
 pub struct UserUnwinder {
     procs: HashMap<u32, Proc>,
-    objects: HashMap<String, Option<Arc<ObjectInfo>>>,
+    /// Parsed objects by path and the identity the kernel reported for the
+    /// mapping (device, inode, generation; build id): a file rebuilt at the
+    /// same path between two runs is a different object.
+    objects: HashMap<ObjectKey, Option<Arc<ObjectInfo>>>,
     cache: CacheX86_64,
     stats: UnwindStats,
     load: Box<ObjectLoader>,
@@ -350,8 +359,17 @@ impl UserUnwinder {
                 len,
                 pgoff,
                 path,
+                file,
+                build_id,
                 ..
-            } => self.map(*pid, *addr, *len, *pgoff, path),
+            } => {
+                let key = (
+                    path.clone(),
+                    file.map(|f| (f.major, f.minor, f.ino, f.ino_generation)),
+                    build_id.clone(),
+                );
+                self.map(*pid, *addr, *len, *pgoff, key);
+            }
             Record::Fork { pid, ppid, tid, .. } if pid != ppid && pid == tid => {
                 let child = self.procs.get(ppid).cloned().unwrap_or_default();
                 self.procs.insert(*pid, child);
@@ -363,27 +381,31 @@ impl UserUnwinder {
         }
     }
 
-    fn object(&mut self, path: &str) -> Option<Arc<ObjectInfo>> {
-        if let Some(o) = self.objects.get(path) {
+    fn object(&mut self, key: &ObjectKey) -> Option<Arc<ObjectInfo>> {
+        if let Some(o) = self.objects.get(key) {
             return o.clone();
         }
-        let info = (self.load)(path)
+        // The file at the path must be the one mapped: when the kernel
+        // reported a build id, the file's must be the same.
+        let info = (self.load)(&key.0)
             .and_then(|bytes| ObjectInfo::parse(&bytes))
+            .filter(|o| key.2.is_none() || o.build_id.is_none() || o.build_id == key.2)
             .map(Arc::new);
         if info.is_none() {
             self.stats.objects_missing += 1;
         }
-        self.objects.insert(path.to_string(), info.clone());
+        self.objects.insert(key.clone(), info.clone());
         info
     }
 
-    fn map(&mut self, pid: u32, addr: u64, len: u64, pgoff: u64, path: &str) {
+    fn map(&mut self, pid: u32, addr: u64, len: u64, pgoff: u64, key: ObjectKey) {
         let range = addr..addr.saturating_add(len);
-        let object = if path.starts_with('/') {
-            self.object(path)
+        let object = if key.0.starts_with('/') {
+            self.object(&key)
         } else {
             None
         };
+        let path = key.0;
         let p = self.procs.entry(pid).or_default();
         // A new mapping replaces whatever it overlaps.
         let overlapped: Vec<u64> = p
@@ -623,6 +645,58 @@ mod tests {
         let (f, complete) = frame_pointer_walk(&p, 0x1234, 0x110, 0x100, &read);
         assert_eq!(f, vec![0x1234, 0x1500]);
         assert!(!complete);
+    }
+
+    /// lld's layout (rustc's default linker): the text segment's address is
+    /// one page above its file offset, and its first file page is shared
+    /// with the read-only segment before it. The r-x mapping at page offset
+    /// 0x12000 starts at link-time address 0x13000, not 0x12000.
+    #[test]
+    fn mapping_bias_comes_from_the_executable_segment() {
+        let info = ObjectInfo {
+            loads: vec![
+                (0, 0x12f5c, 0, false),
+                (0x12f60, 0x3e6f0, 0x13f60, true),
+                (0x51650, 0x27f0, 0x53650, false),
+            ],
+            text: None,
+            eh_frame: None,
+            eh_frame_hdr: None,
+            got: None,
+            debug_frame: None,
+            build_id: None,
+        };
+        assert_eq!(info.vaddr_of_mapping(0x12000), Some(0x13000));
+        assert_eq!(info.vaddr_of_mapping(0x13000), Some(0x14000));
+        // GNU ld's classic layout: offsets and addresses agree.
+        let gnu = ObjectInfo {
+            loads: vec![(0, 0x628, 0, false), (0x1000, 0x1fd, 0x1000, true)],
+            ..info
+        };
+        assert_eq!(gnu.vaddr_of_mapping(0x1000), Some(0x1000));
+    }
+
+    /// An object whose build id is not the one the kernel reported for the
+    /// mapping (rebuilt at the same path) is not used.
+    #[test]
+    fn a_different_build_id_is_a_missing_object() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let mmap = |build_id: Option<Vec<u8>>| Record::Mmap {
+            pid: 7,
+            tid: 7,
+            addr: 0x5555_0000_0000,
+            len: 0x1000,
+            pgoff: 0,
+            path: "/the/exe".into(),
+            file: None,
+            build_id,
+            time: 0,
+        };
+        let mut u = UserUnwinder::with_loader(move |_| Some(exe.clone()));
+        u.observe(&mmap(Some(vec![1, 2, 3])));
+        assert_eq!(u.stats().objects_missing, 1);
+        u.observe(&mmap(None));
+        assert_eq!(u.stats().objects_missing, 1);
     }
 
     #[test]
