@@ -66,7 +66,8 @@
 //!   another mount namespace, or an object replaced on disk (a build id
 //!   other than the mapping's), unwinds by frame pointers only (counted as
 //!   `objects_missing`).
-//! * The vDSO is not loaded; frames in it unwind by frame pointers.
+//! * The vDSO's CFI is read from profdev's own vDSO, the same image on
+//!   the same kernel: a 32-bit process's vDSO is not the same.
 //! * A stack deeper than the copy is cut where the copy ends unless the
 //!   kernel's frame-pointer chain continues it. Deep stacks need a bigger
 //!   copy: cargo (`cargo metadata`) completes 9 of 49 stacks with 16 KB
@@ -398,10 +399,26 @@ impl UserUnwinder {
         info
     }
 
+    /// The vDSO's CFI, from this process's own vDSO: every 64-bit process
+    /// on this kernel maps the same image.
+    fn vdso(&mut self) -> Option<Arc<ObjectInfo>> {
+        let key: ObjectKey = ("[vdso]".into(), None, None);
+        if let Some(o) = self.objects.get(&key) {
+            return o.clone();
+        }
+        let info = own_vdso()
+            .and_then(|bytes| ObjectInfo::parse(&bytes))
+            .map(Arc::new);
+        self.objects.insert(key, info.clone());
+        info
+    }
+
     fn map(&mut self, pid: u32, addr: u64, len: u64, pgoff: u64, key: ObjectKey) {
         let range = addr..addr.saturating_add(len);
         let object = if key.0.starts_with('/') {
             self.object(&key)
+        } else if key.0 == "[vdso]" {
+            self.vdso()
         } else {
             None
         };
@@ -544,6 +561,22 @@ impl UserUnwinder {
         }
         stack_of(best.0, best.1)
     }
+}
+
+/// A copy of this process's vDSO image, found in /proc/self/maps.
+fn own_vdso() -> Option<Vec<u8>> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (a, b) = line.split_whitespace().next()?.split_once('-')?;
+    let start = usize::from_str_radix(a, 16).ok()?;
+    let end = usize::from_str_radix(b, 16).ok()?;
+    if start == 0 || end <= start || end - start > 1 << 20 {
+        return None;
+    }
+    // SAFETY: the kernel maps the vDSO readable at this range for the whole
+    // life of the process and never unmaps or changes it.
+    let image = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) };
+    image.starts_with(b"\x7fELF").then(|| image.to_vec())
 }
 
 /// perf marks context switches in callchains with values at or above
@@ -697,6 +730,14 @@ mod tests {
         assert_eq!(u.stats().objects_missing, 1);
         u.observe(&mmap(None));
         assert_eq!(u.stats().objects_missing, 1);
+    }
+
+    #[test]
+    fn own_vdso_has_cfi() {
+        let image = own_vdso().expect("a vDSO in /proc/self/maps");
+        let info = ObjectInfo::parse(&image).expect("the vDSO is ELF");
+        assert!(info.eh_frame.is_some() || info.eh_frame_hdr.is_some());
+        assert_eq!(info.vaddr_of_mapping(0), Some(0));
     }
 
     #[test]
