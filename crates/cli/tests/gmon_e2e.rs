@@ -190,8 +190,42 @@ fn rust_release_binary() {
     }
     let d = tempdir();
     let exe = build(d.path(), "rustc", &["-O"], "hotcall.rs", "hot_rs");
-    let (report, stderr) = profile(d.path(), &exe, &[], "700");
+    let (report, stderr) = profile(d.path(), &exe, &[], "2500");
     check(&report, &stderr);
+    // gprof shows hot_spin's caller for (at least) 99% of its samples: the
+    // arcs into it, one per sample whose stack was unwound past it, against
+    // its histogram samples.
+    let bytes = std::fs::read(d.path().join("hot_rs.gmon")).unwrap();
+    let g = gmon::parse(&bytes, gmon::Target::X86_64).unwrap().gmon;
+    let elf = profdev_symbolize::ElfObject::open(&exe).unwrap();
+    let hot = elf
+        .symbols()
+        .iter()
+        .find(|s| s.mangled == "hot_spin")
+        .expect("hot_spin's symbol");
+    let h = &g.histograms[0];
+    let cell = |pc: u64| ((pc - h.low_pc) / 4) as usize;
+    let samples: u64 = h.bins[cell(hot.addr)..=cell(hot.addr + hot.size - 1)]
+        .iter()
+        .map(|&n| u64::from(n))
+        .sum();
+    let called = called(&report, "hot_spin").unwrap_or_else(|| panic!("{report}"));
+    assert!(samples >= 300, "too few samples in hot_spin: {samples}");
+    assert!(
+        called * 100 >= samples * 99,
+        "gprof shows callers for {called} of hot_spin's {samples} samples: {stderr}"
+    );
+}
+
+/// The "called" column of `name`'s primary line in gprof's call graph.
+fn called(report: &str, name: &str) -> Option<u64> {
+    let graph = report.split("Call graph").nth(1)?;
+    let line = graph
+        .lines()
+        .find(|l| l.starts_with('[') && l.contains(&format!(" {name} [")))?;
+    // [1]    100.0    0.41    0.00     410         hot_spin [1]
+    let f: Vec<&str> = line.split_whitespace().collect();
+    f.get(4)?.split('+').next()?.parse().ok()
 }
 
 #[test]
