@@ -353,7 +353,7 @@ impl Collector {
                                     .map_or_else(|| o.unknown_name(), |(s, _)| s.name()),
                             )
                         })
-                        .unwrap_or_else(|| "[no symbol]".to_string());
+                        .unwrap_or_else(|| format!("[unknown] in {module}"));
                     Place::User { module, symbol }
                 }
                 Key::NoMapping { what } => Place::Unknown {
