@@ -569,14 +569,16 @@ fn eh_frame_symbols(
         bases = bases.set_got(got.address());
     }
     let x86_64 = file.architecture() == object::Architecture::X86_64;
-    // (start, len, entry, parent) in .eh_frame order: entry is false for a
-    // fragment whose first instruction does not see the CFA at rsp+8, as
-    // every x86-64 function entry does (the return address just pushed);
-    // parent is the start of the entry FDE just before it in .eh_frame.
+    // (start, len, entry, parent) of the FDEs no symbol covers: entry is
+    // false for a fragment whose first instruction does not see the CFA at
+    // rsp+8, as every x86-64 function entry does (the return address just
+    // pushed); parent is the start of the FDE just before it in .eh_frame.
+    // Only uncovered FDEs are evaluated: an object with a symbol table
+    // pays for a walk over its FDEs and nothing more.
     let mut fdes: Vec<(u64, u64, bool, Option<u64>)> = Vec::new();
     let mut ctx = gimli::UnwindContext::new();
     let mut entries = eh.entries(&bases);
-    let mut previous: Option<(u64, bool)> = None;
+    let mut previous: Option<u64> = None;
     while let Ok(Some(entry)) = entries.next() {
         let gimli::CieOrFde::Fde(partial) = entry else {
             continue;
@@ -588,6 +590,10 @@ fn eh_frame_symbols(
         if start == 0 || len == 0 {
             continue;
         }
+        let parent = previous.replace(start);
+        if covered(start) {
+            continue;
+        }
         let entry = !x86_64
             || match fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) {
                 Ok(row) => matches!(
@@ -597,17 +603,12 @@ fn eh_frame_symbols(
                 ),
                 Err(_) => true,
             };
-        let parent = previous.filter(|p| p.1).map(|p| p.0);
         fdes.push((start, len, entry, parent));
-        previous = Some((start, entry));
     }
     fdes.sort_unstable_by_key(|f| f.0);
     fdes.dedup_by_key(|f| f.0);
     let mut out = Vec::new();
     for &(start, len, entry, parent) in &fdes {
-        if covered(start) {
-            continue;
-        }
         let mut name = format!("sub_{start:x}");
         if !entry {
             // Compilers emit a function's FDE and then its cold part's, so
