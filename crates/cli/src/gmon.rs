@@ -18,7 +18,12 @@
 //!
 //! Samples outside the executable (shared libraries, the vDSO, other
 //! programs CMD runs) are counted and reported, not written: gprof knows
-//! only CMD's symbols. It exits with CMD's status.
+//! only CMD's symbols. Arcs into PLT stubs (`random_r@plt`, calls into
+//! shared libraries) are counted and not written either: gprof reads no
+//! PLT symbols and would charge them to `_init`. A stripped CMD's functions
+//! (from `.dynsym` and `.eh_frame`, `sub_ADDR`) are written to `CMD.syms`
+//! beside gmon.out, and the `gprof CMD.syms gmon.out` that reads it is
+//! printed. It exits with CMD's status.
 //!
 //! FILE is written through `profdev_safefile`: a unique temporary beside
 //! it, created when the run starts (so an unwritable FILE is found at
@@ -37,7 +42,7 @@ use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError
 use profdev_formats::gmon::{self, Arc, Format, GmonOut, Histogram};
 use profdev_safefile::SafeFile;
 use profdev_symbolize::unwind::UserUnwinder;
-use profdev_symbolize::{ElfObject, Tasks};
+use profdev_symbolize::{ElfObject, SymOrigin, Tasks};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
@@ -70,8 +75,10 @@ enum FormatArg {
 #[command(
     name = "profdev gmon",
     version,
-    after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable with a symbol table. Its \
-        children are sampled too, but only code in CMD's own executable is written.")
+    after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable. If it is stripped, its \
+        functions are taken from .dynsym and .eh_frame (named sub_ADDR) and written to CMD.syms beside \
+        the profile, for `gprof CMD.syms gmon.out`. Its children are sampled too, but only code in \
+        CMD's own executable is written.")
 )]
 struct Args {
     /// Samples per second (software cpu-clock, user mode), at most 10000.
@@ -156,7 +163,15 @@ fn run(args: &Args) -> Result<ExitCode> {
     let bytes = gmon::write(&profile, format, gmon::Target::X86_64)
         .map_err(|e| anyhow!("cannot encode the profile: {e}"))?;
     // A full disk loses the file, not the summary below.
-    let written = finish_output(out, &bytes);
+    let mut written = finish_output(out, &bytes);
+    let mut syms_file = None;
+    if written.is_ok() {
+        if let Some(elf) = exe_symbols_elf(&builder.exe) {
+            let path = symbols_path(&args.output, &builder.exe.path);
+            written = write_output(&path, &elf);
+            syms_file = Some(path);
+        }
+    }
     let wrote = match &written {
         Ok(()) => "wrote",
         Err(_) => "did not write",
@@ -190,9 +205,25 @@ fn run(args: &Args) -> Result<ExitCode> {
             program.display()
         );
     }
+    if c.plt_calls > 0 {
+        eprintln!(
+            "profdev gmon: {} arcs into PLT stubs (calls into shared libraries) not written: \
+             gprof knows no PLT symbols and would charge them to _init",
+            c.plt_calls
+        );
+    }
     eprintln!("profdev gmon: note: {CALLED_NOTE}");
     if let Err(e) = &written {
         eprintln!("profdev gmon: {e}");
+    } else if let Some(path) = syms_file {
+        eprintln!(
+            "profdev gmon: {} is stripped: wrote its functions (.dynsym and .eh_frame: sub_ADDR) \
+             to {}; read the profile with: gprof {} {}",
+            program.display(),
+            path.display(),
+            path.display(),
+            args.output.display()
+        );
     }
     Ok(output::status(status, written.is_ok()))
 }
@@ -216,10 +247,43 @@ pub(crate) fn finish_output(
 }
 
 /// Write a whole profile file at once, as [`create_output`] and
-/// [`finish_output`] do.
-#[allow(dead_code)] // for files written beside gmon.out
+/// [`finish_output`] do (the stripped executable's symbols beside gmon.out).
 pub(crate) fn write_output(path: &Path, bytes: &[u8]) -> Result<(), profdev_safefile::Error> {
     finish_output(create_output(path)?, bytes)
+}
+
+/// Where a stripped executable's symbols go: `EXE.syms` beside gmon.out.
+fn symbols_path(output: &Path, exe: &Path) -> PathBuf {
+    let name = exe
+        .file_name()
+        .map_or_else(|| "a.out".into(), |n| n.to_string_lossy().into_owned());
+    output.with_file_name(format!("{name}.syms"))
+}
+
+/// For a stripped executable, the symbols ELF gprof reads in its place (as
+/// `kgmon -p` writes `vmlinux.syms`): its `.dynsym` functions and the
+/// functions its `.eh_frame` FDEs delimit, over the histogram's range.
+/// `None` for an executable with a symbol table: gprof reads that.
+fn exe_symbols_elf(exe: &Program) -> Option<Vec<u8>> {
+    if !exe.stripped {
+        return None;
+    }
+    let syms: Vec<(u64, char, String)> = exe
+        .elf
+        .all_symbols()
+        .into_iter()
+        .filter(|s| s.addr >= exe.lowpc && s.addr < exe.highpc && s.origin != SymOrigin::Plt)
+        .map(|s| {
+            let kind = if s.origin == SymOrigin::Table {
+                'T'
+            } else {
+                't'
+            };
+            (s.addr, kind, s.mangled)
+        })
+        .collect();
+    let nm: Vec<(u64, char, &str)> = syms.iter().map(|(a, k, n)| (*a, *k, n.as_str())).collect();
+    Some(profdev_formats::symelf::from_nm(exe.lowpc..exe.highpc, &nm))
 }
 
 /// CMD's executable: its symbols, text range and identity.
@@ -230,6 +294,8 @@ struct Program {
     dev: (u32, u32),
     lowpc: u64,
     highpc: u64,
+    /// No symbol table: gprof needs the symbols file written beside gmon.out.
+    stripped: bool,
 }
 
 impl Program {
@@ -249,9 +315,22 @@ impl Program {
         let Some((start, end)) = elf.text_range() else {
             bail!("{} has no .text section to profile", path.display());
         };
-        if elf.symbols().is_empty() {
+        // Stripped: no function of the symbol tables in its text. Its
+        // functions then come from .dynsym and .eh_frame, written for gprof
+        // to a symbols file beside gmon.out.
+        let stripped = !elf
+            .symbols()
+            .iter()
+            .any(|s| s.origin == SymOrigin::Table && s.addr >= start.0 && s.addr < end.0);
+        if stripped
+            && !elf
+                .all_symbols()
+                .iter()
+                .any(|s| s.addr >= start.0 && s.addr < end.0)
+        {
             bail!(
-                "{} has no symbol table (it was stripped), so gprof could not name its functions",
+                "{} has no symbol table (it was stripped) and no .eh_frame, so gprof could not \
+                 name its functions",
                 path.display()
             );
         }
@@ -262,6 +341,7 @@ impl Program {
             dev: (libc::major(meta.dev()), libc::minor(meta.dev())),
             lowpc: start.0 & !(CELL_BYTES - 1),
             highpc: end.0.div_ceil(CELL_BYTES) * CELL_BYTES,
+            stripped,
         })
     }
 
@@ -284,6 +364,8 @@ struct Counts {
     in_text: u64,
     saturated: u64,
     unresolved: u64,
+    /// Arcs into PLT stubs (calls into shared libraries), not written.
+    plt_calls: u64,
 }
 
 /// Turns a record stream into a gmon.out for one executable.
@@ -355,6 +437,10 @@ impl Builder {
                 continue;
             };
             match self.exe.elf.symbol(callee) {
+                // A PLT stub jumps into a shared library: the call leaves
+                // the executable, and gprof, which reads no PLT symbols,
+                // would charge the stub to `_init`.
+                Some((sym, _)) if sym.origin == SymOrigin::Plt => self.counts.plt_calls += 1,
                 Some((sym, _)) => *self.arcs.entry((site.0, sym.addr)).or_default() += 1,
                 None => self.counts.unresolved += 1,
             }

@@ -582,8 +582,16 @@ impl SourceMap for ElfMap {
                 });
             }
         }
-        let (sym, _) = obj.symbol(FileAddr(pc))?;
-        Some(self.function_at(obj, sym.addr))
+        match obj.symbol(FileAddr(pc)) {
+            Some((sym, _)) => Some(self.function_at(obj, sym.addr)),
+            // Code no symbol and no FDE covers: one row per module.
+            None => Some(Function {
+                file: None,
+                line: None,
+                name: obj.unknown_name(),
+                addr: None,
+            }),
+        }
     }
 }
 
@@ -619,7 +627,7 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
             if let Some(obj) = &map.obj {
                 let seen: std::collections::HashSet<Option<u64>> =
                     m.functions.iter().map(|(f, _)| f.addr).collect();
-                for s in obj.symbols() {
+                for s in obj.all_symbols() {
                     if !seen.contains(&Some(s.addr)) {
                         m.functions.push((map.function_at(obj, s.addr), 0));
                     }

@@ -385,9 +385,13 @@ impl Collector {
                         .and_then(|o| {
                             let addr = o.file_addr_of_offset(*offset)?;
                             let syms = symbols.as_ref().unwrap_or(o);
-                            syms.symbol(addr).map(|(s, _)| s.name())
+                            Some(
+                                syms.symbol(addr)
+                                    .or_else(|| o.symbol(addr))
+                                    .map_or_else(|| o.unknown_name(), |(s, _)| s.name()),
+                            )
                         })
-                        .unwrap_or_else(|| "[no symbol]".to_string());
+                        .unwrap_or_else(|| format!("[unknown] in {module}"));
                     Place::User { module, symbol }
                 }
                 Key::NoMapping { what } => Place::Unknown {

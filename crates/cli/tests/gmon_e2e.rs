@@ -5,6 +5,7 @@
 //! `caller_loop -> hot_spin` must be in its call graph.
 
 mod common;
+mod prof_fixture;
 use common::*;
 use profdev_formats::gmon;
 use std::path::Path;
@@ -189,8 +190,42 @@ fn rust_release_binary() {
     }
     let d = tempdir();
     let exe = build(d.path(), "rustc", &["-O"], "hotcall.rs", "hot_rs");
-    let (report, stderr) = profile(d.path(), &exe, &[], "700");
+    let (report, stderr) = profile(d.path(), &exe, &[], "2500");
     check(&report, &stderr);
+    // gprof shows hot_spin's caller for (at least) 99% of its samples: the
+    // arcs into it, one per sample whose stack was unwound past it, against
+    // its histogram samples.
+    let bytes = std::fs::read(d.path().join("hot_rs.gmon")).unwrap();
+    let g = gmon::parse(&bytes, gmon::Target::X86_64).unwrap().gmon;
+    let elf = profdev_symbolize::ElfObject::open(&exe).unwrap();
+    let hot = elf
+        .symbols()
+        .iter()
+        .find(|s| s.mangled == "hot_spin")
+        .expect("hot_spin's symbol");
+    let h = &g.histograms[0];
+    let cell = |pc: u64| ((pc - h.low_pc) / 4) as usize;
+    let samples: u64 = h.bins[cell(hot.addr)..=cell(hot.addr + hot.size - 1)]
+        .iter()
+        .map(|&n| u64::from(n))
+        .sum();
+    let called = called(&report, "hot_spin").unwrap_or_else(|| panic!("{report}"));
+    assert!(samples >= 300, "too few samples in hot_spin: {samples}");
+    assert!(
+        called * 100 >= samples * 99,
+        "gprof shows callers for {called} of hot_spin's {samples} samples: {stderr}"
+    );
+}
+
+/// The "called" column of `name`'s primary line in gprof's call graph.
+fn called(report: &str, name: &str) -> Option<u64> {
+    let graph = report.split("Call graph").nth(1)?;
+    let line = graph
+        .lines()
+        .find(|l| l.starts_with('[') && l.contains(&format!(" {name} [")))?;
+    // [1]    100.0    0.41    0.00     410         hot_spin [1]
+    let f: Vec<&str> = line.split_whitespace().collect();
+    f.get(4)?.split('+').next()?.parse().ok()
 }
 
 #[test]
@@ -244,4 +279,124 @@ fn help_says_what_called_counts_are() {
     assert!(o.status.success());
     let help = String::from_utf8_lossy(&o.stdout);
     assert!(help.contains("not numbers of calls"), "{help}");
+}
+
+/// Calls through the PLT (work.c of prof_fixture calls random_r through
+/// `random_r@plt`) are calls into a shared library: no arc into `_init`,
+/// or into anything but the program's own functions, and profdev says how
+/// many it left out. One sample in ten of the program lands in the stub.
+#[test]
+fn plt_calls_make_no_arc_into_init() {
+    if !ready("profdev gmon on PLT calls", &["cc", "gprof"]) {
+        return;
+    }
+    let d = tempdir();
+    let exe = prof_fixture::compile_work(d.path(), "work-gmon");
+    let out_file = d.path().join("work.gmon");
+    let o = run(profdev()
+        .arg("gmon")
+        .arg("-o")
+        .arg(&out_file)
+        .arg("--")
+        .arg(&exe));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "profdev gmon: {stderr}");
+    let plt = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("profdev gmon: ")?
+                .split_once(" arcs into PLT stubs")
+        })
+        .and_then(|(n, _)| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no PLT arc count: {stderr}"));
+    assert!(plt > 0, "{stderr}");
+    let g = Command::new("gprof")
+        .arg("-b")
+        .arg(&exe)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert!(g.status.success(), "{g:?}");
+    let report = String::from_utf8_lossy(&g.stdout);
+    assert!(!report.contains("_init"), "{report}");
+    assert!(has_arc(&report, "main", "hot"), "{report}");
+}
+
+/// A stripped executable: gprof reads symbols only from the file on its
+/// command line, so profdev writes `EXE.syms` beside gmon.out (functions
+/// from .eh_frame, `sub_ADDR`) and prints the gprof command that reads it.
+/// The names must be the unstripped binary's function addresses (nm).
+#[test]
+fn stripped_executable_gets_a_symbols_file() {
+    if !ready(
+        "profdev gmon on a stripped executable",
+        &["gcc", "gprof", "strip", "nm"],
+    ) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path(), "gcc", &["-O2"], "hotcall.c", "hot_full");
+    let nm = Command::new("nm").arg(&exe).output().unwrap();
+    let nm = String::from_utf8_lossy(&nm.stdout);
+    let addr_of = |f: &str| {
+        nm.lines()
+            .find_map(|l| {
+                let (a, rest) = l.split_once(' ')?;
+                (rest.split_whitespace().nth(1)? == f)
+                    .then(|| a.trim_start_matches('0').to_string())
+            })
+            .unwrap_or_else(|| panic!("{f} not in nm: {nm}"))
+    };
+    let (hot, caller) = (
+        format!("sub_{}", addr_of("hot_spin")),
+        format!("sub_{}", addr_of("caller_loop")),
+    );
+    let stripped = d.path().join("hot_stripped");
+    let st = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out_dir = d.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out_file = out_dir.join("gmon.out");
+    let o = run(profdev()
+        .arg("gmon")
+        .arg("-o")
+        .arg(&out_file)
+        .arg("--")
+        .arg(&stripped)
+        .arg("1500"));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "profdev gmon: {stderr}");
+    let syms = out_dir.join("hot_stripped.syms");
+    let want = format!(
+        "read the profile with: gprof {} {}\n",
+        syms.display(),
+        out_file.display()
+    );
+    assert!(stderr.ends_with(&want), "{stderr}");
+    // gprof on the executable itself has no symbols to use.
+    let g = Command::new("gprof")
+        .arg("-b")
+        .arg(&stripped)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert!(
+        !g.status.success() || !String::from_utf8_lossy(&g.stdout).contains(&hot),
+        "{g:?}"
+    );
+    let g = Command::new("gprof")
+        .arg("-b")
+        .arg(&syms)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&g.stdout);
+    assert!(g.status.success(), "gprof: {g:?}");
+    assert_eq!(first_in_flat_profile(&report), hot, "{report}");
+    assert!(has_arc(&report, &caller, &hot), "{report}");
 }

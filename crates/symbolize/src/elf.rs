@@ -6,7 +6,7 @@
 //! turns a mapping's file offset into a [`FileAddr`], which is how a
 //! process address loses its load bias.
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 use profdev_core::FileAddr;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -41,6 +41,26 @@ pub struct FnSym {
     pub size: u64,
     /// The name as stored in the file (mangled); [`FnSym::name`] demangles.
     pub mangled: String,
+    /// Where the symbol comes from.
+    pub origin: SymOrigin,
+}
+
+/// Where a [`FnSym`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SymOrigin {
+    /// `.symtab` or `.dynsym`.
+    Table,
+    /// Synthesized for a PLT entry (`.plt`, `.plt.sec`, `.plt.got`) from the
+    /// GOT slot its `jmp` reads and the relocation of that slot, as binutils
+    /// and perf name them: `random_r@plt`. The lazy-binding code at the head
+    /// of `.plt` (and, with IBT, its per-entry lazy stubs) is named `.plt`.
+    Plt,
+    /// Synthesized from an `.eh_frame` FDE that no symbol covers:
+    /// `sub_<link-time address in hex>`, or `NAME.cold` for a fragment (an
+    /// FDE whose first instruction is not a function entry) that directly
+    /// follows, in `.eh_frame`, the FDE of the named function `NAME` (the
+    /// order compilers emit a function and its cold part in).
+    EhFrame,
 }
 
 impl FnSym {
@@ -77,12 +97,16 @@ pub struct ElfObject {
     loads: Vec<LoadSegment>,
     build_id: Option<Vec<u8>>,
     text: Option<(u64, u64)>,
+    entry: u64,
     is_dyn: bool,
     /// The file's bytes (mapped), kept to build the DWARF context lazily:
     /// symbol lookups never pay for it.
     bytes: Bytes,
     has_dwarf: bool,
     dwarf: std::sync::OnceLock<Option<addr2line::Context<Reader>>>,
+    /// Symbols from `.eh_frame` for the FDEs no symbol covers, built on
+    /// the first lookup that misses the symbol table.
+    eh_symbols: std::sync::OnceLock<Vec<FnSym>>,
 }
 
 enum Bytes {
@@ -154,11 +178,14 @@ impl ElfObject {
                         addr: s.address(),
                         size: s.size(),
                         mangled: name.to_string(),
+                        origin: SymOrigin::Table,
                     },
                     (binding, underscores),
                 ))
             })
             .collect();
+        // PLT entries rank after every table symbol at the same address.
+        ranked.extend(plt_symbols(&file).into_iter().map(|s| (s, (3, 0))));
         ranked.sort_by(|(a, ra), (b, rb)| {
             a.addr
                 .cmp(&b.addr)
@@ -184,6 +211,7 @@ impl ElfObject {
             .map(|s| (s.address(), s.address() + s.size()));
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let is_dyn = matches!(file.kind(), object::ObjectKind::Dynamic);
+        let entry = file.entry();
         let has_dwarf = file.section_by_name(".debug_info").is_some();
         drop(file);
         Ok(ElfObject {
@@ -192,10 +220,12 @@ impl ElfObject {
             loads,
             build_id,
             text,
+            entry,
             is_dyn,
             bytes: data,
             has_dwarf,
             dwarf: std::sync::OnceLock::new(),
+            eh_symbols: std::sync::OnceLock::new(),
         })
     }
 
@@ -220,6 +250,12 @@ impl ElfObject {
         self.text.map(|(s, e)| (FileAddr(s), FileAddr(e)))
     }
 
+    /// The entry point (`e_entry`), in link-time addresses: `_start` of an
+    /// executable or of the dynamic loader.
+    pub fn entry(&self) -> FileAddr {
+        FileAddr(self.entry)
+    }
+
     /// True if the object carries DWARF line information.
     pub fn has_debug_info(&self) -> bool {
         self.has_dwarf
@@ -234,9 +270,60 @@ impl ElfObject {
             .as_ref()
     }
 
-    /// Function symbols by address.
+    /// Function symbols by address: the symbol tables' and the PLT
+    /// entries' ([`SymOrigin::Plt`]).
     pub fn symbols(&self) -> &[FnSym] {
         &self.symbols
+    }
+
+    /// The symbols synthesized from `.eh_frame` for the FDEs that no symbol
+    /// of [`symbols`](Self::symbols) covers, by address (see
+    /// [`SymOrigin::EhFrame`]). Empty for objects whose symbol table covers
+    /// all their code.
+    pub fn eh_frame_symbols(&self) -> &[FnSym] {
+        self.eh_symbols.get_or_init(|| {
+            let Ok(file) = object::File::parse(&*self.bytes) else {
+                return Vec::new();
+            };
+            let table = |a: u64| lookup(&self.symbols, a).is_some();
+            eh_frame_symbols(&file, &self.symbols, &table)
+        })
+    }
+
+    /// Every function symbol, the table's, the PLT's and `.eh_frame`'s, by
+    /// address: what a symbol file for this object should hold.
+    pub fn all_symbols(&self) -> Vec<FnSym> {
+        let mut all: Vec<FnSym> = self
+            .symbols
+            .iter()
+            .chain(self.eh_frame_symbols())
+            .cloned()
+            .collect();
+        all.sort_by_key(|s| s.addr);
+        all
+    }
+
+    /// The file's name without its directory.
+    pub fn module_name(&self) -> String {
+        self.path.file_name().map_or_else(
+            || self.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    }
+
+    /// The name of the function at `addr` as every report shows it: the
+    /// symbol's ([`symbol`](Self::symbol)), else `[unknown] in MODULE`.
+    pub fn function_name(&self, addr: FileAddr) -> String {
+        match self.symbol(addr) {
+            Some((s, _)) => s.name(),
+            None => self.unknown_name(),
+        }
+    }
+
+    /// `[unknown] in MODULE`: code of this object that no symbol or FDE
+    /// covers.
+    pub fn unknown_name(&self) -> String {
+        format!("[unknown] in {}", self.module_name())
     }
 
     /// The link-time address of byte `file_offset` of the file, through the
@@ -250,14 +337,10 @@ impl ElfObject {
 
     /// The function symbol holding `addr` and the offset into it. A symbol
     /// with a size holds only its bytes; one without holds up to the next.
+    /// Where no symbol of the tables or the PLT holds `addr`, the
+    /// `.eh_frame` FDE that covers it names it ([`SymOrigin::EhFrame`]).
     pub fn symbol(&self, addr: FileAddr) -> Option<(&FnSym, u64)> {
-        let i = self.symbols.partition_point(|s| s.addr <= addr.0);
-        let s = self.symbols[..i].last()?;
-        let off = addr.0 - s.addr;
-        if s.size != 0 && off >= s.size {
-            return None;
-        }
-        Some((s, off))
+        lookup(&self.symbols, addr.0).or_else(|| lookup(self.eh_frame_symbols(), addr.0))
     }
 
     /// Source frames at `addr`, innermost (possibly inlined) first. Falls
@@ -328,6 +411,227 @@ impl ElfObject {
     pub fn function_decl(&self, addr: FileAddr) -> Option<(String, u32)> {
         self.frame_decls(addr).pop().flatten()
     }
+}
+
+/// The symbol of `syms` (sorted by address) holding `addr`.
+fn lookup(syms: &[FnSym], addr: u64) -> Option<(&FnSym, u64)> {
+    let i = syms.partition_point(|s| s.addr <= addr);
+    let s = syms[..i].last()?;
+    let off = addr - s.addr;
+    if s.size != 0 && off >= s.size {
+        return None;
+    }
+    Some((s, off))
+}
+
+const R_X86_64_GLOB_DAT: u32 = 6;
+const R_X86_64_JUMP_SLOT: u32 = 7;
+const R_X86_64_IRELATIVE: u32 = 37;
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// Symbols for the PLT entries of an x86-64 object, named as binutils'
+/// `elf_x86_64_get_synthetic_symtab` and perf name them: each entry's
+/// `jmp *disp(%rip)` (with or without `endbr64` and `bnd`) reads a GOT
+/// slot; the dynamic relocation of that slot (`R_X86_64_JUMP_SLOT` from
+/// `.rela.plt`, `R_X86_64_GLOB_DAT` from `.rela.dyn` for `.plt.got`) names
+/// the symbol: `NAME@plt`, or `*ABS*+0xADDR@plt` for an IFUNC resolved
+/// in place (`R_X86_64_IRELATIVE`). Layouts:
+///
+/// * `.plt`, lazy: PLT0 (16 bytes, `push GOT+8; jmp *GOT+16`), then 16-byte
+///   entries `jmp *slot; push i; jmp PLT0`;
+/// * `.plt` with IBT (`-z ibtplt`, `-z ibt`): PLT0, then 16-byte lazy stubs
+///   `endbr64; push i; jmp PLT0` that jump through no slot, while the
+///   entries calls go to are in `.plt.sec` (16 bytes, `endbr64; bnd jmp
+///   *slot; nop`);
+/// * `.plt.got`: 8-byte `jmp *slot; nop` or, with IBT, 16-byte `endbr64; bnd
+///   jmp *slot; nop` entries for functions whose address is also taken.
+///
+/// Code in `.plt` that jumps through no slot (PLT0, IBT lazy stubs) is one
+/// symbol per run, named `.plt`, as objdump labels it.
+fn plt_symbols(file: &object::File<'_>) -> Vec<FnSym> {
+    if file.architecture() != object::Architecture::X86_64 || !file.is_little_endian() {
+        return Vec::new();
+    }
+    let mut slots: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
+    if let (Some(relocs), Some(dynsym)) = (file.dynamic_relocations(), file.dynamic_symbol_table())
+    {
+        for (offset, r) in relocs {
+            let object::RelocationFlags::Elf { r_type } = r.flags() else {
+                continue;
+            };
+            let name = match (r_type, r.target()) {
+                (R_X86_64_JUMP_SLOT | R_X86_64_GLOB_DAT, object::RelocationTarget::Symbol(i)) => {
+                    match dynsym.symbol_by_index(i).ok().and_then(|s| s.name().ok()) {
+                        Some(n) if !n.is_empty() => n.to_string(),
+                        _ => continue,
+                    }
+                }
+                (R_X86_64_IRELATIVE, _) => format!("*ABS*+{:#x}", r.addend()),
+                _ => continue,
+            };
+            // `.rela.plt` first, then `.rela.dyn`: keep the first name.
+            slots.entry(offset).or_insert(name);
+        }
+    }
+    let mut out: Vec<FnSym> = Vec::new();
+    let push_plt = |out: &mut Vec<FnSym>, addr: u64, size: u64, name: String| {
+        // Merge runs of unnamed lazy-binding code into one `.plt` symbol.
+        if let Some(last) = out.last_mut() {
+            if last.mangled == ".plt" && name == ".plt" && last.addr + last.size == addr {
+                last.size += size;
+                return;
+            }
+        }
+        out.push(FnSym {
+            addr,
+            size,
+            mangled: name,
+            origin: SymOrigin::Plt,
+        });
+    };
+    for section in [".plt", ".plt.sec", ".plt.got"] {
+        let Some(sec) = file.section_by_name(section) else {
+            continue;
+        };
+        let Ok(data) = sec.data() else { continue };
+        let base = sec.address();
+        let entry = match section {
+            ".plt.got" if !data.starts_with(&ENDBR64) => 8,
+            _ => 16,
+        };
+        let mut at = 0usize;
+        while at + entry <= data.len() {
+            let bytes = &data[at..at + entry];
+            let addr = base + at as u64;
+            let name = got_jump(bytes)
+                .and_then(|(end, disp)| {
+                    let slot = (addr + end as u64).wrapping_add(disp as i64 as u64);
+                    slots.get(&slot)
+                })
+                .map(|n| format!("{n}@plt"));
+            match name {
+                Some(n) => push_plt(&mut out, addr, entry as u64, n),
+                None if section == ".plt" => push_plt(&mut out, addr, entry as u64, ".plt".into()),
+                None => {}
+            }
+            at += entry;
+        }
+    }
+    out
+}
+
+/// In a PLT entry, the first `jmp *disp32(%rip)` (`ff 25`, possibly after
+/// `endbr64` and with a `bnd` (`f2`) prefix): the offset just past it and
+/// its displacement. PLT0's `push` and `jmp` read GOT+8 and GOT+16, which no
+/// relocation names, so PLT0 stays unnamed.
+fn got_jump(entry: &[u8]) -> Option<(usize, i32)> {
+    let mut i = 0;
+    if entry.starts_with(&ENDBR64) {
+        i = 4;
+    }
+    if entry.get(i) == Some(&0xf2) {
+        i += 1;
+    }
+    if entry.get(i..i + 2)? != [0xff, 0x25] {
+        return None;
+    }
+    let disp = i32::from_le_bytes(entry.get(i + 2..i + 6)?.try_into().ok()?);
+    Some((i + 6, disp))
+}
+
+/// Symbols for the `.eh_frame` FDEs whose first byte `covered` says no
+/// symbol holds: see [`SymOrigin::EhFrame`]. `table` is the object's other
+/// symbols, sorted by address, for naming `.cold` fragments.
+fn eh_frame_symbols(
+    file: &object::File<'_>,
+    table: &[FnSym],
+    covered: &dyn Fn(u64) -> bool,
+) -> Vec<FnSym> {
+    use gimli::UnwindSection;
+    let Some(sec) = file.section_by_name(".eh_frame") else {
+        return Vec::new();
+    };
+    let Ok(data) = sec.data() else {
+        return Vec::new();
+    };
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let mut eh = gimli::EhFrame::new(data, endian);
+    eh.set_address_size(if file.is_64() { 8 } else { 4 });
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(sec.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    if let Some(got) = file.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+    let x86_64 = file.architecture() == object::Architecture::X86_64;
+    // (start, len, entry, parent) of the FDEs no symbol covers: entry is
+    // false for a fragment whose first instruction does not see the CFA at
+    // rsp+8, as every x86-64 function entry does (the return address just
+    // pushed); parent is the start of the FDE just before it in .eh_frame.
+    // Only uncovered FDEs are evaluated: an object with a symbol table
+    // pays for a walk over its FDEs and nothing more.
+    let mut fdes: Vec<(u64, u64, bool, Option<u64>)> = Vec::new();
+    let mut ctx = gimli::UnwindContext::new();
+    let mut entries = eh.entries(&bases);
+    let mut previous: Option<u64> = None;
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else {
+            continue;
+        };
+        let (start, len) = (fde.initial_address(), fde.len());
+        if start == 0 || len == 0 {
+            continue;
+        }
+        let parent = previous.replace(start);
+        if covered(start) {
+            continue;
+        }
+        let entry = !x86_64
+            || match fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) {
+                Ok(row) => matches!(
+                    row.cfa(),
+                    gimli::CfaRule::RegisterAndOffset { register, offset: 8 }
+                        if *register == gimli::X86_64::RSP
+                ),
+                Err(_) => true,
+            };
+        fdes.push((start, len, entry, parent));
+    }
+    fdes.sort_unstable_by_key(|f| f.0);
+    fdes.dedup_by_key(|f| f.0);
+    let mut out = Vec::new();
+    for &(start, len, entry, parent) in &fdes {
+        let mut name = format!("sub_{start:x}");
+        if !entry {
+            // Compilers emit a function's FDE and then its cold part's, so
+            // a fragment whose predecessor in .eh_frame is a named
+            // function's entry is that function's `.cold` part.
+            let named = parent.and_then(|p| {
+                let i = table.partition_point(|s| s.addr < p);
+                table
+                    .get(i)
+                    .filter(|s| s.addr == p && s.origin == SymOrigin::Table)
+            });
+            if let Some(s) = named {
+                name = format!("{}.cold", s.mangled);
+            }
+        }
+        out.push(FnSym {
+            addr: start,
+            size: len,
+            mangled: name,
+            origin: SymOrigin::EhFrame,
+        });
+    }
+    out
 }
 
 fn decl_of(unit: gimli::UnitRef<'_, Reader>, offset: gimli::UnitOffset) -> Option<(String, u32)> {
@@ -477,9 +781,21 @@ impl ElfObject {
         let path = Path::new(DEBUG_DIR)
             .join(&hex[..2])
             .join(format!("{}.debug", &hex[2..]));
-        ElfObject::open(&path)
+        let mut debug = ElfObject::open(&path)
             .ok()
-            .filter(|debug| debug.has_debug_info() && debug.build_id() == self.build_id())
+            .filter(|debug| debug.has_debug_info() && debug.build_id() == self.build_id())?;
+        // A debug file's `.plt` and relocations carry no bytes: take the
+        // PLT's names from the original.
+        if !debug.symbols.iter().any(|s| s.origin == SymOrigin::Plt) {
+            debug.symbols.extend(
+                self.symbols
+                    .iter()
+                    .filter(|s| s.origin == SymOrigin::Plt)
+                    .cloned(),
+            );
+            debug.symbols.sort_by_key(|s| s.addr);
+        }
+        Some(debug)
     }
 }
 

@@ -14,6 +14,6 @@ pub mod open;
 pub mod tasks;
 pub mod unwind;
 
-pub use elf::{ElfError, ElfLayout, ElfObject, Frame};
+pub use elf::{ElfError, ElfLayout, ElfObject, FnSym, Frame, SymOrigin};
 pub use kernel::{KSym, KernelSymbols, SymbolError};
 pub use tasks::{Mapping, Tasks};
