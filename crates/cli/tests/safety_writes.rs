@@ -443,11 +443,14 @@ fn a_directory_writable_by_others_and_not_sticky_is_refused() {
         .arg(&prog));
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o), format!("profdev gmon: {sentence}\n"));
-    // prfsnap refuses before it opens anything but its device.
+    // prfsnap refuses before it opens anything but its device (a regular
+    // file stands in for one: prf commands refuse anything else).
+    let fake_device = w.top.path().join("prf");
+    std::fs::write(&fake_device, b"").unwrap();
     let o = run(profdev()
         .arg("prfsnap")
         .arg("-f")
-        .arg("/dev/null")
+        .arg(&fake_device)
         .arg(open.join("log")));
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
