@@ -477,7 +477,7 @@ fn a_directory_with_files_is_refused_unless_nonempty() {
         assert_eq!(
             stderr_of(&out),
             format!(
-                "profdev: {} is not empty: a mount there would hide its files; empty it, choose another directory, or give --nonempty\n",
+                "profdev mount: {} is not empty: a mount there would hide its files; empty it, choose another directory, or give --nonempty\n",
                 s.dir.display()
             )
         );
@@ -488,4 +488,68 @@ fn a_directory_with_files_is_refused_unless_nonempty() {
     assert!(s.path("kpctl").exists());
     s.unmount();
     assert_eq!(std::fs::read(s.path("keep")).unwrap(), b"mine\n");
+}
+
+#[test]
+fn a_mount_point_another_user_controls_is_refused() {
+    if !privileged(
+        "a_mount_point_another_user_controls_is_refused",
+        can_mount(),
+    ) {
+        return;
+    }
+    let s = Scene::new();
+    // A /tmp-like directory (sticky, everyone writes) and one that is
+    // shared without the sticky bit; a victim directory root cares about.
+    let sticky = s.tmp.path().join("sticky");
+    let open = s.tmp.path().join("open");
+    let victim = s.tmp.path().join("victim");
+    for (d, mode) in [(&sticky, 0o1777), (&open, 0o777), (&victim, 0o755)] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::write(victim.join("precious"), b"root's\n").unwrap();
+    let link = sticky.join("mnt");
+    let owned = sticky.join("own");
+    let out = as_nobody(
+        "ln -s \"$1\" \"$2\" && mkdir \"$3\"",
+        &[&victim, &link, &owned],
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let theirs = |d: &Path| {
+        format!(
+            "{} is controlled by user 65534, who could swap it for a link to any directory before the mount; \
+             mount on a directory that only you or root can change",
+            d.display()
+        )
+    };
+    std::fs::create_dir(open.join("mnt")).unwrap();
+    let cases = [
+        (link.clone(), theirs(&link)),
+        (owned.clone(), theirs(&owned)),
+        (
+            open.join("mnt"),
+            format!(
+                "{} is in a directory other users may write (and not sticky), so they could swap it \
+                 for a link to any directory before the mount; mount on a directory that only you or root can change",
+                open.join("mnt").display()
+            ),
+        ),
+    ];
+    for (dir, sentence) in &cases {
+        let out = run(profdev().args(["mount", "-b"]).arg(dir));
+        assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+        let err = stderr_of(&out);
+        assert!(err.ends_with(&format!("{sentence}\n")), "{err}");
+        assert!(!mounted(&victim) && !mounted(dir));
+    }
+    assert_eq!(std::fs::read(victim.join("precious")).unwrap(), b"root's\n");
+    // A root-owned mount point in the sticky directory is fine.
+    let mine = sticky.join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    let out = run(profdev().args(["mount", "-b"]).arg(&mine));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(mounted(&mine));
+    let out = run(profdev().arg("unmount").arg(&mine));
+    assert!(out.status.success(), "{}", stderr_of(&out));
 }

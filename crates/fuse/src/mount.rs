@@ -43,6 +43,14 @@ pub enum MountError {
     /// Not privileged enough to unmount.
     #[error("unmounting {} needs CAP_SYS_ADMIN; run profdev unmount as root", .0.display())]
     UnmountPermission(PathBuf),
+    /// The mount point, or the directory holding it, belongs to another
+    /// user who could swap it for a link to any directory before the mount.
+    #[error("{} is controlled by user {uid}, who could swap it for a link to any directory before the mount; mount on a directory that only you or root can change", dir.display())]
+    Untrusted { dir: PathBuf, uid: u32 },
+    /// The directory holding the mount point may be written by other
+    /// users and is not sticky: any of them could swap the mount point.
+    #[error("{} is in a directory other users may write (and not sticky), so they could swap it for a link to any directory before the mount; mount on a directory that only you or root can change", .0.display())]
+    SharedHolder(PathBuf),
     /// The mount point has files in it, which the mount would hide.
     #[error("{} is not empty: a mount there would hide its files; empty it, choose another directory, or give --nonempty", .0.display())]
     NotEmpty(PathBuf),
@@ -227,6 +235,7 @@ pub fn unmount(dir: &Path) -> Result<Unmounted, MountError> {
 /// created), is a directory, and nothing is mounted on it. Returns it
 /// resolved. Dead profdev mounts are not cleared here: see [`clear_dead`].
 pub fn check_mount_point(dir: &Path, create: bool) -> Result<PathBuf, MountError> {
+    check_trusted(dir)?;
     let abs = resolve(dir);
     match state(&abs)? {
         MountState::NotMounted => {}
@@ -255,6 +264,49 @@ pub fn check_mount_point(dir: &Path, create: bool) -> Result<PathBuf, MountError
             source: e,
         }),
     }
+}
+
+/// mount(2) follows symbolic links, so a mount point that another user
+/// controls is refused: root would mount over whatever it points to by the
+/// time of the mount. `dir` (its last component, not followed) must belong
+/// to the effective user or root, unless the directory holding it is one
+/// that only they can change; a symbolic link is followed only when it and
+/// the directory holding it belong to them, as `profdev_safefile` follows
+/// an output directory. A missing `dir` is left to the caller.
+fn check_trusted(dir: &Path) -> Result<(), MountError> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entry) = std::fs::symlink_metadata(dir) else {
+        return Ok(());
+    };
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let holder = std::fs::metadata(parent)
+        .map_err(io_error(format!("cannot examine {}", parent.display())))?;
+    let euid = nix::unistd::geteuid().as_raw();
+    let trusted = |uid: u32| uid == euid || uid == 0;
+    let others_write = holder.mode() & 0o022 != 0;
+    let sticky = holder.mode() & 0o1000 != 0;
+    let untrusted = |uid| {
+        Err(MountError::Untrusted {
+            dir: dir.to_path_buf(),
+            uid,
+        })
+    };
+    // Whoever owns the holding directory, or may write in it without a
+    // sticky bit, can rename the entry and put a link in its place.
+    if !trusted(holder.uid()) {
+        return untrusted(holder.uid());
+    }
+    if others_write && !sticky {
+        return Err(MountError::SharedHolder(dir.to_path_buf()));
+    }
+    // In a sticky shared directory the entry's owner can still swap it.
+    if !trusted(entry.uid()) && (others_write || entry.file_type().is_symlink()) {
+        return untrusted(entry.uid());
+    }
+    Ok(())
 }
 
 /// Check that `dir` is empty, as libfuse 2's fusermount did unless given
