@@ -20,7 +20,7 @@
 //! programs CMD runs) are counted and reported, not written: gprof knows
 //! only CMD's symbols. It exits with CMD's status.
 
-use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
+use crate::child::{find_program, Job};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError, Target};
@@ -104,6 +104,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         track_tasks: true,
     };
     config.validate().map_err(|e| anyhow!("{e}"))?;
+    // Signals are caught from here on: one that comes while profdev
+    // prepares still ends the run cleanly (see `crate::child`).
+    let mut job = Job::new()?;
     let program = find_program(&args.command[0])?;
     let exe = Program::open(&program)?;
     // Find out now, not after a long run, whether the output can be written.
@@ -116,12 +119,11 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args.command[1..]);
-    restore_in_child(&mut cmd);
-    // ^C and ^\ go to the whole foreground group: CMD takes them, and
-    // profdev stays alive to write what was recorded.
-    let guard = IgnoreInterrupts::new();
-    let (mut child, mut source) =
+    // Own process group, the terminal, signals passed on: `crate::child`.
+    job.prepare(&mut cmd);
+    let (child, mut source) =
         profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| anyhow!("{e}"))?;
+    job.started(&child);
     let mut builder = Builder::new(exe);
     let mut batch = Vec::new();
     let ended = loop {
@@ -129,6 +131,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         for rec in batch.drain(..) {
             builder.record(&rec);
         }
+        // Pass signals on, reap CMD, kill its group after the grace period.
+        job.poll();
         match r {
             Ok(()) => {}
             Err(SourceError::Ended) => break None,
@@ -137,8 +141,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     let stats = source.stats();
     drop(source);
-    let status = child.wait().context("waiting for the command")?;
-    drop(guard);
+    let status = job.wait();
     if let Some(e) = ended {
         bail!("sampling stopped early: {e}");
     }
@@ -184,7 +187,13 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     eprintln!("profdev gmon: note: {CALLED_NOTE}");
-    Ok(exit_code(status))
+    if let Some(i) = job.interrupted() {
+        eprintln!(
+            "{}",
+            i.sentence("profdev gmon", &format!("wrote {}", args.output.display()))
+        );
+    }
+    Ok(job.exit_code(status))
 }
 
 /// CMD's executable: its symbols, text range and identity.

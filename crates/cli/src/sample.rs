@@ -17,7 +17,7 @@
 //! No records reach user space then, so the outside-kernel-text section is
 //! not available (it says so), and the summary counts word 0 as samples.
 
-use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
+use crate::child::{find_program, Job};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use profdev_core::{
@@ -79,6 +79,9 @@ fn run(args: &Args) -> Result<ExitCode> {
     SessionConfig::system(args.frequency)
         .validate()
         .map_err(|e| anyhow!("{e}"))?;
+    // Signals are caught from here on: one that comes while profdev
+    // prepares still ends the run cleanly (see `crate::child`).
+    let mut job = Job::new()?;
     let program = find_program(&args.command[0])?;
     prepare_output(&args.output)?;
     let ksyms = Arc::new(KernelSymbols::running()?);
@@ -110,7 +113,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     ctl(&kprof, "startclr")?;
     let started = Instant::now();
     let progress = Progress::start(collector.clone(), started, !args.bpf);
-    let status = run_child(&program, &args.command[1..]);
+    let status = run_child(&mut job, &program, &args.command[1..]);
     ctl(&kprof, "stop")?;
     progress.finish();
     let status = status?;
@@ -159,7 +162,8 @@ fn run(args: &Args) -> Result<ExitCode> {
             args.frequency,
             out_path.display()
         );
-        return Ok(exit_code(status));
+        interrupted(&job, &out_path);
+        return Ok(job.exit_code(status));
     }
     eprintln!(
         "profdev sample: {} samples in {:.1}s at {} Hz per CPU, {} lost, {} throttled; wrote {}",
@@ -177,7 +181,18 @@ fn run(args: &Args) -> Result<ExitCode> {
             stats.lost, stats.throttled
         );
     }
-    Ok(exit_code(status))
+    interrupted(&job, &out_path);
+    Ok(job.exit_code(status))
+}
+
+/// Say so when a signal ended the run.
+fn interrupted(job: &Job, out_path: &Path) {
+    if let Some(i) = job.interrupted() {
+        eprintln!(
+            "{}",
+            i.sentence("profdev sample", &format!("wrote {}", out_path.display()))
+        );
+    }
 }
 
 /// Write a control message to the device's `kpctl`, as `echo MSG >kpctl`.
@@ -226,17 +241,17 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn run_child(program: &Path, args: &[OsString]) -> Result<std::process::ExitStatus> {
-    // ^C and ^\ go to the whole foreground group: CMD takes them, and
-    // profdev stays alive to write what was recorded.
-    let _guard = IgnoreInterrupts::new();
+/// Run CMD under `job` (its own process group, signals passed on; see
+/// `crate::child`) and wait for it.
+fn run_child(job: &mut Job, program: &Path, args: &[OsString]) -> Result<std::process::ExitStatus> {
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
-    restore_in_child(&mut cmd);
-    let mut child = cmd
+    job.prepare(&mut cmd);
+    let child = cmd
         .spawn()
         .with_context(|| format!("cannot run {}", program.display()))?;
-    Ok(child.wait()?)
+    job.started(&child);
+    Ok(job.wait())
 }
 
 /// What an outside tick is keyed by until the end, when it is symbolized.
