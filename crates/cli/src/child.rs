@@ -59,6 +59,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The "Signals" paragraph of `sample`, `gmon` and `prof`'s `--help`.
+pub const SIGNALS_HELP: &str = "Signals: CMD runs in its own process group, made the terminal's \
+foreground group while it runs, so ^C and ^Z reach CMD alone. SIGINT, SIGTERM and SIGHUP sent to \
+profdev are passed to CMD's group; 2 s later whatever is left of it (and of processes it started \
+that left the group) is killed with SIGKILL. profdev then writes what it gathered, says so in one \
+sentence, and exits with 128 + the signal; otherwise its status is CMD's. A signal ignored when \
+profdev starts (nohup) stays ignored. If profdev is killed with SIGKILL, CMD dies with it (CMD's \
+own children do not).";
+
 /// How long CMD's process group has, after profdev passed it a signal,
 /// before it is killed with SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -190,7 +199,7 @@ pub enum Ended {
     /// The group was killed with SIGKILL after [`GRACE`].
     Killed,
     /// Some process of it was still there [`KILL_WAIT`] after SIGKILL.
-    NotEnded,
+    Stuck,
 }
 
 /// The signal profdev received while running CMD, and what came of it.
@@ -211,7 +220,7 @@ impl Interrupted {
                 "CMD's process group was killed with SIGKILL after {} s",
                 GRACE.as_secs()
             ),
-            Ended::NotEnded => "some process of CMD's group could not be killed".to_string(),
+            Ended::Stuck => "some process of CMD's group could not be killed".to_string(),
         };
         format!(
             "{name}: interrupted by {}; {what}; {wrote}",
@@ -364,13 +373,28 @@ impl Job {
         self.poll();
     }
 
-    /// The first signal profdev received, once the end it started is over.
+    /// The first signal profdev received, once the end it started is over;
+    /// or one that came after the caller stopped waiting for CMD (while it
+    /// writes the profile), which is only noted.
     pub fn interrupted(&self) -> Option<Interrupted> {
-        let e = self.ending.as_ref()?;
-        Some(Interrupted {
-            signal: e.signal,
-            ended: e.result?,
-        })
+        match &self.ending {
+            Some(e) => Some(Interrupted {
+                signal: e.signal,
+                ended: e.result?,
+            }),
+            None => Some(Interrupted {
+                signal: self.late_signal()?,
+                ended: Ended::Already,
+            }),
+        }
+    }
+
+    /// A signal that came and was not handled by [`Job::poll`].
+    fn late_signal(&self) -> Option<libc::c_int> {
+        self.flags
+            .iter()
+            .find(|(_, f)| f.load(Ordering::SeqCst))
+            .map(|(sig, _)| *sig)
     }
 
     /// Has a signal come (the end phase may still be under way)?
@@ -380,8 +404,8 @@ impl Job {
 
     /// Our exit status: 128 + the signal profdev received, else CMD's.
     pub fn exit_code(&self, status: ExitStatus) -> ExitCode {
-        match &self.ending {
-            Some(e) => ExitCode::from(128u8.wrapping_add(e.signal as u8)),
+        match self.interrupted() {
+            Some(i) => ExitCode::from(128u8.wrapping_add(i.signal as u8)),
             None => exit_code(status),
         }
     }
@@ -418,12 +442,16 @@ impl Job {
             if let (true, Some(s)) = (self.finished(), self.status) {
                 return s;
             }
+            // While ending, look often: members of CMD's group that are
+            // not our children exit without telling us.
             let timeout = match &self.ending {
-                Some(e) if !e.killed => e.deadline.saturating_duration_since(Instant::now()),
-                Some(_) => Duration::from_millis(20),
+                Some(e) => e
+                    .deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(20)),
                 None => Duration::from_secs(1),
             };
-            self.sleep(timeout.clamp(Duration::from_millis(1), Duration::from_secs(1)));
+            self.sleep(timeout.max(Duration::from_millis(1)));
         }
     }
 
@@ -448,7 +476,8 @@ impl Job {
                 killed: false,
                 told: Vec::new(),
                 result: None,
-                already: self.status.is_some(),
+                already: self.status.is_some()
+                    && self.pid.is_none_or(|p| self.group_gone || !group_alive(p)),
             });
         }
         let Some(pgid) = self.pid else { return };
@@ -469,21 +498,15 @@ impl Job {
         }
     }
 
-    /// Reap every child that has changed state: CMD's exit or stop, and
-    /// adopted orphans' exits.
+    /// Reap CMD once it has exited, and follow its stops.
     fn reap(&mut self) {
         let Some(cmd) = self.pid else { return };
-        loop {
+        while self.status.is_none() {
             let mut st = 0;
-            // SAFETY: waitpid writes the status into our local. Only CMD
-            // and orphans re-parented to us are our children while a Job
-            // runs; nothing else in profdev spawns processes meanwhile.
-            let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG | libc::WUNTRACED) };
-            if pid <= 0 {
-                break;
-            }
+            // SAFETY: waitpid writes the status into our local.
+            let pid = unsafe { libc::waitpid(cmd, &mut st, libc::WNOHANG | libc::WUNTRACED) };
             if pid != cmd {
-                continue;
+                break;
             }
             if libc::WIFSTOPPED(st) {
                 self.stopped(libc::WSTOPSIG(st));
@@ -538,13 +561,19 @@ impl Job {
         if e.result.is_some() {
             return;
         }
-        if !self.group_gone && !group_alive(pgid) {
-            self.group_gone = true;
-        }
+        // Our children other than CMD are its descendants, re-parented to
+        // us (we are a subreaper): reap those that have exited.
         let adopted: Vec<_> = children_of_self()
             .into_iter()
             .filter(|&p| Some(p) != self.pid)
+            .filter(|&p| {
+                // SAFETY: waitpid on our own child, status discarded.
+                unsafe { libc::waitpid(p, std::ptr::null_mut(), libc::WNOHANG) != p }
+            })
             .collect();
+        if !self.group_gone && !group_alive(pgid) {
+            self.group_gone = true;
+        }
         for &p in &adopted {
             if !e.told.contains(&p) {
                 send(p, if e.killed { libc::SIGKILL } else { e.signal });
@@ -568,7 +597,7 @@ impl Job {
                 e.killed = true;
                 e.deadline = now + KILL_WAIT;
             } else {
-                e.result = Some(Ended::NotEnded);
+                e.result = Some(Ended::Stuck);
                 return;
             }
         }
@@ -634,6 +663,36 @@ mod tests {
             i.sentence("prof", "the listing shows what was sampled"),
             "prof: interrupted by SIGHUP; CMD's process group was killed with SIGKILL after 2 s; \
              the listing shows what was sampled"
+        );
+    }
+
+    /// A signal that comes once CMD is done (while profdev writes) is only
+    /// noted: profdev finishes, says so and exits with 128 + the signal.
+    /// (The only test here that signals the test process; the Job's
+    /// handler catches it.)
+    #[test]
+    #[allow(clippy::zombie_processes)] // the Job reaps it
+    fn a_late_signal_is_noted() {
+        let mut job = Job::new().unwrap();
+        let mut cmd = Command::new("true");
+        job.prepare(&mut cmd);
+        let child = cmd.spawn().unwrap();
+        job.started(&child);
+        let status = job.wait();
+        assert!(status.success());
+        assert_eq!(job.interrupted(), None);
+        assert_eq!(job.exit_code(status), ExitCode::SUCCESS);
+        // SAFETY: raise has no memory-safety preconditions; the Job's
+        // handler is installed.
+        unsafe {
+            libc::raise(libc::SIGTERM);
+        }
+        let i = job.interrupted().expect("the signal was noted");
+        assert_eq!((i.signal, i.ended), (libc::SIGTERM, Ended::Already));
+        assert_eq!(job.exit_code(status), ExitCode::from(143));
+        assert_eq!(
+            i.sentence("profdev gmon", "wrote gmon.out"),
+            "profdev gmon: interrupted by SIGTERM; CMD had already exited; wrote gmon.out"
         );
     }
 

@@ -19,6 +19,16 @@
 //! Samples outside the executable (shared libraries, the vDSO, other
 //! programs CMD runs) are counted and reported, not written: gprof knows
 //! only CMD's symbols. It exits with CMD's status.
+//!
+//! **Signals.** CMD runs in its own process group, the terminal's
+//! foreground group while it runs. SIGINT, SIGTERM or SIGHUP sent to gmon
+//! is passed to CMD's group; after 2 s what is left of CMD's processes is
+//! killed with SIGKILL; the gmon.out of what was sampled until then is
+//! written (complete: gprof reads it), one line says so (`profdev gmon:
+//! interrupted by SIGTERM; CMD's process group was ended; wrote gmon.out`),
+//! and the exit status is 128 + the signal. When CMD exits on its own,
+//! gmon keeps sampling the processes it left running until they exit too.
+//! The rules, shared with `sample` and `prof`, are in `crate::child`.
 
 use crate::child::{find_program, Job};
 use anyhow::{anyhow, bail, Context, Result};
@@ -62,7 +72,8 @@ enum FormatArg {
     name = "profdev gmon",
     version,
     after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable with a symbol table. Its \
-        children are sampled too, but only code in CMD's own executable is written.")
+        children are sampled too, but only code in CMD's own executable is written.\n\n{}",
+        crate::child::SIGNALS_HELP)
 )]
 struct Args {
     /// Samples per second (software cpu-clock, user mode), at most 10000.

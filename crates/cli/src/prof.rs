@@ -37,6 +37,16 @@
 //! CMD, then up to a second for CMD's descendants, then stops. Its exit
 //! status is CMD's (128 + signal if CMD was killed).
 //!
+//! **Signals.** CMD runs in its own process group, the terminal's
+//! foreground group while it runs, so ^C reaches CMD alone and prof shows
+//! what was sampled. SIGINT, SIGTERM or SIGHUP sent to prof is passed to
+//! CMD's group; after 2 s what is left of CMD's processes is killed with
+//! SIGKILL; prof shows the profile sampled until then, says so on standard
+//! error (`prof: interrupted by SIGTERM; CMD's process group was ended; the
+//! listing shows what was sampled until then`) and exits with 128 + the
+//! signal. `-b CMD` runs CMD the same way. The rules, shared with `sample`
+//! and `gmon`, are in `crate::child`.
+//!
 //! The default interval with CMD is 1 ms (1000 samples per second of CPU
 //! time), not the device's 100 ms: Inferno's 100 ms suited a slow
 //! interpreter; on native code a one-second run would yield ten samples.
@@ -212,6 +222,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         println!("the mounted prof device holds. -n prefixes rows with the source file, -v shows");
         println!("rows with no samples, -s sets the interval in ms (default 1), -e profiles");
         println!("CMD's own executable only, -b starts the mounted device and leaves it on.");
+        println!("\n{}", crate::child::SIGNALS_HELP);
         return ExitCode::SUCCESS;
     }
     let args = match parse_args(args) {

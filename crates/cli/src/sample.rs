@@ -11,6 +11,17 @@
 //! kernel text — per process, per user-space function, per kernel-module
 //! symbol — which kprof could never say. It exits with CMD's status.
 //!
+//! **Signals.** CMD runs in its own process group, the terminal's
+//! foreground group while it runs, so ^C reaches CMD alone and sample
+//! stays to write kpdata. SIGINT, SIGTERM or SIGHUP sent to sample (by
+//! `kill`, `timeout`, a hangup) is passed to CMD's group; after 2 s what is
+//! left of it is killed with SIGKILL; sampling stops, kpdata is written and
+//! the report printed as after a normal run, one more line says so
+//! (`profdev sample: interrupted by SIGTERM; CMD's process group was ended;
+//! wrote profdev.out/kpdata`), and the exit status is 128 + the signal. No
+//! process CMD started is left running. The rules, shared with `gmon` and
+//! `prof`, are in `crate::child`.
+//!
 //! With `--bpf` the device's histogram is counted in the kernel by a BPF
 //! program on the cpu-clock events ([`profdev_sample::bpf`]): no sample
 //! crosses a ring buffer, and kpdata is a copy of the kernel's counters.
@@ -43,7 +54,7 @@ use std::time::{Duration, Instant};
 /// DIR/kpdata and print the kprof table and where the ticks outside kernel
 /// text went.
 #[derive(Parser, Debug)]
-#[command(name = "profdev sample", version)]
+#[command(name = "profdev sample", version, after_help = crate::child::SIGNALS_HELP)]
 struct Args {
     /// Samples per second per CPU (software cpu-clock), at most 10000.
     #[arg(short = 'F', value_name = "HZ", default_value_t = 1000)]

@@ -127,6 +127,27 @@ enum Cmd {
 struct Run {
     dir: tempfile::TempDir,
     cmd: Cmd,
+    /// The processes the test started, to kill if the test fails.
+    started: std::cell::RefCell<Vec<i32>>,
+}
+
+impl Drop for Run {
+    /// A failing test leaves nothing running: kill what it started and
+    /// every process the workload recorded, with their groups.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut victims: Vec<i32> = self.started.borrow().clone();
+        victims.extend(self.pids().into_iter().flatten());
+        for p in victims {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-p, libc::SIGKILL);
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 impl Run {
@@ -134,6 +155,7 @@ impl Run {
         Run {
             dir: tempdir(),
             cmd,
+            started: Default::default(),
         }
     }
 
@@ -165,7 +187,14 @@ impl Run {
         let mut c = profdev();
         c.args(self.args(mode));
         self.stdio(&mut c);
-        c.spawn().unwrap()
+        self.spawn(&mut c)
+    }
+
+    /// Spawn `c`, remembering it for the clean-up of a failed test.
+    fn spawn(&self, c: &mut Command) -> Child {
+        let child = c.spawn().unwrap();
+        self.started.borrow_mut().push(child.id() as i32);
+        child
     }
 
     /// The workload's three pids, once it has written them.
@@ -377,7 +406,7 @@ fn timed_out(cmd: Cmd) {
         .arg(env!("CARGO_BIN_EXE_profdev"))
         .args(r.args("plain"));
     r.stdio(&mut c);
-    let mut child = c.spawn().unwrap();
+    let mut child = r.spawn(&mut c);
     let status = wait_bounded(&mut child);
     let pids = r.pids().unwrap_or_else(|| {
         panic!(
@@ -429,7 +458,7 @@ fn background_sigint_ends_it() {
             Ok(())
         });
     }
-    let mut child = c.spawn().unwrap();
+    let mut child = r.spawn(&mut c);
     let pids = r.wait_for_pids(&mut child);
     send(child.id(), libc::SIGINT);
     let status = wait_bounded(&mut child);
@@ -449,7 +478,7 @@ fn ignored_sighup_stays_ignored() {
     let mut c = Command::new("nohup");
     c.arg(env!("CARGO_BIN_EXE_profdev")).args(r.args("plain"));
     r.stdio(&mut c);
-    let mut child = c.spawn().unwrap();
+    let mut child = r.spawn(&mut c);
     let pids = r.wait_for_pids(&mut child);
     // profdev neither catches SIGHUP nor lets it end the run: it is in
     // profdev's and in CMD's mask of ignored signals.
@@ -558,7 +587,7 @@ fn terminal_ctrl_c_reaches_cmd_alone() {
             Ok(())
         });
     }
-    let mut child = c.spawn().unwrap();
+    let mut child = r.spawn(&mut c);
     drop(slave);
     let pids = r.wait_for_pids(&mut child);
     // SAFETY: tcgetpgrp on the master queries the slave's foreground group.
@@ -591,6 +620,135 @@ fn terminal_ctrl_c_reaches_cmd_alone() {
         wait_gone(p);
     }
     r.check_profile();
+}
+
+/// Job control through an interactive bash on a pseudo-terminal: ^Z stops
+/// CMD and profdev, and bash says so and gets the terminal back; `fg`
+/// continues both with CMD in the foreground again; ^C then ends CMD, and
+/// profdev, not signalled itself, writes the profile and exits with 130.
+#[test]
+fn terminal_job_control() {
+    if !ready("terminal_job_control") {
+        return;
+    }
+    let (master, slave) = openpty();
+    let r = Run::new(Cmd::Sample);
+    let mut c = Command::new("bash");
+    c.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("HISTFILE", "/dev/null")
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave.try_clone().unwrap()));
+    // SAFETY: setsid and ioctl are async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut bash = r.spawn(&mut c);
+    drop(slave);
+    let bash_pid = bash.id() as i32;
+    // Drain the terminal so that bash never blocks writing to it.
+    let mut reader = master.try_clone().unwrap();
+    let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let copy = screen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = std::io::Read::read(&mut reader, &mut buf) {
+            copy.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let master_fd = master.as_raw_fd();
+    let mut master = master;
+    let mut type_in = |keys: &str| master.write_all(keys.as_bytes()).unwrap();
+    // SAFETY: tcgetpgrp on the master queries the slave's foreground group.
+    let foreground = || unsafe { libc::tcgetpgrp(master_fd) };
+    let quoted: Vec<String> = r
+        .args("plain")
+        .iter()
+        .map(|a| format!("'{}'", a.to_str().unwrap()))
+        .collect();
+    type_in(&format!(
+        "'{}' {} >'{}' 2>'{}'\n",
+        env!("CARGO_BIN_EXE_profdev"),
+        quoted.join(" "),
+        r.path("stdout").display(),
+        r.path("stderr").display()
+    ));
+    let pids = r.wait_for_pids(&mut bash);
+    let profdev_pid = parent_of(pids[0]);
+    r.started.borrow_mut().push(profdev_pid);
+    poll_until("CMD's group holds the terminal", || foreground() == pids[0]);
+
+    type_in("\x1a");
+    poll_until("^Z stopped CMD and profdev", || {
+        state(pids[0]) == Some('T') && state(profdev_pid) == Some('T')
+    });
+    poll_until("bash has the terminal back", || foreground() == bash_pid);
+    type_in(&format!("jobs -l >'{}'\n", r.path("jobs").display()));
+    poll_until("bash lists the stopped job", || {
+        std::fs::read_to_string(r.path("jobs")).is_ok_and(|j| j.contains("Stopped"))
+    });
+
+    type_in("fg\n");
+    poll_until("fg continued CMD in the foreground", || {
+        foreground() == pids[0] && state(pids[0]) == Some('R')
+    });
+
+    type_in("\x03");
+    poll_until("^C ended profdev", || state(profdev_pid).is_none());
+    type_in(&format!(
+        "echo $? >'{}'; exit\n",
+        r.path("status").display()
+    ));
+    let status = wait_bounded(&mut bash);
+    assert!(status.success(), "bash: {status}");
+    let code = std::fs::read_to_string(r.path("status")).unwrap();
+    assert_eq!(code.trim(), "130", "CMD's status: {}", r.stderr());
+    assert!(
+        !r.stderr().contains("interrupted by"),
+        "profdev itself got no signal: {}",
+        r.stderr()
+    );
+    // The child that left CMD's group got no ^C; end it here.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pids[2], libc::SIGKILL);
+    }
+    for p in pids {
+        wait_gone(p);
+    }
+    r.check_profile();
+    drop(screen);
+}
+
+/// Wait (bounded) for `cond`.
+fn poll_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not within {BOUND:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The fields of /proc/PID/stat after the command name.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// Process `pid`'s state letter (R, S, T, Z, ...), None once it is gone.
+fn state(pid: i32) -> Option<char> {
+    stat_fields(pid)?.first()?.chars().next()
+}
+
+fn parent_of(pid: i32) -> i32 {
+    stat_fields(pid).unwrap()[1].parse().unwrap()
 }
 
 fn openpty() -> (std::fs::File, OwnedFd) {
