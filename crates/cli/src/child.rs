@@ -16,7 +16,10 @@
 //!   without profdev, and profdev stays to write what was recorded. When
 //!   CMD is stopped from the terminal (^Z, or SIGTTIN/SIGTTOU), profdev
 //!   takes the terminal back and stops itself with the same signal, so the
-//!   shell sees the job stopped; `fg` continues both.
+//!   shell sees the job stopped; `fg` continues both. Meanwhile profdev,
+//!   a background process then, ignores SIGTTOU, so that its own writes to
+//!   the terminal (sample's progress line) do not stop it under `stty
+//!   tostop`; CMD gets the default back before exec.
 //! * **Signals to profdev are passed on.** SIGINT, SIGTERM and SIGHUP sent
 //!   to profdev (by `kill`, `timeout`, a hangup, a service manager) are
 //!   caught (`signal-hook`) and sent to CMD's group, followed by SIGCONT.
@@ -254,6 +257,8 @@ pub struct Job {
     wake: UnixStream,
     ids: Vec<signal_hook::SigId>,
     terminal: Option<libc::c_int>,
+    /// SIGTTOU ignored by us (see [`Job::new`]).
+    ttou: bool,
     own_pgrp: libc::pid_t,
     pid: Option<libc::pid_t>,
     status: Option<ExitStatus>,
@@ -291,11 +296,25 @@ impl Job {
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         }
+        let terminal = foreground_terminal();
+        // While CMD holds the terminal, profdev is a background process
+        // that may still write to it (sample's progress line): with `stty
+        // tostop` that would stop profdev, so SIGTTOU is ignored meanwhile
+        // (and set back to the default in CMD before exec).
+        let ttou = terminal.is_some() && !ignored(libc::SIGTTOU);
+        if ttou {
+            // SAFETY: installing SIG_IGN has no preconditions; Drop restores
+            // the default.
+            unsafe {
+                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            }
+        }
         Ok(Job {
             flags,
             wake,
             ids,
-            terminal: foreground_terminal(),
+            terminal,
+            ttou,
             // SAFETY: getpgrp only queries.
             own_pgrp: unsafe { libc::getpgrp() },
             pid: None,
@@ -312,10 +331,11 @@ impl Job {
     pub fn prepare(&self, cmd: &mut Command) {
         cmd.process_group(0);
         let terminal = self.terminal;
+        let ttou = self.ttou;
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: the hook runs between fork and exec and makes only
         // async-signal-safe calls (prctl, getppid, getpid, sigprocmask,
-        // tcsetpgrp) on values copied in; it allocates nothing.
+        // tcsetpgrp, signal) on values copied in; it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(
@@ -340,6 +360,9 @@ impl Job {
                     libc::sigprocmask(libc::SIG_BLOCK, &block, &mut old);
                     libc::tcsetpgrp(fd, libc::getpid());
                     libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+                }
+                if ttou {
+                    libc::signal(libc::SIGTTOU, libc::SIG_DFL);
                 }
                 Ok(())
             });
@@ -535,7 +558,12 @@ impl Job {
             if libc::tcgetpgrp(fd) == pgid {
                 give_terminal(fd, self.own_pgrp);
             }
-            libc::raise(sig);
+            // SIGTTOU is ignored here while CMD runs: stop with SIGTSTP.
+            libc::raise(if sig == libc::SIGTTOU && self.ttou {
+                libc::SIGTSTP
+            } else {
+                sig
+            });
             if libc::tcgetpgrp(fd) == self.own_pgrp {
                 give_terminal(fd, pgid);
             }
@@ -636,6 +664,12 @@ impl Drop for Job {
         self.take_terminal_back();
         for id in self.ids.drain(..) {
             signal_hook::low_level::unregister(id);
+        }
+        if self.ttou {
+            // SAFETY: restores the default that Job::new replaced.
+            unsafe {
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            }
         }
     }
 }

@@ -177,6 +177,15 @@ impl Run {
         a
     }
 
+    /// The same, quoted for a shell.
+    fn command_line(&self, mode: &str) -> String {
+        std::iter::once(std::ffi::OsString::from(env!("CARGO_BIN_EXE_profdev")))
+            .chain(self.args(mode))
+            .map(|a| format!("'{}'", a.to_str().unwrap()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     fn stdio(&self, c: &mut Command) {
         c.stdin(Stdio::null())
             .stdout(std::fs::File::create(self.path("stdout")).unwrap())
@@ -631,54 +640,20 @@ fn terminal_job_control() {
     if !ready("terminal_job_control") {
         return;
     }
-    let (master, slave) = openpty();
     let r = Run::new(Cmd::Sample);
-    let mut c = Command::new("bash");
-    c.args(["--norc", "--noprofile", "-i"])
-        .env("PS1", "$ ")
-        .env("HISTFILE", "/dev/null")
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave.try_clone().unwrap()));
-    // SAFETY: setsid and ioctl are async-signal-safe.
-    unsafe {
-        c.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut bash = r.spawn(&mut c);
-    drop(slave);
-    let bash_pid = bash.id() as i32;
-    // Drain the terminal so that bash never blocks writing to it.
-    let mut reader = master.try_clone().unwrap();
-    let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let copy = screen.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = std::io::Read::read(&mut reader, &mut buf) {
-            copy.lock().unwrap().extend_from_slice(&buf[..n]);
-        }
-    });
-    let master_fd = master.as_raw_fd();
-    let mut master = master;
-    let mut type_in = |keys: &str| master.write_all(keys.as_bytes()).unwrap();
-    // SAFETY: tcgetpgrp on the master queries the slave's foreground group.
-    let foreground = || unsafe { libc::tcgetpgrp(master_fd) };
-    let quoted: Vec<String> = r
-        .args("plain")
-        .iter()
-        .map(|a| format!("'{}'", a.to_str().unwrap()))
-        .collect();
-    type_in(&format!(
-        "'{}' {} >'{}' 2>'{}'\n",
-        env!("CARGO_BIN_EXE_profdev"),
-        quoted.join(" "),
+    let mut sh = Bash::start(&r);
+    let bash_pid = sh.child.id() as i32;
+    sh.type_in(&format!(
+        "{} >'{}' 2>'{}'\n",
+        r.command_line("plain"),
         r.path("stdout").display(),
         r.path("stderr").display()
     ));
+    let mut bash = sh.child;
+    let mut type_in = |keys: &str| sh.master.write_all(keys.as_bytes()).unwrap();
+    let master_fd = sh.master_fd;
+    // SAFETY: tcgetpgrp on the master queries the slave's foreground group.
+    let foreground = || unsafe { libc::tcgetpgrp(master_fd) };
     let pids = r.wait_for_pids(&mut bash);
     let profdev_pid = parent_of(pids[0]);
     r.started.borrow_mut().push(profdev_pid);
@@ -723,7 +698,106 @@ fn terminal_job_control() {
         wait_gone(p);
     }
     r.check_profile();
-    drop(screen);
+}
+
+/// With `stty tostop`, a background process that writes to the terminal
+/// is stopped. profdev is one while CMD holds the terminal, and sample
+/// writes its progress line there: it must not stop.
+#[test]
+fn terminal_tostop_does_not_stop_profdev() {
+    if !ready("terminal_tostop_does_not_stop_profdev") {
+        return;
+    }
+    let r = Run::new(Cmd::Sample);
+    let mut sh = Bash::start(&r);
+    sh.type_in("stty tostop\n");
+    // Standard error stays the terminal: the progress line goes there.
+    sh.type_in(&format!(
+        "{} >'{}'\n",
+        r.command_line("plain"),
+        r.path("stdout").display(),
+    ));
+    let pids = r.wait_for_pids(&mut sh.child);
+    let profdev_pid = parent_of(pids[0]);
+    r.started.borrow_mut().push(profdev_pid);
+    poll_until("sample's progress line reached the terminal", || {
+        sh.screen().contains(" samples, ")
+    });
+    assert_ne!(state(profdev_pid), Some('T'), "profdev was stopped");
+    sh.type_in("\x03");
+    poll_until("^C ended profdev", || state(profdev_pid).is_none());
+    sh.type_in(&format!(
+        "echo $? >'{}'; exit\n",
+        r.path("status").display()
+    ));
+    let status = wait_bounded(&mut sh.child);
+    assert!(status.success(), "bash: {status}");
+    let code = std::fs::read_to_string(r.path("status")).unwrap();
+    assert_eq!(code.trim(), "130", "{}", sh.screen());
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pids[2], libc::SIGKILL);
+    }
+    for p in pids {
+        wait_gone(p);
+    }
+    r.check_profile();
+}
+
+/// An interactive bash on a fresh pseudo-terminal, its output collected.
+struct Bash {
+    child: Child,
+    master: std::fs::File,
+    master_fd: i32,
+    screen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Bash {
+    fn start(r: &Run) -> Bash {
+        let (master, slave) = openpty();
+        let mut c = Command::new("bash");
+        c.args(["--norc", "--noprofile", "-i"])
+            .env("PS1", "$ ")
+            .env("HISTFILE", "/dev/null")
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave.try_clone().unwrap()));
+        // SAFETY: setsid and ioctl are async-signal-safe.
+        unsafe {
+            c.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = r.spawn(&mut c);
+        drop(slave);
+        // Drain the terminal so that bash never blocks writing to it.
+        let mut reader = master.try_clone().unwrap();
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let copy = screen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut reader, &mut buf) {
+                copy.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Bash {
+            child,
+            master_fd: master.as_raw_fd(),
+            master,
+            screen,
+        }
+    }
+
+    fn type_in(&mut self, keys: &str) {
+        self.master.write_all(keys.as_bytes()).unwrap();
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
+    }
 }
 
 /// Wait (bounded) for `cond`.
