@@ -16,7 +16,10 @@
 //!   without profdev, and profdev stays to write what was recorded. When
 //!   CMD is stopped from the terminal (^Z, or SIGTTIN/SIGTTOU), profdev
 //!   takes the terminal back and stops itself with the same signal, so the
-//!   shell sees the job stopped; `fg` continues both. Meanwhile profdev,
+//!   shell sees the job stopped; `fg` continues both, CMD with the
+//!   terminal (`bg` continues both in the background). Started in the
+//!   background (`&`), CMD gets the terminal only through `fg`, after it
+//!   was stopped for reading or writing the terminal. Meanwhile profdev,
 //!   a background process then, ignores SIGTTOU, so that its own writes to
 //!   the terminal (sample's progress line) do not stop it under `stty
 //!   tostop`; CMD gets the default back before exec.
@@ -148,15 +151,17 @@ fn give_terminal(fd: libc::c_int, pgrp: libc::pid_t) -> bool {
     }
 }
 
-/// The first of our standard descriptors that is our controlling terminal
-/// with our process group in its foreground, if any.
-fn foreground_terminal() -> Option<libc::c_int> {
+/// The first of our standard descriptors that is our controlling
+/// terminal (tcgetpgrp fails on any other terminal), and whether our
+/// process group is its foreground group.
+fn controlling_terminal() -> Option<(libc::c_int, bool)> {
     // SAFETY: getpgrp, isatty and tcgetpgrp only query.
     unsafe {
         let own = libc::getpgrp();
-        [0, 1, 2]
-            .into_iter()
-            .find(|&fd| libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == own)
+        [0, 1, 2].into_iter().find_map(|fd| {
+            let fg = (libc::isatty(fd) == 1).then(|| libc::tcgetpgrp(fd))?;
+            (fg > 0).then_some((fd, fg == own))
+        })
     }
 }
 
@@ -256,7 +261,12 @@ pub struct Job {
     flags: Vec<(libc::c_int, Arc<AtomicBool>)>,
     wake: UnixStream,
     ids: Vec<signal_hook::SigId>,
+    /// Our controlling terminal, if one of our standard descriptors.
+    tty: Option<libc::c_int>,
+    /// The terminal, if our group was its foreground group at the start.
     terminal: Option<libc::c_int>,
+    /// CMD stopped by this signal from the terminal, not yet continued.
+    cmd_stopped: Option<libc::c_int>,
     /// SIGTTOU ignored by us (see [`Job::new`]).
     ttou: bool,
     own_pgrp: libc::pid_t,
@@ -287,6 +297,12 @@ impl Job {
             )?);
             flags.push((sig, flag));
         }
+        // A child's change of state, and our own continuation (`fg`),
+        // only wake us up.
+        ids.push(signal_hook::low_level::pipe::register(
+            libc::SIGCONT,
+            wake_w.try_clone()?,
+        )?);
         ids.push(signal_hook::low_level::pipe::register(
             libc::SIGCHLD,
             wake_w,
@@ -296,12 +312,13 @@ impl Job {
         unsafe {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         }
-        let terminal = foreground_terminal();
+        let tty = controlling_terminal();
+        let terminal = tty.and_then(|(fd, fg)| fg.then_some(fd));
         // While CMD holds the terminal, profdev is a background process
         // that may still write to it (sample's progress line): with `stty
         // tostop` that would stop profdev, so SIGTTOU is ignored meanwhile
         // (and set back to the default in CMD before exec).
-        let ttou = terminal.is_some() && !ignored(libc::SIGTTOU);
+        let ttou = tty.is_some() && !ignored(libc::SIGTTOU);
         if ttou {
             // SAFETY: installing SIG_IGN has no preconditions; Drop restores
             // the default.
@@ -313,7 +330,9 @@ impl Job {
             flags,
             wake,
             ids,
+            tty: tty.map(|(fd, _)| fd),
             terminal,
+            cmd_stopped: None,
             ttou,
             // SAFETY: getpgrp only queries.
             own_pgrp: unsafe { libc::getpgrp() },
@@ -454,7 +473,25 @@ impl Job {
             self.pass_on(sig);
         }
         self.reap();
+        self.resume_in_foreground();
         self.advance_ending();
+    }
+
+    /// CMD was stopped from the terminal and we now hold it (the shell's
+    /// `fg` gave it to us): give it to CMD and continue CMD.
+    fn resume_in_foreground(&mut self) {
+        let (Some(fd), Some(pgid), Some(_)) = (self.tty, self.pid, self.cmd_stopped) else {
+            return;
+        };
+        if self.status.is_some() {
+            return;
+        }
+        // SAFETY: tcgetpgrp only queries.
+        if unsafe { libc::tcgetpgrp(fd) } == self.own_pgrp && give_terminal(fd, pgid) {
+            self.handed = true;
+            self.cmd_stopped = None;
+            send(-pgid, libc::SIGCONT);
+        }
     }
 
     /// Block until [`Job::finished`], handling signals meanwhile; CMD's
@@ -541,39 +578,56 @@ impl Job {
     }
 
     /// CMD was stopped by `sig`. A stop from the terminal (^Z, or reading
-    /// or writing it from the background) suspends profdev too, so that
-    /// the shell regains the terminal; when continued, CMD is too.
+    /// or writing it from the background) suspends profdev too with the
+    /// same signal, after taking the terminal back from CMD, so that the
+    /// shell sees the job stopped and regains the terminal. Once profdev
+    /// is continued and holds the terminal (`fg`), CMD gets it and is
+    /// continued ([`Job::resume_in_foreground`]); continued in the
+    /// background (`bg`) after ^Z, CMD is continued there.
     fn stopped(&mut self, sig: libc::c_int) {
         let from_terminal = matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
-        let (Some(fd), Some(pgid), true) = (self.terminal, self.pid, from_terminal) else {
+        let (Some(fd), Some(pgid), true) = (self.tty, self.pid, from_terminal) else {
             return;
         };
         if self.ending.is_some() {
             return;
         }
+        self.cmd_stopped = Some(sig);
+        // SAFETY: tcgetpgrp only queries.
+        if unsafe { libc::tcgetpgrp(fd) } == self.own_pgrp {
+            // We hold the terminal (`fg` after `bg`): no need to stop.
+            self.resume_in_foreground();
+            return;
+        }
         // SAFETY: tcgetpgrp only queries; raise stops this process (the
         // default action: profdev catches none of these signals) and
-        // returns once it is continued.
+        // returns once it is continued. The kernel discards it when our
+        // process group is orphaned: then nothing else happens here.
         unsafe {
             if libc::tcgetpgrp(fd) == pgid {
                 give_terminal(fd, self.own_pgrp);
             }
+            self.handed = false;
             // SIGTTOU is ignored here while CMD runs: stop with SIGTSTP.
             libc::raise(if sig == libc::SIGTTOU && self.ttou {
                 libc::SIGTSTP
             } else {
                 sig
             });
-            if libc::tcgetpgrp(fd) == self.own_pgrp {
-                give_terminal(fd, pgid);
-            }
         }
-        send(-pgid, libc::SIGCONT);
+        self.resume_in_foreground();
+        // SAFETY: tcgetpgrp only queries.
+        let background = unsafe { libc::tcgetpgrp(fd) } != self.own_pgrp;
+        if self.cmd_stopped == Some(libc::SIGTSTP) && background {
+            // `bg`: continue CMD in the background too.
+            self.cmd_stopped = None;
+            send(-pgid, libc::SIGCONT);
+        }
     }
 
     /// Give the terminal back to profdev's group, if CMD's group has it.
     fn take_terminal_back(&mut self) {
-        if let (Some(fd), Some(pgid), true) = (self.terminal, self.pid, self.handed) {
+        if let (Some(fd), Some(pgid), true) = (self.tty, self.pid, self.handed) {
             // SAFETY: tcgetpgrp only queries.
             if unsafe { libc::tcgetpgrp(fd) } == pgid {
                 give_terminal(fd, self.own_pgrp);

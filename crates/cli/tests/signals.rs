@@ -744,6 +744,71 @@ fn terminal_tostop_does_not_stop_profdev() {
     r.check_profile();
 }
 
+/// Started in the background (`&`), CMD is stopped when it reads the
+/// terminal, and so is profdev, as any background job; `fg` gives CMD the
+/// terminal and continues it, and it reads what is typed.
+#[test]
+fn terminal_background_then_fg() {
+    if !ready("terminal_background_then_fg") {
+        return;
+    }
+    let r = Run::new(Cmd::Sample);
+    std::fs::write(
+        r.path("cmd.sh"),
+        format!(
+            "echo $$ >'{0}.tmp'; mv '{0}.tmp' '{0}'; read x; echo \"got:$x\" >'{1}'\n",
+            r.path("shpid").display(),
+            r.path("got").display()
+        ),
+    )
+    .unwrap();
+    let mut sh = Bash::start(&r);
+    let bash_pid = sh.child.id() as i32;
+    sh.type_in(&format!(
+        "'{}' sample -o '{}' -- sh '{}' >'{}' 2>'{}' &\n",
+        env!("CARGO_BIN_EXE_profdev"),
+        r.path("out").display(),
+        r.path("cmd.sh").display(),
+        r.path("stdout").display(),
+        r.path("stderr").display()
+    ));
+    let mut cmd_pid = 0;
+    poll_until("CMD started", || {
+        std::fs::read_to_string(r.path("shpid"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .map(|p| cmd_pid = p)
+            .is_some()
+    });
+    let profdev_pid = parent_of(cmd_pid);
+    r.started.borrow_mut().extend([cmd_pid, profdev_pid]);
+    poll_until(
+        "CMD, reading from the background, and profdev stopped",
+        || state(cmd_pid) == Some('T') && state(profdev_pid) == Some('T'),
+    );
+    // SAFETY: tcgetpgrp on the master queries the slave's foreground group.
+    let foreground = |fd| unsafe { libc::tcgetpgrp(fd) };
+    assert_eq!(foreground(sh.master_fd), bash_pid);
+    sh.type_in("fg\n");
+    poll_until("fg gave CMD the terminal", || {
+        foreground(sh.master_fd) == cmd_pid
+    });
+    sh.type_in("hello\n");
+    poll_until("CMD read the line", || {
+        std::fs::read_to_string(r.path("got")).is_ok_and(|g| g == "got:hello\n")
+    });
+    poll_until("profdev ended", || state(profdev_pid).is_none());
+    sh.type_in(&format!(
+        "echo $? >'{}'; exit\n",
+        r.path("status").display()
+    ));
+    let status = wait_bounded(&mut sh.child);
+    assert!(status.success(), "bash: {status}");
+    let code = std::fs::read_to_string(r.path("status")).unwrap();
+    assert_eq!(code.trim(), "0", "{}\n{}", r.stderr(), sh.screen());
+    r.check_profile();
+}
+
 /// An interactive bash on a fresh pseudo-terminal, its output collected.
 struct Bash {
     child: Child,
