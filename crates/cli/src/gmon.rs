@@ -28,7 +28,7 @@
 //! interrupted by SIGTERM; CMD's process group was ended; wrote gmon.out`),
 //! and the exit status is 128 + the signal. When CMD exits on its own,
 //! gmon keeps sampling the processes it left running until they exit too.
-//! The rules, shared with `sample` and `prof`, are in `crate::child`.
+//! The rules, shared with `sample` and `prof`, are in `profdev_sample::job`.
 
 use crate::child::{find_program, Job};
 use anyhow::{anyhow, bail, Context, Result};
@@ -116,7 +116,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     config.validate().map_err(|e| anyhow!("{e}"))?;
     // Signals are caught from here on: one that comes while profdev
-    // prepares still ends the run cleanly (see `crate::child`).
+    // prepares still ends the run cleanly (see `profdev_sample::job`).
     let mut job = Job::new()?;
     let program = find_program(&args.command[0])?;
     let exe = Program::open(&program)?;
@@ -130,7 +130,7 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args.command[1..]);
-    // Own process group, the terminal, signals passed on: `crate::child`.
+    // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     job.prepare(&mut cmd);
     let (child, mut source) =
         profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| anyhow!("{e}"))?;

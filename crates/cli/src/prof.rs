@@ -45,7 +45,7 @@
 //! error (`prof: interrupted by SIGTERM; CMD's process group was ended; the
 //! listing shows what was sampled until then`) and exits with 128 + the
 //! signal. `-b CMD` runs CMD the same way. The rules, shared with `sample`
-//! and `gmon`, are in `crate::child`.
+//! and `gmon`, are in `profdev_sample::job`.
 //!
 //! The default interval with CMD is 1 ms (1000 samples per second of CPU
 //! time), not the device's 100 ms: Inferno's 100 ms suited a slow
@@ -350,14 +350,14 @@ fn ctl(dev: &Prof, msg: &str) -> Result<()> {
 fn profile_command(
     args: &Args,
 ) -> Result<(Job, std::process::ExitStatus, Vec<Record>, prof::ProfStats)> {
-    // Signals are caught from here on (see `crate::child`).
+    // Signals are caught from here on (see `profdev_sample::job`).
     let mut job = Job::new()?;
     let interval = args.interval.unwrap_or(1);
     let words = module_words(args)?;
     let config = prof::session_config(interval);
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    // Own process group, the terminal, signals passed on: `crate::child`.
+    // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     // Registered before spawn_profiled's own pre_exec hook, so it runs first.
     job.prepare(&mut cmd);
     let (child, source) =

@@ -20,7 +20,7 @@
 //! (`profdev sample: interrupted by SIGTERM; CMD's process group was ended;
 //! wrote profdev.out/kpdata`), and the exit status is 128 + the signal. No
 //! process CMD started is left running. The rules, shared with `gmon` and
-//! `prof`, are in `crate::child`.
+//! `prof`, are in `profdev_sample::job`.
 //!
 //! With `--bpf` the device's histogram is counted in the kernel by a BPF
 //! program on the cpu-clock events ([`profdev_sample::bpf`]): no sample
@@ -91,7 +91,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         .validate()
         .map_err(|e| anyhow!("{e}"))?;
     // Signals are caught from here on: one that comes while profdev
-    // prepares still ends the run cleanly (see `crate::child`).
+    // prepares still ends the run cleanly (see `profdev_sample::job`).
     let mut job = Job::new()?;
     let program = find_program(&args.command[0])?;
     prepare_output(&args.output)?;
@@ -253,7 +253,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Run CMD under `job` (its own process group, signals passed on; see
-/// `crate::child`) and wait for it.
+/// `profdev_sample::job`) and wait for it.
 fn run_child(job: &mut Job, program: &Path, args: &[OsString]) -> Result<std::process::ExitStatus> {
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
