@@ -726,6 +726,12 @@ mod tests {
     #[test]
     #[allow(clippy::zombie_processes)] // the Job reaps it
     fn a_late_signal_is_noted() {
+        if ignored(libc::SIGTERM) {
+            // Inherited as ignored (nohup-like runner): the Job rightly
+            // leaves it so, and there is nothing to observe.
+            eprintln!("SKIPPED a_late_signal_is_noted: SIGTERM is ignored in this process");
+            return;
+        }
         let mut job = Job::new().unwrap();
         let mut cmd = Command::new("true");
         job.prepare(&mut cmd);
