@@ -1,11 +1,22 @@
-//! Running the profiled command: finding it, passing ^C to it alone, and
-//! handing its exit status on. Shared by `sample` and `gmon`.
+//! Running the profiled command: finding it, and the `--help` paragraph on
+//! signals. Shared by `sample`, `gmon` and `prof`, which run CMD through a
+//! [`Job`] (`profdev_sample::job`: its own process group, the terminal,
+//! signals passed on, no orphans).
 
 use anyhow::{anyhow, bail, Result};
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+
+pub use profdev_sample::job::Job;
+
+/// The "Signals" paragraph of `sample`, `gmon` and `prof`'s `--help`.
+pub const SIGNALS_HELP: &str = "Signals: CMD runs in its own process group, made the terminal's \
+foreground group while it runs, so ^C and ^Z reach CMD alone. SIGINT, SIGTERM and SIGHUP sent to \
+profdev are passed to CMD's group; 2 s later whatever is left of it (and of processes it started \
+that left the group) is killed with SIGKILL. profdev then writes what it gathered, says so in one \
+sentence, and exits with 128 + the signal; otherwise its status is CMD's. A signal ignored when \
+profdev starts (nohup) stays ignored. If profdev is killed with SIGKILL, CMD dies with it (CMD's \
+own children do not).";
 
 /// Resolve CMD as the shell would: a path if it has a slash, else the
 /// first executable file of that name on PATH. One sentence if none.
@@ -28,59 +39,4 @@ pub fn find_program(cmd: &OsString) -> Result<PathBuf> {
         .map(|d| d.join(name))
         .find(|p| executable(p))
         .ok_or_else(|| anyhow!("{}: command not found", name.display()))
-}
-
-/// While alive, profdev ignores SIGINT and SIGQUIT: ^C and ^\ go to the
-/// whole foreground group, so CMD takes them and profdev stays to write
-/// what was recorded. The child must restore the defaults before exec
-/// ([`restore_in_child`]), since ignored signals survive exec.
-pub struct IgnoreInterrupts {
-    int: libc::sighandler_t,
-    quit: libc::sighandler_t,
-}
-
-impl IgnoreInterrupts {
-    /// Ignore SIGINT and SIGQUIT until dropped.
-    pub fn new() -> Self {
-        // SAFETY: installing SIG_IGN has no preconditions; the previous
-        // handlers are restored on drop.
-        unsafe {
-            IgnoreInterrupts {
-                int: libc::signal(libc::SIGINT, libc::SIG_IGN),
-                quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-            }
-        }
-    }
-}
-
-impl Drop for IgnoreInterrupts {
-    fn drop(&mut self) {
-        // SAFETY: restores the handlers saved in new().
-        unsafe {
-            libc::signal(libc::SIGINT, self.int);
-            libc::signal(libc::SIGQUIT, self.quit);
-        }
-    }
-}
-
-/// Give CMD the default SIGINT/SIGQUIT dispositions back (in `pre_exec`).
-pub fn restore_in_child(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: only async-signal-safe calls (signal) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-}
-
-/// CMD's status as ours: its exit code, or 128 + the signal that killed it.
-pub fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
-        _ => ExitCode::from(1),
-    }
 }

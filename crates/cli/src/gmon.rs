@@ -25,6 +25,16 @@
 //! beside gmon.out, and the `gprof CMD.syms gmon.out` that reads it is
 //! printed. It exits with CMD's status.
 //!
+//! **Signals.** CMD runs in its own process group, the terminal's
+//! foreground group while it runs. SIGINT, SIGTERM or SIGHUP sent to gmon
+//! is passed to CMD's group; after 2 s what is left of CMD's processes is
+//! killed with SIGKILL; the gmon.out of what was sampled until then is
+//! written (complete: gprof reads it), one line says so (`profdev gmon:
+//! interrupted by SIGTERM; CMD's process group was ended; wrote gmon.out`),
+//! and the exit status is 128 + the signal. When CMD exits on its own,
+//! gmon keeps sampling the processes it left running until they exit too.
+//! The rules, shared with `sample` and `prof`, are in `profdev_sample::job`.
+//!
 //! FILE is written through `profdev_safefile`: a unique temporary beside
 //! it, created when the run starts (so an unwritable FILE is found at
 //! once), renamed over FILE at the end; a symbolic link at FILE is
@@ -32,9 +42,9 @@
 //! leaves gmon.out: it holds the program's addresses, none of the
 //! kernel's. If it cannot be written (a full disk) FILE is left complete
 //! or absent, the error names it, and the exit status is CMD's if CMD
-//! failed, else 1.
+//! failed, else 1 (128 + the signal after a signal).
 
-use crate::child::{find_program, restore_in_child, IgnoreInterrupts};
+use crate::child::{find_program, Job};
 use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
@@ -78,7 +88,8 @@ enum FormatArg {
     after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable. If it is stripped, its \
         functions are taken from .dynsym and .eh_frame (named sub_ADDR) and written to CMD.syms beside \
         the profile, for `gprof CMD.syms gmon.out`. Its children are sampled too, but only code in \
-        CMD's own executable is written.")
+        CMD's own executable is written.\n\n{}",
+        crate::child::SIGNALS_HELP)
 )]
 struct Args {
     /// Samples per second (software cpu-clock, user mode), at most 10000.
@@ -120,6 +131,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         track_tasks: true,
     };
     config.validate().map_err(|e| anyhow!("{e}"))?;
+    // Signals are caught from here on: one that comes while profdev
+    // prepares still ends the run cleanly (see `profdev_sample::job`).
+    let mut job = Job::new()?;
     let program = find_program(&args.command[0])?;
     let exe = Program::open(&program)?;
     // Find out now, not after a long run, whether the output can be written:
@@ -128,12 +142,11 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args.command[1..]);
-    restore_in_child(&mut cmd);
-    // ^C and ^\ go to the whole foreground group: CMD takes them, and
-    // profdev stays alive to write what was recorded.
-    let guard = IgnoreInterrupts::new();
-    let (mut child, mut source) =
+    // Own process group, the terminal, signals passed on: `profdev_sample::job`.
+    job.prepare(&mut cmd);
+    let (child, mut source) =
         profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| anyhow!("{e}"))?;
+    job.started(&child);
     let mut builder = Builder::new(exe);
     let mut batch = Vec::new();
     let ended = loop {
@@ -141,6 +154,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         for rec in batch.drain(..) {
             builder.record(&rec);
         }
+        // Pass signals on, reap CMD, kill its group after the grace period.
+        job.poll();
         match r {
             Ok(()) => {}
             Err(SourceError::Ended) => break None,
@@ -149,8 +164,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     let stats = source.stats();
     drop(source);
-    let status = child.wait().context("waiting for the command")?;
-    drop(guard);
+    let status = job.wait();
     if let Some(e) = ended {
         bail!("sampling stopped early: {e}");
     }
@@ -213,6 +227,20 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     eprintln!("profdev gmon: note: {CALLED_NOTE}");
+    if let Some(i) = job.interrupted() {
+        let wrote = if written.is_ok() {
+            "wrote"
+        } else {
+            "did not write"
+        };
+        eprintln!(
+            "{}",
+            i.sentence(
+                "profdev gmon",
+                &format!("{wrote} {}", args.output.display())
+            )
+        );
+    }
     if let Err(e) = &written {
         eprintln!("profdev gmon: {e}");
     } else if let Some(path) = syms_file {
@@ -225,7 +253,7 @@ fn run(args: &Args) -> Result<ExitCode> {
             args.output.display()
         );
     }
-    Ok(output::status(status, written.is_ok()))
+    Ok(output::status(&job, status, written.is_ok()))
 }
 
 /// Start writing a profile file for user programs (gmon.out, or a file

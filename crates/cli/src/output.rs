@@ -8,7 +8,7 @@
 //! - When CMD succeeded but its profile could not be written (a full disk),
 //!   the exit status is 1; when CMD failed, CMD's status is kept.
 
-use crate::child::exit_code;
+use crate::child::Job;
 use std::process::{ExitCode, ExitStatus};
 
 /// Mode of every file that holds kernel addresses.
@@ -18,13 +18,13 @@ pub const USER_MODE: u32 = 0o644;
 /// Mode of an output directory profdev creates.
 pub const DIR_MODE: u32 = 0o755;
 
-/// CMD's exit status, or 1 when CMD succeeded but the output was not
-/// written.
-pub fn status(status: ExitStatus, written: bool) -> ExitCode {
-    if !written && status.success() {
+/// Our exit status: 128 + the signal that interrupted the run; else CMD's
+/// status, or 1 when CMD succeeded but the output was not written.
+pub fn status(job: &Job, status: ExitStatus, written: bool) -> ExitCode {
+    if job.interrupted().is_none() && !written && status.success() {
         ExitCode::from(1)
     } else {
-        exit_code(status)
+        job.exit_code(status)
     }
 }
 

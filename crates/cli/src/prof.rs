@@ -37,6 +37,16 @@
 //! CMD, then up to a second for CMD's descendants, then stops. Its exit
 //! status is CMD's (128 + signal if CMD was killed).
 //!
+//! **Signals.** CMD runs in its own process group, the terminal's
+//! foreground group while it runs, so ^C reaches CMD alone and prof shows
+//! what was sampled. SIGINT, SIGTERM or SIGHUP sent to prof is passed to
+//! CMD's group; after 2 s what is left of CMD's processes is killed with
+//! SIGKILL; prof shows the profile sampled until then, says so on standard
+//! error (`prof: interrupted by SIGTERM; CMD's process group was ended; the
+//! listing shows what was sampled until then`) and exits with 128 + the
+//! signal. `-b CMD` runs CMD the same way. The rules, shared with `sample`
+//! and `gmon`, are in `profdev_sample::job`.
+//!
 //! The default interval is 1 ms (1000 samples per second of CPU time), with
 //! CMD and with `-b` (which writes `interval 1` before `start`), not the
 //! device's 100 ms: Inferno's 100 ms suited a slow interpreter; on native
@@ -114,7 +124,7 @@
 //!   standard library (`/rustc/HASH/…`) is usually not there, so its lines
 //!   show without text.
 
-use crate::child::{exit_code, find_program, restore_in_child, IgnoreInterrupts};
+use crate::child::{find_program, Job};
 use anyhow::{anyhow, bail, Context as _, Result};
 use profdev_core::{FileAddr, SampleSource, SessionConfig, SourceError, SourceFactory};
 use profdev_dev::prof::{self, Prof};
@@ -221,6 +231,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         println!("rows with no samples, -s sets the interval in ms (default 1, also with -b),");
         println!("-e profiles CMD's own executable only, -i charges inlined code to the inlined");
         println!("function and its own lines, -b starts the mounted device and leaves it on.");
+        println!("\n{}", crate::child::SIGNALS_HELP);
         return ExitCode::SUCCESS;
     }
     let args = match parse_args(args) {
@@ -255,7 +266,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         show(&records, &args.options, args.innermost)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let (status, records, stats) = profile_command(args)?;
+    let (job, status, records, stats) = profile_command(args)?;
     if stats.lost > 0 || stats.throttled > 0 {
         eprintln!(
             "prof: warning: the kernel dropped {} records and throttled sampling {} times; \
@@ -264,7 +275,13 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     show(&records, &args.options, args.innermost)?;
-    Ok(exit_code(status))
+    if let Some(i) = job.interrupted() {
+        eprintln!(
+            "{}",
+            i.sentence("prof", "the listing shows what was sampled until then")
+        );
+    }
+    Ok(job.exit_code(status))
 }
 
 /// A module's record as read from the device.
@@ -337,39 +354,39 @@ fn ctl(dev: &Prof, msg: &str) -> Result<()> {
     }
 }
 
-/// Run CMD under a private prof device; its exit status and the records.
+/// Run CMD under a private prof device; the job that ran it (to tell
+/// whether a signal ended it), its exit status and the records.
 fn profile_command(
     args: &Args,
-) -> Result<(std::process::ExitStatus, Vec<Record>, prof::ProfStats)> {
+) -> Result<(Job, std::process::ExitStatus, Vec<Record>, prof::ProfStats)> {
+    // Signals are caught from here on (see `profdev_sample::job`).
+    let mut job = Job::new()?;
     let interval = args.interval.unwrap_or(DEFAULT_INTERVAL_MS);
     let words = module_words(args)?;
     let config = prof::session_config(interval);
-    let _guard = IgnoreInterrupts::new();
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
+    // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     // Registered before spawn_profiled's own pre_exec hook, so it runs first.
-    restore_in_child(&mut cmd);
-    let (mut child, source) =
+    job.prepare(&mut cmd);
+    let (child, source) =
         profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| match e {
             profdev_sample::SpawnError::NotFound(_) => anyhow!("{e}"),
             e => anyhow!("cannot start profiling: {e}"),
         })?;
+    job.started(&child);
     let dev = Prof::new(Engine::new(Arc::new(Prepared(Mutex::new(Some(source))))));
-    let started = (|| -> Result<()> {
-        ctl(&dev, &format!("interval {interval}"))?;
-        ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;
-        ctl(&dev, "start")
-    })();
-    if let Err(e) = started {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(e);
-    }
-    let status = child.wait().context("waiting for the command")?;
-    // Descendants may outlive CMD: give them a moment, not forever.
+    // On an error, dropping the job kills CMD's group.
+    ctl(&dev, &format!("interval {interval}"))?;
+    ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;
+    ctl(&dev, "start")?;
+    let status = job.wait();
+    // Descendants may outlive CMD: give them a moment, not forever (and
+    // no moment at all after a signal, which ended them).
     let deadline = Instant::now() + Duration::from_secs(1);
-    while !dev.session_ended() && Instant::now() < deadline {
+    while !dev.session_ended() && !job.signalled() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
+        job.poll();
     }
     if let Some(e) = dev.session_error() {
         eprintln!("prof: warning: sampling ended early: {e}");
@@ -378,7 +395,8 @@ fn profile_command(
     let records = read_dev(&dev)?;
     let stats = dev.stats();
     ctl(&dev, "end")?;
-    Ok((status, records, stats))
+    let status = if job.signalled() { job.wait() } else { status };
+    Ok((job, status, records, stats))
 }
 
 /// `-b`: start the mounted device (and run CMD) and leave it on.
@@ -401,12 +419,17 @@ fn begin(args: &Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
-    let _guard = IgnoreInterrupts::new();
+    let mut job = Job::new()?;
     let mut cmd = std::process::Command::new(program);
     cmd.args(&args.command[1..]);
-    restore_in_child(&mut cmd);
-    let status = cmd.status().context("cannot run the command")?;
-    Ok(exit_code(status))
+    job.prepare(&mut cmd);
+    let child = cmd.spawn().context("cannot run the command")?;
+    job.started(&child);
+    let status = job.wait();
+    if let Some(i) = job.interrupted() {
+        eprintln!("{}", i.sentence("prof", "profiling is still on"));
+    }
+    Ok(job.exit_code(status))
 }
 
 /// The control messages `-b` writes: the interval (prof's default, not the

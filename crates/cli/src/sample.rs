@@ -21,13 +21,24 @@
 //! printed, the error names the file, kpdata is left complete or absent,
 //! and the exit status is CMD's if CMD failed, else 1.
 //!
+//! **Signals.** CMD runs in its own process group, the terminal's
+//! foreground group while it runs, so ^C reaches CMD alone and sample
+//! stays to write kpdata. SIGINT, SIGTERM or SIGHUP sent to sample (by
+//! `kill`, `timeout`, a hangup) is passed to CMD's group; after 2 s what is
+//! left of it is killed with SIGKILL; sampling stops, kpdata is written and
+//! the report printed as after a normal run, one more line says so
+//! (`profdev sample: interrupted by SIGTERM; CMD's process group was ended;
+//! wrote profdev.out/kpdata`), and the exit status is 128 + the signal. No
+//! process CMD started is left running. The rules, shared with `gmon` and
+//! `prof`, are in `profdev_sample::job`.
+//!
 //! With `--bpf` the device's histogram is counted in the kernel by a BPF
 //! program on the cpu-clock events ([`profdev_sample::bpf`]): no sample
 //! crosses a ring buffer, and kpdata is a copy of the kernel's counters.
 //! No records reach user space then, so the outside-kernel-text section is
 //! not available (it says so), and the summary counts word 0 as samples.
 
-use crate::child::{find_program, restore_in_child, IgnoreInterrupts};
+use crate::child::{find_program, Job};
 use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -55,7 +66,7 @@ use std::time::{Duration, Instant};
 /// DIR/kpdata and print the kprof table and where the ticks outside kernel
 /// text went.
 #[derive(Parser, Debug)]
-#[command(name = "profdev sample", version)]
+#[command(name = "profdev sample", version, after_help = crate::child::SIGNALS_HELP)]
 struct Args {
     /// Samples per second per CPU (software cpu-clock), at most 10000.
     #[arg(short = 'F', value_name = "HZ", default_value_t = 1000)]
@@ -91,6 +102,9 @@ fn run(args: &Args) -> Result<ExitCode> {
     SessionConfig::system(args.frequency)
         .validate()
         .map_err(|e| anyhow!("{e}"))?;
+    // Signals are caught from here on: one that comes while profdev
+    // prepares still ends the run cleanly (see `profdev_sample::job`).
+    let mut job = Job::new()?;
     let program = find_program(&args.command[0])?;
     // The real write starts now: a temporary beside DIR/kpdata, so an
     // unwritable DIR is found before a long run, not after.
@@ -124,7 +138,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     ctl(&kprof, "startclr")?;
     let started = Instant::now();
     let progress = Progress::start(collector.clone(), started, !args.bpf);
-    let status = run_child(&program, &args.command[1..]);
+    let status = run_child(&mut job, &program, &args.command[1..]);
     ctl(&kprof, "stop")?;
     progress.finish();
     let status = status?;
@@ -183,7 +197,8 @@ fn run(args: &Args) -> Result<ExitCode> {
             elapsed.as_secs_f64(),
             args.frequency,
         );
-        return Ok(written_status(status, written));
+        interrupted(&job, &out_path, written.is_ok());
+        return Ok(written_status(&job, status, written));
     }
     eprintln!(
         "profdev sample: {} samples in {:.1}s at {} Hz per CPU, {} lost, {} throttled; {wrote}",
@@ -200,18 +215,31 @@ fn run(args: &Args) -> Result<ExitCode> {
             stats.lost, stats.throttled
         );
     }
-    Ok(written_status(status, written))
+    interrupted(&job, &out_path, written.is_ok());
+    Ok(written_status(&job, status, written))
 }
 
-/// Say why kpdata was not written; CMD's status, or 1 if CMD succeeded.
+/// Say why kpdata was not written; our status (see [`output::status`]).
 fn written_status(
+    job: &Job,
     status: std::process::ExitStatus,
     written: Result<(), profdev_safefile::Error>,
 ) -> ExitCode {
     if let Err(e) = &written {
         eprintln!("profdev sample: {e}");
     }
-    output::status(status, written.is_ok())
+    output::status(job, status, written.is_ok())
+}
+
+/// Say so when a signal ended the run.
+fn interrupted(job: &Job, out_path: &Path, written: bool) {
+    if let Some(i) = job.interrupted() {
+        let wrote = if written { "wrote" } else { "did not write" };
+        eprintln!(
+            "{}",
+            i.sentence("profdev sample", &format!("{wrote} {}", out_path.display()))
+        );
+    }
 }
 
 /// Write a control message to the device's `kpctl`, as `echo MSG >kpctl`.
@@ -256,17 +284,17 @@ fn write_kpdata(mut file: SafeFile, bytes: &[u8]) -> Result<(), profdev_safefile
     file.commit()
 }
 
-fn run_child(program: &Path, args: &[OsString]) -> Result<std::process::ExitStatus> {
-    // ^C and ^\ go to the whole foreground group: CMD takes them, and
-    // profdev stays alive to write what was recorded.
-    let _guard = IgnoreInterrupts::new();
+/// Run CMD under `job` (its own process group, signals passed on; see
+/// `profdev_sample::job`) and wait for it.
+fn run_child(job: &mut Job, program: &Path, args: &[OsString]) -> Result<std::process::ExitStatus> {
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
-    restore_in_child(&mut cmd);
-    let mut child = cmd
+    job.prepare(&mut cmd);
+    let child = cmd
         .spawn()
         .with_context(|| format!("cannot run {}", program.display()))?;
-    Ok(child.wait()?)
+    job.started(&child);
+    Ok(job.wait())
 }
 
 /// What an outside tick is keyed by until the end, when it is symbolized.

@@ -25,8 +25,9 @@
 //! This crate is the only one in profdev that talks to the kernel's
 //! perf_event subsystem, and the only one with `unsafe` code (in [`sys`]
 //! for the system calls, [`ring`] for the shared mapping, [`bpf`] for
-//! bpf(2) and the in-kernel histogram's mapping, and the `pre_exec` hook of
-//! [`spawn_profiled`]).
+//! bpf(2) and the in-kernel histogram's mapping, the `pre_exec` hook of
+//! [`spawn_profiled`], and [`job`] for the profiled command's process
+//! group, terminal and signals).
 //!
 //! **What it asks the kernel for, and why.** One software `cpu-clock` event
 //! (`PERF_TYPE_SOFTWARE`, `PERF_COUNT_SW_CPU_CLOCK`) per online CPU:
@@ -125,6 +126,7 @@
 
 pub mod bpf;
 pub mod decode;
+pub mod job;
 pub mod procfs;
 pub mod ring;
 mod source;
