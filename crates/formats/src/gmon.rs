@@ -169,6 +169,13 @@ impl Target {
         addr_width: AddrWidth::W64,
     };
 
+    /// aarch64 ELF (Linux, little-endian): 8-byte little-endian addresses,
+    /// the same field widths as x86_64.
+    pub const AARCH64: Target = Target {
+        order: ByteOrder::Little,
+        addr_width: AddrWidth::W64,
+    };
+
     /// Size of the 4.4BSD header for this target (40 or 32 bytes).
     pub fn bsd_header_size(self) -> usize {
         2 * self.addr_width.bytes() + 24
