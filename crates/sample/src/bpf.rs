@@ -19,7 +19,8 @@
 //! # Description
 //!
 //! No libbpf and no compiler: [`program`] assembles the instructions with
-//! the small encoder [`Insn`], and [`KernelHistogram::open`] loads them with
+//! [`asm::Asm`], a tiny assembler with forward labels (no jump offset is
+//! counted by hand), and [`KernelHistogram::open`] loads them with
 //! bpf(2) as a `BPF_PROG_TYPE_PERF_EVENT` program (license "GPL"), then
 //! attaches it with `PERF_EVENT_IOC_SET_BPF` to one software cpu-clock event
 //! per online CPU (pid -1, every task, kernel and user mode, a fixed period
@@ -28,8 +29,9 @@
 //! sample anywhere.
 //!
 //! On every tick the program reads the interrupted PC (`regs.ip` of
-//! `struct bpf_perf_event_data`, offset 128 on x86_64: `struct pt_regs`
-//! has 16 words before `ip`) and applies Inferno 4e's kproftick: word 0 += 1;
+//! `struct bpf_perf_event_data`, [`REGS_IP_OFFSET`], computed with
+//! `offset_of!` on a `#[repr(C)]` mirror of the uapi structs: 128 on
+//! x86_64, where `struct pt_regs` has 16 words before `ip`) and applies Inferno 4e's kproftick: word 0 += 1;
 //! if `start + (6 << lres) <= ip < end` then word `(ip - start) >> lres`
 //! += 1, else word 1 += 1. Both increments are BPF atomic adds (32 bits,
 //! wrapping like the original's counters).
@@ -37,7 +39,8 @@
 //! The words live in a `BPF_MAP_TYPE_ARRAY` created with `BPF_F_MMAPABLE`
 //! whose 8-byte elements each hold two consecutive u32 words (an array map
 //! rounds its element size up to 8, so u32 elements would waste half of the
-//! mapping), and which user space maps shared: [`KernelHistogram::words`]
+//! mapping; the element is a `#[repr(C)]` pair whose field offsets the
+//! program uses), and which user space maps shared: [`KernelHistogram::words`]
 //! is a copy of the mapping, and words 2–5 of kpdata (microseconds per
 //! tick, word count, 4, lres) are written by user space at open and at
 //! every [`KernelHistogram::clear`].
@@ -58,6 +61,13 @@
 //!   shared cache line; at 10 kHz on many CPUs that costs a little.
 //! * `clear` while enabled races with the program: a tick taken during the
 //!   clear may be kept or lost. The kprof device clears only on `startclr`.
+//!
+//! # Testing
+//!
+//! `tests/golden/kproftick.bpf.txt` is the program's disassembly ([`asm::disassemble`]:
+//! each slot's bytes and its text); `PROFDEV_BLESS=1 cargo test -p
+//! profdev-sample --lib bpf` rewrites it. `tests/bpf.rs` loads it into the
+//! kernel (privileged).
 
 use profdev_core::SourceError;
 use std::io;
@@ -75,7 +85,10 @@ use asm::{Asm, FP, R0, R1, R2, R3, R6, R7, R8};
 /// `struct pt_regs` of the x86_64 uapi `<asm/ptrace.h>`, which is
 /// `bpf_user_pt_regs_t` on x86_64: a layout mirror, never constructed.
 #[repr(C)]
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "a layout mirror: only offset_of! and size_of read it"
+)]
 struct PtRegs {
     r15: u64,
     r14: u64,
@@ -103,7 +116,10 @@ struct PtRegs {
 /// `struct bpf_perf_event_data` of `<linux/bpf_perf_event.h>`, the context
 /// a perf-event program receives in r1: a layout mirror, never constructed.
 #[repr(C)]
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "a layout mirror: only offset_of! and size_of read it"
+)]
 struct BpfPerfEventData {
     regs: PtRegs,
     sample_period: u64,
@@ -118,7 +134,10 @@ const _: () = assert!(REGS_IP_OFFSET == 128);
 /// One element of the histogram map: two consecutive kpdata words, word
 /// `2k` and word `2k + 1` in element `k`.
 #[repr(C)]
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "a layout mirror: only offset_of! and size_of read it"
+)]
 struct Element {
     even: u32,
     odd: u32,
@@ -565,28 +584,30 @@ mod tests {
         assert_eq!(hi.encode(), [0; 8]);
     }
 
-    #[test]
-    fn program_golden_bytes() {
-        let p = program(5, 0xffff_ffff_8100_0000, 0xffff_ffff_8240_0000, 3);
-        let hex: Vec<String> = p
-            .iter()
-            .map(|i| {
-                i.encode()
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<String>()
-            })
-            .collect();
-        let golden = include_str!("../tests/golden/kproftick.bpf.txt");
+    /// Compare with a golden file; `PROFDEV_BLESS=1` rewrites it.
+    fn golden(path: &std::path::Path, actual: &[u8]) {
         if std::env::var("PROFDEV_BLESS").is_ok_and(|v| v == "1") {
-            let path = concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/golden/kproftick.bpf.txt"
-            );
-            std::fs::write(path, hex.join("\n") + "\n").unwrap();
+            std::fs::write(path, actual).unwrap();
             return;
         }
-        assert_eq!(hex.join("\n") + "\n", golden);
+        let want = std::fs::read(path).unwrap();
+        assert!(
+            want == actual,
+            "{} differs (PROFDEV_BLESS=1 rewrites it):\n{}",
+            path.display(),
+            String::from_utf8_lossy(actual)
+        );
+    }
+
+    /// The program as the kernel receives it: bytes and readable text.
+    #[test]
+    fn program_disassembly_golden() {
+        let p = program(5, 0xffff_ffff_8100_0000, 0xffff_ffff_8240_0000, 3);
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/golden/kproftick.bpf.txt"
+        );
+        golden(path.as_ref(), asm::disassemble(&p).as_bytes());
     }
 
     #[test]
