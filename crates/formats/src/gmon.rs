@@ -77,7 +77,7 @@
 //!
 //! # Bugs
 //!
-//! * The GNU layout stores arc counts as u32; [`write`] refuses a larger count
+//! * The GNU layout stores arc counts as u32; [`write()`] refuses a larger count
 //!   rather than truncating it as glibc does. Callers saturate first.
 //! * The parser is stricter than gprof: a trailing partial arc, an odd
 //!   histogram byte count or a version 0 basic-block record is an error here,

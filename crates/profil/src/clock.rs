@@ -7,7 +7,7 @@
 //! `SIGEV_SIGNAL`/`SIGPROF`, period `1/rate` of process CPU time (user plus
 //! system time of all threads, as SVR4 charged system time to the user PC).
 //! The handler takes the interrupted PC from the `ucontext` and hands it to
-//! the counting function given to [`install`] ([`crate::profil`] gives its
+//! the counting function given to `install` ([`crate::profil`] gives its
 //! own). The clock knows nothing of buffers or cells: `profil` uses the
 //! clock, never the other way round.
 //!
