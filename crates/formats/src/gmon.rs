@@ -77,7 +77,7 @@
 //!
 //! # Bugs
 //!
-//! * The GNU layout stores arc counts as u32; [`write`] refuses a larger count
+//! * The GNU layout stores arc counts as u32; [`write()`] refuses a larger count
 //!   rather than truncating it as glibc does. Callers saturate first.
 //! * The parser is stricter than gprof: a trailing partial arc, an odd
 //!   histogram byte count or a version 0 basic-block record is an error here,
@@ -165,6 +165,13 @@ pub struct Target {
 impl Target {
     /// x86_64 ELF: 8-byte little-endian addresses.
     pub const X86_64: Target = Target {
+        order: ByteOrder::Little,
+        addr_width: AddrWidth::W64,
+    };
+
+    /// aarch64 ELF (Linux, little-endian): 8-byte little-endian addresses,
+    /// the same field widths as x86_64.
+    pub const AARCH64: Target = Target {
         order: ByteOrder::Little,
         addr_width: AddrWidth::W64,
     };

@@ -3,9 +3,15 @@
 //! Each module names its lineage and states every field's width and byte
 //! order. Nothing here does I/O: functions take bytes and return values, or
 //! take values and return bytes.
+//!
+//! The crate depends on nothing heavier than `thiserror` (and the pure data
+//! of `profdev-core`): profdev-profil, a library linked into user programs,
+//! writes its gmon.out and mon.out with it. Keep it that way; a format that
+//! needs an ELF or DWARF reader belongs in `profdev-symbolize`.
 
 pub mod gmon;
 pub mod kpdata;
+pub mod mon_out;
 pub mod prflog;
 pub mod prof_histogram;
 pub mod symelf;

@@ -114,10 +114,10 @@ pub unsafe extern "C" fn profil(
     unsafe { do_profil(buf, bufsiz, offset, scale) }
 }
 
-/// Alias of [`profil`].
+/// Alias of [`profil()`].
 ///
 /// # Safety
-/// As [`profil`].
+/// As [`profil()`].
 #[no_mangle]
 pub unsafe extern "C" fn profdev_profil(
     buf: *mut c_ushort,
@@ -145,10 +145,10 @@ pub unsafe extern "C" fn monitor(
     unsafe { do_monitor(lowpc, highpc, buffer, bufsize, nfunc) }
 }
 
-/// Alias of [`monitor`].
+/// Alias of [`monitor()`].
 ///
 /// # Safety
-/// As [`monitor`].
+/// As [`monitor()`].
 #[no_mangle]
 pub unsafe extern "C" fn profdev_monitor(
     lowpc: *const c_void,

@@ -16,7 +16,7 @@
 //!
 //! Where a seccomp policy forbids the two calls (`ENOSYS`, `EPERM`), the
 //! mode falls back to a direct atomic increment; an unmapped buffer then
-//! faults as it would under glibc. [`choose_mode`] decides once, outside the
+//! faults as it would under glibc. `choose_mode` decides once, outside the
 //! signal handler.
 
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};

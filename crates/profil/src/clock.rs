@@ -7,7 +7,9 @@
 //! `SIGEV_SIGNAL`/`SIGPROF`, period `1/rate` of process CPU time (user plus
 //! system time of all threads, as SVR4 charged system time to the user PC).
 //! The handler takes the interrupted PC from the `ucontext` and hands it to
-//! [`crate::profil`].
+//! the counting function given to `install` ([`crate::profil`] gives its
+//! own). The clock knows nothing of buffers or cells: `profil` uses the
+//! clock, never the other way round.
 //!
 //! Why this timer, and not the alternatives:
 //!
@@ -59,6 +61,9 @@ static MAGIC: u8 = 0;
 static RATE: AtomicU32 = AtomicU32::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 static PREVIOUS: OnceLock<Previous> = OnceLock::new();
+/// What a tick of ours calls with the interrupted PC and the number of
+/// ticks; set once by [`install`], read by the handler (an atomic load).
+static ON_TICK: OnceLock<fn(usize, u16)> = OnceLock::new();
 static HAVE_TIMER: AtomicBool = AtomicBool::new(false);
 static TIMER: AtomicUsize = AtomicUsize::new(0);
 static ARMED: AtomicBool = AtomicBool::new(false);
@@ -86,11 +91,15 @@ pub fn rate_hz() -> u32 {
     r
 }
 
-/// Install the SIGPROF handler once. Called under the profil writer lock.
-pub(crate) fn install() -> Result<(), Error> {
+/// Install the SIGPROF handler once; every tick of ours then calls
+/// `on_tick(pc, ticks)` in signal context, so `on_tick` must be
+/// async-signal-safe. The first call's `on_tick` stays. Called under the
+/// profil writer lock.
+pub(crate) fn install(on_tick: fn(usize, u16)) -> Result<(), Error> {
     if INSTALLED.load(Ordering::Acquire) {
         return Ok(());
     }
+    let _ = ON_TICK.set(on_tick);
     // SAFETY: sigaction with a zeroed, then filled, struct; the handler is
     // async-signal-safe (atomics and raw system calls only).
     unsafe {
@@ -213,7 +222,9 @@ extern "C" fn on_sigprof(sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void
         let ticks = 1u32.wrapping_add(ti.si_overrun.max(0) as u32);
         // SAFETY: `uc` comes from the kernel.
         let pc = unsafe { interrupted_pc(uc) };
-        crate::profil::tick(pc, ticks as u16);
+        if let Some(on_tick) = ON_TICK.get() {
+            on_tick(pc, ticks as u16);
+        }
     } else if let Some(prev) = PREVIOUS.get() {
         if prev.handler != libc::SIG_DFL && prev.handler != libc::SIG_IGN {
             // SAFETY: the previous handler was installed by the program with

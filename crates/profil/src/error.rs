@@ -67,26 +67,10 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// A mon.out file ends inside a field.
-    #[error("mon.out: file of {len} bytes ends inside field {field} at byte offset {offset}")]
-    Truncated {
-        /// The field being read.
-        field: &'static str,
-        /// Byte offset of that field.
-        offset: usize,
-        /// File length.
-        len: usize,
-    },
-    /// A mon.out header field holds an impossible value.
-    #[error("mon.out: field {field} at byte offset {offset} holds {value}, which {why}")]
-    BadField {
-        /// The field being read.
-        field: &'static str,
-        /// Byte offset of that field.
-        offset: usize,
-        /// The value found.
-        value: u64,
-        /// Why it cannot be right.
-        why: &'static str,
-    },
+    /// The gmon.out writer refused the histogram.
+    #[error(transparent)]
+    Gmon(#[from] profdev_formats::gmon::WriteError),
+    /// The mon.out writer refused the counters.
+    #[error(transparent)]
+    MonOut(#[from] profdev_formats::mon_out::WriteError),
 }

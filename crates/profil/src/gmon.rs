@@ -19,8 +19,8 @@
 //! with offset `lowpc` and scale 0x8000, which with the SVR4 formula puts
 //! the PC `pc` in bin `(pc - lowpc) / 4` exactly; `moncontrol(false)` is
 //! `profil(NULL, 0, 0, 0)` (it stops any profil). [`mcleanup`] stops
-//! profiling, writes the GNU gmon.out ([`crate::gmon_out`]) and frees the
-//! bins; a later monstartup may start again. [`start`] is monstartup over
+//! profiling, writes the GNU gmon.out (with `profdev_formats::gmon`, the
+//! writer every profdev command uses; [`encode`]) and frees the bins; a later monstartup may start again. [`start`] is monstartup over
 //! the main program's executable segments.
 //!
 //! The histogram record holds link-time addresses (the load bias of the
@@ -50,8 +50,9 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use profdev_formats::gmon::{self, Format, GmonOut, Histogram, Target};
+
 use crate::error::Error;
-use crate::gmon_out::{self, Histogram};
 use crate::profil::{self, Config};
 use crate::{clock, text};
 
@@ -101,6 +102,37 @@ impl Sizing {
     pub fn textsize(&self) -> usize {
         self.highpc - self.lowpc
     }
+}
+
+/// The ABI of the programs this library is linked into.
+const TARGET: Target = if cfg!(target_arch = "aarch64") {
+    Target::AARCH64
+} else {
+    Target::X86_64
+};
+
+/// The GNU gmon.out of a monstartup histogram: `bins` counted over
+/// `sizing`'s run-time range, written at link-time addresses (`bias`, the
+/// load bias of the object holding `lowpc`, subtracted) with `prof_rate`
+/// Hz and no arcs.
+pub fn encode(
+    sizing: &Sizing,
+    bias: usize,
+    prof_rate: u32,
+    bins: Vec<u16>,
+) -> Result<Vec<u8>, Error> {
+    let mut hist = Histogram::new(
+        sizing.lowpc.wrapping_sub(bias) as u64,
+        sizing.highpc.wrapping_sub(bias) as u64,
+        0,
+        prof_rate,
+    );
+    hist.bins = bins;
+    let profile = GmonOut {
+        histograms: vec![hist],
+        ..GmonOut::default()
+    };
+    Ok(gmon::write(&profile, Format::Gnu, TARGET)?)
 }
 
 /// The gmon.out file name: `$GMON_OUT_PREFIX.<pid>` unless `secure`, else `gmon.out`.
@@ -205,13 +237,7 @@ pub fn mcleanup() -> Result<PathBuf, Error> {
     // nobody writes the bins any more; this is the box leaked in monstartup.
     let bins =
         unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(st.bins, st.sizing.bins)) };
-    let hist = Histogram {
-        low_pc: st.sizing.lowpc.wrapping_sub(st.bias) as u64,
-        high_pc: st.sizing.highpc.wrapping_sub(st.bias) as u64,
-        prof_rate: clock::rate_hz(),
-        bins: &bins,
-    };
-    let bytes = gmon_out::write_gnu(&hist, &[])?;
+    let bytes = encode(&st.sizing, st.bias, clock::rate_hz(), bins.into_vec())?;
     // SAFETY: getauxval is always safe to call.
     let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
     let prefix = std::env::var_os("GMON_OUT_PREFIX");
@@ -265,6 +291,24 @@ mod tests {
         for d in 0..4096usize {
             assert_eq!(svr4(0x1000 + d, 0x1000, SCALE, 1 << 20), Tick::Cell(d / 4));
         }
+    }
+
+    #[test]
+    fn encode_writes_link_time_addresses_and_four_byte_bins() {
+        let s = Sizing::new(0x5555_5555_5000, 0x5555_5555_5010).unwrap();
+        let bins = vec![1, 0, 7, 0xffff];
+        let bytes = encode(&s, 0x5555_5555_4000, 100, bins.clone()).unwrap();
+        let back = gmon::parse(&bytes, TARGET).unwrap();
+        assert_eq!(back.format, Format::Gnu);
+        assert_eq!(back.gnu_version, Some(1));
+        let mut want = Histogram::new(0x1000, 0x1010, 0, 100);
+        want.bins = bins;
+        assert_eq!(back.gmon.histograms, vec![want]);
+        assert!(back.gmon.arcs.is_empty() && back.gmon.bb_counts.is_empty());
+        // gprof's bin width: (high_pc - low_pc) / hist_size = 4 bytes.
+        assert_eq!(back.gmon.histograms[0].bin_of(0x100b), Some(2));
+        // The GNU header, one histogram record, 2 bytes per bin.
+        assert_eq!(bytes.len(), 20 + 1 + 8 + 8 + 4 + 4 + 15 + 1 + 2 * 4);
     }
 
     #[test]

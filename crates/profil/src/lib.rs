@@ -39,9 +39,14 @@
 //! fault-free write.
 //!
 //! [`monitor`](mod@monitor) is SVR4's monitor(3C) writing `mon.out`
-//! ([`mon_out`] documents the 64-bit layout). [`gmon`] is BSD/glibc's
-//! monstartup/moncontrol/_mcleanup writing a GNU `gmon.out`
-//! ([`gmon_out`]) that `gprof -b prog gmon.out` reads.
+//! ([`mon_out`], re-exported from `profdev_formats`, documents the 64-bit
+//! layout). [`gmon`] is BSD/glibc's monstartup/moncontrol/_mcleanup writing
+//! a GNU `gmon.out` with `profdev_formats::gmon`, the writer every profdev
+//! command uses, which `gprof -b prog gmon.out` reads.
+//!
+//! Of profdev's crates this one depends only on `profdev-formats` (pure
+//! writers, no I/O) and `profdev-safefile` (the one way profdev writes a
+//! file), so the library linked into programs stays small.
 //!
 //! The sampling rate is 100 Hz of CPU time (the `HZ` of SVR4 and of
 //! glibc's profil); the environment variable `PROFDEV_PROFIL_HZ` (1 to
@@ -88,15 +93,15 @@ pub mod cell;
 pub mod clock;
 pub mod error;
 pub mod gmon;
-pub mod gmon_out;
 pub mod index;
-pub mod mon_out;
 pub mod monitor;
 pub mod profil;
 pub mod text;
 
 pub use error::Error;
 pub use monitor::Monitor;
+/// The mon.out layout monitor(3C) writes, with its parser.
+pub use profdev_formats::mon_out;
 pub use profil::Profil;
 
 /// The README's Rust examples, compiled and run as doctests.

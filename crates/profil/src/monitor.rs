@@ -302,7 +302,7 @@ pub fn finish() -> Result<Option<PathBuf>, Error> {
     // SAFETY: register's contract keeps the buffers valid until now, and
     // profiling is off.
     let m = unsafe { summarize(&blocks) };
-    write_file(&path, &m.to_bytes())?;
+    write_file(&path, &m.to_bytes()?)?;
     Ok(Some(path))
 }
 
@@ -361,7 +361,7 @@ impl Monitor {
         profil::stop_if_current(self.generation);
         // SAFETY: the buffer is still owned (Drop frees it) and no longer profiled into.
         let m = unsafe { summarize(&[self.block]) };
-        write_file(&self.path, &m.to_bytes())?;
+        write_file(&self.path, &m.to_bytes()?)?;
         Ok(self.path.clone())
     }
 }

@@ -204,7 +204,7 @@ pub unsafe fn set(cfg: Config) -> Result<u64, Error> {
     let _w = WRITER.lock();
     if cfg.can_count() {
         cell::choose_mode();
-        clock::install()?;
+        clock::install(tick)?;
         ATFORK.call_once(|| {
             // SAFETY: registering static extern "C" functions. pthread_atfork
             // fails only with ENOMEM; without the handlers a child merely
@@ -261,7 +261,7 @@ pub(crate) fn stop_if_current(generation: u64) {
 
 /// Count `ticks` at `pc`. Called from the SIGPROF handler: atomics and raw
 /// system calls only.
-pub(crate) fn tick(pc: usize, ticks: u16) {
+fn tick(pc: usize, ticks: u16) {
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     let s = SEQ.load(Ordering::SeqCst);
     if s & 1 == 0 {

@@ -13,7 +13,6 @@ mod tv_g1;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use profdev_profil::gmon_out::{write_gnu, Arc, Histogram};
 use profdev_profil::index::{Formula, Tick};
 
 fn golden(name: &str) -> PathBuf {
@@ -117,7 +116,8 @@ fn fake_elf(dir: &Path) -> PathBuf {
     exe
 }
 
-/// Our GNU gmon.out writer on the spec's TV-G1 payload; GNU gprof's report
+/// The GNU gmon.out writer monstartup/_mcleanup use (profdev_formats') on
+/// the spec's TV-G1 payload; GNU gprof's report
 /// must be the spec's (golden file copied from spec §3.8).
 #[test]
 fn gprof_reads_our_gmon_out_tv_g1() {

@@ -1,24 +1,23 @@
-//! Spec §3.8 TV-G1, the common payload, written in the GNU format by our
-//! writer. Shared by the writer's unit tests (`src/gmon_out.rs`) and the
-//! gprof golden test (`tests/golden.rs`), which bring `write_gnu`, `Arc`
-//! and `Histogram` into scope.
+//! Spec §3.8 TV-G1, the common payload, written in the GNU format by the
+//! gmon.out writer this library uses (`profdev_formats::gmon`), for the
+//! gprof golden test (`tests/golden.rs`).
 
-use super::*;
+use profdev_formats::gmon::{self, Arc, Format, GmonOut, Histogram, Target};
 
 /// TV-G1's gmon.out bytes.
 pub fn tv_g1() -> Vec<u8> {
     const LO: u64 = 0x401000;
     const HI: u64 = 0x401300;
-    let mut bins = vec![0u16; ((HI - LO) / 2) as usize];
+    let mut hist = Histogram::new(LO, HI, ((HI - LO) / 2) as usize, 100);
     for (addr, n) in [
         (0x4011b0u64, 60u16),
         (0x4011c0, 20),
         (0x4011e0, 15),
         (0x401210, 5),
     ] {
-        bins[((addr - LO) / 2) as usize] += n;
+        hist.bins[((addr - LO) / 2) as usize] += n;
     }
-    let arcs = [
+    let arcs = vec![
         Arc {
             from_pc: 0x4011f0,
             self_pc: 0x4011a6,
@@ -35,11 +34,10 @@ pub fn tv_g1() -> Vec<u8> {
             count: 1,
         },
     ];
-    let hist = Histogram {
-        low_pc: LO,
-        high_pc: HI,
-        prof_rate: 100,
-        bins: &bins,
+    let profile = GmonOut {
+        histograms: vec![hist],
+        arcs,
+        bb_counts: vec![],
     };
-    write_gnu(&hist, &arcs).unwrap()
+    gmon::write(&profile, Format::Gnu, Target::X86_64).unwrap()
 }
