@@ -336,6 +336,8 @@ pub enum ParseError {
     },
 }
 
+mod bsd;
+mod gnu;
 mod reader;
 mod writer;
 
