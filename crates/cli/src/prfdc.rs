@@ -150,7 +150,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     // The collector never reads or prints: let go of the caller's stdin and
     // stdout, so that `pid=$(prfdc …)` or `prfdc … | cat` returns at once.
     // It keeps stderr for its errors.
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
         use std::os::fd::AsRawFd;
         // SAFETY: dup2 onto descriptors 0 and 1, which this process owns;
         // `null` stays open until both are done.
