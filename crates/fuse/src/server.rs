@@ -91,6 +91,9 @@ struct OpenFile {
     chan: Mutex<Option<Chan>>,
 }
 
+/// A directory's entries, numbered, as one open of it lists them.
+type Listing = Arc<Vec<(u64, DirEntry)>>;
+
 /// Serves a device table as a file tree.
 ///
 /// Devices whose [`Dev::dir_name`] is empty put their files at the mount
@@ -112,7 +115,7 @@ pub struct Server {
     /// The listing of each open directory, taken at opendir: the readdir
     /// calls of one listing page through it, so listing n entries is O(n)
     /// and the pages agree with each other.
-    listings: Mutex<HashMap<u64, Arc<Vec<(u64, DirEntry)>>>>,
+    listings: Mutex<HashMap<u64, Listing>>,
     next_fh: AtomicU64,
     log: Option<Log>,
 }
@@ -361,7 +364,7 @@ impl Server {
         self.lock_files().get(&fh.0).cloned().ok_or(Errno::EBADF)
     }
 
-    fn lock_listings(&self) -> MutexGuard<'_, HashMap<u64, Arc<Vec<(u64, DirEntry)>>>> {
+    fn lock_listings(&self) -> MutexGuard<'_, HashMap<u64, Listing>> {
         self.listings.lock().unwrap_or_else(|p| p.into_inner())
     }
 

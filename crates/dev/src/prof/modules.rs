@@ -12,6 +12,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// A file's modification time (ns since the epoch) and size.
+type Version = (i128, u64);
+
 /// A module's identity: its file, not its path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ModuleKey {
@@ -34,7 +37,7 @@ struct Module {
     layout: Arc<ElfLayout>,
     /// (mtime ns, size) of the path when resolved, to notice in-place
     /// rewrites at the next mapping.
-    stat: Option<(i128, u64)>,
+    stat: Option<Version>,
 }
 
 /// Memo key: a mapping's file as the record described it.
@@ -196,7 +199,7 @@ fn wants(wanted: &[Wanted], m: &Mapping) -> bool {
 
 /// Open the mapped file: exactly the mapped one through /proc while the
 /// process lives, else the path.
-fn resolve(pid: u32, m: &Mapping) -> Result<(ModuleKey, ElfLayout, Option<(i128, u64)>), String> {
+fn resolve(pid: u32, m: &Mapping) -> Result<(ModuleKey, ElfLayout, Option<Version>), String> {
     let map_file = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
     let path = Path::new(&m.path);
     let (layout, stat) = match ElfLayout::open(&map_file) {
@@ -246,7 +249,7 @@ pub(super) fn split_dev(dev: u64) -> (u32, u32) {
     (major as u32, minor as u32)
 }
 
-fn stat_version(path: &Path) -> Option<(i128, u64)> {
+fn stat_version(path: &Path) -> Option<Version> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
     Some((
