@@ -70,6 +70,8 @@
 //! the old counts. To read a file's load layout profdev opens
 //! `/proc/PID/map_files/START-END` while the process lives (exactly the
 //! mapped file, even if the path has been replaced since), else the path.
+//! Files are opened and read outside the device's lock: listing the
+//! directories and reading their files never waits for that I/O.
 //!
 //! `name` and `path` hold one line each (the text and a newline; Inferno's
 //! had no newline). `pctl` opens write-only and refuses every write (EPERM,
