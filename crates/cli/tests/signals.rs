@@ -199,8 +199,22 @@ impl Run {
         self.spawn(&mut c)
     }
 
-    /// Spawn `c`, remembering it for the clean-up of a failed test.
+    /// Spawn `c`, remembering it for the clean-up of a failed test. The
+    /// signals the tests send start with their default dispositions, as a
+    /// user's shell gives them: a runner that started the test suite with
+    /// them ignored (`cmd &` in a non-interactive shell, nohup) must not
+    /// change what is tested. (The nohup test's `nohup` ignores SIGHUP
+    /// again itself, after this.)
     fn spawn(&self, c: &mut Command) -> Child {
+        // SAFETY: signal is async-signal-safe.
+        unsafe {
+            c.pre_exec(|| {
+                for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
         let child = c.spawn().unwrap();
         self.started.borrow_mut().push(child.id() as i32);
         child

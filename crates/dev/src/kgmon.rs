@@ -102,12 +102,14 @@
 //! one profile per device server, shared by every user, as on NetBSD.
 
 use crate::ctl::{self, Cmd};
-use crate::engine::{Engine, Sink, Subscription};
-use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
+use crate::engine::Engine;
+use crate::kit::{self, lock, File, Session, Snapshot};
+use crate::tree::{Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
-use profdev_core::{CpuMode, KernelText, Record, Sample, SessionConfig, SourceStats, Target};
+use profdev_core::{CpuMode, KernelText, Record, Sample, SessionConfig, Target};
 use profdev_formats::gmon::mcount::{self, ArcTable, Recorded, SLOT_BYTES};
 use profdev_formats::gmon::{self, Format, GmonOut, Histogram};
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -116,6 +118,12 @@ const CTL: Qid = Qid::file(1);
 const STATE: Qid = Qid::file(2);
 const GMONPARAM: Qid = Qid::file(3);
 const GMON_OUT: Qid = Qid::file(4);
+const FILES: &[File] = &[
+    File::new("ctl", CTL, 0o600),
+    File::new("state", STATE, 0o444),
+    File::new("gmonparam", GMONPARAM, 0o400),
+    File::new("gmon.out", GMON_OUT, 0o400),
+];
 
 /// Text bytes per histogram cell: `HISTFRACTION * sizeof(HISTCOUNTER)`.
 pub const CELL_BYTES: u64 = 4;
@@ -266,6 +274,13 @@ impl Profile {
         self.arcs.as_ref().map_or(0, ArcTable::used)
     }
 
+    /// Count `r` if it is a sample.
+    fn count(&mut self, r: &Record) {
+        if let Record::Sample(s) = r {
+            self.tick(s);
+        }
+    }
+
     /// One tick: the statclock's histogram update, then mcount's arcs.
     fn tick(&mut self, s: &Sample) {
         if s.mode != CpuMode::Kernel {
@@ -366,10 +381,8 @@ const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 /// The kgmon device.
 pub struct Kgmon {
     profile: Arc<Mutex<Profile>>,
-    session: Mutex<Option<Subscription>>,
-    /// Counts of the sessions already ended since the last reset.
-    past: Mutex<SourceStats>,
-    engine: Engine,
+    /// The session; its counts are those since the last reset.
+    session: Session,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -385,17 +398,12 @@ const CTL_TABLE: &[Cmd<CtlOp>] = &[
     Cmd::verb("reset", CtlOp::Reset),
 ];
 
-/// A snapshot held by one open channel.
-struct Snapshot(Vec<u8>);
-
 impl Kgmon {
     /// A device profiling `config.text`, sampling through `engine`.
     pub fn new(config: KgmonConfig, engine: Engine) -> Self {
         Kgmon {
             profile: Arc::new(Mutex::new(Profile::new(config))),
-            session: Mutex::new(None),
-            past: Mutex::new(SourceStats::default()),
-            engine,
+            session: Session::new(engine),
         }
     }
 
@@ -415,7 +423,10 @@ impl Kgmon {
 
     /// Count the samples among `records`, as the engine's sink does.
     pub fn feed(&self, records: &[Record]) {
-        feed(&self.profile, records);
+        let mut p = self.lock();
+        for r in records {
+            p.count(r);
+        }
     }
 
     /// The state.
@@ -435,7 +446,7 @@ impl Kgmon {
 
     /// The `gmonparam` text.
     pub fn gmonparam(&self) -> String {
-        let stats = self.source_stats();
+        let stats = self.session.stats();
         let p = self.lock();
         let c = &p.config;
         let tolimit = mcount::tolimit_for(c.textsize());
@@ -469,73 +480,37 @@ impl Kgmon {
         s
     }
 
-    /// Lost and throttle counts of every session since the last reset.
-    fn source_stats(&self) -> SourceStats {
-        let past = *self.past.lock().unwrap_or_else(|p| p.into_inner());
-        let now = self
-            .lock_session()
-            .as_ref()
-            .map(Subscription::stats)
-            .unwrap_or_default();
-        SourceStats {
-            samples: past.samples + now.samples,
-            lost: past.lost + now.lost,
-            throttled: past.throttled + now.throttled,
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, Profile> {
-        self.profile.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn lock_session(&self) -> MutexGuard<'_, Option<Subscription>> {
-        self.session.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.profile)
     }
 
     fn begin(&self) -> Result<(), DevError> {
         let config = self.session_config();
-        let mut session = self.lock_session();
-        // On before the first sample can arrive; back as it was if
-        // sampling cannot start.
-        let before = {
-            let mut p = self.lock();
-            p.allocate();
-            std::mem::replace(&mut p.state, GmonState::On)
-        };
-        if session.is_none() {
-            let profile = self.profile.clone();
-            let sink: Sink = Arc::new(move |batch: &[Record]| feed(&profile, batch));
-            match self.engine.subscribe(&config, sink) {
-                Ok(sub) => *session = Some(sub),
-                Err(e) => {
-                    self.lock().state = before;
-                    return Err(DevError::Sampling {
-                        permission: matches!(e, profdev_core::SourceError::Permission(_)),
-                        msg: e.to_string(),
-                    });
-                }
-            }
-        }
+        // On before the first sample can arrive (even if a session runs:
+        // `begin` clears `error`); back as it was if sampling cannot start.
+        let before = Cell::new(GmonState::Off);
+        self.session.start(
+            |running| {
+                let mut p = self.lock();
+                p.allocate();
+                before.set(std::mem::replace(&mut p.state, GmonState::On));
+                (!running).then_some(config)
+            },
+            kit::feeder(&self.profile, Profile::count),
+            || self.lock().state = before.get(),
+        )?;
         Ok(())
     }
 
     fn halt(&self) {
-        let sub = self.lock_session().take();
-        // Dropping the subscription drains the last samples (counted while
-        // the state is still on); done outside the session lock.
-        if let Some(sub) = sub {
-            let stats = sub.stop();
-            let mut past = self.past.lock().unwrap_or_else(|p| p.into_inner());
-            past.samples += stats.samples;
-            past.lost += stats.lost;
-            past.throttled += stats.throttled;
-        }
-        self.lock().state = GmonState::Off;
+        // Stopping drains the last samples (counted while the state is
+        // still on), then the state goes off.
+        self.session.stop(|| self.lock().state = GmonState::Off);
     }
 
     fn reset(&self) {
         self.lock().reset();
-        *self.past.lock().unwrap_or_else(|p| p.into_inner()) = SourceStats::default();
+        self.session.forget();
     }
 
     fn ctl(&self, data: &[u8]) -> Result<(), DevError> {
@@ -554,11 +529,14 @@ impl Kgmon {
     }
 }
 
-fn feed(profile: &Mutex<Profile>, records: &[Record]) {
-    let mut p = profile.lock().unwrap_or_else(|p| p.into_inner());
-    for r in records {
-        if let Record::Sample(s) = r {
-            p.tick(s);
+impl Kgmon {
+    /// A file's current length, without taking a snapshot.
+    fn length(&self, qid: Qid) -> u64 {
+        match qid {
+            STATE => self.state().word().len() as u64 + 1,
+            GMONPARAM => self.gmonparam().len() as u64,
+            GMON_OUT => self.lock().gmon_out_len(),
+            _ => 0,
         }
     }
 }
@@ -573,35 +551,22 @@ impl Dev for Kgmon {
     }
 
     fn gen(&self, dir: Qid) -> Result<Vec<DirEntry>, DevError> {
-        if dir != Qid::ROOT {
-            return Err(DevError::NotDir);
-        }
-        let (state_len, gmon_len) = {
-            let p = self.lock();
-            (p.state.word().len() as u64 + 1, p.gmon_out_len())
-        };
-        Ok(vec![
-            DirEntry::file("ctl", CTL, 0o600, 0),
-            DirEntry::file("state", STATE, 0o444, state_len),
-            DirEntry::file("gmonparam", GMONPARAM, 0o400, self.gmonparam().len() as u64),
-            DirEntry::file("gmon.out", GMON_OUT, 0o400, gmon_len),
-        ])
+        kit::gen(FILES, dir, |q| self.length(q))
+    }
+
+    fn stat(&self, qid: Qid) -> Result<DirEntry, DevError> {
+        kit::stat(FILES, qid, |q| self.length(q))
     }
 
     fn open(&self, qid: Qid, mode: OpenMode) -> Result<Chan, DevError> {
+        let mut chan = kit::open(FILES, qid, mode)?;
         let snapshot = match qid {
-            Qid::ROOT if mode == OpenMode::Read => return Ok(Chan::new(qid, mode)),
-            CTL => return Ok(Chan::new(qid, mode)),
-            Qid::ROOT | STATE | GMONPARAM | GMON_OUT if mode != OpenMode::Read => {
-                return Err(DevError::Perm)
-            }
             STATE => format!("{}\n", self.state().word()).into_bytes(),
             GMONPARAM => self.gmonparam().into_bytes(),
             GMON_OUT => self.snapshot(),
-            _ => return Err(DevError::NotFound),
+            _ => return Ok(chan),
         };
-        let mut chan = Chan::new(qid, mode);
-        chan.aux = Some(Box::new(Snapshot(snapshot)));
+        Snapshot::attach(&mut chan, snapshot);
         Ok(chan)
     }
 
@@ -609,10 +574,7 @@ impl Dev for Kgmon {
         if chan.qid == CTL {
             return Ok(Vec::new());
         }
-        match chan.aux_mut::<Snapshot>() {
-            Some(Snapshot(data)) => Ok(read_slice(data, offset, count)),
-            None => Err(DevError::Perm),
-        }
+        Snapshot::read(chan, offset, count)
     }
 
     fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {

@@ -77,8 +77,9 @@
 //! two users profiling at once share it, as on Inferno.
 
 use crate::ctl::{self, Cmd};
-use crate::engine::{Engine, Sink, Subscription};
-use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
+use crate::engine::Engine;
+use crate::kit::{self, lock, File, Session, Snapshot};
+use crate::tree::{Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
 use profdev_core::{KernelPc, KernelText, Record, SessionConfig, SourceError};
 use profdev_formats::kpdata;
@@ -86,6 +87,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 const KPCTL: Qid = Qid::file(1);
 const KPDATA: Qid = Qid::file(2);
+const FILES: &[File] = &[
+    File::new("kpctl", KPCTL, 0o600),
+    File::new("kpdata", KPDATA, 0o600),
+];
 
 /// Geometry and clock of a kprof device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,6 +169,13 @@ impl Histogram {
         );
     }
 
+    /// Count `r` if it is a sample.
+    fn count(&mut self, r: &Record) {
+        if let Record::Sample(s) = r {
+            self.tick(KernelPc(s.ip));
+        }
+    }
+
     /// One tick at `pc` (Inferno 4e kproftick).
     fn tick(&mut self, pc: KernelPc) {
         let c = &self.config;
@@ -187,8 +199,7 @@ impl Histogram {
 pub struct Kprof {
     config: KprofConfig,
     histogram: Arc<Mutex<Histogram>>,
-    session: Mutex<Option<Subscription>>,
-    engine: Engine,
+    session: Session,
     counter: Option<Mutex<Counter>>,
 }
 
@@ -205,17 +216,13 @@ const CTL_TABLE: &[Cmd<CtlOp>] = &[
     Cmd::verb("startclr", CtlOp::StartClr),
 ];
 
-/// A kpdata snapshot, held by one open channel.
-struct Snapshot(Vec<u8>);
-
 impl Kprof {
     /// A device with the given geometry, sampling through `engine`.
     pub fn new(config: KprofConfig, engine: Engine) -> Self {
         Kprof {
             config,
             histogram: Arc::new(Mutex::new(Histogram::new(config))),
-            session: Mutex::new(None),
-            engine,
+            session: Session::new(engine),
             counter: None,
         }
     }
@@ -244,9 +251,7 @@ impl Kprof {
     }
 
     fn lock_counter(&self) -> Option<MutexGuard<'_, Counter>> {
-        self.counter
-            .as_ref()
-            .map(|c| c.lock().unwrap_or_else(|p| p.into_inner()))
+        self.counter.as_ref().map(lock)
     }
 
     /// The device's geometry.
@@ -257,7 +262,10 @@ impl Kprof {
     /// Count the samples among `records`: the tick entry point, used by the
     /// engine's sink and directly by tests.
     pub fn feed(&self, records: &[Record]) {
-        tick_all(&self.histogram, records);
+        let mut h = lock(&self.histogram);
+        for r in records {
+            h.count(r);
+        }
     }
 
     /// True while profiling is on.
@@ -265,7 +273,7 @@ impl Kprof {
         if let Some(c) = self.lock_counter() {
             return c.on;
         }
-        self.lock_session().is_some()
+        self.session.is_running()
     }
 
     /// The current kpdata bytes (a consistent snapshot).
@@ -273,38 +281,26 @@ impl Kprof {
         if let Some(c) = self.lock_counter() {
             return kpdata::encode(&c.counter.words());
         }
-        let h = self.histogram.lock().unwrap_or_else(|p| p.into_inner());
-        kpdata::encode(&h.words)
+        kpdata::encode(&lock(&self.histogram).words)
     }
 
     /// The running session's counts, if profiling is on.
     pub fn session_stats(&self) -> Option<profdev_core::SourceStats> {
-        self.lock_session().as_ref().map(|s| s.stats())
-    }
-
-    fn lock_session(&self) -> MutexGuard<'_, Option<Subscription>> {
-        self.session.lock().unwrap_or_else(|p| p.into_inner())
+        self.session.current()
     }
 
     fn start(&self) -> Result<(), DevError> {
         if let Some(mut c) = self.lock_counter() {
             if !c.on {
-                c.counter.enable().map_err(sampling_error)?;
+                c.counter.enable()?;
                 c.on = true;
             }
             return Ok(());
         }
-        let mut session = self.lock_session();
-        if session.is_some() {
-            return Ok(());
-        }
-        let histogram = self.histogram.clone();
-        let sink: Sink = Arc::new(move |batch: &[Record]| tick_all(&histogram, batch));
-        let sub = self
-            .engine
-            .subscribe(&SessionConfig::system(self.config.frequency_hz), sink)
-            .map_err(sampling_error)?;
-        *session = Some(sub);
+        let config = SessionConfig::system(self.config.frequency_hz);
+        let sink = kit::feeder(&self.histogram, Histogram::count);
+        self.session
+            .start(|running| (!running).then_some(config), sink, || {})?;
         Ok(())
     }
 
@@ -314,10 +310,8 @@ impl Kprof {
             c.on = false;
             return;
         }
-        let sub = self.lock_session().take();
-        // Dropping the subscription drains the last samples into the
-        // histogram; done outside the session lock.
-        drop(sub);
+        // Stopping drains the last samples into the histogram.
+        self.session.stop(|| {});
     }
 
     fn ctl(&self, data: &[u8]) -> Result<(), DevError> {
@@ -332,28 +326,19 @@ impl Kprof {
                 if let Some(mut c) = self.lock_counter() {
                     c.counter.clear();
                 }
-                self.histogram
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clear();
+                lock(&self.histogram).clear();
                 self.start()
             }
         }
     }
 }
 
-fn sampling_error(e: SourceError) -> DevError {
-    DevError::Sampling {
-        permission: matches!(e, SourceError::Permission(_)),
-        msg: e.to_string(),
-    }
-}
-
-fn tick_all(histogram: &Mutex<Histogram>, records: &[Record]) {
-    let mut h = histogram.lock().unwrap_or_else(|p| p.into_inner());
-    for r in records {
-        if let Record::Sample(s) = r {
-            h.tick(KernelPc(s.ip));
+impl Kprof {
+    fn length(&self, qid: Qid) -> u64 {
+        if qid == KPDATA {
+            self.config.words() as u64 * 4
+        } else {
+            0
         }
     }
 }
@@ -364,24 +349,17 @@ impl Dev for Kprof {
     }
 
     fn gen(&self, dir: Qid) -> Result<Vec<DirEntry>, DevError> {
-        if dir != Qid::ROOT {
-            return Err(DevError::NotDir);
-        }
-        Ok(vec![
-            DirEntry::file("kpctl", KPCTL, 0o600, 0),
-            DirEntry::file("kpdata", KPDATA, 0o600, self.config.words() as u64 * 4),
-        ])
+        kit::gen(FILES, dir, |q| self.length(q))
+    }
+
+    fn stat(&self, qid: Qid) -> Result<DirEntry, DevError> {
+        kit::stat(FILES, qid, |q| self.length(q))
     }
 
     fn open(&self, qid: Qid, mode: OpenMode) -> Result<Chan, DevError> {
-        let mut chan = match qid {
-            Qid::ROOT if mode == OpenMode::Read => Chan::new(qid, mode),
-            Qid::ROOT => return Err(DevError::Perm),
-            KPCTL | KPDATA => Chan::new(qid, mode),
-            _ => return Err(DevError::NotFound),
-        };
+        let mut chan = kit::open(FILES, qid, mode)?;
         if qid == KPDATA && mode.readable() {
-            chan.aux = Some(Box::new(Snapshot(self.snapshot())));
+            Snapshot::attach(&mut chan, self.snapshot());
         }
         Ok(chan)
     }
@@ -393,11 +371,7 @@ impl Dev for Kprof {
                 if offset % 4 != 0 {
                     return Err(DevError::BadArg);
                 }
-                let whole = count & !3;
-                let Some(Snapshot(data)) = chan.aux_mut::<Snapshot>() else {
-                    return Err(DevError::Perm);
-                };
-                Ok(read_slice(data, offset, whole))
+                Snapshot::read(chan, offset, count & !3)
             }
             _ => Err(DevError::Perm),
         }

@@ -13,6 +13,8 @@
 //! * [`engine`] opens sampling sessions for devices that are switched on and
 //!   feeds them records from whatever [`SourceFactory`] it was given: the
 //!   live perf_event engine, or a replay in tests.
+//! * [`kit`] is what every sampling device shares, written once: the
+//!   session, the sink, the open-mode rule, snapshots, error mapping.
 //! * [`devtab`] is the device table: adding a device is one line there.
 //!
 //! No FUSE type appears here: the file server (`profdev-fuse`) serves any
@@ -27,6 +29,7 @@ pub mod access;
 pub mod ctl;
 pub mod engine;
 pub mod kgmon;
+pub mod kit;
 pub mod kprof;
 pub mod prf;
 pub mod prof;
@@ -83,8 +86,16 @@ pub trait Dev: Send + Sync {
     /// The entries of directory `dir`: the file tree as data.
     fn gen(&self, dir: Qid) -> Result<Vec<DirEntry>, DevError>;
 
+    /// The entry named `name` in directory `dir`. The default lists `dir`;
+    /// a device with large directories answers directly, so that a lookup
+    /// is not a listing (`ls -l` of n entries would be O(n²)).
+    fn walk(&self, dir: Qid, name: &str) -> Result<DirEntry, DevError> {
+        tree::walk(self, dir, name)
+    }
+
     /// The entry describing `qid` (its current length included). The
-    /// default searches the tree from the root.
+    /// default searches the tree from the root; a device whose tree grows
+    /// answers directly, in time independent of its size.
     fn stat(&self, qid: Qid) -> Result<DirEntry, DevError> {
         tree::find(self, Qid::ROOT, qid)
     }

@@ -140,8 +140,9 @@
 //! 64000. On a VM whose idle vCPUs' timers do not fire, those CPUs count no
 //! idle ticks (`perf record -a` sees the same).
 
-use crate::engine::{Engine, Sink, Subscription};
-use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
+use crate::engine::Engine;
+use crate::kit::{self, lock, File, Session, Snapshot};
+use crate::tree::{Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
 use profdev_core::{CpuMode, Record, Sample, SessionConfig};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -332,6 +333,13 @@ impl PrfTable {
         self.cpus.iter().position(|&c| c == cpu)
     }
 
+    /// Count `r` if it is a sample.
+    fn count(&mut self, r: &Record) {
+        if let Record::Sample(s) = r {
+            self.tick(s);
+        }
+    }
+
     /// One tick of the sampling clock: counted only while on.
     pub fn tick(&mut self, s: &Sample) {
         if self.status & PRF_ON == 0 {
@@ -395,31 +403,29 @@ impl PrfTable {
     }
 }
 
-/// One read's image, kept by the channel so that the pieces of one large
-/// read (FUSE splits reads over 1 MiB) come from the same snapshot.
-struct Snapshot {
-    /// `PrfTable::loads` when it was taken.
-    loads: u64,
-    image: Vec<u8>,
-}
-
 /// The prf device.
 pub struct Prf {
     config: PrfConfig,
     table: Arc<Mutex<PrfTable>>,
-    session: Mutex<Option<Subscription>>,
-    engine: Engine,
+    session: Session,
+    /// `prf`, then `prfN` for each CPU.
+    files: Vec<File>,
 }
 
 impl Prf {
     /// A device for `config`, sampling through `engine` while on.
     pub fn new(config: PrfConfig, engine: Engine) -> Self {
         let table = PrfTable::new(&config.cpus, config.maxprf);
+        let mut files = vec![File::new("prf", ALL, 0o600)];
+        for &cpu in &config.cpus {
+            let qid = Qid::file(u64::from(cpu) + 1);
+            files.push(File::named(format!("prf{cpu}"), qid, 0o600));
+        }
         Prf {
             config,
             table: Arc::new(Mutex::new(table)),
-            session: Mutex::new(None),
-            engine,
+            session: Session::new(engine),
+            files,
         }
     }
 
@@ -431,7 +437,10 @@ impl Prf {
     /// Count the samples among `records`: the tick entry point, used by the
     /// engine's sink and directly by tests.
     pub fn feed(&self, records: &[Record]) {
-        feed(&self.table, records);
+        let mut t = self.lock_table();
+        for r in records {
+            t.count(r);
+        }
     }
 
     /// A copy of the pure state.
@@ -440,7 +449,7 @@ impl Prf {
     }
 
     fn lock_table(&self) -> MutexGuard<'_, PrfTable> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.table)
     }
 
     fn view(&self, qid: Qid) -> Option<View> {
@@ -454,43 +463,33 @@ impl Prf {
 
     /// PRF_SETSTATE: start or stop the engine's session with the state.
     fn set_state(&self, on: bool) -> Result<(), DevError> {
-        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        if self.lock_table().status() & PRF_VAL == 0 {
-            return Ok(()); // DG/UX: no effect without a valid table
-        }
         if on {
-            if session.is_none() {
-                // On before the session starts, so its first samples count.
-                self.lock_table().set_on(true);
-                let table = self.table.clone();
-                let sink: Sink = Arc::new(move |batch: &[Record]| feed(&table, batch));
-                let sub = self
-                    .engine
-                    .subscribe(&SessionConfig::system(self.config.frequency_hz), sink)
-                    .map_err(|e| {
-                        self.lock_table().set_on(false);
-                        DevError::Sampling {
-                            permission: matches!(e, profdev_core::SourceError::Permission(_)),
-                            msg: e.to_string(),
-                        }
-                    })?;
-                *session = Some(sub);
-            }
+            let config = SessionConfig::system(self.config.frequency_hz);
+            self.session.start(
+                |running| {
+                    let mut t = self.lock_table();
+                    // DG/UX: no effect without a valid table.
+                    if running || t.status() & PRF_VAL == 0 {
+                        return None;
+                    }
+                    // On before the session starts, so its first samples count.
+                    t.set_on(true);
+                    Some(config)
+                },
+                kit::feeder(&self.table, PrfTable::count),
+                || {
+                    self.lock_table().set_on(false);
+                },
+            )?;
         } else {
-            // Drain the samples taken so far while still on, then switch off.
-            drop(session.take());
-            self.lock_table().set_on(false);
+            // Drain the samples taken so far while still on, then switch
+            // off (a table cannot be loaded while on, so a running session
+            // means a valid one).
+            self.session.stop(|| {
+                self.lock_table().set_on(false);
+            });
         }
         Ok(())
-    }
-}
-
-fn feed(table: &Mutex<PrfTable>, records: &[Record]) {
-    let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
-    for r in records {
-        if let Record::Sample(s) = r {
-            t.tick(s);
-        }
     }
 }
 
@@ -500,33 +499,16 @@ impl Dev for Prf {
     }
 
     fn gen(&self, dir: Qid) -> Result<Vec<DirEntry>, DevError> {
-        if dir != Qid::ROOT {
-            return Err(DevError::NotDir);
-        }
         let len = self.lock_table().image_len();
-        let mut entries = vec![DirEntry::file("prf", ALL, 0o600, len)];
-        for &cpu in &self.config.cpus {
-            let name = format!("prf{cpu}");
-            entries.push(DirEntry::file(
-                &name,
-                Qid::file(u64::from(cpu) + 1),
-                0o600,
-                len,
-            ));
-        }
-        Ok(entries)
+        kit::gen(&self.files, dir, |_| len)
+    }
+
+    fn stat(&self, qid: Qid) -> Result<DirEntry, DevError> {
+        kit::stat(&self.files, qid, |_| self.lock_table().image_len())
     }
 
     fn open(&self, qid: Qid, mode: OpenMode) -> Result<Chan, DevError> {
-        if qid == Qid::ROOT {
-            return if mode == OpenMode::Read {
-                Ok(Chan::new(qid, mode))
-            } else {
-                Err(DevError::Perm)
-            };
-        }
-        self.view(qid).ok_or(DevError::NotFound)?;
-        Ok(Chan::new(qid, mode))
+        kit::open(&self.files, qid, mode)
     }
 
     fn read(&self, chan: &mut Chan, offset: u64, count: u32) -> Result<Vec<u8>, DevError> {
@@ -535,19 +517,16 @@ impl Dev for Prf {
             let t = self.lock_table();
             (t.loads, t.status() & PRF_VAL != 0)
         };
-        let current = chan.aux_mut::<Snapshot>().is_some_and(|s| s.loads == loads);
+        // One read's image is kept by the channel so that the pieces of one
+        // large read (FUSE splits reads over 1 MiB) come from the same
+        // snapshot; its version is the table's load count.
+        let current = Snapshot::of(chan).is_some_and(|s| s.version == loads);
         if offset == 0 || !current || !valid {
             let t = self.lock_table();
             let image = t.image(view)?;
-            chan.aux = Some(Box::new(Snapshot {
-                loads: t.loads,
-                image,
-            }));
+            Snapshot::attach_version(chan, t.loads, image);
         }
-        let Some(snapshot) = chan.aux_mut::<Snapshot>() else {
-            return Err(DevError::Perm);
-        };
-        Ok(read_slice(&snapshot.image, offset, count))
+        Snapshot::read(chan, offset, count)
     }
 
     fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {

@@ -91,6 +91,9 @@ struct OpenFile {
     chan: Mutex<Option<Chan>>,
 }
 
+/// A directory's entries, numbered, as one open of it lists them.
+type Listing = Arc<Vec<(u64, DirEntry)>>;
+
 /// Serves a device table as a file tree.
 ///
 /// Devices whose [`Dev::dir_name`] is empty put their files at the mount
@@ -109,6 +112,10 @@ pub struct Server {
     gid: u32,
     time: SystemTime,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    /// The listing of each open directory, taken at opendir: the readdir
+    /// calls of one listing page through it, so listing n entries is O(n)
+    /// and the pages agree with each other.
+    listings: Mutex<HashMap<u64, Listing>>,
     next_fh: AtomicU64,
     log: Option<Log>,
 }
@@ -129,6 +136,7 @@ impl Server {
             gid: nix::unistd::getegid().as_raw(),
             time: SystemTime::now(),
             files: Mutex::new(HashMap::new()),
+            listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             log: None,
         };
@@ -314,6 +322,30 @@ impl Server {
         }
     }
 
+    /// The inode and entry named `name` in the directory `ino`. Below the
+    /// mount root the device answers (`Dev::walk`), so a lookup need not
+    /// list the directory: `ls -l` of a directory of n entries is O(n)
+    /// lookups of O(log n) each, not O(n²).
+    fn find(&self, ino: INodeNo, name: &OsStr) -> Result<(u64, DirEntry), Errno> {
+        match self.file(ino)? {
+            Node::Root => self
+                .list(ino)?
+                .into_iter()
+                .find(|(_, e)| OsStr::new(&e.name) == name)
+                .ok_or(Errno::ENOENT),
+            Node::File { dev, qid } => {
+                if !qid.is_dir() {
+                    return Err(Errno::ENOTDIR);
+                }
+                let name = name.to_str().ok_or(Errno::ENOENT)?;
+                let e = self.devs[dev]
+                    .walk(qid, name)
+                    .map_err(|e| Errno::from_i32(errno(&e)))?;
+                self.numbered(dev, e)
+            }
+        }
+    }
+
     fn stat(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
         match self.file(ino)? {
             Node::Root => Ok(self.root_attr()),
@@ -330,6 +362,10 @@ impl Server {
 
     fn open_file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
         self.lock_files().get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn lock_listings(&self) -> MutexGuard<'_, HashMap<u64, Listing>> {
+        self.listings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock_files(&self) -> MutexGuard<'_, HashMap<u64, Arc<OpenFile>>> {
@@ -408,12 +444,7 @@ impl Filesystem for Server {
                 return reply.error(e);
             }
         }
-        let found = self.list(parent).and_then(|entries| {
-            entries
-                .into_iter()
-                .find(|(_, e)| OsStr::new(&e.name) == name)
-                .ok_or(Errno::ENOENT)
-        });
+        let found = self.find(parent, name);
         match found {
             Ok((ino, e)) => {
                 // The length in a directory listing may be stale; stat is
@@ -597,39 +628,58 @@ impl Filesystem for Server {
             }
         }
         match self.stat(ino) {
-            Ok(a) if a.kind == FileType::Directory => {
-                reply.opened(FileHandle(0), FopenFlags::empty())
+            Ok(a) if a.kind == FileType::Directory => {}
+            Ok(_) => return reply.error(Errno::ENOTDIR),
+            Err(e) => return reply.error(e),
+        }
+        match self.list(ino) {
+            Ok(entries) => {
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                self.lock_listings().insert(fh, Arc::new(entries));
+                reply.opened(FileHandle(fh), FopenFlags::empty())
             }
-            Ok(_) => reply.error(Errno::ENOTDIR),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.lock_listings().remove(&fh.0);
+        reply.ok();
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match self.list(ino) {
+        let listed = self.lock_listings().get(&fh.0).cloned();
+        let entries = match listed.map_or_else(|| self.list(ino).map(Arc::new), Ok) {
             Ok(es) => es,
             Err(e) => return reply.error(e),
         };
         // ".." of a nested directory is given as the root: the kernel
         // resolves ".." itself and only ls -i would notice.
         let dots = [
-            (ino.0, FileType::Directory, ".".to_string()),
-            (INodeNo::ROOT.0, FileType::Directory, "..".to_string()),
+            (ino.0, FileType::Directory, "."),
+            (INodeNo::ROOT.0, FileType::Directory, ".."),
         ];
-        let all = dots.into_iter().chain(entries.into_iter().map(|(i, e)| {
+        let all = dots.into_iter().chain(entries.iter().map(|(i, e)| {
             let kind = if e.qid.is_dir() {
                 FileType::Directory
             } else {
                 FileType::RegularFile
             };
-            (i, kind, e.name)
+            (*i, kind, e.name.as_str())
         }));
         for (k, (i, kind, name)) in all.enumerate().skip(offset as usize) {
             if reply.add(INodeNo(i), k as u64 + 1, kind, name) {

@@ -133,6 +133,58 @@ impl Dev for Dynamic {
     }
 }
 
+/// A directory `many/d` of `n` files that counts how often it is listed:
+/// it answers lookups (`walk`) and `stat` itself, as prof does.
+struct Many {
+    n: u64,
+    lists: AtomicU64,
+    walks: AtomicU64,
+}
+
+impl Many {
+    fn entry(&self, i: u64) -> Option<DirEntry> {
+        (1..=self.n)
+            .contains(&i)
+            .then(|| DirEntry::file(&format!("m{i:05}"), Qid::file(i), 0o400, 0))
+    }
+}
+
+impl Dev for Many {
+    fn name(&self) -> &'static str {
+        "many"
+    }
+    fn dir_name(&self) -> &'static str {
+        "many"
+    }
+    fn gen(&self, dir: Qid) -> Result<Vec<DirEntry>, DevError> {
+        match dir {
+            Qid::ROOT => Ok(vec![DirEntry::dir("d", D, 0o500)]),
+            D => {
+                self.lists.fetch_add(1, Ordering::SeqCst);
+                Ok((1..=self.n).filter_map(|i| self.entry(i)).collect())
+            }
+            _ => Err(DevError::NotDir),
+        }
+    }
+    fn walk(&self, dir: Qid, name: &str) -> Result<DirEntry, DevError> {
+        if dir != D {
+            return tree::walk(self, dir, name);
+        }
+        self.walks.fetch_add(1, Ordering::SeqCst);
+        let i = name.strip_prefix('m').and_then(|n| n.parse().ok());
+        i.and_then(|i| self.entry(i))
+            .filter(|e| e.name == name)
+            .ok_or(DevError::NotFound)
+    }
+    fn stat(&self, qid: Qid) -> Result<DirEntry, DevError> {
+        match qid {
+            Qid::ROOT => Ok(DirEntry::dir(".", Qid::ROOT, 0o500)),
+            D => Ok(DirEntry::dir("d", D, 0o500)),
+            q => self.entry(q.number()).ok_or(DevError::NotFound),
+        }
+    }
+}
+
 /// kprof over 1 MiB of pretend kernel text (kpdata is 512 KiB, more than
 /// one FUSE read), fed from a replay that never runs: the tests feed it.
 fn kprof() -> Arc<Kprof> {
@@ -432,6 +484,29 @@ fn listing_and_dynamic_directories() {
     let distinct: std::collections::HashSet<_> = all.iter().collect();
     assert_eq!(distinct.len(), all.len(), "{all:x?}");
     assert!(!m.path("nonesuch").exists());
+}
+
+#[test]
+fn ls_l_lists_a_directory_once() {
+    if !privileged("ls_l_lists_a_directory_once") {
+        return;
+    }
+    let many = Arc::new(Many {
+        n: 3000,
+        lists: AtomicU64::new(0),
+        walks: AtomicU64::new(0),
+    });
+    let m = TestMount::new(vec![many.clone()]);
+    let out = ok(sh(&format!("ls -l {}", m.path("many/d").display())));
+    let lines = String::from_utf8(out).unwrap();
+    assert_eq!(lines.lines().filter(|l| l.contains(" m0")).count(), 3000);
+    // One listing for the whole directory (not one per readdir page), and
+    // one walk per name looked up (not one listing per lookup).
+    assert_eq!(many.lists.load(Ordering::SeqCst), 1);
+    assert!(many.walks.load(Ordering::SeqCst) >= 3000);
+    assert!(!m.path("many/d/m03001").exists());
+    assert!(!m.path("many/d/m1").exists());
+    assert_eq!(many.lists.load(Ordering::SeqCst), 1);
 }
 
 #[test]

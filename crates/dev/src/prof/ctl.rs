@@ -1,0 +1,147 @@
+//! prof's control messages: the command table, the interval and the
+//! session each mode runs.
+
+use super::{Prof, State};
+use crate::ctl::{self, Cmd};
+use crate::kit::lock;
+use crate::DevError;
+use profdev_core::{SessionConfig, Target};
+
+/// The default sampling interval, in milliseconds (Inferno's).
+pub const DEFAULT_INTERVAL_MS: u32 = 100;
+
+/// The sampling frequency, in Hz per CPU, that `interval MS` asks for:
+/// `round(1000 / MS)`, at least 1 (and `interval 0` is refused).
+///
+/// ```
+/// use profdev_dev::prof::frequency_hz;
+/// assert_eq!(frequency_hz(1), 1000);
+/// assert_eq!(frequency_hz(3), 333);
+/// assert_eq!(frequency_hz(100), 10);
+/// assert_eq!(frequency_hz(5000), 1);
+/// ```
+pub fn frequency_hz(interval_ms: u32) -> u32 {
+    let ms = interval_ms.max(1);
+    (1000u32.saturating_add(ms / 2) / ms).max(1)
+}
+
+/// The session the sampling mode runs: system wide, user mode only, with
+/// task records so that user addresses resolve to modules.
+pub fn session_config(interval_ms: u32) -> SessionConfig {
+    SessionConfig {
+        target: Target::System,
+        kernel: false,
+        user: true,
+        track_tasks: true,
+        ..SessionConfig::system(frequency_hz(interval_ms))
+    }
+}
+
+/// A profiler of the device: what `start…` switched on.
+///
+/// Only sampling exists; coverage (`startcp PID`) and memory (`startmp…`)
+/// are to come, each a variant here with its own verb, its own session and
+/// its own meaning of a histogram pair's count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Periodic sampling: a pair's count is a number of ticks at that pc.
+    Sampling,
+}
+
+impl Mode {
+    pub(super) fn session(self, interval_ms: u32) -> SessionConfig {
+        match self {
+            Mode::Sampling => session_config(interval_ms),
+        }
+    }
+}
+
+/// One name of the `module` list, and its canonical path if it is a path.
+#[derive(Clone, Debug)]
+pub(super) struct Wanted {
+    pub(super) raw: String,
+    pub(super) canonical: Option<String>,
+}
+
+impl Wanted {
+    fn new(raw: String) -> Self {
+        let canonical = raw
+            .contains('/')
+            .then(|| std::fs::canonicalize(&raw).ok())
+            .flatten()
+            .map(|p| p.to_string_lossy().into_owned());
+        Wanted { raw, canonical }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CtlOp {
+    Module,
+    Start,
+    Stop,
+    End,
+    Interval,
+}
+
+const CTL_TABLE: &[Cmd<CtlOp>] = &[
+    Cmd::with_args("module", 0, usize::MAX, CtlOp::Module),
+    Cmd::verb("start", CtlOp::Start),
+    Cmd::verb("stop", CtlOp::Stop),
+    Cmd::verb("end", CtlOp::End),
+    Cmd::with_args("interval", 1, 1, CtlOp::Interval),
+];
+
+/// C's `strtoul(s, 0, 0)` on a whole word: decimal, `0x` hex, `0` octal.
+pub(super) fn parse_c_number(s: &str) -> Option<u32> {
+    let (digits, radix) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (h, 16)
+    } else if s.len() > 1 && s.starts_with('0') {
+        (&s[1..], 8)
+    } else {
+        (s, 10)
+    };
+    if digits.is_empty() || digits.starts_with(['+', '-']) {
+        return None;
+    }
+    u32::from_str_radix(digits, radix).ok()
+}
+
+impl Prof {
+    /// Carry out one control message.
+    pub(super) fn ctl(&self, data: &[u8]) -> Result<(), DevError> {
+        let (op, args) = ctl::parse(data, CTL_TABLE)?;
+        match op {
+            CtlOp::Module => {
+                // Canonical paths are looked up before the lock is taken.
+                let wanted: Vec<Wanted> = args.into_iter().map(Wanted::new).collect();
+                self.lock().wanted = wanted.into();
+                Ok(())
+            }
+            CtlOp::Start => self.start(Mode::Sampling),
+            CtlOp::Stop => {
+                self.stop();
+                Ok(())
+            }
+            CtlOp::End => {
+                self.stop();
+                *lock(&self.resolver) = super::modules::Resolver::new();
+                *self.lock() = State::new();
+                Ok(())
+            }
+            CtlOp::Interval => {
+                let ms = parse_c_number(&args[0]).ok_or_else(|| DevError::BadCtlArg {
+                    msg: ctl::quoted(data),
+                    why: format!("{:?} is not a number of milliseconds", args[0]),
+                })?;
+                if ms == 0 {
+                    return Err(DevError::BadCtlArg {
+                        msg: ctl::quoted(data),
+                        why: "the interval must be at least 1 ms".into(),
+                    });
+                }
+                self.lock().interval_ms = ms;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! A module's record and the `histogram` file's protocol: one
+//! `0x<pc> <count>\n` pair per read, from a snapshot taken at open.
+
+use crate::tree::Chan;
+use crate::DevError;
+use profdev_formats::prof_histogram::encode_pair;
+use std::collections::BTreeMap;
+
+/// One profiled module.
+#[derive(Clone, Debug)]
+pub(super) struct ModRecord {
+    pub(super) id: u32,
+    pub(super) name: String,
+    pub(super) path: String,
+    /// pc (file address) → count, never 0.
+    pub(super) counts: BTreeMap<u64, u64>,
+}
+
+/// One open `histogram`: the pairs at open and the next one to return.
+pub(super) struct Cursor {
+    pairs: Vec<(u64, u64)>,
+    next: usize,
+}
+
+impl Cursor {
+    /// The pairs of `r` as they are now.
+    pub(super) fn of(r: &ModRecord) -> Self {
+        Cursor {
+            pairs: r.counts.iter().map(|(&pc, &n)| (pc, n)).collect(),
+            next: 0,
+        }
+    }
+
+    /// The next pair, if `count` bytes hold it; nothing after the last.
+    /// A read too small fails and keeps the pair for the next read.
+    pub(super) fn read(chan: &mut Chan, count: u32) -> Result<Vec<u8>, DevError> {
+        let Some(cursor) = chan.aux_mut::<Cursor>() else {
+            return Err(DevError::Perm);
+        };
+        let Some(&(pc, n)) = cursor.pairs.get(cursor.next) else {
+            return Ok(Vec::new());
+        };
+        let pair = encode_pair(pc, n);
+        if (count as usize) < pair.len() {
+            return Err(DevError::Invalid(format!(
+                "read or write too small: the next pair needs {} bytes",
+                pair.len()
+            )));
+        }
+        cursor.next += 1;
+        Ok(pair.into_bytes())
+    }
+}

@@ -1,0 +1,557 @@
+//! prof — per-module profiling device (Inferno prof(3)).
+//!
+//! # Synopsis
+//!
+//! ```text
+//! prof/ctl                    0222  write: module [name ...] | start | stop | end | interval MS
+//! prof/NNNNNNNN/              0555  one directory per profiled module, newest first
+//! prof/NNNNNNNN/name          0444  the module's name (its file's basename)
+//! prof/NNNNNNNN/path          0444  the module's file path
+//! prof/NNNNNNNN/histogram     0444  "0x<pc> <count>\n", one pair per read
+//! prof/NNNNNNNN/pctl          0222  reserved: every write is refused
+//! ```
+//!
+//! # Description
+//!
+//! prof profiles *modules*, not the kernel (that is kprof's job). On Linux
+//! a module is an ELF object executed by some process: an executable, a
+//! shared library, the dynamic linker. While profiling is on, each tick of
+//! the sampling clock that finds a CPU running user code is charged to the
+//! module mapped at the interrupted instruction, at that instruction's
+//! address in the module's own ELF address space (the load bias removed:
+//! the address `nm` and `addr2line -e PATH` speak). Ticks that find the CPU
+//! in the kernel are not taken at all (the session samples user mode
+//! only), and ticks in anonymous memory (JIT code), the vDSO, or a file
+//! that is not ELF are dropped.
+//!
+//! ## ctl
+//!
+//! `ctl` opens write-only. A write is one message, split into words at
+//! blanks (the trailing newline dropped); its first word is looked up
+//! exactly in the command table and its argument count checked. A bad
+//! message fails with EINVAL, quotes the message back
+//! (`unknown control message "bogus"`), and changes nothing. A good one
+//! returns the whole byte count (the original truncated writes to 127
+//! bytes; profdev takes messages up to 4096 bytes whole).
+//!
+//! | message | effect |
+//! |---|---|
+//! | `module [name ...]` | **replaces** the list of wanted modules; `module` alone empties it. A name is a basename (`libc.so.6`) or a file path; a path is also matched in its canonical form (`/lib/…` and `/usr/lib/…` agree when one is a link to the other). Relative paths are resolved in the file server's directory: use absolute ones. |
+//! | `start` | start sampling, unless a profiler is already running (then ignored, as in Inferno). Counts continue accumulating into existing records. |
+//! | `stop` | stop; every tick taken before is counted. Records are kept. |
+//! | `end` | stop, free every record, empty the module list, restart record ids at 1, and reset the interval to 100 ms. |
+//! | `interval MS` | the sampling interval in milliseconds, as C's `strtoul(MS, 0, 0)` reads it (`10`, `0x10`, `012`); at least 1. Default 100. Takes effect at the next `start`. |
+//!
+//! With an empty list every module that runs anywhere on the system is
+//! profiled; otherwise only modules whose basename or path is in the list.
+//! As in Inferno, the list is consulted when a module's record is created:
+//! a module that already has a record keeps counting after the list
+//! changes.
+//!
+//! **Interval and frequency.** The sampling engine is shared by every
+//! device; it samples each CPU's software cpu-clock at a fixed frequency.
+//! `interval MS` asks for `round(1000 / MS)` samples per second of CPU
+//! time, at least 1: 1 ms is 1000 Hz, 3 ms is 333 Hz, the default 100 ms
+//! is 10 Hz, and anything from 1500 ms up is 1 Hz. Ticks are of CPU time,
+//! not wall time: a CPU that runs no user code takes none.
+//!
+//! ## Module directories
+//!
+//! A module's directory appears the first time one of its instructions is
+//! sampled, named with its record id as 8 lowercase hex digits (`00000001`,
+//! `00000002`, …). The root lists `ctl` first, then the records, newest
+//! first. Unlike Inferno's, a module directory can be listed.
+//!
+//! A module is identified by its **file**, not its path: by the device and
+//! inode the kernel reported for the mapping, and by the GNU build id (from
+//! the mapping record, else read from the file), or the file's modification
+//! time and size when it has no build id. So a binary rebuilt at the same
+//! path gets a new record the next time it runs, and the old record keeps
+//! the old counts. To read a file's load layout profdev opens
+//! `/proc/PID/map_files/START-END` while the process lives (exactly the
+//! mapped file, even if the path has been replaced since), else the path.
+//! Files are opened and read outside the device's lock: listing the
+//! directories and reading their files never waits for that I/O.
+//!
+//! `name` and `path` hold one line each (the text and a newline; Inferno's
+//! had no newline). `pctl` opens write-only and refuses every write (EPERM,
+//! "not used at present", as the seed says).
+//!
+//! ## histogram
+//!
+//! `histogram` opens read-only and returns **one pair per read**:
+//!
+//! ```text
+//! 0x<pc> <count>\n
+//! ```
+//!
+//! `pc` is the instruction's address in the module's ELF address space, in
+//! hex with `0x` (so `addr2line -e PATH 0x1139` takes it as it stands);
+//! `count` is the number of ticks, in decimal, never zero. Pairs come in
+//! increasing pc; after the last one a read returns 0 bytes (end of file).
+//! Each pair ends in a newline, so `cat` prints clean lines (the original
+//! printed none). The file offset is ignored: the open file remembers the
+//! next pair. A read too small for the next pair fails with EINVAL ("read
+//! or write too small") and does **not** lose the pair: the next, larger,
+//! read returns it (the original lost it: a quirk fixed on purpose). Each
+//! open sees the counts as they were at open. `stat` reports length 0.
+//!
+//! Sampled pcs are the interrupted instruction itself (the next one to
+//! execute), so, unlike Inferno's Dis pcs, consumers do not subtract 1.
+//!
+//! ## Two users at once
+//!
+//! The seed's Bugs said the device "profiles on a global basis and does not
+//! distinguish between multiple profilers running at once". profdev keeps
+//! users apart **per device instance**: each file server (`profdev mount
+//! DIR`) builds its own device table and so its own prof device, with its
+//! own module list, interval, session and records, the way a Plan 9 attach
+//! gives a fresh instance. Two users who drive `ctl` by hand each mount
+//! their own. `profdev prof CMD` never touches a shared mount: it drives a
+//! private instance of this same device in its own process, fed by a
+//! session on CMD's process tree only, so any number of `profdev prof CMD`
+//! runs coexist with each other and with a mount's session.
+//!
+//! ## Modes
+//!
+//! Inferno's device had three profilers: sampling (`start`), coverage
+//! (`startcp PID`) and memory (`startmp…`). This device implements sampling;
+//! the others plug in as further [`Mode`]s: a verb in the command table, the
+//! session a mode needs, and how a mode turns a batch of records into
+//! counts. The records, the directory tree and the histogram protocol are
+//! the same for every mode (only what a pair's count means differs), so a
+//! mode adds no file.
+//!
+//! **Access.** Only root, the mounting user and the users and groups the
+//! mount names (`--allow-user`, `--allow-group`) may write `ctl`, list the
+//! module directories or read their files (other users' programs are
+//! named there): the file server checks every request's uid
+//! (`profdev_dev::access`); others get EACCES. A control message that
+//! names a process must also pass `access::ptrace_may_attach` for the
+//! requester (EPERM). `histogram` has length 0 but ends: after the last
+//! pair a read returns 0.
+//!
+//! # Example
+//!
+//! ```text
+//! % echo interval 1 >/run/profdev/prof/ctl
+//! % echo module libc.so.6 dd >/run/profdev/prof/ctl
+//! % echo start >/run/profdev/prof/ctl
+//! % dd if=/dev/zero of=/dev/null bs=1 count=10000000
+//! % echo stop >/run/profdev/prof/ctl
+//! % ls /run/profdev/prof
+//! ctl  00000002  00000001
+//! % cat /run/profdev/prof/00000001/path
+//! /usr/bin/dd
+//! % sed 3q /run/profdev/prof/00000001/histogram
+//! 0x3a10 12
+//! 0x3a14 40
+//! 0x3a20 7
+//! % addr2line -f -e /usr/bin/dd 0x3a14
+//! % profdev prof -f        # the report, from the mounted device
+//! % echo end >/run/profdev/prof/ctl
+//! ```
+//!
+//! # Bugs
+//!
+//! * Within one mount the device is shared, as Inferno's was: whoever
+//!   writes `ctl` changes the session for every reader of that mount.
+//! * Paths are the kernel's, in the sampled process's mount namespace; a
+//!   module in another namespace (a container) resolves only while its
+//!   process lives (through `/proc/PID/map_files`).
+//! * The kernel reports a mapping's device and inode, which on overlayfs and
+//!   btrfs subvolumes differ from what `stat` says; profdev compares the two
+//!   only for block devices (major number not 0).
+//! * Counts are 64-bit. Record ids are 32-bit and never reused before
+//!   `end` (Inferno's wrapped at 255).
+//! * Ticks in kernel mode are not taken, so a module's share is of user
+//!   time only; `kprof` shows the kernel side.
+
+mod ctl;
+mod histogram;
+mod modules;
+#[cfg(test)]
+mod tests;
+
+pub use ctl::{frequency_hz, session_config, Mode, DEFAULT_INTERVAL_MS};
+pub use modules::ModuleKey;
+
+use crate::engine::{Engine, Sink};
+use crate::kit::{check_mode, lock, Session, Snapshot};
+use crate::tree::{Chan, DirEntry, OpenMode, Qid};
+use crate::{Dev, DevError};
+use ctl::Wanted;
+use histogram::{Cursor, ModRecord};
+use modules::{Outcome, Resolver};
+use profdev_core::Record;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const CTL: Qid = Qid::file(5);
+const CTL_PERM: u16 = 0o222;
+const DIR_PERM: u16 = 0o555;
+const NAME: u64 = 1;
+const PATH: u64 = 2;
+const HISTOGRAM: u64 = 3;
+const PCTL: u64 = 4;
+/// The files of a module directory: number, name, permission bits.
+const RECORD_FILES: [(u64, &str, u16); 4] = [
+    (NAME, "name", 0o444),
+    (PATH, "path", 0o444),
+    (HISTOGRAM, "histogram", 0o444),
+    (PCTL, "pctl", 0o222),
+];
+
+/// Counts the device keeps about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProfStats {
+    /// User-mode samples seen while on.
+    pub samples: u64,
+    /// Samples charged to a module record.
+    pub counted: u64,
+    /// Samples in no file-backed ELF mapping (anonymous memory, vDSO, an
+    /// unknown process, a file that could not be read).
+    pub unresolved: u64,
+    /// Records the kernel dropped (ring full), over the sessions so far.
+    pub lost: u64,
+    /// Times the kernel throttled sampling, over the sessions so far.
+    pub throttled: u64,
+}
+
+/// What the device's files show, behind the device lock. No file is read
+/// while it is held: samples are resolved to modules beforehand (see
+/// [`modules`]), and only their outcomes are counted here.
+struct State {
+    mode: Option<Mode>,
+    wanted: Arc<[Wanted]>,
+    interval_ms: u32,
+    /// Ascending ids.
+    records: Vec<ModRecord>,
+    /// Module number (from the resolver) → index in `records`.
+    by_module: HashMap<u32, usize>,
+    next_id: u32,
+    stats: ProfStats,
+}
+
+impl State {
+    fn new() -> Self {
+        State {
+            mode: None,
+            wanted: Arc::new([]),
+            interval_ms: DEFAULT_INTERVAL_MS,
+            records: Vec::new(),
+            by_module: HashMap::new(),
+            next_id: 1,
+            stats: ProfStats::default(),
+        }
+    }
+
+    fn count(&mut self, outcomes: &[Outcome]) {
+        for o in outcomes {
+            self.stats.samples += 1;
+            let (module, pc, origin) = match o {
+                Outcome::Unresolved => {
+                    self.stats.unresolved += 1;
+                    continue;
+                }
+                Outcome::NotWanted => continue,
+                Outcome::Hit { module, pc, origin } => (*module, *pc, origin),
+            };
+            let index = match (self.by_module.get(&module), origin) {
+                (Some(&i), _) => i,
+                (None, Some(origin)) => {
+                    let (name, path) = (**origin).clone();
+                    self.records.push(ModRecord {
+                        id: self.next_id,
+                        name,
+                        path,
+                        counts: BTreeMap::new(),
+                    });
+                    self.next_id = self.next_id.saturating_add(1);
+                    self.by_module.insert(module, self.records.len() - 1);
+                    self.records.len() - 1
+                }
+                (None, None) => continue,
+            };
+            *self.records[index].counts.entry(pc).or_insert(0) += 1;
+            self.stats.counted += 1;
+        }
+    }
+
+    fn record(&self, id: u32) -> Option<&ModRecord> {
+        self.records
+            .binary_search_by_key(&id, |r| r.id)
+            .ok()
+            .map(|i| &self.records[i])
+    }
+}
+
+/// The prof device.
+pub struct Prof {
+    state: Arc<Mutex<State>>,
+    /// Tasks and modules: taken by whoever feeds records, never by a reader.
+    resolver: Arc<Mutex<Resolver>>,
+    session: Session,
+}
+
+/// Account `records` while a mode is on: resolve them to modules under the
+/// resolver's lock (reading files as needed), then count the outcomes under
+/// the device lock, briefly.
+fn feed(state: &Mutex<State>, resolver: &Mutex<Resolver>, records: &[Record]) {
+    let wanted = {
+        let st = lock(state);
+        if st.mode.is_none() {
+            return;
+        }
+        st.wanted.clone()
+    };
+    let mut resolver = lock(resolver);
+    let outcomes = resolver.batch(records, &wanted);
+    // Counted even if the mode went off meanwhile: the resolver has noted
+    // the records these outcomes create.
+    lock(state).count(&outcomes);
+}
+
+impl Prof {
+    /// A device sampling through `engine`.
+    pub fn new(engine: Engine) -> Self {
+        Prof {
+            state: Arc::new(Mutex::new(State::new())),
+            resolver: Arc::new(Mutex::new(Resolver::new())),
+            session: Session::new(engine),
+        }
+    }
+
+    /// Account `records` as the running mode would: the entry point of the
+    /// engine's sink, used directly by tests. Counts only while a mode is
+    /// on.
+    pub fn feed(&self, records: &[Record]) {
+        feed(&self.state, &self.resolver, records);
+    }
+
+    /// The running mode, if any.
+    pub fn mode(&self) -> Option<Mode> {
+        self.lock().mode
+    }
+
+    /// The current interval in milliseconds.
+    pub fn interval_ms(&self) -> u32 {
+        self.lock().interval_ms
+    }
+
+    /// The wanted-module list, as written.
+    pub fn wanted(&self) -> Vec<String> {
+        self.lock().wanted.iter().map(|w| w.raw.clone()).collect()
+    }
+
+    /// The device's own counts.
+    pub fn stats(&self) -> ProfStats {
+        self.lock().stats
+    }
+
+    /// True once the running session's source has ended (a process
+    /// target's tree exited and was drained, or a replay ran out).
+    pub fn session_ended(&self) -> bool {
+        self.session.ended()
+    }
+
+    /// The error that ended the running session early, if any.
+    pub fn session_error(&self) -> Option<String> {
+        self.session.error()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    fn start(&self, mode: Mode) -> Result<(), DevError> {
+        let (state, resolver) = (self.state.clone(), self.resolver.clone());
+        let sink: Sink = Arc::new(move |batch: &[Record]| feed(&state, &resolver, batch));
+        self.session.start(
+            |_| {
+                let config = {
+                    let mut st = self.lock();
+                    if st.mode.is_some() {
+                        return None;
+                    }
+                    st.mode = Some(mode);
+                    mode.session(st.interval_ms)
+                };
+                lock(&self.resolver).new_session();
+                Some(config)
+            },
+            sink,
+            || self.lock().mode = None,
+        )?;
+        Ok(())
+    }
+
+    fn stop(&self) {
+        // Stopping drains the last records into the records first.
+        let source = self.session.stop(|| {}).unwrap_or_default();
+        let mut st = self.lock();
+        st.mode = None;
+        st.stats.lost += source.lost;
+        st.stats.throttled += source.throttled;
+    }
+}
+
+/// The record id and file number of a qid below the root.
+fn split_qid(qid: Qid) -> (u32, u64) {
+    let n = qid.number();
+    ((n >> 4) as u32, n & 0xf)
+}
+
+fn record_dir(id: u32) -> Qid {
+    Qid::dir(u64::from(id) << 4)
+}
+
+fn record_file(id: u32, file: u64) -> Qid {
+    Qid::file((u64::from(id) << 4) + file)
+}
+
+fn ctl_entry() -> DirEntry {
+    DirEntry::file("ctl", CTL, CTL_PERM, 0)
+}
+
+fn dir_entry(r: &ModRecord) -> DirEntry {
+    DirEntry::dir(&format!("{:08x}", r.id), record_dir(r.id), DIR_PERM)
+}
+
+/// The entry of file `file` of record `r`.
+fn file_entry(r: &ModRecord, file: u64) -> Option<DirEntry> {
+    let &(_, name, perm) = RECORD_FILES.iter().find(|f| f.0 == file)?;
+    let length = match file {
+        NAME => r.name.len() as u64 + 1,
+        PATH => r.path.len() as u64 + 1,
+        _ => 0,
+    };
+    Some(DirEntry::file(name, record_file(r.id, file), perm, length))
+}
+
+/// The record id a module directory's name gives: exactly 8 lowercase hex
+/// digits, as the listing writes them.
+fn parse_dir_name(name: &str) -> Option<u32> {
+    let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    (name.len() == 8 && name.bytes().all(hex))
+        .then(|| u32::from_str_radix(name, 16).ok())
+        .flatten()
+}
+
+impl Dev for Prof {
+    fn name(&self) -> &'static str {
+        "prof"
+    }
+
+    fn dir_name(&self) -> &'static str {
+        "prof"
+    }
+
+    fn gen(&self, dir: Qid) -> Result<Vec<DirEntry>, DevError> {
+        if !dir.is_dir() {
+            return Err(DevError::NotDir);
+        }
+        let st = self.lock();
+        if dir == Qid::ROOT {
+            let mut out = Vec::with_capacity(st.records.len() + 1);
+            out.push(ctl_entry());
+            out.extend(st.records.iter().rev().map(dir_entry));
+            return Ok(out);
+        }
+        let (id, file) = split_qid(dir);
+        let r = st
+            .record(id)
+            .filter(|_| file == 0)
+            .ok_or(DevError::NotFound)?;
+        Ok(RECORD_FILES
+            .iter()
+            .filter_map(|&(f, _, _)| file_entry(r, f))
+            .collect())
+    }
+
+    /// A lookup by name, in O(log records): a module directory's name is
+    /// its record id.
+    fn walk(&self, dir: Qid, name: &str) -> Result<DirEntry, DevError> {
+        if !dir.is_dir() {
+            return Err(DevError::NotDir);
+        }
+        let st = self.lock();
+        if dir == Qid::ROOT {
+            if name == "ctl" {
+                return Ok(ctl_entry());
+            }
+            let id = parse_dir_name(name).ok_or(DevError::NotFound)?;
+            return st.record(id).map(dir_entry).ok_or(DevError::NotFound);
+        }
+        let (id, file) = split_qid(dir);
+        let r = st
+            .record(id)
+            .filter(|_| file == 0)
+            .ok_or(DevError::NotFound)?;
+        let &(f, _, _) = RECORD_FILES
+            .iter()
+            .find(|f| f.1 == name)
+            .ok_or(DevError::NotFound)?;
+        file_entry(r, f).ok_or(DevError::NotFound)
+    }
+
+    /// The entry of `qid`, in O(log records).
+    fn stat(&self, qid: Qid) -> Result<DirEntry, DevError> {
+        match qid {
+            Qid::ROOT => return Ok(DirEntry::dir(".", Qid::ROOT, 0o500)),
+            CTL => return Ok(ctl_entry()),
+            _ => {}
+        }
+        let (id, file) = split_qid(qid);
+        let st = self.lock();
+        let r = st.record(id).ok_or(DevError::NotFound)?;
+        match (qid.is_dir(), file) {
+            (true, 0) => Ok(dir_entry(r)),
+            (false, f) => file_entry(r, f).ok_or(DevError::NotFound),
+            _ => Err(DevError::NotFound),
+        }
+    }
+
+    fn open(&self, qid: Qid, mode: OpenMode) -> Result<Chan, DevError> {
+        match qid {
+            Qid::ROOT => check_mode(qid, 0o500, mode)?,
+            CTL => check_mode(qid, CTL_PERM, mode)?,
+            _ => {}
+        }
+        let mut chan = Chan::new(qid, mode);
+        if qid == Qid::ROOT || qid == CTL {
+            return Ok(chan);
+        }
+        let (id, file) = split_qid(qid);
+        let st = self.lock();
+        let r = st.record(id).ok_or(DevError::NotFound)?;
+        let perm = match (qid.is_dir(), file) {
+            (true, 0) => DIR_PERM,
+            (false, f) => file_entry(r, f).ok_or(DevError::NotFound)?.perm,
+            _ => return Err(DevError::NotFound),
+        };
+        check_mode(qid, perm, mode)?;
+        match (qid.is_dir(), file) {
+            (false, NAME) => Snapshot::attach(&mut chan, format!("{}\n", r.name).into_bytes()),
+            (false, PATH) => Snapshot::attach(&mut chan, format!("{}\n", r.path).into_bytes()),
+            (false, HISTOGRAM) => chan.aux = Some(Box::new(Cursor::of(r))),
+            _ => {}
+        }
+        Ok(chan)
+    }
+
+    fn read(&self, chan: &mut Chan, offset: u64, count: u32) -> Result<Vec<u8>, DevError> {
+        if Snapshot::of(chan).is_some() {
+            return Snapshot::read(chan, offset, count);
+        }
+        Cursor::read(chan, count)
+    }
+
+    fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {
+        if chan.qid == CTL {
+            self.ctl(data)?;
+            return Ok(data.len());
+        }
+        Err(DevError::Perm)
+    }
+}
