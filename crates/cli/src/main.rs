@@ -3,6 +3,13 @@
 //! One binary; each subcommand is named after the classic tool it brings
 //! back and lives in a module of its own. A subcommand can also be run
 //! through a link named after it (`ln -s profdev kprof`).
+//!
+//! **Where `unsafe` lives, and why.** Only in the two prf commands that
+//! act on the prf device directly, as the classic tools did: `prfdev`
+//! issues the device's by-value ioctls, clears O_NONBLOCK with fcntl and
+//! formats times with the C library's localtime_r (the zone the classic
+//! output used); `prfdc` forks into the background and calls setsid and
+//! dup2. Every other command is safe code over the library crates.
 
 mod child;
 mod cmdline;

@@ -11,6 +11,8 @@
 //!   the live perf_event engine, a replayed stream and a synthetic stream in
 //!   tests are interchangeable.
 
+#![forbid(unsafe_code)]
+
 pub mod addr;
 pub mod record;
 pub mod source;

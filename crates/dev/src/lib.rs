@@ -22,6 +22,9 @@
 //!
 //! [`SourceFactory`]: profdev_core::SourceFactory
 
+// No unsafe code in the library; only unit tests call getuid(2).
+#![cfg_attr(not(test), forbid(unsafe_code))]
+
 pub mod access;
 pub mod ctl;
 pub mod engine;

@@ -9,6 +9,8 @@
 //! writes its gmon.out and mon.out with it. Keep it that way; a format that
 //! needs an ELF or DWARF reader belongs in `profdev-symbolize`.
 
+#![forbid(unsafe_code)]
+
 pub mod gmon;
 pub mod kpdata;
 pub mod mon_out;

@@ -76,6 +76,8 @@
 //! `..` is listed with the mount root's inode number. Files are direct
 //! I/O, so they cannot be mmap'ed.
 
+#![forbid(unsafe_code)]
+
 mod errno;
 mod mount;
 mod server;

@@ -48,6 +48,19 @@
 //! writers, no I/O) and `profdev-safefile` (the one way profdev writes a
 //! file), so the library linked into programs stays small.
 //!
+//! **Where `unsafe` lives, and why.** This is a library inside someone
+//! else's process, driven by a signal: [`clock`] installs the SIGPROF
+//! handler and the per-thread CPU timer (timer_create, sigaction) and reads
+//! the interrupted PC from the signal frame; [`cell`] adds one to a cell of
+//! a buffer the program owns (and may unmap) without faulting, through
+//! process_vm_readv/writev; [`profil`](mod@profil) keeps its state in a
+//! lock the signal handler and fork handlers (pthread_atfork) share;
+//! [`text`] and [`gmon`] find the program's text (dl_iterate_phdr,
+//! getauxval); [`monitor`](mod@monitor) works on the caller's raw buffer;
+//! and [`capi`] is the C ABI (`profil`, `monitor`, `monstartup`, …), whose
+//! pointer arguments are the caller's promise. Each block carries a
+//! `SAFETY:` comment.
+//!
 //! The sampling rate is 100 Hz of CPU time (the `HZ` of SVR4 and of
 //! glibc's profil); the environment variable `PROFDEV_PROFIL_HZ` (1 to
 //! 10000) changes it when profiling first starts.

@@ -3,6 +3,8 @@
 //! Each module is a pure function from decoded data (and symbols, as plain
 //! `(address, name)` pairs) to the text the original tool printed.
 
+#![forbid(unsafe_code)]
+
 pub mod kprof;
 pub mod outside;
 pub mod prfpr;

@@ -23,11 +23,18 @@
 //! # Description
 //!
 //! This crate is the only one in profdev that talks to the kernel's
-//! perf_event subsystem, and the only one with `unsafe` code (in [`sys`]
-//! for the system calls, [`ring`] for the shared mapping, [`bpf`] for
-//! bpf(2) and the in-kernel histogram's mapping, the `pre_exec` hook of
-//! [`spawn_profiled`], and [`job`] for the profiled command's process
-//! group, terminal and signals).
+//! perf_event subsystem.
+//!
+//! **Where `unsafe` lives, and why.** Only at the system-call boundary,
+//! each block with a `SAFETY:` comment: [`sys`] for perf_event_open(2),
+//! its ioctls and poll (no safe wrapper covers them); [`ring`] for mmap of
+//! the shared ring and its head/tail words, which the kernel writes
+//! concurrently; [`bpf`] for bpf(2) and the mapping of the in-kernel
+//! histogram; the `pre_exec` hooks of [`spawn_profiled`] (a pipe that
+//! holds the child until its events exist, async-signal-safe calls only);
+//! and [`job`] for the profiled command's process group, terminal and
+//! signal dispositions (setpgid, tcsetpgrp, sigaction, waitpid). Decoding
+//! ([`decode`]) and everything above it is safe code.
 //!
 //! **What it asks the kernel for, and why.** One software `cpu-clock` event
 //! (`PERF_TYPE_SOFTWARE`, `PERF_COUNT_SW_CPU_CLOCK`) per online CPU:

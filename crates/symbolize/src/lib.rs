@@ -7,6 +7,12 @@
 //! * [`tasks`]: which file is mapped where in which process, rebuilt from
 //!   the comm/mmap/fork/exit records of a sample stream, so that samples of
 //!   processes that have already exited still symbolize.
+//!
+//! **Where `unsafe` lives, and why.** Three blocks: [`elf`] maps an object
+//! file read-only (memmap2) rather than copying large debug files;
+//! [`open`] clears O_NONBLOCK with fcntl after opening an object without
+//! blocking on a FIFO; [`unwind`] reads this process's own vDSO image from
+//! the range the kernel maps it at. Each carries a `SAFETY:` comment.
 
 pub mod elf;
 pub mod kernel;

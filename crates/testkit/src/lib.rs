@@ -27,6 +27,8 @@
 //! });
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -135,13 +137,7 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
 
 /// CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID).
 pub fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid, writable timespec.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(r, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
