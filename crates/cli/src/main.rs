@@ -9,6 +9,7 @@ mod cmdline;
 mod gmon;
 mod kgmon;
 mod kprof;
+mod malloc;
 mod mount;
 mod prfdc;
 mod prfdev;

@@ -241,6 +241,7 @@ fn serve(mounted: profdev_fuse::Mounted, signals: SigSet) -> Result<()> {
 }
 
 fn foreground(dir: &Path) -> Result<()> {
+    crate::malloc::bound_for_server();
     let signals = block_stop_signals()?;
     prepare(dir)?;
     let server = server()?;
@@ -315,6 +316,7 @@ fn background(exe: &Path, dir: &Path) -> Result<Started> {
 /// The background server: a session of its own, readiness or the error
 /// reported on stdout, then [`serve`].
 fn daemon(dir: &Path) -> Result<()> {
+    crate::malloc::bound_for_server();
     let signals = block_stop_signals()?;
     // Leave the caller's session, so that its terminal's hangup does not
     // reach the server.
