@@ -14,6 +14,8 @@
 # final RSS and the verdict against the 50 MB bound.
 #
 # Output directory: $OUT, else a new /tmp/profdev-rss.XXXXXX (kept).
+# sh reads a script as it runs it: for a long run, run a copy
+# (PROFDEV_ROOT=$PWD sh /tmp/server_rss.sh) if the checkout may change.
 set -eu
 
 SECONDS_TOTAL=${1:-3600}
@@ -28,7 +30,9 @@ esac
 	exit 1
 }
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# The checkout to build: this script's, unless $PROFDEV_ROOT says (for a
+# copy of the script run while the checkout changes).
+ROOT=${PROFDEV_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-$(mktemp -d /tmp/profdev-rss.XXXXXX)}
 mkdir -p "$OUT"
 MNT=$OUT/mnt
