@@ -27,6 +27,9 @@ pub mod prof;
 mod error;
 pub mod tree;
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use engine::{Engine, Subscription};
 pub use error::DevError;
 pub use tree::{Chan, DirEntry, OpenMode, Qid};

@@ -9,3 +9,6 @@ pub mod kpdata;
 pub mod prflog;
 pub mod prof_histogram;
 pub mod symelf;
+
+#[doc(hidden)]
+pub mod fuzzing;

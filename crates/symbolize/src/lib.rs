@@ -13,6 +13,9 @@ pub mod kernel;
 pub mod tasks;
 pub mod unwind;
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use elf::{ElfError, ElfLayout, ElfObject, Frame};
 pub use kernel::{KSym, KernelSymbols, SymbolError};
 pub use tasks::{Mapping, Tasks};
