@@ -21,6 +21,7 @@ pub mod ctl;
 pub mod engine;
 pub mod kgmon;
 pub mod kprof;
+mod pc_counts;
 pub mod prf;
 pub mod prof;
 

@@ -158,12 +158,13 @@
 
 use crate::ctl::{self, Cmd};
 use crate::engine::{Engine, Sink, Subscription};
+use crate::pc_counts::PcCounts;
 use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
 use profdev_core::{CpuMode, FileId, ProcessVa, Record, Sample, SessionConfig, Target};
 use profdev_formats::prof_histogram::encode_pair;
 use profdev_symbolize::{ElfLayout, Mapping, Tasks};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -242,7 +243,7 @@ struct ModRecord {
     name: String,
     path: String,
     /// pc (file address) → count, never 0.
-    counts: BTreeMap<u64, u64>,
+    counts: PcCounts,
 }
 
 /// What a mapping resolved to.
@@ -408,7 +409,7 @@ impl State {
                     id: self.next_id,
                     name: m.basename().to_string(),
                     path: m.path.clone(),
-                    counts: BTreeMap::new(),
+                    counts: PcCounts::default(),
                 };
                 self.next_id = self.next_id.saturating_add(1);
                 self.records.push(record);
@@ -417,7 +418,7 @@ impl State {
                 self.records.len() - 1
             }
         };
-        *self.records[index].counts.entry(pc.0).or_insert(0) += 1;
+        self.records[index].counts.add(pc.0);
         self.stats.counted += 1;
     }
 
@@ -779,7 +780,7 @@ impl Dev for Prof {
                     NAME => Box::new(Text(format!("{}\n", r.name).into_bytes())),
                     PATH => Box::new(Text(format!("{}\n", r.path).into_bytes())),
                     _ => Box::new(Cursor {
-                        pairs: r.counts.iter().map(|(&pc, &n)| (pc, n)).collect(),
+                        pairs: r.counts.pairs(),
                         next: 0,
                     }),
                 });
