@@ -46,7 +46,7 @@ WORKLOAD=
 READER=
 cleanup() {
 	[ -n "$READER" ] && kill -TERM "$READER" 2>/dev/null || true
-	[ -n "$WORKLOAD" ] && kill -TERM -- "-$WORKLOAD" 2>/dev/null || true
+	[ -n "$WORKLOAD" ] && kill -TERM "-$WORKLOAD" 2>/dev/null || true
 	"$P" unmount "$MNT" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT

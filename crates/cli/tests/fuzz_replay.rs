@@ -137,7 +137,10 @@ fn unwind_seeds_are_complete_stacks() {
         ("start", vec![0x401009]),
         ("outer", vec![0x4010d0, IN_ENTRY, IN_START]),
         ("middle", vec![0x401080, IN_OUTER, IN_ENTRY, IN_START]),
-        ("leaf", vec![0x401030, IN_MIDDLE, IN_OUTER, IN_ENTRY, IN_START]),
+        (
+            "leaf",
+            vec![0x401030, IN_MIDDLE, IN_OUTER, IN_ENTRY, IN_START],
+        ),
     ] {
         let data = std::fs::read(dir.join(seed)).unwrap();
         let [with_copy, _] = profdev_symbolize::fuzzing::unwind_input(&data).unwrap();
