@@ -518,14 +518,20 @@ fn frame_pointer_walk(
         if bp < floor || bp % 8 != 0 {
             break;
         }
-        let (Some(next), Some(ret)) = (read(bp), read(bp + 8)) else {
+        // A hostile bp near the top of the address space must end the
+        // walk, not overflow.
+        let (Some(next), Some(ret), Some(above)) = (
+            read(bp),
+            bp.checked_add(8).and_then(read),
+            bp.checked_add(16),
+        ) else {
             break;
         };
         if ret == 0 || !proc.is_code(ret - 1) {
             break;
         }
         frames.push(ret);
-        floor = bp + 16;
+        floor = above;
         bp = next;
     }
     (frames, false)
