@@ -34,3 +34,16 @@ pub fn bound_for_server() {
         libc::mallopt(libc::M_ARENA_MAX, ARENA_MAX);
     }
 }
+
+/// Give the kernel back the free pages of the heap (`malloc_trim`): called
+/// once the server is built, when the kernel symbol table it was built
+/// from (about 5 MB of parsing) has been freed. A no-op on other C
+/// libraries.
+pub fn release_free() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the kernel; it takes
+    // the allocator's lock like any malloc call.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

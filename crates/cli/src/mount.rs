@@ -245,6 +245,7 @@ fn foreground(dir: &Path) -> Result<()> {
     let signals = block_stop_signals()?;
     prepare(dir)?;
     let server = server()?;
+    crate::malloc::release_free();
     let files = file_names(&server);
     let mounted = profdev_fuse::mount(server, dir, MountOptions::default())?;
     eprintln!(
@@ -322,6 +323,7 @@ fn daemon(dir: &Path) -> Result<()> {
     // reach the server.
     let _ = nix::unistd::setsid();
     let mounted = server().and_then(|server| {
+        crate::malloc::release_free();
         let files = file_names(&server);
         Ok((
             profdev_fuse::mount(server, dir, MountOptions::default())?,
