@@ -181,7 +181,7 @@ impl ElfObject {
             .collect();
         let text = file
             .section_by_name(".text")
-            .map(|s| (s.address(), s.address() + s.size()));
+            .map(|s| (s.address(), s.address().saturating_add(s.size())));
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let is_dyn = matches!(file.kind(), object::ObjectKind::Dynamic);
         let has_dwarf = file.section_by_name(".debug_info").is_some();
@@ -244,8 +244,8 @@ impl ElfObject {
     pub fn file_addr_of_offset(&self, file_offset: u64) -> Option<FileAddr> {
         self.loads
             .iter()
-            .find(|l| file_offset >= l.offset && file_offset < l.offset + l.filesz)
-            .map(|l| FileAddr(l.vaddr + (file_offset - l.offset)))
+            .find(|l| file_offset >= l.offset && file_offset - l.offset < l.filesz)
+            .map(|l| FileAddr(l.vaddr.wrapping_add(file_offset - l.offset)))
     }
 
     /// The function symbol holding `addr` and the offset into it. A symbol
@@ -445,7 +445,7 @@ impl ElfLayout {
         self.loads
             .iter()
             .find(|&&(off, len, _)| file_offset >= off && file_offset - off < len)
-            .map(|&(off, _, vaddr)| FileAddr(vaddr + (file_offset - off)))
+            .map(|&(off, _, vaddr)| FileAddr(vaddr.wrapping_add(file_offset - off)))
     }
 }
 

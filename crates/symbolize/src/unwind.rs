@@ -98,7 +98,7 @@ impl ObjectInfo {
             let s = file.section_by_name(name)?;
             let data = s.uncompressed_data().ok()?;
             Some((
-                s.address()..s.address() + s.size(),
+                s.address()..s.address().saturating_add(s.size()),
                 Bytes(Arc::from(&*data)),
             ))
         };
@@ -115,7 +115,7 @@ impl ObjectInfo {
             eh_frame_hdr: section(".eh_frame_hdr"),
             got: file
                 .section_by_name(".got")
-                .map(|s| s.address()..s.address() + s.size()),
+                .map(|s| s.address()..s.address().saturating_add(s.size())),
             debug_frame: section(".debug_frame").map(|(_, b)| b),
         })
     }
@@ -124,8 +124,8 @@ impl ObjectInfo {
     fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
         self.loads
             .iter()
-            .find(|&&(o, size, _)| off >= o && off < o + size)
-            .map(|&(o, _, vaddr)| vaddr + (off - o))
+            .find(|&&(o, size, _)| off >= o && off - o < size)
+            .map(|&(o, _, vaddr)| vaddr.wrapping_add(off - o))
     }
 
     fn section_info(&self) -> ExplicitModuleSectionInfo<Bytes> {
