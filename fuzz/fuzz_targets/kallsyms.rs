@@ -1,9 +1,8 @@
 #![no_main]
+// The body is shared with the workspace's replay test
+// (crates/cli/tests/fuzz_replay.rs): see profdev_symbolize::fuzzing::kallsyms.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(k) = profdev_symbolize::KernelSymbols::from_text(data, "fuzz") {
-        let _ = k.text_symbols();
-        let _ = k.lookup(0xffffffff81000000);
-    }
+    profdev_symbolize::fuzzing::kallsyms(data);
 });

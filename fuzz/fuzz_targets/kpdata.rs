@@ -1,8 +1,8 @@
 #![no_main]
+// The body is shared with the workspace's replay test
+// (crates/cli/tests/fuzz_replay.rs): see profdev_formats::fuzzing::kpdata.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(k) = profdev_formats::kpdata::Kpdata::parse(data) {
-        let _ = (k.total(), k.outside(), k.bucket_size(), k.microseconds_per_tick());
-    }
+    profdev_formats::fuzzing::kpdata(data);
 });

@@ -16,6 +16,7 @@ mod cmdline;
 mod gmon;
 mod kgmon;
 mod kprof;
+mod malloc;
 mod mount;
 mod output;
 mod prfdc;

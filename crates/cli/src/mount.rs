@@ -364,9 +364,11 @@ fn serve(mounted: profdev_fuse::Mounted, signals: SigSet) -> Result<()> {
 }
 
 fn foreground(dir: &Path, serving: &Serving) -> Result<()> {
+    crate::malloc::bound_for_server();
     let signals = block_stop_signals()?;
     prepare(dir, serving)?;
     let server = server(serving)?;
+    crate::malloc::release_free();
     let files = file_names(&server);
     let mounted = profdev_fuse::mount(server, dir, serving.options())?;
     eprintln!(
@@ -439,11 +441,13 @@ fn background(exe: &Path, dir: &Path, serving: &Serving) -> Result<Started> {
 /// The background server: a session of its own, readiness or the error
 /// reported on stdout, then [`serve`].
 fn daemon(dir: &Path, serving: &Serving) -> Result<()> {
+    crate::malloc::bound_for_server();
     let signals = block_stop_signals()?;
     // Leave the caller's session, so that its terminal's hangup does not
     // reach the server.
     let _ = nix::unistd::setsid();
     let mounted = server(serving).and_then(|server| {
+        crate::malloc::release_free();
         let files = file_names(&server);
         Ok((profdev_fuse::mount(server, dir, serving.options())?, files))
     });

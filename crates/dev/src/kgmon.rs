@@ -263,9 +263,13 @@ impl Profile {
     }
 
     fn reset(&mut self) {
-        self.kcount.fill(0);
-        if let Some(a) = &mut self.arcs {
-            a.reset();
+        // Fresh zeroed tables rather than filling the old ones: untouched
+        // pages of a fresh allocation are not resident, and the tables
+        // are 2 bytes per 4 bytes of kernel text each.
+        if self.arcs.is_some() {
+            self.kcount = Vec::new();
+            self.arcs = None;
+            self.allocate();
         }
         self.counters = Counters::default();
     }
@@ -350,23 +354,30 @@ impl Profile {
     }
 
     /// The gmon.out bytes.
-    fn gmon_out(&self) -> Vec<u8> {
+    fn gmon_out(&mut self) -> Vec<u8> {
         let c = &self.config;
         let mut hist = Histogram::new(c.lowpc(), c.highpc(), 0, c.profhz);
-        hist.bins = if self.kcount.is_empty() {
+        // The histogram is lent to the writer, not copied (it is megabytes;
+        // the lock is held throughout, so no tick sees it missing).
+        let kcount = std::mem::take(&mut self.kcount);
+        hist.bins = if kcount.is_empty() {
             vec![0; c.cells()]
         } else {
-            self.kcount.clone()
+            kcount
         };
-        let profile = GmonOut {
+        let mut profile = GmonOut {
             histograms: vec![hist],
             arcs: self.arcs.as_ref().map(ArcTable::arcs).unwrap_or_default(),
             bb_counts: Vec::new(),
         };
         // One histogram, 8-byte counts (`long`) and x86_64 addresses: the
         // writer has nothing to refuse.
-        gmon::write(&profile, Format::Bsd, gmon::Target::X86_64)
-            .expect("a kgmon profile always fits the 4.4BSD layout")
+        let out = gmon::write(&profile, Format::Bsd, gmon::Target::X86_64)
+            .expect("a kgmon profile always fits the 4.4BSD layout");
+        if self.arcs.is_some() {
+            self.kcount = std::mem::take(&mut profile.histograms[0].bins);
+        }
+        out
     }
 
     fn gmon_out_len(&self) -> u64 {
@@ -772,6 +783,21 @@ mod tests {
         let d = parse(&k.snapshot(), gmon::Target::X86_64).unwrap();
         assert!(d.gmon.arcs.is_empty());
         assert!(d.gmon.histograms[0].bins.iter().all(|&b| b == 0));
+        // Counting goes on in the fresh tables, and a snapshot leaves the
+        // histogram in place.
+        k.feed(&[sample(3)]);
+        let first = k.snapshot();
+        assert_eq!(k.snapshot(), first);
+        let d = parse(&first, gmon::Target::X86_64).unwrap();
+        assert_eq!(d.gmon.arcs.len(), 1);
+        assert_eq!(
+            d.gmon.histograms[0]
+                .bins
+                .iter()
+                .map(|&b| u64::from(b))
+                .sum::<u64>(),
+            1
+        );
     }
 
     #[test]

@@ -31,11 +31,15 @@ pub mod engine;
 pub mod kgmon;
 pub mod kit;
 pub mod kprof;
+mod pc_counts;
 pub mod prf;
 pub mod prof;
 
 mod error;
 pub mod tree;
+
+#[doc(hidden)]
+pub mod fuzzing;
 
 pub use access::{AccessRules, Cred};
 pub use engine::{Engine, Subscription};

@@ -174,9 +174,13 @@ impl Kpdata {
         self.words.get(MICROSECONDS_PER_TICK).copied().unwrap_or(0)
     }
 
-    /// Bytes per bucket, `1 << word 5`.
+    /// Bytes per bucket, `1 << word 5` (1 if the header is absent, or
+    /// out of range in a file with no ticks, whose header is not checked).
     pub fn bucket_size(&self) -> u64 {
-        1u64 << self.words.get(LOG_BUCKET_SIZE).copied().unwrap_or(0)
+        match self.words.get(LOG_BUCKET_SIZE) {
+            Some(&log) if log <= 31 => 1u64 << log,
+            _ => 1,
+        }
     }
 }
 

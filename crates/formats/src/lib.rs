@@ -17,3 +17,6 @@ pub mod mon_out;
 pub mod prflog;
 pub mod prof_histogram;
 pub mod symelf;
+
+#[doc(hidden)]
+pub mod fuzzing;

@@ -140,6 +140,9 @@ mod source;
 mod spawn;
 pub mod sys;
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use procfs::{online_cpus, synthesize_tasks};
 pub use source::{auto_ring_pages, PerfFactory, PerfSource, MAX_USER_STACK_BYTES};
 pub use spawn::{spawn_profiled, SpawnError};

@@ -208,7 +208,7 @@ impl ElfObject {
             .collect();
         let text = file
             .section_by_name(".text")
-            .map(|s| (s.address(), s.address() + s.size()));
+            .map(|s| (s.address(), s.address().saturating_add(s.size())));
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let is_dyn = matches!(file.kind(), object::ObjectKind::Dynamic);
         let entry = file.entry();
@@ -331,8 +331,8 @@ impl ElfObject {
     pub fn file_addr_of_offset(&self, file_offset: u64) -> Option<FileAddr> {
         self.loads
             .iter()
-            .find(|l| file_offset >= l.offset && file_offset < l.offset + l.filesz)
-            .map(|l| FileAddr(l.vaddr + (file_offset - l.offset)))
+            .find(|l| file_offset >= l.offset && file_offset - l.offset < l.filesz)
+            .map(|l| FileAddr(l.vaddr.wrapping_add(file_offset - l.offset)))
     }
 
     /// The function symbol holding `addr` and the offset into it. A symbol
@@ -749,7 +749,7 @@ impl ElfLayout {
         self.loads
             .iter()
             .find(|&&(off, len, _)| file_offset >= off && file_offset - off < len)
-            .map(|&(off, _, vaddr)| FileAddr(vaddr + (file_offset - off)))
+            .map(|&(off, _, vaddr)| FileAddr(vaddr.wrapping_add(file_offset - off)))
     }
 }
 

@@ -20,6 +20,9 @@ pub mod open;
 pub mod tasks;
 pub mod unwind;
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use elf::{ElfError, ElfLayout, ElfObject, FnSym, Frame, SymOrigin};
 pub use kernel::{KSym, KernelSymbols, SymbolError};
 pub use tasks::{Mapping, Tasks};

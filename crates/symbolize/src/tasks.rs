@@ -53,7 +53,8 @@ struct Process {
 #[derive(Clone, Debug, Default)]
 pub struct Tasks {
     procs: HashMap<u32, Process>,
-    thread_names: HashMap<u32, String>,
+    /// tid -> (pid, name).
+    thread_names: HashMap<u32, (u32, String)>,
 }
 
 impl Tasks {
@@ -80,7 +81,7 @@ impl Tasks {
                 if pid == tid {
                     p.comm = comm.clone();
                 }
-                self.thread_names.insert(*tid, comm.clone());
+                self.thread_names.insert(*tid, (*pid, comm.clone()));
             }
             Record::Mmap {
                 pid,
@@ -120,6 +121,14 @@ impl Tasks {
                     p.exited = true;
                 }
             }
+            // A thread that ends before its process: its name goes, or a
+            // long-lived process that keeps starting threads would fill
+            // the table.
+            Record::Exit { pid, tid, .. }
+                if self.thread_names.get(tid).is_some_and(|(p, _)| p == pid) =>
+            {
+                self.thread_names.remove(tid);
+            }
             _ => {}
         }
     }
@@ -141,14 +150,23 @@ impl Tasks {
 
     /// A thread's name, if seen.
     pub fn thread_comm(&self, tid: u32) -> Option<&str> {
-        self.thread_names.get(&tid).map(String::as_str)
+        self.thread_names.get(&tid).map(|(_, name)| name.as_str())
     }
 
-    /// Forget process `pid` (after its exit, once no sample of it can
-    /// still arrive), so that a long session does not keep every address
-    /// space it ever saw.
+    /// Forget process `pid` and its threads' names (after its exit, once
+    /// no sample of it can still arrive), so that a long session does not
+    /// keep every address space and name it ever saw.
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+        // Its other threads' names went at their own exits.
+        if self.thread_names.get(&pid).is_some_and(|(p, _)| *p == pid) {
+            self.thread_names.remove(&pid);
+        }
+    }
+
+    /// Processes and thread names held: what [`Tasks::forget`] bounds.
+    pub fn held(&self) -> (usize, usize) {
+        (self.procs.len(), self.thread_names.len())
     }
 
     /// True once the process has exited.
@@ -220,5 +238,46 @@ mod tests {
         t.observe(&mmap(1, 0x2000, 0x1000, "/b"));
         assert!(t.lookup(1, ProcessVa(0x1000)).is_none());
         assert_eq!(t.lookup(1, ProcessVa(0x2000)).unwrap().path, "/b");
+    }
+
+    #[test]
+    fn exited_threads_and_forgotten_processes_leave_nothing() {
+        let mut t = Tasks::new();
+        let comm = |pid, tid| Record::Comm {
+            pid,
+            tid,
+            comm: format!("t{tid}"),
+            exec: false,
+            time: 0,
+        };
+        let exit = |pid, tid| Record::Exit {
+            pid,
+            ppid: 1,
+            tid,
+            ptid: 1,
+            time: 0,
+        };
+        // A long-lived process starting and ending threads.
+        t.observe(&comm(10, 10));
+        for tid in 11..1000 {
+            t.observe(&comm(10, tid));
+            assert_eq!(t.thread_comm(tid), Some(format!("t{tid}").as_str()));
+            t.observe(&exit(10, tid));
+        }
+        assert_eq!(t.held(), (1, 1));
+        // Short-lived processes, forgotten after their exit.
+        for pid in 2000..3000 {
+            t.observe(&mmap(pid, 0x1000, 0x1000, "/bin/true"));
+            t.observe(&comm(pid, pid));
+            t.observe(&exit(pid, pid));
+            assert!(t.has_exited(pid));
+            t.forget(pid);
+        }
+        assert_eq!(t.held(), (1, 1));
+        assert_eq!(t.thread_comm(10), Some("t10"));
+        // A tid reused by another process keeps the new owner's name.
+        t.observe(&comm(20, 21));
+        t.observe(&exit(10, 21));
+        assert_eq!(t.thread_comm(21), Some("t21"));
     }
 }

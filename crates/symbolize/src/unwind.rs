@@ -123,7 +123,7 @@ impl ObjectInfo {
             let s = file.section_by_name(name)?;
             let data = s.uncompressed_data().ok()?;
             Some((
-                s.address()..s.address() + s.size(),
+                s.address()..s.address().saturating_add(s.size()),
                 Bytes(Arc::from(&*data)),
             ))
         };
@@ -144,7 +144,7 @@ impl ObjectInfo {
             eh_frame_hdr: section(".eh_frame_hdr"),
             got: file
                 .section_by_name(".got")
-                .map(|s| s.address()..s.address() + s.size()),
+                .map(|s| s.address()..s.address().saturating_add(s.size())),
             debug_frame: section(".debug_frame").map(|(_, b)| b),
             build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
         })
@@ -163,7 +163,8 @@ impl ObjectInfo {
     /// CFI lookup miss.
     fn vaddr_of_mapping(&self, pgoff: u64) -> Option<u64> {
         let holds = |&&(o, size, _, _): &&(u64, u64, u64, bool)| {
-            pgoff >= o & !(PAGE - 1) && pgoff < o + size
+            pgoff >= o & !(PAGE - 1)
+                && pgoff - (o & !(PAGE - 1)) < size.saturating_add(o & (PAGE - 1))
         };
         self.loads
             .iter()
@@ -172,7 +173,7 @@ impl ObjectInfo {
             .or_else(|| {
                 self.loads
                     .iter()
-                    .find(|&&(o, size, _, _)| pgoff >= o && pgoff < o + size)
+                    .find(|&&(o, size, _, _)| pgoff >= o && pgoff - o < size)
             })
             .map(|&(o, _, vaddr, _)| vaddr.wrapping_add(pgoff).wrapping_sub(o))
     }
@@ -617,14 +618,20 @@ fn frame_pointer_walk(
         if bp < floor || bp % 8 != 0 {
             break;
         }
-        let (Some(next), Some(ret)) = (read(bp), read(bp + 8)) else {
+        // A hostile bp near the top of the address space must end the
+        // walk, not overflow.
+        let (Some(next), Some(ret), Some(above)) = (
+            read(bp),
+            bp.checked_add(8).and_then(read),
+            bp.checked_add(16),
+        ) else {
             break;
         };
         if ret == 0 || !proc.is_code(ret - 1) {
             break;
         }
         frames.push(ret);
-        floor = bp + 16;
+        floor = above;
         bp = next;
     }
     (frames, false)

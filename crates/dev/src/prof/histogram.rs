@@ -1,10 +1,10 @@
 //! A module's record and the `histogram` file's protocol: one
 //! `0x<pc> <count>\n` pair per read, from a snapshot taken at open.
 
+use crate::pc_counts::PcCounts;
 use crate::tree::Chan;
 use crate::DevError;
 use profdev_formats::prof_histogram::encode_pair;
-use std::collections::BTreeMap;
 
 /// One profiled module.
 #[derive(Clone, Debug)]
@@ -13,7 +13,7 @@ pub(super) struct ModRecord {
     pub(super) name: String,
     pub(super) path: String,
     /// pc (file address) → count, never 0.
-    pub(super) counts: BTreeMap<u64, u64>,
+    pub(super) counts: PcCounts,
 }
 
 /// One open `histogram`: the pairs at open and the next one to return.
@@ -26,7 +26,7 @@ impl Cursor {
     /// The pairs of `r` as they are now.
     pub(super) fn of(r: &ModRecord) -> Self {
         Cursor {
-            pairs: r.counts.iter().map(|(&pc, &n)| (pc, n)).collect(),
+            pairs: r.counts.pairs(),
             next: 0,
         }
     }

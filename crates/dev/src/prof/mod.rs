@@ -178,13 +178,14 @@ pub use modules::ModuleKey;
 
 use crate::engine::{Engine, Sink};
 use crate::kit::{check_mode, lock, Session, Snapshot};
+use crate::pc_counts::PcCounts;
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
 use ctl::Wanted;
 use histogram::{Cursor, ModRecord};
 use modules::{Outcome, Resolver};
 use profdev_core::Record;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const CTL: Qid = Qid::file(5);
@@ -265,7 +266,7 @@ impl State {
                         id: self.next_id,
                         name,
                         path,
-                        counts: BTreeMap::new(),
+                        counts: PcCounts::default(),
                     });
                     self.next_id = self.next_id.saturating_add(1);
                     self.by_module.insert(module, self.records.len() - 1);
@@ -273,7 +274,7 @@ impl State {
                 }
                 (None, None) => continue,
             };
-            *self.records[index].counts.entry(pc).or_insert(0) += 1;
+            self.records[index].counts.add(pc);
             self.stats.counted += 1;
         }
     }

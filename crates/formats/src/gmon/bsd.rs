@@ -41,6 +41,11 @@ pub(super) fn write(
             bins: h.bins.len(),
             field: "ncnt",
         })?;
+    // The exact size up front: a kernel profile is megabytes, and growing
+    // by doubling would briefly hold twice that.
+    let arc_bytes = 3 * target.addr_width.bytes();
+    w.out
+        .reserve_exact((ncnt as usize).saturating_add(gmon.arcs.len().saturating_mul(arc_bytes)));
     w.addr(h.low_pc);
     w.addr(h.high_pc);
     w.u32(ncnt as u32);

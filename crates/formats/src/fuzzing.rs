@@ -1,0 +1,77 @@
+//! Entry points of the fuzz targets in `fuzz/` (cargo fuzz), shared with the
+//! replay test that runs the committed corpus under `cargo test`, so the two
+//! cannot drift. Each takes arbitrary bytes and must neither panic nor
+//! allocate beyond what the input's own length justifies; where a parse
+//! succeeds, it checks what the format promises (a round trip).
+
+use crate::gmon::{self, AddrWidth, ByteOrder, Target};
+use crate::{kpdata, prflog, prof_histogram};
+
+/// `fuzz_targets/kpdata.rs`: a kpdata file.
+pub fn kpdata(data: &[u8]) {
+    if let Ok(k) = kpdata::Kpdata::parse(data) {
+        let _ = (
+            k.total(),
+            k.outside(),
+            k.bucket_size(),
+            k.microseconds_per_tick(),
+        );
+    }
+}
+
+/// `fuzz_targets/gmon.rs`: a gmon.out in any layout, read as x86_64 and
+/// as big-endian 32-bit.
+pub fn gmon(data: &[u8]) {
+    let be32 = Target {
+        order: ByteOrder::Big,
+        addr_width: AddrWidth::W32,
+    };
+    for target in [Target::X86_64, be32] {
+        if let Ok(d) = gmon::parse(data, target) {
+            // What parses must encode again in its own layout.
+            let _ = gmon::write(&d.gmon, d.format, target);
+        }
+    }
+}
+
+/// `fuzz_targets/prflog.rs`: a prf log (either layout). A log that parses
+/// encodes back to the bytes it was read from, less any partial record.
+pub fn prflog(data: &[u8]) {
+    let Ok(log) = prflog::parse(data) else {
+        return;
+    };
+    let mut again = log.header.encode().expect("a header that parsed encodes");
+    for r in &log.records {
+        again.extend(
+            log.header
+                .encode_record(r)
+                .expect("a record that parsed encodes"),
+        );
+    }
+    let whole = log.partial.map_or(data.len(), |p| p.offset as usize);
+    assert_eq!(again, data[..whole], "prf log round trip");
+    let back = prflog::parse(&again).expect("a re-encoded log parses");
+    assert_eq!((back.header, back.records), (log.header, log.records));
+    assert!(back.partial.is_none());
+}
+
+/// `fuzz_targets/prof_histogram.rs`: prof histogram text, as one read's
+/// pair and as a whole `cat`. What parses prints back and parses the same.
+pub fn prof_histogram(data: &[u8]) {
+    if let Ok((pc, count)) = prof_histogram::parse_pair(data) {
+        let text = prof_histogram::encode_pair(pc, count);
+        assert_eq!(prof_histogram::parse_pair(text.as_bytes()), Ok((pc, count)));
+    }
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(pairs) = prof_histogram::parse_text(text) {
+        assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0), "pcs increase");
+        assert!(pairs.iter().all(|&(_, c)| c > 0), "counts are positive");
+        let again: String = pairs
+            .iter()
+            .map(|&(pc, c)| prof_histogram::encode_pair(pc, c))
+            .collect();
+        assert_eq!(prof_histogram::parse_text(&again), Ok(pairs));
+    }
+}

@@ -1,0 +1,134 @@
+//! Entry points of the fuzz targets in `fuzz/` (cargo fuzz), shared with the
+//! replay test that runs the committed corpus under `cargo test`, so the two
+//! cannot drift. Each takes arbitrary bytes and must not panic.
+
+use crate::unwind::{UserStack, UserUnwinder, MAX_FRAMES};
+use crate::{ElfObject, KernelSymbols};
+use profdev_core::{CpuMode, FileAddr, Record, Sample, UserRegs};
+
+/// `fuzz_targets/elf.rs`: an object file, as the symbolizer and the
+/// kernel's vmlinux reader take it.
+pub fn elf(data: &[u8]) {
+    if let Ok(o) = ElfObject::parse(data, std::path::Path::new("fuzz")) {
+        let _ = o.frames(FileAddr(0x1000));
+        let _ = o.file_addr_of_offset(0x1000);
+    }
+    let _ = KernelSymbols::from_vmlinux(data, "fuzz");
+}
+
+/// `fuzz_targets/kallsyms.rs`: a `/proc/kallsyms` or `System.map` text.
+pub fn kallsyms(data: &[u8]) {
+    if let Ok(k) = KernelSymbols::from_text(data, "fuzz") {
+        let _ = k.text_symbols();
+        let _ = k.lookup(0xffffffff81000000);
+    }
+}
+
+/// The unwinder's fixed module: `fuzz-fixture/fx.elf`, a static x86_64
+/// program without libc (source and recipe beside it) whose text
+/// `[0x401000, 0x40112b)` holds `_start` (the root: its CFI marks the
+/// return address undefined), `entry`, `outer`, `middle` (with a frame
+/// pointer) and `leaf`.
+pub const UNWIND_FIXTURE: &[u8] = include_bytes!("../fuzz-fixture/fx.elf");
+/// The path the fixture is mapped under.
+pub const UNWIND_FIXTURE_PATH: &str = "/fuzz/fx";
+/// The fixture's text, mapped where it was linked (file offset 0x1000)…
+pub const UNWIND_TEXT: (u64, u64, u64) = (0x401000, 0x1000, 0x1000);
+/// …and again 64 GiB up, as a shared object would be (a load bias).
+pub const UNWIND_TEXT_BIASED: (u64, u64, u64) = (0x10_0040_1000, 0x1000, 0x1000);
+
+/// Fixed part of an unwind input, before the user chain and the stack.
+pub const UNWIND_HEADER: usize = 25;
+
+/// `fuzz_targets/unwind.rs`: one sample of process 1, which maps the
+/// fixture twice, unwound from hostile registers and stack bytes.
+///
+/// The input is `ip`, `sp`, `bp` (u64 little-endian each), `n` (u8; the
+/// low 4 bits count the user-chain entries that follow, u64 LE each), then
+/// the stack copy (from `sp` up). The seeds are the fixture's own stacks,
+/// copied by gdb at breakpoints in `leaf`, `middle`, `outer` and `_start`.
+/// Whatever the bytes, the unwinder returns at most [`MAX_FRAMES`] frames,
+/// and at least one unless the ip is 0 and the chain holds no address.
+pub fn unwind(data: &[u8]) {
+    let _ = unwind_input(data);
+}
+
+/// [`unwind`]'s work: the stacks found with the stack copy and without it
+/// (`None`: the input is shorter than [`UNWIND_HEADER`]).
+pub fn unwind_input(data: &[u8]) -> Option<[UserStack; 2]> {
+    let (head, rest) = data.split_first_chunk::<UNWIND_HEADER>()?;
+    let word = |i: usize| u64::from_le_bytes(head[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    let regs = UserRegs {
+        ip: word(0),
+        sp: word(1),
+        bp: word(2),
+    };
+    let n = usize::from(head[24] & 0xf).min(rest.len() / 8);
+    let (chain, stack) = rest.split_at(8 * n);
+    let user_chain: Vec<u64> = chain
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+
+    let mut unwinder = UserUnwinder::with_loader(|path| {
+        (path == UNWIND_FIXTURE_PATH).then(|| UNWIND_FIXTURE.to_vec())
+    });
+    unwinder.observe(&Record::Comm {
+        pid: 1,
+        tid: 1,
+        comm: "fx".into(),
+        exec: true,
+        time: 0,
+    });
+    for (addr, len, pgoff) in [UNWIND_TEXT, UNWIND_TEXT_BIASED] {
+        unwinder.observe(&Record::Mmap {
+            pid: 1,
+            tid: 1,
+            addr,
+            len,
+            pgoff,
+            path: UNWIND_FIXTURE_PATH.into(),
+            file: None,
+            build_id: None,
+            time: 0,
+        });
+    }
+    let sample = Sample {
+        ip: regs.ip,
+        pid: 1,
+        tid: 1,
+        mode: CpuMode::User,
+        user_chain,
+        user_regs: Some(regs),
+        user_stack: stack.to_vec(),
+        ..Sample::default()
+    };
+    // With the stack copy, then as if the kernel had sent none (the
+    // kernel's chain alone).
+    let without_copy = Sample {
+        user_regs: None,
+        user_stack: Vec::new(),
+        ..sample.clone()
+    };
+    let stacks = [&sample, &without_copy].map(|s| {
+        let stack = unwinder.unwind(s);
+        assert!(
+            stack.frames.len() <= MAX_FRAMES,
+            "{} frames",
+            stack.frames.len()
+        );
+        // perf's context markers (PERF_CONTEXT_*) are no addresses.
+        let chain_has_address = s.user_chain.iter().any(|&a| a < (-4095i64) as u64);
+        assert!(
+            !stack.frames.is_empty() || (s.ip == 0 && !chain_has_address),
+            "no frame for ip {:#x}",
+            s.ip
+        );
+        for i in 0..stack.frames.len() {
+            let _ = stack.lookup_address(i);
+        }
+        stack
+    });
+    assert_eq!(unwinder.stats().samples, 2);
+    Some(stacks)
+}

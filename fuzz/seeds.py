@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Write the synthetic seed corpus of the fuzz targets (fuzz/README.md).
+
+    python3 fuzz/seeds.py            # from the repository root
+
+Deterministic: running it again rewrites the same bytes. The unwind seeds
+(stacks copied by gdb) and the elf seed (a built program) have recipes of
+their own in fuzz/README.md; gmon's seeds are the golden files of
+crates/formats/tests/golden/gmon.
+"""
+import os
+import shutil
+import struct
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "fuzz", "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# kpdata: Inferno 4e, big-endian u32 words; header words 0-5.
+def kpdata(buckets, total, outside, log_bucket=3):
+    words = [total, outside, 1000, 6 + len(buckets), 4, log_bucket] + buckets
+    return struct.pack(">%dI" % len(words), *words)
+
+
+put("kpdata", "ten-buckets", kpdata([0, 5, 0, 0, 7, 0, 0, 0, 1, 2], 17, 2))
+put("kpdata", "empty", kpdata([], 0, 0))
+put("kpdata", "short", kpdata([1, 2, 3], 6, 0)[:10])
+
+# kallsyms / System.map text.
+put("kallsyms", "kallsyms",
+    b"ffffffff81000000 T _stext\nffffffff81000000 T _text\n"
+    b"ffffffff81001000 T start_kernel\nffffffff81001200 t helper\n"
+    b"ffffffff81002000 W weak_fn\nffffffff81003000 T _etext\n"
+    b"ffffffffc0000000 t mod_fn\t[xfs]\n")
+put("kallsyms", "system-map",
+    b"ffffffff81000000 T _stext\nffffffff81000400 T do_one\n"
+    b"ffffffff81000800 D some_data\nffffffff81001000 T _etext\n")
+
+# ctl messages.
+for name, msg in [("start", b"start\n"), ("module", b"module libc.so.6 /bin/true\n"),
+                  ("interval", b"interval 10\n"), ("bad", b"stopwatch\n"),
+                  ("args", b"start now\r\n")]:
+    put("ctl", name, msg)
+
+# prof histogram text.
+put("prof_histogram", "pairs", b"0x1139 5\n0x1140 2\n0x2000 18446744073709551615\n")
+put("prof_histogram", "inferno", b"12 5")
+put("prof_histogram", "unordered", b"0x20 1\n0x10 1\n")
+
+
+# prf logs: profdev's layout (PRFLOG64) and SVR4's.
+def prf64(addrs, extra, records, cut=0):
+    out = b"PRFLOG64" + struct.pack("<IIQ", 1, extra, len(addrs))
+    out += struct.pack("<%dQ" % len(addrs), *addrs)
+    for t, counters in records:
+        out += struct.pack("<q", t) + struct.pack("<%dQ" % len(counters), *counters)
+    return out[:len(out) - cut]
+
+
+def prf32(addrs, records):
+    out = struct.pack("<i", len(addrs)) + struct.pack("<%dI" % len(addrs), *addrs)
+    for t, counters in records:
+        out += struct.pack("<i", t) + struct.pack("<%dI" % len(counters), *counters)
+    return out
+
+
+addrs = [0, 0xffffffff81000000, 0xffffffff81001000]
+put("prflog", "profdev64", prf64(addrs, 2, [(0, [0] * 5), (1700000000, [1, 20, 30, 4, 5])]))
+put("prflog", "profdev64-torn", prf64(addrs, 2, [(0, [0] * 5), (1700000000, [1, 2, 3, 4, 5])], cut=13))
+put("prflog", "svr4", prf32([0, 0xc0001000], [(0, [0, 0, 0]), (600000000, [3, 9, 1])]))
+
+# perf rings. A record: header (type u32, misc u16, size u16) + body.
+SAMPLE, MMAP, LOST, COMM, EXIT, THROTTLE, FORK, MMAP2 = 9, 1, 2, 3, 4, 5, 7, 10
+KERNEL, USER = 1, 2
+
+
+def rec(ty, misc, body):
+    return struct.pack("<IHH", ty, misc, 8 + len(body)) + body
+
+
+def trailer(pid, tid, time, cpu):
+    return struct.pack("<IIQII", pid, tid, time, cpu, 0)
+
+
+def pad(s):
+    b = s.encode() + b"\0"
+    return b + b"\0" * (-len(b) % 8)
+
+
+def sample(ip, pid, time, cpu, misc, chain=None, regs=None, stack=None):
+    body = struct.pack("<QIIQIIQ", ip, pid, pid, time, cpu, 0, 1000000)
+    if chain is not None:
+        body += struct.pack("<Q", len(chain)) + struct.pack("<%dQ" % len(chain), *chain)
+    if regs is not None:
+        body += struct.pack("<QQQQ", 2, *regs)
+        body += struct.pack("<Q", len(stack)) + stack + struct.pack("<Q", len(stack))
+    return rec(SAMPLE, misc, body)
+
+
+def ring_input(flags, log2, tail, records):
+    data = b"".join(records)
+    size = 1 << log2
+    ring = bytearray(size)
+    for i, b in enumerate(data):
+        ring[(tail + i) % size] = b
+    return bytes([flags, log2 - 3]) + struct.pack("<QI", tail, len(data)) + bytes(ring)
+
+
+plain = [
+    rec(COMM, 0x2000, struct.pack("<II", 42, 42) + pad("true") + trailer(42, 42, 1, 0)),
+    rec(MMAP2, USER, struct.pack("<IIQQQIIQQII", 42, 42, 0x400000, 0x1000, 0, 8, 1, 1234, 0, 5, 2)
+        + pad("/bin/true") + trailer(42, 42, 2, 0)),
+    rec(MMAP, USER, struct.pack("<IIQQQ", 42, 42, 0x7f0000000000, 0x2000, 0x1000)
+        + pad("/lib/libc.so.6") + trailer(42, 42, 3, 0)),
+    sample(0xffffffff81001234, 42, 4, 0, KERNEL),
+    sample(0x401020, 42, 5, 1, USER),
+    rec(FORK, 0, struct.pack("<IIIIQ", 43, 42, 43, 42, 6) + trailer(43, 43, 6, 0)),
+    rec(EXIT, 0, struct.pack("<IIIIQ", 43, 42, 43, 42, 7) + trailer(43, 43, 7, 0)),
+    rec(LOST, 0, struct.pack("<QQ", 1, 3) + trailer(0, 0, 8, 0)),
+    rec(THROTTLE, 0, struct.pack("<QQQ", 9, 1, 1) + trailer(0, 0, 9, 0)),
+]
+put("perf_ring", "plain", ring_input(0, 10, 0, plain))
+put("perf_ring", "wrapped", ring_input(0, 9, 5 * 512 + 400, plain))
+chain = [0xffffffffffffff80, 0xffffffff81001234, 0xffffffff81000500,
+         0xfffffffffffffe00, 0x401020, 0x401100]
+put("perf_ring", "callchain", ring_input(1, 9, 0, [sample(0xffffffff81001234, 42, 4, 0, KERNEL, chain)]))
+stack = struct.pack("<8Q", 0, 0x40109f, 0x7ffc0000, 0x4010e0, 0, 0, 0x40100e, 0)
+put("perf_ring", "user-stack", ring_input(2, 9, 8, [
+    sample(0x401030, 42, 4, 0, USER, None, (0x7ffc0000, 0x7ffbff00, 0x401030), stack)]))
+
+# elf: the unwinder fixture's small sibling (fuzz/README.md), if built.
+elf = os.path.join(ROOT, "crates", "symbolize", "fuzz-fixture", "fx.elf")
+if os.path.exists(elf):
+    with open(elf, "rb") as f:
+        head = f.read(1024)
+    put("elf", "fx-first-1k", head)
+
+# gmon: the golden files.
+g = os.path.join(ROOT, "crates", "formats", "tests", "golden", "gmon")
+for name in sorted(os.listdir(g)):
+    if name.endswith(".gmon"):
+        os.makedirs(os.path.join(CORPUS, "gmon"), exist_ok=True)
+        shutil.copyfile(os.path.join(g, name), os.path.join(CORPUS, "gmon", name))
