@@ -17,6 +17,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("gmon", profdev_formats::fuzzing::gmon),
     ("kallsyms", profdev_symbolize::fuzzing::kallsyms),
     ("kpdata", profdev_formats::fuzzing::kpdata),
+    ("mon_out", profdev_formats::fuzzing::mon_out),
     ("perf_ring", profdev_sample::fuzzing::perf_ring),
     ("prflog", profdev_formats::fuzzing::prflog),
     ("prof_histogram", profdev_formats::fuzzing::prof_histogram),
@@ -100,6 +101,11 @@ fn kallsyms() {
 #[test]
 fn kpdata() {
     replay("kpdata", profdev_formats::fuzzing::kpdata);
+}
+
+#[test]
+fn mon_out() {
+    replay("mon_out", profdev_formats::fuzzing::mon_out);
 }
 
 #[test]

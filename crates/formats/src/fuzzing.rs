@@ -5,7 +5,7 @@
 //! succeeds, it checks what the format promises (a round trip).
 
 use crate::gmon::{self, AddrWidth, ByteOrder, Target};
-use crate::{kpdata, prflog, prof_histogram};
+use crate::{kpdata, mon_out, prflog, prof_histogram};
 
 /// `fuzz_targets/kpdata.rs`: a kpdata file.
 pub fn kpdata(data: &[u8]) {
@@ -73,5 +73,16 @@ pub fn prof_histogram(data: &[u8]) {
             .map(|&(pc, c)| prof_histogram::encode_pair(pc, c))
             .collect();
         assert_eq!(prof_histogram::parse_text(&again), Ok(pairs));
+    }
+}
+
+/// `fuzz_targets/mon_out.rs`: a monitor(3C) mon.out. What parses writes
+/// back to the same length (padding aside, the same bytes) and parses the
+/// same.
+pub fn mon_out(data: &[u8]) {
+    if let Ok(m) = mon_out::MonOut::parse(data) {
+        let again = m.to_bytes().expect("a mon.out that parsed encodes");
+        assert_eq!(again.len(), data.len(), "mon.out round trip length");
+        assert_eq!(mon_out::MonOut::parse(&again).as_ref(), Ok(&m));
     }
 }
