@@ -24,7 +24,7 @@
 //! The benchmark consumes the stream in batches; after the millionth sample
 //! the sample part starts again from the seed.
 
-use profdev_core::{CpuMode, FileId, KernelPc, KernelText, Record, Sample, UserRegs};
+use profdev_core::{CpuMode, KernelPc, KernelText, Record, Sample, UserRegs};
 use profdev_sample::decode::RecordLayout;
 use profdev_sample::sys::{misc, record, REGS_ABI_NONE, USER_REG_BITS};
 use std::path::{Path, PathBuf};
@@ -130,7 +130,10 @@ fn own_text() -> (u64, u64, u64, PathBuf) {
         let pgoff = u64::from_str_radix(f[2], 16).expect("hex");
         return (start, end - start, pgoff, exe);
     }
-    panic!("no executable mapping of {} in /proc/self/maps", exe.display());
+    panic!(
+        "no executable mapping of {} in /proc/self/maps",
+        exe.display()
+    );
 }
 
 /// xorshift64*: small, seeded, the same on every machine.
@@ -219,7 +222,7 @@ impl Stream {
                 exec: true,
                 time: 0,
             });
-            for (k, m) in self.modules.iter().enumerate() {
+            for m in &self.modules {
                 out.push(Record::Mmap {
                     pid,
                     tid: pid,
@@ -227,12 +230,9 @@ impl Stream {
                     len: m.len,
                     pgoff: m.pgoff,
                     path: m.path.clone(),
-                    file: Some(FileId {
-                        major: 8,
-                        minor: 1,
-                        ino: 1000 + k as u64,
-                        ino_generation: 0,
-                    }),
+                    // No device/inode: prof would check them against
+                    // the file, and the symlinks share the binary's.
+                    file: None,
                     build_id: None,
                     time: 0,
                 });
