@@ -10,7 +10,13 @@
 //! standard deviations of a binomial share over the module's sample count
 //! (`profdev_testkit::assert_share_near`): 6 to 7 points at the 1000 to
 //! 1300 samples each program takes (a fixed 5 points failed about one run
-//! in four). The golden file
+//! in four). The binomial model needs samples that do not lock to the
+//! workload's rhythm: with hot() and cold() taking 10 and 4 ms a round, a
+//! 1 ms sampling clock can phase-lock to the 14 ms rounds and give hot()
+//! 79 % of 858 samples (ten standard deviations off, measured). So each
+//! round is a few microseconds (hot(7000), cold(3000)), hundreds of rounds
+//! fall between two samples, and where a sample lands in a round is as good
+//! as random. The golden file
 //! `prof-c-masked.out` is the C report of `-e -f -l` with the percentages
 //! and sample counts masked (PROFDEV_BLESS=1 rewrites it).
 
@@ -40,10 +46,10 @@ __attribute__((noipa)) unsigned long cold(unsigned long n)
 
 int main(int argc, char **argv)
 {
-	int rounds = argc > 1 ? atoi(argv[1]) : 100;
-	for (int r = 0; r < rounds; r++) {
-		sink += hot(7000000);
-		sink += cold(3000000);
+	long rounds = (argc > 1 ? atoi(argv[1]) : 100) * 1000L;
+	for (long r = 0; r < rounds; r++) {
+		sink += hot(7000);
+		sink += cold(3000);
 	}
 	printf("%lu\n", sink);
 	return 0;
@@ -69,11 +75,11 @@ fn cold(n: u64) -> u64 {
 }
 
 fn main() {
-    let rounds: u32 = std::env::args().nth(1).map_or(500, |a| a.parse().unwrap());
+    let rounds: u64 = std::env::args().nth(1).map_or(500, |a| a.parse().unwrap()) * 1000;
     let mut sink = 0u64;
     for _ in 0..rounds {
-        sink = sink.wrapping_add(hot(black_box(7_000_000)));
-        sink = sink.wrapping_add(cold(black_box(3_000_000)));
+        sink = sink.wrapping_add(hot(black_box(7_000)));
+        sink = sink.wrapping_add(cold(black_box(3_000)));
     }
     println!("{sink}");
 }
