@@ -299,9 +299,20 @@ fn ticks_go_to_the_thread_that_consumed_the_cpu() {
         a.total
     );
     assert!(a.total >= 100, "{} counts for ~1400 ms of CPU", a.total);
-    // Half each, less the little time outside the two loops.
-    profdev_testkit::assert_share_near("main_hot", m, a.total, 0.5);
-    profdev_testkit::assert_share_near("worker_hot", w, a.total, 0.5);
+    // Each thread is charged for its own loop, and nearly every tick lands
+    // in one of them. Not "half each": the kernel sends the timer's signal
+    // to the thread running when the process clock expires, and with other
+    // processes competing for the CPUs the two threads do not run side by
+    // side for equal stretches (one clean CI run measured 78/22 of 139).
+    profdev_testkit::assert_share_at_least("main_hot and worker_hot", m + w, a.total, HOT_SHARE);
+    for (name, share) in [("main_hot", m), ("worker_hot", w)] {
+        assert!(
+            share >= 0.1,
+            "{name}: {:.1}% of {} counts; each thread burned 700 ms in its own loop",
+            share * 100.0,
+            a.total
+        );
+    }
 }
 
 #[test]
