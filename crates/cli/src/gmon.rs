@@ -52,7 +52,7 @@ use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError
 use profdev_formats::gmon::{self, Arc, Format, GmonOut, Histogram};
 use profdev_safefile::SafeFile;
 use profdev_symbolize::unwind::UserUnwinder;
-use profdev_symbolize::{ElfObject, SymOrigin, Tasks};
+use profdev_symbolize::{ElfObject, Objects, SymOrigin, Tasks};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
@@ -408,15 +408,15 @@ struct Builder {
 
 impl Builder {
     fn new(exe: Program) -> Self {
-        Builder::with_unwinder(exe, UserUnwinder::new())
+        Builder::with_tasks(exe, Tasks::with_objects(Objects::new()))
     }
 
-    fn with_unwinder(exe: Program, unwinder: UserUnwinder) -> Self {
+    fn with_tasks(exe: Program, tasks: Tasks) -> Self {
         Builder {
             bins: vec![0; exe.cells()],
             exe,
-            tasks: Tasks::new(),
-            unwinder,
+            tasks,
+            unwinder: UserUnwinder::new(),
             arcs: BTreeMap::new(),
             counts: Counts::default(),
         }
@@ -424,7 +424,6 @@ impl Builder {
 
     fn record(&mut self, r: &Record) {
         self.tasks.observe(r);
-        self.unwinder.observe(r);
         if let Record::Sample(s) = r {
             self.sample(s);
         }
@@ -446,7 +445,7 @@ impl Builder {
             return;
         }
         self.counts.samples += 1;
-        let stack = self.unwinder.unwind(s);
+        let stack = self.unwinder.unwind(&self.tasks, s);
         let frames: Vec<Option<FileAddr>> = (0..stack.frames.len())
             .map(|i| self.file_addr(s.pid, stack.lookup_address(i).0))
             .collect();
@@ -555,7 +554,7 @@ mod tests {
         };
         let ip = base + offset_of(callee.addr + 8);
         let ret = base + offset_of(caller.addr + 10);
-        let mut b = Builder::with_unwinder(exe, UserUnwinder::with_loader(|_| None));
+        let mut b = Builder::with_tasks(exe, Tasks::with_objects(Objects::with_loader(|_| None)));
         b.record(&Record::Mmap {
             pid: 9,
             tid: 9,

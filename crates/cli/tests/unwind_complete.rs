@@ -27,7 +27,7 @@ mod common;
 use common::*;
 use profdev_core::{CpuMode, ProcessVa, Record, SessionConfig, SourceError, Target};
 use profdev_symbolize::unwind::UserUnwinder;
-use profdev_symbolize::{ElfObject, Tasks};
+use profdev_symbolize::{ElfObject, Objects, Tasks};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -127,7 +127,7 @@ fn unwind_run(exe: &Path, args: &[&str]) -> (u64, u64, Vec<String>) {
     let mut cmd = Command::new(exe);
     cmd.args(args).stdout(std::process::Stdio::null());
     let (mut child, mut source) = profdev_sample::spawn_profiled(&mut cmd, &config).unwrap();
-    let mut tasks = Tasks::new();
+    let mut tasks = Tasks::with_objects(Objects::new());
     let mut unwinder = UserUnwinder::new();
     let mut namer = Namer {
         objects: HashMap::new(),
@@ -139,12 +139,11 @@ fn unwind_run(exe: &Path, args: &[&str]) -> (u64, u64, Vec<String>) {
         let r = source.read(&mut batch, Duration::from_millis(100));
         for rec in batch.drain(..) {
             tasks.observe(&rec);
-            unwinder.observe(&rec);
             let Record::Sample(s) = &rec else { continue };
             if s.mode != CpuMode::User {
                 continue;
             }
-            let stack = unwinder.unwind(s);
+            let stack = unwinder.unwind(&tasks, s);
             let names: Vec<(String, String)> = (0..stack.frames.len())
                 .map(|i| namer.name(&tasks, s.pid, stack.lookup_address(i).0))
                 .collect();

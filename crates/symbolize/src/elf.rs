@@ -103,13 +103,15 @@ pub struct ElfObject {
     /// symbol lookups never pay for it.
     bytes: Bytes,
     has_dwarf: bool,
-    dwarf: std::sync::OnceLock<Option<addr2line::Context<Reader>>>,
+    /// Behind a lock: addr2line's context fills its caches lazily and is
+    /// not `Sync`, and an object is shared between threads.
+    dwarf: std::sync::OnceLock<Option<std::sync::Mutex<addr2line::Context<Reader>>>>,
     /// Symbols from `.eh_frame` for the FDEs no symbol covers, built on
     /// the first lookup that misses the symbol table.
     eh_symbols: std::sync::OnceLock<Vec<FnSym>>,
 }
 
-enum Bytes {
+pub(crate) enum Bytes {
     Mapped(memmap2::Mmap),
     Owned(Vec<u8>),
 }
@@ -137,7 +139,13 @@ impl std::fmt::Debug for ElfObject {
 impl ElfObject {
     /// Open and parse `path`.
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        Self::from_bytes(Bytes::Mapped(map_file(path)?), path)
+        Self::from_bytes(map_file(path)?, path)
+    }
+
+    /// Parse the object open as `file` (mapped only if only root can write
+    /// it, else read); `path` names it.
+    pub fn from_file(file: &std::fs::File, path: &Path) -> Result<Self, ElfError> {
+        Self::from_bytes(file_bytes(file, path)?, path)
     }
 
     /// Parse ELF bytes; `path` names the object.
@@ -261,13 +269,14 @@ impl ElfObject {
         self.has_dwarf
     }
 
-    fn dwarf(&self) -> Option<&addr2line::Context<Reader>> {
+    fn dwarf(&self) -> Option<std::sync::MutexGuard<'_, addr2line::Context<Reader>>> {
         self.dwarf
             .get_or_init(|| {
                 let file = object::File::parse(&*self.bytes).ok()?;
-                load_dwarf(&file)
+                load_dwarf(&file).map(std::sync::Mutex::new)
             })
             .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Function symbols by address: the symbol tables' and the PLT
@@ -710,6 +719,11 @@ impl ElfLayout {
         Self::parse(&map_file(path)?, path)
     }
 
+    /// Read the layout of the object open as `file`; `path` names it.
+    pub fn from_file(file: &std::fs::File, path: &Path) -> Result<Self, ElfError> {
+        Self::parse(&file_bytes(file, path)?, path)
+    }
+
     /// Parse ELF bytes; `path` names the object in errors.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<Self, ElfError> {
         let name = path.display().to_string();
@@ -817,17 +831,67 @@ fn load_dwarf(file: &object::File<'_>) -> Option<addr2line::Context<Reader>> {
     addr2line::Context::from_dwarf(dwarf).ok()
 }
 
-/// Map `path` read-only.
-fn map_file(path: &Path) -> Result<memmap2::Mmap, ElfError> {
+/// Open `path` (an object: no final symbolic link followed, bounded) and
+/// get its bytes as [`file_bytes`] does.
+fn map_file(path: &Path) -> Result<Bytes, ElfError> {
+    let (file, _) = crate::open::open_object(path, None).map_err(|e| ElfError::Read {
+        path: path.display().to_string(),
+        source: e.into_io(),
+    })?;
+    file_bytes(&file, path)
+}
+
+/// True when only root can change the file: owned by root, writable by
+/// nobody else. Only such a file is memory-mapped; anyone who can write a
+/// mapped file can truncate it, and a read of a truncated mapping kills
+/// the reader with SIGBUS (a root server serving other users would die).
+pub(crate) fn only_root_writes(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    meta.uid() == 0 && meta.mode() & 0o022 == 0
+}
+
+/// The bytes of an opened object file: mapped read-only when only root can
+/// write it (system libraries, debug files), else read (at most
+/// [`crate::open::MAX_OBJECT`] bytes) from offset 0 with pread, so a
+/// descriptor shared with other readers keeps its offset.
+pub(crate) fn file_bytes(file: &std::fs::File, path: &Path) -> Result<Bytes, ElfError> {
     let read_error = |source| ElfError::Read {
         path: path.display().to_string(),
         source,
     };
-    let (file, _) = crate::open::open_object(path, None).map_err(|e| read_error(e.into_io()))?;
-    // SAFETY: the map is read-only and private; a file truncated under us
-    // could fault, which is the same risk every ELF reader takes (the
-    // alternative, reading whole debug files into memory, is slower).
-    unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)
+    let meta = file.metadata().map_err(read_error)?;
+    if meta.len() > crate::open::MAX_OBJECT {
+        return Err(read_error(std::io::Error::other(format!(
+            "larger than {} bytes",
+            crate::open::MAX_OBJECT
+        ))));
+    }
+    if only_root_writes(&meta) {
+        // SAFETY: the map is read-only and private, and only root can write
+        // (or truncate) the file, so it cannot shrink under the map.
+        if let Ok(map) = unsafe { memmap2::Mmap::map(file) } {
+            return Ok(Bytes::Mapped(map));
+        }
+    }
+    let mut out = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    let mut chunk = vec![0u8; 1 << 20];
+    loop {
+        use std::os::unix::fs::FileExt;
+        let n = file
+            .read_at(&mut chunk, out.len() as u64)
+            .map_err(read_error)?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&chunk[..n]);
+        if out.len() as u64 > crate::open::MAX_OBJECT {
+            return Err(read_error(std::io::Error::other(format!(
+                "larger than {} bytes",
+                crate::open::MAX_OBJECT
+            ))));
+        }
+    }
+    Ok(Bytes::Owned(out))
 }
 
 /// Demangle a Rust or C++ symbol; other names are returned unchanged.

@@ -3,7 +3,7 @@
 //! cannot drift. Each takes arbitrary bytes and must not panic.
 
 use crate::unwind::{UserStack, UserUnwinder, MAX_FRAMES};
-use crate::{ElfObject, KernelSymbols};
+use crate::{ElfObject, KernelSymbols, Objects, Tasks};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, UserRegs};
 
 /// `fuzz_targets/elf.rs`: an object file, as the symbolizer and the
@@ -70,10 +70,11 @@ pub fn unwind_input(data: &[u8]) -> Option<[UserStack; 2]> {
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
         .collect();
 
-    let mut unwinder = UserUnwinder::with_loader(|path| {
+    let mut unwinder = UserUnwinder::new();
+    let mut tasks = Tasks::with_objects(Objects::with_loader(|path| {
         (path == UNWIND_FIXTURE_PATH).then(|| UNWIND_FIXTURE.to_vec())
-    });
-    unwinder.observe(&Record::Comm {
+    }));
+    tasks.observe(&Record::Comm {
         pid: 1,
         tid: 1,
         comm: "fx".into(),
@@ -81,7 +82,7 @@ pub fn unwind_input(data: &[u8]) -> Option<[UserStack; 2]> {
         time: 0,
     });
     for (addr, len, pgoff) in [UNWIND_TEXT, UNWIND_TEXT_BIASED] {
-        unwinder.observe(&Record::Mmap {
+        tasks.observe(&Record::Mmap {
             pid: 1,
             tid: 1,
             addr,
@@ -111,7 +112,7 @@ pub fn unwind_input(data: &[u8]) -> Option<[UserStack; 2]> {
         ..sample.clone()
     };
     let stacks = [&sample, &without_copy].map(|s| {
-        let stack = unwinder.unwind(s);
+        let stack = unwinder.unwind(&tasks, s);
         assert!(
             stack.frames.len() <= MAX_FRAMES,
             "{} frames",

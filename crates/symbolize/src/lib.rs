@@ -4,18 +4,22 @@
 //!   `System.map`, or a `vmlinux` ELF; kernel text bounds; module symbols.
 //! * [`elf`]: user-space ELF objects: symbol tables, load bias, and DWARF
 //!   line tables with inlined frames (through `addr2line`/`gimli`).
-//! * [`tasks`]: which file is mapped where in which process, rebuilt from
-//!   the comm/mmap/fork/exit records of a sample stream, so that samples of
-//!   processes that have already exited still symbolize.
+//! * [`tasks`] and [`objects`]: the one model of a stream — which process
+//!   maps which object where, rebuilt from the comm/mmap/fork/exit records,
+//!   and every mapped ELF file opened once when its mapping is reported
+//!   and kept open, so that samples of processes that have already exited,
+//!   or of binaries replaced since, still symbolize and unwind.
+//! * [`unwind`]: user stacks from `.eh_frame` over the tasks table.
 //!
 //! **Where `unsafe` lives, and why.** Three blocks: [`elf`] maps an object
 //! file read-only (memmap2) rather than copying large debug files;
 //! [`open`] clears O_NONBLOCK with fcntl after opening an object without
-//! blocking on a FIFO; [`unwind`] reads this process's own vDSO image from
-//! the range the kernel maps it at. Each carries a `SAFETY:` comment.
+//! blocking on a FIFO; [`objects`] reads this process's own vDSO image from
+//! the range the kernel maps it at and raises the open-files limit. Each carries a `SAFETY:` comment.
 
 pub mod elf;
 pub mod kernel;
+pub mod objects;
 pub mod open;
 pub mod tasks;
 pub mod unwind;
@@ -25,4 +29,5 @@ pub mod fuzzing;
 
 pub use elf::{ElfError, ElfLayout, ElfObject, FnSym, Frame, SymOrigin};
 pub use kernel::{KSym, KernelSymbols, SymbolError};
+pub use objects::{Object, ObjectKey, Objects};
 pub use tasks::{Mapping, Tasks};

@@ -10,10 +10,13 @@
 //! frame information (CFI) in each object's `.eh_frame` says, for any
 //! instruction, where the return address and the caller's registers are.
 //!
-//! Feed every record to [`UserUnwinder::observe`] in timestamp order (it
-//! tracks each process's executable mappings from mmap, fork, exec and exit
-//! records, the way [`crate::Tasks`] does) and call [`UserUnwinder::unwind`]
-//! for each sample.
+//! Feed every record to a [`Tasks`] table made with
+//! [`Tasks::with_objects`], in timestamp order, and call
+//! [`UserUnwinder::unwind`] with that table for each sample: the mappings
+//! and the objects (with their CFI, loaded once per object from the file
+//! that was mapped) are the table's; the unwinder keeps only per-process
+//! unwind modules, rebuilt when the process's mappings change, and reusable
+//! buffers ([`UserUnwinder::unwind_into`] allocates nothing per sample).
 //!
 //! Which chain a sample gets, in order:
 //!
@@ -31,7 +34,7 @@
 //!
 //! Each executable mapping becomes a module whose load bias is taken from
 //! the executable PT_LOAD that holds the mapping's page offset (see
-//! `ObjectInfo::vaddr_of_mapping`): lld, rustc's default linker, puts the
+//! `UnwindInfo::vaddr_of_mapping`): lld, rustc's default linker, puts the
 //! text segment one page above its file offset, and a bias taken from the
 //! read-only segment sharing that page made every lookup of a Rust release
 //! binary miss its CFI.
@@ -45,13 +48,14 @@
 //! # Example
 //!
 //! ```no_run
-//! use profdev_symbolize::unwind::UserUnwinder;
+//! use profdev_symbolize::{unwind::UserUnwinder, Objects, Tasks};
 //! # let records: Vec<profdev_core::Record> = vec![];
+//! let mut tasks = Tasks::with_objects(Objects::new());
 //! let mut unwinder = UserUnwinder::new();
 //! for r in &records {
-//!     unwinder.observe(r);
+//!     tasks.observe(r);
 //!     if let profdev_core::Record::Sample(s) = r {
-//!         let stack = unwinder.unwind(s);
+//!         let stack = unwinder.unwind(&tasks, s);
 //!         println!("{:x?} by {:?}", stack.frames, stack.method);
 //!     }
 //! }
@@ -61,11 +65,11 @@
 //! # Bugs
 //!
 //! * x86_64 only.
-//! * Objects are read by the path the kernel reported, and cached by that
-//!   path with the device, inode and build id of the mapping; a process in
-//!   another mount namespace, or an object replaced on disk (a build id
-//!   other than the mapping's), unwinds by frame pointers only (counted as
-//!   `objects_missing`).
+//! * An object whose file could not be opened when its mapping was
+//!   reported (a process in another mount namespace whose
+//!   `/proc/PID/map_files` entry is gone), or whose build id is not the one
+//!   the kernel reported, unwinds by frame pointers only (counted once per
+//!   object as `objects_missing`).
 //! * The vDSO's CFI is read from profdev's own vDSO, the same image on
 //!   the same kernel: a 32-bit process's vDSO is not the same.
 //! * A stack deeper than the copy is cut where the copy ends unless the
@@ -76,11 +80,12 @@
 //!   loader relocates, before the program runs, ends at the return address
 //!   into it (the root of that stack) and is counted as truncated.
 
+use crate::tasks::Tasks;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
-use profdev_core::{ProcessVa, Record, Sample};
-use std::collections::HashMap;
+use profdev_core::{ProcessVa, Sample};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::{Deref, Range};
 use std::sync::Arc;
@@ -103,9 +108,10 @@ impl Deref for Bytes {
     }
 }
 
-/// What [`UserUnwinder`] needs from one object file.
+/// What [`UserUnwinder`] needs from one object file (kept by its
+/// [`crate::Object`]).
 #[derive(Debug)]
-struct ObjectInfo {
+pub(crate) struct UnwindInfo {
     /// PT_LOAD segments: (file offset, file size, vaddr, executable).
     loads: Vec<(u64, u64, u64, bool)>,
     text: Option<(Range<u64>, Bytes)>,
@@ -113,11 +119,10 @@ struct ObjectInfo {
     eh_frame_hdr: Option<(Range<u64>, Bytes)>,
     got: Option<Range<u64>>,
     debug_frame: Option<Bytes>,
-    build_id: Option<Vec<u8>>,
 }
 
-impl ObjectInfo {
-    fn parse(bytes: &[u8]) -> Option<Self> {
+impl UnwindInfo {
+    pub(crate) fn parse(bytes: &[u8]) -> Option<Self> {
         let file = object::File::parse(bytes).ok()?;
         let section = |name: &str| {
             let s = file.section_by_name(name)?;
@@ -127,7 +132,7 @@ impl ObjectInfo {
                 Bytes(Arc::from(&*data)),
             ))
         };
-        Some(ObjectInfo {
+        Some(UnwindInfo {
             loads: file
                 .segments()
                 .map(|seg| {
@@ -146,7 +151,6 @@ impl ObjectInfo {
                 .section_by_name(".got")
                 .map(|s| s.address()..s.address().saturating_add(s.size())),
             debug_frame: section(".debug_frame").map(|(_, b)| b),
-            build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
         })
     }
 
@@ -194,12 +198,14 @@ impl ObjectInfo {
     }
 }
 
-/// One process's modules.
+/// One process's modules, built from its mappings in the tasks table.
 #[derive(Clone, Default)]
 struct Proc {
     unwinder: UnwinderX86_64<Bytes>,
     /// Executable mappings, sorted by start, non-overlapping.
     maps: Vec<Range<u64>>,
+    /// The tasks table's `maps_generation` this was built from.
+    generation: u64,
 }
 
 impl Proc {
@@ -293,21 +299,28 @@ impl fmt::Display for UnwindStats {
     }
 }
 
-/// Reads an object file's bytes by path (`None`: unreadable).
-pub type ObjectLoader = dyn FnMut(&str) -> Option<Vec<u8>> + Send;
-
-type ObjectKey = (String, Option<(u32, u32, u64, u64)>, Option<Vec<u8>>);
-
-/// Unwinds user stacks of the processes seen in a record stream.
+/// Unwinds user stacks of the processes of a [`Tasks`] table.
+///
+/// The unwinder keeps, per process, the unwind modules built from the
+/// process's mappings (rebuilt when they change) and framehop's cache; the
+/// mappings and objects themselves are the tasks table's.
 pub struct UserUnwinder {
     procs: HashMap<u32, Proc>,
-    /// Parsed objects by path and the identity the kernel reported for the
-    /// mapping (device, inode, generation; build id): a file rebuilt at the
-    /// same path between two runs is a different object.
-    objects: HashMap<ObjectKey, Option<Arc<ObjectInfo>>>,
     cache: CacheX86_64,
     stats: UnwindStats,
-    load: Box<ObjectLoader>,
+    /// Objects whose unwind information is missing, counted once each.
+    missing: HashSet<u64>,
+    /// Buffers reused from sample to sample.
+    scratch: Scratch,
+    unwinds: u64,
+}
+
+#[derive(Default)]
+struct Scratch {
+    kernel_chain: Vec<u64>,
+    cfi: Vec<u64>,
+    fp: Vec<u64>,
+    kernel: Vec<u64>,
 }
 
 impl Default for UserUnwinder {
@@ -320,27 +333,21 @@ impl fmt::Debug for UserUnwinder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UserUnwinder")
             .field("processes", &self.procs.len())
-            .field("objects", &self.objects.len())
             .field("stats", &self.stats)
             .finish()
     }
 }
 
 impl UserUnwinder {
-    /// An unwinder that reads objects from the file system by the path the
-    /// kernel reported.
+    /// An unwinder with nothing cached.
     pub fn new() -> Self {
-        Self::with_loader(|path| crate::open::read_object(path.as_ref(), None).ok())
-    }
-
-    /// An unwinder that gets object bytes from `load` (`None`: unreadable).
-    pub fn with_loader(load: impl FnMut(&str) -> Option<Vec<u8>> + Send + 'static) -> Self {
         UserUnwinder {
             procs: HashMap::new(),
-            objects: HashMap::new(),
             cache: CacheX86_64::new(),
             stats: UnwindStats::default(),
-            load: Box::new(load),
+            missing: HashSet::new(),
+            scratch: Scratch::default(),
+            unwinds: 0,
         }
     }
 
@@ -349,143 +356,108 @@ impl UserUnwinder {
         self.stats
     }
 
-    /// Update the processes' mappings with one record.
-    pub fn observe(&mut self, record: &Record) {
-        match record {
-            Record::Comm { pid, exec, .. } if *exec => {
-                self.procs.insert(*pid, Proc::default());
+    /// Process `pid`'s modules, (re)built from `tasks` if its mappings
+    /// changed since.
+    fn proc_for(&mut self, tasks: &Tasks, pid: u32) -> &Proc {
+        let generation = tasks.maps_generation(pid);
+        self.unwinds += 1;
+        if self.unwinds % 4096 == 0 {
+            // Processes the tasks table forgot.
+            self.procs.retain(|&p, _| tasks.maps_generation(p) != 0);
+        }
+        let stale = self
+            .procs
+            .get(&pid)
+            .is_none_or(|p| p.generation != generation);
+        if stale {
+            let mut p = Proc {
+                generation,
+                ..Proc::default()
+            };
+            for m in tasks.mappings(pid) {
+                p.maps.push(m.start..m.end);
+                let Some(object) = &m.object else { continue };
+                let Some(info) = object.unwind_info() else {
+                    if self.missing.insert(object.id()) {
+                        self.stats.objects_missing += 1;
+                    }
+                    continue;
+                };
+                let Some(vaddr) = info.vaddr_of_mapping(m.pgoff) else {
+                    continue;
+                };
+                p.unwinder.add_module(Module::new(
+                    m.path.clone(),
+                    m.start..m.end,
+                    m.start.wrapping_sub(vaddr),
+                    info.section_info(),
+                ));
             }
-            Record::Mmap {
-                pid,
-                addr,
-                len,
-                pgoff,
-                path,
-                file,
-                build_id,
-                ..
-            } => {
-                let key = (
-                    path.clone(),
-                    file.map(|f| (f.major, f.minor, f.ino, f.ino_generation)),
-                    build_id.clone(),
-                );
-                self.map(*pid, *addr, *len, *pgoff, key);
-            }
-            Record::Fork { pid, ppid, tid, .. } if pid != ppid && pid == tid => {
-                let child = self.procs.get(ppid).cloned().unwrap_or_default();
-                self.procs.insert(*pid, child);
-            }
-            Record::Exit { pid, tid, .. } if pid == tid => {
-                self.procs.remove(pid);
-            }
-            _ => {}
+            self.procs.insert(pid, p);
+        }
+        &self.procs[&pid]
+    }
+
+    /// The user stack of `sample`, in process `sample.pid` of `tasks`.
+    pub fn unwind(&mut self, tasks: &Tasks, sample: &Sample) -> UserStack {
+        let mut frames = Vec::new();
+        let method = self.unwind_into(tasks, sample, &mut frames);
+        UserStack {
+            frames: frames.into_iter().map(ProcessVa).collect(),
+            method,
         }
     }
 
-    fn object(&mut self, key: &ObjectKey) -> Option<Arc<ObjectInfo>> {
-        if let Some(o) = self.objects.get(key) {
-            return o.clone();
-        }
-        // The file at the path must be the one mapped: when the kernel
-        // reported a build id, the file's must be the same.
-        let info = (self.load)(&key.0)
-            .and_then(|bytes| ObjectInfo::parse(&bytes))
-            .filter(|o| key.2.is_none() || o.build_id.is_none() || o.build_id == key.2)
-            .map(Arc::new);
-        if info.is_none() {
-            self.stats.objects_missing += 1;
-        }
-        self.objects.insert(key.clone(), info.clone());
-        info
-    }
-
-    /// The vDSO's CFI, from this process's own vDSO: every 64-bit process
-    /// on this kernel maps the same image.
-    fn vdso(&mut self) -> Option<Arc<ObjectInfo>> {
-        let key: ObjectKey = ("[vdso]".into(), None, None);
-        if let Some(o) = self.objects.get(&key) {
-            return o.clone();
-        }
-        let info = own_vdso()
-            .and_then(|bytes| ObjectInfo::parse(&bytes))
-            .map(Arc::new);
-        self.objects.insert(key, info.clone());
-        info
-    }
-
-    fn map(&mut self, pid: u32, addr: u64, len: u64, pgoff: u64, key: ObjectKey) {
-        let range = addr..addr.saturating_add(len);
-        let object = if key.0.starts_with('/') {
-            self.object(&key)
-        } else if key.0 == "[vdso]" {
-            self.vdso()
-        } else {
-            None
-        };
-        let path = key.0;
-        let p = self.procs.entry(pid).or_default();
-        // A new mapping replaces whatever it overlaps.
-        let overlapped: Vec<u64> = p
-            .maps
-            .iter()
-            .filter(|m| m.start < range.end && range.start < m.end)
-            .map(|m| m.start)
-            .collect();
-        for start in overlapped {
-            p.unwinder.remove_module(start);
-        }
-        p.maps
-            .retain(|m| m.end <= range.start || m.start >= range.end);
-        let at = p.maps.partition_point(|m| m.start < range.start);
-        p.maps.insert(at, range.clone());
-        let Some(object) = object else { return };
-        let Some(vaddr) = object.vaddr_of_mapping(pgoff) else {
-            return;
-        };
-        let bias = addr.wrapping_sub(vaddr);
-        p.unwinder.add_module(Module::new(
-            path.to_string(),
-            range,
-            bias,
-            object.section_info(),
-        ));
-    }
-
-    /// The user stack of `sample`.
-    pub fn unwind(&mut self, sample: &Sample) -> UserStack {
+    /// The user stack of `sample` into `out` (cleared first): frame
+    /// addresses, innermost first, as [`UserStack::frames`]; returns how
+    /// they were found. Allocates nothing once its buffers have grown.
+    pub fn unwind_into(
+        &mut self,
+        tasks: &Tasks,
+        sample: &Sample,
+        out: &mut Vec<u64>,
+    ) -> UnwindMethod {
+        out.clear();
         self.stats.samples += 1;
-        let kernel_chain: Vec<u64> = sample
-            .user_chain
-            .iter()
-            .copied()
-            .filter(|&a| a < PERF_CONTEXT_MAX)
-            .collect();
-        let empty = Proc::default();
-        let proc = self.procs.get(&sample.pid).unwrap_or(&empty);
+        self.proc_for(tasks, sample.pid);
+        let proc = &self.procs[&sample.pid];
+        let stats = &mut self.stats;
+        let Scratch {
+            kernel_chain,
+            cfi,
+            fp,
+            kernel,
+        } = &mut self.scratch;
+        kernel_chain.clear();
+        kernel_chain.extend(
+            sample
+                .user_chain
+                .iter()
+                .copied()
+                .filter(|&a| a < PERF_CONTEXT_MAX),
+        );
         let (regs, stack) = match sample.user_regs {
             Some(r) if !sample.user_stack.is_empty() => (r, &sample.user_stack[..]),
             _ => {
-                self.stats.no_stack_copy += 1;
-                let frames = valid_prefix(proc, &kernel_chain);
-                let method = if frames.len() > 1 {
-                    self.stats.kernel_chain += 1;
+                stats.no_stack_copy += 1;
+                valid_prefix(proc, kernel_chain, out);
+                let method = if out.len() > 1 {
+                    stats.kernel_chain += 1;
                     UnwindMethod::KernelChain
                 } else {
-                    self.stats.truncated += 1;
+                    stats.truncated += 1;
                     UnwindMethod::IpOnly
                 };
-                let mut frames = frames;
-                if frames.is_empty() && sample.ip != 0 {
-                    frames.push(sample.ip);
+                if out.is_empty() && sample.ip != 0 {
+                    out.push(sample.ip);
                 }
-                return stack_of(frames, method);
+                return method;
             }
         };
         let read = |addr: u64| read_u64(regs.sp, stack, addr);
 
         // 1. CFI.
-        let mut cfi = Vec::new();
+        cfi.clear();
         let mut cfi_complete = false;
         {
             let mut read_stack = |a: u64| read(a).ok_or(());
@@ -516,80 +488,68 @@ impl UserUnwinder {
             }
         }
         if cfi_complete {
-            self.stats.cfi += 1;
-            return stack_of(cfi, UnwindMethod::Cfi);
+            stats.cfi += 1;
+            out.extend_from_slice(cfi);
+            return UnwindMethod::Cfi;
         }
 
         // 2. Frame pointers over the copy.
-        let (fp, fp_complete) = frame_pointer_walk(proc, regs.ip, regs.bp, regs.sp, &read);
+        let fp_complete = frame_pointer_walk(proc, regs.ip, regs.bp, regs.sp, &read, fp);
         if fp_complete {
-            self.stats.frame_pointers += 1;
-            return stack_of(fp, UnwindMethod::FramePointers);
+            stats.frame_pointers += 1;
+            out.extend_from_slice(fp);
+            return UnwindMethod::FramePointers;
         }
 
-        // 3. The longest partial answer.
-        let kernel = valid_prefix(proc, &kernel_chain);
-        let mut spliced = Vec::new();
-        if let Some(&last) = cfi.last() {
-            if cfi.len() > 1 {
-                if let Some(k) = kernel.iter().position(|&a| a == last) {
-                    spliced = cfi.clone();
-                    spliced.extend_from_slice(&kernel[k + 1..]);
-                    spliced.truncate(MAX_FRAMES);
-                }
-            }
-        }
-        let mut best = (cfi, UnwindMethod::Truncated);
+        // 3. The longest partial answer: CFI continued by the kernel's
+        // chain past the last frame both agree on, the kernel's chain, the
+        // CFI unwind, the frame-pointer walk (the first longest wins).
+        valid_prefix(proc, kernel_chain, kernel);
+        let splice_at = match cfi.last() {
+            Some(&last) if cfi.len() > 1 => kernel.iter().position(|&a| a == last),
+            _ => None,
+        };
+        let spliced_len =
+            splice_at.map_or(0, |k| (cfi.len() + kernel.len() - k - 1).min(MAX_FRAMES));
+        let mut best = (cfi.len(), UnwindMethod::Truncated, 0u8);
         for candidate in [
-            (spliced, UnwindMethod::Spliced),
-            (kernel, UnwindMethod::KernelChain),
-            (fp, UnwindMethod::Truncated),
+            (spliced_len, UnwindMethod::Spliced, 1u8),
+            (kernel.len(), UnwindMethod::KernelChain, 2),
+            (fp.len(), UnwindMethod::Truncated, 3),
         ] {
-            if candidate.0.len() > best.0.len() {
+            if candidate.0 > best.0 {
                 best = candidate;
             }
         }
-        match best.1 {
-            UnwindMethod::Spliced => self.stats.spliced += 1,
-            UnwindMethod::KernelChain => self.stats.kernel_chain += 1,
-            _ => self.stats.truncated += 1,
+        match best.2 {
+            0 => out.extend_from_slice(cfi),
+            1 => {
+                out.extend_from_slice(cfi);
+                out.extend_from_slice(&kernel[splice_at.unwrap_or(0) + 1..]);
+                out.truncate(MAX_FRAMES);
+            }
+            2 => out.extend_from_slice(kernel),
+            _ => out.extend_from_slice(fp),
         }
-        if best.0.len() <= 1 && best.1 == UnwindMethod::Truncated {
-            best.1 = UnwindMethod::IpOnly;
+        let mut method = best.1;
+        match method {
+            UnwindMethod::Spliced => stats.spliced += 1,
+            UnwindMethod::KernelChain => stats.kernel_chain += 1,
+            _ => stats.truncated += 1,
         }
-        if best.0.is_empty() {
-            best.0.push(regs.ip);
+        if out.len() <= 1 && method == UnwindMethod::Truncated {
+            method = UnwindMethod::IpOnly;
         }
-        stack_of(best.0, best.1)
+        if out.is_empty() {
+            out.push(regs.ip);
+        }
+        method
     }
-}
-
-/// A copy of this process's vDSO image, found in /proc/self/maps.
-fn own_vdso() -> Option<Vec<u8>> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (a, b) = line.split_whitespace().next()?.split_once('-')?;
-    let start = usize::from_str_radix(a, 16).ok()?;
-    let end = usize::from_str_radix(b, 16).ok()?;
-    if start == 0 || end <= start || end - start > 1 << 20 {
-        return None;
-    }
-    // SAFETY: the kernel maps the vDSO readable at this range for the whole
-    // life of the process and never unmaps or changes it.
-    let image = unsafe { std::slice::from_raw_parts(start as *const u8, end - start) };
-    image.starts_with(b"\x7fELF").then(|| image.to_vec())
 }
 
 /// perf marks context switches in callchains with values at or above
 /// `PERF_CONTEXT_MAX` (-4095 as u64).
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
-
-fn stack_of(frames: Vec<u64>, method: UnwindMethod) -> UserStack {
-    UserStack {
-        frames: frames.into_iter().map(ProcessVa).collect(),
-        method,
-    }
-}
 
 /// Read the u64 at `addr` from a stack copy that starts at `sp`.
 fn read_u64(sp: u64, stack: &[u8], addr: u64) -> Option<u64> {
@@ -607,13 +567,14 @@ fn frame_pointer_walk(
     mut bp: u64,
     sp: u64,
     read: &impl Fn(u64) -> Option<u64>,
-) -> (Vec<u64>, bool) {
-    let mut frames = vec![ip];
+    frames: &mut Vec<u64>,
+) -> bool {
+    frames.clear();
+    frames.push(ip);
     let mut floor = sp;
     while frames.len() < MAX_FRAMES {
         if bp == 0 {
-            let complete = frames.len() > 1;
-            return (frames, complete);
+            return frames.len() > 1;
         }
         if bp < floor || bp % 8 != 0 {
             break;
@@ -634,26 +595,25 @@ fn frame_pointer_walk(
         floor = above;
         bp = next;
     }
-    (frames, false)
+    false
 }
 
 /// The leading entries of a kernel callchain whose return addresses lie in
 /// executable mappings.
-fn valid_prefix(proc: &Proc, chain: &[u64]) -> Vec<u64> {
-    let mut out = Vec::new();
+fn valid_prefix(proc: &Proc, chain: &[u64], out: &mut Vec<u64>) {
+    out.clear();
     for (i, &a) in chain.iter().enumerate().take(MAX_FRAMES) {
         if i > 0 && (a == 0 || !proc.is_code(a - 1)) {
             break;
         }
         out.push(a);
     }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profdev_core::UserRegs;
+    use profdev_core::{Record, UserRegs};
 
     fn proc_with(map: Range<u64>) -> Proc {
         Proc {
@@ -676,13 +636,14 @@ mod tests {
         put(&mut stack, 0x130, 0);
         put(&mut stack, 0x138, 0x1600);
         let read = |a| read_u64(0x100, &stack, a);
-        let (f, complete) = frame_pointer_walk(&p, 0x1234, 0x110, 0x100, &read);
+        let mut f = Vec::new();
+        let complete = frame_pointer_walk(&p, 0x1234, 0x110, 0x100, &read, &mut f);
         assert_eq!(f, vec![0x1234, 0x1500, 0x1600]);
         assert!(complete);
         // A return address outside any mapping cuts the walk.
         put(&mut stack, 0x138, 0x9999);
         let read = |a| read_u64(0x100, &stack, a);
-        let (f, complete) = frame_pointer_walk(&p, 0x1234, 0x110, 0x100, &read);
+        let complete = frame_pointer_walk(&p, 0x1234, 0x110, 0x100, &read, &mut f);
         assert_eq!(f, vec![0x1234, 0x1500]);
         assert!(!complete);
     }
@@ -693,7 +654,7 @@ mod tests {
     /// 0x12000 starts at link-time address 0x13000, not 0x12000.
     #[test]
     fn mapping_bias_comes_from_the_executable_segment() {
-        let info = ObjectInfo {
+        let info = UnwindInfo {
             loads: vec![
                 (0, 0x12f5c, 0, false),
                 (0x12f60, 0x3e6f0, 0x13f60, true),
@@ -704,12 +665,11 @@ mod tests {
             eh_frame_hdr: None,
             got: None,
             debug_frame: None,
-            build_id: None,
         };
         assert_eq!(info.vaddr_of_mapping(0x12000), Some(0x13000));
         assert_eq!(info.vaddr_of_mapping(0x13000), Some(0x14000));
         // GNU ld's classic layout: offsets and addresses agree.
-        let gnu = ObjectInfo {
+        let gnu = UnwindInfo {
             loads: vec![(0, 0x628, 0, false), (0x1000, 0x1fd, 0x1000, true)],
             ..info
         };
@@ -732,25 +692,35 @@ mod tests {
             build_id,
             time: 0,
         };
-        let mut u = UserUnwinder::with_loader(move |_| Some(exe.clone()));
-        u.observe(&mmap(Some(vec![1, 2, 3])));
+        let mut tasks =
+            Tasks::with_objects(crate::Objects::with_loader(move |_| Some(exe.clone())));
+        let mut u = UserUnwinder::new();
+        let s = Sample {
+            pid: 7,
+            ip: 0x5555_0000_0010,
+            ..Sample::default()
+        };
+        tasks.observe(&mmap(Some(vec![1, 2, 3])));
+        u.unwind(&tasks, &s);
         assert_eq!(u.stats().objects_missing, 1);
-        u.observe(&mmap(None));
+        tasks.observe(&mmap(None));
+        u.unwind(&tasks, &s);
         assert_eq!(u.stats().objects_missing, 1);
     }
 
     #[test]
     fn own_vdso_has_cfi() {
-        let image = own_vdso().expect("a vDSO in /proc/self/maps");
-        let info = ObjectInfo::parse(&image).expect("the vDSO is ELF");
+        let image = crate::objects::own_vdso().expect("a vDSO in /proc/self/maps");
+        let info = UnwindInfo::parse(&image).expect("the vDSO is ELF");
         assert!(info.eh_frame.is_some() || info.eh_frame_hdr.is_some());
         assert_eq!(info.vaddr_of_mapping(0), Some(0));
     }
 
     #[test]
     fn no_stack_copy_uses_the_kernel_chain() {
-        let mut u = UserUnwinder::with_loader(|_| None);
-        u.observe(&Record::Mmap {
+        let mut tasks = Tasks::with_objects(crate::Objects::with_loader(|_| None));
+        let mut u = UserUnwinder::new();
+        tasks.observe(&Record::Mmap {
             pid: 7,
             tid: 7,
             addr: 0x1000,
@@ -768,7 +738,7 @@ mod tests {
             user_chain: vec![0x1010, 0x1100, 0x1200, 0x77777, 0x1300],
             ..Sample::default()
         };
-        let st = u.unwind(&s);
+        let st = u.unwind(&tasks, &s);
         assert_eq!(st.method, UnwindMethod::KernelChain);
         assert_eq!(
             st.frames,
@@ -792,7 +762,7 @@ mod tests {
             user_stack: vec![0; 64],
             ..Sample::default()
         };
-        let st = u.unwind(&s);
+        let st = u.unwind(&tasks, &s);
         assert_eq!(st.frames, vec![ProcessVa(0x5000)]);
         assert_eq!(st.method, UnwindMethod::IpOnly);
         assert_eq!(u.stats().truncated, 1);

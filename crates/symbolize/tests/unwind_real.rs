@@ -6,6 +6,7 @@
 use profdev_core::{FileAddr, Record, Sample, UserRegs};
 use profdev_symbolize::unwind::{UnwindMethod, UserUnwinder};
 use profdev_symbolize::ElfObject;
+use profdev_symbolize::{Objects, Tasks};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -91,12 +92,12 @@ impl Capture {
         }
     }
 
-    fn unwinder(&self) -> UserUnwinder {
-        let mut u = UserUnwinder::new();
+    fn unwinder(&self) -> (Tasks, UserUnwinder) {
+        let mut t = Tasks::with_objects(Objects::new());
         for r in &self.mmaps {
-            u.observe(r);
+            t.observe(r);
         }
-        u
+        (t, UserUnwinder::new())
     }
 
     /// Names of the frames that fall in the executable (None elsewhere).
@@ -149,8 +150,8 @@ fn cfi_unwinds_a_binary_without_frame_pointers() {
     let Some(c) = capture(&["-O2", "-fomit-frame-pointer"]) else {
         return;
     };
-    let mut u = c.unwinder();
-    let st = u.unwind(&c.sample(usize::MAX, vec![]));
+    let (t, mut u) = c.unwinder();
+    let st = u.unwind(&t, &c.sample(usize::MAX, vec![]));
     assert_eq!(st.method, UnwindMethod::Cfi, "{:x?}", st.frames);
     let frames = frames_of(&st);
     let names = c.names(&frames);
@@ -168,7 +169,7 @@ fn cfi_unwinds_a_binary_without_frame_pointers() {
 
     // A copy too short for the whole stack: the unwind stops where it ends
     // and says so.
-    let short = u.unwind(&c.sample(64, vec![]));
+    let short = u.unwind(&t, &c.sample(64, vec![]));
     assert_eq!(short.method, UnwindMethod::Truncated);
     assert!(short.frames.len() < frames.len());
     assert_eq!(u.stats().truncated, 1);
@@ -178,11 +179,11 @@ fn cfi_unwinds_a_binary_without_frame_pointers() {
     // what a frame-pointer walk of FP-less code typically gives: it misses
     // the sampled function's caller.
     let copy = 160;
-    let partial = frames_of(&u.unwind(&c.sample(copy, vec![])));
+    let partial = frames_of(&u.unwind(&t, &c.sample(copy, vec![])));
     assert!(partial.len() > 2, "{partial:x?}");
     let mut kernel = vec![c.regs.ip];
     kernel.extend_from_slice(&frames[2..]);
-    let spliced = u.unwind(&c.sample(copy, kernel));
+    let spliced = u.unwind(&t, &c.sample(copy, kernel));
     assert_eq!(spliced.method, UnwindMethod::Spliced);
     assert_eq!(frames_of(&spliced), frames);
 }
@@ -199,8 +200,8 @@ fn frame_pointers_take_over_without_cfi() {
     };
     // The object has no FDE for leaf/mid/top/main: the CFI unwinder cannot
     // get past the first frame, the frame-pointer walk can.
-    let mut u = c.unwinder();
-    let st = u.unwind(&c.sample(usize::MAX, vec![]));
+    let (t, mut u) = c.unwinder();
+    let st = u.unwind(&t, &c.sample(usize::MAX, vec![]));
     assert!(
         matches!(
             st.method,
@@ -218,11 +219,11 @@ fn without_a_stack_copy_the_kernel_chain_is_used() {
     let Some(c) = capture(&["-O2", "-fomit-frame-pointer"]) else {
         return;
     };
-    let mut u = c.unwinder();
-    let full = frames_of(&u.unwind(&c.sample(usize::MAX, vec![])));
+    let (t, mut u) = c.unwinder();
+    let full = frames_of(&u.unwind(&t, &c.sample(usize::MAX, vec![])));
     let mut s = c.sample(0, full.clone());
     s.user_regs = None;
-    let st = u.unwind(&s);
+    let st = u.unwind(&t, &s);
     assert_eq!(st.method, UnwindMethod::KernelChain);
     assert_eq!(frames_of(&st), full);
     assert_eq!(u.stats().no_stack_copy, 1);

@@ -29,6 +29,7 @@ use profdev_dev::Dev;
 use profdev_sample::decode::decode_record;
 use profdev_symbolize::tasks::Tasks;
 use profdev_symbolize::unwind::UserUnwinder;
+use profdev_symbolize::Objects;
 use std::collections::HashMap;
 use std::sync::Arc;
 use synth::Stream;
@@ -126,25 +127,33 @@ struct Gmon {
     arcs: HashMap<(u64, u64), u64>,
     frames: u64,
     samples: u64,
+    /// Buffers reused from sample to sample.
+    stack: Vec<u64>,
+    addrs: Vec<Option<u64>>,
 }
 
 impl Gmon {
     fn record(&mut self, r: &Record) {
         self.tasks.observe(r);
-        self.unwinder.observe(r);
         let Record::Sample(s) = r else { return };
         if s.mode != CpuMode::User {
             return;
         }
         self.samples += 1;
-        let stack = self.unwinder.unwind(s);
-        self.frames += stack.frames.len() as u64;
-        let file_addr = |i: usize| {
-            let va = stack.lookup_address(i);
-            let m = self.tasks.lookup(s.pid, va)?;
-            (m.path == self.exe_path).then(|| m.file_offset(ProcessVa(va.0)))
+        self.unwinder.unwind_into(&self.tasks, s, &mut self.stack);
+        self.frames += self.stack.len() as u64;
+        let tasks = &self.tasks;
+        let exe_path = &self.exe_path;
+        let file_addr = |i: usize, a: u64| {
+            // The sampled instruction, then the calls (return address - 1).
+            let va = ProcessVa(if i == 0 { a } else { a.wrapping_sub(1) });
+            let m = tasks.lookup(s.pid, va)?;
+            (m.path == *exe_path).then(|| m.file_offset(va))
         };
-        let frames: Vec<Option<u64>> = (0..stack.frames.len()).map(file_addr).collect();
+        self.addrs.clear();
+        self.addrs
+            .extend(self.stack.iter().enumerate().map(|(i, &a)| file_addr(i, a)));
+        let frames = &self.addrs;
         if let Some(Some(pc)) = frames.first() {
             let (low, high) = self.text;
             if *pc >= low && *pc < high {
@@ -163,7 +172,7 @@ impl Gmon {
 fn unwind(c: &mut Criterion, stream: &mut Stream) {
     let exe = &stream.modules[0];
     let mut gmon = Gmon {
-        tasks: Tasks::new(),
+        tasks: Tasks::with_objects(Objects::new()),
         unwinder: UserUnwinder::new(),
         exe_path: exe.path.clone(),
         text: (exe.pgoff, exe.pgoff + exe.len),
@@ -171,6 +180,8 @@ fn unwind(c: &mut Criterion, stream: &mut Stream) {
         arcs: HashMap::new(),
         frames: 0,
         samples: 0,
+        stack: Vec::new(),
+        addrs: Vec::new(),
     };
     for r in stream.preamble() {
         gmon.record(&r);
@@ -183,7 +194,7 @@ fn unwind(c: &mut Criterion, stream: &mut Stream) {
     }
     s.user_regs = Some(probe.regs);
     s.user_stack = probe.stack;
-    let depth = gmon.unwinder.unwind(&s).frames.len();
+    let depth = gmon.unwinder.unwind(&gmon.tasks, &s).frames.len();
     assert!(
         depth > synth::DEPTH as usize,
         "the captured stack unwinds to {depth} frames, fewer than its {} recursion frames",

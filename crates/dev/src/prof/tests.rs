@@ -1,11 +1,12 @@
 //! prof's tests: the device driven by records fed to it or replayed.
 
 use super::ctl::parse_c_number;
-use super::modules::split_dev;
 use super::*;
 use crate::engine::ReplayFactory;
 use crate::tree;
 use profdev_core::{CpuMode, FileId, Sample};
+use profdev_symbolize::objects::split_dev;
+use profdev_symbolize::tasks::EXIT_GRACE_NS;
 use profdev_symbolize::ElfLayout;
 use std::path::Path;
 
@@ -315,17 +316,19 @@ fn a_rebuilt_binary_gets_a_new_record() {
     p.feed(&[mmap(4, &path, id2, None), sample(4, BASE + 0x10)]);
     assert_eq!(dirs(&p), ["ctl", "00000003", "00000002", "00000001"]);
     assert_eq!(read_all(&p, "00000003", "histogram"), "0x10 2\n");
-    // A mapping of the first inode, whose process is gone: the file at
-    // the path is not it any more, so nothing is charged.
+    // A mapping of the first inode, reported after the path was replaced:
+    // the objects table kept that file open, so it is charged to record 1
+    // (its object), not to the file now at the path.
     p.feed(&[mmap(5, &path, id1, None), sample(5, BASE + 0x10)]);
     assert_eq!(dirs(&p).len(), 4);
-    assert_eq!(p.stats().unresolved, 1);
+    assert_eq!(read_all(&p, "00000001", "histogram"), "0x10 2\n");
+    assert_eq!(p.stats().unresolved, 0);
     // Build ids given by the kernel are checked the same way.
     p.feed(&[
         mmap(6, &path, None, Some(vec![7; 20])),
         sample(6, BASE + 0x10),
     ]);
-    assert_eq!(p.stats().unresolved, 2);
+    assert_eq!(p.stats().unresolved, 1);
     p.feed(&[mmap(7, &path, None, Some(bid)), sample(7, BASE + 0x10)]);
     assert_eq!(dirs(&p).len(), 4, "same build id, same inode: record 3");
     assert_eq!(read_all(&p, "00000003", "histogram"), "0x10 3\n");
@@ -367,7 +370,7 @@ fn unresolvable_samples_are_counted_apart() {
 }
 
 #[test]
-fn exited_processes_are_forgotten_a_batch_later() {
+fn exited_processes_are_kept_for_their_grace_then_forgotten() {
     let p = idle();
     p.lock().mode = Some(Mode::Sampling);
     let exit = Record::Exit {
@@ -377,10 +380,17 @@ fn exited_processes_are_forgotten_a_batch_later() {
         ptid: 0,
         time: 1,
     };
+    let at = |time: u64| match sample(1, BASE + 8) {
+        Record::Sample(s) => Record::Sample(Sample { time, ..s }),
+        _ => unreachable!(),
+    };
     p.feed(&[mmap(1, &exe(), None, None), exit]);
-    p.feed(&[sample(1, BASE + 8)]); // trailing sample, next batch
-    p.feed(&[sample(1, BASE + 8)]); // two batches later: forgotten
-    assert_eq!(read_all(&p, "00000001", "histogram"), "0x8 1\n");
+    // Samples taken while it left the kernel arrive after its EXIT.
+    p.feed(&[at(1)]);
+    p.feed(&[at(1 + EXIT_GRACE_NS)]);
+    // Once the stream is past its grace, it is gone.
+    p.feed(&[at(2 + EXIT_GRACE_NS)]);
+    assert_eq!(read_all(&p, "00000001", "histogram"), "0x8 2\n");
     assert_eq!(p.stats().unresolved, 1);
 }
 
