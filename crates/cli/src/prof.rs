@@ -134,6 +134,7 @@ use profdev_formats::prof_histogram;
 use profdev_report::prof::{
     attribute, format, Function, ModuleProfile, Options, SourceMap, SrcRange,
 };
+use profdev_symbolize::open::{read_bounded, Follow};
 use profdev_symbolize::ElfObject;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -291,6 +292,9 @@ struct Record {
     name: String,
     path: String,
     pairs: Vec<(u64, u64)>,
+    /// The module's file as it was mapped (the directory's `object`), when
+    /// the device serves it and the reader may read it.
+    object: Option<Vec<u8>>,
 }
 
 /// The -m list (and -e's executable) as `module` words: paths made
@@ -479,11 +483,13 @@ fn read_dev(dev: &dyn Dev) -> Result<Vec<Record>> {
                     .with_context(|| format!("{}/histogram", dir.name))?,
             );
         }
+        let object = read_file(&dir, "object", 1 << 20).ok().map(|r| r.concat());
         out.push(Record {
             id: u32::from_str_radix(&dir.name, 16).unwrap_or(0),
             name: text("name")?,
             path: text("path")?,
             pairs,
+            object,
         });
     }
     out.sort_by_key(|r| r.id);
@@ -529,11 +535,20 @@ fn read_mounted(dir: &Path) -> Result<Vec<Record>> {
         }
         let pairs = prof_histogram::parse_text(&String::from_utf8_lossy(&bytes))
             .with_context(|| hist.display().to_string())?;
+        // The mapped file itself; absent from an older server, refused to
+        // a reader who may not read the file.
+        let object = read_bounded(
+            &e.path().join("object"),
+            profdev_symbolize::open::MAX_OBJECT,
+            Follow::No,
+        )
+        .ok();
         out.push(Record {
             id,
             name: text("name")?,
             path: text("path")?,
             pairs,
+            object,
         });
     }
     out.sort_by_key(|r| r.id);
@@ -625,7 +640,11 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     }
     let mut modules = Vec::new();
     for r in records {
-        let obj = match ElfObject::open(Path::new(&r.path)) {
+        let opened = match &r.object {
+            Some(bytes) => ElfObject::parse(bytes, Path::new(&r.path)),
+            None => ElfObject::open(Path::new(&r.path)),
+        };
+        let obj = match opened {
             Ok(o) => Some(o.with_separate_debug_info()),
             Err(e) => {
                 eprintln!("prof: cannot read module {}: {e}", r.path);
@@ -783,6 +802,7 @@ mod tests {
                 name: exe.file_name().unwrap().to_string_lossy().into_owned(),
                 path: exe.to_string_lossy().into_owned(),
                 pairs: vec![(1, 5), (4, 7)],
+                object: Some(std::fs::read(&exe).unwrap()),
             }]
         );
         ctl(&dev, "end").unwrap();

@@ -400,3 +400,49 @@ fn stripped_executable_gets_a_symbols_file() {
     assert_eq!(first_in_flat_profile(&report), hot, "{report}");
     assert!(has_arc(&report, &caller, &hot), "{report}");
 }
+
+/// Many short-lived processes (issue: a process that exits while its last
+/// samples are still in the ring is unwound fully): CMD forks 150 children
+/// in turn, each spinning about 3 ms in `leaf_spin` under `middle` and
+/// exiting at once. Their samples are charged and their stacks unwound
+/// after they are gone: gprof shows `middle` calling `leaf_spin` for (at
+/// least) 99% of leaf_spin's samples.
+#[test]
+fn short_lived_processes_keep_their_stacks() {
+    if !ready("profdev gmon on short-lived processes", &["cc", "gprof"]) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(
+        d.path(),
+        "cc",
+        &["-O2", "-fomit-frame-pointer"],
+        "forks.c",
+        "forks",
+    );
+    let (report, stderr) = profile(d.path(), &exe, &[], "150");
+    assert!(has_arc(&report, "middle", "leaf_spin"), "{report}");
+    let bytes = std::fs::read(d.path().join("forks.gmon")).unwrap();
+    let g = gmon::parse(&bytes, gmon::Target::X86_64).unwrap().gmon;
+    let elf = profdev_symbolize::ElfObject::open(&exe).unwrap();
+    let leaf = elf
+        .symbols()
+        .iter()
+        .find(|s| s.mangled == "leaf_spin")
+        .expect("leaf_spin's symbol");
+    let h = &g.histograms[0];
+    let cell = |pc: u64| ((pc - h.low_pc) / 4) as usize;
+    let samples: u64 = h.bins[cell(leaf.addr)..=cell(leaf.addr + leaf.size - 1)]
+        .iter()
+        .map(|&n| u64::from(n))
+        .sum();
+    let called = called(&report, "leaf_spin").unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        samples >= 150,
+        "too few samples in leaf_spin: {samples}: {stderr}"
+    );
+    assert!(
+        called * 100 >= samples * 99,
+        "gprof shows callers for {called} of leaf_spin's {samples} samples: {stderr}"
+    );
+}

@@ -392,3 +392,60 @@ fn errors_are_sentences() {
     );
     assert!(out.contains("\tgone()") || out.contains("\t??()"), "{out}");
 }
+
+/// Many short-lived processes: a shell loop runs a small C program 100
+/// times, each spinning about 4 ms of CPU in `short_spin` and exiting.
+/// Every process is gone by the time the report is made; its module is
+/// still charged and symbolized (the objects table opened the file at the
+/// mapping), with short_spin its top function.
+#[test]
+fn a_shell_loop_of_short_lived_processes() {
+    if !privileged("prof of a shell loop", can_profile_children()) {
+        return;
+    }
+    let d = tempdir();
+    std::fs::write(
+        d.path().join("short.c"),
+        r#"#include <time.h>
+static volatile unsigned long sink;
+static double cpu_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+__attribute__((noinline)) void short_spin(void)
+{
+	unsigned long x = 1;
+	double end = cpu_ms() + 4.0;
+	while (cpu_ms() < end)
+		for (int i = 0; i < 20000; i++)
+			x = x * 6364136223846793005UL + i;
+	sink = x;
+}
+int main(void) { short_spin(); return 0; }
+"#,
+    )
+    .unwrap();
+    compile(d.path(), "cc", &["-g", "-O1", "-o", "short", "short.c"]);
+    let (report, _) = prof(
+        d.path(),
+        &[
+            "-f",
+            "-m",
+            "short",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 100 ]; do ./short; i=$((i+1)); done",
+        ],
+    );
+    let n = module_samples(&report, "short");
+    // 400 ms of CPU at 1 kHz: about 400 samples.
+    assert!(n >= 100, "{n} samples: {report}");
+    let r = rows(&report);
+    let top = r
+        .iter()
+        .max_by(|a, b| a.pct.total_cmp(&b.pct))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(top.rest.contains("short_spin()"), "{report}");
+}

@@ -260,3 +260,67 @@ fn system_wide_session_through_the_mount() {
     assert_eq!(m.dirs(), ["00000001"]);
     m.ctl(b"end\n").unwrap();
 }
+
+/// A program rebuilt at the same path between two runs inside one server
+/// keeps both builds' symbols: each record's `object` is the file that was
+/// mapped, so record 1 is symbolized from the first build although the
+/// path now holds the second.
+#[test]
+fn a_program_rebuilt_at_the_same_path_keeps_both_builds_symbols() {
+    if !privileged("prof through the mount", can_mount()) {
+        return;
+    }
+    let m = Mount::new();
+    let d = tempdir();
+    let src = d.path().join("rebuilt.c");
+    let exe = d.path().join("rebuilt-prog");
+    let build = |name: &str| {
+        std::fs::write(
+            &src,
+            format!(
+                "static volatile unsigned long sink;\n\
+                 __attribute__((noinline)) void {name}(void)\n\
+                 {{ unsigned long x = 1; for (unsigned long i = 0; i < 100000000UL; i++) x = x * 6364136223846793005UL + i; sink = x; }}\n\
+                 int main(void) {{ {name}(); return 0; }}\n"
+            ),
+        )
+        .unwrap();
+        let o = Command::new("cc")
+            .args(["-g", "-O1", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "cc: {o:?}");
+    };
+    m.ctl(b"module rebuilt-prog\n").unwrap();
+    m.ctl(b"interval 1\n").unwrap();
+    m.ctl(b"start\n").unwrap();
+    build("first_build_spin");
+    assert!(Command::new(&exe).status().unwrap().success());
+    build("second_build_spin");
+    assert!(Command::new(&exe).status().unwrap().success());
+    m.ctl(b"stop\n").unwrap();
+    assert_eq!(m.dirs(), ["00000001", "00000002"], "{:#?}", m.modules());
+    // The first record's object is the first build, gone from the path.
+    let first = std::fs::read(m.prof().join("00000001/object")).unwrap();
+    assert_ne!(first, std::fs::read(&exe).unwrap());
+    assert_eq!(
+        std::fs::read(m.prof().join("00000002/object")).unwrap(),
+        std::fs::read(&exe).unwrap()
+    );
+    let out = run(profdev().args(["prof", "-f"]).env("PROFDEV_MOUNT", &m.dir));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sections: Vec<&str> = stdout.split("Module: rebuilt-prog(").skip(1).collect();
+    assert_eq!(sections.len(), 2, "{stdout}");
+    assert!(sections[0].contains("first_build_spin"), "{stdout}");
+    assert!(!sections[0].contains("second_build_spin"), "{stdout}");
+    assert!(sections[1].contains("second_build_spin"), "{stdout}");
+    assert!(!sections[1].contains("first_build_spin"), "{stdout}");
+    m.ctl(b"end\n").unwrap();
+}

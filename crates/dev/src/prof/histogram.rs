@@ -14,6 +14,9 @@ pub(super) struct ModRecord {
     pub(super) path: String,
     /// pc (file address) → count, never 0.
     pub(super) counts: PcCounts,
+    /// The module's file as it was mapped (kept open by the objects
+    /// table), served as `object`.
+    pub(super) object: Option<std::sync::Arc<profdev_symbolize::Object>>,
 }
 
 /// One open `histogram`: the pairs at open and the next one to return.

@@ -9,6 +9,7 @@
 //! prof/NNNNNNNN/path          0444  the module's file path
 //! prof/NNNNNNNN/histogram     0444  "0x<pc> <count>\n", one pair per read
 //! prof/NNNNNNNN/pctl          0222  reserved: every write is refused
+//! prof/NNNNNNNN/object        0444  the module's file as it was mapped (ELF bytes)
 //! ```
 //!
 //! # Description
@@ -98,6 +99,24 @@
 //!
 //! Sampled pcs are the interrupted instruction itself (the next one to
 //! execute), so, unlike Inferno's Dis pcs, consumers do not subtract 1.
+//!
+//! ## object
+//!
+//! Inferno's prof(1) found a module's symbols in the `.sbl` file beside its
+//! source and refused them when the source was newer than the module.
+//! On Linux the symbols are in the module's ELF file, and a program rebuilt
+//! at the same path between two runs would give the first run's record
+//! the second build's symbols. So each module directory also serves
+//! `object`: the bytes of the very file that was mapped, read through the
+//! descriptor the objects table opened when the mapping was reported
+//! (`profdev_symbolize::objects`), even after the path was replaced or the
+//! file unlinked. `stat` gives its length. A reader must be allowed to read
+//! that file as the file system would allow it (root, or the owner, group
+//! or other read bit that applies to the requester): the device is no way
+//! around a file's mode (EACCES otherwise). `profdev prof` symbolizes each
+//! record from its `object`, falling back to `path`. The classic library
+//! opens module files by name and never lists a module directory, so the
+//! fifth file changes nothing for it.
 //!
 //! ## Two users at once
 //!
@@ -195,12 +214,14 @@ const NAME: u64 = 1;
 const PATH: u64 = 2;
 const HISTOGRAM: u64 = 3;
 const PCTL: u64 = 4;
+const OBJECT: u64 = 5;
 /// The files of a module directory: number, name, permission bits.
-const RECORD_FILES: [(u64, &str, u16); 4] = [
+const RECORD_FILES: [(u64, &str, u16); 5] = [
     (NAME, "name", 0o444),
     (PATH, "path", 0o444),
     (HISTOGRAM, "histogram", 0o444),
     (PCTL, "pctl", 0o222),
+    (OBJECT, "object", 0o444),
 ];
 
 /// Counts the device keeps about itself.
@@ -261,12 +282,13 @@ impl State {
             let index = match (self.by_module.get(&module), origin) {
                 (Some(&i), _) => i,
                 (None, Some(origin)) => {
-                    let (name, path) = (**origin).clone();
+                    let origin = (**origin).clone();
                     self.records.push(ModRecord {
                         id: self.next_id,
-                        name,
-                        path,
+                        name: origin.name,
+                        path: origin.path,
                         counts: PcCounts::default(),
+                        object: Some(origin.object),
                     });
                     self.next_id = self.next_id.saturating_add(1);
                     self.by_module.insert(module, self.records.len() - 1);
@@ -425,6 +447,7 @@ fn file_entry(r: &ModRecord, file: u64) -> Option<DirEntry> {
     let length = match file {
         NAME => r.name.len() as u64 + 1,
         PATH => r.path.len() as u64 + 1,
+        OBJECT => r.object.as_ref()?.key().version.map_or(0, |v| v.1),
         _ => 0,
     };
     Some(DirEntry::file(name, record_file(r.id, file), perm, length))
@@ -437,6 +460,40 @@ fn parse_dir_name(name: &str) -> Option<u32> {
     (name.len() == 8 && name.bytes().all(hex))
         .then(|| u32::from_str_radix(name, 16).ok())
         .flatten()
+}
+
+/// An open `object` file: the module's file as it was mapped.
+struct ObjectFile(Arc<profdev_symbolize::Object>);
+
+/// Read the kept file of a module for `cred`, who must be allowed to read
+/// it as the file system would allow (root, or the owner, group or other
+/// read bit that applies): serving it is no way around a file's mode.
+fn read_object(
+    object: &profdev_symbolize::Object,
+    cred: Option<crate::access::Cred>,
+    offset: u64,
+    count: u32,
+) -> Result<Vec<u8>, DevError> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let file = object.file().ok_or(DevError::NotFound)?;
+    let io = |e: std::io::Error| DevError::NoDevice(format!("{}: {e}", object.path()));
+    let meta = file.metadata().map_err(io)?;
+    if let Some(c) = cred.filter(|c| c.uid != 0) {
+        let bit = if c.uid == meta.uid() {
+            0o400
+        } else if c.gid == meta.gid() {
+            0o040
+        } else {
+            0o004
+        };
+        if meta.mode() & bit == 0 {
+            return Err(DevError::Perm);
+        }
+    }
+    let mut buf = vec![0; count.min(1 << 20) as usize];
+    let n = file.read_at(&mut buf, offset).map_err(io)?;
+    buf.truncate(n);
+    Ok(buf)
 }
 
 impl Dev for Prof {
@@ -536,6 +593,10 @@ impl Dev for Prof {
             (false, NAME) => Snapshot::attach(&mut chan, format!("{}\n", r.name).into_bytes()),
             (false, PATH) => Snapshot::attach(&mut chan, format!("{}\n", r.path).into_bytes()),
             (false, HISTOGRAM) => chan.aux = Some(Box::new(Cursor::of(r))),
+            (false, OBJECT) => {
+                let object = r.object.clone().ok_or(DevError::NotFound)?;
+                chan.aux = Some(Box::new(ObjectFile(object)));
+            }
             _ => {}
         }
         Ok(chan)
@@ -544,6 +605,10 @@ impl Dev for Prof {
     fn read(&self, chan: &mut Chan, offset: u64, count: u32) -> Result<Vec<u8>, DevError> {
         if Snapshot::of(chan).is_some() {
             return Snapshot::read(chan, offset, count);
+        }
+        if let Some(ObjectFile(object)) = chan.aux.as_ref().and_then(|a| a.downcast_ref()) {
+            // No device lock is held: this is file I/O.
+            return read_object(object, chan.cred, offset, count);
         }
         Cursor::read(chan, count)
     }

@@ -18,6 +18,22 @@ use std::sync::Arc;
 /// its own resolves to nothing).
 pub type ModuleKey = ObjectKey;
 
+/// What a new record is made of: the module's name, path and object.
+#[derive(Clone, Debug)]
+pub(super) struct Origin {
+    pub(super) name: String,
+    pub(super) path: String,
+    pub(super) object: Arc<Object>,
+}
+
+impl PartialEq for Origin {
+    fn eq(&self, o: &Self) -> bool {
+        (&self.name, &self.path, self.object.id()) == (&o.name, &o.path, o.object.id())
+    }
+}
+
+impl Eq for Origin {}
+
 /// What became of one user-mode sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Outcome {
@@ -31,7 +47,7 @@ pub(super) enum Outcome {
     Hit {
         module: u32,
         pc: u64,
-        origin: Option<Box<(String, String)>>,
+        origin: Option<Box<Origin>>,
     },
 }
 
@@ -115,7 +131,11 @@ impl Resolver {
             None
         } else {
             self.held.insert(module, object.clone());
-            Some(Box::new((m.basename().to_string(), m.path.clone())))
+            Some(Box::new(Origin {
+                name: m.basename().to_string(),
+                path: m.path.clone(),
+                object: object.clone(),
+            }))
         };
         Some(Outcome::Hit {
             module,

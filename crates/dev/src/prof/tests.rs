@@ -64,14 +64,18 @@ fn dirs(p: &Prof) -> Vec<String> {
 }
 
 fn read_all(p: &Prof, dir: &str, file: &str) -> String {
+    String::from_utf8(read_bytes(p, dir, file, 64)).unwrap()
+}
+
+fn read_bytes(p: &Prof, dir: &str, file: &str, chunk: u32) -> Vec<u8> {
     let d = tree::walk(p, Qid::ROOT, dir).unwrap();
     let f = tree::walk(p, d.qid, file).unwrap();
     let mut c = p.open(f.qid, OpenMode::Read).unwrap();
     let mut out = Vec::new();
     loop {
-        let b = p.read(&mut c, out.len() as u64, 64).unwrap();
+        let b = p.read(&mut c, out.len() as u64, chunk).unwrap();
         if b.is_empty() {
-            return String::from_utf8(out).unwrap();
+            return out;
         }
         out.extend(b);
     }
@@ -168,7 +172,7 @@ fn layout_and_open_rules() {
     assert_eq!(read_all(&p, "00000001", "path"), format!("{}\n", exe()));
     let d = tree::walk(&p, Qid::ROOT, "00000001").unwrap();
     let names: Vec<_> = p.gen(d.qid).unwrap().into_iter().map(|e| e.name).collect();
-    assert_eq!(names, ["name", "path", "histogram", "pctl"]);
+    assert_eq!(names, ["name", "path", "histogram", "pctl", "object"]);
     let pctl = tree::walk(&p, d.qid, "pctl").unwrap();
     assert_eq!(pctl.perm, 0o222);
     let mut c = p.open(pctl.qid, OpenMode::Write).unwrap();
@@ -299,6 +303,13 @@ fn a_rebuilt_binary_gets_a_new_record() {
     assert_ne!(id1, id2);
     p.feed(&[mmap(2, &path, id2, None), sample(2, BASE + 0x10)]);
     assert_eq!(dirs(&p), ["ctl", "00000002", "00000001"]);
+    // Each record serves the file that was mapped: record 1 the first
+    // build (no longer at any path), record 2 the rebuild.
+    assert!(read_bytes(&p, "00000001", "object", 1 << 20) == original);
+    assert!(read_bytes(&p, "00000002", "object", 1 << 20) == rebuilt);
+    let d = tree::walk(&p, Qid::ROOT, "00000001").unwrap();
+    let o = tree::walk(&p, d.qid, "object").unwrap();
+    assert_eq!(o.length, original.len() as u64);
     // A rewrite in place: same inode, the build id changes back, and a
     // later mtime (set, not waited for: a coarse clock could give the
     // rewrite the same mtime as the rename).
@@ -525,4 +536,43 @@ fn readers_never_wait_for_symbolization() {
     assert_eq!(text, "0x10 1\n");
     drop(busy);
     reader.join().unwrap();
+}
+
+/// `object` is read for the requester as the file system would allow it.
+#[test]
+fn object_reads_follow_the_files_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("secret");
+    std::fs::write(&f, b"\x7fELF not really").unwrap();
+    let object = profdev_symbolize::Objects::new()
+        .open_path(f.to_str().unwrap())
+        .unwrap();
+    let cred = |uid, gid| Some(crate::access::Cred { uid, gid, pid: 0 });
+    let me = || {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&f).unwrap();
+        (m.uid(), m.gid())
+    };
+    let (uid, gid) = me();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let other = uid.wrapping_add(12345);
+    assert_eq!(
+        super::read_object(&object, cred(other, gid.wrapping_add(1)), 0, 64),
+        Err(DevError::Perm)
+    );
+    assert_eq!(
+        super::read_object(&object, cred(uid, gid), 0, 64).unwrap(),
+        b"\x7fELF not really"
+    );
+    // Root, and a driver in process (no requester), read it.
+    assert!(super::read_object(&object, cred(0, 0), 4, 3).unwrap() == b" no");
+    assert!(super::read_object(&object, None, 0, 4).is_ok());
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o704)).unwrap();
+    assert!(super::read_object(&object, cred(other, gid.wrapping_add(1)), 0, 64).is_ok());
+    assert_eq!(
+        super::read_object(&object, cred(other, gid), 0, 64),
+        Err(DevError::Perm),
+        "the group bit applies to the group, not the other bit"
+    );
 }
