@@ -57,6 +57,9 @@ pub(super) struct Resolver {
     tasks: Tasks,
     /// Module number of each object identity.
     ids: HashMap<ModuleKey, u32>,
+    /// The same by object id: the per-sample lookup, which allocates
+    /// nothing.
+    by_object: HashMap<u64, u32>,
     /// The object of each module with a record, kept open: the record's
     /// file is the one that was mapped, even once replaced at its path.
     held: HashMap<u32, Arc<Object>>,
@@ -69,6 +72,7 @@ impl Resolver {
             tasks: Tasks::with_objects(objects.clone()),
             objects,
             ids: HashMap::new(),
+            by_object: HashMap::new(),
             held: HashMap::new(),
         }
     }
@@ -110,11 +114,7 @@ impl Resolver {
         let Some(object) = &m.object else {
             return Some(Outcome::Unresolved);
         };
-        let key = ModuleKey {
-            claimed_build_id: None,
-            ..object.key().clone()
-        };
-        let known = self.ids.get(&key).copied();
+        let known = self.by_object.get(&object.id()).copied();
         if known.is_none() && !wants(wanted, m) {
             return Some(Outcome::NotWanted);
         }
@@ -125,8 +125,19 @@ impl Resolver {
         let Some(pc) = layout.file_addr_of_offset(m.file_offset(va)) else {
             return Some(Outcome::Unresolved);
         };
-        let next = self.ids.len() as u32;
-        let module = *self.ids.entry(key).or_insert(next);
+        let module = match known {
+            Some(module) => module,
+            None => {
+                let key = ModuleKey {
+                    claimed_build_id: None,
+                    ..object.key().clone()
+                };
+                let next = self.ids.len() as u32;
+                let module = *self.ids.entry(key).or_insert(next);
+                self.by_object.insert(object.id(), module);
+                module
+            }
+        };
         let origin = if self.held.contains_key(&module) || !wants(wanted, m) {
             None
         } else {
