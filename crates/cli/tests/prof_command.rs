@@ -370,7 +370,8 @@ fn errors_are_sentences() {
         "{out}"
     );
 
-    // An unreadable module: the program is deleted before prof reads it.
+    // A module deleted before prof reads it is still symbolized: the
+    // objects table opened the file when it was mapped and kept it.
     let (out, err) = prof(
         d.path(),
         &[
@@ -381,16 +382,8 @@ fn errors_are_sentences() {
             "cp prog gone && ./gone 10 && rm gone",
         ],
     );
-    let gone = std::fs::canonicalize(d.path()).unwrap().join("gone");
-    assert!(
-        err.contains(&format!(
-            "prof: cannot read module {}: cannot read {}: ",
-            gone.display(),
-            gone.display()
-        )),
-        "{err}"
-    );
-    assert!(out.contains("\tgone()") || out.contains("\t??()"), "{out}");
+    assert!(!err.contains("cannot read module"), "{err}");
+    assert!(out.contains("hot()"), "{out}");
 }
 
 /// Many short-lived processes: a shell loop runs a small C program 100
