@@ -176,7 +176,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     let stats = source.stats();
     drop(source);
-    health.stopped();
+    health.stopped_after_end();
     progress.finish();
     let status = job.wait();
     if let Some(e) = ended {

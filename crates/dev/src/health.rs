@@ -137,8 +137,11 @@ impl Clock {
 }
 
 /// One device's health counters. See the [module](self) for the keys.
-#[derive(Default)]
 pub struct Health {
+    /// What `last_batch` counts from.
+    epoch: Instant,
+    /// When the last batch was counted, in ns since `epoch`.
+    last_batch: AtomicU64,
     state: AtomicU8,
     rate_asked: AtomicU64,
     cpus: AtomicU64,
@@ -157,11 +160,31 @@ pub struct Health {
 impl Health {
     /// All zero, off.
     pub fn new() -> Self {
-        Health::default()
+        Health {
+            epoch: Instant::now(),
+            last_batch: AtomicU64::new(0),
+            state: AtomicU8::new(0),
+            rate_asked: AtomicU64::new(0),
+            cpus: AtomicU64::new(0),
+            samples: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+            unwind_ok: AtomicU64::new(0),
+            unwind_failed: Default::default(),
+            symbol_misses: AtomicU64::new(0),
+            sessions: AtomicU64::new(0),
+            memory_bytes: AtomicU64::new(0),
+            clock: Mutex::new(Clock::default()),
+        }
     }
 
     /// Count a batch of records: samples, lost records, throttling.
     pub fn count(&self, batch: &[Record]) {
+        if batch.is_empty() {
+            return;
+        }
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.last_batch.store(now, Relaxed);
         let (mut samples, mut lost, mut throttled) = (0, 0, 0);
         for r in batch {
             match r {
@@ -207,6 +230,18 @@ impl Health {
         let mut c = lock(&self.clock);
         if let Some(t) = c.since.take() {
             c.past += t.elapsed();
+        }
+        self.set_state(State::Off);
+    }
+
+    /// The session stopped after its source had ended by itself (a process
+    /// tree that exited): its time is kept up to its last batch, so that
+    /// the wait for the stop does not count as sampling.
+    pub fn stopped_after_end(&self) {
+        let mut c = lock(&self.clock);
+        if let Some(t) = c.since.take() {
+            let last = self.epoch + Duration::from_nanos(self.last_batch.load(Relaxed));
+            c.past += last.saturating_duration_since(t);
         }
         self.set_state(State::Off);
     }
@@ -301,6 +336,12 @@ impl Health {
             memory_bytes: self.memory_bytes.load(Relaxed),
             uptime_ms: ms,
         }
+    }
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health::new()
     }
 }
 
@@ -467,10 +508,19 @@ mod tests {
         assert_eq!((s.symbol_misses, s.sessions, s.memory_bytes), (1, 1, 4096));
         h.stopped();
         assert_eq!(h.snapshot().state, State::Off);
+        // A session whose source ended: timed to its last batch.
+        lock(&h.clock).past = Duration::ZERO;
+        h.started(&config);
+        h.count(&[sample()]);
+        let last = h.last_batch.load(Relaxed);
+        lock(&h.clock).since =
+            Some(h.epoch + Duration::from_nanos(last) - Duration::from_millis(40));
+        h.stopped_after_end();
+        assert_eq!(h.snapshot().uptime_ms, 40);
         let frozen = h.snapshot().uptime_ms;
         assert_eq!(h.snapshot().uptime_ms, frozen, "no time passes while off");
         h.started(&config);
-        assert_eq!(h.snapshot().sessions, 2);
+        assert_eq!(h.snapshot().sessions, 3);
         h.reset();
         let s = h.snapshot();
         assert_eq!((s.samples, s.lost, s.throttled, s.unwind_ok), (0, 0, 0, 0));

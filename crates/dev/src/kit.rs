@@ -198,10 +198,15 @@ impl Session {
     /// session's counts, if there was one.
     pub fn stop(&self, after: impl FnOnce()) -> Option<SourceStats> {
         let mut running = lock(&self.running);
+        let ended = running.as_ref().is_some_and(Subscription::ended);
         let stats = running.take().map(Subscription::stop);
         if let Some(s) = stats {
             self.keep(s);
-            self.health.stopped();
+            if ended {
+                self.health.stopped_after_end();
+            } else {
+                self.health.stopped();
+            }
         }
         after();
         stats

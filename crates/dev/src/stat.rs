@@ -197,6 +197,141 @@ mod tests {
         }
     }
 
+    fn write(dev: &dyn Dev, file: &str, msg: &[u8]) -> Result<usize, DevError> {
+        let e = crate::tree::walk(dev, Qid::ROOT, file).unwrap();
+        let mut c = dev.open(e.qid, OpenMode::Write).unwrap();
+        dev.write(&mut c, 0, msg)
+    }
+
+    fn kernel(ip: u64, chain: &[u64]) -> Record {
+        Record::Sample(Sample {
+            ip,
+            mode: profdev_core::CpuMode::Kernel,
+            kernel_chain: chain.to_vec(),
+            pid: 1,
+            tid: 1,
+            ..Default::default()
+        })
+    }
+
+    /// kgmon's kernel callchains, each sample told once: walked (every
+    /// callee in a function, every call site in text), nothing beyond the
+    /// pc, cut at the kernel's depth limit, or a frame outside text.
+    #[test]
+    fn kgmon_tells_each_callchain_walk() {
+        use crate::kgmon::{Kgmon, KgmonConfig};
+        const LO: u64 = 0xffff_ffff_8100_0000;
+        let (f0, f1, f2) = (LO, LO + 0x100, LO + 0x200);
+        let text = KernelText {
+            start: KernelPc(LO),
+            end: KernelPc(LO + 0x402),
+        };
+        let engine = Engine::new(Arc::new(ReplayFactory::new(vec![])));
+        let k = Kgmon::new(KgmonConfig::new(text, &[f0, f1, f2]), engine);
+        let h = k.health().unwrap();
+        assert_eq!(
+            h.snapshot().memory_bytes,
+            0,
+            "nothing allocated before begin"
+        );
+        write(&k, "ctl", b"begin").unwrap();
+        assert!(h.snapshot().memory_bytes > 0);
+        let mut deep = vec![f2 + 0x10];
+        deep.extend(std::iter::repeat_n(f1 + 0x15, 126));
+        let outside = 0xffff_ffff_c000_0010;
+        k.feed(&[
+            kernel(f2 + 0x10, &[f2 + 0x10, f1 + 0x15, f0 + 0x21]),
+            kernel(f1 + 3, &[f1 + 3]),
+            kernel(f2 + 0x10, &deep),
+            kernel(f2 + 0x10, &[f2 + 0x10, outside]),
+            kernel(outside, &[]),
+        ]);
+        let s = h.snapshot();
+        assert_eq!(s.unwind_ok, 1);
+        assert_eq!(
+            s.unwind_failed,
+            [2, 1, 1],
+            "no_stack, truncated, unresolved"
+        );
+        assert_eq!(s.symbol_misses, 1, "one pc outside kernel text");
+        write(&k, "ctl", b"reset").unwrap();
+        let s = h.snapshot();
+        assert_eq!(
+            (s.unwind_ok, s.unwind_failed, s.symbol_misses),
+            (0, [0; 3], 0)
+        );
+        assert_eq!(s.state, crate::health::State::On, "reset does not halt");
+        write(&k, "ctl", b"halt").unwrap();
+        assert_eq!(h.snapshot().state, crate::health::State::Off);
+    }
+
+    /// prf: a kernel pc below the table's second address (prfld's 0 in
+    /// front) and a CPU without a file are misses; a load restarts the
+    /// counts.
+    #[test]
+    fn prf_tells_its_misses_and_restarts_at_a_load() {
+        use crate::prf::{Prf, PrfConfig, PRF_SETSTATE};
+        let engine = Engine::new(Arc::new(ReplayFactory::new(vec![])));
+        let p = Prf::new(PrfConfig::new(vec![0]), engine);
+        let h = p.health().unwrap();
+        assert_eq!(h.snapshot().rate_asked, 100);
+        let table: Vec<u8> = [0u64, 0x1000, 0x2000]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        write(&p, "prf", &table).unwrap();
+        assert!(h.snapshot().memory_bytes > 0);
+        let e = crate::tree::walk(&p, Qid::ROOT, "prf").unwrap();
+        let mut c = p.open(e.qid, OpenMode::Read).unwrap();
+        p.ioctl(&mut c, PRF_SETSTATE, 1, &[], 0).unwrap();
+        assert_eq!(h.snapshot().state, crate::health::State::On);
+        let other_cpu = Sample {
+            ip: 0x1500,
+            cpu: 7,
+            pid: 1,
+            tid: 1,
+            mode: profdev_core::CpuMode::Kernel,
+            ..Default::default()
+        };
+        p.feed(&[
+            kernel(0x500, &[]),
+            kernel(0x1500, &[]),
+            Record::Sample(other_cpu),
+        ]);
+        assert_eq!(h.snapshot().symbol_misses, 2);
+        p.ioctl(&mut c, PRF_SETSTATE, 0, &[], 0).unwrap();
+        write(&p, "prf", &table).unwrap();
+        assert_eq!(h.snapshot().symbol_misses, 0, "a load restarts the counts");
+        assert_eq!(h.snapshot().sessions, 0);
+    }
+
+    /// prof: a user pc in no known module is a miss; `interval` sets the
+    /// rate asked; `end` restarts everything.
+    #[test]
+    fn prof_tells_its_misses_and_restarts_at_end() {
+        use crate::prof::Prof;
+        let p = Prof::new(Engine::new(Arc::new(ReplayFactory::new(vec![]))));
+        let h = p.health().unwrap();
+        assert_eq!(h.snapshot().rate_asked, 10, "Inferno's 100 ms");
+        write(&p, "ctl", b"interval 1").unwrap();
+        assert_eq!(h.snapshot().rate_asked, 1000);
+        write(&p, "ctl", b"start").unwrap();
+        p.feed(&[Record::Sample(Sample {
+            ip: 0x40_1000,
+            pid: u32::MAX - 1,
+            tid: u32::MAX - 1,
+            mode: profdev_core::CpuMode::User,
+            ..Default::default()
+        })]);
+        let s = h.snapshot();
+        assert_eq!((s.symbol_misses, s.sessions), (1, 1));
+        assert_eq!(s.state, crate::health::State::On);
+        write(&p, "ctl", b"end").unwrap();
+        let s = h.snapshot();
+        assert_eq!((s.symbol_misses, s.sessions, s.memory_bytes), (0, 0, 0));
+        assert_eq!((s.state, s.rate_asked), (crate::health::State::Off, 10));
+    }
+
     #[test]
     fn kprof_counts_show_and_restart_at_startclr() {
         let samples: Vec<Record> = [0x1800u64, 0x1808, 0x9000]
