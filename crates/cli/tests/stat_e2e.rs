@@ -280,7 +280,9 @@ fn profdev_stat_prints_every_key_of_every_device() {
         for (k, v) in pairs {
             match (k.as_str(), v) {
                 ("state", Json::String(s)) => assert_eq!(s, "off"),
-                (_, Json::Number(_)) if k != "state" => {}
+                (_, Json::Number(n)) if k != "state" => {
+                    assert!(*n >= 0.0 && n.fract() == 0.0, "{name}.{k}: {n}")
+                }
                 _ => panic!("{name}.{k}: {v:?}"),
             }
         }

@@ -7,6 +7,8 @@
 //! gmon/state      0444  read: on | off | error
 //! gmon/gmonparam  0400  read: the profile's parameters and counters, "name value" lines
 //! gmon/gmon.out   0400  read: the current profile, 4.4BSD gmon.out (x86_64 LP64, little-endian)
+//! stat/gmon       0400  read: the device's health (crate::stat), reset by `reset`; its
+//!                       unwind_* keys tell each kernel callchain's walk
 //! ```
 //!
 //! `gmonparam` and `gmon.out` hold kernel addresses, which defeat KASLR:

@@ -5,6 +5,7 @@
 //! ```text
 //! kpctl     0600  write: start | stop | startclr
 //! kpdata    0600  read: the big-endian PC histogram of kernel text
+//! stat/kprof 0400 read: the device's health (crate::stat), reset by startclr
 //! ```
 //!
 //! # Description

@@ -10,6 +10,8 @@
 //!
 //! write: the address table            read: addresses, then counters
 //! ioctl: PRF_GETSTATUS PRF_GETSIZE PRF_SETSTATE PRF_GETMAX
+//!
+//! stat/prf  0400  the device's health (crate::stat), reset by a table load
 //! ```
 //!
 //! # Description

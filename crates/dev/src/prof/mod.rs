@@ -9,6 +9,7 @@
 //! prof/NNNNNNNN/path          0444  the module's file path
 //! prof/NNNNNNNN/histogram     0444  "0x<pc> <count>\n", one pair per read
 //! prof/NNNNNNNN/pctl          0222  reserved: every write is refused
+//! stat/prof                   0444  the device's health (crate::stat), reset by `end`
 //! ```
 //!
 //! # Description
