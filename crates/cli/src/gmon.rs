@@ -105,6 +105,11 @@ struct Args {
     /// without frame pointers (0: the kernel's frame-pointer chains only).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STACK_BYTES)]
     stack_bytes: u32,
+    /// Ring buffer data pages per CPU, a power of two (perf's name; the
+    /// default is sized to the rate and stack copy). A ring too small for
+    /// a sample loses it.
+    #[arg(long, value_name = "N", value_parser = crate::progress::parse_mmap_pages)]
+    mmap_pages: Option<u32>,
     /// The command to profile, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -144,16 +149,23 @@ fn run(args: &Args) -> Result<ExitCode> {
     cmd.args(&args.command[1..]);
     // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     job.prepare(&mut cmd);
-    let (child, mut source) =
-        profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| anyhow!("{e}"))?;
+    let (child, mut source) = crate::progress::factory(args.mmap_pages)
+        .spawn_profiled(&mut cmd, &config)
+        .map_err(|e| anyhow!("{e}"))?;
     job.started(&child);
+    let health = std::sync::Arc::new(profdev_dev::health::Health::new());
+    health.started(&config);
+    let progress = crate::progress::Progress::start("profdev gmon", health.clone());
     let mut builder = Builder::new(exe);
     let mut batch = Vec::new();
     let ended = loop {
         let r = source.read(&mut batch, Duration::from_millis(100));
+        health.count(&batch);
         for rec in batch.drain(..) {
             builder.record(&rec);
         }
+        let u = builder.unwinder.stats();
+        health.set_unwind(u.samples - u.truncated, [0, u.truncated, 0]);
         // Pass signals on, reap CMD, kill its group after the grace period.
         job.poll();
         match r {
@@ -164,6 +176,8 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     let stats = source.stats();
     drop(source);
+    health.stopped_after_end();
+    progress.finish();
     let status = job.wait();
     if let Some(e) = ended {
         bail!("sampling stopped early: {e}");

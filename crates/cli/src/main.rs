@@ -26,7 +26,9 @@ mod prfpr;
 mod prfsnap;
 mod prfstat;
 mod prof;
+mod progress;
 mod sample;
+mod stat;
 mod unmount;
 
 use std::ffi::OsString;
@@ -71,6 +73,11 @@ const COMMANDS: &[Command] = &[
         name: "mount",
         about: "serve the devices as files on DIR (default /run/profdev)",
         run: mount::main,
+    },
+    Command {
+        name: "stat",
+        about: "print every device's health from DIR/stat (default /run/profdev)",
+        run: stat::main,
     },
     Command {
         name: "unmount",

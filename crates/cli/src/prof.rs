@@ -159,6 +159,8 @@ struct Args {
     options: Options,
     modules: Vec<String>,
     interval: Option<u32>,
+    /// `--mmap-pages N`: log2 of the ring's data pages per CPU.
+    mmap_pages: Option<u32>,
     command: Vec<OsString>,
 }
 
@@ -179,6 +181,18 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
             break;
         }
         it.next();
+        if let Some(rest) = s.strip_prefix("--mmap-pages") {
+            let value = match rest.strip_prefix('=') {
+                Some(v) => v.to_string(),
+                None if rest.is_empty() => match it.next() {
+                    Some(v) => v.to_string_lossy().into_owned(),
+                    None => return Err("option --mmap-pages needs an argument".into()),
+                },
+                None => return Err(format!("unknown option {s}")),
+            };
+            a.mmap_pages = Some(crate::progress::parse_mmap_pages(&value)?);
+            continue;
+        }
         let flags: Vec<char> = s[1..].chars().collect();
         let mut i = 0;
         while i < flags.len() {
@@ -232,6 +246,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         println!("rows with no samples, -s sets the interval in ms (default 1, also with -b),");
         println!("-e profiles CMD's own executable only, -i charges inlined code to the inlined");
         println!("function and its own lines, -b starts the mounted device and leaves it on.");
+        println!("--mmap-pages N sets the ring buffer's data pages per CPU (a power of two).");
         println!("\n{}", crate::child::SIGNALS_HELP);
         return ExitCode::SUCCESS;
     }
@@ -252,6 +267,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
+    if args.mmap_pages.is_some() && (args.begin || args.command.is_empty()) {
+        eprintln!(
+            "prof: warning: --mmap-pages ignored: it sizes the ring of a command's private run"
+        );
+    }
     if args.begin {
         return begin(args);
     }
@@ -373,8 +393,9 @@ fn profile_command(
     // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     // Registered before spawn_profiled's own pre_exec hook, so it runs first.
     job.prepare(&mut cmd);
-    let (child, source) =
-        profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| match e {
+    let (child, source) = crate::progress::factory(args.mmap_pages)
+        .spawn_profiled(&mut cmd, &config)
+        .map_err(|e| match e {
             profdev_sample::SpawnError::NotFound(_) => anyhow!("{e}"),
             e => anyhow!("cannot start profiling: {e}"),
         })?;
@@ -384,6 +405,9 @@ fn profile_command(
     ctl(&dev, &format!("interval {interval}"))?;
     ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;
     ctl(&dev, "start")?;
+    let progress = dev
+        .health()
+        .map(|h| crate::progress::Progress::start("prof", h));
     let status = job.wait();
     // Descendants may outlive CMD: give them a moment, not forever (and
     // no moment at all after a signal, which ended them).
@@ -396,6 +420,7 @@ fn profile_command(
         eprintln!("prof: warning: sampling ended early: {e}");
     }
     ctl(&dev, "stop")?;
+    progress.map(crate::progress::Progress::finish);
     let records = read_dev(&dev)?;
     let stats = dev.stats();
     ctl(&dev, "end")?;

@@ -55,10 +55,9 @@ use profdev_safefile::SafeFile;
 use profdev_symbolize::{ElfObject, KernelSymbols, Tasks};
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -86,6 +85,10 @@ struct Args {
     /// Rows per table in the outside-kernel-text section.
     #[arg(long, value_name = "N", default_value_t = 15)]
     rows: usize,
+    /// Ring buffer data pages per CPU, a power of two (perf's name; the
+    /// default is sized to the rate). A small ring loses records.
+    #[arg(long, value_name = "N", value_parser = crate::progress::parse_mmap_pages)]
+    mmap_pages: Option<u32>,
     /// The command to profile, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -114,7 +117,7 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let collector = Arc::new(Mutex::new(Collector::new(text, args.log_bucket)));
     let factory = TapFactory {
-        inner: profdev_sample::PerfFactory::new(),
+        inner: crate::progress::factory(args.mmap_pages),
         collector: collector.clone(),
     };
     let config = KprofConfig {
@@ -137,10 +140,14 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     ctl(&kprof, "startclr")?;
     let started = Instant::now();
-    let progress = Progress::start(collector.clone(), started, !args.bpf);
+    // Live on a terminal; the totals after (not with --bpf: no records).
+    let progress = kprof
+        .health()
+        .filter(|_| !args.bpf)
+        .map(|h| crate::progress::Progress::start("profdev sample", h));
     let status = run_child(&mut job, &program, &args.command[1..]);
     ctl(&kprof, "stop")?;
-    progress.finish();
+    progress.map(crate::progress::Progress::finish);
     let status = status?;
     let elapsed = started.elapsed();
 
@@ -470,43 +477,6 @@ impl SampleSource for Tap {
 
     fn stats(&self) -> SourceStats {
         self.inner.stats()
-    }
-}
-
-/// Elapsed time, samples and lost records on stderr while CMD runs, when
-/// stderr is a terminal.
-struct Progress {
-    done: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Progress {
-    fn start(collector: Arc<Mutex<Collector>>, started: Instant, show: bool) -> Self {
-        let done = Arc::new(AtomicBool::new(false));
-        let thread = (show && std::io::stderr().is_terminal()).then(|| {
-            let done = done.clone();
-            std::thread::spawn(move || {
-                while !done.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_millis(250));
-                    let s = collector.lock().unwrap_or_else(|p| p.into_inner()).stats;
-                    eprint!(
-                        "\r\x1b[Kprofdev sample: {:.1}s, {} samples, {} lost",
-                        started.elapsed().as_secs_f64(),
-                        s.samples,
-                        s.lost
-                    );
-                }
-                eprint!("\r\x1b[K");
-            })
-        });
-        Progress { done, thread }
-    }
-
-    fn finish(mut self) {
-        self.done.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

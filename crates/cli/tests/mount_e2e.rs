@@ -362,6 +362,7 @@ fn served_files() -> String {
     files.extend(cpus.iter().map(|c| format!("prf{c}")));
     files.push("gmon".into());
     files.push("prof".into());
+    files.push("stat".into());
     files.join(" ")
 }
 

@@ -7,6 +7,8 @@
 //! gmon/state      0444  read: on | off | error
 //! gmon/gmonparam  0400  read: the profile's parameters and counters, "name value" lines
 //! gmon/gmon.out   0400  read: the current profile, 4.4BSD gmon.out (x86_64 LP64, little-endian)
+//! stat/gmon       0400  read: the device's health (crate::stat), reset by `reset`; its
+//!                       unwind_* keys tell each kernel callchain's walk
 //! ```
 //!
 //! `gmonparam` and `gmon.out` hold kernel addresses, which defeat KASLR:
@@ -103,6 +105,7 @@
 
 use crate::ctl::{self, Cmd};
 use crate::engine::Engine;
+use crate::health::{Health, State, UnwindFailure};
 use crate::kit::{self, lock, File, Session, Snapshot};
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
@@ -239,17 +242,29 @@ struct Profile {
     kcount: Vec<u16>,
     arcs: Option<ArcTable>,
     counters: Counters,
+    /// Where each tick's callchain walk and misses are told.
+    health: Arc<Health>,
 }
 
 impl Profile {
-    fn new(config: KgmonConfig) -> Self {
+    fn new(config: KgmonConfig, health: Arc<Health>) -> Self {
         Profile {
             config,
             state: GmonState::Off,
             kcount: Vec::new(),
             arcs: None,
             counters: Counters::default(),
+            health,
         }
+    }
+
+    /// Bytes of the histogram and the arc table (0 before the first
+    /// `begin`).
+    fn memory_bytes(&self) -> u64 {
+        let Some(arcs) = &self.arcs else { return 0 };
+        let froms = 2 * self.config.textsize().div_ceil(SLOT_BYTES);
+        let tos = arcs.tolimit() * std::mem::size_of::<mcount::ToStruct>() as u64;
+        self.kcount.capacity() as u64 * 2 + froms + tos
     }
 
     fn allocate(&mut self) {
@@ -259,6 +274,7 @@ impl Profile {
                 self.config.lowpc(),
                 self.config.highpc(),
             ));
+            self.health.set_memory(self.memory_bytes());
         }
     }
 
@@ -310,7 +326,10 @@ impl Profile {
                 }
                 self.counters.ticks += 1;
             }
-            _ => self.counters.outside += 1,
+            _ => {
+                self.counters.outside += 1;
+                self.health.symbol_miss();
+            }
         }
         let Some(arcs) = self.arcs.as_mut() else {
             return;
@@ -325,6 +344,9 @@ impl Profile {
         if frames.first() != Some(&s.ip) {
             frames.insert(0, s.ip);
         }
+        // The walk's health: nothing beyond the pc, cut at the kernel's
+        // depth limit, or a frame in no kernel function.
+        let mut unresolved = false;
         for (i, pair) in frames.windows(2).enumerate() {
             // The callee frame is the sampled instruction, or a return
             // address whose call lies one byte before it (a noreturn call
@@ -334,6 +356,7 @@ impl Profile {
             // caller's even after rounding down to the 4-byte froms slot.
             let frompc = pair[1].wrapping_sub(1);
             let Some(selfpc) = self.config.entry(callee_pc) else {
+                unresolved = true;
                 if callee_pc >= lowpc && callee_pc < self.config.highpc() {
                     self.counters.unresolved += 1;
                 } else {
@@ -343,13 +366,26 @@ impl Profile {
             };
             match arcs.record(frompc, selfpc) {
                 Recorded::Counted => {}
-                Recorded::OutsideText => self.counters.arcs_outside += 1,
+                Recorded::OutsideText => {
+                    unresolved = true;
+                    self.counters.arcs_outside += 1;
+                }
                 Recorded::Overflow => {
                     self.counters.overflow += 1;
                     self.state = GmonState::Error;
+                    self.health.set_state(State::Error);
                     return;
                 }
             }
+        }
+        if frames.len() < 2 {
+            self.health.unwind_failed(UnwindFailure::NoStack);
+        } else if s.kernel_chain.len() >= MAX_STACK {
+            self.health.unwind_failed(UnwindFailure::Truncated);
+        } else if unresolved {
+            self.health.unwind_failed(UnwindFailure::Unresolved);
+        } else {
+            self.health.unwind_ok();
         }
     }
 
@@ -389,6 +425,10 @@ impl Profile {
 /// `PERF_CONTEXT_MAX` (-4095 as u64).
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 
+/// The kernel's default `kernel.perf_event_max_stack`: a chain this long
+/// (context markers included) was cut short.
+const MAX_STACK: usize = 127;
+
 /// The kgmon device.
 pub struct Kgmon {
     profile: Arc<Mutex<Profile>>,
@@ -412,10 +452,22 @@ const CTL_TABLE: &[Cmd<CtlOp>] = &[
 impl Kgmon {
     /// A device profiling `config.text`, sampling through `engine`.
     pub fn new(config: KgmonConfig, engine: Engine) -> Self {
+        let session = Session::new(engine);
+        session.health().set_rate_asked(config.profhz);
         Kgmon {
-            profile: Arc::new(Mutex::new(Profile::new(config))),
-            session: Session::new(engine),
+            profile: Arc::new(Mutex::new(Profile::new(config, session.health().clone()))),
+            session,
         }
+    }
+
+    /// Show the profiling state as the health's.
+    fn publish_state(&self) {
+        let state = match self.state() {
+            GmonState::On => State::On,
+            GmonState::Off => State::Off,
+            GmonState::Error => State::Error,
+        };
+        self.session.health().set_state(state);
     }
 
     /// The sampling configuration `begin` opens: system wide, kernel mode
@@ -500,7 +552,7 @@ impl Kgmon {
         // On before the first sample can arrive (even if a session runs:
         // `begin` clears `error`); back as it was if sampling cannot start.
         let before = Cell::new(GmonState::Off);
-        self.session.start(
+        let started = self.session.start(
             |running| {
                 let mut p = self.lock();
                 p.allocate();
@@ -509,7 +561,9 @@ impl Kgmon {
             },
             kit::feeder(&self.profile, Profile::count),
             || self.lock().state = before.get(),
-        )?;
+        );
+        self.publish_state();
+        started?;
         Ok(())
     }
 
@@ -517,10 +571,16 @@ impl Kgmon {
         // Stopping drains the last samples (counted while the state is
         // still on), then the state goes off.
         self.session.stop(|| self.lock().state = GmonState::Off);
+        self.publish_state();
     }
 
     fn reset(&self) {
-        self.lock().reset();
+        // Between two batches: the health restarts with the profile.
+        self.session.reset(|| {
+            let mut p = self.lock();
+            p.reset();
+            p.health.set_memory(p.memory_bytes());
+        });
         self.session.forget();
     }
 
@@ -555,6 +615,10 @@ impl Kgmon {
 impl Dev for Kgmon {
     fn name(&self) -> &'static str {
         "kgmon"
+    }
+
+    fn health(&self) -> Option<Arc<Health>> {
+        Some(self.session.health().clone())
     }
 
     fn dir_name(&self) -> &'static str {

@@ -15,6 +15,11 @@
 //!   only, a file only in the modes its owner bits allow (`0600` both ways,
 //!   `0444` read-only, `0222` write-only).
 //! * [`Snapshot`]: the bytes an open channel reads, taken once.
+//! * The session's [`Health`]: samples, lost and throttled records counted
+//!   as the engine hands each batch over, outside the device's lock, and
+//!   the session clock and state, so that every device has a `stat/` file
+//!   ([`crate::health`], [`crate::stat`]) without a line of its own beyond
+//!   what only it knows (unwinding, symbol misses, memory).
 //! * [`lock`]: a mutex that a panicking holder did not poison for good.
 //! * `From<SourceError> for DevError`: one mapping of sampling errors.
 //!
@@ -66,6 +71,7 @@
 //! ```
 
 use crate::engine::{Engine, Sink, Subscription};
+use crate::health::Health;
 use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
 use crate::DevError;
 use profdev_core::{Record, SessionConfig, SourceError, SourceStats};
@@ -105,12 +111,18 @@ where
     })
 }
 
-/// A device's sampling session: at most one subscription, and the counts
-/// of the sessions that ended.
+/// A device's sampling session: at most one subscription, the counts
+/// of the sessions that ended, and the device's [`Health`].
 pub struct Session {
     engine: Engine,
     running: Mutex<Option<Subscription>>,
     past: Mutex<SourceStats>,
+    health: Arc<Health>,
+    /// Held while a batch is counted into the health and the device, and
+    /// by [`Session::reset`]: a reset falls between two batches, so the
+    /// health's counts and the device's restart together. Never taken by
+    /// a reader.
+    batch: Arc<Mutex<()>>,
 }
 
 impl Session {
@@ -120,7 +132,24 @@ impl Session {
             engine,
             running: Mutex::new(None),
             past: Mutex::new(SourceStats::default()),
+            health: Arc::new(Health::new()),
+            batch: Arc::new(Mutex::new(())),
         }
+    }
+
+    /// The device's health, for its `stat/` file and for the device to
+    /// count what only it knows (unwinding, symbol misses, memory).
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    /// Start the health's counters again and run `clear` (the device's own
+    /// reset) between two batches, so that both restart at the same
+    /// sample.
+    pub fn reset(&self, clear: impl FnOnce()) {
+        let _between = lock(&self.batch);
+        self.health.reset();
+        clear();
     }
 
     /// Start a session unless `arm` says not to.
@@ -140,8 +169,15 @@ impl Session {
         let Some(config) = arm(running.is_some()) else {
             return Ok(false);
         };
+        let (health, batch) = (self.health.clone(), self.batch.clone());
+        let sink: Sink = Arc::new(move |records: &[Record]| {
+            let _one_batch = lock(&batch);
+            health.count(records);
+            sink(records);
+        });
         match self.engine.subscribe(&config, sink) {
             Ok(sub) => {
+                self.health.started(&config);
                 // A session started while one ran would have been refused by
                 // `arm`; if not, the old one is drained and counted.
                 if let Some(old) = running.replace(sub) {
@@ -162,9 +198,15 @@ impl Session {
     /// session's counts, if there was one.
     pub fn stop(&self, after: impl FnOnce()) -> Option<SourceStats> {
         let mut running = lock(&self.running);
+        let ended = running.as_ref().is_some_and(Subscription::ended);
         let stats = running.take().map(Subscription::stop);
         if let Some(s) = stats {
             self.keep(s);
+            if ended {
+                self.health.stopped_after_end();
+            } else {
+                self.health.stopped();
+            }
         }
         after();
         stats

@@ -5,6 +5,7 @@
 //! ```text
 //! kpctl     0600  write: start | stop | startclr
 //! kpdata    0600  read: the big-endian PC histogram of kernel text
+//! stat/kprof 0400 read: the device's health (crate::stat), reset by startclr
 //! ```
 //!
 //! # Description
@@ -78,6 +79,7 @@
 
 use crate::ctl::{self, Cmd};
 use crate::engine::Engine;
+use crate::health::{Health, State};
 use crate::kit::{self, lock, File, Session, Snapshot};
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
@@ -147,13 +149,16 @@ struct Counter {
 struct Histogram {
     config: KprofConfig,
     words: Vec<u32>,
+    /// Where a tick outside kernel text in kernel mode is told.
+    health: Arc<Health>,
 }
 
 impl Histogram {
-    fn new(config: KprofConfig) -> Self {
+    fn new(config: KprofConfig, health: Arc<Health>) -> Self {
         let mut h = Histogram {
             config,
             words: Vec::new(),
+            health,
         };
         h.clear();
         h
@@ -172,12 +177,16 @@ impl Histogram {
     /// Count `r` if it is a sample.
     fn count(&mut self, r: &Record) {
         if let Record::Sample(s) = r {
-            self.tick(KernelPc(s.ip));
+            if self.tick(KernelPc(s.ip)) == kpdata::OUTSIDE_TICKS
+                && s.mode != profdev_core::CpuMode::User
+            {
+                self.health.symbol_miss();
+            }
         }
     }
 
-    /// One tick at `pc` (Inferno 4e kproftick).
-    fn tick(&mut self, pc: KernelPc) {
+    /// One tick at `pc` (Inferno 4e kproftick); the word it went to.
+    fn tick(&mut self, pc: KernelPc) -> usize {
         let c = &self.config;
         let w = &mut self.words;
         w[kpdata::TOTAL_TICKS] = w[kpdata::TOTAL_TICKS].wrapping_add(1);
@@ -192,6 +201,7 @@ impl Histogram {
             kpdata::OUTSIDE_TICKS
         };
         w[slot] = w[slot].wrapping_add(1);
+        slot
     }
 }
 
@@ -219,10 +229,14 @@ const CTL_TABLE: &[Cmd<CtlOp>] = &[
 impl Kprof {
     /// A device with the given geometry, sampling through `engine`.
     pub fn new(config: KprofConfig, engine: Engine) -> Self {
+        let session = Session::new(engine);
+        let health = session.health().clone();
+        health.set_rate_asked(config.frequency_hz);
+        health.set_memory(config.words() as u64 * 4);
         Kprof {
             config,
-            histogram: Arc::new(Mutex::new(Histogram::new(config))),
-            session: Session::new(engine),
+            histogram: Arc::new(Mutex::new(Histogram::new(config, health))),
+            session,
             counter: None,
         }
     }
@@ -294,6 +308,7 @@ impl Kprof {
             if !c.on {
                 c.counter.enable()?;
                 c.on = true;
+                self.session.health().set_state(State::On);
             }
             return Ok(());
         }
@@ -308,6 +323,7 @@ impl Kprof {
         if let Some(mut c) = self.lock_counter() {
             c.counter.disable();
             c.on = false;
+            self.session.health().set_state(State::Off);
             return;
         }
         // Stopping drains the last samples into the histogram.
@@ -323,10 +339,13 @@ impl Kprof {
                 Ok(())
             }
             CtlOp::StartClr => {
-                if let Some(mut c) = self.lock_counter() {
-                    c.counter.clear();
-                }
-                lock(&self.histogram).clear();
+                // Between two batches: the health restarts with kpdata.
+                self.session.reset(|| {
+                    if let Some(mut c) = self.lock_counter() {
+                        c.counter.clear();
+                    }
+                    lock(&self.histogram).clear();
+                });
                 self.start()
             }
         }
@@ -375,6 +394,10 @@ impl Dev for Kprof {
             }
             _ => Err(DevError::Perm),
         }
+    }
+
+    fn health(&self) -> Option<Arc<Health>> {
+        Some(self.session.health().clone())
     }
 
     fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {
@@ -468,10 +491,7 @@ mod tests {
         let k = tv_k1();
         let mut w = vec![0u32; 128];
         w[0] = 0x64;
-        *k.histogram.lock().unwrap() = Histogram {
-            config: k.config,
-            words: w,
-        };
+        k.histogram.lock().unwrap().words = w;
         let mut c = k.open(KPDATA, OpenMode::Read).unwrap();
         assert_eq!(k.read(&mut c, 2, 8), Err(DevError::BadArg));
         assert_eq!(

@@ -15,6 +15,9 @@
 //!   live perf_event engine, or a replay in tests.
 //! * [`kit`] is what every sampling device shares, written once: the
 //!   session, the sink, the open-mode rule, snapshots, error mapping.
+//! * [`health`] is what a device says about itself while it runs, kept by
+//!   the kit's session; [`stat`] serves it as `stat/NAME`, one file per
+//!   device that has one.
 //! * [`devtab`] is the device table: adding a device is one line there.
 //!
 //! No FUSE type appears here: the file server (`profdev-fuse`) serves any
@@ -28,12 +31,14 @@
 pub mod access;
 pub mod ctl;
 pub mod engine;
+pub mod health;
 pub mod kgmon;
 pub mod kit;
 pub mod kprof;
 mod pc_counts;
 pub mod prf;
 pub mod prof;
+pub mod stat;
 
 mod error;
 pub mod tree;
@@ -144,6 +149,12 @@ pub trait Dev: Send + Sync {
     fn close(&self, chan: Chan) {
         let _ = chan;
     }
+
+    /// The device's health counters, if it samples (see [`health`]): the
+    /// device table gives each a `stat/` file.
+    fn health(&self) -> Option<Arc<health::Health>> {
+        None
+    }
 }
 
 /// What the device table needs to build its devices.
@@ -163,9 +174,10 @@ pub struct DevContext {
 
 /// The device table: every device profdev serves, in mount order.
 ///
-/// Adding a device is one line here.
+/// Adding a device is one line here; the last entry, `stat/`, serves the
+/// health of every device before it.
 pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
-    vec![
+    let mut devs: Vec<Arc<dyn Dev>> = vec![
         Arc::new(kprof::Kprof::new(
             kprof::KprofConfig::new(ctx.kernel_text),
             ctx.engine.clone(),
@@ -179,5 +191,7 @@ pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
             ctx.engine.clone(),
         )),
         Arc::new(prof::Prof::new(ctx.engine.clone())),
-    ]
+    ];
+    devs.push(Arc::new(stat::Stat::of(&devs)));
+    devs
 }

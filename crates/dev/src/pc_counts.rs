@@ -75,6 +75,14 @@ impl PcCounts {
         self.small = merged;
     }
 
+    /// Bytes held, roughly: the sorted vector's capacity, and about 32
+    /// bytes per entry of each map (key, value and the tree's share).
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        let small = self.small.capacity() * std::mem::size_of::<(u32, u32)>();
+        let maps = (self.pending.len() + self.wide.len()) * 32;
+        (small + maps) as u64
+    }
+
     /// Every (pc, count), in increasing pc.
     pub(crate) fn pairs(&self) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = self

@@ -10,6 +10,8 @@
 //!
 //! write: the address table            read: addresses, then counters
 //! ioctl: PRF_GETSTATUS PRF_GETSIZE PRF_SETSTATE PRF_GETMAX
+//!
+//! stat/prf  0400  the device's health (crate::stat), reset by a table load
 //! ```
 //!
 //! # Description
@@ -141,6 +143,7 @@
 //! idle ticks (`perf record -a` sees the same).
 
 use crate::engine::Engine;
+use crate::health::Health;
 use crate::kit::{self, lock, File, Session, Snapshot};
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
@@ -333,21 +336,27 @@ impl PrfTable {
         self.cpus.iter().position(|&c| c == cpu)
     }
 
-    /// Count `r` if it is a sample.
-    fn count(&mut self, r: &Record) {
+    /// Count `r` if it is a sample; tell `health` of a tick counter 0
+    /// took (a kernel pc below the table's second address: prfld's 0 in
+    /// front) or that no CPU file could take.
+    fn count(&mut self, r: &Record, health: &Health) {
         if let Record::Sample(s) = r {
-            self.tick(s);
+            let on = self.status & PRF_ON != 0;
+            if self.tick(s) == Some(0) || (on && self.slot(s.cpu).is_none()) {
+                health.symbol_miss();
+            }
         }
     }
 
-    /// One tick of the sampling clock: counted only while on.
-    pub fn tick(&mut self, s: &Sample) {
+    /// One tick of the sampling clock: counted only while on. The counter
+    /// it went to.
+    pub fn tick(&mut self, s: &Sample) -> Option<usize> {
         if self.status & PRF_ON == 0 {
-            return;
+            return None;
         }
         let Some(slot) = self.slot(s.cpu) else {
             self.unknown_cpu_samples += 1;
-            return;
+            return None;
         };
         let n = self.addrs.len();
         let i = if s.is_idle() {
@@ -359,6 +368,13 @@ impl PrfTable {
         };
         let c = &mut self.counters[slot][i];
         *c = c.wrapping_add(1);
+        Some(i)
+    }
+
+    /// Bytes of the table and the counters.
+    fn memory_bytes(&self) -> u64 {
+        let words = self.addrs.capacity() + self.counters.iter().map(Vec::capacity).sum::<usize>();
+        (words * WORD) as u64
     }
 
     /// The N + 2 counters a view shows, or None without a valid table or
@@ -421,10 +437,13 @@ impl Prf {
             let qid = Qid::file(u64::from(cpu) + 1);
             files.push(File::named(format!("prf{cpu}"), qid, 0o600));
         }
+        let session = Session::new(engine);
+        session.health().set_rate_asked(config.frequency_hz);
+        session.health().set_memory(table.memory_bytes());
         Prf {
             config,
             table: Arc::new(Mutex::new(table)),
-            session: Session::new(engine),
+            session,
             files,
         }
     }
@@ -439,7 +458,7 @@ impl Prf {
     pub fn feed(&self, records: &[Record]) {
         let mut t = self.lock_table();
         for r in records {
-            t.count(r);
+            t.count(r, self.session.health());
         }
     }
 
@@ -476,7 +495,12 @@ impl Prf {
                     t.set_on(true);
                     Some(config)
                 },
-                kit::feeder(&self.table, PrfTable::count),
+                {
+                    let health = self.session.health().clone();
+                    kit::feeder(&self.table, move |t: &mut PrfTable, r: &Record| {
+                        t.count(r, &health)
+                    })
+                },
                 || {
                     self.lock_table().set_on(false);
                 },
@@ -531,7 +555,20 @@ impl Dev for Prf {
 
     fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {
         self.view(chan.qid).ok_or(DevError::Perm)?;
-        self.lock_table().load(data)
+        let mut t = self.lock_table();
+        let r = t.load(data);
+        // A load that got past the size and state checks zeroed the
+        // counters: the health restarts with them. (No session runs: a
+        // table cannot be loaded while on.)
+        if r.is_ok() || matches!(r, Err(DevError::Invalid(_))) {
+            self.session.health().reset();
+        }
+        self.session.health().set_memory(t.memory_bytes());
+        r
+    }
+
+    fn health(&self) -> Option<Arc<Health>> {
+        Some(self.session.health().clone())
     }
 
     fn ioctl(

@@ -124,8 +124,13 @@ impl Prof {
             }
             CtlOp::End => {
                 self.stop();
-                *lock(&self.resolver) = super::modules::Resolver::new();
-                *self.lock() = State::new();
+                self.session.reset(|| {
+                    *lock(&self.resolver) = super::modules::Resolver::new();
+                    *self.lock() = State::new();
+                });
+                let health = self.session.health();
+                health.set_memory(0);
+                health.set_rate_asked(frequency_hz(DEFAULT_INTERVAL_MS));
                 Ok(())
             }
             CtlOp::Interval => {
@@ -140,6 +145,7 @@ impl Prof {
                     });
                 }
                 self.lock().interval_ms = ms;
+                self.session.health().set_rate_asked(frequency_hz(ms));
                 Ok(())
             }
         }

@@ -10,6 +10,7 @@
 //! prof/NNNNNNNN/histogram     0444  "0x<pc> <count>\n", one pair per read
 //! prof/NNNNNNNN/pctl          0222  reserved: every write is refused
 //! prof/NNNNNNNN/object        0444  the module's file as it was mapped (ELF bytes)
+//! stat/prof                   0444  the device's health (crate::stat), reset by `end`
 //! ```
 //!
 //! # Description
@@ -196,6 +197,7 @@ pub use ctl::{frequency_hz, session_config, Mode, DEFAULT_INTERVAL_MS};
 pub use modules::ModuleKey;
 
 use crate::engine::{Engine, Sink};
+use crate::health::Health;
 use crate::kit::{check_mode, lock, Session, Snapshot};
 use crate::pc_counts::PcCounts;
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
@@ -268,12 +270,14 @@ impl State {
         }
     }
 
-    fn count(&mut self, outcomes: &[Outcome]) {
+    /// Count `outcomes`; unresolved samples are told to `health`.
+    fn count(&mut self, outcomes: &[Outcome], health: &Health) {
         for o in outcomes {
             self.stats.samples += 1;
             let (module, pc, origin) = match o {
                 Outcome::Unresolved => {
                     self.stats.unresolved += 1;
+                    health.symbol_miss();
                     continue;
                 }
                 Outcome::NotWanted => continue,
@@ -301,6 +305,14 @@ impl State {
         }
     }
 
+    /// Bytes of the records' histograms and names.
+    fn memory_bytes(&self) -> u64 {
+        self.records
+            .iter()
+            .map(|r| r.counts.heap_bytes() + (r.name.len() + r.path.len()) as u64)
+            .sum()
+    }
+
     fn record(&self, id: u32) -> Option<&ModRecord> {
         self.records
             .binary_search_by_key(&id, |r| r.id)
@@ -320,7 +332,7 @@ pub struct Prof {
 /// Account `records` while a mode is on: resolve them to modules under the
 /// resolver's lock (reading files as needed), then count the outcomes under
 /// the device lock, briefly.
-fn feed(state: &Mutex<State>, resolver: &Mutex<Resolver>, records: &[Record]) {
+fn feed(state: &Mutex<State>, resolver: &Mutex<Resolver>, health: &Health, records: &[Record]) {
     let wanted = {
         let st = lock(state);
         if st.mode.is_none() {
@@ -332,16 +344,22 @@ fn feed(state: &Mutex<State>, resolver: &Mutex<Resolver>, records: &[Record]) {
     let outcomes = resolver.batch(records, &wanted);
     // Counted even if the mode went off meanwhile: the resolver has noted
     // the records these outcomes create.
-    lock(state).count(&outcomes);
+    let mut st = lock(state);
+    st.count(&outcomes, health);
+    health.set_memory(st.memory_bytes());
 }
 
 impl Prof {
     /// A device sampling through `engine`.
     pub fn new(engine: Engine) -> Self {
+        let session = Session::new(engine);
+        session
+            .health()
+            .set_rate_asked(frequency_hz(DEFAULT_INTERVAL_MS));
         Prof {
             state: Arc::new(Mutex::new(State::new())),
             resolver: Arc::new(Mutex::new(Resolver::new())),
-            session: Session::new(engine),
+            session,
         }
     }
 
@@ -349,7 +367,7 @@ impl Prof {
     /// engine's sink, used directly by tests. Counts only while a mode is
     /// on.
     pub fn feed(&self, records: &[Record]) {
-        feed(&self.state, &self.resolver, records);
+        feed(&self.state, &self.resolver, self.session.health(), records);
     }
 
     /// The running mode, if any.
@@ -389,7 +407,8 @@ impl Prof {
 
     fn start(&self, mode: Mode) -> Result<(), DevError> {
         let (state, resolver) = (self.state.clone(), self.resolver.clone());
-        let sink: Sink = Arc::new(move |batch: &[Record]| feed(&state, &resolver, batch));
+        let health = self.session.health().clone();
+        let sink: Sink = Arc::new(move |batch: &[Record]| feed(&state, &resolver, &health, batch));
         self.session.start(
             |_| {
                 let config = {
@@ -611,6 +630,10 @@ impl Dev for Prof {
             return read_object(object, chan.cred, offset, count);
         }
         Cursor::read(chan, count)
+    }
+
+    fn health(&self) -> Option<Arc<Health>> {
+        Some(self.session.health().clone())
     }
 
     fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {

@@ -1,0 +1,223 @@
+//! The health of a private run (`profdev sample`, `gmon`, `prof`): a live
+//! progress line on a terminal, the totals at the end, and the ring size
+//! (`--mmap-pages`).
+//!
+//! The numbers are a [`Health`], the same counters a mounted device shows
+//! in its `stat/` file (`profdev_dev::health`): whoever feeds the run
+//! counts into it, and [`Progress`] reads it from a thread of its own
+//! every quarter second, only when stderr is a terminal:
+//!
+//! ```text
+//! profdev gmon: 3.2s, 998 Hz, 3190 samples, 0 lost, 2 unwind failures
+//! ```
+//!
+//! [`Progress::finish`] clears that line and prints the totals, terminal
+//! or not, as one line on stderr:
+//!
+//! ```text
+//! profdev gmon: totals: 3204 samples, 998 Hz (asked 1000), 0 lost, 0 throttled, 3190 stacks unwound, 14 unwind failures (no_stack 0, truncated 14, unresolved 0)
+//! ```
+
+use profdev_dev::health::{Health, HealthSnapshot, UnwindFailure};
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the progress line is redrawn.
+const PERIOD: Duration = Duration::from_millis(250);
+
+/// Most data pages per CPU `--mmap-pages` takes (the engine's limit, 2^16).
+const MAX_PAGES: u32 = 1 << 16;
+
+/// The progress line of one run.
+pub struct Progress {
+    name: &'static str,
+    health: Arc<Health>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Show `health` as `NAME: …` on stderr while the run lasts, if stderr
+    /// is a terminal (nothing otherwise).
+    pub fn start(name: &'static str, health: Arc<Health>) -> Self {
+        Progress::start_on(name, health, std::io::stderr().is_terminal())
+    }
+
+    fn start_on(name: &'static str, health: Arc<Health>, terminal: bool) -> Self {
+        let (tx, rx) = mpsc::channel::<()>();
+        let thread = terminal.then(|| {
+            let health = health.clone();
+            let started = Instant::now();
+            std::thread::spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(PERIOD) {
+                    let line = live_line(name, started.elapsed(), &health.snapshot());
+                    eprint!("\r\x1b[K{line}");
+                }
+                eprint!("\r\x1b[K");
+            })
+        });
+        Progress {
+            name,
+            health,
+            stop: Some(tx),
+            thread,
+        }
+    }
+
+    /// Stop the line (cleared), print the totals line, and return them.
+    pub fn finish(mut self) -> HealthSnapshot {
+        self.stop_line();
+        let totals = self.health.snapshot();
+        eprintln!("{}", totals_line(self.name, &totals));
+        let _ = std::io::stderr().flush();
+        totals
+    }
+
+    fn stop_line(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Progress {
+    /// An early return (an error) still clears the line.
+    fn drop(&mut self) {
+        self.stop_line();
+    }
+}
+
+/// The live line.
+fn live_line(name: &str, elapsed: Duration, h: &HealthSnapshot) -> String {
+    let mut s = format!(
+        "{name}: {:.1}s, {} Hz, {} samples, {} lost",
+        elapsed.as_secs_f64(),
+        h.rate_achieved,
+        h.samples,
+        h.lost
+    );
+    if h.throttled > 0 {
+        let _ = write!(s, ", {} throttled", h.throttled);
+    }
+    if h.unwind_ok + h.unwind_failures() > 0 {
+        let _ = write!(s, ", {} unwind failures", h.unwind_failures());
+    }
+    s
+}
+
+/// The totals line: `NAME: totals: N samples, R Hz (asked A), L lost, T
+/// throttled`, and the unwinding when stacks were walked.
+pub fn totals_line(name: &str, h: &HealthSnapshot) -> String {
+    let mut s = format!(
+        "{name}: totals: {} samples, {} Hz (asked {}), {} lost, {} throttled",
+        h.samples, h.rate_achieved, h.rate_asked, h.lost, h.throttled
+    );
+    if h.unwind_ok + h.unwind_failures() > 0 {
+        let reasons: Vec<String> = UnwindFailure::ALL
+            .iter()
+            .zip(h.unwind_failed)
+            .map(|(why, n)| format!("{} {n}", why.key()))
+            .collect();
+        let _ = write!(
+            s,
+            ", {} stacks unwound, {} unwind failures ({})",
+            h.unwind_ok,
+            h.unwind_failures(),
+            reasons.join(", ")
+        );
+    }
+    s
+}
+
+/// `--mmap-pages N`: data pages per CPU for the ring buffers, a power of
+/// two as perf's `-m` takes; its log2, or the sentence saying what to give.
+pub fn parse_mmap_pages(s: &str) -> Result<u32, String> {
+    let n: u32 = s.trim().parse().map_err(|_| {
+        format!(
+            "--mmap-pages takes a number of pages, a power of two from 1 to {MAX_PAGES}, not {s:?}"
+        )
+    })?;
+    if n == 0 || !n.is_power_of_two() || n > MAX_PAGES {
+        return Err(format!(
+            "--mmap-pages {n}: the ring must be a power of two of pages, from 1 to {MAX_PAGES} \
+             (as perf's -m)"
+        ));
+    }
+    Ok(n.trailing_zeros())
+}
+
+/// The live engine with the ring `--mmap-pages` asked for (its log2), or
+/// the engine's own size.
+pub fn factory(mmap_pages_log2: Option<u32>) -> profdev_sample::PerfFactory {
+    let f = profdev_sample::PerfFactory::new();
+    match mmap_pages_log2 {
+        Some(n) => f.ring_pages_log2(n),
+        None => f,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_core::{Record, Sample, SessionConfig};
+
+    #[test]
+    fn mmap_pages_is_a_power_of_two() {
+        assert_eq!(parse_mmap_pages("1"), Ok(0));
+        assert_eq!(parse_mmap_pages("8"), Ok(3));
+        assert_eq!(parse_mmap_pages("65536"), Ok(16));
+        for bad in ["0", "3", "131072", "-1", "x", ""] {
+            let e = parse_mmap_pages(bad).unwrap_err();
+            assert!(e.contains("power of two"), "{bad}: {e}");
+        }
+        assert_eq!(factory(Some(0)).ring_pages(&SessionConfig::system(1000)), 1);
+        assert_eq!(
+            factory(Some(4)).ring_pages(&SessionConfig::system(1000)),
+            16
+        );
+    }
+
+    #[test]
+    fn lines_show_the_health() {
+        let h = Arc::new(Health::new());
+        h.started(&SessionConfig::system(500));
+        h.count(&[
+            Record::Sample(Sample::default()),
+            Record::Lost {
+                cpu: 0,
+                count: 4,
+                time: 0,
+            },
+        ]);
+        let s = h.snapshot();
+        let live = live_line("profdev sample", Duration::from_millis(1500), &s);
+        assert!(live.starts_with("profdev sample: 1.5s, "), "{live}");
+        assert!(live.ends_with(" Hz, 1 samples, 4 lost"), "{live}");
+        let t = totals_line("profdev sample", &s);
+        assert!(t.contains(": totals: 1 samples, "), "{t}");
+        assert!(t.contains("(asked 500), 4 lost, 0 throttled"), "{t}");
+        assert!(!t.contains("unwind"), "{t}");
+        h.set_unwind(7, [0, 2, 0]);
+        let s = h.snapshot();
+        assert!(live_line("x", Duration::ZERO, &s).ends_with(", 2 unwind failures"));
+        assert!(totals_line("x", &s).ends_with(
+            ", 7 stacks unwound, 2 unwind failures (no_stack 0, truncated 2, unresolved 0)"
+        ));
+    }
+
+    #[test]
+    fn no_line_off_a_terminal() {
+        let p = Progress::start_on("x", Arc::new(Health::new()), false);
+        assert!(p.thread.is_none());
+        assert_eq!(p.finish().samples, 0);
+        // On a terminal the thread runs and stops when asked.
+        let mut p = Progress::start_on("x", Arc::new(Health::new()), true);
+        assert!(p.thread.is_some());
+        p.stop_line();
+        assert!(p.thread.is_none());
+    }
+}
