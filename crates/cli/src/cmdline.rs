@@ -56,6 +56,27 @@ pub fn finish(name: &str, result: anyhow::Result<ExitCode>) -> ExitCode {
     })
 }
 
+/// The `--help` of a classic command, which parses its arguments itself
+/// to keep the classic messages: the classic usage line (`usage: …`, the
+/// command's overridden usage), its text, and its options, all from the
+/// command's description as a `clap::Command` — the same description its
+/// man page and its completions are generated from, so none can drift.
+pub fn classic_help(cmd: clap::Command) -> String {
+    cmd.help_template("usage: {usage}\n\n{about-with-newline}\n{all-args}{after-help}")
+        .render_long_help()
+        .to_string()
+}
+
+/// The short options of `cmd` that take a value (`-f DEVICE`), for a
+/// classic command's getopt: the parser accepts exactly what the help and
+/// the page list.
+pub fn value_shorts(cmd: &clap::Command) -> Vec<char> {
+    cmd.get_arguments()
+        .filter(|a| !a.is_positional() && a.get_action().takes_values())
+        .filter_map(|a| a.get_short())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

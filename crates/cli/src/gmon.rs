@@ -91,7 +91,7 @@ enum FormatArg {
         CMD's own executable is written.\n\n{}",
         crate::child::SIGNALS_HELP)
 )]
-struct Args {
+pub(crate) struct Args {
     /// Samples per second (software cpu-clock, user mode), at most 10000.
     #[arg(short = 'F', value_name = "HZ", default_value_t = 1000)]
     frequency: u32,

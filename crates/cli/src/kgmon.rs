@@ -55,7 +55,7 @@ pub const DEFAULT_MOUNT: &str = crate::mount::DEFAULT_DIR;
          starts a server with `profdev mount -b` if none is mounted.\n\n\
          Note: {}", crate::gmon::CALLED_NOTE)
 )]
-struct Args {
+pub(crate) struct Args {
     /// Resume (begin) profiling.
     #[arg(short = 'b')]
     begin: bool,

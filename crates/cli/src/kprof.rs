@@ -14,11 +14,34 @@ use std::process::ExitCode;
 
 const USAGE: &str = "kprof: usage: kprof text data";
 
+/// The command line as data: `--help`, the man page and the completions
+/// come from it.
+pub fn command() -> clap::Command {
+    use clap::{Arg, ValueHint};
+    clap::Command::new("kprof")
+        .override_usage("kprof text data")
+        .about(
+            "Format a kpdata histogram (Inferno 4e layout) against the kernel symbols in \
+             text (/proc/kallsyms, a System.map or a vmlinux): total, in-text and outside \
+             ticks, then milliseconds and percentage of in-text ticks per function.",
+        )
+        .arg(
+            Arg::new("text")
+                .required(true)
+                .value_hint(ValueHint::FilePath)
+                .help("/proc/kallsyms, a System.map or a vmlinux"),
+        )
+        .arg(
+            Arg::new("data")
+                .required(true)
+                .value_hint(ValueHint::FilePath)
+                .help("A copy of the kprof device's kpdata"),
+        )
+}
+
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}\n\nFormat a kpdata histogram (Inferno 4e layout) against the kernel symbols in");
-        println!("text (/proc/kallsyms, a System.map or a vmlinux): total, in-text and outside");
-        println!("ticks, then milliseconds and percentage of in-text ticks per function.");
+        print!("{}", crate::cmdline::classic_help(command()));
         return ExitCode::SUCCESS;
     }
     let [text, data] = args.as_slice() else {

@@ -13,10 +13,13 @@
 
 mod child;
 mod cmdline;
+mod completions;
 mod gmon;
 mod kgmon;
 mod kprof;
 mod malloc;
+mod man;
+mod mdroff;
 mod mount;
 mod output;
 mod prfdc;
@@ -40,6 +43,16 @@ struct Command {
     name: &'static str,
     about: &'static str,
     run: fn(Vec<OsString>) -> ExitCode,
+    /// Its command line as data (options, operands, usage): `--help`, the
+    /// man page's SYNOPSIS and OPTIONS and the completions all come from
+    /// it (see `man`, `completions`).
+    cli: fn() -> clap::Command,
+    /// Its module's source: the `//!` doc is the man page's DESCRIPTION and
+    /// the sections after it.
+    doc: &'static str,
+    /// Named after a classic tool (kprof, prfpr...): also run, and
+    /// completed, through a link of that name (`ln -s profdev kprof`).
+    classic: bool,
 }
 
 /// The command table: adding a subcommand is one line here.
@@ -48,66 +61,121 @@ const COMMANDS: &[Command] = &[
         name: "sample",
         about: "run a command with kernel profiling on; write kpdata and print the kprof table",
         run: sample::main,
+        cli: <sample::Args as clap::CommandFactory>::command,
+        doc: include_str!("sample.rs"),
+        classic: false,
     },
     Command {
         name: "kgmon",
         about: "control kernel call-graph profiling; dump gmon.out for gprof (NetBSD kgmon)",
         run: kgmon::main,
+        cli: <kgmon::Args as clap::CommandFactory>::command,
+        doc: include_str!("kgmon.rs"),
+        classic: true,
     },
     Command {
         name: "gmon",
         about: "run a command and write a gmon.out for gprof, without -pg",
         run: gmon::main,
+        cli: <gmon::Args as clap::CommandFactory>::command,
+        doc: include_str!("gmon.rs"),
+        classic: false,
     },
     Command {
         name: "prof",
         about: "profile a command's modules by function and source line (Inferno prof)",
         run: prof::main,
+        cli: prof::command,
+        doc: include_str!("prof.rs"),
+        classic: true,
     },
     Command {
         name: "kprof",
         about: "format a kpdata histogram against kernel symbols (Inferno kprof)",
         run: kprof::main,
+        cli: kprof::command,
+        doc: include_str!("kprof.rs"),
+        classic: true,
     },
     Command {
         name: "mount",
         about: "serve the devices as files on DIR (default /run/profdev)",
         run: mount::main,
+        cli: <mount::Args as clap::CommandFactory>::command,
+        doc: include_str!("mount.rs"),
+        classic: false,
     },
     Command {
         name: "stat",
         about: "print every device's health from DIR/stat (default /run/profdev)",
         run: stat::main,
+        cli: <stat::Args as clap::CommandFactory>::command,
+        doc: include_str!("stat.rs"),
+        classic: false,
     },
     Command {
         name: "unmount",
         about: "unmount the device server at DIR (default /run/profdev)",
         run: unmount::main,
+        cli: <unmount::Args as clap::CommandFactory>::command,
+        doc: include_str!("unmount.rs"),
+        classic: false,
     },
     Command {
         name: "prfld",
         about: "load the prf profiler with the kernel's text addresses (profiler(1M))",
         run: prfld::main,
+        cli: prfld::command,
+        doc: include_str!("prfld.rs"),
+        classic: true,
     },
     Command {
         name: "prfstat",
         about: "switch the prf profiler on or off and report its state",
         run: prfstat::main,
+        cli: prfstat::command,
+        doc: include_str!("prfstat.rs"),
+        classic: true,
     },
     Command {
         name: "prfdc",
         about: "collect prf counters into a log every period, in the background",
         run: prfdc::main,
+        cli: prfdc::command,
+        doc: include_str!("prfdc.rs"),
+        classic: true,
     },
     Command {
         name: "prfsnap",
         about: "append a snapshot of the prf counters to a log",
         run: prfsnap::main,
+        cli: prfsnap::command,
+        doc: include_str!("prfsnap.rs"),
+        classic: true,
     },
     Command {
         name: "prfpr",
         about: "print a prf log: each kernel function's share of the ticks",
         run: prfpr::main,
+        cli: prfpr::command,
+        doc: include_str!("prfpr.rs"),
+        classic: true,
+    },
+    Command {
+        name: "man",
+        about: "write the man pages (sections 1, 3, 4, 5) under DIR/man1 ... DIR/man5",
+        run: man::main,
+        cli: <man::Args as clap::CommandFactory>::command,
+        doc: include_str!("man.rs"),
+        classic: false,
+    },
+    Command {
+        name: "completions",
+        about: "print shell completions (bash, zsh, fish) for profdev and the classic names",
+        run: completions::main,
+        cli: <completions::Args as clap::CommandFactory>::command,
+        doc: include_str!("completions.rs"),
+        classic: false,
     },
 ];
 

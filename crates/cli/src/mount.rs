@@ -86,7 +86,7 @@ const GRACE: Duration = Duration::from_secs(1);
 /// Serve the profiling devices as files on DIR.
 #[derive(Parser, Debug)]
 #[command(name = "profdev mount", version)]
-struct Args {
+pub(crate) struct Args {
     /// Return once the mount is ready and serve in the background (log in
     /// DIR.log).
     #[arg(short = 'b')]

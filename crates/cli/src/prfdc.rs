@@ -73,19 +73,50 @@ impl Plan {
     }
 }
 
+/// The command line as data: `--help`, the man page and the completions
+/// come from it, and the parser takes its options.
+pub fn command() -> clap::Command {
+    use clap::Arg;
+    clap::Command::new("prfdc")
+        .override_usage(
+            "prfdc [-f device_name] [-u seconds] [-n count] logfile [period [off_hour]]",
+        )
+        .about(
+            "Switch the prf profiler on and, in the background, append its counters to \
+             logfile now and every period minutes (default 10; -u: seconds per period \
+             unit) until a record is taken in hour off_hour, count records are written, \
+             or the collector, whose pid it prints, is killed. (SVR4's default off_hour, \
+             17, is not kept: without off_hour the collector runs until stopped.)",
+        )
+        .arg(prfdev::device_arg())
+        .arg(
+            Arg::new("unit")
+                .short('u')
+                .value_name("seconds")
+                .help("Seconds per period unit (default 60: the period counts minutes)"),
+        )
+        .arg(
+            Arg::new("count")
+                .short('n')
+                .value_name("count")
+                .help("Stop the collector after this many records"),
+        )
+        .arg(
+            Arg::new("logfile")
+                .required(true)
+                .value_hint(clap::ValueHint::FilePath)
+                .help("The prf log to create (an existing file is refused)"),
+        )
+        .arg(Arg::new("period").help("Units between records (default 10)"))
+        .arg(Arg::new("off_hour").help("The hour of day whose record is the last"))
+}
+
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!(
-            "usage: prfdc [-f device_name] [-u seconds] [-n count] logfile [period [off_hour]]\n"
-        );
-        println!("Switch the prf profiler on and, in the background, append its counters to");
-        println!("logfile now and every period minutes (default 10; -u: seconds per period");
-        println!("unit) until a record is taken in hour off_hour, count records are written,");
-        println!("or the collector, whose pid it prints, is killed. (SVR4's default off_hour,");
-        println!("17, is not kept: without off_hour the collector runs until stopped.)");
+        print!("{}", crate::cmdline::classic_help(command()));
         return ExitCode::SUCCESS;
     }
-    let Ok(opts) = prfdev::getopt(args, &['f', 'u', 'n']) else {
+    let Ok(opts) = prfdev::getopt(args, &crate::cmdline::value_shorts(&command())) else {
         return error(USAGE);
     };
     let (log, rate, off_hour) = match opts.operands.as_slice() {

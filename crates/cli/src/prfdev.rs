@@ -97,6 +97,19 @@ pub fn device_path(cmd: &str, opt: Option<&str>) -> PathBuf {
     }
 }
 
+/// The `-f DEVICE` option every prf command takes, as its help, page and
+/// completions describe it.
+pub fn device_arg() -> clap::Arg {
+    clap::Arg::new("device")
+        .short('f')
+        .value_name("device_name")
+        .value_hint(clap::ValueHint::FilePath)
+        .help(
+            "The prf device: a path, or a file name in the mount directory \
+             ($PROFDEV_MOUNT, default /run/profdev) such as prf1; prf there by default",
+        )
+}
+
 /// The mount directory the commands use by default.
 pub fn mount_dir() -> PathBuf {
     std::env::var_os("PROFDEV_MOUNT")

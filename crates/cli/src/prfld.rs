@@ -82,17 +82,29 @@ fn load_error(errno: Option<i32>, maxprf: usize) -> (&'static str, String) {
     }
 }
 
+/// The command line as data: `--help`, the man page and the completions
+/// come from it, and the parser takes its options.
+pub fn command() -> clap::Command {
+    clap::Command::new("prfld")
+        .override_usage(USAGE.trim_start_matches("usage: "))
+        .about(
+            "Load the prf device with the sorted start addresses of the kernel's code \
+             symbols, after a 0.",
+        )
+        .arg(prfdev::device_arg())
+        .arg(
+            clap::Arg::new("namelist")
+                .value_hint(clap::ValueHint::FilePath)
+                .help("/proc/kallsyms (the default), or a System.map or vmlinux"),
+        )
+}
+
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!(
-            "{USAGE}\n\nLoad the prf device with the sorted start addresses of the kernel's code"
-        );
-        println!(
-            "symbols, after a 0 (namelist: /proc/kallsyms by default, or a System.map or vmlinux)."
-        );
+        print!("{}", crate::cmdline::classic_help(command()));
         return ExitCode::SUCCESS;
     }
-    let Ok(opts) = prfdev::getopt(args, &['f']) else {
+    let Ok(opts) = prfdev::getopt(args, &crate::cmdline::value_shorts(&command())) else {
         return error(USAGE);
     };
     let namelist = match opts.operands.as_slice() {

@@ -79,11 +79,33 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(got)
 }
 
+/// The command line as data: `--help`, the man page and the completions
+/// come from it.
+pub fn command() -> clap::Command {
+    use clap::{Arg, ValueHint};
+    clap::Command::new("prfpr")
+        .override_usage("prfpr file [cutoff [namelist]]")
+        .about(
+            "Print a prf log: per interval, each kernel function's share of the ticks above \
+             cutoff percent (default 1), named from namelist (default /proc/kallsyms).",
+        )
+        .arg(
+            Arg::new("file")
+                .required(true)
+                .value_hint(ValueHint::FilePath)
+                .help("A log written by prfsnap or prfdc"),
+        )
+        .arg(Arg::new("cutoff").help("Percent of the ticks below which a function is not shown (default 1)"))
+        .arg(
+            Arg::new("namelist")
+                .value_hint(ValueHint::FilePath)
+                .help("/proc/kallsyms (the default), or a System.map or vmlinux of the boot that wrote the log"),
+        )
+}
+
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: prfpr file [cutoff [namelist]]\n");
-        println!("Print a prf log: per interval, each kernel function's share of the ticks above");
-        println!("cutoff percent (default 1), named from namelist (default /proc/kallsyms).");
+        print!("{}", crate::cmdline::classic_help(command()));
         return ExitCode::SUCCESS;
     }
     let args: Vec<String> = args

@@ -32,12 +32,27 @@ fn error(msg: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// The command line as data: `--help`, the man page and the completions
+/// come from it, and the parser takes its options.
+pub fn command() -> clap::Command {
+    clap::Command::new("prfsnap")
+        .override_usage("prfsnap [-f device_name] logfile")
+        .about("Switch the prf profiler on and append a snapshot of its counters to logfile.")
+        .arg(prfdev::device_arg())
+        .arg(
+            clap::Arg::new("logfile")
+                .required(true)
+                .value_hint(clap::ValueHint::FilePath)
+                .help("The prf log (created 0600 if missing)"),
+        )
+}
+
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: prfsnap [-f device_name] logfile\n\nSwitch the prf profiler on and append a snapshot of its counters to logfile.");
+        print!("{}", crate::cmdline::classic_help(command()));
         return ExitCode::SUCCESS;
     }
-    let Ok(opts) = prfdev::getopt(args, &['f']) else {
+    let Ok(opts) = prfdev::getopt(args, &crate::cmdline::value_shorts(&command())) else {
         return error("usage: prfsnap  logfile");
     };
     let [log] = opts.operands.as_slice() else {

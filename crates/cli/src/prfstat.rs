@@ -22,12 +22,26 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// The command line as data: `--help`, the man page and the completions
+/// come from it, and the parser takes its options.
+pub fn command() -> clap::Command {
+    clap::Command::new("prfstat")
+        .override_usage("prfstat [-f device_name] [on|off]")
+        .about("Switch the prf profiler on or off and report its state.")
+        .arg(prfdev::device_arg())
+        .arg(
+            clap::Arg::new("state")
+                .value_parser(["on", "off"])
+                .help("on or off; without it, only the state is reported"),
+        )
+}
+
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: prfstat [-f device_name] [on|off]\n\nSwitch the prf profiler on or off and report its state.");
+        print!("{}", crate::cmdline::classic_help(command()));
         return ExitCode::SUCCESS;
     }
-    let Ok(opts) = prfdev::getopt(args, &['f']) else {
+    let Ok(opts) = prfdev::getopt(args, &crate::cmdline::value_shorts(&command())) else {
         return fail(USAGE);
     };
     let path = prfdev::device_path("prfstat", opts.get('f'));

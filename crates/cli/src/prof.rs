@@ -236,18 +236,67 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     Ok(a)
 }
 
+/// The command line as data: `--help`, the man page and the completions
+/// come from it (`parse_args` keeps Inferno's parsing and messages; a unit
+/// test holds the two to the same options).
+pub fn command() -> clap::Command {
+    use clap::{Arg, ArgAction, ValueHint};
+    let flag = |c: char, help: &'static str| {
+        Arg::new(c.to_string())
+            .short(c)
+            .action(ArgAction::SetTrue)
+            .help(help)
+    };
+    clap::Command::new("prof")
+        .override_usage(USAGE.trim_start_matches("usage: "))
+        .about(
+            "Profile CMD's modules (or the -m ones) by sampling, then show the time per \
+             source line (-l, the default) and per function (-f). Without CMD, show what \
+             the mounted prof device holds.",
+        )
+        .arg(flag('b', "Start the mounted device and leave it on"))
+        .arg(flag('f', "Show the time per function"))
+        .arg(flag('l', "Show the time per source line (the default)"))
+        .arg(flag('n', "Prefix rows with the source file"))
+        .arg(flag('v', "Show rows with no samples"))
+        .arg(flag('e', "Profile CMD's own executable only"))
+        .arg(flag(
+            'i',
+            "Charge inlined code to the inlined function and its own lines",
+        ))
+        .arg(
+            Arg::new("m")
+                .short('m')
+                .value_name("modname")
+                .action(ArgAction::Append)
+                .help("Profile this module (a basename such as libc.so.6, or a path); repeatable"),
+        )
+        .arg(
+            Arg::new("s")
+                .short('s')
+                .value_name("ms")
+                .help("The sampling interval in ms (default 1, also with -b)"),
+        )
+        .arg(
+            Arg::new("mmap-pages")
+                .long("mmap-pages")
+                .value_name("N")
+                .help("The ring buffer's data pages per CPU for a command's run (a power of two)"),
+        )
+        .arg(
+            Arg::new("cmd")
+                .num_args(1..)
+                .trailing_var_arg(true)
+                .value_name("cmd")
+                .value_hint(ValueHint::CommandWithArguments)
+                .help("The command to profile, and its arguments"),
+        )
+        .after_help(crate::child::SIGNALS_HELP)
+}
+
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!(
-            "{USAGE}\n\nProfile CMD's modules (or the -m ones) by sampling, then show the time per"
-        );
-        println!("source line (-l, the default) and per function (-f). Without CMD, show what");
-        println!("the mounted prof device holds. -n prefixes rows with the source file, -v shows");
-        println!("rows with no samples, -s sets the interval in ms (default 1, also with -b),");
-        println!("-e profiles CMD's own executable only, -i charges inlined code to the inlined");
-        println!("function and its own lines, -b starts the mounted device and leaves it on.");
-        println!("--mmap-pages N sets the ring buffer's data pages per CPU (a power of two).");
-        println!("\n{}", crate::child::SIGNALS_HELP);
+        print!("{}", crate::cmdline::classic_help(command()));
         return ExitCode::SUCCESS;
     }
     let args = match parse_args(args) {
@@ -780,6 +829,40 @@ mod tests {
         assert_eq!(parse(&["-q"]).unwrap_err(), "unknown option -q");
         assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
         assert!(parse(&[]).unwrap().command.is_empty());
+    }
+
+    /// The parser and the description its help, page and completions come
+    /// from take the same options: each documented one parses, every other
+    /// letter is refused.
+    #[test]
+    fn the_parser_takes_exactly_the_documented_options() {
+        let cmd = command();
+        let documented: Vec<(char, bool)> = cmd
+            .get_arguments()
+            .filter(|a| a.get_id() != "help")
+            .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
+            .collect();
+        for &(c, value) in &documented {
+            let mut args = vec![format!("-{c}")];
+            if value {
+                args.push("5".into());
+            }
+            args.push("./cmd".into());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            assert!(
+                parse(&args).is_ok(),
+                "prof --help lists -{c}, the parser refuses it"
+            );
+        }
+        for c in ('a'..='z').chain('A'..='Z') {
+            if c != 'h' && !documented.iter().any(|&(d, _)| d == c) {
+                assert_eq!(
+                    parse(&[&format!("-{c}"), "./cmd"]).unwrap_err(),
+                    format!("unknown option -{c}"),
+                    "the parser takes -{c}, prof --help does not list it"
+                );
+            }
+        }
     }
 
     /// The reader the command uses, on a device fed with TV-P2's counts:

@@ -66,7 +66,7 @@ use std::time::{Duration, Instant};
 /// text went.
 #[derive(Parser, Debug)]
 #[command(name = "profdev sample", version, after_help = crate::child::SIGNALS_HELP)]
-struct Args {
+pub(crate) struct Args {
     /// Samples per second per CPU (software cpu-clock), at most 10000.
     #[arg(short = 'F', value_name = "HZ", default_value_t = 1000)]
     frequency: u32,

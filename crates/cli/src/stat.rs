@@ -22,7 +22,7 @@ use std::process::ExitCode;
 /// misses, sessions, memory and time sampled.
 #[derive(Parser, Debug)]
 #[command(name = "profdev stat", version)]
-struct Args {
+pub(crate) struct Args {
     /// One JSON object keyed by device instead of a table.
     #[arg(long)]
     json: bool,

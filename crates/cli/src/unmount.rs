@@ -17,7 +17,7 @@ use std::process::ExitCode;
 /// Unmount the profdev device server at DIR.
 #[derive(Parser, Debug)]
 #[command(name = "profdev unmount", version)]
-struct Args {
+pub(crate) struct Args {
     /// The mount point.
     #[arg(value_name = "DIR", default_value = DEFAULT_DIR)]
     dir: PathBuf,
