@@ -468,6 +468,15 @@ impl SampleSource for Tap {
         r
     }
 
+    fn flush(&mut self, out: &mut Vec<Record>) {
+        let start = out.len();
+        self.inner.flush(out);
+        self.collector
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(&out[start..]);
+    }
+
     fn stats(&self) -> SourceStats {
         self.inner.stats()
     }

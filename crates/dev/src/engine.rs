@@ -82,6 +82,10 @@ impl Subscription {
                         let last = stop.load(Ordering::Acquire);
                         let timeout = if last { Duration::ZERO } else { READ_TIMEOUT };
                         let result = source.read(&mut batch, timeout);
+                        if last && result.is_ok() {
+                            // What the source held back for ordering.
+                            source.flush(&mut batch);
+                        }
                         if !batch.is_empty() {
                             sink(&batch);
                             batch.clear();

@@ -134,6 +134,7 @@
 pub mod bpf;
 pub mod decode;
 pub mod job;
+pub mod merge;
 pub mod procfs;
 pub mod ring;
 mod source;

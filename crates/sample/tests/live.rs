@@ -85,7 +85,10 @@ fn system_wide_session_sees_dd_in_kernel_text() {
         }
         assert!(Instant::now() < deadline, "dd did not finish");
     }
-    // The exit is recorded before wait() returns; one more read drains it.
+    // The exit is recorded before wait() returns: the next read drains it,
+    // and the per-CPU merge releases it by the read after that (a record
+    // waits at most one more read for the watermark).
+    read_batch(&mut *src, &mut recs).expect("read");
     read_batch(&mut *src, &mut recs).expect("read");
     let stats = src.stats();
     drop(src);
