@@ -9,9 +9,10 @@
 //! - `unwind/gmon`: gmon-style attribution with user-stack unwinding:
 //!   the task table and [`UserUnwinder`] observe every record, each user
 //!   sample is unwound from its stack copy, its frames mapped to file
-//!   addresses, the innermost counted in a 2-byte-cell histogram of the
-//!   executable and each caller/callee pair counted as an arc (what
-//!   `profdev gmon`'s builder does per sample, without its symbol lookups).
+//!   addresses, the innermost counted in the histogram of the executable
+//!   and each caller/callee pair counted as an arc by the shared builder
+//!   (`profdev_formats::gmon::build`, what `profdev gmon` does per sample,
+//!   without its symbol lookups).
 //!
 //! The stream and its recipe are in `synth.rs`; run with
 //! `cargo bench -p profdev-dev --bench hot_path`. Figures and targets are
@@ -26,10 +27,10 @@ use profdev_dev::kprof::{Kprof, KprofConfig};
 use profdev_dev::prof::Prof;
 use profdev_dev::tree::{self, OpenMode, Qid};
 use profdev_dev::Dev;
+use profdev_formats::gmon::build::{ArcCounts, ArcSink, CallGraph};
 use profdev_sample::decode::decode_record;
 use profdev_symbolize::tasks::Tasks;
 use profdev_symbolize::unwind::UserUnwinder;
-use std::collections::HashMap;
 use std::sync::Arc;
 use synth::Stream;
 
@@ -119,11 +120,11 @@ fn attribute(c: &mut Criterion, stream: &mut Stream) {
 struct Gmon {
     tasks: Tasks,
     unwinder: UserUnwinder,
-    /// The executable's text as file offsets, and its 2-byte cells.
+    /// The executable, its text as file offsets.
     exe_path: String,
-    text: (u64, u64),
-    bins: Vec<u16>,
-    arcs: HashMap<(u64, u64), u64>,
+    graph: CallGraph<ArcCounts>,
+    /// The sample at hand's frames, reused.
+    scratch: Vec<Option<u64>>,
     frames: u64,
     samples: u64,
 }
@@ -144,19 +145,12 @@ impl Gmon {
             let m = self.tasks.lookup(s.pid, va)?;
             (m.path == self.exe_path).then(|| m.file_offset(ProcessVa(va.0)))
         };
-        let frames: Vec<Option<u64>> = (0..stack.frames.len()).map(file_addr).collect();
-        if let Some(Some(pc)) = frames.first() {
-            let (low, high) = self.text;
-            if *pc >= low && *pc < high {
-                let cell = &mut self.bins[((pc - low) / 2) as usize];
-                *cell = cell.saturating_add(1);
-            }
-        }
-        for pair in frames.windows(2) {
-            if let (Some(callee), Some(site)) = (pair[0], pair[1]) {
-                *self.arcs.entry((site, callee)).or_default() += 1;
-            }
-        }
+        let mut frames = std::mem::take(&mut self.scratch);
+        frames.clear();
+        frames.extend((0..stack.frames.len()).map(file_addr));
+        // No symbol lookup: the callee's address stands for its entry.
+        let _ = self.graph.sample(frames.iter().copied(), Some);
+        self.scratch = frames;
     }
 }
 
@@ -166,9 +160,8 @@ fn unwind(c: &mut Criterion, stream: &mut Stream) {
         tasks: Tasks::new(),
         unwinder: UserUnwinder::new(),
         exe_path: exe.path.clone(),
-        text: (exe.pgoff, exe.pgoff + exe.len),
-        bins: vec![0; (exe.len / 2) as usize + 1],
-        arcs: HashMap::new(),
+        graph: CallGraph::new(exe.pgoff, exe.pgoff + exe.len, ArcCounts::default()),
+        scratch: Vec::new(),
         frames: 0,
         samples: 0,
     };
@@ -210,7 +203,7 @@ fn unwind(c: &mut Criterion, stream: &mut Stream) {
         "hot_path: {} user samples unwound, {:.1} frames each, {} arcs; {}",
         gmon.samples,
         gmon.frames as f64 / gmon.samples.max(1) as f64,
-        gmon.arcs.len(),
+        gmon.graph.arcs().len(),
         gmon.unwinder.stats()
     );
 }
