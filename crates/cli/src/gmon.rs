@@ -465,10 +465,10 @@ impl Builder {
         let stack = self.unwinder.unwind(s);
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
-        frames.extend(
-            (0..stack.frames.len())
-                .map(|i| self.file_addr(s.pid, stack.lookup_address(i).0).map(|a| a.0)),
-        );
+        frames.extend((0..stack.frames.len()).map(|i| {
+            self.file_addr(s.pid, stack.lookup_address(i).0)
+                .map(|a| a.0)
+        }));
         let (elf, refused) = (&self.exe.elf, &mut self.refused);
         // Arcs only into functions gprof can name: a PLT stub jumps into a
         // shared library (the call leaves the executable), and gprof,

@@ -283,7 +283,11 @@ impl Profile {
     }
 
     fn counters(&self) -> Counters {
-        let g = self.graph.as_ref().map(CallGraph::counts).unwrap_or_default();
+        let g = self
+            .graph
+            .as_ref()
+            .map(CallGraph::counts)
+            .unwrap_or_default();
         Counters {
             ticks: g.ticks,
             outside: g.outside,

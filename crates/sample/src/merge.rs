@@ -279,7 +279,10 @@ mod tests {
         // Watermark 50: queue 1's 45 goes; queue 0's head is 50, then 40
         // (below the mark, behind its head) follows it.
         m.end_drain(&mut out);
-        assert_eq!(out, vec![sample(1, 45, 3), sample(0, 50, 1), sample(0, 40, 2)]);
+        assert_eq!(
+            out,
+            vec![sample(1, 45, 3), sample(0, 50, 1), sample(0, 40, 2)]
+        );
         assert_eq!(m.held(), 1);
         assert_eq!(m.flush(&mut out), 1);
         assert_eq!(out.last(), Some(&sample(1, 60, 4)));

@@ -306,12 +306,7 @@ mod tests {
     fn arcs_from_adjacent_known_frames() {
         let mut g = CallGraph::new(LO, LO + 0x400, ArcCounts::default());
         // f2 <- f1 <- (unknown) <- f0: the unknown frame breaks two arcs.
-        let stack = [
-            Some(LO + 0x210),
-            Some(LO + 0x114),
-            None,
-            Some(LO + 0x020),
-        ];
+        let stack = [Some(LO + 0x210), Some(LO + 0x114), None, Some(LO + 0x020)];
         g.sample(stack, entry).unwrap();
         g.sample(stack, entry).unwrap();
         // An unknown innermost frame: no tick, arcs above it still count.
@@ -361,10 +356,13 @@ mod tests {
         // A tiny table: tolimit 3 holds two arcs.
         let table = ArcTable::with_limit(LO, 0x400, 3);
         let mut g = CallGraph::new(LO, LO + 0x400, table);
-        g.sample([Some(LO + 0x200), Some(LO + 0x10)], entry).unwrap();
-        g.sample([Some(LO + 0x200), Some(LO + 0x500)], entry).unwrap();
+        g.sample([Some(LO + 0x200), Some(LO + 0x10)], entry)
+            .unwrap();
+        g.sample([Some(LO + 0x200), Some(LO + 0x500)], entry)
+            .unwrap();
         assert_eq!(g.counts().arcs_outside, 1);
-        g.sample([Some(LO + 0x200), Some(LO + 0x20)], entry).unwrap();
+        g.sample([Some(LO + 0x200), Some(LO + 0x20)], entry)
+            .unwrap();
         // The third distinct arc overflows; the arc above it is not tried.
         let third = [Some(LO + 0x200), Some(LO + 0x30), Some(LO + 0x40)];
         assert_eq!(g.sample(third, entry), Err(Overflow));
