@@ -16,6 +16,9 @@
 //! * [`kit`] is what every sampling device shares, written once: the
 //!   session, the sink, the open-mode rule, snapshots, error mapping.
 //! * [`devtab`] is the device table: adding a device is one line there.
+//! * [`outside`] attributes the ticks outside kernel text (per process,
+//!   user function, kernel-module symbol) for `profdev sample`; `report`
+//!   renders them.
 //!
 //! No FUSE type appears here: the file server (`profdev-fuse`) serves any
 //! table of devices, and tests drive devices directly.
@@ -31,6 +34,7 @@ pub mod engine;
 pub mod kgmon;
 pub mod kit;
 pub mod kprof;
+pub mod outside;
 mod pc_counts;
 pub mod prf;
 pub mod prof;
