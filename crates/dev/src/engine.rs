@@ -3,8 +3,9 @@
 //! A device that is switched on asks the engine for a [`Subscription`]: a
 //! session of the given [`SessionConfig`], read on a thread of its own, whose
 //! records are handed in batches to the device's sink. Dropping the
-//! subscription stops the session after one last drain, so every sample
-//! taken before `stop` is counted.
+//! subscription stops the session after one last drain and a
+//! [`SampleSource::flush`] (which releases what a live source held back
+//! for time ordering), so every sample taken before `stop` is counted.
 //!
 //! Where records come from is the [`SourceFactory`]'s business: the live
 //! perf_event engine, or [`ReplayFactory`] in tests.
