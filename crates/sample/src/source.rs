@@ -105,6 +105,8 @@ struct Event {
     ring: MappedRing,
     fd: OwnedFd,
     hung_up: bool,
+    /// The ring's head as read at the start of the drain under way.
+    head: u64,
 }
 
 /// A running perf_event session: software cpu-clock sampling on every
@@ -175,6 +177,7 @@ impl PerfSource {
                 ring,
                 fd,
                 hung_up: false,
+                head: 0,
             });
         }
         if start == Start::Now {
@@ -239,12 +242,14 @@ impl PerfSource {
     /// first, so the drain is a snapshot of one instant across CPUs (what
     /// the merge's watermark relies on).
     fn drain(&mut self) {
-        let heads: Vec<u64> = self.events.iter().map(|e| e.ring.head()).collect();
+        for ev in &mut self.events {
+            ev.head = ev.ring.head();
+        }
         let layout = self.layout;
         let merge = &mut self.merge;
         let malformed = &mut self.malformed;
-        for (i, (ev, head)) in self.events.iter_mut().zip(heads).enumerate() {
-            let cpu = ev.cpu;
+        for (i, ev) in self.events.iter_mut().enumerate() {
+            let (cpu, head) = (ev.cpu, ev.head);
             let queue = 1 + i;
             let mut bad = 0u64;
             let mut last_time = 0u64;
