@@ -241,6 +241,42 @@ mod tests {
         assert_eq!(stats.lost, 3);
     }
 
+    /// A source that, like the live one, holds its records back until it
+    /// is flushed.
+    struct Holding {
+        held: Vec<Record>,
+    }
+
+    impl SampleSource for Holding {
+        fn read(&mut self, _out: &mut Vec<Record>, _t: Duration) -> Result<(), SourceError> {
+            Ok(())
+        }
+        fn flush(&mut self, out: &mut Vec<Record>) {
+            out.append(&mut self.held);
+        }
+        fn stats(&self) -> SourceStats {
+            SourceStats::default()
+        }
+    }
+
+    #[test]
+    fn stopping_flushes_what_the_source_held_back() {
+        let held = vec![Record::Lost {
+            cpu: 1,
+            count: 2,
+            time: 9,
+        }];
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = got.clone();
+        let sub = Subscription::run(
+            Box::new(Holding { held: held.clone() }),
+            Arc::new(move |b: &[Record]| g.lock().unwrap().extend_from_slice(b)),
+        );
+        assert!(got.lock().unwrap().is_empty());
+        sub.stop();
+        assert_eq!(*got.lock().unwrap(), held);
+    }
+
     #[test]
     fn frequency_limit_is_a_sentence() {
         let engine = Engine::new(Arc::new(ReplayFactory::new(vec![])));
