@@ -90,10 +90,12 @@
 //! **Ordering guarantee.** Across reads, records come in nondecreasing
 //! time order (an EXIT is delivered after every earlier sample of any
 //! CPU), by perf's finished-round rule: a read releases the records at or
-//! below the highest time seen by the reads before it, which holds as long
-//! as the kernel writes a record within one read interval of taking its
-//! time (see [`merge`]). The price is latency: a record is delivered by
-//! the read that drains it or by the next one. Synthesized records (time
+//! below the highest time seen by the reads before it and at least 10 ms
+//! before the read began, which holds as long as the kernel writes a
+//! record within one read interval or 10 ms of taking its time, whichever
+//! is longer (see [`merge`]). The price is latency: a record is delivered
+//! by the read that drains it or by the next one, and not before it is
+//! 10 ms old. Synthesized records (time
 //! 0) come first, in the first read. [`SampleSource::flush`] (the engine
 //! calls it when a session stops) drains and releases everything held.
 //! The counts of [`SampleSource::stats`] are of records delivered.

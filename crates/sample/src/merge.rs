@@ -16,7 +16,8 @@
 //!   is released, by a k-way merge of the queue heads (a binary heap over
 //!   at most one head per queue: O(n log k), no global sort);
 //! * the watermark is the highest time seen in the drains *before* this
-//!   one.
+//!   one, and no later than a bound the reader gives (the live reader:
+//!   its clock at the drain, less [`GUARD_NS`]).
 //!
 //! **Why that is safe.** Let drain k read the heads at instant H_k. Every
 //! record seen by drain k-1 was readable at H_{k-1}, so its time is at
@@ -26,11 +27,19 @@
 //! kernel longer than one whole read interval (the poll wait, 50 to 100 ms
 //! for profdev's readers) to write a record it had already timestamped.
 //! perf relies on the same bound; the kernel writes a record within
-//! microseconds of taking its time.
+//! microseconds of taking its time. Reads can come much closer together
+//! than the poll wait, though (a ring a quarter full, a process session's
+//! hung-up events make poll return at once), and a virtual CPU can be
+//! descheduled between stamping a record and writing it; so the live
+//! reader also caps the watermark at its own clock (the records' clock,
+//! `CLOCK_MONOTONIC`) read before the heads, less [`GUARD_NS`]: then a
+//! record is only ever released early if the kernel took longer than both
+//! the read interval and 10 ms to write it.
 //!
 //! **Latency.** Every record seen in drain k has a time at most the
 //! highest time of drain k, which is the watermark of drain k+1: a record
-//! waits at most one more read. A session's end releases everything:
+//! waits at most one more read (and, when reads come faster than
+//! [`GUARD_NS`], until a read at least that long after its time). A session's end releases everything:
 //! [`Merge::flush`] (a Process session whose events all hung up, and the
 //! engine's last read after `stop`).
 //!
@@ -46,6 +55,9 @@ use profdev_core::Record;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+/// How far behind its clock the live reader keeps the watermark: 10 ms.
+pub const GUARD_NS: u64 = 10_000_000;
+
 /// Per-queue record streams, released in time order behind a watermark.
 ///
 /// ```
@@ -59,11 +71,11 @@ use std::collections::{BinaryHeap, VecDeque};
 /// // Drain 1: CPU 0's EXIT at t=100 is readable, CPU 1's record at t=90
 /// // is not yet.
 /// m.push(0, exit(100));
-/// m.end_drain(&mut out);
+/// m.end_drain(u64::MAX, &mut out);
 /// assert!(out.is_empty()); // nothing is safe yet
 /// // Drain 2: CPU 1's record shows up.
 /// m.push(1, lost(1, 90));
-/// m.end_drain(&mut out);
+/// m.end_drain(u64::MAX, &mut out);
 /// assert_eq!(out, vec![lost(1, 90), exit(100)]);
 /// ```
 #[derive(Debug, Default)]
@@ -105,11 +117,11 @@ impl Merge {
 
     /// The drain is over (every ring was read up to heads taken at one
     /// instant): append to `out`, in time order, every record at or below
-    /// the watermark (the highest time seen before this drain), then raise
-    /// the watermark to this drain's highest time. Returns the number of
-    /// records released.
-    pub fn end_drain(&mut self, out: &mut Vec<Record>) -> usize {
-        let n = self.release(self.seen, out);
+    /// the watermark (the highest time seen before this drain) and at or
+    /// below `not_after`, then raise the watermark to this drain's highest
+    /// time. Returns the number of records released.
+    pub fn end_drain(&mut self, not_after: u64, out: &mut Vec<Record>) -> usize {
+        let n = self.release(self.seen.min(not_after), out);
         self.seen = self.seen.max(self.drain_max);
         n
     }
@@ -193,11 +205,11 @@ mod tests {
         // sample at 90 is not yet written.
         m.push(0, sample(0, 40, 1));
         m.push(0, exit(100));
-        assert_eq!(m.end_drain(&mut out), 0);
+        assert_eq!(m.end_drain(u64::MAX, &mut out), 0);
         assert_eq!(m.watermark(), 100);
         // Drain 2: the sample at 90 arrives; both go out, sample first.
         m.push(1, sample(1, 90, 2));
-        assert_eq!(m.end_drain(&mut out), 3);
+        assert_eq!(m.end_drain(u64::MAX, &mut out), 3);
         assert_eq!(out, vec![sample(0, 40, 1), sample(1, 90, 2), exit(100)]);
         assert_eq!(m.held(), 0);
         // Sorting each drain's batch, the old way, gets it wrong: the EXIT
@@ -208,6 +220,21 @@ mod tests {
             b
         };
         assert_eq!(first_batch_sorted.last(), Some(&exit(100)));
+    }
+
+    #[test]
+    fn the_readers_bound_holds_records_back() {
+        let mut m = Merge::new(1);
+        let mut out = Vec::new();
+        m.push(0, sample(0, 40, 1));
+        m.push(0, sample(0, 60, 2));
+        m.end_drain(u64::MAX, &mut out);
+        // Watermark 60, but the reader's clock says nothing above 50 is
+        // safe yet.
+        assert_eq!(m.end_drain(50, &mut out), 1);
+        assert_eq!(out, vec![sample(0, 40, 1)]);
+        assert_eq!(m.end_drain(60, &mut out), 1);
+        assert_eq!(m.held(), 0);
     }
 
     #[test]
@@ -225,9 +252,9 @@ mod tests {
         m.push(1, sample(0, 5, 1));
         m.push(2, sample(1, 3, 2));
         let mut out = Vec::new();
-        assert_eq!(m.end_drain(&mut out), 1);
+        assert_eq!(m.end_drain(u64::MAX, &mut out), 1);
         assert_eq!(out, vec![comm.clone()]);
-        m.end_drain(&mut out);
+        m.end_drain(u64::MAX, &mut out);
         assert_eq!(out, vec![comm, sample(1, 3, 2), sample(0, 5, 1)]);
     }
 
@@ -250,7 +277,7 @@ mod tests {
         m.push(1, sample(1, 20, 3));
         m.push(1, throttle.clone());
         let mut out = Vec::new();
-        m.end_drain(&mut out);
+        m.end_drain(u64::MAX, &mut out);
         assert!(out.is_empty());
         m.flush(&mut out);
         // Equal times: lower queue first, so CPU 0's Lost precedes CPU 1's
@@ -274,11 +301,11 @@ mod tests {
         m.push(0, sample(0, 40, 2)); // out of order within its ring
         m.push(1, sample(1, 45, 3));
         let mut out = Vec::new();
-        m.end_drain(&mut out);
+        m.end_drain(u64::MAX, &mut out);
         m.push(1, sample(1, 60, 4));
         // Watermark 50: queue 1's 45 goes; queue 0's head is 50, then 40
         // (below the mark, behind its head) follows it.
-        m.end_drain(&mut out);
+        m.end_drain(u64::MAX, &mut out);
         assert_eq!(
             out,
             vec![sample(1, 45, 3), sample(0, 50, 1), sample(0, 40, 2)]
@@ -349,7 +376,7 @@ mod tests {
                 }
                 let before = out.len();
                 let watermark = m.watermark();
-                m.end_drain(&mut out);
+                m.end_drain(u64::MAX, &mut out);
                 assert!(
                     out[before..].iter().all(|r| r.time() <= watermark),
                     "round {round}: released above the watermark"

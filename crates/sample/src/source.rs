@@ -1,7 +1,7 @@
 //! The live source: one perf event and one ring per online CPU.
 
 use crate::decode::{decode_record, RecordLayout};
-use crate::merge::Merge;
+use crate::merge::{self, Merge};
 use crate::procfs::{online_cpus, perf_event_paranoid, synthesize_tasks};
 use crate::ring::MappedRing;
 use crate::sys::{self, flag, PerfEventAttr};
@@ -122,6 +122,8 @@ pub struct PerfSource {
     merge: Merge,
     /// Reads so far: the first does not wait when tasks were synthesized.
     reads: u64,
+    /// `CLOCK_MONOTONIC` when the last drain started (before its heads).
+    drained_at: u64,
     stats: SourceStats,
     scratch: Vec<u8>,
     ends_on_hangup: bool,
@@ -215,6 +217,7 @@ impl PerfSource {
             layout,
             merge,
             reads: 0,
+            drained_at: 0,
             stats: SourceStats::default(),
             scratch: Vec::new(),
             ends_on_hangup: matches!(config.target, Target::Process { .. }),
@@ -242,6 +245,7 @@ impl PerfSource {
     /// first, so the drain is a snapshot of one instant across CPUs (what
     /// the merge's watermark relies on).
     fn drain(&mut self) {
+        self.drained_at = sys::monotonic_ns();
         for ev in &mut self.events {
             ev.head = ev.ring.head();
         }
@@ -302,7 +306,7 @@ impl SampleSource for PerfSource {
     /// per-CPU merge ([`crate::merge`]) and append what it releases: every
     /// record no later read can precede, in time order. A record is
     /// delivered by the read that drains it or, at the latest, by the next
-    /// one. A Process session flushes everything once every event has hung
+    /// one that begins 10 ms or more after its time. A Process session flushes everything once every event has hung
     /// up (the whole task tree exited) and ends (`Err(SourceError::Ended)`)
     /// at the next read that finds nothing more; a System session never
     /// ends by itself ([`SampleSource::flush`] releases the rest).
@@ -331,7 +335,9 @@ impl SampleSource for PerfSource {
                 return Err(SourceError::Ended);
             }
         } else {
-            self.merge.end_drain(out);
+            // perf's rule, capped by our clock (see crate::merge).
+            let not_after = self.drained_at.saturating_sub(merge::GUARD_NS);
+            self.merge.end_drain(not_after, out);
         }
         self.count(&out[start..]);
         Ok(())
