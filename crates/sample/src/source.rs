@@ -107,6 +107,9 @@ struct Event {
     hung_up: bool,
     /// The ring's head as read at the start of the drain under way.
     head: u64,
+    /// The time of the ring's last good record: where a `Lost` for bytes
+    /// that could not be decoded goes.
+    last_time: u64,
 }
 
 /// A running perf_event session: software cpu-clock sampling on every
@@ -180,6 +183,7 @@ impl PerfSource {
                 fd,
                 hung_up: false,
                 head: 0,
+                last_time: 0,
             });
         }
         if start == Start::Now {
@@ -256,7 +260,7 @@ impl PerfSource {
             let (cpu, head) = (ev.cpu, ev.head);
             let queue = 1 + i;
             let mut bad = 0u64;
-            let mut last_time = 0u64;
+            let mut last_time = ev.last_time;
             let result = ev.ring.consume(head, &mut self.scratch, |bytes| {
                 match decode_record(bytes, &layout, cpu) {
                     Ok(Some(rec)) => {
@@ -270,6 +274,7 @@ impl PerfSource {
             if result.is_err() {
                 bad += 1;
             }
+            ev.last_time = last_time;
             if bad > 0 {
                 *malformed += bad;
                 merge.push(
