@@ -49,11 +49,11 @@ use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError, Target};
-use profdev_formats::gmon::{self, Arc, Format, GmonOut, Histogram};
+use profdev_formats::gmon::build::{self, ArcCounts, CallGraph};
+use profdev_formats::gmon::{self, Format, GmonOut};
 use profdev_safefile::SafeFile;
 use profdev_symbolize::unwind::UserUnwinder;
 use profdev_symbolize::{ElfObject, Objects, SymOrigin, Tasks};
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -64,9 +64,6 @@ use std::time::Duration;
 pub const CALLED_NOTE: &str =
     "gprof's \"called\" column shows sampled arc traversals (the number of \
 samples whose stack held the call), not numbers of calls: read it as a relative weight.";
-
-/// Text bytes per histogram cell (glibc's HISTFRACTION 2 of u16 cells).
-const CELL_BYTES: u64 = 4;
 
 /// Bytes of user stack copied with each sample for unwinding.
 const DEFAULT_STACK_BYTES: u32 = 16384;
@@ -205,7 +202,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         Err(_) => "did not write",
     };
 
-    let c = &builder.counts;
+    let c = builder.counts();
     eprintln!(
         "profdev gmon: {wrote} {} for {}: {} user samples at {} Hz, {} in its text, {} elsewhere \
          (libraries, other programs), {} arcs; {} lost, {} throttled",
@@ -381,14 +378,10 @@ impl Program {
             path: canonical,
             ino: meta.ino(),
             dev: (libc::major(meta.dev()), libc::minor(meta.dev())),
-            lowpc: start.0 & !(CELL_BYTES - 1),
-            highpc: end.0.div_ceil(CELL_BYTES) * CELL_BYTES,
+            lowpc: build::text_bounds(start.0, end.0).0,
+            highpc: build::text_bounds(start.0, end.0).1,
             stripped,
         })
-    }
-
-    fn cells(&self) -> usize {
-        ((self.highpc - self.lowpc) / CELL_BYTES) as usize
     }
 
     /// Is the mapping this executable?
@@ -400,7 +393,7 @@ impl Program {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Counts {
     samples: u64,
     in_text: u64,
@@ -410,14 +403,25 @@ struct Counts {
     plt_calls: u64,
 }
 
+/// What a sample's callee frames were refused for (no arc).
+#[derive(Debug, Default)]
+struct Refused {
+    unresolved: u64,
+    plt_calls: u64,
+}
+
 /// Turns a record stream into a gmon.out for one executable.
 struct Builder {
     exe: Program,
     tasks: Tasks,
     unwinder: UserUnwinder,
-    bins: Vec<u16>,
-    arcs: BTreeMap<(u64, u64), u64>,
-    counts: Counts,
+    /// The histogram and arcs (`profdev_formats::gmon::build`, shared with
+    /// kgmon).
+    graph: CallGraph<ArcCounts>,
+    samples: u64,
+    refused: Refused,
+    /// The frames of the sample at hand, reused.
+    frames: Vec<Option<u64>>,
 }
 
 impl Builder {
@@ -427,12 +431,24 @@ impl Builder {
 
     fn with_tasks(exe: Program, tasks: Tasks) -> Self {
         Builder {
-            bins: vec![0; exe.cells()],
+            graph: CallGraph::new(exe.lowpc, exe.highpc, ArcCounts::default()),
             exe,
             tasks,
             unwinder: UserUnwinder::new(),
-            arcs: BTreeMap::new(),
-            counts: Counts::default(),
+            samples: 0,
+            refused: Refused::default(),
+            frames: Vec::new(),
+        }
+    }
+
+    fn counts(&self) -> Counts {
+        let g = self.graph.counts();
+        Counts {
+            samples: self.samples,
+            in_text: g.ticks,
+            saturated: g.saturated,
+            unresolved: self.refused.unresolved,
+            plt_calls: self.refused.plt_calls,
         }
     }
 
@@ -458,53 +474,41 @@ impl Builder {
         if s.mode != CpuMode::User {
             return;
         }
-        self.counts.samples += 1;
+        self.samples += 1;
         let stack = self.unwinder.unwind(&self.tasks, s);
-        let frames: Vec<Option<FileAddr>> = (0..stack.frames.len())
-            .map(|i| self.file_addr(s.pid, stack.lookup_address(i).0))
-            .collect();
-        if let Some(Some(pc)) = frames.first() {
-            if pc.0 >= self.exe.lowpc && pc.0 < self.exe.highpc {
-                self.counts.in_text += 1;
-                let cell = &mut self.bins[((pc.0 - self.exe.lowpc) / CELL_BYTES) as usize];
-                match cell.checked_add(1) {
-                    Some(n) => *cell = n,
-                    None => self.counts.saturated += 1,
-                }
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        frames.extend((0..stack.frames.len()).map(|i| {
+            self.file_addr(s.pid, stack.lookup_address(i).0)
+                .map(|a| a.0)
+        }));
+        let (elf, refused) = (&self.exe.elf, &mut self.refused);
+        // Arcs only into functions gprof can name: a PLT stub jumps into a
+        // shared library (the call leaves the executable), and gprof,
+        // which reads no PLT symbols, would charge the stub to `_init`.
+        let entry = |callee: u64| match elf.symbol(FileAddr(callee)) {
+            Some((sym, _)) if sym.origin == SymOrigin::Plt => {
+                refused.plt_calls += 1;
+                None
             }
-        }
-        for pair in frames.windows(2) {
-            let (Some(callee), Some(site)) = (pair[0], pair[1]) else {
-                continue;
-            };
-            match self.exe.elf.symbol(callee) {
-                // A PLT stub jumps into a shared library: the call leaves
-                // the executable, and gprof, which reads no PLT symbols,
-                // would charge the stub to `_init`.
-                Some((sym, _)) if sym.origin == SymOrigin::Plt => self.counts.plt_calls += 1,
-                Some((sym, _)) => *self.arcs.entry((site.0, sym.addr)).or_default() += 1,
-                None => self.counts.unresolved += 1,
+            Some((sym, _)) => Some(sym.addr),
+            None => {
+                refused.unresolved += 1;
+                None
             }
-        }
+        };
+        // An unbounded arc map never overflows.
+        let _ = self.graph.sample(frames.iter().copied(), entry);
+        self.frames = frames;
     }
 
     fn gmon(&self, hz: u32) -> GmonOut {
-        let mut hist = Histogram::new(self.exe.lowpc, self.exe.highpc, 0, hz);
-        hist.bins = self.bins.clone();
-        GmonOut {
-            histograms: vec![hist],
-            arcs: self
-                .arcs
-                .iter()
-                .map(|(&(from_pc, self_pc), &count)| Arc {
-                    from_pc,
-                    self_pc,
-                    // The GNU layout's counts are 32 bits.
-                    count: count.min(u64::from(u32::MAX)),
-                })
-                .collect(),
-            bb_counts: Vec::new(),
+        let mut out = self.graph.gmon_out(hz);
+        for arc in &mut out.arcs {
+            // The GNU layout's counts are 32 bits.
+            arc.count = arc.count.min(u64::from(u32::MAX));
         }
+        out
     }
 
     #[cfg(test)]
@@ -609,13 +613,14 @@ mod tests {
         assert_eq!(h.bins[((callee.addr + 8 - h.low_pc) / 4) as usize], 2);
         assert_eq!(
             g.arcs,
-            vec![Arc {
+            vec![gmon::Arc {
                 from_pc: caller.addr + 9,
                 self_pc: callee.addr,
                 count: 2
             }]
         );
-        assert_eq!((b.counts.samples, b.counts.in_text), (3, 2));
+        let c = b.counts();
+        assert_eq!((c.samples, c.in_text), (3, 2));
         assert_eq!(b.unwind_stats().kernel_chain, 2);
     }
 }

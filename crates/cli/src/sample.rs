@@ -11,8 +11,9 @@
 //! of its ticks were the idle loop (pid 0) — on an idle machine the top row
 //! is a halt instruction such as `pv_native_safe_halt`; then explains the
 //! ticks outside kernel text — per process, per user-space function, per
-//! kernel-module symbol — which kprof could never say. It exits with CMD's
-//! status.
+//! kernel-module symbol — which kprof could never say (the attribution is
+//! `profdev_dev::outside`, rendered by `profdev_report::outside`). It exits
+//! with CMD's status.
 //!
 //! DIR is created 0755 if missing (never through a symbolic link another
 //! user planted) and DIR/kpdata 0600, since it holds kernel addresses; it
@@ -42,18 +43,14 @@ use crate::child::{find_program, Job};
 use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use profdev_core::{
-    KernelText, ProcessVa, Record, SampleSource, SessionConfig, SourceError, SourceFactory,
-    SourceStats,
-};
+use profdev_core::{Record, SampleSource, SessionConfig, SourceError, SourceFactory, SourceStats};
 use profdev_dev::kprof::{HistogramCounter, Kprof, KprofConfig};
+use profdev_dev::outside::OutsideCollector as Collector;
 use profdev_dev::tree::walk;
 use profdev_dev::{Dev, DevError, Engine, OpenMode, Qid};
 use profdev_formats::kpdata::{self, Kpdata};
-use profdev_report::outside::{Outside, Place};
 use profdev_safefile::SafeFile;
-use profdev_symbolize::{ElfObject, KernelSymbols, Tasks};
-use std::collections::HashMap;
+use profdev_symbolize::KernelSymbols;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -175,7 +172,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     let collector = collector.lock().unwrap_or_else(|p| p.into_inner());
     if !args.bpf {
         out.write_all(
-            profdev_report::outside::idle_line(collector.idle_in_text, collector.in_text)
+            profdev_report::outside::idle_line(collector.idle_in_text(), collector.in_text())
                 .as_bytes(),
         )?;
     }
@@ -194,7 +191,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     } else {
         let outside = collector.attribute(&ksyms);
         out.write_all(outside.render(args.rows).as_bytes())?;
-        collector.stats
+        collector.stats()
     };
     out.flush()?;
     if args.bpf {
@@ -304,141 +301,6 @@ fn run_child(job: &mut Job, program: &Path, args: &[OsString]) -> Result<std::pr
     Ok(job.wait())
 }
 
-/// What an outside tick is keyed by until the end, when it is symbolized.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Key {
-    Kernel(u64),
-    User { path: String, offset: u64 },
-    NoMapping { what: String },
-}
-
-/// Watches the records on their way to kprof: tasks, counts, and every
-/// tick outside kernel text.
-struct Collector {
-    text: KernelText,
-    first_bucket: u64,
-    tasks: Tasks,
-    stats: SourceStats,
-    outside: HashMap<(u32, Key), u64>,
-    /// Ticks in kernel text (the kprof table's), and those of them that
-    /// were the idle loop (`Sample::is_idle`).
-    in_text: u64,
-    idle_in_text: u64,
-}
-
-impl Collector {
-    fn new(text: KernelText, log_bucket: u32) -> Self {
-        Collector {
-            text,
-            first_bucket: text.start.0 + ((kpdata::SPECIAL_WORDS as u64) << log_bucket),
-            tasks: Tasks::new(),
-            stats: SourceStats::default(),
-            outside: HashMap::new(),
-            in_text: 0,
-            idle_in_text: 0,
-        }
-    }
-
-    fn observe(&mut self, records: &[Record]) {
-        for r in records {
-            match r {
-                Record::Sample(s) => {
-                    self.stats.samples += 1;
-                    if s.ip >= self.first_bucket && s.ip < self.text.end.0 {
-                        self.in_text += 1;
-                        self.idle_in_text += u64::from(s.is_idle());
-                        continue;
-                    }
-                    let key = if s.mode == profdev_core::CpuMode::User {
-                        match self.tasks.lookup(s.pid, ProcessVa(s.ip)) {
-                            Some(m) if m.is_file() => Key::User {
-                                path: m.path.clone(),
-                                offset: m.file_offset(ProcessVa(s.ip)),
-                            },
-                            Some(m) => Key::NoMapping {
-                                what: m.path.clone(),
-                            },
-                            None => Key::NoMapping {
-                                what: "[unmapped]".into(),
-                            },
-                        }
-                    } else {
-                        Key::Kernel(s.ip)
-                    };
-                    *self.outside.entry((s.pid, key)).or_default() += 1;
-                }
-                Record::Lost { count, .. } => self.stats.lost += count,
-                Record::Throttle {
-                    throttled: true, ..
-                } => self.stats.throttled += 1,
-                other => self.tasks.observe(other),
-            }
-        }
-    }
-
-    /// Symbolize every outside tick.
-    fn attribute(&self, ksyms: &KernelSymbols) -> Outside {
-        let mut objects: HashMap<&str, (Option<ElfObject>, Option<ElfObject>)> = HashMap::new();
-        let mut out = Outside::new();
-        let mut keys: Vec<_> = self.outside.iter().collect();
-        keys.sort_by_key(|k| k.0 .0);
-        for ((pid, key), &n) in keys {
-            let comm = match self.tasks.comm(*pid) {
-                Some(c) => c.to_string(),
-                None if *pid == 0 => "[idle]".to_string(),
-                None => format!("pid {pid}"),
-            };
-            let place = match key {
-                Key::Kernel(ip) => match ksyms.lookup(*ip) {
-                    Some((s, _)) if self.text.contains(profdev_core::KernelPc(*ip)) => {
-                        Place::KernelTextHead {
-                            symbol: s.name.clone(),
-                        }
-                    }
-                    Some((s, _)) => match &s.module {
-                        Some(m) => Place::KernelModule {
-                            module: m.clone(),
-                            symbol: s.name.clone(),
-                        },
-                        None => Place::KernelOther {
-                            symbol: s.name.clone(),
-                        },
-                    },
-                    None => Place::KernelOther {
-                        symbol: format!("{ip:#x}"),
-                    },
-                },
-                Key::User { path, offset } => {
-                    let (layout, symbols) = objects.entry(path.as_str()).or_insert_with(|| {
-                        let obj = ElfObject::open(Path::new(path)).ok();
-                        let debug = obj.as_ref().and_then(ElfObject::separate_debug_info);
-                        (obj, debug)
-                    });
-                    let module = path.rsplit('/').next().unwrap_or(path).to_string();
-                    let symbol = layout
-                        .as_ref()
-                        .and_then(|o| {
-                            let addr = o.file_addr_of_offset(*offset)?;
-                            let syms = symbols.as_ref().unwrap_or(o);
-                            Some(
-                                syms.symbol(addr)
-                                    .or_else(|| o.symbol(addr))
-                                    .map_or_else(|| o.unknown_name(), |(s, _)| s.name()),
-                            )
-                        })
-                        .unwrap_or_else(|| format!("[unknown] in {module}"));
-                    Place::User { module, symbol }
-                }
-                Key::NoMapping { what } => Place::Unknown {
-                    module: what.clone(),
-                },
-            };
-            out.add(&comm, *pid, place, n);
-        }
-        out
-    }
-}
-
 /// Opens sessions from the live engine with task tracking on, and shows
 /// every batch to the collector before kprof counts it.
 struct TapFactory {
@@ -475,6 +337,15 @@ impl SampleSource for Tap {
         r
     }
 
+    fn flush(&mut self, out: &mut Vec<Record>) {
+        let start = out.len();
+        self.inner.flush(out);
+        self.collector
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(&out[start..]);
+    }
+
     fn stats(&self) -> SourceStats {
         self.inner.stats()
     }
@@ -495,37 +366,5 @@ impl HistogramCounter for BpfCounter {
     }
     fn words(&self) -> Vec<u32> {
         self.0.words()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use profdev_core::{CpuMode, KernelPc, Sample};
-
-    #[test]
-    fn idle_ticks_in_text_are_counted_apart() {
-        let text = KernelText {
-            start: KernelPc(0x1000),
-            end: KernelPc(0x9000),
-        };
-        let mut c = Collector::new(text, 3);
-        let sample = |pid: u32, ip: u64| {
-            Record::Sample(Sample {
-                pid,
-                tid: pid,
-                ip,
-                mode: CpuMode::Kernel,
-                ..Default::default()
-            })
-        };
-        c.observe(&[
-            sample(0, 0x2000),
-            sample(0, 0x2008),
-            sample(7, 0x2000),
-            sample(0, 0xa000), // outside text: not the table's
-        ]);
-        assert_eq!((c.idle_in_text, c.in_text), (2, 3));
-        assert_eq!(c.stats.samples, 4);
     }
 }

@@ -134,6 +134,14 @@ pub trait SampleSource: Send {
     /// records will ever come.
     fn read(&mut self, out: &mut Vec<Record>, timeout: Duration) -> Result<(), SourceError>;
 
+    /// The session is being stopped: append every record the source still
+    /// holds back (a live source keeps the newest records of each read
+    /// until no other CPU can bring an earlier one), in timestamp order.
+    /// The default holds nothing back.
+    fn flush(&mut self, out: &mut Vec<Record>) {
+        let _ = out;
+    }
+
     /// Counts so far.
     fn stats(&self) -> SourceStats;
 }

@@ -3,8 +3,9 @@
 //! A device that is switched on asks the engine for a [`Subscription`]: a
 //! session of the given [`SessionConfig`], read on a thread of its own, whose
 //! records are handed in batches to the device's sink. Dropping the
-//! subscription stops the session after one last drain, so every sample
-//! taken before `stop` is counted.
+//! subscription stops the session after one last drain and a
+//! [`SampleSource::flush`] (which releases what a live source held back
+//! for time ordering), so every sample taken before `stop` is counted.
 //!
 //! Where records come from is the [`SourceFactory`]'s business: the live
 //! perf_event engine, or [`ReplayFactory`] in tests.
@@ -82,6 +83,10 @@ impl Subscription {
                         let last = stop.load(Ordering::Acquire);
                         let timeout = if last { Duration::ZERO } else { READ_TIMEOUT };
                         let result = source.read(&mut batch, timeout);
+                        if last && result.is_ok() {
+                            // What the source held back for ordering.
+                            source.flush(&mut batch);
+                        }
                         if !batch.is_empty() {
                             sink(&batch);
                             batch.clear();
@@ -234,6 +239,42 @@ mod tests {
         assert_eq!(*got.lock().unwrap(), recs);
         assert_eq!(stats.samples, 1);
         assert_eq!(stats.lost, 3);
+    }
+
+    /// A source that, like the live one, holds its records back until it
+    /// is flushed.
+    struct Holding {
+        held: Vec<Record>,
+    }
+
+    impl SampleSource for Holding {
+        fn read(&mut self, _out: &mut Vec<Record>, _t: Duration) -> Result<(), SourceError> {
+            Ok(())
+        }
+        fn flush(&mut self, out: &mut Vec<Record>) {
+            out.append(&mut self.held);
+        }
+        fn stats(&self) -> SourceStats {
+            SourceStats::default()
+        }
+    }
+
+    #[test]
+    fn stopping_flushes_what_the_source_held_back() {
+        let held = vec![Record::Lost {
+            cpu: 1,
+            count: 2,
+            time: 9,
+        }];
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = got.clone();
+        let sub = Subscription::run(
+            Box::new(Holding { held: held.clone() }),
+            Arc::new(move |b: &[Record]| g.lock().unwrap().extend_from_slice(b)),
+        );
+        assert!(got.lock().unwrap().is_empty());
+        sub.stop();
+        assert_eq!(*got.lock().unwrap(), held);
     }
 
     #[test]

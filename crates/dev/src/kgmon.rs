@@ -110,8 +110,9 @@ use crate::kit::{self, lock, File, Session, Snapshot};
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
 use crate::{Dev, DevError};
 use profdev_core::{CpuMode, KernelText, Record, Sample, SessionConfig, Target};
-use profdev_formats::gmon::mcount::{self, ArcTable, Recorded, SLOT_BYTES};
-use profdev_formats::gmon::{self, Format, GmonOut, Histogram};
+use profdev_formats::gmon::build::{self, CallGraph};
+use profdev_formats::gmon::mcount::{self, ArcTable, SLOT_BYTES};
+use profdev_formats::gmon::{self, Format};
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -128,8 +129,9 @@ const FILES: &[File] = &[
     File::new("gmon.out", GMON_OUT, 0o400),
 ];
 
-/// Text bytes per histogram cell: `HISTFRACTION * sizeof(HISTCOUNTER)`.
-pub const CELL_BYTES: u64 = 4;
+/// Text bytes per histogram cell: `HISTFRACTION * sizeof(HISTCOUNTER)`
+/// (the one definition is the shared builder's).
+pub use profdev_formats::gmon::build::CELL_BYTES;
 
 /// The 4.4BSD header size on x86_64.
 const HEADER: u64 = 40;
@@ -164,12 +166,12 @@ impl KgmonConfig {
 
     /// `lowpc`: `_stext` rounded down to 4 bytes.
     pub fn lowpc(&self) -> u64 {
-        self.text.start.0 & !(CELL_BYTES - 1)
+        build::text_bounds(self.text.start.0, self.text.end.0).0
     }
 
     /// `highpc`: `_etext` rounded up to 4 bytes.
     pub fn highpc(&self) -> u64 {
-        self.text.end.0.div_ceil(CELL_BYTES) * CELL_BYTES
+        build::text_bounds(self.text.start.0, self.text.end.0).1
     }
 
     /// `textsize = highpc - lowpc`.
@@ -238,10 +240,13 @@ pub struct Counters {
 struct Profile {
     config: KgmonConfig,
     state: GmonState,
-    /// Empty until the first `begin`: a device nobody uses costs nothing.
-    kcount: Vec<u16>,
-    arcs: Option<ArcTable>,
-    counters: Counters,
+    /// The histogram and the froms/tos table (the shared builder,
+    /// `profdev_formats::gmon::build`); `None` until the first `begin`: a
+    /// device nobody uses costs nothing.
+    graph: Option<CallGraph<ArcTable>>,
+    /// The counters the builder does not keep: `unresolved`, `ignored`,
+    /// and callee frames outside the text (in `arcs_outside`).
+    own: Counters,
     /// Where each tick's callchain walk and misses are told.
     health: Arc<Health>,
 }
@@ -251,47 +256,63 @@ impl Profile {
         Profile {
             config,
             state: GmonState::Off,
-            kcount: Vec::new(),
-            arcs: None,
-            counters: Counters::default(),
+            graph: None,
+            own: Counters::default(),
             health,
+        }
+    }
+
+    fn allocate(&mut self) {
+        if self.graph.is_none() {
+            let (lowpc, highpc) = (self.config.lowpc(), self.config.highpc());
+            self.graph = Some(CallGraph::new(
+                lowpc,
+                highpc,
+                ArcTable::for_text(lowpc, highpc),
+            ));
+            self.health.set_memory(self.memory_bytes());
         }
     }
 
     /// Bytes of the histogram and the arc table (0 before the first
     /// `begin`).
     fn memory_bytes(&self) -> u64 {
-        let Some(arcs) = &self.arcs else { return 0 };
+        let Some(graph) = &self.graph else { return 0 };
         let froms = 2 * self.config.textsize().div_ceil(SLOT_BYTES);
-        let tos = arcs.tolimit() * std::mem::size_of::<mcount::ToStruct>() as u64;
-        self.kcount.capacity() as u64 * 2 + froms + tos
-    }
-
-    fn allocate(&mut self) {
-        if self.arcs.is_none() {
-            self.kcount = vec![0; self.config.cells()];
-            self.arcs = Some(ArcTable::for_text(
-                self.config.lowpc(),
-                self.config.highpc(),
-            ));
-            self.health.set_memory(self.memory_bytes());
-        }
+        let tos = graph.arcs().tolimit() * std::mem::size_of::<mcount::ToStruct>() as u64;
+        graph.bins().len() as u64 * 2 + froms + tos
     }
 
     fn reset(&mut self) {
         // Fresh zeroed tables rather than filling the old ones: untouched
         // pages of a fresh allocation are not resident, and the tables
         // are 2 bytes per 4 bytes of kernel text each.
-        if self.arcs.is_some() {
-            self.kcount = Vec::new();
-            self.arcs = None;
+        if self.graph.is_some() {
+            self.graph = None;
             self.allocate();
         }
-        self.counters = Counters::default();
+        self.own = Counters::default();
     }
 
     fn arcs_in_use(&self) -> u64 {
-        self.arcs.as_ref().map_or(0, ArcTable::used)
+        self.graph.as_ref().map_or(0, |g| g.arcs().used())
+    }
+
+    fn counters(&self) -> Counters {
+        let g = self
+            .graph
+            .as_ref()
+            .map(CallGraph::counts)
+            .unwrap_or_default();
+        Counters {
+            ticks: g.ticks,
+            outside: g.outside,
+            saturated: g.saturated,
+            arcs_outside: g.arcs_outside + self.own.arcs_outside,
+            unresolved: self.own.unresolved,
+            overflow: g.overflow,
+            ignored: self.own.ignored,
+        }
     }
 
     /// Count `r` if it is a sample.
@@ -309,111 +330,99 @@ impl Profile {
         match self.state {
             GmonState::On => {}
             GmonState::Error => {
-                self.counters.ignored += 1;
+                self.own.ignored += 1;
                 return;
             }
             GmonState::Off => return,
         }
         self.allocate();
-        let lowpc = self.config.lowpc();
-        let off = s.ip.wrapping_sub(lowpc);
-        match self.kcount.get_mut((off / CELL_BYTES) as usize) {
-            Some(cell) if off < self.config.textsize() => {
-                if *cell == u16::MAX {
-                    self.counters.saturated += 1;
-                } else {
-                    *cell += 1;
-                }
-                self.counters.ticks += 1;
-            }
-            _ => {
-                self.counters.outside += 1;
-                self.health.symbol_miss();
-            }
-        }
-        let Some(arcs) = self.arcs.as_mut() else {
+        let Profile {
+            config,
+            graph,
+            own,
+            health,
+            ..
+        } = self;
+        let Some(graph) = graph.as_mut() else {
             return;
         };
-        // The chain normally starts with the ip; make sure it does.
-        let mut frames: Vec<u64> = s
+        // The chain normally starts with the ip; make sure it does. Then
+        // the lookup addresses: the ip itself, and each return address
+        // minus one, inside its call instruction, so the call site stays
+        // the caller's even after rounding down to the 4-byte froms slot,
+        // and a noreturn call ending a function (its return address
+        // starting the next) is looked up in the caller.
+        let mut chain = s
             .kernel_chain
             .iter()
             .copied()
             .filter(|&a| a < PERF_CONTEXT_MAX)
-            .collect();
-        if frames.first() != Some(&s.ip) {
-            frames.insert(0, s.ip);
+            .peekable();
+        if chain.peek() == Some(&s.ip) {
+            chain.next();
+        }
+        let mut depth = 1usize;
+        let frames = std::iter::once(Some(s.ip)).chain(chain.map(|ret| {
+            depth += 1;
+            Some(ret.wrapping_sub(1))
+        }));
+        let (lowpc, highpc) = (config.lowpc(), config.highpc());
+        let mut unresolved = false;
+        let entry = |callee: u64| {
+            let e = config.entry(callee);
+            if e.is_none() {
+                unresolved = true;
+                if callee >= lowpc && callee < highpc {
+                    own.unresolved += 1;
+                } else {
+                    own.arcs_outside += 1;
+                }
+            }
+            e
+        };
+        let before = graph.counts();
+        let result = graph.sample(frames, entry);
+        let after = graph.counts();
+        if after.outside > before.outside {
+            health.symbol_miss();
+        }
+        if result.is_err() {
+            self.state = GmonState::Error;
+            health.set_state(State::Error);
+            return;
         }
         // The walk's health: nothing beyond the pc, cut at the kernel's
         // depth limit, or a frame in no kernel function.
-        let mut unresolved = false;
-        for (i, pair) in frames.windows(2).enumerate() {
-            // The callee frame is the sampled instruction, or a return
-            // address whose call lies one byte before it (a noreturn call
-            // can end a function, its return address starting the next).
-            let callee_pc = if i == 0 { pair[0] } else { pair[0] - 1 };
-            // The call site: inside the call instruction, so it stays the
-            // caller's even after rounding down to the 4-byte froms slot.
-            let frompc = pair[1].wrapping_sub(1);
-            let Some(selfpc) = self.config.entry(callee_pc) else {
-                unresolved = true;
-                if callee_pc >= lowpc && callee_pc < self.config.highpc() {
-                    self.counters.unresolved += 1;
-                } else {
-                    self.counters.arcs_outside += 1;
-                }
-                continue;
-            };
-            match arcs.record(frompc, selfpc) {
-                Recorded::Counted => {}
-                Recorded::OutsideText => {
-                    unresolved = true;
-                    self.counters.arcs_outside += 1;
-                }
-                Recorded::Overflow => {
-                    self.counters.overflow += 1;
-                    self.state = GmonState::Error;
-                    self.health.set_state(State::Error);
-                    return;
-                }
-            }
-        }
-        if frames.len() < 2 {
-            self.health.unwind_failed(UnwindFailure::NoStack);
+        if depth < 2 {
+            health.unwind_failed(UnwindFailure::NoStack);
         } else if s.kernel_chain.len() >= MAX_STACK {
-            self.health.unwind_failed(UnwindFailure::Truncated);
-        } else if unresolved {
-            self.health.unwind_failed(UnwindFailure::Unresolved);
+            health.unwind_failed(UnwindFailure::Truncated);
+        } else if unresolved || after.arcs_outside > before.arcs_outside {
+            health.unwind_failed(UnwindFailure::Unresolved);
         } else {
-            self.health.unwind_ok();
+            health.unwind_ok();
         }
     }
 
     /// The gmon.out bytes.
     fn gmon_out(&mut self) -> Vec<u8> {
-        let c = &self.config;
-        let mut hist = Histogram::new(c.lowpc(), c.highpc(), 0, c.profhz);
-        // The histogram is lent to the writer, not copied (it is megabytes;
-        // the lock is held throughout, so no tick sees it missing).
-        let kcount = std::mem::take(&mut self.kcount);
-        hist.bins = if kcount.is_empty() {
-            vec![0; c.cells()]
-        } else {
-            kcount
-        };
-        let mut profile = GmonOut {
-            histograms: vec![hist],
-            arcs: self.arcs.as_ref().map(ArcTable::arcs).unwrap_or_default(),
-            bb_counts: Vec::new(),
-        };
         // One histogram, 8-byte counts (`long`) and x86_64 addresses: the
         // writer has nothing to refuse.
-        let out = gmon::write(&profile, Format::Bsd, gmon::Target::X86_64)
-            .expect("a kgmon profile always fits the 4.4BSD layout");
-        if self.arcs.is_some() {
-            self.kcount = std::mem::take(&mut profile.histograms[0].bins);
+        let write = |profile: &gmon::GmonOut| {
+            gmon::write(profile, Format::Bsd, gmon::Target::X86_64)
+                .expect("a kgmon profile always fits the 4.4BSD layout")
+        };
+        let hz = self.config.profhz;
+        match self.graph.as_mut() {
+            // The histogram is lent to the writer, not copied (it is
+            // megabytes; the lock is held throughout, so no tick sees it
+            // missing).
+            Some(g) => g.with_gmon_out(hz, write),
+            None => {
+                let (lowpc, highpc) = (self.config.lowpc(), self.config.highpc());
+                write(&CallGraph::new(lowpc, highpc, build::ArcCounts::default()).gmon_out(hz))
+            }
         }
-        out
     }
 
     fn gmon_out_len(&self) -> u64 {
@@ -499,7 +508,7 @@ impl Kgmon {
 
     /// The counters.
     pub fn counters(&self) -> Counters {
-        self.lock().counters
+        self.lock().counters()
     }
 
     /// The current gmon.out.
@@ -529,7 +538,7 @@ impl Kgmon {
         );
         line("tolimit", tolimit.to_string());
         line("tossize", (tolimit * 24).to_string());
-        let n = p.counters;
+        let n = p.counters();
         line("arcs", p.arcs_in_use().to_string());
         line("ticks", n.ticks.to_string());
         line("outside", n.outside.to_string());

@@ -19,6 +19,9 @@
 //!   the kit's session; [`stat`] serves it as `stat/NAME`, one file per
 //!   device that has one.
 //! * [`devtab`] is the device table: adding a device is one line there.
+//! * [`outside`] attributes the ticks outside kernel text (per process,
+//!   user function, kernel-module symbol) for `profdev sample`; `report`
+//!   renders them.
 //!
 //! No FUSE type appears here: the file server (`profdev-fuse`) serves any
 //! table of devices, and tests drive devices directly.
@@ -35,6 +38,7 @@ pub mod health;
 pub mod kgmon;
 pub mod kit;
 pub mod kprof;
+pub mod outside;
 mod pc_counts;
 pub mod prf;
 pub mod prof;

@@ -83,20 +83,27 @@
 //! a ring is a quarter full, a target exits, or the timeout passes; then it
 //! reads every ring's `data_head` (Acquire), decodes the records between
 //! tail and head ([`ring::for_each_record_in`], [`decode::decode_record`]),
-//! stores `data_tail` (Release), sorts the batch by time (stable) and
-//! appends it.
+//! stores `data_tail` (Release), and queues each ring's records in its
+//! own queue of a [`merge::Merge`]; a k-way merge over the queue heads
+//! then appends, in time order, every record no later read can precede.
 //!
-//! **Ordering guarantee.** Within one batch, records are in nondecreasing
-//! time order. Across batches, order holds except for a record the kernel
-//! was still writing on one CPU while the heads were read (the heads of
-//! all CPUs are read back to back before any ring is consumed), which can
-//! arrive in the next batch with a time slightly older than the previous
-//! batch's newest. Consumers that key state by time should tolerate that
-//! (by microseconds). Synthesized records (time 0) come first.
+//! **Ordering guarantee.** Across reads, records come in nondecreasing
+//! time order (an EXIT is delivered after every earlier sample of any
+//! CPU), by perf's finished-round rule: a read releases the records at or
+//! below the highest time seen by the reads before it and at least 10 ms
+//! before the read began, which holds as long as the kernel writes a
+//! record within one read interval or 10 ms of taking its time, whichever
+//! is longer (see [`merge`]). The price is latency: a record is delivered
+//! by the read that drains it or by the next one, and not before it is
+//! 10 ms old. Synthesized records (time
+//! 0) come first, in the first read. [`SampleSource::flush`] (the engine
+//! calls it when a session stops) drains and releases everything held.
+//! The counts of [`SampleSource::stats`] are of records delivered.
 //!
 //! **End of a session.** A `Target::Process` session ends (`read` returns
 //! `Err(SourceError::Ended)`) when every event has hung up (the whole
-//! process tree exited) and the rings are drained. A system-wide session
+//! process tree exited) and the rings are drained; the read that finds
+//! them all hung up releases every record the merge held. A system-wide session
 //! runs until dropped. Dropping disables every event, then unmaps the rings
 //! and closes the descriptors.
 //!
@@ -134,6 +141,7 @@
 pub mod bpf;
 pub mod decode;
 pub mod job;
+pub mod merge;
 pub mod procfs;
 pub mod ring;
 mod source;

@@ -1,6 +1,7 @@
 //! The live source: one perf event and one ring per online CPU.
 
 use crate::decode::{decode_record, RecordLayout};
+use crate::merge::{self, Merge};
 use crate::procfs::{online_cpus, perf_event_paranoid, synthesize_tasks};
 use crate::ring::MappedRing;
 use crate::sys::{self, flag, PerfEventAttr};
@@ -104,6 +105,11 @@ struct Event {
     ring: MappedRing,
     fd: OwnedFd,
     hung_up: bool,
+    /// The ring's head as read at the start of the drain under way.
+    head: u64,
+    /// The time of the ring's last good record: where a `Lost` for bytes
+    /// that could not be decoded goes.
+    last_time: u64,
 }
 
 /// A running perf_event session: software cpu-clock sampling on every
@@ -115,7 +121,12 @@ pub struct PerfSource {
     events: Vec<Event>,
     pollfds: Vec<libc::pollfd>,
     layout: RecordLayout,
-    pending: Vec<Record>,
+    /// Queue 0: synthesized tasks; queue 1 + i: the ring of `events[i]`.
+    merge: Merge,
+    /// Reads so far: the first does not wait when tasks were synthesized.
+    reads: u64,
+    /// `CLOCK_MONOTONIC` when the last drain started (before its heads).
+    drained_at: u64,
     stats: SourceStats,
     scratch: Vec<u8>,
     ends_on_hangup: bool,
@@ -171,6 +182,8 @@ impl PerfSource {
                 ring,
                 fd,
                 hung_up: false,
+                head: 0,
+                last_time: 0,
             });
         }
         if start == Start::Now {
@@ -182,15 +195,18 @@ impl PerfSource {
             }
         }
         // Synthesize after enabling, so a task started in between is seen
-        // at least once (perhaps twice; consumers keep the latest).
-        let pending = if config.track_tasks && start == Start::Now {
-            match config.target {
+        // at least once (perhaps twice; consumers keep the latest). They
+        // are at time 0: the first read releases them, before anything.
+        let mut merge = Merge::new(1 + events.len());
+        if config.track_tasks && start == Start::Now {
+            let tasks = match config.target {
                 Target::System => synthesize_tasks(None),
                 Target::Process { pid, .. } => synthesize_tasks(Some(pid)),
+            };
+            for r in tasks {
+                merge.push(0, r);
             }
-        } else {
-            Vec::new()
-        };
+        }
         let pollfds = events
             .iter()
             .map(|ev| libc::pollfd {
@@ -203,7 +219,9 @@ impl PerfSource {
             events,
             pollfds,
             layout,
-            pending,
+            merge,
+            reads: 0,
+            drained_at: 0,
             stats: SourceStats::default(),
             scratch: Vec::new(),
             ends_on_hangup: matches!(config.target, Target::Process { .. }),
@@ -227,30 +245,27 @@ impl PerfSource {
         self.malformed
     }
 
-    /// Drain every ring into `batch`: heads are read for all CPUs first, so
-    /// the batch is a snapshot of one instant across CPUs.
-    fn drain(&mut self, batch: &mut Vec<Record>) {
-        let heads: Vec<u64> = self.events.iter().map(|e| e.ring.head()).collect();
+    /// Drain every ring into the merge: heads are read for all CPUs
+    /// first, so the drain is a snapshot of one instant across CPUs (what
+    /// the merge's watermark relies on).
+    fn drain(&mut self) {
+        self.drained_at = sys::monotonic_ns();
+        for ev in &mut self.events {
+            ev.head = ev.ring.head();
+        }
         let layout = self.layout;
-        let stats = &mut self.stats;
+        let merge = &mut self.merge;
         let malformed = &mut self.malformed;
-        for (ev, head) in self.events.iter_mut().zip(heads) {
-            let cpu = ev.cpu;
+        for (i, ev) in self.events.iter_mut().enumerate() {
+            let (cpu, head) = (ev.cpu, ev.head);
+            let queue = 1 + i;
             let mut bad = 0u64;
-            let mut last_time = 0u64;
+            let mut last_time = ev.last_time;
             let result = ev.ring.consume(head, &mut self.scratch, |bytes| {
                 match decode_record(bytes, &layout, cpu) {
                     Ok(Some(rec)) => {
                         last_time = rec.time();
-                        match &rec {
-                            Record::Sample(_) => stats.samples += 1,
-                            Record::Lost { count, .. } => stats.lost += count,
-                            Record::Throttle {
-                                throttled: true, ..
-                            } => stats.throttled += 1,
-                            _ => {}
-                        }
-                        batch.push(rec);
+                        merge.push(queue, rec);
                     }
                     Ok(None) => {}
                     Err(_) => bad += 1,
@@ -259,14 +274,32 @@ impl PerfSource {
             if result.is_err() {
                 bad += 1;
             }
+            ev.last_time = last_time;
             if bad > 0 {
                 *malformed += bad;
-                stats.lost += bad;
-                batch.push(Record::Lost {
-                    cpu,
-                    count: bad,
-                    time: last_time,
-                });
+                merge.push(
+                    queue,
+                    Record::Lost {
+                        cpu,
+                        count: bad,
+                        time: last_time,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Count the records the merge released into `released`: the stats
+    /// describe what was delivered.
+    fn count(&mut self, released: &[Record]) {
+        for rec in released {
+            match rec {
+                Record::Sample(_) => self.stats.samples += 1,
+                Record::Lost { count, .. } => self.stats.lost += count,
+                Record::Throttle {
+                    throttled: true, ..
+                } => self.stats.throttled += 1,
+                _ => {}
             }
         }
     }
@@ -274,18 +307,21 @@ impl PerfSource {
 
 impl SampleSource for PerfSource {
     /// Wait (poll(2)) up to `timeout` for a ring to pass its wakeup mark (a
-    /// quarter full) or a target to exit, then drain every ring. The batch
-    /// is sorted by time (stable). A Process session ends
-    /// (`Err(SourceError::Ended)`) once every event has hung up (the whole
-    /// task tree exited) and the rings are empty; a System session never
-    /// ends by itself.
+    /// quarter full) or a target to exit, then drain every ring into the
+    /// per-CPU merge ([`crate::merge`]) and append what it releases: every
+    /// record no later read can precede, in time order. A record is
+    /// delivered by the read that drains it or, at the latest, by the next
+    /// one that begins 10 ms or more after its time. A Process session flushes everything once every event has hung
+    /// up (the whole task tree exited) and ends (`Err(SourceError::Ended)`)
+    /// at the next read that finds nothing more; a System session never
+    /// ends by itself ([`SampleSource::flush`] releases the rest).
     fn read(&mut self, out: &mut Vec<Record>, timeout: Duration) -> Result<(), SourceError> {
-        let mut batch = std::mem::take(&mut self.pending);
-        let ms = if batch.is_empty() {
-            i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
-        } else {
+        let ms = if self.reads == 0 && self.merge.held() > 0 {
             0
+        } else {
+            i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
         };
+        self.reads += 1;
         sys::poll(&mut self.pollfds, ms).map_err(|e| SourceError::Io {
             context: "cannot wait for perf events".into(),
             source: e,
@@ -295,13 +331,29 @@ impl SampleSource for PerfSource {
                 ev.hung_up = true;
             }
         }
-        self.drain(&mut batch);
-        if batch.is_empty() && self.ends_on_hangup && self.events.iter().all(|e| e.hung_up) {
-            return Err(SourceError::Ended);
+        self.drain();
+        let start = out.len();
+        if self.ends_on_hangup && self.events.iter().all(|e| e.hung_up) {
+            // Nothing can be written any more: no later read can bring an
+            // earlier record.
+            if self.merge.flush(out) == 0 {
+                return Err(SourceError::Ended);
+            }
+        } else {
+            // perf's rule, capped by our clock (see crate::merge).
+            let not_after = self.drained_at.saturating_sub(merge::GUARD_NS);
+            self.merge.end_drain(not_after, out);
         }
-        batch.sort_by_key(Record::time);
-        out.append(&mut batch);
+        self.count(&out[start..]);
         Ok(())
+    }
+
+    /// Drain every ring once more and release everything the merge holds.
+    fn flush(&mut self, out: &mut Vec<Record>) {
+        self.drain();
+        let start = out.len();
+        self.merge.flush(out);
+        self.count(&out[start..]);
     }
 
     fn stats(&self) -> SourceStats {

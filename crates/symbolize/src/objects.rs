@@ -324,7 +324,7 @@ impl Objects {
         if path == "[vdso]" {
             return Ok(self.vdso());
         }
-        if !path.starts_with('/') {
+        if !path.starts_with('/') || path.starts_with("//") {
             return Err(format!("{path} is not a file"));
         }
         let claimed = build_id.filter(|b| !b.is_empty()).map(<[u8]>::to_vec);

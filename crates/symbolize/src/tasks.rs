@@ -65,7 +65,7 @@ impl Mapping {
 
     /// True for file-backed mappings (not `[vdso]`, `//anon`, `[heap]`…).
     pub fn is_file(&self) -> bool {
-        self.path.starts_with('/')
+        self.path.starts_with('/') && !self.path.starts_with("//")
     }
 
     /// The last path component.

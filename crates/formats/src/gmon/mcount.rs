@@ -67,11 +67,11 @@ pub struct ArcTable {
 
 impl ArcTable {
     /// A table sized the way NetBSD's `kmstartup` sizes it for the text
-    /// `[lowpc, highpc)`, both rounded out to 4 bytes:
+    /// `[lowpc, highpc)`, both rounded out to 4 bytes (as the histogram's
+    /// cells, [`super::build::text_bounds`]):
     /// `tolimit = clamp(textsize * ARCDENSITY / 100, MINARCS, MAXARCS)`.
     pub fn for_text(lowpc: u64, highpc: u64) -> Self {
-        let lowpc = lowpc & !3;
-        let highpc = highpc.div_ceil(4) * 4;
+        let (lowpc, highpc) = super::build::text_bounds(lowpc, highpc);
         let textsize = highpc.saturating_sub(lowpc);
         Self::with_limit(lowpc, textsize, tolimit_for(textsize))
     }

@@ -7,6 +7,7 @@
 //! write(&GmonOut, Format, Target) -> Vec<u8>
 //! parse(&[u8], Target)            -> Decoded { format, gnu_version, gmon }
 //! mcount::ArcTable                   NetBSD's froms/tos arc table (the mcount model)
+//! build::CallGraph                   the histogram and arcs made from sampled stacks
 //! ```
 //!
 //! # Description
@@ -344,6 +345,7 @@ mod writer;
 pub use reader::{max_len, parse, MAX_GNU_LEN};
 pub use writer::write;
 
+pub mod build;
 pub mod mcount;
 
 #[cfg(test)]

@@ -9,27 +9,53 @@ use profdev_core::{CpuMode, Record, Sample, UserRegs};
 /// marker belong to the sample's own mode; hypervisor and guest parts are
 /// dropped (profdev does not symbolize them).
 pub fn split_callchain(ips: &[u64], mode: CpuMode) -> (Vec<u64>, Vec<u64>) {
-    #[derive(PartialEq)]
-    enum Part {
-        Kernel,
-        User,
-        Other,
-    }
-    let mut part = match mode {
-        CpuMode::Kernel => Part::Kernel,
-        CpuMode::User => Part::User,
-        CpuMode::Other => Part::Other,
+    split_chain(ips.iter().copied(), mode)
+}
+
+/// Which part of a callchain an entry belongs to.
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    Kernel,
+    User,
+    Other,
+}
+
+/// [`split_callchain`] over any re-iterable sequence of entries (the
+/// record's bytes, in place): one pass counts each part, the second fills
+/// two vectors allocated at their final size, so a sample costs exactly
+/// its two chains' allocations.
+fn split_chain<I>(ips: I, mode: CpuMode) -> (Vec<u64>, Vec<u64>)
+where
+    I: Iterator<Item = u64> + Clone,
+{
+    let parts = |ips: I| {
+        let mut part = match mode {
+            CpuMode::Kernel => Part::Kernel,
+            CpuMode::User => Part::User,
+            CpuMode::Other => Part::Other,
+        };
+        ips.filter_map(move |ip| {
+            if ip >= context::MAX {
+                part = match ip {
+                    context::KERNEL => Part::Kernel,
+                    context::USER => Part::User,
+                    _ => Part::Other, // HV, GUEST, GUEST_KERNEL, GUEST_USER
+                };
+                return None;
+            }
+            Some((part, ip))
+        })
     };
-    let (mut kernel, mut user) = (Vec::new(), Vec::new());
-    for &ip in ips {
-        if ip >= context::MAX {
-            part = match ip {
-                context::KERNEL => Part::Kernel,
-                context::USER => Part::User,
-                _ => Part::Other, // HV, GUEST, GUEST_KERNEL, GUEST_USER
-            };
-            continue;
+    let (mut nk, mut nu) = (0, 0);
+    for (part, _) in parts(ips.clone()) {
+        match part {
+            Part::Kernel => nk += 1,
+            Part::User => nu += 1,
+            Part::Other => {}
         }
+    }
+    let (mut kernel, mut user) = (Vec::with_capacity(nk), Vec::with_capacity(nu));
+    for (part, ip) in parts(ips) {
         match part {
             Part::Kernel => kernel.push(ip),
             Part::User => user.push(ip),
@@ -96,11 +122,10 @@ pub(super) fn decode_sample(
             .and_then(|n| n.checked_mul(8))
             .unwrap_or(usize::MAX);
         let raw = c.take(n, "callchain.ips")?;
-        let ips: Vec<u64> = raw
+        let ips = raw
             .chunks_exact(8)
-            .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
-            .collect();
-        (s.kernel_chain, s.user_chain) = split_callchain(&ips, mode);
+            .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")));
+        (s.kernel_chain, s.user_chain) = split_chain(ips, mode);
     }
     if layout.has(sample::REGS_USER) {
         let abi = c.u64("regs_user.abi")?;
