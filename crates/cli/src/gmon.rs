@@ -426,7 +426,7 @@ struct Builder {
 
 impl Builder {
     fn new(exe: Program) -> Self {
-        Builder::with_tasks(exe, Tasks::with_objects(Objects::new()))
+        Builder::with_tasks(exe, Tasks::with_objects(Objects::shared()))
     }
 
     fn with_tasks(exe: Program, tasks: Tasks) -> Self {

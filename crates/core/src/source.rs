@@ -151,3 +151,27 @@ pub trait SourceFactory: Send + Sync {
     /// Open a session; sampling runs from here until the source is dropped.
     fn open(&self, config: &SessionConfig) -> Result<Box<dyn SampleSource>, SourceError>;
 }
+
+/// Called for every MMAP record the moment a live source decodes it,
+/// before any merging delay, while the process that mapped the file most
+/// likely still runs: the objects table (`profdev_symbolize::objects`)
+/// opens the mapped file here, through `/proc/PID/map_files`, so that a
+/// program that runs for a millisecond and is deleted at once is still the
+/// file its samples are charged to. At most one hook per process; it must
+/// be quick and must not block.
+pub type MappingHook = Box<dyn Fn(&crate::Record) + Send + Sync>;
+
+static MAPPING_HOOK: std::sync::OnceLock<MappingHook> = std::sync::OnceLock::new();
+
+/// Install the process's mapping hook (false if one is already installed).
+pub fn set_mapping_hook(hook: MappingHook) -> bool {
+    MAPPING_HOOK.set(hook).is_ok()
+}
+
+/// Tell the hook, if any, of a freshly decoded record (live sources call
+/// this for each MMAP record as they read it).
+pub fn mapping_reported(record: &crate::Record) {
+    if let (Some(hook), crate::Record::Mmap { .. }) = (MAPPING_HOOK.get(), record) {
+        hook(record);
+    }
+}

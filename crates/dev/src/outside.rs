@@ -67,7 +67,7 @@ impl OutsideCollector {
         OutsideCollector {
             text,
             first_bucket: text.start.0 + ((kpdata::SPECIAL_WORDS as u64) << log_bucket),
-            tasks: Tasks::with_objects(Objects::new()),
+            tasks: Tasks::with_objects(Objects::shared()),
             stats: SourceStats::default(),
             outside: HashMap::new(),
             objects: HashMap::new(),

@@ -204,6 +204,7 @@ impl PerfSource {
                 Target::Process { pid, .. } => synthesize_tasks(Some(pid)),
             };
             for r in tasks {
+                profdev_core::source::mapping_reported(&r);
                 merge.push(0, r);
             }
         }
@@ -265,6 +266,9 @@ impl PerfSource {
                 match decode_record(bytes, &layout, cpu) {
                     Ok(Some(rec)) => {
                         last_time = rec.time();
+                        // Now, not after the merge's delay: the mapping
+                        // process may be gone by then.
+                        profdev_core::source::mapping_reported(&rec);
                         merge.push(queue, rec);
                     }
                     Ok(None) => {}

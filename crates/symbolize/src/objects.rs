@@ -30,6 +30,16 @@
 //! object lives while a mapping of some [`crate::Tasks`] (or a device's
 //! record) holds it, and its descriptor is closed with it.
 //!
+//! **Opened at once.** [`Objects::shared`] is the process's one table,
+//! used by every device and command. The first call installs the sample
+//! sources' mapping hook (`profdev_core::source::set_mapping_hook`): a live
+//! source hands each MMAP record to [`Objects::prefetch`] the moment it
+//! decodes it, before the per-CPU merge holds it back, so the file is
+//! opened through `/proc/PID/map_files` while the process most likely
+//! still runs. The prefetched object is kept (at most [`PREFETCH_KEPT`]
+//! of them, each for at most [`PREFETCH_SECS`] s) until a tasks table
+//! observes the record and takes it.
+//!
 //! ```
 //! use profdev_symbolize::objects::Objects;
 //! let objects = Objects::new();
@@ -211,6 +221,12 @@ impl Object {
     }
 }
 
+/// Most prefetched objects kept for a tasks table to take.
+pub const PREFETCH_KEPT: usize = 4096;
+
+/// How long a prefetched object is kept for a tasks table to take.
+pub const PREFETCH_SECS: u64 = 30;
+
 /// Reads an object's bytes by path instead of opening it (tests, fuzzing).
 pub type Loader = dyn Fn(&str) -> Option<Vec<u8>> + Send + Sync;
 
@@ -224,6 +240,8 @@ struct Table {
     vdso: Option<Arc<Object>>,
     opened: u64,
     failed: u64,
+    /// Objects opened by [`Objects::prefetch`], kept until taken.
+    prefetched: std::collections::VecDeque<(std::time::Instant, Arc<Object>)>,
 }
 
 /// Counts of the objects table.
@@ -420,6 +438,57 @@ impl Objects {
         }
         t.opened += 1;
         Ok(self.insert(&mut t, path, key, Source::File(f)))
+    }
+
+    /// The process's one table, shared by every device and command; its
+    /// first use installs the mapping hook that opens each mapped file as
+    /// soon as a live source reads its MMAP record.
+    pub fn shared() -> Objects {
+        static SHARED: OnceLock<Objects> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                let objects = Objects::new();
+                let hook = objects.clone();
+                profdev_core::source::set_mapping_hook(Box::new(move |r| hook.prefetch(r)));
+                objects
+            })
+            .clone()
+    }
+
+    /// Open the object of an MMAP record now and keep it for a while, so
+    /// that the tasks table that observes the record later finds it even
+    /// if the process has exited and its file was deleted meanwhile.
+    pub fn prefetch(&self, record: &profdev_core::Record) {
+        let profdev_core::Record::Mmap {
+            pid,
+            addr,
+            len,
+            path,
+            file,
+            build_id,
+            ..
+        } = record
+        else {
+            return;
+        };
+        if !path.starts_with('/') || path.starts_with("//") {
+            return;
+        }
+        let end = addr.saturating_add(*len);
+        let Ok(object) = self.for_mapping(*pid, *addr..end, path, *file, build_id.as_deref())
+        else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let mut t = self.table();
+        while t.prefetched.len() >= PREFETCH_KEPT
+            || t.prefetched
+                .front()
+                .is_some_and(|(at, _)| now.duration_since(*at).as_secs() >= PREFETCH_SECS)
+        {
+            t.prefetched.pop_front();
+        }
+        t.prefetched.push_back((now, object));
     }
 
     /// This process's vDSO, as an object.
@@ -625,6 +694,51 @@ mod tests {
         assert!(x.unwind_info().is_none());
         drop((a, b, c, x));
         assert_eq!(objects.stats().live, 0);
+    }
+
+    /// A prefetched object is kept for the tasks table that observes the
+    /// record later, even once the file is deleted.
+    #[test]
+    fn prefetch_keeps_the_object_for_the_later_observer() {
+        let d = tempfile::tempdir().unwrap();
+        let prog = d.path().join("prog");
+        std::fs::copy(std::env::current_exe().unwrap(), &prog).unwrap();
+        let objects = Objects::new();
+        let record = profdev_core::Record::Mmap {
+            pid: u32::MAX,
+            tid: u32::MAX,
+            addr: 0x1000,
+            len: 0x1000,
+            pgoff: 0,
+            path: prog.to_str().unwrap().into(),
+            file: Some(id_of(&prog)),
+            build_id: None,
+            time: 5,
+        };
+        objects.prefetch(&record);
+        std::fs::remove_file(&prog).unwrap();
+        assert_eq!(objects.stats().live, 1, "kept by the prefetch");
+        let mut tasks = crate::Tasks::with_objects(objects.clone());
+        tasks.observe(&record);
+        let m = tasks
+            .lookup(u32::MAX, profdev_core::ProcessVa(0x1800))
+            .unwrap();
+        let o = m.object.as_ref().expect("the prefetched object");
+        assert!(o.layout().is_ok(), "read through the kept descriptor");
+        assert_eq!(objects.stats().opened, 1);
+        // Not a file: nothing prefetched.
+        objects.prefetch(&profdev_core::Record::Mmap {
+            pid: 1,
+            tid: 1,
+            addr: 0x1000,
+            len: 0x1000,
+            pgoff: 0,
+            path: "//anon".into(),
+            file: None,
+            build_id: None,
+            time: 6,
+        });
+        assert_eq!(objects.stats().opened, 1);
     }
 
     /// A file anyone may write is read, not mapped; a root-only one may be

@@ -67,7 +67,7 @@ pub(super) struct Resolver {
 
 impl Resolver {
     pub(super) fn new() -> Self {
-        let objects = Objects::new();
+        let objects = Objects::shared();
         Resolver {
             tasks: Tasks::with_objects(objects.clone()),
             objects,
