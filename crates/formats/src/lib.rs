@@ -16,6 +16,7 @@ pub mod kpdata;
 pub mod mon_out;
 pub mod prflog;
 pub mod prof_histogram;
+pub mod recording;
 pub mod symelf;
 
 #[doc(hidden)]
