@@ -102,7 +102,11 @@ pub fn recording(data: &[u8]) {
     }
     for s in &r.samples {
         let t = r.task(s);
-        assert_eq!((t.pid, t.tid), (s.pid, s.tid), "a sample's task is its thread");
+        assert_eq!(
+            (t.pid, t.tid),
+            (s.pid, s.tid),
+            "a sample's task is its thread"
+        );
         for f in r.stack(s) {
             assert!(f.object == 0 || r.object(f.object).is_some());
         }

@@ -11,6 +11,8 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "export")]
+pub mod export;
 pub mod gmon;
 pub mod kpdata;
 pub mod mon_out;

@@ -266,11 +266,7 @@ impl Object {
 
     /// The file's base name (`[kernel.kallsyms]` as is).
     pub fn short_name(&self) -> &str {
-        self.info
-            .path
-            .rsplit('/')
-            .next()
-            .unwrap_or(&self.info.path)
+        self.info.path.rsplit('/').next().unwrap_or(&self.info.path)
     }
 }
 

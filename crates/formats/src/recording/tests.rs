@@ -137,7 +137,13 @@ fn round_trip() {
     assert_eq!(r.tasks.len(), 3);
     assert_eq!(r.objects.len(), 2);
     assert_eq!(r.samples.len(), 2);
-    assert_eq!(r.end, Some(End { samples: 2, lost: 3 }));
+    assert_eq!(
+        r.end,
+        Some(End {
+            samples: 2,
+            lost: 3
+        })
+    );
     assert_eq!(r.lost(), 3);
     let s0 = r.samples[0];
     assert_eq!((s0.time, s0.tid, s0.kernel), (1000, 10, false));
@@ -163,7 +169,13 @@ fn round_trip() {
             .name,
         "do_syscall_64"
     );
-    assert_eq!(st[1], Frame { object: 0, offset: 0x7fff_0000 });
+    assert_eq!(
+        st[1],
+        Frame {
+            object: 0,
+            offset: 0x7fff_0000
+        }
+    );
 }
 
 /// Every cut of the file reads up to its last whole record: the samples
@@ -215,14 +227,29 @@ fn encoder_refuses_entries_used_before_written() {
         ..Task::default()
     });
     assert_eq!(
-        e.sample(&s, &[Frame { object: 1, offset: 0 }]),
+        e.sample(
+            &s,
+            &[Frame {
+                object: 1,
+                offset: 0
+            }]
+        ),
         Err(EncodeError::UnknownObject { id: 1 })
     );
     assert_eq!(
         e.symbols(1, &[], &[]),
         Err(EncodeError::UnknownObject { id: 1 })
     );
-    assert_eq!(e.sample(&s, &[Frame { object: 0, offset: 9 }]), Ok(()));
+    assert_eq!(
+        e.sample(
+            &s,
+            &[Frame {
+                object: 0,
+                offset: 9
+            }]
+        ),
+        Ok(())
+    );
     assert_eq!(read(&e.take()).unwrap().samples.len(), 1);
 }
 
