@@ -13,6 +13,7 @@
 
 mod child;
 mod cmdline;
+mod export;
 mod gmon;
 mod kgmon;
 mod kprof;
@@ -61,6 +62,11 @@ const COMMANDS: &[Command] = &[
         name: "prof",
         about: "profile a command's modules by function and source line (Inferno prof)",
         run: prof::main,
+    },
+    Command {
+        name: "export",
+        about: "write a recording as folded, svg, pprof, firefox, perf-script, gmon, kpdata or proc-profile",
+        run: export::main,
     },
     Command {
         name: "kprof",
