@@ -44,6 +44,13 @@
 //! | 5 | Loss | time v, cpu v, lost samples v |
 //! | 6 | End | samples v, lost v (the totals; absent from a `.partial` file) |
 //!
+//! A function may come in several Symbols records (a recorder writes each
+//! as its first address is sampled, with that address's line): the reader
+//! makes them one, with the longest length and every line row. A caller
+//! frame holds its return address minus one (a byte of the call
+//! instruction), so every frame's offset names the function and line that
+//! was executing.
+//!
 //! An offset is an address in the object's link-time address space (for a
 //! user ELF object the virtual address its symbols carry, load bias
 //! removed; for the kernel object the running kernel's address), the space

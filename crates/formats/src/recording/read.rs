@@ -244,9 +244,46 @@ pub fn read(bytes: &[u8]) -> Result<Recording, ReadError> {
             .map_err(|what| ReadError::Malformed { offset, what })?;
     }
     for o in &mut rec.objects {
-        o.functions.sort_by_key(|f| f.start);
+        merge_functions(o);
     }
     Ok(rec)
+}
+
+/// Sort an object's functions; a function given by several Symbols
+/// records (a recorder appends one as each of its addresses is first
+/// seen) becomes one, with the longest length and every line row; file
+/// names given more than once become one.
+fn merge_functions(o: &mut Object) {
+    let mut index: HashMap<&str, u32> = HashMap::new();
+    let mut remap = Vec::with_capacity(o.files.len());
+    let mut files: Vec<String> = Vec::new();
+    for f in &o.files {
+        let i = *index.entry(f.as_str()).or_insert_with(|| {
+            files.push(f.clone());
+            (files.len() - 1) as u32
+        });
+        remap.push(i);
+    }
+    drop(index);
+    o.files = files;
+    let mut funcs = std::mem::take(&mut o.functions);
+    funcs.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| a.name.cmp(&b.name)));
+    for mut f in funcs {
+        for l in &mut f.lines {
+            l.file = remap[l.file as usize];
+        }
+        match o.functions.last_mut() {
+            Some(last) if last.start == f.start && last.name == f.name => {
+                last.len = last.len.max(f.len);
+                last.lines.append(&mut f.lines);
+            }
+            _ => o.functions.push(f),
+        }
+    }
+    for f in &mut o.functions {
+        f.lines.sort_by_key(|l| l.addr);
+        f.lines.dedup();
+    }
 }
 
 #[derive(Default)]

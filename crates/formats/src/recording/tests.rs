@@ -338,3 +338,29 @@ fn fuzz_seeds_are_the_sample_recording() {
     profdev_testkit::golden(&dir.join("whole"), &b);
     profdev_testkit::golden(&dir.join("torn"), &b[..b.len() - 20]);
 }
+
+/// A function written in several Symbols records (one per address first
+/// seen, as `profdev record` writes them) reads as one, with every line.
+#[test]
+fn functions_given_twice_merge() {
+    let mut e = Encoder::new(&Header::default());
+    let id = e.object(&ObjectInfo::default());
+    let f = |len, addr, line| Function {
+        start: 0x100,
+        len,
+        name: "f".into(),
+        lines: vec![Line { addr, file: 0, line }],
+    };
+    e.symbols(id, &["f.c".into()], &[f(0x10, 0x104, 3)]).unwrap();
+    e.symbols(id, &["g.h".into()], &[f(0x20, 0x118, 9)]).unwrap();
+    e.symbols(id, &["f.c".into()], &[f(0x10, 0x102, 2)]).unwrap();
+    let r = read(&e.take()).unwrap();
+    let o = &r.objects[0];
+    assert_eq!(o.files, ["f.c", "g.h"]);
+    assert_eq!(o.functions.len(), 1);
+    let func = &o.functions[0];
+    assert_eq!(func.len, 0x20);
+    assert_eq!(o.line_at(func, 0x103), Some(("f.c", 2)));
+    assert_eq!(o.line_at(func, 0x110), Some(("f.c", 3)));
+    assert_eq!(o.line_at(func, 0x11f), Some(("g.h", 9)));
+}
