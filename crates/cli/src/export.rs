@@ -220,10 +220,11 @@ fn run(args: &Args) -> Result<ExitCode> {
                 args.format
             );
         }
-        stdout
-            .write_all(&bytes)
-            .and_then(|()| stdout.flush())
-            .context("cannot write to standard output")?;
+        match stdout.write_all(&bytes).and_then(|()| stdout.flush()) {
+            // A reader that has seen enough (`| head`) is no error.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => r.context("cannot write to standard output")?,
+        }
     } else {
         let mode = if kernel_addrs {
             crate::output::KERNEL_MODE

@@ -27,6 +27,7 @@ mod prfpr;
 mod prfsnap;
 mod prfstat;
 mod prof;
+mod record;
 mod sample;
 mod unmount;
 
@@ -62,6 +63,11 @@ const COMMANDS: &[Command] = &[
         name: "prof",
         about: "profile a command's modules by function and source line (Inferno prof)",
         run: prof::main,
+    },
+    Command {
+        name: "record",
+        about: "sample a command, processes or the system, with stacks (-g), into one recording",
+        run: record::main,
     },
     Command {
         name: "export",

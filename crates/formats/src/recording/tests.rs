@@ -349,11 +349,18 @@ fn functions_given_twice_merge() {
         start: 0x100,
         len,
         name: "f".into(),
-        lines: vec![Line { addr, file: 0, line }],
+        lines: vec![Line {
+            addr,
+            file: 0,
+            line,
+        }],
     };
-    e.symbols(id, &["f.c".into()], &[f(0x10, 0x104, 3)]).unwrap();
-    e.symbols(id, &["g.h".into()], &[f(0x20, 0x118, 9)]).unwrap();
-    e.symbols(id, &["f.c".into()], &[f(0x10, 0x102, 2)]).unwrap();
+    e.symbols(id, &["f.c".into()], &[f(0x10, 0x104, 3)])
+        .unwrap();
+    e.symbols(id, &["g.h".into()], &[f(0x20, 0x118, 9)])
+        .unwrap();
+    e.symbols(id, &["f.c".into()], &[f(0x10, 0x102, 2)])
+        .unwrap();
     let r = read(&e.take()).unwrap();
     let o = &r.objects[0];
     assert_eq!(o.files, ["f.c", "g.h"]);
