@@ -6,13 +6,13 @@
 //! categories, `User` (yellow) and `Kernel` (orange). Open it at
 //! <https://profiler.firefox.com/> ("Load a profile from file").
 
-use super::Names;
+use super::{Names, Tree};
 use crate::recording::Recording;
 use fxprof_processed_profile::{
     CategoryColor, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo, Profile,
-    ReferenceTimestamp, SamplingInterval, Timestamp,
+    ReferenceTimestamp, SamplingInterval, StackHandle, StringHandle, ThreadHandle, Timestamp,
 };
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// The processed profile of `rec`, as JSON bytes.
 pub fn write(rec: &Recording) -> Vec<u8> {
@@ -32,37 +32,61 @@ pub fn write(rec: &Recording) -> Vec<u8> {
     let kernel = CategoryPairHandle::from(p.add_category("Kernel", CategoryColor::Orange));
     let t0 = rec.samples.first().map_or(0, |s| s.time);
     let ts = |t: u64| Timestamp::from_nanos_since_reference(t.saturating_sub(t0));
-    let mut processes = HashMap::new();
-    let mut threads = HashMap::new();
-    let mut labels: Vec<Option<fxprof_processed_profile::StringHandle>> =
-        vec![None; names.funcs.len()];
+    let tree = Tree::new(&names);
+    let mut processes = HashMap::default();
+    let mut threads: HashMap<u32, ThreadHandle> = HashMap::default();
+    let mut labels: Vec<Option<StringHandle>> = vec![None; names.funcs.len()];
+    // (tid, tree node) -> its stack in that thread.
+    let mut stacks: HashMap<(u32, u32), StackHandle> = HashMap::default();
+    let mut path = Vec::new();
     for (i, s) in rec.samples.iter().enumerate() {
-        let comm = rec.task(s).comm.clone();
-        let process = *processes
-            .entry(s.pid)
-            .or_insert_with(|| p.add_process(&comm, s.pid, ts(s.time)));
-        let thread = *threads.entry(s.tid).or_insert_with(|| {
-            let t = p.add_thread(process, s.tid, ts(s.time), s.tid == s.pid);
-            p.set_thread_name(t, &comm);
-            t
-        });
-        let funcs = names.stack(i);
-        let mut frames = Vec::with_capacity(funcs.len());
-        for &f in funcs.iter().rev() {
-            let label = *labels[f as usize]
-                .get_or_insert_with(|| p.intern_string(&names.funcs[f as usize].name));
-            frames.push(FrameInfo {
-                frame: Frame::Label(label),
-                category_pair: if names.funcs[f as usize].kernel {
-                    kernel
-                } else {
-                    user
-                },
-                flags: FrameFlags::empty(),
-            });
+        let thread = match threads.get(&s.tid) {
+            Some(&t) => t,
+            None => {
+                let comm = rec.task(s).comm.clone();
+                let process = *processes
+                    .entry(s.pid)
+                    .or_insert_with(|| p.add_process(&comm, s.pid, ts(s.time)));
+                let t = p.add_thread(process, s.tid, ts(s.time), s.tid == s.pid);
+                p.set_thread_name(t, &comm);
+                threads.insert(s.tid, t);
+                t
+            }
+        };
+        // The nodes from the leaf up to one whose stack is known.
+        let mut node = tree.leaf[i];
+        path.clear();
+        let mut parent = None;
+        while node != 0 {
+            if let Some(&h) = stacks.get(&(s.tid, node)) {
+                parent = Some(h);
+                break;
+            }
+            path.push(node);
+            node = tree.nodes[node as usize].parent;
         }
-        let stack = p.intern_stack_frames(thread, frames.into_iter());
-        p.add_sample(thread, ts(s.time), stack, CpuDelta::from_nanos(s.weight), 1);
+        for &n in path.iter().rev() {
+            let f = tree.nodes[n as usize].func as usize;
+            let label = *labels[f].get_or_insert_with(|| p.intern_string(&names.funcs[f].name));
+            let frame = p.intern_frame(
+                thread,
+                FrameInfo {
+                    frame: Frame::Label(label),
+                    category_pair: if names.funcs[f].kernel { kernel } else { user },
+                    flags: FrameFlags::empty(),
+                },
+            );
+            let h = p.intern_stack(thread, parent, frame);
+            stacks.insert((s.tid, n), h);
+            parent = Some(h);
+        }
+        p.add_sample(
+            thread,
+            ts(s.time),
+            parent,
+            CpuDelta::from_nanos(s.weight),
+            1,
+        );
     }
     serde_json::to_vec(&p).expect("a profile serializes")
 }

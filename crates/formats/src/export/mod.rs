@@ -30,7 +30,7 @@
 //! not carry, so it would impose its terms on every binary distribution).
 
 use crate::recording::{Frame, ObjectKind, Recording};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as FastMap;
 
 pub mod firefox;
 pub mod folded;
@@ -72,47 +72,97 @@ pub struct Func {
     pub kernel: bool,
 }
 
-/// Every frame of a recording resolved to a function, once per distinct
-/// frame.
+/// The distinct stacks of a recording, each frame resolved to a function
+/// once: samples with the same stack share one entry, so the writers'
+/// work grows with the distinct stacks, not with the samples.
 #[derive(Clone, Debug)]
 pub struct Names<'a> {
     /// The recording.
     pub rec: &'a Recording,
     /// The distinct functions.
     pub funcs: Vec<Func>,
-    /// For each of `rec.frames`, the index of its function.
-    pub frame_func: Vec<u32>,
+    /// For each sample, its stack's index in `stacks`.
+    pub sample_stack: Vec<u32>,
+    /// The distinct stacks: their frames, innermost first.
+    pub stacks: Vec<&'a [Frame]>,
+    /// How many samples have each stack, and their summed weight.
+    pub stack_counts: Vec<(u64, u64)>,
+    /// The functions of each distinct stack's frames, back to back.
+    stack_funcs: Vec<u32>,
+    /// Where each distinct stack's functions start in `stack_funcs`.
+    stack_first: Vec<usize>,
+    by_frame: FastMap<Frame, u32>,
 }
 
 impl<'a> Names<'a> {
-    /// Resolve every frame of `rec`.
+    /// Resolve every distinct frame of `rec`.
     pub fn new(rec: &'a Recording) -> Names<'a> {
-        let mut by_frame: HashMap<Frame, u32> = HashMap::new();
-        let mut by_func: HashMap<(u32, u64, bool), u32> = HashMap::new();
+        let mut by_stack: FastMap<&[Frame], u32> = FastMap::default();
+        let mut stacks: Vec<&[Frame]> = Vec::new();
+        let mut stack_counts: Vec<(u64, u64)> = Vec::new();
+        let mut sample_stack = Vec::with_capacity(rec.samples.len());
+        let mut prev: Option<(&[Frame], u32)> = None;
+        for s in &rec.samples {
+            let st = rec.stack(s);
+            let id = match prev {
+                Some((p, id)) if p == st => id,
+                _ => *by_stack.entry(st).or_insert_with(|| {
+                    stacks.push(st);
+                    stack_counts.push((0, 0));
+                    (stacks.len() - 1) as u32
+                }),
+            };
+            prev = Some((st, id));
+            let c = &mut stack_counts[id as usize];
+            c.0 += 1;
+            c.1 += s.weight;
+            sample_stack.push(id);
+        }
+        let mut by_frame: FastMap<Frame, u32> = FastMap::default();
+        let mut by_func: FastMap<(u32, u64, bool), u32> = FastMap::default();
         let mut funcs = Vec::new();
-        let mut frame_func = Vec::with_capacity(rec.frames.len());
-        for f in &rec.frames {
-            let id = *by_frame.entry(*f).or_insert_with(|| {
-                let func = resolve(rec, *f);
-                let key = (func.object, func.start, func.resolved);
-                *by_func.entry(key).or_insert_with(|| {
-                    funcs.push(func);
-                    (funcs.len() - 1) as u32
-                })
-            });
-            frame_func.push(id);
+        let mut stack_funcs = Vec::new();
+        let mut stack_first = Vec::with_capacity(stacks.len());
+        for st in &stacks {
+            stack_first.push(stack_funcs.len());
+            for f in st.iter() {
+                let id = *by_frame.entry(*f).or_insert_with(|| {
+                    let func = resolve(rec, *f);
+                    let key = (func.object, func.start, func.resolved);
+                    *by_func.entry(key).or_insert_with(|| {
+                        funcs.push(func);
+                        (funcs.len() - 1) as u32
+                    })
+                });
+                stack_funcs.push(id);
+            }
         }
         Names {
             rec,
             funcs,
-            frame_func,
+            sample_stack,
+            stacks,
+            stack_counts,
+            stack_funcs,
+            stack_first,
+            by_frame,
         }
+    }
+
+    /// Function indices of distinct stack `u`, innermost first.
+    pub fn stack_funcs(&self, u: usize) -> &[u32] {
+        let a = self.stack_first[u];
+        &self.stack_funcs[a..a + self.stacks[u].len()]
     }
 
     /// Function indices of sample `i`'s stack, innermost first.
     pub fn stack(&self, i: usize) -> &[u32] {
-        let s = &self.rec.samples[i];
-        &self.frame_func[s.first..s.first + s.depth as usize]
+        self.stack_funcs(self.sample_stack[i] as usize)
+    }
+
+    /// The function of a frame of the recording.
+    pub fn func_of(&self, f: &Frame) -> u32 {
+        self.by_frame[f]
     }
 }
 
@@ -159,8 +209,10 @@ fn resolve(rec: &Recording, f: Frame) -> Func {
 /// function called from its parent's.
 #[derive(Clone, Debug, Default)]
 pub struct Tree {
-    /// The nodes; `nodes[0]` is the root.
+    /// The nodes; `nodes[0]` is the root. A parent comes before its children.
     pub nodes: Vec<Node>,
+    /// For each sample, the node of its innermost frame (0: no frames).
+    pub leaf: Vec<u32>,
 }
 
 /// One node of a [`Tree`].
@@ -185,11 +237,11 @@ impl Tree {
             func: u32::MAX,
             ..Node::default()
         }];
-        let mut index: HashMap<(u32, u32), u32> = HashMap::new();
-        for i in 0..names.rec.samples.len() {
+        let mut index: FastMap<(u32, u32), u32> = FastMap::default();
+        let mut stack_leaf = Vec::with_capacity(names.stacks.len());
+        for u in 0..names.stacks.len() {
             let mut at = 0u32;
-            nodes[0].total += 1;
-            for &func in names.stack(i).iter().rev() {
+            for &func in names.stack_funcs(u).iter().rev() {
                 let next = nodes.len() as u32;
                 at = *index.entry((at, func)).or_insert_with(|| {
                     nodes.push(Node {
@@ -199,9 +251,22 @@ impl Tree {
                     });
                     next
                 });
-                nodes[at as usize].total += 1;
             }
-            nodes[at as usize].self_count += 1;
+            nodes[at as usize].self_count += names.stack_counts[u].0;
+            stack_leaf.push(at);
+        }
+        let leaf = names
+            .sample_stack
+            .iter()
+            .map(|&u| stack_leaf[u as usize])
+            .collect();
+        // Totals: children come after their parents.
+        for i in (0..nodes.len()).rev() {
+            nodes[i].total += nodes[i].self_count;
+            if i > 0 {
+                let (p, t) = (nodes[i].parent as usize, nodes[i].total);
+                nodes[p].total += t;
+            }
         }
         for i in 1..nodes.len() {
             let p = nodes[i].parent as usize;
@@ -213,7 +278,7 @@ impl Tree {
             children.sort_by(|&a, &b| name(a).cmp(name(b)));
             nodes[i].children = children;
         }
-        Tree { nodes }
+        Tree { nodes, leaf }
     }
 
     /// The names from the root's child down to `node`.

@@ -10,18 +10,48 @@
 //! with `+0xOFFSET`, and the object in parentheses; then a blank line.
 //! Unresolved frames show `[unknown]`, as perf prints them.
 
-use crate::recording::{ObjectKind, Recording};
+use super::Names;
+use crate::recording::{Frame, ObjectKind, Recording};
+use rustc_hash::FxHashMap as FastMap;
 use std::fmt::Write;
 
 /// The text of `rec`.
 pub fn write(rec: &Recording) -> String {
-    let mut s = String::new();
-    for sample in &rec.samples {
-        let t = rec.task(sample);
-        let comm = t.comm.replace(char::is_whitespace, "_");
+    let names = Names::new(rec);
+    // Each distinct stack's lines, made once.
+    let mut text = String::new();
+    let mut lines: FastMap<Frame, (usize, usize)> = FastMap::default();
+    let mut frame_text = String::new();
+    let mut blocks = Vec::with_capacity(names.stacks.len());
+    for st in &names.stacks {
+        let a = text.len();
+        for f in st.iter() {
+            let (x, y) = *lines.entry(*f).or_insert_with(|| {
+                let x = frame_text.len();
+                frame_line(&mut frame_text, rec, f);
+                (x, frame_text.len())
+            });
+            text.push_str(&frame_text[x..y]);
+        }
+        text.push('\n');
+        blocks.push((a, text.len()));
+    }
+    let comms: Vec<String> = rec
+        .tasks
+        .iter()
+        .map(|t| t.comm.replace(char::is_whitespace, "_"))
+        .collect();
+    let size: usize = names
+        .sample_stack
+        .iter()
+        .map(|&u| blocks[u as usize].1 - blocks[u as usize].0 + 64)
+        .sum();
+    let mut s = String::with_capacity(size);
+    for (sample, &u) in rec.samples.iter().zip(&names.sample_stack) {
         let _ = writeln!(
             s,
-            "{comm} {}/{} [{:03}] {}.{:06}: {} cpu-clock: ",
+            "{} {}/{} [{:03}] {}.{:06}: {} cpu-clock: ",
+            comms[sample.task as usize],
             sample.pid,
             sample.tid,
             sample.cpu,
@@ -29,24 +59,26 @@ pub fn write(rec: &Recording) -> String {
             sample.time % 1_000_000_000 / 1000,
             sample.weight
         );
-        for f in rec.stack(sample) {
-            let (sym, dso) = match rec.object(f.object) {
-                None => ("[unknown]".to_string(), "[unknown]".to_string()),
-                Some(o) => {
-                    let dso = if o.info.kind == ObjectKind::Kernel {
-                        "[kernel.kallsyms]".to_string()
-                    } else {
-                        o.info.path.clone()
-                    };
-                    match o.function_at(f.offset) {
-                        Some(func) => (format!("{}+{:#x}", func.name, f.offset - func.start), dso),
-                        None => ("[unknown]".to_string(), dso),
-                    }
-                }
-            };
-            let _ = writeln!(s, "\t{:>16x} {sym} ({dso})", f.offset);
-        }
-        s.push('\n');
+        let (a, b) = blocks[u as usize];
+        s.push_str(&text[a..b]);
     }
     s
+}
+
+fn frame_line(out: &mut String, rec: &Recording, f: &Frame) {
+    let (sym, dso) = match rec.object(f.object) {
+        None => ("[unknown]".to_string(), "[unknown]"),
+        Some(o) => {
+            let dso = if o.info.kind == ObjectKind::Kernel {
+                "[kernel.kallsyms]"
+            } else {
+                o.info.path.as_str()
+            };
+            match o.function_at(f.offset) {
+                Some(func) => (format!("{}+{:#x}", func.name, f.offset - func.start), dso),
+                None => ("[unknown]".to_string(), dso),
+            }
+        }
+    };
+    let _ = writeln!(out, "\t{:>16x} {sym} ({dso})", f.offset);
 }

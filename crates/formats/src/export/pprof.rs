@@ -12,7 +12,7 @@
 
 use super::Names;
 use crate::recording::{Frame, Recording};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 
 /// Protobuf wire encoding of the few things profile.proto needs.
@@ -56,7 +56,7 @@ impl Pb {
 #[derive(Default)]
 struct Strings {
     list: Vec<String>,
-    index: HashMap<String, u64>,
+    index: std::collections::HashMap<String, u64>,
 }
 
 impl Strings {
@@ -95,24 +95,27 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
     out.bytes(1, &cpu_ty);
 
     // Locations: one per distinct frame; ids from 1.
-    let mut loc_of: HashMap<Frame, u64> = HashMap::new();
+    let mut loc_of: HashMap<Frame, u64> = HashMap::default();
     let mut locs: Vec<(Frame, u32)> = Vec::new();
-    let mut span: HashMap<u32, (u64, u64)> = HashMap::new();
-    for (i, f) in rec.frames.iter().enumerate() {
-        loc_of.entry(*f).or_insert_with(|| {
-            locs.push((*f, names.frame_func[i]));
-            let e = span.entry(f.object).or_insert((f.offset, f.offset));
-            e.0 = e.0.min(f.offset);
-            e.1 = e.1.max(f.offset);
-            locs.len() as u64
-        });
+    let mut span: HashMap<u32, (u64, u64)> = HashMap::default();
+    for st in &names.stacks {
+        for f in st.iter() {
+            loc_of.entry(*f).or_insert_with(|| {
+                locs.push((*f, names.func_of(f)));
+                let e = span.entry(f.object).or_insert((f.offset, f.offset));
+                e.0 = e.0.min(f.offset);
+                e.1 = e.1.max(f.offset);
+                locs.len() as u64
+            });
+        }
     }
-    // Samples (2).
-    for s in &rec.samples {
-        let mut p = Pb::default();
-        let frames = rec.stack(s);
+    // Samples (2): one per distinct stack, its values summed, in the
+    // order each stack first came.
+    let mut p = Pb::default();
+    for (frames, &(count, weight)) in names.stacks.iter().zip(&names.stack_counts) {
+        p.0.clear();
         p.packed(1, frames.iter().map(|f| loc_of[f]));
-        p.packed(2, [1, s.weight].into_iter());
+        p.packed(2, [count, weight].into_iter());
         out.bytes(2, &p.0);
     }
     // Mappings (3): one per object (id = object id); object 0 is mapping 0 (none).
