@@ -299,6 +299,9 @@ impl Recorder {
                 ..ObjectInfo::default()
             });
             let mut syms: Vec<(u64, String)> = Vec::new();
+            // The text range, for the proc-profile and kpdata exports
+            // (from every symbol: a text alias may hide them in the list).
+            let mut edges: Vec<Function> = Vec::new();
             if self.symbols {
                 if let Ok(k) = KernelSymbols::running() {
                     syms = k
@@ -307,19 +310,22 @@ impl Recorder {
                         .filter(|s| s.addr != 0)
                         .map(|s| (s.addr, s.name.clone()))
                         .collect();
+                    for name in ["_stext", "_etext"] {
+                        if let Some(s) = k
+                            .all()
+                            .iter()
+                            .find(|s| s.name == name && s.module.is_none() && s.addr != 0)
+                        {
+                            edges.push(Function {
+                                start: s.addr,
+                                len: 0,
+                                name: name.into(),
+                                lines: vec![],
+                            });
+                        }
+                    }
                 }
             }
-            // The text range, for the proc-profile and kpdata exports.
-            let edges: Vec<Function> = syms
-                .iter()
-                .filter(|(_, n)| n == "_stext" || n == "_etext")
-                .map(|(a, n)| Function {
-                    start: *a,
-                    len: 0,
-                    name: n.clone(),
-                    lines: vec![],
-                })
-                .collect();
             if !edges.is_empty() {
                 let _ = self.enc.symbols(id, &[], &edges);
             }

@@ -144,6 +144,28 @@ fn call_tree_of_a_c_program() {
             .unwrap_or("");
         assert!(first.ends_with(" c"), "{top}");
     }
+    if profdev_testkit::tools("gprof reads a recorded gmon export", &["gprof"]) {
+        let gm = d.path().join("gmon.out");
+        ok(profdev()
+            .args(["export", "gmon", "-i"])
+            .arg(&data)
+            .arg("-o")
+            .arg(&gm)
+            .output()
+            .unwrap());
+        let flat = ok(Command::new("gprof")
+            .args(["-b", "-p"])
+            .arg(&exe)
+            .arg(&gm)
+            .output()
+            .unwrap());
+        let first = flat
+            .lines()
+            .skip_while(|l| !l.contains("time   seconds"))
+            .nth(1)
+            .unwrap_or("");
+        assert!(first.ends_with(" c"), "{flat}");
+    }
     let json = export(&["firefox"], &data);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["threads"][0]["name"], "calltree");
@@ -243,4 +265,110 @@ fn killed_recording_leaves_an_exportable_partial() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("exists") && err.lines().count() == 1, "{err}");
+}
+
+/// A kernel-heavy command recorded without -g: readprofile reads the
+/// proc-profile export with a System.map made from /proc/kallsyms, and
+/// profdev kprof reads the kpdata export; both count the same kernel
+/// samples the recording holds.
+#[test]
+fn kernel_exports_of_a_real_recording() {
+    if !privileged(
+        "profdev record of dd, kernel exports",
+        can_sample_children(),
+    ) || !profdev_testkit::tools(
+        "readprofile reads a recorded proc-profile",
+        &["readprofile"],
+    ) {
+        return;
+    }
+    let d = tempdir();
+    let data = d.path().join("dd.data");
+    ok(profdev()
+        .args(["record", "-o"])
+        .arg(&data)
+        .args([
+            "--",
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=64k",
+            "count=300000",
+        ])
+        .output()
+        .unwrap());
+    let rec = recording::read(&std::fs::read(&data).unwrap()).unwrap();
+    let kernel_id = rec
+        .objects
+        .iter()
+        .find(|o| o.info.kind == recording::ObjectKind::Kernel)
+        .expect("dd spends time in the kernel")
+        .id;
+    let in_kernel = rec
+        .samples
+        .iter()
+        .filter(|s| s.kernel && rec.stack(s).first().is_some_and(|f| f.object == kernel_id))
+        .count() as u64;
+    assert!(in_kernel > 0);
+    // System.map: the core kernel's text symbols, by address.
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let mut syms: Vec<(u64, &str)> = kallsyms
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && matches!(f[1], "T" | "t" | "W" | "w"))
+                .then(|| Some((u64::from_str_radix(f[0], 16).ok()?, l)))
+                .flatten()
+        })
+        .collect();
+    syms.sort_by_key(|s| s.0);
+    assert!(
+        syms.iter().any(|s| s.0 != 0),
+        "kallsyms shows addresses to root"
+    );
+    let map: String = syms.iter().map(|(_, l)| format!("{l}\n")).collect();
+    let map_path = d.path().join("System.map");
+    std::fs::write(&map_path, map).unwrap();
+    let prof = d.path().join("profile");
+    ok(profdev()
+        .args(["export", "proc-profile", "-i"])
+        .arg(&data)
+        .arg("-o")
+        .arg(&prof)
+        .output()
+        .unwrap());
+    let text = ok(Command::new("readprofile")
+        .arg("-p")
+        .arg(&prof)
+        .arg("-m")
+        .arg(&map_path)
+        .output()
+        .unwrap());
+    // Every kernel-mode sample is counted: in a function or *unknown*.
+    let count = |name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} line:\n{text}"))
+    };
+    let kernel_mode = rec.samples.iter().filter(|s| s.kernel).count() as u64;
+    // readprofile's total leaves out the sink (*unknown*).
+    assert_eq!(count("total") + count("*unknown*"), kernel_mode, "{text}");
+    assert!(count("total") > 0, "{text}");
+    let kp = d.path().join("kpdata");
+    ok(profdev()
+        .args(["export", "kpdata", "-i"])
+        .arg(&data)
+        .arg("-o")
+        .arg(&kp)
+        .output()
+        .unwrap());
+    let report = ok(profdev()
+        .arg("kprof")
+        .arg(&map_path)
+        .arg(&kp)
+        .output()
+        .unwrap());
+    let total = format!("total: {}\t", rec.samples.len());
+    assert!(report.starts_with(&total), "{report}");
 }

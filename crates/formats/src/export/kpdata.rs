@@ -1,8 +1,8 @@
 //! Inferno kpdata ([`crate::kpdata`]) from a recording, what `profdev
 //! kprof TEXT KPDATA` formats: buckets of `1 << log2` bytes from KTZERO,
-//! the recorded kernel symbol table's lowest address rounded down to a
-//! page (kprof's own base, from the first text symbol of TEXT), to its
-//! highest end. Every sample is a tick; a tick is counted in its bucket
+//! `_stext` rounded down to a page (kprof's own base, from the first text
+//! symbol of TEXT, which is at or below `_stext`), to `_etext` or the end
+//! of the highest recorded function. Every sample is a tick; a tick is counted in its bucket
 //! when it is a kernel-mode sample with its PC in the text above the six
 //! header words, and as outside otherwise (user mode included, as the
 //! kprof device counts). Microseconds per tick from the sampling period.
@@ -17,15 +17,16 @@ const PAGE: u64 = 4096;
 
 /// The kpdata words of `rec` with `1 << log2`-byte buckets.
 pub fn words(rec: &Recording, log2: u32) -> Result<Vec<u32>, ExportError> {
-    let (k, _, _) = kernel_text(rec).ok_or(ExportError::NoKernelSymbols { format: "kpdata" })?;
-    let lo = k.functions.iter().map(|f| f.start).min().unwrap_or(0);
+    let (k, stext, etext) =
+        kernel_text(rec).ok_or(ExportError::NoKernelSymbols { format: "kpdata" })?;
     let hi = k
         .functions
         .iter()
         .map(|f| f.start.saturating_add(f.len.max(1)))
         .max()
-        .unwrap_or(lo);
-    let base = lo & !(PAGE - 1);
+        .unwrap_or(etext)
+        .max(etext);
+    let base = stext & !(PAGE - 1);
     let log2 = log2.min(31);
     let len = (hi - base).min(kpdata::MAX_KERNEL_TEXT);
     let mut w = vec![0u32; kpdata::words_for(len, log2)];

@@ -44,8 +44,8 @@ pub mod svg;
 /// Why a recording cannot be exported in a format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExportError {
-    /// The recording has no kernel object with symbols, which the format needs.
-    #[error("the recording holds no kernel symbol table, which {format} needs (record without --no-symbols, with kernel sampling allowed)")]
+    /// The recording has no kernel object with `_stext` and `_etext`, which the format needs.
+    #[error("the recording holds no kernel symbol table with _stext and _etext, which {format} needs (record without --no-symbols, as root so that /proc/kallsyms shows addresses)")]
     NoKernelSymbols { format: &'static str },
     /// No executable matches the selection.
     #[error("{0}")]

@@ -6,27 +6,21 @@
 //! (readprofile's `*unknown*`). As the kernel counts, user-mode samples
 //! are not counted. Words are little-endian (the kernel writes native
 //! words; x86_64 and aarch64 Linux are little-endian). `_stext` and
-//! `_etext` are the recorded kernel symbol table's (its lowest start and
-//! highest end when it lacks them).
+//! `_etext` are the recorded kernel symbol table's; a recording without
+//! them cannot be exported in this layout.
 
 use super::ExportError;
 use crate::recording::{Object, ObjectKind, Recording};
 
-/// The kernel object and its text range `[stext, etext)`.
+/// The kernel object and its text range `[stext, etext)`: its `_stext`
+/// and `_etext` symbols, which `profdev record` writes.
 pub fn kernel_text(rec: &Recording) -> Option<(&Object, u64, u64)> {
     let k = rec
         .objects
         .iter()
         .find(|o| o.info.kind == ObjectKind::Kernel && !o.functions.is_empty())?;
     let named = |n: &str| k.functions.iter().find(|f| f.name == n).map(|f| f.start);
-    let lo = k.functions.iter().map(|f| f.start).min()?;
-    let hi = k
-        .functions
-        .iter()
-        .map(|f| f.start.saturating_add(f.len.max(1)))
-        .max()?;
-    let stext = named("_stext").unwrap_or(lo);
-    let etext = named("_etext").unwrap_or(hi);
+    let (stext, etext) = (named("_stext")?, named("_etext")?);
     (etext > stext).then_some((k, stext, etext))
 }
 
