@@ -372,3 +372,77 @@ fn kernel_exports_of_a_real_recording() {
     let total = format!("total: {}\t", rec.samples.len());
     assert!(report.starts_with(&total), "{report}");
 }
+
+/// Two named threads of one process are two threads of the recording and
+/// of the Firefox export, each with its own function on top.
+#[test]
+fn two_threads_are_recorded_apart() {
+    if !ready("profdev record -g of a two-thread program") {
+        return;
+    }
+    let d = tempdir();
+    let exe = d.path().join("twothreads");
+    let o = Command::new("gcc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(fixture("twothreads.c"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "gcc: {o:?}");
+    let data = d.path().join("t.data");
+    ok(profdev()
+        .args(["record", "-g", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("2000")
+        .output()
+        .unwrap());
+    let rec = recording::read(&std::fs::read(&data).unwrap()).unwrap();
+    // Each worker's samples are in its own thread, under its own loop.
+    for (worker, spin) in [("worker_a", "spin_a"), ("worker_b", "spin_b")] {
+        let tids: std::collections::BTreeSet<u32> = rec
+            .samples
+            .iter()
+            .filter(|s| rec.task(s).comm == worker)
+            .map(|s| s.tid)
+            .collect();
+        assert_eq!(tids.len(), 1, "{worker}: {tids:?}");
+        let tid = *tids.first().unwrap();
+        let names = profdev_formats::export::Names::new(&rec);
+        let on_top: u64 = rec
+            .samples
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.tid == tid)
+            .filter(|(i, _)| {
+                names
+                    .stack(*i)
+                    .first()
+                    .is_some_and(|&f| names.funcs[f as usize].name == spin)
+            })
+            .count() as u64;
+        assert!(on_top > 0, "{worker} has no samples in {spin}");
+        let other = if spin == "spin_a" { "spin_b" } else { "spin_a" };
+        assert!(
+            (0..rec.samples.len())
+                .filter(|&i| rec.samples[i].tid == tid)
+                .all(|i| names
+                    .stack(i)
+                    .iter()
+                    .all(|&f| names.funcs[f as usize].name != other)),
+            "{worker} ran {other}"
+        );
+    }
+    let v: serde_json::Value = serde_json::from_str(&export(&["firefox"], &data)).unwrap();
+    let names: Vec<&str> = v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"worker_a") && names.contains(&"worker_b"),
+        "{names:?}"
+    );
+}

@@ -1,6 +1,6 @@
 //! The Firefox Profiler's processed profile format (JSON), built with the
 //! `fxprof-processed-profile` crate (samply's): one process per pid named
-//! by its command, one thread per tid, every sample at its time (ms from
+//! by its command, one thread per tid named by its last name, every sample at its time (ms from
 //! the first sample, the header's start time as the reference) with its
 //! weight as CPU delta, frames as labels already symbolized, in two
 //! categories, `User` (yellow) and `Kernel` (orange). Open it at
@@ -33,6 +33,10 @@ pub fn write(rec: &Recording) -> Vec<u8> {
     let t0 = rec.samples.first().map_or(0, |s| s.time);
     let ts = |t: u64| Timestamp::from_nanos_since_reference(t.saturating_sub(t0));
     let tree = Tree::new(&names);
+    let mut last_comm: HashMap<u32, &str> = HashMap::default();
+    for t in &rec.tasks {
+        last_comm.insert(t.tid, &t.comm);
+    }
     let mut processes = HashMap::default();
     let mut threads: HashMap<u32, ThreadHandle> = HashMap::default();
     let mut labels: Vec<Option<StringHandle>> = vec![None; names.funcs.len()];
@@ -43,10 +47,13 @@ pub fn write(rec: &Recording) -> Vec<u8> {
         let thread = match threads.get(&s.tid) {
             Some(&t) => t,
             None => {
-                let comm = rec.task(s).comm.clone();
-                let process = *processes
-                    .entry(s.pid)
-                    .or_insert_with(|| p.add_process(&comm, s.pid, ts(s.time)));
+                // A thread is named by its last name (a thread names
+                // itself after it starts; a process by its exec).
+                let comm = last_comm.get(&s.tid).copied().unwrap_or("").to_string();
+                let process = *processes.entry(s.pid).or_insert_with(|| {
+                    let name = last_comm.get(&s.pid).copied().unwrap_or(&comm);
+                    p.add_process(name, s.pid, ts(s.time))
+                });
                 let t = p.add_thread(process, s.tid, ts(s.time), s.tid == s.pid);
                 p.set_thread_name(t, &comm);
                 threads.insert(s.tid, t);
