@@ -446,3 +446,45 @@ fn two_threads_are_recorded_apart() {
         "{names:?}"
     );
 }
+
+/// SIGTERM while recording: CMD's group is ended, the recording is
+/// completed and renamed into place, and the status is 128 + 15.
+#[test]
+fn sigterm_writes_a_complete_recording() {
+    if !ready("profdev record interrupted by SIGTERM") {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path());
+    let data = d.path().join("s.data");
+    let partial = d.path().join("s.data.partial");
+    let child = profdev()
+        .args(["record", "-g", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("1000000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    profdev_testkit::wait_until(
+        "the .partial holds samples",
+        Duration::from_secs(30),
+        || {
+            std::fs::read(&partial)
+                .ok()
+                .and_then(|b| recording::read(&b).ok())
+                .is_some_and(|r| r.samples.len() >= 20)
+        },
+    );
+    // SAFETY: kill on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(128 + 15), "{err}");
+    assert!(err.contains("interrupted by SIGTERM"), "{err}");
+    assert!(!partial.exists());
+    let rec = recording::read(&std::fs::read(&data).unwrap()).unwrap();
+    assert!(rec.complete && rec.samples.len() >= 20);
+}
