@@ -9,7 +9,7 @@
 //! writes its gmon.out and mon.out with it. Keep it that way; a format that
 //! needs an ELF or DWARF reader belongs in `profdev-symbolize`. The one
 //! exception is behind the `export` feature, which only the `profdev`
-//! binary enables: [`export`]'s writers of a recording use flate2 (pprof's
+//! binary enables: the `export` module's writers of a recording use flate2 (pprof's
 //! gzip), fxprof-processed-profile and serde_json (the Firefox Profiler's
 //! format) and rustc-hash. The recording itself ([`recording`]) needs
 //! nothing.
