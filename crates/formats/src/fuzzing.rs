@@ -111,6 +111,19 @@ pub fn recording(data: &[u8]) {
             assert!(f.object == 0 || r.object(f.object).is_some());
         }
     }
+    // Every export of what reads either writes or refuses in a sentence.
+    #[cfg(feature = "export")]
+    {
+        use crate::export::{self, gmon};
+        let _ = export::folded::write(&r);
+        let _ = export::svg::write(&r, &export::svg::Options::default());
+        let _ = export::pprof::encode(&r);
+        let _ = export::firefox::write(&r);
+        let _ = export::perf_script::write(&r);
+        let _ = export::proc_profile::write(&r, 0);
+        let _ = export::kpdata::write(&r, 0);
+        let _ = gmon::write(&r, &gmon::Select::default());
+    }
     if let Some(t) = r.torn {
         // The whole records before the tear read the same.
         let before = recording::read(&data[..t as usize]).expect("the part before a tear reads");

@@ -97,8 +97,16 @@ pub fn profile<'r>(rec: &'r Recording, sel: &Select) -> Result<(GmonOut, &'r Obj
         .max()
         .unwrap_or(lo + CELL);
     let low = lo & !(CELL - 1);
-    let high = hi.div_ceil(CELL) * CELL;
-    let cells = ((high - low) / CELL) as usize;
+    let high = hi.div_ceil(CELL).saturating_mul(CELL);
+    let cells = (high - low) / CELL;
+    if cells > super::MAX_TABLE_WORDS {
+        return Err(ExportError::TooLarge {
+            format: "gmon",
+            what: "the executable's text",
+            words: cells,
+        });
+    }
+    let cells = cells as usize;
     let hz = (1_000_000_000u64.checked_div(rec.header.period_ns)).unwrap_or(100) as u32;
     let mut hist = Histogram::new(low, high, cells, hz);
     let mut arcs: HashMap<(u64, u64), u64> = HashMap::new();

@@ -29,7 +29,15 @@ pub fn words(rec: &Recording, log2: u32) -> Result<Vec<u32>, ExportError> {
     let base = stext & !(PAGE - 1);
     let log2 = log2.min(31);
     let len = (hi - base).min(kpdata::MAX_KERNEL_TEXT);
-    let mut w = vec![0u32; kpdata::words_for(len, log2)];
+    let words = kpdata::words_for(len, log2);
+    if words as u64 > super::MAX_TABLE_WORDS {
+        return Err(ExportError::TooLarge {
+            format: "kpdata",
+            what: "the kernel text",
+            words: words as u64,
+        });
+    }
+    let mut w = vec![0u32; words];
     let us = u32::try_from(rec.header.period_ns / 1000).unwrap_or(u32::MAX);
     kpdata::init_header(&mut w, us, log2);
     let n = w.len() as u64;

@@ -53,7 +53,18 @@ pub enum ExportError {
     /// The underlying writer refused.
     #[error("{0}")]
     Write(String),
+    /// A table the format needs would be larger than [`MAX_TABLE_WORDS`].
+    #[error("{format}: {what} would need {words} counters, more than the {MAX_TABLE_WORDS} an export makes (a larger bucket size, --shift or --log-bucket, needs fewer)")]
+    TooLarge {
+        format: &'static str,
+        what: &'static str,
+        words: u64,
+    },
 }
+
+/// The most counters a histogram export allocates (2^28: 1 GiB of u32
+/// words): the text spans come from the recording, which may be hostile.
+pub const MAX_TABLE_WORDS: u64 = 1 << 28;
 
 /// One function as exports name it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -40,7 +40,15 @@ pub fn words(rec: &Recording, shift: u32) -> Result<Vec<u32>, ExportError> {
         format: "proc-profile",
     })?;
     let shift = shift.min(63);
-    let prof_len = ((etext - stext) >> shift).max(1) as usize;
+    let prof_len = ((etext - stext) >> shift).max(1);
+    if prof_len >= super::MAX_TABLE_WORDS {
+        return Err(ExportError::TooLarge {
+            format: "proc-profile",
+            what: "the kernel text",
+            words: prof_len,
+        });
+    }
+    let prof_len = prof_len as usize;
     let mut w = vec![0u32; prof_len + 1];
     w[0] = 1u32.checked_shl(shift).unwrap_or(0);
     for s in &rec.samples {
