@@ -57,7 +57,7 @@ use profdev_formats::recording::{
     Encoder, Frame, Function, Header, Line, Loss, ObjectInfo, ObjectKind, SampleInfo, Task,
     FLAG_STACKS,
 };
-use profdev_symbolize::{ElfObject, KernelSymbols};
+use profdev_symbolize::{ElfLayout, ElfObject, KernelSymbols};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -65,6 +65,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 const NAME: &str = "profdev record";
+
+/// How often the functions and lines of newly sampled addresses are
+/// written (a `.partial` left by a crash has those of its samples up to
+/// the last time).
+const SYMBOLS_EVERY: Duration = Duration::from_secs(1);
 
 /// Record samples (with -g, stacks) into one file for profdev export.
 #[derive(Parser, Debug)]
@@ -180,10 +185,15 @@ impl Model {
     }
 }
 
-/// An object of the recording and what symbolizes it.
+/// An object of the recording: its load layout (small, kept while
+/// recording) turns file offsets into link-time addresses. Its symbols and
+/// DWARF are opened only by [`Recorder::flush_symbols`], once per flush for
+/// all its new addresses, and closed again: a system-wide recording meets
+/// thousands of objects, too many to keep open.
 struct Obj {
     id: u32,
-    elf: Option<ElfObject>,
+    path: String,
+    layout: Option<ElfLayout>,
 }
 
 /// The kernel object: id, text symbols (address, name) sorted.
@@ -199,6 +209,8 @@ struct Recorder {
     /// tid -> (pid, generation, comm) as last written.
     tasks: HashMap<u32, (u32, u32, String)>,
     objects: HashMap<(String, u64, u64, Vec<u8>), Obj>,
+    /// New addresses to symbolize, by object.
+    pending: HashMap<(String, u64, u64, Vec<u8>), Vec<u64>>,
     kernel: Option<Kernel>,
     /// (object, offset) already symbolized; kernel function starts written.
     seen: HashSet<(u32, u64)>,
@@ -367,14 +379,15 @@ impl Recorder {
             } else {
                 ObjectKind::Anon
             };
-            let elf = (self.symbols && m.is_file)
-                .then(|| ElfObject::open(Path::new(&m.path)).ok())
+            let layout = m
+                .is_file
+                .then(|| ElfLayout::open(Path::new(&m.path)).ok())
                 .flatten()
                 // A file replaced since it was mapped is not the object.
                 .filter(|e| m.build_id.is_empty() || e.build_id() == Some(&m.build_id[..]));
             // The kernel reports a build id or a device and inode, not
             // both: the other from the file.
-            let build_id = match (&elf, m.build_id.is_empty()) {
+            let build_id = match (&layout, m.build_id.is_empty()) {
                 (Some(e), true) => e.build_id().map(<[u8]>::to_vec).unwrap_or_default(),
                 _ => m.build_id.clone(),
             };
@@ -392,43 +405,78 @@ impl Recorder {
                 build_id,
                 path: m.path.clone(),
             });
-            self.objects.insert(key.clone(), Obj { id, elf });
+            self.objects.insert(
+                key.clone(),
+                Obj {
+                    id,
+                    path: m.path.clone(),
+                    layout,
+                },
+            );
         }
         let obj = &self.objects[&key];
         let id = obj.id;
-        let offset = match &obj.elf {
-            Some(elf) => elf
+        let offset = match &obj.layout {
+            Some(l) => l
                 .file_addr_of_offset(m.file_offset)
                 .map_or(m.file_offset, |a| a.0),
             None if m.is_file => m.file_offset,
             None => va,
         };
-        if let Some(elf) = obj.elf.as_ref().filter(|_| self.seen.insert((id, offset))) {
-            let addr = profdev_core::FileAddr(offset);
-            if let Some((sym, _)) = elf.symbol(addr) {
-                let (file, line) = elf
+        if self.symbols && obj.layout.is_some() && self.seen.insert((id, offset)) {
+            self.pending.entry(key).or_default().push(offset);
+        }
+        Frame { object: id, offset }
+    }
+
+    /// Write the function and line of every new address: each object
+    /// with some opened once, verified against the build id its layout
+    /// had, and closed.
+    fn flush_symbols(&mut self) {
+        for (key, offsets) in std::mem::take(&mut self.pending) {
+            let obj = &self.objects[&key];
+            let want = obj
+                .layout
+                .as_ref()
+                .and_then(|l| l.build_id().map(<[u8]>::to_vec));
+            let Some(elf) = ElfObject::open(Path::new(&obj.path))
+                .ok()
+                .filter(|e| e.build_id().map(<[u8]>::to_vec) == want)
+            else {
+                continue;
+            };
+            let id = obj.id;
+            let mut files: Vec<String> = Vec::new();
+            let mut funcs: Vec<Function> = Vec::new();
+            for offset in offsets {
+                let addr = profdev_core::FileAddr(offset);
+                let Some((sym, _)) = elf.symbol(addr) else {
+                    continue;
+                };
+                let line = elf
                     .frames(addr)
                     .last()
                     .and_then(|f| Some((f.file.clone()?, f.line?)))
-                    .unzip();
-                let f = Function {
+                    .map(|(file, line)| {
+                        let i = files.iter().position(|f| *f == file).unwrap_or_else(|| {
+                            files.push(file);
+                            files.len() - 1
+                        });
+                        Line {
+                            addr: offset,
+                            file: i as u32,
+                            line,
+                        }
+                    });
+                funcs.push(Function {
                     start: sym.addr,
                     len: sym.size.max(offset - sym.addr + 1),
                     name: sym.name(),
-                    lines: line
-                        .map(|line| Line {
-                            addr: offset,
-                            file: 0,
-                            line,
-                        })
-                        .into_iter()
-                        .collect(),
-                };
-                let files: Vec<String> = file.into_iter().collect();
-                let _ = self.enc.symbols(id, &files, &[f]);
+                    lines: line.into_iter().collect(),
+                });
             }
+            let _ = self.enc.symbols(id, &files, &funcs);
         }
-        Frame { object: id, offset }
     }
 }
 
@@ -541,6 +589,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         symbols: !args.no_symbols,
         tasks: HashMap::new(),
         objects: HashMap::new(),
+        pending: HashMap::new(),
         kernel: None,
         seen: HashSet::new(),
         frames: Vec::new(),
@@ -578,10 +627,15 @@ fn run(args: &Args) -> Result<ExitCode> {
         (source, true)
     };
     let mut batch = Vec::new();
+    let mut flushed = std::time::Instant::now();
     let failed = loop {
         let r = source.read(&mut batch, Duration::from_millis(100));
         for record in batch.drain(..) {
             rec.record(&record)?;
+        }
+        if flushed.elapsed() >= SYMBOLS_EVERY {
+            rec.flush_symbols();
+            flushed = std::time::Instant::now();
         }
         out.write(&mut rec.enc)?;
         job.poll();
@@ -611,6 +665,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     if has_child {
         child_status = Some(job.wait());
     }
+    rec.flush_symbols();
     rec.enc.end();
     out.write(&mut rec.enc)?;
     let samples = rec.enc.samples();
