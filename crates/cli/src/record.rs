@@ -27,7 +27,10 @@
 //! it, the samples as (object, offset) frames, losses, and the symbols of
 //! every function sampled with the source line of each sampled address
 //! (kernel functions from `/proc/kallsyms`), so exports work after the
-//! binaries change (`--no-symbols` leaves them out).
+//! binaries change (`--no-symbols` leaves them out). User functions and
+//! lines are written once a second for the addresses first sampled in it,
+//! each object's ELF opened once for them and closed, so memory stays
+//! bounded however many objects a system-wide recording meets.
 //!
 //! FILE (default `profdev.data`) is written progressively as
 //! `FILE.partial` (created 0600, never through a link; an existing
@@ -45,7 +48,11 @@
 //! # Bugs
 //!
 //! `-p` takes one process. Offsets of objects whose ELF cannot be read are
-//! file offsets, without symbols.
+//! file offsets, without symbols; kernel modules' functions are not named
+//! (`[unknown] in [kernel.kallsyms]`). A `.partial` left by a crash lacks
+//! the functions of its last second's new addresses. System-wide with
+//! `-g` on a busy machine, the 16 KB stack copies can overflow the rings
+//! (the loss count is printed).
 
 use crate::child::{find_program, Job};
 use anyhow::{anyhow, bail, Context, Result};
