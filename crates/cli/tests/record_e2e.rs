@@ -169,6 +169,16 @@ fn call_tree_of_a_c_program() {
     let json = export(&["firefox"], &data);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["threads"][0]["name"], "calltree");
+    let strings = v["shared"]["stringArray"]
+        .as_array()
+        .or_else(|| v["threads"][0]["stringArray"].as_array())
+        .expect("a string table");
+    for f in ["main", "a", "b", "c", "d"] {
+        assert!(
+            strings.iter().any(|s| s == f),
+            "frame {f} in the Firefox profile"
+        );
+    }
 }
 
 /// -p attaches to a running process for the duration of CMD and leaves it
