@@ -14,6 +14,7 @@
 mod child;
 mod cmdline;
 mod completions;
+mod export;
 mod gmon;
 mod kgmon;
 mod kprof;
@@ -30,6 +31,7 @@ mod prfsnap;
 mod prfstat;
 mod prof;
 mod progress;
+mod record;
 mod sample;
 mod stat;
 mod unmount;
@@ -88,6 +90,22 @@ const COMMANDS: &[Command] = &[
         cli: prof::command,
         doc: include_str!("prof.rs"),
         classic: true,
+    },
+    Command {
+        name: "record",
+        about: "sample a command, processes or the system, with stacks (-g), into one recording",
+        run: record::main,
+        cli: <record::Args as clap::CommandFactory>::command,
+        doc: include_str!("record.rs"),
+        classic: false,
+    },
+    Command {
+        name: "export",
+        about: "write a recording as folded, svg, pprof, firefox, perf-script, gmon, kpdata or proc-profile",
+        run: export::main,
+        cli: <export::Args as clap::CommandFactory>::command,
+        doc: include_str!("export.rs"),
+        classic: false,
     },
     Command {
         name: "kprof",

@@ -21,6 +21,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("perf_ring", profdev_sample::fuzzing::perf_ring),
     ("prflog", profdev_formats::fuzzing::prflog),
     ("prof_histogram", profdev_formats::fuzzing::prof_histogram),
+    ("recording", profdev_formats::fuzzing::recording),
     ("unwind", profdev_symbolize::fuzzing::unwind),
 ];
 
@@ -121,6 +122,11 @@ fn prflog() {
 #[test]
 fn prof_histogram() {
     replay("prof_histogram", profdev_formats::fuzzing::prof_histogram);
+}
+
+#[test]
+fn recording() {
+    replay("recording", profdev_formats::fuzzing::recording);
 }
 
 #[test]

@@ -86,3 +86,48 @@ pub fn mon_out(data: &[u8]) {
         assert_eq!(mon_out::MonOut::parse(&again).as_ref(), Ok(&m));
     }
 }
+
+/// `fuzz_targets/recording.rs`: a profdev recording (or a torn
+/// `.partial`). What reads keeps the format's promises: object ids are
+/// their positions, every sample names a Task entry of its thread and
+/// objects that exist, and its stack lies within the frames.
+pub fn recording(data: &[u8]) {
+    use crate::recording;
+    let Ok(r) = recording::read(data) else {
+        return;
+    };
+    for (i, o) in r.objects.iter().enumerate() {
+        assert_eq!(o.id as usize, i + 1, "object ids are positions");
+        assert!(o.functions.windows(2).all(|w| w[0].start <= w[1].start));
+    }
+    for s in &r.samples {
+        let t = r.task(s);
+        assert_eq!(
+            (t.pid, t.tid),
+            (s.pid, s.tid),
+            "a sample's task is its thread"
+        );
+        for f in r.stack(s) {
+            assert!(f.object == 0 || r.object(f.object).is_some());
+        }
+    }
+    // Every export of what reads either writes or refuses in a sentence.
+    #[cfg(feature = "export")]
+    {
+        use crate::export::{self, gmon};
+        let _ = export::folded::write(&r);
+        let _ = export::svg::write(&r, &export::svg::Options::default());
+        let _ = export::pprof::encode(&r);
+        let _ = export::firefox::write(&r);
+        let _ = export::perf_script::write(&r);
+        let _ = export::proc_profile::write(&r, 0);
+        let _ = export::kpdata::write(&r, 0);
+        let _ = gmon::write(&r, &gmon::Select::default());
+    }
+    if let Some(t) = r.torn {
+        // The whole records before the tear read the same.
+        let before = recording::read(&data[..t as usize]).expect("the part before a tear reads");
+        assert_eq!(before.samples, r.samples);
+        assert!(before.torn.is_none());
+    }
+}

@@ -7,15 +7,23 @@
 //! The crate depends on nothing heavier than `thiserror` (and the pure data
 //! of `profdev-core`): profdev-profil, a library linked into user programs,
 //! writes its gmon.out and mon.out with it. Keep it that way; a format that
-//! needs an ELF or DWARF reader belongs in `profdev-symbolize`.
+//! needs an ELF or DWARF reader belongs in `profdev-symbolize`. The one
+//! exception is behind the `export` feature, which only the `profdev`
+//! binary enables: the `export` module's writers of a recording use flate2 (pprof's
+//! gzip), fxprof-processed-profile and serde_json (the Firefox Profiler's
+//! format) and rustc-hash. The recording itself ([`recording`]) needs
+//! nothing.
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "export")]
+pub mod export;
 pub mod gmon;
 pub mod kpdata;
 pub mod mon_out;
 pub mod prflog;
 pub mod prof_histogram;
+pub mod recording;
 pub mod symelf;
 
 #[doc(hidden)]

@@ -1,0 +1,237 @@
+//! `profdev export FORMAT [-i FILE] [-o OUT]`: a recording (`profdev
+//! record`'s `profdev.data`, or a `.partial` a crash left) in the format
+//! another tool opens.
+//!
+//! # Synopsis
+//!
+//! ```text
+//! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile
+//!                [-i FILE] [-o OUT] [--inverted] [--title T] [--pid PID] [--comm COMM]
+//!                [--format gnu|bsd] [--shift N] [--log-bucket N]
+//! ```
+//!
+//! # Description
+//!
+//! Reads FILE (default `profdev.data`; a torn `.partial` is read up to its
+//! last whole record, with a note on standard error) and writes OUT
+//! (default: standard output, except `gmon` to `gmon.out`). The writers
+//! are `profdev_formats::export`; every name comes from the symbol tables
+//! the recording holds.
+//!
+//! * `folded`: `a;b;c count` per stack (flamegraph.pl, inferno, speedscope).
+//! * `svg`: a flame graph; `--inverted` for an icicle graph.
+//! * `pprof`: gzipped profile.proto (`go tool pprof`, Pyroscope, Parca).
+//! * `firefox`: the Firefox Profiler's processed JSON (profiler.firefox.com).
+//! * `perf-script`: `perf script` text (stackcollapse-perf.pl, Firefox Profiler).
+//! * `gmon`: gmon.out of one executable, chosen by `--pid`/`--comm`
+//!   (default: the most sampled), for `gprof EXE gmon.out`.
+//! * `kpdata`: Inferno kpdata, for `profdev kprof System.map kpdata`.
+//! * `proc-profile`: the Linux /proc/profile layout, for `readprofile -p
+//!   FILE -m System.map` (`--shift`, default 2: 4-byte counters).
+//!
+//! Files that hold kernel addresses (kpdata, proc-profile, and pprof or
+//! perf-script when the recording has kernel frames) are created 0600,
+//! others 0644, through the safe write path.
+//!
+//! # Example
+//!
+//! ```text
+//! profdev record -g -- ./prog && profdev export svg -o prog.svg
+//! profdev export pprof -o prog.pb.gz && go tool pprof -top prog.pb.gz
+//! ```
+//!
+//! # Bugs
+//!
+//! The whole recording is read into memory.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use profdev_formats::export::{
+    firefox, folded, gmon, kpdata, perf_script, pprof, proc_profile, svg,
+};
+use profdev_formats::recording::{self, ObjectKind, Recording};
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// `a;b;c count` lines, root first.
+    Folded,
+    /// A flame graph (SVG).
+    Svg,
+    /// Gzipped profile.proto for go tool pprof.
+    Pprof,
+    /// Firefox Profiler processed JSON.
+    Firefox,
+    /// perf script text.
+    PerfScript,
+    /// gmon.out of one executable, for gprof.
+    Gmon,
+    /// Inferno kpdata, for profdev kprof.
+    Kpdata,
+    /// Linux /proc/profile layout, for readprofile.
+    ProcProfile,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum GmonFormat {
+    /// GNU tagged format, what glibc writes.
+    Gnu,
+    /// 4.4BSD format.
+    Bsd,
+}
+
+/// Write a recording in the format another tool reads.
+#[derive(Parser, Debug)]
+#[command(
+    name = "profdev export",
+    version,
+    after_help = "FILE may be a .partial recording: its samples up to the last whole record are exported.\n\
+        kpdata and proc-profile need the kernel symbol table the recording holds; gmon writes the \
+        samples of one executable (--pid, --comm; default the most sampled)."
+)]
+pub(crate) struct Args {
+    /// Output format.
+    #[arg(value_enum, value_name = "FORMAT")]
+    format: Format,
+    /// The recording.
+    #[arg(short = 'i', value_name = "FILE", default_value = "profdev.data")]
+    input: PathBuf,
+    /// Where to write ('-': standard output; the default, except gmon.out for gmon).
+    #[arg(short = 'o', value_name = "OUT")]
+    output: Option<PathBuf>,
+    /// svg: an icicle graph (roots at the top).
+    #[arg(long)]
+    inverted: bool,
+    /// svg: the title.
+    #[arg(long, value_name = "T")]
+    title: Option<String>,
+    /// gmon: the samples of this process.
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
+    /// gmon: the samples of threads with this command name.
+    #[arg(long, value_name = "COMM")]
+    comm: Option<String>,
+    /// gmon: the gmon.out layout.
+    #[arg(long = "format", value_enum, default_value_t = GmonFormat::Gnu)]
+    gmon_format: GmonFormat,
+    /// proc-profile: log2 of the bytes per counter.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=31))]
+    shift: u32,
+    /// kpdata: log2 of the bytes per bucket.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=31))]
+    log_bucket: u32,
+}
+
+const NAME: &str = "profdev export";
+
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    match crate::cmdline::parse::<Args>(NAME, args) {
+        Ok(args) => crate::cmdline::finish(NAME, run(&args)),
+        Err(code) => code,
+    }
+}
+
+/// Read a recording file (regular files only; a FIFO is refused rather
+/// than waited on).
+pub fn read_recording(path: &Path) -> Result<Recording> {
+    use profdev_symbolize::open::{read_bounded, Follow};
+    let bytes = read_bounded(path, u64::MAX, Follow::Yes).map_err(|e| anyhow!("{e}"))?;
+    let rec = recording::read(&bytes).with_context(|| format!("{}", path.display()))?;
+    if let Some(at) = rec.torn {
+        eprintln!(
+            "{NAME}: {}: the recording ends inside a record at byte {at} (a crash or a cut?); exporting the {} samples before it",
+            path.display(),
+            rec.samples.len()
+        );
+    } else if !rec.complete {
+        eprintln!(
+            "{NAME}: {}: the recording has no end record (still being written, or interrupted); exporting its {} samples",
+            path.display(),
+            rec.samples.len()
+        );
+    }
+    Ok(rec)
+}
+
+fn has_kernel_frames(rec: &Recording) -> bool {
+    let kernel: Vec<u32> = rec
+        .objects
+        .iter()
+        .filter(|o| o.info.kind == ObjectKind::Kernel)
+        .map(|o| o.id)
+        .collect();
+    !kernel.is_empty() && rec.frames.iter().any(|f| kernel.contains(&f.object))
+}
+
+fn run(args: &Args) -> Result<ExitCode> {
+    let rec = read_recording(&args.input)?;
+    let (bytes, binary, kernel_addrs): (Vec<u8>, bool, bool) = match args.format {
+        Format::Folded => (folded::write(&rec).into_bytes(), false, false),
+        Format::Svg => {
+            let opt = svg::Options {
+                title: args.title.clone().unwrap_or_else(|| {
+                    if args.inverted {
+                        "Icicle Graph".into()
+                    } else {
+                        "Flame Graph".into()
+                    }
+                }),
+                inverted: args.inverted,
+                ..svg::Options::default()
+            };
+            (svg::write(&rec, &opt).into_bytes(), false, false)
+        }
+        Format::Pprof => (pprof::write(&rec), true, has_kernel_frames(&rec)),
+        Format::Firefox => (firefox::write(&rec), false, false),
+        Format::PerfScript => (
+            perf_script::write(&rec).into_bytes(),
+            false,
+            has_kernel_frames(&rec),
+        ),
+        Format::Gmon => {
+            let sel = gmon::Select {
+                pid: args.pid,
+                comm: args.comm.clone(),
+                format: match args.gmon_format {
+                    GmonFormat::Gnu => profdev_formats::gmon::Format::Gnu,
+                    GmonFormat::Bsd => profdev_formats::gmon::Format::Bsd,
+                },
+            };
+            let (bytes, exe) = gmon::write(&rec, &sel)?;
+            eprintln!("{NAME}: gmon.out of {exe}: read it with 'gprof {exe} OUT'");
+            (bytes, true, false)
+        }
+        Format::Kpdata => (kpdata::write(&rec, args.log_bucket)?, true, true),
+        Format::ProcProfile => (proc_profile::write(&rec, args.shift)?, true, true),
+    };
+    let default_out = match args.format {
+        Format::Gmon => Path::new("gmon.out"),
+        _ => Path::new("-"),
+    };
+    let out = args.output.as_deref().unwrap_or(default_out);
+    if out == Path::new("-") {
+        let mut stdout = std::io::stdout().lock();
+        if binary && stdout.is_terminal() {
+            bail!(
+                "{:?} output is binary; give -o FILE or redirect standard output",
+                args.format
+            );
+        }
+        match stdout.write_all(&bytes).and_then(|()| stdout.flush()) {
+            // A reader that has seen enough (`| head`) is no error.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => r.context("cannot write to standard output")?,
+        }
+    } else {
+        let mode = if kernel_addrs {
+            crate::output::KERNEL_MODE
+        } else {
+            crate::output::USER_MODE
+        };
+        profdev_safefile::write_file(out, &bytes, mode).map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

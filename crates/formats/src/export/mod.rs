@@ -1,0 +1,306 @@
+//! Exports of a [`Recording`](crate::recording::Recording) to the formats
+//! other tools open (`profdev export`).
+//!
+//! # Synopsis
+//!
+//! ```text
+//! folded::write(&Recording)                  -> "a;b;c count" lines, root first
+//! svg::write(&Recording, &svg::Options)      -> a flame graph (icicle with inverted)
+//! pprof::write(&Recording)                   -> gzipped profile.proto (go tool pprof)
+//! firefox::write(&Recording)                 -> Firefox Profiler processed JSON
+//! perf_script::write(&Recording)             -> `perf script` text (stackcollapse-perf, Firefox Profiler)
+//! proc_profile::write(&Recording, shift)     -> Linux /proc/profile words (readprofile)
+//! kpdata::write(&Recording, log2)            -> Inferno kpdata (profdev kprof)
+//! gmon::write(&Recording, &gmon::Select)     -> GNU gmon.out of one executable (gprof)
+//! ```
+//!
+//! # Description
+//!
+//! Every writer works from what the recording holds: its samples, their
+//! stacks as (object, offset) frames and the objects' own symbol and line
+//! tables, so an export made after the binaries changed names what ran.
+//! [`Names`] resolves every frame once: a frame in a function is that
+//! function; a frame in an object without a covering symbol is
+//! `[unknown] in OBJECT`; a frame outside any object is `[unknown]`.
+//! Counts are samples; weights (ns) where the format has a unit for them
+//! (pprof's `cpu/nanoseconds`, Firefox's CPU delta).
+//!
+//! The SVG is profdev's own (no `inferno`: that crate is CDDL-1.0, a
+//! file-level copyleft licence that profdev's MIT OR Apache-2.0 terms do
+//! not carry, so it would impose its terms on every binary distribution).
+
+use crate::recording::{Frame, ObjectKind, Recording};
+use rustc_hash::FxHashMap as FastMap;
+
+pub mod firefox;
+pub mod folded;
+pub mod gmon;
+pub mod kpdata;
+pub mod perf_script;
+pub mod pprof;
+pub mod proc_profile;
+pub mod svg;
+
+/// Why a recording cannot be exported in a format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExportError {
+    /// The recording has no kernel object with `_stext` and `_etext`, which the format needs.
+    #[error("the recording holds no kernel symbol table with _stext and _etext, which {format} needs (record without --no-symbols, as root so that /proc/kallsyms shows addresses)")]
+    NoKernelSymbols { format: &'static str },
+    /// No executable matches the selection.
+    #[error("{0}")]
+    NoExecutable(String),
+    /// The underlying writer refused.
+    #[error("{0}")]
+    Write(String),
+    /// A table the format needs would be larger than [`MAX_TABLE_WORDS`].
+    #[error("{format}: {what} would need {words} counters, more than the {MAX_TABLE_WORDS} an export makes (a larger bucket size, --shift or --log-bucket, needs fewer)")]
+    TooLarge {
+        format: &'static str,
+        what: &'static str,
+        words: u64,
+    },
+}
+
+/// The most counters a histogram export allocates (2^28: 1 GiB of u32
+/// words): the text spans come from the recording, which may be hostile.
+pub const MAX_TABLE_WORDS: u64 = 1 << 28;
+
+/// One function as exports name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Func {
+    /// Its name (`[unknown] in OBJECT`, `[unknown]` when not resolved).
+    pub name: String,
+    /// The object (0: none).
+    pub object: u32,
+    /// Its first offset; for an unresolved frame, the frame's offset.
+    pub start: u64,
+    /// Source file of its first line row, if the table has one.
+    pub file: Option<String>,
+    /// Whether a symbol named it.
+    pub resolved: bool,
+    /// Whether it is kernel code.
+    pub kernel: bool,
+}
+
+/// The distinct stacks of a recording, each frame resolved to a function
+/// once: samples with the same stack share one entry, so the writers'
+/// work grows with the distinct stacks, not with the samples.
+#[derive(Clone, Debug)]
+pub struct Names<'a> {
+    /// The recording.
+    pub rec: &'a Recording,
+    /// The distinct functions.
+    pub funcs: Vec<Func>,
+    /// For each sample, its stack's index in `stacks`.
+    pub sample_stack: Vec<u32>,
+    /// The distinct stacks: their frames, innermost first.
+    pub stacks: Vec<&'a [Frame]>,
+    /// How many samples have each stack, and their summed weight.
+    pub stack_counts: Vec<(u64, u64)>,
+    /// The functions of each distinct stack's frames, back to back.
+    stack_funcs: Vec<u32>,
+    /// Where each distinct stack's functions start in `stack_funcs`.
+    stack_first: Vec<usize>,
+    by_frame: FastMap<Frame, u32>,
+}
+
+impl<'a> Names<'a> {
+    /// Resolve every distinct frame of `rec`.
+    pub fn new(rec: &'a Recording) -> Names<'a> {
+        let mut by_stack: FastMap<&[Frame], u32> = FastMap::default();
+        let mut stacks: Vec<&[Frame]> = Vec::new();
+        let mut stack_counts: Vec<(u64, u64)> = Vec::new();
+        let mut sample_stack = Vec::with_capacity(rec.samples.len());
+        let mut prev: Option<(&[Frame], u32)> = None;
+        for s in &rec.samples {
+            let st = rec.stack(s);
+            let id = match prev {
+                Some((p, id)) if p == st => id,
+                _ => *by_stack.entry(st).or_insert_with(|| {
+                    stacks.push(st);
+                    stack_counts.push((0, 0));
+                    (stacks.len() - 1) as u32
+                }),
+            };
+            prev = Some((st, id));
+            let c = &mut stack_counts[id as usize];
+            c.0 += 1;
+            c.1 += s.weight;
+            sample_stack.push(id);
+        }
+        let mut by_frame: FastMap<Frame, u32> = FastMap::default();
+        let mut by_func: FastMap<(u32, u64, bool), u32> = FastMap::default();
+        let mut funcs = Vec::new();
+        let mut stack_funcs = Vec::new();
+        let mut stack_first = Vec::with_capacity(stacks.len());
+        for st in &stacks {
+            stack_first.push(stack_funcs.len());
+            for f in st.iter() {
+                let id = *by_frame.entry(*f).or_insert_with(|| {
+                    let func = resolve(rec, *f);
+                    let key = (func.object, func.start, func.resolved);
+                    *by_func.entry(key).or_insert_with(|| {
+                        funcs.push(func);
+                        (funcs.len() - 1) as u32
+                    })
+                });
+                stack_funcs.push(id);
+            }
+        }
+        Names {
+            rec,
+            funcs,
+            sample_stack,
+            stacks,
+            stack_counts,
+            stack_funcs,
+            stack_first,
+            by_frame,
+        }
+    }
+
+    /// Function indices of distinct stack `u`, innermost first.
+    pub fn stack_funcs(&self, u: usize) -> &[u32] {
+        let a = self.stack_first[u];
+        &self.stack_funcs[a..a + self.stacks[u].len()]
+    }
+
+    /// Function indices of sample `i`'s stack, innermost first.
+    pub fn stack(&self, i: usize) -> &[u32] {
+        self.stack_funcs(self.sample_stack[i] as usize)
+    }
+
+    /// The function of a frame of the recording.
+    pub fn func_of(&self, f: &Frame) -> u32 {
+        self.by_frame[f]
+    }
+}
+
+fn resolve(rec: &Recording, f: Frame) -> Func {
+    let Some(o) = rec.object(f.object) else {
+        return Func {
+            name: "[unknown]".into(),
+            object: 0,
+            start: 0,
+            file: None,
+            resolved: false,
+            kernel: false,
+        };
+    };
+    let kernel = o.info.kind == ObjectKind::Kernel;
+    match o.function_at(f.offset) {
+        Some(func) => Func {
+            name: func.name.clone(),
+            object: f.object,
+            start: func.start,
+            file: func
+                .lines
+                .first()
+                .and_then(|l| o.files.get(l.file as usize).cloned()),
+            resolved: true,
+            kernel,
+        },
+        None => Func {
+            name: if o.info.kind == ObjectKind::Anon {
+                "[anon]".into()
+            } else {
+                format!("[unknown] in {}", o.short_name())
+            },
+            object: f.object,
+            start: 0,
+            file: None,
+            resolved: false,
+            kernel,
+        },
+    }
+}
+
+/// The call tree of a recording: node 0 is the root, each other node a
+/// function called from its parent's.
+#[derive(Clone, Debug, Default)]
+pub struct Tree {
+    /// The nodes; `nodes[0]` is the root. A parent comes before its children.
+    pub nodes: Vec<Node>,
+    /// For each sample, the node of its innermost frame (0: no frames).
+    pub leaf: Vec<u32>,
+}
+
+/// One node of a [`Tree`].
+#[derive(Clone, Debug, Default)]
+pub struct Node {
+    /// Function index ([`Names::funcs`]); `u32::MAX` at the root.
+    pub func: u32,
+    /// Parent node (0 for the root's children and the root).
+    pub parent: u32,
+    /// Samples in this node and below.
+    pub total: u64,
+    /// Samples whose innermost frame is this node.
+    pub self_count: u64,
+    /// Children, sorted by function name.
+    pub children: Vec<u32>,
+}
+
+impl Tree {
+    /// The tree of every sample's stack, root first.
+    pub fn new(names: &Names) -> Tree {
+        let mut nodes = vec![Node {
+            func: u32::MAX,
+            ..Node::default()
+        }];
+        let mut index: FastMap<(u32, u32), u32> = FastMap::default();
+        let mut stack_leaf = Vec::with_capacity(names.stacks.len());
+        for u in 0..names.stacks.len() {
+            let mut at = 0u32;
+            for &func in names.stack_funcs(u).iter().rev() {
+                let next = nodes.len() as u32;
+                at = *index.entry((at, func)).or_insert_with(|| {
+                    nodes.push(Node {
+                        func,
+                        parent: at,
+                        ..Node::default()
+                    });
+                    next
+                });
+            }
+            nodes[at as usize].self_count += names.stack_counts[u].0;
+            stack_leaf.push(at);
+        }
+        let leaf = names
+            .sample_stack
+            .iter()
+            .map(|&u| stack_leaf[u as usize])
+            .collect();
+        // Totals: children come after their parents.
+        for i in (0..nodes.len()).rev() {
+            nodes[i].total += nodes[i].self_count;
+            if i > 0 {
+                let (p, t) = (nodes[i].parent as usize, nodes[i].total);
+                nodes[p].total += t;
+            }
+        }
+        for i in 1..nodes.len() {
+            let p = nodes[i].parent as usize;
+            nodes[p].children.push(i as u32);
+        }
+        for i in 0..nodes.len() {
+            let mut children = std::mem::take(&mut nodes[i].children);
+            let name = |n: u32| names.funcs[nodes[n as usize].func as usize].name.as_str();
+            children.sort_by(|&a, &b| name(a).cmp(name(b)));
+            nodes[i].children = children;
+        }
+        Tree { nodes, leaf }
+    }
+
+    /// The names from the root's child down to `node`.
+    pub fn path<'n>(&self, names: &'n Names, mut node: u32) -> Vec<&'n str> {
+        let mut out = Vec::new();
+        while node != 0 {
+            let n = &self.nodes[node as usize];
+            out.push(names.funcs[n.func as usize].name.as_str());
+            node = n.parent;
+        }
+        out.reverse();
+        out
+    }
+}

@@ -1,0 +1,167 @@
+//! A flame graph as a standalone SVG: one rectangle per call-tree node,
+//! its width its share of the samples, callers below callees (or above
+//! them, an icicle graph, with `inverted`). Each rectangle has a `<title>`
+//! (shown on hover) with the name, samples and percentage; names are drawn
+//! where they fit. Colours are a hash of the name (warm for user code,
+//! blue for the kernel), so they are stable across exports.
+
+use super::{Names, Tree};
+use crate::recording::Recording;
+use std::fmt::Write;
+
+/// Drawing options.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    /// Title above the graph.
+    pub title: String,
+    /// Icicle graph: roots at the top.
+    pub inverted: bool,
+    /// Width in pixels.
+    pub width: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            title: "Flame Graph".into(),
+            inverted: false,
+            width: 1200.0,
+        }
+    }
+}
+
+const FRAME_H: f64 = 16.0;
+const PAD_TOP: f64 = 40.0;
+const PAD_BOTTOM: f64 = 20.0;
+const PAD_SIDE: f64 = 10.0;
+const CHAR_W: f64 = 7.0;
+
+/// XML-escape `s` for text and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            c if (c as u32) < 0x20 && c != '\t' => o.push('?'),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn colour(name: &str, kernel: bool) -> String {
+    // FNV-1a: stable across runs and platforms.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    let v = |shift: u32, range: u32| (h >> shift) % range;
+    if kernel {
+        format!(
+            "rgb({},{},{})",
+            80 + v(0, 50),
+            130 + v(8, 50),
+            200 + v(16, 55)
+        )
+    } else {
+        format!(
+            "rgb({},{},{})",
+            205 + v(0, 50),
+            80 + v(8, 120),
+            40 + v(16, 40)
+        )
+    }
+}
+
+/// The SVG of `rec`.
+pub fn write(rec: &Recording, opt: &Options) -> String {
+    let names = Names::new(rec);
+    let tree = Tree::new(&names);
+    let total = tree.nodes[0].total;
+    // Depth of each node; nodes are created parents first.
+    let mut depth = vec![0usize; tree.nodes.len()];
+    for i in 1..tree.nodes.len() {
+        depth[i] = depth[tree.nodes[i].parent as usize] + 1;
+    }
+    let max_depth = depth.iter().copied().max().unwrap_or(0);
+    let height = PAD_TOP + PAD_BOTTOM + FRAME_H * (max_depth.max(1)) as f64;
+    let usable = opt.width - 2.0 * PAD_SIDE;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg">
+<style>text {{ font-family: monospace; font-size: 12px; fill: rgb(0,0,0); }} rect:hover {{ stroke: black; }}</style>
+<rect x="0" y="0" width="{w}" height="{height}" fill="rgb(250,250,240)"/>
+<text x="{cx}" y="24" text-anchor="middle" style="font-size:17px">{title}</text>
+<text x="{PAD_SIDE}" y="{fy}">{total} samples</text>"#,
+        w = opt.width,
+        cx = opt.width / 2.0,
+        title = escape(&opt.title),
+        fy = height - 5.0,
+    );
+    if total == 0 {
+        s.push_str("</svg>\n");
+        return s;
+    }
+    // x of each node: its parent's x plus the totals of earlier siblings.
+    let mut x = vec![0u64; tree.nodes.len()];
+    let mut stack = vec![0u32];
+    while let Some(n) = stack.pop() {
+        let mut at = x[n as usize];
+        for &c in &tree.nodes[n as usize].children {
+            x[c as usize] = at;
+            at += tree.nodes[c as usize].total;
+            stack.push(c);
+        }
+    }
+    let mut order: Vec<usize> = (1..tree.nodes.len()).collect();
+    order.sort_by_key(|&i| (depth[i], x[i]));
+    for i in order {
+        let n = &tree.nodes[i];
+        let f = &names.funcs[n.func as usize];
+        let width = usable * n.total as f64 / total as f64;
+        if width < 0.1 {
+            continue;
+        }
+        let left = PAD_SIDE + usable * x[i] as f64 / total as f64;
+        let level = (depth[i] - 1) as f64;
+        let y = if opt.inverted {
+            PAD_TOP + level * FRAME_H
+        } else {
+            height - PAD_BOTTOM - (level + 1.0) * FRAME_H
+        };
+        let pct = 100.0 * n.total as f64 / total as f64;
+        let name = escape(&f.name);
+        let _ = write!(
+            s,
+            "<g><title>{name} ({} samples, {pct:.2}%)</title><rect x=\"{left:.1}\" y=\"{y:.1}\" width=\"{width:.1}\" height=\"{h:.1}\" fill=\"{}\" rx=\"2\"/>",
+            n.total,
+            colour(&f.name, f.kernel),
+            h = FRAME_H - 1.0,
+        );
+        let fits = ((width - 6.0) / CHAR_W).floor() as usize;
+        if fits >= 3 {
+            let chars: Vec<char> = f.name.chars().collect();
+            let label: String = if chars.len() <= fits {
+                f.name.clone()
+            } else {
+                chars[..fits - 2].iter().collect::<String>() + ".."
+            };
+            let _ = write!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                left + 3.0,
+                y + FRAME_H - 4.5,
+                escape(&label)
+            );
+        }
+        s.push_str("</g>\n");
+    }
+    s.push_str("</svg>\n");
+    s
+}
