@@ -159,7 +159,12 @@ impl Model {
     /// The user frames of `s` to symbolize, innermost first (return
     /// addresses less one).
     fn user_frames(&mut self, s: &Sample, out: &mut Vec<u64>) {
+        // A kernel thread or the idle task has no user context: no user
+        // frames (not one "[unknown]" frame holding a kernel address).
+        let no_user = s.is_idle()
+            || (s.mode != CpuMode::User && s.user_regs.is_none() && s.user_chain.is_empty());
         match &mut self.unwinder {
+            _ if no_user => {}
             Some(u) => {
                 let st = u.unwind(&self.tasks, s);
                 out.extend((0..st.frames.len()).map(|i| st.lookup_address(i).0));
@@ -671,9 +676,11 @@ fn run(args: &Args) -> Result<ExitCode> {
             Err(e) => break Some(e),
         }
     };
-    // What is still in the rings.
+    // What is still in the rings, and what the source held back for its
+    // time-order merge.
     if failed.is_none() {
         let _ = source.read(&mut batch, Duration::from_millis(0));
+        source.flush(&mut batch);
         for record in batch.drain(..) {
             rec.record(&record)?;
         }
