@@ -498,3 +498,50 @@ fn sigterm_writes_a_complete_recording() {
     let rec = recording::read(&std::fs::read(&data).unwrap()).unwrap();
     assert!(rec.complete && rec.samples.len() >= 20);
 }
+
+/// `-a` with a CMD records the whole system while CMD runs, up to its very
+/// end: the samples the time-order merge still held when CMD exited are
+/// written too. calltree spends its CPU time in c and d; at 1 kHz its
+/// samples are about its CPU milliseconds (bash's `times` reports them).
+#[test]
+fn system_wide_recording_keeps_its_last_samples() {
+    if !ready("profdev record -a -- CMD") {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path());
+    let data = d.path().join("all.data");
+    let o = profdev()
+        .args(["record", "-a", "-o"])
+        .arg(&data)
+        .args(["--", "bash", "-c", "\"$0\" 200 >/dev/null; times"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    let stdout = ok(o);
+    // `times`: the shell's user and system time, then its children's.
+    let secs = |f: &str| -> f64 {
+        let (m, s) = f.trim_end_matches('s').split_once('m').unwrap();
+        m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+    };
+    let children: Vec<&str> = stdout.lines().nth(1).unwrap().split_whitespace().collect();
+    let cpu_ms = ((secs(children[0]) + secs(children[1])) * 1000.0) as u64;
+    assert!(cpu_ms >= 50, "calltree ran {cpu_ms} ms of CPU: {stdout}");
+    let rec = recording::read(&std::fs::read(&data).unwrap()).unwrap();
+    let pids: Vec<u32> = rec
+        .tasks
+        .iter()
+        .filter(|t| t.comm == "calltree")
+        .map(|t| t.pid)
+        .collect();
+    let mine = rec.samples.iter().filter(|s| pids.contains(&s.pid)).count() as u64;
+    // A sample per ms of CPU: half of that is five standard deviations
+    // below what a whole recording holds. CMD runs about a tenth of a
+    // second, about one read of the rings: what the merge held at its end
+    // is most of it.
+    assert!(
+        mine * 2 >= cpu_ms,
+        "{mine} samples of calltree for {cpu_ms} ms of CPU: {stderr}"
+    );
+}
