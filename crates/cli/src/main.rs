@@ -32,6 +32,7 @@ mod prfstat;
 mod prof;
 mod progress;
 mod record;
+mod report;
 mod sample;
 mod stat;
 mod unmount;
@@ -97,6 +98,14 @@ const COMMANDS: &[Command] = &[
         run: record::main,
         cli: <record::Args as clap::CommandFactory>::command,
         doc: include_str!("record.rs"),
+        classic: false,
+    },
+    Command {
+        name: "report",
+        about: "print a recording's samples by command, process, thread, object and function",
+        run: report::main,
+        cli: <report::Args as clap::CommandFactory>::command,
+        doc: include_str!("report.rs"),
         classic: false,
     },
     Command {

@@ -105,6 +105,39 @@ fn call_tree_of_a_c_program() {
         .find(|o| o.info.path == exe.to_str().unwrap())
         .expect("the program is an object");
     assert!(obj.info.inode != 0 && !obj.info.build_id.is_empty());
+    // profdev report: c leads by self, main and a hold c in their stacks.
+    let report = ok(profdev()
+        .args(["report", "--sort", "sym", "--ci", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap());
+    let rows: Vec<&str> = report.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(rows[0].ends_with("  c"), "{report}");
+    assert!(report.contains("Wilson"), "{report}");
+    let report = ok(profdev()
+        .args(["report", "--sort", "comm,sym", "--children", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap());
+    let share = |sym: &str, col: usize| -> f64 {
+        let row = report
+            .lines()
+            .find(|l| l.ends_with(&format!("  calltree  {sym}")))
+            .unwrap_or_else(|| panic!("no row for {sym}: {report}"));
+        row.split_whitespace()
+            .nth(col)
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap()
+    };
+    // Every calltree sample in its own code is under main; a's children
+    // hold c's (a calls b calls c): at least c's self share.
+    assert!(share("a", 0) >= share("c", 1), "{report}");
+    assert!(
+        share("main", 0) >= share("a", 0) + share("d", 1),
+        "{report}"
+    );
     let stacks = folded(&export(&["folded"], &data));
     assert!(
         stacks[0].0.ends_with("main;a;b;c"),

@@ -9,3 +9,4 @@ pub mod kprof;
 pub mod outside;
 pub mod prfpr;
 pub mod prof;
+pub mod samples;

@@ -1,0 +1,147 @@
+//! `profdev report [-i FILE] [--sort KEYS] [--children] [--ci]`: a
+//! recording's samples as a text table, by any of command, process,
+//! thread, object and function, self and children, with 95% intervals.
+//!
+//! # Synopsis
+//!
+//! ```text
+//! profdev report [-i FILE] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
+//! ```
+//!
+//! # Description
+//!
+//! Reads FILE (default `profdev.data`, as `profdev record` writes it; a
+//! torn `.partial` is read up to its last whole record) and prints one row
+//! per combination of the `--sort` keys (default `comm,dso,sym`, as perf
+//! report's): the share of samples whose innermost frame has it (Self) and,
+//! with `--children`, the share of samples that have it anywhere in their
+//! stack, each sample counted once per row (Children), largest first. The
+//! idle task's samples are shown with the command `[idle]`; frames that no
+//! symbol covers are `[unknown] in OBJECT`, `sub_ADDR` or `[anon]`, as the
+//! recording's symbol tables name them.
+//!
+//! With `--ci`, each share is followed by its 95% Wilson score interval,
+//! and rows whose interval overlaps the interval of the row next to them
+//! are marked `=`: that many samples do not tell their order apart. The
+//! header says the model: samples are treated as independent draws, which
+//! periodic sampling only approximates (a workload in phase with the
+//! sampling clock breaks it). The table is computed by
+//! `profdev_report::samples`.
+//!
+//! # Example
+//!
+//! ```text
+//! profdev record -g -- ./prog && profdev report --children --ci --sort sym
+//! ```
+//!
+//! # Bugs
+//!
+//! Shares are of sample counts, not of their weights (every sample of one
+//! recording stands for the same period).
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use profdev_formats::export::Names;
+use profdev_formats::recording::ObjectKind;
+use profdev_report::samples::{table, Key, Options, SampleRow};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Print a recording's samples by command, process, thread, object and function.
+#[derive(Parser, Debug)]
+#[command(name = "profdev report", version)]
+pub(crate) struct Args {
+    /// The recording.
+    #[arg(short = 'i', value_name = "FILE", default_value = "profdev.data")]
+    input: PathBuf,
+    /// The row keys, comma separated: comm, pid, tid, dso, sym.
+    #[arg(long, value_name = "KEYS", default_value = "comm,dso,sym")]
+    sort: String,
+    /// Also show each row's share of samples anywhere in the stack.
+    #[arg(long)]
+    children: bool,
+    /// Show each share's 95% Wilson interval and mark ties.
+    #[arg(long)]
+    ci: bool,
+}
+
+const NAME: &str = "profdev report";
+
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    match crate::cmdline::parse::<Args>(NAME, args) {
+        Ok(args) => crate::cmdline::finish(NAME, run(&args)),
+        Err(code) => code,
+    }
+}
+
+fn run(args: &Args) -> Result<ExitCode> {
+    let mut keys = Vec::new();
+    for k in args.sort.split(',').filter(|k| !k.is_empty()) {
+        match Key::parse(k) {
+            Some(k) => keys.push(k),
+            None => {
+                bail!("--sort: unknown key {k:?}; use comm, pid, tid, dso or sym, comma separated")
+            }
+        }
+    }
+    if keys.is_empty() {
+        bail!("--sort: no key; use comm, pid, tid, dso or sym, comma separated");
+    }
+    let rec = crate::export::read_recording(&args.input)?;
+    if rec.samples.is_empty() {
+        bail!(
+            "{} holds no samples; record some with 'profdev record'",
+            args.input.display()
+        );
+    }
+    let names = Names::new(&rec);
+    let dso = |object: u32| -> &str {
+        match rec.object(object) {
+            Some(o) if o.info.kind == ObjectKind::Kernel => "[kernel]",
+            Some(o) if o.info.kind == ObjectKind::Anon => "[anon]",
+            Some(o) => o.short_name(),
+            None => "[unknown]",
+        }
+    };
+    let rows: Vec<SampleRow> = rec
+        .samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SampleRow {
+            comm: if s.pid == 0 && s.tid == 0 {
+                "[idle]"
+            } else {
+                rec.tasks
+                    .get(s.task as usize)
+                    .map_or("?", |t| t.comm.as_str())
+            },
+            pid: s.pid,
+            tid: s.tid,
+            frames: names
+                .stack(i)
+                .iter()
+                .map(|&f| {
+                    let f = &names.funcs[f as usize];
+                    (dso(f.object), f.name.as_str())
+                })
+                .collect(),
+        })
+        .collect();
+    let text = table(
+        &rows,
+        &Options {
+            keys,
+            children: args.children,
+            ci: args.ci,
+        },
+    );
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // `| head`: not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(e) => bail!("cannot write the report: {e}"),
+    }
+}

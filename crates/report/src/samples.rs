@@ -1,0 +1,314 @@
+//! `profdev report`'s table: samples by any key, self and children, with
+//! confidence intervals.
+//!
+//! Each sample comes as its process, thread and frames (object and function
+//! names, innermost first). A row is one combination of the chosen keys
+//! (`comm`, `pid`, `tid`, `dso`, `sym`): its **self** count is the samples
+//! whose innermost frame has that combination, its **children** count
+//! (with `--children`) the samples with that combination anywhere in their
+//! stack, each sample counted once per row. Rows are sorted by children
+//! (with `--children`) or self, largest first, then by key.
+//!
+//! With `--ci` each share gets its 95% interval, the Wilson score interval
+//! of the row's count out of all samples, and rows whose intervals overlap
+//! the row next to them in the order are marked as ties (`=`): their order
+//! is not told apart by this many samples. The header says the model:
+//! samples are treated as independent draws, which periodic sampling only
+//! approximates (a workload in phase with the clock breaks it).
+//!
+//! ```
+//! use profdev_report::samples::{table, Key, SampleRow, Options};
+//! let s = |sym: &'static str| SampleRow {
+//!     comm: "prog", pid: 1, tid: 1,
+//!     frames: vec![("prog", sym), ("prog", "main")],
+//! };
+//! let samples = vec![s("hot"), s("hot"), s("hot"), s("cold")];
+//! let text = table(&samples, &Options { keys: vec![Key::Sym], children: true, ci: false });
+//! assert!(text.contains("  100.00%     0.00%  main\n"));
+//! assert!(text.contains("   75.00%    75.00%  hot\n"));
+//! ```
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// A column of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    /// The thread's command name.
+    Comm,
+    /// Process id.
+    Pid,
+    /// Thread id.
+    Tid,
+    /// The object (shared object, executable, `[kernel]`).
+    Dso,
+    /// The function.
+    Sym,
+}
+
+impl Key {
+    /// Parse one of `comm`, `pid`, `tid`, `dso`, `sym`.
+    pub fn parse(s: &str) -> Option<Key> {
+        Some(match s {
+            "comm" => Key::Comm,
+            "pid" => Key::Pid,
+            "tid" => Key::Tid,
+            "dso" => Key::Dso,
+            "sym" => Key::Sym,
+            _ => return None,
+        })
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Key::Comm => "Command",
+            Key::Pid => "Pid",
+            Key::Tid => "Tid",
+            Key::Dso => "Object",
+            Key::Sym => "Symbol",
+        }
+    }
+}
+
+/// One sample, as the table needs it.
+#[derive(Clone, Debug)]
+pub struct SampleRow<'a> {
+    /// The thread's command name.
+    pub comm: &'a str,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// (object, function) of each frame, innermost first.
+    pub frames: Vec<(&'a str, &'a str)>,
+}
+
+/// What to show.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The row keys, in column order.
+    pub keys: Vec<Key>,
+    /// Also count each row's samples anywhere in the stack.
+    pub children: bool,
+    /// Add each share's 95% Wilson interval and mark ties.
+    pub ci: bool,
+}
+
+/// z for a two-sided 95% interval.
+const Z: f64 = 1.959_963_984_540_054;
+
+/// The Wilson score interval (95%) of `k` successes out of `n`, as shares.
+pub fn wilson(k: u64, n: u64) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (k, n) = (k as f64, n as f64);
+    let p = k / n;
+    let z2 = Z * Z;
+    let denom = 1.0 + z2 / n;
+    let center = (p + z2 / (2.0 * n)) / denom;
+    let half = Z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
+    ((center - half).max(0.0), (center + half).min(1.0))
+}
+
+fn key_of<'a>(keys: &[Key], s: &SampleRow<'a>, frame: Option<(&'a str, &'a str)>) -> Vec<String> {
+    keys.iter()
+        .map(|k| match k {
+            Key::Comm => s.comm.to_string(),
+            Key::Pid => s.pid.to_string(),
+            Key::Tid => s.tid.to_string(),
+            Key::Dso => frame.map_or("[none]", |f| f.0).to_string(),
+            Key::Sym => frame.map_or("[none]", |f| f.1).to_string(),
+        })
+        .collect()
+}
+
+/// The report's text.
+pub fn table(samples: &[SampleRow], opts: &Options) -> String {
+    let n = samples.len() as u64;
+    // Row -> (children, self).
+    let mut rows: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
+    for s in samples {
+        let own = key_of(&opts.keys, s, s.frames.first().copied());
+        rows.entry(own.clone()).or_default().1 += 1;
+        if opts.children {
+            let mut seen: Vec<Vec<String>> = Vec::new();
+            if s.frames.is_empty() {
+                seen.push(own);
+            }
+            for f in &s.frames {
+                let k = key_of(&opts.keys, s, Some(*f));
+                if !seen.contains(&k) {
+                    seen.push(k);
+                }
+            }
+            for k in seen {
+                rows.entry(k).or_default().0 += 1;
+            }
+        }
+    }
+    let mut rows: Vec<(Vec<String>, (u64, u64))> = rows.into_iter().collect();
+    let rank = |r: &(u64, u64)| if opts.children { r.0 } else { r.1 };
+    rows.sort_by(|a, b| rank(&b.1).cmp(&rank(&a.1)).then(a.0.cmp(&b.0)));
+
+    let mut out = String::new();
+    let _ = writeln!(out, "# {n} samples");
+    if opts.ci {
+        let _ = writeln!(
+            out,
+            "# [lo, hi]: 95% Wilson score interval of the share, treating samples as \
+             independent draws (periodic sampling only approximates this); '=' marks a row \
+             whose interval overlaps a neighbour's: their order is not established"
+        );
+    }
+    let mut head = String::from("#");
+    if opts.children {
+        head.push_str(" Children");
+        if opts.ci {
+            head.push_str("  [lo, hi]        ");
+        }
+    }
+    head.push_str("     Self");
+    if opts.ci {
+        head.push_str("  [lo, hi]         ");
+    }
+    for k in &opts.keys {
+        let _ = write!(head, "  {}", k.title());
+    }
+    let _ = writeln!(out, "{}", head.trim_end());
+    let pct = |k: u64| {
+        if n == 0 {
+            0.0
+        } else {
+            100.0 * k as f64 / n as f64
+        }
+    };
+    let intervals: Vec<(f64, f64)> = rows.iter().map(|r| wilson(rank(&r.1), n)).collect();
+    let overlaps = |a: (f64, f64), b: (f64, f64)| a.0 <= b.1 && b.0 <= a.1;
+    for (i, (key, (children, own))) in rows.iter().enumerate() {
+        let mut line = String::new();
+        let ci = |k: u64| {
+            let (lo, hi) = wilson(k, n);
+            format!("  [{:6.2}, {:6.2}]", 100.0 * lo, 100.0 * hi)
+        };
+        if opts.children {
+            let _ = write!(line, "{:8.2}%", pct(*children));
+            if opts.ci {
+                line.push_str(&ci(*children));
+            }
+            line.push(' ');
+        }
+        let _ = write!(line, "{:8.2}%", pct(*own));
+        if opts.ci {
+            line.push_str(&ci(*own));
+            let tie = (i > 0 && overlaps(intervals[i], intervals[i - 1]))
+                || (i + 1 < rows.len() && overlaps(intervals[i], intervals[i + 1]));
+            line.push_str(if tie { " =" } else { "  " });
+        }
+        for v in key {
+            let _ = write!(line, "  {v}");
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s<'a>(comm: &'a str, tid: u32, frames: &[(&'a str, &'a str)]) -> SampleRow<'a> {
+        SampleRow {
+            comm,
+            pid: 1,
+            tid,
+            frames: frames.to_vec(),
+        }
+    }
+
+    #[test]
+    fn wilson_matches_the_textbook_values() {
+        // 50 of 100: 40.38% to 59.62% (e.g. Newcombe 1998's formula).
+        let (lo, hi) = wilson(50, 100);
+        assert!(
+            (lo - 0.4038).abs() < 1e-4 && (hi - 0.5962).abs() < 1e-4,
+            "{lo} {hi}"
+        );
+        // 0 of 10: [0, 27.75%].
+        let (lo, hi) = wilson(0, 10);
+        assert!(lo == 0.0 && (hi - 0.2775).abs() < 1e-4, "{lo} {hi}");
+        assert_eq!(wilson(0, 0), (0.0, 1.0));
+    }
+
+    #[test]
+    fn self_and_children_by_symbol() {
+        let samples = vec![
+            s("p", 1, &[("p", "c"), ("p", "b"), ("p", "main")]),
+            s("p", 1, &[("p", "c"), ("p", "b"), ("p", "main")]),
+            s("p", 1, &[("p", "d"), ("p", "main")]),
+            // Recursion: b counted once in this sample's children.
+            s("p", 1, &[("p", "b"), ("p", "b"), ("p", "main")]),
+        ];
+        let t = table(
+            &samples,
+            &Options {
+                keys: vec![Key::Sym],
+                children: true,
+                ci: false,
+            },
+        );
+        let lines: Vec<&str> = t.lines().skip(2).collect();
+        assert_eq!(
+            lines,
+            [
+                "  100.00%     0.00%  main",
+                "   75.00%    25.00%  b",
+                "   50.00%    50.00%  c",
+                "   25.00%    25.00%  d",
+            ]
+        );
+    }
+
+    #[test]
+    fn keys_combine_and_ci_marks_ties() {
+        let mut samples = Vec::new();
+        for _ in 0..60 {
+            samples.push(s("a", 1, &[("x.so", "f")]));
+        }
+        for _ in 0..38 {
+            samples.push(s("a", 2, &[("x.so", "g")]));
+        }
+        for _ in 0..2 {
+            samples.push(s("b", 3, &[]));
+        }
+        let t = table(
+            &samples,
+            &Options {
+                keys: vec![Key::Comm, Key::Tid, Key::Dso],
+                children: false,
+                ci: true,
+            },
+        );
+        assert!(t.contains("Wilson"), "{t}");
+        let rows: Vec<&str> = t.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rows.len(), 3, "{t}");
+        assert!(rows[0].ends_with("  a  1  x.so"), "{t}");
+        assert!(rows[2].ends_with("  b  3  [none]"), "{t}");
+        // 60 vs 38 of 100: [50.2, 69.1] and [28.9, 48.0] do not overlap;
+        // 38 vs 2: apart too. No ties.
+        assert!(!t.contains(" ="), "{t}");
+        // 51 vs 47 of 100 overlap: both marked.
+        let mut close = Vec::new();
+        close.extend((0..51).map(|_| s("a", 1, &[("x", "f")])));
+        close.extend((0..47).map(|_| s("a", 1, &[("x", "g")])));
+        let t = table(
+            &close,
+            &Options {
+                keys: vec![Key::Sym],
+                children: false,
+                ci: true,
+            },
+        );
+        assert_eq!(t.matches(" =").count(), 2, "{t}");
+    }
+}
