@@ -12,8 +12,10 @@
 //! is a halt instruction such as `pv_native_safe_halt`; then explains the
 //! ticks outside kernel text — per process, per user-space function, per
 //! kernel-module symbol — which kprof could never say (the attribution is
-//! `profdev_dev::outside`, rendered by `profdev_report::outside`). It exits
-//! with CMD's status.
+//! `profdev_dev::outside`, rendered by `profdev_report::outside`); with
+//! `--ci` each of those rows also shows its share's 95% Wilson interval and
+//! marks `=` a row whose interval overlaps a neighbour's (the kprof table
+//! above stays exactly kprof's). It exits with CMD's status.
 //!
 //! DIR is created 0755 if missing (never through a symbolic link another
 //! user planted) and DIR/kpdata 0600, since it holds kernel addresses; it
@@ -82,6 +84,9 @@ pub(crate) struct Args {
     /// Rows per table in the outside-kernel-text section.
     #[arg(long, value_name = "N", default_value_t = 15)]
     rows: usize,
+    /// In the outside-kernel-text section, each share's 95% Wilson interval, ties marked '='.
+    #[arg(long)]
+    ci: bool,
     /// Ring buffer data pages per CPU, a power of two (perf's name; the
     /// default is sized to the rate). A small ring loses records.
     #[arg(long, value_name = "N", value_parser = crate::progress::parse_mmap_pages)]
@@ -190,7 +195,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         }
     } else {
         let outside = collector.attribute(&ksyms);
-        out.write_all(outside.render(args.rows).as_bytes())?;
+        out.write_all(outside.render_with(args.rows, args.ci).as_bytes())?;
         collector.stats()
     };
     out.flush()?;

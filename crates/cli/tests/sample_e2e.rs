@@ -199,3 +199,50 @@ fn unprivileged_user_gets_the_sysctl_named() {
     );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+/// `--ci`: the outside section's rows carry their 95% intervals; the kprof
+/// table above stays kprof's.
+#[test]
+fn ci_adds_intervals_to_the_outside_section_only() {
+    if !privileged("profdev sample --ci", can_sample_system()) {
+        return;
+    }
+    let d = tempdir();
+    let out = run(profdev()
+        .args(["sample", "--ci", "--rows", "100000", "-o"])
+        .arg(d.path().join("out"))
+        .args([
+            "--",
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=64k",
+            "count=300000",
+        ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let (kprof, outside) = stdout.split_once("outside kernel text:").unwrap();
+    assert!(!kprof.contains('['), "the kprof table is kprof's: {kprof}");
+    assert!(outside.contains("95% Wilson intervals"), "{outside}");
+    let procs = outside.split("\nby process\n").nth(1).unwrap();
+    assert!(
+        procs.starts_with("ticks\t  %\t95% CI\tpid\tcomm\n"),
+        "{procs}"
+    );
+    let dd = procs
+        .lines()
+        .find(|l| l.ends_with("\tdd"))
+        .unwrap_or_else(|| panic!("{procs}"));
+    // ticks, share, interval around the share.
+    let f: Vec<&str> = dd.split('\t').collect();
+    let share: f64 = f[1].trim().parse().unwrap();
+    let (lo, hi) = f[2]
+        .trim_start_matches('[')
+        .split_once("]")
+        .unwrap()
+        .0
+        .split_once(", ")
+        .unwrap();
+    let (lo, hi): (f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap());
+    assert!(lo <= share + 0.1 && share <= hi + 0.1, "{dd}");
+}

@@ -80,20 +80,62 @@ impl Outside {
     /// Render the three tables, at most `limit` rows each, with
     /// percentages of the outside total (truncated to tenths, as kprof).
     pub fn render(&self, limit: usize) -> String {
+        self.render_with(limit, false)
+    }
+
+    /// [`render`](Self::render), and with `ci` each row's 95% Wilson
+    /// interval of its share (`crate::samples::wilson`) after the
+    /// percentage, and `=` after the interval of a row whose interval
+    /// overlaps the row before or after it in its table (their order is
+    /// not established by this many ticks).
+    pub fn render_with(&self, limit: usize, ci: bool) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "outside kernel text: {} ticks", self.total);
         if self.total == 0 {
             return out;
         }
+        if ci {
+            out.push_str(
+                "95% Wilson intervals of each share, ticks treated as independent draws \
+                 (periodic sampling only approximates this); '=': overlaps a neighbour\n",
+            );
+        }
         let pct = |n: u64| {
             let t = 1000 * n / self.total;
             format!("{:3}.{}", t / 10, t % 10)
         };
+        let total = self.total;
+        // The interval column of row `i` of `counts` (in table order).
+        let interval = |counts: &[u64], i: usize| -> String {
+            if !ci {
+                return String::new();
+            }
+            let w = |n: u64| crate::samples::wilson(n, total);
+            let (lo, hi) = w(counts[i]);
+            let overlaps = |j: usize| {
+                let (a, b) = w(counts[j]);
+                lo <= b && a <= hi
+            };
+            let tie = (i > 0 && overlaps(i - 1)) || (i + 1 < counts.len() && overlaps(i + 1));
+            format!(
+                "\t[{:.1}, {:.1}]{}",
+                100.0 * lo,
+                100.0 * hi,
+                if tie { " =" } else { "" }
+            )
+        };
+        let ci_head = if ci { "\t95% CI" } else { "" };
         let mut procs: Vec<_> = self.by_process.iter().collect();
         procs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        out.push_str("\nby process\nticks\t  %\tpid\tcomm\n");
-        for ((comm, pid), n) in procs.iter().take(limit) {
-            let _ = writeln!(out, "{n}\t{}\t{pid}\t{comm}", pct(**n));
+        let _ = write!(out, "\nby process\nticks\t  %{ci_head}\tpid\tcomm\n");
+        let counts: Vec<u64> = procs.iter().map(|p| *p.1).collect();
+        for (i, ((comm, pid), n)) in procs.iter().take(limit).enumerate() {
+            let _ = writeln!(
+                out,
+                "{n}\t{}{}\t{pid}\t{comm}",
+                pct(**n),
+                interval(&counts, i)
+            );
         }
         let sections: [(&str, Select); 3] = [
             (
@@ -130,9 +172,15 @@ impl Outside {
                 continue;
             }
             rows.sort_by(|a, b| b.2.cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+            let title = if ci {
+                title.replacen("\t  %", "\t  %\t95% CI", 1)
+            } else {
+                title.to_string()
+            };
             let _ = writeln!(out, "\n{title}");
-            for (m, s, n) in rows.iter().take(limit) {
-                let _ = writeln!(out, "{n}\t{}\t{m}\t{s}", pct(*n));
+            let counts: Vec<u64> = rows.iter().map(|r| r.2).collect();
+            for (i, (m, s, n)) in rows.iter().take(limit).enumerate() {
+                let _ = writeln!(out, "{n}\t{}{}\t{m}\t{s}", pct(*n), interval(&counts, i));
             }
             if rows.len() > limit {
                 let rest: u64 = rows[limit..].iter().map(|r| r.2).sum();
@@ -151,6 +199,32 @@ impl Outside {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intervals_and_ties() {
+        let mut o = Outside::new();
+        let user = |s: &str| Place::User {
+            module: "m".into(),
+            symbol: s.into(),
+        };
+        o.add("a", 1, user("f"), 60);
+        o.add("b", 2, user("g"), 38);
+        o.add("b", 2, user("h"), 2);
+        let plain = o.render(10);
+        assert!(!plain.contains("CI"), "{plain}");
+        let t = o.render_with(10, true);
+        assert!(t.contains("ticks\t  %\t95% CI\tpid\tcomm\n"), "{t}");
+        // 60 of 100: [50.2, 69.1].
+        assert!(t.contains("60\t 60.0\t[50.2, 69.1]\t1\ta\n"), "{t}");
+        assert!(t.contains("38\t 38.0\t[29.1, 47.8]\tm\tg\n"), "{t}");
+        assert!(!t.contains(" ="), "{t}");
+        let mut close = Outside::new();
+        close.add("a", 1, user("f"), 51);
+        close.add("b", 2, user("g"), 49);
+        let t = close.render_with(10, true);
+        // Both tables' two rows overlap.
+        assert_eq!(t.matches(" =").count(), 4, "{t}");
+    }
 
     #[test]
     fn renders_sorted_tables() {
