@@ -281,14 +281,25 @@ fn killed_recording_leaves_an_exportable_partial() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Samples, and the symbols of main, a, b and c (written once a second
+    // for the addresses sampled in it: a .partial killed earlier would
+    // hold the samples without their names).
     profdev_testkit::wait_until(
-        "the .partial holds samples",
+        "the .partial holds samples and calltree's symbols",
         Duration::from_secs(30),
         || {
             std::fs::read(&partial)
                 .ok()
                 .and_then(|b| recording::read(&b).ok())
-                .is_some_and(|r| r.samples.len() >= 50)
+                .is_some_and(|r| {
+                    let named = |f: &str| {
+                        r.objects.iter().any(|o| {
+                            o.info.path.ends_with("/calltree")
+                                && o.functions.iter().any(|g| g.name == f)
+                        })
+                    };
+                    r.samples.len() >= 50 && ["main", "a", "b", "c"].into_iter().all(named)
+                })
         },
     );
     rec.kill().unwrap();
