@@ -32,6 +32,8 @@ mod prof;
 mod progress;
 mod sample;
 mod stat;
+mod top;
+mod topui;
 mod unmount;
 
 use std::ffi::OsString;
@@ -111,6 +113,14 @@ const COMMANDS: &[Command] = &[
         run: stat::main,
         cli: <stat::Args as clap::CommandFactory>::command,
         doc: include_str!("stat.rs"),
+        classic: false,
+    },
+    Command {
+        name: "top",
+        about: "show the functions the machine runs, live, by share of the samples (perf top)",
+        run: top::main,
+        cli: <top::Args as clap::CommandFactory>::command,
+        doc: include_str!("top.rs"),
         classic: false,
     },
     Command {

@@ -285,7 +285,11 @@ impl Window {
     /// The rows of `view`, sorted; `names` gives each function's (name,
     /// module). Shares are of the samples in the view (a zoom's shares add
     /// up to 1 on their own).
-    pub fn snapshot(&self, view: &View, mut names: impl FnMut(FuncId) -> (String, String)) -> Snapshot {
+    pub fn snapshot(
+        &self,
+        view: &View,
+        mut names: impl FnMut(FuncId) -> (String, String),
+    ) -> Snapshot {
         let mut named: HashMap<FuncId, (String, String)> = HashMap::new();
         let mut kept = Vec::new();
         for (&(pid, f), w) in &self.rows {
@@ -307,7 +311,10 @@ impl Window {
             .into_iter()
             .map(|(pid, function, module, w)| Row {
                 pid,
-                comm: self.comms.get(&pid).map_or_else(String::new, |c| c.to_string()),
+                comm: self
+                    .comms
+                    .get(&pid)
+                    .map_or_else(String::new, |c| c.to_string()),
                 module,
                 function,
                 self_share: share(w.own),
@@ -366,7 +373,12 @@ mod tests {
             .collect();
         assert_eq!(
             order,
-            vec![("f2", 10, 0.8), ("f3", 10, 0.8), ("f1", 10, 0.6), ("f3", 11, 0.2)]
+            vec![
+                ("f2", 10, 0.8),
+                ("f3", 10, 0.8),
+                ("f1", 10, 0.6),
+                ("f3", 11, 0.2)
+            ]
         );
         // f2 and f3 of pid 10 tie on total: self breaks the tie (f2: 0.2).
         assert_eq!(s.rows[0].self_share, 0.2);
