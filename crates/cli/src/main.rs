@@ -11,6 +11,7 @@
 //! output used); `prfdc` forks into the background and calls setsid and
 //! dup2. Every other command is safe code over the library crates.
 
+mod bar;
 mod child;
 mod cmdline;
 mod completions;
