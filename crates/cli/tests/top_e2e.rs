@@ -274,3 +274,144 @@ fn unprivileged_user_gets_the_sysctl_named() {
         "{err}"
     );
 }
+
+/// `profdev top` on a pseudo-terminal (script(1), 30 rows of 120), its
+/// output gathered as it comes, its keyboard the pipe to script's stdin.
+struct OnTerminal {
+    script: Child,
+    keys: std::process::ChildStdin,
+    out: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OnTerminal {
+    fn start() -> OnTerminal {
+        use std::io::Read;
+        let cmd = format!(
+            "stty rows 30 cols 120; exec {} top -d 0.2",
+            env!("CARGO_BIN_EXE_profdev")
+        );
+        let mut script = Command::new("script")
+            .args(["-qfec", &cmd, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("script(1)");
+        let keys = script.stdin.take().unwrap();
+        let mut pipe = script.stdout.take().unwrap();
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = out.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        OnTerminal {
+            script,
+            keys,
+            out,
+            reader: Some(reader),
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    /// Wait (bounded) until the screen has shown `s` after byte `from`;
+    /// returns the length of the output then.
+    fn wait_for(&self, s: &str, from: usize) -> usize {
+        wait_until(
+            &format!("{s:?} on the screen"),
+            std::time::Duration::from_secs(60),
+            || self.text().get(from..).is_some_and(|t| t.contains(s)),
+        );
+        self.text().len()
+    }
+
+    fn press(&mut self, key: &str) {
+        use std::io::Write;
+        self.keys.write_all(key.as_bytes()).unwrap();
+        self.keys.flush().unwrap();
+    }
+
+    /// The pid of profdev top (script's child, exec'd by its shell).
+    fn top_pid(&self) -> Option<i32> {
+        let children =
+            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.script.id()))
+                .ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Wait for the end (bounded): script's status (profdev's) and the output.
+    fn finish(mut self) -> (Option<i32>, String) {
+        let mut status = None;
+        wait_until("top to end", std::time::Duration::from_secs(60), || {
+            status = self.script.try_wait().unwrap();
+            status.is_some()
+        });
+        self.reader.take().unwrap().join().unwrap();
+        (status.unwrap().code(), self.text())
+    }
+}
+
+impl Drop for OnTerminal {
+    /// A failed test leaves nothing running (nor holding the test's output).
+    fn drop(&mut self) {
+        if self.script.try_wait().ok().flatten().is_none() {
+            if let Some(pid) = self.top_pid() {
+                // SAFETY: kill has no memory preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let _ = self.script.kill();
+            let _ = self.script.wait();
+        }
+    }
+}
+
+/// The screen was left: the alternate screen off and the cursor shown,
+/// after the last thing drawn.
+fn restored(out: &str) -> bool {
+    let left = out.rfind("\x1b[?1049l");
+    let shown = out.rfind("\x1b[?25h");
+    let drawn = out.rfind("\x1b[?25l");
+    matches!((left, shown, drawn), (Some(l), Some(s), Some(d)) if l > d && s > d)
+}
+
+#[test]
+fn keys_switch_the_sort_and_quit_restores_the_terminal() {
+    let what = "keys_switch_the_sort_and_quit_restores_the_terminal";
+    if !privileged(what, can_sample_system()) || !profdev_testkit::tools(what, &["script"]) {
+        return;
+    }
+    let mut t = OnTerminal::start();
+    let at = t.wait_for("by self", 0);
+    t.wait_for("health:", 0);
+    t.press("s");
+    t.wait_for("total", at);
+    t.press("q");
+    let (code, out) = t.finish();
+    assert_eq!(code, Some(0), "{out:?}");
+    assert!(restored(&out), "{out:?}");
+}
+
+#[test]
+fn sigterm_restores_the_terminal() {
+    let what = "sigterm_restores_the_terminal";
+    if !privileged(what, can_sample_system()) || !profdev_testkit::tools(what, &["script"]) {
+        return;
+    }
+    let t = OnTerminal::start();
+    t.wait_for("by self", 0);
+    let pid = t.top_pid().expect("profdev top's pid");
+    // SAFETY: kill has no memory preconditions; pid is our grandchild.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let (code, out) = t.finish();
+    assert_eq!(code, Some(128 + libc::SIGTERM), "{out:?}");
+    assert!(restored(&out), "{out:?}");
+}
