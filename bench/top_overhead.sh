@@ -15,8 +15,10 @@
 # Each profiler runs SECONDS seconds refreshing every second: profdev top as
 # `--batch -n SECONDS -d 1 -F HZ -a` (it ends by itself), perf top as
 # `perf top --stdio -F HZ -e cpu-clock -d 1 -a` stopped by SIGINT after
-# SECONDS seconds (`timeout -s INT`), stdin from /dev/null and output to
-# /dev/null for both. The CPU time counted is the profiler's user + system
+# SECONDS seconds (`timeout -s INT`); output to /dev/null for both, and
+# stdin an idle pipe (`sleep |`): perf top --stdio reads keys from stdin
+# and, given /dev/null, spins on its end of file (4.8 s of CPU instead of
+# 1.4 s in 10 s here), which would flatter profdev. The CPU time counted is the profiler's user + system
 # time as its parent sees it (bash's `times` of the waited children, which
 # include perf's own threads), start-up (reading kallsyms) included. Rounds
 # interleave the two so drift hits both alike; medians are compared.
@@ -59,9 +61,9 @@ for rate in "${rates[@]}"; do
   pd="" pf=""
   for r in $(seq "$rounds"); do
     children_cpu >"$work/a"; a=$(cat "$work/a")
-    "$profdev" top --batch -n "$secs" -d 1 -F "$hz" -a "${g[@]}" </dev/null >"$work/pd.txt" 2>"$work/pd.err"
+    sleep $((secs + 2)) | "$profdev" top --batch -n "$secs" -d 1 -F "$hz" -a "${g[@]}" >"$work/pd.txt" 2>"$work/pd.err"
     children_cpu >"$work/b"; b=$(cat "$work/b")
-    timeout -s INT "$secs" perf top --stdio -F "$hz" -e cpu-clock -d 1 -a "${g[@]}" </dev/null >/dev/null 2>&1 || true
+    sleep $((secs + 2)) | { timeout -s INT "$secs" perf top --stdio -F "$hz" -e cpu-clock -d 1 -a "${g[@]}" >/dev/null 2>&1 || true; }
     children_cpu >"$work/c"; c=$(cat "$work/c")
     pd+="$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b - a }') "
     pf+="$(awk -v b="$b" -v c="$c" 'BEGIN { printf "%.3f", c - b }') "

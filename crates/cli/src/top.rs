@@ -25,8 +25,10 @@
 //! The health line is always shown, in the words of the other commands'
 //! progress lines and of the `stat/` files: the rate achieved per CPU
 //! (and the rate asked), the samples taken, the records the kernel lost
-//! (a ring buffer full), the times it throttled sampling, and with `-g`
-//! the stacks that could not be unwound to their root.
+//! (a ring buffer full), the times it throttled sampling, with `-g` the
+//! stacks that could not be unwound to their root, and the samples whose
+//! function no symbol names (symbol misses). The counts are of everything
+//! sampled, `-p` or not.
 //!
 //! `-p PID` keeps the samples of process PID alone (all its threads; the
 //! machine is still sampled on every CPU, so it needs the same privilege
@@ -220,7 +222,6 @@ fn run(args: &Args) -> Result<ExitCode> {
         symbolizer: Symbolizer::new(kernel),
         window: Window::new(),
         health: health.clone(),
-        misses: 0,
         failed: None,
     };
     let view = View {
@@ -393,7 +394,6 @@ pub(crate) struct Live {
     symbolizer: Symbolizer,
     window: Window,
     health: Arc<Health>,
-    misses: u64,
     failed: Option<String>,
 }
 
@@ -406,7 +406,12 @@ impl Live {
             match self.rx.recv_timeout(wait) {
                 Ok(batch) => self.take(batch),
                 Err(mpsc::RecvTimeoutError::Timeout) => return true,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // It stops only when told to, or after sending why.
+                    self.failed
+                        .get_or_insert_with(|| "the sampling thread ended unexpectedly".into());
+                    return false;
+                }
             }
             if self.failed.is_some() {
                 return false;
@@ -429,12 +434,12 @@ impl Live {
         for e in events {
             ids.clear();
             ids.extend(e.frames.iter().map(|f| self.symbolizer.resolve(f)));
+            // A sample whose own function has no name: a symbol miss.
+            if ids.first().is_some_and(|&leaf| self.symbolizer.is_unknown(leaf)) {
+                self.health.symbol_miss();
+            }
             self.window.add(e.pid, &e.comm, &ids);
         }
-        for _ in self.misses..self.symbolizer.misses() {
-            self.health.symbol_miss();
-        }
-        self.misses = self.symbolizer.misses();
     }
 
     pub(crate) fn snapshot(&self, view: &View) -> Snapshot {

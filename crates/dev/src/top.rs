@@ -61,6 +61,9 @@ pub struct Func {
     pub name: String,
 }
 
+/// The name of a place no symbol names.
+pub const UNKNOWN: &str = "[unknown]";
+
 /// Cached entries before the caches are emptied and refilled (a bound on
 /// memory: a long system-wide run sees many pcs).
 const MAX_CACHED: usize = 1 << 20;
@@ -142,7 +145,7 @@ impl Symbolizer {
         self.misses += 1;
         Func {
             module: module.into(),
-            name: "[unknown]".into(),
+            name: UNKNOWN.into(),
         }
     }
 
@@ -165,6 +168,11 @@ impl Symbolizer {
     /// when first seen).
     pub fn misses(&self) -> u64 {
         self.misses
+    }
+
+    /// Is `id` a place no symbol names (`[unknown]`)?
+    pub fn is_unknown(&self, id: FuncId) -> bool {
+        self.func(id).name == UNKNOWN
     }
 }
 
@@ -481,6 +489,7 @@ mod tests {
         assert_eq!(s.func(u).name, "[unknown]");
         let anon = s.resolve(&Frame::Anonymous);
         assert_eq!(s.func(anon).module, "[anon]");
+        assert!(s.is_unknown(u) && s.is_unknown(anon) && !s.is_unknown(a));
         assert_eq!(s.misses(), 2);
         // No kernel symbols: every kernel pc is [unknown] in [kernel].
         let mut none = Symbolizer::new(None);
