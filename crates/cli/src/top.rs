@@ -435,7 +435,10 @@ impl Live {
             ids.clear();
             ids.extend(e.frames.iter().map(|f| self.symbolizer.resolve(f)));
             // A sample whose own function has no name: a symbol miss.
-            if ids.first().is_some_and(|&leaf| self.symbolizer.is_unknown(leaf)) {
+            if ids
+                .first()
+                .is_some_and(|&leaf| self.symbolizer.is_unknown(leaf))
+            {
                 self.health.symbol_miss();
             }
             self.window.add(e.pid, &e.comm, &ids);
