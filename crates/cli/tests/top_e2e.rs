@@ -384,8 +384,8 @@ fn restored(out: &str) -> bool {
 }
 
 #[test]
-fn keys_switch_the_sort_and_quit_restores_the_terminal() {
-    let what = "keys_switch_the_sort_and_quit_restores_the_terminal";
+fn keys_sort_zoom_and_quit_restoring_the_terminal() {
+    let what = "keys_sort_zoom_and_quit_restoring_the_terminal";
     if !privileged(what, can_sample_system()) || !profdev_testkit::tools(what, &["script"]) {
         return;
     }
@@ -393,7 +393,15 @@ fn keys_switch_the_sort_and_quit_restores_the_terminal() {
     let at = t.wait_for("by self", 0);
     t.wait_for("health:", 0);
     t.press("s");
-    t.wait_for("total", at);
+    let at = t.wait_for("total", at);
+    // Rows: the machine always runs some kernel code (the idle loop at
+    // least). Zoom into the first row's process, out, into its module.
+    let at = t.wait_for("[kernel]", at);
+    t.press("p");
+    let at = t.wait_for(", process ", at);
+    t.press("z");
+    t.press("m");
+    t.wait_for(", module ", at);
     t.press("q");
     let (code, out) = t.finish();
     assert_eq!(code, Some(0), "{out:?}");
