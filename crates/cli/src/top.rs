@@ -184,9 +184,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     config.validate().map_err(|e| anyhow!("{e}"))?;
     if let Some(pid) = args.pid {
-        if pid == 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            bail!("process {pid} does not exist; give the pid of a running process, or -a");
-        }
+        check_process(pid)?;
     }
     let signal = Arc::new(AtomicUsize::new(0));
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
@@ -253,6 +251,24 @@ fn run(args: &Args) -> Result<ExitCode> {
         0 => ExitCode::SUCCESS,
         sig => ExitCode::from(128u8.saturating_add(sig as u8)),
     })
+}
+
+/// Is `pid` a running process (a thread group leader)? One sentence if not.
+fn check_process(pid: u32) -> Result<()> {
+    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) if pid != 0 => s,
+        _ => bail!("process {pid} does not exist; give the pid of a running process, or -a"),
+    };
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|t| t.trim().parse::<u32>().ok());
+    match tgid {
+        Some(tgid) if tgid != pid => {
+            bail!("{pid} is a thread of process {tgid}: give -p {tgid} (its threads are shown together)")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What the title says about the run.
@@ -639,6 +655,33 @@ mod tests {
         );
         h.set_unwind(5, [0, 1, 0]);
         assert!(health_line(&h.snapshot()).ends_with(", 0 throttled, 1 unwind failures"));
+    }
+
+    #[test]
+    fn a_pid_must_be_a_running_process() {
+        let me = std::process::id();
+        assert!(check_process(me).is_ok());
+        // A thread of this process (alive until told) is not a process.
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let e = check_process(tid).unwrap_err().to_string();
+        drop(done_tx);
+        t.join().unwrap();
+        assert_eq!(
+            e,
+            format!(
+                "{tid} is a thread of process {me}: give -p {me} (its threads are shown together)"
+            )
+        );
+        assert!(check_process(0)
+            .unwrap_err()
+            .to_string()
+            .starts_with("process 0 does not exist"));
     }
 
     #[test]
