@@ -11,6 +11,7 @@
 //! output used); `prfdc` forks into the background and calls setsid and
 //! dup2. Every other command is safe code over the library crates.
 
+mod bar;
 mod child;
 mod cmdline;
 mod completions;
@@ -35,6 +36,8 @@ mod record;
 mod report;
 mod sample;
 mod stat;
+mod top;
+mod topui;
 mod unmount;
 
 use std::ffi::OsString;
@@ -138,6 +141,14 @@ const COMMANDS: &[Command] = &[
         run: stat::main,
         cli: <stat::Args as clap::CommandFactory>::command,
         doc: include_str!("stat.rs"),
+        classic: false,
+    },
+    Command {
+        name: "top",
+        about: "show the functions the machine runs, live, by share of the samples (perf top)",
+        run: top::main,
+        cli: <top::Args as clap::CommandFactory>::command,
+        doc: include_str!("top.rs"),
         classic: false,
     },
     Command {

@@ -707,12 +707,33 @@ impl SourceMap for ElfMap {
     }
 }
 
+/// A source map that moves the bar one pc on per function looked up
+/// (`attribute` looks up each pc's function once).
+struct Ticking<'a> {
+    map: &'a ElfMap,
+    bar: &'a crate::bar::Bar,
+}
+
+impl SourceMap for Ticking<'_> {
+    fn lines(&self, pc: u64) -> Option<SrcRange> {
+        self.map.lines(pc)
+    }
+
+    fn function(&self, pc: u64) -> Option<Function> {
+        self.bar.inc(1);
+        self.map.function(pc)
+    }
+}
+
 /// Attribute, read sources, print.
 fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     if records.iter().all(|r| r.pairs.is_empty()) {
         bail!("no profile information");
     }
     let mut modules = Vec::new();
+    // Symbolizing a big profile takes a while: a bar on a terminal.
+    let pcs = records.iter().map(|r| r.pairs.len() as u64).sum();
+    let bar = crate::bar::Bar::start("prof", "symbolizing", pcs);
     for r in records {
         let opened = match &r.object {
             Some(bytes) => ElfObject::parse(bytes, Path::new(&r.path)),
@@ -737,7 +758,13 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
             innermost,
             functions: RefCell::new(HashMap::new()),
         };
-        let a = attribute(&r.pairs, &map);
+        let a = attribute(
+            &r.pairs,
+            &Ticking {
+                map: &map,
+                bar: &bar,
+            },
+        );
         let mut m = ModuleProfile::new(&r.name, &r.path, &a, has_lines);
         if options.zeros {
             if let Some(obj) = &map.obj {
@@ -777,6 +804,7 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
         }
         modules.push(m);
     }
+    drop(bar);
     let mut out = std::io::stdout().lock();
     out.write_all(format(&modules, options).as_bytes())?;
     out.flush()?;

@@ -45,6 +45,7 @@ pub mod prof;
 pub mod stat;
 
 mod error;
+pub mod top;
 pub mod tree;
 
 #[doc(hidden)]

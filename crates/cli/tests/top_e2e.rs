@@ -1,0 +1,425 @@
+//! `profdev top --batch`: while a compiled C program burns CPU in a known
+//! function (`profdev_top_spin`, tests/fixtures/topspin.c), two snapshots
+//! system-wide both show that function with the program's name and pid, and
+//! the health line; `-p PID` keeps that process's rows alone; bad options,
+//! a missing pid and a missing privilege are one sentence and a non-zero
+//! status.
+//!
+//! The workload says `spinning` on its stdout as it enters the function and
+//! burns CPU until the test kills it (at most 120 s of CPU), so it is
+//! runnable through every snapshot's window: on any scheduler it gets CPU
+//! time in two seconds, and each of its samples lands in the function.
+//! No share is asserted, only presence.
+//!
+//! Needs root (or CAP_PERFMON) and cc; skips saying why without them, and
+//! fails instead when PROFDEV_REQUIRE_PRIVILEGED=1.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// The workload, running in its function; killed when dropped.
+struct Spin(Child);
+
+impl Spin {
+    fn start(dir: &Path) -> Spin {
+        let exe = dir.join("topspin");
+        let o = Command::new("cc")
+            .args(["-O1", "-fno-inline", "-o"])
+            .arg(&exe)
+            .arg(fixture("topspin.c"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "cc: {o:?}");
+        let mut child = Command::new(&exe).stdout(Stdio::piped()).spawn().unwrap();
+        // Wait for it to be in the loop: its line comes as it enters.
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "spinning\n");
+        Spin(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ready(what: &str) -> bool {
+    privileged(what, can_sample_system()) && profdev_testkit::tools(what, &["cc"])
+}
+
+/// The snapshots of a batch run: each a list of lines (title first).
+fn snapshots(stdout: &str) -> Vec<Vec<&str>> {
+    stdout
+        .split("\n\n")
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.lines().collect())
+        .collect()
+}
+
+/// The rows (after title, health line and heads) of a snapshot without
+/// -g, split into [self%, COMMAND, PID, MODULE, FUNCTION] (FUNCTION may
+/// hold spaces).
+fn rows(snap: &[&str]) -> Vec<Vec<String>> {
+    snap[3..]
+        .iter()
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let mut row: Vec<String> = words.iter().take(4).map(|w| w.to_string()).collect();
+            row.push(words.get(4..).unwrap_or(&[]).join(" "));
+            row
+        })
+        .collect()
+}
+
+fn check_health(line: &str) {
+    assert!(line.starts_with("health: "), "{line}");
+    for key in [" Hz (asked 1000), ", " samples, ", " lost, ", " throttled"] {
+        assert!(line.contains(key), "{key:?} missing: {line}");
+    }
+}
+
+#[test]
+fn system_wide_snapshots_show_the_hot_function_by_process() {
+    let what = "system_wide_snapshots_show_the_hot_function_by_process";
+    if !ready(what) {
+        return;
+    }
+    let d = tempdir();
+    let spin = Spin::start(d.path());
+    let pid = spin.pid().to_string();
+    let out = run(profdev().args(["top", "--batch", "-n", "2", "-d", "1", "-F", "1000", "-a"]));
+    drop(spin);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let snaps = snapshots(&stdout);
+    assert_eq!(snaps.len(), 2, "{stdout}");
+    for (i, snap) in snaps.iter().enumerate() {
+        assert!(
+            snap[0].starts_with(&format!(
+                "profdev top: snapshot {} of 2, every 1 s, system-wide at 1000 Hz, by self",
+                i + 1
+            )),
+            "{stdout}"
+        );
+        check_health(snap[1]);
+        assert!(
+            snap[2].contains("COMMAND") && snap[2].contains("FUNCTION"),
+            "{stdout}"
+        );
+        let hot = rows(snap)
+            .into_iter()
+            .find(|r| r[4] == "profdev_top_spin")
+            .unwrap_or_else(|| panic!("no profdev_top_spin row in snapshot {}:\n{stdout}", i + 1));
+        assert_eq!(
+            (hot[1].as_str(), hot[2].as_str(), hot[3].as_str()),
+            ("topspin", pid.as_str(), "topspin"),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn one_process_only_with_p() {
+    let what = "one_process_only_with_p";
+    if !ready(what) {
+        return;
+    }
+    let d = tempdir();
+    let spin = Spin::start(d.path());
+    let pid = spin.pid().to_string();
+    let out = run(profdev().args(["top", "--batch", "-n", "1", "-d", "1", "-p", &pid]));
+    drop(spin);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let snaps = snapshots(&stdout);
+    assert_eq!(snaps.len(), 1, "{stdout}");
+    assert!(
+        snaps[0][0].contains(&format!("process {pid} at 1000 Hz")),
+        "{stdout}"
+    );
+    check_health(snaps[0][1]);
+    let rows = rows(&snaps[0]);
+    assert!(rows.iter().all(|r| r[2] == pid), "{stdout}");
+    assert!(rows.iter().any(|r| r[4] == "profdev_top_spin"), "{stdout}");
+}
+
+#[test]
+fn callgraph_shows_total_shares_of_main() {
+    let what = "callgraph_shows_total_shares_of_main";
+    if !ready(what) {
+        return;
+    }
+    let d = tempdir();
+    let spin = Spin::start(d.path());
+    let pid = spin.pid().to_string();
+    let out = run(profdev().args([
+        "top", "--batch", "-n", "1", "-d", "1", "-g", "--sort", "total", "-p", &pid,
+    ]));
+    drop(spin);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let snap = &snapshots(&stdout)[0];
+    assert!(snap[1].contains(" unwind failures"), "{stdout}");
+    assert!(snap[2].contains("total%"), "{stdout}");
+    // main calls profdev_top_spin: unwound, main's total is at least the
+    // spin function's.
+    let total_of = |f: &str| {
+        snap[3..]
+            .iter()
+            .find(|l| l.ends_with(&format!(" {f}")))
+            .map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap()
+                    .trim_end_matches('%')
+                    .parse::<f64>()
+                    .unwrap()
+            })
+            .unwrap_or_else(|| panic!("no {f} row:\n{stdout}"))
+    };
+    assert!(total_of("main") >= total_of("profdev_top_spin"), "{stdout}");
+}
+
+fn one_sentence(args: &[&str], code: i32, says: &str) {
+    let out = run(profdev().args(args));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    let first = err.lines().next().unwrap_or("");
+    assert!(first.starts_with("profdev top: "), "{args:?}: {err}");
+    // clap may put the argument it names on the next line.
+    assert!(err.contains(says), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+}
+
+#[test]
+fn bad_options_and_a_missing_pid_are_one_sentence() {
+    one_sentence(&["top", "--batch", "-d", "0"], 2, "-d takes the seconds");
+    one_sentence(
+        &["top", "-n", "2"],
+        2,
+        "required arguments were not provided:\n  --batch",
+    );
+    one_sentence(
+        &["top", "--batch", "-p", "1", "-a"],
+        2,
+        "cannot be used with",
+    );
+    one_sentence(&["top", "--batch", "--sort", "up"], 2, "invalid value 'up'");
+    one_sentence(&["top", "--batch", "-F", "0"], 1, "0 Hz takes no samples");
+    // A pid above the kernel's limit is no process.
+    one_sentence(
+        &["top", "--batch", "-p", "4194305"],
+        1,
+        "process 4194305 does not exist",
+    );
+    // Without a terminal and without --batch: what to give instead.
+    one_sentence(&["top"], 1, "give --batch");
+}
+
+/// Run by the user nobody with a kernel.perf_event_paranoid above 0: it
+/// may not sample the machine, and top says which sysctl and capability.
+#[test]
+fn unprivileged_user_gets_the_sysctl_named() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let what = "top: unprivileged_user_gets_the_sysctl_named";
+    let can = if !profdev_testkit::is_root() {
+        Err("switching to the user nobody needs root".to_string())
+    } else {
+        match std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+            .map(|p| p.trim().parse::<i32>().unwrap_or(2))
+        {
+            Ok(p) if p > 0 => Ok(()),
+            Ok(p) => Err(format!(
+                "kernel.perf_event_paranoid is {p}: any user may sample"
+            )),
+            Err(e) => Err(format!("cannot read kernel.perf_event_paranoid: {e}")),
+        }
+    };
+    if !privileged(what, can) {
+        return;
+    }
+    let d = tempdir();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let exe = d.path().join("profdev");
+    std::fs::copy(env!("CARGO_BIN_EXE_profdev"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = Command::new(&exe);
+    cmd.current_dir(d.path())
+        .uid(65534)
+        .gid(65534)
+        .args(["top", "--batch", "-n", "1"]);
+    let out = run(&mut cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("profdev top: the kernel refused system-wide sampling"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kernel.perf_event_paranoid") && err.contains("CAP_PERFMON"),
+        "{err}"
+    );
+}
+
+/// `profdev top` on a pseudo-terminal (script(1), 30 rows of 120), its
+/// output gathered as it comes, its keyboard the pipe to script's stdin.
+struct OnTerminal {
+    script: Child,
+    keys: std::process::ChildStdin,
+    out: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OnTerminal {
+    fn start() -> OnTerminal {
+        use std::io::Read;
+        let cmd = format!(
+            "stty rows 30 cols 120; exec {} top -d 0.2",
+            env!("CARGO_BIN_EXE_profdev")
+        );
+        let mut script = Command::new("script")
+            .args(["-qfec", &cmd, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("script(1)");
+        let keys = script.stdin.take().unwrap();
+        let mut pipe = script.stdout.take().unwrap();
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = out.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        OnTerminal {
+            script,
+            keys,
+            out,
+            reader: Some(reader),
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    /// Wait (bounded) until the screen has shown `s` after byte `from`;
+    /// returns the length of the output then.
+    fn wait_for(&self, s: &str, from: usize) -> usize {
+        wait_until(
+            &format!("{s:?} on the screen"),
+            std::time::Duration::from_secs(60),
+            || self.text().get(from..).is_some_and(|t| t.contains(s)),
+        );
+        self.text().len()
+    }
+
+    fn press(&mut self, key: &str) {
+        use std::io::Write;
+        self.keys.write_all(key.as_bytes()).unwrap();
+        self.keys.flush().unwrap();
+    }
+
+    /// The pid of profdev top (script's child, exec'd by its shell).
+    fn top_pid(&self) -> Option<i32> {
+        let children =
+            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.script.id()))
+                .ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Wait for the end (bounded): script's status (profdev's) and the output.
+    fn finish(mut self) -> (Option<i32>, String) {
+        let mut status = None;
+        wait_until("top to end", std::time::Duration::from_secs(60), || {
+            status = self.script.try_wait().unwrap();
+            status.is_some()
+        });
+        self.reader.take().unwrap().join().unwrap();
+        (status.unwrap().code(), self.text())
+    }
+}
+
+impl Drop for OnTerminal {
+    /// A failed test leaves nothing running (nor holding the test's output).
+    fn drop(&mut self) {
+        if self.script.try_wait().ok().flatten().is_none() {
+            if let Some(pid) = self.top_pid() {
+                // SAFETY: kill has no memory preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let _ = self.script.kill();
+            let _ = self.script.wait();
+        }
+    }
+}
+
+/// The screen was left: the alternate screen off and the cursor shown,
+/// after the last thing drawn.
+fn restored(out: &str) -> bool {
+    let left = out.rfind("\x1b[?1049l");
+    let shown = out.rfind("\x1b[?25h");
+    let drawn = out.rfind("\x1b[?25l");
+    matches!((left, shown, drawn), (Some(l), Some(s), Some(d)) if l > d && s > d)
+}
+
+#[test]
+fn keys_sort_zoom_and_quit_restoring_the_terminal() {
+    let what = "keys_sort_zoom_and_quit_restoring_the_terminal";
+    if !privileged(what, can_sample_system()) || !profdev_testkit::tools(what, &["script"]) {
+        return;
+    }
+    let mut t = OnTerminal::start();
+    let at = t.wait_for("by self", 0);
+    t.wait_for("health:", 0);
+    t.press("s");
+    let at = t.wait_for("total", at);
+    // Rows: the machine always runs some kernel code (the idle loop at
+    // least). Zoom into the first row's process, out, into its module.
+    let at = t.wait_for("[kernel]", at);
+    t.press("p");
+    let at = t.wait_for(", process ", at);
+    t.press("z");
+    t.press("m");
+    t.wait_for(", module ", at);
+    t.press("q");
+    let (code, out) = t.finish();
+    assert_eq!(code, Some(0), "{out:?}");
+    assert!(restored(&out), "{out:?}");
+}
+
+#[test]
+fn sigterm_restores_the_terminal() {
+    let what = "sigterm_restores_the_terminal";
+    if !privileged(what, can_sample_system()) || !profdev_testkit::tools(what, &["script"]) {
+        return;
+    }
+    let t = OnTerminal::start();
+    t.wait_for("by self", 0);
+    let pid = t.top_pid().expect("profdev top's pid");
+    // SAFETY: kill has no memory preconditions; pid is our grandchild.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let (code, out) = t.finish();
+    assert_eq!(code, Some(128 + libc::SIGTERM), "{out:?}");
+    assert!(restored(&out), "{out:?}");
+}

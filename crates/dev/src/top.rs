@@ -1,0 +1,499 @@
+//! The data of `profdev top`: a decaying window of functions by process,
+//! and the symbolization cache that names them. No terminal, no clock, no
+//! sampling here: the command feeds [`Window`] with stacks whose frames a
+//! [`Symbolizer`] has named, and draws the [`Snapshot`]s it takes.
+//!
+//! * A [`Frame`] is a place as the sampler saw it: a kernel pc, or a user
+//!   address already placed in its object (the mapping's
+//!   [`Object`](profdev_symbolize::Object) and the file offset), so the
+//!   sampling thread does no symbol work and the object outlives the
+//!   process.
+//! * [`Symbolizer`] names frames, caching by kernel pc and by (object id,
+//!   file offset), and interns each (module, function) once as a [`FuncId`].
+//! * [`Window`] counts, per (process, function), the samples whose leaf is
+//!   that function (*self*) and those whose stack holds it (*total*, once
+//!   per sample however deep the recursion). [`Window::decay`] scales every
+//!   weight, as perf top does at each refresh, so old samples fade.
+//! * [`Window::snapshot`] is a plain value: rows sorted by self or total
+//!   share, within a zoom (one process, one module).
+//!
+//! ```
+//! use profdev_dev::top::{Sort, View, Window, FuncId};
+//!
+//! let mut w = Window::new();
+//! let (f, g) = (FuncId(0), FuncId(1));
+//! w.add(7, "spin", &[f, g]);
+//! w.add(7, "spin", &[g]);
+//! let s = w.snapshot(&View { sort: Sort::Total, zoom: None }, |id| {
+//!     (if id == f { "f" } else { "g" }.into(), "a.out".into())
+//! });
+//! assert_eq!(s.rows[0].function, "g");
+//! assert_eq!((s.rows[0].self_share, s.rows[0].total_share), (0.5, 1.0));
+//! ```
+
+use profdev_symbolize::{KernelSymbols, Object};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One frame as sampled.
+#[derive(Clone, Debug)]
+pub enum Frame {
+    /// A kernel pc (a return address for every frame but the leaf).
+    Kernel(u64),
+    /// A user address in a file-backed mapping: its object and the byte of
+    /// the file it falls on.
+    User { object: Arc<Object>, offset: u64 },
+    /// A user address in no known file (anonymous memory, a JIT, a
+    /// process whose maps were never seen).
+    Anonymous,
+}
+
+/// An interned (module, function).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FuncId(pub u32);
+
+/// A function's names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Func {
+    /// The module: `[kernel]`, a kernel module's name, an object's file name.
+    pub module: String,
+    /// The function, or `[unknown]`.
+    pub name: String,
+}
+
+/// The name of a place no symbol names.
+pub const UNKNOWN: &str = "[unknown]";
+
+/// Cached entries before the caches are emptied and refilled (a bound on
+/// memory: a long system-wide run sees many pcs).
+const MAX_CACHED: usize = 1 << 20;
+
+/// Names frames, once per kernel pc and per (object, offset).
+pub struct Symbolizer {
+    kernel: Option<KernelSymbols>,
+    kernel_pcs: HashMap<u64, FuncId>,
+    user_pcs: HashMap<(u64, u64), FuncId>,
+    ids: HashMap<Func, FuncId>,
+    funcs: Vec<Func>,
+    misses: u64,
+}
+
+impl Symbolizer {
+    /// A symbolizer with the kernel's symbols, if they could be read.
+    pub fn new(kernel: Option<KernelSymbols>) -> Self {
+        Symbolizer {
+            kernel,
+            kernel_pcs: HashMap::new(),
+            user_pcs: HashMap::new(),
+            ids: HashMap::new(),
+            funcs: Vec::new(),
+            misses: 0,
+        }
+    }
+
+    /// The function of frame `f`.
+    pub fn resolve(&mut self, f: &Frame) -> FuncId {
+        if self.kernel_pcs.len() + self.user_pcs.len() > MAX_CACHED {
+            self.kernel_pcs.clear();
+            self.user_pcs.clear();
+        }
+        match f {
+            Frame::Kernel(pc) => {
+                if let Some(&id) = self.kernel_pcs.get(pc) {
+                    return id;
+                }
+                let func = match self.kernel.as_ref().and_then(|k| k.lookup(*pc)) {
+                    Some((sym, _)) => Func {
+                        module: sym
+                            .module
+                            .as_ref()
+                            .map_or_else(|| "[kernel]".into(), |m| format!("[{m}]")),
+                        name: sym.name.clone(),
+                    },
+                    None => self.miss("[kernel]"),
+                };
+                let id = self.intern(func);
+                self.kernel_pcs.insert(*pc, id);
+                id
+            }
+            Frame::User { object, offset } => {
+                let key = (object.id(), *offset);
+                if let Some(&id) = self.user_pcs.get(&key) {
+                    return id;
+                }
+                let module = object.basename().to_string();
+                let name = object.symbols().ok().and_then(|elf| {
+                    let addr = elf.file_addr_of_offset(*offset)?;
+                    elf.symbol(addr).map(|(s, _)| s.name())
+                });
+                let func = match name {
+                    Some(name) => Func { module, name },
+                    None => self.miss(&module),
+                };
+                let id = self.intern(func);
+                self.user_pcs.insert(key, id);
+                id
+            }
+            Frame::Anonymous => {
+                let func = self.miss("[anon]");
+                self.intern(func)
+            }
+        }
+    }
+
+    fn miss(&mut self, module: &str) -> Func {
+        self.misses += 1;
+        Func {
+            module: module.into(),
+            name: UNKNOWN.into(),
+        }
+    }
+
+    fn intern(&mut self, func: Func) -> FuncId {
+        if let Some(&id) = self.ids.get(&func) {
+            return id;
+        }
+        let id = FuncId(self.funcs.len() as u32);
+        self.funcs.push(func.clone());
+        self.ids.insert(func, id);
+        id
+    }
+
+    /// The names of `id`.
+    pub fn func(&self, id: FuncId) -> &Func {
+        &self.funcs[id.0 as usize]
+    }
+
+    /// Frames no symbol named so far (each distinct frame counted once,
+    /// when first seen).
+    pub fn misses(&self) -> u64 {
+        self.misses
+    }
+
+    /// Is `id` a place no symbol names (`[unknown]`)?
+    pub fn is_unknown(&self, id: FuncId) -> bool {
+        self.func(id).name == UNKNOWN
+    }
+}
+
+/// What the rows are ordered by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sort {
+    /// Samples whose leaf is the function.
+    SelfShare,
+    /// Samples whose stack holds the function.
+    Total,
+}
+
+/// Which rows a snapshot holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Zoom {
+    /// One process.
+    Process(u32),
+    /// One module (`[kernel]`, `libc.so.6`...).
+    Module(String),
+}
+
+/// How to take a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    /// The order.
+    pub sort: Sort,
+    /// The rows kept, all when `None`.
+    pub zoom: Option<Zoom>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Weights {
+    own: f64,
+    total: f64,
+}
+
+/// Weights below this (in samples) are forgotten after a decay.
+const PRUNE: f64 = 0.01;
+
+/// The decaying counts, per (process, function).
+#[derive(Debug, Default)]
+pub struct Window {
+    rows: HashMap<(u32, FuncId), Weights>,
+    comms: HashMap<u32, Arc<str>>,
+    seen: Vec<FuncId>,
+}
+
+/// One row of a snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// The process.
+    pub pid: u32,
+    /// Its name.
+    pub comm: String,
+    /// The function's module.
+    pub module: String,
+    /// The function.
+    pub function: String,
+    /// Share of the view's samples whose leaf is the function, 0 to 1.
+    pub self_share: f64,
+    /// Share of the view's samples whose stack holds the function.
+    pub total_share: f64,
+}
+
+/// A snapshot: the rows of a view, sorted, and the weight they share.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// Rows, largest first.
+    pub rows: Vec<Row>,
+    /// The (decayed) samples in the view.
+    pub weight: f64,
+}
+
+impl Window {
+    /// An empty window.
+    pub fn new() -> Self {
+        Window::default()
+    }
+
+    /// Count one sample of process `pid` (named `comm`) whose stack is
+    /// `stack`, leaf first.
+    pub fn add(&mut self, pid: u32, comm: &str, stack: &[FuncId]) {
+        let Some(&leaf) = stack.first() else {
+            return;
+        };
+        if self.comms.get(&pid).is_none_or(|c| **c != *comm) {
+            self.comms.insert(pid, Arc::from(comm));
+        }
+        self.rows.entry((pid, leaf)).or_default().own += 1.0;
+        self.seen.clear();
+        for &f in stack {
+            if !self.seen.contains(&f) {
+                self.seen.push(f);
+                self.rows.entry((pid, f)).or_default().total += 1.0;
+            }
+        }
+    }
+
+    /// Scale every weight by `factor` (0 to 1) and forget what fell below
+    /// a hundredth of a sample.
+    pub fn decay(&mut self, factor: f64) {
+        self.rows.retain(|_, w| {
+            w.own *= factor;
+            w.total *= factor;
+            w.total >= PRUNE
+        });
+        let comms = &mut self.comms;
+        let live: std::collections::HashSet<u32> = self.rows.keys().map(|k| k.0).collect();
+        comms.retain(|pid, _| live.contains(pid));
+    }
+
+    /// Empty the window.
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.comms.clear();
+    }
+
+    /// The rows of `view`, sorted; `names` gives each function's (name,
+    /// module). Shares are of the samples in the view (a zoom's shares add
+    /// up to 1 on their own).
+    pub fn snapshot(
+        &self,
+        view: &View,
+        mut names: impl FnMut(FuncId) -> (String, String),
+    ) -> Snapshot {
+        let mut named: HashMap<FuncId, (String, String)> = HashMap::new();
+        let mut kept = Vec::new();
+        for (&(pid, f), w) in &self.rows {
+            let (name, module) = named.entry(f).or_insert_with(|| names(f)).clone();
+            let keep = match &view.zoom {
+                None => true,
+                Some(Zoom::Process(p)) => *p == pid,
+                Some(Zoom::Module(m)) => *m == module,
+            };
+            if keep {
+                kept.push((pid, name, module, *w));
+            }
+        }
+        // Every sample has exactly one leaf: the self weights add up to
+        // the samples in the view.
+        let weight: f64 = kept.iter().map(|k| k.3.own).sum();
+        let share = |x: f64| if weight > 0.0 { x / weight } else { 0.0 };
+        let mut rows: Vec<Row> = kept
+            .into_iter()
+            .map(|(pid, function, module, w)| Row {
+                pid,
+                comm: self
+                    .comms
+                    .get(&pid)
+                    .map_or_else(String::new, |c| c.to_string()),
+                module,
+                function,
+                self_share: share(w.own),
+                total_share: share(w.total),
+            })
+            .collect();
+        let key = |r: &Row| match view.sort {
+            Sort::SelfShare => (r.self_share, r.total_share),
+            Sort::Total => (r.total_share, r.self_share),
+        };
+        rows.sort_by(|a, b| {
+            key(b)
+                .partial_cmp(&key(a))
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then_with(|| a.function.cmp(&b.function))
+                .then_with(|| a.pid.cmp(&b.pid))
+        });
+        Snapshot { rows, weight }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_symbolize::kernel::KSym;
+
+    fn names(id: FuncId) -> (String, String) {
+        let module = if id.0 >= 10 { "libc.so.6" } else { "a.out" };
+        (format!("f{}", id.0), module.into())
+    }
+
+    fn all(sort: Sort) -> View {
+        View { sort, zoom: None }
+    }
+
+    #[test]
+    fn self_and_total_shares() {
+        let mut w = Window::new();
+        let (leaf, mid, root) = (FuncId(1), FuncId(2), FuncId(3));
+        for _ in 0..3 {
+            w.add(10, "spin", &[leaf, mid, root]);
+        }
+        w.add(10, "spin", &[mid, root]);
+        // Recursion counts once in total.
+        w.add(11, "other", &[root, root, root]);
+        let s = w.snapshot(&all(Sort::SelfShare), names);
+        assert_eq!(s.weight, 5.0);
+        let first = &s.rows[0];
+        assert_eq!((first.function.as_str(), first.pid), ("f1", 10));
+        assert_eq!((first.self_share, first.total_share), (0.6, 0.6));
+        let s = w.snapshot(&all(Sort::Total), names);
+        let order: Vec<(&str, u32, f64)> = s
+            .rows
+            .iter()
+            .map(|r| (r.function.as_str(), r.pid, r.total_share))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                ("f2", 10, 0.8),
+                ("f3", 10, 0.8),
+                ("f1", 10, 0.6),
+                ("f3", 11, 0.2)
+            ]
+        );
+        // f2 and f3 of pid 10 tie on total: self breaks the tie (f2: 0.2).
+        assert_eq!(s.rows[0].self_share, 0.2);
+        assert_eq!(s.rows[1].self_share, 0.0);
+        assert_eq!(s.rows[3].comm, "other");
+    }
+
+    #[test]
+    fn decay_fades_old_samples_and_forgets_them() {
+        let mut w = Window::new();
+        let (old, new) = (FuncId(1), FuncId(2));
+        for _ in 0..8 {
+            w.add(1, "a", &[old]);
+        }
+        w.decay(0.5);
+        for _ in 0..6 {
+            w.add(1, "a", &[new]);
+        }
+        let s = w.snapshot(&all(Sort::SelfShare), names);
+        assert_eq!(s.weight, 10.0);
+        assert_eq!(s.rows[0].function, "f2");
+        assert_eq!(s.rows[0].self_share, 0.6);
+        assert_eq!(s.rows[1].self_share, 0.4);
+        // Decayed far enough, a row goes, and its process's name with it.
+        w.add(2, "gone", &[old]);
+        for _ in 0..10 {
+            w.decay(0.5);
+        }
+        assert!(w.snapshot(&all(Sort::SelfShare), names).rows.is_empty());
+        assert!(w.comms.is_empty());
+    }
+
+    #[test]
+    fn zoom_keeps_one_process_or_module_and_renormalizes() {
+        let mut w = Window::new();
+        w.add(1, "a", &[FuncId(1)]);
+        w.add(1, "a", &[FuncId(10)]);
+        w.add(1, "a", &[FuncId(10)]);
+        w.add(2, "b", &[FuncId(10)]);
+        let s = w.snapshot(
+            &View {
+                sort: Sort::SelfShare,
+                zoom: Some(Zoom::Process(2)),
+            },
+            names,
+        );
+        assert_eq!(s.rows.len(), 1);
+        assert_eq!((s.rows[0].comm.as_str(), s.rows[0].self_share), ("b", 1.0));
+        let s = w.snapshot(
+            &View {
+                sort: Sort::SelfShare,
+                zoom: Some(Zoom::Module("libc.so.6".into())),
+            },
+            names,
+        );
+        assert_eq!(s.weight, 3.0);
+        let rows: Vec<(u32, String)> = s.rows.iter().map(|r| (r.pid, r.module.clone())).collect();
+        assert_eq!(rows, vec![(1, "libc.so.6".into()), (2, "libc.so.6".into())]);
+        w.clear();
+        assert_eq!(w.snapshot(&all(Sort::Total), names), Snapshot::default());
+    }
+
+    #[test]
+    fn kernel_frames_are_named_once_and_interned() {
+        let syms = KernelSymbols::from_symbols(vec![
+            KSym {
+                addr: 0x1000,
+                kind: 'T',
+                name: "do_work".into(),
+                module: None,
+            },
+            KSym {
+                addr: 0x2000,
+                kind: 't',
+                name: "mod_fn".into(),
+                module: Some("ext4".into()),
+            },
+            KSym {
+                addr: 0x3000,
+                kind: 'T',
+                name: "_etext".into(),
+                module: None,
+            },
+        ]);
+        let mut s = Symbolizer::new(Some(syms));
+        let a = s.resolve(&Frame::Kernel(0x1004));
+        let b = s.resolve(&Frame::Kernel(0x1008));
+        assert_eq!(a, b);
+        assert_eq!(
+            s.func(a),
+            &Func {
+                module: "[kernel]".into(),
+                name: "do_work".into()
+            }
+        );
+        let m = s.resolve(&Frame::Kernel(0x2010));
+        assert_eq!(s.func(m).module, "[ext4]");
+        assert_eq!(s.misses(), 0);
+        let u = s.resolve(&Frame::Kernel(0x10));
+        assert_eq!(s.func(u).name, "[unknown]");
+        let anon = s.resolve(&Frame::Anonymous);
+        assert_eq!(s.func(anon).module, "[anon]");
+        assert!(s.is_unknown(u) && s.is_unknown(anon) && !s.is_unknown(a));
+        assert_eq!(s.misses(), 2);
+        // No kernel symbols: every kernel pc is [unknown] in [kernel].
+        let mut none = Symbolizer::new(None);
+        let x = none.resolve(&Frame::Kernel(0x1004));
+        assert_eq!(none.func(x).name, "[unknown]");
+    }
+}
