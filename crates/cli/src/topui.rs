@@ -149,8 +149,12 @@ fn draw(f: &mut ratatui::Frame, title: &str, callgraph: bool, live: &Live, st: &
         .iter()
         .map(|r| row_text(r, callgraph))
         .collect();
-    if st.list.selected().is_some_and(|i| i >= rows.len()) {
-        st.list.select(rows.len().checked_sub(1));
+    // Keep a row selected whenever there are rows: a table that was empty
+    // for one refresh must not leave the zoom keys with nothing to act on.
+    match st.list.selected() {
+        Some(i) if i >= rows.len() => st.list.select(rows.len().checked_sub(1)),
+        None if !rows.is_empty() => st.list.select(Some(0)),
+        _ => {}
     }
     let list = List::new(rows).highlight_style(Style::default().add_modifier(Modifier::REVERSED));
     f.render_stateful_widget(list, body, &mut st.list);
