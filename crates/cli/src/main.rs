@@ -21,6 +21,7 @@ mod malloc;
 mod man;
 mod mdroff;
 mod mount;
+mod mprof;
 mod output;
 mod prfdc;
 mod prfdev;
@@ -87,6 +88,14 @@ const COMMANDS: &[Command] = &[
         run: prof::main,
         cli: prof::command,
         doc: include_str!("prof.rs"),
+        classic: true,
+    },
+    Command {
+        name: "mprof",
+        about: "count a command's allocations exactly: bytes per source line, function and module (Inferno mprof)",
+        run: mprof::main,
+        cli: mprof::command,
+        doc: include_str!("mprof.rs"),
         classic: true,
     },
     Command {
