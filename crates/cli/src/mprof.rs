@@ -131,7 +131,8 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [cmd arg ...]";
+const USAGE: &str =
+    "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [cmd arg ...]";
 
 /// The largest source file shown beside its lines: 64 MiB.
 const MAX_SOURCE: u64 = 64 << 20;
@@ -258,7 +259,10 @@ pub fn command() -> clap::Command {
              the bytes allocated and not freed and the high-water bytes; --leaks lists the \
              blocks never freed. Without CMD, show what the mounted prof device holds.",
         )
-        .arg(flag('b', "Put the mounted prof device in memory mode and exit"))
+        .arg(flag(
+            'b',
+            "Put the mounted prof device in memory mode and exit",
+        ))
         .arg(flag('c', "End the mounted prof device's session and exit"))
         .arg(flag('M', "Show module totals"))
         .arg(flag('f', "Show the bytes per function"))
@@ -267,7 +271,10 @@ pub fn command() -> clap::Command {
         .arg(flag('v', "Show rows whose bytes are zero"))
         .arg(flag('e', "Show CMD's own executable only"))
         .arg(flag('1', "Pool 1: the malloc family"))
-        .arg(flag('2', "Pool 2: mmap and brk called by the program (not counted yet)"))
+        .arg(flag(
+            '2',
+            "Pool 2: mmap and brk called by the program (not counted yet)",
+        ))
         .arg(flag('3', "Pool 3: file mappings (not counted yet)"))
         .arg(
             Arg::new("m")
@@ -345,7 +352,11 @@ fn run(args: &Args) -> Result<ExitCode> {
             write("end".into())?;
             return Ok(ExitCode::SUCCESS);
         }
-        write(format!("module {}", args.modules.join(" ")).trim_end().to_string())?;
+        write(
+            format!("module {}", args.modules.join(" "))
+                .trim_end()
+                .to_string(),
+        )?;
         write(startmp_message(&args.pools))?;
         if args.command.is_empty() {
             return Ok(ExitCode::SUCCESS);
@@ -427,7 +438,9 @@ fn wanted(list: &[String], path: &str) -> bool {
     list.iter().any(|w| {
         w == &base
             || w == path
-            || (w.contains('/') && std::fs::canonicalize(w).ok().is_some() && std::fs::canonicalize(w).ok() == canon)
+            || (w.contains('/')
+                && std::fs::canonicalize(w).ok().is_some()
+                && std::fs::canonicalize(w).ok() == canon)
     })
 }
 
@@ -449,7 +462,10 @@ fn check_reachable(program: &Path) -> Result<()> {
     }
     if let Ok(obj) = ElfObject::parse(&bytes, program) {
         let syms = obj.all_symbols();
-        if let Some(s) = syms.iter().find(|s| OWN_ALLOCATORS.contains(&s.name().as_str())) {
+        if let Some(s) = syms
+            .iter()
+            .find(|s| OWN_ALLOCATORS.contains(&s.name().as_str()))
+        {
             eprintln!(
                 "mprof: {} carries its own allocator ({}): its allocations bypass the C \
                  library's malloc and are out of reach of mprof; only allocations made \
@@ -605,8 +621,12 @@ fn show(modules: &[Module], args: &Args) -> Result<()> {
         }
     }
     let mut out = std::io::stdout().lock();
-    out.write_all(format(&reports, &args.options).as_bytes())?;
+    let text = format(&reports, &args.options);
+    out.write_all(text.as_bytes())?;
     if args.leaks {
+        if !text.ends_with("\n\n") {
+            out.write_all(b"\n")?;
+        }
         out.write_all(format_leaks(&leaks).as_bytes())?;
     }
     out.flush()?;
@@ -669,7 +689,16 @@ mod tests {
 
     #[test]
     fn options() {
-        let a = parse(&["-Mfl31", "-mlibc.so.6", "--leaks", "--wrapper", "my_alloc", "./x", "-f"]).unwrap();
+        let a = parse(&[
+            "-Mfl31",
+            "-mlibc.so.6",
+            "--leaks",
+            "--wrapper",
+            "my_alloc",
+            "./x",
+            "-f",
+        ])
+        .unwrap();
         assert!(a.options.module_totals && a.options.functions && a.options.lines);
         assert_eq!(a.pools, ['1', '3']);
         assert_eq!(a.modules, ["libc.so.6"]);
@@ -699,7 +728,10 @@ mod tests {
             }
             args.push("./cmd".into());
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            assert!(parse(&args).is_ok(), "mprof --help lists -{c}, the parser refuses it");
+            assert!(
+                parse(&args).is_ok(),
+                "mprof --help lists -{c}, the parser refuses it"
+            );
         }
         for c in ('a'..='z').chain('A'..='Z').chain('0'..='9') {
             if c != 'h' && !documented.iter().any(|&(d, _)| d == c) {

@@ -74,7 +74,9 @@ impl Session {
     /// /tmp) holding the library (written through profdev-safefile:
     /// `O_EXCL|O_NOFOLLOW`, then renamed) and an empty `out/` for reports.
     pub fn new() -> std::io::Result<Session> {
-        let dir = tempfile::Builder::new().prefix("profdev-mprof.").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("profdev-mprof.")
+            .tempdir()?;
         profdev_safefile::write_file(dir.path().join("libprofdev_mprof.so"), LIBRARY, 0o500)
             .map_err(profdev_safefile::Error::into_os_error)?;
         profdev_safefile::create_dir(dir.path().join("out"), 0o700)
@@ -298,7 +300,9 @@ impl Report {
             }
         }
         if !ended {
-            return Err("the report is incomplete (the process ended before writing it all)".into());
+            return Err(
+                "the report is incomplete (the process ended before writing it all)".into(),
+            );
         }
         Ok(r)
     }
@@ -456,7 +460,13 @@ mod tests {
         let pairs = histogram_pairs(&m);
         assert_eq!(
             pairs,
-            [(0, 10), (1, 30), (2 * 0x113a, 10), (2 * 0x113a + 1, 20), (2 * 0x2001 + 1, 10)]
+            [
+                (0, 10),
+                (1, 30),
+                (2 * 0x113a, 10),
+                (2 * 0x113a + 1, 20),
+                (2 * 0x2001 + 1, 10)
+            ]
         );
         let (module, sites) = decode_pairs(&pairs);
         assert_eq!(module, (10, 30));

@@ -376,7 +376,11 @@ mod tests {
             location: loc.into(),
             function: "main".into(),
         };
-        let out = format_leaks(&[l(40000, 400, "k.c:23"), l(0, 0, "k.c:13"), l(65536, 1, "k.c:26")]);
+        let out = format_leaks(&[
+            l(40000, 400, "k.c:23"),
+            l(0, 0, "k.c:13"),
+            l(65536, 1, "k.c:26"),
+        ]);
         assert_eq!(
             out,
             "Leaks: 105536 bytes in 401 blocks never freed\n\nbytes\tblocks\tsite\tfunction\n\

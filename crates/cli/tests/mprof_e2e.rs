@@ -1,0 +1,199 @@
+//! `profdev mprof` end to end: programs with known allocations at known
+//! lines (tests/data/mprof), compiled here, run under mprof; the tables and
+//! the leaks must show exactly those bytes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/mprof")
+        .join(name)
+}
+
+fn compile(compiler: &str, args: &[&str], src: &str, out: &Path) {
+    let status = Command::new(compiler)
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(data(src))
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(status.success(), "{compiler} failed on {src}");
+}
+
+fn mprof(args: &[&str], cmd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .arg("mprof")
+        .args(args)
+        .arg(cmd)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "mprof failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// The rows of module `name`'s section (up to its blank line).
+fn section<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    let start = out
+        .find(&format!("\nModule: {name}("))
+        .unwrap_or_else(|| panic!("no module {name} in:\n{out}"));
+    out[start..]
+        .lines()
+        .skip(3)
+        .take_while(|l| !l.is_empty())
+        .collect()
+}
+
+/// The first three tab-separated columns of each row.
+fn numbers(rows: &[&str]) -> Vec<String> {
+    rows.iter()
+        .map(|r| r.split('\t').take(3).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn known_sizes_at_known_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("known");
+    compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
+    let out = stdout(&mprof(&["-l", "-M", "--leaks"], &exe));
+    // 13: two threads, 256 x 4 KiB each, all live at the barrier, all freed.
+    // 23: 1000 x 100, 600 freed. 26: 64 KiB never freed. 28: 10 bytes,
+    // realloc'd (freed) at 29, which grew it to 10000 and freed it.
+    assert_eq!(
+        numbers(&section(&out, "known")),
+        [
+            "13 0 2097152",
+            "23 40000 100000",
+            "26 65536 65536",
+            "28 0 10",
+            "29 0 10000"
+        ],
+        "{out}"
+    );
+    // The module's own high water: 40000 + 65536 live when both threads
+    // held their MiB.
+    assert!(out.contains("Module totals\t105536\t2202688\n"), "{out}");
+    assert!(section(&out, "known")[1]
+        .ends_with("blocks[i] = malloc(100); /* line 23: 1000 x 100, 600 freed */"));
+    let src = data("known.c").canonicalize().unwrap();
+    let leaks = format!(
+        "bytes\tblocks\tsite\tfunction\n65536\t1\t{0}:26\tmain()\n40000\t400\t{0}:23\tmain()\n",
+        src.display()
+    );
+    assert!(out.contains(&leaks), "{out}");
+    // -f: the thread's and main's bytes.
+    let out = stdout(&mprof(&["-f", "-e"], &exe));
+    assert_eq!(
+        numbers(&section(&out, "known")),
+        ["9 0 2097152", "20 105536 175546"],
+        "{out}"
+    );
+}
+
+#[test]
+fn cplusplus_new_is_charged_to_the_users_line() {
+    if !profdev_testkit::tools("mprof's C++ test", &["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("newt");
+    compile("g++", &["-g", "-O0"], "new.cpp", &exe);
+    let out = stdout(&mprof(&["-l", "-e"], &exe));
+    assert_eq!(
+        numbers(&section(&out, "newt")),
+        ["9 1000 1000", "12 0 560"],
+        "{out}"
+    );
+    assert!(!out.contains("libstdc++"), "{out}");
+}
+
+#[test]
+fn rust_vec_growth_is_charged_to_the_users_line() {
+    if !profdev_testkit::tools("mprof's Rust test", &["rustc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (name, opt) in [("vec_opt", "-O"), ("vec_debug", "-Copt-level=0")] {
+        let exe = dir.path().join(name);
+        compile("rustc", &[opt, "-g"], "vec.rs", &exe);
+        let out = stdout(&mprof(&["-l", "-n", "--leaks", "-e"], &exe));
+        let src = data("vec.rs").canonicalize().unwrap();
+        // 1000 u64 pushed: capacity doubles 4, 8, ... 1024, each growth a
+        // realloc at the push line; the last block is kept (forgotten).
+        let row = format!("{}:5\t8192\t8192\t", src.display());
+        assert!(
+            section(&out, name).iter().any(|r| r.starts_with(&row)),
+            "{name}: {out}"
+        );
+        assert!(
+            out.contains(&format!("8192\t1\t{}:5\t", src.display())),
+            "{name}: {out}"
+        );
+        assert!(!out.contains("raw_vec"), "{name}: {out}");
+    }
+}
+
+#[test]
+fn a_static_binary_is_out_of_reach_with_a_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("static");
+    let status = Command::new("cc")
+        .args(["-static", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(data("known.c"))
+        .status()
+        .unwrap();
+    if !status.success() {
+        // No libc.a: CI's build-essential has it.
+        assert!(
+            !profdev_testkit::privileged_required(),
+            "cc -static failed (libc6-dev's libc.a missing?)"
+        );
+        eprintln!("SKIPPED static binary test: cc -static failed");
+        return;
+    }
+    let o = mprof(&[], &exe);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty(), "no profile is printed");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is statically linked: its allocations are out of reach of mprof"),
+        "{err}"
+    );
+}
+
+#[test]
+fn exit_status_and_children() {
+    // sh -c forks and execs: each process reports; the status is CMD's.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("known");
+    compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-l", "-m", "known", "sh", "-c"])
+        .arg(format!("{0}; {0}; exit 3", exe.display()))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    let out = String::from_utf8_lossy(&o.stdout);
+    // Two runs add up: twice each line's bytes.
+    assert_eq!(
+        numbers(&section(&out, "known")),
+        [
+            "13 0 4194304",
+            "23 80000 200000",
+            "26 131072 131072",
+            "28 0 20",
+            "29 0 20000"
+        ],
+        "{out}"
+    );
+}
