@@ -121,6 +121,10 @@
 use crate::child::{find_program, Job};
 use anyhow::{bail, Context as _, Result};
 use profdev_core::FileAddr;
+use profdev_dev::engine::ReplayFactory;
+use profdev_dev::prof::{MemoryModule, Prof};
+use profdev_dev::tree::walk;
+use profdev_dev::{Dev, DirEntry, Engine, OpenMode, Qid};
 use profdev_mprof::{merge, Module, Session};
 use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
 use profdev_report::prof::{Function, SourceMap, SrcRange};
@@ -130,6 +134,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 const USAGE: &str =
     "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [cmd arg ...]";
@@ -370,6 +375,12 @@ fn run(args: &Args) -> Result<ExitCode> {
     let program = find_program(&args.command[0])?;
     check_reachable(&program)?;
     let session = Session::new().context("cannot prepare the accounting library")?;
+    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
+    ctl(
+        &dev,
+        format!("module {}", module_words(args, &program)?.join(" ")).trim_end(),
+    )?;
+    ctl(&dev, &startmp_message(&args.pools))?;
     let mut job = Job::new()?;
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
@@ -398,8 +409,8 @@ fn run(args: &Args) -> Result<ExitCode> {
     if untracked > 0 {
         eprintln!("mprof: warning: {untracked} allocations could not be charged to a site");
     }
-    let mut modules = merge(&reports);
-    for m in &modules {
+    let merged = merge(&reports);
+    for m in &merged {
         if let Ok(md) = std::fs::metadata(&m.path) {
             use std::os::unix::fs::MetadataExt;
             if (md.dev(), md.ino()) != (m.dev, m.ino) {
@@ -410,12 +421,31 @@ fn run(args: &Args) -> Result<ExitCode> {
             }
         }
     }
-    let mut filter = args.modules.clone();
-    if args.exec {
-        filter.push(program.to_string_lossy().into_owned());
-    }
-    if !filter.is_empty() {
-        modules.retain(|m| wanted(&filter, &m.path));
+    // Through a private prof device in memory mode, as `prof CMD` drives
+    // one for sampling: its module list selects, its histograms carry the
+    // seed's memory layout, and the tables are read back from them.
+    dev.memory_report(
+        &merged
+            .iter()
+            .map(|m| MemoryModule {
+                name: module_name(&m.path),
+                path: m.path.clone(),
+                pairs: profdev_mprof::histogram_pairs(m),
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    ctl(&dev, "stop")?;
+    let mut modules = read_dev(&dev)?;
+    ctl(&dev, "end")?;
+    // Blocks never freed are not in the histogram layout: from the reports.
+    for m in &mut modules {
+        if let Some(r) = merged.iter().find(|r| r.path == m.path) {
+            for (p, s) in &mut m.sites {
+                if let Some(rs) = r.sites.get(p) {
+                    s.live = rs.live;
+                }
+            }
+        }
     }
     modules.retain(|m| m.high_water != 0 || args.options.zeros);
     show(&modules, args)?;
@@ -428,20 +458,107 @@ fn run(args: &Args) -> Result<ExitCode> {
     Ok(job.exit_code(status))
 }
 
-/// Does the `-m` list name this module (basename or path)?
-fn wanted(list: &[String], path: &str) -> bool {
-    let base = Path::new(path)
-        .file_name()
-        .map(|b| b.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let canon = std::fs::canonicalize(path).ok();
-    list.iter().any(|w| {
-        w == &base
-            || w == path
-            || (w.contains('/')
-                && std::fs::canonicalize(w).ok().is_some()
-                && std::fs::canonicalize(w).ok() == canon)
-    })
+/// The -m list (and -e's executable) as `module` words, paths absolute.
+fn module_words(args: &Args, program: &Path) -> Result<Vec<String>> {
+    let absolute = |p: &Path| {
+        std::fs::canonicalize(p)
+            .or_else(|_| std::path::absolute(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut words: Vec<String> = args
+        .modules
+        .iter()
+        .map(|m| {
+            if m.contains('/') {
+                absolute(Path::new(m))
+            } else {
+                m.clone()
+            }
+        })
+        .collect();
+    if args.exec {
+        words.push(absolute(program));
+    }
+    if let Some(w) = words.iter().find(|w| w.chars().any(char::is_whitespace)) {
+        bail!("module name {w:?} contains a blank, which a control message cannot carry");
+    }
+    Ok(words)
+}
+
+/// Write one control message to the private device.
+fn ctl(dev: &Prof, msg: &str) -> Result<()> {
+    let entry = walk(dev, Qid::ROOT, "ctl").map_err(|e| anyhow::anyhow!("ctl: {e}"))?;
+    let mut chan = dev.open(entry.qid, OpenMode::Write)?;
+    let r = dev.write(&mut chan, 0, format!("{msg}\n").as_bytes());
+    dev.close(chan);
+    r.map(|_| ()).map_err(Into::into)
+}
+
+/// A memory-mode module from its record's pairs.
+fn module_of(path: String, pairs: &[(u64, u64)]) -> Module {
+    let ((current, high_water), sites) = profdev_mprof::decode_pairs(pairs);
+    let mut m = Module {
+        path,
+        current,
+        high_water,
+        ..Default::default()
+    };
+    for (p, (c, h)) in sites {
+        m.sites.insert(
+            p,
+            profdev_mprof::Site {
+                current: c,
+                high_water: h,
+                ..Default::default()
+            },
+        );
+    }
+    m
+}
+
+/// Every record of the private device, read through its files (`path`,
+/// and `histogram` one pair per read), oldest first.
+fn read_dev(dev: &Prof) -> Result<Vec<Module>> {
+    let read_file = |dir: &DirEntry, name: &str| -> Result<Vec<Vec<u8>>> {
+        let f =
+            walk(dev, dir.qid, name).map_err(|e| anyhow::anyhow!("{}/{name}: {e}", dir.name))?;
+        let mut chan = dev.open(f.qid, OpenMode::Read)?;
+        let mut reads = Vec::new();
+        let mut offset = 0;
+        loop {
+            let b = dev.read(&mut chan, offset, 4096)?;
+            if b.is_empty() {
+                break;
+            }
+            offset += b.len() as u64;
+            reads.push(b);
+        }
+        dev.close(chan);
+        Ok(reads)
+    };
+    let mut dirs: Vec<DirEntry> = dev
+        .gen(Qid::ROOT)?
+        .into_iter()
+        .filter(|e| e.qid.is_dir())
+        .collect();
+    dirs.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut out = Vec::new();
+    for dir in dirs {
+        let path = String::from_utf8_lossy(&read_file(&dir, "path")?.concat())
+            .trim_end_matches('\n')
+            .to_string();
+        let mut pairs = Vec::new();
+        for pair in read_file(&dir, "histogram")? {
+            pairs.push(
+                profdev_formats::prof_histogram::parse_pair(&pair)
+                    .with_context(|| format!("{}/histogram", dir.name))?,
+            );
+        }
+        out.push(module_of(path, &pairs));
+    }
+    Ok(out)
 }
 
 /// Refuse a program the library cannot reach; warn about a built-in
@@ -654,23 +771,7 @@ fn read_mounted(dir: &Path) -> Result<Vec<Module>> {
             .with_context(|| format!("cannot read {}", hist.display()))?;
         let pairs = profdev_formats::prof_histogram::parse_text(&text)
             .with_context(|| hist.display().to_string())?;
-        let ((current, high_water), sites) = profdev_mprof::decode_pairs(&pairs);
-        let mut m = Module {
-            path,
-            current,
-            high_water,
-            ..Default::default()
-        };
-        for (p, (c, h)) in sites {
-            m.sites.insert(
-                p,
-                profdev_mprof::Site {
-                    current: c,
-                    high_water: h,
-                    ..Default::default()
-                },
-            );
-        }
+        let m = module_of(path, &pairs);
         ids.push(id);
         out.push(m);
     }

@@ -197,3 +197,77 @@ fn exit_status_and_children() {
         "{out}"
     );
 }
+
+fn can_mount() -> Result<(), String> {
+    if !profdev_testkit::is_root() {
+        return Err("mounting needs root (CAP_SYS_ADMIN)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse does not exist (modprobe fuse)".into());
+    }
+    Ok(())
+}
+
+/// `startmp…` on a mounted prof/ctl, and `mprof -b`, `-c` and the bare
+/// command against the mount.
+#[test]
+fn startmp_through_the_mount() {
+    use std::io::Write;
+    if !profdev_testkit::privileged("startmp through the mount", can_mount()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().canonicalize().unwrap().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let profdev = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_profdev"));
+        c.env("PROFDEV_MOUNT", &dir);
+        c
+    };
+    let o = profdev().arg("mount").arg("-b").arg(&dir).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new(env!("CARGO_BIN_EXE_profdev"))
+                .arg("unmount")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(&dir);
+    let ctl = |msg: &str| -> std::io::Result<usize> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("prof/ctl"))?
+            .write(msg.as_bytes())
+    };
+    let errno = |r: std::io::Result<usize>| r.unwrap_err().raw_os_error();
+    let me = std::process::id();
+    assert_eq!(errno(ctl("startmp4\n")), Some(libc::EINVAL));
+    assert_eq!(errno(ctl("startmp11\n")), Some(libc::EINVAL));
+    assert_eq!(errno(ctl("startmp1 2147483647\n")), Some(libc::ESRCH));
+    let e = ctl(&format!("startmp1 {me}\n")).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::ENXIO),
+        "attaching is not built: {e}"
+    );
+    // mprof -b: memory mode with nothing hooked; a PID now is EBUSY.
+    let o = profdev().args(["mprof", "-b", "-1"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(errno(ctl(&format!("startmp1 {me}\n"))), Some(libc::EBUSY));
+    // Nothing hooked: nothing to show, said in a sentence.
+    let o = profdev().arg("mprof").output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no profile information"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // -c ends the session: the device takes startmp again.
+    let o = profdev().args(["mprof", "-c"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ctl("startmp13\n").unwrap(), 10);
+    assert_eq!(ctl("stop\n").unwrap(), 5);
+}

@@ -119,8 +119,11 @@ impl Prof {
     ) -> Result<(), DevError> {
         // `startmp[digits] [PID]`: a verb with a suffix, checked by `memory`.
         if data.len() <= ctl::MAX_MESSAGE
-            && std::str::from_utf8(data)
-                .is_ok_and(|t| t.split_whitespace().next().is_some_and(|w| w.starts_with("startmp")))
+            && std::str::from_utf8(data).is_ok_and(|t| {
+                t.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.starts_with("startmp"))
+            })
         {
             return self.startmp(data, cred);
         }

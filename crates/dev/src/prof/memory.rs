@@ -78,7 +78,9 @@ impl Prof {
             bad("the pools after startmp are a combination of the digits 1, 2 and 3".into())
         })?;
         if words.len() > 2 {
-            return Err(bad("startmp takes at most one argument, a process id".into()));
+            return Err(bad(
+                "startmp takes at most one argument, a process id".into()
+            ));
         }
         let pid = match words.get(1) {
             None => None,
@@ -212,7 +214,14 @@ mod tests {
     #[test]
     fn startmp_messages() {
         let d = dev();
-        for bad in ["startmp4", "startmp11", "startmp1 x", "startmp1 1 2", "startmp1 0", "startmpa"] {
+        for bad in [
+            "startmp4",
+            "startmp11",
+            "startmp1 x",
+            "startmp1 1 2",
+            "startmp1 0",
+            "startmpa",
+        ] {
             assert!(
                 matches!(write(&d, bad, None), Err(DevError::BadCtlArg { .. })),
                 "{bad}"
@@ -276,7 +285,10 @@ mod tests {
         };
         d.memory_report(&[m.clone(), other]).unwrap();
         let dir = walk(&d, Qid::ROOT, "00000001").unwrap();
-        assert!(walk(&d, Qid::ROOT, "00000002").is_err(), "libc is not wanted");
+        assert!(
+            walk(&d, Qid::ROOT, "00000002").is_err(),
+            "libc is not wanted"
+        );
         let h = walk(&d, dir.qid, "histogram").unwrap();
         let mut chan = d.open(h.qid, OpenMode::Read).unwrap();
         let mut pairs = Vec::new();
