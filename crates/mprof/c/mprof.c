@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -73,8 +74,16 @@ struct module {
     const void *lm;
     char path[512];
     uint64_t dev, ino;
-    _Atomic int64_t cur, hw;
+    char pad0[64 - (2 * sizeof(void *) + 512 + 16) % 64];
+    /* Guards cur and hw, and the cur and hw of the module's sites: one
+     * lock per update, and a site's and its module's counters change
+     * together, so the module's high water is that of its sites' sum. */
+    atomic_flag lock;
+    int64_t cur, hw;
+    char pad1[64 - sizeof(atomic_flag) - 2 * sizeof(int64_t)];
 };
+/* The counters of sites in no module. */
+static struct module nomodule;
 static struct module *modules;
 static _Atomic int nmodules;
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -82,11 +91,18 @@ static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Sites, keyed by their (runtime) return address. */
 #define SITE_BITS 16
 #define NSITES (1u << SITE_BITS)
+/* Each counter two threads may update at once has a cache line of its
+ * own: a site's pc and module are read on every call, its current bytes
+ * change on every call, its high water only when it rises, and its
+ * allocation counts only when a thread's buffer gives them up. */
 struct site {
     _Atomic uintptr_t pc;
     _Atomic int module; /* 0 unresolved, -1 none, else index + 1 */
-    _Atomic int64_t cur, hw;
-    _Atomic uint64_t nalloc, bytes, live;
+    char pad0[64 - sizeof(uintptr_t) - sizeof(int)];
+    int64_t cur, hw; /* under the module's lock */
+    char pad1[64 - 2 * sizeof(int64_t)];
+    _Atomic uint64_t nalloc, bytes;
+    char pad2[64 - 2 * sizeof(uint64_t)];
 };
 static struct site *sites;
 
@@ -129,6 +145,21 @@ static struct shard shards[NSHARDS] __attribute__((aligned(64)));
 
 static _Atomic uint64_t untracked_allocs, unknown_frees, table_failures;
 
+/* Per-thread allocation counts (blocks and bytes per site), direct-mapped
+ * by site; an entry given up to another site is added to the site's
+ * shared counters, as is a whole buffer when its thread exits (then the
+ * buffer is kept for the next thread). The report adds every buffer. */
+#define TB 256
+struct tbuf {
+    struct tbuf *next, *next_free;
+    uint32_t site[TB]; /* index + 1; 0 empty */
+    uint64_t n[TB], bytes[TB];
+};
+static __thread struct tbuf *mybuf __attribute__((tls_model("initial-exec")));
+static struct tbuf *all_bufs, *free_bufs;
+static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t buf_key;
+
 /* ---- helpers --------------------------------------------------------- */
 
 static inline uint64_t hash(uintptr_t x)
@@ -139,26 +170,59 @@ static inline uint64_t hash(uintptr_t x)
     return x;
 }
 
-static inline void lock(struct shard *s)
-{
-    while (atomic_flag_test_and_set_explicit(&s->lock, memory_order_acquire))
-        __builtin_ia32_pause();
-}
-static inline void unlock(struct shard *s) { atomic_flag_clear_explicit(&s->lock, memory_order_release); }
+/* glibc's flag: true until the process creates its first thread (and
+ * never true again). While it holds, no lock is taken: only this thread
+ * can be inside the library. */
+extern char __libc_single_threaded;
 
-static inline void raise_max(_Atomic int64_t *hw, int64_t v)
+static inline void spin(atomic_flag *f)
 {
-    int64_t h = atomic_load_explicit(hw, memory_order_relaxed);
-    while (v > h && !atomic_compare_exchange_weak_explicit(hw, &h, v, memory_order_relaxed,
-                                                           memory_order_relaxed))
-        ;
+    if (__libc_single_threaded)
+        return;
+    for (unsigned n = 0; atomic_flag_test_and_set_explicit(f, memory_order_acquire); n++) {
+        if (n < 64)
+            __builtin_ia32_pause();
+        else
+            sched_yield(); /* the holder may have lost its CPU */
+    }
+}
+static inline void unspin(atomic_flag *f)
+{
+    atomic_flag_clear_explicit(f, memory_order_release);
+}
+static inline void lock(struct shard *s) { spin(&s->lock); }
+static inline void unlock(struct shard *s) { unspin(&s->lock); }
+
+/* Bytes charged to or taken from a site and its module, together. */
+static inline struct module *module_of_site(struct site *s)
+{
+    int m = atomic_load_explicit(&s->module, memory_order_acquire) - 1;
+    return m >= 0 ? &modules[m] : &nomodule;
 }
 
-static inline void sub_clamped(_Atomic int64_t *c, int64_t v)
+static inline void charge(struct site *s, int64_t size, int raise)
 {
-    int64_t old = atomic_fetch_sub_explicit(c, v, memory_order_relaxed);
-    if (UNLIKELY(old < v)) /* never, as each free matches an allocation */
-        atomic_fetch_add_explicit(c, v - (old > 0 ? old : 0), memory_order_relaxed);
+    struct module *m = module_of_site(s);
+    spin(&m->lock);
+    s->cur += size;
+    m->cur += size;
+    if (raise) {
+        if (s->cur > s->hw)
+            s->hw = s->cur;
+        if (m->cur > m->hw)
+            m->hw = m->cur;
+    }
+    unspin(&m->lock);
+}
+
+/* Never below 0, though each free matches an allocation. */
+static inline void discharge(struct site *s, int64_t size)
+{
+    struct module *m = module_of_site(s);
+    spin(&m->lock);
+    s->cur = s->cur > size ? s->cur - size : 0;
+    m->cur = m->cur > size ? m->cur - size : 0;
+    unspin(&m->lock);
 }
 
 /* ---- symbol tables: which return addresses are wrappers -------------- */
@@ -525,6 +589,66 @@ static uintptr_t resolve_site(uintptr_t ra)
     return w.site;
 }
 
+static void flush_entry(struct tbuf *b, int k)
+{
+    if (b->site[k]) {
+        struct site *s = &sites[b->site[k] - 1];
+        atomic_fetch_add_explicit(&s->nalloc, b->n[k], memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, b->bytes[k], memory_order_relaxed);
+    }
+    b->site[k] = 0;
+    b->n[k] = b->bytes[k] = 0;
+}
+
+static void thread_done(void *arg)
+{
+    struct tbuf *b = arg;
+    int was = busy;
+    busy = 1;
+    for (int k = 0; k < TB; k++)
+        flush_entry(b, k);
+    pthread_mutex_lock(&buf_lock);
+    b->next_free = free_bufs;
+    free_bufs = b;
+    pthread_mutex_unlock(&buf_lock);
+    mybuf = 0;
+    busy = was;
+}
+
+static struct tbuf *new_buf(void)
+{
+    pthread_mutex_lock(&buf_lock);
+    struct tbuf *b = free_bufs;
+    if (b)
+        free_bufs = b->next_free;
+    else if ((b = map(sizeof *b))) {
+        b->next = all_bufs;
+        all_bufs = b;
+    }
+    pthread_mutex_unlock(&buf_lock);
+    if (b)
+        pthread_setspecific(buf_key, b);
+    return b;
+}
+
+static inline void count_alloc(uint32_t si, uint64_t size)
+{
+    struct tbuf *b = mybuf;
+    if (UNLIKELY(!b) && !(b = mybuf = new_buf())) {
+        struct site *s = &sites[si];
+        atomic_fetch_add_explicit(&s->nalloc, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, size, memory_order_relaxed);
+        return;
+    }
+    int k = si & (TB - 1);
+    if (UNLIKELY(b->site[k] != si + 1)) {
+        flush_entry(b, k);
+        b->site[k] = si + 1;
+    }
+    b->n[k]++;
+    b->bytes[k] += size;
+}
+
 static void account_alloc(void *p, uint64_t size, uintptr_t ra)
 {
     uint32_t si = site_of(resolve_site(ra));
@@ -532,17 +656,8 @@ static void account_alloc(void *p, uint64_t size, uintptr_t ra)
         atomic_fetch_add(&untracked_allocs, 1);
         return;
     }
-    struct site *s = &sites[si];
-    int64_t cur = atomic_fetch_add_explicit(&s->cur, size, memory_order_relaxed) + size;
-    raise_max(&s->hw, cur);
-    atomic_fetch_add_explicit(&s->nalloc, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->bytes, size, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->live, 1, memory_order_relaxed);
-    int m = atomic_load_explicit(&s->module, memory_order_acquire) - 1;
-    if (m >= 0) {
-        int64_t mc = atomic_fetch_add_explicit(&modules[m].cur, size, memory_order_relaxed) + size;
-        raise_max(&modules[m].hw, mc);
-    }
+    charge(&sites[si], size, 1);
+    count_alloc(si, size);
     table_insert((uintptr_t)p, size, si);
 }
 
@@ -553,12 +668,7 @@ static int account_free(void *p, uint64_t *size, uint32_t *si)
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return 0;
     }
-    struct site *s = &sites[*si];
-    sub_clamped(&s->cur, *size);
-    atomic_fetch_sub_explicit(&s->live, 1, memory_order_relaxed);
-    int m = atomic_load_explicit(&s->module, memory_order_acquire) - 1;
-    if (m >= 0)
-        sub_clamped(&modules[m].cur, *size);
+    discharge(&sites[*si], *size);
     return 1;
 }
 
@@ -566,12 +676,7 @@ static int account_free(void *p, uint64_t *size, uint32_t *si)
  * its bytes were counted before). */
 static void account_restore(void *p, uint64_t size, uint32_t si)
 {
-    struct site *s = &sites[si];
-    atomic_fetch_add_explicit(&s->cur, size, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->live, 1, memory_order_relaxed);
-    int m = atomic_load_explicit(&s->module, memory_order_acquire) - 1;
-    if (m >= 0)
-        atomic_fetch_add_explicit(&modules[m].cur, size, memory_order_relaxed);
+    charge(&sites[si], size, 0);
     table_insert((uintptr_t)p, size, si);
 }
 
@@ -704,14 +809,22 @@ static void before_fork(void)
 {
     pthread_mutex_lock(&module_lock);
     pthread_mutex_lock(&scan_lock);
+    pthread_mutex_lock(&buf_lock);
     for (int i = 0; i < NSHARDS; i++)
         lock(&shards[i]);
+    for (int i = 0; i < nmodules; i++)
+        spin(&modules[i].lock);
+    spin(&nomodule.lock);
 }
 
 static void after_fork_parent(void)
 {
+    unspin(&nomodule.lock);
+    for (int i = 0; i < nmodules; i++)
+        unspin(&modules[i].lock);
     for (int i = 0; i < NSHARDS; i++)
         unlock(&shards[i]);
+    pthread_mutex_unlock(&buf_lock);
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
 }
@@ -729,12 +842,22 @@ static void after_fork_child(void)
     }
     for (unsigned i = 0; i < NSITES; i++) {
         struct site *s = &sites[i];
+        if (!s->pc)
+            continue;
         s->cur = s->hw = 0;
-        s->nalloc = s->bytes = s->live = 0;
+        s->nalloc = s->bytes = 0;
     }
+    for (struct tbuf *b = all_bufs; b; b = b->next)
+        for (int k = 0; k < TB; k++)
+            b->site[k] = 0, b->n[k] = b->bytes[k] = 0;
+    pthread_mutex_init(&buf_lock, 0);
     int n = nmodules;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         modules[i].cur = modules[i].hw = 0;
+        unspin(&modules[i].lock);
+    }
+    nomodule.cur = nomodule.hw = 0;
+    unspin(&nomodule.lock);
     untracked_allocs = unknown_frees = table_failures = 0;
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
@@ -757,7 +880,8 @@ static void init(void)
     if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges) {
         strcpy(outdir, d);
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-        enabled = 1;
+        if (!pthread_key_create(&buf_key, thread_done))
+            enabled = 1;
     }
     busy = 0;
 }
@@ -877,6 +1001,20 @@ static void report(void)
         put(&o, m->path);
         put(&o, "\n");
     }
+    /* Blocks never freed, per site, from the table. */
+    static uint32_t *live;
+    live = map(sizeof(uint32_t) * NSITES);
+    for (int i = 0; i < NSHARDS && live; i++) {
+        struct shard *sh = &shards[i];
+        lock(sh);
+        for (uint32_t j = 0; j < sh->cap; j++)
+            if (sh->tab[j].addr)
+                live[sh->tab[j].site]++;
+        unlock(sh);
+    }
+    for (struct tbuf *b = all_bufs; b; b = b->next)
+        for (int k = 0; k < TB; k++)
+            flush_entry(b, k);
     for (unsigned i = 0; i < NSITES; i++) {
         struct site *s = &sites[i];
         if (!s->pc || !s->nalloc)
@@ -894,7 +1032,7 @@ static void report(void)
         put(&o, " ");
         put_u(&o, s->bytes, 10);
         put(&o, " ");
-        put_u(&o, s->live, 10);
+        put_u(&o, live ? live[i] : 0, 10);
         put(&o, "\n");
     }
     put(&o, "untracked ");
