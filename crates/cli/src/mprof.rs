@@ -4,7 +4,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev mprof [-bcMflnve123] [-m MODULE]... [--leaks] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! profdev mprof [-bcMflnve123] [-m MODULE]... [--leaks] [--pprof FILE] [--wrapper SYMBOL]... [CMD [ARGS]]
 //! ```
 //!
 //! # Description
@@ -34,6 +34,7 @@
 //! | `-c` | end the mounted device's session (`end`) and exit |
 //! | `--leaks` | after the tables, the blocks never freed, grouped by allocating line, largest first |
 //! | `--wrapper SYMBOL` | treat SYMBOL as an allocation wrapper too (repeatable) |
+//! | `--pprof FILE` | also write a pprof heap profile of the run (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`; one sample per site, symbolized) for `go tool pprof` |
 //!
 //! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
 //! prof device holds, its histograms read in the memory-mode layout.
@@ -166,6 +167,7 @@ struct Args {
     modules: Vec<String>,
     leaks: bool,
     wrappers: Vec<String>,
+    pprof: Option<OsString>,
     command: Vec<OsString>,
 }
 
@@ -184,6 +186,16 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
         it.next();
         if s == "--leaks" {
             a.leaks = true;
+            continue;
+        }
+        if let Some(rest) = s.strip_prefix("--pprof") {
+            a.pprof = Some(match rest.strip_prefix('=') {
+                Some(v) => v.into(),
+                None if rest.is_empty() => it
+                    .next()
+                    .ok_or_else(|| "option --pprof needs an argument".to_string())?,
+                None => return Err(format!("unknown option {s}")),
+            });
             continue;
         }
         if let Some(rest) = s.strip_prefix("--wrapper") {
@@ -244,6 +256,9 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     if a.exec && a.command.is_empty() {
         return Err("-e needs a command".into());
     }
+    if a.pprof.is_some() && a.command.is_empty() {
+        return Err("--pprof needs a command (the device keeps no allocation counts)".into());
+    }
     Ok(a)
 }
 
@@ -293,6 +308,15 @@ pub fn command() -> clap::Command {
                 .long("leaks")
                 .action(ArgAction::SetTrue)
                 .help("List the blocks never freed, by allocating line, largest first"),
+        )
+        .arg(
+            Arg::new("pprof")
+                .long("pprof")
+                .value_name("file")
+                .value_hint(ValueHint::FilePath)
+                .help(
+                    "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
+                ),
         )
         .arg(
             Arg::new("wrapper")
@@ -443,6 +467,8 @@ fn run(args: &Args) -> Result<ExitCode> {
             for (p, s) in &mut m.sites {
                 if let Some(rs) = r.sites.get(p) {
                     s.live = rs.live;
+                    s.allocs = rs.allocs;
+                    s.bytes = rs.bytes;
                 }
             }
         }
@@ -668,6 +694,7 @@ fn show(modules: &[Module], args: &Args) -> Result<()> {
     }
     let mut reports = Vec::new();
     let mut leaks = Vec::new();
+    let mut pprof_sites = Vec::new();
     for m in modules {
         // The dynamic linker's name may be a link (/lib64/ld-linux…).
         let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
@@ -717,6 +744,23 @@ fn show(modules: &[Module], args: &Args) -> Result<()> {
             }
         }
         reports.push(r);
+        if args.pprof.is_some() {
+            for (&p, s) in &m.sites {
+                let pc = p.saturating_sub(1);
+                let line = map.lines(pc);
+                pprof_sites.push(profdev_mprof::pprof::PprofSite {
+                    module: m.path.clone(),
+                    address: pc,
+                    function: map.function(pc).map_or_else(|| "??".into(), |f| f.name),
+                    file: line.as_ref().map_or_else(String::new, |l| l.file.clone()),
+                    line: line.map_or(0, |l| l.first),
+                    alloc_objects: s.allocs,
+                    alloc_space: s.bytes,
+                    inuse_objects: s.live,
+                    inuse_space: s.current,
+                });
+            }
+        }
         if args.leaks {
             for (&p, s) in &m.sites {
                 if s.live == 0 {
@@ -740,6 +784,11 @@ fn show(modules: &[Module], args: &Args) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let text = format(&reports, &args.options);
     out.write_all(text.as_bytes())?;
+    if let Some(file) = &args.pprof {
+        let data = profdev_mprof::pprof::encode(&pprof_sites);
+        profdev_safefile::write_file(Path::new(file), &data, 0o644)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     if args.leaks {
         if !text.ends_with("\n\n") {
             out.write_all(b"\n")?;

@@ -271,3 +271,64 @@ fn startmp_through_the_mount() {
     assert_eq!(ctl("startmp13\n").unwrap(), 10);
     assert_eq!(ctl("stop\n").unwrap(), 5);
 }
+
+/// `--pprof`: Go's pprof reads the export and names the sites with their
+/// exact counts (`go tool pprof -raw`).
+#[test]
+fn pprof_export_read_by_go_tool_pprof() {
+    if !profdev_testkit::tools("mprof's pprof export", &["go"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("known");
+    compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
+    let file = dir.path().join("heap.pb");
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-l", "--pprof"])
+        .arg(&file)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    stdout(&o);
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{raw}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        raw.contains(
+            "alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes[dflt]"
+        ),
+        "{raw}"
+    );
+    let src = data("known.c").canonicalize().unwrap();
+    // Each site: its sample's four values and its location's line.
+    for (values, line) in [
+        ("512    2097152          0          0", 13),
+        ("1000     100000        400      40000", 23),
+        ("1      65536          1      65536", 26),
+        ("1         10          0          0", 28),
+        ("1      10000          0          0", 29),
+    ] {
+        let loc = raw
+            .lines()
+            .find(|l| {
+                l.contains(&format!(" {}:{line} ", src.display())) && l.contains(" main ")
+                    || l.contains(&format!("thread_body {}:{line} ", src.display()))
+            })
+            .unwrap_or_else(|| panic!("no location at line {line}: {raw}"));
+        let id = loc.trim().split(':').next().unwrap();
+        assert!(
+            raw.lines().any(|l| l.trim_start().starts_with(values)
+                && l.trim_end().ends_with(&format!(": {id}"))),
+            "line {line}: {values}: {raw}"
+        );
+    }
+}
