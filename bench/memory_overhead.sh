@@ -7,7 +7,7 @@
 # Usage: bench/memory_overhead.sh [ROUNDS]      (default 3 rounds)
 #
 # Workloads:
-#   micro   bench/alloc_micro.c (cc -O2): two threads, each 2,000,000
+#   micro   bench/alloc_micro.c (cc -O2): two threads, each 10,000,000
 #           malloc/free pairs of 16..527 bytes, 8 blocks live per thread,
 #           all from the same line (the worst case for shared counters).
 #   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
@@ -54,7 +54,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 declare -A secs rss
 for w in micro python; do
   case $w in
-    micro) cmd=("$work/micro" 2000000) ;;
+    micro) cmd=("$work/micro" 10000000) ;;
     python) cmd=("$python" "$work/dict.py") ;;
   esac
   for r in $(seq "$rounds"); do

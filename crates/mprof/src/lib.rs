@@ -53,6 +53,8 @@
 //! glibc's exported `__libc_malloc` family (no `dlsym`, which allocates):
 //! the library needs glibc.
 
+#![forbid(unsafe_code)]
+
 pub mod pprof;
 
 use std::collections::BTreeMap;
