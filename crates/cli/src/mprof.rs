@@ -4,7 +4,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev mprof [-bcMflnve123] [-m MODULE]... [--leaks] [--pprof FILE] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! profdev mprof [-bcMflnve123] [-m MODULE]... [--leaks] [--pprof FILE] [--dhat FILE] [--wrapper SYMBOL]... [CMD [ARGS]]
 //! ```
 //!
 //! # Description
@@ -34,6 +34,7 @@
 //! | `-c` | end the mounted device's session (`end`) and exit |
 //! | `--leaks` | after the tables, the blocks never freed, grouped by allocating line, largest first |
 //! | `--wrapper SYMBOL` | treat SYMBOL as an allocation wrapper too (repeatable) |
+//! | `--dhat FILE` | also write DHAT's JSON of the run (valgrind's `dh_view.html` opens it): per site total bytes and blocks, the sum of block lifetimes (µs), high water, bytes and blocks at the global peak (t-gmax) and at the end; accesses are not measured. Lifetimes and the peak need one global lock: slower |
 //! | `--pprof FILE` | also write a pprof heap profile of the run (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`; one sample per site, symbolized) for `go tool pprof` |
 //!
 //! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
@@ -168,6 +169,7 @@ struct Args {
     leaks: bool,
     wrappers: Vec<String>,
     pprof: Option<OsString>,
+    dhat: Option<OsString>,
     command: Vec<OsString>,
 }
 
@@ -188,14 +190,19 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
             a.leaks = true;
             continue;
         }
-        if let Some(rest) = s.strip_prefix("--pprof") {
-            a.pprof = Some(match rest.strip_prefix('=') {
-                Some(v) => v.into(),
-                None if rest.is_empty() => it
-                    .next()
-                    .ok_or_else(|| "option --pprof needs an argument".to_string())?,
-                None => return Err(format!("unknown option {s}")),
-            });
+        for (name, slot) in [("--pprof", &mut a.pprof), ("--dhat", &mut a.dhat)] {
+            if let Some(rest) = s.strip_prefix(name) {
+                *slot = Some(match rest.strip_prefix('=') {
+                    Some(v) => v.into(),
+                    None if rest.is_empty() => it
+                        .next()
+                        .ok_or_else(|| format!("option {name} needs an argument"))?,
+                    None => return Err(format!("unknown option {s}")),
+                });
+                break;
+            }
+        }
+        if s.starts_with("--pprof") || s.starts_with("--dhat") {
             continue;
         }
         if let Some(rest) = s.strip_prefix("--wrapper") {
@@ -256,8 +263,10 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     if a.exec && a.command.is_empty() {
         return Err("-e needs a command".into());
     }
-    if a.pprof.is_some() && a.command.is_empty() {
-        return Err("--pprof needs a command (the device keeps no allocation counts)".into());
+    if (a.pprof.is_some() || a.dhat.is_some()) && a.command.is_empty() {
+        return Err(
+            "--pprof and --dhat need a command (the device keeps no allocation counts)".into(),
+        );
     }
     Ok(a)
 }
@@ -317,6 +326,13 @@ pub fn command() -> clap::Command {
                 .help(
                     "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
                 ),
+        )
+        .arg(
+            Arg::new("dhat")
+                .long("dhat")
+                .value_name("file")
+                .value_hint(ValueHint::FilePath)
+                .help("Also write DHAT's JSON of CMD's run to FILE (valgrind's dh_view.html opens it)"),
         )
         .arg(
             Arg::new("wrapper")
@@ -394,7 +410,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     if args.command.is_empty() {
         let dir = crate::mount::ensure_mounted()?.join("prof");
         let modules = read_mounted(&dir)?;
-        return show(&modules, args).map(|()| ExitCode::SUCCESS);
+        return show(&modules, args, None).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
     check_reachable(&program)?;
@@ -408,7 +424,11 @@ fn run(args: &Args) -> Result<ExitCode> {
     let mut job = Job::new()?;
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    for (k, v) in session.env(std::env::var_os("LD_PRELOAD"), &args.wrappers) {
+    for (k, v) in session.env(
+        std::env::var_os("LD_PRELOAD"),
+        &args.wrappers,
+        args.dhat.is_some(),
+    ) {
         cmd.env(k, v);
     }
     job.prepare(&mut cmd);
@@ -469,12 +489,27 @@ fn run(args: &Args) -> Result<ExitCode> {
                     s.live = rs.live;
                     s.allocs = rs.allocs;
                     s.bytes = rs.bytes;
+                    s.dhat = rs.dhat;
                 }
             }
         }
     }
     modules.retain(|m| m.high_water != 0 || args.options.zeros);
-    show(&modules, args)?;
+    let dhat_run = reports.iter().find_map(|r| {
+        let (end_us, gmax_us) = r.dhat?;
+        Some(profdev_mprof::dhat::DhatRun {
+            cmd: args
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            pid: r.pid,
+            end_us,
+            gmax_us,
+        })
+    });
+    show(&modules, args, dhat_run.as_ref())?;
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
@@ -688,13 +723,18 @@ fn module_name(path: &str) -> String {
 }
 
 /// Attribute, read sources, print the tables and the leaks.
-fn show(modules: &[Module], args: &Args) -> Result<()> {
+fn show(
+    modules: &[Module],
+    args: &Args,
+    dhat_run: Option<&profdev_mprof::dhat::DhatRun>,
+) -> Result<()> {
     if modules.is_empty() {
         bail!("no profile information (no allocation was made in the modules shown)");
     }
     let mut reports = Vec::new();
     let mut leaks = Vec::new();
     let mut pprof_sites = Vec::new();
+    let mut dhat_sites = Vec::new();
     for m in modules {
         // The dynamic linker's name may be a link (/lib64/ld-linux…).
         let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
@@ -744,6 +784,20 @@ fn show(modules: &[Module], args: &Args) -> Result<()> {
             }
         }
         reports.push(r);
+        if args.dhat.is_some() {
+            for (&p, s) in &m.sites {
+                let pc = p.saturating_sub(1);
+                let function = map.function(pc).map_or_else(|| "???".into(), |f| f.name);
+                let place = match map.lines(pc) {
+                    Some(l) => format!("{}:{}", l.file, l.first),
+                    None => m.path.clone(),
+                };
+                dhat_sites.push(profdev_mprof::dhat::DhatSite {
+                    frame: format!("{pc:#x}: {function} ({place})"),
+                    site: *s,
+                });
+            }
+        }
         if args.pprof.is_some() {
             for (&p, s) in &m.sites {
                 let pc = p.saturating_sub(1);
@@ -787,6 +841,11 @@ fn show(modules: &[Module], args: &Args) -> Result<()> {
     if let Some(file) = &args.pprof {
         let data = profdev_mprof::pprof::encode(&pprof_sites);
         profdev_safefile::write_file(Path::new(file), &data, 0o644)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
+        let json = profdev_mprof::dhat::encode(run, &dhat_sites);
+        profdev_safefile::write_file(Path::new(file), json.as_bytes(), 0o644)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     if args.leaks {

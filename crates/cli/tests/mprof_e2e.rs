@@ -332,3 +332,90 @@ fn pprof_export_read_by_go_tool_pprof() {
         );
     }
 }
+
+/// `--dhat`: the JSON passes the checks of valgrind's own viewer
+/// (`dh_view.js`: its `checkFields` and `checkPP`, and the top-level field
+/// list and version of its `buildTree`, run by node), and carries exact
+/// figures: bytes at t-gmax are the sites' bytes when both threads held
+/// their MiB.
+#[test]
+fn dhat_export_passes_dh_view_checks() {
+    const VIEWER: &str = "/usr/libexec/valgrind/dh_view.js";
+    if !profdev_testkit::tools("mprof's DHAT export", &["node"]) {
+        return;
+    }
+    if !Path::new(VIEWER).exists() {
+        assert!(
+            !profdev_testkit::privileged_required(),
+            "{VIEWER} is missing (apt-get install valgrind)"
+        );
+        eprintln!("SKIPPED mprof's DHAT export: {VIEWER} missing (valgrind)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("known");
+    compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
+    let file = dir.path().join("dhat.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-l", "--dhat"])
+        .arg(&file)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    stdout(&o);
+    let script = r#"
+const fs = require('fs');
+const src = fs.readFileSync(process.argv[1], 'utf8');
+function grab(name) {
+  const i = src.indexOf('function ' + name + '(');
+  if (i < 0) throw new Error('no ' + name);
+  let depth = 0;
+  for (let k = src.indexOf('{', i); k < src.length; k++) {
+    if (src[k] == '{') depth++;
+    else if (src[k] == '}' && --depth == 0) return src.slice(i, k + 1);
+  }
+}
+eval(grab('checkFields') + '\n' + grab('checkPP'));
+const version = Number(/const kExpectedFileVersion = (\d+);/.exec(src)[1]);
+const fields = eval(/let fields = (\[[^\]]*\]);/.exec(src)[1]);
+var gData = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+checkFields(gData, fields);
+if (gData.dhatFileVersion != version) throw new Error('version ' + gData.dhatFileVersion);
+if (gData.bklt) checkFields(gData, ['tg', 'tuth']);
+for (const pp of gData.pps) {
+  checkPP(pp);
+  for (const f of pp.fs) if (!(f in gData.ftbl)) throw new Error('frame ' + f);
+}
+if (gData.ftbl[0] !== '[root]') throw new Error('ftbl[0]');
+for (const [i, pp] of gData.pps.entries())
+  console.log([pp.tb, pp.tbk, pp.mb, pp.gb, pp.eb, pp.ebk].join(' ') + ' ' + gData.ftbl[pp.fs[0]]);
+"#;
+    let o = Command::new("node")
+        .arg("-e")
+        .arg(script)
+        .arg(VIEWER)
+        .arg(&file)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{}{out}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let src = data("known.c").canonicalize().unwrap();
+    // tb tbk mb gb eb ebk, then the frame.
+    for (row, line) in [
+        ("2097152 512 2097152 2097152 0 0", 13),
+        ("100000 1000 100000 40000 40000 400", 23),
+        ("65536 1 65536 65536 65536 1", 26),
+        ("10 1 10 0 0 0", 28),
+        ("10000 1 10000 0 0 0", 29),
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("{row} 0x"))
+                && l.ends_with(&format!("({}:{line})", src.display()))),
+            "line {line}: {row}:\n{out}"
+        );
+    }
+}

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -58,6 +59,13 @@ extern void *__libc_memalign(size_t, size_t);
 static __thread int busy __attribute__((tls_model("initial-exec")));
 static int inited;
 static int enabled;
+/* PROFDEV_MPROF_DHAT=1 (mprof --dhat): also block lifetimes, blocks per
+ * site, and every site's bytes at the global peak (t-gmax), under one
+ * global lock. Times are microseconds of CLOCK_MONOTONIC since start. */
+static int dhat;
+static uint64_t t0, tg;
+static int peak_pending;
+static int64_t gcur, ghw;
 static char outdir[4096];
 static char extra_wrappers[1024];
 
@@ -100,11 +108,15 @@ struct site {
     _Atomic int module; /* 0 unresolved, -1 none, else index + 1 */
     char pad0[64 - sizeof(uintptr_t) - sizeof(int)];
     int64_t cur, hw; /* under the module's lock */
-    char pad1[64 - 2 * sizeof(int64_t)];
+    int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
+    uint64_t tl;
+    char pad1[64 - 7 * sizeof(int64_t)];
     _Atomic uint64_t nalloc, bytes;
     char pad2[64 - 2 * sizeof(uint64_t)];
 };
 static struct site *sites;
+static uint32_t *used; /* indices of created sites (DHAT's snapshots) */
+static _Atomic uint32_t nused;
 
 /* Return-address classification cache: 1 plain, 2 wrapper. */
 #define CLS_BITS 16
@@ -134,6 +146,7 @@ struct block {
     uint64_t size;
     uint32_t site;
     uint32_t pad;
+    uint64_t t; /* DHAT: allocation time */
 };
 struct shard {
     atomic_flag lock;
@@ -193,6 +206,27 @@ static inline void unspin(atomic_flag *f)
 static inline void lock(struct shard *s) { spin(&s->lock); }
 static inline void unlock(struct shard *s) { unspin(&s->lock); }
 
+static inline uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0;
+}
+
+static atomic_flag global_lock;
+
+/* DHAT: every site's bytes and blocks now are those at t-gmax. */
+static void snapshot_peak(void)
+{
+    uint32_t n = atomic_load(&nused);
+    for (uint32_t i = 0; i < n; i++) {
+        struct site *s = &sites[used[i]];
+        s->gb = s->cur;
+        s->gbk = s->curbk;
+    }
+    peak_pending = 0;
+}
+
 /* Bytes charged to or taken from a site and its module, together. */
 static inline struct module *module_of_site(struct site *s)
 {
@@ -203,7 +237,19 @@ static inline struct module *module_of_site(struct site *s)
 static inline void charge(struct site *s, int64_t size, int raise)
 {
     struct module *m = module_of_site(s);
-    spin(&m->lock);
+    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    spin(l);
+    if (dhat) {
+        s->curbk++;
+        gcur += size;
+        if (raise && gcur > ghw) {
+            ghw = gcur;
+            tg = now_us();
+            peak_pending = 1;
+        }
+        if (raise && s->cur + size > s->hw)
+            s->hwbk = s->curbk;
+    }
     s->cur += size;
     m->cur += size;
     if (raise) {
@@ -212,17 +258,25 @@ static inline void charge(struct site *s, int64_t size, int raise)
         if (m->cur > m->hw)
             m->hw = m->cur;
     }
-    unspin(&m->lock);
+    unspin(l);
 }
 
 /* Never below 0, though each free matches an allocation. */
-static inline void discharge(struct site *s, int64_t size)
+static inline void discharge(struct site *s, int64_t size, uint64_t born)
 {
     struct module *m = module_of_site(s);
-    spin(&m->lock);
+    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    spin(l);
+    if (dhat) {
+        if (peak_pending) /* the peak is behind us: keep its picture */
+            snapshot_peak();
+        s->curbk--;
+        gcur -= size;
+        s->tl += now_us() - born;
+    }
     s->cur = s->cur > size ? s->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
-    unspin(&m->lock);
+    unspin(l);
 }
 
 /* ---- symbol tables: which return addresses are wrappers -------------- */
@@ -453,6 +507,7 @@ static uint32_t site_of(uintptr_t pc)
         if (k == 0) {
             uintptr_t zero = 0;
             if (atomic_compare_exchange_strong(&s->pc, &zero, pc)) {
+                used[atomic_fetch_add(&nused, 1)] = j;
                 int m = module_index(pc);
                 atomic_store_explicit(&s->module, m < 0 ? -1 : m + 1, memory_order_release);
                 return j;
@@ -489,7 +544,7 @@ static int shard_grow(struct shard *s)
     return 0;
 }
 
-static void table_insert(uintptr_t addr, uint64_t size, uint32_t site)
+static void table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t)
 {
     uint64_t h = hash(addr);
     struct shard *s = &shards[h & (NSHARDS - 1)];
@@ -507,11 +562,12 @@ static void table_insert(uintptr_t addr, uint64_t size, uint32_t site)
     s->tab[j].addr = addr;
     s->tab[j].size = size;
     s->tab[j].site = site;
+    s->tab[j].t = t;
     unlock(s);
 }
 
 /* Remove addr; 1 and its size and site if it was there. */
-static int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site)
+static int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t)
 {
     uint64_t h = hash(addr);
     struct shard *s = &shards[h & (NSHARDS - 1)];
@@ -530,6 +586,7 @@ static int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site)
     }
     *size = s->tab[j].size;
     *site = s->tab[j].site;
+    *t = s->tab[j].t;
     /* Backward-shift deletion. */
     uint64_t i = j;
     for (;;) {
@@ -658,26 +715,28 @@ static void account_alloc(void *p, uint64_t size, uintptr_t ra)
     }
     charge(&sites[si], size, 1);
     count_alloc(si, size);
-    table_insert((uintptr_t)p, size, si);
+    table_insert((uintptr_t)p, size, si, dhat ? now_us() : 0);
 }
 
 /* Take p out of the books; 1 (and its size and site) if it was in them. */
-static int account_free(void *p, uint64_t *size, uint32_t *si)
+static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t)
 {
-    if (!table_remove((uintptr_t)p, size, si)) {
+    if (!table_remove((uintptr_t)p, size, si, t)) {
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return 0;
     }
-    discharge(&sites[*si], *size);
+    discharge(&sites[*si], *size, *t);
     return 1;
 }
 
 /* Put back a block a failed realloc left in place (no high-water change:
  * its bytes were counted before). */
-static void account_restore(void *p, uint64_t size, uint32_t si)
+static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t)
 {
     charge(&sites[si], size, 0);
-    table_insert((uintptr_t)p, size, si);
+    if (dhat) /* its lifetime so far was counted at the failed realloc */
+        t = now_us();
+    table_insert((uintptr_t)p, size, si, t);
 }
 
 #define ENTER()                                                                                    \
@@ -708,10 +767,10 @@ EXPORT void free(void *p)
     if (!p)
         return;
     ENTER();
-    uint64_t size;
+    uint64_t size, t;
     uint32_t si;
     if (track)
-        account_free(p, &size, &si);
+        account_free(p, &size, &si, &t);
     __libc_free(p);
     LEAVE();
 }
@@ -730,15 +789,15 @@ EXPORT void *calloc(size_t a, size_t b)
 static void *realloc_at(void *old, size_t n, uintptr_t ra)
 {
     ENTER();
-    uint64_t size = 0;
+    uint64_t size = 0, t = 0;
     uint32_t si = 0;
-    int had = track && old && account_free(old, &size, &si);
+    int had = track && old && account_free(old, &size, &si, &t);
     void *p = __libc_realloc(old, n);
     if (track) {
         if (p)
             account_alloc(p, n, ra);
         else if (old && n && had)
-            account_restore(old, size, si); /* failed: the old block stays */
+            account_restore(old, size, si, t); /* failed: the old block stays */
     }
     LEAVE();
     return p;
@@ -815,10 +874,12 @@ static void before_fork(void)
     for (int i = 0; i < nmodules; i++)
         spin(&modules[i].lock);
     spin(&nomodule.lock);
+    spin(&global_lock);
 }
 
 static void after_fork_parent(void)
 {
+    unspin(&global_lock);
     unspin(&nomodule.lock);
     for (int i = 0; i < nmodules; i++)
         unspin(&modules[i].lock);
@@ -845,8 +906,16 @@ static void after_fork_child(void)
         if (!s->pc)
             continue;
         s->cur = s->hw = 0;
+        s->curbk = s->hwbk = s->gb = s->gbk = 0;
+        s->tl = 0;
         s->nalloc = s->bytes = 0;
     }
+    gcur = ghw = 0;
+    peak_pending = 0;
+    tg = 0;
+    if (dhat)
+        t0 += now_us(); /* the child's times start at its fork */
+    atomic_flag_clear(&global_lock);
     for (struct tbuf *b = all_bufs; b; b = b->next)
         for (int k = 0; k < TB; k++)
             b->site[k] = 0, b->n[k] = b->bytes[k] = 0;
@@ -876,8 +945,15 @@ static void init(void)
     modules = map(sizeof(struct module) * MAX_MODULES);
     sites = map(sizeof(struct site) * NSITES);
     cls = map(sizeof(struct cls) * NCLS);
+    used = map(sizeof(uint32_t) * NSITES);
+    const char *dh = getenv("PROFDEV_MPROF_DHAT");
+    dhat = dh && dh[0] == '1';
+    if (dhat) {
+        t0 = 0;
+        t0 = now_us();
+    }
     ranges = map(sizeof(struct range) * MAX_RANGES);
-    if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges) {
+    if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges && used) {
         strcpy(outdir, d);
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
         if (!pthread_key_create(&buf_key, thread_done))
@@ -982,6 +1058,17 @@ static void report(void)
     put(&o, "profdev-mprof 1\npid ");
     put_u(&o, pid, 10);
     put(&o, "\n");
+    if (dhat) {
+        spin(&global_lock);
+        if (peak_pending)
+            snapshot_peak();
+        unspin(&global_lock);
+        put(&o, "dhat ");
+        put_u(&o, now_us(), 10);
+        put(&o, " ");
+        put_u(&o, tg, 10);
+        put(&o, "\n");
+    }
     int n = atomic_load(&nmodules);
     for (int i = 0; i < n; i++) {
         struct module *m = &modules[i];
@@ -1004,12 +1091,17 @@ static void report(void)
     /* Blocks never freed, per site, from the table. */
     static uint32_t *live;
     live = map(sizeof(uint32_t) * NSITES);
+    uint64_t end = dhat ? now_us() : 0;
     for (int i = 0; i < NSHARDS && live; i++) {
         struct shard *sh = &shards[i];
         lock(sh);
         for (uint32_t j = 0; j < sh->cap; j++)
-            if (sh->tab[j].addr)
+            if (sh->tab[j].addr) {
                 live[sh->tab[j].site]++;
+                /* DHAT: a block still live has lived until the end. */
+                if (dhat)
+                    sites[sh->tab[j].site].tl += end - sh->tab[j].t;
+            }
         unlock(sh);
     }
     for (struct tbuf *b = all_bufs; b; b = b->next)
@@ -1033,6 +1125,17 @@ static void report(void)
         put_u(&o, s->bytes, 10);
         put(&o, " ");
         put_u(&o, live ? live[i] : 0, 10);
+        if (dhat) {
+            /* Lifetimes of blocks still live count up to the end. */
+            put(&o, " ");
+            put_u(&o, s->tl, 10);
+            put(&o, " ");
+            put_i(&o, s->hwbk);
+            put(&o, " ");
+            put_i(&o, s->gb);
+            put(&o, " ");
+            put_i(&o, s->gbk);
+        }
         put(&o, "\n");
     }
     put(&o, "untracked ");

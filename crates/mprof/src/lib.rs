@@ -55,6 +55,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dhat;
 pub mod pprof;
 
 use std::collections::BTreeMap;
@@ -100,8 +101,15 @@ impl Session {
 
     /// The environment a profiled command gets: `LD_PRELOAD` (the library
     /// first, then whatever `current` held), `PROFDEV_MPROF_DIR`, and
-    /// `PROFDEV_MPROF_WRAPPERS` when `wrappers` is not empty.
-    pub fn env(&self, current: Option<OsString>, wrappers: &[String]) -> Vec<(String, OsString)> {
+    /// `PROFDEV_MPROF_WRAPPERS` when `wrappers` is not empty, and
+    /// `PROFDEV_MPROF_DHAT=1` with `dhat` (lifetimes and the peak's picture
+    /// are then kept, under one global lock).
+    pub fn env(
+        &self,
+        current: Option<OsString>,
+        wrappers: &[String],
+        dhat: bool,
+    ) -> Vec<(String, OsString)> {
         let mut preload = self.library().into_os_string();
         if let Some(c) = current.filter(|c| !c.is_empty()) {
             preload.push(" ");
@@ -114,6 +122,9 @@ impl Session {
                 self.reports_dir().into_os_string(),
             ),
         ];
+        if dhat {
+            env.push(("PROFDEV_MPROF_DHAT".to_string(), "1".into()));
+        }
         if !wrappers.is_empty() {
             env.push((
                 "PROFDEV_MPROF_WRAPPERS".to_string(),
@@ -196,6 +207,22 @@ pub struct ReportSite {
     pub bytes: u64,
     /// Blocks allocated there and never freed.
     pub live: u64,
+    /// With `PROFDEV_MPROF_DHAT=1`: lifetimes and the peak's picture.
+    pub dhat: Option<DhatSite>,
+}
+
+/// What a site's report adds for DHAT (times in microseconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DhatSite {
+    /// The sum of its blocks' lifetimes (a block still live at the end
+    /// counts until the end).
+    pub total_lifetime: u64,
+    /// Blocks live when its bytes were at their high water.
+    pub max_blocks: u64,
+    /// Its bytes at the process's global peak (t-gmax).
+    pub gmax_bytes: u64,
+    /// Its blocks at t-gmax.
+    pub gmax_blocks: u64,
 }
 
 /// One process image's report.
@@ -215,6 +242,9 @@ pub struct Report {
     pub unknown_frees: u64,
     /// Blocks not entered in the table (no memory for it).
     pub table_failures: u64,
+    /// With `PROFDEV_MPROF_DHAT=1`: the run's end and its global peak's
+    /// time (t-gmax), in microseconds since the library started.
+    pub dhat: Option<(u64, u64)>,
 }
 
 impl Report {
@@ -224,7 +254,9 @@ impl Report {
     /// profdev-mprof 1
     /// pid PID
     /// module INDEX 0xBIAS DEV INO CURRENT HIGHWATER PATH
-    /// site 0xPC MODULE CURRENT HIGHWATER ALLOCS BYTES LIVE     (MODULE -1: none)
+    /// dhat END_US GMAX_US                                       (only with PROFDEV_MPROF_DHAT=1)
+    /// site 0xPC MODULE CURRENT HIGHWATER ALLOCS BYTES LIVE [LIFETIMES_US MAXBLOCKS GMAXBYTES GMAXBLOCKS]
+    ///                                                          (MODULE -1: none)
     /// untracked ALLOCS UNKNOWN_FREES TABLE_FAILURES
     /// end
     /// ```
@@ -254,6 +286,10 @@ impl Report {
             let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
             match word {
                 "pid" => r.pid = rest.parse().map_err(|_| bad())?,
+                "dhat" => {
+                    let mut f = rest.split(' ');
+                    r.dhat = Some((num(f.next())?, num(f.next())?));
+                }
                 "module" => {
                     let mut f = rest.splitn(7, ' ');
                     let index = num(f.next())?;
@@ -280,14 +316,26 @@ impl Report {
                     } else {
                         return Err(bad());
                     };
+                    let (current, high_water) = (int(f.next())?, int(f.next())?);
+                    let (allocs, bytes, live) = (num(f.next())?, num(f.next())?, num(f.next())?);
+                    let dhat = match f.next() {
+                        None => None,
+                        first => Some(DhatSite {
+                            total_lifetime: num(first)?,
+                            max_blocks: int(f.next())?.max(0) as u64,
+                            gmax_bytes: int(f.next())?.max(0) as u64,
+                            gmax_blocks: int(f.next())?.max(0) as u64,
+                        }),
+                    };
                     r.sites.push(ReportSite {
                         pc,
                         module,
-                        current: int(f.next())?,
-                        high_water: int(f.next())?,
-                        allocs: num(f.next())?,
-                        bytes: num(f.next())?,
-                        live: num(f.next())?,
+                        current,
+                        high_water,
+                        allocs,
+                        bytes,
+                        live,
+                        dhat,
                     });
                 }
                 "untracked" => {
@@ -343,6 +391,8 @@ pub struct Site {
     pub bytes: u64,
     /// Blocks never freed.
     pub live: u64,
+    /// DHAT's figures, summed over processes.
+    pub dhat: DhatSite,
 }
 
 /// The reports merged by module file and link-time pc, modules in the order
@@ -382,6 +432,12 @@ pub fn merge(reports: &[Report]) -> Vec<Module> {
             site.allocs += s.allocs;
             site.bytes += s.bytes;
             site.live += s.live;
+            if let Some(d) = s.dhat {
+                site.dhat.total_lifetime += d.total_lifetime;
+                site.dhat.max_blocks += d.max_blocks;
+                site.dhat.gmax_bytes += d.gmax_bytes;
+                site.dhat.gmax_blocks += d.gmax_blocks;
+            }
         }
     }
     out
@@ -498,6 +554,21 @@ mod tests {
             .unwrap_err()
             .contains("incomplete"));
         assert!(Report::parse("x").is_err());
+        let d = Report::parse(
+            "profdev-mprof 1\npid 7\ndhat 900 400\nmodule 0 0x0 1 2 0 0 /x\n\
+             site 0x10 0 5 5 1 5 1 800 1 5 1\nend\n",
+        )
+        .unwrap();
+        assert_eq!(d.dhat, Some((900, 400)));
+        assert_eq!(
+            d.sites[0].dhat,
+            Some(DhatSite {
+                total_lifetime: 800,
+                max_blocks: 1,
+                gmax_bytes: 5,
+                gmax_blocks: 1
+            })
+        );
         assert!(Report::parse("profdev-mprof 1\nsite 0x1 3 0 0 0 0 0\nend\n").is_err());
     }
 }
