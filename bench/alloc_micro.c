@@ -1,5 +1,6 @@
-/* bench/memory_overhead.sh's microbenchmark: two threads, each N small
- * malloc/free pairs (sizes 16..527 bytes, a few blocks live at a time). */
+/* bench/memory_overhead.sh's microbenchmark: T threads (default 2), each
+ * N small malloc/free pairs (sizes 16..527 bytes, 8 blocks live at a
+ * time), all at the same line. Usage: alloc_micro [N [T]]. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +26,22 @@ static void *work(void *arg)
 
 int main(int argc, char **argv)
 {
+    int threads = 2;
     if (argc > 1)
         n = atol(argv[1]);
-    pthread_t t[2];
-    for (long i = 0; i < 2; i++)
+    if (argc > 2)
+        threads = atoi(argv[2]);
+    if (threads < 1 || threads > 64)
+        threads = 2;
+    if (threads == 1) { /* no second thread: the process stays single-threaded */
+        work(0);
+        puts("done");
+        return 0;
+    }
+    pthread_t t[64];
+    for (long i = 0; i < threads; i++)
         pthread_create(&t[i], 0, work, (void *)i);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < threads; i++)
         pthread_join(t[i], 0);
     puts("done");
     return 0;

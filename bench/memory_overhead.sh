@@ -10,6 +10,8 @@
 #   micro   bench/alloc_micro.c (cc -O2): two threads, each 10,000,000
 #           malloc/free pairs of 16..527 bytes, 8 blocks live per thread,
 #           all from the same line (the worst case for shared counters).
+#   micro1  the same, one thread doing 20,000,000 pairs (no second thread
+#           is ever created: the library takes no lock)
 #   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
 #           entries (most of its small objects come from pymalloc's
 #           arenas; its large and medium blocks from malloc).
@@ -52,9 +54,10 @@ run() { # variant, command...
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 declare -A secs rss
-for w in micro python; do
+for w in micro micro1 python; do
   case $w in
     micro) cmd=("$work/micro" 10000000) ;;
+    micro1) cmd=("$work/micro" 20000000 1) ;;
     python) cmd=("$python" "$work/dict.py") ;;
   esac
   for r in $(seq "$rounds"); do
@@ -70,7 +73,7 @@ for w in micro python; do
 done
 
 printf '\n| workload | tool | seconds (median of %s) | slowdown | max RSS (MiB) |\n|---|---|---|---|---|\n' "$rounds"
-for w in micro python; do
+for w in micro micro1 python; do
   base=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
   for v in "${variants[@]}"; do
     t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
