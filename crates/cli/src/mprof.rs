@@ -112,6 +112,16 @@
 //!
 //! * Only pool 1 (the malloc family) is counted; `-2` and `-3` are
 //!   accepted and warned about.
+//! * Attaching to a running process (`startmp1 PID` on the mounted
+//!   device) is not built: the device checks the request and refuses it
+//!   with a sentence.
+//! * Exactness costs most when several threads allocate in one module at
+//!   once: a site's and its module's bytes change under the module's lock
+//!   (see `bench/memory_overhead.sh` for the measured slowdown). A
+//!   process with a single thread takes no lock.
+//! * The accounting's own memory: about 64 bytes per live block (a 32-byte
+//!   entry in a table kept at most half full), 256 bytes per site, 5 KiB
+//!   per thread, and a few MiB of tables mapped once (touched as used).
 //! * The library needs glibc (it calls `__libc_malloc` and friends);
 //!   static programs and programs with a built-in allocator are out of
 //!   reach.
