@@ -23,6 +23,7 @@ mod malloc;
 mod man;
 mod mdroff;
 mod mount;
+mod mprof;
 mod output;
 mod prfdc;
 mod prfdev;
@@ -118,6 +119,14 @@ const COMMANDS: &[Command] = &[
         cli: <export::Args as clap::CommandFactory>::command,
         doc: include_str!("export.rs"),
         classic: false,
+    },
+    Command {
+        name: "mprof",
+        about: "count a command's allocations exactly: bytes per source line, function and module (Inferno mprof)",
+        run: mprof::main,
+        cli: mprof::command,
+        doc: include_str!("mprof.rs"),
+        classic: true,
     },
     Command {
         name: "kprof",

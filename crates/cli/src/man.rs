@@ -29,7 +29,7 @@
 //!
 //! ```text
 //! # profdev man /usr/local/share/man && mandb -q
-//! profdev man: wrote 36 pages under /usr/local/share/man
+//! profdev man: wrote 38 pages under /usr/local/share/man
 //! $ man 4 kprof
 //! ```
 

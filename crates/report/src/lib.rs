@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod kprof;
+pub mod mprof;
 pub mod outside;
 pub mod prfpr;
 pub mod prof;

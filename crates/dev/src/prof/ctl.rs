@@ -39,20 +39,24 @@ pub fn session_config(interval_ms: u32) -> SessionConfig {
 
 /// A profiler of the device: what `start…` switched on.
 ///
-/// Only sampling exists; coverage (`startcp PID`) and memory (`startmp…`)
-/// are to come, each a variant here with its own verb, its own session and
-/// its own meaning of a histogram pair's count.
+/// Sampling and memory exist; coverage (`startcp PID`) is to come, a
+/// variant here with its own verb, its own session and its own meaning of
+/// a histogram pair's count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Periodic sampling: a pair's count is a number of ticks at that pc.
     Sampling,
+    /// Memory (`startmp…`, see `memory`): pairs are bytes in the memory
+    /// layout; `pools` is the bit set of the digits (1, 2, 4 for 1, 2, 3).
+    /// It runs no sampling session.
+    Memory { pools: u8 },
 }
 
 impl Mode {
     pub(super) fn session(self, interval_ms: u32) -> SessionConfig {
-        match self {
-            Mode::Sampling => session_config(interval_ms),
-        }
+        // Memory mode starts no session (see `memory`); only `start`
+        // reaches here.
+        session_config(interval_ms)
     }
 }
 
@@ -108,7 +112,21 @@ pub(super) fn parse_c_number(s: &str) -> Option<u32> {
 
 impl Prof {
     /// Carry out one control message.
-    pub(super) fn ctl(&self, data: &[u8]) -> Result<(), DevError> {
+    pub(super) fn ctl(
+        &self,
+        data: &[u8],
+        cred: Option<crate::access::Cred>,
+    ) -> Result<(), DevError> {
+        // `startmp[digits] [PID]`: a verb with a suffix, checked by `memory`.
+        if data.len() <= ctl::MAX_MESSAGE
+            && std::str::from_utf8(data).is_ok_and(|t| {
+                t.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.starts_with("startmp"))
+            })
+        {
+            return self.startmp(data, cred);
+        }
         let (op, args) = ctl::parse(data, CTL_TABLE)?;
         match op {
             CtlOp::Module => {

@@ -17,6 +17,9 @@ pub(super) struct ModRecord {
     /// The module's file as it was mapped (kept open by the objects
     /// table), served as `object`.
     pub(super) object: Option<std::sync::Arc<profdev_symbolize::Object>>,
+    /// In memory mode, the pairs of the last report (index, bytes), which
+    /// `histogram` serves instead of `counts`.
+    pub(super) memory: Option<Vec<(u64, u64)>>,
 }
 
 /// One open `histogram`: the pairs at open and the next one to return.
@@ -29,7 +32,10 @@ impl Cursor {
     /// The pairs of `r` as they are now.
     pub(super) fn of(r: &ModRecord) -> Self {
         Cursor {
-            pairs: r.counts.pairs(),
+            pairs: match &r.memory {
+                Some(p) => p.iter().copied().filter(|&(_, v)| v != 0).collect(),
+                None => r.counts.pairs(),
+            },
             next: 0,
         }
     }

@@ -3,7 +3,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! prof/ctl                    0222  write: module [name ...] | start | stop | end | interval MS
+//! prof/ctl                    0222  write: module [name ...] | start | startmp[123] [PID] | stop | end | interval MS
 //! prof/NNNNNNNN/              0555  one directory per profiled module, newest first
 //! prof/NNNNNNNN/name          0444  the module's name (its file's basename)
 //! prof/NNNNNNNN/path          0444  the module's file path
@@ -40,6 +40,7 @@
 //! |---|---|
 //! | `module [name ...]` | **replaces** the list of wanted modules; `module` alone empties it. A name is a basename (`libc.so.6`) or a file path; a path is also matched in its canonical form (`/lib/…` and `/usr/lib/…` agree when one is a link to the other). Relative paths are resolved in the file server's directory: use absolute ones. |
 //! | `start` | start sampling, unless a profiler is already running (then ignored, as in Inferno). Counts continue accumulating into existing records. |
+//! | `startmp[digits] [PID]` | memory mode (see Modes): the digits, a non-empty combination of 1, 2 and 3 in any order, each once, name the pools, or none; anything else is EINVAL. EBUSY while sampling is on (or, with PID, while any mode is). Without PID, memory mode with nothing hooked. With PID, EPERM unless the writer may ptrace PID, ESRCH for no such process; attaching is not built yet, so an allowed `startmp… PID` fails with ENXIO and a sentence saying so. |
 //! | `stop` | stop; every tick taken before is counted. Records are kept. |
 //! | `end` | stop, free every record, empty the module list, restart record ids at 1, and reset the interval to 100 ms. |
 //! | `interval MS` | the sampling interval in milliseconds, as C's `strtoul(MS, 0, 0)` reads it (`10`, `0x10`, `012`); at least 1. Default 100. Takes effect at the next `start`. |
@@ -135,12 +136,24 @@
 //! ## Modes
 //!
 //! Inferno's device had three profilers: sampling (`start`), coverage
-//! (`startcp PID`) and memory (`startmp…`). This device implements sampling;
-//! the others plug in as further [`Mode`]s: a verb in the command table, the
+//! (`startcp PID`) and memory (`startmp…`). This device implements sampling
+//! and memory; coverage would plug in as a further [`Mode`]: a verb in the command table, the
 //! session a mode needs, and how a mode turns a batch of records into
 //! counts. The records, the directory tree and the histogram protocol are
 //! the same for every mode (only what a pair's count means differs), so a
 //! mode adds no file.
+//!
+//! **Memory mode** (`startmp…`) counts nothing itself: the allocations are
+//! counted inside the profiled processes by `profdev mprof`'s preloaded
+//! library, whose reports fill the records (`Prof::memory_report`). A
+//! record's `histogram` then holds bytes in the seed's layout, served by
+//! the same protocol: `0x0 <bytes>` the module's current bytes, `0x1` its
+//! high water, index `2*(p+1)` and `2*(p+1)+1` the current and high-water
+//! bytes charged to p, the allocating call's return address in the
+//! module's ELF address space (subtract 1 to reach the call). `profdev
+//! mprof CMD` drives a private instance this way, as `profdev prof CMD`
+//! does for sampling; on a mount, `startmp` switches memory mode on with
+//! nothing hooked.
 //!
 //! **Access.** Only root, the mounting user and the users and groups the
 //! mount names (`--allow-user`, `--allow-group`) may write `ctl`, list the
@@ -189,11 +202,13 @@
 
 mod ctl;
 mod histogram;
+mod memory;
 mod modules;
 #[cfg(test)]
 mod tests;
 
 pub use ctl::{frequency_hz, session_config, Mode, DEFAULT_INTERVAL_MS};
+pub use memory::{parse_pools, MemoryModule};
 pub use modules::ModuleKey;
 
 use crate::engine::{Engine, Sink};
@@ -293,6 +308,7 @@ impl State {
                         path: origin.path,
                         counts: PcCounts::default(),
                         object: Some(origin.object),
+                        memory: None,
                     });
                     self.next_id = self.next_id.saturating_add(1);
                     self.by_module.insert(module, self.records.len() - 1);
@@ -638,7 +654,7 @@ impl Dev for Prof {
 
     fn write(&self, chan: &mut Chan, _offset: u64, data: &[u8]) -> Result<usize, DevError> {
         if chan.qid == CTL {
-            self.ctl(data)?;
+            self.ctl(data, chan.cred)?;
             return Ok(data.len());
         }
         Err(DevError::Perm)

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Benchmark: the slowdown of `profdev mprof`, heaptrack, valgrind's massif
+# and valgrind's dhat against the native run, on an allocation-heavy
+# microbenchmark and on a real program, in one script run; and the peak
+# memory (max RSS) of each, which shows what the accounting itself costs.
+#
+# Usage: bench/memory_overhead.sh [ROUNDS]      (default 3 rounds)
+#
+# Workloads:
+#   micro   bench/alloc_micro.c (cc -O2): two threads, each 10,000,000
+#           malloc/free pairs of 16..527 bytes, 8 blocks live per thread,
+#           all from the same line (the worst case for shared counters).
+#   micro1  the same, one thread doing 20,000,000 pairs (no second thread
+#           is ever created: the library takes no lock)
+#   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
+#           entries (most of its small objects come from pymalloc's
+#           arenas; its large and medium blocks from malloc).
+# Each variant is timed as a whole command (profiler start-up, the
+# program, and for mprof its report; heaptrack's and valgrind's own output
+# files are written but not analysed). Rounds interleave the variants;
+# medians are shown. heaptrack and valgrind are Debian's
+# (apt-get install heaptrack valgrind); a missing one is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+cargo build --release -q -p profdev
+profdev=$PWD/target/release/profdev
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cc -O2 -g -pthread -o "$work/micro" bench/alloc_micro.c
+python=/usr/bin/python3
+cat >"$work/dict.py" <<'P'
+d = {}
+for i in range(1000000):
+    d[str(i)] = [i]
+print(len(d))
+P
+
+variants=(native mprof)
+command -v heaptrack >/dev/null && variants+=(heaptrack) || echo "bench: heaptrack not found: skipped" >&2
+command -v valgrind >/dev/null && variants+=(massif dhat) || echo "bench: valgrind not found: skipped" >&2
+
+run() { # variant, command...
+  local v=$1; shift
+  case $v in
+    native) "$@" ;;
+    mprof) "$profdev" mprof -l "$@" ;;
+    heaptrack) heaptrack -o "$work/ht" "$@" ;;
+    massif) valgrind -q --tool=massif --massif-out-file="$work/massif.out" "$@" ;;
+    dhat) valgrind -q --tool=dhat --dhat-out-file="$work/dhat.out" "$@" ;;
+  esac
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+declare -A secs rss
+for w in micro micro1 python; do
+  case $w in
+    micro) cmd=("$work/micro" 10000000) ;;
+    micro1) cmd=("$work/micro" 20000000 1) ;;
+    python) cmd=("$python" "$work/dict.py") ;;
+  esac
+  for r in $(seq "$rounds"); do
+    for v in "${variants[@]}"; do
+      rm -f "$work"/ht* "$work"/*.out
+      /usr/bin/time -f "%e %M" -o "$work/time" bash -c '"$@" >/dev/null 2>&1' _ \
+        bash -c "$(declare -f run); profdev=$profdev work=$work; run $v \"\$@\"" _ "${cmd[@]}"
+      read -r e m <"$work/time"
+      secs[$w.$v]+="$e "
+      rss[$w.$v]+="$m "
+    done
+  done
+done
+
+printf '\n| workload | tool | seconds (median of %s) | slowdown | max RSS (MiB) |\n|---|---|---|---|---|\n' "$rounds"
+for w in micro micro1 python; do
+  base=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
+  for v in "${variants[@]}"; do
+    t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
+    m=$(echo ${rss[$w.$v]} | tr ' ' '\n' | median)
+    printf '| %s | %s | %.2f | %.1fx | %.1f |\n' "$w" "$v" "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$m / 1024" | bc -l)"
+  done
+done
+echo
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"

@@ -1,0 +1,972 @@
+//! `profdev mprof`: Inferno's mprof(1), memory profiling: the bytes each
+//! source line allocated and has not freed, and the most it ever held.
+//!
+//! # Synopsis
+//!
+//! ```text
+//! profdev mprof [-bcMflnve123] [-m MODULE]... [--leaks] [--pprof FILE] [--dhat FILE] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! ```
+//!
+//! # Description
+//!
+//! With CMD, mprof runs CMD with its accounting library preloaded
+//! (`LD_PRELOAD`, into every process CMD starts), waits for it, and shows
+//! per source line the bytes allocated there and not freed when the
+//! process ended (*current*) and the most bytes that line's allocations
+//! held at once (*high water*), per function, and per module. Every
+//! allocation of the C library's malloc family is counted exactly, not
+//! sampled: malloc, calloc, realloc (a free of the old block and an
+//! allocation at the realloc's line), reallocarray, posix_memalign,
+//! aligned_alloc, memalign, valloc, pvalloc and free, and C++'s `new` and
+//! `delete` and Rust's allocations, which end in them.
+//!
+//! | option | meaning |
+//! |---|---|
+//! | `-l` | the line table: line, current bytes, high-water bytes, source text (the default, with `-M`, when neither `-f` nor `-l` is given) |
+//! | `-f` | the function table |
+//! | `-M` | module totals (and the line table unless `-f` is given) |
+//! | `-n` | prefix each row with its source file and a colon |
+//! | `-v` | include rows whose bytes are zero |
+//! | `-m MODULE` | show only this module (a basename such as `libc.so.6`, or a path); repeatable |
+//! | `-e` | show CMD's own executable only |
+//! | `-1` `-2` `-3` | pools: 1 the malloc family, 2 mmap/brk called by the program, 3 file mappings (default all); only pool 1 is counted so far |
+//! | `-b` | begin: put the mounted prof device in memory mode (`startmp…`) and exit |
+//! | `-c` | end the mounted device's session (`end`) and exit |
+//! | `--leaks` | after the tables, the blocks never freed, grouped by allocating line, largest first |
+//! | `--wrapper SYMBOL` | treat SYMBOL as an allocation wrapper too (repeatable) |
+//! | `--dhat FILE` | also write DHAT's JSON of the run (valgrind's `dh_view.html` opens it): per site total bytes and blocks, the sum of block lifetimes (µs), high water, bytes and blocks at the global peak (t-gmax) and at the end; accesses are not measured. Lifetimes and the peak need one global lock: slower |
+//! | `--pprof FILE` | also write a pprof heap profile of the run (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`; one sample per site, symbolized) for `go tool pprof` |
+//!
+//! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
+//! prof device holds, its histograms read in the memory-mode layout.
+//!
+//! **Sites.** Bytes are charged to the *allocating site*: the return
+//! address of the allocation call, or, when that call was made by a
+//! known wrapper (C++'s operator new, Rust's `__rust_alloc`, its
+//! `alloc::raw_vec` growth and `finish_grow`, `strdup`, `xmalloc`,
+//! `g_malloc` and the list in `profdev_mprof`'s documentation), the first
+//! return address outside the wrappers: a `new` or a Rust `Vec` growing is
+//! charged to the user's line. A site is shown at the line of its call
+//! instruction (the return address minus one) within the function that
+//! made it (inlined code is charged to the line it was inlined at, as
+//! `profdev prof` does by default). A free subtracts the block's bytes from
+//! the site that allocated it; high water rises on allocation only. Blocks
+//! allocated before the library was loaded are never subtracted.
+//!
+//! **Processes.** A forked child starts from zero and counts its own
+//! allocations; an exec'd program is counted again from its start. The
+//! tables add up the processes (a high water so added is the sum of each
+//! process's own). Module totals are each module's own counters: its high
+//! water is the most its sites held at once.
+//!
+//! **How.** The library (`profdev_mprof`, C, embedded in profdev) is
+//! written to a fresh private directory (mode 0700) at each run; each
+//! process writes its counters there at exit, in a file created
+//! `O_EXCL|O_NOFOLLOW`, mode 0600. Sites are mapped to their module's
+//! link-time address through the load bias the dynamic linker recorded and
+//! looked up in the module's DWARF line tables. The overhead is measured
+//! by `bench/memory_overhead.sh`.
+//!
+//! **Signals.** CMD runs in its own process group as under `profdev prof`;
+//! a process killed by a signal writes no report and is missing from the
+//! tables (mprof says so).
+//!
+//! # Example
+//!
+//! Columns are separated by tabs; shown here with spaces.
+//!
+//! ```text
+//! % cc -g -o known known.c
+//! % profdev mprof --leaks ./known
+//!
+//! Module: known(/home/u/known)
+//!
+//! 13      0       2097152         b[i] = malloc(4096);
+//! 23      40000   100000          blocks[i] = malloc(100);
+//! 26      65536   65536       char *big = malloc(65536);
+//! 28      0       10          char *r = malloc(10);
+//! 29      0       10000       r = realloc(r, 10000);
+//!
+//! Module totals   105536  2202688
+//!
+//! Leaks: 105536 bytes in 401 blocks never freed
+//!
+//! bytes   blocks  site    function
+//! 65536   1       /home/u/known.c:26      main()
+//! 40000   400     /home/u/known.c:23      main()
+//! ```
+//!
+//! # Errors
+//!
+//! A statically linked CMD cannot load the library: `mprof: ./prog is
+//! statically linked: its allocations are out of reach of mprof (it
+//! preloads a library into dynamically linked programs)`, exit status 1.
+//! A program that carries its own allocator (jemalloc, mimalloc,
+//! tcmalloc linked in) is named with the symbol found: its allocations
+//! bypass the C library's malloc and are out of reach. When no process
+//! wrote a report (setuid programs ignore `LD_PRELOAD`; a program may
+//! clear its environment or be killed), mprof says so rather than print an
+//! empty profile.
+//!
+//! # Bugs
+//!
+//! * Only pool 1 (the malloc family) is counted; `-2` and `-3` are
+//!   accepted and warned about.
+//! * Attaching to a running process (`startmp1 PID` on the mounted
+//!   device) is not built: the device checks the request and refuses it
+//!   with a sentence.
+//! * Exactness costs most when several threads allocate in one module at
+//!   once: a site's and its module's bytes change under the module's lock
+//!   (see `bench/memory_overhead.sh` for the measured slowdown). A
+//!   process with a single thread takes no lock.
+//! * The accounting's own memory: about 64 bytes per live block (a 32-byte
+//!   entry in a table kept at most half full), 256 bytes per site, 5 KiB
+//!   per thread, and a few MiB of tables mapped once (touched as used).
+//! * The library needs glibc (it calls `__libc_malloc` and friends);
+//!   static programs and programs with a built-in allocator are out of
+//!   reach.
+//! * Sites are symbolized from the module files as they are when mprof
+//!   reads them; a module replaced while CMD ran is named in a warning.
+//! * Rust symbols in v0 mangling are recognized as wrappers only in the
+//!   `alloc` crate.
+
+use crate::child::{find_program, Job};
+use anyhow::{bail, Context as _, Result};
+use profdev_core::FileAddr;
+use profdev_dev::engine::ReplayFactory;
+use profdev_dev::prof::{MemoryModule, Prof};
+use profdev_dev::tree::walk;
+use profdev_dev::{Dev, DirEntry, Engine, OpenMode, Qid};
+use profdev_mprof::{merge, Module, Session};
+use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
+use profdev_report::prof::{Function, SourceMap, SrcRange};
+use profdev_symbolize::open::{read_bounded, Follow};
+use profdev_symbolize::ElfObject;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+const USAGE: &str =
+    "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [cmd arg ...]";
+
+/// The largest source file shown beside its lines: 64 MiB.
+const MAX_SOURCE: u64 = 64 << 20;
+
+/// Allocators that, linked into a program, take its allocations away from
+/// the C library's malloc.
+const OWN_ALLOCATORS: &[&str] = &[
+    "_rjem_malloc",
+    "_rjem_mallocx",
+    "je_malloc",
+    "je_mallocx",
+    "mi_malloc",
+    "tc_malloc",
+    "rpmalloc",
+    "snmalloc_malloc",
+];
+
+/// The command line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Args {
+    begin: bool,
+    end: bool,
+    exec: bool,
+    pools: Vec<char>,
+    options: Options,
+    modules: Vec<String>,
+    leaks: bool,
+    wrappers: Vec<String>,
+    pprof: Option<OsString>,
+    dhat: Option<OsString>,
+    command: Vec<OsString>,
+}
+
+fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
+    let mut a = Args::default();
+    let mut it = args.into_iter().peekable();
+    while let Some(arg) = it.peek() {
+        let s = arg.to_string_lossy().into_owned();
+        if s == "--" {
+            it.next();
+            break;
+        }
+        if !s.starts_with('-') || s == "-" {
+            break;
+        }
+        it.next();
+        if s == "--leaks" {
+            a.leaks = true;
+            continue;
+        }
+        for (name, slot) in [("--pprof", &mut a.pprof), ("--dhat", &mut a.dhat)] {
+            if let Some(rest) = s.strip_prefix(name) {
+                *slot = Some(match rest.strip_prefix('=') {
+                    Some(v) => v.into(),
+                    None if rest.is_empty() => it
+                        .next()
+                        .ok_or_else(|| format!("option {name} needs an argument"))?,
+                    None => return Err(format!("unknown option {s}")),
+                });
+                break;
+            }
+        }
+        if s.starts_with("--pprof") || s.starts_with("--dhat") {
+            continue;
+        }
+        if let Some(rest) = s.strip_prefix("--wrapper") {
+            let value = match rest.strip_prefix('=') {
+                Some(v) => v.to_string(),
+                None if rest.is_empty() => match it.next() {
+                    Some(v) => v.to_string_lossy().into_owned(),
+                    None => return Err("option --wrapper needs an argument".into()),
+                },
+                None => return Err(format!("unknown option {s}")),
+            };
+            if value.is_empty() || value.contains([',', ' ']) {
+                return Err(format!("bad wrapper symbol {value:?}"));
+            }
+            a.wrappers.push(value);
+            continue;
+        }
+        if s.starts_with("--") {
+            return Err(format!("unknown option {s}"));
+        }
+        let flags: Vec<char> = s[1..].chars().collect();
+        let mut i = 0;
+        while i < flags.len() {
+            match flags[i] {
+                'b' => a.begin = true,
+                'c' => a.end = true,
+                'M' => a.options.module_totals = true,
+                'f' => a.options.functions = true,
+                'l' => a.options.lines = true,
+                'n' => a.options.file_prefix = true,
+                'v' => a.options.zeros = true,
+                'e' => a.exec = true,
+                c @ ('1' | '2' | '3') => {
+                    if !a.pools.contains(&c) {
+                        a.pools.push(c);
+                    }
+                }
+                'm' => {
+                    let rest: String = flags[i + 1..].iter().collect();
+                    let value = if !rest.is_empty() {
+                        rest
+                    } else {
+                        match it.next() {
+                            Some(v) => v.to_string_lossy().into_owned(),
+                            None => return Err("option -m needs an argument".into()),
+                        }
+                    };
+                    a.modules.push(value);
+                    break;
+                }
+                c => return Err(format!("unknown option -{c}")),
+            }
+            i += 1;
+        }
+    }
+    a.pools.sort_unstable();
+    a.command = it.collect();
+    if a.exec && a.command.is_empty() {
+        return Err("-e needs a command".into());
+    }
+    if (a.pprof.is_some() || a.dhat.is_some()) && a.command.is_empty() {
+        return Err(
+            "--pprof and --dhat need a command (the device keeps no allocation counts)".into(),
+        );
+    }
+    Ok(a)
+}
+
+/// The command line as data, for `--help`, the man page and completions.
+pub fn command() -> clap::Command {
+    use clap::{Arg, ArgAction, ValueHint};
+    let flag = |c: char, help: &'static str| {
+        Arg::new(c.to_string())
+            .short(c)
+            .action(ArgAction::SetTrue)
+            .help(help)
+    };
+    clap::Command::new("mprof")
+        .override_usage(USAGE.trim_start_matches("usage: "))
+        .about(
+            "Run CMD counting every allocation of the malloc family exactly, then show per \
+             source line (-l, the default with -M), per function (-f) and per module (-M) \
+             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
+             blocks never freed. Without CMD, show what the mounted prof device holds.",
+        )
+        .arg(flag(
+            'b',
+            "Put the mounted prof device in memory mode and exit",
+        ))
+        .arg(flag('c', "End the mounted prof device's session and exit"))
+        .arg(flag('M', "Show module totals"))
+        .arg(flag('f', "Show the bytes per function"))
+        .arg(flag('l', "Show the bytes per source line"))
+        .arg(flag('n', "Prefix rows with the source file"))
+        .arg(flag('v', "Show rows whose bytes are zero"))
+        .arg(flag('e', "Show CMD's own executable only"))
+        .arg(flag('1', "Pool 1: the malloc family"))
+        .arg(flag(
+            '2',
+            "Pool 2: mmap and brk called by the program (not counted yet)",
+        ))
+        .arg(flag('3', "Pool 3: file mappings (not counted yet)"))
+        .arg(
+            Arg::new("m")
+                .short('m')
+                .value_name("modname")
+                .action(ArgAction::Append)
+                .help("Show this module (a basename such as libc.so.6, or a path); repeatable"),
+        )
+        .arg(
+            Arg::new("leaks")
+                .long("leaks")
+                .action(ArgAction::SetTrue)
+                .help("List the blocks never freed, by allocating line, largest first"),
+        )
+        .arg(
+            Arg::new("pprof")
+                .long("pprof")
+                .value_name("file")
+                .value_hint(ValueHint::FilePath)
+                .help(
+                    "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
+                ),
+        )
+        .arg(
+            Arg::new("dhat")
+                .long("dhat")
+                .value_name("file")
+                .value_hint(ValueHint::FilePath)
+                .help("Also write DHAT's JSON of CMD's run to FILE (valgrind's dh_view.html opens it)"),
+        )
+        .arg(
+            Arg::new("wrapper")
+                .long("wrapper")
+                .value_name("symbol")
+                .action(ArgAction::Append)
+                .help("Treat this function as an allocation wrapper too; repeatable"),
+        )
+        .arg(
+            Arg::new("cmd")
+                .num_args(1..)
+                .trailing_var_arg(true)
+                .value_name("cmd")
+                .value_hint(ValueHint::CommandWithArguments)
+                .help("The command to run, and its arguments"),
+        )
+        .after_help(crate::child::SIGNALS_HELP)
+}
+
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{}", crate::cmdline::classic_help(command()));
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("mprof: {e}\n{USAGE}");
+            return ExitCode::from(1);
+        }
+    };
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mprof: {}", crate::cmdline::sentence(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The `startmp` message for the pools asked for (all when none is).
+fn startmp_message(pools: &[char]) -> String {
+    if pools.is_empty() {
+        "startmp123".into()
+    } else {
+        format!("startmp{}", pools.iter().collect::<String>())
+    }
+}
+
+fn run(args: &Args) -> Result<ExitCode> {
+    if args.pools.iter().any(|&p| p != '1') {
+        eprintln!("mprof: warning: only pool 1 (the malloc family) is counted so far");
+    }
+    if args.end || args.begin {
+        let ctl_path = crate::mount::ensure_mounted()?.join("prof/ctl");
+        let write = |msg: String| -> Result<()> {
+            crate::output::open_ctl(&ctl_path)
+                .and_then(|mut f| f.write_all(format!("{msg}\n").as_bytes()))
+                .with_context(|| format!("{}: {msg:?}", ctl_path.display()))
+        };
+        if args.end {
+            write("end".into())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        write(
+            format!("module {}", args.modules.join(" "))
+                .trim_end()
+                .to_string(),
+        )?;
+        write(startmp_message(&args.pools))?;
+        if args.command.is_empty() {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    if args.command.is_empty() {
+        let dir = crate::mount::ensure_mounted()?.join("prof");
+        let modules = read_mounted(&dir)?;
+        return show(&modules, args, None).map(|()| ExitCode::SUCCESS);
+    }
+    let program = find_program(&args.command[0])?;
+    check_reachable(&program)?;
+    let session = Session::new().context("cannot prepare the accounting library")?;
+    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
+    ctl(
+        &dev,
+        format!("module {}", module_words(args, &program)?.join(" ")).trim_end(),
+    )?;
+    ctl(&dev, &startmp_message(&args.pools))?;
+    let mut job = Job::new()?;
+    let mut cmd = std::process::Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    for (k, v) in session.env(
+        std::env::var_os("LD_PRELOAD"),
+        &args.wrappers,
+        args.dhat.is_some(),
+    ) {
+        cmd.env(k, v);
+    }
+    job.prepare(&mut cmd);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+    job.started(&child);
+    let status = job.wait();
+    let (reports, errors) = session.reports();
+    for e in &errors {
+        eprintln!("mprof: warning: {e}");
+    }
+    if reports.is_empty() {
+        bail!(
+            "{} wrote no allocation report: the library was not loaded (a setuid program, or \
+             one that clears LD_PRELOAD) or every process was killed before it could write; \
+             nothing was counted",
+            args.command[0].to_string_lossy()
+        );
+    }
+    let untracked: u64 = reports.iter().map(|r| r.untracked + r.table_failures).sum();
+    if untracked > 0 {
+        eprintln!("mprof: warning: {untracked} allocations could not be charged to a site");
+    }
+    let merged = merge(&reports);
+    for m in &merged {
+        if let Ok(md) = std::fs::metadata(&m.path) {
+            use std::os::unix::fs::MetadataExt;
+            if (md.dev(), md.ino()) != (m.dev, m.ino) {
+                eprintln!(
+                    "mprof: warning: {} was replaced while the command ran: its lines may be wrong",
+                    m.path
+                );
+            }
+        }
+    }
+    // Through a private prof device in memory mode, as `prof CMD` drives
+    // one for sampling: its module list selects, its histograms carry the
+    // seed's memory layout, and the tables are read back from them.
+    dev.memory_report(
+        &merged
+            .iter()
+            .map(|m| MemoryModule {
+                name: module_name(&m.path),
+                path: m.path.clone(),
+                pairs: profdev_mprof::histogram_pairs(m),
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    ctl(&dev, "stop")?;
+    let mut modules = read_dev(&dev)?;
+    ctl(&dev, "end")?;
+    // Blocks never freed are not in the histogram layout: from the reports.
+    for m in &mut modules {
+        if let Some(r) = merged.iter().find(|r| r.path == m.path) {
+            for (p, s) in &mut m.sites {
+                if let Some(rs) = r.sites.get(p) {
+                    s.live = rs.live;
+                    s.allocs = rs.allocs;
+                    s.bytes = rs.bytes;
+                    s.dhat = rs.dhat;
+                }
+            }
+        }
+    }
+    modules.retain(|m| m.high_water != 0 || args.options.zeros);
+    let dhat_run = reports.iter().find_map(|r| {
+        let (end_us, gmax_us) = r.dhat?;
+        Some(profdev_mprof::dhat::DhatRun {
+            cmd: args
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            pid: r.pid,
+            end_us,
+            gmax_us,
+        })
+    });
+    show(&modules, args, dhat_run.as_ref())?;
+    if let Some(i) = job.interrupted() {
+        eprintln!(
+            "{}",
+            i.sentence("mprof", "the tables show the processes that ended normally")
+        );
+    }
+    Ok(job.exit_code(status))
+}
+
+/// The -m list (and -e's executable) as `module` words, paths absolute.
+fn module_words(args: &Args, program: &Path) -> Result<Vec<String>> {
+    let absolute = |p: &Path| {
+        std::fs::canonicalize(p)
+            .or_else(|_| std::path::absolute(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut words: Vec<String> = args
+        .modules
+        .iter()
+        .map(|m| {
+            if m.contains('/') {
+                absolute(Path::new(m))
+            } else {
+                m.clone()
+            }
+        })
+        .collect();
+    if args.exec {
+        words.push(absolute(program));
+    }
+    if let Some(w) = words.iter().find(|w| w.chars().any(char::is_whitespace)) {
+        bail!("module name {w:?} contains a blank, which a control message cannot carry");
+    }
+    Ok(words)
+}
+
+/// Write one control message to the private device.
+fn ctl(dev: &Prof, msg: &str) -> Result<()> {
+    let entry = walk(dev, Qid::ROOT, "ctl").map_err(|e| anyhow::anyhow!("ctl: {e}"))?;
+    let mut chan = dev.open(entry.qid, OpenMode::Write)?;
+    let r = dev.write(&mut chan, 0, format!("{msg}\n").as_bytes());
+    dev.close(chan);
+    r.map(|_| ()).map_err(Into::into)
+}
+
+/// A memory-mode module from its record's pairs.
+fn module_of(path: String, pairs: &[(u64, u64)]) -> Module {
+    let ((current, high_water), sites) = profdev_mprof::decode_pairs(pairs);
+    let mut m = Module {
+        path,
+        current,
+        high_water,
+        ..Default::default()
+    };
+    for (p, (c, h)) in sites {
+        m.sites.insert(
+            p,
+            profdev_mprof::Site {
+                current: c,
+                high_water: h,
+                ..Default::default()
+            },
+        );
+    }
+    m
+}
+
+/// Every record of the private device, read through its files (`path`,
+/// and `histogram` one pair per read), oldest first.
+fn read_dev(dev: &Prof) -> Result<Vec<Module>> {
+    let read_file = |dir: &DirEntry, name: &str| -> Result<Vec<Vec<u8>>> {
+        let f =
+            walk(dev, dir.qid, name).map_err(|e| anyhow::anyhow!("{}/{name}: {e}", dir.name))?;
+        let mut chan = dev.open(f.qid, OpenMode::Read)?;
+        let mut reads = Vec::new();
+        let mut offset = 0;
+        loop {
+            let b = dev.read(&mut chan, offset, 4096)?;
+            if b.is_empty() {
+                break;
+            }
+            offset += b.len() as u64;
+            reads.push(b);
+        }
+        dev.close(chan);
+        Ok(reads)
+    };
+    let mut dirs: Vec<DirEntry> = dev
+        .gen(Qid::ROOT)?
+        .into_iter()
+        .filter(|e| e.qid.is_dir())
+        .collect();
+    dirs.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut out = Vec::new();
+    for dir in dirs {
+        let path = String::from_utf8_lossy(&read_file(&dir, "path")?.concat())
+            .trim_end_matches('\n')
+            .to_string();
+        let mut pairs = Vec::new();
+        for pair in read_file(&dir, "histogram")? {
+            pairs.push(
+                profdev_formats::prof_histogram::parse_pair(&pair)
+                    .with_context(|| format!("{}/histogram", dir.name))?,
+            );
+        }
+        out.push(module_of(path, &pairs));
+    }
+    Ok(out)
+}
+
+/// Refuse a program the library cannot reach; warn about a built-in
+/// allocator.
+fn check_reachable(program: &Path) -> Result<()> {
+    let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
+        return Ok(()); // not readable: let the exec say why
+    };
+    if !bytes.starts_with(b"\x7fELF") {
+        return Ok(()); // a script: its interpreter is what runs
+    }
+    if is_static(&bytes) {
+        bail!(
+            "{} is statically linked: its allocations are out of reach of mprof (it preloads \
+             a library into dynamically linked programs)",
+            program.display()
+        );
+    }
+    if let Ok(obj) = ElfObject::parse(&bytes, program) {
+        let syms = obj.all_symbols();
+        if let Some(s) = syms
+            .iter()
+            .find(|s| OWN_ALLOCATORS.contains(&s.name().as_str()))
+        {
+            eprintln!(
+                "mprof: {} carries its own allocator ({}): its allocations bypass the C \
+                 library's malloc and are out of reach of mprof; only allocations made \
+                 through malloc are shown",
+                program.display(),
+                s.name()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// An ELF file with no PT_INTERP is statically linked (64-bit
+/// little-endian only; anything else is left to the exec).
+fn is_static(b: &[u8]) -> bool {
+    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+    };
+    if b.get(4) != Some(&2) || b.get(5) != Some(&1) {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    (0..phnum as usize).all(|i| {
+        let o = phoff as usize + i * phentsize as usize;
+        b.get(o..o + 4) != Some(&3u32.to_le_bytes()[..])
+    })
+}
+
+/// A module's ELF file as mprof's source map: a site's line is the line
+/// of its function's own code (inlined code at its call site), as prof's
+/// default.
+struct ElfMap {
+    obj: Option<ElfObject>,
+}
+
+impl SourceMap for ElfMap {
+    fn lines(&self, pc: u64) -> Option<SrcRange> {
+        let obj = self.obj.as_ref().filter(|o| o.has_debug_info())?;
+        let frame = obj.frames(FileAddr(pc)).into_iter().next_back()?;
+        let line = frame.line.filter(|&l| l != 0)?;
+        Some(SrcRange {
+            file: frame.file?,
+            first: line,
+            last: line,
+        })
+    }
+
+    fn function(&self, pc: u64) -> Option<Function> {
+        let obj = self.obj.as_ref()?;
+        let (sym, _) = obj.symbol(FileAddr(pc))?;
+        let addr = sym.addr;
+        let name = obj
+            .frames(FileAddr(addr))
+            .last()
+            .and_then(|f| f.function.clone())
+            .unwrap_or_else(|| sym.name());
+        let decl = obj.function_decl(FileAddr(addr));
+        Some(Function {
+            file: decl.as_ref().map(|d| d.0.clone()),
+            line: decl.map(|d| d.1),
+            name,
+            addr: Some(addr),
+        })
+    }
+}
+
+fn module_name(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map(|b| b.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
+}
+
+/// Attribute, read sources, print the tables and the leaks.
+fn show(
+    modules: &[Module],
+    args: &Args,
+    dhat_run: Option<&profdev_mprof::dhat::DhatRun>,
+) -> Result<()> {
+    if modules.is_empty() {
+        bail!("no profile information (no allocation was made in the modules shown)");
+    }
+    let mut reports = Vec::new();
+    let mut leaks = Vec::new();
+    let mut pprof_sites = Vec::new();
+    let mut dhat_sites = Vec::new();
+    for m in modules {
+        // The dynamic linker's name may be a link (/lib64/ld-linux…).
+        let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
+        let obj = match ElfObject::open(&real) {
+            Ok(o) => Some(o.with_separate_debug_info()),
+            Err(e) => {
+                eprintln!("mprof: cannot read module {}: {e}", m.path);
+                None
+            }
+        };
+        if obj.as_ref().is_some_and(|o| !o.has_debug_info()) {
+            eprintln!(
+                "mprof: {} has no debug information: functions from its symbol table, no lines",
+                m.path
+            );
+        }
+        let map = ElfMap { obj };
+        let sites: Vec<(u64, u64, u64)> = m
+            .sites
+            .iter()
+            .map(|(&p, s)| (p, s.current, s.high_water))
+            .collect();
+        let a = attribute(&sites, &map);
+        let mut r = ModuleReport::new(
+            &module_name(&m.path),
+            &m.path,
+            &a,
+            (m.current, m.high_water),
+        );
+        let module_time = std::fs::metadata(&m.path).and_then(|md| md.modified()).ok();
+        for f in &mut r.files {
+            match read_bounded(Path::new(&f.path), MAX_SOURCE, Follow::Yes) {
+                Ok(bytes) => {
+                    let text = String::from_utf8_lossy(&bytes);
+                    f.text = Some(text.split_inclusive('\n').map(String::from).collect());
+                    let src_time = std::fs::metadata(&f.path).and_then(|md| md.modified()).ok();
+                    if let (Some(s), Some(t)) = (src_time, module_time) {
+                        if s > t {
+                            eprintln!(
+                                "mprof: warning: {} is newer than {}: lines may not match",
+                                f.path, m.path
+                            );
+                        }
+                    }
+                }
+                Err(_) => eprintln!("mprof: source file {} not found: line numbers only", f.path),
+            }
+        }
+        reports.push(r);
+        if args.dhat.is_some() {
+            for (&p, s) in &m.sites {
+                let pc = p.saturating_sub(1);
+                let function = map.function(pc).map_or_else(|| "???".into(), |f| f.name);
+                let place = match map.lines(pc) {
+                    Some(l) => format!("{}:{}", l.file, l.first),
+                    None => m.path.clone(),
+                };
+                dhat_sites.push(profdev_mprof::dhat::DhatSite {
+                    frame: format!("{pc:#x}: {function} ({place})"),
+                    site: *s,
+                });
+            }
+        }
+        if args.pprof.is_some() {
+            for (&p, s) in &m.sites {
+                let pc = p.saturating_sub(1);
+                let line = map.lines(pc);
+                pprof_sites.push(profdev_mprof::pprof::PprofSite {
+                    module: m.path.clone(),
+                    address: pc,
+                    function: map.function(pc).map_or_else(|| "??".into(), |f| f.name),
+                    file: line.as_ref().map_or_else(String::new, |l| l.file.clone()),
+                    line: line.map_or(0, |l| l.first),
+                    alloc_objects: s.allocs,
+                    alloc_space: s.bytes,
+                    inuse_objects: s.live,
+                    inuse_space: s.current,
+                });
+            }
+        }
+        if args.leaks {
+            for (&p, s) in &m.sites {
+                if s.live == 0 {
+                    continue;
+                }
+                let pc = p.saturating_sub(1);
+                let location = match map.lines(pc) {
+                    Some(r) => format!("{}:{}", r.file, r.first),
+                    None => format!("{}+{pc:#x}", module_name(&m.path)),
+                };
+                let function = map.function(pc).map_or_else(|| "??".into(), |f| f.name);
+                leaks.push(Leak {
+                    bytes: s.current,
+                    blocks: s.live,
+                    location,
+                    function,
+                });
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let text = format(&reports, &args.options);
+    out.write_all(text.as_bytes())?;
+    if let Some(file) = &args.pprof {
+        let data = profdev_mprof::pprof::encode(&pprof_sites);
+        profdev_safefile::write_file(Path::new(file), &data, 0o644)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
+        let json = profdev_mprof::dhat::encode(run, &dhat_sites);
+        profdev_safefile::write_file(Path::new(file), json.as_bytes(), 0o644)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    if args.leaks {
+        if !text.ends_with("\n\n") {
+            out.write_all(b"\n")?;
+        }
+        out.write_all(format_leaks(&leaks).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The records of the mounted prof device, read in the memory-mode layout.
+fn read_mounted(dir: &Path) -> Result<Vec<Module>> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let mut out = Vec::new();
+    let mut ids = Vec::new();
+    for e in entries {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(id) = u32::from_str_radix(&name, 16) else {
+            continue;
+        };
+        let path = std::fs::read_to_string(e.path().join("path"))
+            .with_context(|| format!("cannot read {}/path", e.path().display()))?
+            .trim_end_matches('\n')
+            .to_string();
+        let hist = e.path().join("histogram");
+        let text = std::fs::read_to_string(&hist)
+            .with_context(|| format!("cannot read {}", hist.display()))?;
+        let pairs = profdev_formats::prof_histogram::parse_text(&text)
+            .with_context(|| hist.display().to_string())?;
+        let m = module_of(path, &pairs);
+        ids.push(id);
+        out.push(m);
+    }
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    order.sort_by_key(|&i| ids[i]);
+    Ok(order.into_iter().map(|i| out[i].clone()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: &[&str]) -> Result<Args, String> {
+        parse_args(v.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn options() {
+        let a = parse(&[
+            "-Mfl31",
+            "-mlibc.so.6",
+            "--leaks",
+            "--wrapper",
+            "my_alloc",
+            "./x",
+            "-f",
+        ])
+        .unwrap();
+        assert!(a.options.module_totals && a.options.functions && a.options.lines);
+        assert_eq!(a.pools, ['1', '3']);
+        assert_eq!(a.modules, ["libc.so.6"]);
+        assert!(a.leaks);
+        assert_eq!(a.wrappers, ["my_alloc"]);
+        assert_eq!(a.command, ["./x", "-f"]);
+        assert_eq!(startmp_message(&a.pools), "startmp13");
+        assert_eq!(startmp_message(&[]), "startmp123");
+        assert_eq!(parse(&["-q"]).unwrap_err(), "unknown option -q");
+        assert_eq!(parse(&["--bogus"]).unwrap_err(), "unknown option --bogus");
+        assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
+        assert!(parse(&["--wrapper", "a,b", "x"]).is_err());
+    }
+
+    #[test]
+    fn the_parser_takes_exactly_the_documented_options() {
+        let cmd = command();
+        let documented: Vec<(char, bool)> = cmd
+            .get_arguments()
+            .filter(|a| a.get_id() != "help")
+            .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
+            .collect();
+        for &(c, value) in &documented {
+            let mut args = vec![format!("-{c}")];
+            if value {
+                args.push("5".into());
+            }
+            args.push("./cmd".into());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            assert!(
+                parse(&args).is_ok(),
+                "mprof --help lists -{c}, the parser refuses it"
+            );
+        }
+        for c in ('a'..='z').chain('A'..='Z').chain('0'..='9') {
+            if c != 'h' && !documented.iter().any(|&(d, _)| d == c) {
+                assert_eq!(
+                    parse(&[&format!("-{c}"), "./cmd"]).unwrap_err(),
+                    format!("unknown option -{c}"),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn static_detection() {
+        let exe = std::env::current_exe().unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        assert!(!is_static(&bytes), "the test binary is dynamically linked");
+        assert!(!is_static(b"#!/bin/sh\n"));
+    }
+}

@@ -1,0 +1,421 @@
+//! `profdev mprof` end to end: programs with known allocations at known
+//! lines (tests/data/mprof), compiled here, run under mprof; the tables and
+//! the leaks must show exactly those bytes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/mprof")
+        .join(name)
+}
+
+fn compile(compiler: &str, args: &[&str], src: &str, out: &Path) {
+    let status = Command::new(compiler)
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(data(src))
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(status.success(), "{compiler} failed on {src}");
+}
+
+fn mprof(args: &[&str], cmd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .arg("mprof")
+        .args(args)
+        .arg(cmd)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "mprof failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// The rows of module `name`'s section (up to its blank line).
+fn section<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    let start = out
+        .find(&format!("\nModule: {name}("))
+        .unwrap_or_else(|| panic!("no module {name} in:\n{out}"));
+    out[start..]
+        .lines()
+        .skip(3)
+        .take_while(|l| !l.is_empty())
+        .collect()
+}
+
+/// The first three tab-separated columns of each row.
+fn numbers(rows: &[&str]) -> Vec<String> {
+    rows.iter()
+        .map(|r| r.split('\t').take(3).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn known_sizes_at_known_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("known");
+    compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
+    let out = stdout(&mprof(&["-l", "-M", "--leaks"], &exe));
+    // 13: two threads, 256 x 4 KiB each, all live at the barrier, all freed.
+    // 23: 1000 x 100, 600 freed. 26: 64 KiB never freed. 28: 10 bytes,
+    // realloc'd (freed) at 29, which grew it to 10000 and freed it.
+    assert_eq!(
+        numbers(&section(&out, "known")),
+        [
+            "13 0 2097152",
+            "23 40000 100000",
+            "26 65536 65536",
+            "28 0 10",
+            "29 0 10000"
+        ],
+        "{out}"
+    );
+    // The module's own high water: 40000 + 65536 live when both threads
+    // held their MiB.
+    assert!(out.contains("Module totals\t105536\t2202688\n"), "{out}");
+    assert!(section(&out, "known")[1]
+        .ends_with("blocks[i] = malloc(100); /* line 23: 1000 x 100, 600 freed */"));
+    let src = data("known.c").canonicalize().unwrap();
+    let leaks = format!(
+        "bytes\tblocks\tsite\tfunction\n65536\t1\t{0}:26\tmain()\n40000\t400\t{0}:23\tmain()\n",
+        src.display()
+    );
+    assert!(out.contains(&leaks), "{out}");
+    // -f: the thread's and main's bytes.
+    let out = stdout(&mprof(&["-f", "-e"], &exe));
+    assert_eq!(
+        numbers(&section(&out, "known")),
+        ["9 0 2097152", "20 105536 175546"],
+        "{out}"
+    );
+}
+
+#[test]
+fn cplusplus_new_is_charged_to_the_users_line() {
+    if !profdev_testkit::tools("mprof's C++ test", &["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("newt");
+    compile("g++", &["-g", "-O0"], "new.cpp", &exe);
+    let out = stdout(&mprof(&["-l", "-e"], &exe));
+    assert_eq!(
+        numbers(&section(&out, "newt")),
+        ["9 1000 1000", "12 0 560"],
+        "{out}"
+    );
+    assert!(!out.contains("libstdc++"), "{out}");
+}
+
+#[test]
+fn rust_vec_growth_is_charged_to_the_users_line() {
+    if !profdev_testkit::tools("mprof's Rust test", &["rustc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (name, opt) in [("vec_opt", "-O"), ("vec_debug", "-Copt-level=0")] {
+        let exe = dir.path().join(name);
+        compile("rustc", &[opt, "-g"], "vec.rs", &exe);
+        let out = stdout(&mprof(&["-l", "-n", "--leaks", "-e"], &exe));
+        let src = data("vec.rs").canonicalize().unwrap();
+        // 1000 u64 pushed: capacity doubles 4, 8, ... 1024, each growth a
+        // realloc at the push line; the last block is kept (forgotten).
+        let row = format!("{}:5\t8192\t8192\t", src.display());
+        assert!(
+            section(&out, name).iter().any(|r| r.starts_with(&row)),
+            "{name}: {out}"
+        );
+        assert!(
+            out.contains(&format!("8192\t1\t{}:5\t", src.display())),
+            "{name}: {out}"
+        );
+        assert!(!out.contains("raw_vec"), "{name}: {out}");
+    }
+}
+
+#[test]
+fn a_static_binary_is_out_of_reach_with_a_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("static");
+    let status = Command::new("cc")
+        .args(["-static", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(data("known.c"))
+        .status()
+        .unwrap();
+    if !status.success() {
+        // No libc.a: CI's build-essential has it.
+        assert!(
+            !profdev_testkit::privileged_required(),
+            "cc -static failed (libc6-dev's libc.a missing?)"
+        );
+        eprintln!("SKIPPED static binary test: cc -static failed");
+        return;
+    }
+    let o = mprof(&[], &exe);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty(), "no profile is printed");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is statically linked: its allocations are out of reach of mprof"),
+        "{err}"
+    );
+}
+
+#[test]
+fn exit_status_and_children() {
+    // sh -c forks and execs: each process reports; the status is CMD's.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("known");
+    compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-l", "-m", "known", "sh", "-c"])
+        .arg(format!("{0}; {0}; exit 3", exe.display()))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    let out = String::from_utf8_lossy(&o.stdout);
+    // Two runs add up: twice each line's bytes.
+    assert_eq!(
+        numbers(&section(&out, "known")),
+        [
+            "13 0 4194304",
+            "23 80000 200000",
+            "26 131072 131072",
+            "28 0 20",
+            "29 0 20000"
+        ],
+        "{out}"
+    );
+}
+
+fn can_mount() -> Result<(), String> {
+    if !profdev_testkit::is_root() {
+        return Err("mounting needs root (CAP_SYS_ADMIN)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse does not exist (modprobe fuse)".into());
+    }
+    Ok(())
+}
+
+/// `startmp…` on a mounted prof/ctl, and `mprof -b`, `-c` and the bare
+/// command against the mount.
+#[test]
+fn startmp_through_the_mount() {
+    use std::io::Write;
+    if !profdev_testkit::privileged("startmp through the mount", can_mount()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().canonicalize().unwrap().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let profdev = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_profdev"));
+        c.env("PROFDEV_MOUNT", &dir);
+        c
+    };
+    let o = profdev().arg("mount").arg("-b").arg(&dir).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new(env!("CARGO_BIN_EXE_profdev"))
+                .arg("unmount")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(&dir);
+    let ctl = |msg: &str| -> std::io::Result<usize> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("prof/ctl"))?
+            .write(msg.as_bytes())
+    };
+    let errno = |r: std::io::Result<usize>| r.unwrap_err().raw_os_error();
+    let me = std::process::id();
+    assert_eq!(errno(ctl("startmp4\n")), Some(libc::EINVAL));
+    assert_eq!(errno(ctl("startmp11\n")), Some(libc::EINVAL));
+    assert_eq!(errno(ctl("startmp1 2147483647\n")), Some(libc::ESRCH));
+    let e = ctl(&format!("startmp1 {me}\n")).unwrap_err();
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::ENXIO),
+        "attaching is not built: {e}"
+    );
+    // mprof -b: memory mode with nothing hooked; a PID now is EBUSY.
+    let o = profdev().args(["mprof", "-b", "-1"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(errno(ctl(&format!("startmp1 {me}\n"))), Some(libc::EBUSY));
+    // Nothing hooked: nothing to show, said in a sentence.
+    let o = profdev().arg("mprof").output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no profile information"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // -c ends the session: the device takes startmp again.
+    let o = profdev().args(["mprof", "-c"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ctl("startmp13\n").unwrap(), 10);
+    assert_eq!(ctl("stop\n").unwrap(), 5);
+}
+
+/// `--pprof`: Go's pprof reads the export and names the sites with their
+/// exact counts (`go tool pprof -raw`).
+#[test]
+fn pprof_export_read_by_go_tool_pprof() {
+    if !profdev_testkit::tools("mprof's pprof export", &["go"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("known");
+    compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
+    let file = dir.path().join("heap.pb");
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-l", "--pprof"])
+        .arg(&file)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    stdout(&o);
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{raw}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        raw.contains(
+            "alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes[dflt]"
+        ),
+        "{raw}"
+    );
+    let src = data("known.c").canonicalize().unwrap();
+    // Each site: its sample's four values and its location's line.
+    for (values, line) in [
+        ("512    2097152          0          0", 13),
+        ("1000     100000        400      40000", 23),
+        ("1      65536          1      65536", 26),
+        ("1         10          0          0", 28),
+        ("1      10000          0          0", 29),
+    ] {
+        let loc = raw
+            .lines()
+            .find(|l| {
+                l.contains(&format!(" {}:{line} ", src.display())) && l.contains(" main ")
+                    || l.contains(&format!("thread_body {}:{line} ", src.display()))
+            })
+            .unwrap_or_else(|| panic!("no location at line {line}: {raw}"));
+        let id = loc.trim().split(':').next().unwrap();
+        assert!(
+            raw.lines().any(|l| l.trim_start().starts_with(values)
+                && l.trim_end().ends_with(&format!(": {id}"))),
+            "line {line}: {values}: {raw}"
+        );
+    }
+}
+
+/// `--dhat`: the JSON passes the checks of valgrind's own viewer
+/// (`dh_view.js`: its `checkFields` and `checkPP`, and the top-level field
+/// list and version of its `buildTree`, run by node), and carries exact
+/// figures: bytes at t-gmax are the sites' bytes when both threads held
+/// their MiB.
+#[test]
+fn dhat_export_passes_dh_view_checks() {
+    const VIEWER: &str = "/usr/libexec/valgrind/dh_view.js";
+    if !profdev_testkit::tools("mprof's DHAT export", &["node"]) {
+        return;
+    }
+    if !Path::new(VIEWER).exists() {
+        assert!(
+            !profdev_testkit::privileged_required(),
+            "{VIEWER} is missing (apt-get install valgrind)"
+        );
+        eprintln!("SKIPPED mprof's DHAT export: {VIEWER} missing (valgrind)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("known");
+    compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
+    let file = dir.path().join("dhat.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-l", "--dhat"])
+        .arg(&file)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    stdout(&o);
+    let script = r#"
+const fs = require('fs');
+const src = fs.readFileSync(process.argv[1], 'utf8');
+function grab(name) {
+  const i = src.indexOf('function ' + name + '(');
+  if (i < 0) throw new Error('no ' + name);
+  let depth = 0;
+  for (let k = src.indexOf('{', i); k < src.length; k++) {
+    if (src[k] == '{') depth++;
+    else if (src[k] == '}' && --depth == 0) return src.slice(i, k + 1);
+  }
+}
+eval(grab('checkFields') + '\n' + grab('checkPP'));
+const version = Number(/const kExpectedFileVersion = (\d+);/.exec(src)[1]);
+const fields = eval(/let fields = (\[[^\]]*\]);/.exec(src)[1]);
+var gData = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+checkFields(gData, fields);
+if (gData.dhatFileVersion != version) throw new Error('version ' + gData.dhatFileVersion);
+if (gData.bklt) checkFields(gData, ['tg', 'tuth']);
+for (const pp of gData.pps) {
+  checkPP(pp);
+  for (const f of pp.fs) if (!(f in gData.ftbl)) throw new Error('frame ' + f);
+}
+if (gData.ftbl[0] !== '[root]') throw new Error('ftbl[0]');
+for (const [i, pp] of gData.pps.entries())
+  console.log([pp.tb, pp.tbk, pp.mb, pp.gb, pp.eb, pp.ebk].join(' ') + ' ' + gData.ftbl[pp.fs[0]]);
+"#;
+    let o = Command::new("node")
+        .arg("-e")
+        .arg(script)
+        .arg(VIEWER)
+        .arg(&file)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{}{out}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let src = data("known.c").canonicalize().unwrap();
+    // tb tbk mb gb eb ebk, then the frame.
+    for (row, line) in [
+        ("2097152 512 2097152 2097152 0 0", 13),
+        ("100000 1000 100000 40000 40000 400", 23),
+        ("65536 1 65536 65536 65536 1", 26),
+        ("10 1 10 0 0 0", 28),
+        ("10000 1 10000 0 0 0", 29),
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("{row} 0x"))
+                && l.ends_with(&format!("({}:{line})", src.display()))),
+            "line {line}: {row}:\n{out}"
+        );
+    }
+}

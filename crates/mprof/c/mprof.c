@@ -1,0 +1,1166 @@
+/*
+ * libprofdev_mprof.so: profdev mprof's accounting library (LD_PRELOAD).
+ *
+ * Interposes the malloc family and charges each block's requested bytes to
+ * its allocating site: the return address of the allocation call, or, when
+ * that lies in a known wrapper (operator new, Rust's alloc crate, strdup,
+ * g_malloc, xmalloc...), the first return address outside the wrappers.
+ * A free subtracts the block's bytes from the site that allocated it;
+ * high-water marks (per site, per module) rise on allocation only.
+ *
+ * Bookkeeping lives beside the blocks: a table keyed by block address,
+ * split into 256 shards each behind its own spin lock, so a block this
+ * library did not allocate (before it was loaded, or while it was busy
+ * inside itself) is never subtracted from anything. Counters are atomic:
+ * no update is lost between threads and high water is exact.
+ *
+ * The real allocator is glibc's, reached through its exported
+ * __libc_malloc family (no dlsym, which itself allocates). On exit the
+ * counters are written to a fresh file (O_CREAT|O_EXCL|O_NOFOLLOW, 0600)
+ * in the private directory named by PROFDEV_MPROF_DIR.
+ *
+ * fork: the child starts from zero (its tables are emptied), so summing
+ * the reports of all processes counts every allocation once; blocks the
+ * child inherited are not in its table and their frees are not counted.
+ * exec: LD_PRELOAD stays in the environment and the new image loads this
+ * library afresh; each image writes its own report.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <unwind.h>
+
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+
+#define EXPORT __attribute__((visibility("default")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- state ------------------------------------------------------------ */
+
+static __thread int busy __attribute__((tls_model("initial-exec")));
+static int inited;
+static int enabled;
+/* PROFDEV_MPROF_DHAT=1 (mprof --dhat): also block lifetimes, blocks per
+ * site, and every site's bytes at the global peak (t-gmax), under one
+ * global lock. Times are microseconds of CLOCK_MONOTONIC since start. */
+static int dhat;
+static uint64_t t0, tg;
+static int peak_pending;
+static int64_t gcur, ghw;
+static char outdir[4096];
+static char extra_wrappers[1024];
+
+static void *map(size_t n)
+{
+    void *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? 0 : p;
+}
+
+/* Modules: each link map seen at a site. */
+#define MAX_MODULES 1024
+struct module {
+    uintptr_t l_addr;
+    const void *lm;
+    char path[512];
+    uint64_t dev, ino;
+    char pad0[64 - (2 * sizeof(void *) + 512 + 16) % 64];
+    /* Guards cur and hw, and the cur and hw of the module's sites: one
+     * lock per update, and a site's and its module's counters change
+     * together, so the module's high water is that of its sites' sum. */
+    atomic_flag lock;
+    int64_t cur, hw;
+    char pad1[64 - sizeof(atomic_flag) - 2 * sizeof(int64_t)];
+};
+/* The counters of sites in no module. */
+static struct module nomodule;
+static struct module *modules;
+static _Atomic int nmodules;
+static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Sites, keyed by their (runtime) return address. */
+#define SITE_BITS 16
+#define NSITES (1u << SITE_BITS)
+/* Each counter two threads may update at once has a cache line of its
+ * own: a site's pc and module are read on every call, its current bytes
+ * change on every call, its high water only when it rises, and its
+ * allocation counts only when a thread's buffer gives them up. */
+struct site {
+    _Atomic uintptr_t pc;
+    _Atomic int module; /* 0 unresolved, -1 none, else index + 1 */
+    char pad0[64 - sizeof(uintptr_t) - sizeof(int)];
+    int64_t cur, hw; /* under the module's lock */
+    int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
+    uint64_t tl;
+    char pad1[64 - 7 * sizeof(int64_t)];
+    _Atomic uint64_t nalloc, bytes;
+    char pad2[64 - 2 * sizeof(uint64_t)];
+};
+static struct site *sites;
+static uint32_t *used; /* indices of created sites (DHAT's snapshots) */
+static _Atomic uint32_t nused;
+
+/* Return-address classification cache: 1 plain, 2 wrapper. */
+#define CLS_BITS 16
+#define NCLS (1u << CLS_BITS)
+struct cls {
+    _Atomic uintptr_t pc;
+    _Atomic int value;
+};
+static struct cls *cls;
+
+/* Wrapper ranges found in the modules' symbol tables. */
+#define MAX_RANGES 65536
+struct range {
+    uintptr_t lo, hi;
+};
+static struct range *ranges;
+static _Atomic int nranges;
+#define MAX_SCANNED 1024
+static const void *scanned[MAX_SCANNED];
+static int nscanned;
+static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Blocks: 256 shards of open-addressing tables keyed by address. */
+#define NSHARDS 256
+struct block {
+    uintptr_t addr;
+    uint64_t size;
+    uint32_t site;
+    uint32_t pad;
+    uint64_t t; /* DHAT: allocation time */
+};
+struct shard {
+    atomic_flag lock;
+    uint32_t cap, count;
+    struct block *tab;
+    char pad[64 - sizeof(atomic_flag) - 8 - sizeof(void *)];
+};
+static struct shard shards[NSHARDS] __attribute__((aligned(64)));
+
+static _Atomic uint64_t untracked_allocs, unknown_frees, table_failures;
+
+/* Per-thread allocation counts (blocks and bytes per site), direct-mapped
+ * by site; an entry given up to another site is added to the site's
+ * shared counters, as is a whole buffer when its thread exits (then the
+ * buffer is kept for the next thread). The report adds every buffer. */
+#define TB 256
+struct tbuf {
+    struct tbuf *next, *next_free;
+    uint32_t site[TB]; /* index + 1; 0 empty */
+    uint64_t n[TB], bytes[TB];
+};
+static __thread struct tbuf *mybuf __attribute__((tls_model("initial-exec")));
+static struct tbuf *all_bufs, *free_bufs;
+static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t buf_key;
+
+/* ---- helpers --------------------------------------------------------- */
+
+static inline uint64_t hash(uintptr_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* glibc's flag: true until the process creates its first thread (and
+ * never true again). While it holds, no lock is taken: only this thread
+ * can be inside the library. */
+extern char __libc_single_threaded;
+
+static inline void spin(atomic_flag *f)
+{
+    if (__libc_single_threaded)
+        return;
+    for (unsigned n = 0; atomic_flag_test_and_set_explicit(f, memory_order_acquire); n++) {
+        if (n < 64)
+            __builtin_ia32_pause();
+        else
+            sched_yield(); /* the holder may have lost its CPU */
+    }
+}
+static inline void unspin(atomic_flag *f)
+{
+    atomic_flag_clear_explicit(f, memory_order_release);
+}
+static inline void lock(struct shard *s) { spin(&s->lock); }
+static inline void unlock(struct shard *s) { unspin(&s->lock); }
+
+static inline uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0;
+}
+
+static atomic_flag global_lock;
+
+/* DHAT: every site's bytes and blocks now are those at t-gmax. */
+static void snapshot_peak(void)
+{
+    uint32_t n = atomic_load(&nused);
+    for (uint32_t i = 0; i < n; i++) {
+        struct site *s = &sites[used[i]];
+        s->gb = s->cur;
+        s->gbk = s->curbk;
+    }
+    peak_pending = 0;
+}
+
+/* Bytes charged to or taken from a site and its module, together. */
+static inline struct module *module_of_site(struct site *s)
+{
+    int m = atomic_load_explicit(&s->module, memory_order_acquire) - 1;
+    return m >= 0 ? &modules[m] : &nomodule;
+}
+
+static inline void charge(struct site *s, int64_t size, int raise)
+{
+    struct module *m = module_of_site(s);
+    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    spin(l);
+    if (dhat) {
+        s->curbk++;
+        gcur += size;
+        if (raise && gcur > ghw) {
+            ghw = gcur;
+            tg = now_us();
+            peak_pending = 1;
+        }
+        if (raise && s->cur + size > s->hw)
+            s->hwbk = s->curbk;
+    }
+    s->cur += size;
+    m->cur += size;
+    if (raise) {
+        if (s->cur > s->hw)
+            s->hw = s->cur;
+        if (m->cur > m->hw)
+            m->hw = m->cur;
+    }
+    unspin(l);
+}
+
+/* Never below 0, though each free matches an allocation. */
+static inline void discharge(struct site *s, int64_t size, uint64_t born)
+{
+    struct module *m = module_of_site(s);
+    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    spin(l);
+    if (dhat) {
+        if (peak_pending) /* the peak is behind us: keep its picture */
+            snapshot_peak();
+        s->curbk--;
+        gcur -= size;
+        s->tl += now_us() - born;
+    }
+    s->cur = s->cur > size ? s->cur - size : 0;
+    m->cur = m->cur > size ? m->cur - size : 0;
+    unspin(l);
+}
+
+/* ---- symbol tables: which return addresses are wrappers -------------- */
+
+static int is_wrapper_name(const char *n)
+{
+    static const char *exact[] = {
+        "strdup", "strndup", "__strdup", "__strndup", "wcsdup", "asprintf", "vasprintf",
+        "__asprintf", "__vasprintf_internal", "open_memstream", "getline", "getdelim",
+        "xmalloc", "xcalloc", "xrealloc", "xstrdup", "xstrndup", "xmemdup", "xzalloc",
+        "g_malloc", "g_malloc0", "g_realloc", "g_try_malloc", "g_try_malloc0",
+        "g_try_realloc", "g_malloc_n", "g_malloc0_n", "g_realloc_n", "g_strdup",
+        "g_strndup", "g_memdup", "g_memdup2", "g_slice_alloc", "g_slice_alloc0",
+        "__rust_alloc", "__rust_alloc_zeroed", "__rust_realloc", "__rdl_alloc",
+        "__rdl_alloc_zeroed", "__rdl_realloc", "__rg_alloc", "__rg_alloc_zeroed",
+        "__rg_realloc", 0};
+    for (int i = 0; exact[i]; i++)
+        if (!strcmp(n, exact[i]))
+            return 1;
+    /* C++ operator new / new[] (all variants): _Znwm, _Znam, _ZnwmRKSt9nothrow_t... */
+    if (!strncmp(n, "_Znw", 4) || !strncmp(n, "_Zna", 4))
+        return 1;
+    /* Rust's alloc crate (RawVec growth, finish_grow, Vec, String, Box...)
+     * and std's System allocator, legacy mangling. */
+    if (!strncmp(n, "_ZN5alloc", 9))
+        return 1;
+    if (!strncmp(n, "_ZN3std3sys", 11) && strstr(n, "alloc"))
+        return 1;
+    if (!strncmp(n, "_ZN4core3ptr", 12) && strstr(n, "alloc"))
+        return 1;
+    /* v0 mangling of the alloc crate: _RNv...5alloc... */
+    if (!strncmp(n, "_R", 2) && strstr(n, "5alloc") && !strstr(n, "3std"))
+        return 1;
+    if (extra_wrappers[0]) {
+        const char *p = extra_wrappers;
+        size_t len = strlen(n);
+        while (*p) {
+            const char *e = strchr(p, ',');
+            size_t l = e ? (size_t)(e - p) : strlen(p);
+            if (l == len && !strncmp(p, n, l))
+                return 1;
+            if (!e)
+                break;
+            p = e + 1;
+        }
+    }
+    return 0;
+}
+
+static void add_range(uintptr_t lo, uintptr_t hi)
+{
+    int n = atomic_load(&nranges);
+    if (n >= MAX_RANGES)
+        return;
+    ranges[n].lo = lo;
+    ranges[n].hi = hi;
+    atomic_store_explicit(&nranges, n + 1, memory_order_release);
+}
+
+static void scan_symtab(const unsigned char *img, size_t len, const Elf64_Shdr *sh, int nsh,
+                        int idx, uintptr_t base)
+{
+    const Elf64_Shdr *s = &sh[idx];
+    if (s->sh_link >= (unsigned)nsh || s->sh_entsize != sizeof(Elf64_Sym))
+        return;
+    const Elf64_Shdr *str = &sh[s->sh_link];
+    if (s->sh_offset + s->sh_size > len || str->sh_offset + str->sh_size > len)
+        return;
+    const Elf64_Sym *sym = (const Elf64_Sym *)(img + s->sh_offset);
+    size_t n = s->sh_size / sizeof(Elf64_Sym);
+    const char *names = (const char *)img + str->sh_offset;
+    for (size_t i = 0; i < n; i++) {
+        if (ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC || !sym[i].st_size || !sym[i].st_value)
+            continue;
+        if (sym[i].st_name >= str->sh_size)
+            continue;
+        const char *nm = names + sym[i].st_name;
+        if (!memchr(nm, 0, str->sh_size - sym[i].st_name))
+            continue;
+        if (is_wrapper_name(nm))
+            add_range(base + sym[i].st_value, base + sym[i].st_value + sym[i].st_size);
+    }
+}
+
+/* Scan a module's .symtab and .dynsym once for wrapper functions. */
+static void scan_module(const struct link_map *lm)
+{
+    pthread_mutex_lock(&scan_lock);
+    for (int i = 0; i < nscanned; i++)
+        if (scanned[i] == lm)
+            goto out;
+    if (nscanned < MAX_SCANNED)
+        scanned[nscanned++] = lm;
+    const char *path = lm->l_name && lm->l_name[0] ? lm->l_name : "/proc/self/exe";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        goto out;
+    struct stat st;
+    if (fstat(fd, &st) || st.st_size < (off_t)sizeof(Elf64_Ehdr)) {
+        close(fd);
+        goto out;
+    }
+    size_t len = st.st_size;
+    const unsigned char *img = mmap(0, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (img == MAP_FAILED)
+        goto out;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    if (!memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+        eh->e_shentsize == sizeof(Elf64_Shdr) &&
+        eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) <= len) {
+        const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
+        for (int i = 0; i < eh->e_shnum; i++)
+            if (sh[i].sh_type == SHT_SYMTAB || sh[i].sh_type == SHT_DYNSYM)
+                scan_symtab(img, len, sh, eh->e_shnum, i, lm->l_addr);
+    }
+    munmap((void *)img, len);
+out:
+    pthread_mutex_unlock(&scan_lock);
+}
+
+static int in_wrapper_ranges(uintptr_t pc)
+{
+    int n = atomic_load_explicit(&nranges, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (pc >= ranges[i].lo && pc < ranges[i].hi)
+            return 1;
+    return 0;
+}
+
+static const struct link_map *link_map_of(uintptr_t pc)
+{
+    Dl_info info;
+    struct link_map *lm = 0;
+    if (!dladdr1((void *)pc, &info, (void **)&lm, RTLD_DL_LINKMAP))
+        return 0;
+    return lm;
+}
+
+/* Is the return address pc inside a wrapper? Cached per address. */
+static int is_wrapper(uintptr_t pc)
+{
+    uint64_t h = hash(pc);
+    for (unsigned i = 0; i < 8; i++) {
+        struct cls *c = &cls[(h + i) & (NCLS - 1)];
+        uintptr_t k = atomic_load_explicit(&c->pc, memory_order_acquire);
+        if (k == pc) {
+            int v = atomic_load_explicit(&c->value, memory_order_acquire);
+            if (v)
+                return v == 2;
+            break;
+        }
+        if (k == 0)
+            break;
+    }
+    const struct link_map *lm = link_map_of(pc);
+    if (lm)
+        scan_module(lm);
+    int v = in_wrapper_ranges(pc - 1) ? 2 : 1;
+    for (unsigned i = 0; i < 8; i++) {
+        struct cls *c = &cls[(h + i) & (NCLS - 1)];
+        uintptr_t zero = 0;
+        if (atomic_compare_exchange_strong(&c->pc, &zero, pc) || zero == pc) {
+            atomic_store_explicit(&c->value, v, memory_order_release);
+            break;
+        }
+    }
+    return v == 2;
+}
+
+/* ---- modules and sites ------------------------------------------------ */
+
+static int module_index(uintptr_t pc)
+{
+    const struct link_map *lm = link_map_of(pc);
+    if (!lm)
+        return -1;
+    int n = atomic_load_explicit(&nmodules, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (modules[i].lm == lm)
+            return i;
+    pthread_mutex_lock(&module_lock);
+    n = atomic_load(&nmodules);
+    for (int i = 0; i < n; i++)
+        if (modules[i].lm == lm) {
+            pthread_mutex_unlock(&module_lock);
+            return i;
+        }
+    int r = -1;
+    if (n < MAX_MODULES) {
+        struct module *m = &modules[n];
+        m->lm = lm;
+        m->l_addr = lm->l_addr;
+        if (lm->l_name && lm->l_name[0]) {
+            strncpy(m->path, lm->l_name, sizeof m->path - 1);
+        } else {
+            ssize_t k = readlink("/proc/self/exe", m->path, sizeof m->path - 1);
+            m->path[k > 0 ? k : 0] = 0;
+        }
+        struct stat st;
+        if (!stat(m->path, &st)) {
+            m->dev = st.st_dev;
+            m->ino = st.st_ino;
+        }
+        atomic_store_explicit(&nmodules, n + 1, memory_order_release);
+        r = n;
+    }
+    pthread_mutex_unlock(&module_lock);
+    return r;
+}
+
+/* The site of pc (created on first use); its index, or NSITES if full. */
+static uint32_t site_of(uintptr_t pc)
+{
+    uint64_t h = hash(pc);
+    for (unsigned i = 0; i < NSITES; i++) {
+        uint32_t j = (h + i) & (NSITES - 1);
+        struct site *s = &sites[j];
+        uintptr_t k = atomic_load_explicit(&s->pc, memory_order_acquire);
+        if (k == pc) {
+            /* Created by another thread: wait (bounded) for its module. */
+            for (int spin = 0; spin < 100000 &&
+                               atomic_load_explicit(&s->module, memory_order_acquire) == 0;
+                 spin++)
+                __builtin_ia32_pause();
+            return j;
+        }
+        if (k == 0) {
+            uintptr_t zero = 0;
+            if (atomic_compare_exchange_strong(&s->pc, &zero, pc)) {
+                used[atomic_fetch_add(&nused, 1)] = j;
+                int m = module_index(pc);
+                atomic_store_explicit(&s->module, m < 0 ? -1 : m + 1, memory_order_release);
+                return j;
+            }
+            if (zero == pc) {
+                i--; /* re-examine this slot */
+                continue;
+            }
+        }
+    }
+    return NSITES;
+}
+
+/* ---- the block table -------------------------------------------------- */
+
+static int shard_grow(struct shard *s)
+{
+    uint32_t ncap = s->cap ? s->cap * 2 : 1024;
+    struct block *nt = map((size_t)ncap * sizeof(struct block));
+    if (!nt)
+        return -1;
+    for (uint32_t i = 0; i < s->cap; i++) {
+        if (!s->tab[i].addr)
+            continue;
+        uint64_t j = (hash(s->tab[i].addr) >> 8) & (ncap - 1);
+        while (nt[j].addr)
+            j = (j + 1) & (ncap - 1);
+        nt[j] = s->tab[i];
+    }
+    if (s->tab)
+        munmap(s->tab, (size_t)s->cap * sizeof(struct block));
+    s->tab = nt;
+    s->cap = ncap;
+    return 0;
+}
+
+static void table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t)
+{
+    uint64_t h = hash(addr);
+    struct shard *s = &shards[h & (NSHARDS - 1)];
+    lock(s);
+    if ((s->count + 1) * 2 > s->cap && shard_grow(s)) {
+        unlock(s);
+        atomic_fetch_add(&table_failures, 1);
+        return;
+    }
+    uint64_t j = (h >> 8) & (s->cap - 1);
+    while (s->tab[j].addr && s->tab[j].addr != addr)
+        j = (j + 1) & (s->cap - 1);
+    if (!s->tab[j].addr)
+        s->count++;
+    s->tab[j].addr = addr;
+    s->tab[j].size = size;
+    s->tab[j].site = site;
+    s->tab[j].t = t;
+    unlock(s);
+}
+
+/* Remove addr; 1 and its size and site if it was there. */
+static int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t)
+{
+    uint64_t h = hash(addr);
+    struct shard *s = &shards[h & (NSHARDS - 1)];
+    lock(s);
+    if (!s->cap) {
+        unlock(s);
+        return 0;
+    }
+    uint32_t mask = s->cap - 1;
+    uint64_t j = (h >> 8) & mask;
+    while (s->tab[j].addr && s->tab[j].addr != addr)
+        j = (j + 1) & mask;
+    if (!s->tab[j].addr) {
+        unlock(s);
+        return 0;
+    }
+    *size = s->tab[j].size;
+    *site = s->tab[j].site;
+    *t = s->tab[j].t;
+    /* Backward-shift deletion. */
+    uint64_t i = j;
+    for (;;) {
+        s->tab[i].addr = 0;
+        uint64_t k = i;
+        for (;;) {
+            k = (k + 1) & mask;
+            if (!s->tab[k].addr) {
+                s->count--;
+                unlock(s);
+                return 1;
+            }
+            uint64_t home = (hash(s->tab[k].addr) >> 8) & mask;
+            /* Can the entry at k move to i? Only if home is not in (i, k]. */
+            if ((i <= k) ? (home <= i || home > k) : (home <= i && home > k))
+                break;
+        }
+        s->tab[i] = s->tab[k];
+        i = k;
+    }
+}
+
+/* ---- accounting ------------------------------------------------------- */
+
+static void init(void);
+
+struct walk {
+    uintptr_t ra;
+    int found;
+    uintptr_t site;
+};
+
+static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg)
+{
+    struct walk *w = arg;
+    uintptr_t ip = _Unwind_GetIP(ctx);
+    if (!ip)
+        return _URC_END_OF_STACK;
+    if (!w->found) {
+        if (ip == w->ra)
+            w->found = 1;
+        return _URC_NO_REASON;
+    }
+    if (is_wrapper(ip))
+        return _URC_NO_REASON;
+    w->site = ip;
+    return _URC_END_OF_STACK;
+}
+
+/* The site for a call whose return address is ra. */
+static uintptr_t resolve_site(uintptr_t ra)
+{
+    if (LIKELY(!is_wrapper(ra)))
+        return ra;
+    struct walk w = {ra, 0, ra};
+    _Unwind_Backtrace(walk_cb, &w);
+    return w.site;
+}
+
+static void flush_entry(struct tbuf *b, int k)
+{
+    if (b->site[k]) {
+        struct site *s = &sites[b->site[k] - 1];
+        atomic_fetch_add_explicit(&s->nalloc, b->n[k], memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, b->bytes[k], memory_order_relaxed);
+    }
+    b->site[k] = 0;
+    b->n[k] = b->bytes[k] = 0;
+}
+
+static void thread_done(void *arg)
+{
+    struct tbuf *b = arg;
+    int was = busy;
+    busy = 1;
+    for (int k = 0; k < TB; k++)
+        flush_entry(b, k);
+    pthread_mutex_lock(&buf_lock);
+    b->next_free = free_bufs;
+    free_bufs = b;
+    pthread_mutex_unlock(&buf_lock);
+    mybuf = 0;
+    busy = was;
+}
+
+static struct tbuf *new_buf(void)
+{
+    pthread_mutex_lock(&buf_lock);
+    struct tbuf *b = free_bufs;
+    if (b)
+        free_bufs = b->next_free;
+    else if ((b = map(sizeof *b))) {
+        b->next = all_bufs;
+        all_bufs = b;
+    }
+    pthread_mutex_unlock(&buf_lock);
+    if (b)
+        pthread_setspecific(buf_key, b);
+    return b;
+}
+
+static inline void count_alloc(uint32_t si, uint64_t size)
+{
+    struct tbuf *b = mybuf;
+    if (UNLIKELY(!b) && !(b = mybuf = new_buf())) {
+        struct site *s = &sites[si];
+        atomic_fetch_add_explicit(&s->nalloc, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, size, memory_order_relaxed);
+        return;
+    }
+    int k = si & (TB - 1);
+    if (UNLIKELY(b->site[k] != si + 1)) {
+        flush_entry(b, k);
+        b->site[k] = si + 1;
+    }
+    b->n[k]++;
+    b->bytes[k] += size;
+}
+
+static void account_alloc(void *p, uint64_t size, uintptr_t ra)
+{
+    uint32_t si = site_of(resolve_site(ra));
+    if (UNLIKELY(si == NSITES)) {
+        atomic_fetch_add(&untracked_allocs, 1);
+        return;
+    }
+    charge(&sites[si], size, 1);
+    count_alloc(si, size);
+    table_insert((uintptr_t)p, size, si, dhat ? now_us() : 0);
+}
+
+/* Take p out of the books; 1 (and its size and site) if it was in them. */
+static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t)
+{
+    if (!table_remove((uintptr_t)p, size, si, t)) {
+        atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
+        return 0;
+    }
+    discharge(&sites[*si], *size, *t);
+    return 1;
+}
+
+/* Put back a block a failed realloc left in place (no high-water change:
+ * its bytes were counted before). */
+static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t)
+{
+    charge(&sites[si], size, 0);
+    if (dhat) /* its lifetime so far was counted at the failed realloc */
+        t = now_us();
+    table_insert((uintptr_t)p, size, si, t);
+}
+
+#define ENTER()                                                                                    \
+    int track = enabled && !busy;                                                                  \
+    if (UNLIKELY(!inited))                                                                         \
+        init(), track = enabled && !busy;                                                          \
+    if (track)                                                                                     \
+        busy = 1
+#define LEAVE()                                                                                    \
+    if (track)                                                                                     \
+    busy = 0
+
+EXPORT void *malloc(size_t n)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    ENTER();
+    void *p = __libc_malloc(n);
+    if (track && p)
+        account_alloc(p, n, ra);
+    else if (p)
+        atomic_fetch_add_explicit(&untracked_allocs, 1, memory_order_relaxed);
+    LEAVE();
+    return p;
+}
+
+EXPORT void free(void *p)
+{
+    if (!p)
+        return;
+    ENTER();
+    uint64_t size, t;
+    uint32_t si;
+    if (track)
+        account_free(p, &size, &si, &t);
+    __libc_free(p);
+    LEAVE();
+}
+
+EXPORT void *calloc(size_t a, size_t b)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    ENTER();
+    void *p = __libc_calloc(a, b);
+    if (track && p)
+        account_alloc(p, (uint64_t)a * b, ra);
+    LEAVE();
+    return p;
+}
+
+static void *realloc_at(void *old, size_t n, uintptr_t ra)
+{
+    ENTER();
+    uint64_t size = 0, t = 0;
+    uint32_t si = 0;
+    int had = track && old && account_free(old, &size, &si, &t);
+    void *p = __libc_realloc(old, n);
+    if (track) {
+        if (p)
+            account_alloc(p, n, ra);
+        else if (old && n && had)
+            account_restore(old, size, si, t); /* failed: the old block stays */
+    }
+    LEAVE();
+    return p;
+}
+
+EXPORT void *realloc(void *old, size_t n)
+{
+    return realloc_at(old, n, (uintptr_t)__builtin_return_address(0));
+}
+
+EXPORT void *reallocarray(void *old, size_t a, size_t b)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    size_t n;
+    if (__builtin_mul_overflow(a, b, &n)) {
+        errno = ENOMEM;
+        return 0;
+    }
+    return realloc_at(old, n, ra);
+}
+
+static void *aligned_at(size_t align, size_t n, uintptr_t ra)
+{
+    ENTER();
+    void *p = __libc_memalign(align, n);
+    if (track && p)
+        account_alloc(p, n, ra);
+    LEAVE();
+    return p;
+}
+
+EXPORT void *memalign(size_t align, size_t n)
+{
+    return aligned_at(align, n, (uintptr_t)__builtin_return_address(0));
+}
+
+EXPORT void *aligned_alloc(size_t align, size_t n)
+{
+    return aligned_at(align, n, (uintptr_t)__builtin_return_address(0));
+}
+
+EXPORT int posix_memalign(void **out, size_t align, size_t n)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    if (align < sizeof(void *) || (align & (align - 1)))
+        return EINVAL;
+    void *p = aligned_at(align, n, ra);
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+EXPORT void *valloc(size_t n)
+{
+    return aligned_at(sysconf(_SC_PAGESIZE), n, (uintptr_t)__builtin_return_address(0));
+}
+
+EXPORT void *pvalloc(size_t n)
+{
+    size_t pg = sysconf(_SC_PAGESIZE);
+    return aligned_at(pg, (n + pg - 1) & ~(pg - 1), (uintptr_t)__builtin_return_address(0));
+}
+
+/* ---- fork, init, report ----------------------------------------------- */
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&module_lock);
+    pthread_mutex_lock(&scan_lock);
+    pthread_mutex_lock(&buf_lock);
+    for (int i = 0; i < NSHARDS; i++)
+        lock(&shards[i]);
+    for (int i = 0; i < nmodules; i++)
+        spin(&modules[i].lock);
+    spin(&nomodule.lock);
+    spin(&global_lock);
+}
+
+static void after_fork_parent(void)
+{
+    unspin(&global_lock);
+    unspin(&nomodule.lock);
+    for (int i = 0; i < nmodules; i++)
+        unspin(&modules[i].lock);
+    for (int i = 0; i < NSHARDS; i++)
+        unlock(&shards[i]);
+    pthread_mutex_unlock(&buf_lock);
+    pthread_mutex_unlock(&scan_lock);
+    pthread_mutex_unlock(&module_lock);
+}
+
+static void after_fork_child(void)
+{
+    /* The child starts from zero: empty tables and counters. */
+    for (int i = 0; i < NSHARDS; i++) {
+        struct shard *s = &shards[i];
+        if (s->tab)
+            munmap(s->tab, (size_t)s->cap * sizeof(struct block));
+        s->tab = 0;
+        s->cap = s->count = 0;
+        unlock(s);
+    }
+    for (unsigned i = 0; i < NSITES; i++) {
+        struct site *s = &sites[i];
+        if (!s->pc)
+            continue;
+        s->cur = s->hw = 0;
+        s->curbk = s->hwbk = s->gb = s->gbk = 0;
+        s->tl = 0;
+        s->nalloc = s->bytes = 0;
+    }
+    gcur = ghw = 0;
+    peak_pending = 0;
+    tg = 0;
+    if (dhat)
+        t0 += now_us(); /* the child's times start at its fork */
+    atomic_flag_clear(&global_lock);
+    for (struct tbuf *b = all_bufs; b; b = b->next)
+        for (int k = 0; k < TB; k++)
+            b->site[k] = 0, b->n[k] = b->bytes[k] = 0;
+    pthread_mutex_init(&buf_lock, 0);
+    int n = nmodules;
+    for (int i = 0; i < n; i++) {
+        modules[i].cur = modules[i].hw = 0;
+        unspin(&modules[i].lock);
+    }
+    nomodule.cur = nomodule.hw = 0;
+    unspin(&nomodule.lock);
+    untracked_allocs = unknown_frees = table_failures = 0;
+    pthread_mutex_unlock(&scan_lock);
+    pthread_mutex_unlock(&module_lock);
+}
+
+static void init(void)
+{
+    if (inited)
+        return;
+    inited = 1;
+    busy = 1;
+    const char *d = getenv("PROFDEV_MPROF_DIR");
+    const char *w = getenv("PROFDEV_MPROF_WRAPPERS");
+    if (w)
+        strncpy(extra_wrappers, w, sizeof extra_wrappers - 1);
+    modules = map(sizeof(struct module) * MAX_MODULES);
+    sites = map(sizeof(struct site) * NSITES);
+    cls = map(sizeof(struct cls) * NCLS);
+    used = map(sizeof(uint32_t) * NSITES);
+    const char *dh = getenv("PROFDEV_MPROF_DHAT");
+    dhat = dh && dh[0] == '1';
+    if (dhat) {
+        t0 = 0;
+        t0 = now_us();
+    }
+    ranges = map(sizeof(struct range) * MAX_RANGES);
+    if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges && used) {
+        strcpy(outdir, d);
+        pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+        if (!pthread_key_create(&buf_key, thread_done))
+            enabled = 1;
+    }
+    busy = 0;
+}
+
+__attribute__((constructor)) static void ctor(void) { init(); }
+
+struct out {
+    int fd;
+    size_t n;
+    char buf[8192];
+};
+
+static void flush(struct out *o)
+{
+    size_t off = 0;
+    while (off < o->n) {
+        ssize_t k = write(o->fd, o->buf + off, o->n - off);
+        if (k <= 0) {
+            if (k < 0 && errno == EINTR)
+                continue;
+            break;
+        }
+        off += k;
+    }
+    o->n = 0;
+}
+
+static void put(struct out *o, const char *s)
+{
+    size_t l = strlen(s);
+    if (o->n + l > sizeof o->buf)
+        flush(o);
+    if (l > sizeof o->buf)
+        l = sizeof o->buf;
+    memcpy(o->buf + o->n, s, l);
+    o->n += l;
+}
+
+static void put_u(struct out *o, uint64_t v, int base)
+{
+    char t[24];
+    int i = sizeof t;
+    t[--i] = 0;
+    do {
+        t[--i] = "0123456789abcdef"[v % base];
+        v /= base;
+    } while (v);
+    if (base == 16) {
+        t[--i] = 'x';
+        t[--i] = '0';
+    }
+    put(o, t + i);
+}
+
+static void put_i(struct out *o, int64_t v)
+{
+    if (v < 0) {
+        put(o, "-");
+        put_u(o, -(uint64_t)v, 10);
+    } else
+        put_u(o, v, 10);
+}
+
+/* Write the report: mprof.<pid>.<k>, O_EXCL|O_NOFOLLOW, 0600. */
+static void report(void)
+{
+    char path[4200];
+    int fd = -1;
+    pid_t pid = getpid();
+    for (int k = 0; k < 1000 && fd < 0; k++) {
+        struct out o = {.fd = -1};
+        (void)o;
+        size_t l = strlen(outdir);
+        memcpy(path, outdir, l);
+        char num[64];
+        int i = sizeof num;
+        num[--i] = 0;
+        uint64_t v = k;
+        do
+            num[--i] = '0' + v % 10, v /= 10;
+        while (v);
+        num[--i] = '.';
+        v = pid;
+        do
+            num[--i] = '0' + v % 10, v /= 10;
+        while (v);
+        memcpy(path + l, "/mprof.", 7);
+        strcpy(path + l + 7, num + i);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            return;
+    }
+    if (fd < 0)
+        return;
+    static struct out o;
+    o.fd = fd;
+    o.n = 0;
+    put(&o, "profdev-mprof 1\npid ");
+    put_u(&o, pid, 10);
+    put(&o, "\n");
+    if (dhat) {
+        spin(&global_lock);
+        if (peak_pending)
+            snapshot_peak();
+        unspin(&global_lock);
+        put(&o, "dhat ");
+        put_u(&o, now_us(), 10);
+        put(&o, " ");
+        put_u(&o, tg, 10);
+        put(&o, "\n");
+    }
+    int n = atomic_load(&nmodules);
+    for (int i = 0; i < n; i++) {
+        struct module *m = &modules[i];
+        put(&o, "module ");
+        put_u(&o, i, 10);
+        put(&o, " ");
+        put_u(&o, m->l_addr, 16);
+        put(&o, " ");
+        put_u(&o, m->dev, 10);
+        put(&o, " ");
+        put_u(&o, m->ino, 10);
+        put(&o, " ");
+        put_i(&o, m->cur);
+        put(&o, " ");
+        put_i(&o, m->hw);
+        put(&o, " ");
+        put(&o, m->path);
+        put(&o, "\n");
+    }
+    /* Blocks never freed, per site, from the table. */
+    static uint32_t *live;
+    live = map(sizeof(uint32_t) * NSITES);
+    uint64_t end = dhat ? now_us() : 0;
+    for (int i = 0; i < NSHARDS && live; i++) {
+        struct shard *sh = &shards[i];
+        lock(sh);
+        for (uint32_t j = 0; j < sh->cap; j++)
+            if (sh->tab[j].addr) {
+                live[sh->tab[j].site]++;
+                /* DHAT: a block still live has lived until the end. */
+                if (dhat)
+                    sites[sh->tab[j].site].tl += end - sh->tab[j].t;
+            }
+        unlock(sh);
+    }
+    for (struct tbuf *b = all_bufs; b; b = b->next)
+        for (int k = 0; k < TB; k++)
+            flush_entry(b, k);
+    for (unsigned i = 0; i < NSITES; i++) {
+        struct site *s = &sites[i];
+        if (!s->pc || !s->nalloc)
+            continue;
+        put(&o, "site ");
+        put_u(&o, s->pc, 16);
+        put(&o, " ");
+        put_i(&o, s->module > 0 ? s->module - 1 : -1);
+        put(&o, " ");
+        put_i(&o, s->cur);
+        put(&o, " ");
+        put_i(&o, s->hw);
+        put(&o, " ");
+        put_u(&o, s->nalloc, 10);
+        put(&o, " ");
+        put_u(&o, s->bytes, 10);
+        put(&o, " ");
+        put_u(&o, live ? live[i] : 0, 10);
+        if (dhat) {
+            /* Lifetimes of blocks still live count up to the end. */
+            put(&o, " ");
+            put_u(&o, s->tl, 10);
+            put(&o, " ");
+            put_i(&o, s->hwbk);
+            put(&o, " ");
+            put_i(&o, s->gb);
+            put(&o, " ");
+            put_i(&o, s->gbk);
+        }
+        put(&o, "\n");
+    }
+    put(&o, "untracked ");
+    put_u(&o, untracked_allocs, 10);
+    put(&o, " ");
+    put_u(&o, unknown_frees, 10);
+    put(&o, " ");
+    put_u(&o, table_failures, 10);
+    put(&o, "\nend\n");
+    flush(&o);
+    close(fd);
+}
+
+__attribute__((destructor)) static void dtor(void)
+{
+    if (!enabled)
+        return;
+    busy = 1;
+    /* Sites whose module was not resolved yet. */
+    for (unsigned i = 0; i < NSITES; i++)
+        if (sites[i].pc && sites[i].module == 0) {
+            int m = module_index(sites[i].pc);
+            sites[i].module = m < 0 ? -1 : m + 1;
+        }
+    report();
+    enabled = 0;
+    busy = 0;
+}
