@@ -1,6 +1,6 @@
 //! A progress bar (indicatif) for a long step a user waits for after a
-//! run: today `profdev prof` symbolizing a big profile; any command with
-//! such a step (an export) takes one the same way. Drawn on stderr only when stderr is a terminal and the
+//! run: `profdev prof` symbolizing a big profile, `profdev export` writing
+//! a big export; any command with such a step takes one the same way. Drawn on stderr only when stderr is a terminal and the
 //! step is big enough to be waited for; otherwise nothing at all, so
 //! scripts and pipes see exactly the text they saw before. Cleared when the
 //! step ends (or the bar is dropped on an error).

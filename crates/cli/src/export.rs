@@ -212,6 +212,10 @@ fn run(args: &Args) -> Result<ExitCode> {
         _ => Path::new("-"),
     };
     let out = args.output.as_deref().unwrap_or(default_out);
+    // Writing a big export (perf-script text of a million samples is
+    // gigabytes) shows a bar on a terminal.
+    let bar = crate::bar::Bar::start(NAME, "writing", bytes.len() as u64);
+    const CHUNK: usize = 1 << 20;
     if out == Path::new("-") {
         let mut stdout = std::io::stdout().lock();
         if binary && stdout.is_terminal() {
@@ -220,7 +224,15 @@ fn run(args: &Args) -> Result<ExitCode> {
                 args.format
             );
         }
-        match stdout.write_all(&bytes).and_then(|()| stdout.flush()) {
+        let written = bytes
+            .chunks(CHUNK)
+            .try_for_each(|c| {
+                stdout.write_all(c)?;
+                bar.inc(c.len() as u64);
+                Ok(())
+            })
+            .and_then(|()| stdout.flush());
+        match written {
             // A reader that has seen enough (`| head`) is no error.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
             r => r.context("cannot write to standard output")?,
@@ -231,7 +243,12 @@ fn run(args: &Args) -> Result<ExitCode> {
         } else {
             crate::output::USER_MODE
         };
-        profdev_safefile::write_file(out, &bytes, mode).map_err(|e| anyhow!("{e}"))?;
+        let mut f = profdev_safefile::SafeFile::create(out, mode).map_err(|e| anyhow!("{e}"))?;
+        for c in bytes.chunks(CHUNK) {
+            f.write_bytes(c).map_err(|e| anyhow!("{e}"))?;
+            bar.inc(c.len() as u64);
+        }
+        f.commit().map_err(|e| anyhow!("{e}"))?;
     }
     Ok(ExitCode::SUCCESS)
 }
