@@ -28,9 +28,12 @@
 //! every function sampled with the source line of each sampled address
 //! (kernel functions from `/proc/kallsyms`), so exports work after the
 //! binaries change (`--no-symbols` leaves them out). User functions and
-//! lines are written once a second for the addresses first sampled in it,
-//! each object's ELF opened once for them and closed, so memory stays
-//! bounded however many objects a system-wide recording meets.
+//! lines are made once a second for the addresses first sampled in it, by a
+//! thread of their own (reading ELF and DWARF files must not keep the ring
+//! reader waiting: a full ring drops samples), each object's ELF opened
+//! once for them (through the descriptor the objects table kept when it was
+//! mapped) and closed, so memory stays bounded however many objects a
+//! system-wide recording meets; they are written as they are done.
 //!
 //! FILE (default `profdev.data`) is written progressively as
 //! `FILE.partial` (created 0600, never through a link; an existing
@@ -199,7 +202,7 @@ impl Model {
 
 /// An object of the recording: its load layout (small, kept while
 /// recording) turns file offsets into link-time addresses. Its symbols and
-/// DWARF are opened only by [`Recorder::flush_symbols`], once per flush for
+/// DWARF are opened only by the [`Symbolizer`], once per flush for
 /// all its new addresses, and closed again: a system-wide recording meets
 /// thousands of objects, too many to keep open.
 struct Obj {
@@ -232,6 +235,9 @@ struct Recorder {
     frames: Vec<Frame>,
     addrs: Vec<u64>,
     only_tid: Option<u32>,
+    /// Names addresses off the reader's path; gone after
+    /// `finish_symbols`.
+    symbolizer: Option<Symbolizer>,
 }
 
 impl Recorder {
@@ -448,59 +454,130 @@ impl Recorder {
         Frame { object: id, offset }
     }
 
-    /// Write the function and line of every new address: each object
-    /// with some opened once, verified against the build id its layout
-    /// had, and closed.
+    /// Hand the new addresses of each object to the symbolizer thread:
+    /// reading ELF and DWARF files can take seconds, and the reader of the
+    /// rings must not wait for it (the kernel drops what a full ring
+    /// cannot take).
     fn flush_symbols(&mut self) {
         for (key, offsets) in std::mem::take(&mut self.pending) {
             let obj = &self.objects[&key];
-            let want = obj
-                .layout
-                .as_ref()
-                .and_then(|l| l.build_id().map(<[u8]>::to_vec));
-            let opened = match obj.object.as_ref().and_then(|o| o.file()) {
-                Some(f) => ElfObject::from_file(f, Path::new(&obj.path)),
-                None => ElfObject::open(Path::new(&obj.path)),
+            let Some(symbolizer) = &self.symbolizer else {
+                return;
             };
-            let Some(elf) = opened
-                .ok()
-                .filter(|e| e.build_id().map(<[u8]>::to_vec) == want)
-            else {
-                continue;
-            };
-            let id = obj.id;
-            let mut files: Vec<String> = Vec::new();
-            let mut funcs: Vec<Function> = Vec::new();
-            for offset in offsets {
-                let addr = profdev_core::FileAddr(offset);
-                let Some((sym, _)) = elf.symbol(addr) else {
-                    continue;
-                };
-                let line = elf
-                    .frames(addr)
-                    .last()
-                    .and_then(|f| Some((f.file.clone()?, f.line?)))
-                    .map(|(file, line)| {
-                        let i = files.iter().position(|f| *f == file).unwrap_or_else(|| {
-                            files.push(file);
-                            files.len() - 1
-                        });
-                        Line {
-                            addr: offset,
-                            file: i as u32,
-                            line,
-                        }
-                    });
-                funcs.push(Function {
-                    start: sym.addr,
-                    len: sym.size.max(offset - sym.addr + 1),
-                    name: sym.name(),
-                    lines: line.into_iter().collect(),
-                });
-            }
+            let _ = symbolizer.jobs.send(SymbolJob {
+                id: obj.id,
+                path: obj.path.clone(),
+                object: obj.object.clone(),
+                want: obj
+                    .layout
+                    .as_ref()
+                    .and_then(|l| l.build_id().map(<[u8]>::to_vec)),
+                offsets,
+            });
+        }
+    }
+
+    /// Write the symbol tables the symbolizer has finished.
+    fn drain_symbols(&mut self) {
+        let Some(symbolizer) = &self.symbolizer else {
+            return;
+        };
+        while let Ok((id, files, funcs)) = symbolizer.done.try_recv() {
             let _ = self.enc.symbols(id, &files, &funcs);
         }
     }
+
+    /// Wait for every table still being made and write it.
+    fn finish_symbols(&mut self) {
+        self.flush_symbols();
+        let Some(Symbolizer { jobs, done, thread }) = self.symbolizer.take() else {
+            return;
+        };
+        drop(jobs);
+        for (id, files, funcs) in done.iter() {
+            let _ = self.enc.symbols(id, &files, &funcs);
+        }
+        let _ = thread.join();
+    }
+}
+
+/// Addresses of one object to name.
+struct SymbolJob {
+    id: u32,
+    path: String,
+    object: Option<std::sync::Arc<profdev_symbolize::Object>>,
+    /// The build id its layout had.
+    want: Option<Vec<u8>>,
+    offsets: Vec<u64>,
+}
+
+type SymbolTable = (u32, Vec<String>, Vec<Function>);
+
+/// The thread that names sampled addresses, off the ring reader's path:
+/// each object opened once per job (through the descriptor the objects
+/// table kept, else by path), verified against the build id its layout
+/// had, and closed, so memory stays bounded in a long recording.
+struct Symbolizer {
+    jobs: std::sync::mpsc::Sender<SymbolJob>,
+    done: std::sync::mpsc::Receiver<SymbolTable>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Symbolizer {
+    fn start() -> Symbolizer {
+        let (jobs, todo) = std::sync::mpsc::channel::<SymbolJob>();
+        let (tx, done) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            for job in todo {
+                if let Some(table) = symbolize(job) {
+                    if tx.send(table).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Symbolizer { jobs, done, thread }
+    }
+}
+
+fn symbolize(job: SymbolJob) -> Option<SymbolTable> {
+    let opened = match job.object.as_ref().and_then(|o| o.file()) {
+        Some(f) => ElfObject::from_file(f, Path::new(&job.path)),
+        None => ElfObject::open(Path::new(&job.path)),
+    };
+    let elf = opened
+        .ok()
+        .filter(|e| e.build_id().map(<[u8]>::to_vec) == job.want)?;
+    let mut files: Vec<String> = Vec::new();
+    let mut funcs: Vec<Function> = Vec::new();
+    for offset in job.offsets {
+        let addr = profdev_core::FileAddr(offset);
+        let Some((sym, _)) = elf.symbol(addr) else {
+            continue;
+        };
+        let line = elf
+            .frames(addr)
+            .last()
+            .and_then(|f| Some((f.file.clone()?, f.line?)))
+            .map(|(file, line)| {
+                let i = files.iter().position(|f| *f == file).unwrap_or_else(|| {
+                    files.push(file);
+                    files.len() - 1
+                });
+                Line {
+                    addr: offset,
+                    file: i as u32,
+                    line,
+                }
+            });
+        funcs.push(Function {
+            start: sym.addr,
+            len: sym.size.max(offset - sym.addr + 1),
+            name: sym.name(),
+            lines: line.into_iter().collect(),
+        });
+    }
+    Some((job.id, files, funcs))
 }
 
 /// FILE.partial, appended to as records are made.
@@ -618,6 +695,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         frames: Vec::new(),
         addrs: Vec::new(),
         only_tid: args.tid,
+        symbolizer: Some(Symbolizer::start()),
     };
     out.write(&mut rec.enc)?;
 
@@ -660,6 +738,7 @@ fn run(args: &Args) -> Result<ExitCode> {
             rec.flush_symbols();
             flushed = std::time::Instant::now();
         }
+        rec.drain_symbols();
         out.write(&mut rec.enc)?;
         job.poll();
         if attach {
@@ -690,7 +769,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     if has_child {
         child_status = Some(job.wait());
     }
-    rec.flush_symbols();
+    rec.finish_symbols();
     rec.enc.end();
     out.write(&mut rec.enc)?;
     let samples = rec.enc.samples();
