@@ -1,4 +1,4 @@
-//! `profdev record [-g] [-F HZ] [-a | -p PID | -t TID] [-o FILE] [-- CMD [ARGS]]`:
+//! `profdev record [-g] [-F HZ] [-a | -p PID[,PID] | -t TID] [-o FILE] [-- CMD [ARGS]]`:
 //! sample with stacks into one recording that `profdev export` turns into
 //! every format.
 //!
@@ -6,14 +6,16 @@
 //!
 //! ```text
 //! profdev record [-g] [-F HZ] [--no-symbols] [--stack-bytes N] [-o FILE] -- CMD [ARGS]
-//! profdev record [-g] [-F HZ] (-a | -p PID | -t TID) [-o FILE] [-- CMD [ARGS]]
+//! profdev record [-g] [-F HZ] (-a | -p PID[,PID] | -t TID) [-o FILE] [-- CMD [ARGS]]
 //! ```
 //!
 //! # Description
 //!
 //! Samples kernel and user mode at `-F` Hz (software cpu-clock, default
 //! 1000): CMD and the processes it starts; or, as with perf, with `-a`
-//! every CPU, with `-p` one process and its threads, with `-t` one thread,
+//! every CPU, with `-p` processes (comma separated) with every thread they
+//! have and start (one session per thread, read as one by
+//! `profdev_sample::several`), with `-t` one thread,
 //! where a CMD only sets the duration and without one recording runs until
 //! SIGINT, SIGTERM or SIGHUP (or, with `-p`/`-t`, until the target
 //! exits). With `-g` each sample carries its stack: the kernel's callchain
@@ -102,9 +104,14 @@ pub(crate) struct Args {
     /// Every CPU, every task.
     #[arg(short = 'a', conflicts_with_all = ["pid", "tid"])]
     all: bool,
-    /// An existing process (and its threads).
-    #[arg(short = 'p', value_name = "PID", conflicts_with = "tid")]
-    pid: Option<u32>,
+    /// Existing processes, comma separated (each with all its threads).
+    #[arg(
+        short = 'p',
+        value_name = "PID[,PID]",
+        value_delimiter = ',',
+        conflicts_with = "tid"
+    )]
+    pid: Vec<u32>,
     /// An existing thread.
     #[arg(short = 't', value_name = "TID")]
     tid: Option<u32>,
@@ -646,14 +653,29 @@ impl Partial {
     }
 }
 
+/// The threads of process `pid`, from `/proc/PID/task`.
+fn threads_of(pid: u32) -> Result<Vec<u32>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| {
+        anyhow!("no process {pid}: give the id of a running process (-p PID[,PID])")
+    })?;
+    let mut tids: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    if tids.is_empty() {
+        bail!("process {pid} has no threads left: it is exiting");
+    }
+    Ok(tids)
+}
+
 fn run(args: &Args) -> Result<ExitCode> {
-    let attach = args.all || args.pid.is_some() || args.tid.is_some();
+    let attach = args.all || !args.pid.is_empty() || args.tid.is_some();
     if !attach && args.command.is_empty() {
         bail!("nothing to record: give a command (profdev record -- CMD) or -a, -p PID or -t TID");
     }
     let target = if args.all {
         Target::System
-    } else if let Some(pid) = args.pid.or(args.tid) {
+    } else if let Some(&pid) = args.pid.first().or(args.tid.as_ref()) {
         Target::Process {
             pid,
             inherit: false,
@@ -701,9 +723,38 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let mut child_status = None;
     let (mut source, has_child): (Box<dyn SampleSource>, bool) = if attach {
-        let source = profdev_sample::PerfFactory::new()
-            .open_perf(&config)
-            .map_err(|e| anyhow!("{e}"))?;
+        let source: Box<dyn SampleSource> = if args.pid.is_empty() {
+            Box::new(
+                profdev_sample::PerfFactory::new()
+                    .open_perf(&config)
+                    .map_err(|e| anyhow!("{e}"))?,
+            )
+        } else {
+            // One session per thread of each process (an event follows
+            // one task and what it starts later, not its present
+            // siblings), read as one.
+            let mut sources: Vec<Box<dyn SampleSource>> = Vec::new();
+            for &pid in &args.pid {
+                for tid in threads_of(pid)? {
+                    let config = SessionConfig {
+                        target: Target::Process {
+                            pid: tid,
+                            inherit: true,
+                        },
+                        ..config.clone()
+                    };
+                    match profdev_sample::PerfFactory::new().open_perf(&config) {
+                        Ok(s) => sources.push(Box::new(s)),
+                        // A thread that ended since it was listed.
+                        Err(_)
+                            if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}"))
+                                .exists() => {}
+                        Err(e) => bail!("{e}"),
+                    }
+                }
+            }
+            Box::new(profdev_sample::several::Several::new(sources))
+        };
         if let Some(cmd0) = args.command.first() {
             let program = find_program(cmd0)?;
             let mut cmd = std::process::Command::new(&program);
@@ -713,9 +764,9 @@ fn run(args: &Args) -> Result<ExitCode> {
                 .spawn()
                 .with_context(|| format!("cannot run {}", program.display()))?;
             job.started(&child);
-            (Box::new(source), true)
+            (source, true)
         } else {
-            (Box::new(source), false)
+            (source, false)
         }
     } else {
         let program = find_program(&args.command[0])?;

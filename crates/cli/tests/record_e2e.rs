@@ -589,3 +589,80 @@ fn system_wide_recording_keeps_its_last_samples() {
         "{mine} samples of calltree for {cpu_ms} ms of CPU: {stderr}"
     );
 }
+
+/// `-p PID` follows every thread the process already has (an event opened
+/// on the pid alone would follow only its main thread, which here waits
+/// in pthread_join and takes no sample), and `-p` takes a list.
+#[test]
+fn attach_follows_every_thread_of_every_listed_process() {
+    if !ready("profdev record -p PID,PID of two-thread programs") {
+        return;
+    }
+    let d = tempdir();
+    let exe = d.path().join("twothreads");
+    let o = Command::new("gcc")
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(fixture("twothreads.c"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "gcc: {o:?}");
+    let mut targets: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .arg("1000000")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let pids: Vec<u32> = targets.iter().map(|t| t.id()).collect();
+    for pid in &pids {
+        profdev_testkit::wait_until(
+            "both worker threads to start",
+            Duration::from_secs(30),
+            || {
+                std::fs::read_dir(format!("/proc/{pid}/task"))
+                    .map(|d| d.count() == 3)
+                    .unwrap_or(false)
+            },
+        );
+    }
+    let data = d.path().join("p.data");
+    let list = format!("{},{}", pids[0], pids[1]);
+    let o = profdev()
+        .args(["record", "-p", &list, "-o"])
+        .arg(&data)
+        .args(["--", "sleep", "0.5"])
+        .output()
+        .unwrap();
+    for t in &mut targets {
+        t.kill().unwrap();
+        t.wait().unwrap();
+    }
+    ok(o);
+    let rec = recording::read(&std::fs::read(&data).unwrap()).unwrap();
+    for pid in &pids {
+        for worker in ["worker_a", "worker_b"] {
+            assert!(
+                rec.samples
+                    .iter()
+                    .any(|s| s.pid == *pid && rec.task(s).comm == worker),
+                "no sample of {worker} in {pid}: {:?}",
+                rec.tasks
+            );
+        }
+    }
+    // A pid that does not exist: one sentence.
+    let o = profdev()
+        .args(["record", "-p", "999999999", "-o"])
+        .arg(d.path().join("none.data"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no process 999999999") && err.lines().count() == 1,
+        "{err}"
+    );
+}

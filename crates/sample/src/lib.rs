@@ -144,6 +144,7 @@ pub mod job;
 pub mod merge;
 pub mod procfs;
 pub mod ring;
+pub mod several;
 mod source;
 mod spawn;
 pub mod sys;
