@@ -67,6 +67,35 @@ pub fn classic_help(cmd: clap::Command) -> String {
         .to_string()
 }
 
+/// The entry point of an Inferno-style command (`prof`, `mprof`): `-h` or
+/// `--help` prints [`classic_help`]; a bad command line prints
+/// `NAME: why` and the usage line; an error of the run one sentence; exit
+/// status 1 for either.
+pub fn classic_main<A>(
+    name: &str,
+    usage: &str,
+    args: Vec<OsString>,
+    command: fn() -> clap::Command,
+    parse: fn(Vec<OsString>) -> Result<A, String>,
+    run: fn(&A) -> anyhow::Result<ExitCode>,
+) -> ExitCode {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{}", classic_help(command()));
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{name}: {e}\n{usage}");
+            return ExitCode::from(1);
+        }
+    };
+    run(&args).unwrap_or_else(|e| {
+        eprintln!("{name}: {}", sentence(&e));
+        ExitCode::from(1)
+    })
+}
+
 /// The short options of `cmd` that take a value (`-f DEVICE`), for a
 /// classic command's getopt: the parser accepts exactly what the help and
 /// the page list.

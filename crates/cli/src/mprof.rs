@@ -363,24 +363,7 @@ pub fn command() -> clap::Command {
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", crate::cmdline::classic_help(command()));
-        return ExitCode::SUCCESS;
-    }
-    let args = match parse_args(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("mprof: {e}\n{USAGE}");
-            return ExitCode::from(1);
-        }
-    };
-    match run(&args) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("mprof: {}", crate::cmdline::sentence(&e));
-            ExitCode::from(1)
-        }
-    }
+    crate::cmdline::classic_main("mprof", USAGE, args, command, parse_args, run)
 }
 
 /// The `startmp` message for the pools asked for (all when none is).

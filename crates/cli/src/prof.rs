@@ -295,24 +295,7 @@ pub fn command() -> clap::Command {
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", crate::cmdline::classic_help(command()));
-        return ExitCode::SUCCESS;
-    }
-    let args = match parse_args(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("prof: {e}\n{USAGE}");
-            return ExitCode::from(1);
-        }
-    };
-    match run(&args) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("prof: {}", crate::cmdline::sentence(&e));
-            ExitCode::from(1)
-        }
-    }
+    crate::cmdline::classic_main("prof", USAGE, args, command, parse_args, run)
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
