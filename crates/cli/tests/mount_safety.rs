@@ -338,17 +338,6 @@ fn every_file_in_the_mount_ends_for_cat_cp_tar_and_grep() {
     s.unmount();
 }
 
-/// Run `sh -c SCRIPT sh ARGS...` as user nobody, group nogroup, no
-/// supplementary groups.
-fn as_nobody(script: &str, args: &[&Path]) -> std::process::Output {
-    Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .args(["sh", "-c", script, "sh"])
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 const WRITE: &str = "printf 'start\\n' >\"$1\"";
 const READ: &str = "cat \"$1\" >/dev/null";
 

@@ -14,10 +14,8 @@
 
 mod common;
 use common::*;
-use std::io::Read;
+use profdev_testkit::Terminal;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A workload that loops (busy, then `/bin/true`) until `stop` exists.
@@ -28,62 +26,14 @@ fn workload(stop: &Path) -> String {
     )
 }
 
-/// `profdev ARGS` run by script(1) on a pseudo-terminal; its output
-/// gathered as it comes.
-struct OnTerminal {
-    child: Child,
-    out: Arc<Mutex<Vec<u8>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
+/// `profdev ARGS` run by script(1) on a pseudo-terminal.
+fn on_terminal(args: &str) -> Terminal {
+    Terminal::spawn(&format!("{} {args}", env!("CARGO_BIN_EXE_profdev")))
 }
 
-impl OnTerminal {
-    fn run(args: &str) -> OnTerminal {
-        let cmd = format!("{} {args}", env!("CARGO_BIN_EXE_profdev"));
-        let mut child = Command::new("script")
-            .args(["-qfec", &cmd, "/dev/null"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("script(1)");
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let mut pipe = child.stdout.take().unwrap();
-        let sink = out.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        OnTerminal {
-            child,
-            out,
-            reader: Some(reader),
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
-    }
-
-    /// Wait for the end (bounded); everything it wrote.
-    fn finish(mut self) -> String {
-        wait_until("the run to end", Duration::from_secs(120), || {
-            self.child.try_wait().unwrap().is_some()
-        });
-        self.reader.take().unwrap().join().unwrap();
-        self.text()
-    }
-}
-
-impl Drop for OnTerminal {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Wait (bounded) for the run on the terminal to end; everything it wrote.
+fn finish(run: Terminal) -> String {
+    run.finish(Duration::from_secs(120)).1
 }
 
 /// The lines of a terminal's output, with the line-clearing escapes gone.
@@ -145,7 +95,7 @@ fn gmon_with_a_one_page_ring_counts_its_losses_live() {
     let tmp = tempdir();
     let stop = tmp.path().join("stop");
     let out = tmp.path().join("gmon.out");
-    let run = OnTerminal::run(&format!(
+    let run = on_terminal(&format!(
         "gmon --mmap-pages 1 -o {} -- {}",
         out.display(),
         workload(&stop)
@@ -165,7 +115,7 @@ fn gmon_with_a_one_page_ring_counts_its_losses_live() {
         },
     );
     std::fs::write(&stop, b"").unwrap();
-    let text = run.finish();
+    let text = finish(run);
     let all = lines(&text);
     let totals = one_line(&all, "profdev gmon: totals: ");
     let summary = one_line(&all, "profdev gmon: wrote ");
@@ -188,7 +138,7 @@ fn sample_at_10_khz_shows_its_samples_rise_and_totals_agree() {
     }
     let tmp = tempdir();
     let stop = tmp.path().join("stop");
-    let run = OnTerminal::run(&format!(
+    let run = on_terminal(&format!(
         "sample -F 10000 -o {} -- {}",
         tmp.path().join("out").display(),
         workload(&stop)
@@ -207,7 +157,7 @@ fn sample_at_10_khz_shows_its_samples_rise_and_totals_agree() {
     );
     assert!(counts.windows(2).all(|w| w[1] >= w[0]), "{counts:?}");
     std::fs::write(&stop, b"").unwrap();
-    let text = run.finish();
+    let text = finish(run);
     let all = lines(&text);
     let totals = one_line(&all, "profdev sample: totals: ");
     assert!(totals.contains("(asked 10000)"), "{totals}");

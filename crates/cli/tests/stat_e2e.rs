@@ -14,7 +14,6 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// Every key a health file has, in order.
@@ -206,17 +205,6 @@ fn stat_kprof_follows_start_stop_and_startclr() {
         );
     }
     s.unmount();
-}
-
-/// Run `sh -c SCRIPT sh ARGS...` as user nobody, group nogroup, no
-/// supplementary groups.
-fn as_nobody(script: &str, args: &[&Path]) -> std::process::Output {
-    Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .args(["sh", "-c", script, "sh"])
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 #[test]

@@ -16,6 +16,7 @@
 
 mod common;
 use common::*;
+use profdev_testkit::Terminal;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -275,128 +276,13 @@ fn unprivileged_user_gets_the_sysctl_named() {
     );
 }
 
-/// `profdev top` on a pseudo-terminal (script(1), 30 rows of 120), its
-/// output gathered as it comes, its keyboard the pipe to script's stdin.
-struct OnTerminal {
-    script: Child,
-    keys: std::process::ChildStdin,
-    out: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl OnTerminal {
-    fn start() -> OnTerminal {
-        use std::io::Read;
-        let cmd = format!(
-            "stty rows 30 cols 120; exec {} top -d 0.2",
-            env!("CARGO_BIN_EXE_profdev")
-        );
-        let mut script = Command::new("script")
-            .args(["-qfec", &cmd, "/dev/null"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("script(1)");
-        let keys = script.stdin.take().unwrap();
-        let mut pipe = script.stdout.take().unwrap();
-        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = out.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        OnTerminal {
-            script,
-            keys,
-            out,
-            reader: Some(reader),
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
-    }
-
-    /// Wait (bounded) until the screen has shown `s` after byte `from`;
-    /// returns the length of the output then.
-    fn wait_for(&self, s: &str, from: usize) -> usize {
-        wait_until(
-            &format!("{s:?} on the screen"),
-            std::time::Duration::from_secs(60),
-            || self.text().get(from..).is_some_and(|t| t.contains(s)),
-        );
-        self.text().len()
-    }
-
-    /// Press `key` until the screen shows `s` after byte `from` (bounded):
-    /// a zoom key does nothing while no row is selected (between two
-    /// refreshes of an almost empty table), so one press may not take.
-    fn press_until(&mut self, key: &str, s: &str, from: usize) -> usize {
-        let mut presses = 0;
-        wait_until(
-            &format!("{s:?} on the screen after pressing {key:?}"),
-            std::time::Duration::from_secs(60),
-            || {
-                if self.text().get(from..).is_some_and(|t| t.contains(s)) {
-                    return true;
-                }
-                // Again every 64 polls (about 3 s of the wait's 50 ms pauses).
-                if presses % 64 == 0 {
-                    use std::io::Write;
-                    self.keys.write_all(key.as_bytes()).unwrap();
-                    self.keys.flush().unwrap();
-                }
-                presses += 1;
-                false
-            },
-        );
-        self.text().len()
-    }
-
-    fn press(&mut self, key: &str) {
-        use std::io::Write;
-        self.keys.write_all(key.as_bytes()).unwrap();
-        self.keys.flush().unwrap();
-    }
-
-    /// The pid of profdev top (script's child, exec'd by its shell).
-    fn top_pid(&self) -> Option<i32> {
-        let children =
-            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.script.id()))
-                .ok()?;
-        children.split_whitespace().next()?.parse().ok()
-    }
-
-    /// Wait for the end (bounded): script's status (profdev's) and the output.
-    fn finish(mut self) -> (Option<i32>, String) {
-        let mut status = None;
-        wait_until("top to end", std::time::Duration::from_secs(60), || {
-            status = self.script.try_wait().unwrap();
-            status.is_some()
-        });
-        self.reader.take().unwrap().join().unwrap();
-        (status.unwrap().code(), self.text())
-    }
-}
-
-impl Drop for OnTerminal {
-    /// A failed test leaves nothing running (nor holding the test's output).
-    fn drop(&mut self) {
-        if self.script.try_wait().ok().flatten().is_none() {
-            if let Some(pid) = self.top_pid() {
-                // SAFETY: kill has no memory preconditions.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            let _ = self.script.kill();
-            let _ = self.script.wait();
-        }
-    }
+/// `profdev top` on a pseudo-terminal of 30 rows of 120, refreshing
+/// every 0.2 s.
+fn start_top() -> Terminal {
+    Terminal::spawn(&format!(
+        "stty rows 30 cols 120; exec {} top -d 0.2",
+        env!("CARGO_BIN_EXE_profdev")
+    ))
 }
 
 /// The screen was left: the alternate screen off and the cursor shown,
@@ -414,7 +300,7 @@ fn keys_sort_zoom_and_quit_restoring_the_terminal() {
     if !privileged(what, can_sample_system()) || !profdev_testkit::tools(what, &["script"]) {
         return;
     }
-    let mut t = OnTerminal::start();
+    let mut t = start_top();
     let at = t.wait_for("by self", 0);
     t.wait_for("health:", 0);
     t.press("s");
@@ -426,7 +312,7 @@ fn keys_sort_zoom_and_quit_restoring_the_terminal() {
     t.press("z");
     t.press_until("m", ", module ", at);
     t.press("q");
-    let (code, out) = t.finish();
+    let (code, out) = t.finish(std::time::Duration::from_secs(60));
     assert_eq!(code, Some(0), "{out:?}");
     assert!(restored(&out), "{out:?}");
 }
@@ -437,12 +323,12 @@ fn sigterm_restores_the_terminal() {
     if !privileged(what, can_sample_system()) || !profdev_testkit::tools(what, &["script"]) {
         return;
     }
-    let t = OnTerminal::start();
+    let t = start_top();
     t.wait_for("by self", 0);
-    let pid = t.top_pid().expect("profdev top's pid");
+    let pid = t.child_pid().expect("profdev top's pid");
     // SAFETY: kill has no memory preconditions; pid is our grandchild.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let (code, out) = t.finish();
+    let (code, out) = t.finish(std::time::Duration::from_secs(60));
     assert_eq!(code, Some(128 + libc::SIGTERM), "{out:?}");
     assert!(restored(&out), "{out:?}");
 }

@@ -16,6 +16,8 @@
 //!   derived from the number of samples (five standard deviations of a
 //!   binomial share), so that a correct profiler passes every time, not
 //!   usually.
+//! - [`Terminal`]: a command on a pseudo-terminal (script(1)), its output
+//!   gathered as it comes and its keyboard a pipe, for live views.
 //!
 //! ```
 //! use std::time::Duration;
@@ -28,6 +30,9 @@
 //! ```
 
 #![forbid(unsafe_code)]
+
+pub mod terminal;
+pub use terminal::Terminal;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -83,3 +83,14 @@ pub fn kprof_top(table: &str, n: usize) -> Vec<&str> {
         .map(|l| l.rsplit('\t').next().unwrap())
         .collect()
 }
+
+/// Run `sh -c SCRIPT sh ARGS...` as user nobody, group nogroup, no
+/// supplementary groups.
+pub fn as_nobody(script: &str, args: &[&Path]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args(["sh", "-c", script, "sh"])
+        .args(args)
+        .output()
+        .expect("setpriv runs")
+}
