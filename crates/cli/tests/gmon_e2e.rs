@@ -11,39 +11,6 @@ use profdev_formats::gmon;
 use std::path::Path;
 use std::process::Command;
 
-/// Can this process sample its own children (user mode)?
-fn can_sample_children() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .map_err(|e| format!("cannot read kernel.perf_event_paranoid: {e}"))?;
-    let paranoid: i32 = paranoid.trim().parse().unwrap_or(3);
-    if root || paranoid <= 2 {
-        Ok(())
-    } else {
-        Err(format!(
-            "sampling a child process needs kernel.perf_event_paranoid <= 2 (it is {paranoid})"
-        ))
-    }
-}
-
-/// Is `tool` installed? Says why not, and fails instead under
-/// PROFDEV_REQUIRE_TOOLS=1.
-fn have(tool: &str) -> bool {
-    if Command::new(tool).arg("--version").output().is_ok() {
-        return true;
-    }
-    if std::env::var("PROFDEV_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("{tool} is not installed, and PROFDEV_REQUIRE_TOOLS=1");
-    }
-    eprintln!("SKIPPED: {tool} is not installed");
-    false
-}
-
-fn ready(what: &str, tools: &[&str]) -> bool {
-    privileged(what, can_sample_children()) && tools.iter().all(|t| have(t))
-}
-
 fn build(dir: &Path, compiler: &str, args: &[&str], src: &str, out: &str) -> std::path::PathBuf {
     let exe = dir.join(out);
     let o = Command::new(compiler)

@@ -33,32 +33,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-fn can_sample_children() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .map_err(|e| format!("cannot read kernel.perf_event_paranoid: {e}"))?;
-    let paranoid: i32 = paranoid.trim().parse().unwrap_or(3);
-    if root || paranoid <= 2 {
-        Ok(())
-    } else {
-        Err(format!(
-            "sampling a child process needs kernel.perf_event_paranoid <= 2 (it is {paranoid})"
-        ))
-    }
-}
-
-fn have(tool: &str) -> bool {
-    if Command::new(tool).arg("--version").output().is_ok() {
-        return true;
-    }
-    if std::env::var("PROFDEV_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("{tool} is not installed, and PROFDEV_REQUIRE_TOOLS=1");
-    }
-    eprintln!("SKIPPED: {tool} is not installed");
-    false
-}
-
 fn build(dir: &Path, compiler: &str, args: &[&str], src: &str, out: &str) -> PathBuf {
     let exe = dir.join(out);
     let o = Command::new(compiler)
@@ -186,10 +160,6 @@ fn check(exe: &Path, args: &[&str]) {
         complete * 100 >= total * 99,
         "{complete} of {total} stacks complete; an incomplete one: {example:?}"
     );
-}
-
-fn ready(what: &str, tools: &[&str]) -> bool {
-    privileged(what, can_sample_children()) && tools.iter().all(|t| have(t))
 }
 
 #[test]

@@ -94,3 +94,26 @@ pub fn as_nobody(script: &str, args: &[&Path]) -> Output {
         .output()
         .expect("setpriv runs")
 }
+
+/// Can this process sample its own children (user mode)?
+pub fn can_sample_children() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map_err(|e| format!("cannot read kernel.perf_event_paranoid: {e}"))?;
+    let paranoid: i32 = paranoid.trim().parse().unwrap_or(3);
+    if root || paranoid <= 2 {
+        Ok(())
+    } else {
+        Err(format!(
+            "sampling a child process needs kernel.perf_event_paranoid <= 2 (it is {paranoid})"
+        ))
+    }
+}
+
+/// The gate of a test that samples its children with external `tools`
+/// (compilers, gprof): skipped or failed as `privileged` and
+/// `profdev_testkit::tools` decide.
+pub fn ready(what: &str, tools: &[&str]) -> bool {
+    privileged(what, can_sample_children()) && profdev_testkit::tools(what, tools)
+}
