@@ -72,14 +72,22 @@
 //! % profdev cprof -r -e ./known          # records known.prf
 //! % profdev cprof -f -m known
 //!
-//! Module: known(/home/u/known)    91% coverage
+//! Module: known(/home/u/known)    72% coverage
 //!
-//! 3       10      int called(int x)
-//! 4               {
-//! 5       10          return x * 2;
 //! ...
-//! 14      1|11|10     for (i = 0; i < n; i++) {
+//! 5                int called(int x)
+//! 6       10       {
+//! 7       10           return x * 2;
 //! ...
+//! 19      1|11|10      for (i = 0; i < n; i++) {
+//! 20      10               sink += called(i);
+//! 21      10               if (i % 5 == 0)
+//! 22      2                    k++;
+//! 23                   }
+//! 24      1|0          if (argc > 5) never_called();
+//! ...
+//! **** module instructions 386 ****
+//!
 //! % profdev cprof -m known --lcov known.info && genhtml -o html known.info
 //! ```
 //!

@@ -22,9 +22,10 @@
 //!   a sentence.
 //!
 //! The parser takes untrusted bytes (a `.prf` in the current directory
-//! may be anyone's): it reads at most [`MAX_PRF`] bytes and keeps at most
-//! one entry per line it has read, so its memory is bounded by the
-//! input's length; pcs must strictly ascend. Files are written through
+//! may be anyone's, and is opened without following a final symbolic
+//! link): it reads at most [`MAX_PRF`] bytes and keeps at most one entry
+//! per line it has read, so its memory is bounded by the input's length;
+//! pcs must strictly ascend. Files are written through
 //! `profdev_safefile` (a unique temporary, `O_EXCL|O_NOFOLLOW`, renamed).
 
 use crate::counts::{Branch, ModuleCoverage};
@@ -35,8 +36,10 @@ use std::path::{Path, PathBuf};
 pub const MAGIC: &str = "profdev-prf";
 /// The format version this module reads and writes.
 pub const VERSION: u32 = 1;
-/// The largest `.prf` read: 1 GiB (about 50 million instructions).
-pub const MAX_PRF: u64 = 1 << 30;
+/// The largest `.prf` read: 256 MiB (about 15 million instructions).
+/// Parsing keeps at most 16 bytes per line of at least 4 bytes, so a
+/// hostile file costs at most five times its length.
+pub const MAX_PRF: u64 = 256 << 20;
 
 /// Why a `.prf` could not be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
