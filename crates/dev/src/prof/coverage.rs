@@ -63,6 +63,9 @@ pub fn coverage_pairs(m: &ModuleCoverage) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// A reported module: name, path, canonical path, pairs.
+type Prepared = (String, String, Option<String>, Vec<(u64, u64)>);
+
 impl Prof {
     /// `startcp PID`, with `word` the argument and `data` the message.
     pub(super) fn startcp(
@@ -124,7 +127,7 @@ impl Prof {
             st.wanted.clone()
         };
         // Files are looked at outside the lock.
-        let prepared: Vec<(String, String, Option<String>, Vec<(u64, u64)>)> = modules
+        let prepared: Vec<Prepared> = modules
             .iter()
             .map(|m| {
                 let path = m.path.to_string_lossy().into_owned();
