@@ -314,9 +314,7 @@ fn lines_of(
         }
         Err(e) => {
             eprintln!("cprof: cannot read module {path}: {e}: no lines to mark");
-            let mut m = map_lines(&name, path, insns, branches, &NoLines);
-            m.files.clear();
-            m
+            map_lines(&name, path, insns, branches, &NoLines)
         }
     }
 }

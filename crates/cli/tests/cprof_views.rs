@@ -253,6 +253,14 @@ fn marks_counts_lcov_and_genhtml_on_exact_counts() {
     assert!(marks.starts_with(&format!("\nModule: known({})\t", exe.display())));
     assert!(marks.contains("% coverage\n\n"));
 
+    let (prefixed, _, ok) = profdev(dir.path(), &["-n", "-m", "known"]);
+    assert!(ok);
+    let for_line = format!("{}:{}\t+\t", source().display(), line_of("for"));
+    assert!(
+        prefixed.lines().any(|l| l.starts_with(&for_line)),
+        "{prefixed}"
+    );
+
     let (counts, err, ok) = profdev(dir.path(), &["-f", "-m", "known"]);
     assert!(ok, "{err}");
     assert_eq!(
@@ -290,6 +298,11 @@ fn marks_counts_lcov_and_genhtml_on_exact_counts() {
     assert!(
         info.contains(&format!("SF:{}\n", source().display())),
         "{info}"
+    );
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).display().to_string();
+    profdev_testkit::golden(
+        &golden.join("known.info.golden"),
+        info.replace(&repo, "$CLI").as_bytes(),
     );
     assert!(info.contains("FNDA:10,called\n"), "{info}");
     assert!(info.contains("FNDA:0,never_called\n"), "{info}");

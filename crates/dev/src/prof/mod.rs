@@ -164,8 +164,8 @@
 //! address in the module's link-time address space (what `addr2line -e
 //! PATH` reads), the count exact (every instruction of a basic block
 //! carries its block's count); instructions that never ran have no pair.
-//! `profdev cprof CMD` drives a private instance this way
-//! (`Prof::coverage_launched` for the process it starts).
+//! A program started under the engine by its caller needs no attach:
+//! `Prof::coverage_launched` puts the device in coverage mode for it.
 //!
 //! **Access.** Only root, the mounting user and the users and groups the
 //! mount names (`--allow-user`, `--allow-group`) may write `ctl`, list the
