@@ -189,7 +189,8 @@ pub struct ModuleLines {
 impl ModuleLines {
     /// `100 * executed / instructions`, 0 for a module with none.
     pub fn coverage_percent(&self) -> u64 {
-        (100 * self.executed)
+        100u64
+            .saturating_mul(self.executed)
             .checked_div(self.instructions)
             .unwrap_or(0)
     }
@@ -290,7 +291,7 @@ pub fn map_lines(
             file: r.file.clone(),
             line: r.line,
             branch: b.clone(),
-            executed: count_at(b.addr).unwrap_or(0) > 0 || b.taken + b.not_taken > 0,
+            executed: count_at(b.addr).unwrap_or(0) > 0 || b.taken > 0 || b.not_taken > 0,
         });
     }
     m
