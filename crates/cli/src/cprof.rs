@@ -354,6 +354,23 @@ fn read_records(module: &str) -> Result<Prf> {
     Ok(record)
 }
 
+/// The most files named one per line before the rest are counted.
+const MAX_NOTES: usize = 5;
+
+/// One note per file of `files`, up to [`MAX_NOTES`], then one line
+/// counting the rest (a Rust program's standard library alone names
+/// hundreds of files that are not on the machine).
+fn notes(files: &[String], note: impl Fn(&str) -> String) -> Vec<String> {
+    let mut out: Vec<String> = files.iter().take(MAX_NOTES).map(|f| note(f)).collect();
+    if files.len() > MAX_NOTES {
+        out.push(format!(
+            "cprof: and {} more source files not found",
+            files.len() - MAX_NOTES
+        ));
+    }
+    out
+}
+
 fn run(args: &Args) -> Result<ExitCode> {
     let mut listings = Vec::new();
     if args.command.is_empty() {
@@ -409,8 +426,10 @@ fn run(args: &Args) -> Result<ExitCode> {
         .map(|lines| {
             let (sources, missing) = listing::read_sources(&lines);
             if !args.record {
-                for f in missing {
-                    eprintln!("cprof: source file {f} not found: line numbers only");
+                for line in notes(&missing, |f| {
+                    format!("cprof: source file {f} not found: line numbers only")
+                }) {
+                    eprintln!("{line}");
                 }
             }
             Listing { lines, sources }
@@ -424,8 +443,10 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     if args.lcov.is_some() || args.cobertura.is_some() {
         let records = lcov::source_records(&listings);
-        for f in &records.left_out {
-            eprintln!("cprof: left out of the exports, its source was not found: {f}");
+        for line in notes(&records.left_out, |f| {
+            format!("cprof: left out of the exports, its source was not found: {f}")
+        }) {
+            eprintln!("{line}");
         }
         if let Some(file) = &args.lcov {
             profdev_safefile::write_file(Path::new(file), lcov::lcov(&records).as_bytes(), 0o644)
@@ -507,6 +528,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn many_missing_files_are_counted_not_listed() {
+        let files: Vec<String> = (0..8).map(|i| format!("/f{i}.rs")).collect();
+        let n = notes(&files, |f| format!("missing {f}"));
+        assert_eq!(n.len(), MAX_NOTES + 1);
+        assert_eq!(n[0], "missing /f0.rs");
+        assert_eq!(n[MAX_NOTES], "cprof: and 3 more source files not found");
+        assert_eq!(notes(&files[..2], |f| f.to_string()), ["/f0.rs", "/f1.rs"]);
     }
 
     #[test]
