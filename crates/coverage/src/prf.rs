@@ -158,7 +158,10 @@ impl Prf {
                 "the last line has no newline (a partial write?)".into(),
             ));
         }
-        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+        let mut lines = text
+            .split_terminator('\n')
+            .enumerate()
+            .map(|(i, l)| (i + 1, l));
         let (_, header) = lines.next().ok_or_else(|| {
             bad(
                 1,
