@@ -42,7 +42,8 @@
 //! the number of instructions executed. Lines are read from the module's
 //! DWARF line table, so the module needs debug information (`cc -g`), and
 //! its source files where the debug information says they are: a file not
-//! found is said so on stderr and listed as line numbers and marks only.
+//! found is said so on stderr (five files at most, then how many more)
+//! and listed as line numbers and marks only.
 //! The marks, counts and files are described in the coverage crate
 //! (`profdev_coverage::lines`, `listing`, `prf`, `lcov`, `cobertura`).
 //!
