@@ -69,9 +69,29 @@ fn instructions(exe: &Path) -> Vec<(u64, String)> {
     v
 }
 
-/// Run `exe` one instruction at a time; the number of stops at each pc.
-fn step(exe: &Path, lo: u64, hi: u64) -> HashMap<u64, u64> {
+/// Run `exe` one instruction at a time under ptrace: the number of stops
+/// at each pc of `insns` (ascending), and for each conditional jump among
+/// them whether the next stop was the instruction after it (fallen
+/// through) or elsewhere (taken).
+fn step(exe: &Path, insns: &[(u64, String)]) -> (HashMap<u64, u64>, Vec<Branch>) {
     use std::ffi::CString;
+    let lo = insns[0].0;
+    let hi = insns.last().unwrap().0 + 1;
+    let next: HashMap<u64, u64> = insns.windows(2).map(|w| (w[0].0, w[1].0)).collect();
+    let mut branches: Vec<Branch> = insns
+        .iter()
+        .filter(|(_, m)| m.starts_with('j') && m != "jmp")
+        .map(|(a, _)| Branch {
+            addr: *a,
+            taken: 0,
+            not_taken: 0,
+        })
+        .collect();
+    let jcc: HashMap<u64, usize> = branches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.addr, i))
+        .collect();
     let path = CString::new(exe.as_os_str().as_encoded_bytes()).unwrap();
     let argv = [path.as_ptr(), std::ptr::null()];
     // SAFETY: the child only calls async-signal-safe functions (ptrace,
@@ -86,9 +106,10 @@ fn step(exe: &Path, lo: u64, hi: u64) -> HashMap<u64, u64> {
         }
     }
     let mut counts = HashMap::new();
+    let mut prev: Option<u64> = None;
     let mut status = 0;
     loop {
-        // SAFETY: plain system calls on our own child.
+        // SAFETY: plain system calls on our own traced child.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         assert_eq!(r, pid, "waitpid");
         if libc::WIFEXITED(status) {
@@ -99,77 +120,30 @@ fn step(exe: &Path, lo: u64, hi: u64) -> HashMap<u64, u64> {
         let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
         let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs) };
         assert_eq!(r, 0, "PTRACE_GETREGS");
-        if (lo..hi).contains(&regs.rip) {
-            *counts.entry(regs.rip).or_insert(0u64) += 1;
+        if let Some(p) = prev {
+            if let Some(&i) = jcc.get(&p) {
+                if next.get(&p) == Some(&regs.rip) {
+                    branches[i].not_taken += 1;
+                } else {
+                    branches[i].taken += 1;
+                }
+            }
+        }
+        prev = (lo..hi).contains(&regs.rip).then_some(regs.rip);
+        if let Some(pc) = prev {
+            *counts.entry(pc).or_insert(0u64) += 1;
         }
         let r = unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, pid, 0, 0) };
         assert_eq!(r, 0, "PTRACE_SINGLESTEP");
     }
-    counts
-}
-
-/// Each pc's successor in the stepping: known from the order of stops.
-/// Rebuilt by stepping again while remembering the previous pc.
-fn jumps(exe: &Path, insns: &[(u64, String)]) -> Vec<Branch> {
-    use std::ffi::CString;
-    let lo = insns[0].0;
-    let hi = insns.last().unwrap().0 + 1;
-    let next: HashMap<u64, u64> = insns.windows(2).map(|w| (w[0].0, w[1].0)).collect();
-    let jcc: HashMap<u64, usize> = insns
-        .iter()
-        .filter(|(_, m)| m.starts_with('j') && m != "jmp")
-        .enumerate()
-        .map(|(i, (a, _))| (*a, i))
-        .collect();
-    let mut out: Vec<Branch> = insns
-        .iter()
-        .filter(|(a, _)| jcc.contains_key(a))
-        .map(|(a, _)| Branch {
-            addr: *a,
-            taken: 0,
-            not_taken: 0,
-        })
-        .collect();
-    let path = CString::new(exe.as_os_str().as_encoded_bytes()).unwrap();
-    let argv = [path.as_ptr(), std::ptr::null()];
-    // SAFETY: as in `step`.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        unsafe {
-            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
-            libc::execv(path.as_ptr(), argv.as_ptr());
-            libc::_exit(127);
-        }
-    }
-    let mut status = 0;
-    let mut prev: Option<u64> = None;
-    loop {
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(r, pid);
-        if libc::WIFEXITED(status) {
-            break;
-        }
-        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-        unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs) };
-        if let Some(&i) = prev.and_then(|p| jcc.get(&p)) {
-            if Some(&regs.rip) == next.get(&prev.unwrap()) {
-                out[i].not_taken += 1;
-            } else {
-                out[i].taken += 1;
-            }
-        }
-        prev = (lo..hi).contains(&regs.rip).then_some(regs.rip);
-        unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, pid, 0, 0) };
-    }
-    out
+    (counts, branches)
 }
 
 /// The exact counts of one run of `exe`.
 fn measure(exe: &Path) -> ModuleCoverage {
     let insns = instructions(exe);
-    let lo = insns[0].0;
     let hi = insns.last().unwrap().0 + 1;
-    let counts = step(exe, lo, hi);
+    let (counts, branches) = step(exe, &insns);
     let ends: Vec<u64> = insns.iter().skip(1).map(|i| i.0).chain([hi]).collect();
     let blocks = insns
         .iter()
@@ -186,7 +160,7 @@ fn measure(exe: &Path) -> ModuleCoverage {
         path: exe.to_path_buf(),
         build_id: obj.build_id().map(<[u8]>::to_vec),
         blocks,
-        branches: jumps(exe, &insns),
+        branches,
         uncounted: 0,
     }
 }
