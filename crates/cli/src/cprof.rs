@@ -263,13 +263,21 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     crate::cmdline::classic_main("cprof", USAGE, args, command, parse_args, run)
 }
 
+/// What a run of CMD under the coverage engine gives: each module's
+/// counts, summed over CMD's processes, and the exit status cprof ends
+/// with (CMD's own if it failed, as `profdev prof` and `mprof` do).
+struct Launched {
+    modules: Vec<ModuleCoverage>,
+    exit: ExitCode,
+}
+
 /// Run `cmd` under prof's coverage mode, counting the modules `modules`
 /// names (basenames or absolute paths; empty: the executable and every
-/// library it maps), and return each module's counts.
+/// library it maps).
 ///
 /// The one place cprof reaches the coverage engine: the lead connects it
 /// at merge (the engine's launch function in `profdev_coverage`).
-fn run_under_coverage(cmd: &[OsString], modules: &[String]) -> Result<Vec<ModuleCoverage>> {
+fn run_under_coverage(cmd: &[OsString], modules: &[String]) -> Result<Launched> {
     let _ = modules;
     bail!(
         "cannot count {}: the coverage engine is not connected in this build; the records \
@@ -374,6 +382,7 @@ fn notes(files: &[String], note: impl Fn(&str) -> String) -> Vec<String> {
 
 fn run(args: &Args) -> Result<ExitCode> {
     let mut listings = Vec::new();
+    let mut exit = ExitCode::SUCCESS;
     if args.command.is_empty() {
         for m in &args.modules {
             let r = read_records(m)?;
@@ -390,7 +399,9 @@ fn run(args: &Args) -> Result<ExitCode> {
                     .into_owned(),
             );
         }
-        let mut modules = run_under_coverage(&args.command, &words)?;
+        let launched = run_under_coverage(&args.command, &words)?;
+        exit = launched.exit;
+        let mut modules = launched.modules;
         if !words.is_empty() {
             modules.retain(|m| wanted(&words, &m.path));
         }
@@ -462,7 +473,7 @@ fn run(args: &Args) -> Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(exit)
 }
 
 #[cfg(test)]
@@ -543,7 +554,9 @@ mod tests {
 
     #[test]
     fn a_launch_says_the_engine_is_missing() {
-        let e = run_under_coverage(&["true".into()], &[]).unwrap_err();
+        let Err(e) = run_under_coverage(&["true".into()], &[]) else {
+            panic!("the engine is connected: replace this test with a run");
+        };
         assert!(e.to_string().contains("not connected"), "{e}");
     }
 }
