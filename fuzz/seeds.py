@@ -143,6 +143,12 @@ if os.path.exists(elf):
     put("elf", "fx-first-1k", head)
 
 # gmon: the golden files.
+# prf: cprof's .prf records (profdev_coverage::prf).
+put("prf", "valid", b"profdev-prf 1 ab01 /usr/lib/x86_64-linux-gnu/libc.so.6\n16 3\n18 3\n20 0\nb 18 3 0\n")
+put("prf", "no-build-id", b"profdev-prf 1 - /bin/with a blank\n4198662 10\n4198669 0\n")
+put("prf", "not-ascending", b"profdev-prf 1 - /x\n5 1\n5 1\n")
+put("prf", "inferno-no-header", b"4198662 10\n")
+
 g = os.path.join(ROOT, "crates", "formats", "tests", "golden", "gmon")
 for name in sorted(os.listdir(g)):
     if name.endswith(".gmon"):

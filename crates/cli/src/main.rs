@@ -15,6 +15,7 @@ mod bar;
 mod child;
 mod cmdline;
 mod completions;
+mod cprof;
 mod export;
 mod gmon;
 mod kgmon;
@@ -126,6 +127,14 @@ const COMMANDS: &[Command] = &[
         run: mprof::main,
         cli: mprof::command,
         doc: include_str!("mprof.rs"),
+        classic: true,
+    },
+    Command {
+        name: "cprof",
+        about: "count a command's instructions exactly: lines run, never run, partly run (Inferno cprof)",
+        run: cprof::main,
+        cli: cprof::command,
+        doc: include_str!("cprof.rs"),
         classic: true,
     },
     Command {

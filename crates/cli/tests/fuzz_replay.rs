@@ -19,6 +19,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("kpdata", profdev_formats::fuzzing::kpdata),
     ("mon_out", profdev_formats::fuzzing::mon_out),
     ("perf_ring", profdev_sample::fuzzing::perf_ring),
+    ("prf", profdev_coverage::fuzzing::prf),
     ("prflog", profdev_formats::fuzzing::prflog),
     ("prof_histogram", profdev_formats::fuzzing::prof_histogram),
     ("recording", profdev_formats::fuzzing::recording),

@@ -6,4 +6,10 @@
 //! histogram, cprof's listing, the `.prf` records and the lcov and
 //! Cobertura exports read it.
 
+pub mod cobertura;
 pub mod counts;
+pub mod fuzzing;
+pub mod lcov;
+pub mod lines;
+pub mod listing;
+pub mod prf;

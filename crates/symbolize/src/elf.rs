@@ -83,6 +83,21 @@ pub struct Frame {
     pub line: Option<u32>,
 }
 
+/// One row of a line table, as [`ElfObject::line_rows`] gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineRow {
+    /// First address (link-time).
+    pub addr: u64,
+    /// Bytes covered.
+    pub len: u64,
+    /// Source file path.
+    pub file: String,
+    /// Line, never 0.
+    pub line: u32,
+    /// Column, 0 where the table gives none.
+    pub column: u32,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct LoadSegment {
     offset: u64,
@@ -391,6 +406,32 @@ impl ElfObject {
                 }
             }
         }
+        out
+    }
+
+    /// The rows of the DWARF line tables that cover `[lo, hi)`, in
+    /// address order: each says that addresses `[addr, addr + len)` come
+    /// from `line`, `column` (0 where the table gives none) of `file`.
+    /// Rows without a line (line 0) are left out; empty without DWARF.
+    pub fn line_rows(&self, lo: FileAddr, hi: FileAddr) -> Vec<LineRow> {
+        let Some(ctx) = self.dwarf() else {
+            return Vec::new();
+        };
+        let Ok(rows) = ctx.find_location_range(lo.0, hi.0) else {
+            return Vec::new();
+        };
+        let mut out: Vec<LineRow> = rows
+            .filter_map(|(addr, len, loc)| {
+                Some(LineRow {
+                    addr,
+                    len,
+                    file: loc.file?.to_string(),
+                    line: loc.line?,
+                    column: loc.column.unwrap_or(0),
+                })
+            })
+            .collect();
+        out.sort_by_key(|r| r.addr);
         out
     }
 

@@ -27,7 +27,7 @@ pub mod unwind;
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use elf::{ElfError, ElfLayout, ElfObject, FnSym, Frame, SymOrigin};
+pub use elf::{ElfError, ElfLayout, ElfObject, FnSym, Frame, LineRow, SymOrigin};
 pub use kernel::{KSym, KernelSymbols, SymbolError};
 pub use objects::{Object, ObjectKey, Objects};
 pub use tasks::{Mapping, Tasks};

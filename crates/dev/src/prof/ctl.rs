@@ -37,11 +37,8 @@ pub fn session_config(interval_ms: u32) -> SessionConfig {
     }
 }
 
-/// A profiler of the device: what `start…` switched on.
-///
-/// Sampling and memory exist; coverage (`startcp PID`) is to come, a
-/// variant here with its own verb, its own session and its own meaning of
-/// a histogram pair's count.
+/// A profiler of the device: what `start…` switched on. Each has its own
+/// verb and its own meaning of a histogram pair's count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Periodic sampling: a pair's count is a number of ticks at that pc.
@@ -50,9 +47,22 @@ pub enum Mode {
     /// layout; `pools` is the bit set of the digits (1, 2, 4 for 1, 2, 3).
     /// It runs no sampling session.
     Memory { pools: u8 },
+    /// Coverage (`startcp PID`, see `coverage`): a pair's count is the
+    /// exact number of times that instruction ran in `pid` and the
+    /// processes it spawned. It runs no sampling session.
+    Coverage { pid: u32 },
 }
 
 impl Mode {
+    /// The mode's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sampling => "sampling",
+            Mode::Memory { .. } => "memory",
+            Mode::Coverage { .. } => "coverage",
+        }
+    }
+
     pub(super) fn session(self, interval_ms: u32) -> SessionConfig {
         // Memory mode starts no session (see `memory`); only `start`
         // reaches here.
@@ -85,6 +95,7 @@ enum CtlOp {
     Stop,
     End,
     Interval,
+    Startcp,
 }
 
 const CTL_TABLE: &[Cmd<CtlOp>] = &[
@@ -93,6 +104,7 @@ const CTL_TABLE: &[Cmd<CtlOp>] = &[
     Cmd::verb("stop", CtlOp::Stop),
     Cmd::verb("end", CtlOp::End),
     Cmd::with_args("interval", 1, 1, CtlOp::Interval),
+    Cmd::with_args("startcp", 1, 1, CtlOp::Startcp),
 ];
 
 /// C's `strtoul(s, 0, 0)` on a whole word: decimal, `0x` hex, `0` octal.
@@ -151,6 +163,7 @@ impl Prof {
                 health.set_rate_asked(frequency_hz(DEFAULT_INTERVAL_MS));
                 Ok(())
             }
+            CtlOp::Startcp => self.startcp(&args[0], data, cred),
             CtlOp::Interval => {
                 let ms = parse_c_number(&args[0]).ok_or_else(|| DevError::BadCtlArg {
                     msg: ctl::quoted(data),

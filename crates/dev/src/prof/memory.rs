@@ -92,10 +92,7 @@ impl Prof {
         let busy = |m: Mode| {
             DevError::Busy(format!(
                 "the prof device is in {} mode; write stop first",
-                match m {
-                    Mode::Sampling => "sampling",
-                    Mode::Memory { .. } => "memory",
-                }
+                m.name()
             ))
         };
         if let Some(pid) = pid {

@@ -3,7 +3,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! prof/ctl                    0222  write: module [name ...] | start | startmp[123] [PID] | stop | end | interval MS
+//! prof/ctl                    0222  write: module [name ...] | start | startmp[123] [PID] | startcp PID | stop | end | interval MS
 //! prof/NNNNNNNN/              0555  one directory per profiled module, newest first
 //! prof/NNNNNNNN/name          0444  the module's name (its file's basename)
 //! prof/NNNNNNNN/path          0444  the module's file path
@@ -41,6 +41,7 @@
 //! | `module [name ...]` | **replaces** the list of wanted modules; `module` alone empties it. A name is a basename (`libc.so.6`) or a file path; a path is also matched in its canonical form (`/lib/…` and `/usr/lib/…` agree when one is a link to the other). Relative paths are resolved in the file server's directory: use absolute ones. |
 //! | `start` | start sampling, unless a profiler is already running (then ignored, as in Inferno). Counts continue accumulating into existing records. |
 //! | `startmp[digits] [PID]` | memory mode (see Modes): the digits, a non-empty combination of 1, 2 and 3 in any order, each once, name the pools, or none; anything else is EINVAL. EBUSY while sampling is on (or, with PID, while any mode is). Without PID, memory mode with nothing hooked. With PID, EPERM unless the writer may ptrace PID, ESRCH for no such process; attaching is not built yet, so an allowed `startmp… PID` fails with ENXIO and a sentence saying so. |
+//! | `startcp PID` | coverage mode (see Modes) for process PID, its threads and the processes it spawns, counting the modules of the `module` list (empty: the executable and every library it maps). Exactly one argument, a decimal process id (`startcp` alone is EINVAL). EBUSY while any mode is on (the seed ignored the request silently: a documented change). ESRCH for no such process; EPERM unless the writer may ptrace PID. Attaching is not built yet, so an allowed `startcp PID` fails with ENXIO and a sentence saying so. |
 //! | `stop` | stop; every tick taken before is counted. Records are kept. |
 //! | `end` | stop, free every record, empty the module list, restart record ids at 1, and reset the interval to 100 ms. |
 //! | `interval MS` | the sampling interval in milliseconds, as C's `strtoul(MS, 0, 0)` reads it (`10`, `0x10`, `012`); at least 1. Default 100. Takes effect at the next `start`. |
@@ -136,10 +137,9 @@
 //! ## Modes
 //!
 //! Inferno's device had three profilers: sampling (`start`), coverage
-//! (`startcp PID`) and memory (`startmp…`). This device implements sampling
-//! and memory; coverage would plug in as a further [`Mode`]: a verb in the command table, the
-//! session a mode needs, and how a mode turns a batch of records into
-//! counts. The records, the directory tree and the histogram protocol are
+//! (`startcp PID`) and memory (`startmp…`). This device implements all
+//! three, each a [`Mode`]: a verb in the command table, the session (if
+//! any) it needs, and what a histogram pair's count means. The records, the directory tree and the histogram protocol are
 //! the same for every mode (only what a pair's count means differs), so a
 //! mode adds no file.
 //!
@@ -154,6 +154,18 @@
 //! mprof CMD` drives a private instance this way, as `profdev prof CMD`
 //! does for sampling; on a mount, `startmp` switches memory mode on with
 //! nothing hooked.
+//!
+//! **Coverage mode** (`startcp PID`) counts nothing itself either: every
+//! instruction of the selected modules is counted inside the profiled
+//! processes by the coverage engine (`profdev_coverage`), whose counts fill
+//! the records (`Prof::coverage_report`), each report replacing the
+//! module's pairs. A record's `histogram` then holds one pair per
+//! **executed instruction**, as the seed's: `0x<address> <count>`, the
+//! address in the module's link-time address space (what `addr2line -e
+//! PATH` reads), the count exact (every instruction of a basic block
+//! carries its block's count); instructions that never ran have no pair.
+//! A program started under the engine by its caller needs no attach:
+//! `Prof::coverage_launched` puts the device in coverage mode for it.
 //!
 //! **Access.** Only root, the mounting user and the users and groups the
 //! mount names (`--allow-user`, `--allow-group`) may write `ctl`, list the
@@ -183,6 +195,11 @@
 //! % addr2line -f -e /usr/bin/dd 0x3a14
 //! % profdev prof -f        # the report, from the mounted device
 //! % echo end >/run/profdev/prof/ctl
+//! % echo module known >/run/profdev/prof/ctl
+//! % echo startcp 4242 >/run/profdev/prof/ctl     # coverage of a running process
+//! echo: write error: No such device or address      # (attaching is not built yet)
+//! % echo startcp 4242 >/run/profdev/prof/ctl     # while another mode is on
+//! echo: write error: Device or resource busy
 //! ```
 //!
 //! # Bugs
@@ -197,9 +214,16 @@
 //!   only for block devices (major number not 0).
 //! * Counts are 64-bit. Record ids are 32-bit and never reused before
 //!   `end` (Inferno's wrapped at 255).
+//! * `startcp PID` does not attach yet (ENXIO with a sentence); coverage
+//!   counts reach a device only through `Prof::coverage_report`
+//!   (`profdev cprof CMD`).
+//! * Records are kept across modes until `end`: a module's record made in
+//!   memory mode takes coverage counts if the device is switched to
+//!   coverage mode without an `end` between, and the other way round.
 //! * Ticks in kernel mode are not taken, so a module's share is of user
 //!   time only; `kprof` shows the kernel side.
 
+mod coverage;
 mod ctl;
 mod histogram;
 mod memory;
@@ -207,6 +231,7 @@ mod modules;
 #[cfg(test)]
 mod tests;
 
+pub use coverage::coverage_pairs;
 pub use ctl::{frequency_hz, session_config, Mode, DEFAULT_INTERVAL_MS};
 pub use memory::{parse_pools, MemoryModule};
 pub use modules::ModuleKey;

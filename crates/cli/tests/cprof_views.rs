@@ -1,0 +1,394 @@
+//! cprof's views on real counts of a real program.
+//!
+//! `tests/cprof/known.c` is built with `cc -O0 -g -no-pie` and run under
+//! ptrace one instruction at a time: every instruction of its `.text`
+//! (listed by `objdump -d`) gets the number of times the processor stopped
+//! there, and every conditional jump whether the next stop was its target
+//! or the instruction after it. Those exact counts, independent of profdev's
+//! engine, fill a `ModuleCoverage` (one block per instruction), which is
+//! recorded as `known.prf`; `profdev cprof -m known` then shows it, and its
+//! marks, counts, lcov lines and genhtml's acceptance are checked against
+//! what the program does: `called` runs 10 times, the branch of the
+//! `MARK:branch` line is taken by 2 of the 10 iterations (the other 8 jump
+//! over `k++`), `never_called` never runs, the `MARK:partly` line runs its
+//! test and not its call.
+
+use profdev_coverage::counts::{Block, Branch, ModuleCoverage};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cprof/known.c")
+}
+
+/// The 1-based line holding `MARK:name` in known.c.
+fn line_of(mark: &str) -> u32 {
+    let text = std::fs::read_to_string(source()).unwrap();
+    let at = text
+        .lines()
+        .position(|l| l.contains(&format!("MARK:{mark} ")))
+        .unwrap_or_else(|| panic!("no MARK:{mark} in known.c"));
+    at as u32 + 1
+}
+
+/// Build known.c into `dir`.
+fn build(dir: &Path, extra: &[&str]) -> PathBuf {
+    let exe = dir.join("known");
+    let st = Command::new("cc")
+        .args(["-O0", "-g", "-no-pie", "-o"])
+        .arg(&exe)
+        .arg(source())
+        .args(extra)
+        .status()
+        .expect("cc runs");
+    assert!(st.success(), "cc failed");
+    exe
+}
+
+/// (address, mnemonic) of every instruction of `exe`'s .text.
+fn instructions(exe: &Path) -> Vec<(u64, String)> {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", "-j", ".text"])
+        .arg(exe)
+        .output()
+        .expect("objdump runs");
+    assert!(out.status.success());
+    let mut v = Vec::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some((addr, rest)) = l.trim_start().split_once(":\t") else {
+            continue;
+        };
+        let Ok(a) = u64::from_str_radix(addr, 16) else {
+            continue;
+        };
+        let mnemonic = rest.split_whitespace().next().unwrap_or("").to_string();
+        v.push((a, mnemonic));
+    }
+    assert!(v.len() > 20, "objdump listed too few instructions");
+    v
+}
+
+/// Run `exe` one instruction at a time under ptrace: the number of stops
+/// at each pc of `insns` (ascending), and for each conditional jump among
+/// them whether the next stop was the instruction after it (fallen
+/// through) or elsewhere (taken).
+fn step(exe: &Path, insns: &[(u64, String)]) -> (HashMap<u64, u64>, Vec<Branch>) {
+    use std::ffi::CString;
+    let lo = insns[0].0;
+    let hi = insns.last().unwrap().0 + 1;
+    let next: HashMap<u64, u64> = insns.windows(2).map(|w| (w[0].0, w[1].0)).collect();
+    let mut branches: Vec<Branch> = insns
+        .iter()
+        .filter(|(_, m)| m.starts_with('j') && m != "jmp")
+        .map(|(a, _)| Branch {
+            addr: *a,
+            taken: 0,
+            not_taken: 0,
+        })
+        .collect();
+    let jcc: HashMap<u64, usize> = branches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (b.addr, i))
+        .collect();
+    let path = CString::new(exe.as_os_str().as_encoded_bytes()).unwrap();
+    let argv = [path.as_ptr(), std::ptr::null()];
+    // SAFETY: the child only calls async-signal-safe functions (ptrace,
+    // execv, _exit) between fork and exec.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        unsafe {
+            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+            libc::execv(path.as_ptr(), argv.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    let mut counts = HashMap::new();
+    let mut prev: Option<u64> = None;
+    let mut status = 0;
+    loop {
+        // SAFETY: plain system calls on our own traced child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(r, pid, "waitpid");
+        if libc::WIFEXITED(status) {
+            assert_eq!(libc::WEXITSTATUS(status), 0, "known.c exits 0 when k == 2");
+            break;
+        }
+        assert!(libc::WIFSTOPPED(status), "the child stops or exits");
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs) };
+        assert_eq!(r, 0, "PTRACE_GETREGS");
+        if let Some(p) = prev {
+            if let Some(&i) = jcc.get(&p) {
+                if next.get(&p) == Some(&regs.rip) {
+                    branches[i].not_taken += 1;
+                } else {
+                    branches[i].taken += 1;
+                }
+            }
+        }
+        prev = (lo..hi).contains(&regs.rip).then_some(regs.rip);
+        if let Some(pc) = prev {
+            *counts.entry(pc).or_insert(0u64) += 1;
+        }
+        let r = unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, pid, 0, 0) };
+        assert_eq!(r, 0, "PTRACE_SINGLESTEP");
+    }
+    (counts, branches)
+}
+
+/// The exact counts of one run of `exe`.
+fn measure(exe: &Path) -> ModuleCoverage {
+    let insns = instructions(exe);
+    let hi = insns.last().unwrap().0 + 1;
+    let (counts, branches) = step(exe, &insns);
+    let ends: Vec<u64> = insns.iter().skip(1).map(|i| i.0).chain([hi]).collect();
+    let blocks = insns
+        .iter()
+        .zip(ends)
+        .map(|((a, _), end)| Block {
+            start: *a,
+            end,
+            insns: vec![*a],
+            count: counts.get(a).copied().unwrap_or(0),
+        })
+        .collect();
+    let obj = profdev_symbolize::ElfObject::open(exe).unwrap();
+    ModuleCoverage {
+        path: exe.to_path_buf(),
+        build_id: obj.build_id().map(<[u8]>::to_vec),
+        blocks,
+        branches,
+        uncounted: 0,
+    }
+}
+
+fn profdev(dir: &Path, args: &[&str]) -> (String, String, bool) {
+    let out = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .arg("cprof")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("profdev runs");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+/// The row of `line` in a listing: (mark, text).
+fn row(listing: &str, line: u32) -> String {
+    listing
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, '\t');
+            (f.next()? == line.to_string()).then(|| f.next().unwrap_or("").to_string())
+        })
+        .unwrap_or_else(|| panic!("no line {line} in\n{listing}"))
+}
+
+fn tools_ok() -> bool {
+    profdev_testkit::tools("cprof views", &["cc", "objdump", "genhtml"])
+}
+
+#[test]
+fn marks_counts_lcov_and_genhtml_on_exact_counts() {
+    if !tools_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), &[]);
+    let m = measure(&exe);
+    let called = profdev_symbolize::ElfObject::open(&exe)
+        .unwrap()
+        .symbols()
+        .iter()
+        .find(|s| s.name() == "called")
+        .unwrap()
+        .addr;
+    let entry = m.blocks.iter().find(|b| b.start == called).unwrap();
+    assert_eq!(
+        entry.count, 10,
+        "the stepper sees called() entered 10 times"
+    );
+    profdev_coverage::prf::record(dir.path(), &m).unwrap();
+
+    let (marks, err, ok) = profdev(dir.path(), &["-m", "known"]);
+    assert!(ok, "{err}");
+    assert!(err.is_empty(), "no note expected: {err}");
+    assert_eq!(row(&marks, line_of("never")), "-");
+    assert_eq!(row(&marks, line_of("branch")), "+");
+    assert_eq!(row(&marks, line_of("partly")), "+|-");
+    assert_eq!(row(&marks, line_of("for")), "+");
+    assert_eq!(row(&marks, 3), " ", "a declaration has no code");
+    assert!(marks.starts_with(&format!("\nModule: known({})\t", exe.display())));
+    assert!(marks.contains("% coverage\n\n"));
+
+    let (prefixed, _, ok) = profdev(dir.path(), &["-n", "-m", "known"]);
+    assert!(ok);
+    let for_line = format!("{}:{}\t+\t", source().display(), line_of("for"));
+    assert!(
+        prefixed.lines().any(|l| l.starts_with(&for_line)),
+        "{prefixed}"
+    );
+
+    let (counts, err, ok) = profdev(dir.path(), &["-f", "-m", "known"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        row(&counts, line_of("for")),
+        "1|11|10",
+        "init, test, increment"
+    );
+    assert_eq!(row(&counts, line_of("branch")), "10");
+    assert_eq!(
+        row(&counts, line_of("branch") + 1),
+        "2",
+        "k++ runs for i = 0 and 5"
+    );
+    assert_eq!(row(&counts, line_of("never")), "0");
+    assert_eq!(row(&counts, line_of("partly")), "1|0");
+    assert_eq!(row(&counts, line_of("called") + 2), "10", "called's body");
+    let shown = |text: &str| text.replace(&dir.path().display().to_string(), "$DIR");
+    // The marks and counts listing, whole (instruction totals depend on gcc 12's code).
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cprof");
+    profdev_testkit::golden(&golden.join("known.f.golden"), shown(&counts).as_bytes());
+
+    let (_, err, ok) = profdev(
+        dir.path(),
+        &[
+            "-m",
+            "known",
+            "--lcov",
+            "known.info",
+            "--cobertura",
+            "known.xml",
+        ],
+    );
+    assert!(ok, "{err}");
+    let info = std::fs::read_to_string(dir.path().join("known.info")).unwrap();
+    assert!(
+        info.contains(&format!("SF:{}\n", source().display())),
+        "{info}"
+    );
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).display().to_string();
+    profdev_testkit::golden(
+        &golden.join("known.info.golden"),
+        info.replace(&repo, "$CLI").as_bytes(),
+    );
+    assert!(info.contains("FNDA:10,called\n"), "{info}");
+    assert!(info.contains("FNDA:0,never_called\n"), "{info}");
+    assert!(info.contains("FNDA:1,main\n"), "{info}");
+    assert!(info.contains(&format!("DA:{},0\n", line_of("never"))));
+    assert!(info.contains(&format!("DA:{},11\n", line_of("for"))));
+    assert!(info.contains(&format!("DA:{},2\n", line_of("branch") + 1)));
+    let b = line_of("branch");
+    let brda: Vec<&str> = info
+        .lines()
+        .filter(|l| l.starts_with(&format!("BRDA:{b},")))
+        .collect();
+    assert_eq!(
+        brda,
+        [format!("BRDA:{b},0,0,8"), format!("BRDA:{b},0,1,2")],
+        "jne over k++: taken 8 times, fallen through 2"
+    );
+    let f = line_of("for");
+    assert!(
+        info.contains(&format!("BRDA:{f},0,0,10\nBRDA:{f},0,1,1\n")),
+        "{info}"
+    );
+    let p = line_of("partly");
+    assert!(
+        info.contains(&format!("BRDA:{p},0,0,1\nBRDA:{p},0,1,0\n")),
+        "{info}"
+    );
+    let xml = std::fs::read_to_string(dir.path().join("known.xml")).unwrap();
+    assert!(xml.contains(&format!(
+        "<line number=\"{b}\" hits=\"10\" branch=\"true\" condition-coverage=\"100% (2/2)\"/>"
+    )));
+
+    let html = dir.path().join("html");
+    let out = Command::new("genhtml")
+        .args(["--branch-coverage", "--function-coverage", "-q", "-o"])
+        .arg(&html)
+        .arg(dir.path().join("known.info"))
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "genhtml fails: {said}");
+    assert!(
+        !said.to_lowercase().contains("warning"),
+        "genhtml warns: {said}"
+    );
+    assert!(html.join("index.html").exists());
+}
+
+#[test]
+fn records_add_up_and_another_build_is_refused() {
+    if !tools_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), &[]);
+    let m = measure(&exe);
+    profdev_coverage::prf::record(dir.path(), &m).unwrap();
+    profdev_coverage::prf::record(dir.path(), &m).unwrap();
+    let (_, err, ok) = profdev(dir.path(), &["-m", "known", "--lcov", "two.info"]);
+    assert!(ok, "{err}");
+    let info = std::fs::read_to_string(dir.path().join("two.info")).unwrap();
+    assert!(info.contains("FNDA:20,called\n"), "two runs: {info}");
+    let b = line_of("branch");
+    assert!(info.contains(&format!("BRDA:{b},0,0,16\nBRDA:{b},0,1,4\n")));
+
+    // Rebuilt with another build id: the records no longer place.
+    build(dir.path(), &["-Wl,--build-id=0x0123"]);
+    let (out, err, ok) = profdev(dir.path(), &["-m", "known"]);
+    assert!(!ok && out.is_empty());
+    assert!(err.starts_with("cprof: known.prf records build "), "{err}");
+    assert!(err.contains("is now build 0123"), "{err}");
+    // And a run of the new build is not merged into the old records.
+    let again = measure(&exe);
+    let e = profdev_coverage::prf::record(dir.path(), &again).unwrap_err();
+    assert!(e.to_string().contains("another build"), "{e}");
+}
+
+#[test]
+fn sources_not_found_are_said_and_left_out_of_the_exports() {
+    if !tools_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Compiled from a copy that is then removed.
+    let copy = dir.path().join("gone.c");
+    std::fs::copy(source(), &copy).unwrap();
+    let exe = dir.path().join("known");
+    assert!(Command::new("cc")
+        .args(["-O0", "-g", "-no-pie", "-o"])
+        .arg(&exe)
+        .arg(&copy)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::remove_file(&copy).unwrap();
+    let m = measure(&exe);
+    profdev_coverage::prf::record(dir.path(), &m).unwrap();
+    let (out, err, ok) = profdev(dir.path(), &["-m", "known", "--lcov", "x.info"]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cprof: source file {} not found: line numbers only",
+            copy.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("left out of the exports"), "{err}");
+    assert_eq!(row(&out, line_of("never")), "-", "marks without text");
+    let info = std::fs::read_to_string(dir.path().join("x.info")).unwrap();
+    assert!(!info.contains("gone.c"), "{info}");
+}
