@@ -5,7 +5,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile
+//! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
 //!                [-i FILE] [-o OUT] [--inverted] [--title T] [--pid PID] [--comm COMM]
 //!                [--format gnu|bsd] [--shift N] [--log-bucket N]
 //! ```
@@ -28,8 +28,18 @@
 //! * `kpdata`: Inferno kpdata, for `profdev kprof System.map kpdata`.
 //! * `proc-profile`: the Linux /proc/profile layout, for `readprofile -p
 //!   FILE -m System.map` (`--shift`, default 2: 4-byte counters).
+//! * `otlp`: OpenTelemetry profiles, a `ProfilesData` protobuf of
+//!   opentelemetry-proto **v1.10.0** exactly (the profiles signal is still
+//!   in development and changes incompatibly between releases; pprof stays
+//!   the format Pyroscope and Parca ingest).
 //!
-//! Files that hold kernel addresses (kpdata, proc-profile, and pprof or
+//! Every format names frames alike: functions by the recording's symbol
+//! tables (`sub_ADDR` for a stripped object's `.eh_frame` functions),
+//! `[unknown] in OBJECT`, `[anon]` (anonymous or JIT memory), `[unknown]`,
+//! a stack that could not be unwound ending in `[unwind failed: REASON]`,
+//! and the idle task's samples under `[idle]`.
+//!
+//! Files that hold kernel addresses (kpdata, proc-profile, and pprof, otlp or
 //! perf-script when the recording has kernel frames) are created 0600,
 //! others 0644, through the safe write path.
 //!
@@ -47,7 +57,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_formats::export::{
-    firefox, folded, gmon, kpdata, perf_script, pprof, proc_profile, svg,
+    firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg,
 };
 use profdev_formats::recording::{self, ObjectKind, Recording};
 use std::ffi::OsString;
@@ -73,6 +83,8 @@ enum Format {
     Kpdata,
     /// Linux /proc/profile layout, for readprofile.
     ProcProfile,
+    /// OpenTelemetry profiles (ProfilesData protobuf, opentelemetry-proto v1.10.0).
+    Otlp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -206,6 +218,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         }
         Format::Kpdata => (kpdata::write(&rec, args.log_bucket)?, true, true),
         Format::ProcProfile => (proc_profile::write(&rec, args.shift)?, true, true),
+        Format::Otlp => (otlp::write(&rec), true, has_kernel_frames(&rec)),
     };
     let default_out = match args.format {
         Format::Gmon => Path::new("gmon.out"),

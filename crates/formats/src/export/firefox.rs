@@ -1,7 +1,8 @@
 //! The Firefox Profiler's processed profile format (JSON), built with the
 //! `fxprof-processed-profile` crate (samply's): one process per pid named
 //! by its command, one thread per tid named by its last name, every sample at its time (ms from
-//! the first sample, the header's start time as the reference) with its
+//! the first sample, the header's start time as the reference; the idle
+//! task, pid 0, is the process and thread `[idle]`) with its
 //! weight as CPU delta, frames as labels already symbolized, in two
 //! categories, `User` (yellow) and `Kernel` (orange). Open it at
 //! <https://profiler.firefox.com/> ("Load a profile from file").
@@ -37,6 +38,8 @@ pub fn write(rec: &Recording) -> Vec<u8> {
     for t in &rec.tasks {
         last_comm.insert(t.tid, &t.comm);
     }
+    // The idle task (pid 0, tid 0), named as every export names it.
+    last_comm.insert(0, super::IDLE);
     let mut processes = HashMap::default();
     let mut threads: HashMap<u32, ThreadHandle> = HashMap::default();
     let mut labels: Vec<Option<StringHandle>> = vec![None; names.funcs.len()];
