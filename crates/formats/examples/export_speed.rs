@@ -4,11 +4,16 @@
 //! prints the bytes and each step's wall time. `bench/record.sh` runs it:
 //!
 //! ```text
-//! cargo run --release -p profdev-formats --example export_speed [N]
+//! cargo run --release -p profdev-formats --example export_speed [N [SAVE]]
 //! ```
+//!
+//! Each time is of making the format's bytes from the read recording; the
+//! perf-script text is streamed to a byte counter as `profdev export`
+//! streams it to its output. With SAVE, the recording is also written
+//! there, for timing `profdev export FORMAT -i SAVE -o /dev/null`.
 
 use profdev_formats::export::{
-    firefox, folded, gmon, kpdata, perf_script, pprof, proc_profile, svg,
+    firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg,
 };
 use profdev_formats::recording::{
     self, Encoder, Frame, Function, Header, Line, ObjectInfo, ObjectKind, SampleInfo, Task,
@@ -72,6 +77,18 @@ fn main() {
                     .collect(),
             })
             .collect();
+        let mut funcs = funcs;
+        if kind == ObjectKind::Kernel {
+            // The kernel text's edges, as profdev record writes them.
+            for (name, at) in [("_stext", base), ("_etext", base + FUNCS * 0x100)] {
+                funcs.push(Function {
+                    start: at,
+                    len: 0,
+                    name: name.into(),
+                    lines: vec![],
+                });
+            }
+        }
         let files: Vec<String> = (0..10).map(|f| format!("src/file{f}.c")).collect();
         e.symbols(id, &files, &funcs).unwrap();
         objects.push((id, base));
@@ -121,6 +138,11 @@ fn main() {
     }
     e.end();
     bytes.extend(e.take());
+    if let Some(path) = std::env::args().nth(2) {
+        // For timing `profdev export` itself on the same recording.
+        std::fs::write(&path, &bytes).unwrap();
+        println!("saved the recording as {path}");
+    }
     println!(
         "generate: {n} samples, {DEPTH} frames each: {} bytes ({:.1} per sample) in {:.2?}",
         bytes.len(),
@@ -135,11 +157,21 @@ fn main() {
         let len = f();
         println!("{name}: {len} bytes in {:.2?}", t.elapsed());
     };
+    time("names (every writer's first step)", &|| {
+        profdev_formats::export::Names::new(&rec).funcs.len()
+    });
     time("folded", &|| folded::write(&rec).len());
     time("svg", &|| svg::write(&rec, &svg::Options::default()).len());
     time("pprof", &|| pprof::write(&rec).len());
     time("firefox", &|| firefox::write(&rec).len());
-    time("perf-script", &|| perf_script::write(&rec).len());
+    // Streamed, as profdev export writes it (1.6 GB not held in memory).
+    time("perf-script", &|| {
+        let script = perf_script::Script::new(&rec);
+        let mut out = Counted(0);
+        script.write_to(&mut out).unwrap();
+        assert_eq!(out.0, script.len());
+        out.0
+    });
     time("gmon", &|| {
         gmon::write(&rec, &gmon::Select::default()).unwrap().0.len()
     });
@@ -147,4 +179,20 @@ fn main() {
     time("proc-profile", &|| {
         proc_profile::write(&rec, 2).unwrap().len()
     });
+    time("otlp", &|| otlp::write(&rec).len());
+}
+
+/// A writer that counts and drops the bytes (the perf-script export's
+/// destination in this benchmark; `profdev export` writes them to its
+/// output instead).
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

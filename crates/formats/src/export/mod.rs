@@ -152,24 +152,23 @@ pub struct Names<'a> {
 impl<'a> Names<'a> {
     /// Resolve every distinct frame of `rec`.
     pub fn new(rec: &'a Recording) -> Names<'a> {
-        let mut by_stack: FastMap<(&[Frame], bool), u32> = FastMap::default();
+        // The reader shares one stack among the samples with the same
+        // frames: a distinct stack here is (its stack, idle or not).
+        let mut by_stack: Vec<[u32; 2]> = vec![[u32::MAX; 2]; rec.stacks.len()];
         let mut stacks: Vec<&[Frame]> = Vec::new();
         let mut stack_idle: Vec<bool> = Vec::new();
         let mut stack_counts: Vec<(u64, u64)> = Vec::new();
         let mut sample_stack = Vec::with_capacity(rec.samples.len());
-        let mut prev: Option<((&[Frame], bool), u32)> = None;
         for s in &rec.samples {
-            let key = (rec.stack(s), is_idle(s));
-            let id = match prev {
-                Some((p, id)) if p == key => id,
-                _ => *by_stack.entry(key).or_insert_with(|| {
-                    stacks.push(key.0);
-                    stack_idle.push(key.1);
-                    stack_counts.push((0, 0));
-                    (stacks.len() - 1) as u32
-                }),
-            };
-            prev = Some((key, id));
+            let idle = is_idle(s);
+            let slot = &mut by_stack[s.stack as usize][usize::from(idle)];
+            if *slot == u32::MAX {
+                *slot = stacks.len() as u32;
+                stacks.push(rec.stack(s));
+                stack_idle.push(idle);
+                stack_counts.push((0, 0));
+            }
+            let id = *slot;
             let c = &mut stack_counts[id as usize];
             c.0 += 1;
             c.1 += s.weight;
@@ -186,10 +185,19 @@ impl<'a> Names<'a> {
             stack_first.push(stack_funcs.len());
             for f in st.iter().chain(idle.then_some(&IDLE_FRAME)) {
                 let id = *by_frame.entry(*f).or_insert_with(|| {
-                    let func = resolve(rec, *f);
-                    let key = (func.object, func.start, func.resolved, *f == IDLE_FRAME);
+                    // The function's key first: its name is made once.
+                    let key = match rec.object(f.object) {
+                        Some(o) if o.info.kind != ObjectKind::Label => {
+                            match o.function_at(f.offset) {
+                                Some(func) => (f.object, func.start, true, false),
+                                None => (f.object, 0, false, false),
+                            }
+                        }
+                        Some(_) => (f.object, 0, false, false),
+                        None => (0, 0, false, *f == IDLE_FRAME),
+                    };
                     *by_func.entry(key).or_insert_with(|| {
-                        funcs.push(func);
+                        funcs.push(resolve(rec, *f));
                         (funcs.len() - 1) as u32
                     })
                 });

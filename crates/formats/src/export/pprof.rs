@@ -186,10 +186,11 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
     out.0
 }
 
-/// The gzipped profile of `rec`, as pprof files are.
+/// The gzipped profile of `rec`, as pprof files are (at gzip's fastest
+/// level, as Go's runtime/pprof writes them).
 pub fn write(rec: &Recording) -> Vec<u8> {
     let raw = encode(rec);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&raw).expect("writing to memory");
     gz.finish().expect("writing to memory")
 }

@@ -6,7 +6,7 @@
 //! ```text
 //! Encoder::new(&Header)        -> bytes of the header, then one record per call
 //! Encoder::{task, object, symbols, sample, loss, end}; Encoder::take() -> bytes to append
-//! read(&[u8])                  -> Recording { header, tasks, objects, samples, frames, losses, torn }
+//! read(&[u8])                  -> Recording { header, tasks, objects, samples, frames, stacks, losses, torn }
 //! ```
 //!
 //! # Description

@@ -4,6 +4,7 @@ use super::{
     kind, unzig, End, Frame, Function, Header, Line, Loss, Object, ObjectInfo, ObjectKind, Task,
     HEADER_LEN, MAGIC, MAX_BUILD_ID, MAX_RECORD, MAX_STRING, VERSION,
 };
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// One sample as read; its frames are [`Recording::stack`].
@@ -27,6 +28,9 @@ pub struct Sample {
     pub first: usize,
     /// Number of frames.
     pub depth: u32,
+    /// Its stack's index in [`Recording::stacks`]: samples with the same
+    /// frames share one stack (and one `first`).
+    pub stack: u32,
 }
 
 /// A recording as read.
@@ -40,8 +44,12 @@ pub struct Recording {
     pub objects: Vec<Object>,
     /// Every sample, in file order.
     pub samples: Vec<Sample>,
-    /// The frames of every sample, innermost first, back to back.
+    /// The frames of every distinct stack, innermost first, back to back
+    /// (a stack is stored once however many samples have it).
     pub frames: Vec<Frame>,
+    /// The distinct stacks, in the order they first came: (first frame in
+    /// `frames`, depth).
+    pub stacks: Vec<(usize, u32)>,
     /// Loss records.
     pub losses: Vec<Loss>,
     /// The End record was read.
@@ -291,6 +299,59 @@ struct State {
     /// tid -> index of its latest Task entry.
     tasks: HashMap<u32, u32>,
     last_time: u64,
+    /// The frames of the sample being read.
+    scratch: Vec<Frame>,
+    /// Hash of a stack's frames -> the first stack with that hash.
+    stack_index: FxHashMap<u64, u32>,
+    /// Stacks after the first with the same hash (rare).
+    collisions: FxHashMap<u64, Vec<u32>>,
+}
+
+/// The stack id of `frames`, stored in `rec` if new.
+fn intern_stack(rec: &mut Recording, st: &mut State) -> u32 {
+    let frames = &st.scratch;
+    let mut h = rustc_hash::FxHasher::default();
+    std::hash::Hash::hash(&frames[..], &mut h);
+    let h = std::hash::Hasher::finish(&h);
+    let same = |rec: &Recording, id: u32| {
+        let (first, depth) = rec.stacks[id as usize];
+        rec.frames[first..first + depth as usize] == frames[..]
+    };
+    let found = match st.stack_index.get(&h) {
+        None => None,
+        Some(&id) if same(rec, id) => Some(id),
+        Some(_) => st
+            .collisions
+            .get(&h)
+            .and_then(|c| c.iter().copied().find(|&id| same(rec, id))),
+    };
+    if let Some(id) = found {
+        return id;
+    }
+    let id = rec.stacks.len() as u32;
+    rec.stacks.push((rec.frames.len(), frames.len() as u32));
+    rec.frames.extend_from_slice(frames);
+    if st.stack_index.try_insert_or_collide(h, id) {
+        st.collisions.entry(h).or_default().push(id);
+    }
+    id
+}
+
+trait InsertOrCollide {
+    /// Insert `id` under `h` unless taken; true when it was taken.
+    fn try_insert_or_collide(&mut self, h: u64, id: u32) -> bool;
+}
+
+impl InsertOrCollide for FxHashMap<u64, u32> {
+    fn try_insert_or_collide(&mut self, h: u64, id: u32) -> bool {
+        match self.entry(h) {
+            std::collections::hash_map::Entry::Occupied(_) => true,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(id);
+                false
+            }
+        }
+    }
 }
 
 impl State {
@@ -400,8 +461,7 @@ fn record(k: u8, p: &mut Cur, rec: &mut Recording, st: &mut State) -> R<()> {
                 ));
             }
             let depth = p.count(2, "frames")?;
-            let first = rec.frames.len();
-            rec.frames.reserve(depth);
+            st.scratch.clear();
             let mut prev = 0u64;
             for _ in 0..depth {
                 let object = p.v32("object id")?;
@@ -410,8 +470,10 @@ fn record(k: u8, p: &mut Cur, rec: &mut Recording, st: &mut State) -> R<()> {
                 }
                 let offset = prev.wrapping_add(p.z()? as u64);
                 prev = offset;
-                rec.frames.push(Frame { object, offset });
+                st.scratch.push(Frame { object, offset });
             }
+            let stack = intern_stack(rec, st);
+            let first = rec.stacks[stack as usize].0;
             st.last_time = time;
             rec.samples.push(Sample {
                 time,
@@ -423,6 +485,7 @@ fn record(k: u8, p: &mut Cur, rec: &mut Recording, st: &mut State) -> R<()> {
                 kernel: flags & 1 != 0,
                 first,
                 depth: depth as u32,
+                stack,
             });
         }
         kind::LOSS => rec.losses.push(Loss {
