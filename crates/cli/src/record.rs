@@ -924,3 +924,80 @@ fn run(args: &Args) -> Result<ExitCode> {
         None => ExitCode::SUCCESS,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_formats::export::folded;
+    use profdev_formats::recording::read;
+
+    fn recorder() -> Recorder {
+        Recorder {
+            enc: Encoder::new(&Header::default()),
+            model: Model::new(true),
+            symbols: false,
+            tasks: HashMap::new(),
+            objects: HashMap::new(),
+            pending: HashMap::new(),
+            kernel: None,
+            seen: HashSet::new(),
+            frames: Vec::new(),
+            addrs: Vec::new(),
+            only_tid: None,
+            symbolizer: None,
+            failures: HashMap::new(),
+            stack_bytes: 16384,
+        }
+    }
+
+    /// A user sample with -g whose stack copy is missing cannot be unwound
+    /// past its instruction: its stack ends in one label frame naming why,
+    /// the label written once for every such stack; the idle task's
+    /// kernel-only sample gets none.
+    #[test]
+    fn a_stack_the_unwinder_cannot_walk_ends_in_unwind_failed() {
+        let mut r = recorder();
+        let user = Sample {
+            ip: 0x40_1000,
+            pid: 7,
+            tid: 7,
+            time: 10,
+            period: 1_000_000,
+            mode: CpuMode::User,
+            user_chain: vec![0x40_1000],
+            ..Sample::default()
+        };
+        let idle = Sample {
+            ip: 0xffff_ffff_8100_0010,
+            time: 20,
+            period: 1_000_000,
+            mode: CpuMode::Kernel,
+            kernel_chain: vec![0xffff_ffff_8100_0010],
+            ..Sample::default()
+        };
+        for s in [&user, &idle, &user] {
+            r.record(&Record::Sample(s.clone())).unwrap();
+        }
+        r.enc.end();
+        let rec = read(&r.enc.take()).unwrap();
+        assert_eq!(rec.samples.len(), 3);
+        let labels: Vec<_> = rec
+            .objects
+            .iter()
+            .filter(|o| o.info.kind == ObjectKind::Label)
+            .collect();
+        assert_eq!(labels.len(), 1, "{:?}", rec.objects);
+        assert_eq!(labels[0].info.path, "[unwind failed: no stack copy]");
+        let last = |i: usize| rec.stack(&rec.samples[i]).last().copied().unwrap();
+        assert_eq!(last(0).object, labels[0].id);
+        assert_eq!(last(2).object, labels[0].id);
+        assert_ne!(last(1).object, labels[0].id);
+        assert_eq!(r.failures["no stack copy"].1, 2);
+        let text = folded::write(&rec);
+        assert!(
+            text.contains("[unwind failed: no stack copy];[unknown] 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("[idle];"), "{text}");
+    }
+}

@@ -10,7 +10,7 @@
 //! Each time is of making the format's bytes from the read recording; the
 //! perf-script text is streamed to a byte counter as `profdev export`
 //! streams it to its output. With SAVE, the recording is also written
-//! there, for timing `profdev export FORMAT -i SAVE -o /dev/null`.
+//! there, for timing `profdev export FORMAT -i SAVE -o - >/dev/null`.
 
 use profdev_formats::export::{
     firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg,
