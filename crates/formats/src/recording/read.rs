@@ -122,6 +122,21 @@ impl<'a> Cur<'a> {
         Ok(v)
     }
     fn v(&mut self) -> R<u64> {
+        // The common case: a one- or two-byte varint.
+        if let Some(&[b0, b1]) = self
+            .b
+            .get(self.at..self.at + 2)
+            .map(|b| <&[u8; 2]>::try_from(b).unwrap())
+        {
+            if b0 & 0x80 == 0 {
+                self.at += 1;
+                return Ok(u64::from(b0));
+            }
+            if b1 & 0x80 == 0 {
+                self.at += 2;
+                return Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7);
+            }
+        }
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
@@ -295,72 +310,68 @@ fn merge_functions(o: &mut Object) {
 }
 
 #[derive(Default)]
-struct State {
+struct State<'a> {
     /// tid -> index of its latest Task entry.
-    tasks: HashMap<u32, u32>,
+    tasks: FxHashMap<u32, u32>,
     last_time: u64,
-    /// The frames of the sample being read.
-    scratch: Vec<Frame>,
-    /// Hash of a stack's frames -> the first stack with that hash.
-    stack_index: FxHashMap<u64, u32>,
-    /// Stacks after the first with the same hash (rare).
-    collisions: FxHashMap<u64, Vec<u32>>,
+    /// The encoded frames of each stack read (the bytes after a Sample's
+    /// frame count) -> its stack: a stack seen before is not decoded
+    /// again. (A writer that encodes the same frames two ways makes two
+    /// stacks with the same frames, which exports merge.)
+    stack_bytes: FxHashMap<&'a [u8], u32>,
 }
 
-/// The stack id of `frames`, stored in `rec` if new.
-fn intern_stack(rec: &mut Recording, st: &mut State) -> u32 {
-    let frames = &st.scratch;
-    let mut h = rustc_hash::FxHasher::default();
-    std::hash::Hash::hash(&frames[..], &mut h);
-    let h = std::hash::Hasher::finish(&h);
-    let same = |rec: &Recording, id: u32| {
-        let (first, depth) = rec.stacks[id as usize];
-        rec.frames[first..first + depth as usize] == frames[..]
-    };
-    let found = match st.stack_index.get(&h) {
-        None => None,
-        Some(&id) if same(rec, id) => Some(id),
-        Some(_) => st
-            .collisions
-            .get(&h)
-            .and_then(|c| c.iter().copied().find(|&id| same(rec, id))),
-    };
-    if let Some(id) = found {
-        return id;
-    }
-    let id = rec.stacks.len() as u32;
-    rec.stacks.push((rec.frames.len(), frames.len() as u32));
-    rec.frames.extend_from_slice(frames);
-    if st.stack_index.try_insert_or_collide(h, id) {
-        st.collisions.entry(h).or_default().push(id);
-    }
-    id
-}
-
-trait InsertOrCollide {
-    /// Insert `id` under `h` unless taken; true when it was taken.
-    fn try_insert_or_collide(&mut self, h: u64, id: u32) -> bool;
-}
-
-impl InsertOrCollide for FxHashMap<u64, u32> {
-    fn try_insert_or_collide(&mut self, h: u64, id: u32) -> bool {
-        match self.entry(h) {
-            std::collections::hash_map::Entry::Occupied(_) => true,
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(id);
-                false
-            }
-        }
-    }
-}
-
-impl State {
+impl State<'_> {
     fn known(&self, k: u8) -> bool {
         (kind::TASK..=kind::END).contains(&k)
     }
 }
 
-fn record(k: u8, p: &mut Cur, rec: &mut Recording, st: &mut State) -> R<()> {
+/// The frames of a Sample record, from `p` (its frame count read) to the
+/// end of the payload: the stack's id, decoded and stored if new.
+fn read_stack<'a>(
+    p: &mut Cur<'a>,
+    depth: usize,
+    rec: &mut Recording,
+    st: &mut State<'a>,
+) -> R<u32> {
+    let tail = &p.b[p.at..];
+    if let Some(&id) = st.stack_bytes.get(tail) {
+        if rec.stacks[id as usize].1 as usize == depth {
+            p.at = p.b.len();
+            return Ok(id);
+        }
+    }
+    let first = rec.frames.len();
+    rec.frames.reserve(depth);
+    let mut prev = 0u64;
+    for _ in 0..depth {
+        let object = match p.v32("object id") {
+            Ok(o) if o as usize > rec.objects.len() => {
+                Err(format!("frame in object {o} before its Object record"))
+            }
+            r => r,
+        };
+        let offset = object.and_then(|o| Ok((o, prev.wrapping_add(p.z()? as u64))));
+        let (object, offset) = match offset {
+            Ok(f) => f,
+            Err(e) => {
+                rec.frames.truncate(first);
+                return Err(e);
+            }
+        };
+        prev = offset;
+        rec.frames.push(Frame { object, offset });
+    }
+    let id = rec.stacks.len() as u32;
+    rec.stacks.push((first, depth as u32));
+    if p.at == p.b.len() {
+        st.stack_bytes.insert(tail, id);
+    }
+    Ok(id)
+}
+
+fn record<'a>(k: u8, p: &mut Cur<'a>, rec: &mut Recording, st: &mut State<'a>) -> R<()> {
     match k {
         kind::TASK => {
             let t = Task {
@@ -461,18 +472,7 @@ fn record(k: u8, p: &mut Cur, rec: &mut Recording, st: &mut State) -> R<()> {
                 ));
             }
             let depth = p.count(2, "frames")?;
-            st.scratch.clear();
-            let mut prev = 0u64;
-            for _ in 0..depth {
-                let object = p.v32("object id")?;
-                if object as usize > rec.objects.len() {
-                    return Err(format!("frame in object {object} before its Object record"));
-                }
-                let offset = prev.wrapping_add(p.z()? as u64);
-                prev = offset;
-                st.scratch.push(Frame { object, offset });
-            }
-            let stack = intern_stack(rec, st);
+            let stack = read_stack(p, depth, rec, st)?;
             let first = rec.stacks[stack as usize].0;
             st.last_time = time;
             rec.samples.push(Sample {
