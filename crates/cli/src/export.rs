@@ -5,7 +5,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile
+//! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
 //!                [-i FILE] [-o OUT] [--inverted] [--title T] [--pid PID] [--comm COMM]
 //!                [--format gnu|bsd] [--shift N] [--log-bucket N]
 //! ```
@@ -28,8 +28,18 @@
 //! * `kpdata`: Inferno kpdata, for `profdev kprof System.map kpdata`.
 //! * `proc-profile`: the Linux /proc/profile layout, for `readprofile -p
 //!   FILE -m System.map` (`--shift`, default 2: 4-byte counters).
+//! * `otlp`: OpenTelemetry profiles, a `ProfilesData` protobuf of
+//!   opentelemetry-proto **v1.10.0** exactly (the profiles signal is still
+//!   in development and changes incompatibly between releases; pprof stays
+//!   the format Pyroscope and Parca ingest).
 //!
-//! Files that hold kernel addresses (kpdata, proc-profile, and pprof or
+//! Every format names frames alike: functions by the recording's symbol
+//! tables (`sub_ADDR` for a stripped object's `.eh_frame` functions),
+//! `[unknown] in OBJECT`, `[anon]` (anonymous or JIT memory), `[unknown]`,
+//! a stack that could not be unwound ending in `[unwind failed: REASON]`,
+//! and the idle task's samples under `[idle]`.
+//!
+//! Files that hold kernel addresses (kpdata, proc-profile, and pprof, otlp or
 //! perf-script when the recording has kernel frames) are created 0600,
 //! others 0644, through the safe write path.
 //!
@@ -42,12 +52,13 @@
 //!
 //! # Bugs
 //!
-//! The whole recording is read into memory.
+//! The whole recording is read into memory (its distinct stacks once);
+//! every format but perf-script is made in memory before it is written.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_formats::export::{
-    firefox, folded, gmon, kpdata, perf_script, pprof, proc_profile, svg,
+    firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg,
 };
 use profdev_formats::recording::{self, ObjectKind, Recording};
 use std::ffi::OsString;
@@ -73,6 +84,8 @@ enum Format {
     Kpdata,
     /// Linux /proc/profile layout, for readprofile.
     ProcProfile,
+    /// OpenTelemetry profiles (ProfilesData protobuf, opentelemetry-proto v1.10.0).
+    Otlp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -166,10 +179,112 @@ fn has_kernel_frames(rec: &Recording) -> bool {
     !kernel.is_empty() && rec.frames.iter().any(|f| kernel.contains(&f.object))
 }
 
+/// An export's contents: bytes made in memory, or the perf-script text,
+/// streamed (a million samples make gigabytes of it).
+enum Contents<'r> {
+    Bytes(Vec<u8>),
+    Script(perf_script::Script<'r>),
+}
+
+impl Contents<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Contents::Bytes(b) => b.len(),
+            Contents::Script(s) => s.len(),
+        }
+    }
+    /// Write to `w` in chunks, advancing `bar`.
+    fn write_to(&self, w: &mut dyn Write, bar: &crate::bar::Bar) -> std::io::Result<()> {
+        struct Counting<'a>(&'a mut dyn Write, &'a crate::bar::Bar);
+        impl Write for Counting<'_> {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let n = self.0.write(b)?;
+                self.1.inc(n as u64);
+                Ok(n)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                self.0.flush()
+            }
+        }
+        let mut w = Counting(w, bar);
+        match self {
+            Contents::Bytes(b) => b.chunks(1 << 20).try_for_each(|c| w.write_all(c)),
+            Contents::Script(s) => s.write_to(&mut w),
+        }?;
+        w.flush()
+    }
+}
+
+/// A [`profdev_safefile::SafeFile`] as a writer.
+struct SafeWriter(profdev_safefile::SafeFile);
+
+impl Write for SafeWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .write_bytes(b)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn run(args: &Args) -> Result<ExitCode> {
     let rec = read_recording(&args.input)?;
-    let (bytes, binary, kernel_addrs): (Vec<u8>, bool, bool) = match args.format {
-        Format::Folded => (folded::write(&rec).into_bytes(), false, false),
+    let (contents, binary, kernel_addrs): (Contents, bool, bool) = match args.format {
+        Format::PerfScript => (
+            Contents::Script(perf_script::Script::new(&rec)),
+            false,
+            has_kernel_frames(&rec),
+        ),
+        _ => {
+            let (bytes, binary, kernel) = bytes(args, &rec)?;
+            (Contents::Bytes(bytes), binary, kernel)
+        }
+    };
+    let default_out = match args.format {
+        Format::Gmon => Path::new("gmon.out"),
+        _ => Path::new("-"),
+    };
+    let out = args.output.as_deref().unwrap_or(default_out);
+    // Writing a big export (perf-script text of a million samples is
+    // gigabytes) shows a bar on a terminal.
+    let bar = crate::bar::Bar::start(NAME, "writing", contents.len() as u64);
+    if out == Path::new("-") {
+        let mut stdout = std::io::stdout().lock();
+        if binary && stdout.is_terminal() {
+            bail!(
+                "{:?} output is binary; give -o FILE or redirect standard output",
+                args.format
+            );
+        }
+        match contents.write_to(&mut stdout, &bar) {
+            // A reader that has seen enough (`| head`) is no error.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => r.context("cannot write to standard output")?,
+        }
+    } else {
+        let mode = if kernel_addrs {
+            crate::output::KERNEL_MODE
+        } else {
+            crate::output::USER_MODE
+        };
+        let f = profdev_safefile::SafeFile::create(out, mode).map_err(|e| anyhow!("{e}"))?;
+        let mut w = SafeWriter(f);
+        contents
+            .write_to(&mut w, &bar)
+            .map_err(|e| anyhow!("{}: {e}", out.display()))?;
+        w.0.commit().map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The bytes of every format but perf-script, whether they are binary, and
+/// whether they hold kernel addresses.
+fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool)> {
+    Ok(match args.format {
+        Format::Folded => (folded::write(rec).into_bytes(), false, false),
         Format::Svg => {
             let opt = svg::Options {
                 title: args.title.clone().unwrap_or_else(|| {
@@ -182,15 +297,10 @@ fn run(args: &Args) -> Result<ExitCode> {
                 inverted: args.inverted,
                 ..svg::Options::default()
             };
-            (svg::write(&rec, &opt).into_bytes(), false, false)
+            (svg::write(rec, &opt).into_bytes(), false, false)
         }
-        Format::Pprof => (pprof::write(&rec), true, has_kernel_frames(&rec)),
-        Format::Firefox => (firefox::write(&rec), false, false),
-        Format::PerfScript => (
-            perf_script::write(&rec).into_bytes(),
-            false,
-            has_kernel_frames(&rec),
-        ),
+        Format::Pprof => (pprof::write(rec), true, has_kernel_frames(rec)),
+        Format::Firefox => (firefox::write(rec), false, false),
         Format::Gmon => {
             let sel = gmon::Select {
                 pid: args.pid,
@@ -200,55 +310,13 @@ fn run(args: &Args) -> Result<ExitCode> {
                     GmonFormat::Bsd => profdev_formats::gmon::Format::Bsd,
                 },
             };
-            let (bytes, exe) = gmon::write(&rec, &sel)?;
+            let (bytes, exe) = gmon::write(rec, &sel)?;
             eprintln!("{NAME}: gmon.out of {exe}: read it with 'gprof {exe} OUT'");
             (bytes, true, false)
         }
-        Format::Kpdata => (kpdata::write(&rec, args.log_bucket)?, true, true),
-        Format::ProcProfile => (proc_profile::write(&rec, args.shift)?, true, true),
-    };
-    let default_out = match args.format {
-        Format::Gmon => Path::new("gmon.out"),
-        _ => Path::new("-"),
-    };
-    let out = args.output.as_deref().unwrap_or(default_out);
-    // Writing a big export (perf-script text of a million samples is
-    // gigabytes) shows a bar on a terminal.
-    let bar = crate::bar::Bar::start(NAME, "writing", bytes.len() as u64);
-    const CHUNK: usize = 1 << 20;
-    if out == Path::new("-") {
-        let mut stdout = std::io::stdout().lock();
-        if binary && stdout.is_terminal() {
-            bail!(
-                "{:?} output is binary; give -o FILE or redirect standard output",
-                args.format
-            );
-        }
-        let written = bytes
-            .chunks(CHUNK)
-            .try_for_each(|c| {
-                stdout.write_all(c)?;
-                bar.inc(c.len() as u64);
-                Ok(())
-            })
-            .and_then(|()| stdout.flush());
-        match written {
-            // A reader that has seen enough (`| head`) is no error.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-            r => r.context("cannot write to standard output")?,
-        }
-    } else {
-        let mode = if kernel_addrs {
-            crate::output::KERNEL_MODE
-        } else {
-            crate::output::USER_MODE
-        };
-        let mut f = profdev_safefile::SafeFile::create(out, mode).map_err(|e| anyhow!("{e}"))?;
-        for c in bytes.chunks(CHUNK) {
-            f.write_bytes(c).map_err(|e| anyhow!("{e}"))?;
-            bar.inc(c.len() as u64);
-        }
-        f.commit().map_err(|e| anyhow!("{e}"))?;
-    }
-    Ok(ExitCode::SUCCESS)
+        Format::Kpdata => (kpdata::write(rec, args.log_bucket)?, true, true),
+        Format::ProcProfile => (proc_profile::write(rec, args.shift)?, true, true),
+        Format::Otlp => (otlp::write(rec), true, has_kernel_frames(rec)),
+        Format::PerfScript => unreachable!("streamed by run"),
+    })
 }

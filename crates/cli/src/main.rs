@@ -115,7 +115,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "export",
-        about: "write a recording as folded, svg, pprof, firefox, perf-script, gmon, kpdata or proc-profile",
+        about: "write a recording as folded, svg, pprof, firefox, perf-script, gmon, kpdata, proc-profile or otlp",
         run: export::main,
         cli: <export::Args as clap::CommandFactory>::command,
         doc: include_str!("export.rs"),

@@ -21,7 +21,11 @@
 //! exits). With `-g` each sample carries its stack: the kernel's callchain
 //! and the user stack unwound while recording (`.eh_frame` CFI, frame
 //! pointers where better: `profdev_symbolize::unwind`), so no stack copy
-//! reaches the disk.
+//! reaches the disk. A stack the unwinder could not take to its root ends
+//! in the frame `[unwind failed: REASON]` (no stack copy, an address in
+//! anonymous memory or outside any mapping, a stack deeper than the copy,
+//! or no caller found from an object), which every export shows; the
+//! counts by reason are printed at the end.
 //!
 //! The recording (`crates/formats/src/recording/`) holds the Task entry of
 //! every sampled thread and the Object entry of every sampled file
@@ -66,8 +70,8 @@ use profdev_core::{
     CpuMode, ProcessVa, Record, Sample, SampleSource, SessionConfig, SourceError, Target,
 };
 use profdev_formats::recording::{
-    Encoder, Frame, Function, Header, Line, Loss, ObjectInfo, ObjectKind, SampleInfo, Task,
-    FLAG_STACKS,
+    unwind_failed_label, Encoder, Frame, Function, Header, Line, Loss, ObjectInfo, ObjectKind,
+    SampleInfo, Task, FLAG_STACKS,
 };
 use profdev_symbolize::{ElfLayout, ElfObject, KernelSymbols};
 use std::collections::{HashMap, HashSet};
@@ -91,8 +95,8 @@ const SYMBOLS_EVERY: Duration = Duration::from_secs(1);
     after_help = format!("Without -a, -p or -t, CMD is recorded with the processes it starts. With them, \
         a CMD only sets the duration; without one, recording runs until SIGINT, SIGTERM or SIGHUP. \
         FILE is written as FILE.partial and renamed at the end (an existing FILE becomes FILE.old); \
-        'profdev export FORMAT' turns it into folded, svg, pprof, firefox, perf-script, gmon, kpdata \
-        or proc-profile (see profdev-export(1)).\n\n{}", crate::child::SIGNALS_HELP)
+        'profdev export FORMAT' turns it into folded, svg, pprof, firefox, perf-script, gmon, kpdata, \
+        proc-profile or otlp (see profdev-export(1)).\n\n{}", crate::child::SIGNALS_HELP)
 )]
 pub(crate) struct Args {
     /// Record stacks: the kernel callchain and the user stack, unwound while recording.
@@ -167,20 +171,49 @@ impl Model {
         self.tasks.observe(r);
     }
     /// The user frames of `s` to symbolize, innermost first (return
-    /// addresses less one).
-    fn user_frames(&mut self, s: &Sample, out: &mut Vec<u64>) {
+    /// addresses less one); with `-g`, why the stack stops short of its
+    /// root when the unwinder could not reach it.
+    fn user_frames(&mut self, s: &Sample, out: &mut Vec<u64>, stack_bytes: u32) -> Option<String> {
         // A kernel thread or the idle task has no user context: no user
         // frames (not one "[unknown]" frame holding a kernel address).
         let no_user = s.is_idle()
             || (s.mode != CpuMode::User && s.user_regs.is_none() && s.user_chain.is_empty());
         match &mut self.unwinder {
-            _ if no_user => {}
+            _ if no_user => None,
             Some(u) => {
                 let st = u.unwind(&self.tasks, s);
                 out.extend((0..st.frames.len()).map(|i| st.lookup_address(i).0));
+                use profdev_symbolize::unwind::UnwindMethod;
+                if !matches!(st.method, UnwindMethod::Truncated | UnwindMethod::IpOnly) {
+                    return None;
+                }
+                Some(self.unwind_failure(s, out.last().copied(), stack_bytes))
             }
-            None if s.mode == CpuMode::User => out.push(s.ip),
-            None => {}
+            None if s.mode == CpuMode::User => {
+                out.push(s.ip);
+                None
+            }
+            None => None,
+        }
+    }
+    /// Why a stack that ends at `last` was not unwound further.
+    fn unwind_failure(&self, s: &Sample, last: Option<u64>, stack_bytes: u32) -> String {
+        if s.user_regs.is_none() || s.user_stack.is_empty() {
+            return "no stack copy".into();
+        }
+        let Some(last) = last else {
+            return "no frame".into();
+        };
+        match self.tasks.lookup(s.pid, ProcessVa(last)) {
+            None => "address outside any mapping".into(),
+            Some(m) if !m.is_file() => "anonymous memory (JIT?)".into(),
+            Some(_) if s.user_stack.len() >= stack_bytes as usize => {
+                format!("stack deeper than the {stack_bytes}-byte copy")
+            }
+            Some(m) => format!(
+                "no caller found from {}",
+                m.path.rsplit('/').next().unwrap_or(&m.path)
+            ),
         }
     }
     fn lookup(&self, pid: u32, va: u64) -> Option<Mapped> {
@@ -245,6 +278,10 @@ struct Recorder {
     /// Names addresses off the reader's path; gone after
     /// `finish_symbols`.
     symbolizer: Option<Symbolizer>,
+    /// Unwind failures by reason: the label object's id and the count.
+    failures: HashMap<String, (u32, u64)>,
+    /// With -g, the bytes of user stack each sample copies.
+    stack_bytes: u32,
 }
 
 impl Recorder {
@@ -311,12 +348,16 @@ impl Recorder {
         }
         let mut addrs = std::mem::take(&mut self.addrs);
         addrs.clear();
-        self.model.user_frames(s, &mut addrs);
+        let failed = self.model.user_frames(s, &mut addrs, self.stack_bytes);
         for &va in &addrs {
             let f = self.user_frame(s.pid, va);
             self.frames.push(f);
         }
         self.addrs = addrs;
+        if let Some(reason) = failed {
+            let f = self.label_frame(reason);
+            self.frames.push(f);
+        }
         let info = SampleInfo {
             time: s.time,
             cpu: s.cpu,
@@ -329,6 +370,25 @@ impl Recorder {
         let r = self.enc.sample(&info, &frames);
         self.frames = frames;
         r.map_err(|e| anyhow!("internal error: {e}"))
+    }
+
+    /// The frame `[unwind failed: REASON]`, the outermost of a stack the
+    /// unwinder could not take to its root (its label object written once).
+    fn label_frame(&mut self, reason: String) -> Frame {
+        let enc = &mut self.enc;
+        let (id, n) = self.failures.entry(reason).or_insert_with_key(|reason| {
+            let id = enc.object(&ObjectInfo {
+                kind: ObjectKind::Label,
+                path: unwind_failed_label(reason),
+                ..ObjectInfo::default()
+            });
+            (id, 0)
+        });
+        *n += 1;
+        Frame {
+            object: *id,
+            offset: 0,
+        }
     }
 
     fn kernel_frame(&mut self, addr: u64) -> Frame {
@@ -718,6 +778,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         addrs: Vec::new(),
         only_tid: args.tid,
         symbolizer: Some(Symbolizer::start()),
+        failures: HashMap::new(),
+        stack_bytes: args.stack_bytes,
     };
     out.write(&mut rec.enc)?;
 
@@ -839,6 +901,15 @@ fn run(args: &Args) -> Result<ExitCode> {
     if let Some(s) = rec.model.unwind_stats() {
         eprintln!("{NAME}: {s}");
     }
+    if !rec.failures.is_empty() {
+        let mut f: Vec<(&String, u64)> = rec.failures.iter().map(|(r, &(_, n))| (r, n)).collect();
+        f.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let list: Vec<String> = f.iter().map(|(r, n)| format!("{n} {r}")).collect();
+        eprintln!(
+            "{NAME}: stacks ending in [unwind failed: REASON]: {}",
+            list.join(", ")
+        );
+    }
     if let Some(e) = failed {
         bail!("sampling stopped early: {e}");
     }
@@ -852,4 +923,81 @@ fn run(args: &Args) -> Result<ExitCode> {
         Some(status) => job.exit_code(status),
         None => ExitCode::SUCCESS,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_formats::export::folded;
+    use profdev_formats::recording::read;
+
+    fn recorder() -> Recorder {
+        Recorder {
+            enc: Encoder::new(&Header::default()),
+            model: Model::new(true),
+            symbols: false,
+            tasks: HashMap::new(),
+            objects: HashMap::new(),
+            pending: HashMap::new(),
+            kernel: None,
+            seen: HashSet::new(),
+            frames: Vec::new(),
+            addrs: Vec::new(),
+            only_tid: None,
+            symbolizer: None,
+            failures: HashMap::new(),
+            stack_bytes: 16384,
+        }
+    }
+
+    /// A user sample with -g whose stack copy is missing cannot be unwound
+    /// past its instruction: its stack ends in one label frame naming why,
+    /// the label written once for every such stack; the idle task's
+    /// kernel-only sample gets none.
+    #[test]
+    fn a_stack_the_unwinder_cannot_walk_ends_in_unwind_failed() {
+        let mut r = recorder();
+        let user = Sample {
+            ip: 0x40_1000,
+            pid: 7,
+            tid: 7,
+            time: 10,
+            period: 1_000_000,
+            mode: CpuMode::User,
+            user_chain: vec![0x40_1000],
+            ..Sample::default()
+        };
+        let idle = Sample {
+            ip: 0xffff_ffff_8100_0010,
+            time: 20,
+            period: 1_000_000,
+            mode: CpuMode::Kernel,
+            kernel_chain: vec![0xffff_ffff_8100_0010],
+            ..Sample::default()
+        };
+        for s in [&user, &idle, &user] {
+            r.record(&Record::Sample(s.clone())).unwrap();
+        }
+        r.enc.end();
+        let rec = read(&r.enc.take()).unwrap();
+        assert_eq!(rec.samples.len(), 3);
+        let labels: Vec<_> = rec
+            .objects
+            .iter()
+            .filter(|o| o.info.kind == ObjectKind::Label)
+            .collect();
+        assert_eq!(labels.len(), 1, "{:?}", rec.objects);
+        assert_eq!(labels[0].info.path, "[unwind failed: no stack copy]");
+        let last = |i: usize| rec.stack(&rec.samples[i]).last().copied().unwrap();
+        assert_eq!(last(0).object, labels[0].id);
+        assert_eq!(last(2).object, labels[0].id);
+        assert_ne!(last(1).object, labels[0].id);
+        assert_eq!(r.failures["no stack copy"].1, 2);
+        let text = folded::write(&rec);
+        assert!(
+            text.contains("[unwind failed: no stack copy];[unknown] 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("[idle];"), "{text}");
+    }
 }

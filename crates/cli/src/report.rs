@@ -16,9 +16,13 @@
 //! report's): the share of samples whose innermost frame has it (Self) and,
 //! with `--children`, the share of samples that have it anywhere in their
 //! stack, each sample counted once per row (Children), largest first. The
-//! idle task's samples are shown with the command `[idle]`; frames that no
-//! symbol covers are `[unknown] in OBJECT`, `sub_ADDR` or `[anon]`, as the
-//! recording's symbol tables name them.
+//! idle task's samples are shown with the command `[idle]` (and the frame
+//! `[idle]` outermost); frames that no symbol covers are `[unknown] in
+//! OBJECT`, `[anon]` or `[unknown]`, a stripped object's functions
+//! `sub_ADDR` as the recording's symbol tables name them, and a stack the
+//! recorder could not unwind to its root ends in `[unwind failed: REASON]`
+//! (object `[label]`). After the table, the count of samples with each of
+//! those labels (`[idle]`, `[unwind failed: …]`, `[anon]`, `[unknown]…`).
 //!
 //! With `--ci`, each share is followed by its 95% Wilson score interval,
 //! and rows whose interval overlaps the interval of the row next to them
@@ -101,6 +105,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         match rec.object(object) {
             Some(o) if o.info.kind == ObjectKind::Kernel => "[kernel]",
             Some(o) if o.info.kind == ObjectKind::Anon => "[anon]",
+            Some(o) if o.info.kind == ObjectKind::Label => "[label]",
             Some(o) => o.short_name(),
             None => "[unknown]",
         }
@@ -110,13 +115,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         .iter()
         .enumerate()
         .map(|(i, s)| SampleRow {
-            comm: if s.pid == 0 && s.tid == 0 {
-                "[idle]"
-            } else {
-                rec.tasks
-                    .get(s.task as usize)
-                    .map_or("?", |t| t.comm.as_str())
-            },
+            comm: profdev_formats::export::comm(&rec, s),
             pid: s.pid,
             tid: s.tid,
             frames: names
@@ -129,7 +128,7 @@ fn run(args: &Args) -> Result<ExitCode> {
                 .collect(),
         })
         .collect();
-    let text = table(
+    let mut text = table(
         &rows,
         &Options {
             keys,
@@ -137,6 +136,7 @@ fn run(args: &Args) -> Result<ExitCode> {
             ci: args.ci,
         },
     );
+    text.push_str(&labels(&names, rec.samples.len() as u64));
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(ExitCode::SUCCESS),
@@ -144,4 +144,25 @@ fn run(args: &Args) -> Result<ExitCode> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
         Err(e) => bail!("cannot write the report: {e}"),
     }
+}
+
+/// The labelled frames' counts: the samples with each label anywhere in
+/// their stack (none: an empty string).
+fn labels(names: &Names, total: u64) -> String {
+    use std::fmt::Write as _;
+    let counts = names.label_counts();
+    if counts.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "\n# Labelled frames: samples with the label anywhere in their stack, of {total}\n"
+    );
+    for (label, n) in counts {
+        let _ = writeln!(
+            s,
+            "{n:>10} {:>7.2}%  {label}",
+            100.0 * n as f64 / total.max(1) as f64
+        );
+    }
+    s
 }

@@ -75,6 +75,25 @@ fn folded_to_stdout_and_files_with_their_modes() {
         script.to_str().unwrap(),
     ]));
     assert_eq!(mode(&script), 0o600, "kernel addresses");
+    // Streamed to a file and to standard output alike.
+    let streamed = ok(&export(&["perf-script", "-i", input.to_str().unwrap()]));
+    assert!(streamed.starts_with("prog 100/100 [000] "), "{streamed}");
+    assert_eq!(std::fs::read_to_string(&script).unwrap(), streamed);
+    let otlp = d.path().join("otlp.pb");
+    ok(&export(&[
+        "otlp",
+        "-i",
+        input.to_str().unwrap(),
+        "-o",
+        otlp.to_str().unwrap(),
+    ]));
+    assert_eq!(mode(&otlp), 0o600, "kernel addresses");
+    let pb = std::fs::read(&otlp).unwrap();
+    // ProfilesData: resource_profiles (field 1) first, the dictionary
+    // (field 2) holding every name (decoded field by field in
+    // profdev-formats' export_labels test with opentelemetry-proto's types).
+    assert_eq!(pb[0], 0x0a, "{pb:?}");
+    assert!(pb.windows(4).any(|w| w == b"ksys"), "{pb:?}");
     let svg = d.path().join("f.svg");
     ok(&export(&[
         "svg",

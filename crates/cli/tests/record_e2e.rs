@@ -242,6 +242,13 @@ fn attach_with_p_and_keep_old() {
         target.try_wait().unwrap().is_none(),
         "the target still runs"
     );
+    // Detached cleanly: not left stopped or traced, and no profdev
+    // process left behind holding it.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
+    assert!(matches!(state, Some("R" | "S")), "state {state:?}: {stat}");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("TracerPid:\t0\n"), "{status}");
     target.kill().unwrap();
     target.wait().unwrap();
     let mut old = data.clone().into_os_string();
@@ -488,6 +495,24 @@ fn two_threads_are_recorded_apart() {
             "{worker} ran {other}"
         );
     }
+    // profdev report's per-thread rows: one per worker, each with its tid.
+    let report = ok(profdev()
+        .args(["report", "--sort", "comm,tid", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap());
+    let mut worker_tids = Vec::new();
+    for worker in ["worker_a", "worker_b"] {
+        let rows: Vec<&str> = report
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.split_whitespace().nth(1) == Some(worker))
+            .collect();
+        assert_eq!(rows.len(), 1, "one row for {worker}: {report}");
+        let tid: u32 = rows[0].split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert!(rec.tasks.iter().any(|t| t.tid == tid && t.comm == worker));
+        worker_tids.push(tid);
+    }
+    assert_ne!(worker_tids[0], worker_tids[1], "{report}");
     let v: serde_json::Value = serde_json::from_str(&export(&["firefox"], &data)).unwrap();
     let names: Vec<&str> = v["threads"]
         .as_array()

@@ -1,14 +1,19 @@
 //! Export speed (issue 16 part 5): a synthetic recording of N samples
 //! (default 1 000 000) with 20-deep stacks over 4 objects of 2 000
 //! functions each with line tables, read and written in every format;
-//! prints the bytes and each step's wall time. `bench/record.sh` runs it:
+//! prints the bytes and each step's wall time and CPU time. `bench/record.sh` runs it:
 //!
 //! ```text
-//! cargo run --release -p profdev-formats --example export_speed [N]
+//! cargo run --release -p profdev-formats --example export_speed [N [SAVE]]
 //! ```
+//!
+//! Each time is of making the format's bytes from the read recording; the
+//! perf-script text is streamed to a byte counter as `profdev export`
+//! streams it to its output. With SAVE, the recording is also written
+//! there, for timing `profdev export FORMAT -i SAVE -o - >/dev/null`.
 
 use profdev_formats::export::{
-    firefox, folded, gmon, kpdata, perf_script, pprof, proc_profile, svg,
+    firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg,
 };
 use profdev_formats::recording::{
     self, Encoder, Frame, Function, Header, Line, ObjectInfo, ObjectKind, SampleInfo, Task,
@@ -72,6 +77,18 @@ fn main() {
                     .collect(),
             })
             .collect();
+        let mut funcs = funcs;
+        if kind == ObjectKind::Kernel {
+            // The kernel text's edges, as profdev record writes them.
+            for (name, at) in [("_stext", base), ("_etext", base + FUNCS * 0x100)] {
+                funcs.push(Function {
+                    start: at,
+                    len: 0,
+                    name: name.into(),
+                    lines: vec![],
+                });
+            }
+        }
         let files: Vec<String> = (0..10).map(|f| format!("src/file{f}.c")).collect();
         e.symbols(id, &files, &funcs).unwrap();
         objects.push((id, base));
@@ -121,25 +138,44 @@ fn main() {
     }
     e.end();
     bytes.extend(e.take());
+    if let Some(path) = std::env::args().nth(2) {
+        // For timing `profdev export` itself on the same recording.
+        std::fs::write(&path, &bytes).unwrap();
+        println!("saved the recording as {path}");
+    }
     println!(
         "generate: {n} samples, {DEPTH} frames each: {} bytes ({:.1} per sample) in {:.2?}",
         bytes.len(),
         bytes.len() as f64 / n as f64,
         t.elapsed()
     );
-    let t = Instant::now();
+    let (t, c) = (Instant::now(), cpu());
     let rec = recording::read(&bytes).unwrap();
-    println!("read: {:.2?}", t.elapsed());
+    println!("read: {:.2?} ({:.2?} of CPU)", t.elapsed(), cpu() - c);
     let time = |name: &str, f: &dyn Fn() -> usize| {
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu());
         let len = f();
-        println!("{name}: {len} bytes in {:.2?}", t.elapsed());
+        println!(
+            "{name}: {len} bytes in {:.2?} ({:.2?} of CPU)",
+            t.elapsed(),
+            cpu() - c
+        );
     };
+    time("names (every writer's first step)", &|| {
+        profdev_formats::export::Names::new(&rec).funcs.len()
+    });
     time("folded", &|| folded::write(&rec).len());
     time("svg", &|| svg::write(&rec, &svg::Options::default()).len());
     time("pprof", &|| pprof::write(&rec).len());
     time("firefox", &|| firefox::write(&rec).len());
-    time("perf-script", &|| perf_script::write(&rec).len());
+    // Streamed, as profdev export writes it (1.6 GB not held in memory).
+    time("perf-script", &|| {
+        let script = perf_script::Script::new(&rec);
+        let mut out = Counted(0);
+        script.write_to(&mut out).unwrap();
+        assert_eq!(out.0, script.len());
+        out.0
+    });
     time("gmon", &|| {
         gmon::write(&rec, &gmon::Select::default()).unwrap().0.len()
     });
@@ -147,4 +183,32 @@ fn main() {
     time("proc-profile", &|| {
         proc_profile::write(&rec, 2).unwrap().len()
     });
+    time("otlp", &|| otlp::write(&rec).len());
+}
+
+/// A writer that counts and drops the bytes (the perf-script export's
+/// destination in this benchmark; `profdev export` writes them to its
+/// output instead).
+struct Counted(usize);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// This thread's CPU time (user and system): on a machine shared with other
+/// work, wall time also counts the waits for a CPU.
+fn cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -107,6 +107,11 @@ pub fn recording(data: &[u8]) {
             (s.pid, s.tid),
             "a sample's task is its thread"
         );
+        assert_eq!(
+            r.stacks[s.stack as usize],
+            (s.first, s.depth),
+            "a sample's frames are its stack's"
+        );
         for f in r.stack(s) {
             assert!(f.object == 0 || r.object(f.object).is_some());
         }
@@ -119,6 +124,7 @@ pub fn recording(data: &[u8]) {
         let _ = export::svg::write(&r, &export::svg::Options::default());
         let _ = export::pprof::encode(&r);
         let _ = export::firefox::write(&r);
+        let _ = export::otlp::write(&r);
         let _ = export::perf_script::write(&r);
         let _ = export::proc_profile::write(&r, 0);
         let _ = export::kpdata::write(&r, 0);

@@ -1,7 +1,8 @@
 //! The Firefox Profiler's processed profile format (JSON), built with the
 //! `fxprof-processed-profile` crate (samply's): one process per pid named
 //! by its command, one thread per tid named by its last name, every sample at its time (ms from
-//! the first sample, the header's start time as the reference) with its
+//! the first sample, the header's start time as the reference; the idle
+//! task, pid 0, is the process and thread `[idle]`) with its
 //! weight as CPU delta, frames as labels already symbolized, in two
 //! categories, `User` (yellow) and `Kernel` (orange). Open it at
 //! <https://profiler.firefox.com/> ("Load a profile from file").
@@ -9,8 +10,9 @@
 use super::{Names, Tree};
 use crate::recording::Recording;
 use fxprof_processed_profile::{
-    CategoryColor, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo, Profile,
-    ReferenceTimestamp, SamplingInterval, StackHandle, StringHandle, ThreadHandle, Timestamp,
+    CategoryColor, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameHandle, FrameInfo,
+    Profile, ReferenceTimestamp, SamplingInterval, StackHandle, StringHandle, ThreadHandle,
+    Timestamp,
 };
 use rustc_hash::FxHashMap as HashMap;
 
@@ -37,14 +39,20 @@ pub fn write(rec: &Recording) -> Vec<u8> {
     for t in &rec.tasks {
         last_comm.insert(t.tid, &t.comm);
     }
+    // The idle task (pid 0, tid 0), named as every export names it.
+    last_comm.insert(0, super::IDLE);
     let mut processes = HashMap::default();
-    let mut threads: HashMap<u32, ThreadHandle> = HashMap::default();
+    // tid -> (thread, its index in `frames`).
+    let mut threads: HashMap<u32, (ThreadHandle, usize)> = HashMap::default();
+    // Per thread, the frame of each function once interned there (the
+    // profile's own interning hashes the whole frame each time).
+    let mut frames: Vec<Vec<Option<FrameHandle>>> = Vec::new();
     let mut labels: Vec<Option<StringHandle>> = vec![None; names.funcs.len()];
     // (tid, tree node) -> its stack in that thread.
     let mut stacks: HashMap<(u32, u32), StackHandle> = HashMap::default();
     let mut path = Vec::new();
     for (i, s) in rec.samples.iter().enumerate() {
-        let thread = match threads.get(&s.tid) {
+        let (thread, ti) = match threads.get(&s.tid) {
             Some(&t) => t,
             None => {
                 // A thread is named by its last name (a thread names
@@ -56,8 +64,9 @@ pub fn write(rec: &Recording) -> Vec<u8> {
                 });
                 let t = p.add_thread(process, s.tid, ts(s.time), s.tid == s.pid);
                 p.set_thread_name(t, &comm);
-                threads.insert(s.tid, t);
-                t
+                frames.push(vec![None; names.funcs.len()]);
+                threads.insert(s.tid, (t, frames.len() - 1));
+                (t, frames.len() - 1)
             }
         };
         // The nodes from the leaf up to one whose stack is known.
@@ -74,15 +83,23 @@ pub fn write(rec: &Recording) -> Vec<u8> {
         }
         for &n in path.iter().rev() {
             let f = tree.nodes[n as usize].func as usize;
-            let label = *labels[f].get_or_insert_with(|| p.intern_string(&names.funcs[f].name));
-            let frame = p.intern_frame(
-                thread,
-                FrameInfo {
-                    frame: Frame::Label(label),
-                    category_pair: if names.funcs[f].kernel { kernel } else { user },
-                    flags: FrameFlags::empty(),
-                },
-            );
+            let frame = match frames[ti][f] {
+                Some(h) => h,
+                None => {
+                    let label =
+                        *labels[f].get_or_insert_with(|| p.intern_string(&names.funcs[f].name));
+                    let h = p.intern_frame(
+                        thread,
+                        FrameInfo {
+                            frame: Frame::Label(label),
+                            category_pair: if names.funcs[f].kernel { kernel } else { user },
+                            flags: FrameFlags::empty(),
+                        },
+                    );
+                    frames[ti][f] = Some(h);
+                    h
+                }
+            };
             let h = p.intern_stack(thread, parent, frame);
             stacks.insert((s.tid, n), h);
             parent = Some(h);

@@ -16,6 +16,7 @@
 use super::ExportError;
 use crate::gmon::{self, Arc, Format, GmonOut, Histogram, Target};
 use crate::recording::{Object, ObjectKind, Recording, Sample};
+
 use std::collections::HashMap;
 
 /// Which samples and which executable.
@@ -35,14 +36,38 @@ fn selected(rec: &Recording, s: &Sample, sel: &Select) -> bool {
     sel.pid.is_none_or(|p| p == s.pid) && sel.comm.as_deref().is_none_or(|c| rec.task(s).comm == c)
 }
 
+/// How many selected samples have each (stack, Task entry).
+fn selected_stacks(rec: &Recording, sel: &Select) -> Vec<((u32, u32), u64)> {
+    let mut counts: rustc_hash::FxHashMap<(u32, u32), u64> = Default::default();
+    for s in rec.samples.iter().filter(|s| selected(rec, s, sel)) {
+        *counts.entry((s.stack, s.task)).or_default() += 1;
+    }
+    let mut v: Vec<_> = counts.into_iter().collect();
+    v.sort_unstable();
+    v
+}
+
+fn stack_frames(rec: &Recording, stack: u32) -> &[crate::recording::Frame] {
+    let (first, depth) = rec.stacks[stack as usize];
+    &rec.frames[first..first + depth as usize]
+}
+
 /// The executable [`write`] would profile.
 pub fn choose<'r>(rec: &'r Recording, sel: &Select) -> Result<&'r Object, ExportError> {
+    choose_among(rec, sel, &selected_stacks(rec, sel))
+}
+
+fn choose_among<'r>(
+    rec: &'r Recording,
+    sel: &Select,
+    stacks: &[((u32, u32), u64)],
+) -> Result<&'r Object, ExportError> {
     let mut named: HashMap<u32, u64> = HashMap::new();
     let mut any: HashMap<u32, u64> = HashMap::new();
-    for s in rec.samples.iter().filter(|s| selected(rec, s, sel)) {
-        let comm = &rec.task(s).comm;
+    for &((stack, task), n) in stacks {
+        let comm = &rec.tasks[task as usize].comm;
         let mut seen: Vec<u32> = Vec::new();
-        for f in rec.stack(s) {
+        for f in stack_frames(rec, stack) {
             if seen.contains(&f.object) {
                 continue;
             }
@@ -53,9 +78,9 @@ pub fn choose<'r>(rec: &'r Recording, sel: &Select) -> Result<&'r Object, Export
             if o.info.kind != ObjectKind::User {
                 continue;
             }
-            *any.entry(o.id).or_default() += 1;
+            *any.entry(o.id).or_default() += n;
             if !comm.is_empty() && o.short_name().starts_with(comm.as_str()) {
-                *named.entry(o.id).or_default() += 1;
+                *named.entry(o.id).or_default() += n;
             }
         }
     }
@@ -75,7 +100,8 @@ pub fn choose<'r>(rec: &'r Recording, sel: &Select) -> Result<&'r Object, Export
 
 /// The gmon.out contents for the chosen executable.
 pub fn profile<'r>(rec: &'r Recording, sel: &Select) -> Result<(GmonOut, &'r Object), ExportError> {
-    let exe = choose(rec, sel)?;
+    let stacks = selected_stacks(rec, sel);
+    let exe = choose_among(rec, sel, &stacks)?;
     let in_exe: Vec<u64> = rec
         .frames
         .iter()
@@ -111,18 +137,24 @@ pub fn profile<'r>(rec: &'r Recording, sel: &Select) -> Result<(GmonOut, &'r Obj
     let mut hist = Histogram::new(low, high, cells, hz);
     let mut arcs: HashMap<(u64, u64), u64> = HashMap::new();
     for s in rec.samples.iter().filter(|s| selected(rec, s, sel)) {
-        let st = rec.stack(s);
-        if let Some(f) = st.first().filter(|f| f.object == exe.id && !s.kernel) {
+        if let Some(f) = rec
+            .stack(s)
+            .first()
+            .filter(|f| f.object == exe.id && !s.kernel)
+        {
             let c = &mut hist.bins[((f.offset - low) / CELL) as usize];
             *c = c.saturating_add(1);
         }
-        for w in st.windows(2) {
+    }
+    // Arcs per distinct stack, times its samples.
+    for &((stack, _), n) in &stacks {
+        for w in stack_frames(rec, stack).windows(2) {
             let (callee, site) = (w[0], w[1]);
             if callee.object != exe.id || site.object != exe.id {
                 continue;
             }
             if let Some(func) = exe.function_at(callee.offset) {
-                *arcs.entry((site.offset, func.start)).or_default() += 1;
+                *arcs.entry((site.offset, func.start)).or_default() += n;
             }
         }
     }

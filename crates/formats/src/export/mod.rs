@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! folded::write(&Recording)                  -> "a;b;c count" lines, root first
+//! otlp::write(&Recording)                    -> OpenTelemetry profiles (ProfilesData, proto v1.10.0)
 //! svg::write(&Recording, &svg::Options)      -> a flame graph (icicle with inverted)
 //! pprof::write(&Recording)                   -> gzipped profile.proto (go tool pprof)
 //! firefox::write(&Recording)                 -> Firefox Profiler processed JSON
@@ -19,9 +20,21 @@
 //! Every writer works from what the recording holds: its samples, their
 //! stacks as (object, offset) frames and the objects' own symbol and line
 //! tables, so an export made after the binaries changed names what ran.
-//! [`Names`] resolves every frame once: a frame in a function is that
-//! function; a frame in an object without a covering symbol is
-//! `[unknown] in OBJECT`; a frame outside any object is `[unknown]`.
+//! [`Names`] resolves every frame once, and every export shows the same
+//! names:
+//!
+//! * a frame in a function is that function (a stripped object's functions
+//!   found from its `.eh_frame` are `sub_ADDR`, as the recording's symbol
+//!   table names them);
+//! * a frame in an object without a covering symbol is `[unknown] in
+//!   OBJECT`, in anonymous or JIT memory `[anon]`, outside any object
+//!   `[unknown]`;
+//! * a stack whose user part could not be unwound to its root ends (as its
+//!   outermost frame) in `[unwind failed: REASON]`, the recording's label;
+//! * a sample of the idle task (pid 0, tid 0) has `[idle]` as its outermost
+//!   frame, and `[idle]` as its command where the format shows one.
+//!
+//! [`Names::label_counts`] counts the samples of each such label.
 //! Counts are samples; weights (ns) where the format has a unit for them
 //! (pprof's `cpu/nanoseconds`, Firefox's CPU delta).
 //!
@@ -36,6 +49,7 @@ pub mod firefox;
 pub mod folded;
 pub mod gmon;
 pub mod kpdata;
+pub mod otlp;
 pub mod perf_script;
 pub mod pprof;
 pub mod proc_profile;
@@ -83,6 +97,34 @@ pub struct Func {
     pub kernel: bool,
 }
 
+/// The label of the idle task's samples (their outermost frame, and their
+/// command), as `profdev sample` names it.
+pub const IDLE: &str = "[idle]";
+
+/// The frame [`Names`] puts outermost in the stacks of the idle task's
+/// samples: no object of a recording has this id.
+pub const IDLE_FRAME: Frame = Frame {
+    object: u32::MAX,
+    offset: 0,
+};
+
+/// Whether a sample is the idle task's (pid 0, tid 0).
+pub fn is_idle(s: &crate::recording::Sample) -> bool {
+    s.pid == 0 && s.tid == 0
+}
+
+/// The command of a sample's thread as exports show it: `[idle]` for the
+/// idle task.
+pub fn comm<'r>(rec: &'r Recording, s: &crate::recording::Sample) -> &'r str {
+    if is_idle(s) {
+        IDLE
+    } else {
+        rec.tasks
+            .get(s.task as usize)
+            .map_or("?", |t| t.comm.as_str())
+    }
+}
+
 /// The distinct stacks of a recording, each frame resolved to a function
 /// once: samples with the same stack share one entry, so the writers'
 /// work grows with the distinct stacks, not with the samples.
@@ -96,6 +138,8 @@ pub struct Names<'a> {
     pub sample_stack: Vec<u32>,
     /// The distinct stacks: their frames, innermost first.
     pub stacks: Vec<&'a [Frame]>,
+    /// Whether each distinct stack is the idle task's ([`IDLE_FRAME`] follows its frames).
+    pub stack_idle: Vec<bool>,
     /// How many samples have each stack, and their summed weight.
     pub stack_counts: Vec<(u64, u64)>,
     /// The functions of each distinct stack's frames, back to back.
@@ -108,40 +152,52 @@ pub struct Names<'a> {
 impl<'a> Names<'a> {
     /// Resolve every distinct frame of `rec`.
     pub fn new(rec: &'a Recording) -> Names<'a> {
-        let mut by_stack: FastMap<&[Frame], u32> = FastMap::default();
+        // The reader shares one stack among the samples with the same
+        // frames: a distinct stack here is (its stack, idle or not).
+        let mut by_stack: Vec<[u32; 2]> = vec![[u32::MAX; 2]; rec.stacks.len()];
         let mut stacks: Vec<&[Frame]> = Vec::new();
+        let mut stack_idle: Vec<bool> = Vec::new();
         let mut stack_counts: Vec<(u64, u64)> = Vec::new();
         let mut sample_stack = Vec::with_capacity(rec.samples.len());
-        let mut prev: Option<(&[Frame], u32)> = None;
         for s in &rec.samples {
-            let st = rec.stack(s);
-            let id = match prev {
-                Some((p, id)) if p == st => id,
-                _ => *by_stack.entry(st).or_insert_with(|| {
-                    stacks.push(st);
-                    stack_counts.push((0, 0));
-                    (stacks.len() - 1) as u32
-                }),
-            };
-            prev = Some((st, id));
+            let idle = is_idle(s);
+            let slot = &mut by_stack[s.stack as usize][usize::from(idle)];
+            if *slot == u32::MAX {
+                *slot = stacks.len() as u32;
+                stacks.push(rec.stack(s));
+                stack_idle.push(idle);
+                stack_counts.push((0, 0));
+            }
+            let id = *slot;
             let c = &mut stack_counts[id as usize];
             c.0 += 1;
             c.1 += s.weight;
             sample_stack.push(id);
         }
         let mut by_frame: FastMap<Frame, u32> = FastMap::default();
-        let mut by_func: FastMap<(u32, u64, bool), u32> = FastMap::default();
+        // A function is (object, start, resolved); the idle label is apart
+        // from the `[unknown]` frames of object 0.
+        let mut by_func: FastMap<(u32, u64, bool, bool), u32> = FastMap::default();
         let mut funcs = Vec::new();
         let mut stack_funcs = Vec::new();
         let mut stack_first = Vec::with_capacity(stacks.len());
-        for st in &stacks {
+        for (st, &idle) in stacks.iter().zip(&stack_idle) {
             stack_first.push(stack_funcs.len());
-            for f in st.iter() {
+            for f in st.iter().chain(idle.then_some(&IDLE_FRAME)) {
                 let id = *by_frame.entry(*f).or_insert_with(|| {
-                    let func = resolve(rec, *f);
-                    let key = (func.object, func.start, func.resolved);
+                    // The function's key first: its name is made once.
+                    let key = match rec.object(f.object) {
+                        Some(o) if o.info.kind != ObjectKind::Label => {
+                            match o.function_at(f.offset) {
+                                Some(func) => (f.object, func.start, true, false),
+                                None => (f.object, 0, false, false),
+                            }
+                        }
+                        Some(_) => (f.object, 0, false, false),
+                        None => (0, 0, false, *f == IDLE_FRAME),
+                    };
                     *by_func.entry(key).or_insert_with(|| {
-                        funcs.push(func);
+                        funcs.push(resolve(rec, *f));
                         (funcs.len() - 1) as u32
                     })
                 });
@@ -153,6 +209,7 @@ impl<'a> Names<'a> {
             funcs,
             sample_stack,
             stacks,
+            stack_idle,
             stack_counts,
             stack_funcs,
             stack_first,
@@ -160,10 +217,19 @@ impl<'a> Names<'a> {
         }
     }
 
+    /// The frames of distinct stack `u`, innermost first, with
+    /// [`IDLE_FRAME`] last for the idle task's.
+    pub fn stack_frames(&self, u: usize) -> impl Iterator<Item = &Frame> + '_ {
+        self.stacks[u]
+            .iter()
+            .chain(self.stack_idle[u].then_some(&IDLE_FRAME))
+    }
+
     /// Function indices of distinct stack `u`, innermost first.
     pub fn stack_funcs(&self, u: usize) -> &[u32] {
         let a = self.stack_first[u];
-        &self.stack_funcs[a..a + self.stacks[u].len()]
+        let n = self.stacks[u].len() + usize::from(self.stack_idle[u]);
+        &self.stack_funcs[a..a + n]
     }
 
     /// Function indices of sample `i`'s stack, innermost first.
@@ -171,24 +237,69 @@ impl<'a> Names<'a> {
         self.stack_funcs(self.sample_stack[i] as usize)
     }
 
-    /// The function of a frame of the recording.
+    /// The function of a frame of the recording (or [`IDLE_FRAME`]).
     pub fn func_of(&self, f: &Frame) -> u32 {
         self.by_frame[f]
+    }
+
+    /// For each label (`[idle]`, `[unwind failed: REASON]`, `[anon]`,
+    /// `[unknown] in OBJECT`, `[unknown]`), the samples with it anywhere in
+    /// their stack, largest first, then by name.
+    pub fn label_counts(&self) -> Vec<(&str, u64)> {
+        let mut counts: Vec<u64> = vec![0; self.funcs.len()];
+        let mut seen: Vec<u32> = Vec::new();
+        for u in 0..self.stacks.len() {
+            seen.clear();
+            for &f in self.stack_funcs(u) {
+                if !self.funcs[f as usize].resolved && !seen.contains(&f) {
+                    seen.push(f);
+                    counts[f as usize] += self.stack_counts[u].0;
+                }
+            }
+        }
+        let mut by_name: Vec<(&str, u64)> = Vec::new();
+        for (f, &n) in self.funcs.iter().zip(&counts) {
+            if n == 0 {
+                continue;
+            }
+            match by_name.iter_mut().find(|(name, _)| *name == f.name) {
+                Some(e) => e.1 += n,
+                None => by_name.push((&f.name, n)),
+            }
+        }
+        by_name.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        by_name
+    }
+
+    /// The mapping an export names for frame `f`'s object: its id, or 0 for
+    /// none (outside any object, a label, [`IDLE_FRAME`]).
+    pub fn mapping_of(&self, f: &Frame) -> u32 {
+        match self.rec.object(f.object) {
+            Some(o) if o.info.kind != ObjectKind::Label => f.object,
+            _ => 0,
+        }
     }
 }
 
 fn resolve(rec: &Recording, f: Frame) -> Func {
+    let unresolved = |name: String, object: u32, kernel: bool| Func {
+        name,
+        object,
+        start: 0,
+        file: None,
+        resolved: false,
+        kernel,
+    };
+    if f == IDLE_FRAME {
+        return unresolved(IDLE.into(), 0, true);
+    }
     let Some(o) = rec.object(f.object) else {
-        return Func {
-            name: "[unknown]".into(),
-            object: 0,
-            start: 0,
-            file: None,
-            resolved: false,
-            kernel: false,
-        };
+        return unresolved("[unknown]".into(), 0, false);
     };
     let kernel = o.info.kind == ObjectKind::Kernel;
+    if o.info.kind == ObjectKind::Label {
+        return unresolved(o.info.path.clone(), f.object, false);
+    }
     match o.function_at(f.offset) {
         Some(func) => Func {
             name: func.name.clone(),
@@ -201,18 +312,8 @@ fn resolve(rec: &Recording, f: Frame) -> Func {
             resolved: true,
             kernel,
         },
-        None => Func {
-            name: if o.info.kind == ObjectKind::Anon {
-                "[anon]".into()
-            } else {
-                format!("[unknown] in {}", o.short_name())
-            },
-            object: f.object,
-            start: 0,
-            file: None,
-            resolved: false,
-            kernel,
-        },
+        None if o.info.kind == ObjectKind::Anon => unresolved("[anon]".into(), f.object, kernel),
+        None => unresolved(format!("[unknown] in {}", o.short_name()), f.object, kernel),
     }
 }
 

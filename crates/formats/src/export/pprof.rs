@@ -7,42 +7,43 @@
 //! holds its symbols), one Location per distinct frame (its address the
 //! frame's offset in the object, one Line with the function and source
 //! line), one Function per distinct function. Location ids of a sample are
-//! innermost first, as the format wants. The protobuf is encoded here (a
+//! innermost first, as the format wants. Labels (`[idle]`, `[unwind
+//! failed: REASON]`) are functions of locations without a mapping. The protobuf is encoded here (a
 //! few wire types; no generated code).
 
 use super::Names;
-use crate::recording::{Frame, Recording};
+use crate::recording::{Frame, ObjectKind, Recording};
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 
 /// Protobuf wire encoding of the few things profile.proto needs.
 #[derive(Default)]
-struct Pb(Vec<u8>);
+pub(crate) struct Pb(pub(crate) Vec<u8>);
 
 impl Pb {
-    fn varint(&mut self, mut v: u64) {
+    pub(crate) fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.0.push(v as u8 | 0x80);
             v >>= 7;
         }
         self.0.push(v as u8);
     }
-    fn key(&mut self, field: u32, wire: u8) {
+    pub(crate) fn key(&mut self, field: u32, wire: u8) {
         self.varint(u64::from(field) << 3 | u64::from(wire));
     }
     /// An int64/uint64/bool field (omitted when zero, as proto3 does).
-    fn int(&mut self, field: u32, v: u64) {
+    pub(crate) fn int(&mut self, field: u32, v: u64) {
         if v != 0 {
             self.key(field, 0);
             self.varint(v);
         }
     }
-    fn bytes(&mut self, field: u32, b: &[u8]) {
+    pub(crate) fn bytes(&mut self, field: u32, b: &[u8]) {
         self.key(field, 2);
         self.varint(b.len() as u64);
         self.0.extend_from_slice(b);
     }
-    fn packed(&mut self, field: u32, vs: impl Iterator<Item = u64>) {
+    pub(crate) fn packed(&mut self, field: u32, vs: impl Iterator<Item = u64>) {
         let mut inner = Pb::default();
         for v in vs {
             inner.varint(v);
@@ -54,18 +55,19 @@ impl Pb {
 }
 
 #[derive(Default)]
-struct Strings {
-    list: Vec<String>,
+pub(crate) struct Strings {
+    /// The strings, by index (0 is "").
+    pub(crate) list: Vec<String>,
     index: std::collections::HashMap<String, u64>,
 }
 
 impl Strings {
-    fn new() -> Strings {
+    pub(crate) fn new() -> Strings {
         let mut s = Strings::default();
         s.id("");
         s
     }
-    fn id(&mut self, s: &str) -> u64 {
+    pub(crate) fn id(&mut self, s: &str) -> u64 {
         if let Some(&i) = self.index.get(s) {
             return i;
         }
@@ -98,13 +100,15 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
     let mut loc_of: HashMap<Frame, u64> = HashMap::default();
     let mut locs: Vec<(Frame, u32)> = Vec::new();
     let mut span: HashMap<u32, (u64, u64)> = HashMap::default();
-    for st in &names.stacks {
-        for f in st.iter() {
+    for u in 0..names.stacks.len() {
+        for f in names.stack_frames(u) {
             loc_of.entry(*f).or_insert_with(|| {
                 locs.push((*f, names.func_of(f)));
-                let e = span.entry(f.object).or_insert((f.offset, f.offset));
-                e.0 = e.0.min(f.offset);
-                e.1 = e.1.max(f.offset);
+                if names.mapping_of(f) != 0 {
+                    let e = span.entry(f.object).or_insert((f.offset, f.offset));
+                    e.0 = e.0.min(f.offset);
+                    e.1 = e.1.max(f.offset);
+                }
                 locs.len() as u64
             });
         }
@@ -112,14 +116,18 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
     // Samples (2): one per distinct stack, its values summed, in the
     // order each stack first came.
     let mut p = Pb::default();
-    for (frames, &(count, weight)) in names.stacks.iter().zip(&names.stack_counts) {
+    for (u, &(count, weight)) in names.stack_counts.iter().enumerate() {
         p.0.clear();
-        p.packed(1, frames.iter().map(|f| loc_of[f]));
+        p.packed(1, names.stack_frames(u).map(|f| loc_of[f]));
         p.packed(2, [count, weight].into_iter());
         out.bytes(2, &p.0);
     }
     // Mappings (3): one per object (id = object id); object 0 is mapping 0 (none).
-    for o in &rec.objects {
+    for o in rec
+        .objects
+        .iter()
+        .filter(|o| o.info.kind != ObjectKind::Label)
+    {
         let (lo, hi) = span.get(&o.id).copied().unwrap_or((0, 0));
         let mut p = Pb::default();
         p.int(1, o.id.into());
@@ -139,7 +147,7 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
     for (i, (f, func)) in locs.iter().enumerate() {
         let mut p = Pb::default();
         p.int(1, i as u64 + 1);
-        p.int(2, f.object.into());
+        p.int(2, names.mapping_of(f).into());
         p.int(3, f.offset);
         let line = rec
             .object(f.object)
@@ -178,10 +186,11 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
     out.0
 }
 
-/// The gzipped profile of `rec`, as pprof files are.
+/// The gzipped profile of `rec`, as pprof files are (at gzip's fastest
+/// level, as Go's runtime/pprof writes them).
 pub fn write(rec: &Recording) -> Vec<u8> {
     let raw = encode(rec);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&raw).expect("writing to memory");
     gz.finish().expect("writing to memory")
 }

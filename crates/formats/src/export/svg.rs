@@ -119,6 +119,11 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
             stack.push(c);
         }
     }
+    let colours: Vec<String> = names
+        .funcs
+        .iter()
+        .map(|f| colour(&f.name, f.kernel))
+        .collect();
     let mut order: Vec<usize> = (1..tree.nodes.len()).collect();
     order.sort_by_key(|&i| (depth[i], x[i]));
     for i in order {
@@ -139,10 +144,14 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
         let name = escape(&f.name);
         let _ = write!(
             s,
-            "<g><title>{name} ({} samples, {pct:.2}%)</title><rect x=\"{left:.1}\" y=\"{y:.1}\" width=\"{width:.1}\" height=\"{h:.1}\" fill=\"{}\" rx=\"2\"/>",
+            "<g><title>{name} ({} samples, {}%)</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" rx=\"2\"/>",
             n.total,
-            colour(&f.name, f.kernel),
-            h = FRAME_H - 1.0,
+            Fixed(pct, 2),
+            Fixed(left, 1),
+            Fixed(y, 1),
+            Fixed(width, 1),
+            Fixed(FRAME_H - 1.0, 1),
+            colours[n.func as usize],
         );
         let fits = ((width - 6.0) / CHAR_W).floor() as usize;
         if fits >= 3 {
@@ -154,9 +163,9 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
             };
             let _ = write!(
                 s,
-                "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-                left + 3.0,
-                y + FRAME_H - 4.5,
+                "<text x=\"{}\" y=\"{}\">{}</text>",
+                Fixed(left + 3.0, 1),
+                Fixed(y + FRAME_H - 4.5, 1),
                 escape(&label)
             );
         }
@@ -164,4 +173,42 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// `v` with `digits` decimals, as `{:.N}` prints it for the values a
+/// graph has (non-negative, far below 2^53), by integer arithmetic:
+/// float formatting with a precision is the slow path of `core::fmt`.
+struct Fixed(f64, u32);
+
+impl std::fmt::Display for Fixed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scale = 10u64.pow(self.1);
+        if !(self.0.is_finite() && self.0 >= 0.0 && self.0 < 1e15) {
+            return write!(f, "{:.*}", self.1 as usize, self.0);
+        }
+        let v = (self.0 * scale as f64).round() as u64;
+        write!(f, "{}.{:0w$}", v / scale, v % scale, w = self.1 as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fixed;
+
+    #[test]
+    fn fixed_prints_as_precision_formatting() {
+        for v in [0.0, 0.04, 0.05, 1.25, 15.0, 99.999, 1234.5678, 55.555_555] {
+            for d in [1, 2] {
+                let want = format!("{v:.*}", d as usize);
+                let got = Fixed(v, d).to_string();
+                // Halfway cases may round either way; others agree.
+                let close = (want.parse::<f64>().unwrap() - got.parse::<f64>().unwrap()).abs()
+                    <= 1.0 / 10f64.powi(d as i32) + 1e-9;
+                assert!(close, "{v} {d}: {want} {got}");
+                assert_eq!(got.split('.').nth(1).unwrap().len(), d as usize);
+            }
+        }
+        assert_eq!(Fixed(1.25, 1).to_string().len(), 3);
+        assert_eq!(Fixed(12.34, 1).to_string(), "12.3");
+    }
 }

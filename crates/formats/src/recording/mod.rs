@@ -6,7 +6,7 @@
 //! ```text
 //! Encoder::new(&Header)        -> bytes of the header, then one record per call
 //! Encoder::{task, object, symbols, sample, loss, end}; Encoder::take() -> bytes to append
-//! read(&[u8])                  -> Recording { header, tasks, objects, samples, frames, losses, torn }
+//! read(&[u8])                  -> Recording { header, tasks, objects, samples, frames, stacks, losses, torn }
 //! ```
 //!
 //! # Description
@@ -38,11 +38,17 @@
 //! | kind | record | payload |
 //! |---|---|---|
 //! | 1 | Task | pid v, tid v, exec generation v, time v (ns), comm string |
-//! | 2 | Object | id v (1, 2, 3… in order), kind u8 (0 user ELF, 1 kernel, 2 anonymous/JIT), device v, inode v, build id (v length ≤ 64, bytes), path string |
+//! | 2 | Object | id v (1, 2, 3… in order), kind u8 (0 user ELF, 1 kernel, 2 anonymous/JIT, 3 label), device v, inode v, build id (v length ≤ 64, bytes), path string |
 //! | 3 | Symbols | object id v, file count v, file strings, function count v, then per function: start (`z` delta from the previous function of this record, the first from 0), length v, name string, line count v, per line: address offset from the function's start v, file index (into this record's files) v, line v |
 //! | 4 | Sample | time (`z` delta from the previous sample, the first from 0), cpu v, pid v, tid v, weight v (ns of CPU time or events), flags u8 (bit 0 kernel mode), frame count v, per frame innermost first: object id v (0: unknown, the offset is then a raw address), offset (`z` delta from the previous frame's offset, the first from 0) |
 //! | 5 | Loss | time v, cpu v, lost samples v |
 //! | 6 | End | samples v, lost v (the totals; absent from a `.partial` file) |
+//!
+//! A **label** object (kind 3) is no memory: its path is a name for the
+//! frames that name it (offset 0), `[unwind failed: REASON]`, which a
+//! recorder puts as the outermost frame of a stack whose user part could
+//! not be unwound to its root, so that every export shows where the stack
+//! stops and why ([`unwind_failed_label`]).
 //!
 //! A function may come in several Symbols records (a recorder writes each
 //! as its first address is sampled, with that address's line): the reader
@@ -155,6 +161,15 @@ pub enum ObjectKind {
     Kernel,
     /// Anonymous or JIT memory (no file).
     Anon,
+    /// No memory: a name for frames (its path), such as
+    /// `[unwind failed: REASON]`.
+    Label,
+}
+
+/// The path of the label object whose frame ends a stack that could not
+/// be unwound to its root, for `reason`.
+pub fn unwind_failed_label(reason: &str) -> String {
+    format!("[unwind failed: {reason}]")
 }
 
 impl ObjectKind {
@@ -163,6 +178,7 @@ impl ObjectKind {
             ObjectKind::User => 0,
             ObjectKind::Kernel => 1,
             ObjectKind::Anon => 2,
+            ObjectKind::Label => 3,
         }
     }
     fn from_code(c: u8) -> Option<ObjectKind> {
@@ -170,6 +186,7 @@ impl ObjectKind {
             0 => ObjectKind::User,
             1 => ObjectKind::Kernel,
             2 => ObjectKind::Anon,
+            3 => ObjectKind::Label,
             _ => return None,
         })
     }
@@ -186,7 +203,7 @@ pub struct ObjectInfo {
     pub inode: u64,
     /// GNU build id, raw bytes (empty when none).
     pub build_id: Vec<u8>,
-    /// Path as mapped (or `[kernel.kallsyms]`, `[anon]`).
+    /// Path as mapped (or `[kernel.kallsyms]`, `[anon]`; a label's text).
     pub path: String,
 }
 
@@ -271,8 +288,11 @@ impl Object {
         Some((self.files.get(l.file as usize)?.as_str(), l.line))
     }
 
-    /// The file's base name (`[kernel.kallsyms]` as is).
+    /// The file's base name (`[kernel.kallsyms]` and labels as they are).
     pub fn short_name(&self) -> &str {
+        if self.info.kind == ObjectKind::Label || self.info.path.starts_with('[') {
+            return &self.info.path;
+        }
         self.info.path.rsplit('/').next().unwrap_or(&self.info.path)
     }
 }

@@ -4,6 +4,7 @@ use super::{
     kind, unzig, End, Frame, Function, Header, Line, Loss, Object, ObjectInfo, ObjectKind, Task,
     HEADER_LEN, MAGIC, MAX_BUILD_ID, MAX_RECORD, MAX_STRING, VERSION,
 };
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// One sample as read; its frames are [`Recording::stack`].
@@ -27,6 +28,9 @@ pub struct Sample {
     pub first: usize,
     /// Number of frames.
     pub depth: u32,
+    /// Its stack's index in [`Recording::stacks`]: samples with the same
+    /// frames share one stack (and one `first`).
+    pub stack: u32,
 }
 
 /// A recording as read.
@@ -40,8 +44,12 @@ pub struct Recording {
     pub objects: Vec<Object>,
     /// Every sample, in file order.
     pub samples: Vec<Sample>,
-    /// The frames of every sample, innermost first, back to back.
+    /// The frames of every distinct stack, innermost first, back to back
+    /// (a stack is stored once however many samples have it).
     pub frames: Vec<Frame>,
+    /// The distinct stacks, in the order they first came: (first frame in
+    /// `frames`, depth).
+    pub stacks: Vec<(usize, u32)>,
     /// Loss records.
     pub losses: Vec<Loss>,
     /// The End record was read.
@@ -114,6 +122,21 @@ impl<'a> Cur<'a> {
         Ok(v)
     }
     fn v(&mut self) -> R<u64> {
+        // The common case: a one- or two-byte varint.
+        if let Some(&[b0, b1]) = self
+            .b
+            .get(self.at..self.at + 2)
+            .map(|b| <&[u8; 2]>::try_from(b).unwrap())
+        {
+            if b0 & 0x80 == 0 {
+                self.at += 1;
+                return Ok(u64::from(b0));
+            }
+            if b1 & 0x80 == 0 {
+                self.at += 2;
+                return Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7);
+            }
+        }
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
@@ -287,19 +310,68 @@ fn merge_functions(o: &mut Object) {
 }
 
 #[derive(Default)]
-struct State {
+struct State<'a> {
     /// tid -> index of its latest Task entry.
-    tasks: HashMap<u32, u32>,
+    tasks: FxHashMap<u32, u32>,
     last_time: u64,
+    /// The encoded frames of each stack read (the bytes after a Sample's
+    /// frame count) -> its stack: a stack seen before is not decoded
+    /// again. (A writer that encodes the same frames two ways makes two
+    /// stacks with the same frames, which exports merge.)
+    stack_bytes: FxHashMap<&'a [u8], u32>,
 }
 
-impl State {
+impl State<'_> {
     fn known(&self, k: u8) -> bool {
         (kind::TASK..=kind::END).contains(&k)
     }
 }
 
-fn record(k: u8, p: &mut Cur, rec: &mut Recording, st: &mut State) -> R<()> {
+/// The frames of a Sample record, from `p` (its frame count read) to the
+/// end of the payload: the stack's id, decoded and stored if new.
+fn read_stack<'a>(
+    p: &mut Cur<'a>,
+    depth: usize,
+    rec: &mut Recording,
+    st: &mut State<'a>,
+) -> R<u32> {
+    let tail = &p.b[p.at..];
+    if let Some(&id) = st.stack_bytes.get(tail) {
+        if rec.stacks[id as usize].1 as usize == depth {
+            p.at = p.b.len();
+            return Ok(id);
+        }
+    }
+    let first = rec.frames.len();
+    rec.frames.reserve(depth);
+    let mut prev = 0u64;
+    for _ in 0..depth {
+        let object = match p.v32("object id") {
+            Ok(o) if o as usize > rec.objects.len() => {
+                Err(format!("frame in object {o} before its Object record"))
+            }
+            r => r,
+        };
+        let offset = object.and_then(|o| Ok((o, prev.wrapping_add(p.z()? as u64))));
+        let (object, offset) = match offset {
+            Ok(f) => f,
+            Err(e) => {
+                rec.frames.truncate(first);
+                return Err(e);
+            }
+        };
+        prev = offset;
+        rec.frames.push(Frame { object, offset });
+    }
+    let id = rec.stacks.len() as u32;
+    rec.stacks.push((first, depth as u32));
+    if p.at == p.b.len() {
+        st.stack_bytes.insert(tail, id);
+    }
+    Ok(id)
+}
+
+fn record<'a>(k: u8, p: &mut Cur<'a>, rec: &mut Recording, st: &mut State<'a>) -> R<()> {
     match k {
         kind::TASK => {
             let t = Task {
@@ -400,18 +472,8 @@ fn record(k: u8, p: &mut Cur, rec: &mut Recording, st: &mut State) -> R<()> {
                 ));
             }
             let depth = p.count(2, "frames")?;
-            let first = rec.frames.len();
-            rec.frames.reserve(depth);
-            let mut prev = 0u64;
-            for _ in 0..depth {
-                let object = p.v32("object id")?;
-                if object as usize > rec.objects.len() {
-                    return Err(format!("frame in object {object} before its Object record"));
-                }
-                let offset = prev.wrapping_add(p.z()? as u64);
-                prev = offset;
-                rec.frames.push(Frame { object, offset });
-            }
+            let stack = read_stack(p, depth, rec, st)?;
+            let first = rec.stacks[stack as usize].0;
             st.last_time = time;
             rec.samples.push(Sample {
                 time,
@@ -423,6 +485,7 @@ fn record(k: u8, p: &mut Cur, rec: &mut Recording, st: &mut State) -> R<()> {
                 kernel: flags & 1 != 0,
                 first,
                 depth: depth as u32,
+                stack,
             });
         }
         kind::LOSS => rec.losses.push(Loss {
