@@ -6,26 +6,11 @@
 
 mod common;
 
-use common::{fixture, privileged, profdev, tempdir};
+use common::{can_sample_children, fixture, privileged, profdev, ready, tempdir};
 use profdev_formats::recording;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-
-fn can_sample_children() -> Result<(), String> {
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .map_err(|e| format!("cannot read kernel.perf_event_paranoid: {e}"))?;
-    let paranoid: i32 = paranoid.trim().parse().unwrap_or(2);
-    if profdev_testkit::is_root() || paranoid <= 1 {
-        Ok(())
-    } else {
-        Err(format!("perf_event_paranoid is {paranoid}, not root"))
-    }
-}
-
-fn ready(what: &str) -> bool {
-    privileged(what, can_sample_children()) && profdev_testkit::tools(what, &["gcc"])
-}
 
 fn build(dir: &Path) -> PathBuf {
     let exe = dir.join("calltree");
@@ -75,7 +60,7 @@ fn folded(text: &str) -> Vec<(String, u64)> {
 
 #[test]
 fn call_tree_of_a_c_program() {
-    if !ready("profdev record -g of a C program") {
+    if !ready("profdev record -g of a C program", &["gcc"]) {
         return;
     }
     let d = tempdir();
@@ -218,7 +203,7 @@ fn call_tree_of_a_c_program() {
 /// running; a second recording to the same name keeps the first as .old.
 #[test]
 fn attach_with_p_and_keep_old() {
-    if !ready("profdev record -p PID") {
+    if !ready("profdev record -p PID", &["gcc"]) {
         return;
     }
     let d = tempdir();
@@ -271,7 +256,7 @@ fn attach_with_p_and_keep_old() {
 /// it holds.
 #[test]
 fn killed_recording_leaves_an_exportable_partial() {
-    if !ready("profdev record killed with SIGKILL") {
+    if !ready("profdev record killed with SIGKILL", &["gcc"]) {
         return;
     }
     let d = tempdir();
@@ -438,7 +423,7 @@ fn kernel_exports_of_a_real_recording() {
 /// of the Firefox export, each with its own function on top.
 #[test]
 fn two_threads_are_recorded_apart() {
-    if !ready("profdev record -g of a two-thread program") {
+    if !ready("profdev record -g of a two-thread program", &["gcc"]) {
         return;
     }
     let d = tempdir();
@@ -530,7 +515,7 @@ fn two_threads_are_recorded_apart() {
 /// completed and renamed into place, and the status is 128 + 15.
 #[test]
 fn sigterm_writes_a_complete_recording() {
-    if !ready("profdev record interrupted by SIGTERM") {
+    if !ready("profdev record interrupted by SIGTERM", &["gcc"]) {
         return;
     }
     let d = tempdir();
@@ -574,7 +559,7 @@ fn sigterm_writes_a_complete_recording() {
 /// samples are about its CPU milliseconds (bash's `times` reports them).
 #[test]
 fn system_wide_recording_keeps_its_last_samples() {
-    if !ready("profdev record -a -- CMD") {
+    if !ready("profdev record -a -- CMD", &["gcc"]) {
         return;
     }
     let d = tempdir();
@@ -620,7 +605,7 @@ fn system_wide_recording_keeps_its_last_samples() {
 /// in pthread_join and takes no sample), and `-p` takes a list.
 #[test]
 fn attach_follows_every_thread_of_every_listed_process() {
-    if !ready("profdev record -p PID,PID of two-thread programs") {
+    if !ready("profdev record -p PID,PID of two-thread programs", &["gcc"]) {
         return;
     }
     let d = tempdir();
