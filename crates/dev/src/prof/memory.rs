@@ -1,6 +1,16 @@
 //! prof's memory mode (`startmp[digits] [PID]`): the control message and
 //! the records a memory report fills.
 //!
+//! # Synopsis
+//!
+//! ```text
+//! echo startmp1 > prof/ctl        # memory mode, nothing hooked yet
+//! echo startmp1 PID > prof/ctl    # attach to running process PID
+//! cat prof/NNNNNNNN/histogram     # its bytes, once PID has exited
+//! ```
+//!
+//! # Description
+//!
 //! In memory mode a record's histogram holds bytes, not ticks, in the
 //! seed's layout (spec §2.3): index 0 the module's current bytes, 1 its
 //! high water, `2*(p+1)` and `2*(p+1)+1` the current and high-water bytes
@@ -10,19 +20,66 @@
 //! (`0x<index> <bytes>\n`), zero values left out, values 64-bit.
 //!
 //! Nothing in the device counts allocations: the accounting runs inside
-//! the profiled processes (`profdev_mprof`'s preloaded library), and their
-//! reports are handed to the device through [`Prof::memory_report`]:
-//! `profdev mprof CMD` drives a private instance of this device that way.
-//! Attaching to a running process (`startmp… PID`) is not built yet: the
-//! message is checked (the writer must be allowed to ptrace PID) and then
-//! refused with a sentence saying so.
+//! the profiled processes (`profdev_mprof`'s library), and their reports
+//! are handed to the device through [`Prof::memory_report`]: `profdev
+//! mprof CMD` drives a private instance of this device that way, with the
+//! library preloaded.
+//!
+//! **`startmp[digits] PID`** attaches to a running process, as `heaptrack
+//! -p` does: the writer must be allowed to ptrace PID (EPERM otherwise,
+//! ESRCH for no such process, EBUSY while sampling or another tracer holds
+//! it); memory mode may already be on (`startmp` alone waits for such an
+//! attach). The device writes the library into a fresh private directory
+//! (0711, the library 0555, a report directory 0700 owned by the process's
+//! user), stops every thread of PID with ptrace (profdev-inject), loads the
+//! library with the process's own `dlopen`, and calls its
+//! `profdev_mprof_attach`, which redirects the malloc family of every
+//! loaded module (their GOT entries) to the library, and of modules loaded
+//! later (dlopen is redirected too); then it detaches and the process runs
+//! on, counting. Blocks allocated before the attach are never subtracted
+//! from anything. When the process exits, its report (written by the
+//! library at exit) fills the histograms of the modules the `module` list
+//! wants, in the layout above; the device watches the process for that.
+//! A statically linked program is refused with "process N is out of reach:
+//! statically linked, start it under profdev mprof instead" (ENXIO).
+//!
+//! # Example
+//!
+//! ```text
+//! echo module myprog > /mnt/prof/prof/ctl
+//! echo startmp1 4242 > /mnt/prof/prof/ctl
+//! # ... 4242 runs and exits ...
+//! cat /mnt/prof/prof/00000001/histogram
+//! ```
+//!
+//! # Bugs
+//!
+//! * The histograms of an attached process fill when it exits, not
+//!   before: its library writes its report in a destructor. A process
+//!   that ends with `_exit` or a signal writes none, and nothing is shown.
+//! * Memory mode must still be on when the process exits (a `stop` or
+//!   `end` before that drops its report). Each attached process's report
+//!   replaces the histograms of the modules it names.
+//! * Children it forks after the attach count too, but only a report
+//!   written before the attached process exits is read; programs it execs
+//!   are not counted (no `LD_PRELOAD` in their environment).
+//! * Every thread is held while the library loads: if one of them holds a
+//!   lock `dlopen` needs (the loader's, or malloc's arena), the load gives
+//!   up after 20 s and the attach fails, the process left as it was.
+//! * The redirected `dlopen` calls the real one from the library, so a
+//!   library opened by bare name through its caller's RUNPATH is searched
+//!   with the library's instead (as with `heaptrack -p`).
+//! * x86-64 and glibc only.
 
 use super::histogram::ModRecord;
-use super::{Mode, Prof};
+use super::{Mode, Prof, State};
 use crate::access::{ptrace_may_attach, Cred};
 use crate::ctl;
 use crate::pc_counts::PcCounts;
 use crate::DevError;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Weak};
+use std::time::Duration;
 
 /// Pools of `startmp` (spec §2.2, Linux meanings): 1 the malloc family,
 /// 2 mmap/brk called by the program, 3 file mappings.
@@ -99,7 +156,9 @@ impl Prof {
             ))
         };
         if let Some(pid) = pid {
-            if let Some(m) = self.mode() {
+            // Memory mode may be on (with nothing hooked, or other
+            // processes attached); any other mode is busy.
+            if let Some(m) = self.mode().filter(|m| !matches!(m, Mode::Memory { .. })) {
                 return Err(busy(m));
             }
             match cred {
@@ -108,10 +167,21 @@ impl Prof {
                     crate::access::Target::of(pid)?;
                 }
             }
-            return Err(DevError::NoDevice(format!(
-                "attaching to running process {pid} is not built yet: start the program under \
-                 `profdev mprof CMD` instead"
-            )));
+            // Pools: the digits given, or the malloc family alone.
+            let hooked = if pools == 0 { POOL_MALLOC } else { pools };
+            let attached = attach(pid, hooked)?;
+            {
+                let mut st = self.lock();
+                match st.mode {
+                    Some(Mode::Memory { pools: p }) => {
+                        st.mode = Some(Mode::Memory { pools: p | hooked })
+                    }
+                    None => st.mode = Some(Mode::Memory { pools: hooked }),
+                    Some(m) => return Err(busy(m)), // started meanwhile
+                }
+            }
+            watch(std::sync::Arc::downgrade(&self.state), attached);
+            return Ok(());
         }
         let mut st = self.lock();
         match st.mode {
@@ -127,56 +197,269 @@ impl Prof {
     /// histogram, replacing what it held. Refused (EINVAL) unless the
     /// device is in memory mode.
     pub fn memory_report(&self, modules: &[MemoryModule]) -> Result<(), DevError> {
-        let wanted = {
-            let st = self.lock();
-            if !matches!(st.mode, Some(Mode::Memory { .. })) {
-                return Err(DevError::Invalid(
-                    "a memory report needs memory mode (startmp)".into(),
-                ));
-            }
-            st.wanted.clone()
-        };
-        // Canonical paths outside the lock.
-        let canon: Vec<Option<String>> = modules
-            .iter()
-            .map(|m| {
-                std::fs::canonicalize(&m.path)
-                    .ok()
-                    .map(|p| p.to_string_lossy().into_owned())
-            })
-            .collect();
-        let mut st = self.lock();
-        for (m, canon) in modules.iter().zip(canon) {
-            let wants = wanted.is_empty()
-                || wanted.iter().any(|w| {
-                    w.raw == m.name
-                        || w.raw == m.path
-                        || (w.canonical.is_some() && w.canonical == canon)
-                });
-            if let Some(r) = st
-                .records
-                .iter_mut()
-                .find(|r| r.memory.is_some() && r.path == m.path)
-            {
-                r.memory = Some(m.pairs.clone());
-                continue;
-            }
-            if !wants {
-                continue;
-            }
-            let id = st.next_id;
-            st.next_id = st.next_id.saturating_add(1);
-            st.records.push(ModRecord {
-                id,
-                name: m.name.clone(),
-                path: m.path.clone(),
-                counts: PcCounts::default(),
-                object: None,
-                memory: Some(m.pairs.clone()),
-            });
-        }
-        Ok(())
+        report_into(&self.state, modules)
     }
+}
+
+/// [`Prof::memory_report`] on the device's state.
+fn report_into(state: &Mutex<State>, modules: &[MemoryModule]) -> Result<(), DevError> {
+    let lock = || crate::kit::lock(state);
+    let wanted = {
+        let st = lock();
+        if !matches!(st.mode, Some(Mode::Memory { .. })) {
+            return Err(DevError::Invalid(
+                "a memory report needs memory mode (startmp)".into(),
+            ));
+        }
+        st.wanted.clone()
+    };
+    // Canonical paths outside the lock.
+    let canon: Vec<Option<String>> = modules
+        .iter()
+        .map(|m| {
+            std::fs::canonicalize(&m.path)
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned())
+        })
+        .collect();
+    let mut st = lock();
+    for (m, canon) in modules.iter().zip(canon) {
+        let wants = wanted.is_empty()
+            || wanted.iter().any(|w| {
+                w.raw == m.name
+                    || w.raw == m.path
+                    || (w.canonical.is_some() && w.canonical == canon)
+            });
+        if let Some(r) = st
+            .records
+            .iter_mut()
+            .find(|r| r.memory.is_some() && r.path == m.path)
+        {
+            r.memory = Some(m.pairs.clone());
+            continue;
+        }
+        if !wants {
+            continue;
+        }
+        let id = st.next_id;
+        st.next_id = st.next_id.saturating_add(1);
+        st.records.push(ModRecord {
+            id,
+            name: m.name.clone(),
+            path: m.path.clone(),
+            counts: PcCounts::default(),
+            object: None,
+            memory: Some(m.pairs.clone()),
+        });
+    }
+    Ok(())
+}
+
+/// A process the library was loaded into: its private directory (the
+/// library, and `out/` where its reports go), removed when dropped.
+struct Attached {
+    pid: u32,
+    /// The process's start time (/proc/PID/stat field 22): a reused pid
+    /// is another process.
+    start: u64,
+    dir: tempfile::TempDir,
+}
+
+/// The sentence for a process no library can be loaded into.
+fn out_of_reach(pid: u32) -> DevError {
+    DevError::NoDevice(format!(
+        "process {pid} is out of reach: statically linked, start it under profdev mprof instead"
+    ))
+}
+
+fn inject_error(pid: u32, e: profdev_inject::InjectError) -> DevError {
+    use profdev_inject::InjectError as E;
+    match e {
+        E::NoProcess(_) | E::Exited { .. } => DevError::NoProcess(pid),
+        E::NotPermitted { .. } => DevError::NotPermitted(e.to_string()),
+        E::AlreadyTraced { .. } => DevError::Busy(e.to_string()),
+        E::Static(_) => out_of_reach(pid),
+        e => DevError::NoDevice(format!("cannot attach to process {pid}: {e}")),
+    }
+}
+
+/// (state, start time) of /proc/PID/stat, if it exists.
+fn stat_of(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the command: state is field 3, starttime field 22.
+    Some((f.first()?.chars().next()?, f.get(19)?.parse().ok()?))
+}
+
+/// The fs user and group ids of PID (who its files will belong to).
+fn fs_ids(pid: u32) -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let fourth = |key: &str| -> Option<u32> {
+        s.lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .nth(3)?
+            .parse()
+            .ok()
+    };
+    Some((fourth("Uid:")?, fourth("Gid:")?))
+}
+
+fn io_dev(what: &str, e: impl std::fmt::Display) -> DevError {
+    DevError::NoDevice(format!("{what}: {e}"))
+}
+
+/// Load the accounting library into `pid` and start it counting `pools`.
+fn attach(pid: u32, pools: u8) -> Result<Attached, DevError> {
+    let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
+    let has_libc = maps.iter().any(|m| {
+        Path::new(&m.path)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+    });
+    if !has_libc {
+        return Err(out_of_reach(pid));
+    }
+    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
+    let (uid, gid) = fs_ids(pid).ok_or(DevError::NoProcess(pid))?;
+    // A private directory the process can traverse but not list: the
+    // library (readable by anyone: it is no secret) and out/, the
+    // process's own, for its reports.
+    let dir = tempfile::Builder::new()
+        .prefix("profdev-attach.")
+        .tempdir()
+        .map_err(|e| io_dev("cannot make a directory for the accounting library", e))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| io_dev("cannot make a directory for the accounting library", e))?;
+    let lib = dir.path().join("libprofdev_mprof.so");
+    profdev_safefile::write_file(&lib, profdev_mprof::LIBRARY, 0o555)
+        .map_err(|e| io_dev("cannot write the accounting library", e))?;
+    let out = dir.path().join("out");
+    profdev_safefile::create_dir(&out, 0o700)
+        .map_err(|e| io_dev("cannot make the report directory", e))?;
+    std::os::unix::fs::chown(&out, Some(uid), Some(gid))
+        .map_err(|e| io_dev("cannot give the report directory to the process's user", e))?;
+    let digits: String = [(POOL_MALLOC, '1'), (POOL_MAP, '2'), (POOL_FILE, '3')]
+        .iter()
+        .filter(|(b, _)| pools & b != 0)
+        .map(|&(_, c)| c)
+        .collect();
+    let config = format!(
+        "PROFDEV_MPROF_DIR={}\nPROFDEV_MPROF_POOLS={digits}\n",
+        out.display()
+    );
+    let lib_s = lib.to_string_lossy().into_owned();
+    let mut t = profdev_inject::Target::attach(pid).map_err(|e| inject_error(pid, e))?;
+    let handle = t.dlopen(&lib_s).map_err(|e| inject_error(pid, e))?;
+    let entry = t
+        .dlsym(handle, "profdev_mprof_attach")
+        .map_err(|e| inject_error(pid, e))?;
+    let tid = t.main_thread();
+    let cfg = t
+        .write_string(tid, &config)
+        .map_err(|e| inject_error(pid, e))?;
+    let r = t
+        .call(tid, entry, &[cfg])
+        .map_err(|e| inject_error(pid, e))? as u32 as i32;
+    drop(t);
+    match r {
+        n if n > 0 => Ok(Attached { pid, start, dir }),
+        0 => Err(DevError::NoDevice(format!(
+            "process {pid} calls no malloc through a module's GOT: nothing to count"
+        ))),
+        -2 => Err(DevError::Busy(format!(
+            "process {pid} is already being counted by an earlier startmp"
+        ))),
+        _ => Err(DevError::NoDevice(format!(
+            "the accounting library could not start in process {pid} (no memory, or it \
+             cannot use {})",
+            out.display()
+        ))),
+    }
+}
+
+/// At most this many report files are read from an attached process's
+/// directory, each at most [`MAX_REPORT`] bytes.
+const MAX_REPORTS: usize = 4096;
+const MAX_REPORT: u64 = 16 << 20;
+
+/// The reports in `dir`, a directory the profiled process owns: opened
+/// without following links, regular files only, bounded.
+fn read_reports(dir: &Path) -> Vec<profdev_mprof::Report> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<PathBuf> = entries
+        .take(MAX_REPORTS)
+        .filter_map(|e| Some(e.ok()?.path()))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for p in names {
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&p)
+        else {
+            continue;
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let mut text = String::new();
+        if f.take(MAX_REPORT + 1).read_to_string(&mut text).is_err()
+            || text.len() as u64 > MAX_REPORT
+        {
+            continue;
+        }
+        if let Ok(r) = profdev_mprof::Report::parse(&text) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// Does the process `a` names still run (not a zombie, not a reused pid)?
+fn running(a: &Attached) -> bool {
+    matches!(stat_of(a.pid), Some((s, start)) if start == a.start && s != 'Z' && s != 'X')
+}
+
+/// Watch `a` until it exits (or the device goes), then hand its reports
+/// to the device.
+fn watch(state: Weak<Mutex<State>>, a: Attached) {
+    let spawned = std::thread::Builder::new()
+        .name(format!("mprof-{}", a.pid))
+        .spawn(move || {
+            while running(&a) {
+                if state.strong_count() == 0 {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let Some(state) = state.upgrade() else { return };
+            let reports = read_reports(&a.dir.path().join("out"));
+            let merged = profdev_mprof::merge(&reports);
+            let modules: Vec<MemoryModule> = merged
+                .iter()
+                .map(|m| MemoryModule {
+                    name: Path::new(&m.path)
+                        .file_name()
+                        .map(|b| b.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| m.path.clone()),
+                    path: m.path.clone(),
+                    pairs: profdev_mprof::histogram_pairs(m),
+                })
+                .collect();
+            // Refused if memory mode is off by now: see Bugs.
+            let _ = report_into(&state, &modules);
+        });
+    // Without a thread the reports are never read; the process counts on.
+    let _ = spawned;
 }
 
 #[cfg(test)]
@@ -233,8 +516,11 @@ mod tests {
         // Another start while memory mode is on: sampling's is ignored.
         write(&d, "start", None).unwrap();
         assert_eq!(d.mode(), Some(Mode::Memory { pools: 5 }));
-        // A PID while a mode is active: EBUSY.
+        write(&d, "stop", None).unwrap();
+        assert_eq!(d.mode(), None);
+        // A PID while sampling: EBUSY.
         let me = std::process::id();
+        write(&d, "start", None).unwrap();
         assert!(matches!(
             write(&d, &format!("startmp1 {me}"), None),
             Err(DevError::Busy(_))
@@ -256,9 +542,10 @@ mod tests {
             write(&d, "startmp1 1", Some(nobody)),
             Err(DevError::NotPermitted(_))
         ));
-        // Allowed: refused with the sentence, never a fake success.
+        // The device's own process: refused, never a fake success (real
+        // attaches: tests/mprof_attach.rs of the cli).
         match write(&d, &format!("startmp1 {me}"), None) {
-            Err(DevError::NoDevice(why)) => assert!(why.contains("not built yet"), "{why}"),
+            Err(DevError::NotPermitted(why)) => assert!(why.contains("profdev itself"), "{why}"),
             r => panic!("{r:?}"),
         }
         assert_eq!(d.mode(), None);
