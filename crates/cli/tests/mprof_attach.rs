@@ -15,7 +15,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn compile(args: &[&str], out: &Path) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/known_attach.c");
+    compile_src("known_attach.c", args, out)
+}
+
+fn compile_src(name: &str, args: &[&str], out: &Path) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/mprof")
+        .join(name);
     let status = Command::new("cc")
         .args(args)
         .arg("-o")
@@ -62,9 +68,7 @@ impl Mount {
         std::fs::read_dir(self.prof())
             .unwrap()
             .map(|e| e.unwrap().path())
-            .find(|p| {
-                std::fs::read_to_string(p.join("name")).is_ok_and(|n| n.trim_end() == name)
-            })
+            .find(|p| std::fs::read_to_string(p.join("name")).is_ok_and(|n| n.trim_end() == name))
     }
 }
 
@@ -92,7 +96,12 @@ fn pairs(path: &Path) -> Vec<(u64, u64)> {
 
 /// Start `exe`, wait (bounded) for its "ready".
 fn start(exe: &Path) -> Child {
+    start_with(exe, &[])
+}
+
+fn start_with(exe: &Path, args: &[&Path]) -> Child {
     let mut child = Command::new(exe)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -154,14 +163,21 @@ fn startmp1_pid_counts_a_running_program_exactly() {
     let child = start(&exe);
     let pid = child.id();
     m.ctl("module known_attach\n").unwrap();
-    assert_eq!(m.ctl(&format!("startmp1 {pid}\n")).unwrap(), 10 + pid.to_string().len());
+    assert_eq!(
+        m.ctl(&format!("startmp1 {pid}\n")).unwrap(),
+        10 + pid.to_string().len()
+    );
     finish(child);
     // The device reads the report once it sees the process gone.
     let mut rec = None;
-    wait_until("the attached program's histogram", Duration::from_secs(30), || {
-        rec = m.record("known_attach");
-        rec.is_some()
-    });
+    wait_until(
+        "the attached program's histogram",
+        Duration::from_secs(30),
+        || {
+            rec = m.record("known_attach");
+            rec.is_some()
+        },
+    );
     let got = pairs(&rec.unwrap().join("histogram"));
     let (module, sites) = profdev_mprof::decode_pairs(&got);
     // 31: 1000 x 100, 600 freed; 34: 64 KiB never freed; 36: 10 bytes
@@ -204,4 +220,41 @@ fn a_static_program_is_out_of_reach() {
     assert_eq!(e.raw_os_error(), Some(libc::ENXIO), "{e}");
     // Untouched: it runs to its end.
     finish(child);
+}
+
+#[test]
+fn a_library_loaded_after_the_attach_is_counted() {
+    if !privileged("startmp1 PID through the mount", can_mount())
+        || !profdev_testkit::tools("startmp1 PID through the mount", &["cc", "addr2line"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("late_main");
+    let lib = tmp.path().join("liblate.so");
+    compile_src("late_main.c", &["-g", "-O0"], &exe);
+    compile_src("late.c", &["-g", "-O0", "-fPIC", "-shared"], &lib);
+    let m = Mount::new();
+    let child = start_with(&exe, &[&lib]);
+    m.ctl("module liblate.so\n").unwrap();
+    m.ctl(&format!("startmp1 {}\n", child.id())).unwrap();
+    finish(child);
+    let mut rec = None;
+    wait_until(
+        "the late library's histogram",
+        Duration::from_secs(30),
+        || {
+            rec = m.record("liblate.so");
+            rec.is_some()
+        },
+    );
+    let got = pairs(&rec.unwrap().join("histogram"));
+    let (module, sites) = profdev_mprof::decode_pairs(&got);
+    assert_eq!(module, (12345, 12345), "{got:?}");
+    let pcs: Vec<u64> = sites.keys().copied().collect();
+    assert_eq!(lines(&lib, &pcs), [6], "{got:?}");
+    assert_eq!(
+        sites.values().copied().collect::<Vec<_>>(),
+        [(12345, 12345)]
+    );
 }
