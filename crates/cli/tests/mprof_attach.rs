@@ -258,3 +258,94 @@ fn a_library_loaded_after_the_attach_is_counted() {
         [(12345, 12345)]
     );
 }
+
+fn can_attach() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("attaching to a process that is not mprof's child needs root".into());
+    }
+    Ok(())
+}
+
+/// `profdev mprof ARGS -p PID` for `child`: started, its "attached" line
+/// awaited, the child sent "go"; mprof's output.
+fn mprof_p(args: &[&str], child: Child) -> std::process::Output {
+    let mut mprof = profdev()
+        .arg("mprof")
+        .args(args)
+        .arg("-p")
+        .arg(child.id().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(mprof.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    // Attached, or refused (then the program was not touched and still
+    // waits): either way it must run to a clean end.
+    finish(child);
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let mut out = mprof.wait_with_output().unwrap();
+    out.stderr = format!("{line}{rest}").into_bytes();
+    out
+}
+
+#[test]
+fn mprof_p_shows_a_running_programs_tables_and_leaks() {
+    if !privileged("mprof -p PID", can_attach()) || !profdev_testkit::tools("mprof -p PID", &["cc"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("known_attach");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    let out = mprof_p(&["-l", "-M", "--leaks"], start(&exe));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let start = text.find("\nModule: known_attach(").expect(&text);
+    let rows: Vec<String> = text[start..]
+        .lines()
+        .skip(3)
+        .take_while(|l| !l.is_empty())
+        .map(|r| r.split('\t').take(3).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "16 0 2097152",
+            "31 40000 100000",
+            "34 65536 65536",
+            "36 0 10",
+            "37 0 10000"
+        ],
+        "{text}"
+    );
+    assert!(text.contains("Module totals\t105536\t2202688\n"), "{text}");
+    assert!(text.contains("65536\t1\t"), "the 64 KiB leak: {text}");
+    assert!(text.contains("40000\t400\t"), "the 400 blocks: {text}");
+}
+
+#[test]
+fn mprof_p_refuses_a_static_program_with_the_sentence() {
+    if !privileged("mprof -p PID", can_attach()) || !profdev_testkit::tools("mprof -p PID", &["cc"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("known_static");
+    compile(&["-O0", "-pthread", "-static"], &exe);
+    let child = start(&exe);
+    let pid = child.id();
+    let out = mprof_p(&[], child);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "process {pid} is out of reach: statically linked, start it under profdev mprof instead"
+        )),
+        "{err}"
+    );
+}

@@ -2,16 +2,16 @@
 //! it, with ptrace: what `heaptrack -p` does through gdb, done directly.
 //!
 //! ```no_run
-//! use profdev_inject::Target;
-//! # fn main() -> Result<(), profdev_inject::InjectError> {
-//! let mut t = Target::attach(1234)?; // every thread stopped
-//! let h = t.dlopen("/path/to/lib.so")?; // its constructors run
-//! let f = t.dlsym(h, "entry")?;
-//! let s = t.write_string(t.main_thread(), "argument")?;
-//! let r = t.call(t.main_thread(), f, &[s])?;
-//! drop(t); // registers restored, detached: the process runs on
-//! # let _ = r; Ok(())
-//! # }
+//! use profdev_inject::{on_tracer_thread, InjectError, Target};
+//! let r = on_tracer_thread(|| {
+//!     let mut t = Target::attach(1234)?; // every thread stopped
+//!     let h = t.dlopen("/path/to/lib.so")?; // its constructors run
+//!     let f = t.dlsym(h, "entry")?;
+//!     let s = t.write_string(t.main_thread(), "argument")?;
+//!     t.call(t.main_thread(), f, &[s])
+//!     // dropped: registers restored, detached, the process runs on
+//! });
+//! # let _: Result<u64, InjectError> = r;
 //! ```
 //!
 //! * [`Target::attach`] seizes (`PTRACE_SEIZE`) and interrupts
@@ -46,8 +46,11 @@
 //! after its bound ([`CALL_TIMEOUT`]), restoring the thread's registers.
 //!
 //! A `Target` must be used, and dropped, by the thread that attached
-//! (ptrace's tracer is a thread): it is neither `Send` nor `Sync`.
-//! x86-64 only.
+//! (ptrace's tracer is a thread): it is neither `Send` nor `Sync`. Use it
+//! inside [`on_tracer_thread`]: a thread that never stopped (one blocked in
+//! a request only the caller can answer, such as a FUSE write to the
+//! caller's own file system) cannot be detached, but when the tracer
+//! thread ends the kernel detaches it. x86-64 only.
 
 use std::fs::File;
 use std::io;
@@ -190,6 +193,22 @@ impl InjectError {
             _ => libc::EIO,
         }
     }
+}
+
+/// Run `f` on a fresh thread and wait for it: the thread to create and
+/// use [`Target`]s on. When it ends, the kernel detaches whatever it still
+/// traces (a thread that did not stop within the bounds is left traced by
+/// a tracer that no longer waits, until that tracer exits), so nothing is
+/// left stopped behind.
+pub fn on_tracer_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("profdev-tracer".into())
+            .spawn_scoped(s, f)
+            .expect("a thread for ptrace")
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
 }
 
 fn io_err(what: impl Into<String>) -> InjectError {

@@ -246,3 +246,21 @@ fn not_permitted() {
         Ok(_) => panic!("attached to a kernel thread"),
     }
 }
+
+#[test]
+fn a_target_never_detached_is_released_when_the_tracer_thread_ends() {
+    if !profdev_testkit::privileged("inject into a running process", can_ptrace()) {
+        return;
+    }
+    let b = build();
+    let run = start(&b.counter, &b.marker);
+    let pid = run.child.id();
+    profdev_inject::on_tracer_thread(|| {
+        let t = Target::attach(pid).unwrap();
+        assert_eq!(t.threads().len(), 2);
+        // As if a thread had never stopped: no detach at all.
+        std::mem::forget(t);
+    });
+    // The kernel detached both threads when the tracer thread ended.
+    run.finish();
+}

@@ -162,14 +162,27 @@ impl Prof {
                 return Err(busy(m));
             }
             match cred {
-                Some(c) => ptrace_may_attach(&c, pid)?,
+                Some(c) => {
+                    ptrace_may_attach(&c, pid)?;
+                    // The writer waits for this write: stopping it would
+                    // wait for ever.
+                    if c.pid != 0
+                        && (c.pid == pid
+                            || Path::new(&format!("/proc/{pid}/task/{}", c.pid)).exists())
+                    {
+                        return Err(bad(format!(
+                            "process {pid} is the one writing this message: attach to it \
+                             from another process"
+                        )));
+                    }
+                }
                 None => {
                     crate::access::Target::of(pid)?;
                 }
             }
             // Pools: the digits given, or the malloc family alone.
             let hooked = if pools == 0 { POOL_MALLOC } else { pools };
-            let attached = attach(pid, hooked)?;
+            let attached = attach_process(pid, hooked, &[])?;
             {
                 let mut st = self.lock();
                 match st.mode {
@@ -255,9 +268,10 @@ fn report_into(state: &Mutex<State>, modules: &[MemoryModule]) -> Result<(), Dev
     Ok(())
 }
 
-/// A process the library was loaded into: its private directory (the
-/// library, and `out/` where its reports go), removed when dropped.
-struct Attached {
+/// A running process the accounting library was loaded into
+/// ([`attach_process`]): its private directory (the library, and `out/`
+/// where its reports go), removed when dropped.
+pub struct Attached {
     pid: u32,
     /// The process's start time (/proc/PID/stat field 22): a reused pid
     /// is another process.
@@ -310,8 +324,15 @@ fn io_dev(what: &str, e: impl std::fmt::Display) -> DevError {
     DevError::NoDevice(format!("{what}: {e}"))
 }
 
-/// Load the accounting library into `pid` and start it counting `pools`.
-fn attach(pid: u32, pools: u8) -> Result<Attached, DevError> {
+/// Load the accounting library into the running process `pid` and start
+/// it counting `pools` ([`POOL_MALLOC`]...), with `wrappers` as more
+/// allocation wrappers (`mprof --wrapper`). Refused: ESRCH no such
+/// process, EPERM not allowed to ptrace it (profdev's own credentials: a
+/// device checks its writer's first), EBUSY another tracer holds it or it
+/// is counted already, ENXIO a static program ("process N is out of reach:
+/// statically linked, start it under profdev mprof instead") or a load
+/// that failed (the sentence says why).
+pub fn attach_process(pid: u32, pools: u8, wrappers: &[String]) -> Result<Attached, DevError> {
     let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
     let has_libc = maps.iter().any(|m| {
         Path::new(&m.path)
@@ -347,24 +368,25 @@ fn attach(pid: u32, pools: u8) -> Result<Attached, DevError> {
         .filter(|(b, _)| pools & b != 0)
         .map(|&(_, c)| c)
         .collect();
-    let config = format!(
+    let mut config = format!(
         "PROFDEV_MPROF_DIR={}\nPROFDEV_MPROF_POOLS={digits}\n",
         out.display()
     );
+    if !wrappers.is_empty() {
+        config.push_str(&format!("PROFDEV_MPROF_WRAPPERS={}\n", wrappers.join(",")));
+    }
     let lib_s = lib.to_string_lossy().into_owned();
-    let mut t = profdev_inject::Target::attach(pid).map_err(|e| inject_error(pid, e))?;
-    let handle = t.dlopen(&lib_s).map_err(|e| inject_error(pid, e))?;
-    let entry = t
-        .dlsym(handle, "profdev_mprof_attach")
-        .map_err(|e| inject_error(pid, e))?;
-    let tid = t.main_thread();
-    let cfg = t
-        .write_string(tid, &config)
-        .map_err(|e| inject_error(pid, e))?;
-    let r = t
-        .call(tid, entry, &[cfg])
-        .map_err(|e| inject_error(pid, e))? as u32 as i32;
-    drop(t);
+    // On a thread of its own: when it ends, the kernel releases any thread
+    // of PID the injector could not detach.
+    let r = profdev_inject::on_tracer_thread(|| {
+        let mut t = profdev_inject::Target::attach(pid)?;
+        let handle = t.dlopen(&lib_s)?;
+        let entry = t.dlsym(handle, "profdev_mprof_attach")?;
+        let tid = t.main_thread();
+        let cfg = t.write_string(tid, &config)?;
+        Ok::<_, profdev_inject::InjectError>(t.call(tid, entry, &[cfg])? as u32 as i32)
+    })
+    .map_err(|e| inject_error(pid, e))?;
     match r {
         n if n > 0 => Ok(Attached { pid, start, dir }),
         0 => Err(DevError::NoDevice(format!(
@@ -424,9 +446,22 @@ fn read_reports(dir: &Path) -> Vec<profdev_mprof::Report> {
     out
 }
 
-/// Does the process `a` names still run (not a zombie, not a reused pid)?
-fn running(a: &Attached) -> bool {
-    matches!(stat_of(a.pid), Some((s, start)) if start == a.start && s != 'Z' && s != 'X')
+impl Attached {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Does the process still run (not a zombie, not a reused pid)?
+    pub fn running(&self) -> bool {
+        matches!(stat_of(self.pid), Some((s, start)) if start == self.start && s != 'Z' && s != 'X')
+    }
+
+    /// The reports written so far (at exit: read them once
+    /// [`Attached::running`] is false).
+    pub fn reports(&self) -> Vec<profdev_mprof::Report> {
+        read_reports(&self.dir.path().join("out"))
+    }
 }
 
 /// Watch `a` until it exits (or the device goes), then hand its reports
@@ -435,14 +470,14 @@ fn watch(state: Weak<Mutex<State>>, a: Attached) {
     let spawned = std::thread::Builder::new()
         .name(format!("mprof-{}", a.pid))
         .spawn(move || {
-            while running(&a) {
+            while a.running() {
                 if state.strong_count() == 0 {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
             let Some(state) = state.upgrade() else { return };
-            let reports = read_reports(&a.dir.path().join("out"));
+            let reports = a.reports();
             let merged = profdev_mprof::merge(&reports);
             let modules: Vec<MemoryModule> = merged
                 .iter()
