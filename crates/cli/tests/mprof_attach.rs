@@ -167,6 +167,9 @@ fn startmp1_pid_counts_a_running_program_exactly() {
         m.ctl(&format!("startmp1 {pid}\n")).unwrap(),
         10 + pid.to_string().len()
     );
+    // Counted already: a second attach is refused and changes nothing.
+    let again = m.ctl(&format!("startmp1 {pid}\n")).unwrap_err();
+    assert_eq!(again.raw_os_error(), Some(libc::EBUSY), "{again}");
     finish(child);
     // The device reads the report once it sees the process gone.
     let mut rec = None;

@@ -343,6 +343,14 @@ pub fn attach_process(pid: u32, pools: u8, wrappers: &[String]) -> Result<Attach
     if !has_libc {
         return Err(out_of_reach(pid));
     }
+    if maps
+        .iter()
+        .any(|m| m.path.ends_with("/libprofdev_mprof.so"))
+    {
+        return Err(DevError::Busy(format!(
+            "process {pid} is counted already (by profdev mprof or an earlier startmp)"
+        )));
+    }
     let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
     let (uid, gid) = fs_ids(pid).ok_or(DevError::NoProcess(pid))?;
     // A private directory the process can traverse but not list: the
