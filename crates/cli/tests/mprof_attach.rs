@@ -181,14 +181,20 @@ fn startmp1_pid_counts_a_running_program_exactly() {
             rec.is_some()
         },
     );
-    let got = pairs(&rec.unwrap().join("histogram"));
+    assert_known(&exe, &rec.unwrap());
+    m.ctl("end\n").unwrap();
+}
+
+/// The record `rec` holds exactly known_attach.c's bytes per line.
+fn assert_known(exe: &Path, rec: &Path) {
+    let got = pairs(&rec.join("histogram"));
     let (module, sites) = profdev_mprof::decode_pairs(&got);
     // 31: 1000 x 100, 600 freed; 34: 64 KiB never freed; 36: 10 bytes
     // realloc'd at 37 to 10000, then freed; 16: two threads, 1 MiB each in
     // 4 KiB blocks, all live at the barrier, all freed.
     let pcs: Vec<u64> = sites.keys().copied().collect();
     let mut by_line: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    for (line, (cur, hw)) in lines(&exe, &pcs).into_iter().zip(sites.values()) {
+    for (line, (cur, hw)) in lines(exe, &pcs).into_iter().zip(sites.values()) {
         let e = by_line.entry(line).or_default();
         e.0 += cur;
         e.1 += hw;
@@ -204,7 +210,35 @@ fn startmp1_pid_counts_a_running_program_exactly() {
     assert_eq!(by_line, want, "pairs {got:?}");
     // Module totals: 40000 + 65536 left; the peak with both threads' MiBs.
     assert_eq!(module, (105536, 105536 + (2 << 20)), "pairs {got:?}");
-    m.ctl("end\n").unwrap();
+}
+
+#[test]
+fn stop_fills_the_histogram_of_a_process_still_running() {
+    if !privileged("startmp1 PID through the mount", can_mount())
+        || !profdev_testkit::tools("startmp1 PID through the mount", &["cc", "addr2line"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("known_attach");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    let m = Mount::new();
+    let mut child = start_with(&exe, &[Path::new("hold")]);
+    m.ctl("module known_attach\n").unwrap();
+    m.ctl(&format!("startmp1 {}\n", child.id())).unwrap();
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "done\n");
+    // Still running: nothing yet; stop asks it for a report.
+    assert!(m.record("known_attach").is_none());
+    m.ctl("stop\n").unwrap();
+    assert!(child.try_wait().unwrap().is_none(), "it runs on");
+    let rec = m.record("known_attach").expect("stop filled the histogram");
+    assert_known(&exe, &rec);
+    finish(child);
 }
 
 #[test]

@@ -26,10 +26,19 @@
  *
  * Blocks allocated before the attach are not in the block table: their
  * frees and reallocs subtract nothing (see mprof.c).
+ *
+ * Reports on demand: a thread of the library ("profdev-mprof", every
+ * signal blocked) waits on a FIFO, `request` in the report directory;
+ * each time a writer opens it, writes and closes it, the thread writes a
+ * report (mprof.PID.K, K one more than the last), as the exit does.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -42,6 +51,7 @@
 
 /* mprof.c's hooks. */
 int mprof_attach_start(void);
+void mprof_report_now(void);
 const char *mprof_getenv(const char *name);
 
 /* ---- the settings ---------------------------------------------------- */
@@ -212,6 +222,46 @@ static void patch_all(void)
     pthread_mutex_unlock(&patch_lock);
 }
 
+/* ---- reports on demand ------------------------------------------------ */
+
+static char fifo[4200];
+
+static void *reporter(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int fd = open(fifo, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return 0;
+        char b[64];
+        while (read(fd, b, sizeof b) > 0)
+            ;
+        close(fd);
+        mprof_report_now();
+    }
+}
+
+static void start_reporter(void)
+{
+    const char *d = mprof_getenv("PROFDEV_MPROF_DIR");
+    if (!d || snprintf(fifo, sizeof fifo, "%s/request", d) >= (int)sizeof fifo)
+        return;
+    if (mkfifo(fifo, 0600))
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited by the thread */
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 128 << 10);
+    pthread_t t;
+    if (!pthread_create(&t, &at, reporter, 0))
+        pthread_setname_np(t, "profdev-mprof");
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, 0);
+}
+
 /* ---- the entry -------------------------------------------------------- */
 
 /* Start counting in this (running) process with the settings `cfg`
@@ -260,5 +310,6 @@ EXPORT int profdev_mprof_attach(const char *cfg)
     }
     dlclose(self);
     patch_all();
+    start_reporter();
     return npatched;
 }

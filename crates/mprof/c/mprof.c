@@ -1177,3 +1177,14 @@ __attribute__((destructor)) static void dtor(void)
     enabled = 0;
     busy = 0;
 }
+
+/* attach.c: a report now, while the process goes on (its reporter thread
+ * calls this when profdev asks). */
+void mprof_report_now(void)
+{
+    if (!enabled)
+        return;
+    busy = 1;
+    report();
+    busy = 0;
+}

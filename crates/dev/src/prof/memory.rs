@@ -419,18 +419,33 @@ const MAX_REPORT: u64 = 16 << 20;
 /// The reports in `dir`, a directory the profiled process owns: opened
 /// without following links, regular files only, bounded.
 fn read_reports(dir: &Path) -> Vec<profdev_mprof::Report> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut names: Vec<PathBuf> = entries
-        .take(MAX_REPORTS)
-        .filter_map(|e| Some(e.ok()?.path()))
-        .collect();
-    names.sort();
+    // mprof.PID.K: only the latest (largest K) of each process, which
+    // supersedes the ones written on demand before it.
+    let mut latest: std::collections::BTreeMap<u32, (u64, PathBuf)> = Default::default();
+    for e in entries.take(MAX_REPORTS).filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let Some((pid, k)) = report_name(&name.to_string_lossy()) else {
+            continue;
+        };
+        let slot = latest.entry(pid).or_insert((k, e.path()));
+        if k >= slot.0 {
+            *slot = (k, e.path());
+        }
+    }
+    let paths: Vec<PathBuf> = latest.into_values().map(|(_, p)| p).collect();
+    read_reports_at(&paths)
+}
+
+/// The reports at `paths` that open (no links), are regular files, fit
+/// [`MAX_REPORT`] and parse.
+fn read_reports_at(paths: &[PathBuf]) -> Vec<profdev_mprof::Report> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut out = Vec::new();
-    for p in names {
+    for p in paths {
         let Ok(f) = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -454,6 +469,12 @@ fn read_reports(dir: &Path) -> Vec<profdev_mprof::Report> {
     out
 }
 
+/// The pid and number of a report's file name, `mprof.PID.K`.
+fn report_name(name: &str) -> Option<(u32, u64)> {
+    let (pid, k) = name.strip_prefix("mprof.")?.split_once('.')?;
+    Some((pid.parse().ok()?, k.parse().ok()?))
+}
+
 impl Attached {
     /// The process id.
     pub fn pid(&self) -> u32 {
@@ -465,16 +486,114 @@ impl Attached {
         matches!(stat_of(self.pid), Some((s, start)) if start == self.start && s != 'Z' && s != 'X')
     }
 
-    /// The reports written so far (at exit: read them once
-    /// [`Attached::running`] is false).
+    /// The latest report of each process (the attached one, and children
+    /// it forked) written so far: at exit, or on request.
     pub fn reports(&self) -> Vec<profdev_mprof::Report> {
         read_reports(&self.dir.path().join("out"))
     }
+
+    /// Ask the running process for a report now (the library's reporter
+    /// thread writes one, as at exit) and wait for it, at most `timeout`;
+    /// true when it came.
+    pub fn request_report(&self, timeout: Duration) -> bool {
+        use std::io::Write;
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let out = self.dir.path().join("out");
+        let last = |dir: &Path| -> Option<u64> {
+            std::fs::read_dir(dir)
+                .ok()?
+                .take(MAX_REPORTS)
+                .filter_map(|e| report_name(&e.ok()?.file_name().to_string_lossy()))
+                .filter(|&(p, _)| p == self.pid)
+                .map(|(_, k)| k)
+                .max()
+        };
+        let before = last(&out);
+        let Ok(mut fifo) = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(out.join("request"))
+        else {
+            return false;
+        };
+        if !fifo.metadata().is_ok_and(|m| m.file_type().is_fifo()) || fifo.write_all(b"r").is_err()
+        {
+            return false;
+        }
+        drop(fifo);
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            // A new report, complete (it parses only once "end" is there).
+            if let Some(k) = last(&out).filter(|&k| Some(k) > before) {
+                let path = out.join(format!("mprof.{}.{k}", self.pid));
+                if read_reports_at(&[path]).len() == 1 {
+                    return true;
+                }
+            }
+            if std::time::Instant::now() >= deadline || !self.running() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
+
+/// The processes attached by each device (its state), for reports on
+/// demand; entries whose process was read at its exit are gone.
+type Registry = Vec<(Weak<Mutex<State>>, Weak<Attached>)>;
+static ATTACHED: Mutex<Registry> = Mutex::new(Vec::new());
+
+/// The modules of `reports`, merged, as the device takes them.
+fn modules_of(reports: &[profdev_mprof::Report]) -> Vec<MemoryModule> {
+    profdev_mprof::merge(reports)
+        .iter()
+        .map(|m| MemoryModule {
+            name: Path::new(&m.path)
+                .file_name()
+                .map(|b| b.to_string_lossy().into_owned())
+                .unwrap_or_else(|| m.path.clone()),
+            path: m.path.clone(),
+            pairs: profdev_mprof::histogram_pairs(m),
+        })
+        .collect()
+}
+
+impl Prof {
+    /// Before `stop`: ask every process this device attached and that
+    /// still runs for a report now, and fill the histograms from them
+    /// (bounded: [`REPORT_TIMEOUT`] per process).
+    pub(super) fn memory_snapshot(&self) {
+        if !matches!(self.mode(), Some(Mode::Memory { .. })) {
+            return;
+        }
+        let me = std::sync::Arc::downgrade(&self.state);
+        let mine: Vec<std::sync::Arc<Attached>> = {
+            let mut reg = crate::kit::lock(&ATTACHED);
+            reg.retain(|(s, a)| s.strong_count() > 0 && a.strong_count() > 0);
+            reg.iter()
+                .filter(|(s, _)| s.ptr_eq(&me))
+                .filter_map(|(_, a)| a.upgrade())
+                .collect()
+        };
+        let mut reports = Vec::new();
+        for a in mine.iter().filter(|a| a.running()) {
+            a.request_report(REPORT_TIMEOUT);
+            reports.extend(a.reports());
+        }
+        if !reports.is_empty() {
+            let _ = report_into(&self.state, &modules_of(&reports));
+        }
+    }
+}
+
+/// How long `stop` waits for an attached process's report.
+pub const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Watch `a` until it exits (or the device goes), then hand its reports
 /// to the device.
 fn watch(state: Weak<Mutex<State>>, a: Attached) {
+    let a = std::sync::Arc::new(a);
+    crate::kit::lock(&ATTACHED).push((state.clone(), std::sync::Arc::downgrade(&a)));
     let spawned = std::thread::Builder::new()
         .name(format!("mprof-{}", a.pid))
         .spawn(move || {
@@ -485,21 +604,8 @@ fn watch(state: Weak<Mutex<State>>, a: Attached) {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let Some(state) = state.upgrade() else { return };
-            let reports = a.reports();
-            let merged = profdev_mprof::merge(&reports);
-            let modules: Vec<MemoryModule> = merged
-                .iter()
-                .map(|m| MemoryModule {
-                    name: Path::new(&m.path)
-                        .file_name()
-                        .map(|b| b.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| m.path.clone()),
-                    path: m.path.clone(),
-                    pairs: profdev_mprof::histogram_pairs(m),
-                })
-                .collect();
             // Refused if memory mode is off by now: see Bugs.
-            let _ = report_into(&state, &modules);
+            let _ = report_into(&state, &modules_of(&a.reports()));
         });
     // Without a thread the reports are never read; the process counts on.
     let _ = spawned;

@@ -1,5 +1,5 @@
-/* known.c's allocations, made only after "go" arrives on stdin, so that
- * profdev can attach first (mprof_attach.rs). Prints "ready" when waiting. */
+/* known.c's allocations, after "go" on stdin (mprof_attach.rs attaches first);
+ * "ready" when waiting; with an argument, "done" after, then a line awaited. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +20,7 @@ static void *thread_body(void *arg)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     char go[8];
     printf("ready\n");
@@ -44,5 +44,11 @@ int main(void)
         pthread_create(&t[i], 0, thread_body, tb[i]);
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], 0);
+    if (argc > 1 && argv[1]) {
+        printf("done\n");
+        fflush(stdout);
+        if (read(0, go, sizeof go) <= 0)
+            return 2;
+    }
     return 0;
 }
