@@ -6,7 +6,8 @@
 //! ```text
 //! echo startmp1 > prof/ctl        # memory mode, nothing hooked yet
 //! echo startmp1 PID > prof/ctl    # attach to running process PID
-//! cat prof/NNNNNNNN/histogram     # its bytes, once PID has exited
+//! echo stop > prof/ctl            # PID reports now (or when it exits)
+//! cat prof/NNNNNNNN/histogram     # its bytes
 //! ```
 //!
 //! # Description
@@ -37,9 +38,13 @@
 //! loaded module (their GOT entries) to the library, and of modules loaded
 //! later (dlopen is redirected too); then it detaches and the process runs
 //! on, counting. Blocks allocated before the attach are never subtracted
-//! from anything. When the process exits, its report (written by the
-//! library at exit) fills the histograms of the modules the `module` list
-//! wants, in the layout above; the device watches the process for that.
+//! from anything. Its reports fill the histograms of the modules the
+//! `module` list wants, in the layout above: when it exits (the library
+//! writes a report at exit; the device watches the process for that), and
+//! at `stop`, which first asks every attached process still running for a
+//! report (the library's reporter thread, `profdev-mprof`, writes one when
+//! the device writes the FIFO `request` in its report directory; `stop`
+//! waits for it at most 5 s per process) and then stops.
 //! A statically linked program is refused with "process N is out of reach:
 //! statically linked, start it under profdev mprof instead" (ENXIO).
 //!
@@ -48,18 +53,22 @@
 //! ```text
 //! echo module myprog > /mnt/prof/prof/ctl
 //! echo startmp1 4242 > /mnt/prof/prof/ctl
-//! # ... 4242 runs and exits ...
+//! # ... 4242 runs ...
+//! echo stop > /mnt/prof/prof/ctl
 //! cat /mnt/prof/prof/00000001/histogram
 //! ```
 //!
 //! # Bugs
 //!
-//! * The histograms of an attached process fill when it exits, not
-//!   before: its library writes its report in a destructor. A process
-//!   that ends with `_exit` or a signal writes none, and nothing is shown.
-//! * Memory mode must still be on when the process exits (a `stop` or
-//!   `end` before that drops its report). Each attached process's report
-//!   replaces the histograms of the modules it names.
+//! * The histograms of an attached process fill when it exits or at
+//!   `stop`, not while it runs between: reading a histogram does not ask
+//!   for a report. A process that ends with `_exit` or a signal writes no
+//!   exit report. After `stop` (or `end`) its exit report is dropped: the
+//!   histograms keep what `stop` took. Each report replaces the histograms
+//!   of the modules it names (processes attached one after the other share
+//!   a module such as libc.so.6: the last report wins).
+//! * The library adds a thread to the process (`profdev-mprof`, every
+//!   signal blocked, asleep in open(2) on its FIFO).
 //! * Children it forks after the attach count too, but only a report
 //!   written before the attached process exits is read; programs it execs
 //!   are not counted (no `LD_PRELOAD` in their environment).
