@@ -458,7 +458,7 @@ fn read_reports_at(paths: &[PathBuf]) -> Vec<profdev_mprof::Report> {
         let Ok(f) = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&p)
+            .open(p)
         else {
             continue;
         };
