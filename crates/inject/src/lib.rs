@@ -582,6 +582,7 @@ impl Target {
             return Err(InjectError::NoProcess(pid));
         }
         for th in &mut t.threads {
+            // SAFETY: a plain C struct of integers; all zeros is valid.
             let mut regs: Regs = unsafe { std::mem::zeroed() };
             if ptrace(
                 libc::PTRACE_GETREGS,
@@ -732,6 +733,7 @@ impl Target {
         ) < 0
         {
             // No XSAVE: the legacy FXSAVE area (x87, SSE).
+            // SAFETY: a plain C struct of integers; all zeros is valid.
             let mut fp: libc::user_fpregs_struct = unsafe { std::mem::zeroed() };
             if ptrace(
                 libc::PTRACE_GETFPREGS,
@@ -744,6 +746,7 @@ impl Target {
                     "cannot read the FPU state of thread {tid} of process {pid}"
                 )));
             }
+            // SAFETY: the bytes of a plain C struct we own, alive here.
             let bytes = unsafe {
                 std::slice::from_raw_parts(
                     &fp as *const libc::user_fpregs_struct as *const u8,
@@ -814,17 +817,15 @@ impl Target {
         // Not in a system call: no restart of our code as one.
         r.orig_rax = u64::MAX;
         r.eflags &= !0x400; // DF clear, as the ABI wants at a call
-        let regs_at = [
-            &mut r.rdi as *mut u64,
-            &mut r.rsi,
-            &mut r.rdx,
-            &mut r.rcx,
-            &mut r.r8,
-            &mut r.r9,
-        ];
-        for (slot, &a) in regs_at.iter().zip(args) {
-            // SAFETY: each points at a field of `r`, alive here.
-            unsafe { **slot = a };
+        for (i, &a) in args.iter().enumerate() {
+            match i {
+                0 => r.rdi = a,
+                1 => r.rsi = a,
+                2 => r.rdx = a,
+                3 => r.rcx = a,
+                4 => r.r8 = a,
+                _ => r.r9 = a,
+            }
         }
         self.thread(tid)?.touched = true;
         if ptrace(libc::PTRACE_SETREGS, tid, 0, &mut r as *mut Regs as u64) < 0 {
@@ -880,6 +881,7 @@ impl Target {
                         continue; // an interrupt or group stop: go on
                     }
                     if s == libc::SIGSEGV || s == libc::SIGBUS || s == libc::SIGILL {
+                        // SAFETY: a plain C struct of integers; all zeros is valid.
                         let mut now: Regs = unsafe { std::mem::zeroed() };
                         if ptrace(libc::PTRACE_GETREGS, tid, 0, &mut now as *mut Regs as u64) < 0 {
                             return Err(io_err(format!(
