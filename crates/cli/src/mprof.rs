@@ -1015,6 +1015,17 @@ mod tests {
         assert_eq!(parse(&["--bogus"]).unwrap_err(), "unknown option --bogus");
         assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
         assert!(parse(&["--wrapper", "a,b", "x"]).is_err());
+        let a = parse(&["-l", "-p", "42", "-M"]).unwrap();
+        assert_eq!(
+            (a.pid, a.options.lines, a.options.module_totals),
+            (Some(42), true, true)
+        );
+        assert_eq!(parse(&["-p42", "-e"]).unwrap().pid, Some(42));
+        assert!(parse(&["-p", "x"]).is_err());
+        assert!(parse(&["-p", "0"]).is_err());
+        assert!(parse(&["-p"]).is_err());
+        assert!(parse(&["-p", "5", "./cmd"]).is_err());
+        assert!(parse(&["-b", "-p", "5"]).is_err());
     }
 
     #[test]
@@ -1030,7 +1041,9 @@ mod tests {
             if value {
                 args.push("5".into());
             }
-            args.push("./cmd".into());
+            if c != 'p' {
+                args.push("./cmd".into()); // -p PID takes the command's place
+            }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             assert!(
                 parse(&args).is_ok(),
