@@ -1,4 +1,4 @@
-//! Compile c/mprof.c into the shared object that `profdev mprof` preloads
+//! Compile c/mprof.c and c/attach.c into the shared object that `profdev mprof` preloads
 //! into the programs it runs; src/lib.rs embeds it (`include_bytes!`).
 //! The C compiler is `$CC`, else `cc`.
 
@@ -7,6 +7,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=c/mprof.c");
+    println!("cargo:rerun-if-changed=c/attach.c");
     println!("cargo:rerun-if-env-changed=CC");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let so = out.join("libprofdev_mprof.so");
@@ -24,7 +25,7 @@ fn main() {
             "-o",
         ])
         .arg(&so)
-        .arg("c/mprof.c")
+        .args(["c/mprof.c", "c/attach.c"])
         .args(["-lgcc_s", "-ldl", "-lpthread"])
         .status()
         .unwrap_or_else(|e| {
@@ -32,6 +33,6 @@ fn main() {
         });
     assert!(
         status.success(),
-        "the C compiler {cc:?} failed to build crates/mprof/c/mprof.c"
+        "the C compiler {cc:?} failed to build crates/mprof/c/mprof.c and attach.c"
     );
 }

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! profdev mprof [-bcMflnve123] [-m MODULE]... [--leaks] [--pprof FILE] [--dhat FILE] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! profdev mprof [-Mflnve123] [-m MODULE]... [--leaks] [--wrapper SYMBOL]... -p PID
 //! ```
 //!
 //! # Description
@@ -30,6 +31,7 @@
 //! | `-m MODULE` | show only this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-e` | show CMD's own executable only |
 //! | `-1` `-2` `-3` | pools: 1 the malloc family, 2 mmap/brk called by the program, 3 file mappings (default all); only pool 1 is counted so far |
+//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits. Blocks it allocated before are never subtracted. Needs the right to ptrace PID |
 //! | `-b` | begin: put the mounted prof device in memory mode (`startmp…`) and exit |
 //! | `-c` | end the mounted device's session (`end`) and exit |
 //! | `--leaks` | after the tables, the blocks never freed, grouped by allocating line, largest first |
@@ -112,9 +114,12 @@
 //!
 //! * Only pool 1 (the malloc family) is counted; `-2` and `-3` are
 //!   accepted and warned about.
-//! * Attaching to a running process (`startmp1 PID` on the mounted
-//!   device) is not built: the device checks the request and refuses it
-//!   with a sentence.
+//! * `-p PID` shows the tables when the process exits (its report is
+//!   written at exit): one that ends with `_exit` or a signal gives none,
+//!   and interrupting mprof meanwhile leaves the process counting into a
+//!   directory that is gone. Programs it execs are not counted, and
+//!   children it forks only if they end first. The limits of attaching
+//!   are in `profdev_dev::prof`'s memory mode (`startmp… PID`).
 //! * Exactness costs most when several threads allocate in one module at
 //!   once: a site's and its module's bytes change under the module's lock
 //!   (see `bench/memory_overhead.sh` for the measured slowdown). A
@@ -149,7 +154,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 const USAGE: &str =
-    "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [cmd arg ...]";
+    "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [-p pid | cmd arg ...]";
 
 /// The largest source file shown beside its lines: 64 MiB.
 const MAX_SOURCE: u64 = 64 << 20;
@@ -181,6 +186,8 @@ struct Args {
     pprof: Option<OsString>,
     dhat: Option<OsString>,
     command: Vec<OsString>,
+    /// `-p PID`: attach to a running process instead of running CMD.
+    pid: Option<u32>,
 }
 
 fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
@@ -263,6 +270,22 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
                     a.modules.push(value);
                     break;
                 }
+                'p' => {
+                    let rest: String = flags[i + 1..].iter().collect();
+                    let value = if !rest.is_empty() {
+                        rest
+                    } else {
+                        match it.next() {
+                            Some(v) => v.to_string_lossy().into_owned(),
+                            None => return Err("option -p needs a process id".into()),
+                        }
+                    };
+                    match value.parse::<u32>() {
+                        Ok(p) if p > 0 && !value.starts_with('+') => a.pid = Some(p),
+                        _ => return Err(format!("{value:?} is not a process id")),
+                    }
+                    break;
+                }
                 c => return Err(format!("unknown option -{c}")),
             }
             i += 1;
@@ -270,7 +293,10 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     }
     a.pools.sort_unstable();
     a.command = it.collect();
-    if a.exec && a.command.is_empty() {
+    if a.pid.is_some() && (!a.command.is_empty() || a.begin || a.end) {
+        return Err("-p goes with neither a command nor -b or -c".into());
+    }
+    if a.exec && a.command.is_empty() && a.pid.is_none() {
         return Err("-e needs a command".into());
     }
     if (a.pprof.is_some() || a.dhat.is_some()) && a.command.is_empty() {
@@ -321,6 +347,12 @@ pub fn command() -> clap::Command {
                 .value_name("modname")
                 .action(ArgAction::Append)
                 .help("Show this module (a basename such as libc.so.6, or a path); repeatable"),
+        )
+        .arg(
+            Arg::new("p")
+                .short('p')
+                .value_name("pid")
+                .help("Attach to running process PID instead of running CMD; show the tables when it exits"),
         )
         .arg(
             Arg::new("leaks")
@@ -378,6 +410,9 @@ fn startmp_message(pools: &[char]) -> String {
 fn run(args: &Args) -> Result<ExitCode> {
     if args.pools.iter().any(|&p| p != '1') {
         eprintln!("mprof: warning: only pool 1 (the malloc family) is counted so far");
+    }
+    if let Some(pid) = args.pid {
+        return run_attached(args, pid);
     }
     if args.end || args.begin {
         let ctl_path = crate::mount::ensure_mounted()?.join("prof/ctl");
@@ -510,6 +545,73 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     Ok(job.exit_code(status))
+}
+
+/// `mprof -p PID`: attach, wait for the process to exit, show its tables
+/// (and leaks) from its report, through a private device as with CMD.
+fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
+    use profdev_dev::prof::{attach_process, POOL_FILE, POOL_MALLOC, POOL_MAP};
+    use profdev_dev::DevError;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
+    ctl(
+        &dev,
+        format!("module {}", module_words(args, &exe)?.join(" ")).trim_end(),
+    )?;
+    ctl(&dev, &startmp_message(&args.pools))?;
+    let pools = args.pools.iter().fold(0, |b, p| {
+        b | match p {
+            '2' => POOL_MAP,
+            '3' => POOL_FILE,
+            _ => POOL_MALLOC,
+        }
+    });
+    let attached = attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers).map_err(|e| {
+        anyhow::anyhow!(match e {
+            DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
+            DevError::NoProcess(p) => format!("no process {p}"),
+            e => e.to_string(),
+        })
+    })?;
+    eprintln!("mprof: attached to process {pid}; its tables are shown when it exits");
+    while attached.running() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let reports = attached.reports();
+    if reports.is_empty() {
+        bail!(
+            "process {pid} wrote no allocation report: it ended with _exit or a signal, or \
+             forked away; nothing was counted"
+        );
+    }
+    let merged = merge(&reports);
+    dev.memory_report(
+        &merged
+            .iter()
+            .map(|m| MemoryModule {
+                name: module_name(&m.path),
+                path: m.path.clone(),
+                pairs: profdev_mprof::histogram_pairs(m),
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    ctl(&dev, "stop")?;
+    let mut modules = read_dev(&dev)?;
+    ctl(&dev, "end")?;
+    for m in &mut modules {
+        if let Some(r) = merged.iter().find(|r| r.path == m.path) {
+            for (p, s) in &mut m.sites {
+                if let Some(rs) = r.sites.get(p) {
+                    s.live = rs.live;
+                    s.allocs = rs.allocs;
+                    s.bytes = rs.bytes;
+                }
+            }
+        }
+    }
+    modules.retain(|m| m.high_water != 0 || args.options.zeros);
+    show(&modules, args, None)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The -m list (and -e's executable) as `module` words, paths absolute.
@@ -913,6 +1015,17 @@ mod tests {
         assert_eq!(parse(&["--bogus"]).unwrap_err(), "unknown option --bogus");
         assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
         assert!(parse(&["--wrapper", "a,b", "x"]).is_err());
+        let a = parse(&["-l", "-p", "42", "-M"]).unwrap();
+        assert_eq!(
+            (a.pid, a.options.lines, a.options.module_totals),
+            (Some(42), true, true)
+        );
+        assert_eq!(parse(&["-p42", "-e"]).unwrap().pid, Some(42));
+        assert!(parse(&["-p", "x"]).is_err());
+        assert!(parse(&["-p", "0"]).is_err());
+        assert!(parse(&["-p"]).is_err());
+        assert!(parse(&["-p", "5", "./cmd"]).is_err());
+        assert!(parse(&["-b", "-p", "5"]).is_err());
     }
 
     #[test]
@@ -928,7 +1041,9 @@ mod tests {
             if value {
                 args.push("5".into());
             }
-            args.push("./cmd".into());
+            if c != 'p' {
+                args.push("./cmd".into()); // -p PID takes the command's place
+            }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             assert!(
                 parse(&args).is_ok(),

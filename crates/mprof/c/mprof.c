@@ -44,6 +44,10 @@
 #include <unistd.h>
 #include <unwind.h>
 
+/* attach.c: an attached process's settings (else the environment's). */
+const char *mprof_getenv(const char *name);
+#define getenv mprof_getenv
+
 extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
 extern void *__libc_calloc(size_t, size_t);
@@ -964,6 +968,15 @@ static void init(void)
 
 __attribute__((constructor)) static void ctor(void) { init(); }
 
+/* attach.c: start counting in a process that loaded this library while it
+ * ran: init() again, now that mprof_getenv has the settings. */
+int mprof_attach_start(void)
+{
+    inited = 0;
+    init();
+    return enabled;
+}
+
 struct out {
     int fd;
     size_t n;
@@ -1162,5 +1175,16 @@ __attribute__((destructor)) static void dtor(void)
         }
     report();
     enabled = 0;
+    busy = 0;
+}
+
+/* attach.c: a report now, while the process goes on (its reporter thread
+ * calls this when profdev asks). */
+void mprof_report_now(void)
+{
+    if (!enabled)
+        return;
+    busy = 1;
+    report();
     busy = 0;
 }

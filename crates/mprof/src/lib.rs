@@ -38,6 +38,16 @@
 //!   `mprof.PID.N`, created `O_CREAT|O_EXCL|O_NOFOLLOW` mode 0600 in the
 //!   directory `PROFDEV_MPROF_DIR` names (a private 0700 directory profdev
 //!   made, see [`Session`]). Format: [`Report::parse`].
+//! * **Attach** (`c/attach.c`, same shared object): loaded into a running
+//!   process by `startmp… PID` or `mprof -p PID` (through profdev-inject),
+//!   its `profdev_mprof_attach(config)` takes the settings the environment
+//!   gives under `LD_PRELOAD` as `NAME=VALUE` lines (`PROFDEV_MPROF_DIR`,
+//!   `PROFDEV_MPROF_WRAPPERS`, `PROFDEV_MPROF_POOLS`...; `mprof.c` reads
+//!   them through `mprof_getenv`), starts the accounting, and redirects
+//!   the malloc family of every loaded module to this library by
+//!   rewriting their GOT entries (JUMP_SLOT and GLOB_DAT), and dlopen's,
+//!   so that modules loaded later are redirected too. It returns the
+//!   number of entries redirected.
 //!
 //! **Why C, built at build time and embedded.** The interposer runs inside
 //! malloc, before and after any Rust runtime, in processes of any language:

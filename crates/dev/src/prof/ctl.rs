@@ -149,6 +149,8 @@ impl Prof {
             }
             CtlOp::Start => self.start(Mode::Sampling),
             CtlOp::Stop => {
+                // Attached processes still running report first (memory).
+                self.memory_snapshot();
                 self.stop();
                 Ok(())
             }

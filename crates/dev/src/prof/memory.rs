@@ -1,6 +1,17 @@
 //! prof's memory mode (`startmp[digits] [PID]`): the control message and
 //! the records a memory report fills.
 //!
+//! # Synopsis
+//!
+//! ```text
+//! echo startmp1 > prof/ctl        # memory mode, nothing hooked yet
+//! echo startmp1 PID > prof/ctl    # attach to running process PID
+//! echo stop > prof/ctl            # PID reports now (or when it exits)
+//! cat prof/NNNNNNNN/histogram     # its bytes
+//! ```
+//!
+//! # Description
+//!
 //! In memory mode a record's histogram holds bytes, not ticks, in the
 //! seed's layout (spec §2.3): index 0 the module's current bytes, 1 its
 //! high water, `2*(p+1)` and `2*(p+1)+1` the current and high-water bytes
@@ -10,19 +21,74 @@
 //! (`0x<index> <bytes>\n`), zero values left out, values 64-bit.
 //!
 //! Nothing in the device counts allocations: the accounting runs inside
-//! the profiled processes (`profdev_mprof`'s preloaded library), and their
-//! reports are handed to the device through [`Prof::memory_report`]:
-//! `profdev mprof CMD` drives a private instance of this device that way.
-//! Attaching to a running process (`startmp… PID`) is not built yet: the
-//! message is checked (the writer must be allowed to ptrace PID) and then
-//! refused with a sentence saying so.
+//! the profiled processes (`profdev_mprof`'s library), and their reports
+//! are handed to the device through [`Prof::memory_report`]: `profdev
+//! mprof CMD` drives a private instance of this device that way, with the
+//! library preloaded.
+//!
+//! **`startmp[digits] PID`** attaches to a running process, as `heaptrack
+//! -p` does: the writer must be allowed to ptrace PID (EPERM otherwise,
+//! ESRCH for no such process, EBUSY while sampling or another tracer holds
+//! it); memory mode may already be on (`startmp` alone waits for such an
+//! attach). The device writes the library into a fresh private directory
+//! (0711, the library 0555, a report directory 0700 owned by the process's
+//! user), stops every thread of PID with ptrace (profdev-inject), loads the
+//! library with the process's own `dlopen`, and calls its
+//! `profdev_mprof_attach`, which redirects the malloc family of every
+//! loaded module (their GOT entries) to the library, and of modules loaded
+//! later (dlopen is redirected too); then it detaches and the process runs
+//! on, counting. Blocks allocated before the attach are never subtracted
+//! from anything. Its reports fill the histograms of the modules the
+//! `module` list wants, in the layout above: when it exits (the library
+//! writes a report at exit; the device watches the process for that), and
+//! at `stop`, which first asks every attached process still running for a
+//! report (the library's reporter thread, `profdev-mprof`, writes one when
+//! the device writes the FIFO `request` in its report directory; `stop`
+//! waits for it at most 5 s per process) and then stops.
+//! A statically linked program is refused with "process N is out of reach:
+//! statically linked, start it under profdev mprof instead" (ENXIO).
+//!
+//! # Example
+//!
+//! ```text
+//! echo module myprog > /mnt/prof/prof/ctl
+//! echo startmp1 4242 > /mnt/prof/prof/ctl
+//! # ... 4242 runs ...
+//! echo stop > /mnt/prof/prof/ctl
+//! cat /mnt/prof/prof/00000001/histogram
+//! ```
+//!
+//! # Bugs
+//!
+//! * The histograms of an attached process fill when it exits or at
+//!   `stop`, not while it runs between: reading a histogram does not ask
+//!   for a report. A process that ends with `_exit` or a signal writes no
+//!   exit report. After `stop` (or `end`) its exit report is dropped: the
+//!   histograms keep what `stop` took. Each report replaces the histograms
+//!   of the modules it names (processes attached one after the other share
+//!   a module such as libc.so.6: the last report wins).
+//! * The library adds a thread to the process (`profdev-mprof`, every
+//!   signal blocked, asleep in open(2) on its FIFO).
+//! * Children it forks after the attach count too, but only a report
+//!   written before the attached process exits is read; programs it execs
+//!   are not counted (no `LD_PRELOAD` in their environment).
+//! * Every thread is held while the library loads: if one of them holds a
+//!   lock `dlopen` needs (the loader's, or malloc's arena), the load gives
+//!   up after 20 s and the attach fails, the process left as it was.
+//! * The redirected `dlopen` calls the real one from the library, so a
+//!   library opened by bare name through its caller's RUNPATH is searched
+//!   with the library's instead (as with `heaptrack -p`).
+//! * x86-64 and glibc only.
 
 use super::histogram::ModRecord;
-use super::{Mode, Prof};
+use super::{Mode, Prof, State};
 use crate::access::{ptrace_may_attach, Cred};
 use crate::ctl;
 use crate::pc_counts::PcCounts;
 use crate::DevError;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Weak};
+use std::time::Duration;
 
 /// Pools of `startmp` (spec §2.2, Linux meanings): 1 the malloc family,
 /// 2 mmap/brk called by the program, 3 file mappings.
@@ -96,19 +162,45 @@ impl Prof {
             ))
         };
         if let Some(pid) = pid {
-            if let Some(m) = self.mode() {
+            // Memory mode may be on (with nothing hooked, or other
+            // processes attached); any other mode is busy.
+            if let Some(m) = self.mode().filter(|m| !matches!(m, Mode::Memory { .. })) {
                 return Err(busy(m));
             }
             match cred {
-                Some(c) => ptrace_may_attach(&c, pid)?,
+                Some(c) => {
+                    ptrace_may_attach(&c, pid)?;
+                    // The writer waits for this write: stopping it would
+                    // wait for ever.
+                    if c.pid != 0
+                        && (c.pid == pid
+                            || Path::new(&format!("/proc/{pid}/task/{}", c.pid)).exists())
+                    {
+                        return Err(bad(format!(
+                            "process {pid} is the one writing this message: attach to it \
+                             from another process"
+                        )));
+                    }
+                }
                 None => {
                     crate::access::Target::of(pid)?;
                 }
             }
-            return Err(DevError::NoDevice(format!(
-                "attaching to running process {pid} is not built yet: start the program under \
-                 `profdev mprof CMD` instead"
-            )));
+            // Pools: the digits given, or the malloc family alone.
+            let hooked = if pools == 0 { POOL_MALLOC } else { pools };
+            let attached = attach_process(pid, hooked, &[])?;
+            {
+                let mut st = self.lock();
+                match st.mode {
+                    Some(Mode::Memory { pools: p }) => {
+                        st.mode = Some(Mode::Memory { pools: p | hooked })
+                    }
+                    None => st.mode = Some(Mode::Memory { pools: hooked }),
+                    Some(m) => return Err(busy(m)), // started meanwhile
+                }
+            }
+            watch(std::sync::Arc::downgrade(&self.state), attached);
+            return Ok(());
         }
         let mut st = self.lock();
         match st.mode {
@@ -124,56 +216,405 @@ impl Prof {
     /// histogram, replacing what it held. Refused (EINVAL) unless the
     /// device is in memory mode.
     pub fn memory_report(&self, modules: &[MemoryModule]) -> Result<(), DevError> {
-        let wanted = {
-            let st = self.lock();
-            if !matches!(st.mode, Some(Mode::Memory { .. })) {
-                return Err(DevError::Invalid(
-                    "a memory report needs memory mode (startmp)".into(),
-                ));
-            }
-            st.wanted.clone()
-        };
-        // Canonical paths outside the lock.
-        let canon: Vec<Option<String>> = modules
-            .iter()
-            .map(|m| {
-                std::fs::canonicalize(&m.path)
-                    .ok()
-                    .map(|p| p.to_string_lossy().into_owned())
-            })
-            .collect();
-        let mut st = self.lock();
-        for (m, canon) in modules.iter().zip(canon) {
-            let wants = wanted.is_empty()
-                || wanted.iter().any(|w| {
-                    w.raw == m.name
-                        || w.raw == m.path
-                        || (w.canonical.is_some() && w.canonical == canon)
-                });
-            if let Some(r) = st
-                .records
-                .iter_mut()
-                .find(|r| r.memory.is_some() && r.path == m.path)
-            {
-                r.memory = Some(m.pairs.clone());
-                continue;
-            }
-            if !wants {
-                continue;
-            }
-            let id = st.next_id;
-            st.next_id = st.next_id.saturating_add(1);
-            st.records.push(ModRecord {
-                id,
-                name: m.name.clone(),
-                path: m.path.clone(),
-                counts: PcCounts::default(),
-                object: None,
-                memory: Some(m.pairs.clone()),
-            });
-        }
-        Ok(())
+        report_into(&self.state, modules)
     }
+}
+
+/// [`Prof::memory_report`] on the device's state.
+fn report_into(state: &Mutex<State>, modules: &[MemoryModule]) -> Result<(), DevError> {
+    let lock = || crate::kit::lock(state);
+    let wanted = {
+        let st = lock();
+        if !matches!(st.mode, Some(Mode::Memory { .. })) {
+            return Err(DevError::Invalid(
+                "a memory report needs memory mode (startmp)".into(),
+            ));
+        }
+        st.wanted.clone()
+    };
+    // Canonical paths outside the lock.
+    let canon: Vec<Option<String>> = modules
+        .iter()
+        .map(|m| {
+            std::fs::canonicalize(&m.path)
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned())
+        })
+        .collect();
+    let mut st = lock();
+    for (m, canon) in modules.iter().zip(canon) {
+        let wants = wanted.is_empty()
+            || wanted.iter().any(|w| {
+                w.raw == m.name
+                    || w.raw == m.path
+                    || (w.canonical.is_some() && w.canonical == canon)
+            });
+        if let Some(r) = st
+            .records
+            .iter_mut()
+            .find(|r| r.memory.is_some() && r.path == m.path)
+        {
+            r.memory = Some(m.pairs.clone());
+            continue;
+        }
+        if !wants {
+            continue;
+        }
+        let id = st.next_id;
+        st.next_id = st.next_id.saturating_add(1);
+        st.records.push(ModRecord {
+            id,
+            name: m.name.clone(),
+            path: m.path.clone(),
+            counts: PcCounts::default(),
+            object: None,
+            memory: Some(m.pairs.clone()),
+        });
+    }
+    Ok(())
+}
+
+/// A running process the accounting library was loaded into
+/// ([`attach_process`]): its private directory (the library, and `out/`
+/// where its reports go), removed when dropped.
+pub struct Attached {
+    pid: u32,
+    /// The process's start time (/proc/PID/stat field 22): a reused pid
+    /// is another process.
+    start: u64,
+    dir: tempfile::TempDir,
+}
+
+/// The sentence for a process no library can be loaded into.
+fn out_of_reach(pid: u32) -> DevError {
+    DevError::NoDevice(format!(
+        "process {pid} is out of reach: statically linked, start it under profdev mprof instead"
+    ))
+}
+
+fn inject_error(pid: u32, e: profdev_inject::InjectError) -> DevError {
+    use profdev_inject::InjectError as E;
+    match e {
+        E::NoProcess(_) | E::Exited { .. } => DevError::NoProcess(pid),
+        E::NotPermitted { .. } => DevError::NotPermitted(e.to_string()),
+        E::AlreadyTraced { .. } => DevError::Busy(e.to_string()),
+        E::Static(_) => out_of_reach(pid),
+        e => DevError::NoDevice(format!("cannot attach to process {pid}: {e}")),
+    }
+}
+
+/// (state, start time) of /proc/PID/stat, if it exists.
+fn stat_of(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the command: state is field 3, starttime field 22.
+    Some((f.first()?.chars().next()?, f.get(19)?.parse().ok()?))
+}
+
+/// The fs user and group ids of PID (who its files will belong to).
+fn fs_ids(pid: u32) -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let fourth = |key: &str| -> Option<u32> {
+        s.lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .nth(3)?
+            .parse()
+            .ok()
+    };
+    Some((fourth("Uid:")?, fourth("Gid:")?))
+}
+
+fn io_dev(what: &str, e: impl std::fmt::Display) -> DevError {
+    DevError::NoDevice(format!("{what}: {e}"))
+}
+
+/// Load the accounting library into the running process `pid` and start
+/// it counting `pools` ([`POOL_MALLOC`]...), with `wrappers` as more
+/// allocation wrappers (`mprof --wrapper`). Refused: ESRCH no such
+/// process, EPERM not allowed to ptrace it (profdev's own credentials: a
+/// device checks its writer's first), EBUSY another tracer holds it or it
+/// is counted already, ENXIO a static program ("process N is out of reach:
+/// statically linked, start it under profdev mprof instead") or a load
+/// that failed (the sentence says why).
+pub fn attach_process(pid: u32, pools: u8, wrappers: &[String]) -> Result<Attached, DevError> {
+    let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
+    let has_libc = maps.iter().any(|m| {
+        Path::new(&m.path)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+    });
+    if !has_libc {
+        return Err(out_of_reach(pid));
+    }
+    if maps
+        .iter()
+        .any(|m| m.path.ends_with("/libprofdev_mprof.so"))
+    {
+        return Err(DevError::Busy(format!(
+            "process {pid} is counted already (by profdev mprof or an earlier startmp)"
+        )));
+    }
+    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
+    let (uid, gid) = fs_ids(pid).ok_or(DevError::NoProcess(pid))?;
+    // A private directory the process can traverse but not list: the
+    // library (readable by anyone: it is no secret) and out/, the
+    // process's own, for its reports.
+    let dir = tempfile::Builder::new()
+        .prefix("profdev-attach.")
+        .tempdir()
+        .map_err(|e| io_dev("cannot make a directory for the accounting library", e))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| io_dev("cannot make a directory for the accounting library", e))?;
+    let lib = dir.path().join("libprofdev_mprof.so");
+    profdev_safefile::write_file(&lib, profdev_mprof::LIBRARY, 0o555)
+        .map_err(|e| io_dev("cannot write the accounting library", e))?;
+    let out = dir.path().join("out");
+    profdev_safefile::create_dir(&out, 0o700)
+        .map_err(|e| io_dev("cannot make the report directory", e))?;
+    std::os::unix::fs::chown(&out, Some(uid), Some(gid))
+        .map_err(|e| io_dev("cannot give the report directory to the process's user", e))?;
+    let digits: String = [(POOL_MALLOC, '1'), (POOL_MAP, '2'), (POOL_FILE, '3')]
+        .iter()
+        .filter(|(b, _)| pools & b != 0)
+        .map(|&(_, c)| c)
+        .collect();
+    let mut config = format!(
+        "PROFDEV_MPROF_DIR={}\nPROFDEV_MPROF_POOLS={digits}\n",
+        out.display()
+    );
+    if !wrappers.is_empty() {
+        config.push_str(&format!("PROFDEV_MPROF_WRAPPERS={}\n", wrappers.join(",")));
+    }
+    let lib_s = lib.to_string_lossy().into_owned();
+    // On a thread of its own: when it ends, the kernel releases any thread
+    // of PID the injector could not detach.
+    let r = profdev_inject::on_tracer_thread(|| {
+        let mut t = profdev_inject::Target::attach(pid)?;
+        let handle = t.dlopen(&lib_s)?;
+        let entry = t.dlsym(handle, "profdev_mprof_attach")?;
+        let tid = t.main_thread();
+        let cfg = t.write_string(tid, &config)?;
+        Ok::<_, profdev_inject::InjectError>(t.call(tid, entry, &[cfg])? as u32 as i32)
+    })
+    .map_err(|e| inject_error(pid, e))?;
+    match r {
+        n if n > 0 => Ok(Attached { pid, start, dir }),
+        0 => Err(DevError::NoDevice(format!(
+            "process {pid} calls no malloc through a module's GOT: nothing to count"
+        ))),
+        -2 => Err(DevError::Busy(format!(
+            "process {pid} is already being counted by an earlier startmp"
+        ))),
+        _ => Err(DevError::NoDevice(format!(
+            "the accounting library could not start in process {pid} (no memory, or it \
+             cannot use {})",
+            out.display()
+        ))),
+    }
+}
+
+/// At most this many report files are read from an attached process's
+/// directory, each at most [`MAX_REPORT`] bytes.
+const MAX_REPORTS: usize = 4096;
+const MAX_REPORT: u64 = 16 << 20;
+
+/// The reports in `dir`, a directory the profiled process owns: opened
+/// without following links, regular files only, bounded.
+fn read_reports(dir: &Path) -> Vec<profdev_mprof::Report> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    // mprof.PID.K: only the latest (largest K) of each process, which
+    // supersedes the ones written on demand before it.
+    let mut latest: std::collections::BTreeMap<u32, (u64, PathBuf)> = Default::default();
+    for e in entries.take(MAX_REPORTS).filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let Some((pid, k)) = report_name(&name.to_string_lossy()) else {
+            continue;
+        };
+        let slot = latest.entry(pid).or_insert((k, e.path()));
+        if k >= slot.0 {
+            *slot = (k, e.path());
+        }
+    }
+    let paths: Vec<PathBuf> = latest.into_values().map(|(_, p)| p).collect();
+    read_reports_at(&paths)
+}
+
+/// The reports at `paths` that open (no links), are regular files, fit
+/// [`MAX_REPORT`] and parse.
+fn read_reports_at(paths: &[PathBuf]) -> Vec<profdev_mprof::Report> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut out = Vec::new();
+    for p in paths {
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(p)
+        else {
+            continue;
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let mut text = String::new();
+        if f.take(MAX_REPORT + 1).read_to_string(&mut text).is_err()
+            || text.len() as u64 > MAX_REPORT
+        {
+            continue;
+        }
+        if let Ok(r) = profdev_mprof::Report::parse(&text) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The pid and number of a report's file name, `mprof.PID.K`.
+fn report_name(name: &str) -> Option<(u32, u64)> {
+    let (pid, k) = name.strip_prefix("mprof.")?.split_once('.')?;
+    Some((pid.parse().ok()?, k.parse().ok()?))
+}
+
+impl Attached {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Does the process still run (not a zombie, not a reused pid)?
+    pub fn running(&self) -> bool {
+        matches!(stat_of(self.pid), Some((s, start)) if start == self.start && s != 'Z' && s != 'X')
+    }
+
+    /// The latest report of each process (the attached one, and children
+    /// it forked) written so far: at exit, or on request.
+    pub fn reports(&self) -> Vec<profdev_mprof::Report> {
+        read_reports(&self.dir.path().join("out"))
+    }
+
+    /// Ask the running process for a report now (the library's reporter
+    /// thread writes one, as at exit) and wait for it, at most `timeout`;
+    /// true when it came.
+    pub fn request_report(&self, timeout: Duration) -> bool {
+        use std::io::Write;
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let out = self.dir.path().join("out");
+        let last = |dir: &Path| -> Option<u64> {
+            std::fs::read_dir(dir)
+                .ok()?
+                .take(MAX_REPORTS)
+                .filter_map(|e| report_name(&e.ok()?.file_name().to_string_lossy()))
+                .filter(|&(p, _)| p == self.pid)
+                .map(|(_, k)| k)
+                .max()
+        };
+        let before = last(&out);
+        let Ok(mut fifo) = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(out.join("request"))
+        else {
+            return false;
+        };
+        if !fifo.metadata().is_ok_and(|m| m.file_type().is_fifo()) || fifo.write_all(b"r").is_err()
+        {
+            return false;
+        }
+        drop(fifo);
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            // A new report, complete (it parses only once "end" is there).
+            if let Some(k) = last(&out).filter(|&k| Some(k) > before) {
+                let path = out.join(format!("mprof.{}.{k}", self.pid));
+                if read_reports_at(&[path]).len() == 1 {
+                    return true;
+                }
+            }
+            if std::time::Instant::now() >= deadline || !self.running() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The processes attached by each device (its state), for reports on
+/// demand; entries whose process was read at its exit are gone.
+type Registry = Vec<(Weak<Mutex<State>>, Weak<Attached>)>;
+static ATTACHED: Mutex<Registry> = Mutex::new(Vec::new());
+
+/// The modules of `reports`, merged, as the device takes them.
+fn modules_of(reports: &[profdev_mprof::Report]) -> Vec<MemoryModule> {
+    profdev_mprof::merge(reports)
+        .iter()
+        .map(|m| MemoryModule {
+            name: Path::new(&m.path)
+                .file_name()
+                .map(|b| b.to_string_lossy().into_owned())
+                .unwrap_or_else(|| m.path.clone()),
+            path: m.path.clone(),
+            pairs: profdev_mprof::histogram_pairs(m),
+        })
+        .collect()
+}
+
+impl Prof {
+    /// Before `stop`: ask every process this device attached and that
+    /// still runs for a report now, and fill the histograms from them
+    /// (bounded: [`REPORT_TIMEOUT`] per process).
+    pub(super) fn memory_snapshot(&self) {
+        if !matches!(self.mode(), Some(Mode::Memory { .. })) {
+            return;
+        }
+        let me = std::sync::Arc::downgrade(&self.state);
+        let mine: Vec<std::sync::Arc<Attached>> = {
+            let mut reg = crate::kit::lock(&ATTACHED);
+            reg.retain(|(s, a)| s.strong_count() > 0 && a.strong_count() > 0);
+            reg.iter()
+                .filter(|(s, _)| s.ptr_eq(&me))
+                .filter_map(|(_, a)| a.upgrade())
+                .collect()
+        };
+        let mut reports = Vec::new();
+        for a in mine.iter().filter(|a| a.running()) {
+            a.request_report(REPORT_TIMEOUT);
+            reports.extend(a.reports());
+        }
+        if !reports.is_empty() {
+            let _ = report_into(&self.state, &modules_of(&reports));
+        }
+    }
+}
+
+/// How long `stop` waits for an attached process's report.
+pub const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Watch `a` until it exits (or the device goes), then hand its reports
+/// to the device.
+fn watch(state: Weak<Mutex<State>>, a: Attached) {
+    let a = std::sync::Arc::new(a);
+    crate::kit::lock(&ATTACHED).push((state.clone(), std::sync::Arc::downgrade(&a)));
+    let spawned = std::thread::Builder::new()
+        .name(format!("mprof-{}", a.pid))
+        .spawn(move || {
+            while a.running() {
+                if state.strong_count() == 0 {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let Some(state) = state.upgrade() else { return };
+            // Refused if memory mode is off by now: see Bugs.
+            let _ = report_into(&state, &modules_of(&a.reports()));
+        });
+    // Without a thread the reports are never read; the process counts on.
+    let _ = spawned;
 }
 
 #[cfg(test)]
@@ -230,8 +671,11 @@ mod tests {
         // Another start while memory mode is on: sampling's is ignored.
         write(&d, "start", None).unwrap();
         assert_eq!(d.mode(), Some(Mode::Memory { pools: 5 }));
-        // A PID while a mode is active: EBUSY.
+        write(&d, "stop", None).unwrap();
+        assert_eq!(d.mode(), None);
+        // A PID while sampling: EBUSY.
         let me = std::process::id();
+        write(&d, "start", None).unwrap();
         assert!(matches!(
             write(&d, &format!("startmp1 {me}"), None),
             Err(DevError::Busy(_))
@@ -253,9 +697,10 @@ mod tests {
             write(&d, "startmp1 1", Some(nobody)),
             Err(DevError::NotPermitted(_))
         ));
-        // Allowed: refused with the sentence, never a fake success.
+        // The device's own process: refused, never a fake success (real
+        // attaches: tests/mprof_attach.rs of the cli).
         match write(&d, &format!("startmp1 {me}"), None) {
-            Err(DevError::NoDevice(why)) => assert!(why.contains("not built yet"), "{why}"),
+            Err(DevError::NotPermitted(why)) => assert!(why.contains("profdev itself"), "{why}"),
             r => panic!("{r:?}"),
         }
         assert_eq!(d.mode(), None);

@@ -40,9 +40,9 @@
 //! |---|---|
 //! | `module [name ...]` | **replaces** the list of wanted modules; `module` alone empties it. A name is a basename (`libc.so.6`) or a file path; a path is also matched in its canonical form (`/lib/…` and `/usr/lib/…` agree when one is a link to the other). Relative paths are resolved in the file server's directory: use absolute ones. |
 //! | `start` | start sampling, unless a profiler is already running (then ignored, as in Inferno). Counts continue accumulating into existing records. |
-//! | `startmp[digits] [PID]` | memory mode (see Modes): the digits, a non-empty combination of 1, 2 and 3 in any order, each once, name the pools, or none; anything else is EINVAL. EBUSY while sampling is on (or, with PID, while any mode is). Without PID, memory mode with nothing hooked. With PID, EPERM unless the writer may ptrace PID, ESRCH for no such process; attaching is not built yet, so an allowed `startmp… PID` fails with ENXIO and a sentence saying so. |
+//! | `startmp[digits] [PID]` | memory mode (see Modes): the digits, a non-empty combination of 1, 2 and 3 in any order, each once, name the pools, or none; anything else is EINVAL. EBUSY while sampling is on. Without PID, memory mode with nothing hooked. With PID, attach to that running process (memory mode may already be on): EPERM unless the writer may ptrace PID, ESRCH for no such process, EBUSY while sampling or while another tracer holds it, ENXIO for a static program ("out of reach") or a failed load; its histograms fill when it exits or at `stop` (see `memory`). |
 //! | `startcp PID` | coverage mode (see Modes) for process PID, its threads and the processes it spawns, counting the modules of the `module` list (empty: the executable and every library it maps). Exactly one argument, a decimal process id (`startcp` alone is EINVAL). EBUSY while any mode is on (the seed ignored the request silently: a documented change). ESRCH for no such process; EPERM unless the writer may ptrace PID. Attaching is not built yet, so an allowed `startcp PID` fails with ENXIO and a sentence saying so. |
-//! | `stop` | stop; every tick taken before is counted. Records are kept. |
+//! | `stop` | stop; every tick taken before is counted. Records are kept. In memory mode, every attached process still running is asked for a report first. |
 //! | `end` | stop, free every record, empty the module list, restart record ids at 1, and reset the interval to 100 ms. |
 //! | `interval MS` | the sampling interval in milliseconds, as C's `strtoul(MS, 0, 0)` reads it (`10`, `0x10`, `012`); at least 1. Default 100. Takes effect at the next `start`. |
 //!
@@ -233,7 +233,9 @@ mod tests;
 
 pub use coverage::coverage_pairs;
 pub use ctl::{frequency_hz, session_config, Mode, DEFAULT_INTERVAL_MS};
-pub use memory::{parse_pools, MemoryModule};
+pub use memory::{
+    attach_process, parse_pools, Attached, MemoryModule, POOL_FILE, POOL_MALLOC, POOL_MAP,
+};
 pub use modules::ModuleKey;
 
 use crate::engine::{Engine, Sink};
