@@ -5,5 +5,12 @@
 //! and counts fills a [`counts::ModuleCoverage`] per module; the device's
 //! histogram, cprof's listing, the `.prf` records and the lcov and
 //! Cobertura exports read it.
+//!
+//! The engine: [`plan`] cuts a module into blocks and decides how each is
+//! counted, [`encode`] makes the trampolines for one load of it, and
+//! [`launch`] runs a command with the runtime preloaded and collects the
+//! counts.
 
 pub mod counts;
+pub mod encode;
+pub mod plan;

@@ -1,0 +1,472 @@
+//! The planner: a module's code cut into basic blocks, and for each block
+//! how it will be counted.
+//!
+//! A module is decoded once (iced-x86, linear sweep of every executable
+//! section but the PLT's). Block leaders are the function starts (symbol
+//! tables and `.eh_frame` FDEs, through profdev-symbolize), the sections'
+//! starts, every direct branch or call target, and the instruction after
+//! every instruction that does not simply fall through (calls included:
+//! a return lands there). Alignment padding (no-ops and `int3` after an
+//! unconditional jump or return, up to the next leader) belongs to no
+//! block: it never runs, and a patch may overwrite it.
+//!
+//! Each block gets one [`How`]:
+//!
+//! * [`How::Jmp`]: a window of its instructions, at least 5 bytes, none a
+//!   call, is replaced by `jmp rel32` to a trampoline that counts, runs
+//!   the window's instructions re-encoded, and jumps back. A block ending
+//!   in a conditional jump takes the window at its end, so the copied jump
+//!   can count its taken edge (`not_taken = count - taken`, exactly). A
+//!   window never crosses a leader, and never holds a call: return
+//!   addresses stay in the original code, where the unwinder finds them.
+//! * [`How::Int3`]: blocks shorter than 5 bytes: `int3` at the start; the
+//!   runtime's SIGTRAP handler resumes in the same kind of trampoline (a
+//!   copy of the whole block up to a final call). A trampoline that falls
+//!   or jumps into such a block goes to its trampoline directly, so only
+//!   entries from unpatched code pay for the trap.
+//! * [`How::Call`]: a block that is one call (`call rel32`, or `call
+//!   *disp(%rip)`) is counted by retargeting the call to a stub that counts
+//!   and jumps on; the return address does not change.
+//! * [`How::None`]: anything else (a lone register-indirect call, code that
+//!   does not decode): not counted, and reported in `uncounted`.
+//!
+//! Indirect jumps: in a function holding a `jmp *reg` (a switch's jump
+//! table, or a computed goto) some leaders are unknown, so there a window
+//! is only ever the block's first instruction; shorter blocks trap.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::Path;
+
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, RflagsBits};
+use object::{Object, ObjectSection, SectionFlags, SectionKind};
+
+/// The flags `inc` writes (not CF): a count may clobber them only where
+/// they are dead.
+pub(crate) const INC_FLAGS: u32 =
+    RflagsBits::OF | RflagsBits::SF | RflagsBits::ZF | RflagsBits::AF | RflagsBits::PF;
+
+/// How one block is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    /// `jmp rel32` at `from`, overwriting `overwrite` bytes (the window's
+    /// instructions `from..to` and any padding after them).
+    Jmp { from: u64, to: u64, overwrite: u32 },
+    /// `int3` at the block's start; the trampoline copies `start..to`.
+    Int3 { to: u64 },
+    /// The block is one call of `len` bytes (5: `call rel32`; 6: `call
+    /// *disp(%rip)`), retargeted to a counting stub.
+    Call { len: u32 },
+    /// Not counted.
+    None,
+}
+
+/// One planned block.
+#[derive(Clone, Debug)]
+pub struct PlannedBlock {
+    /// Address of its first instruction (link-time).
+    pub start: u64,
+    /// Address past its last instruction.
+    pub end: u64,
+    /// Its instructions' addresses.
+    pub insns: Vec<u64>,
+    /// How it is counted.
+    pub how: How,
+    /// Whether the flags `inc` writes are live where the count goes.
+    pub flags_live: bool,
+    /// Index into [`Plan::branches`] of its final conditional jump, when
+    /// the trampoline copies that jump (then its taken edge is counted).
+    pub branch: Option<u32>,
+}
+
+/// The plan of one module: its blocks and the branches counted.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Blocks by address; block `i` uses counter `i`.
+    pub blocks: Vec<PlannedBlock>,
+    /// Conditional jumps whose taken edge is counted (link-time address,
+    /// whether the flags are live at the target); branch `j` uses counter
+    /// `blocks.len() + j`.
+    pub branches: Vec<(u64, bool)>,
+    /// The executable sections' addresses and bytes.
+    pub(crate) sections: Vec<(u64, Vec<u8>)>,
+}
+
+/// What went wrong reading a module.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The file could not be read or parsed.
+    #[error("cannot read {path} as an ELF x86-64 module: {why}")]
+    Read { path: String, why: String },
+}
+
+impl Plan {
+    /// Counters the module needs: one per block, one per branch.
+    pub fn counters(&self) -> u64 {
+        (self.blocks.len() + self.branches.len()) as u64
+    }
+
+    /// Blocks that cannot be counted.
+    pub fn uncounted(&self) -> u64 {
+        self.blocks.iter().filter(|b| b.how == How::None).count() as u64
+    }
+
+    /// The bytes at `addr..addr+len` of an executable section.
+    pub(crate) fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let (base, bytes) = self
+            .sections
+            .iter()
+            .find(|(a, b)| *a <= addr && addr + len <= a + b.len() as u64)?;
+        let off = (addr - base) as usize;
+        Some(&bytes[off..off + len as usize])
+    }
+
+    /// Index of the block starting at `addr`.
+    pub fn block_at(&self, addr: u64) -> Option<usize> {
+        self.blocks.binary_search_by_key(&addr, |b| b.start).ok()
+    }
+
+    /// Plan the module in the file `path`.
+    pub fn of_file(path: &Path) -> Result<Plan, PlanError> {
+        let err = |why: String| PlanError::Read {
+            path: path.display().to_string(),
+            why,
+        };
+        let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+        let elf = profdev_symbolize::elf::ElfObject::parse(&bytes, path)
+            .map_err(|e| err(e.to_string()))?;
+        let starts: Vec<u64> = elf
+            .all_symbols()
+            .iter()
+            .filter(|s| s.origin != profdev_symbolize::elf::SymOrigin::Plt)
+            .map(|s| s.addr)
+            .collect();
+        let file = object::File::parse(&*bytes).map_err(|e| err(e.to_string()))?;
+        if file.architecture() != object::Architecture::X86_64 {
+            return Err(err("it is not an x86-64 object".into()));
+        }
+        let mut sections = Vec::new();
+        for s in file.sections() {
+            let exec = match s.flags() {
+                SectionFlags::Elf { sh_flags } => sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0,
+                _ => false,
+            };
+            let name = s.name().unwrap_or("");
+            if !exec || s.kind() == SectionKind::UninitializedData || name.starts_with(".plt") {
+                continue;
+            }
+            let data = s.data().map_err(|e| err(e.to_string()))?;
+            if !data.is_empty() {
+                sections.push((s.address(), data.to_vec()));
+            }
+        }
+        sections.sort_by_key(|s| s.0);
+        Ok(Plan::new(sections, &starts))
+    }
+
+    /// Plan code given as sections (address, bytes) and function starts.
+    pub fn new(sections: Vec<(u64, Vec<u8>)>, function_starts: &[u64]) -> Plan {
+        let mut insns: Vec<Instruction> = Vec::new();
+        let mut section_starts = Vec::new();
+        for (addr, bytes) in &sections {
+            section_starts.push(*addr);
+            let mut d = Decoder::with_ip(64, bytes, *addr, DecoderOptions::NONE);
+            while d.can_decode() {
+                insns.push(d.decode());
+            }
+        }
+        let index: std::collections::HashMap<u64, usize> =
+            insns.iter().enumerate().map(|(i, x)| (x.ip(), i)).collect();
+        let is_insn = |a: u64| index.contains_key(&a);
+
+        // Leaders that padding must not swallow: function starts, sections,
+        // direct targets.
+        let mut hard: HashSet<u64> = HashSet::new();
+        hard.extend(function_starts.iter().copied().filter(|a| is_insn(*a)));
+        hard.extend(section_starts.iter().copied());
+        for x in &insns {
+            match x.flow_control() {
+                FlowControl::UnconditionalBranch
+                | FlowControl::ConditionalBranch
+                | FlowControl::Call
+                | FlowControl::XbeginXabortXend
+                    if x.op0_kind() == iced_x86::OpKind::NearBranch64 =>
+                {
+                    let t = x.near_branch_target();
+                    if is_insn(t) {
+                        hard.insert(t);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut funcs: Vec<u64> = function_starts.to_vec();
+        funcs.sort_unstable();
+        funcs.dedup();
+        let func_of = |a: u64| -> u64 {
+            match funcs.binary_search(&a) {
+                Ok(i) => funcs[i],
+                Err(0) => 0,
+                Err(i) => funcs[i - 1],
+            }
+        };
+        // Functions with an indirect jump we cannot follow.
+        let mut unresolved: HashSet<u64> = HashSet::new();
+        for x in &insns {
+            if x.flow_control() == FlowControl::IndirectBranch && !is_tail_call_through_memory(x) {
+                unresolved.insert(func_of(x.ip()));
+            }
+        }
+
+        // Padding and the remaining leaders.
+        let mut leaders: BTreeSet<u64> = hard.iter().copied().collect();
+        let mut padding: HashSet<u64> = HashSet::new();
+        let mut i = 0;
+        while i < insns.len() {
+            let x = &insns[i];
+            let flow = x.flow_control();
+            if flow != FlowControl::Next || x.code() == Code::INVALID {
+                let unconditional = ends_flow(x);
+                let mut j = i + 1;
+                if unconditional {
+                    while j < insns.len()
+                        && insns[j].ip() == insns[j - 1].next_ip()
+                        && is_padding(&insns[j])
+                        && !hard.contains(&insns[j].ip())
+                    {
+                        padding.insert(insns[j].ip());
+                        j += 1;
+                    }
+                }
+                if j < insns.len() {
+                    leaders.insert(insns[j].ip());
+                }
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+
+        // Blocks.
+        let mut raw: Vec<(usize, usize)> = Vec::new(); // insn index range
+        let mut cur: Option<usize> = None;
+        for (k, x) in insns.iter().enumerate() {
+            if padding.contains(&x.ip()) {
+                if let Some(s) = cur.take() {
+                    raw.push((s, k));
+                }
+                continue;
+            }
+            let contiguous = k > 0 && insns[k - 1].next_ip() == x.ip();
+            if cur.is_some() && (leaders.contains(&x.ip()) || !contiguous) {
+                raw.push((cur.take().unwrap_or(k), k));
+            }
+            if cur.is_none() {
+                cur = Some(k);
+            }
+            if x.flow_control() != FlowControl::Next || x.code() == Code::INVALID {
+                raw.push((cur.take().unwrap_or(k), k + 1));
+            }
+        }
+        if let Some(s) = cur {
+            raw.push((s, insns.len()));
+        }
+
+        // Flags at each block's start, locally: Some(dead?) or None
+        // (undecided at the block's end).
+        let local = |from: usize, to: usize| -> Option<bool> {
+            let mut killed = 0u32;
+            for x in &insns[from..to] {
+                if x.rflags_read() & INC_FLAGS & !killed != 0 {
+                    return Some(false);
+                }
+                if matches!(
+                    x.flow_control(),
+                    FlowControl::Call | FlowControl::IndirectCall | FlowControl::Return
+                ) {
+                    return Some(true);
+                }
+                killed |= x.rflags_modified();
+                if killed & INC_FLAGS == INC_FLAGS {
+                    return Some(true);
+                }
+            }
+            None
+        };
+        let start_index: std::collections::HashMap<u64, usize> = raw
+            .iter()
+            .enumerate()
+            .map(|(b, (s, _))| (insns[*s].ip(), b))
+            .collect();
+        let dead_at_block = |addr: u64| -> bool {
+            match start_index.get(&addr) {
+                Some(&b) => local(raw[b].0, raw[b].1) == Some(true),
+                None => false,
+            }
+        };
+        let flags_live_from = |from: usize, to: usize| -> bool {
+            match local(from, to) {
+                Some(dead) => !dead,
+                None => {
+                    let last = &insns[to - 1];
+                    let next_ok = |a: u64| dead_at_block(a);
+                    match last.flow_control() {
+                        FlowControl::Next => !next_ok(last.next_ip()),
+                        FlowControl::UnconditionalBranch
+                            if last.op0_kind() == iced_x86::OpKind::NearBranch64 =>
+                        {
+                            !next_ok(last.near_branch_target())
+                        }
+                        FlowControl::ConditionalBranch
+                            if last.op0_kind() == iced_x86::OpKind::NearBranch64 =>
+                        {
+                            !(next_ok(last.near_branch_target()) && next_ok(last.next_ip()))
+                        }
+                        _ => true,
+                    }
+                }
+            }
+        };
+
+        let mut blocks = Vec::with_capacity(raw.len());
+        let mut branches = Vec::new();
+        for &(s, e) in &raw {
+            let first = &insns[s];
+            let last = &insns[e - 1];
+            let start = first.ip();
+            let end = last.next_ip();
+            let ips: Vec<u64> = insns[s..e].iter().map(|x| x.ip()).collect();
+            let bad = insns[s..e].iter().any(|x| x.code() == Code::INVALID);
+            let restricted = unresolved.contains(&func_of(start));
+            let is_call = |x: &Instruction| {
+                matches!(x.flow_control(), FlowControl::Call | FlowControl::IndirectCall)
+            };
+            // Padding after the block that a patch may overwrite.
+            let mut pad_after = 0u64;
+            if ends_flow(last) {
+                let mut k = e;
+                while k < insns.len() && padding.contains(&insns[k].ip()) && insns[k].ip() == insns[k - 1].next_ip() {
+                    pad_after += insns[k].len() as u64;
+                    k += 1;
+                }
+            }
+            let mut how = How::None;
+            let mut win_from = s;
+            if !bad {
+                if restricted {
+                    if first.len() >= 5 && !is_call(first) {
+                        how = How::Jmp {
+                            from: start,
+                            to: first.next_ip(),
+                            overwrite: first.len() as u32,
+                        };
+                    }
+                } else if last.flow_control() == FlowControl::ConditionalBranch
+                    || ends_flow(last)
+                {
+                    // A window at the end (taken edges, padding).
+                    let mut k = e;
+                    let mut len = pad_after;
+                    while k > s && (len < 5 || k == e) && !is_call(&insns[k - 1]) {
+                        k -= 1;
+                        len += insns[k].len() as u64;
+                    }
+                    if len >= 5 && k < e {
+                        win_from = k;
+                        how = How::Jmp {
+                            from: insns[k].ip(),
+                            to: end,
+                            overwrite: len as u32,
+                        };
+                    }
+                } else {
+                    // A window at the start, before any call.
+                    let mut k = s;
+                    let mut len = 0u64;
+                    while k < e && len < 5 && !is_call(&insns[k]) {
+                        len += insns[k].len() as u64;
+                        k += 1;
+                    }
+                    if len >= 5 {
+                        how = How::Jmp {
+                            from: start,
+                            to: insns[k - 1].next_ip(),
+                            overwrite: len as u32,
+                        };
+                    }
+                }
+                if how == How::None {
+                    if is_call(first) {
+                        if e - s == 1 {
+                            if first.code() == Code::Call_rel32_64 {
+                                how = How::Call { len: 5 };
+                            } else if first.code() == Code::Call_rm64
+                                && first.is_ip_rel_memory_operand()
+                                && first.len() == 6
+                            {
+                                how = How::Call { len: 6 };
+                            }
+                        }
+                    } else {
+                        // Copy the whole block up to a final call.
+                        let mut k = s;
+                        while k < e && !is_call(&insns[k]) {
+                            k += 1;
+                        }
+                        how = How::Int3 {
+                            to: insns[k - 1].next_ip(),
+                        };
+                    }
+                }
+            }
+            let copies_last = match how {
+                How::Jmp { to, .. } | How::Int3 { to } => to == end,
+                _ => false,
+            };
+            let mut branch = None;
+            if copies_last
+                && last.flow_control() == FlowControl::ConditionalBranch
+                && last.op0_kind() == iced_x86::OpKind::NearBranch64
+            {
+                branch = Some(branches.len() as u32);
+                branches.push((last.ip(), !dead_at_block(last.near_branch_target())));
+            }
+            let flags_live = match how {
+                How::Jmp { .. } => flags_live_from(win_from, e),
+                How::Int3 { .. } => flags_live_from(s, e),
+                _ => false,
+            };
+            blocks.push(PlannedBlock {
+                start,
+                end,
+                insns: ips,
+                how,
+                flags_live,
+                branch,
+            });
+        }
+        Plan {
+            blocks,
+            branches,
+            sections,
+        }
+    }
+}
+
+/// Control does not go on to the next instruction.
+fn ends_flow(x: &Instruction) -> bool {
+    matches!(
+        x.flow_control(),
+        FlowControl::UnconditionalBranch | FlowControl::IndirectBranch | FlowControl::Return
+    ) || x.mnemonic() == Mnemonic::Ud2
+        || x.mnemonic() == Mnemonic::Hlt
+}
+
+/// Alignment padding: no-ops and traps.
+fn is_padding(x: &Instruction) -> bool {
+    matches!(x.mnemonic(), Mnemonic::Nop | Mnemonic::Int3)
+}
+
+/// `jmp *disp(%rip)`: a tail call through the GOT, not a jump table.
+fn is_tail_call_through_memory(x: &Instruction) -> bool {
+    x.is_ip_rel_memory_operand()
+}
