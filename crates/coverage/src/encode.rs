@@ -49,6 +49,8 @@ pub struct Encoded {
     pub failed: u64,
     /// Blocks counted through a trap.
     pub trapped: u64,
+    /// Indices of the blocks that failed (counted in `failed`).
+    pub failed_blocks: Vec<usize>,
 }
 
 /// A bound on the trampoline area's size for `plan`, in bytes.
@@ -93,6 +95,39 @@ fn count_seq(index: u64, flags_live: bool) -> Vec<Instruction> {
     ]
 }
 
+/// A call made of a push of its original return address and a jump, so
+/// the return address stays in the original code.
+fn emulate_call(call: &Instruction) -> Option<Vec<Instruction>> {
+    let ret = call.next_ip();
+    let slot = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    let mut v = vec![
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, slot(-8)).ok()?,
+        Instruction::with2(Code::Mov_rm32_imm32, slot(0), ret as u32).ok()?,
+        Instruction::with2(Code::Mov_rm32_imm32, slot(4), (ret >> 32) as u32).ok()?,
+    ];
+    match call.code() {
+        Code::Call_rel32_64 => v.push(jmp(call.near_branch_target())),
+        Code::Call_rm64 => {
+            let mut j = *call;
+            j.set_code(Code::Jmp_rm64);
+            if j.op0_kind() == iced_x86::OpKind::Memory {
+                if j.memory_index() == Register::RSP {
+                    return None;
+                }
+                if j.memory_base() == Register::RSP {
+                    j.set_memory_displacement64(j.memory_displacement64().wrapping_add(8));
+                    j.set_memory_displ_size(4);
+                }
+            } else if j.op0_register() == Register::RSP {
+                return None;
+            }
+            v.push(j);
+        }
+        _ => return None,
+    }
+    Some(v)
+}
+
 fn jmp(target: u64) -> Instruction {
     Instruction::with_branch(Code::Jmp_rel32_64, target).expect("jmp is valid")
 }
@@ -133,6 +168,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
     // filled in at layout.
     let mut pieces = Vec::new();
     let mut failed = 0;
+    let mut failed_blocks = Vec::new();
     for (i, b) in plan.blocks.iter().enumerate() {
         let counter = first_counter + i as u64;
         let piece = match b.how {
@@ -168,8 +204,17 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                             | FlowControl::Return
                     ) || x.mnemonic() == iced_x86::Mnemonic::Ud2
                 });
+                let mut copied = copied;
+                let mut emulated = false;
+                if copied.last().is_some_and(|x| {
+                    matches!(x.flow_control(), FlowControl::Call | FlowControl::IndirectCall)
+                }) {
+                    let call = copied.pop()?;
+                    copied.extend(emulate_call(&call)?);
+                    emulated = true;
+                }
                 main.extend(copied);
-                if !last_uncond {
+                if !last_uncond && !emulated {
                     main.push(jmp(to + bias));
                 }
                 let mut stub = Vec::new();
@@ -191,7 +236,10 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
         };
         match piece {
             Some(p) => pieces.push(p),
-            None => failed += 1,
+            None => {
+                failed += 1;
+                failed_blocks.push(i);
+            }
         }
     }
     // Pass 1: sizes at a provisional address.
@@ -210,7 +258,10 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                 slots.push((if p.stub.is_empty() { 0 } else { STUB }, if m == 0 { 0 } else { m + 16 }));
                 kept.push(p);
             }
-            _ => failed += 1,
+            _ => {
+                failed += 1;
+                failed_blocks.push(p.block);
+            }
         }
     }
     let pieces = kept;
@@ -299,6 +350,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             // Other trampolines may lead here: go on, uncounted, in the
             // original code (left unpatched).
             failed += 1;
+            failed_blocks.push(p.block);
             if let Some(c) = enc(&[jmp(b.start + bias)], *e) {
                 let off = (*e - area) as usize;
                 code[off..off + c.len()].copy_from_slice(&c);
@@ -328,5 +380,6 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
         patches,
         failed,
         trapped,
+        failed_blocks,
     }
 }

@@ -13,4 +13,5 @@
 
 pub mod counts;
 pub mod encode;
+pub mod launch;
 pub mod plan;

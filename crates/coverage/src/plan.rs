@@ -87,6 +87,8 @@ pub struct Plan {
     /// whether the flags are live at the target); branch `j` uses counter
     /// `blocks.len() + j`.
     pub branches: Vec<(u64, bool)>,
+    /// The module's GNU build id.
+    pub build_id: Option<Vec<u8>>,
     /// The executable sections' addresses and bytes.
     pub(crate) sections: Vec<(u64, Vec<u8>)>,
 }
@@ -160,7 +162,9 @@ impl Plan {
             }
         }
         sections.sort_by_key(|s| s.0);
-        Ok(Plan::new(sections, &starts))
+        let mut plan = Plan::new(sections, &starts);
+        plan.build_id = elf.build_id().map(<[u8]>::to_vec);
+        Ok(plan)
     }
 
     /// Plan code given as sections (address, bytes) and function starts.
@@ -404,6 +408,11 @@ impl Plan {
                                 && first.len() == 6
                             {
                                 how = How::Call { len: 6 };
+                            } else {
+                                // Trap, and emulate the call in the
+                                // trampoline (the return address pushed
+                                // is the original one).
+                                how = How::Int3 { to: end };
                             }
                         }
                     } else {
@@ -447,6 +456,7 @@ impl Plan {
         Plan {
             blocks,
             branches,
+            build_id: None,
             sections,
         }
     }

@@ -69,3 +69,15 @@ fn plans_libc_and_ls() {
     check(&libc());
     check(Path::new("/bin/ls"));
 }
+
+#[test]
+#[ignore]
+fn show_uncounted() {
+    let p = std::env::var("PLAN_FILE").unwrap();
+    let plan = Plan::of_file(Path::new(&p)).unwrap();
+    for b in &plan.blocks {
+        if b.how == How::None || std::env::var("ALL").is_ok() {
+            eprintln!("{:#x}..{:#x} {:?} live={} br={:?}", b.start, b.end, b.how, b.flags_live, b.branch);
+        }
+    }
+}

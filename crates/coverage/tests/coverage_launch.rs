@@ -1,0 +1,117 @@
+//! Launch mode on a C program of known trip counts, built at -O0 and -O2:
+//! the blocks at the functions' entries and the conditional branch have
+//! exactly the counts the program's structure implies, and the program's
+//! output is unchanged.
+
+use profdev_coverage::counts::ModuleCoverage;
+use profdev_coverage::launch::launch;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn build(dir: &Path, src: &str, opt: &str, extra: &[&str]) -> PathBuf {
+    let out = dir.join(format!("prog{opt}"));
+    let st = Command::new("cc")
+        .args([opt, "-g", "-o"])
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(src))
+        .args(extra)
+        .status()
+        .expect("cc runs");
+    assert!(st.success());
+    out
+}
+
+fn sym(path: &Path, name: &str) -> (u64, u64) {
+    let elf = profdev_symbolize::ElfObject::open(path).expect("parses");
+    let s = elf
+        .symbols()
+        .iter()
+        .find(|s| s.mangled == name)
+        .unwrap_or_else(|| panic!("{name} in {}", path.display()));
+    (s.addr, s.addr + s.size)
+}
+
+fn count_at(m: &ModuleCoverage, addr: u64) -> u64 {
+    m.blocks
+        .iter()
+        .find(|b| b.start == addr)
+        .unwrap_or_else(|| panic!("no block at {addr:#x}"))
+        .count
+}
+
+fn native(prog: &Path, args: &[&str]) -> Vec<u8> {
+    let o = Command::new(prog).args(args).output().expect("runs");
+    assert!(o.status.success());
+    o.stdout
+}
+
+fn covered(prog: &Path, args: &[&str], select: &[String]) -> (Vec<u8>, Vec<ModuleCoverage>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("stdout");
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()));
+    let run = launch(cmd, select).expect("launches");
+    for n in &run.notes {
+        eprintln!("note: {n}");
+    }
+    assert!(run.status.success(), "{:?}", run.status);
+    (std::fs::read(&out).unwrap(), run.modules)
+}
+
+fn check_loops(prog: &Path, select: &[String]) {
+    let n = 1000u64;
+    let (stdout, mods) = covered(prog, &["1000"], select);
+    assert_eq!(stdout, native(prog, &["1000"]));
+    let canon = std::fs::canonicalize(prog).unwrap();
+    let m = mods
+        .iter()
+        .find(|m| m.path == canon)
+        .unwrap_or_else(|| panic!("{} not covered: {:?}", canon.display(), mods.iter().map(|m| &m.path).collect::<Vec<_>>()));
+    let (called, _) = sym(prog, "called");
+    let (never, _) = sym(prog, "never");
+    let (branchy, branchy_end) = sym(prog, "branchy");
+    let (partly, _) = sym(prog, "partly");
+    let (main, _) = sym(prog, "main");
+    assert_eq!(count_at(m, main), 1, "main");
+    assert_eq!(count_at(m, called), n / 4, "called");
+    assert_eq!(count_at(m, never), 0, "never");
+    assert_eq!(count_at(m, branchy), n, "branchy");
+    assert_eq!(count_at(m, partly), n, "partly");
+    // The test in branchy: taken N/4 or 3N/4 times.
+    let br: Vec<_> = m
+        .branches
+        .iter()
+        .filter(|b| b.addr >= branchy && b.addr < branchy_end)
+        .collect();
+    assert!(
+        br.iter().any(|b| {
+            let mut v = [b.taken, b.not_taken];
+            v.sort();
+            v == [n / 4, 3 * n / 4]
+        }),
+        "{br:?}"
+    );
+    // Blocks: sorted and disjoint; every block of `never` has count 0.
+    for w in m.blocks.windows(2) {
+        assert!(w[0].end <= w[1].start);
+    }
+    assert_eq!(m.uncounted, 0, "uncounted blocks in the fixture");
+}
+
+#[test]
+fn exact_counts_executable_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    for opt in ["-O0", "-O2"] {
+        let prog = build(tmp.path(), "loops.c", opt, &[]);
+        let name = prog.file_name().unwrap().to_string_lossy().into_owned();
+        check_loops(&prog, &[name]);
+    }
+}
+
+#[test]
+fn exact_counts_with_every_module() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build(tmp.path(), "loops.c", "-O2", &[]);
+    check_loops(&prog, &[]);
+}
