@@ -687,6 +687,38 @@ API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_action
     return real_posix_spawnp(pid, file, fa, at, argv, active ? with_ours(envp) : envp);
 }
 
+/* SIGTRAP must stay deliverable: a trap while it is blocked kills. */
+API int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+    REAL(sigprocmask);
+    if (active && set && how != SIG_UNBLOCK) {
+        sigset_t s = *set;
+        sigdelset(&s, SIGTRAP);
+        return real_sigprocmask(how, &s, old);
+    }
+    return real_sigprocmask(how, set, old);
+}
+
+API int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
+    REAL(pthread_sigmask);
+    if (active && set && how != SIG_UNBLOCK) {
+        sigset_t s = *set;
+        sigdelset(&s, SIGTRAP);
+        return real_pthread_sigmask(how, &s, old);
+    }
+    return real_pthread_sigmask(how, set, old);
+}
+
+/* A program's own SIGTRAP handler is chained behind ours. */
+API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    REAL(sigaction);
+    if (active && sig == SIGTRAP) {
+        if (old) *old = old_trap;
+        if (act) old_trap = *act;
+        return 0;
+    }
+    return real_sigaction(sig, act, old);
+}
+
 /* ---- start ---- */
 
 static int setup(const char *sock, const char *out) {

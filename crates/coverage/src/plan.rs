@@ -37,7 +37,9 @@
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 
-use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, RflagsBits};
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register, RflagsBits,
+};
 use object::{Object, ObjectSection, SectionFlags, SectionKind};
 
 /// The flags `inc` writes (not CF): a count may clobber them only where
@@ -221,6 +223,44 @@ impl Plan {
             }
         }
 
+        // Functions that may run with every signal blocked (they change
+        // the signal mask, or create a thread or process), and what they
+        // call, two calls deep: a trap there would kill the process (a
+        // blocked SIGTRAP is fatal), so they get no int3.
+        let mut masked: HashSet<u64> = HashSet::new();
+        let mut eax: Option<u64> = None;
+        for x in &insns {
+            if x.mnemonic() == Mnemonic::Syscall {
+                if matches!(eax, Some(14 | 56 | 57 | 58 | 435)) {
+                    masked.insert(func_of(x.ip()));
+                }
+            } else if x.mnemonic() == Mnemonic::Mov
+                && x.op_count() == 2
+                && matches!(x.op0_register(), Register::EAX | Register::RAX)
+                && matches!(
+                    x.op1_kind(),
+                    iced_x86::OpKind::Immediate32 | iced_x86::OpKind::Immediate32to64
+                )
+            {
+                eax = Some(x.immediate(1));
+            }
+            if x.flow_control() != FlowControl::Next {
+                eax = None;
+            }
+        }
+        for _ in 0..2 {
+            let mut more = Vec::new();
+            for x in &insns {
+                if x.flow_control() == FlowControl::Call
+                    && x.op0_kind() == iced_x86::OpKind::NearBranch64
+                    && masked.contains(&func_of(x.ip()))
+                {
+                    more.push(x.near_branch_target());
+                }
+            }
+            masked.extend(more);
+        }
+
         // Padding and the remaining leaders.
         let mut leaders: BTreeSet<u64> = hard.iter().copied().collect();
         let mut padding: HashSet<u64> = HashSet::new();
@@ -341,6 +381,7 @@ impl Plan {
             let ips: Vec<u64> = insns[s..e].iter().map(|x| x.ip()).collect();
             let bad = insns[s..e].iter().any(|x| x.code() == Code::INVALID);
             let restricted = unresolved.contains(&func_of(start));
+            let no_trap = masked.contains(&func_of(start));
             let is_call = |x: &Instruction| {
                 matches!(x.flow_control(), FlowControl::Call | FlowControl::IndirectCall)
             };
@@ -426,6 +467,9 @@ impl Plan {
                         };
                     }
                 }
+            }
+            if no_trap && matches!(how, How::Int3 { .. }) {
+                how = How::None;
             }
             let copies_last = match how {
                 How::Jmp { to, .. } | How::Int3 { to } => to == end,

@@ -115,3 +115,39 @@ fn exact_counts_with_every_module() {
     let prog = build(tmp.path(), "loops.c", "-O2", &[]);
     check_loops(&prog, &[]);
 }
+
+fn check_threads(prog: &Path, select: &[String]) {
+    let n = 200_000u64;
+    let (stdout, mods) = covered(prog, &["200000"], select);
+    assert_eq!(String::from_utf8_lossy(&stdout), "execd\ndone 0\n");
+    let canon = std::fs::canonicalize(prog).unwrap();
+    let m = mods.iter().find(|m| m.path == canon).expect("covered");
+    let (work, work_end) = sym(prog, "work");
+    assert_eq!(count_at(m, work), 3 * n, "work: two threads and a child");
+    let br: Vec<_> = m
+        .branches
+        .iter()
+        .filter(|b| b.addr >= work && b.addr < work_end)
+        .collect();
+    assert!(
+        br.iter().any(|b| b.taken == 3 * n / 2 && b.not_taken == 3 * n / 2),
+        "{br:?}"
+    );
+    assert_eq!(count_at(m, sym(prog, "child_only").0), 1);
+    assert_eq!(count_at(m, sym(prog, "exec_path").0), 1);
+    assert_eq!(count_at(m, sym(prog, "execd").0), 1);
+    // main: once in the first image, once in the exec'd one.
+    assert_eq!(count_at(m, sym(prog, "main").0), 2);
+}
+
+#[test]
+fn threads_fork_exec_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    for opt in ["-O0", "-O2"] {
+        let prog = build(tmp.path(), "threads.c", opt, &["-pthread"]);
+        let name = prog.file_name().unwrap().to_string_lossy().into_owned();
+        check_threads(&prog, &[name]);
+    }
+    let prog = build(tmp.path(), "threads.c", "-O2", &["-pthread"]);
+    check_threads(&prog, &[]);
+}
