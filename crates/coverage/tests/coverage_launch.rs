@@ -151,3 +151,53 @@ fn threads_fork_exec_exact() {
     let prog = build(tmp.path(), "threads.c", "-O2", &["-pthread"]);
     check_threads(&prog, &[]);
 }
+
+/// Real programs under coverage of every module they map (libc and the
+/// loader included) behave exactly as natively.
+#[test]
+fn real_programs_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input");
+    let text: String = (0..5000).map(|i| format!("{}\n", (i * 7919) % 10007)).collect();
+    std::fs::write(&input, text).unwrap();
+    let input = input.to_string_lossy().into_owned();
+    let listed = tmp.path().join("listed");
+    std::fs::create_dir(&listed).unwrap();
+    for i in 0..20 {
+        std::fs::write(listed.join(format!("f{i}")), "x".repeat(i)).unwrap();
+    }
+    let listed = listed.to_string_lossy().into_owned();
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("/bin/ls", vec!["-l", &listed]),
+        ("/usr/bin/sort", vec!["-n", &input]),
+        ("/usr/bin/python3", vec!["-c", "s=0\nfor i in range(200000): s+=i*i\nprint(s)"]),
+        ("/bin/sh", vec!["-c", "echo a; /bin/echo b | /usr/bin/tr b c"]),
+    ];
+    for (prog, args) in cases {
+        if !Path::new(prog).exists() {
+            panic!("{prog} is missing (Debian: coreutils, python3)");
+        }
+        let want = Command::new(prog).args(&args).output().unwrap();
+        let out = tmp.path().join("out");
+        let mut cmd = Command::new(prog);
+        cmd.args(&args).stdout(Stdio::from(std::fs::File::create(&out).unwrap()));
+        let t = std::time::Instant::now();
+        let run = launch(cmd, &[]).expect("launches");
+        eprintln!("{prog}: {:?} under coverage", t.elapsed());
+        for n in &run.notes {
+            eprintln!("  note: {n}");
+        }
+        assert_eq!(run.status.code(), want.status.code(), "{prog}");
+        assert_eq!(
+            String::from_utf8_lossy(&std::fs::read(&out).unwrap()),
+            String::from_utf8_lossy(&want.stdout),
+            "{prog}"
+        );
+        let libc = run
+            .modules
+            .iter()
+            .find(|m| m.path.file_name().is_some_and(|n| n == "libc.so.6"))
+            .expect("libc covered");
+        assert!(libc.blocks.iter().any(|b| b.count > 0), "libc counted");
+    }
+}
