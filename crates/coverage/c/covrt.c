@@ -69,6 +69,7 @@ static int active;
 static int reported;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_trap;
+static uint64_t traps; /* breakpoints taken */
 
 static long raw6(long n, long a, long b, long c, long d, long e, long f) {
     long r;
@@ -155,7 +156,8 @@ static void report(void) {
         static char buf[65536 + 128];
         size_t len = 0;
         char line[128];
-        int k = snprintf(line, sizeof line, "profdev-coverage 1\npid %d\n", (int)getpid());
+        int k = snprintf(line, sizeof line, "profdev-coverage 1\npid %d\ntraps %lu\n", (int)getpid(),
+                         (unsigned long)traps);
         put(fd, buf, &len, line, k);
         for (int m = 0; m < nmods; m++) {
             k = snprintf(line, sizeof line, "M %lu %lu %lu\n", (unsigned long)mods[m].id,
@@ -204,6 +206,7 @@ static void on_trap(int sig, siginfo_t *si, void *ctx) {
             else hi = mid;
         }
         if (lo < mods[m].ntraps && mods[m].traps[lo].addr == pc) {
+            __atomic_fetch_add(&traps, 1, __ATOMIC_RELAXED);
             uc->uc_mcontext.gregs[REG_RIP] = mods[m].traps[lo].entry;
             return;
         }

@@ -58,9 +58,10 @@ pub fn area_size(plan: &Plan) -> u64 {
     let mut n = 4096u64;
     for b in &plan.blocks {
         n += match b.how {
-            How::Jmp { from, to, .. } => 48 + 3 * (to - from) + 16,
-            How::Int3 { to } => 48 + 3 * (to - b.start) + 16,
+            How::Jmp { from, to, .. } => 96 + 5 * (to - from),
+            How::Int3 { to } => 96 + 5 * (to - b.start),
             How::Call { .. } => 48,
+            How::Covered => 48,
             How::None => 0,
         };
         if b.branch.is_some() {
@@ -69,6 +70,9 @@ pub fn area_size(plan: &Plan) -> u64 {
     }
     n.div_ceil(4096) * 4096
 }
+
+/// Placeholder targets of the conditional jumps that lead to stub k.
+const SENTINEL: u64 = 0xffff_fff0_0000_0000;
 
 fn count_seq(index: u64, flags_live: bool) -> Vec<Instruction> {
     let mem = MemoryOperand::new(
@@ -128,6 +132,32 @@ fn emulate_call(call: &Instruction) -> Option<Vec<Instruction>> {
     Some(v)
 }
 
+/// A bound on the bytes `list` encodes to anywhere in the area: branches
+/// take their longest form; instructions made here (no length yet) at
+/// most 9 bytes.
+fn bound(list: &[Instruction]) -> u64 {
+    let mut n = 8;
+    for x in list {
+        n += match x.len() {
+            0 => 9,
+            l if matches!(
+                x.mnemonic(),
+                iced_x86::Mnemonic::Jrcxz
+                    | iced_x86::Mnemonic::Jecxz
+                    | iced_x86::Mnemonic::Loop
+                    | iced_x86::Mnemonic::Loope
+                    | iced_x86::Mnemonic::Loopne
+            ) =>
+            {
+                l as u64 + 16
+            }
+            l if x.op0_kind() == iced_x86::OpKind::NearBranch64 => (l as u64).max(6),
+            l => l as u64 + 4,
+        };
+    }
+    n
+}
+
 fn jmp(target: u64) -> Instruction {
     Instruction::with_branch(Code::Jmp_rel32_64, target).expect("jmp is valid")
 }
@@ -141,8 +171,8 @@ fn enc(list: &[Instruction], rip: u64) -> Option<Vec<u8>> {
 /// One block's trampoline pieces, before layout.
 struct Piece {
     block: usize,
-    /// Stub (taken edge, or a call's counting stub), then main part.
-    stub: Vec<Instruction>,
+    /// Stubs (taken edges, or a call's counting stub), then main part.
+    stubs: Vec<Vec<Instruction>>,
     main: Vec<Instruction>,
 }
 
@@ -185,7 +215,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                 }
                 Some(Piece {
                     block: i,
-                    stub,
+                    stubs: vec![stub],
                     main: Vec::new(),
                 })
             })(),
@@ -194,8 +224,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                     How::Jmp { from, .. } => from,
                     _ => b.start,
                 };
-                let copied = decode(from, to)?;
-                let mut main = count_seq(counter, b.flags_live);
+                let mut copied = decode(from, to)?;
                 let last_uncond = copied.last().is_some_and(|x| {
                     matches!(
                         x.flow_control(),
@@ -204,35 +233,49 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                             | FlowControl::Return
                     ) || x.mnemonic() == iced_x86::Mnemonic::Ud2
                 });
-                let mut copied = copied;
-                let mut emulated = false;
+                let mut emulated = None;
                 if copied.last().is_some_and(|x| {
                     matches!(x.flow_control(), FlowControl::Call | FlowControl::IndirectCall)
                 }) {
                     let call = copied.pop()?;
-                    copied.extend(emulate_call(&call)?);
-                    emulated = true;
+                    emulated = Some(emulate_call(&call)?);
                 }
-                main.extend(copied);
-                if !last_uncond && !emulated {
-                    main.push(jmp(to + bias));
+                let mut main = count_seq(counter, b.flags_live);
+                let mut stubs = Vec::new();
+                for mut x in copied {
+                    let link = x.ip() - bias;
+                    if link != from {
+                        // A block the window runs into: count it here.
+                        if let Some(c) = plan.block_at(link) {
+                            main.extend(count_seq(first_counter + c as u64, plan.blocks[c].flags_live));
+                        }
+                    }
+                    if x.flow_control() == FlowControl::ConditionalBranch {
+                        let c = plan.blocks.partition_point(|k| k.start <= link) - 1;
+                        let cb = &plan.blocks[c];
+                        if let (Some(j), true) = (cb.branch, cb.end == x.next_ip() - bias) {
+                            let (_, live) = plan.branches[j as usize];
+                            let mut stub =
+                                count_seq(first_counter + nblocks + u64::from(j), live);
+                            stub.push(jmp(x.near_branch_target()));
+                            x.set_near_branch64(SENTINEL + stubs.len() as u64);
+                            stubs.push(stub);
+                        }
+                    }
+                    main.push(x);
                 }
-                let mut stub = Vec::new();
-                if let Some(j) = b.branch {
-                    let (_, live) = plan.branches[j as usize];
-                    let jcc = main
-                        .iter()
-                        .rev()
-                        .find(|x| x.flow_control() == FlowControl::ConditionalBranch)?;
-                    stub = count_seq(first_counter + nblocks + u64::from(j), live);
-                    stub.push(jmp(jcc.near_branch_target()));
+                match emulated {
+                    Some(v) => main.extend(v),
+                    None if !last_uncond => main.push(jmp(to + bias)),
+                    None => {}
                 }
                 Some(Piece {
                     block: i,
-                    stub,
+                    stubs,
                     main,
                 })
             })(),
+            How::Covered => continue,
         };
         match piece {
             Some(p) => pieces.push(p),
@@ -242,29 +285,17 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             }
         }
     }
-    // Pass 1: sizes at a provisional address.
+    // Sizes: a bound per piece, without encoding.
     const STUB: u64 = 48;
-    let mut slots = Vec::with_capacity(pieces.len());
-    let mut kept = Vec::with_capacity(pieces.len());
-    for p in pieces {
-        let main_len = if p.main.is_empty() {
-            Some(0)
-        } else {
-            enc(&p.main, area).map(|c| c.len() as u64)
-        };
-        let stub_ok = p.stub.is_empty() || enc(&p.stub, area).is_some_and(|c| c.len() as u64 <= STUB);
-        match main_len {
-            Some(m) if stub_ok => {
-                slots.push((if p.stub.is_empty() { 0 } else { STUB }, if m == 0 { 0 } else { m + 16 }));
-                kept.push(p);
-            }
-            _ => {
-                failed += 1;
-                failed_blocks.push(p.block);
-            }
-        }
-    }
-    let pieces = kept;
+    let slots: Vec<(u64, u64)> = pieces
+        .iter()
+        .map(|p| {
+            let stub = STUB * p.stubs.len() as u64;
+            let main = if p.main.is_empty() { 0 } else { bound(&p.main) };
+            (stub, main)
+        })
+        .collect();
+
     // Layout: entries of every block.
     let mut entry = std::collections::HashMap::new();
     let mut at = area;
@@ -293,20 +324,20 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
     let mut code = vec![0xCCu8; (at - area) as usize];
     let mut patches = Vec::new();
     let mut trapped = 0;
-    for ((p, (s, m)), (stub_at, main_at, e)) in pieces.into_iter().zip(&slots).zip(&places) {
+    for ((p, (_, m)), (stub_at, main_at, e)) in pieces.into_iter().zip(&slots).zip(&places) {
         let b = &plan.blocks[p.block];
-        let mut stub = p.stub;
-        let mut main = p.main;
+        let main = p.main;
         let mut ok = true;
-        if !stub.is_empty() {
+        for (k, mut stub) in p.stubs.into_iter().enumerate() {
+            let at = *stub_at + STUB * k as u64;
             let last = stub.len() - 1;
             if stub[last].code() == Code::Jmp_rel32_64 {
                 let t = redirect(stub[last].near_branch_target());
                 stub[last].set_near_branch64(t);
             }
-            match enc(&stub, *stub_at) {
-                Some(c) if c.len() as u64 <= *s => {
-                    let off = (*stub_at - area) as usize;
+            match enc(&stub, at) {
+                Some(c) if c.len() as u64 <= STUB => {
+                    let off = (at - area) as usize;
                     code[off..off + c.len()].copy_from_slice(&c);
                 }
                 _ => ok = false,
@@ -316,8 +347,9 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             let mut tries = vec![];
             let mut redirected = main.clone();
             for x in redirected.iter_mut() {
-                if x.flow_control() == FlowControl::ConditionalBranch && b.branch.is_some() {
-                    x.set_near_branch64(*stub_at);
+                let t = x.near_branch_target();
+                if x.op0_kind() == iced_x86::OpKind::NearBranch64 && t >= SENTINEL {
+                    x.set_near_branch64(*stub_at + STUB * (t - SENTINEL));
                 } else if matches!(
                     x.flow_control(),
                     FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
@@ -328,12 +360,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                 }
             }
             tries.push(redirected);
-            for x in main.iter_mut() {
-                if x.flow_control() == FlowControl::ConditionalBranch && b.branch.is_some() {
-                    x.set_near_branch64(*stub_at);
-                }
-            }
-            tries.push(main);
+            drop(main);
             ok = false;
             for t in &tries {
                 if let Some(c) = enc(t, *main_at) {
@@ -365,7 +392,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             }
             How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
             How::Call { .. } => (PATCH_CALL6, b.start, 6),
-            How::None => continue,
+            How::None | How::Covered => continue,
         };
         patches.push(Patch {
             addr: addr + bias,

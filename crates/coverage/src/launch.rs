@@ -217,8 +217,9 @@ impl Server {
             .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
             .unwrap_or_default();
         names.sort();
+        let mut traps = 0;
         for p in names {
-            match read_report(&p, &state) {
+            match read_report(&p, &state, &mut traps) {
                 Ok(r) => {
                     for (id, idx, c) in r {
                         let n = state.entries[id].plan.counters() as usize;
@@ -280,6 +281,9 @@ impl Server {
                 ));
             }
             out.push(m);
+        }
+        if traps > 0 {
+            notes.push(format!("{traps} breakpoints were taken"));
         }
         notes.extend(state.notes.iter().cloned());
         (out, notes)
@@ -349,7 +353,11 @@ pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchErr
     })
 }
 
-fn read_report(path: &Path, state: &State) -> Result<Vec<(usize, usize, u64)>, String> {
+fn read_report(
+    path: &Path,
+    state: &State,
+    traps: &mut u64,
+) -> Result<Vec<(usize, usize, u64)>, String> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
     if !meta.is_file() || meta.len() > MAX_REPORT {
         return Err("not a report".into());
@@ -368,6 +376,10 @@ fn read_report(path: &Path, state: &State) -> Result<Vec<(usize, usize, u64)>, S
             break;
         }
         if l.starts_with("pid ") {
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("traps ") {
+            *traps += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
             continue;
         }
         let w: Vec<&str> = l.split(' ').collect();

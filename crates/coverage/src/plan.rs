@@ -58,6 +58,9 @@ pub enum How {
     /// The block is one call of `len` bytes (5: `call rel32`; 6: `call
     /// *disp(%rip)`), retargeted to a counting stub.
     Call { len: u32 },
+    /// Counted in the trampoline of an earlier block whose window runs
+    /// on into this one (it is entered only by falling through from it).
+    Covered,
     /// Not counted.
     None,
 }
@@ -149,7 +152,13 @@ impl Plan {
             return Err(err("it is not an x86-64 object".into()));
         }
         let mut sections = Vec::new();
+        let mut data: Vec<(u64, &[u8])> = Vec::new();
         for s in file.sections() {
+            if s.kind() != SectionKind::UninitializedData && s.address() != 0 {
+                if let Ok(d) = s.data() {
+                    data.push((s.address(), d));
+                }
+            }
             let exec = match s.flags() {
                 SectionFlags::Elf { sh_flags } => sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0,
                 _ => false,
@@ -164,13 +173,19 @@ impl Plan {
             }
         }
         sections.sort_by_key(|s| s.0);
-        let mut plan = Plan::new(sections, &starts);
+        let mut plan = Plan::new(sections, &starts, &data);
         plan.build_id = elf.build_id().map(<[u8]>::to_vec);
         Ok(plan)
     }
 
     /// Plan code given as sections (address, bytes) and function starts.
-    pub fn new(sections: Vec<(u64, Vec<u8>)>, function_starts: &[u64]) -> Plan {
+    /// `data` holds the module's other sections (jump tables are read
+    /// there).
+    pub fn new(
+        sections: Vec<(u64, Vec<u8>)>,
+        function_starts: &[u64],
+        data: &[(u64, &[u8])],
+    ) -> Plan {
         let mut insns: Vec<Instruction> = Vec::new();
         let mut section_starts = Vec::new();
         for (addr, bytes) in &sections {
@@ -215,11 +230,29 @@ impl Plan {
                 Err(i) => funcs[i - 1],
             }
         };
-        // Functions with an indirect jump we cannot follow.
+        // Jump tables (gcc's and clang's switch forms): their targets are
+        // leaders. Reading past a table's end only adds leaders, which
+        // splits blocks and loses nothing; a table not recognized leaves
+        // its function with unknown leaders.
+        let func_end = |f: u64| -> u64 {
+            match funcs.binary_search(&f) {
+                Ok(i) if i + 1 < funcs.len() => funcs[i + 1],
+                _ => u64::MAX,
+            }
+        };
         let mut unresolved: HashSet<u64> = HashSet::new();
-        for x in &insns {
-            if x.flow_control() == FlowControl::IndirectBranch && !is_tail_call_through_memory(x) {
-                unresolved.insert(func_of(x.ip()));
+        for (i, x) in insns.iter().enumerate() {
+            if x.flow_control() != FlowControl::IndirectBranch || is_tail_call_through_memory(x) {
+                continue;
+            }
+            let f = func_of(x.ip());
+            let fe = func_end(f);
+            let in_func = |t: u64| t >= f && t < fe && is_insn(t);
+            let targets = jump_table(&insns, i, f, data, &in_func);
+            if targets.is_empty() {
+                unresolved.insert(f);
+            } else {
+                hard.extend(targets);
             }
         }
 
@@ -264,6 +297,9 @@ impl Plan {
         // Padding and the remaining leaders.
         let mut leaders: BTreeSet<u64> = hard.iter().copied().collect();
         let mut padding: HashSet<u64> = HashSet::new();
+        // Leaders entered only by falling through a conditional jump: a
+        // window may run across them.
+        let mut soft: HashSet<u64> = HashSet::new();
         let mut i = 0;
         while i < insns.len() {
             let x = &insns[i];
@@ -283,6 +319,9 @@ impl Plan {
                 }
                 if j < insns.len() {
                     leaders.insert(insns[j].ip());
+                    if flow == FlowControl::ConditionalBranch && !hard.contains(&insns[j].ip()) {
+                        soft.insert(insns[j].ip());
+                    }
                 }
                 i = j;
             } else {
@@ -373,7 +412,9 @@ impl Plan {
 
         let mut blocks = Vec::with_capacity(raw.len());
         let mut branches = Vec::new();
-        for &(s, e) in &raw {
+        let mut cover_left = 0usize;
+        let mut cover_to = 0u64;
+        for (bi, &(s, e)) in raw.iter().enumerate() {
             let first = &insns[s];
             let last = &insns[e - 1];
             let start = first.ip();
@@ -396,6 +437,26 @@ impl Plan {
             }
             let mut how = How::None;
             let mut win_from = s;
+            if cover_left > 0 {
+                cover_left -= 1;
+                let mut branch = None;
+                if cover_to >= end
+                    && last.flow_control() == FlowControl::ConditionalBranch
+                    && last.op0_kind() == iced_x86::OpKind::NearBranch64
+                {
+                    branch = Some(branches.len() as u32);
+                    branches.push((last.ip(), !dead_at_block(last.near_branch_target())));
+                }
+                blocks.push(PlannedBlock {
+                    start,
+                    end,
+                    insns: ips,
+                    how: How::Covered,
+                    flags_live: flags_live_from(s, e),
+                    branch,
+                });
+                continue;
+            }
             if !bad {
                 if restricted {
                     if first.len() >= 5 && !is_call(first) {
@@ -468,11 +529,64 @@ impl Plan {
                     }
                 }
             }
+            // A short block ending in a conditional jump: run the window
+            // on into the blocks its fall-through enters.
+            if !bad
+                && !restricted
+                && matches!(how, How::None | How::Int3 { .. })
+                && last.flow_control() == FlowControl::ConditionalBranch
+                && last.op0_kind() == iced_x86::OpKind::NearBranch64
+            {
+                let mut len = end - start;
+                let mut nb = bi + 1;
+                let mut to = end;
+                let mut covers = 0;
+                let mut ok = false;
+                while nb < raw.len() {
+                    let (ns, ne) = raw[nb];
+                    let nstart = insns[ns].ip();
+                    if nstart != to
+                        || !soft.contains(&nstart)
+                        || unresolved.contains(&func_of(nstart))
+                        || insns[ns..ne].iter().any(|x| x.code() == Code::INVALID)
+                    {
+                        break;
+                    }
+                    let mut k = ns;
+                    while k < ne && len < 5 && !is_call(&insns[k]) {
+                        len += insns[k].len() as u64;
+                        k += 1;
+                    }
+                    if k == ns {
+                        break;
+                    }
+                    to = insns[k - 1].next_ip();
+                    covers += 1;
+                    if len >= 5 {
+                        ok = true;
+                        break;
+                    }
+                    if k < ne || insns[ne - 1].flow_control() != FlowControl::ConditionalBranch {
+                        break;
+                    }
+                    nb += 1;
+                }
+                if ok {
+                    how = How::Jmp {
+                        from: start,
+                        to,
+                        overwrite: len as u32,
+                    };
+                    win_from = s;
+                    cover_left = covers;
+                    cover_to = to;
+                }
+            }
             if no_trap && matches!(how, How::Int3 { .. }) {
                 how = How::None;
             }
             let copies_last = match how {
-                How::Jmp { to, .. } | How::Int3 { to } => to == end,
+                How::Jmp { to, .. } | How::Int3 { to } => to >= end,
                 _ => false,
             };
             let mut branch = None;
@@ -520,7 +634,117 @@ fn is_padding(x: &Instruction) -> bool {
     matches!(x.mnemonic(), Mnemonic::Nop | Mnemonic::Int3)
 }
 
-/// `jmp *disp(%rip)`: a tail call through the GOT, not a jump table.
+/// `jmp *disp(%rip)` or `jmp *disp(%reg)`: a tail call through the GOT or
+/// a structure's field, not a jump table (which needs an index).
 fn is_tail_call_through_memory(x: &Instruction) -> bool {
-    x.is_ip_rel_memory_operand()
+    x.op0_kind() == iced_x86::OpKind::Memory
+        && (x.is_ip_rel_memory_operand() || x.memory_index() == Register::None)
+}
+
+/// The targets of the jump table the indirect jump `insns[at]` reads, in
+/// function `f` (`in_func` says whether an address is an instruction of
+/// it): `jmp *table(,%idx,8)` (absolute entries), or `lea table(%rip),%rT;
+/// movslq (%rT,%idx,4),%r; add %rT,%r; jmp *%r` (entries relative to the
+/// table). Empty when the jump is not one of these.
+fn jump_table(
+    insns: &[Instruction],
+    at: usize,
+    f: u64,
+    data: &[(u64, &[u8])],
+    in_func: &dyn Fn(u64) -> bool,
+) -> Vec<u64> {
+    const MAX: usize = 4096;
+    let read = |addr: u64, n: usize| -> Option<&[u8]> {
+        let (base, bytes) = data
+            .iter()
+            .find(|(a, b)| *a <= addr && addr + n as u64 <= a + b.len() as u64)?;
+        let off = (addr - base) as usize;
+        Some(&bytes[off..off + n])
+    };
+    let x = &insns[at];
+    let mut out = Vec::new();
+    if x.op0_kind() == iced_x86::OpKind::Memory
+        && x.memory_base() == Register::None
+        && x.memory_index() != Register::None
+        && x.memory_index_scale() == 8
+    {
+        let table = x.memory_displacement64();
+        for k in 0..MAX {
+            let Some(b) = read(table + 8 * k as u64, 8) else { break };
+            let t = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+            if !in_func(t) {
+                break;
+            }
+            out.push(t);
+        }
+        return out;
+    }
+    if x.op0_kind() != iced_x86::OpKind::Register {
+        return out;
+    }
+    // Back through the function for the load of the entry, then for the
+    // table's address.
+    let mut movsxd_base = None;
+    let mut k = at;
+    let mut steps = 0;
+    while k > 0 && steps < 400 {
+        k -= 1;
+        steps += 1;
+        let y = &insns[k];
+        if y.ip() < f {
+            break;
+        }
+        match movsxd_base {
+            None => {
+                // `mov table(,%idx,8),%r; jmp *%r` (computed goto).
+                if y.mnemonic() == Mnemonic::Mov
+                    && y.op0_kind() == iced_x86::OpKind::Register
+                    && y.op0_register() == x.op0_register()
+                    && y.op1_kind() == iced_x86::OpKind::Memory
+                    && y.memory_base() == Register::None
+                    && y.memory_index() != Register::None
+                    && y.memory_index_scale() == 8
+                {
+                    let table = y.memory_displacement64();
+                    for j in 0..MAX {
+                        let Some(b) = read(table + 8 * j as u64, 8) else { break };
+                        let t = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+                        if !in_func(t) {
+                            break;
+                        }
+                        out.push(t);
+                    }
+                    return out;
+                }
+                if y.mnemonic() == Mnemonic::Movsxd
+                    && y.op1_kind() == iced_x86::OpKind::Memory
+                    && y.memory_index_scale() == 4
+                    && y.memory_base() != Register::None
+                    && y.memory_base() != Register::RIP
+                {
+                    movsxd_base = Some(y.memory_base());
+                }
+            }
+            Some(r) if r == Register::None => {}
+            Some(r) => {
+                if y.mnemonic() == Mnemonic::Lea
+                    && y.op0_register() == r
+                    && y.is_ip_rel_memory_operand()
+                {
+                    let table = y.ip_rel_memory_address();
+                    for j in 0..MAX {
+                        let Some(b) = read(table + 4 * j as u64, 4) else { break };
+                        let e = i32::from_le_bytes(b.try_into().unwrap_or([0; 4]));
+                        let t = table.wrapping_add(e as i64 as u64);
+                        if !in_func(t) {
+                            break;
+                        }
+                        out.push(t);
+                    }
+                    return out;
+                }
+            }
+        }
+    }
+    out
 }
