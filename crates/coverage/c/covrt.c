@@ -193,6 +193,14 @@ static void rebase(void) {
 
 /* ---- SIGTRAP: blocks counted through int3 ---- */
 
+void profdev_cov_restore(void);
+__asm__(".text\n"
+        ".type profdev_cov_restore,@function\n"
+        "profdev_cov_restore:\n"
+        "    mov $15, %eax\n"
+        "    syscall\n"
+        ".size profdev_cov_restore,.-profdev_cov_restore\n");
+
 static void on_trap(int sig, siginfo_t *si, void *ctx) {
     ucontext_t *uc = ctx;
     uint64_t pc = uc->uc_mcontext.gregs[REG_RIP] - 1;
@@ -730,11 +738,18 @@ static int setup(const char *sock, const char *out) {
     strcpy(out_dir, out);
     arrays = big_alloc(sizeof(uint64_t *) * MAXTHR);
     if (!arrays) return -1;
-    struct sigaction sa = {0};
-    sa.sa_sigaction = on_trap;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTRAP, &sa, &old_trap);
+    /* The kernel's rt_sigaction with our own restorer: a trap returns
+     * through the runtime, not through libc's __restore_rt (which would
+     * be counted once per trap when libc is covered). */
+    struct {
+        void *handler;
+        unsigned long flags;
+        void (*restorer)(void);
+        uint64_t mask;
+    } ksa = {(void *)on_trap, SA_SIGINFO | SA_RESTART | SA_NODEFER | 0x04000000 /* SA_RESTORER */,
+             profdev_cov_restore, 0};
+    sigaction(SIGTRAP, NULL, &old_trap);
+    raw6(SYS_rt_sigaction, SIGTRAP, (long)&ksa, 0, 8, 0, 0);
     int fatal[] = {SIGINT, SIGTERM, SIGHUP};
     for (int i = 0; i < 3; i++) {
         struct sigaction cur;

@@ -173,7 +173,38 @@ impl Plan {
             }
         }
         sections.sort_by_key(|s| s.0);
-        let mut plan = Plan::new(sections, &starts, &data);
+        // Code addresses the data holds: 8-byte words of the data
+        // sections, and the addends of relative relocations (PIC).
+        let (lo, hi) = sections
+            .iter()
+            .fold((u64::MAX, 0), |(l, h), (a, b)| (l.min(*a), h.max(a + b.len() as u64)));
+        let mut taken: Vec<u64> = Vec::new();
+        for s in file.sections() {
+            let exec = matches!(s.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0);
+            if exec || s.kind() == SectionKind::UninitializedData || s.address() == 0 {
+                continue;
+            }
+            if let Ok(d) = s.data() {
+                let skip = (s.address().wrapping_neg() & 7) as usize;
+                if skip < d.len() {
+                    for w in d[skip..].chunks_exact(8) {
+                        let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                        if v >= lo && v < hi {
+                            taken.push(v);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(relocs) = file.dynamic_relocations() {
+            for (_, r) in relocs {
+                let v = r.addend() as u64;
+                if v >= lo && v < hi {
+                    taken.push(v);
+                }
+            }
+        }
+        let mut plan = Plan::new(sections, &starts, &data, &taken);
         plan.build_id = elf.build_id().map(<[u8]>::to_vec);
         Ok(plan)
     }
@@ -185,6 +216,7 @@ impl Plan {
         sections: Vec<(u64, Vec<u8>)>,
         function_starts: &[u64],
         data: &[(u64, &[u8])],
+        taken: &[u64],
     ) -> Plan {
         let mut insns: Vec<Instruction> = Vec::new();
         let mut section_starts = Vec::new();
@@ -249,11 +281,14 @@ impl Plan {
             let fe = func_end(f);
             let in_func = |t: u64| t >= f && t < fe && is_insn(t);
             let targets = jump_table(&insns, i, f, data, &in_func);
-            if targets.is_empty() {
-                unresolved.insert(f);
-            } else {
+            if !targets.is_empty() {
                 hard.extend(targets);
+            } else if x.op0_kind() != iced_x86::OpKind::Register {
+                unresolved.insert(f);
             }
+            // `jmp *%reg` with no table: a tail call through a pointer, or
+            // a computed goto whose labels are among the code addresses
+            // stored in the module's data (added below).
         }
 
         // Functions that may run with every signal blocked (they change
@@ -293,6 +328,10 @@ impl Plan {
             }
             masked.extend(more);
         }
+
+        // Code addresses stored in data (labels of computed gotos,
+        // function pointers): leaders.
+        hard.extend(taken.iter().copied().filter(|a| is_insn(*a)));
 
         // Padding and the remaining leaders.
         let mut leaders: BTreeSet<u64> = hard.iter().copied().collect();
