@@ -241,8 +241,8 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                     emulated = Some(emulate_call(&call)?);
                 }
                 let mut main = count_seq(counter, b.flags_live);
-                let mut stubs = Vec::new();
-                for mut x in copied {
+                let stubs = Vec::new();
+                for x in copied {
                     let link = x.ip() - bias;
                     if link != from {
                         // A block the window runs into: count it here.
@@ -250,19 +250,17 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                             main.extend(count_seq(first_counter + c as u64, plan.blocks[c].flags_live));
                         }
                     }
+                    let mut fell = None;
                     if x.flow_control() == FlowControl::ConditionalBranch {
                         let c = plan.blocks.partition_point(|k| k.start <= link) - 1;
                         let cb = &plan.blocks[c];
                         if let (Some(j), true) = (cb.branch, cb.end == x.next_ip() - bias) {
                             let (_, live) = plan.branches[j as usize];
-                            let mut stub =
-                                count_seq(first_counter + nblocks + u64::from(j), live);
-                            stub.push(jmp(x.near_branch_target()));
-                            x.set_near_branch64(SENTINEL + stubs.len() as u64);
-                            stubs.push(stub);
+                            fell = Some(count_seq(first_counter + nblocks + u64::from(j), live));
                         }
                     }
                     main.push(x);
+                    main.extend(fell.into_iter().flatten());
                 }
                 match emulated {
                     Some(v) => main.extend(v),

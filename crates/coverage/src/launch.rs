@@ -257,11 +257,11 @@ impl Server {
                     count: c[i],
                 });
                 if let Some(j) = b.branch {
-                    let taken = c[nb + j as usize];
+                    let not_taken = c[nb + j as usize];
                     m.branches.push(Branch {
                         addr: plan.branches[j as usize].0,
-                        taken,
-                        not_taken: c[i].saturating_sub(taken),
+                        taken: c[i].saturating_sub(not_taken),
+                        not_taken,
                     });
                 }
             }

@@ -12,13 +12,17 @@
 //!
 //! Each block gets one [`How`]:
 //!
-//! * [`How::Jmp`]: a window of its instructions, at least 5 bytes, none a
-//!   call, is replaced by `jmp rel32` to a trampoline that counts, runs
-//!   the window's instructions re-encoded, and jumps back. A block ending
-//!   in a conditional jump takes the window at its end, so the copied jump
-//!   can count its taken edge (`not_taken = count - taken`, exactly). A
-//!   window never crosses a leader, and never holds a call: return
-//!   addresses stay in the original code, where the unwinder finds them.
+//! * [`How::Jmp`]: its first instructions (at least 5 bytes, never a
+//!   call; with any alignment padding after a final jump or return) are
+//!   replaced by `jmp rel32` to a trampoline that counts, runs a copy of
+//!   the whole block up to a final call (re-encoded), and jumps back. The
+//!   copy's jumps lead straight into the trampolines of their targets, so
+//!   a hot loop runs in trampolines. A copied conditional jump counts its
+//!   fall-through inline (`taken = count - not_taken`, exactly). A copy
+//!   never holds a call: return addresses stay in the original code,
+//!   where the unwinder finds them. A block shorter than 5 bytes that ends
+//!   in a conditional jump runs its jump on into the block it falls
+//!   through to when that block is entered no other way ([`How::Covered`]).
 //! * [`How::Int3`]: blocks shorter than 5 bytes: `int3` at the start; the
 //!   runtime's SIGTRAP handler resumes in the same kind of trampoline (a
 //!   copy of the whole block up to a final call). A trampoline that falls
@@ -50,8 +54,8 @@ pub(crate) const INC_FLAGS: u32 =
 /// How one block is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum How {
-    /// `jmp rel32` at `from`, overwriting `overwrite` bytes (the window's
-    /// instructions `from..to` and any padding after them).
+    /// `jmp rel32` at `from` (the block's start), overwriting `overwrite`
+    /// bytes; the trampoline copies `from..to`.
     Jmp { from: u64, to: u64, overwrite: u32 },
     /// `int3` at the block's start; the trampoline copies `start..to`.
     Int3 { to: u64 },
@@ -88,9 +92,10 @@ pub struct PlannedBlock {
 pub struct Plan {
     /// Blocks by address; block `i` uses counter `i`.
     pub blocks: Vec<PlannedBlock>,
-    /// Conditional jumps whose taken edge is counted (link-time address,
-    /// whether the flags are live at the target); branch `j` uses counter
-    /// `blocks.len() + j`.
+    /// Conditional jumps whose edges are counted (link-time address,
+    /// whether the flags are live where it falls through); branch `j` uses
+    /// counter `blocks.len() + j`, the times it fell through (taken is its
+    /// block's count less that).
     pub branches: Vec<(u64, bool)>,
     /// The module's GNU build id.
     pub build_id: Option<Vec<u8>>,
@@ -475,7 +480,6 @@ impl Plan {
                 }
             }
             let mut how = How::None;
-            let mut win_from = s;
             if cover_left > 0 {
                 cover_left -= 1;
                 let mut branch = None;
@@ -484,7 +488,7 @@ impl Plan {
                     && last.op0_kind() == iced_x86::OpKind::NearBranch64
                 {
                     branch = Some(branches.len() as u32);
-                    branches.push((last.ip(), !dead_at_block(last.near_branch_target())));
+                    branches.push((last.ip(), !dead_at_block(last.next_ip())));
                 }
                 blocks.push(PlannedBlock {
                     start,
@@ -497,46 +501,38 @@ impl Plan {
                 continue;
             }
             if !bad {
-                if restricted {
-                    if first.len() >= 5 && !is_call(first) {
-                        how = How::Jmp {
-                            from: start,
-                            to: first.next_ip(),
-                            overwrite: first.len() as u32,
-                        };
-                    }
-                } else if last.flow_control() == FlowControl::ConditionalBranch
-                    || ends_flow(last)
-                {
-                    // A window at the end (taken edges, padding).
-                    let mut k = e;
-                    let mut len = pad_after;
-                    while k > s && (len < 5 || k == e) && !is_call(&insns[k - 1]) {
-                        k -= 1;
-                        len += insns[k].len() as u64;
-                    }
-                    if len >= 5 && k < e {
-                        win_from = k;
-                        how = How::Jmp {
-                            from: insns[k].ip(),
-                            to: end,
-                            overwrite: len as u32,
-                        };
-                    }
-                } else {
-                    // A window at the start, before any call.
-                    let mut k = s;
-                    let mut len = 0u64;
-                    while k < e && len < 5 && !is_call(&insns[k]) {
-                        len += insns[k].len() as u64;
-                        k += 1;
-                    }
-                    if len >= 5 {
-                        how = How::Jmp {
-                            from: start,
-                            to: insns[k - 1].next_ip(),
-                            overwrite: len as u32,
-                        };
+                // The trampoline copies the whole block, up to a final
+                // call; the jump overwrites its first instructions (at
+                // least 5 bytes, never the call), and any padding after
+                // a final jump or return.
+                let copy_end = if is_call(last) { e - 1 } else { e };
+                if copy_end > s {
+                    let to = insns[copy_end - 1].next_ip();
+                    if restricted {
+                        if first.len() >= 5 {
+                            how = How::Jmp {
+                                from: start,
+                                to,
+                                overwrite: first.len() as u32,
+                            };
+                        }
+                    } else {
+                        let mut k = s;
+                        let mut len = 0u64;
+                        while k < copy_end && len < 5 {
+                            len += insns[k].len() as u64;
+                            k += 1;
+                        }
+                        if len < 5 && k == e && ends_flow(last) {
+                            len += pad_after;
+                        }
+                        if len >= 5 {
+                            how = How::Jmp {
+                                from: start,
+                                to,
+                                overwrite: len as u32,
+                            };
+                        }
                     }
                 }
                 if how == How::None {
@@ -599,7 +595,9 @@ impl Plan {
                     if k == ns {
                         break;
                     }
-                    to = insns[k - 1].next_ip();
+                    // Copy all of it, up to a final call.
+                    let ce = if is_call(&insns[ne - 1]) { ne - 1 } else { ne };
+                    to = insns[ce - 1].next_ip();
                     covers += 1;
                     if len >= 5 {
                         ok = true;
@@ -608,6 +606,7 @@ impl Plan {
                     if k < ne || insns[ne - 1].flow_control() != FlowControl::ConditionalBranch {
                         break;
                     }
+                    to = insns[ne - 1].next_ip();
                     nb += 1;
                 }
                 if ok {
@@ -616,7 +615,6 @@ impl Plan {
                         to,
                         overwrite: len as u32,
                     };
-                    win_from = s;
                     cover_left = covers;
                     cover_to = to;
                 }
@@ -634,10 +632,10 @@ impl Plan {
                 && last.op0_kind() == iced_x86::OpKind::NearBranch64
             {
                 branch = Some(branches.len() as u32);
-                branches.push((last.ip(), !dead_at_block(last.near_branch_target())));
+                branches.push((last.ip(), !dead_at_block(last.next_ip())));
             }
             let flags_live = match how {
-                How::Jmp { .. } => flags_live_from(win_from, e),
+                How::Jmp { .. } => flags_live_from(s, e),
                 How::Int3 { .. } => flags_live_from(s, e),
                 _ => false,
             };
