@@ -256,7 +256,8 @@ static int read_full(int fd, void *p, size_t n) {
 static int write_full(int fd, const void *p, size_t n) {
     const char *c = p;
     while (n) {
-        ssize_t r = write(fd, c, n);
+        /* A socket: no SIGPIPE if profdev went away. */
+        ssize_t r = send(fd, c, n, MSG_NOSIGNAL);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return -1;
         c += r;
@@ -434,6 +435,10 @@ static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
     m->ntraps = nt;
     next_counter += n;
     __atomic_store_n(&nmods, nmods + 1, __ATOMIC_RELEASE);
+    if (getenv("PROFDEV_COV_DEBUG"))
+        dprintf(2, "profdev-cov %d: %s bias %lx lo %lx hi %lx area %lx size %lx len %lx patches %lu\n",
+                (int)getpid(), path, (unsigned long)bias, (unsigned long)lo, (unsigned long)hi,
+                (unsigned long)a, (unsigned long)size, len, np);
     uint64_t skipped = apply(ps, np, stopped, nstopped);
     /* Tell profdev which patches were left out (attach). */
     k = snprintf(line, sizeof line, "DONE %lx\n", (unsigned long)skipped);

@@ -9,8 +9,7 @@
 //! its own replies) for each module it has not covered yet; profdev plans
 //! the module once per file ([`crate::plan`], cached by device and inode),
 //! encodes its trampolines for the area the runtime mapped
-//! ([`crate::encode`], cached by the area's distance to the module and the
-//! first counter), and the runtime writes the patches. Threads created
+//! ([`crate::encode`]), and the runtime writes the patches. Threads created
 //! with `pthread_create` get their own counter array; a forked child
 //! reports what it ran after the fork; an image that `exec`s reports
 //! before, and the new image is covered afresh; reports are files in the
@@ -89,9 +88,9 @@ struct Entry {
     plan: Arc<Plan>,
     /// Blocks left uncounted by an encoding failure or a skipped patch.
     lost: BTreeSet<usize>,
-    /// Encodings by (area - bias, first counter): bias and area of the
-    /// first, and the result.
-    encoded: HashMap<(u64, u64), (u64, u64, Arc<Encoded>)>,
+    /// Encodings by (bias, area, first counter): bias and area, and the
+    /// result.
+    encoded: HashMap<(u64, u64, u64), (u64, u64, Arc<Encoded>)>,
 }
 
 #[derive(Default)]
@@ -443,7 +442,9 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     let mut at = line.trim_end().strip_prefix("AT ")?.split(' ');
     let area = hex(at.next()?)?;
     let first = hex(at.next()?)?;
-    let key = (area.wrapping_sub(bias), first);
+    // Trampolines hold absolute addresses (an emulated call pushes its
+    // return address): an encoding serves only the same load.
+    let key = (bias, area, first);
     let cached = state.lock().ok()?.entries[id].encoded.get(&key).cloned();
     let (bias0, area0, enc) = match cached {
         Some(c) => c,

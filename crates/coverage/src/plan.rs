@@ -532,6 +532,17 @@ impl Plan {
                                 to,
                                 overwrite: len as u32,
                             };
+                        } else if copy_end == e - 1 && end - start >= 5 {
+                            // A short prefix and a call (`mov %rbx,%rdi;
+                            // call f`): the trampoline makes the call as a
+                            // push of the original return address and a
+                            // jump, so the return still lands in the
+                            // original code.
+                            how = How::Jmp {
+                                from: start,
+                                to: end,
+                                overwrite: (end - start) as u32,
+                            };
                         }
                     }
                 }

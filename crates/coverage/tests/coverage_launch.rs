@@ -201,3 +201,30 @@ fn real_programs_unchanged() {
         assert!(libc.blocks.iter().any(|b| b.count > 0), "libc counted");
     }
 }
+
+/// The attach entry, started by the program itself after dlopen (as the
+/// injector does in a stopped process): only what runs after the attach
+/// is counted, and the inner/outer ratio is exact.
+#[test]
+fn attach_entry_counts_from_the_attach_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build(tmp.path(), "attach.c", "-O2", &["-ldl"]);
+    let server = profdev_coverage::launch::Server::new(&["prog-O2".to_string()]).unwrap();
+    let out = Command::new(&prog)
+        .arg("500")
+        .env("COV_RT", server.runtime())
+        .env("COV_CONFIG", server.attach_config())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?} {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let (mods, notes) = server.collect();
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
+    let canon = std::fs::canonicalize(&prog).unwrap();
+    let m = mods.iter().find(|m| m.path == canon).expect("covered");
+    assert_eq!(count_at(m, sym(&prog, "outer").0), 500);
+    assert_eq!(count_at(m, sym(&prog, "inner").0), 5000);
+    // main ran before the attach: its entry block is not counted.
+    assert_eq!(count_at(m, sym(&prog, "main").0), 0);
+}
