@@ -163,9 +163,13 @@ fn jmp(target: u64) -> Instruction {
 }
 
 fn enc(list: &[Instruction], rip: u64) -> Option<Vec<u8>> {
-    BlockEncoder::encode(64, InstructionBlock::new(list, rip), BlockEncoderOptions::NONE)
-        .ok()
-        .map(|r| r.code_buffer)
+    BlockEncoder::encode(
+        64,
+        InstructionBlock::new(list, rip),
+        BlockEncoderOptions::NONE,
+    )
+    .ok()
+    .map(|r| r.code_buffer)
 }
 
 /// One block's trampoline pieces, before layout.
@@ -235,7 +239,10 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                 });
                 let mut emulated = None;
                 if copied.last().is_some_and(|x| {
-                    matches!(x.flow_control(), FlowControl::Call | FlowControl::IndirectCall)
+                    matches!(
+                        x.flow_control(),
+                        FlowControl::Call | FlowControl::IndirectCall
+                    )
                 }) {
                     let call = copied.pop()?;
                     emulated = Some(emulate_call(&call)?);
@@ -247,7 +254,10 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                     if link != from {
                         // A block the window runs into: count it here.
                         if let Some(c) = plan.block_at(link) {
-                            main.extend(count_seq(first_counter + c as u64, plan.blocks[c].flags_live));
+                            main.extend(count_seq(
+                                first_counter + c as u64,
+                                plan.blocks[c].flags_live,
+                            ));
                         }
                     }
                     let mut fell = None;
@@ -302,7 +312,11 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
         let b = &plan.blocks[p.block];
         let stub_at = at;
         let main_at = at + s;
-        let e = if matches!(b.how, How::Call { .. }) { stub_at } else { main_at };
+        let e = if matches!(b.how, How::Call { .. }) {
+            stub_at
+        } else {
+            main_at
+        };
         // Only a block whose patch sits at its start can be entered
         // through its trampoline from another one.
         match b.how {
@@ -383,7 +397,9 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             continue;
         }
         let (kind, addr, len) = match b.how {
-            How::Jmp { from, overwrite, .. } => (PATCH_JMP, from, overwrite),
+            How::Jmp {
+                from, overwrite, ..
+            } => (PATCH_JMP, from, overwrite),
             How::Int3 { .. } => {
                 trapped += 1;
                 (PATCH_INT3, b.start, 1)

@@ -82,6 +82,9 @@ pub enum LaunchError {
     Spawn { cmd: String, err: std::io::Error },
 }
 
+/// An encoding: the bias and area it was made for, and the result.
+type Cached = (u64, u64, Arc<Encoded>);
+
 /// One planned module, shared by the processes that map it.
 struct Entry {
     path: PathBuf,
@@ -90,7 +93,7 @@ struct Entry {
     lost: BTreeSet<usize>,
     /// Encodings by (bias, area, first counter): bias and area, and the
     /// result.
-    encoded: HashMap<(u64, u64, u64), (u64, u64, Arc<Encoded>)>,
+    encoded: HashMap<(u64, u64, u64), Cached>,
 }
 
 #[derive(Default)]
@@ -125,8 +128,7 @@ pub fn selected(select: &[String], path: &Path) -> bool {
     select.iter().any(|s| {
         Path::new(s) == path
             || *s == name
-            || (name.starts_with(s.as_str())
-                && name[s.len()..].starts_with(['.', '-']))
+            || (name.starts_with(s.as_str()) && name[s.len()..].starts_with(['.', '-']))
     })
 }
 
@@ -202,7 +204,10 @@ impl Server {
         vec![
             ("LD_PRELOAD".into(), preload),
             ("PROFDEV_COV_SOCK".into(), self.socket().into_os_string()),
-            ("PROFDEV_COV_OUT".into(), self.reports_dir().into_os_string()),
+            (
+                "PROFDEV_COV_OUT".into(),
+                self.reports_dir().into_os_string(),
+            ),
         ]
     }
 
@@ -322,7 +327,18 @@ pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchErr
     }
     // A pipe whose write end every process of the run holds: EOF on the
     // read end means the last one exited.
-    let (rd, wr) = std::io::pipe().map_err(LaunchError::Setup)?;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors, owned from here
+    // on by `rd` and `wr`.
+    let (rd, wr) = unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+            return Err(LaunchError::Setup(std::io::Error::last_os_error()));
+        }
+        (
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]),
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]),
+        )
+    };
     let wr_fd = std::os::fd::AsRawFd::as_raw_fd(&wr);
     // SAFETY: between fork and exec only fcntl, async-signal-safe, runs;
     // it clears close-on-exec on the pipe's write end, which the child
@@ -385,9 +401,15 @@ fn read_report(
         if w.first() == Some(&"M") && w.len() == 4 {
             let id: usize = w[1].parse().map_err(|_| format!("bad line {l:?}"))?;
             let n: usize = w[3].parse().map_err(|_| format!("bad line {l:?}"))?;
-            let e = state.entries.get(id).ok_or(format!("unknown module {id}"))?;
+            let e = state
+                .entries
+                .get(id)
+                .ok_or(format!("unknown module {id}"))?;
             if n != e.plan.counters() as usize {
-                return Err(format!("module {id} has {n} counters, the plan {}", e.plan.counters()));
+                return Err(format!(
+                    "module {id} has {n} counters, the plan {}",
+                    e.plan.counters()
+                ));
             }
             cur = Some((id, n));
             continue;
@@ -458,7 +480,14 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         }
     };
     let mut buf = Vec::with_capacity(enc.code.len() + 24 * enc.patches.len() + 64);
-    writeln!(buf, "CODE {:x} {:x} {:x}", enc.code.len(), enc.patches.len(), id).ok()?;
+    writeln!(
+        buf,
+        "CODE {:x} {:x} {:x}",
+        enc.code.len(),
+        enc.patches.len(),
+        id
+    )
+    .ok()?;
     buf.extend_from_slice(&enc.code);
     for p in &enc.patches {
         buf.extend_from_slice(&(p.addr - bias0 + bias).to_le_bytes());

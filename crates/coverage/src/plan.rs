@@ -23,6 +23,11 @@
 //!   where the unwinder finds them. A block shorter than 5 bytes that ends
 //!   in a conditional jump runs its jump on into the block it falls
 //!   through to when that block is entered no other way ([`How::Covered`]).
+//!   When the instructions before a block's final call are shorter than 5
+//!   bytes, the jump covers the call too and the trampoline makes the call
+//!   as a push of the original return address and a jump: the return
+//!   lands in the original code, as the unwinder expects (at the price of
+//!   one mispredicted return).
 //! * [`How::Int3`]: blocks shorter than 5 bytes: `int3` at the start; the
 //!   runtime's SIGTRAP handler resumes in the same kind of trampoline (a
 //!   copy of the whole block up to a final call). A trampoline that falls
@@ -165,7 +170,9 @@ impl Plan {
                 }
             }
             let exec = match s.flags() {
-                SectionFlags::Elf { sh_flags } => sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0,
+                SectionFlags::Elf { sh_flags } => {
+                    sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0
+                }
                 _ => false,
             };
             let name = s.name().unwrap_or("");
@@ -180,9 +187,9 @@ impl Plan {
         sections.sort_by_key(|s| s.0);
         // Code addresses the data holds: 8-byte words of the data
         // sections, and the addends of relative relocations (PIC).
-        let (lo, hi) = sections
-            .iter()
-            .fold((u64::MAX, 0), |(l, h), (a, b)| (l.min(*a), h.max(a + b.len() as u64)));
+        let (lo, hi) = sections.iter().fold((u64::MAX, 0), |(l, h), (a, b)| {
+            (l.min(*a), h.max(a + b.len() as u64))
+        });
         let mut taken: Vec<u64> = Vec::new();
         for s in file.sections() {
             let exec = matches!(s.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0);
@@ -468,13 +475,19 @@ impl Plan {
             let restricted = unresolved.contains(&func_of(start));
             let no_trap = masked.contains(&func_of(start));
             let is_call = |x: &Instruction| {
-                matches!(x.flow_control(), FlowControl::Call | FlowControl::IndirectCall)
+                matches!(
+                    x.flow_control(),
+                    FlowControl::Call | FlowControl::IndirectCall
+                )
             };
             // Padding after the block that a patch may overwrite.
             let mut pad_after = 0u64;
             if ends_flow(last) {
                 let mut k = e;
-                while k < insns.len() && padding.contains(&insns[k].ip()) && insns[k].ip() == insns[k - 1].next_ip() {
+                while k < insns.len()
+                    && padding.contains(&insns[k].ip())
+                    && insns[k].ip() == insns[k - 1].next_ip()
+                {
                     pad_after += insns[k].len() as u64;
                     k += 1;
                 }
@@ -718,7 +731,9 @@ fn jump_table(
     {
         let table = x.memory_displacement64();
         for k in 0..MAX {
-            let Some(b) = read(table + 8 * k as u64, 8) else { break };
+            let Some(b) = read(table + 8 * k as u64, 8) else {
+                break;
+            };
             let t = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
             if !in_func(t) {
                 break;
@@ -755,7 +770,9 @@ fn jump_table(
                 {
                     let table = y.memory_displacement64();
                     for j in 0..MAX {
-                        let Some(b) = read(table + 8 * j as u64, 8) else { break };
+                        let Some(b) = read(table + 8 * j as u64, 8) else {
+                            break;
+                        };
                         let t = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
                         if !in_func(t) {
                             break;
@@ -773,7 +790,7 @@ fn jump_table(
                     movsxd_base = Some(y.memory_base());
                 }
             }
-            Some(r) if r == Register::None => {}
+            Some(Register::None) => {}
             Some(r) => {
                 if y.mnemonic() == Mnemonic::Lea
                     && y.op0_register() == r
@@ -781,7 +798,9 @@ fn jump_table(
                 {
                     let table = y.ip_rel_memory_address();
                     for j in 0..MAX {
-                        let Some(b) = read(table + 4 * j as u64, 4) else { break };
+                        let Some(b) = read(table + 4 * j as u64, 4) else {
+                            break;
+                        };
                         let e = i32::from_le_bytes(b.try_into().unwrap_or([0; 4]));
                         let t = table.wrapping_add(e as i64 as u64);
                         if !in_func(t) {

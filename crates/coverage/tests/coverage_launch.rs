@@ -13,7 +13,11 @@ fn build(dir: &Path, src: &str, opt: &str, extra: &[&str]) -> PathBuf {
     let st = Command::new("cc")
         .args([opt, "-g", "-o"])
         .arg(&out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(src))
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(src),
+        )
         .args(extra)
         .status()
         .expect("cc runs");
@@ -64,10 +68,13 @@ fn check_loops(prog: &Path, select: &[String]) {
     let (stdout, mods) = covered(prog, &["1000"], select);
     assert_eq!(stdout, native(prog, &["1000"]));
     let canon = std::fs::canonicalize(prog).unwrap();
-    let m = mods
-        .iter()
-        .find(|m| m.path == canon)
-        .unwrap_or_else(|| panic!("{} not covered: {:?}", canon.display(), mods.iter().map(|m| &m.path).collect::<Vec<_>>()));
+    let m = mods.iter().find(|m| m.path == canon).unwrap_or_else(|| {
+        panic!(
+            "{} not covered: {:?}",
+            canon.display(),
+            mods.iter().map(|m| &m.path).collect::<Vec<_>>()
+        )
+    });
     let (called, _) = sym(prog, "called");
     let (never, _) = sym(prog, "never");
     let (branchy, branchy_end) = sym(prog, "branchy");
@@ -130,7 +137,8 @@ fn check_threads(prog: &Path, select: &[String]) {
         .filter(|b| b.addr >= work && b.addr < work_end)
         .collect();
     assert!(
-        br.iter().any(|b| b.taken == 3 * n / 2 && b.not_taken == 3 * n / 2),
+        br.iter()
+            .any(|b| b.taken == 3 * n / 2 && b.not_taken == 3 * n / 2),
         "{br:?}"
     );
     assert_eq!(count_at(m, sym(prog, "child_only").0), 1);
@@ -158,7 +166,9 @@ fn threads_fork_exec_exact() {
 fn real_programs_unchanged() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("input");
-    let text: String = (0..5000).map(|i| format!("{}\n", (i * 7919) % 10007)).collect();
+    let text: String = (0..5000)
+        .map(|i| format!("{}\n", (i * 7919) % 10007))
+        .collect();
     std::fs::write(&input, text).unwrap();
     let input = input.to_string_lossy().into_owned();
     let listed = tmp.path().join("listed");
@@ -170,8 +180,14 @@ fn real_programs_unchanged() {
     let cases: Vec<(&str, Vec<&str>)> = vec![
         ("/bin/ls", vec!["-l", &listed]),
         ("/usr/bin/sort", vec!["-n", &input]),
-        ("/usr/bin/python3", vec!["-c", "s=0\nfor i in range(200000): s+=i*i\nprint(s)"]),
-        ("/bin/sh", vec!["-c", "echo a; /bin/echo b | /usr/bin/tr b c"]),
+        (
+            "/usr/bin/python3",
+            vec!["-c", "s=0\nfor i in range(200000): s+=i*i\nprint(s)"],
+        ),
+        (
+            "/bin/sh",
+            vec!["-c", "echo a; /bin/echo b | /usr/bin/tr b c"],
+        ),
     ];
     for (prog, args) in cases {
         if !Path::new(prog).exists() {
@@ -180,7 +196,8 @@ fn real_programs_unchanged() {
         let want = Command::new(prog).args(&args).output().unwrap();
         let out = tmp.path().join("out");
         let mut cmd = Command::new(prog);
-        cmd.args(&args).stdout(Stdio::from(std::fs::File::create(&out).unwrap()));
+        cmd.args(&args)
+            .stdout(Stdio::from(std::fs::File::create(&out).unwrap()));
         let t = std::time::Instant::now();
         let run = launch(cmd, &[]).expect("launches");
         eprintln!("{prog}: {:?} under coverage", t.elapsed());
@@ -216,7 +233,12 @@ fn attach_entry_counts_from_the_attach_on() {
         .env("COV_CONFIG", server.attach_config())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{:?} {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (mods, notes) = server.collect();
     for n in &notes {
         eprintln!("note: {n}");

@@ -20,13 +20,21 @@ fn check(path: &Path) {
     let planned = t.elapsed();
     assert!(!plan.blocks.is_empty());
     for w in plan.blocks.windows(2) {
-        assert!(w[0].end <= w[1].start, "blocks overlap at {:#x}", w[1].start);
+        assert!(
+            w[0].end <= w[1].start,
+            "blocks overlap at {:#x}",
+            w[1].start
+        );
     }
     let mut hist = std::collections::BTreeMap::new();
     for b in &plan.blocks {
         assert_eq!(b.insns.first(), Some(&b.start));
         let k = match b.how {
-            How::Jmp { from, to, overwrite } => {
+            How::Jmp {
+                from,
+                to,
+                overwrite,
+            } => {
                 assert!(from >= b.start && from < to);
                 assert!(overwrite >= 5);
                 "jmp"
@@ -84,7 +92,10 @@ fn show_uncounted() {
     let plan = Plan::of_file(Path::new(&p)).unwrap();
     for b in &plan.blocks {
         if b.how == How::None || std::env::var("ALL").is_ok() {
-            eprintln!("{:#x}..{:#x} {:?} live={} br={:?}", b.start, b.end, b.how, b.flags_live, b.branch);
+            eprintln!(
+                "{:#x}..{:#x} {:?} live={} br={:?}",
+                b.start, b.end, b.how, b.flags_live, b.branch
+            );
         }
     }
 }
