@@ -355,6 +355,10 @@ static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, ui
             b[0] = 0xe8;
             memcpy(b + 1, &rel, 4);
             break;
+        case 5:
+            b[0] = 0xeb;
+            b[1] = (uint8_t)(int8_t)(p->entry - (p->addr + 2));
+            break;
         case 4:
             rel = (int32_t)(p->entry - (p->addr + 6));
             b[0] = 0x3e;

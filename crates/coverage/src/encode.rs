@@ -38,6 +38,9 @@ pub const PATCH_CALL5: u32 = 3;
 /// `ds call rel32` to `entry` (replacing a 6-byte `call *disp(%rip)`).
 pub const PATCH_CALL6: u32 = 4;
 
+/// `jmp rel8` to `entry` (a nearby `jmp rel32`).
+pub const PATCH_REL8: u32 = 5;
+
 /// The area's code and the patches.
 #[derive(Clone, Debug, Default)]
 pub struct Encoded {
@@ -59,7 +62,7 @@ pub fn area_size(plan: &Plan) -> u64 {
     for b in &plan.blocks {
         n += match b.how {
             How::Jmp { from, to, .. } => 96 + 5 * (to - from),
-            How::Int3 { to } => 96 + 5 * (to - b.start),
+            How::Int3 { to } | How::Hop { to, .. } => 96 + 5 * (to - b.start),
             How::Call { .. } => 48,
             How::Covered => 48,
             How::None => 0,
@@ -223,7 +226,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                     main: Vec::new(),
                 })
             })(),
-            How::Jmp { to, .. } | How::Int3 { to } => (|| {
+            How::Jmp { to, .. } | How::Int3 { to } | How::Hop { to, .. } => (|| {
                 let from = match b.how {
                     How::Jmp { from, .. } => from,
                     _ => b.start,
@@ -320,7 +323,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
         // Only a block whose patch sits at its start can be entered
         // through its trampoline from another one.
         match b.how {
-            How::Int3 { .. } => {
+            How::Int3 { .. } | How::Hop { .. } => {
                 entry.insert(b.start + bias, e);
             }
             How::Jmp { from, .. } if from == b.start => {
@@ -403,6 +406,21 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             How::Int3 { .. } => {
                 trapped += 1;
                 (PATCH_INT3, b.start, 1)
+            }
+            How::Hop { slot, .. } => {
+                patches.push(Patch {
+                    addr: slot + bias,
+                    entry: *e,
+                    kind: PATCH_JMP,
+                    len: 5,
+                });
+                patches.push(Patch {
+                    addr: b.start + bias,
+                    entry: slot + bias,
+                    kind: PATCH_REL8,
+                    len: 2,
+                });
+                continue;
             }
             How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
             How::Call { .. } => (PATCH_CALL6, b.start, 6),

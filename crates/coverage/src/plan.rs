@@ -64,6 +64,10 @@ pub enum How {
     Jmp { from: u64, to: u64, overwrite: u32 },
     /// `int3` at the block's start; the trampoline copies `start..to`.
     Int3 { to: u64 },
+    /// `jmp rel8` at the block's start to a `jmp rel32` at `slot`, in
+    /// the dead bytes of a nearby block whose trampoline copies it whole;
+    /// the trampoline copies `start..to`.
+    Hop { to: u64, slot: u64 },
     /// The block is one call of `len` bytes (5: `call rel32`; 6: `call
     /// *disp(%rip)`), retargeted to a counting stub.
     Call { len: u32 },
@@ -463,6 +467,7 @@ impl Plan {
 
         let mut blocks = Vec::with_capacity(raw.len());
         let mut branches = Vec::new();
+        let mut forbidden: Vec<bool> = Vec::with_capacity(raw.len());
         let mut cover_left = 0usize;
         let mut cover_to = 0u64;
         for (bi, &(s, e)) in raw.iter().enumerate() {
@@ -511,6 +516,7 @@ impl Plan {
                     flags_live: flags_live_from(s, e),
                     branch,
                 });
+                forbidden.push(false);
                 continue;
             }
             if !bad {
@@ -643,11 +649,9 @@ impl Plan {
                     cover_to = to;
                 }
             }
-            if no_trap && matches!(how, How::Int3 { .. }) {
-                how = How::None;
-            }
+            let trap_forbidden = no_trap && matches!(how, How::Int3 { .. });
             let copies_last = match how {
-                How::Jmp { to, .. } | How::Int3 { to } => to >= end,
+                How::Jmp { to, .. } | How::Int3 { to } | How::Hop { to, .. } => to >= end,
                 _ => false,
             };
             let mut branch = None;
@@ -659,8 +663,7 @@ impl Plan {
                 branches.push((last.ip(), !dead_at_block(last.next_ip())));
             }
             let flags_live = match how {
-                How::Jmp { .. } => flags_live_from(s, e),
-                How::Int3 { .. } => flags_live_from(s, e),
+                How::Jmp { .. } | How::Int3 { .. } => flags_live_from(s, e),
                 _ => false,
             };
             blocks.push(PlannedBlock {
@@ -671,6 +674,50 @@ impl Plan {
                 flags_live,
                 branch,
             });
+            forbidden.push(trap_forbidden);
+        }
+
+        // Short blocks: a 2-byte jump to a 5-byte one in dead bytes near
+        // by (the bytes of a block, past its patch, that its trampoline
+        // copies whole: nothing runs them any more), instead of a trap.
+        let mut dead: Vec<(u64, u64)> = Vec::new(); // (cursor, end)
+        for b in &blocks {
+            if let How::Jmp { from, to, overwrite } = b.how {
+                let a = from + u64::from(overwrite);
+                if to >= b.end && a + 5 <= b.end && !unresolved.contains(&func_of(b.start)) {
+                    dead.push((a, b.end));
+                }
+            }
+        }
+        for (bi, b) in blocks.iter_mut().enumerate() {
+            let How::Int3 { to } = b.how else { continue };
+            if to - b.start < 2 || unresolved.contains(&func_of(b.start)) {
+                if forbidden[bi] {
+                    b.how = How::None;
+                }
+                continue;
+            }
+            let origin = b.start + 2;
+            let lo = origin.saturating_sub(128);
+            let hi = origin + 127; // the slot's first byte, at most
+            let mut i = dead.partition_point(|d| d.1 < lo + 5);
+            let mut found = None;
+            while i < dead.len() && dead[i].0 <= hi {
+                let at = dead[i].0.max(lo);
+                if at + 5 <= dead[i].1 && at <= hi {
+                    found = Some((i, at));
+                    break;
+                }
+                i += 1;
+            }
+            match found {
+                Some((i, at)) => {
+                    dead[i].0 = at + 5;
+                    b.how = How::Hop { to, slot: at };
+                }
+                None if forbidden[bi] => b.how = How::None,
+                None => {}
+            }
         }
         Plan {
             blocks,

@@ -46,6 +46,7 @@ fn check(path: &Path) {
             How::Call { .. } => "call",
             How::None => "none",
             How::Covered => "covered",
+            How::Hop { .. } => "hop",
         };
         *hist.entry(k).or_insert(0u64) += 1;
     }
@@ -66,6 +67,11 @@ fn check(path: &Path) {
     );
     assert!(enc.code.len() as u64 <= profdev_coverage::encode::area_size(&plan));
     for p in &enc.patches {
+        if p.kind == profdev_coverage::encode::PATCH_REL8 {
+            let d = p.entry as i64 - (p.addr + 2) as i64;
+            assert!((-128..=127).contains(&d), "rel8 hop out of reach");
+            continue;
+        }
         assert!(p.entry >= area && p.entry < area + enc.code.len() as u64);
         if p.kind == PATCH_JMP {
             assert!(p.len >= 5);
