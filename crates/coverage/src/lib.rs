@@ -24,10 +24,13 @@
 //!   `dlopen` returns (its initializers, run inside dlopen, are not
 //!   counted; a library libc loads on its own, such as an NSS module, is
 //!   covered at the next dlopen).
-//! * **Short blocks.** A block shorter than a 5-byte jump is counted
-//!   through `int3` and the runtime's SIGTRAP handler (about 1.5 µs per
-//!   entry from unpatched code; entries from other trampolines go straight
-//!   in). In code that may run with every signal blocked (functions that
+//! * **Short blocks.** A block shorter than a 5-byte jump gets a 2-byte
+//!   jump to a 5-byte one placed in the dead bytes of a nearby block (one
+//!   whose trampoline copies it whole); where there is none within 128
+//!   bytes, or the block is 1 byte long, it is counted through `int3` and
+//!   the runtime's SIGTRAP handler (about 1.5 µs per entry from unpatched
+//!   code; entries from other trampolines go straight in; the count of
+//!   traps is in the notes). In code that may run with every signal blocked (functions that
 //!   change the signal mask or create threads or processes, and what they
 //!   call, two calls deep) a trap would kill, so such blocks are not
 //!   counted: `uncounted`. The runtime keeps SIGTRAP out of the masks the
