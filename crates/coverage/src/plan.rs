@@ -682,7 +682,12 @@ impl Plan {
         // copies whole: nothing runs them any more), instead of a trap.
         let mut dead: Vec<(u64, u64)> = Vec::new(); // (cursor, end)
         for b in &blocks {
-            if let How::Jmp { from, to, overwrite } = b.how {
+            if let How::Jmp {
+                from,
+                to,
+                overwrite,
+            } = b.how
+            {
                 let a = from + u64::from(overwrite);
                 if to >= b.end && a + 5 <= b.end && !unresolved.contains(&func_of(b.start)) {
                     dead.push((a, b.end));
