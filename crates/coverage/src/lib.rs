@@ -5,11 +5,67 @@
 //! and counts fills a [`counts::ModuleCoverage`] per module; the device's
 //! histogram, cprof's listing, the `.prf` records and the lcov and
 //! Cobertura exports read it.
+//!
+//! The engine: [`plan`] cuts a module into blocks and decides how each is
+//! counted, [`encode`] makes the trampolines for one load of it, and
+//! [`launch`] runs a command with the runtime preloaded and collects the
+//! counts ([`launch::launch`]; the runtime's entry for attach mode is
+//! described there).
+//!
+//! # Limits (each reported where it applies, never hidden)
+//!
+//! * **Reach.** Programs are rewritten through the loader (`LD_PRELOAD`):
+//!   static binaries and setuid programs are not reached; the vDSO and
+//!   code that is not file-backed (JIT, self-modifying code) are not
+//!   planned. Code run before the runtime's constructor (the loader's own
+//!   start, the initializers of libc and of libraries loaded before the
+//!   runtime) is not counted; the executable is counted from `_start`.
+//!   A library is covered when it is mapped at start or when the program's
+//!   `dlopen` returns (its initializers, run inside dlopen, are not
+//!   counted; a library libc loads on its own, such as an NSS module, is
+//!   covered at the next dlopen).
+//! * **Short blocks.** A block shorter than a 5-byte jump gets a 2-byte
+//!   jump to a 5-byte one placed in the dead bytes of a nearby block (one
+//!   whose trampoline copies it whole); where there is none within 128
+//!   bytes, or the block is 1 byte long, it is counted through `int3` and
+//!   the runtime's SIGTRAP handler (about 1.5 µs per entry from unpatched
+//!   code; entries from other trampolines go straight in; the count of
+//!   traps is in the notes). In code that may run with every signal blocked (functions that
+//!   change the signal mask or create threads or processes, and what they
+//!   call, two calls deep) a trap would kill, so such blocks are not
+//!   counted: `uncounted`. The runtime keeps SIGTRAP out of the masks the
+//!   program sets, and chains a SIGTRAP handler the program installs.
+//! * **Leaders.** Jump tables (gcc's and clang's forms, absolute or
+//!   relative) and every code address stored in the module's data or
+//!   relocations are leaders; in a function with an indirect jump through
+//!   an indexed memory operand that is not recognized, a jump only ever
+//!   overwrites one instruction. A computed jump target stored nowhere
+//!   would make the counts of the block holding it wrong.
+//! * **Threads** made with `pthread_create` count into their own arrays
+//!   (no count lost); a thread made with a raw `clone` shares its
+//!   creator's array (its counts may race). When libc is covered, the few
+//!   blocks of libc's thread start before the runtime's wrapper runs count
+//!   into the creator's array.
+//! * **fork**: the child reports what it ran after the fork; when libc is
+//!   covered, libc's fork code between the last atfork handler and the
+//!   system call is counted in parent and child. **exec**: the old image
+//!   reports first; the new one is planned afresh.
+//! * **libc's counts** include the runtime's own calls (planning requests,
+//!   the report).
+//! * **Reports** are written at exit, `_exit`, before exec, and on a
+//!   SIGINT, SIGTERM or SIGHUP the program does not handle; a process
+//!   killed otherwise writes none (its counts are lost, the others stay).
+//! * **Kernel**: x86-64 Linux; `arch_prctl(ARCH_SET_GS)`;
+//!   `MAP_FIXED_NOREPLACE` (4.17) to place trampolines within ±2 GiB of
+//!   each module (on older kernels the placement is checked and retried).
 
 pub mod cobertura;
 pub mod counts;
+pub mod encode;
 pub mod fuzzing;
+pub mod launch;
 pub mod lcov;
 pub mod lines;
 pub mod listing;
+pub mod plan;
 pub mod prf;

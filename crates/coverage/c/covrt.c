@@ -1,0 +1,827 @@
+/* profdev coverage runtime: counts every block of the selected modules.
+ *
+ * Loaded with LD_PRELOAD by `profdev cprof` (launch mode), or dlopen'ed
+ * into a running process by the injector and started with
+ * profdev_cov_attach() (attach mode). For each module it asks profdev,
+ * over the unix socket PROFDEV_COV_SOCK names, for the module's plan,
+ * maps the trampolines profdev encodes next to the module and writes the
+ * patches. Counts are `incq %gs:8*INDEX`: each thread's GS base is its own
+ * counter array (arch_prctl(ARCH_SET_GS)), summed when a report is
+ * written. Reports go to PROFDEV_COV_OUT as cov.PID.SEQ (O_EXCL|O_NOFOLLOW,
+ * 0600) at exit, _exit, before exec, and on a fatal SIGINT/SIGTERM/SIGHUP.
+ *
+ * fork: the child reports only what it runs after the fork (its totals
+ * minus a snapshot the parent takes in the last atfork prepare handler).
+ * exec: the image being replaced reports first; the new image loads the
+ * runtime afresh (LD_PRELOAD and our variables are put back into an
+ * environment that lost them).
+ */
+#define _GNU_SOURCE
+#include <asm/prctl.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+
+/* Counters per thread array (64 MiB of address space, reserved lazily). */
+#define CAP (1ull << 23)
+#define MAXMOD 4096
+#define MAXTHR (1 << 20)
+
+struct trap {
+    uint64_t addr, entry;
+};
+struct mod {
+    uint64_t lo, hi, cb, n, id;
+    struct trap *traps;
+    uint64_t ntraps;
+};
+
+static struct mod mods[MAXMOD];
+static volatile int nmods;
+static uint64_t **arrays; /* every thread array ever made */
+static volatile int narrays;
+static uint64_t next_counter;
+static uint64_t *base; /* fork snapshot: totals at the fork */
+static uint64_t base_n;
+static uint64_t *pending; /* prepare handler's snapshot */
+static uint64_t pending_n;
+static char sock_path[108];
+static char out_dir[4096];
+static int active;
+static int reported;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction old_trap;
+static uint64_t traps; /* breakpoints taken */
+
+static long raw6(long n, long a, long b, long c, long d, long e, long f) {
+    long r;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return r;
+}
+
+static void set_gs(uint64_t *p) { raw6(SYS_arch_prctl, ARCH_SET_GS, (long)p, 0, 0, 0, 0); }
+
+static uint64_t *new_array(void) {
+    void *p = (void *)raw6(SYS_mmap, 0, CAP * 8, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if ((unsigned long)p > -4096UL) return NULL;
+    int i = __atomic_fetch_add(&narrays, 1, __ATOMIC_ACQ_REL);
+    if (i >= MAXTHR) {
+        raw6(SYS_munmap, (long)p, CAP * 8, 0, 0, 0, 0);
+        return NULL;
+    }
+    __atomic_store_n(&arrays[i], (uint64_t *)p, __ATOMIC_RELEASE);
+    return p;
+}
+
+/* Totals of counters [0, n) over every thread array, minus the base. */
+static void totals(uint64_t *dst, uint64_t n) {
+    memset(dst, 0, n * 8);
+    int na = __atomic_load_n(&narrays, __ATOMIC_ACQUIRE);
+    if (na > MAXTHR) na = MAXTHR;
+    for (int t = 0; t < na; t++) {
+        uint64_t *a = __atomic_load_n(&arrays[t], __ATOMIC_ACQUIRE);
+        if (!a) continue;
+        for (uint64_t i = 0; i < n; i++) dst[i] += a[i];
+    }
+    for (uint64_t i = 0; i < n && i < base_n; i++) dst[i] -= base[i];
+}
+
+static void *big_alloc(uint64_t bytes) {
+    void *p = (void *)raw6(SYS_mmap, 0, (long)bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return (unsigned long)p > -4096UL ? NULL : p;
+}
+
+static void big_free(void *p, uint64_t bytes) {
+    if (p) raw6(SYS_munmap, (long)p, (long)bytes, 0, 0, 0, 0);
+}
+
+static void flush(int fd, char *buf, size_t *len) {
+    size_t off = 0;
+    while (off < *len) {
+        ssize_t w = write(fd, buf + off, *len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += w;
+    }
+    *len = 0;
+}
+
+static void put(int fd, char *buf, size_t *len, const char *s, size_t n) {
+    if (*len + n > 65536) flush(fd, buf, len);
+    memcpy(buf + *len, s, n);
+    *len += n;
+}
+
+/* Write this process image's counts, once. */
+static void report(void) {
+    if (!active || __atomic_exchange_n(&reported, 1, __ATOMIC_ACQ_REL)) return;
+    uint64_t n = next_counter;
+    uint64_t *tot = big_alloc(n * 8 + 8);
+    if (!tot) return;
+    totals(tot, n);
+    char path[4200];
+    int fd = -1;
+    for (int seq = 0; seq < 10000 && fd < 0; seq++) {
+        snprintf(path, sizeof path, "%s/cov.%d.%d", out_dir, (int)getpid(), seq);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd >= 0) {
+        static char buf[65536 + 128];
+        size_t len = 0;
+        char line[128];
+        int k = snprintf(line, sizeof line, "profdev-coverage 1\npid %d\ntraps %lu\n", (int)getpid(),
+                         (unsigned long)traps);
+        put(fd, buf, &len, line, k);
+        for (int m = 0; m < nmods; m++) {
+            k = snprintf(line, sizeof line, "M %lu %lu %lu\n", (unsigned long)mods[m].id,
+                         (unsigned long)mods[m].cb, (unsigned long)mods[m].n);
+            put(fd, buf, &len, line, k);
+            for (uint64_t i = 0; i < mods[m].n; i++) {
+                uint64_t c = tot[mods[m].cb + i];
+                if (!c) continue;
+                k = snprintf(line, sizeof line, "%lx %lx\n", (unsigned long)i, (unsigned long)c);
+                put(fd, buf, &len, line, k);
+            }
+        }
+        put(fd, buf, &len, "end\n", 4);
+        flush(fd, buf, &len);
+        close(fd);
+    }
+    big_free(tot, n * 8 + 8);
+}
+
+/* After a report that did not end the image (exec failed): count on
+ * from here. */
+static void rebase(void) {
+    uint64_t n = next_counter;
+    uint64_t *t = big_alloc(n * 8 + 8);
+    if (!t) return;
+    totals(t, n);
+    for (uint64_t i = 0; i < n && i < base_n; i++) t[i] += base[i];
+    big_free(base, base_n * 8 + 8);
+    base = t;
+    base_n = n;
+    __atomic_store_n(&reported, 0, __ATOMIC_RELEASE);
+}
+
+/* ---- SIGTRAP: blocks counted through int3 ---- */
+
+void profdev_cov_restore(void);
+__asm__(".text\n"
+        ".type profdev_cov_restore,@function\n"
+        "profdev_cov_restore:\n"
+        "    mov $15, %eax\n"
+        "    syscall\n"
+        ".size profdev_cov_restore,.-profdev_cov_restore\n");
+
+static void on_trap(int sig, siginfo_t *si, void *ctx) {
+    ucontext_t *uc = ctx;
+    uint64_t pc = uc->uc_mcontext.gregs[REG_RIP] - 1;
+    int nm = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE);
+    for (int m = 0; m < nm; m++) {
+        if (pc < mods[m].lo || pc >= mods[m].hi) continue;
+        uint64_t lo = 0, hi = mods[m].ntraps;
+        while (lo < hi) {
+            uint64_t mid = (lo + hi) / 2;
+            if (mods[m].traps[mid].addr < pc) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < mods[m].ntraps && mods[m].traps[lo].addr == pc) {
+            __atomic_fetch_add(&traps, 1, __ATOMIC_RELAXED);
+            uc->uc_mcontext.gregs[REG_RIP] = mods[m].traps[lo].entry;
+            return;
+        }
+    }
+    /* Not ours. */
+    if (old_trap.sa_flags & SA_SIGINFO) {
+        if (old_trap.sa_sigaction) old_trap.sa_sigaction(sig, si, ctx);
+        return;
+    }
+    if (old_trap.sa_handler != SIG_DFL && old_trap.sa_handler != SIG_IGN) {
+        old_trap.sa_handler(sig);
+        return;
+    }
+    report();
+    signal(SIGTRAP, SIG_DFL);
+    raise(SIGTRAP);
+}
+
+static void on_fatal(int sig) {
+    report();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* ---- planning and patching ---- */
+
+static int read_full(int fd, void *p, size_t n) {
+    char *c = p;
+    while (n) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        c += r;
+        n -= r;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        /* A socket: no SIGPIPE if profdev went away. */
+        ssize_t r = send(fd, c, n, MSG_NOSIGNAL);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        c += r;
+        n -= r;
+    }
+    return 0;
+}
+
+static int read_line(int fd, char *buf, size_t cap) {
+    size_t i = 0;
+    while (i + 1 < cap) {
+        if (read_full(fd, buf + i, 1)) return -1;
+        if (buf[i] == '\n') break;
+        i++;
+    }
+    buf[i] = 0;
+    return 0;
+}
+
+/* A free area of `size` bytes whose every byte is within 2 GiB - 16 MiB
+ * of every byte of [lo, hi). */
+static uint64_t place_area(uint64_t lo, uint64_t hi, uint64_t size) {
+    const uint64_t reach = (1ull << 31) - (16ull << 20);
+    const uint64_t step = 1ull << 20;
+    if (hi - lo + size > reach) return 0;
+    /* Below the module first, then above. */
+    for (int dir = 0; dir < 2; dir++) {
+        for (uint64_t k = 0; k < 1024; k++) {
+            uint64_t a;
+            if (dir == 0) {
+                uint64_t d = size + (k + 1) * step;
+                if (lo < d + (1ull << 20)) break;
+                a = (lo - d) & ~0xffffull;
+            } else {
+                a = ((hi + 0xffff) & ~0xffffull) + k * step;
+            }
+            if (a + size > lo + reach || hi > a + reach) break;
+            void *p = (void *)raw6(SYS_mmap, (long)a, (long)size, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+            if ((unsigned long)p > -4096UL) continue;
+            if ((uint64_t)p == a) return a;
+            raw6(SYS_munmap, (long)p, (long)size, 0, 0, 0, 0);
+        }
+    }
+    return 0;
+}
+
+struct patch {
+    uint64_t addr, entry;
+    uint32_t kind, len;
+};
+
+/* Avoid the library's memcpy/memset while the code may be half patched. */
+static void poke(uint8_t *dst, const uint8_t *src, uint32_t n) {
+    volatile uint8_t *d = dst;
+    for (uint32_t i = 0; i < n; i++) d[i] = src[i];
+}
+
+/* Write the patches; `stopped` holds PCs of stopped threads (attach):
+ * a patch whose bytes hold one is skipped. Returns patches skipped. */
+static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, uint64_t nstopped) {
+    if (!np) return 0;
+    uint64_t first = ps[0].addr & ~4095ull, last = 0, skipped = 0;
+    for (uint64_t i = 0; i < np; i++)
+        if (ps[i].addr + ps[i].len > last) last = ps[i].addr + ps[i].len;
+    last = (last + 4095) & ~4095ull;
+    /* Pages in between are the module's code (R-X): make them writable
+     * for the time of the patching, with raw system calls. */
+    if (raw6(SYS_mprotect, (long)first, (long)(last - first), PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0))
+        return np;
+    for (uint64_t i = 0; i < np; i++) {
+        struct patch *p = &ps[i];
+        int hit = 0;
+        for (uint64_t s = 0; s < nstopped; s++)
+            if (stopped[s] > p->addr && stopped[s] < p->addr + p->len) hit = 1;
+        if (hit) {
+            skipped++;
+            p->kind = 0;
+            continue;
+        }
+        uint8_t b[64];
+        uint32_t n = p->len > sizeof b ? sizeof b : p->len;
+        for (uint32_t k = 0; k < n; k++) b[k] = 0xcc;
+        int32_t rel;
+        switch (p->kind) {
+        case 1:
+            rel = (int32_t)(p->entry - (p->addr + 5));
+            b[0] = 0xe9;
+            memcpy(b + 1, &rel, 4);
+            break;
+        case 2:
+            break;
+        case 3:
+            rel = (int32_t)(p->entry - (p->addr + 5));
+            b[0] = 0xe8;
+            memcpy(b + 1, &rel, 4);
+            break;
+        case 5:
+            b[0] = 0xeb;
+            b[1] = (uint8_t)(int8_t)(p->entry - (p->addr + 2));
+            break;
+        case 4:
+            rel = (int32_t)(p->entry - (p->addr + 6));
+            b[0] = 0x3e;
+            b[1] = 0xe8;
+            memcpy(b + 2, &rel, 4);
+            break;
+        default:
+            continue;
+        }
+        if (p->kind == 1 && n > 5) {
+            /* The jump's 4 tail bytes first, its opcode last: a thread
+             * running here (attach) sees the old first byte or the jump. */
+            poke((uint8_t *)p->addr + 1, b + 1, n - 1);
+            poke((uint8_t *)p->addr, b, 1);
+        } else {
+            poke((uint8_t *)p->addr, b, n);
+        }
+    }
+    raw6(SYS_mprotect, (long)first, (long)(last - first), PROT_READ | PROT_EXEC, 0, 0, 0);
+    return skipped;
+}
+
+/* Ask profdev for one module's plan and apply it. Returns 0 when done or
+ * skipped by profdev, -1 on failure. Holds `lock`. */
+static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
+                 const uint64_t *stopped, uint64_t nstopped) {
+    struct stat st;
+    if (stat(path, &st)) return 0; /* no file (vDSO): not reachable */
+    if (nmods >= MAXMOD) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, sock_path, sizeof sa.sun_path - 1);
+    int rc = -1;
+    char line[4400];
+    uint8_t *area = NULL;
+    uint64_t size = 0;
+    struct patch *ps = NULL;
+    uint64_t np = 0;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) goto out;
+    int k = snprintf(line, sizeof line, "MOD %d %lu %lu %lx %lx %lx %s\n", (int)getpid(),
+                     (unsigned long)st.st_dev, (unsigned long)st.st_ino, (unsigned long)bias,
+                     (unsigned long)lo, (unsigned long)hi, path);
+    if (k >= (int)sizeof line || write_full(fd, line, k) || read_line(fd, line, sizeof line)) goto out;
+    unsigned long sz, n;
+    if (!strcmp(line, "SKIP")) {
+        rc = 0;
+        goto out;
+    }
+    if (sscanf(line, "SIZE %lx %lx", &sz, &n) != 2) goto out;
+    if (next_counter + n > CAP) goto out;
+    size = sz;
+    uint64_t a = place_area(lo, hi, size);
+    if (!a) goto out;
+    area = (uint8_t *)a;
+    k = snprintf(line, sizeof line, "AT %lx %lx\n", (unsigned long)a, (unsigned long)next_counter);
+    if (write_full(fd, line, k) || read_line(fd, line, sizeof line)) goto out;
+    unsigned long len, id;
+    if (sscanf(line, "CODE %lx %lx %lx", &len, &np, &id) != 3 || len > size) goto out;
+    if (read_full(fd, area, len)) goto out;
+    ps = big_alloc(np * sizeof *ps + 8);
+    if (!ps || read_full(fd, ps, np * sizeof *ps)) goto out;
+    if (raw6(SYS_mprotect, (long)area, (long)size, PROT_READ | PROT_EXEC, 0, 0, 0)) goto out;
+    uint64_t nt = 0;
+    for (uint64_t i = 0; i < np; i++) nt += ps[i].kind == 2;
+    struct trap *traps = big_alloc(nt * sizeof *traps + 8);
+    if (!traps) goto out;
+    nt = 0;
+    for (uint64_t i = 0; i < np; i++)
+        if (ps[i].kind == 2) traps[nt++] = (struct trap){ps[i].addr, ps[i].entry};
+    struct mod *m = &mods[nmods];
+    m->lo = lo;
+    m->hi = hi;
+    m->cb = next_counter;
+    m->n = n;
+    m->id = id;
+    m->traps = traps;
+    m->ntraps = nt;
+    next_counter += n;
+    __atomic_store_n(&nmods, nmods + 1, __ATOMIC_RELEASE);
+    if (getenv("PROFDEV_COV_DEBUG"))
+        dprintf(2, "profdev-cov %d: %s bias %lx lo %lx hi %lx area %lx size %lx len %lx patches %lu\n",
+                (int)getpid(), path, (unsigned long)bias, (unsigned long)lo, (unsigned long)hi,
+                (unsigned long)a, (unsigned long)size, len, np);
+    uint64_t skipped = apply(ps, np, stopped, nstopped);
+    /* Tell profdev which patches were left out (attach). */
+    k = snprintf(line, sizeof line, "DONE %lx\n", (unsigned long)skipped);
+    write_full(fd, line, k);
+    if (skipped) {
+        for (uint64_t i = 0; i < np; i++) {
+            if (ps[i].kind) continue;
+            k = snprintf(line, sizeof line, "S %lx\n", (unsigned long)ps[i].addr);
+            write_full(fd, line, k);
+        }
+    }
+    area = NULL; /* kept */
+    rc = 0;
+out:
+    if (area) big_free(area, size);
+    big_free(ps, np * sizeof *ps + 8);
+    close(fd);
+    return rc;
+}
+
+struct found {
+    char path[4096];
+    uint64_t bias, lo, hi;
+};
+struct finds {
+    struct found *v;
+    int n, cap;
+};
+
+static int is_covered(uint64_t lo) {
+    for (int m = 0; m < nmods; m++)
+        if (mods[m].lo == lo) return 1;
+    return 0;
+}
+
+static int collect(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct finds *f = data;
+    uint64_t lo = ~0ull, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD) continue;
+        uint64_t a = info->dlpi_addr + ph->p_vaddr, b = a + ph->p_memsz;
+        if (a < lo) lo = a;
+        if (b > hi) hi = b;
+    }
+    if (hi == 0 || f->n >= f->cap) return 0;
+    uint64_t self = (uint64_t)(uintptr_t)&collect;
+    if (self >= lo && self < hi) return 0; /* the runtime itself */
+    if (is_covered(lo)) return 0;
+    struct found *x = &f->v[f->n];
+    const char *name = info->dlpi_name;
+    if (!name || !*name) {
+        ssize_t r = readlink("/proc/self/exe", x->path, sizeof x->path - 1);
+        if (r <= 0) return 0;
+        x->path[r] = 0;
+    } else {
+        snprintf(x->path, sizeof x->path, "%s", name);
+    }
+    x->bias = info->dlpi_addr;
+    x->lo = lo & ~4095ull;
+    x->hi = hi;
+    f->n++;
+    return 0;
+}
+
+/* Cover every module mapped and not yet covered. */
+static void cover_all(const uint64_t *stopped, uint64_t nstopped) {
+    struct finds f = {.cap = 1024};
+    f.v = big_alloc(sizeof(struct found) * f.cap);
+    if (!f.v) return;
+    pthread_mutex_lock(&lock);
+    dl_iterate_phdr(collect, &f);
+    for (int i = 0; i < f.n; i++)
+        cover(f.v[i].path, f.v[i].bias, f.v[i].lo, f.v[i].hi, stopped, nstopped);
+    pthread_mutex_unlock(&lock);
+    big_free(f.v, sizeof(struct found) * f.cap);
+}
+
+/* ---- threads, fork, exec, exit ---- */
+
+static void prepare(void) {
+    if (!active) return;
+    pending_n = next_counter;
+    pending = big_alloc(pending_n * 8 + 8);
+    if (pending) {
+        totals(pending, pending_n);
+        for (uint64_t i = 0; i < pending_n && i < base_n; i++) pending[i] += base[i];
+    }
+}
+static void parent(void) {
+    big_free(pending, pending_n * 8 + 8);
+    pending = NULL;
+}
+static void child(void) {
+    if (!active) return;
+    /* Other threads' arrays are dead copies, in the base and the totals
+     * alike, so they cancel. */
+    big_free(base, base_n * 8 + 8);
+    base = pending;
+    base_n = pending ? pending_n : 0;
+    pending = NULL;
+    reported = 0;
+}
+
+struct start {
+    void *(*fn)(void *);
+    void *arg;
+    uint64_t *arr;
+};
+
+static void *thread_start(void *p) {
+    struct start s = *(struct start *)p;
+    free(p);
+    if (s.arr) set_gs(s.arr);
+    return s.fn(s.arg);
+}
+
+API int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg) {
+    static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    if (!real) real = dlsym(RTLD_NEXT, "pthread_create");
+    if (!active) return real(t, a, fn, arg);
+    struct start *s = malloc(sizeof *s);
+    if (!s) return real(t, a, fn, arg);
+    s->fn = fn;
+    s->arg = arg;
+    s->arr = new_array();
+    int r = real(t, a, thread_start, s);
+    if (r) free(s);
+    return r;
+}
+
+API void *dlopen(const char *file, int mode) {
+    static void *(*real)(const char *, int);
+    if (!real) real = dlsym(RTLD_NEXT, "dlopen");
+    void *h = real(file, mode);
+    if (h && active) cover_all(NULL, 0);
+    return h;
+}
+
+API void _exit(int status) {
+    report();
+    syscall(SYS_exit_group, status);
+    __builtin_unreachable();
+}
+
+API void _Exit(int status) { _exit(status); }
+
+extern char **environ;
+
+/* An environment holding our variables (a program may have dropped them). */
+static char **with_ours(char *const envp[]) {
+    static const char *keys[] = {"LD_PRELOAD=", "PROFDEV_COV_SOCK=", "PROFDEV_COV_OUT="};
+    const char *mine[3] = {0};
+    for (char **e = environ; e && *e; e++)
+        for (int k = 0; k < 3; k++)
+            if (!strncmp(*e, keys[k], strlen(keys[k]))) mine[k] = *e;
+    int n = 0, have[3] = {0};
+    for (; envp && envp[n]; n++)
+        for (int k = 0; k < 3; k++)
+            if (!strncmp(envp[n], keys[k], strlen(keys[k]))) have[k] = 1;
+    char **v = malloc((n + 4) * sizeof *v);
+    if (!v) return (char **)envp;
+    int j = 0;
+    for (int i = 0; i < n; i++) v[j++] = envp[i];
+    for (int k = 0; k < 3; k++)
+        if (!have[k] && mine[k]) v[j++] = (char *)mine[k];
+    v[j] = NULL;
+    return v;
+}
+
+#define REAL(name) \
+    static __typeof__(name) *real_##name; \
+    if (!real_##name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
+
+API int execve(const char *path, char *const argv[], char *const envp[]) {
+    REAL(execve);
+    char **e = active ? with_ours(envp) : (char **)envp;
+    report();
+    int r = real_execve(path, argv, e);
+    int err = errno;
+    if (active) rebase();
+    errno = err;
+    return r;
+}
+
+API int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    REAL(execvpe);
+    char **e = active ? with_ours(envp) : (char **)envp;
+    report();
+    int r = real_execvpe(file, argv, e);
+    int err = errno;
+    if (active) rebase();
+    errno = err;
+    return r;
+}
+
+API int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
+API int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
+
+API int fexecve(int fd, char *const argv[], char *const envp[]) {
+    REAL(fexecve);
+    char **e = active ? with_ours(envp) : (char **)envp;
+    report();
+    int r = real_fexecve(fd, argv, e);
+    int err = errno;
+    if (active) rebase();
+    errno = err;
+    return r;
+}
+
+static char **va_argv(const char *arg0, va_list ap, char ***envp) {
+    va_list c;
+    va_copy(c, ap);
+    int n = 1;
+    while (va_arg(c, char *)) n++;
+    va_end(c);
+    char **v = malloc((n + 1) * sizeof *v);
+    if (!v) return NULL;
+    v[0] = (char *)arg0;
+    for (int i = 1; i < n; i++) v[i] = va_arg(ap, char *);
+    (void)va_arg(ap, char *);
+    v[n] = NULL;
+    if (envp) *envp = va_arg(ap, char **);
+    return v;
+}
+
+API int execl(const char *path, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    char **v = va_argv(arg, ap, NULL);
+    va_end(ap);
+    if (!v) return -1;
+    return execve(path, v, environ);
+}
+API int execlp(const char *file, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    char **v = va_argv(arg, ap, NULL);
+    va_end(ap);
+    if (!v) return -1;
+    return execvpe(file, v, environ);
+}
+API int execle(const char *path, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    char **env = NULL;
+    char **v = va_argv(arg, ap, &env);
+    va_end(ap);
+    if (!v) return -1;
+    return execve(path, v, env);
+}
+
+API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                    const posix_spawnattr_t *at, char *const argv[], char *const envp[]) {
+    REAL(posix_spawn);
+    return real_posix_spawn(pid, path, fa, at, argv, active ? with_ours(envp) : envp);
+}
+API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                     const posix_spawnattr_t *at, char *const argv[], char *const envp[]) {
+    REAL(posix_spawnp);
+    return real_posix_spawnp(pid, file, fa, at, argv, active ? with_ours(envp) : envp);
+}
+
+/* SIGTRAP must stay deliverable: a trap while it is blocked kills. */
+API int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+    REAL(sigprocmask);
+    if (active && set && how != SIG_UNBLOCK) {
+        sigset_t s = *set;
+        sigdelset(&s, SIGTRAP);
+        return real_sigprocmask(how, &s, old);
+    }
+    return real_sigprocmask(how, set, old);
+}
+
+API int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
+    REAL(pthread_sigmask);
+    if (active && set && how != SIG_UNBLOCK) {
+        sigset_t s = *set;
+        sigdelset(&s, SIGTRAP);
+        return real_pthread_sigmask(how, &s, old);
+    }
+    return real_pthread_sigmask(how, set, old);
+}
+
+/* A program's own SIGTRAP handler is chained behind ours. */
+API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    REAL(sigaction);
+    if (active && sig == SIGTRAP) {
+        if (old) *old = old_trap;
+        if (act) old_trap = *act;
+        return 0;
+    }
+    return real_sigaction(sig, act, old);
+}
+
+/* ---- start ---- */
+
+static int setup(const char *sock, const char *out) {
+    if (!sock || !out || strlen(sock) >= sizeof sock_path || strlen(out) >= sizeof out_dir) return -1;
+    strcpy(sock_path, sock);
+    strcpy(out_dir, out);
+    arrays = big_alloc(sizeof(uint64_t *) * MAXTHR);
+    if (!arrays) return -1;
+    /* The kernel's rt_sigaction with our own restorer: a trap returns
+     * through the runtime, not through libc's __restore_rt (which would
+     * be counted once per trap when libc is covered). */
+    struct {
+        void *handler;
+        unsigned long flags;
+        void (*restorer)(void);
+        uint64_t mask;
+    } ksa = {(void *)on_trap, SA_SIGINFO | SA_RESTART | SA_NODEFER | 0x04000000 /* SA_RESTORER */,
+             profdev_cov_restore, 0};
+    sigaction(SIGTRAP, NULL, &old_trap);
+    raw6(SYS_rt_sigaction, SIGTRAP, (long)&ksa, 0, 8, 0, 0);
+    int fatal[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        struct sigaction cur;
+        if (sigaction(fatal[i], NULL, &cur) == 0 && cur.sa_handler == SIG_DFL &&
+            !(cur.sa_flags & SA_SIGINFO))
+            signal(fatal[i], on_fatal);
+    }
+    pthread_atfork(prepare, parent, child);
+    return 0;
+}
+
+__attribute__((constructor)) static void start(void) {
+    const char *sock = getenv("PROFDEV_COV_SOCK");
+    const char *out = getenv("PROFDEV_COV_OUT");
+    if (!sock || !out) return;
+    if (setup(sock, out)) return;
+    uint64_t *main_array = new_array();
+    if (!main_array) return;
+    set_gs(main_array);
+    active = 1;
+    cover_all(NULL, 0);
+}
+
+__attribute__((destructor)) static void stop(void) { report(); }
+
+/* Attach mode: see the crate's documentation (profdev_coverage::launch,
+ * "Attach entry"). `config` is "SOCK\nOUT\n"; `tids` threads are stopped
+ * with their PCs in `pcs`; gs_out[i] receives the GS base the injector
+ * must give thread i before resuming it. Returns 0 or -1. */
+API int profdev_cov_attach(const char *config, const uint64_t *pcs, uint64_t npcs,
+                           uint64_t *gs_out, uint64_t nthreads) {
+    if (active || !config) return -1;
+    char sock[4096], out[4096];
+    const char *nl = strchr(config, '\n');
+    if (!nl || (size_t)(nl - config) >= sizeof sock) return -1;
+    memcpy(sock, config, nl - config);
+    sock[nl - config] = 0;
+    const char *o = nl + 1;
+    const char *nl2 = strchr(o, '\n');
+    size_t ol = nl2 ? (size_t)(nl2 - o) : strlen(o);
+    if (ol >= sizeof out) return -1;
+    memcpy(out, o, ol);
+    out[ol] = 0;
+    if (setup(sock, out)) return -1;
+    for (uint64_t i = 0; i < nthreads; i++) {
+        uint64_t *a = new_array();
+        if (!a) return -1;
+        gs_out[i] = (uint64_t)(uintptr_t)a;
+    }
+    /* The calling thread (the injector's) counts into a fresh array too. */
+    uint64_t *mine = new_array();
+    if (!mine) return -1;
+    set_gs(mine);
+    active = 1;
+    cover_all(pcs, npcs);
+    return 0;
+}
+
+/* Attach mode: write a report now (the process goes on; later reports
+ * hold only what ran after this one). */
+API void profdev_cov_flush(void) {
+    pthread_mutex_lock(&lock);
+    report();
+    rebase();
+    pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,444 @@
+//! Trampolines: a [`Plan`] made into code for one load of the module.
+//!
+//! Given the module's load bias, the address of the trampoline area the
+//! runtime mapped (within ±2 GiB of the module) and the module's first
+//! counter index, [`encode`] returns the area's bytes and the patches to
+//! write into the module's code. A count is `incq %gs:8*INDEX`: each
+//! thread's GS base is its own counter array (set by the runtime), so a
+//! count is one unlocked instruction and no count is lost between threads.
+//! Where the flags are live the count is wrapped in `pushfq`/`popfq`,
+//! below the red zone.
+
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
+    InstructionBlock, MemoryOperand, Register,
+};
+
+use crate::plan::{How, Plan};
+
+/// What the runtime writes at one address of the module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patch {
+    /// Run-time address.
+    pub addr: u64,
+    /// Run-time address of the trampoline it leads to.
+    pub entry: u64,
+    /// [`PATCH_JMP`], [`PATCH_INT3`], [`PATCH_CALL5`] or [`PATCH_CALL6`].
+    pub kind: u32,
+    /// Bytes overwritten (a jump fills the rest with `int3`).
+    pub len: u32,
+}
+
+/// `jmp rel32` to `entry`, the rest of `len` bytes `int3`.
+pub const PATCH_JMP: u32 = 1;
+/// One `int3`; the SIGTRAP handler resumes at `entry`.
+pub const PATCH_INT3: u32 = 2;
+/// `call rel32` to `entry` (replacing a `call rel32`).
+pub const PATCH_CALL5: u32 = 3;
+/// `ds call rel32` to `entry` (replacing a 6-byte `call *disp(%rip)`).
+pub const PATCH_CALL6: u32 = 4;
+
+/// `jmp rel8` to `entry` (a nearby `jmp rel32`).
+pub const PATCH_REL8: u32 = 5;
+
+/// The area's code and the patches.
+#[derive(Clone, Debug, Default)]
+pub struct Encoded {
+    /// The trampoline area's bytes, to be mapped at the area's address.
+    pub code: Vec<u8>,
+    /// Patches by address.
+    pub patches: Vec<Patch>,
+    /// Blocks the planner meant to count whose trampoline failed to encode.
+    pub failed: u64,
+    /// Blocks counted through a trap.
+    pub trapped: u64,
+    /// Indices of the blocks that failed (counted in `failed`).
+    pub failed_blocks: Vec<usize>,
+}
+
+/// A bound on the trampoline area's size for `plan`, in bytes.
+pub fn area_size(plan: &Plan) -> u64 {
+    let mut n = 4096u64;
+    for b in &plan.blocks {
+        n += match b.how {
+            How::Jmp { from, to, .. } => 96 + 5 * (to - from),
+            How::Int3 { to } | How::Hop { to, .. } => 96 + 5 * (to - b.start),
+            How::Call { .. } => 48,
+            How::Covered => 48,
+            How::None => 0,
+        };
+        if b.branch.is_some() {
+            n += 48;
+        }
+    }
+    n.div_ceil(4096) * 4096
+}
+
+/// Placeholder targets of the conditional jumps that lead to stub k.
+const SENTINEL: u64 = 0xffff_fff0_0000_0000;
+
+fn count_seq(index: u64, flags_live: bool) -> Vec<Instruction> {
+    let mem = MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        (index * 8) as i64,
+        4,
+        false,
+        Register::GS,
+    );
+    let inc = Instruction::with1(Code::Inc_rm64, mem).expect("inc m64 is valid");
+    if !flags_live {
+        return vec![inc];
+    }
+    let below = MemoryOperand::with_base_displ(Register::RSP, -128);
+    let above = MemoryOperand::with_base_displ(Register::RSP, 128);
+    vec![
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, below).expect("lea is valid"),
+        Instruction::with(Code::Pushfq),
+        inc,
+        Instruction::with(Code::Popfq),
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, above).expect("lea is valid"),
+    ]
+}
+
+/// A call made of a push of its original return address and a jump, so
+/// the return address stays in the original code.
+fn emulate_call(call: &Instruction) -> Option<Vec<Instruction>> {
+    let ret = call.next_ip();
+    let slot = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    let mut v = vec![
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, slot(-8)).ok()?,
+        Instruction::with2(Code::Mov_rm32_imm32, slot(0), ret as u32).ok()?,
+        Instruction::with2(Code::Mov_rm32_imm32, slot(4), (ret >> 32) as u32).ok()?,
+    ];
+    match call.code() {
+        Code::Call_rel32_64 => v.push(jmp(call.near_branch_target())),
+        Code::Call_rm64 => {
+            let mut j = *call;
+            j.set_code(Code::Jmp_rm64);
+            if j.op0_kind() == iced_x86::OpKind::Memory {
+                if j.memory_index() == Register::RSP {
+                    return None;
+                }
+                if j.memory_base() == Register::RSP {
+                    j.set_memory_displacement64(j.memory_displacement64().wrapping_add(8));
+                    j.set_memory_displ_size(4);
+                }
+            } else if j.op0_register() == Register::RSP {
+                return None;
+            }
+            v.push(j);
+        }
+        _ => return None,
+    }
+    Some(v)
+}
+
+/// A bound on the bytes `list` encodes to anywhere in the area: branches
+/// take their longest form; instructions made here (no length yet) at
+/// most 9 bytes.
+fn bound(list: &[Instruction]) -> u64 {
+    let mut n = 8;
+    for x in list {
+        n += match x.len() {
+            0 => 9,
+            l if matches!(
+                x.mnemonic(),
+                iced_x86::Mnemonic::Jrcxz
+                    | iced_x86::Mnemonic::Jecxz
+                    | iced_x86::Mnemonic::Loop
+                    | iced_x86::Mnemonic::Loope
+                    | iced_x86::Mnemonic::Loopne
+            ) =>
+            {
+                l as u64 + 16
+            }
+            l if x.op0_kind() == iced_x86::OpKind::NearBranch64 => (l as u64).max(6),
+            l => l as u64 + 4,
+        };
+    }
+    n
+}
+
+fn jmp(target: u64) -> Instruction {
+    Instruction::with_branch(Code::Jmp_rel32_64, target).expect("jmp is valid")
+}
+
+fn enc(list: &[Instruction], rip: u64) -> Option<Vec<u8>> {
+    BlockEncoder::encode(
+        64,
+        InstructionBlock::new(list, rip),
+        BlockEncoderOptions::NONE,
+    )
+    .ok()
+    .map(|r| r.code_buffer)
+}
+
+/// One block's trampoline pieces, before layout.
+struct Piece {
+    block: usize,
+    /// Stubs (taken edges, or a call's counting stub), then main part.
+    stubs: Vec<Vec<Instruction>>,
+    main: Vec<Instruction>,
+}
+
+/// The trampolines for `plan` loaded at `bias`, the area at `area`, the
+/// module's counters from `first_counter`.
+pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded {
+    let nblocks = plan.blocks.len() as u64;
+    let decode = |from: u64, to: u64| -> Option<Vec<Instruction>> {
+        let bytes = plan.bytes(from, to - from)?;
+        let mut d = Decoder::with_ip(64, bytes, from + bias, DecoderOptions::NONE);
+        let mut v = Vec::new();
+        while d.can_decode() {
+            let x = d.decode();
+            if x.code() == Code::INVALID {
+                return None;
+            }
+            v.push(x);
+        }
+        Some(v)
+    };
+    // Build each block's instruction lists with placeholder targets; the
+    // stub of a taken edge is referenced by the jcc through its address,
+    // filled in at layout.
+    let mut pieces = Vec::new();
+    let mut failed = 0;
+    let mut failed_blocks = Vec::new();
+    for (i, b) in plan.blocks.iter().enumerate() {
+        let counter = first_counter + i as u64;
+        let piece = match b.how {
+            How::None => continue,
+            How::Call { .. } => (|| {
+                let x = decode(b.start, b.end)?.pop()?;
+                let mut stub = count_seq(counter, false);
+                if x.code() == Code::Call_rel32_64 {
+                    stub.push(jmp(x.near_branch_target()));
+                } else {
+                    let mut j = x;
+                    j.set_code(Code::Jmp_rm64);
+                    stub.push(j);
+                }
+                Some(Piece {
+                    block: i,
+                    stubs: vec![stub],
+                    main: Vec::new(),
+                })
+            })(),
+            How::Jmp { to, .. } | How::Int3 { to } | How::Hop { to, .. } => (|| {
+                let from = match b.how {
+                    How::Jmp { from, .. } => from,
+                    _ => b.start,
+                };
+                let mut copied = decode(from, to)?;
+                let last_uncond = copied.last().is_some_and(|x| {
+                    matches!(
+                        x.flow_control(),
+                        FlowControl::UnconditionalBranch
+                            | FlowControl::IndirectBranch
+                            | FlowControl::Return
+                    ) || x.mnemonic() == iced_x86::Mnemonic::Ud2
+                });
+                let mut emulated = None;
+                if copied.last().is_some_and(|x| {
+                    matches!(
+                        x.flow_control(),
+                        FlowControl::Call | FlowControl::IndirectCall
+                    )
+                }) {
+                    let call = copied.pop()?;
+                    emulated = Some(emulate_call(&call)?);
+                }
+                let mut main = count_seq(counter, b.flags_live);
+                let stubs = Vec::new();
+                for x in copied {
+                    let link = x.ip() - bias;
+                    if link != from {
+                        // A block the window runs into: count it here.
+                        if let Some(c) = plan.block_at(link) {
+                            main.extend(count_seq(
+                                first_counter + c as u64,
+                                plan.blocks[c].flags_live,
+                            ));
+                        }
+                    }
+                    let mut fell = None;
+                    if x.flow_control() == FlowControl::ConditionalBranch {
+                        let c = plan.blocks.partition_point(|k| k.start <= link) - 1;
+                        let cb = &plan.blocks[c];
+                        if let (Some(j), true) = (cb.branch, cb.end == x.next_ip() - bias) {
+                            let (_, live) = plan.branches[j as usize];
+                            fell = Some(count_seq(first_counter + nblocks + u64::from(j), live));
+                        }
+                    }
+                    main.push(x);
+                    main.extend(fell.into_iter().flatten());
+                }
+                match emulated {
+                    Some(v) => main.extend(v),
+                    None if !last_uncond => main.push(jmp(to + bias)),
+                    None => {}
+                }
+                Some(Piece {
+                    block: i,
+                    stubs,
+                    main,
+                })
+            })(),
+            How::Covered => continue,
+        };
+        match piece {
+            Some(p) => pieces.push(p),
+            None => {
+                failed += 1;
+                failed_blocks.push(i);
+            }
+        }
+    }
+    // Sizes: a bound per piece, without encoding.
+    const STUB: u64 = 48;
+    let slots: Vec<(u64, u64)> = pieces
+        .iter()
+        .map(|p| {
+            let stub = STUB * p.stubs.len() as u64;
+            let main = if p.main.is_empty() { 0 } else { bound(&p.main) };
+            (stub, main)
+        })
+        .collect();
+
+    // Layout: entries of every block.
+    let mut entry = std::collections::HashMap::new();
+    let mut at = area;
+    let mut places = Vec::with_capacity(pieces.len());
+    for (p, (s, m)) in pieces.iter().zip(&slots) {
+        let b = &plan.blocks[p.block];
+        let stub_at = at;
+        let main_at = at + s;
+        let e = if matches!(b.how, How::Call { .. }) {
+            stub_at
+        } else {
+            main_at
+        };
+        // Only a block whose patch sits at its start can be entered
+        // through its trampoline from another one.
+        match b.how {
+            How::Int3 { .. } | How::Hop { .. } => {
+                entry.insert(b.start + bias, e);
+            }
+            How::Jmp { from, .. } if from == b.start => {
+                entry.insert(b.start + bias, e);
+            }
+            _ => {}
+        }
+        places.push((stub_at, main_at, e));
+        at = main_at + m;
+    }
+    let redirect = |t: u64| entry.get(&t).copied().unwrap_or(t);
+    // Pass 2: encode in place with redirected targets.
+    let mut code = vec![0xCCu8; (at - area) as usize];
+    let mut patches = Vec::new();
+    let mut trapped = 0;
+    for ((p, (_, m)), (stub_at, main_at, e)) in pieces.into_iter().zip(&slots).zip(&places) {
+        let b = &plan.blocks[p.block];
+        let main = p.main;
+        let mut ok = true;
+        for (k, mut stub) in p.stubs.into_iter().enumerate() {
+            let at = *stub_at + STUB * k as u64;
+            let last = stub.len() - 1;
+            if stub[last].code() == Code::Jmp_rel32_64 {
+                let t = redirect(stub[last].near_branch_target());
+                stub[last].set_near_branch64(t);
+            }
+            match enc(&stub, at) {
+                Some(c) if c.len() as u64 <= STUB => {
+                    let off = (at - area) as usize;
+                    code[off..off + c.len()].copy_from_slice(&c);
+                }
+                _ => ok = false,
+            }
+        }
+        if ok && !main.is_empty() {
+            let mut tries = vec![];
+            let mut redirected = main.clone();
+            for x in redirected.iter_mut() {
+                let t = x.near_branch_target();
+                if x.op0_kind() == iced_x86::OpKind::NearBranch64 && t >= SENTINEL {
+                    x.set_near_branch64(*stub_at + STUB * (t - SENTINEL));
+                } else if matches!(
+                    x.flow_control(),
+                    FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+                ) && matches!(x.op0_kind(), iced_x86::OpKind::NearBranch64)
+                {
+                    let t = redirect(x.near_branch_target());
+                    x.set_near_branch64(t);
+                }
+            }
+            tries.push(redirected);
+            drop(main);
+            ok = false;
+            for t in &tries {
+                if let Some(c) = enc(t, *main_at) {
+                    if c.len() as u64 <= *m {
+                        let off = (*main_at - area) as usize;
+                        code[off..off + c.len()].copy_from_slice(&c);
+                        ok = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if !ok {
+            // Other trampolines may lead here: go on, uncounted, in the
+            // original code (left unpatched).
+            failed += 1;
+            failed_blocks.push(p.block);
+            if let Some(c) = enc(&[jmp(b.start + bias)], *e) {
+                let off = (*e - area) as usize;
+                code[off..off + c.len()].copy_from_slice(&c);
+            }
+            continue;
+        }
+        let (kind, addr, len) = match b.how {
+            How::Jmp {
+                from, overwrite, ..
+            } => (PATCH_JMP, from, overwrite),
+            How::Int3 { .. } => {
+                trapped += 1;
+                (PATCH_INT3, b.start, 1)
+            }
+            How::Hop { slot, .. } => {
+                patches.push(Patch {
+                    addr: slot + bias,
+                    entry: *e,
+                    kind: PATCH_JMP,
+                    len: 5,
+                });
+                patches.push(Patch {
+                    addr: b.start + bias,
+                    entry: slot + bias,
+                    kind: PATCH_REL8,
+                    len: 2,
+                });
+                continue;
+            }
+            How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
+            How::Call { .. } => (PATCH_CALL6, b.start, 6),
+            How::None | How::Covered => continue,
+        };
+        patches.push(Patch {
+            addr: addr + bias,
+            entry: *e,
+            kind,
+            len,
+        });
+    }
+    patches.sort_by_key(|p| p.addr);
+    Encoded {
+        code,
+        patches,
+        failed,
+        trapped,
+        failed_blocks,
+    }
+}

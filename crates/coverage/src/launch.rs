@@ -1,0 +1,570 @@
+//! Launch mode: run a command with the coverage runtime preloaded and
+//! collect exact block counts.
+//!
+//! **The runtime** (`c/covrt.c`, built by `build.rs` into
+//! `libprofdev_cov.so`, embedded as [`RUNTIME`]) is written to a private
+//! 0700 directory and preloaded (`LD_PRELOAD`). At start, and after every
+//! `dlopen`, it asks the [`Server`] (a unix socket in that directory,
+//! `PROFDEV_COV_SOCK`; one connection per module, so a forked child gets
+//! its own replies) for each module it has not covered yet; profdev plans
+//! the module once per file ([`crate::plan`], cached by device and inode),
+//! encodes its trampolines for the area the runtime mapped
+//! ([`crate::encode`]), and the runtime writes the patches. Threads created
+//! with `pthread_create` get their own counter array; a forked child
+//! reports what it ran after the fork; an image that `exec`s reports
+//! before, and the new image is covered afresh; reports are files in the
+//! directory's `out/` (`PROFDEV_COV_OUT`).
+//!
+//! **The protocol** (one connection per module, lines in ASCII, numbers
+//! in hex unless said otherwise):
+//!
+//! ```text
+//! runtime: MOD <pid dec> <dev dec> <ino dec> <bias> <lo> <hi> <path>
+//! profdev: SKIP                       (not selected)
+//!        | SIZE <area bytes> <counters>
+//! runtime: AT <area address> <first counter>
+//! profdev: CODE <code bytes> <patches> <module id>
+//!          then the code, then 24 bytes per patch (u64 address, u64
+//!          entry, u32 kind, u32 length, little-endian)
+//! runtime: DONE <patches skipped>, then `S <address>` per skipped patch
+//! ```
+//!
+//! **Reports** (`cov.PID.SEQ`, one per process image): `profdev-coverage
+//! 1`, `pid N`, then per module `M <id dec> <first counter dec> <counters
+//! dec>` followed by `<index> <count>` lines for the counters not zero,
+//! and `end`.
+//!
+//! **Attach entry** (for `startcp PID`): the injector dlopens the runtime
+//! in the stopped process (every thread stopped), and calls
+//! `int profdev_cov_attach(const char *config, const uint64_t *pcs,
+//! uint64_t npcs, uint64_t *gs_out, uint64_t nthreads)`, where `config` is
+//! `"<socket path>\n<report dir>\n"` of a [`Server`] (see
+//! [`Server::attach_config`]), `pcs` the stopped threads' program
+//! counters (a patch whose bytes would hold one is skipped and its block
+//! reported uncounted), and `gs_out` an array of `nthreads` that receives
+//! one counter array per thread: before resuming thread `i` the injector
+//! must set its GS base to `gs_out[i]` (PTRACE_SETREGS `gs_base`, or
+//! arch_prctl(ARCH_SET_GS) called in the thread); a thread resumed without
+//! it faults at its first count. The calling thread gets its own array.
+//! It returns 0, or -1 when the runtime could not start (nothing patched).
+//! `void profdev_cov_flush(void)` writes a report of the counts so far
+//! (later reports hold only what ran after it); a report is also written
+//! at exit. Threads created after attach inherit their creator's array
+//! (GS is copied by clone): their counts are kept but may race.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::{Arc, Mutex};
+
+use crate::counts::{Block, Branch, ModuleCoverage};
+use crate::encode::{encode, Encoded};
+use crate::plan::{How, Plan};
+
+/// The runtime, a shared object for `LD_PRELOAD` (or dlopen, attach mode).
+pub const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libprofdev_cov.so"));
+
+/// A report larger than this is refused.
+const MAX_REPORT: u64 = 1 << 30;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The private directory or the socket could not be made.
+    #[error("cannot set up coverage: {0}")]
+    Setup(std::io::Error),
+    /// The command could not be started.
+    #[error("cannot run {cmd}: {err}")]
+    Spawn { cmd: String, err: std::io::Error },
+}
+
+/// An encoding: the bias and area it was made for, and the result.
+type Cached = (u64, u64, Arc<Encoded>);
+
+/// One planned module, shared by the processes that map it.
+struct Entry {
+    path: PathBuf,
+    plan: Arc<Plan>,
+    /// Blocks left uncounted by an encoding failure or a skipped patch.
+    lost: BTreeSet<usize>,
+    /// Encodings by (bias, area, first counter): bias and area, and the
+    /// result.
+    encoded: HashMap<(u64, u64, u64), Cached>,
+}
+
+#[derive(Default)]
+struct State {
+    select: Vec<String>,
+    entries: Vec<Entry>,
+    by_file: HashMap<(u64, u64), usize>,
+    notes: Vec<String>,
+}
+
+/// The planning server and the private directory a run's processes
+/// report to.
+pub struct Server {
+    dir: tempfile::TempDir,
+    state: Arc<Mutex<State>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Whether a module path is selected by `select` (empty: all). A name
+/// selects a module whose path is that name, or whose file name is that
+/// name or starts with it followed by `.so`, `-` or `.`: `libc` selects
+/// `libc.so.6`.
+pub fn selected(select: &[String], path: &Path) -> bool {
+    if select.is_empty() {
+        return true;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    select.iter().any(|s| {
+        Path::new(s) == path
+            || *s == name
+            || (name.starts_with(s.as_str()) && name[s.len()..].starts_with(['.', '-']))
+    })
+}
+
+impl Server {
+    /// A fresh private directory holding the runtime, the socket, and
+    /// `out/` for reports; the server answers until dropped or finished.
+    pub fn new(select: &[String]) -> std::io::Result<Server> {
+        let dir = tempfile::Builder::new().prefix("profdev-cov.").tempdir()?;
+        profdev_safefile::write_file(dir.path().join("libprofdev_cov.so"), RUNTIME, 0o500)
+            .map_err(profdev_safefile::Error::into_os_error)?;
+        profdev_safefile::create_dir(dir.path().join("out"), 0o700)
+            .map_err(profdev_safefile::Error::into_os_error)?;
+        let listener = UnixListener::bind(dir.path().join("sock"))?;
+        let state = Arc::new(Mutex::new(State {
+            select: select.to_vec(),
+            ..State::default()
+        }));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (st, sp) = (state.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if sp.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let st = st.clone();
+                std::thread::spawn(move || {
+                    let _ = serve(conn, &st);
+                });
+            }
+        });
+        Ok(Server {
+            dir,
+            state,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The runtime's path.
+    pub fn runtime(&self) -> PathBuf {
+        self.dir.path().join("libprofdev_cov.so")
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("sock")
+    }
+
+    /// The reports' directory.
+    pub fn reports_dir(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// The `config` string of `profdev_cov_attach`.
+    pub fn attach_config(&self) -> String {
+        format!(
+            "{}\n{}\n",
+            self.socket().display(),
+            self.reports_dir().display()
+        )
+    }
+
+    /// The environment a covered command gets: `LD_PRELOAD` (the runtime
+    /// first, then what `current` held), `PROFDEV_COV_SOCK`,
+    /// `PROFDEV_COV_OUT`.
+    pub fn env(&self, current: Option<OsString>) -> Vec<(String, OsString)> {
+        let mut preload = self.runtime().into_os_string();
+        if let Some(c) = current.filter(|c| !c.is_empty()) {
+            preload.push(" ");
+            preload.push(c);
+        }
+        vec![
+            ("LD_PRELOAD".into(), preload),
+            ("PROFDEV_COV_SOCK".into(), self.socket().into_os_string()),
+            (
+                "PROFDEV_COV_OUT".into(),
+                self.reports_dir().into_os_string(),
+            ),
+        ]
+    }
+
+    /// The counts of every report written so far, per module planned,
+    /// and notes (one sentence each) on what was not counted.
+    pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
+        let mut counts: HashMap<usize, Vec<u64>> = HashMap::new();
+        let mut notes = Vec::new();
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<PathBuf> = std::fs::read_dir(self.reports_dir())
+            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
+            .unwrap_or_default();
+        names.sort();
+        let mut traps = 0;
+        for p in names {
+            match read_report(&p, &state, &mut traps) {
+                Ok(r) => {
+                    for (id, idx, c) in r {
+                        let n = state.entries[id].plan.counters() as usize;
+                        let v = counts.entry(id).or_insert_with(|| vec![0; n]);
+                        v[idx] = v[idx].saturating_add(c);
+                    }
+                }
+                Err(e) => notes.push(format!("{}: {e}", p.display())),
+            }
+        }
+        let mut out = Vec::new();
+        for (id, e) in state.entries.iter().enumerate() {
+            let plan = &e.plan;
+            let zero = vec![0; plan.counters() as usize];
+            let c = counts.get(&id).unwrap_or(&zero);
+            let nb = plan.blocks.len();
+            let mut m = ModuleCoverage {
+                path: e.path.clone(),
+                build_id: plan.build_id.clone(),
+                ..ModuleCoverage::default()
+            };
+            let mut trapped = 0;
+            for (i, b) in plan.blocks.iter().enumerate() {
+                if b.how == How::None || e.lost.contains(&i) {
+                    m.uncounted += 1;
+                    continue;
+                }
+                if matches!(b.how, How::Int3 { .. }) {
+                    trapped += 1;
+                }
+                m.blocks.push(Block {
+                    start: b.start,
+                    end: b.end,
+                    insns: b.insns.clone(),
+                    count: c[i],
+                });
+                if let Some(j) = b.branch {
+                    let not_taken = c[nb + j as usize];
+                    m.branches.push(Branch {
+                        addr: plan.branches[j as usize].0,
+                        taken: c[i].saturating_sub(not_taken),
+                        not_taken,
+                    });
+                }
+            }
+            m.branches.sort_by_key(|b| b.addr);
+            if m.uncounted > 0 {
+                notes.push(format!(
+                    "{}: {} of {} blocks could not be counted",
+                    e.path.display(),
+                    m.uncounted,
+                    plan.blocks.len()
+                ));
+            }
+            if trapped > 0 {
+                notes.push(format!(
+                    "{}: {trapped} blocks shorter than a jump are counted through a breakpoint (slower)",
+                    e.path.display()
+                ));
+            }
+            out.push(m);
+        }
+        if traps > 0 {
+            notes.push(format!("{traps} breakpoints were taken"));
+        }
+        notes.extend(state.notes.iter().cloned());
+        (out, notes)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let _ = UnixStream::connect(self.socket());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A finished run.
+#[derive(Debug)]
+pub struct Launched {
+    /// The command's exit status.
+    pub status: ExitStatus,
+    /// The counts, one entry per module planned (in the order the
+    /// processes asked for them).
+    pub modules: Vec<ModuleCoverage>,
+    /// What was not counted, and why, one sentence each.
+    pub notes: Vec<String>,
+}
+
+/// Run `cmd` under coverage of the modules `select` names (empty: the
+/// executable and every library it maps, the runtime excepted), wait for
+/// it and every process that inherited it (the run ends when the last
+/// one exits), and return the counts. `cmd`'s stdio is the caller's.
+pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchError> {
+    let server = Server::new(select).map_err(LaunchError::Setup)?;
+    for (k, v) in server.env(std::env::var_os("LD_PRELOAD")) {
+        cmd.env(k, v);
+    }
+    // A pipe whose write end every process of the run holds: EOF on the
+    // read end means the last one exited.
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors, owned from here
+    // on by `rd` and `wr`.
+    let (rd, wr) = unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+            return Err(LaunchError::Setup(std::io::Error::last_os_error()));
+        }
+        (
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]),
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]),
+        )
+    };
+    let wr_fd = std::os::fd::AsRawFd::as_raw_fd(&wr);
+    // SAFETY: between fork and exec only fcntl, async-signal-safe, runs;
+    // it clears close-on-exec on the pipe's write end, which the child
+    // shares.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            if libc::fcntl(wr_fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|err| LaunchError::Spawn {
+        cmd: format!("{:?}", cmd.get_program()),
+        err,
+    })?;
+    drop(wr);
+    let status = child.wait().map_err(LaunchError::Setup)?;
+    let mut rd = rd;
+    let mut sink = [0u8; 64];
+    while matches!(rd.read(&mut sink), Ok(n) if n > 0) {}
+    let (modules, notes) = server.collect();
+    Ok(Launched {
+        status,
+        modules,
+        notes,
+    })
+}
+
+fn read_report(
+    path: &Path,
+    state: &State,
+    traps: &mut u64,
+) -> Result<Vec<(usize, usize, u64)>, String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() || meta.len() > MAX_REPORT {
+        return Err("not a report".into());
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let mut lines = text.lines();
+    if lines.next() != Some("profdev-coverage 1") {
+        return Err("not a coverage report (bad first line)".into());
+    }
+    let mut out = Vec::new();
+    let mut cur: Option<(usize, usize)> = None;
+    let mut ended = false;
+    for l in lines {
+        if l == "end" {
+            ended = true;
+            break;
+        }
+        if l.starts_with("pid ") {
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("traps ") {
+            *traps += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
+            continue;
+        }
+        let w: Vec<&str> = l.split(' ').collect();
+        if w.first() == Some(&"M") && w.len() == 4 {
+            let id: usize = w[1].parse().map_err(|_| format!("bad line {l:?}"))?;
+            let n: usize = w[3].parse().map_err(|_| format!("bad line {l:?}"))?;
+            let e = state
+                .entries
+                .get(id)
+                .ok_or(format!("unknown module {id}"))?;
+            if n != e.plan.counters() as usize {
+                return Err(format!(
+                    "module {id} has {n} counters, the plan {}",
+                    e.plan.counters()
+                ));
+            }
+            cur = Some((id, n));
+            continue;
+        }
+        let (Some((id, n)), [i, c]) = (cur, w.as_slice()) else {
+            return Err(format!("bad line {l:?}"));
+        };
+        let i = usize::from_str_radix(i, 16).map_err(|_| format!("bad line {l:?}"))?;
+        let c = u64::from_str_radix(c, 16).map_err(|_| format!("bad line {l:?}"))?;
+        if i >= n {
+            return Err(format!("counter {i} out of range"));
+        }
+        out.push((id, i, c));
+    }
+    if !ended {
+        return Err("the report is incomplete (its process died while writing it)".into());
+    }
+    Ok(out)
+}
+
+fn hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s, 16).ok()
+}
+
+/// One module's conversation.
+fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
+    let mut r = BufReader::new(conn.try_clone().ok()?);
+    let mut w = conn;
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let rest = line.trim_end_matches('\n').strip_prefix("MOD ")?;
+    let mut it = rest.splitn(7, ' ');
+    let _pid: u32 = it.next()?.parse().ok()?;
+    let dev: u64 = it.next()?.parse().ok()?;
+    let ino: u64 = it.next()?.parse().ok()?;
+    let bias = hex(it.next()?)?;
+    let _lo = hex(it.next()?)?;
+    let _hi = hex(it.next()?)?;
+    let path = PathBuf::from(it.next()?);
+    let id = match lookup(state, &path, dev, ino) {
+        Some(id) => id,
+        None => {
+            w.write_all(b"SKIP\n").ok()?;
+            return Some(());
+        }
+    };
+    let plan = state.lock().ok()?.entries[id].plan.clone();
+    let size = crate::encode::area_size(&plan);
+    writeln!(w, "SIZE {size:x} {:x}", plan.counters()).ok()?;
+    line.clear();
+    r.read_line(&mut line).ok()?;
+    let mut at = line.trim_end().strip_prefix("AT ")?.split(' ');
+    let area = hex(at.next()?)?;
+    let first = hex(at.next()?)?;
+    // Trampolines hold absolute addresses (an emulated call pushes its
+    // return address): an encoding serves only the same load.
+    let key = (bias, area, first);
+    let cached = state.lock().ok()?.entries[id].encoded.get(&key).cloned();
+    let (bias0, area0, enc) = match cached {
+        Some(c) => c,
+        None => {
+            let e = Arc::new(encode(&plan, bias, area, first));
+            let mut s = state.lock().ok()?;
+            let entry = &mut s.entries[id];
+            entry.lost.extend(e.failed_blocks.iter().copied());
+            entry.encoded.insert(key, (bias, area, e.clone()));
+            (bias, area, e)
+        }
+    };
+    let mut buf = Vec::with_capacity(enc.code.len() + 24 * enc.patches.len() + 64);
+    writeln!(
+        buf,
+        "CODE {:x} {:x} {:x}",
+        enc.code.len(),
+        enc.patches.len(),
+        id
+    )
+    .ok()?;
+    buf.extend_from_slice(&enc.code);
+    for p in &enc.patches {
+        buf.extend_from_slice(&(p.addr - bias0 + bias).to_le_bytes());
+        buf.extend_from_slice(&(p.entry - area0 + area).to_le_bytes());
+        buf.extend_from_slice(&p.kind.to_le_bytes());
+        buf.extend_from_slice(&p.len.to_le_bytes());
+    }
+    w.write_all(&buf).ok()?;
+    line.clear();
+    r.read_line(&mut line).ok()?;
+    let skipped = hex(line.trim_end().strip_prefix("DONE ")?)?;
+    for _ in 0..skipped {
+        line.clear();
+        r.read_line(&mut line).ok()?;
+        let a = hex(line.trim_end().strip_prefix("S ")?)?;
+        let link = a.wrapping_sub(bias);
+        let mut s = state.lock().ok()?;
+        let entry = &mut s.entries[id];
+        // The block holding the skipped patch.
+        let i = entry.plan.blocks.partition_point(|b| b.start <= link);
+        if i > 0 {
+            entry.lost.insert(i - 1);
+        }
+    }
+    Some(())
+}
+
+/// The entry for the file at `path` (checked to be device `dev`, inode
+/// `ino`), planned on first use; None when it is not selected or cannot
+/// be planned (with a note).
+fn lookup(state: &Mutex<State>, path: &Path, dev: u64, ino: u64) -> Option<usize> {
+    {
+        let s = state.lock().ok()?;
+        if !selected(&s.select, path) {
+            return None;
+        }
+        if let Some(&id) = s.by_file.get(&(dev, ino)) {
+            return Some(id);
+        }
+    }
+    let note = |s: String| {
+        if let Ok(mut st) = state.lock() {
+            if !st.notes.contains(&s) {
+                st.notes.push(s);
+            }
+        }
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.dev() == dev && m.ino() == ino => {}
+        _ => {
+            note(format!(
+                "{}: the file changed since it was mapped; not counted",
+                path.display()
+            ));
+            return None;
+        }
+    }
+    // Planning is slow: do it unlocked (two processes may plan the same
+    // file at once; the first to finish wins).
+    let plan = match Plan::of_file(path) {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            note(format!("{e}; not counted"));
+            return None;
+        }
+    };
+    let mut s = state.lock().ok()?;
+    if let Some(&id) = s.by_file.get(&(dev, ino)) {
+        return Some(id);
+    }
+    let id = s.entries.len();
+    s.entries.push(Entry {
+        path: path.to_path_buf(),
+        plan,
+        lost: BTreeSet::new(),
+        encoded: HashMap::new(),
+    });
+    s.by_file.insert((dev, ino), id);
+    Some(id)
+}
