@@ -59,6 +59,8 @@ extern void *__libc_memalign(size_t, size_t);
 static __thread int busy __attribute__((tls_model("initial-exec")));
 static int inited;
 static int enabled;
+/* enabled and not DHAT: malloc and free may take their inline path. */
+static int fast;
 /* PROFDEV_MPROF_DHAT=1 (mprof --dhat): also block lifetimes, blocks per
  * site, and every site's bytes at the global peak (t-gmax), under one
  * global lock. Times are microseconds of CLOCK_MONOTONIC since start. */
@@ -99,20 +101,20 @@ static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Sites, keyed by their (runtime) return address. */
 #define SITE_BITS 16
 #define NSITES (1u << SITE_BITS)
-/* Each counter two threads may update at once has a cache line of its
- * own: a site's pc and module are read on every call, its current bytes
- * change on every call, its high water only when it rises, and its
- * allocation counts only when a thread's buffer gives them up. */
+/* A site's pc and module (read on every call) are on one cache line,
+ * its counters (written on every call, under its module's lock) on
+ * the next. */
 struct site {
     _Atomic uintptr_t pc;
     _Atomic int module; /* 0 unresolved, -1 none, else index + 1 */
-    char pad0[64 - sizeof(uintptr_t) - sizeof(int)];
-    int64_t cur, hw; /* under the module's lock */
+    struct module *mod; /* its module's counters (nomodule for none), set before module */
+    char pad0[64 - 2 * sizeof(uintptr_t) - sizeof(void *)];
+    int64_t cur, hw;       /* under the module's lock */
+    uint64_t nalloc, bytes; /* the same */
     int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
+    /* DHAT's sum of lifetimes is on a line of its own (64 bytes a site). */
     uint64_t tl;
-    char pad1[64 - 7 * sizeof(int64_t)];
-    _Atomic uint64_t nalloc, bytes;
-    char pad2[64 - 2 * sizeof(uint64_t)];
+    char pad1[64 - sizeof(uint64_t)];
 };
 static struct site *sites;
 static uint32_t *used; /* indices of created sites (DHAT's snapshots) */
@@ -139,39 +141,30 @@ static const void *scanned[MAX_SCANNED];
 static int nscanned;
 static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Blocks: 256 shards of open-addressing tables keyed by address. */
+/* Blocks: 256 shards of open-addressing tables keyed by address. A
+ * block's shard is chosen by its 64 MiB region (glibc gives each thread's
+ * arena heaps of its own, 64 MiB aligned), so a thread mostly meets its
+ * own shard: its lock and table lines stay in that thread's cache. Inside
+ * a shard the slot is a hash of the whole address. An entry is 16 bytes:
+ * the address, and the size (48 bits) with the site index (16 bits);
+ * DHAT's birth times are a parallel array, only in DHAT mode. */
 #define NSHARDS 256
+#define REGION_SHIFT 26
+#define SIZE_LIMIT (1ULL << 48)
 struct block {
     uintptr_t addr;
-    uint64_t size;
-    uint32_t site;
-    uint32_t pad;
-    uint64_t t; /* DHAT: allocation time */
+    uint64_t meta; /* size << 16 | site */
 };
 struct shard {
     atomic_flag lock;
-    uint32_t cap, count;
+    uint32_t cap, count, shift; /* shift: 64 - log2(cap) */
     struct block *tab;
-    char pad[64 - sizeof(atomic_flag) - 8 - sizeof(void *)];
+    uint64_t *born; /* DHAT: allocation times, parallel to tab */
+    char pad[64 - sizeof(atomic_flag) - 12 - 2 * sizeof(void *)];
 };
 static struct shard shards[NSHARDS] __attribute__((aligned(64)));
 
 static _Atomic uint64_t untracked_allocs, unknown_frees, table_failures;
-
-/* Per-thread allocation counts (blocks and bytes per site), direct-mapped
- * by site; an entry given up to another site is added to the site's
- * shared counters, as is a whole buffer when its thread exits (then the
- * buffer is kept for the next thread). The report adds every buffer. */
-#define TB 256
-struct tbuf {
-    struct tbuf *next, *next_free;
-    uint32_t site[TB]; /* index + 1; 0 empty */
-    uint64_t n[TB], bytes[TB];
-};
-static __thread struct tbuf *mybuf __attribute__((tls_model("initial-exec")));
-static struct tbuf *all_bufs, *free_bufs;
-static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_key_t buf_key;
 
 /* ---- helpers --------------------------------------------------------- */
 
@@ -188,16 +181,25 @@ static inline uint64_t hash(uintptr_t x)
  * can be inside the library. */
 extern char __libc_single_threaded;
 
-static inline void spin(atomic_flag *f)
+/* Held locks are rare: the waiting loop is out of line. */
+static __attribute__((noinline)) void spin_wait(atomic_flag *f)
 {
-    if (__libc_single_threaded)
-        return;
     for (unsigned n = 0; atomic_flag_test_and_set_explicit(f, memory_order_acquire); n++) {
         if (n < 64)
             __builtin_ia32_pause();
         else
             sched_yield(); /* the holder may have lost its CPU */
     }
+}
+static inline void spin_raw(atomic_flag *f)
+{
+    if (UNLIKELY(atomic_flag_test_and_set_explicit(f, memory_order_acquire)))
+        spin_wait(f);
+}
+static inline void spin(atomic_flag *f)
+{
+    if (!__libc_single_threaded)
+        spin_raw(f);
 }
 static inline void unspin(atomic_flag *f)
 {
@@ -230,8 +232,7 @@ static void snapshot_peak(void)
 /* Bytes charged to or taken from a site and its module, together. */
 static inline struct module *module_of_site(struct site *s)
 {
-    int m = atomic_load_explicit(&s->module, memory_order_acquire) - 1;
-    return m >= 0 ? &modules[m] : &nomodule;
+    return s->mod;
 }
 
 static inline void charge(struct site *s, int64_t size, int raise)
@@ -253,6 +254,8 @@ static inline void charge(struct site *s, int64_t size, int raise)
     s->cur += size;
     m->cur += size;
     if (raise) {
+        s->nalloc++;
+        s->bytes += size;
         if (s->cur > s->hw)
             s->hw = s->cur;
         if (m->cur > m->hw)
@@ -509,6 +512,7 @@ static uint32_t site_of(uintptr_t pc)
             if (atomic_compare_exchange_strong(&s->pc, &zero, pc)) {
                 used[atomic_fetch_add(&nused, 1)] = j;
                 int m = module_index(pc);
+                s->mod = m < 0 ? &nomodule : &modules[m];
                 atomic_store_explicit(&s->module, m < 0 ? -1 : m + 1, memory_order_release);
                 return j;
             }
@@ -523,70 +527,92 @@ static uint32_t site_of(uintptr_t pc)
 
 /* ---- the block table -------------------------------------------------- */
 
+#define FIB 0x9E3779B97F4A7C15ULL
+static inline struct shard *shard_of(uintptr_t addr)
+{
+    return &shards[((addr >> REGION_SHIFT) * FIB) >> 56];
+}
+
+/* A block's home slot: Fibonacci hashing, the product's top bits. */
+static inline uint32_t home_of(uintptr_t addr, unsigned shift)
+{
+    return (uint32_t)(((addr >> 4) * FIB) >> shift);
+}
+
 static int shard_grow(struct shard *s)
 {
-    uint32_t ncap = s->cap ? s->cap * 2 : 1024;
+    uint32_t ncap = s->cap ? s->cap * 2 : 64;
+    unsigned nshift = s->cap ? s->shift - 1 : 64 - 6;
     struct block *nt = map((size_t)ncap * sizeof(struct block));
-    if (!nt)
+    uint64_t *nb = dhat ? map((size_t)ncap * sizeof(uint64_t)) : 0;
+    if (!nt || (dhat && !nb)) {
+        if (nt)
+            munmap(nt, (size_t)ncap * sizeof(struct block));
         return -1;
+    }
     for (uint32_t i = 0; i < s->cap; i++) {
         if (!s->tab[i].addr)
             continue;
-        uint64_t j = (hash(s->tab[i].addr) >> 8) & (ncap - 1);
+        uint64_t j = home_of(s->tab[i].addr, nshift);
         while (nt[j].addr)
             j = (j + 1) & (ncap - 1);
         nt[j] = s->tab[i];
+        if (nb)
+            nb[j] = s->born[i];
     }
     if (s->tab)
         munmap(s->tab, (size_t)s->cap * sizeof(struct block));
+    if (s->born)
+        munmap(s->born, (size_t)s->cap * sizeof(uint64_t));
     s->tab = nt;
+    s->born = nb;
     s->cap = ncap;
+    s->shift = nshift;
     return 0;
 }
 
 static void table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t)
 {
-    uint64_t h = hash(addr);
-    struct shard *s = &shards[h & (NSHARDS - 1)];
+    struct shard *s = shard_of(addr);
     lock(s);
-    if ((s->count + 1) * 2 > s->cap && shard_grow(s)) {
+    if (UNLIKELY((s->count + 1) * 2 > s->cap) && shard_grow(s)) {
         unlock(s);
         atomic_fetch_add(&table_failures, 1);
         return;
     }
-    uint64_t j = (h >> 8) & (s->cap - 1);
+    uint32_t mask = s->cap - 1;
+    uint64_t j = home_of(addr, s->shift);
     while (s->tab[j].addr && s->tab[j].addr != addr)
-        j = (j + 1) & (s->cap - 1);
+        j = (j + 1) & mask;
     if (!s->tab[j].addr)
         s->count++;
     s->tab[j].addr = addr;
-    s->tab[j].size = size;
-    s->tab[j].site = site;
-    s->tab[j].t = t;
+    s->tab[j].meta = size << 16 | site;
+    if (s->born)
+        s->born[j] = t;
     unlock(s);
 }
 
 /* Remove addr; 1 and its size and site if it was there. */
 static int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t)
 {
-    uint64_t h = hash(addr);
-    struct shard *s = &shards[h & (NSHARDS - 1)];
+    struct shard *s = shard_of(addr);
     lock(s);
-    if (!s->cap) {
+    if (UNLIKELY(!s->cap)) {
         unlock(s);
         return 0;
     }
     uint32_t mask = s->cap - 1;
-    uint64_t j = (h >> 8) & mask;
+    uint64_t j = home_of(addr, s->shift);
     while (s->tab[j].addr && s->tab[j].addr != addr)
         j = (j + 1) & mask;
-    if (!s->tab[j].addr) {
+    if (UNLIKELY(!s->tab[j].addr)) {
         unlock(s);
         return 0;
     }
-    *size = s->tab[j].size;
-    *site = s->tab[j].site;
-    *t = s->tab[j].t;
+    *size = s->tab[j].meta >> 16;
+    *site = s->tab[j].meta & 0xffff;
+    *t = s->born ? s->born[j] : 0;
     /* Backward-shift deletion. */
     uint64_t i = j;
     for (;;) {
@@ -599,12 +625,14 @@ static int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t
                 unlock(s);
                 return 1;
             }
-            uint64_t home = (hash(s->tab[k].addr) >> 8) & mask;
+            uint64_t home = home_of(s->tab[k].addr, s->shift);
             /* Can the entry at k move to i? Only if home is not in (i, k]. */
             if ((i <= k) ? (home <= i || home > k) : (home <= i && home > k))
                 break;
         }
         s->tab[i] = s->tab[k];
+        if (s->born)
+            s->born[i] = s->born[k];
         i = k;
     }
 }
@@ -646,75 +674,38 @@ static uintptr_t resolve_site(uintptr_t ra)
     return w.site;
 }
 
-static void flush_entry(struct tbuf *b, int k)
-{
-    if (b->site[k]) {
-        struct site *s = &sites[b->site[k] - 1];
-        atomic_fetch_add_explicit(&s->nalloc, b->n[k], memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->bytes, b->bytes[k], memory_order_relaxed);
-    }
-    b->site[k] = 0;
-    b->n[k] = b->bytes[k] = 0;
-}
+/* Each thread's last few plain (not wrapper) return addresses and their
+ * sites, direct-mapped: most calls skip the shared tables. */
+#define RC 16
+struct rcache {
+    uintptr_t ra;
+    uint32_t si;
+};
+static __thread struct rcache rcache[RC] __attribute__((tls_model("initial-exec")));
 
-static void thread_done(void *arg)
+static inline uint32_t site_for(uintptr_t ra)
 {
-    struct tbuf *b = arg;
-    int was = busy;
-    busy = 1;
-    for (int k = 0; k < TB; k++)
-        flush_entry(b, k);
-    pthread_mutex_lock(&buf_lock);
-    b->next_free = free_bufs;
-    free_bufs = b;
-    pthread_mutex_unlock(&buf_lock);
-    mybuf = 0;
-    busy = was;
-}
-
-static struct tbuf *new_buf(void)
-{
-    pthread_mutex_lock(&buf_lock);
-    struct tbuf *b = free_bufs;
-    if (b)
-        free_bufs = b->next_free;
-    else if ((b = map(sizeof *b))) {
-        b->next = all_bufs;
-        all_bufs = b;
+    struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
+    if (LIKELY(c->ra == ra))
+        return c->si;
+    if (is_wrapper(ra))
+        return site_of(resolve_site(ra));
+    uint32_t si = site_of(ra);
+    if (si != NSITES) {
+        c->ra = ra;
+        c->si = si;
     }
-    pthread_mutex_unlock(&buf_lock);
-    if (b)
-        pthread_setspecific(buf_key, b);
-    return b;
-}
-
-static inline void count_alloc(uint32_t si, uint64_t size)
-{
-    struct tbuf *b = mybuf;
-    if (UNLIKELY(!b) && !(b = mybuf = new_buf())) {
-        struct site *s = &sites[si];
-        atomic_fetch_add_explicit(&s->nalloc, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->bytes, size, memory_order_relaxed);
-        return;
-    }
-    int k = si & (TB - 1);
-    if (UNLIKELY(b->site[k] != si + 1)) {
-        flush_entry(b, k);
-        b->site[k] = si + 1;
-    }
-    b->n[k]++;
-    b->bytes[k] += size;
+    return si;
 }
 
 static void account_alloc(void *p, uint64_t size, uintptr_t ra)
 {
-    uint32_t si = site_of(resolve_site(ra));
-    if (UNLIKELY(si == NSITES)) {
+    uint32_t si = site_for(ra);
+    if (UNLIKELY(si == NSITES || size >= SIZE_LIMIT)) {
         atomic_fetch_add(&untracked_allocs, 1);
         return;
     }
     charge(&sites[si], size, 1);
-    count_alloc(si, size);
     table_insert((uintptr_t)p, size, si, dhat ? now_us() : 0);
 }
 
@@ -749,9 +740,68 @@ static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t)
     if (track)                                                                                     \
     busy = 0
 
+/* The common case, inline and without the guard's writes: counting on
+ * (not DHAT), not inside the library, and a return address this thread
+ * has met before (so no wrapper, and its site exists). Nothing here can
+ * call malloc. 1 if it counted the block. */
+static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra)
+{
+    struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
+    if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
+        return 0;
+    uint32_t si = c->si;
+    struct site *s = &sites[si];
+    struct module *m = s->mod;
+    int mt = !__libc_single_threaded;
+    if (mt)
+        spin_raw(&m->lock);
+    int64_t v = s->cur + n;
+    s->cur = v;
+    if (v > s->hw)
+        s->hw = v;
+    s->nalloc++;
+    s->bytes += n;
+    v = m->cur + n;
+    m->cur = v;
+    if (v > m->hw)
+        m->hw = v;
+    if (mt)
+        unspin(&m->lock);
+    table_insert((uintptr_t)p, n, si, 0);
+    return 1;
+}
+
+static inline void fast_free(void *p)
+{
+    uint64_t size, t;
+    uint32_t si;
+    if (UNLIKELY(!table_remove((uintptr_t)p, &size, &si, &t))) {
+        atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
+        return;
+    }
+    struct site *s = &sites[si];
+    struct module *m = s->mod;
+    int mt = !__libc_single_threaded;
+    if (mt)
+        spin_raw(&m->lock);
+    s->cur = s->cur > (int64_t)size ? s->cur - (int64_t)size : 0;
+    m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
+    if (mt)
+        unspin(&m->lock);
+}
+
 EXPORT void *malloc(size_t n)
 {
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    if (LIKELY(fast) && LIKELY(!busy)) {
+        void *p = __libc_malloc(n);
+        if (UNLIKELY(!p) || LIKELY(fast_alloc(p, n, ra)))
+            return p;
+        busy = 1;
+        account_alloc(p, n, ra);
+        busy = 0;
+        return p;
+    }
     ENTER();
     void *p = __libc_malloc(n);
     if (track && p)
@@ -766,6 +816,11 @@ EXPORT void free(void *p)
 {
     if (!p)
         return;
+    if (LIKELY(fast) && LIKELY(!busy)) {
+        fast_free(p);
+        __libc_free(p);
+        return;
+    }
     ENTER();
     uint64_t size, t;
     uint32_t si;
@@ -868,7 +923,6 @@ static void before_fork(void)
 {
     pthread_mutex_lock(&module_lock);
     pthread_mutex_lock(&scan_lock);
-    pthread_mutex_lock(&buf_lock);
     for (int i = 0; i < NSHARDS; i++)
         lock(&shards[i]);
     for (int i = 0; i < nmodules; i++)
@@ -885,7 +939,6 @@ static void after_fork_parent(void)
         unspin(&modules[i].lock);
     for (int i = 0; i < NSHARDS; i++)
         unlock(&shards[i]);
-    pthread_mutex_unlock(&buf_lock);
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
 }
@@ -897,8 +950,11 @@ static void after_fork_child(void)
         struct shard *s = &shards[i];
         if (s->tab)
             munmap(s->tab, (size_t)s->cap * sizeof(struct block));
+        if (s->born)
+            munmap(s->born, (size_t)s->cap * sizeof(uint64_t));
         s->tab = 0;
-        s->cap = s->count = 0;
+        s->born = 0;
+        s->cap = s->count = s->shift = 0;
         unlock(s);
     }
     for (unsigned i = 0; i < NSITES; i++) {
@@ -916,10 +972,6 @@ static void after_fork_child(void)
     if (dhat)
         t0 += now_us(); /* the child's times start at its fork */
     atomic_flag_clear(&global_lock);
-    for (struct tbuf *b = all_bufs; b; b = b->next)
-        for (int k = 0; k < TB; k++)
-            b->site[k] = 0, b->n[k] = b->bytes[k] = 0;
-    pthread_mutex_init(&buf_lock, 0);
     int n = nmodules;
     for (int i = 0; i < n; i++) {
         modules[i].cur = modules[i].hw = 0;
@@ -956,8 +1008,8 @@ static void init(void)
     if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges && used) {
         strcpy(outdir, d);
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-        if (!pthread_key_create(&buf_key, thread_done))
-            enabled = 1;
+        enabled = 1;
+        fast = !dhat;
     }
     busy = 0;
 }
@@ -1097,16 +1149,14 @@ static void report(void)
         lock(sh);
         for (uint32_t j = 0; j < sh->cap; j++)
             if (sh->tab[j].addr) {
-                live[sh->tab[j].site]++;
+                uint32_t si = sh->tab[j].meta & 0xffff;
+                live[si]++;
                 /* DHAT: a block still live has lived until the end. */
-                if (dhat)
-                    sites[sh->tab[j].site].tl += end - sh->tab[j].t;
+                if (sh->born)
+                    sites[si].tl += end - sh->born[j];
             }
         unlock(sh);
     }
-    for (struct tbuf *b = all_bufs; b; b = b->next)
-        for (int k = 0; k < TB; k++)
-            flush_entry(b, k);
     for (unsigned i = 0; i < NSITES; i++) {
         struct site *s = &sites[i];
         if (!s->pc || !s->nalloc)
@@ -1162,5 +1212,6 @@ __attribute__((destructor)) static void dtor(void)
         }
     report();
     enabled = 0;
+    fast = 0;
     busy = 0;
 }
