@@ -33,6 +33,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <unwind.h>
@@ -50,7 +52,24 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
+extern void *__sbrk(intptr_t);
+extern void *__curbrk;
+
+/* The library's own mappings go straight to the kernel: its exported mmap
+ * and munmap are the program's (pools 2 and 3). */
+static inline void *sys_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+    return (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
+}
+static inline int sys_munmap(void *a, size_t n)
+{
+    return (int)syscall(SYS_munmap, a, n);
+}
+
 #define EXPORT __attribute__((visibility("default")))
+#define POOL1 1 /* the malloc family */
+#define POOL2 2 /* anonymous mappings and the break, made by the program */
+#define POOL3 4 /* file mappings made by the program */
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -61,6 +80,8 @@ static int inited;
 static int enabled;
 /* enabled and not DHAT: malloc and free may take their inline path. */
 static int fast;
+/* enabled and pool 1 (the malloc family) asked for. */
+static int heap;
 /* PROFDEV_MPROF_DHAT=1 (mprof --dhat): also block lifetimes, blocks per
  * site, and every site's bytes at the global peak (t-gmax), under one
  * global lock. Times are microseconds of CLOCK_MONOTONIC since start. */
@@ -73,7 +94,7 @@ static char extra_wrappers[1024];
 
 static void *map(size_t n)
 {
-    void *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = sys_mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? 0 : p;
 }
 
@@ -108,7 +129,8 @@ struct site {
     _Atomic uintptr_t pc;
     _Atomic int module; /* 0 unresolved, -1 none, else index + 1 */
     struct module *mod; /* its module's counters (nomodule for none), set before module */
-    char pad0[64 - 2 * sizeof(uintptr_t) - sizeof(void *)];
+    _Atomic uint32_t pools; /* POOL1..3 bits charged here (set on slow paths only) */
+    char pad0[64 - 2 * sizeof(uintptr_t) - sizeof(void *) - sizeof(uint32_t)];
     int64_t cur, hw;       /* under the module's lock */
     uint64_t nalloc, bytes; /* the same */
     int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
@@ -265,7 +287,7 @@ static inline void charge(struct site *s, int64_t size, int raise)
 }
 
 /* Never below 0, though each free matches an allocation. */
-static inline void discharge(struct site *s, int64_t size, uint64_t born)
+static inline void discharge(struct site *s, int64_t size, uint64_t born, int whole)
 {
     struct module *m = module_of_site(s);
     atomic_flag *l = dhat ? &global_lock : &m->lock;
@@ -273,9 +295,11 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born)
     if (dhat) {
         if (peak_pending) /* the peak is behind us: keep its picture */
             snapshot_peak();
-        s->curbk--;
         gcur -= size;
-        s->tl += now_us() - born;
+        if (whole) { /* a block ends (not a mapping's part) */
+            s->curbk--;
+            s->tl += now_us() - born;
+        }
     }
     s->cur = s->cur > size ? s->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
@@ -313,6 +337,18 @@ static int is_wrapper_name(const char *n)
     /* v0 mangling of the alloc crate: _RNv...5alloc... */
     if (!strncmp(n, "_R", 2) && strstr(n, "5alloc") && !strstr(n, "3std"))
         return 1;
+    /* v0 mangling of the allocator shims (`__rustc::__rust_alloc`...). */
+    if (!strncmp(n, "_R", 2)) {
+        static const char *shims[] = {"___rust_alloc", "___rust_alloc_zeroed", "___rust_realloc",
+                                      "___rdl_alloc", "___rdl_alloc_zeroed", "___rdl_realloc",
+                                      "___rg_alloc", "___rg_alloc_zeroed", "___rg_realloc", 0};
+        size_t l = strlen(n);
+        for (int i = 0; shims[i]; i++) {
+            size_t k = strlen(shims[i]);
+            if (l > k && !strcmp(n + l - k, shims[i]) && n[l - k - 1] >= '0' && n[l - k - 1] <= '9')
+                return 1;
+        }
+    }
     if (extra_wrappers[0]) {
         const char *p = extra_wrappers;
         size_t len = strlen(n);
@@ -383,7 +419,7 @@ static void scan_module(const struct link_map *lm)
         goto out;
     }
     size_t len = st.st_size;
-    const unsigned char *img = mmap(0, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    const unsigned char *img = sys_mmap(0, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (img == MAP_FAILED)
         goto out;
@@ -396,7 +432,7 @@ static void scan_module(const struct link_map *lm)
             if (sh[i].sh_type == SHT_SYMTAB || sh[i].sh_type == SHT_DYNSYM)
                 scan_symtab(img, len, sh, eh->e_shnum, i, lm->l_addr);
     }
-    munmap((void *)img, len);
+    sys_munmap((void *)img, len);
 out:
     pthread_mutex_unlock(&scan_lock);
 }
@@ -547,7 +583,7 @@ static int shard_grow(struct shard *s)
     uint64_t *nb = dhat ? map((size_t)ncap * sizeof(uint64_t)) : 0;
     if (!nt || (dhat && !nb)) {
         if (nt)
-            munmap(nt, (size_t)ncap * sizeof(struct block));
+            sys_munmap(nt, (size_t)ncap * sizeof(struct block));
         return -1;
     }
     for (uint32_t i = 0; i < s->cap; i++) {
@@ -561,9 +597,9 @@ static int shard_grow(struct shard *s)
             nb[j] = s->born[i];
     }
     if (s->tab)
-        munmap(s->tab, (size_t)s->cap * sizeof(struct block));
+        sys_munmap(s->tab, (size_t)s->cap * sizeof(struct block));
     if (s->born)
-        munmap(s->born, (size_t)s->cap * sizeof(uint64_t));
+        sys_munmap(s->born, (size_t)s->cap * sizeof(uint64_t));
     s->tab = nt;
     s->born = nb;
     s->cap = ncap;
@@ -706,6 +742,8 @@ static void account_alloc(void *p, uint64_t size, uintptr_t ra)
         return;
     }
     charge(&sites[si], size, 1);
+    if (UNLIKELY(!(atomic_load_explicit(&sites[si].pools, memory_order_relaxed) & POOL1)))
+        atomic_fetch_or_explicit(&sites[si].pools, POOL1, memory_order_relaxed);
     table_insert((uintptr_t)p, size, si, dhat ? now_us() : 0);
 }
 
@@ -716,7 +754,7 @@ static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t)
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return 0;
     }
-    discharge(&sites[*si], *size, *t);
+    discharge(&sites[*si], *size, *t, 1);
     return 1;
 }
 
@@ -731,9 +769,9 @@ static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t)
 }
 
 #define ENTER()                                                                                    \
-    int track = enabled && !busy;                                                                  \
+    int track = heap && !busy;                                                                     \
     if (UNLIKELY(!inited))                                                                         \
-        init(), track = enabled && !busy;                                                          \
+        init(), track = heap && !busy;                                                             \
     if (track)                                                                                     \
         busy = 1
 #define LEAVE()                                                                                    \
@@ -806,7 +844,7 @@ EXPORT void *malloc(size_t n)
     void *p = __libc_malloc(n);
     if (track && p)
         account_alloc(p, n, ra);
-    else if (p)
+    else if (p && heap)
         atomic_fetch_add_explicit(&untracked_allocs, 1, memory_order_relaxed);
     LEAVE();
     return p;
@@ -917,10 +955,238 @@ EXPORT void *pvalloc(size_t n)
     return aligned_at(pg, (n + pg - 1) & ~(pg - 1), (uintptr_t)__builtin_return_address(0));
 }
 
+/* ---- pools 2 and 3: mappings the program makes itself ----------------- */
+
+/* Pool 2 is anonymous memory the program maps (mmap with MAP_ANONYMOUS,
+ * mremap) or takes from the break (brk, sbrk); pool 3 is file-backed
+ * mappings (mmap of a file descriptor). Only calls through the exported
+ * symbols are seen: glibc's malloc maps and extends its heaps through its
+ * internal __mmap, __mremap, __munmap and __sbrk, which do not go through
+ * the PLT, so nothing the allocator does is counted twice. A mapping is
+ * charged to the site of its call (its length rounded up to whole pages;
+ * the break in bytes, as sbrk takes them); munmap credits the bytes it
+ * removes, also from part of a mapping (the rest stays charged); a
+ * MAP_FIXED mapping over a counted one credits the pages it replaces;
+ * mremap is a removal of the old range and a mapping at its own site. The
+ * regions live in one table, sorted by nothing, under one mutex held
+ * across the system call, so that a range unmapped by one thread and
+ * mapped again by another is accounted in the kernel's order. */
+static int pools = POOL1;
+struct region {
+    uintptr_t lo, hi;
+    uint32_t site, pool;
+    uint64_t born;
+};
+static struct region *regions;
+static uint32_t nregions, regcap;
+static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uintptr_t page_up(uintptr_t n)
+{
+    uintptr_t pg = 4096;
+    return (n + pg - 1) & ~(pg - 1);
+}
+
+/* Credit [lo, hi) of every region it overlaps; keep their other parts. */
+static void region_cut(uintptr_t lo, uintptr_t hi)
+{
+    for (uint32_t i = 0; i < nregions;) {
+        struct region *r = &regions[i];
+        if (r->hi <= lo || r->lo >= hi) {
+            i++;
+            continue;
+        }
+        uintptr_t a = r->lo > lo ? r->lo : lo, b = r->hi < hi ? r->hi : hi;
+        int left = r->lo < lo, right = r->hi > hi;
+        struct site *s = &sites[r->site];
+        discharge(s, b - a, r->born, !left && !right);
+        if (left && right) {
+            if (nregions < regcap) { /* split: the right part is a region of its own */
+                regions[nregions] = *r;
+                regions[nregions].lo = hi;
+                nregions++;
+            } else { /* no room: credit the right part too */
+                discharge(s, r->hi - hi, r->born, 0);
+            }
+            r->hi = lo;
+            i++;
+        } else if (left) {
+            r->hi = lo;
+            i++;
+        } else if (right) {
+            r->lo = hi;
+            i++;
+        } else {
+            *r = regions[--nregions];
+        }
+    }
+}
+
+static void region_add(uintptr_t lo, uintptr_t hi, uintptr_t ra, uint32_t pool)
+{
+    if (nregions == regcap) {
+        uint32_t ncap = regcap ? regcap * 2 : 256;
+        struct region *n = map((size_t)ncap * sizeof *n);
+        if (!n) {
+            atomic_fetch_add(&table_failures, 1);
+            return;
+        }
+        if (regions) {
+            memcpy(n, regions, (size_t)nregions * sizeof *n);
+            sys_munmap(regions, (size_t)regcap * sizeof *n);
+        }
+        regions = n;
+        regcap = ncap;
+    }
+    uint32_t si = site_for(ra);
+    if (si == NSITES || hi - lo >= SIZE_LIMIT) {
+        atomic_fetch_add(&untracked_allocs, 1);
+        return;
+    }
+    charge(&sites[si], hi - lo, 1);
+    atomic_fetch_or_explicit(&sites[si].pools, pool, memory_order_relaxed);
+    regions[nregions++] = (struct region){lo, hi, si, pool, dhat ? now_us() : 0};
+}
+
+/* Whether mapping calls are counted now; if so the caller holds
+ * region_lock and busy is set: undo with map_leave. */
+static int map_enter(void)
+{
+    if (UNLIKELY(!inited))
+        init();
+    if (!enabled || busy || !(pools & (POOL2 | POOL3)))
+        return 0;
+    busy = 1;
+    pthread_mutex_lock(&region_lock);
+    return 1;
+}
+
+static void map_leave(void)
+{
+    pthread_mutex_unlock(&region_lock);
+    busy = 0;
+}
+
+static void *mmap_at(void *a, size_t n, int prot, int flags, int fd, off_t off, uintptr_t ra)
+{
+    if (!map_enter())
+        return sys_mmap(a, n, prot, flags, fd, off);
+    int saved = errno;
+    void *p = sys_mmap(a, n, prot, flags, fd, off);
+    if (p != MAP_FAILED) {
+        uint32_t pool = (flags & MAP_ANONYMOUS) ? POOL2 : POOL3;
+        region_cut((uintptr_t)p, (uintptr_t)p + page_up(n));
+        if (pools & pool)
+            region_add((uintptr_t)p, (uintptr_t)p + page_up(n), ra, pool);
+        errno = saved;
+    }
+    map_leave();
+    return p;
+}
+
+EXPORT void *mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+    return mmap_at(a, n, prot, flags, fd, off, (uintptr_t)__builtin_return_address(0));
+}
+
+EXPORT void *mmap64(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+    return mmap_at(a, n, prot, flags, fd, off, (uintptr_t)__builtin_return_address(0));
+}
+
+EXPORT int munmap(void *a, size_t n)
+{
+    if (!map_enter())
+        return sys_munmap(a, n);
+    int r = sys_munmap(a, n);
+    if (r == 0)
+        region_cut((uintptr_t)a, (uintptr_t)a + page_up(n));
+    int e = errno;
+    map_leave();
+    errno = e;
+    return r;
+}
+
+EXPORT void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    void *want = 0;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        want = va_arg(ap, void *);
+        va_end(ap);
+    }
+    if (!map_enter())
+        return (void *)syscall(SYS_mremap, old, old_size, new_size, flags, want);
+    void *p = (void *)syscall(SYS_mremap, old, old_size, new_size, flags, want);
+    int e = errno;
+    if (p != MAP_FAILED) {
+        /* The old range's pool; a range never counted is anonymous. */
+        uint32_t pool = POOL2;
+        for (uint32_t i = 0; i < nregions; i++)
+            if (regions[i].lo < (uintptr_t)old + old_size && regions[i].hi > (uintptr_t)old) {
+                pool = regions[i].pool;
+                break;
+            }
+        if (!(flags & MREMAP_DONTUNMAP) || p == old)
+            region_cut((uintptr_t)old, (uintptr_t)old + page_up(old_size));
+        region_cut((uintptr_t)p, (uintptr_t)p + page_up(new_size));
+        if (pools & pool)
+            region_add((uintptr_t)p, (uintptr_t)p + page_up(new_size), ra, pool);
+    }
+    map_leave();
+    errno = e;
+    return p;
+}
+
+/* The break moved from old by incr (both already done). */
+static void break_moved(uintptr_t old, intptr_t incr, uintptr_t ra)
+{
+    if (incr > 0 && (pools & POOL2))
+        region_add(old, old + incr, ra, POOL2);
+    else if (incr < 0)
+        region_cut(old + incr, old);
+}
+
+EXPORT void *sbrk(intptr_t incr)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    if (!map_enter())
+        return __sbrk(incr);
+    void *old = __sbrk(incr);
+    int e = errno;
+    if (old != (void *)-1)
+        break_moved((uintptr_t)old, incr, ra);
+    map_leave();
+    errno = e;
+    return old;
+}
+
+EXPORT int brk(void *addr)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    int counted = map_enter();
+    if (!__curbrk)
+        __sbrk(0);
+    uintptr_t old = (uintptr_t)__curbrk;
+    intptr_t incr = (intptr_t)((uintptr_t)addr - old);
+    int r = __sbrk(incr) == (void *)-1 ? -1 : 0;
+    if (counted) {
+        int e = errno;
+        if (r == 0)
+            break_moved(old, incr, ra);
+        map_leave();
+        errno = e;
+    }
+    return r;
+}
+
 /* ---- fork, init, report ----------------------------------------------- */
 
 static void before_fork(void)
 {
+    pthread_mutex_lock(&region_lock);
     pthread_mutex_lock(&module_lock);
     pthread_mutex_lock(&scan_lock);
     for (int i = 0; i < NSHARDS; i++)
@@ -941,6 +1207,7 @@ static void after_fork_parent(void)
         unlock(&shards[i]);
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
+    pthread_mutex_unlock(&region_lock);
 }
 
 static void after_fork_child(void)
@@ -949,9 +1216,9 @@ static void after_fork_child(void)
     for (int i = 0; i < NSHARDS; i++) {
         struct shard *s = &shards[i];
         if (s->tab)
-            munmap(s->tab, (size_t)s->cap * sizeof(struct block));
+            sys_munmap(s->tab, (size_t)s->cap * sizeof(struct block));
         if (s->born)
-            munmap(s->born, (size_t)s->cap * sizeof(uint64_t));
+            sys_munmap(s->born, (size_t)s->cap * sizeof(uint64_t));
         s->tab = 0;
         s->born = 0;
         s->cap = s->count = s->shift = 0;
@@ -980,8 +1247,10 @@ static void after_fork_child(void)
     nomodule.cur = nomodule.hw = 0;
     unspin(&nomodule.lock);
     untracked_allocs = unknown_frees = table_failures = 0;
+    nregions = 0; /* inherited mappings are not the child's */
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
+    pthread_mutex_unlock(&region_lock);
 }
 
 static void init(void)
@@ -998,6 +1267,15 @@ static void init(void)
     sites = map(sizeof(struct site) * NSITES);
     cls = map(sizeof(struct cls) * NCLS);
     used = map(sizeof(uint32_t) * NSITES);
+    /* PROFDEV_MPROF_POOLS: the digits of startmp (1, 2, 3); pool 1 alone
+     * when unset. */
+    const char *pl = getenv("PROFDEV_MPROF_POOLS");
+    if (pl && pl[0]) {
+        pools = 0;
+        for (; *pl; pl++)
+            if (*pl >= '1' && *pl <= '3')
+                pools |= 1 << (*pl - '1');
+    }
     const char *dh = getenv("PROFDEV_MPROF_DHAT");
     dhat = dh && dh[0] == '1';
     if (dhat) {
@@ -1009,7 +1287,8 @@ static void init(void)
         strcpy(outdir, d);
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
         enabled = 1;
-        fast = !dhat;
+        heap = (pools & POOL1) != 0;
+        fast = heap && !dhat;
     }
     busy = 0;
 }
@@ -1157,6 +1436,14 @@ static void report(void)
             }
         unlock(sh);
     }
+    /* Mappings never unmapped (pools 2 and 3). */
+    pthread_mutex_lock(&region_lock);
+    for (uint32_t j = 0; j < nregions && live; j++) {
+        live[regions[j].site]++;
+        if (dhat)
+            sites[regions[j].site].tl += end - regions[j].born;
+    }
+    pthread_mutex_unlock(&region_lock);
     for (unsigned i = 0; i < NSITES; i++) {
         struct site *s = &sites[i];
         if (!s->pc || !s->nalloc)
@@ -1187,6 +1474,11 @@ static void report(void)
             put_i(&o, s->gbk);
         }
         put(&o, "\n");
+        if (s->pools != POOL1) {
+            put(&o, "pools ");
+            put_u(&o, s->pools, 10);
+            put(&o, "\n");
+        }
     }
     put(&o, "untracked ");
     put_u(&o, untracked_allocs, 10);
@@ -1212,6 +1504,6 @@ __attribute__((destructor)) static void dtor(void)
         }
     report();
     enabled = 0;
-    fast = 0;
+    heap = fast = 0;
     busy = 0;
 }
