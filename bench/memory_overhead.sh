@@ -15,10 +15,12 @@
 #   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
 #           entries (most of its small objects come from pymalloc's
 #           arenas; its large and medium blocks from malloc).
-# Each variant is timed as a whole command (profiler start-up, the
-# program, and for mprof its report; heaptrack's and valgrind's own output
-# files are written but not analysed). Rounds interleave the variants;
-# medians are shown. heaptrack and valgrind are Debian's
+# Each variant is timed twice: the program alone (an inner /usr/bin/time
+# around it, under the tool: for mprof that includes the library's start
+# and its report file, not profdev's start-up and symbolization), and the
+# whole command (profiler start-up, the program, and for mprof its tables;
+# heaptrack's and valgrind's own output files are written but not
+# analysed). Rounds interleave the variants; medians are shown. heaptrack and valgrind are Debian's
 # (apt-get install heaptrack valgrind); a missing one is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,18 +44,19 @@ command -v valgrind >/dev/null && variants+=(massif dhat) || echo "bench: valgri
 
 run() { # variant, command...
   local v=$1; shift
+  local inner=(/usr/bin/time -f %e -o "$work/inner" "$@")
   case $v in
-    native) "$@" ;;
-    mprof) "$profdev" mprof -l "$@" ;;
-    heaptrack) heaptrack -o "$work/ht" "$@" ;;
-    massif) valgrind -q --tool=massif --massif-out-file="$work/massif.out" "$@" ;;
-    dhat) valgrind -q --tool=dhat --dhat-out-file="$work/dhat.out" "$@" ;;
+    native) "${inner[@]}" ;;
+    mprof) "$profdev" mprof -l "${inner[@]}" ;;
+    heaptrack) heaptrack -o "$work/ht" "${inner[@]}" ;;
+    massif) valgrind -q --trace-children=yes --tool=massif --massif-out-file="$work/massif.%p.out" "${inner[@]}" ;;
+    dhat) valgrind -q --trace-children=yes --tool=dhat --dhat-out-file="$work/dhat.%p.out" "${inner[@]}" ;;
   esac
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-declare -A secs rss
+declare -A secs prog rss
 for w in micro micro1 python; do
   case $w in
     micro) cmd=("$work/micro" 10000000) ;;
@@ -62,23 +65,27 @@ for w in micro micro1 python; do
   esac
   for r in $(seq "$rounds"); do
     for v in "${variants[@]}"; do
-      rm -f "$work"/ht* "$work"/*.out
+      rm -f "$work"/ht* "$work"/*.out "$work/inner"
       /usr/bin/time -f "%e %M" -o "$work/time" bash -c '"$@" >/dev/null 2>&1' _ \
         bash -c "$(declare -f run); profdev=$profdev work=$work; run $v \"\$@\"" _ "${cmd[@]}"
       read -r e m <"$work/time"
       secs[$w.$v]+="$e "
+      prog[$w.$v]+="$(tail -n1 "$work/inner") "
       rss[$w.$v]+="$m "
     done
   done
 done
 
-printf '\n| workload | tool | seconds (median of %s) | slowdown | max RSS (MiB) |\n|---|---|---|---|---|\n' "$rounds"
+printf '\n| workload | tool | program s (median of %s) | slowdown | whole command s | slowdown | max RSS (MiB) |\n|---|---|---|---|---|---|---|\n' "$rounds"
 for w in micro micro1 python; do
   base=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
+  pbase=$(echo ${prog[$w.native]} | tr ' ' '\n' | median)
   for v in "${variants[@]}"; do
     t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
+    p=$(echo ${prog[$w.$v]} | tr ' ' '\n' | median)
     m=$(echo ${rss[$w.$v]} | tr ' ' '\n' | median)
-    printf '| %s | %s | %.2f | %.1fx | %.1f |\n' "$w" "$v" "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$m / 1024" | bc -l)"
+    printf '| %s | %s | %.2f | %.2fx | %.2f | %.2fx | %.1f |\n' "$w" "$v" "$p" "$(echo "$p / $pbase" | bc -l)" \
+      "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$m / 1024" | bc -l)"
   done
 done
 echo

@@ -141,12 +141,14 @@
 //!   device) is not built: the device checks the request and refuses it
 //!   with a sentence.
 //! * Exactness costs most when several threads allocate in one module at
-//!   once: a site's and its module's bytes change under the module's lock
-//!   (see `bench/memory_overhead.sh` for the measured slowdown). A
-//!   process with a single thread takes no lock.
-//! * The accounting's own memory: about 64 bytes per live block (a 32-byte
-//!   entry in a table kept at most half full), 256 bytes per site, 5 KiB
-//!   per thread, and a few MiB of tables mapped once (touched as used).
+//!   once: a site's and its module's bytes change under the module's lock,
+//!   whose cache line then moves between CPUs on every call (see
+//!   `bench/memory_overhead.sh` for the measured slowdown). A process with
+//!   a single thread takes no lock.
+//! * The accounting's own memory: an 8-byte entry per 16 bytes of heap
+//!   where blocks are (a page map touched only there: about half the size
+//!   of a heap of small blocks, a page per large block), 192 bytes per
+//!   site, and a few MiB of tables mapped once (touched as used).
 //! * The library needs glibc (it calls `__libc_malloc` and friends);
 //!   static programs and programs with a built-in allocator are out of
 //!   reach.

@@ -8,11 +8,33 @@
  * A free subtracts the block's bytes from the site that allocated it;
  * high-water marks (per site, per module) rise on allocation only.
  *
- * Bookkeeping lives beside the blocks: a table keyed by block address,
- * split into 256 shards each behind its own spin lock, so a block this
- * library did not allocate (before it was loaded, or while it was busy
- * inside itself) is never subtracted from anything. Counters are atomic:
- * no update is lost between threads and high water is exact.
+ * Bookkeeping lives beside the blocks: a map keyed by block address (a
+ * page map of 8-byte entries, no lock, see "the block table"), so a block
+ * this library did not allocate (before it was loaded, or while it was
+ * busy inside itself) is never subtracted from anything.
+ *
+ * Exactness, and what it costs. A site's high water is the most its
+ * blocks held at once; with threads, "at once" needs an order of the
+ * site's allocations and frees that agrees with what the program itself
+ * orders (a barrier between two threads' mallocs and their frees must put
+ * both mallocs first: mprof_e2e's known.c checks exactly that). Per-thread
+ * deltas merged later cannot give that order: a batch of +1 MiB, -1 MiB
+ * flushed after the barrier has lost the moment both MiBs were live, and
+ * delaying frees instead invents peaks that never were. So every update
+ * of a site's bytes, and of its module's (whose high water is that of the
+ * sum of its sites), is made in one order: under the module's spin lock,
+ * which covers the site's and the module's counters together (one atomic
+ * per call; site counters atomics of their own would be two, and two
+ * lines; the module's first site keeps its counters on the lock's line,
+ * so a module allocating from one line moves one line). While the
+ * process has one thread (glibc's
+ * __libc_single_threaded) no lock is taken at all. The price is paid
+ * where threads allocate in one module at once: that lock's line and the
+ * site's move between CPUs on every call (bench/memory_overhead.sh).
+ * Allocation counts (blocks, bytes) sit beside the bytes under the same
+ * lock, on the line already written. The common call (counting on, a
+ * return address this thread has met: a per-thread cache of 16) is
+ * inline in malloc and free, without the recursion guard's writes.
  *
  * The real allocator is glibc's, reached through its exported
  * __libc_malloc family (no dlsym, which itself allocates). On exit the
@@ -24,6 +46,11 @@
  * child inherited are not in its table and their frees are not counted.
  * exec: LD_PRELOAD stays in the environment and the new image loads this
  * library afresh; each image writes its own report.
+ *
+ * Pools (PROFDEV_MPROF_POOLS, startmp's digits, pool 1 when unset): 1 the
+ * malloc family; 2 anonymous mappings and the break the program makes
+ * itself; 3 file mappings it makes (see "pools 2 and 3" below). All pools
+ * charge the same sites and modules: Inferno's histogram mixes its pools.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -100,21 +127,33 @@ static void *map(size_t n)
 
 /* Modules: each link map seen at a site. */
 #define MAX_MODULES 1024
+/* A site's counters. */
+struct counters {
+    int64_t cur, hw;
+    uint64_t nalloc, bytes, nlive; /* blocks (and mappings) allocated, bytes, live now */
+};
+
 struct module {
     uintptr_t l_addr;
     const void *lm;
     char path[512];
     uint64_t dev, ino;
-    char pad0[64 - (2 * sizeof(void *) + 512 + 16) % 64];
-    /* Guards cur and hw, and the cur and hw of the module's sites: one
-     * lock per update, and a site's and its module's counters change
-     * together, so the module's high water is that of its sites' sum. */
+    _Atomic int resident_taken;
+    char pad0[64 - (2 * sizeof(void *) + 512 + 16 + sizeof(int)) % 64];
+    /* One cache line: the lock that guards cur and hw, and the counters
+     * of the module's sites: one lock per update, and a site's and its
+     * module's counters change together, so the module's high water is
+     * that of its sites' sum. The counters of the module's first site
+     * live on this line too (resident): a module whose allocations come
+     * from one line moves one cache line between threads, not two. */
     atomic_flag lock;
+    char lpad[sizeof(int64_t) - sizeof(atomic_flag)];
     int64_t cur, hw;
-    char pad1[64 - sizeof(atomic_flag) - 2 * sizeof(int64_t)];
+    struct counters resident;
 };
+_Static_assert(sizeof(struct module) % 64 == 0, "a module's hot line is a cache line");
 /* The counters of sites in no module. */
-static struct module nomodule;
+static struct module nomodule __attribute__((aligned(64)));
 static struct module *modules;
 static _Atomic int nmodules;
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -130,13 +169,13 @@ struct site {
     _Atomic int module; /* 0 unresolved, -1 none, else index + 1 */
     struct module *mod; /* its module's counters (nomodule for none), set before module */
     _Atomic uint32_t pools; /* POOL1..3 bits charged here (set on slow paths only) */
-    char pad0[64 - 2 * sizeof(uintptr_t) - sizeof(void *) - sizeof(uint32_t)];
-    int64_t cur, hw;       /* under the module's lock */
-    uint64_t nalloc, bytes; /* the same */
+    struct counters *c;     /* own, or its module's resident ones; under the module's lock */
+    char pad0[64 - 2 * sizeof(uintptr_t) - 2 * sizeof(void *) - sizeof(uint32_t)];
+    struct counters own;
+    char pad1[64 - sizeof(struct counters)];
     int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
-    /* DHAT's sum of lifetimes is on a line of its own (64 bytes a site). */
-    uint64_t tl;
-    char pad1[64 - sizeof(uint64_t)];
+    uint64_t tl, sumborn;         /* the same: lifetimes ended, births of the live */
+    char pad2[64 - 6 * sizeof(uint64_t)];
 };
 static struct site *sites;
 static uint32_t *used; /* indices of created sites (DHAT's snapshots) */
@@ -163,28 +202,31 @@ static const void *scanned[MAX_SCANNED];
 static int nscanned;
 static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Blocks: 256 shards of open-addressing tables keyed by address. A
- * block's shard is chosen by its 64 MiB region (glibc gives each thread's
- * arena heaps of its own, 64 MiB aligned), so a thread mostly meets its
- * own shard: its lock and table lines stay in that thread's cache. Inside
- * a shard the slot is a hash of the whole address. An entry is 16 bytes:
- * the address, and the size (48 bits) with the site index (16 bits);
- * DHAT's birth times are a parallel array, only in DHAT mode. */
-#define NSHARDS 256
-#define REGION_SHIFT 26
-#define SIZE_LIMIT (1ULL << 48)
-struct block {
-    uintptr_t addr;
-    uint64_t meta; /* size << 16 | site */
-};
-struct shard {
-    atomic_flag lock;
-    uint32_t cap, count, shift; /* shift: 64 - log2(cap) */
-    struct block *tab;
-    uint64_t *born; /* DHAT: allocation times, parallel to tab */
-    char pad[64 - sizeof(atomic_flag) - 12 - 2 * sizeof(void *)];
-};
-static struct shard shards[NSHARDS] __attribute__((aligned(64)));
+/* Blocks: a two-level map from a block's address to its entry, as a page
+ * map: the top level has one pointer per 64 MiB of the 47-bit address
+ * space, a leaf one 8-byte entry per 16-byte granule of its 64 MiB
+ * (glibc's blocks start 16-aligned and at least 32 bytes apart, so a
+ * granule holds at most one block's start). Both levels are mapped
+ * MAP_NORESERVE and touched only where blocks are: about 8 bytes of
+ * table per 16 bytes of heap in use where blocks are small, one page per
+ * large block. An entry is size << 17 | site << 1 | 1 (0: none).
+ *
+ * No lock: a block's entry is written by the thread that allocated it,
+ * after the allocator returned it, and cleared by the thread that frees
+ * it, before the allocator takes it back; the program orders the two
+ * (it must hand the pointer over), and the allocator orders the clearing
+ * before the address's next allocation. Only a leaf's creation is shared
+ * (a compare-and-swap of its top-level pointer). In DHAT mode each entry
+ * is followed by the block's birth time. */
+#define LEAF_SHIFT 26
+#define LEAF_SLOTS (1u << (LEAF_SHIFT - 4))
+#define TOP_SLOTS (1u << (47 - LEAF_SHIFT))
+#define SIZE_LIMIT (1ULL << 47)
+static _Atomic(_Atomic uint64_t *) *top;
+static unsigned entry_shift; /* 1 in DHAT mode: two words an entry */
+#define MAX_LEAVES 4096
+static uint32_t leaves[MAX_LEAVES]; /* top indices in use, for fork */
+static _Atomic uint32_t nleaves;
 
 static _Atomic uint64_t untracked_allocs, unknown_frees, table_failures;
 
@@ -227,8 +269,6 @@ static inline void unspin(atomic_flag *f)
 {
     atomic_flag_clear_explicit(f, memory_order_release);
 }
-static inline void lock(struct shard *s) { spin(&s->lock); }
-static inline void unlock(struct shard *s) { unspin(&s->lock); }
 
 static inline uint64_t now_us(void)
 {
@@ -245,7 +285,7 @@ static void snapshot_peak(void)
     uint32_t n = atomic_load(&nused);
     for (uint32_t i = 0; i < n; i++) {
         struct site *s = &sites[used[i]];
-        s->gb = s->cur;
+        s->gb = s->c ? s->c->cur : 0;
         s->gbk = s->curbk;
     }
     peak_pending = 0;
@@ -257,29 +297,33 @@ static inline struct module *module_of_site(struct site *s)
     return s->mod;
 }
 
-static inline void charge(struct site *s, int64_t size, int raise)
+/* raise: an allocation (counted, and high water may rise); else a block
+ * put back (a failed realloc's). born: DHAT's birth time. */
+static inline void charge(struct site *s, int64_t size, int raise, uint64_t born)
 {
     struct module *m = module_of_site(s);
     atomic_flag *l = dhat ? &global_lock : &m->lock;
     spin(l);
     if (dhat) {
         s->curbk++;
+        s->sumborn += born;
         gcur += size;
         if (raise && gcur > ghw) {
             ghw = gcur;
             tg = now_us();
             peak_pending = 1;
         }
-        if (raise && s->cur + size > s->hw)
+        if (raise && s->c->cur + size > s->c->hw)
             s->hwbk = s->curbk;
     }
-    s->cur += size;
+    s->c->cur += size;
     m->cur += size;
+    s->c->nlive++;
     if (raise) {
-        s->nalloc++;
-        s->bytes += size;
-        if (s->cur > s->hw)
-            s->hw = s->cur;
+        s->c->nalloc++;
+        s->c->bytes += size;
+        if (s->c->cur > s->c->hw)
+            s->c->hw = s->c->cur;
         if (m->cur > m->hw)
             m->hw = m->cur;
     }
@@ -298,10 +342,13 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
         gcur -= size;
         if (whole) { /* a block ends (not a mapping's part) */
             s->curbk--;
+            s->sumborn -= born;
             s->tl += now_us() - born;
         }
     }
-    s->cur = s->cur > size ? s->cur - size : 0;
+    if (whole)
+        s->c->nlive--;
+    s->c->cur = s->c->cur > size ? s->c->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
     unspin(l);
 }
@@ -548,7 +595,12 @@ static uint32_t site_of(uintptr_t pc)
             if (atomic_compare_exchange_strong(&s->pc, &zero, pc)) {
                 used[atomic_fetch_add(&nused, 1)] = j;
                 int m = module_index(pc);
-                s->mod = m < 0 ? &nomodule : &modules[m];
+                struct module *mod = m < 0 ? &nomodule : &modules[m];
+                int no = 0;
+                s->c = atomic_compare_exchange_strong(&mod->resident_taken, &no, 1)
+                           ? &mod->resident
+                           : &s->own;
+                s->mod = mod;
                 atomic_store_explicit(&s->module, m < 0 ? -1 : m + 1, memory_order_release);
                 return j;
             }
@@ -563,114 +615,76 @@ static uint32_t site_of(uintptr_t pc)
 
 /* ---- the block table -------------------------------------------------- */
 
-#define FIB 0x9E3779B97F4A7C15ULL
-static inline struct shard *shard_of(uintptr_t addr)
+static void *map_noreserve(size_t n)
 {
-    return &shards[((addr >> REGION_SHIFT) * FIB) >> 56];
+    void *p = sys_mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+    return p == MAP_FAILED ? 0 : p;
 }
 
-/* A block's home slot: Fibonacci hashing, the product's top bits. */
-static inline uint32_t home_of(uintptr_t addr, unsigned shift)
+static size_t leaf_bytes(void)
 {
-    return (uint32_t)(((addr >> 4) * FIB) >> shift);
+    return (size_t)LEAF_SLOTS * sizeof(uint64_t) << entry_shift;
 }
 
-static int shard_grow(struct shard *s)
+static __attribute__((noinline)) _Atomic uint64_t *new_leaf(uintptr_t t)
 {
-    uint32_t ncap = s->cap ? s->cap * 2 : 64;
-    unsigned nshift = s->cap ? s->shift - 1 : 64 - 6;
-    struct block *nt = map((size_t)ncap * sizeof(struct block));
-    uint64_t *nb = dhat ? map((size_t)ncap * sizeof(uint64_t)) : 0;
-    if (!nt || (dhat && !nb)) {
-        if (nt)
-            sys_munmap(nt, (size_t)ncap * sizeof(struct block));
-        return -1;
+    _Atomic uint64_t *leaf = map_noreserve(leaf_bytes());
+    if (!leaf)
+        return 0;
+    _Atomic uint64_t *none = 0;
+    if (!atomic_compare_exchange_strong(&top[t], &none, leaf)) {
+        sys_munmap((void *)leaf, leaf_bytes());
+        return none; /* another thread's */
     }
-    for (uint32_t i = 0; i < s->cap; i++) {
-        if (!s->tab[i].addr)
-            continue;
-        uint64_t j = home_of(s->tab[i].addr, nshift);
-        while (nt[j].addr)
-            j = (j + 1) & (ncap - 1);
-        nt[j] = s->tab[i];
-        if (nb)
-            nb[j] = s->born[i];
-    }
-    if (s->tab)
-        sys_munmap(s->tab, (size_t)s->cap * sizeof(struct block));
-    if (s->born)
-        sys_munmap(s->born, (size_t)s->cap * sizeof(uint64_t));
-    s->tab = nt;
-    s->born = nb;
-    s->cap = ncap;
-    s->shift = nshift;
-    return 0;
+    uint32_t k = atomic_fetch_add(&nleaves, 1);
+    if (k < MAX_LEAVES)
+        leaves[k] = t;
+    return leaf;
 }
 
-static void table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t)
+/* The entry of the block at addr; 0 when out of the map (and, unless
+ * create, when its leaf does not exist). */
+static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
 {
-    struct shard *s = shard_of(addr);
-    lock(s);
-    if (UNLIKELY((s->count + 1) * 2 > s->cap) && shard_grow(s)) {
-        unlock(s);
+    uintptr_t t = addr >> LEAF_SHIFT;
+    if (UNLIKELY(t >= TOP_SLOTS || (addr & 15)))
+        return 0;
+    _Atomic uint64_t *leaf = atomic_load_explicit(&top[t], memory_order_acquire);
+    if (UNLIKELY(!leaf) && (!create || !(leaf = new_leaf(t))))
+        return 0;
+    return &leaf[(size_t)((addr >> 4) & (LEAF_SLOTS - 1)) << entry_shift];
+}
+
+/* Enter a block; 0 (counted as a table failure) if it cannot be: the
+ * caller then charges nothing. */
+static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t)
+{
+    _Atomic uint64_t *e = entry_of(addr, 1);
+    if (UNLIKELY(!e)) {
         atomic_fetch_add(&table_failures, 1);
-        return;
+        return 0;
     }
-    uint32_t mask = s->cap - 1;
-    uint64_t j = home_of(addr, s->shift);
-    while (s->tab[j].addr && s->tab[j].addr != addr)
-        j = (j + 1) & mask;
-    if (!s->tab[j].addr)
-        s->count++;
-    s->tab[j].addr = addr;
-    s->tab[j].meta = size << 16 | site;
-    if (s->born)
-        s->born[j] = t;
-    unlock(s);
+    atomic_store_explicit(e, size << 17 | (uint64_t)site << 1 | 1, memory_order_relaxed);
+    if (entry_shift)
+        atomic_store_explicit(e + 1, t, memory_order_relaxed);
+    return 1;
 }
 
 /* Remove addr; 1 and its size and site if it was there. */
-static int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t)
+static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t)
 {
-    struct shard *s = shard_of(addr);
-    lock(s);
-    if (UNLIKELY(!s->cap)) {
-        unlock(s);
+    _Atomic uint64_t *e = entry_of(addr, 0);
+    if (UNLIKELY(!e))
         return 0;
-    }
-    uint32_t mask = s->cap - 1;
-    uint64_t j = home_of(addr, s->shift);
-    while (s->tab[j].addr && s->tab[j].addr != addr)
-        j = (j + 1) & mask;
-    if (UNLIKELY(!s->tab[j].addr)) {
-        unlock(s);
+    uint64_t v = atomic_load_explicit(e, memory_order_relaxed);
+    if (UNLIKELY(!v))
         return 0;
-    }
-    *size = s->tab[j].meta >> 16;
-    *site = s->tab[j].meta & 0xffff;
-    *t = s->born ? s->born[j] : 0;
-    /* Backward-shift deletion. */
-    uint64_t i = j;
-    for (;;) {
-        s->tab[i].addr = 0;
-        uint64_t k = i;
-        for (;;) {
-            k = (k + 1) & mask;
-            if (!s->tab[k].addr) {
-                s->count--;
-                unlock(s);
-                return 1;
-            }
-            uint64_t home = home_of(s->tab[k].addr, s->shift);
-            /* Can the entry at k move to i? Only if home is not in (i, k]. */
-            if ((i <= k) ? (home <= i || home > k) : (home <= i && home > k))
-                break;
-        }
-        s->tab[i] = s->tab[k];
-        if (s->born)
-            s->born[i] = s->born[k];
-        i = k;
-    }
+    atomic_store_explicit(e, 0, memory_order_relaxed);
+    *size = v >> 17;
+    *site = (v >> 1) & 0xffff;
+    *t = entry_shift ? atomic_load_explicit(e + 1, memory_order_relaxed) : 0;
+    return 1;
 }
 
 /* ---- accounting ------------------------------------------------------- */
@@ -741,10 +755,12 @@ static void account_alloc(void *p, uint64_t size, uintptr_t ra)
         atomic_fetch_add(&untracked_allocs, 1);
         return;
     }
-    charge(&sites[si], size, 1);
+    uint64_t born = dhat ? now_us() : 0;
+    if (!table_insert((uintptr_t)p, size, si, born))
+        return;
+    charge(&sites[si], size, 1, born);
     if (UNLIKELY(!(atomic_load_explicit(&sites[si].pools, memory_order_relaxed) & POOL1)))
         atomic_fetch_or_explicit(&sites[si].pools, POOL1, memory_order_relaxed);
-    table_insert((uintptr_t)p, size, si, dhat ? now_us() : 0);
 }
 
 /* Take p out of the books; 1 (and its size and site) if it was in them. */
@@ -762,10 +778,10 @@ static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t)
  * its bytes were counted before). */
 static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t)
 {
-    charge(&sites[si], size, 0);
     if (dhat) /* its lifetime so far was counted at the failed realloc */
         t = now_us();
-    table_insert((uintptr_t)p, size, si, t);
+    if (table_insert((uintptr_t)p, size, si, t))
+        charge(&sites[si], size, 0, t);
 }
 
 #define ENTER()                                                                                    \
@@ -788,24 +804,26 @@ static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra)
     if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
         return 0;
     uint32_t si = c->si;
+    if (UNLIKELY(!table_insert((uintptr_t)p, n, si, 0)))
+        return 1;
     struct site *s = &sites[si];
     struct module *m = s->mod;
     int mt = !__libc_single_threaded;
     if (mt)
         spin_raw(&m->lock);
-    int64_t v = s->cur + n;
-    s->cur = v;
-    if (v > s->hw)
-        s->hw = v;
-    s->nalloc++;
-    s->bytes += n;
+    int64_t v = s->c->cur + n;
+    s->c->cur = v;
+    if (v > s->c->hw)
+        s->c->hw = v;
+    s->c->nalloc++;
+    s->c->bytes += n;
+    s->c->nlive++;
     v = m->cur + n;
     m->cur = v;
     if (v > m->hw)
         m->hw = v;
     if (mt)
         unspin(&m->lock);
-    table_insert((uintptr_t)p, n, si, 0);
     return 1;
 }
 
@@ -822,8 +840,9 @@ static inline void fast_free(void *p)
     int mt = !__libc_single_threaded;
     if (mt)
         spin_raw(&m->lock);
-    s->cur = s->cur > (int64_t)size ? s->cur - (int64_t)size : 0;
+    s->c->cur = s->c->cur > (int64_t)size ? s->c->cur - (int64_t)size : 0;
     m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
+    s->c->nlive--;
     if (mt)
         unspin(&m->lock);
 }
@@ -987,6 +1006,20 @@ static uintptr_t page_up(uintptr_t n)
     return (n + pg - 1) & ~(pg - 1);
 }
 
+/* A mapping split in two by an unmapping: one more piece live. */
+static void split_piece(struct site *s, uint64_t born)
+{
+    struct module *m = module_of_site(s);
+    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    spin(l);
+    s->c->nlive++;
+    if (dhat) {
+        s->curbk++;
+        s->sumborn += born;
+    }
+    unspin(l);
+}
+
 /* Credit [lo, hi) of every region it overlaps; keep their other parts. */
 static void region_cut(uintptr_t lo, uintptr_t hi)
 {
@@ -1005,6 +1038,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
                 regions[nregions] = *r;
                 regions[nregions].lo = hi;
                 nregions++;
+                split_piece(s, r->born);
             } else { /* no room: credit the right part too */
                 discharge(s, r->hi - hi, r->born, 0);
             }
@@ -1043,9 +1077,10 @@ static void region_add(uintptr_t lo, uintptr_t hi, uintptr_t ra, uint32_t pool)
         atomic_fetch_add(&untracked_allocs, 1);
         return;
     }
-    charge(&sites[si], hi - lo, 1);
+    uint64_t born = dhat ? now_us() : 0;
+    charge(&sites[si], hi - lo, 1, born);
     atomic_fetch_or_explicit(&sites[si].pools, pool, memory_order_relaxed);
-    regions[nregions++] = (struct region){lo, hi, si, pool, dhat ? now_us() : 0};
+    regions[nregions++] = (struct region){lo, hi, si, pool, born};
 }
 
 /* Whether mapping calls are counted now; if so the caller holds
@@ -1189,8 +1224,6 @@ static void before_fork(void)
     pthread_mutex_lock(&region_lock);
     pthread_mutex_lock(&module_lock);
     pthread_mutex_lock(&scan_lock);
-    for (int i = 0; i < NSHARDS; i++)
-        lock(&shards[i]);
     for (int i = 0; i < nmodules; i++)
         spin(&modules[i].lock);
     spin(&nomodule.lock);
@@ -1203,8 +1236,6 @@ static void after_fork_parent(void)
     unspin(&nomodule.lock);
     for (int i = 0; i < nmodules; i++)
         unspin(&modules[i].lock);
-    for (int i = 0; i < NSHARDS; i++)
-        unlock(&shards[i]);
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
     pthread_mutex_unlock(&region_lock);
@@ -1213,25 +1244,30 @@ static void after_fork_parent(void)
 static void after_fork_child(void)
 {
     /* The child starts from zero: empty tables and counters. */
-    for (int i = 0; i < NSHARDS; i++) {
-        struct shard *s = &shards[i];
-        if (s->tab)
-            sys_munmap(s->tab, (size_t)s->cap * sizeof(struct block));
-        if (s->born)
-            sys_munmap(s->born, (size_t)s->cap * sizeof(uint64_t));
-        s->tab = 0;
-        s->born = 0;
-        s->cap = s->count = s->shift = 0;
-        unlock(s);
+    uint32_t nl = atomic_load(&nleaves);
+    if (nl <= MAX_LEAVES) {
+        for (uint32_t k = 0; k < nl; k++) {
+            sys_munmap((void *)top[leaves[k]], leaf_bytes());
+            top[leaves[k]] = 0;
+        }
+    } else { /* more leaves than the list holds: look at every pointer */
+        for (uint32_t t = 0; t < TOP_SLOTS; t++)
+            if (top[t]) {
+                sys_munmap((void *)top[t], leaf_bytes());
+                top[t] = 0;
+            }
     }
+    nleaves = 0;
     for (unsigned i = 0; i < NSITES; i++) {
         struct site *s = &sites[i];
         if (!s->pc)
             continue;
-        s->cur = s->hw = 0;
+        if (!s->c)
+            continue;
+        s->c->cur = s->c->hw = 0;
         s->curbk = s->hwbk = s->gb = s->gbk = 0;
-        s->tl = 0;
-        s->nalloc = s->bytes = 0;
+        s->tl = s->sumborn = 0;
+        s->c->nalloc = s->c->bytes = s->c->nlive = 0;
     }
     gcur = ghw = 0;
     peak_pending = 0;
@@ -1283,7 +1319,10 @@ static void init(void)
         t0 = now_us();
     }
     ranges = map(sizeof(struct range) * MAX_RANGES);
-    if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges && used) {
+    entry_shift = dhat ? 1 : 0;
+    top = map_noreserve(sizeof(*top) * TOP_SLOTS);
+    if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges && used &&
+        top) {
         strcpy(outdir, d);
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
         enabled = 1;
@@ -1419,53 +1458,29 @@ static void report(void)
         put(&o, m->path);
         put(&o, "\n");
     }
-    /* Blocks never freed, per site, from the table. */
-    static uint32_t *live;
-    live = map(sizeof(uint32_t) * NSITES);
     uint64_t end = dhat ? now_us() : 0;
-    for (int i = 0; i < NSHARDS && live; i++) {
-        struct shard *sh = &shards[i];
-        lock(sh);
-        for (uint32_t j = 0; j < sh->cap; j++)
-            if (sh->tab[j].addr) {
-                uint32_t si = sh->tab[j].meta & 0xffff;
-                live[si]++;
-                /* DHAT: a block still live has lived until the end. */
-                if (sh->born)
-                    sites[si].tl += end - sh->born[j];
-            }
-        unlock(sh);
-    }
-    /* Mappings never unmapped (pools 2 and 3). */
-    pthread_mutex_lock(&region_lock);
-    for (uint32_t j = 0; j < nregions && live; j++) {
-        live[regions[j].site]++;
-        if (dhat)
-            sites[regions[j].site].tl += end - regions[j].born;
-    }
-    pthread_mutex_unlock(&region_lock);
     for (unsigned i = 0; i < NSITES; i++) {
         struct site *s = &sites[i];
-        if (!s->pc || !s->nalloc)
+        if (!s->pc || !s->c || !s->c->nalloc)
             continue;
         put(&o, "site ");
         put_u(&o, s->pc, 16);
         put(&o, " ");
         put_i(&o, s->module > 0 ? s->module - 1 : -1);
         put(&o, " ");
-        put_i(&o, s->cur);
+        put_i(&o, s->c->cur);
         put(&o, " ");
-        put_i(&o, s->hw);
+        put_i(&o, s->c->hw);
         put(&o, " ");
-        put_u(&o, s->nalloc, 10);
+        put_u(&o, s->c->nalloc, 10);
         put(&o, " ");
-        put_u(&o, s->bytes, 10);
+        put_u(&o, s->c->bytes, 10);
         put(&o, " ");
-        put_u(&o, live ? live[i] : 0, 10);
+        put_u(&o, s->c->nlive, 10);
         if (dhat) {
             /* Lifetimes of blocks still live count up to the end. */
             put(&o, " ");
-            put_u(&o, s->tl, 10);
+            put_u(&o, s->tl + s->c->nlive * end - s->sumborn, 10);
             put(&o, " ");
             put_i(&o, s->hwbk);
             put(&o, " ");

@@ -32,11 +32,16 @@
 //!   `g_malloc`, `g_malloc0`, `g_realloc`, `g_try_*`, `g_*_n`, `g_strdup`,
 //!   `g_strndup`, `g_memdup*`, `g_slice_alloc*`; more with
 //!   `PROFDEV_MPROF_WRAPPERS=sym1,sym2` (`mprof --wrapper SYMBOL`).
-//! * **Bookkeeping beside the blocks**: a table keyed by block address in
-//!   256 shards, each behind its own spin lock; a block the library did not
-//!   allocate (before it was loaded, or inside itself) is not in the table
-//!   and its free subtracts nothing. Counters are atomics: no update is
-//!   lost between threads and high water is exact.
+//! * **Bookkeeping beside the blocks**: a map keyed by block address (a
+//!   page map: one 8-byte entry per 16-byte granule where blocks are, no
+//!   lock: a block's entry is written by its allocating thread and cleared
+//!   by its freeing one); a block the library did not allocate (before it
+//!   was loaded, or inside itself) is not in the map and its free
+//!   subtracts nothing. A site's and its module's bytes change together
+//!   under the module's spin lock (none while the process has one
+//!   thread): no update is lost between threads, and high water, per site
+//!   and per module, is exact in an order that agrees with the program's
+//!   own (why not per-thread deltas: the head of `c/mprof.c`).
 //! * **fork**: the child starts from zero (empty tables and counters), so
 //!   adding up the reports of all processes counts each allocation once;
 //!   frees of blocks the child inherited are not counted. **exec**:
