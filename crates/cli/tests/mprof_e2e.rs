@@ -331,6 +331,46 @@ fn pprof_export_read_by_go_tool_pprof() {
             "line {line}: {values}: {raw}"
         );
     }
+    // `go tool pprof -top`, as a user reads it: the sites by name and line,
+    // with their bytes in use (64 KiB at 26, 400 x 100 bytes at 23).
+    let o = Command::new("go")
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-lines",
+            "-sample_index=inuse_space",
+        ])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{top}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for (bytes, line) in [("64kB", 26), ("39.06kB", 23)] {
+        assert!(
+            top.lines().any(|l| l.trim_start().starts_with(bytes)
+                && l.trim_end()
+                    .ends_with(&format!("main {}:{line}", src.display()))),
+            "line {line}: {top}"
+        );
+    }
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-top", "-sample_index=alloc_space"])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        top.lines()
+            .any(|l| l.trim_start().starts_with("2048kB") && l.trim_end().ends_with(" thread_body")),
+        "{top}"
+    );
 }
 
 /// `--dhat`: the JSON passes the checks of valgrind's own viewer
