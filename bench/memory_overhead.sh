@@ -15,12 +15,12 @@
 #   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
 #           entries (most of its small objects come from pymalloc's
 #           arenas; its large and medium blocks from malloc).
-# Each variant is timed twice: the program alone (an inner /usr/bin/time
-# around it, under the tool: for mprof that includes the library's start
-# and its report file, not profdev's start-up and symbolization), and the
-# whole command (profiler start-up, the program, and for mprof its tables;
-# heaptrack's and valgrind's own output files are written but not
-# analysed). Rounds interleave the variants; medians are shown. heaptrack and valgrind are Debian's
+# Each variant is timed twice: the program's own work (the time it
+# reports itself, "elapsed SECONDS" on stderr: alloc_micro from main's
+# start to its threads' end, dict.py its loop; under each tool, without
+# the tool's start-up and end), and the whole command (profiler start-up,
+# the program, and for mprof its report and tables; heaptrack's and
+# valgrind's own output files are written but not analysed). Rounds interleave the variants; medians are shown. heaptrack and valgrind are Debian's
 # (apt-get install heaptrack valgrind); a missing one is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,9 +32,12 @@ trap 'rm -rf "$work"' EXIT
 cc -O2 -g -pthread -o "$work/micro" bench/alloc_micro.c
 python=/usr/bin/python3
 cat >"$work/dict.py" <<'P'
+import sys, time
+t0 = time.monotonic()
 d = {}
 for i in range(1000000):
     d[str(i)] = [i]
+print("elapsed %.3f" % (time.monotonic() - t0), file=sys.stderr)
 print(len(d))
 P
 
@@ -44,13 +47,12 @@ command -v valgrind >/dev/null && variants+=(massif dhat) || echo "bench: valgri
 
 run() { # variant, command...
   local v=$1; shift
-  local inner=(/usr/bin/time -f %e -o "$work/inner" "$@")
   case $v in
-    native) "${inner[@]}" ;;
-    mprof) "$profdev" mprof -l "${inner[@]}" ;;
-    heaptrack) heaptrack -o "$work/ht" "${inner[@]}" ;;
-    massif) valgrind -q --trace-children=yes --tool=massif --massif-out-file="$work/massif.%p.out" "${inner[@]}" ;;
-    dhat) valgrind -q --trace-children=yes --tool=dhat --dhat-out-file="$work/dhat.%p.out" "${inner[@]}" ;;
+    native) "$@" ;;
+    mprof) "$profdev" mprof -l "$@" ;;
+    heaptrack) heaptrack -o "$work/ht" "$@" ;;
+    massif) valgrind -q --tool=massif --massif-out-file="$work/massif.out" "$@" ;;
+    dhat) valgrind -q --tool=dhat --dhat-out-file="$work/dhat.out" "$@" ;;
   esac
 }
 
@@ -65,12 +67,12 @@ for w in micro micro1 python; do
   esac
   for r in $(seq "$rounds"); do
     for v in "${variants[@]}"; do
-      rm -f "$work"/ht* "$work"/*.out "$work/inner"
-      /usr/bin/time -f "%e %M" -o "$work/time" bash -c '"$@" >/dev/null 2>&1' _ \
+      rm -f "$work"/ht* "$work"/*.out "$work/err"
+      /usr/bin/time -f "%e %M" -o "$work/time" bash -c '"$@" >/dev/null 2>"$0"' "$work/err" \
         bash -c "$(declare -f run); profdev=$profdev work=$work; run $v \"\$@\"" _ "${cmd[@]}"
       read -r e m <"$work/time"
       secs[$w.$v]+="$e "
-      prog[$w.$v]+="$(tail -n1 "$work/inner") "
+      prog[$w.$v]+="$(sed -n 's/^elapsed //p' "$work/err" | tail -n1) "
       rss[$w.$v]+="$m "
     done
   done
