@@ -1,9 +1,19 @@
 /* bench/memory_overhead.sh's microbenchmark: T threads (default 2), each
  * N small malloc/free pairs (sizes 16..527 bytes, 8 blocks live at a
- * time), all at the same line. Usage: alloc_micro [N [T]]. */
+ * time), all at the same line; prints "elapsed SECONDS" of that work (from
+ * main's start to the threads' end) on stderr. Usage: alloc_micro [N [T]]. */
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 static long n = 2000000;
 
@@ -26,6 +36,7 @@ static void *work(void *arg)
 
 int main(int argc, char **argv)
 {
+    double t0 = now();
     int threads = 2;
     if (argc > 1)
         n = atol(argv[1]);
@@ -35,6 +46,7 @@ int main(int argc, char **argv)
         threads = 2;
     if (threads == 1) { /* no second thread: the process stays single-threaded */
         work(0);
+        fprintf(stderr, "elapsed %.3f\n", now() - t0);
         puts("done");
         return 0;
     }
@@ -43,6 +55,7 @@ int main(int argc, char **argv)
         pthread_create(&t[i], 0, work, (void *)i);
     for (int i = 0; i < threads; i++)
         pthread_join(t[i], 0);
+    fprintf(stderr, "elapsed %.3f\n", now() - t0);
     puts("done");
     return 0;
 }

@@ -15,10 +15,12 @@
 #   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
 #           entries (most of its small objects come from pymalloc's
 #           arenas; its large and medium blocks from malloc).
-# Each variant is timed as a whole command (profiler start-up, the
-# program, and for mprof its report; heaptrack's and valgrind's own output
-# files are written but not analysed). Rounds interleave the variants;
-# medians are shown. heaptrack and valgrind are Debian's
+# Each variant is timed twice: the program's own work (the time it
+# reports itself, "elapsed SECONDS" on stderr: alloc_micro from main's
+# start to its threads' end, dict.py its loop; under each tool, without
+# the tool's start-up and end), and the whole command (profiler start-up,
+# the program, and for mprof its report and tables; heaptrack's and
+# valgrind's own output files are written but not analysed). Rounds interleave the variants; medians are shown. heaptrack and valgrind are Debian's
 # (apt-get install heaptrack valgrind); a missing one is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,9 +32,12 @@ trap 'rm -rf "$work"' EXIT
 cc -O2 -g -pthread -o "$work/micro" bench/alloc_micro.c
 python=/usr/bin/python3
 cat >"$work/dict.py" <<'P'
+import sys, time
+t0 = time.monotonic()
 d = {}
 for i in range(1000000):
     d[str(i)] = [i]
+print("elapsed %.3f" % (time.monotonic() - t0), file=sys.stderr)
 print(len(d))
 P
 
@@ -53,7 +58,7 @@ run() { # variant, command...
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-declare -A secs rss
+declare -A secs prog rss
 for w in micro micro1 python; do
   case $w in
     micro) cmd=("$work/micro" 10000000) ;;
@@ -62,23 +67,27 @@ for w in micro micro1 python; do
   esac
   for r in $(seq "$rounds"); do
     for v in "${variants[@]}"; do
-      rm -f "$work"/ht* "$work"/*.out
-      /usr/bin/time -f "%e %M" -o "$work/time" bash -c '"$@" >/dev/null 2>&1' _ \
+      rm -f "$work"/ht* "$work"/*.out "$work/err"
+      /usr/bin/time -f "%e %M" -o "$work/time" bash -c '"$@" >/dev/null 2>"$0"' "$work/err" \
         bash -c "$(declare -f run); profdev=$profdev work=$work; run $v \"\$@\"" _ "${cmd[@]}"
       read -r e m <"$work/time"
       secs[$w.$v]+="$e "
+      prog[$w.$v]+="$(sed -n 's/^elapsed //p' "$work/err" | tail -n1) "
       rss[$w.$v]+="$m "
     done
   done
 done
 
-printf '\n| workload | tool | seconds (median of %s) | slowdown | max RSS (MiB) |\n|---|---|---|---|---|\n' "$rounds"
+printf '\n| workload | tool | program s (median of %s) | slowdown | whole command s | slowdown | max RSS (MiB) |\n|---|---|---|---|---|---|---|\n' "$rounds"
 for w in micro micro1 python; do
   base=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
+  pbase=$(echo ${prog[$w.native]} | tr ' ' '\n' | median)
   for v in "${variants[@]}"; do
     t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
+    p=$(echo ${prog[$w.$v]} | tr ' ' '\n' | median)
     m=$(echo ${rss[$w.$v]} | tr ' ' '\n' | median)
-    printf '| %s | %s | %.2f | %.1fx | %.1f |\n' "$w" "$v" "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$m / 1024" | bc -l)"
+    printf '| %s | %s | %.2f | %.2fx | %.2f | %.2fx | %.1f |\n' "$w" "$v" "$p" "$(echo "$p / $pbase" | bc -l)" \
+      "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$m / 1024" | bc -l)"
   done
 done
 echo

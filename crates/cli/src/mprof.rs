@@ -30,7 +30,7 @@
 //! | `-v` | include rows whose bytes are zero |
 //! | `-m MODULE` | show only this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-e` | show CMD's own executable only |
-//! | `-1` `-2` `-3` | pools: 1 the malloc family, 2 mmap/brk called by the program, 3 file mappings (default all); only pool 1 is counted so far |
+//! | `-1` `-2` `-3` | pools to count (default all three): 1 the malloc family; 2 anonymous memory the program maps itself (`mmap` with `MAP_ANONYMOUS`, `mremap`, `brk`, `sbrk`); 3 files the program maps (`mmap` of a file descriptor) |
 //! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits. Blocks it allocated before are never subtracted. Needs the right to ptrace PID |
 //! | `-b` | begin: put the mounted prof device in memory mode (`startmp…`) and exit |
 //! | `-c` | end the mounted device's session (`end`) and exit |
@@ -54,6 +54,18 @@
 //! `profdev prof` does by default). A free subtracts the block's bytes from
 //! the site that allocated it; high water rises on allocation only. Blocks
 //! allocated before the library was loaded are never subtracted.
+//!
+//! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
+//! above; pool 2 is anonymous memory the program itself maps or takes
+//! from the break (`mmap` with `MAP_ANONYMOUS`, `mremap`, `brk`, `sbrk`);
+//! pool 3 is files it maps (`mmap` of a file descriptor). A mapping is
+//! charged to the line of its call, its length rounded up to whole pages
+//! (the break: the bytes given to sbrk); `munmap` credits the pages it
+//! removes, from part of a mapping too; `mremap` is the old range's
+//! removal and a mapping at its own line. glibc's malloc maps its heaps
+//! through internal calls that do not reach the exported `mmap`, so its
+//! memory is counted once, in pool 1; blocks malloc serves from its own
+//! mappings are not pool 2.
 //!
 //! **Processes.** A forked child starts from zero and counts its own
 //! allocations; an exec'd program is counted again from its start. The
@@ -104,16 +116,29 @@
 //! statically linked: its allocations are out of reach of mprof (it
 //! preloads a library into dynamically linked programs)`, exit status 1.
 //! A program that carries its own allocator (jemalloc, mimalloc,
-//! tcmalloc linked in) is named with the symbol found: its allocations
-//! bypass the C library's malloc and are out of reach. When no process
+//! tcmalloc linked in, its own `malloc`, or a Rust `#[global_allocator]`)
+//! is named with the symbol found: its allocations bypass the C library's
+//! malloc and are out of reach. When nothing the program allocated was
+//! counted in the malloc family, mprof says so (`mprof: ./prog carries its
+//! own allocator (a Rust #[global_allocator]): its allocations bypass the C library's
+//! malloc and are out of reach of mprof …`) and exits with status 1
+//! instead of printing an empty profile. When no process
 //! wrote a report (setuid programs ignore `LD_PRELOAD`; a program may
 //! clear its environment or be killed), mprof says so rather than print an
 //! empty profile.
 //!
 //! # Bugs
 //!
-//! * Only pool 1 (the malloc family) is counted; `-2` and `-3` are
-//!   accepted and warned about.
+//! * Pools share one histogram per module, as in Inferno, where every
+//!   pool's allocations were charged to the same instruction buckets: a
+//!   line shows the bytes of all pools counted (one call site calls one
+//!   function, so a row is one pool's in practice); `-2` or `-3` alone
+//!   shows one pool.
+//! * Mappings count whole pages (a length is rounded up to the page size;
+//!   the break counts the bytes sbrk was given). Mappings made by
+//!   libraries through their own system calls (not the exported `mmap`),
+//!   and pages a MAP_FIXED mapping or an mremap made by glibc itself
+//!   replaces, are not seen.
 //! * `-p PID` shows the tables when the process exits (its report is
 //!   written at exit): one that ends with `_exit` or a signal gives none,
 //!   and interrupting mprof meanwhile leaves the process counting into a
@@ -121,12 +146,14 @@
 //!   children it forks only if they end first. The limits of attaching
 //!   are in `profdev_dev::prof`'s memory mode (`startmp… PID`).
 //! * Exactness costs most when several threads allocate in one module at
-//!   once: a site's and its module's bytes change under the module's lock
-//!   (see `bench/memory_overhead.sh` for the measured slowdown). A
-//!   process with a single thread takes no lock.
-//! * The accounting's own memory: about 64 bytes per live block (a 32-byte
-//!   entry in a table kept at most half full), 256 bytes per site, 5 KiB
-//!   per thread, and a few MiB of tables mapped once (touched as used).
+//!   once: a site's and its module's bytes change under the module's lock,
+//!   whose cache line then moves between CPUs on every call (see
+//!   `bench/memory_overhead.sh` for the measured slowdown). A process with
+//!   a single thread takes no lock.
+//! * The accounting's own memory: an 8-byte entry per 16 bytes of heap
+//!   where blocks are (a page map touched only there: about half the size
+//!   of a heap of small blocks, a page per large block), 192 bytes per
+//!   site, and a few MiB of tables mapped once (touched as used).
 //! * The library needs glibc (it calls `__libc_malloc` and friends);
 //!   static programs and programs with a built-in allocator are out of
 //!   reach.
@@ -338,9 +365,9 @@ pub fn command() -> clap::Command {
         .arg(flag('1', "Pool 1: the malloc family"))
         .arg(flag(
             '2',
-            "Pool 2: mmap and brk called by the program (not counted yet)",
+            "Pool 2: anonymous mmap, mremap, brk and sbrk called by the program",
         ))
-        .arg(flag('3', "Pool 3: file mappings (not counted yet)"))
+        .arg(flag('3', "Pool 3: file mappings (mmap of a file) made by the program"))
         .arg(
             Arg::new("m")
                 .short('m')
@@ -408,9 +435,6 @@ fn startmp_message(pools: &[char]) -> String {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
-    if args.pools.iter().any(|&p| p != '1') {
-        eprintln!("mprof: warning: only pool 1 (the malloc family) is counted so far");
-    }
     if let Some(pid) = args.pid {
         return run_attached(args, pid);
     }
@@ -441,14 +465,15 @@ fn run(args: &Args) -> Result<ExitCode> {
         return show(&modules, args, None).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
-    check_reachable(&program)?;
+    let own_allocator = check_reachable(&program)?;
     let session = Session::new().context("cannot prepare the accounting library")?;
     let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
     ctl(
         &dev,
         format!("module {}", module_words(args, &program)?.join(" ")).trim_end(),
     )?;
-    ctl(&dev, &startmp_message(&args.pools))?;
+    let startmp = startmp_message(&args.pools);
+    ctl(&dev, &startmp)?;
     let mut job = Job::new()?;
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
@@ -459,6 +484,11 @@ fn run(args: &Args) -> Result<ExitCode> {
     ) {
         cmd.env(k, v);
     }
+    // The pools the library counts: startmp's digits.
+    cmd.env(
+        profdev_mprof::POOLS_ENV,
+        startmp.trim_start_matches("startmp"),
+    );
     job.prepare(&mut cmd);
     let child = cmd
         .spawn()
@@ -482,6 +512,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         eprintln!("mprof: warning: {untracked} allocations could not be charged to a site");
     }
     let merged = merge(&reports);
+    if let Some(own) = &own_allocator {
+        check_counted(&program, own, &merged)?;
+    }
     for m in &merged {
         if let Ok(md) = std::fs::metadata(&m.path) {
             use std::os::unix::fs::MetadataExt;
@@ -518,6 +551,7 @@ fn run(args: &Args) -> Result<ExitCode> {
                     s.allocs = rs.allocs;
                     s.bytes = rs.bytes;
                     s.dhat = rs.dhat;
+                    s.pools = rs.pools;
                 }
             }
         }
@@ -717,14 +751,16 @@ fn read_dev(dev: &Prof) -> Result<Vec<Module>> {
     Ok(out)
 }
 
-/// Refuse a program the library cannot reach; warn about a built-in
-/// allocator.
-fn check_reachable(program: &Path) -> Result<()> {
+/// Refuse a program the library cannot reach; name the allocator a
+/// program carries (a symbol of [`OWN_ALLOCATORS`], its own `malloc`, or
+/// a Rust `#[global_allocator]`), for
+/// [`check_counted`] after the run.
+fn check_reachable(program: &Path) -> Result<Option<String>> {
     let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
-        return Ok(()); // not readable: let the exec say why
+        return Ok(None); // not readable: let the exec say why
     };
     if !bytes.starts_with(b"\x7fELF") {
-        return Ok(()); // a script: its interpreter is what runs
+        return Ok(None); // a script: its interpreter is what runs
     }
     if is_static(&bytes) {
         bail!(
@@ -733,20 +769,60 @@ fn check_reachable(program: &Path) -> Result<()> {
             program.display()
         );
     }
-    if let Ok(obj) = ElfObject::parse(&bytes, program) {
-        let syms = obj.all_symbols();
-        if let Some(s) = syms
-            .iter()
-            .find(|s| OWN_ALLOCATORS.contains(&s.name().as_str()))
-        {
-            eprintln!(
-                "mprof: {} carries its own allocator ({}): its allocations bypass the C \
-                 library's malloc and are out of reach of mprof; only allocations made \
-                 through malloc are shown",
-                program.display(),
-                s.name()
-            );
-        }
+    let Ok(obj) = ElfObject::parse(&bytes, program) else {
+        return Ok(None);
+    };
+    let syms: Vec<_> = obj
+        .all_symbols()
+        .into_iter()
+        .filter(|s| s.origin == profdev_symbolize::SymOrigin::Table)
+        .collect();
+    if let Some(s) = syms
+        .iter()
+        .find(|s| OWN_ALLOCATORS.contains(&s.mangled.as_str()) || s.mangled == "malloc")
+    {
+        return Ok(Some(s.mangled.clone()));
+    }
+    // Rust: the allocator shim `__rust_alloc` (plain, or v0-mangled as
+    // `__rustc::__rust_alloc`) calls std's `__rdl_alloc` (malloc) unless a
+    // `#[global_allocator]` replaces it.
+    let has = |suffix: &str| syms.iter().any(|s| s.mangled.ends_with(suffix));
+    if has("__rust_alloc") && !has("__rdl_alloc") {
+        return Ok(Some(RUST_GLOBAL_ALLOCATOR.into()));
+    }
+    Ok(None)
+}
+
+/// How [`check_reachable`] names a Rust `#[global_allocator]`.
+const RUST_GLOBAL_ALLOCATOR: &str = "a Rust #[global_allocator]";
+
+/// After the run: a program carrying its own allocator of which nothing
+/// was counted in the malloc family (pool 1) is out of reach, said in a
+/// sentence instead of an empty profile; one that was counted too (its
+/// allocator also calls malloc, or a Rust global allocator wraps it) gets a
+/// warning, except for Rust's, which is how every Rust global allocator is
+/// reached.
+fn check_counted(program: &Path, own: &str, merged: &[Module]) -> Result<()> {
+    let exe = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    let counted = merged.iter().any(|m| {
+        std::fs::canonicalize(&m.path).is_ok_and(|p| p == exe)
+            && m.sites.values().any(|s| s.pools & 1 != 0)
+    });
+    if !counted {
+        bail!(
+            "{} carries its own allocator ({own}): its allocations bypass the C library's \
+             malloc and are out of reach of mprof (nothing it allocated through malloc was \
+             counted)",
+            program.display()
+        );
+    }
+    if own != RUST_GLOBAL_ALLOCATOR {
+        eprintln!(
+            "mprof: {} carries its own allocator ({own}): its allocations bypass the C \
+             library's malloc and are out of reach of mprof; only allocations made through \
+             malloc are shown",
+            program.display()
+        );
     }
     Ok(())
 }

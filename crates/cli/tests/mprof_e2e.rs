@@ -329,6 +329,46 @@ fn pprof_export_read_by_go_tool_pprof() {
             "line {line}: {values}: {raw}"
         );
     }
+    // `go tool pprof -top`, as a user reads it: the sites by name and line,
+    // with their bytes in use (64 KiB at 26, 400 x 100 bytes at 23).
+    let o = Command::new("go")
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-lines",
+            "-sample_index=inuse_space",
+        ])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{top}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for (bytes, line) in [("64kB", 26), ("39.06kB", 23)] {
+        assert!(
+            top.lines().any(|l| l.trim_start().starts_with(bytes)
+                && l.trim_end()
+                    .ends_with(&format!("main {}:{line}", src.display()))),
+            "line {line}: {top}"
+        );
+    }
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-top", "-sample_index=alloc_space"])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        top.lines()
+            .any(|l| l.trim_start().starts_with("2048kB") && l.trim_end().ends_with(" thread_body")),
+        "{top}"
+    );
 }
 
 /// `--dhat`: the JSON passes the checks of valgrind's own viewer
@@ -414,6 +454,117 @@ for (const [i, pp] of gData.pps.entries())
             out.lines().any(|l| l.starts_with(&format!("{row} 0x"))
                 && l.ends_with(&format!("({}:{line})", src.display()))),
             "line {line}: {row}:\n{out}"
+        );
+    }
+}
+
+/// Pools 2 and 3 (tests/data/mprof/pools.c): the program's own anonymous
+/// mappings and break (pool 2) and file mappings (pool 3), charged to their
+/// lines in whole pages (the break in bytes) and credited by munmap, part
+/// of a mapping too; malloc's own mmap of a 1 MiB block is pool 1 only.
+#[test]
+fn pools_2_and_3_count_the_programs_own_mappings() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("pools");
+    compile("cc", &["-g", "-O0"], "pools.c", &exe);
+    // All pools (the default): each line's own bytes.
+    let out = stdout(&mprof(&["-l", "-M", "-e", "--leaks"], &exe));
+    assert_eq!(
+        numbers(&section(&out, "pools")),
+        [
+            "13 0 12288",    // 3 pages; the middle one unmapped, then the rest
+            "16 8192 8192",  // 5000 bytes: 2 pages, never unmapped
+            "19 0 8192",     // a file, 2 pages
+            "22 6000 10000", // sbrk(10000), sbrk(-4000)
+            "24 0 4096",     // 1 page, then moved by mremap
+            "25 0 16384",    // mremap's 4 pages, unmapped
+            "27 0 1048576",  // malloc (pool 1), by malloc's own mmap
+        ],
+        "{out}"
+    );
+    // The module's high water: 14192 live (16 and 22) plus the MiB.
+    assert!(out.contains("Module totals\t14192\t1062768\n"), "{out}");
+    let src = data("pools.c").canonicalize().unwrap();
+    assert!(
+        out.contains(&format!(
+            "8192\t1\t{0}:16\tmain()\n6000\t1\t{0}:22\tmain()\n",
+            src.display()
+        )),
+        "{out}"
+    );
+    // Pool 2 alone: no row for malloc's MiB, and no other module (glibc's
+    // malloc maps through its internal __mmap, which is not the program's).
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-2", "-l", "-M"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(
+        numbers(&section(&out, "pools")),
+        [
+            "13 0 12288",
+            "16 8192 8192",
+            "22 6000 10000",
+            "24 0 4096",
+            "25 0 16384"
+        ],
+        "{out}"
+    );
+    assert!(out.contains("Module totals\t14192\t30576\n"), "{out}");
+    assert_eq!(out.matches("\nModule: ").count(), 1, "{out}");
+    // Pool 3 alone: the file mapping.
+    let out = stdout(&mprof(&["-3", "-l", "-e"], &exe));
+    assert_eq!(numbers(&section(&out, "pools")), ["19 0 8192"], "{out}");
+    // Pool 1 alone: the MiB.
+    let out = stdout(&mprof(&["-1", "-l", "-e"], &exe));
+    assert_eq!(numbers(&section(&out, "pools")), ["27 0 1048576"], "{out}");
+}
+
+/// fork: the child starts from zero (its frees of inherited blocks
+/// subtract nothing), and the processes' tables add up.
+#[test]
+fn a_forked_child_starts_from_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("forker");
+    compile("cc", &["-g", "-O0"], "fork.c", &exe);
+    let out = stdout(&mprof(&["-l", "-e", "--leaks"], &exe));
+    // Had the child inherited the parent's counts, lines 8 and 9 would
+    // show twice their high water (and 9 nothing current in the child).
+    assert_eq!(
+        numbers(&section(&out, "forker")),
+        ["8 1000 1000", "9 3000 3000", "14 300 300", "19 200 200"],
+        "{out}"
+    );
+    let src = data("fork.c").canonicalize().unwrap();
+    assert!(
+        out.contains(&format!("3000\t1\t{}:9\tmain()\n", src.display())),
+        "{out}"
+    );
+}
+
+/// A Rust program whose `#[global_allocator]` never calls malloc: out of
+/// reach, said in a sentence, never an empty profile.
+#[test]
+fn an_own_allocator_is_out_of_reach_with_a_sentence() {
+    if !profdev_testkit::tools("mprof's own-allocator test", &["rustc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("bump");
+    compile("rustc", &["-O", "-g"], "bump.rs", &exe);
+    for args in [&["-l"][..], &["-l", "-e"]] {
+        let o = mprof(args, &exe);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(o.stdout.is_empty(), "no profile is printed");
+        assert!(
+            err.contains(
+                "carries its own allocator (a Rust #[global_allocator]): its allocations \
+                 bypass the C \
+                 library's malloc and are out of reach of mprof"
+            ),
+            "{err}"
         );
     }
 }

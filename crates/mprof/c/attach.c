@@ -76,7 +76,9 @@ const char *mprof_getenv(const char *name)
 
 static const char *const names[] = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
-    "aligned_alloc", "memalign", "valloc", "pvalloc", "dlopen", "dlmopen", 0};
+    "aligned_alloc", "memalign", "valloc", "pvalloc",
+    /* pools 2 and 3: the program's own mappings and break */
+    "mmap", "mmap64", "munmap", "mremap", "sbrk", "brk", "dlopen", "dlmopen", 0};
 #define NNAMES (sizeof names / sizeof names[0] - 1)
 static void *ours[NNAMES];
 static void *(*real_dlopen)(const char *, int);

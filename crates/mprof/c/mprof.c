@@ -8,11 +8,33 @@
  * A free subtracts the block's bytes from the site that allocated it;
  * high-water marks (per site, per module) rise on allocation only.
  *
- * Bookkeeping lives beside the blocks: a table keyed by block address,
- * split into 256 shards each behind its own spin lock, so a block this
- * library did not allocate (before it was loaded, or while it was busy
- * inside itself) is never subtracted from anything. Counters are atomic:
- * no update is lost between threads and high water is exact.
+ * Bookkeeping lives beside the blocks: a map keyed by block address (a
+ * page map of 8-byte entries, no lock, see "the block table"), so a block
+ * this library did not allocate (before it was loaded, or while it was
+ * busy inside itself) is never subtracted from anything.
+ *
+ * Exactness, and what it costs. A site's high water is the most its
+ * blocks held at once; with threads, "at once" needs an order of the
+ * site's allocations and frees that agrees with what the program itself
+ * orders (a barrier between two threads' mallocs and their frees must put
+ * both mallocs first: mprof_e2e's known.c checks exactly that). Per-thread
+ * deltas merged later cannot give that order: a batch of +1 MiB, -1 MiB
+ * flushed after the barrier has lost the moment both MiBs were live, and
+ * delaying frees instead invents peaks that never were. So every update
+ * of a site's bytes, and of its module's (whose high water is that of the
+ * sum of its sites), is made in one order: under the module's spin lock,
+ * which covers the site's and the module's counters together (one atomic
+ * per call; site counters atomics of their own would be two, and two
+ * lines; the module's first site keeps its counters on the lock's line,
+ * so a module allocating from one line moves one line). While the
+ * process has one thread (glibc's
+ * __libc_single_threaded) no lock is taken at all. The price is paid
+ * where threads allocate in one module at once: that lock's line and the
+ * site's move between CPUs on every call (bench/memory_overhead.sh).
+ * Allocation counts (blocks, bytes) sit beside the bytes under the same
+ * lock, on the line already written. The common call (counting on, a
+ * return address this thread has met: a per-thread cache of 16) is
+ * inline in malloc and free, without the recursion guard's writes.
  *
  * The real allocator is glibc's, reached through its exported
  * __libc_malloc family (no dlsym, which itself allocates). On exit the
@@ -24,6 +46,11 @@
  * child inherited are not in its table and their frees are not counted.
  * exec: LD_PRELOAD stays in the environment and the new image loads this
  * library afresh; each image writes its own report.
+ *
+ * Pools (PROFDEV_MPROF_POOLS, startmp's digits, pool 1 when unset): 1 the
+ * malloc family; 2 anonymous mappings and the break the program makes
+ * itself; 3 file mappings it makes (see "pools 2 and 3" below). All pools
+ * charge the same sites and modules: Inferno's histogram mixes its pools.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -33,6 +60,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +68,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <unwind.h>
@@ -54,7 +83,24 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 
+extern void *__sbrk(intptr_t);
+extern void *__curbrk;
+
+/* The library's own mappings go straight to the kernel: its exported mmap
+ * and munmap are the program's (pools 2 and 3). */
+static inline void *sys_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+    return (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
+}
+static inline int sys_munmap(void *a, size_t n)
+{
+    return (int)syscall(SYS_munmap, a, n);
+}
+
 #define EXPORT __attribute__((visibility("default")))
+#define POOL1 1 /* the malloc family */
+#define POOL2 2 /* anonymous mappings and the break, made by the program */
+#define POOL3 4 /* file mappings made by the program */
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -63,6 +109,10 @@ extern void *__libc_memalign(size_t, size_t);
 static __thread int busy __attribute__((tls_model("initial-exec")));
 static int inited;
 static int enabled;
+/* enabled and not DHAT: malloc and free may take their inline path. */
+static int fast;
+/* enabled and pool 1 (the malloc family) asked for. */
+static int heap;
 /* PROFDEV_MPROF_DHAT=1 (mprof --dhat): also block lifetimes, blocks per
  * site, and every site's bytes at the global peak (t-gmax), under one
  * global lock. Times are microseconds of CLOCK_MONOTONIC since start. */
@@ -75,27 +125,39 @@ static char extra_wrappers[1024];
 
 static void *map(size_t n)
 {
-    void *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = sys_mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? 0 : p;
 }
 
 /* Modules: each link map seen at a site. */
 #define MAX_MODULES 1024
+/* A site's counters. */
+struct counters {
+    int64_t cur, hw;
+    uint64_t nalloc, bytes, nlive; /* blocks (and mappings) allocated, bytes, live now */
+};
+
 struct module {
     uintptr_t l_addr;
     const void *lm;
     char path[512];
     uint64_t dev, ino;
-    char pad0[64 - (2 * sizeof(void *) + 512 + 16) % 64];
-    /* Guards cur and hw, and the cur and hw of the module's sites: one
-     * lock per update, and a site's and its module's counters change
-     * together, so the module's high water is that of its sites' sum. */
+    _Atomic int resident_taken;
+    char pad0[64 - (2 * sizeof(void *) + 512 + 16 + sizeof(int)) % 64];
+    /* One cache line: the lock that guards cur and hw, and the counters
+     * of the module's sites: one lock per update, and a site's and its
+     * module's counters change together, so the module's high water is
+     * that of its sites' sum. The counters of the module's first site
+     * live on this line too (resident): a module whose allocations come
+     * from one line moves one cache line between threads, not two. */
     atomic_flag lock;
+    char lpad[sizeof(int64_t) - sizeof(atomic_flag)];
     int64_t cur, hw;
-    char pad1[64 - sizeof(atomic_flag) - 2 * sizeof(int64_t)];
+    struct counters resident;
 };
+_Static_assert(sizeof(struct module) % 64 == 0, "a module's hot line is a cache line");
 /* The counters of sites in no module. */
-static struct module nomodule;
+static struct module nomodule __attribute__((aligned(64)));
 static struct module *modules;
 static _Atomic int nmodules;
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -103,20 +165,21 @@ static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Sites, keyed by their (runtime) return address. */
 #define SITE_BITS 16
 #define NSITES (1u << SITE_BITS)
-/* Each counter two threads may update at once has a cache line of its
- * own: a site's pc and module are read on every call, its current bytes
- * change on every call, its high water only when it rises, and its
- * allocation counts only when a thread's buffer gives them up. */
+/* A site's pc and module (read on every call) are on one cache line,
+ * its counters (written on every call, under its module's lock) on
+ * the next. */
 struct site {
     _Atomic uintptr_t pc;
     _Atomic int module; /* 0 unresolved, -1 none, else index + 1 */
-    char pad0[64 - sizeof(uintptr_t) - sizeof(int)];
-    int64_t cur, hw; /* under the module's lock */
+    struct module *mod; /* its module's counters (nomodule for none), set before module */
+    _Atomic uint32_t pools; /* POOL1..3 bits charged here (set on slow paths only) */
+    struct counters *c;     /* own, or its module's resident ones; under the module's lock */
+    char pad0[64 - 2 * sizeof(uintptr_t) - 2 * sizeof(void *) - sizeof(uint32_t)];
+    struct counters own;
+    char pad1[64 - sizeof(struct counters)];
     int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
-    uint64_t tl;
-    char pad1[64 - 7 * sizeof(int64_t)];
-    _Atomic uint64_t nalloc, bytes;
-    char pad2[64 - 2 * sizeof(uint64_t)];
+    uint64_t tl, sumborn;         /* the same: lifetimes ended, births of the live */
+    char pad2[64 - 6 * sizeof(uint64_t)];
 };
 static struct site *sites;
 static uint32_t *used; /* indices of created sites (DHAT's snapshots) */
@@ -143,39 +206,33 @@ static const void *scanned[MAX_SCANNED];
 static int nscanned;
 static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Blocks: 256 shards of open-addressing tables keyed by address. */
-#define NSHARDS 256
-struct block {
-    uintptr_t addr;
-    uint64_t size;
-    uint32_t site;
-    uint32_t pad;
-    uint64_t t; /* DHAT: allocation time */
-};
-struct shard {
-    atomic_flag lock;
-    uint32_t cap, count;
-    struct block *tab;
-    char pad[64 - sizeof(atomic_flag) - 8 - sizeof(void *)];
-};
-static struct shard shards[NSHARDS] __attribute__((aligned(64)));
+/* Blocks: a two-level map from a block's address to its entry, as a page
+ * map: the top level has one pointer per 64 MiB of the 47-bit address
+ * space, a leaf one 8-byte entry per 16-byte granule of its 64 MiB
+ * (glibc's blocks start 16-aligned and at least 32 bytes apart, so a
+ * granule holds at most one block's start). Both levels are mapped
+ * MAP_NORESERVE and touched only where blocks are: about 8 bytes of
+ * table per 16 bytes of heap in use where blocks are small, one page per
+ * large block. An entry is size << 17 | site << 1 | 1 (0: none).
+ *
+ * No lock: a block's entry is written by the thread that allocated it,
+ * after the allocator returned it, and cleared by the thread that frees
+ * it, before the allocator takes it back; the program orders the two
+ * (it must hand the pointer over), and the allocator orders the clearing
+ * before the address's next allocation. Only a leaf's creation is shared
+ * (a compare-and-swap of its top-level pointer). In DHAT mode each entry
+ * is followed by the block's birth time. */
+#define LEAF_SHIFT 26
+#define LEAF_SLOTS (1u << (LEAF_SHIFT - 4))
+#define TOP_SLOTS (1u << (47 - LEAF_SHIFT))
+#define SIZE_LIMIT (1ULL << 47)
+static _Atomic(_Atomic uint64_t *) *top;
+static unsigned entry_shift; /* 1 in DHAT mode: two words an entry */
+#define MAX_LEAVES 4096
+static uint32_t leaves[MAX_LEAVES]; /* top indices in use, for fork */
+static _Atomic uint32_t nleaves;
 
 static _Atomic uint64_t untracked_allocs, unknown_frees, table_failures;
-
-/* Per-thread allocation counts (blocks and bytes per site), direct-mapped
- * by site; an entry given up to another site is added to the site's
- * shared counters, as is a whole buffer when its thread exits (then the
- * buffer is kept for the next thread). The report adds every buffer. */
-#define TB 256
-struct tbuf {
-    struct tbuf *next, *next_free;
-    uint32_t site[TB]; /* index + 1; 0 empty */
-    uint64_t n[TB], bytes[TB];
-};
-static __thread struct tbuf *mybuf __attribute__((tls_model("initial-exec")));
-static struct tbuf *all_bufs, *free_bufs;
-static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_key_t buf_key;
 
 /* ---- helpers --------------------------------------------------------- */
 
@@ -192,10 +249,9 @@ static inline uint64_t hash(uintptr_t x)
  * can be inside the library. */
 extern char __libc_single_threaded;
 
-static inline void spin(atomic_flag *f)
+/* Held locks are rare: the waiting loop is out of line. */
+static __attribute__((noinline)) void spin_wait(atomic_flag *f)
 {
-    if (__libc_single_threaded)
-        return;
     for (unsigned n = 0; atomic_flag_test_and_set_explicit(f, memory_order_acquire); n++) {
         if (n < 64)
             __builtin_ia32_pause();
@@ -203,12 +259,20 @@ static inline void spin(atomic_flag *f)
             sched_yield(); /* the holder may have lost its CPU */
     }
 }
+static inline void spin_raw(atomic_flag *f)
+{
+    if (UNLIKELY(atomic_flag_test_and_set_explicit(f, memory_order_acquire)))
+        spin_wait(f);
+}
+static inline void spin(atomic_flag *f)
+{
+    if (!__libc_single_threaded)
+        spin_raw(f);
+}
 static inline void unspin(atomic_flag *f)
 {
     atomic_flag_clear_explicit(f, memory_order_release);
 }
-static inline void lock(struct shard *s) { spin(&s->lock); }
-static inline void unlock(struct shard *s) { unspin(&s->lock); }
 
 static inline uint64_t now_us(void)
 {
@@ -225,7 +289,7 @@ static void snapshot_peak(void)
     uint32_t n = atomic_load(&nused);
     for (uint32_t i = 0; i < n; i++) {
         struct site *s = &sites[used[i]];
-        s->gb = s->cur;
+        s->gb = s->c ? s->c->cur : 0;
         s->gbk = s->curbk;
     }
     peak_pending = 0;
@@ -234,31 +298,36 @@ static void snapshot_peak(void)
 /* Bytes charged to or taken from a site and its module, together. */
 static inline struct module *module_of_site(struct site *s)
 {
-    int m = atomic_load_explicit(&s->module, memory_order_acquire) - 1;
-    return m >= 0 ? &modules[m] : &nomodule;
+    return s->mod;
 }
 
-static inline void charge(struct site *s, int64_t size, int raise)
+/* raise: an allocation (counted, and high water may rise); else a block
+ * put back (a failed realloc's). born: DHAT's birth time. */
+static inline void charge(struct site *s, int64_t size, int raise, uint64_t born)
 {
     struct module *m = module_of_site(s);
     atomic_flag *l = dhat ? &global_lock : &m->lock;
     spin(l);
     if (dhat) {
         s->curbk++;
+        s->sumborn += born;
         gcur += size;
         if (raise && gcur > ghw) {
             ghw = gcur;
             tg = now_us();
             peak_pending = 1;
         }
-        if (raise && s->cur + size > s->hw)
+        if (raise && s->c->cur + size > s->c->hw)
             s->hwbk = s->curbk;
     }
-    s->cur += size;
+    s->c->cur += size;
     m->cur += size;
+    s->c->nlive++;
     if (raise) {
-        if (s->cur > s->hw)
-            s->hw = s->cur;
+        s->c->nalloc++;
+        s->c->bytes += size;
+        if (s->c->cur > s->c->hw)
+            s->c->hw = s->c->cur;
         if (m->cur > m->hw)
             m->hw = m->cur;
     }
@@ -266,7 +335,7 @@ static inline void charge(struct site *s, int64_t size, int raise)
 }
 
 /* Never below 0, though each free matches an allocation. */
-static inline void discharge(struct site *s, int64_t size, uint64_t born)
+static inline void discharge(struct site *s, int64_t size, uint64_t born, int whole)
 {
     struct module *m = module_of_site(s);
     atomic_flag *l = dhat ? &global_lock : &m->lock;
@@ -274,11 +343,16 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born)
     if (dhat) {
         if (peak_pending) /* the peak is behind us: keep its picture */
             snapshot_peak();
-        s->curbk--;
         gcur -= size;
-        s->tl += now_us() - born;
+        if (whole) { /* a block ends (not a mapping's part) */
+            s->curbk--;
+            s->sumborn -= born;
+            s->tl += now_us() - born;
+        }
     }
-    s->cur = s->cur > size ? s->cur - size : 0;
+    if (whole)
+        s->c->nlive--;
+    s->c->cur = s->c->cur > size ? s->c->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
     unspin(l);
 }
@@ -314,6 +388,18 @@ static int is_wrapper_name(const char *n)
     /* v0 mangling of the alloc crate: _RNv...5alloc... */
     if (!strncmp(n, "_R", 2) && strstr(n, "5alloc") && !strstr(n, "3std"))
         return 1;
+    /* v0 mangling of the allocator shims (`__rustc::__rust_alloc`...). */
+    if (!strncmp(n, "_R", 2)) {
+        static const char *shims[] = {"___rust_alloc", "___rust_alloc_zeroed", "___rust_realloc",
+                                      "___rdl_alloc", "___rdl_alloc_zeroed", "___rdl_realloc",
+                                      "___rg_alloc", "___rg_alloc_zeroed", "___rg_realloc", 0};
+        size_t l = strlen(n);
+        for (int i = 0; shims[i]; i++) {
+            size_t k = strlen(shims[i]);
+            if (l > k && !strcmp(n + l - k, shims[i]) && n[l - k - 1] >= '0' && n[l - k - 1] <= '9')
+                return 1;
+        }
+    }
     if (extra_wrappers[0]) {
         const char *p = extra_wrappers;
         size_t len = strlen(n);
@@ -384,7 +470,7 @@ static void scan_module(const struct link_map *lm)
         goto out;
     }
     size_t len = st.st_size;
-    const unsigned char *img = mmap(0, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    const unsigned char *img = sys_mmap(0, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (img == MAP_FAILED)
         goto out;
@@ -397,7 +483,7 @@ static void scan_module(const struct link_map *lm)
             if (sh[i].sh_type == SHT_SYMTAB || sh[i].sh_type == SHT_DYNSYM)
                 scan_symtab(img, len, sh, eh->e_shnum, i, lm->l_addr);
     }
-    munmap((void *)img, len);
+    sys_munmap((void *)img, len);
 out:
     pthread_mutex_unlock(&scan_lock);
 }
@@ -513,6 +599,12 @@ static uint32_t site_of(uintptr_t pc)
             if (atomic_compare_exchange_strong(&s->pc, &zero, pc)) {
                 used[atomic_fetch_add(&nused, 1)] = j;
                 int m = module_index(pc);
+                struct module *mod = m < 0 ? &nomodule : &modules[m];
+                int no = 0;
+                s->c = atomic_compare_exchange_strong(&mod->resident_taken, &no, 1)
+                           ? &mod->resident
+                           : &s->own;
+                s->mod = mod;
                 atomic_store_explicit(&s->module, m < 0 ? -1 : m + 1, memory_order_release);
                 return j;
             }
@@ -527,90 +619,76 @@ static uint32_t site_of(uintptr_t pc)
 
 /* ---- the block table -------------------------------------------------- */
 
-static int shard_grow(struct shard *s)
+static void *map_noreserve(size_t n)
 {
-    uint32_t ncap = s->cap ? s->cap * 2 : 1024;
-    struct block *nt = map((size_t)ncap * sizeof(struct block));
-    if (!nt)
-        return -1;
-    for (uint32_t i = 0; i < s->cap; i++) {
-        if (!s->tab[i].addr)
-            continue;
-        uint64_t j = (hash(s->tab[i].addr) >> 8) & (ncap - 1);
-        while (nt[j].addr)
-            j = (j + 1) & (ncap - 1);
-        nt[j] = s->tab[i];
-    }
-    if (s->tab)
-        munmap(s->tab, (size_t)s->cap * sizeof(struct block));
-    s->tab = nt;
-    s->cap = ncap;
-    return 0;
+    void *p = sys_mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+    return p == MAP_FAILED ? 0 : p;
 }
 
-static void table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t)
+static size_t leaf_bytes(void)
 {
-    uint64_t h = hash(addr);
-    struct shard *s = &shards[h & (NSHARDS - 1)];
-    lock(s);
-    if ((s->count + 1) * 2 > s->cap && shard_grow(s)) {
-        unlock(s);
-        atomic_fetch_add(&table_failures, 1);
-        return;
+    return (size_t)LEAF_SLOTS * sizeof(uint64_t) << entry_shift;
+}
+
+static __attribute__((noinline)) _Atomic uint64_t *new_leaf(uintptr_t t)
+{
+    _Atomic uint64_t *leaf = map_noreserve(leaf_bytes());
+    if (!leaf)
+        return 0;
+    _Atomic uint64_t *none = 0;
+    if (!atomic_compare_exchange_strong(&top[t], &none, leaf)) {
+        sys_munmap((void *)leaf, leaf_bytes());
+        return none; /* another thread's */
     }
-    uint64_t j = (h >> 8) & (s->cap - 1);
-    while (s->tab[j].addr && s->tab[j].addr != addr)
-        j = (j + 1) & (s->cap - 1);
-    if (!s->tab[j].addr)
-        s->count++;
-    s->tab[j].addr = addr;
-    s->tab[j].size = size;
-    s->tab[j].site = site;
-    s->tab[j].t = t;
-    unlock(s);
+    uint32_t k = atomic_fetch_add(&nleaves, 1);
+    if (k < MAX_LEAVES)
+        leaves[k] = t;
+    return leaf;
+}
+
+/* The entry of the block at addr; 0 when out of the map (and, unless
+ * create, when its leaf does not exist). */
+static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
+{
+    uintptr_t t = addr >> LEAF_SHIFT;
+    if (UNLIKELY(t >= TOP_SLOTS || (addr & 15)))
+        return 0;
+    _Atomic uint64_t *leaf = atomic_load_explicit(&top[t], memory_order_acquire);
+    if (UNLIKELY(!leaf) && (!create || !(leaf = new_leaf(t))))
+        return 0;
+    return &leaf[(size_t)((addr >> 4) & (LEAF_SLOTS - 1)) << entry_shift];
+}
+
+/* Enter a block; 0 (counted as a table failure) if it cannot be: the
+ * caller then charges nothing. */
+static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t)
+{
+    _Atomic uint64_t *e = entry_of(addr, 1);
+    if (UNLIKELY(!e)) {
+        atomic_fetch_add(&table_failures, 1);
+        return 0;
+    }
+    atomic_store_explicit(e, size << 17 | (uint64_t)site << 1 | 1, memory_order_relaxed);
+    if (entry_shift)
+        atomic_store_explicit(e + 1, t, memory_order_relaxed);
+    return 1;
 }
 
 /* Remove addr; 1 and its size and site if it was there. */
-static int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t)
+static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t)
 {
-    uint64_t h = hash(addr);
-    struct shard *s = &shards[h & (NSHARDS - 1)];
-    lock(s);
-    if (!s->cap) {
-        unlock(s);
+    _Atomic uint64_t *e = entry_of(addr, 0);
+    if (UNLIKELY(!e))
         return 0;
-    }
-    uint32_t mask = s->cap - 1;
-    uint64_t j = (h >> 8) & mask;
-    while (s->tab[j].addr && s->tab[j].addr != addr)
-        j = (j + 1) & mask;
-    if (!s->tab[j].addr) {
-        unlock(s);
+    uint64_t v = atomic_load_explicit(e, memory_order_relaxed);
+    if (UNLIKELY(!v))
         return 0;
-    }
-    *size = s->tab[j].size;
-    *site = s->tab[j].site;
-    *t = s->tab[j].t;
-    /* Backward-shift deletion. */
-    uint64_t i = j;
-    for (;;) {
-        s->tab[i].addr = 0;
-        uint64_t k = i;
-        for (;;) {
-            k = (k + 1) & mask;
-            if (!s->tab[k].addr) {
-                s->count--;
-                unlock(s);
-                return 1;
-            }
-            uint64_t home = (hash(s->tab[k].addr) >> 8) & mask;
-            /* Can the entry at k move to i? Only if home is not in (i, k]. */
-            if ((i <= k) ? (home <= i || home > k) : (home <= i && home > k))
-                break;
-        }
-        s->tab[i] = s->tab[k];
-        i = k;
-    }
+    atomic_store_explicit(e, 0, memory_order_relaxed);
+    *size = v >> 17;
+    *site = (v >> 1) & 0xffff;
+    *t = entry_shift ? atomic_load_explicit(e + 1, memory_order_relaxed) : 0;
+    return 1;
 }
 
 /* ---- accounting ------------------------------------------------------- */
@@ -650,76 +728,43 @@ static uintptr_t resolve_site(uintptr_t ra)
     return w.site;
 }
 
-static void flush_entry(struct tbuf *b, int k)
-{
-    if (b->site[k]) {
-        struct site *s = &sites[b->site[k] - 1];
-        atomic_fetch_add_explicit(&s->nalloc, b->n[k], memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->bytes, b->bytes[k], memory_order_relaxed);
-    }
-    b->site[k] = 0;
-    b->n[k] = b->bytes[k] = 0;
-}
+/* Each thread's last few plain (not wrapper) return addresses and their
+ * sites, direct-mapped: most calls skip the shared tables. */
+#define RC 16
+struct rcache {
+    uintptr_t ra;
+    uint32_t si;
+};
+static __thread struct rcache rcache[RC] __attribute__((tls_model("initial-exec")));
 
-static void thread_done(void *arg)
+static inline uint32_t site_for(uintptr_t ra)
 {
-    struct tbuf *b = arg;
-    int was = busy;
-    busy = 1;
-    for (int k = 0; k < TB; k++)
-        flush_entry(b, k);
-    pthread_mutex_lock(&buf_lock);
-    b->next_free = free_bufs;
-    free_bufs = b;
-    pthread_mutex_unlock(&buf_lock);
-    mybuf = 0;
-    busy = was;
-}
-
-static struct tbuf *new_buf(void)
-{
-    pthread_mutex_lock(&buf_lock);
-    struct tbuf *b = free_bufs;
-    if (b)
-        free_bufs = b->next_free;
-    else if ((b = map(sizeof *b))) {
-        b->next = all_bufs;
-        all_bufs = b;
+    struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
+    if (LIKELY(c->ra == ra))
+        return c->si;
+    if (is_wrapper(ra))
+        return site_of(resolve_site(ra));
+    uint32_t si = site_of(ra);
+    if (si != NSITES) {
+        c->ra = ra;
+        c->si = si;
     }
-    pthread_mutex_unlock(&buf_lock);
-    if (b)
-        pthread_setspecific(buf_key, b);
-    return b;
-}
-
-static inline void count_alloc(uint32_t si, uint64_t size)
-{
-    struct tbuf *b = mybuf;
-    if (UNLIKELY(!b) && !(b = mybuf = new_buf())) {
-        struct site *s = &sites[si];
-        atomic_fetch_add_explicit(&s->nalloc, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->bytes, size, memory_order_relaxed);
-        return;
-    }
-    int k = si & (TB - 1);
-    if (UNLIKELY(b->site[k] != si + 1)) {
-        flush_entry(b, k);
-        b->site[k] = si + 1;
-    }
-    b->n[k]++;
-    b->bytes[k] += size;
+    return si;
 }
 
 static void account_alloc(void *p, uint64_t size, uintptr_t ra)
 {
-    uint32_t si = site_of(resolve_site(ra));
-    if (UNLIKELY(si == NSITES)) {
+    uint32_t si = site_for(ra);
+    if (UNLIKELY(si == NSITES || size >= SIZE_LIMIT)) {
         atomic_fetch_add(&untracked_allocs, 1);
         return;
     }
-    charge(&sites[si], size, 1);
-    count_alloc(si, size);
-    table_insert((uintptr_t)p, size, si, dhat ? now_us() : 0);
+    uint64_t born = dhat ? now_us() : 0;
+    if (!table_insert((uintptr_t)p, size, si, born))
+        return;
+    charge(&sites[si], size, 1, born);
+    if (UNLIKELY(!(atomic_load_explicit(&sites[si].pools, memory_order_relaxed) & POOL1)))
+        atomic_fetch_or_explicit(&sites[si].pools, POOL1, memory_order_relaxed);
 }
 
 /* Take p out of the books; 1 (and its size and site) if it was in them. */
@@ -729,7 +774,7 @@ static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t)
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return 0;
     }
-    discharge(&sites[*si], *size, *t);
+    discharge(&sites[*si], *size, *t, 1);
     return 1;
 }
 
@@ -737,30 +782,92 @@ static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t)
  * its bytes were counted before). */
 static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t)
 {
-    charge(&sites[si], size, 0);
     if (dhat) /* its lifetime so far was counted at the failed realloc */
         t = now_us();
-    table_insert((uintptr_t)p, size, si, t);
+    if (table_insert((uintptr_t)p, size, si, t))
+        charge(&sites[si], size, 0, t);
 }
 
 #define ENTER()                                                                                    \
-    int track = enabled && !busy;                                                                  \
+    int track = heap && !busy;                                                                     \
     if (UNLIKELY(!inited))                                                                         \
-        init(), track = enabled && !busy;                                                          \
+        init(), track = heap && !busy;                                                             \
     if (track)                                                                                     \
         busy = 1
 #define LEAVE()                                                                                    \
     if (track)                                                                                     \
     busy = 0
 
+/* The common case, inline and without the guard's writes: counting on
+ * (not DHAT), not inside the library, and a return address this thread
+ * has met before (so no wrapper, and its site exists). Nothing here can
+ * call malloc. 1 if it counted the block. */
+static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra)
+{
+    struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
+    if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
+        return 0;
+    uint32_t si = c->si;
+    if (UNLIKELY(!table_insert((uintptr_t)p, n, si, 0)))
+        return 1;
+    struct site *s = &sites[si];
+    struct module *m = s->mod;
+    int mt = !__libc_single_threaded;
+    if (mt)
+        spin_raw(&m->lock);
+    int64_t v = s->c->cur + n;
+    s->c->cur = v;
+    if (v > s->c->hw)
+        s->c->hw = v;
+    s->c->nalloc++;
+    s->c->bytes += n;
+    s->c->nlive++;
+    v = m->cur + n;
+    m->cur = v;
+    if (v > m->hw)
+        m->hw = v;
+    if (mt)
+        unspin(&m->lock);
+    return 1;
+}
+
+static inline void fast_free(void *p)
+{
+    uint64_t size, t;
+    uint32_t si;
+    if (UNLIKELY(!table_remove((uintptr_t)p, &size, &si, &t))) {
+        atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
+        return;
+    }
+    struct site *s = &sites[si];
+    struct module *m = s->mod;
+    int mt = !__libc_single_threaded;
+    if (mt)
+        spin_raw(&m->lock);
+    s->c->cur = s->c->cur > (int64_t)size ? s->c->cur - (int64_t)size : 0;
+    m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
+    s->c->nlive--;
+    if (mt)
+        unspin(&m->lock);
+}
+
 EXPORT void *malloc(size_t n)
 {
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    if (LIKELY(fast) && LIKELY(!busy)) {
+        void *p = __libc_malloc(n);
+        if (UNLIKELY(!p) || LIKELY(fast_alloc(p, n, ra)))
+            return p;
+        busy = 1;
+        account_alloc(p, n, ra);
+        busy = 0;
+        return p;
+    }
     ENTER();
     void *p = __libc_malloc(n);
     if (track && p)
         account_alloc(p, n, ra);
-    else if (p)
+    else if (p && heap)
         atomic_fetch_add_explicit(&untracked_allocs, 1, memory_order_relaxed);
     LEAVE();
     return p;
@@ -770,6 +877,11 @@ EXPORT void free(void *p)
 {
     if (!p)
         return;
+    if (LIKELY(fast) && LIKELY(!busy)) {
+        fast_free(p);
+        __libc_free(p);
+        return;
+    }
     ENTER();
     uint64_t size, t;
     uint32_t si;
@@ -866,15 +978,256 @@ EXPORT void *pvalloc(size_t n)
     return aligned_at(pg, (n + pg - 1) & ~(pg - 1), (uintptr_t)__builtin_return_address(0));
 }
 
+/* ---- pools 2 and 3: mappings the program makes itself ----------------- */
+
+/* Pool 2 is anonymous memory the program maps (mmap with MAP_ANONYMOUS,
+ * mremap) or takes from the break (brk, sbrk); pool 3 is file-backed
+ * mappings (mmap of a file descriptor). Only calls through the exported
+ * symbols are seen: glibc's malloc maps and extends its heaps through its
+ * internal __mmap, __mremap, __munmap and __sbrk, which do not go through
+ * the PLT, so nothing the allocator does is counted twice. A mapping is
+ * charged to the site of its call (its length rounded up to whole pages;
+ * the break in bytes, as sbrk takes them); munmap credits the bytes it
+ * removes, also from part of a mapping (the rest stays charged); a
+ * MAP_FIXED mapping over a counted one credits the pages it replaces;
+ * mremap is a removal of the old range and a mapping at its own site. The
+ * regions live in one table, sorted by nothing, under one mutex held
+ * across the system call, so that a range unmapped by one thread and
+ * mapped again by another is accounted in the kernel's order. */
+static int pools = POOL1;
+struct region {
+    uintptr_t lo, hi;
+    uint32_t site, pool;
+    uint64_t born;
+};
+static struct region *regions;
+static uint32_t nregions, regcap;
+static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uintptr_t page_up(uintptr_t n)
+{
+    uintptr_t pg = 4096;
+    return (n + pg - 1) & ~(pg - 1);
+}
+
+/* A mapping split in two by an unmapping: one more piece live. */
+static void split_piece(struct site *s, uint64_t born)
+{
+    struct module *m = module_of_site(s);
+    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    spin(l);
+    s->c->nlive++;
+    if (dhat) {
+        s->curbk++;
+        s->sumborn += born;
+    }
+    unspin(l);
+}
+
+/* Credit [lo, hi) of every region it overlaps; keep their other parts. */
+static void region_cut(uintptr_t lo, uintptr_t hi)
+{
+    for (uint32_t i = 0; i < nregions;) {
+        struct region *r = &regions[i];
+        if (r->hi <= lo || r->lo >= hi) {
+            i++;
+            continue;
+        }
+        uintptr_t a = r->lo > lo ? r->lo : lo, b = r->hi < hi ? r->hi : hi;
+        int left = r->lo < lo, right = r->hi > hi;
+        struct site *s = &sites[r->site];
+        discharge(s, b - a, r->born, !left && !right);
+        if (left && right) {
+            if (nregions < regcap) { /* split: the right part is a region of its own */
+                regions[nregions] = *r;
+                regions[nregions].lo = hi;
+                nregions++;
+                split_piece(s, r->born);
+            } else { /* no room: credit the right part too */
+                discharge(s, r->hi - hi, r->born, 0);
+            }
+            r->hi = lo;
+            i++;
+        } else if (left) {
+            r->hi = lo;
+            i++;
+        } else if (right) {
+            r->lo = hi;
+            i++;
+        } else {
+            *r = regions[--nregions];
+        }
+    }
+}
+
+static void region_add(uintptr_t lo, uintptr_t hi, uintptr_t ra, uint32_t pool)
+{
+    if (nregions == regcap) {
+        uint32_t ncap = regcap ? regcap * 2 : 256;
+        struct region *n = map((size_t)ncap * sizeof *n);
+        if (!n) {
+            atomic_fetch_add(&table_failures, 1);
+            return;
+        }
+        if (regions) {
+            memcpy(n, regions, (size_t)nregions * sizeof *n);
+            sys_munmap(regions, (size_t)regcap * sizeof *n);
+        }
+        regions = n;
+        regcap = ncap;
+    }
+    uint32_t si = site_for(ra);
+    if (si == NSITES || hi - lo >= SIZE_LIMIT) {
+        atomic_fetch_add(&untracked_allocs, 1);
+        return;
+    }
+    uint64_t born = dhat ? now_us() : 0;
+    charge(&sites[si], hi - lo, 1, born);
+    atomic_fetch_or_explicit(&sites[si].pools, pool, memory_order_relaxed);
+    regions[nregions++] = (struct region){lo, hi, si, pool, born};
+}
+
+/* Whether mapping calls are counted now; if so the caller holds
+ * region_lock and busy is set: undo with map_leave. */
+static int map_enter(void)
+{
+    if (UNLIKELY(!inited))
+        init();
+    if (!enabled || busy || !(pools & (POOL2 | POOL3)))
+        return 0;
+    busy = 1;
+    pthread_mutex_lock(&region_lock);
+    return 1;
+}
+
+static void map_leave(void)
+{
+    pthread_mutex_unlock(&region_lock);
+    busy = 0;
+}
+
+static void *mmap_at(void *a, size_t n, int prot, int flags, int fd, off_t off, uintptr_t ra)
+{
+    if (!map_enter())
+        return sys_mmap(a, n, prot, flags, fd, off);
+    int saved = errno;
+    void *p = sys_mmap(a, n, prot, flags, fd, off);
+    if (p != MAP_FAILED) {
+        uint32_t pool = (flags & MAP_ANONYMOUS) ? POOL2 : POOL3;
+        region_cut((uintptr_t)p, (uintptr_t)p + page_up(n));
+        if (pools & pool)
+            region_add((uintptr_t)p, (uintptr_t)p + page_up(n), ra, pool);
+        errno = saved;
+    }
+    map_leave();
+    return p;
+}
+
+EXPORT void *mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+    return mmap_at(a, n, prot, flags, fd, off, (uintptr_t)__builtin_return_address(0));
+}
+
+EXPORT void *mmap64(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+    return mmap_at(a, n, prot, flags, fd, off, (uintptr_t)__builtin_return_address(0));
+}
+
+EXPORT int munmap(void *a, size_t n)
+{
+    if (!map_enter())
+        return sys_munmap(a, n);
+    int r = sys_munmap(a, n);
+    if (r == 0)
+        region_cut((uintptr_t)a, (uintptr_t)a + page_up(n));
+    int e = errno;
+    map_leave();
+    errno = e;
+    return r;
+}
+
+EXPORT void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    void *want = 0;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        want = va_arg(ap, void *);
+        va_end(ap);
+    }
+    if (!map_enter())
+        return (void *)syscall(SYS_mremap, old, old_size, new_size, flags, want);
+    void *p = (void *)syscall(SYS_mremap, old, old_size, new_size, flags, want);
+    int e = errno;
+    if (p != MAP_FAILED) {
+        /* The old range's pool; a range never counted is anonymous. */
+        uint32_t pool = POOL2;
+        for (uint32_t i = 0; i < nregions; i++)
+            if (regions[i].lo < (uintptr_t)old + old_size && regions[i].hi > (uintptr_t)old) {
+                pool = regions[i].pool;
+                break;
+            }
+        if (!(flags & MREMAP_DONTUNMAP) || p == old)
+            region_cut((uintptr_t)old, (uintptr_t)old + page_up(old_size));
+        region_cut((uintptr_t)p, (uintptr_t)p + page_up(new_size));
+        if (pools & pool)
+            region_add((uintptr_t)p, (uintptr_t)p + page_up(new_size), ra, pool);
+    }
+    map_leave();
+    errno = e;
+    return p;
+}
+
+/* The break moved from old by incr (both already done). */
+static void break_moved(uintptr_t old, intptr_t incr, uintptr_t ra)
+{
+    if (incr > 0 && (pools & POOL2))
+        region_add(old, old + incr, ra, POOL2);
+    else if (incr < 0)
+        region_cut(old + incr, old);
+}
+
+EXPORT void *sbrk(intptr_t incr)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    if (!map_enter())
+        return __sbrk(incr);
+    void *old = __sbrk(incr);
+    int e = errno;
+    if (old != (void *)-1)
+        break_moved((uintptr_t)old, incr, ra);
+    map_leave();
+    errno = e;
+    return old;
+}
+
+EXPORT int brk(void *addr)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    int counted = map_enter();
+    if (!__curbrk)
+        __sbrk(0);
+    uintptr_t old = (uintptr_t)__curbrk;
+    intptr_t incr = (intptr_t)((uintptr_t)addr - old);
+    int r = __sbrk(incr) == (void *)-1 ? -1 : 0;
+    if (counted) {
+        int e = errno;
+        if (r == 0)
+            break_moved(old, incr, ra);
+        map_leave();
+        errno = e;
+    }
+    return r;
+}
+
 /* ---- fork, init, report ----------------------------------------------- */
 
 static void before_fork(void)
 {
+    pthread_mutex_lock(&region_lock);
     pthread_mutex_lock(&module_lock);
     pthread_mutex_lock(&scan_lock);
-    pthread_mutex_lock(&buf_lock);
-    for (int i = 0; i < NSHARDS; i++)
-        lock(&shards[i]);
     for (int i = 0; i < nmodules; i++)
         spin(&modules[i].lock);
     spin(&nomodule.lock);
@@ -887,32 +1240,38 @@ static void after_fork_parent(void)
     unspin(&nomodule.lock);
     for (int i = 0; i < nmodules; i++)
         unspin(&modules[i].lock);
-    for (int i = 0; i < NSHARDS; i++)
-        unlock(&shards[i]);
-    pthread_mutex_unlock(&buf_lock);
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
+    pthread_mutex_unlock(&region_lock);
 }
 
 static void after_fork_child(void)
 {
     /* The child starts from zero: empty tables and counters. */
-    for (int i = 0; i < NSHARDS; i++) {
-        struct shard *s = &shards[i];
-        if (s->tab)
-            munmap(s->tab, (size_t)s->cap * sizeof(struct block));
-        s->tab = 0;
-        s->cap = s->count = 0;
-        unlock(s);
+    uint32_t nl = atomic_load(&nleaves);
+    if (nl <= MAX_LEAVES) {
+        for (uint32_t k = 0; k < nl; k++) {
+            sys_munmap((void *)top[leaves[k]], leaf_bytes());
+            top[leaves[k]] = 0;
+        }
+    } else { /* more leaves than the list holds: look at every pointer */
+        for (uint32_t t = 0; t < TOP_SLOTS; t++)
+            if (top[t]) {
+                sys_munmap((void *)top[t], leaf_bytes());
+                top[t] = 0;
+            }
     }
+    nleaves = 0;
     for (unsigned i = 0; i < NSITES; i++) {
         struct site *s = &sites[i];
         if (!s->pc)
             continue;
-        s->cur = s->hw = 0;
+        if (!s->c)
+            continue;
+        s->c->cur = s->c->hw = 0;
         s->curbk = s->hwbk = s->gb = s->gbk = 0;
-        s->tl = 0;
-        s->nalloc = s->bytes = 0;
+        s->tl = s->sumborn = 0;
+        s->c->nalloc = s->c->bytes = s->c->nlive = 0;
     }
     gcur = ghw = 0;
     peak_pending = 0;
@@ -920,10 +1279,6 @@ static void after_fork_child(void)
     if (dhat)
         t0 += now_us(); /* the child's times start at its fork */
     atomic_flag_clear(&global_lock);
-    for (struct tbuf *b = all_bufs; b; b = b->next)
-        for (int k = 0; k < TB; k++)
-            b->site[k] = 0, b->n[k] = b->bytes[k] = 0;
-    pthread_mutex_init(&buf_lock, 0);
     int n = nmodules;
     for (int i = 0; i < n; i++) {
         modules[i].cur = modules[i].hw = 0;
@@ -932,8 +1287,10 @@ static void after_fork_child(void)
     nomodule.cur = nomodule.hw = 0;
     unspin(&nomodule.lock);
     untracked_allocs = unknown_frees = table_failures = 0;
+    nregions = 0; /* inherited mappings are not the child's */
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
+    pthread_mutex_unlock(&region_lock);
 }
 
 static void init(void)
@@ -950,6 +1307,15 @@ static void init(void)
     sites = map(sizeof(struct site) * NSITES);
     cls = map(sizeof(struct cls) * NCLS);
     used = map(sizeof(uint32_t) * NSITES);
+    /* PROFDEV_MPROF_POOLS: the digits of startmp (1, 2, 3); pool 1 alone
+     * when unset. */
+    const char *pl = getenv("PROFDEV_MPROF_POOLS");
+    if (pl && pl[0]) {
+        pools = 0;
+        for (; *pl; pl++)
+            if (*pl >= '1' && *pl <= '3')
+                pools |= 1 << (*pl - '1');
+    }
     const char *dh = getenv("PROFDEV_MPROF_DHAT");
     dhat = dh && dh[0] == '1';
     if (dhat) {
@@ -957,11 +1323,15 @@ static void init(void)
         t0 = now_us();
     }
     ranges = map(sizeof(struct range) * MAX_RANGES);
-    if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges && used) {
+    entry_shift = dhat ? 1 : 0;
+    top = map_noreserve(sizeof(*top) * TOP_SLOTS);
+    if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges && used &&
+        top) {
         strcpy(outdir, d);
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-        if (!pthread_key_create(&buf_key, thread_done))
-            enabled = 1;
+        enabled = 1;
+        heap = (pools & POOL1) != 0;
+        fast = heap && !dhat;
     }
     busy = 0;
 }
@@ -1101,47 +1471,29 @@ static void report(void)
         put(&o, m->path);
         put(&o, "\n");
     }
-    /* Blocks never freed, per site, from the table. */
-    static uint32_t *live;
-    live = map(sizeof(uint32_t) * NSITES);
     uint64_t end = dhat ? now_us() : 0;
-    for (int i = 0; i < NSHARDS && live; i++) {
-        struct shard *sh = &shards[i];
-        lock(sh);
-        for (uint32_t j = 0; j < sh->cap; j++)
-            if (sh->tab[j].addr) {
-                live[sh->tab[j].site]++;
-                /* DHAT: a block still live has lived until the end. */
-                if (dhat)
-                    sites[sh->tab[j].site].tl += end - sh->tab[j].t;
-            }
-        unlock(sh);
-    }
-    for (struct tbuf *b = all_bufs; b; b = b->next)
-        for (int k = 0; k < TB; k++)
-            flush_entry(b, k);
     for (unsigned i = 0; i < NSITES; i++) {
         struct site *s = &sites[i];
-        if (!s->pc || !s->nalloc)
+        if (!s->pc || !s->c || !s->c->nalloc)
             continue;
         put(&o, "site ");
         put_u(&o, s->pc, 16);
         put(&o, " ");
         put_i(&o, s->module > 0 ? s->module - 1 : -1);
         put(&o, " ");
-        put_i(&o, s->cur);
+        put_i(&o, s->c->cur);
         put(&o, " ");
-        put_i(&o, s->hw);
+        put_i(&o, s->c->hw);
         put(&o, " ");
-        put_u(&o, s->nalloc, 10);
+        put_u(&o, s->c->nalloc, 10);
         put(&o, " ");
-        put_u(&o, s->bytes, 10);
+        put_u(&o, s->c->bytes, 10);
         put(&o, " ");
-        put_u(&o, live ? live[i] : 0, 10);
+        put_u(&o, s->c->nlive, 10);
         if (dhat) {
             /* Lifetimes of blocks still live count up to the end. */
             put(&o, " ");
-            put_u(&o, s->tl, 10);
+            put_u(&o, s->tl + s->c->nlive * end - s->sumborn, 10);
             put(&o, " ");
             put_i(&o, s->hwbk);
             put(&o, " ");
@@ -1150,6 +1502,11 @@ static void report(void)
             put_i(&o, s->gbk);
         }
         put(&o, "\n");
+        if (s->pools != POOL1) {
+            put(&o, "pools ");
+            put_u(&o, s->pools, 10);
+            put(&o, "\n");
+        }
     }
     put(&o, "untracked ");
     put_u(&o, untracked_allocs, 10);
@@ -1175,6 +1532,7 @@ __attribute__((destructor)) static void dtor(void)
         }
     report();
     enabled = 0;
+    heap = fast = 0;
     busy = 0;
 }
 

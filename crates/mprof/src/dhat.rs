@@ -113,6 +113,7 @@ mod tests {
                 gmax_bytes: 10,
                 gmax_blocks: 2,
             },
+            pools: 1,
         };
         let j = encode(
             &run,

@@ -11,6 +11,14 @@
 //! a free subtracts it from the site that allocated the block; high-water
 //! marks per site and per module rise on allocation only.
 //!
+//! * **Pools 2 and 3** ([`POOLS_ENV`]): `mmap`, `mmap64`, `munmap`,
+//!   `mremap`, `brk` and `sbrk` are interposed too; an anonymous mapping
+//!   or the break's growth is pool 2, a file mapping pool 3, each charged
+//!   to its call's site (whole pages; the break in bytes) and credited by
+//!   `munmap` (partly, for part of a mapping) or the break's shrinking.
+//!   glibc's malloc calls its internal `__mmap`/`__sbrk`, which bypass the
+//!   PLT: only the program's own calls are seen, nothing twice. The
+//!   regions are a table under one mutex held across the system call.
 //! * **Site**: the allocation call's return address, or, when that lies in
 //!   a known wrapper, the first return address outside every wrapper
 //!   (found with `_Unwind_Backtrace`, taken only for those calls). The
@@ -24,11 +32,16 @@
 //!   `g_malloc`, `g_malloc0`, `g_realloc`, `g_try_*`, `g_*_n`, `g_strdup`,
 //!   `g_strndup`, `g_memdup*`, `g_slice_alloc*`; more with
 //!   `PROFDEV_MPROF_WRAPPERS=sym1,sym2` (`mprof --wrapper SYMBOL`).
-//! * **Bookkeeping beside the blocks**: a table keyed by block address in
-//!   256 shards, each behind its own spin lock; a block the library did not
-//!   allocate (before it was loaded, or inside itself) is not in the table
-//!   and its free subtracts nothing. Counters are atomics: no update is
-//!   lost between threads and high water is exact.
+//! * **Bookkeeping beside the blocks**: a map keyed by block address (a
+//!   page map: one 8-byte entry per 16-byte granule where blocks are, no
+//!   lock: a block's entry is written by its allocating thread and cleared
+//!   by its freeing one); a block the library did not allocate (before it
+//!   was loaded, or inside itself) is not in the map and its free
+//!   subtracts nothing. A site's and its module's bytes change together
+//!   under the module's spin lock (none while the process has one
+//!   thread): no update is lost between threads, and high water, per site
+//!   and per module, is exact in an order that agrees with the program's
+//!   own (why not per-thread deltas: the head of `c/mprof.c`).
 //! * **fork**: the child starts from zero (empty tables and counters), so
 //!   adding up the reports of all processes counts each allocation once;
 //!   frees of blocks the child inherited are not counted. **exec**:
@@ -71,6 +84,12 @@ pub mod pprof;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+/// The environment variable naming the pools the library counts, as
+/// `startmp`'s digits (`1` the malloc family, `2` anonymous mappings and
+/// the break made by the program, `3` file mappings): `123` counts all.
+/// Unset, pool 1 alone.
+pub const POOLS_ENV: &str = "PROFDEV_MPROF_POOLS";
 
 /// The accounting library, a shared object for `LD_PRELOAD`.
 pub const LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libprofdev_mprof.so"));
@@ -219,6 +238,8 @@ pub struct ReportSite {
     pub live: u64,
     /// With `PROFDEV_MPROF_DHAT=1`: lifetimes and the peak's picture.
     pub dhat: Option<DhatSite>,
+    /// The pools charged here, bits 1 (pool 1), 2 (pool 2), 4 (pool 3).
+    pub pools: u8,
 }
 
 /// What a site's report adds for DHAT (times in microseconds).
@@ -267,6 +288,8 @@ impl Report {
     /// dhat END_US GMAX_US                                       (only with PROFDEV_MPROF_DHAT=1)
     /// site 0xPC MODULE CURRENT HIGHWATER ALLOCS BYTES LIVE [LIFETIMES_US MAXBLOCKS GMAXBYTES GMAXBLOCKS]
     ///                                                          (MODULE -1: none)
+    /// pools MASK                  (the site above's pools when not pool 1 alone: 1, 2, 4 = pools 1, 2, 3;
+    ///                              ALLOCS then counts mappings too, LIVE mappings never unmapped)
     /// untracked ALLOCS UNKNOWN_FREES TABLE_FAILURES
     /// end
     /// ```
@@ -346,7 +369,15 @@ impl Report {
                         bytes,
                         live,
                         dhat,
+                        pools: 1,
                     });
+                }
+                "pools" => {
+                    let mask = num(Some(rest))?;
+                    match r.sites.last_mut() {
+                        Some(s) if mask > 0 && mask < 8 => s.pools = mask as u8,
+                        _ => return Err(bad()),
+                    }
                 }
                 "untracked" => {
                     let mut f = rest.split(' ');
@@ -403,6 +434,8 @@ pub struct Site {
     pub live: u64,
     /// DHAT's figures, summed over processes.
     pub dhat: DhatSite,
+    /// The pools charged here (bits 1, 2, 4 = pools 1, 2, 3).
+    pub pools: u8,
 }
 
 /// The reports merged by module file and link-time pc, modules in the order
@@ -442,6 +475,7 @@ pub fn merge(reports: &[Report]) -> Vec<Module> {
             site.allocs += s.allocs;
             site.bytes += s.bytes;
             site.live += s.live;
+            site.pools |= s.pools;
             if let Some(d) = s.dhat {
                 site.dhat.total_lifetime += d.total_lifetime;
                 site.dhat.max_blocks += d.max_blocks;
@@ -580,5 +614,17 @@ mod tests {
             })
         );
         assert!(Report::parse("profdev-mprof 1\nsite 0x1 3 0 0 0 0 0\nend\n").is_err());
+        let p = Report::parse(
+            "profdev-mprof 1\nmodule 0 0x0 1 2 0 0 /x\nsite 0x10 0 8192 8192 1 8192 1\npools 2\n\
+             site 0x20 0 5 5 1 5 1\nend\n",
+        )
+        .unwrap();
+        assert_eq!((p.sites[0].pools, p.sites[1].pools), (2, 1));
+        assert_eq!(merge(&[p])[0].sites[&0x10].pools, 2);
+        assert!(Report::parse("profdev-mprof 1\npools 2\nend\n").is_err());
+        assert!(Report::parse(
+            "profdev-mprof 1\nmodule 0 0x0 1 2 0 0 /x\nsite 0x10 0 1 1 1 1 1\npools 9\nend\n"
+        )
+        .is_err());
     }
 }
