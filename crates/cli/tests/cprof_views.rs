@@ -392,3 +392,63 @@ fn sources_not_found_are_said_and_left_out_of_the_exports() {
     let info = std::fs::read_to_string(dir.path().join("x.info")).unwrap();
     assert!(!info.contains("gone.c"), "{info}");
 }
+
+/// `profdev cprof CMD` (the engine, launch mode) counts exactly what the
+/// stepper counts: every instruction of known's `.text` and every
+/// conditional jump's outcomes, from `_start` on; the listing agrees
+/// with the stepper's on every line.
+#[test]
+fn a_launch_counts_what_the_stepper_counts() {
+    if !tools_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), &[]);
+    let oracle = measure(&exe);
+
+    let run = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["cprof", "-f", "-r", "-e"])
+        .arg(&exe)
+        .current_dir(dir.path())
+        .output()
+        .expect("profdev runs");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(!err.contains("could not be counted"), "{err}");
+    let got = profdev_coverage::prf::read(&dir.path().join("known.prf"))
+        .unwrap()
+        .expect("cprof -r wrote known.prf");
+    let engine: HashMap<u64, u64> = got.insns.iter().copied().collect();
+    let mut compared = 0;
+    for (addr, want) in profdev_coverage::lines::instruction_counts(&oracle) {
+        // The engine plans the functions of .text; the stepper also sees
+        // padding between them, which never runs.
+        let Some(&n) = engine.get(&addr) else {
+            assert_eq!(want, 0, "instruction {addr:#x} ran but is not planned");
+            continue;
+        };
+        assert_eq!(n, want, "instruction {addr:#x}");
+        compared += 1;
+    }
+    let ran = profdev_coverage::lines::instruction_counts(&oracle)
+        .iter()
+        .filter(|p| p.1 > 0)
+        .count();
+    assert!(
+        ran > 50 && compared >= ran,
+        "{compared} instructions compared, {ran} ran"
+    );
+    let branches: HashMap<u64, (u64, u64)> = got
+        .branches
+        .iter()
+        .map(|b| (b.addr, (b.taken, b.not_taken)))
+        .collect();
+    for b in &oracle.branches {
+        assert_eq!(
+            branches.get(&b.addr).copied(),
+            Some((b.taken, b.not_taken)),
+            "conditional jump at {:#x}",
+            b.addr
+        );
+    }
+}
