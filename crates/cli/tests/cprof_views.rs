@@ -452,3 +452,48 @@ fn a_launch_counts_what_the_stepper_counts() {
         );
     }
 }
+
+/// A Rust release binary with debug info (`rustc -O -g`), counted by
+/// `profdev cprof -f CMD`: `sometimes` runs 1000 times, its `if` is true
+/// for 250 of them, so `called` runs 250 times; main once.
+#[test]
+fn a_rust_release_binary_counts_exactly() {
+    if !profdev_testkit::tools("cprof on a Rust release binary", &["rustc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("calls.rs");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cprof/calls.rs"),
+        &src,
+    )
+    .unwrap();
+    let exe = dir.path().join("calls");
+    let o = Command::new("rustc")
+        .args(["-O", "-g", "-C", "panic=abort", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "rustc: {o:?}");
+    let (listing, err, ok) = profdev(dir.path(), &["-f", "-e", exe.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(listing.contains("748750"), "the program's own output");
+    // The listing of calls.rs alone (the module also has std's files).
+    let header = format!("{}:\n", src.display());
+    let at = listing
+        .find(&header)
+        .unwrap_or_else(|| panic!("no {header:?} in\n{listing}"));
+    let mine = &listing[at + header.len()..];
+    let mine = &mine[..mine.find("\n\n").unwrap_or(mine.len())];
+    for (line, want) in [
+        (3, "250"),
+        (7, "1000"),
+        (8, "1000"),
+        (9, "250"),
+        (15, "1"),
+        (18, "1000"),
+    ] {
+        assert_eq!(row(mine, line), want, "line {line} of calls.rs in\n{mine}");
+    }
+}
