@@ -40,3 +40,37 @@ pub fn find_program(cmd: &OsString) -> Result<PathBuf> {
         .find(|p| executable(p))
         .ok_or_else(|| anyhow!("{}: command not found", name.display()))
 }
+
+/// An ELF file with no PT_INTERP is statically linked (64-bit
+/// little-endian only; anything else is left to the exec).
+pub fn is_static(b: &[u8]) -> bool {
+    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+    };
+    if b.get(4) != Some(&2) || b.get(5) != Some(&1) {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    (0..phnum as usize).all(|i| {
+        let o = phoff as usize + i * phentsize as usize;
+        b.get(o..o + 4) != Some(&3u32.to_le_bytes()[..])
+    })
+}
+
+/// Is the ELF file `program` statically linked (no interpreter)? False
+/// when it cannot be read or is not ELF (a script: its interpreter is what
+/// runs). Reads at most the first 64 KiB, where the program headers are.
+pub fn is_static_program(program: &Path) -> bool {
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    std::fs::File::open(program)
+        .and_then(|f| f.take(64 << 10).read_to_end(&mut head))
+        .is_ok()
+        && head.starts_with(b"\x7fELF")
+        && is_static(&head)
+}

@@ -94,9 +94,16 @@
 //!
 //! # Bugs
 //!
-//! * cprof with CMD needs prof's coverage engine, which this build does
-//!   not connect yet: it says so and exits 1. The records, the listing and
-//!   the exports work from `.prf` files.
+//! * Coverage reaches a program through the dynamic loader (its runtime
+//!   is preloaded): a statically linked program is refused with a
+//!   sentence, and the uprobe fallback the design allows for is not built.
+//!   A setuid program run by another user ignores the preload. The vDSO,
+//!   JIT code and code that runs before the runtime's constructor (the
+//!   loader, libc's initializers) are not counted; blocks that cannot be
+//!   patched are said on stderr (`N blocks could not be counted`), and
+//!   blocks shorter than a jump counted through a breakpoint are said
+//!   too. The engine's limits are listed in `profdev_coverage`'s crate
+//!   documentation.
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.
@@ -406,6 +413,14 @@ fn run(args: &Args) -> Result<ExitCode> {
         }
     } else {
         let program = crate::child::find_program(&args.command[0])?;
+        if crate::child::is_static_program(&program) {
+            bail!(
+                "{} is statically linked: coverage rewrites a program's code through the dynamic \
+                 loader, which a static program does not use, so it is out of reach (no \
+                 fallback is built: see BUGS); build it without -static",
+                program.display()
+            );
+        }
         let mut words = args.modules.clone();
         if args.exec {
             words.push(

@@ -762,7 +762,7 @@ fn check_reachable(program: &Path) -> Result<Option<String>> {
     if !bytes.starts_with(b"\x7fELF") {
         return Ok(None); // a script: its interpreter is what runs
     }
-    if is_static(&bytes) {
+    if crate::child::is_static(&bytes) {
         bail!(
             "{} is statically linked: its allocations are out of reach of mprof (it preloads \
              a library into dynamically linked programs)",
@@ -825,27 +825,6 @@ fn check_counted(program: &Path, own: &str, merged: &[Module]) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// An ELF file with no PT_INTERP is statically linked (64-bit
-/// little-endian only; anything else is left to the exec).
-fn is_static(b: &[u8]) -> bool {
-    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
-    let u64_at = |o: usize| {
-        b.get(o..o + 8)
-            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
-    };
-    if b.get(4) != Some(&2) || b.get(5) != Some(&1) {
-        return false;
-    }
-    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
-    else {
-        return false;
-    };
-    (0..phnum as usize).all(|i| {
-        let o = phoff as usize + i * phentsize as usize;
-        b.get(o..o + 4) != Some(&3u32.to_le_bytes()[..])
-    })
 }
 
 /// A module's ELF file as mprof's source map: a site's line is the line
@@ -1140,7 +1119,10 @@ mod tests {
     fn static_detection() {
         let exe = std::env::current_exe().unwrap();
         let bytes = std::fs::read(&exe).unwrap();
-        assert!(!is_static(&bytes), "the test binary is dynamically linked");
-        assert!(!is_static(b"#!/bin/sh\n"));
+        assert!(
+            !crate::child::is_static(&bytes),
+            "the test binary is dynamically linked"
+        );
+        assert!(!crate::child::is_static(b"#!/bin/sh\n"));
     }
 }
