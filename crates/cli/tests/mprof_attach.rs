@@ -8,9 +8,9 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,52 +30,6 @@ fn compile_src(name: &str, args: &[&str], out: &Path) {
         .status()
         .expect("cc runs");
     assert!(status.success(), "cc failed");
-}
-
-/// A private mount (`profdev mount -b DIR`), unmounted on drop.
-struct Mount {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-}
-
-impl Mount {
-    fn new() -> Mount {
-        let tmp = tempdir();
-        let dir = tmp.path().canonicalize().unwrap().join("mnt");
-        std::fs::create_dir(&dir).unwrap();
-        let out = run(profdev().arg("mount").arg("-b").arg(&dir));
-        assert!(
-            out.status.success(),
-            "profdev mount: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Mount { _tmp: tmp, dir }
-    }
-
-    fn prof(&self) -> PathBuf {
-        self.dir.join("prof")
-    }
-
-    fn ctl(&self, msg: &str) -> std::io::Result<usize> {
-        OpenOptions::new()
-            .write(true)
-            .open(self.prof().join("ctl"))?
-            .write(msg.as_bytes())
-    }
-
-    /// The record directory whose name file says `name`.
-    fn record(&self, name: &str) -> Option<PathBuf> {
-        std::fs::read_dir(self.prof())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| std::fs::read_to_string(p.join("name")).is_ok_and(|n| n.trim_end() == name))
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = run(profdev().arg("unmount").arg(&self.dir));
-    }
 }
 
 /// The histogram's pairs, one read(2) of 64 bytes each, until end of file.

@@ -17,7 +17,7 @@ mod prof_fixture;
 use common::*;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn can_mount() -> Result<(), String> {
@@ -32,38 +32,14 @@ fn can_mount() -> Result<(), String> {
     Ok(())
 }
 
-/// A private mount (`profdev mount -b DIR`), unmounted on drop.
-struct Mount {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
+/// What these tests ask of a mount beyond the common one.
+trait MountExt {
+    fn dirs(&self) -> Vec<String>;
+    fn modules(&self) -> Vec<prof_fixture::Module>;
 }
 
-impl Mount {
-    fn new() -> Mount {
-        let tmp = tempdir();
-        let dir = tmp.path().canonicalize().unwrap().join("mnt");
-        std::fs::create_dir(&dir).unwrap();
-        let out = run(profdev().arg("mount").arg("-b").arg(&dir));
-        assert!(
-            out.status.success(),
-            "profdev mount: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Mount { _tmp: tmp, dir }
-    }
-
-    fn prof(&self) -> PathBuf {
-        self.dir.join("prof")
-    }
-
-    /// One write(2) of `msg` to prof/ctl: its result.
-    fn ctl(&self, msg: &[u8]) -> std::io::Result<usize> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .open(self.prof().join("ctl"))?;
-        f.write(msg)
-    }
-
+impl MountExt for Mount {
+    /// The record directories, sorted.
     fn dirs(&self) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(self.prof())
             .unwrap()
@@ -74,6 +50,7 @@ impl Mount {
         v
     }
 
+    /// Every record as prof_fixture reads it.
     fn modules(&self) -> Vec<prof_fixture::Module> {
         self.dirs()
             .iter()
@@ -95,12 +72,6 @@ impl Mount {
                 }
             })
             .collect()
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = run(profdev().arg("unmount").arg(&self.dir));
     }
 }
 

@@ -117,3 +117,55 @@ pub fn can_sample_children() -> Result<(), String> {
 pub fn ready(what: &str, tools: &[&str]) -> bool {
     privileged(what, can_sample_children()) && profdev_testkit::tools(what, tools)
 }
+
+/// A private mount (`profdev mount -b DIR`, DIR a fresh `mnt` in a
+/// temporary directory), unmounted on drop.
+pub struct Mount {
+    _tmp: tempfile::TempDir,
+    /// The mount point.
+    pub dir: PathBuf,
+}
+
+impl Mount {
+    /// Mount a fresh server; panics with profdev's words if it fails.
+    pub fn new() -> Mount {
+        let tmp = tempdir();
+        let dir = tmp.path().canonicalize().unwrap().join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        let out = run(profdev().arg("mount").arg("-b").arg(&dir));
+        assert!(
+            out.status.success(),
+            "profdev mount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Mount { _tmp: tmp, dir }
+    }
+
+    /// The prof device's directory.
+    pub fn prof(&self) -> PathBuf {
+        self.dir.join("prof")
+    }
+
+    /// One write(2) of `msg` to prof/ctl: its result.
+    pub fn ctl(&self, msg: impl AsRef<[u8]>) -> std::io::Result<usize> {
+        use std::io::Write as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.prof().join("ctl"))?
+            .write(msg.as_ref())
+    }
+
+    /// The prof record directory whose `name` file says `name`.
+    pub fn record(&self, name: &str) -> Option<PathBuf> {
+        std::fs::read_dir(self.prof())
+            .ok()?
+            .map(|e| e.unwrap().path())
+            .find(|p| std::fs::read_to_string(p.join("name")).is_ok_and(|n| n.trim_end() == name))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = run(profdev().arg("unmount").arg(&self.dir));
+    }
+}
