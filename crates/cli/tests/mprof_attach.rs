@@ -118,11 +118,11 @@ fn startmp1_pid_counts_a_running_program_exactly() {
     let pid = child.id();
     m.ctl("module known_attach\n").unwrap();
     assert_eq!(
-        m.ctl(&format!("startmp1 {pid}\n")).unwrap(),
+        m.ctl(format!("startmp1 {pid}\n")).unwrap(),
         10 + pid.to_string().len()
     );
     // Counted already: a second attach is refused and changes nothing.
-    let again = m.ctl(&format!("startmp1 {pid}\n")).unwrap_err();
+    let again = m.ctl(format!("startmp1 {pid}\n")).unwrap_err();
     assert_eq!(again.raw_os_error(), Some(libc::EBUSY), "{again}");
     finish(child);
     // The device reads the report once it sees the process gone.
@@ -179,7 +179,7 @@ fn stop_fills_the_histogram_of_a_process_still_running() {
     let m = Mount::new();
     let mut child = start_with(&exe, &[Path::new("hold")]);
     m.ctl("module known_attach\n").unwrap();
-    m.ctl(&format!("startmp1 {}\n", child.id())).unwrap();
+    m.ctl(format!("startmp1 {}\n", child.id())).unwrap();
     child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap())
@@ -207,7 +207,7 @@ fn a_static_program_is_out_of_reach() {
     compile(&["-O0", "-pthread", "-static"], &exe);
     let m = Mount::new();
     let child = start(&exe);
-    let e = m.ctl(&format!("startmp1 {}\n", child.id())).unwrap_err();
+    let e = m.ctl(format!("startmp1 {}\n", child.id())).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENXIO), "{e}");
     // Untouched: it runs to its end.
     finish(child);
@@ -228,7 +228,7 @@ fn a_library_loaded_after_the_attach_is_counted() {
     let m = Mount::new();
     let child = start_with(&exe, &[&lib]);
     m.ctl("module liblate.so\n").unwrap();
-    m.ctl(&format!("startmp1 {}\n", child.id())).unwrap();
+    m.ctl(format!("startmp1 {}\n", child.id())).unwrap();
     finish(child);
     let mut rec = None;
     wait_until(
