@@ -106,6 +106,50 @@ pub fn value_shorts(cmd: &clap::Command) -> Vec<char> {
         .collect()
 }
 
+/// For the classic commands' tests: the parser `parse` and the clap
+/// description `cmd` (whence help, page and completions) take the same
+/// options: each documented one parses (a value option given `5`, then
+/// `./cmd`, except the options in `no_command`, which take the command's
+/// place), and every other letter or digit is `unknown option -C`.
+#[cfg(test)]
+pub fn assert_parser_takes_the_documented_options<T, F>(
+    cmd: clap::Command,
+    no_command: &[char],
+    parse: F,
+) where
+    F: Fn(&[&str]) -> Result<T, String>,
+{
+    let name = cmd.get_name().to_string();
+    let documented: Vec<(char, bool)> = cmd
+        .get_arguments()
+        .filter(|a| a.get_id() != "help")
+        .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
+        .collect();
+    for &(c, value) in &documented {
+        let mut args = vec![format!("-{c}")];
+        if value {
+            args.push("5".into());
+        }
+        if !no_command.contains(&c) {
+            args.push("./cmd".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert!(
+            parse(&args).is_ok(),
+            "{name} --help lists -{c}, the parser refuses it"
+        );
+    }
+    for c in ('a'..='z').chain('A'..='Z').chain('0'..='9') {
+        if c != 'h' && !documented.iter().any(|&(d, _)| d == c) {
+            assert_eq!(
+                parse(&[&format!("-{c}"), "./cmd"]).err(),
+                Some(format!("unknown option -{c}")),
+                "{name} -{c}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -545,32 +545,7 @@ mod tests {
 
     #[test]
     fn the_parser_takes_exactly_the_documented_options() {
-        let cmd = command();
-        let documented: Vec<(char, bool)> = cmd
-            .get_arguments()
-            .filter(|a| a.get_id() != "help")
-            .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
-            .collect();
-        for &(c, value) in &documented {
-            let mut args = vec![format!("-{c}")];
-            if value {
-                args.push("5".into());
-            }
-            args.push("./cmd".into());
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            assert!(
-                parse(&args).is_ok(),
-                "cprof --help lists -{c}, the parser refuses it"
-            );
-        }
-        for c in ('a'..='z').chain('A'..='Z').chain('0'..='9') {
-            if c != 'h' && !documented.iter().any(|&(d, _)| d == c) {
-                assert_eq!(
-                    parse(&[&format!("-{c}"), "./cmd"]).unwrap_err(),
-                    format!("unknown option -{c}"),
-                );
-            }
-        }
+        crate::cmdline::assert_parser_takes_the_documented_options(command(), &[], parse);
     }
 
     #[test]

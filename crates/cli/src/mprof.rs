@@ -183,9 +183,6 @@ use std::sync::Arc;
 const USAGE: &str =
     "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [-p pid | cmd arg ...]";
 
-/// The largest source file shown beside its lines: 64 MiB.
-const MAX_SOURCE: u64 = 64 << 20;
-
 /// Allocators that, linked into a program, take its allocations away from
 /// the C library's malloc.
 const OWN_ALLOCATORS: &[&str] = &[
@@ -914,24 +911,8 @@ fn show(
             &a,
             (m.current, m.high_water),
         );
-        let module_time = std::fs::metadata(&m.path).and_then(|md| md.modified()).ok();
         for f in &mut r.files {
-            match read_bounded(Path::new(&f.path), MAX_SOURCE, Follow::Yes) {
-                Ok(bytes) => {
-                    let text = String::from_utf8_lossy(&bytes);
-                    f.text = Some(text.split_inclusive('\n').map(String::from).collect());
-                    let src_time = std::fs::metadata(&f.path).and_then(|md| md.modified()).ok();
-                    if let (Some(s), Some(t)) = (src_time, module_time) {
-                        if s > t {
-                            eprintln!(
-                                "mprof: warning: {} is newer than {}: lines may not match",
-                                f.path, m.path
-                            );
-                        }
-                    }
-                }
-                Err(_) => eprintln!("mprof: source file {} not found: line numbers only", f.path),
-            }
+            f.text = crate::output::source_lines("mprof", &f.path, &m.path);
         }
         reports.push(r);
         if args.dhat.is_some() {
@@ -1085,34 +1066,7 @@ mod tests {
 
     #[test]
     fn the_parser_takes_exactly_the_documented_options() {
-        let cmd = command();
-        let documented: Vec<(char, bool)> = cmd
-            .get_arguments()
-            .filter(|a| a.get_id() != "help")
-            .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
-            .collect();
-        for &(c, value) in &documented {
-            let mut args = vec![format!("-{c}")];
-            if value {
-                args.push("5".into());
-            }
-            if c != 'p' {
-                args.push("./cmd".into()); // -p PID takes the command's place
-            }
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            assert!(
-                parse(&args).is_ok(),
-                "mprof --help lists -{c}, the parser refuses it"
-            );
-        }
-        for c in ('a'..='z').chain('A'..='Z').chain('0'..='9') {
-            if c != 'h' && !documented.iter().any(|&(d, _)| d == c) {
-                assert_eq!(
-                    parse(&[&format!("-{c}"), "./cmd"]).unwrap_err(),
-                    format!("unknown option -{c}"),
-                );
-            }
-        }
+        crate::cmdline::assert_parser_takes_the_documented_options(command(), &['p'], parse);
     }
 
     #[test]

@@ -165,9 +165,6 @@ struct Args {
 }
 
 /// Parse Inferno-style options: clustered flags, `-m X` or `-mX`, `--`.
-/// The largest source file shown beside its lines: 64 MiB.
-const MAX_SOURCE: u64 = 64 << 20;
-
 fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     let mut a = Args::default();
     let mut it = args.into_iter().peekable();
@@ -760,30 +757,8 @@ fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
                 }
             }
         }
-        let module_time = std::fs::metadata(&r.path).and_then(|m| m.modified()).ok();
         for f in &mut m.files {
-            // A path from the module's DWARF, which another user may have
-            // written: a regular file only (no FIFO or device), bounded.
-            match profdev_symbolize::open::read_bounded(
-                Path::new(&f.path),
-                MAX_SOURCE,
-                profdev_symbolize::open::Follow::Yes,
-            ) {
-                Ok(bytes) => {
-                    let text = String::from_utf8_lossy(&bytes);
-                    f.text = Some(text.split_inclusive('\n').map(String::from).collect());
-                    let src_time = std::fs::metadata(&f.path).and_then(|m| m.modified()).ok();
-                    if let (Some(s), Some(t)) = (src_time, module_time) {
-                        if s > t {
-                            eprintln!(
-                                "prof: warning: {} is newer than {}: lines may not match",
-                                f.path, r.path
-                            );
-                        }
-                    }
-                }
-                Err(_) => eprintln!("prof: source file {} not found: line numbers only", f.path),
-            }
+            f.text = crate::output::source_lines("prof", &f.path, &r.path);
         }
         modules.push(m);
     }
@@ -847,33 +822,7 @@ mod tests {
     /// letter is refused.
     #[test]
     fn the_parser_takes_exactly_the_documented_options() {
-        let cmd = command();
-        let documented: Vec<(char, bool)> = cmd
-            .get_arguments()
-            .filter(|a| a.get_id() != "help")
-            .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
-            .collect();
-        for &(c, value) in &documented {
-            let mut args = vec![format!("-{c}")];
-            if value {
-                args.push("5".into());
-            }
-            args.push("./cmd".into());
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            assert!(
-                parse(&args).is_ok(),
-                "prof --help lists -{c}, the parser refuses it"
-            );
-        }
-        for c in ('a'..='z').chain('A'..='Z') {
-            if c != 'h' && !documented.iter().any(|&(d, _)| d == c) {
-                assert_eq!(
-                    parse(&[&format!("-{c}"), "./cmd"]).unwrap_err(),
-                    format!("unknown option -{c}"),
-                    "the parser takes -{c}, prof --help does not list it"
-                );
-            }
-        }
+        crate::cmdline::assert_parser_takes_the_documented_options(command(), &[], parse);
     }
 
     /// The reader the command uses, on a device fed with TV-P2's counts:
