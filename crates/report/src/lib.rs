@@ -11,3 +11,4 @@ pub mod outside;
 pub mod prfpr;
 pub mod prof;
 pub mod samples;
+pub mod source;

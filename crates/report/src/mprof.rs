@@ -104,16 +104,8 @@ impl Options {
     }
 }
 
-/// One source file of a module.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SourceFile {
-    /// Its path.
-    pub path: String,
-    /// Its lines, each with its newline, if found.
-    pub text: Option<Vec<String>>,
-    /// Bytes per line number.
-    pub bytes: BTreeMap<u32, Bytes>,
-}
+/// One source file of a module, with (current, high-water) bytes per line.
+pub type SourceFile = crate::source::SourceFile<Bytes>;
 
 /// One module, ready to print.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -136,22 +128,11 @@ impl ModuleReport {
     /// A module from its attribution and its totals; texts are filled in
     /// by the caller.
     pub fn new(name: &str, path: &str, a: &Attribution, totals: Bytes) -> Self {
-        let mut files: BTreeMap<&str, SourceFile> = BTreeMap::new();
-        for ((file, line), &b) in &a.lines {
-            files
-                .entry(file)
-                .or_insert_with(|| SourceFile {
-                    path: file.clone(),
-                    ..Default::default()
-                })
-                .bytes
-                .insert(*line, b);
-        }
         ModuleReport {
             name: name.into(),
             path: path.into(),
             functions: a.functions.iter().map(|(f, &b)| (f.clone(), b)).collect(),
-            files: files.into_values().collect(),
+            files: crate::source::files(&a.lines),
             no_line: a.no_line,
             totals,
         }
@@ -159,45 +140,14 @@ impl ModuleReport {
 }
 
 fn line_rows(out: &mut String, m: &ModuleReport, opts: &Options) {
-    let headed = m.files.len() > 1 && !opts.file_prefix;
-    for f in &m.files {
-        if headed {
-            let _ = writeln!(out, "{}:", f.path);
-        }
-        let prefix = if opts.file_prefix {
-            format!("{}:", f.path)
-        } else {
-            String::new()
-        };
-        let numbers: Vec<u32> = match (&f.text, opts.zeros) {
-            (Some(text), true) => {
-                let last = f.bytes.keys().next_back().copied().unwrap_or(0);
-                (1..=(text.len() as u32).max(last)).collect()
-            }
-            _ => f.bytes.keys().copied().collect(),
-        };
-        for line in numbers {
-            let (cur, hw) = f.bytes.get(&line).copied().unwrap_or_default();
-            if cur == 0 && hw == 0 && !opts.zeros {
-                continue;
-            }
-            let text = f
-                .text
-                .as_ref()
-                .and_then(|t| t.get(line.checked_sub(1)? as usize));
-            match text {
-                Some(t) if t.ends_with('\n') => {
-                    let _ = write!(out, "{prefix}{line}\t{cur}\t{hw}\t{t}");
-                }
-                Some(t) => {
-                    let _ = writeln!(out, "{prefix}{line}\t{cur}\t{hw}\t{t}");
-                }
-                None => {
-                    let _ = writeln!(out, "{prefix}{line}\t{cur}\t{hw}");
-                }
-            }
-        }
-    }
+    let layout = crate::source::Layout {
+        file_prefix: opts.file_prefix,
+        zeros: opts.zeros,
+    };
+    let shown = |(cur, hw): Bytes| cur != 0 || hw != 0;
+    crate::source::write_lines(out, &m.files, layout, shown, |(cur, hw)| {
+        format!("{cur}\t{hw}")
+    });
     if m.no_line != (0, 0) {
         let _ = writeln!(
             out,

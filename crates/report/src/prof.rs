@@ -139,16 +139,8 @@ pub struct Options {
     pub zeros: bool,
 }
 
-/// One source file of a module, as the report shows it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SourceFile {
-    /// Its path, as the debug info names it.
-    pub path: String,
-    /// Its lines (each with its newline), if the file was found.
-    pub text: Option<Vec<String>>,
-    /// Samples per line number.
-    pub counts: BTreeMap<u32, u64>,
-}
+/// One source file of a module, with samples per line.
+pub type SourceFile = crate::source::SourceFile<u64>;
 
 /// One module, ready to print.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -176,22 +168,11 @@ impl ModuleProfile {
     /// A module from its attribution; source texts are filled in later
     /// (they are the caller's I/O).
     pub fn new(name: &str, path: &str, a: &Attribution, has_lines: bool) -> Self {
-        let mut files: BTreeMap<&str, SourceFile> = BTreeMap::new();
-        for ((file, line), &n) in &a.lines {
-            files
-                .entry(file)
-                .or_insert_with(|| SourceFile {
-                    path: file.clone(),
-                    ..Default::default()
-                })
-                .counts
-                .insert(*line, n);
-        }
         ModuleProfile {
             name: name.to_string(),
             path: path.to_string(),
             functions: a.functions.iter().map(|(f, &n)| (f.clone(), n)).collect(),
-            files: files.into_values().collect(),
+            files: crate::source::files(&a.lines),
             has_lines,
             no_line: a.no_line,
             no_function: a.no_function,
@@ -243,42 +224,17 @@ fn function_rows(out: &mut String, m: &ModuleProfile, opts: &Options, tot: u64) 
 }
 
 fn line_rows(out: &mut String, m: &ModuleProfile, opts: &Options, tot: u64) {
-    let headed = m.files.len() > 1 && !opts.file_prefix;
-    for f in &m.files {
-        if headed {
-            let _ = writeln!(out, "{}:", f.path);
-        }
-        let prefix = if opts.file_prefix {
-            format!("{}:", f.path)
-        } else {
-            String::new()
-        };
-        let numbers: Vec<u32> = match (&f.text, opts.zeros) {
-            (Some(text), true) => {
-                let last = f.counts.keys().next_back().copied().unwrap_or(0);
-                (1..=(text.len() as u32).max(last)).collect()
-            }
-            _ => f.counts.keys().copied().collect(),
-        };
-        for line in numbers {
-            let n = f.counts.get(&line).copied().unwrap_or(0);
-            let text = f
-                .text
-                .as_ref()
-                .and_then(|t| t.get(line.checked_sub(1)? as usize));
-            match text {
-                Some(t) if t.ends_with('\n') => {
-                    let _ = write!(out, "{prefix}{line}\t{:.2}\t{t}", pct(n, tot));
-                }
-                Some(t) => {
-                    let _ = writeln!(out, "{prefix}{line}\t{:.2}\t{t}", pct(n, tot));
-                }
-                None => {
-                    let _ = writeln!(out, "{prefix}{line}\t{:.2}", pct(n, tot));
-                }
-            }
-        }
-    }
+    let layout = crate::source::Layout {
+        file_prefix: opts.file_prefix,
+        zeros: opts.zeros,
+    };
+    crate::source::write_lines(
+        out,
+        &m.files,
+        layout,
+        |_| true,
+        |n| format!("{:.2}", pct(n, tot)),
+    );
     if m.no_line != 0 {
         let _ = writeln!(out, "?\t{:.2}\t(no line information)", pct(m.no_line, tot));
     }
@@ -408,7 +364,7 @@ mod tests {
         );
         assert!(out.contains("x.b:4\t20.00\td\nx.b:5\t0.00\te\n"), "{out}");
         m.files[0].text = None;
-        m.files[0].counts.remove(&2);
+        m.files[0].values.remove(&2);
         let out = format(&[m], &Options::default());
         assert!(
             out.contains("\n1\t30.00\n3\t20.00\n4\t20.00\n\n****"),
