@@ -648,6 +648,25 @@ impl Target {
             .ok_or(InjectError::NoThread { pid, tid })
     }
 
+    /// Give thread `tid` the GS base `value` when it resumes: the saved
+    /// registers put back at the detach (and the starting registers of
+    /// later calls in it) take it. Refused (EIO) for an address outside
+    /// user space.
+    pub fn set_gs_base(&mut self, tid: u32, value: u64) -> Result<(), InjectError> {
+        let pid = self.pid;
+        if value >= 0x7fff_ffff_f000 {
+            return Err(InjectError::Io {
+                what: format!("GS base 0x{value:x} for thread {tid} of process {pid}"),
+                err: io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
+        let th = self.thread(tid)?;
+        let regs = th.regs.as_mut().ok_or(InjectError::NoThread { pid, tid })?;
+        regs.gs_base = value;
+        th.touched = true;
+        Ok(())
+    }
+
     /// Read `buf.len()` bytes at `addr` of the target.
     pub fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> Result<(), InjectError> {
         let mem = self.mem.as_ref().ok_or(InjectError::NoProcess(self.pid))?;
