@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `outer_X()` calls per command (attach_loop.c's REPS).
+const REPS: u32 = 1000;
+
 fn compile(args: &[&str], out: &Path) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cprof/attach_loop.c");
     let status = Command::new("cc")
@@ -154,10 +157,24 @@ impl Program {
         line
     }
 
-    /// Run `outer_X()` `k` times in every worker; wait for "done".
+    /// Run `outer_X()` `k` * [`REPS`] times in every worker; wait for
+    /// "done".
     fn go(&mut self, k: u32) {
         writeln!(self.child.stdin.as_mut().unwrap(), "go {k}").unwrap();
         assert_eq!(self.line(), "done\n");
+    }
+
+    /// The GS bases of its threads (main first), as they read them.
+    fn gs(&mut self) -> Vec<u64> {
+        writeln!(self.child.stdin.as_mut().unwrap(), "gs").unwrap();
+        let line = self.line();
+        let v: Vec<u64> = line
+            .strip_prefix("gs ")
+            .unwrap_or_else(|| panic!("{line:?}"))
+            .split_whitespace()
+            .map(|w| u64::from_str_radix(w, 16).unwrap())
+            .collect();
+        v
     }
 
     /// Ask it to end; its "sum" line, after a clean exit (bounded).
@@ -180,10 +197,11 @@ impl Program {
     }
 }
 
-/// What a worker prints after `n` calls of `outer_X()`, computed here.
+/// What a worker prints after `n` commands (`outer_X()` 1000 times
+/// each), computed here.
 fn worker_value(n: u32) -> u64 {
     let mut x = 0u64;
-    for _ in 0..n {
+    for _ in 0..n * REPS {
         for j in 0..10u64 {
             x = x.wrapping_mul(3).wrapping_add(1) ^ j;
         }
@@ -221,7 +239,11 @@ fn assert_counts(
         }
     }
     for absent in ["before_only", "never"] {
-        assert_eq!(within(got, syms, absent), [], "{absent} never ran after the attach");
+        assert_eq!(
+            within(got, syms, absent),
+            [],
+            "{absent} never ran after the attach"
+        );
     }
     let main = syms["main"].0;
     assert_eq!(got.get(&main), None, "main's entry ran before the attach");
@@ -238,7 +260,7 @@ fn startcp_counts_a_running_program_exactly_from_the_attach_on() {
     let syms = symbols(&exe);
     let m = Mount::new();
     let mut p = Program::start(&exe, 1);
-    p.go(100); // before the attach: not counted
+    p.go(10); // before the attach: not counted
     let pid = p.child.id();
     m.ctl("module attach_loop\n").unwrap();
     let msg = format!("startcp {pid}\n");
@@ -247,10 +269,10 @@ fn startcp_counts_a_running_program_exactly_from_the_attach_on() {
     let again = m.ctl(&msg).unwrap_err();
     assert_eq!(again.raw_os_error(), Some(libc::EBUSY), "{again}");
     for _ in 0..4 {
-        p.go(500);
+        p.go(50);
     }
     // It runs on, and computes what it computes without profdev.
-    assert_eq!(p.quit(), format!("sum {}\n", worker_value(2100)));
+    assert_eq!(p.quit(), format!("sum {}\n", worker_value(210)));
     // The device reads the exit report once it sees the process gone.
     let mut rec = None;
     wait_until(
@@ -262,7 +284,7 @@ fn startcp_counts_a_running_program_exactly_from_the_attach_on() {
         },
     );
     let got = pairs(&rec.unwrap().join("histogram"));
-    assert_counts(&got, &syms, &[("outer_a", 2000)], 2000);
+    assert_counts(&got, &syms, &[("outer_a", 200_000)], 200_000);
     assert_eq!(within(&got, &syms, "outer_b"), [], "no second worker");
     m.ctl("end\n").unwrap();
 }
@@ -278,20 +300,33 @@ fn stop_reports_two_threads_exactly_and_the_program_runs_on() {
     let syms = symbols(&exe);
     let m = Mount::new();
     let mut p = Program::start(&exe, 2);
-    p.go(50);
+    assert_eq!(p.gs(), [0, 0, 0]);
+    p.go(5);
     m.ctl("module attach_loop\n").unwrap();
     m.ctl(&format!("startcp {}\n", p.child.id())).unwrap();
-    // Both workers run the same inner() at once: a shared counter would
-    // lose increments.
-    p.go(3000);
+    // Each thread counts into an array of its own (its GS base, 0 before
+    // the attach), so two threads running inner() at once lose nothing.
+    let gs = p.gs();
+    assert_eq!(gs.len(), 3);
+    assert!(gs.iter().all(|&g| g != 0), "{gs:x?}");
+    assert!(
+        gs[0] != gs[1] && gs[1] != gs[2] && gs[0] != gs[2],
+        "{gs:x?}"
+    );
+    p.go(300);
     assert!(m.record("attach_loop").is_none(), "nothing before a report");
     m.ctl("stop\n").unwrap();
     let rec = m.record("attach_loop").expect("stop filled the histogram");
     let got = pairs(&rec.join("histogram"));
-    assert_counts(&got, &syms, &[("outer_a", 3000), ("outer_b", 3000)], 6000);
+    assert_counts(
+        &got,
+        &syms,
+        &[("outer_a", 300_000), ("outer_b", 300_000)],
+        600_000,
+    );
     // Still running, still patched: it goes on and ends as it would have.
     p.go(7);
-    let v = worker_value(3057);
+    let v = worker_value(312);
     assert_eq!(p.quit(), format!("sum {v} {v}\n"));
     m.ctl("end\n").unwrap();
 }

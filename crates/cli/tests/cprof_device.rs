@@ -65,7 +65,11 @@ fn startcp_through_the_mount() {
     // The writer itself: stopping it would wait for ever (real attaches:
     // tests/cprof_attach.rs).
     let e = ctl(&format!("startcp {me}\n")).unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "the writer itself: {e}");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::EINVAL),
+        "the writer itself: {e}"
+    );
     // nobody may use the mount, but not ptrace pid 1 (root's). The
     // shell's own printf says "I/O error" for any failed write: coreutils'
     // names the errno.

@@ -123,9 +123,12 @@ fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError>
         }
     }
     let server = Server::new(&select).map_err(|e| io_dev("cannot set up coverage", e))?;
-    server
-        .share_with(uid, gid)
-        .map_err(|e| io_dev("cannot open the coverage directory to the process's user", e))?;
+    server.share_with(uid, gid).map_err(|e| {
+        io_dev(
+            "cannot open the coverage directory to the process's user",
+            e,
+        )
+    })?;
     let runtime = server.runtime().to_string_lossy().into_owned();
     let config = server.attach_config();
     let r = profdev_inject::on_tracer_thread(|| {
@@ -354,9 +357,7 @@ fn report_into(state: &Mutex<State>, modules: &[ModuleCoverage]) -> Result<(), D
         }
         let wants = wanted.is_empty()
             || wanted.iter().any(|w| {
-                w.raw == name
-                    || w.raw == path
-                    || (w.canonical.is_some() && w.canonical == canon)
+                w.raw == name || w.raw == path || (w.canonical.is_some() && w.canonical == canon)
             });
         if !wants {
             continue;

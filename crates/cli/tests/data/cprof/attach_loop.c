@@ -2,18 +2,23 @@
  *
  * attach_loop NTHREADS (1 or 2): before_only() runs, NTHREADS workers
  * start, "ready" is printed. Then, per line on stdin:
- *   go K   each worker runs outer_X() K times (worker 0 outer_a, worker 1
- *          outer_b), all at once; "done" is printed when all have finished
+ *   go K   each worker runs outer_X() 1000*K times (worker 0 outer_a,
+ *          worker 1 outer_b), all at once; "done" is printed when all
+ *          have finished
+ *   gs     "gs M W0 [W1]": the GS base of the main thread and of each
+ *          worker, in hex (where coverage keeps each thread's counters)
  *   quit   the workers end; "sum X0 [X1]" (their final values) is printed
  *          and the program exits 0.
  * outer_X() calls inner() exactly 10 times; inner() is straight-line, so
  * each of its instructions runs 10 times per outer_X() call. Between
  * commands every thread waits in read(2), outside the counted code. */
+#include <asm/prctl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 __attribute__((noinline)) uint64_t inner(uint64_t x) { return x * 3 + 1; }
@@ -35,17 +40,25 @@ __attribute__((noinline)) void never(void) { abort(); }
 struct worker {
     int cmd[2];
     uint64_t x;
+    unsigned long gs;
     uint64_t (*outer)(uint64_t);
     pthread_t t;
 };
+
+/* outer_X() calls per command byte: long enough for two workers to run
+ * the counted code at the same time. */
+#define REPS 1000
 
 static int ack[2];
 
 static void *work(void *p) {
     struct worker *w = p;
     char c;
-    while (read(w->cmd[0], &c, 1) == 1 && c == 'g') {
-        w->x = w->outer(w->x);
+    while (read(w->cmd[0], &c, 1) == 1 && c != 'q') {
+        if (c == 's')
+            syscall(SYS_arch_prctl, ARCH_GET_GS, &w->gs);
+        else
+            for (int r = 0; r < REPS; r++) w->x = w->outer(w->x);
         if (write(ack[1], "a", 1) != 1) abort();
     }
     return NULL;
@@ -80,6 +93,19 @@ int main(int argc, char **argv) {
                 got += r;
             }
             printf("done\n");
+        } else if (!strcmp(line, "gs\n")) {
+            unsigned long mine = 0;
+            syscall(SYS_arch_prctl, ARCH_GET_GS, &mine);
+            for (int i = 0; i < n; i++)
+                if (write(w[i].cmd[1], "s", 1) != 1) return 2;
+            for (long got = 0; got < n;) {
+                ssize_t r = read(ack[0], buf, n - got);
+                if (r <= 0) return 2;
+                got += r;
+            }
+            printf("gs %lx", mine);
+            for (int i = 0; i < n; i++) printf(" %lx", w[i].gs);
+            printf("\n");
         } else if (!strcmp(line, "quit\n")) {
             break;
         }
