@@ -139,8 +139,12 @@ struct Program {
 impl Program {
     /// Start `exe` with `threads` workers; wait for "ready".
     fn start(exe: &Path, threads: u32) -> Program {
-        let mut child = Command::new(exe)
-            .arg(threads.to_string())
+        Program::spawn(Command::new(exe).arg(threads.to_string()))
+    }
+
+    /// Start `cmd` (the fixture); wait for "ready".
+    fn spawn(cmd: &mut Command) -> Program {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -348,4 +352,46 @@ fn a_static_program_is_out_of_reach_and_runs_on() {
     m.ctl("stop\n").unwrap();
     p.go(3);
     assert_eq!(p.quit(), format!("sum {}\n", worker_value(3)));
+}
+
+#[test]
+fn a_process_of_another_user_is_counted() {
+    if !gate("startcp PID through the mount") || !profdev_testkit::tools("startcp", &["setpriv"]) {
+        return;
+    }
+    let tmp = tempdir();
+    // nobody must reach the program.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let exe = tmp.path().join("attach_loop");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    let syms = symbols(&exe);
+    let m = Mount::new();
+    // The runtime, loaded by nobody's process, must read its library,
+    // reach profdev's socket and write its reports.
+    let mut p = Program::spawn(
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(&exe)
+            .arg("1"),
+    );
+    m.ctl("module attach_loop\n").unwrap();
+    m.ctl(&format!("startcp {}\n", p.child.id())).unwrap();
+    p.go(20);
+    assert_eq!(p.quit(), format!("sum {}\n", worker_value(20)));
+    let mut rec = None;
+    wait_until(
+        "nobody's program's histogram",
+        Duration::from_secs(30),
+        || {
+            rec = m.record("attach_loop");
+            rec.is_some()
+        },
+    );
+    let got = pairs(&rec.unwrap().join("histogram"));
+    assert_counts(&got, &syms, &[("outer_a", 20_000)], 20_000);
+    m.ctl("end\n").unwrap();
 }

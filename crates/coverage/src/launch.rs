@@ -693,3 +693,63 @@ fn lookup(
     s.by_file.insert((dev, ino), id);
     Some(id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// Send one MOD line; the first line of the answer.
+    fn ask(server: &Server, line: &str) -> String {
+        let mut c = UnixStream::connect(server.socket()).unwrap();
+        c.write_all(line.as_bytes()).unwrap();
+        let mut answer = String::new();
+        BufReader::new(c).read_line(&mut answer).unwrap();
+        answer
+    }
+
+    #[test]
+    fn a_client_gets_only_a_file_its_process_maps() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::copy("/bin/true", &victim).unwrap();
+        let meta = std::fs::metadata(&victim).unwrap();
+        let (dev, ino) = (meta.dev(), meta.ino());
+        let server = Server::new(&[]).unwrap();
+        let me = std::process::id();
+        let line = |lo: u64, hi: u64| {
+            format!(
+                "MOD {me} {dev} {ino} 0 {lo:x} {hi:x} {}\n",
+                victim.display()
+            )
+        };
+        // Not mapped by this process: refused, whatever it claims.
+        assert_eq!(ask(&server, &line(0x10000, 0x20000)), "SKIP\n");
+        let (_, notes) = server.collect();
+        assert!(
+            notes.iter().any(|n| n.contains("maps no such file")),
+            "{notes:?}"
+        );
+        // Mapped: planned and served.
+        let f = std::fs::File::open(&victim).unwrap();
+        let len = meta.len() as usize;
+        // SAFETY: a fresh private read-only mapping of a file we opened,
+        // unmapped below; nothing else uses it.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        let lo = at as u64;
+        let answer = ask(&server, &line(lo, lo + len as u64));
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(at, len) };
+        assert!(answer.starts_with("SIZE "), "{answer:?}");
+    }
+}
