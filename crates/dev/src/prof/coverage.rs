@@ -1,5 +1,16 @@
-//! prof's coverage mode (`startcp PID`): the control message and the
-//! records a coverage report fills.
+//! prof's coverage mode (`startcp PID`): the control message, the attach
+//! to a running process, and the records a coverage report fills.
+//!
+//! # Synopsis
+//!
+//! ```text
+//! echo module NAME... > prof/ctl   # what to count (empty: everything)
+//! echo startcp PID > prof/ctl      # count running process PID from now on
+//! echo stop > prof/ctl             # PID reports now (or when it exits)
+//! cat prof/NNNNNNNN/histogram      # 0x<address> <count> per instruction
+//! ```
+//!
+//! # Description
 //!
 //! In coverage mode a record's histogram holds **exact execution counts**
 //! (spec §2.3, coverage row): one pair per executed instruction,
@@ -21,8 +32,76 @@
 //! mode is on it fails with EBUSY (the seed ignored the request
 //! silently: a documented change, so that a caller learns its request did
 //! nothing). A PID that does not exist fails with ESRCH; a writer that may
-//! not ptrace PID, with EPERM. Attaching to the process is then
-//! [`attach_coverage`]'s job.
+//! not ptrace PID, with EPERM; the writer's own process, EINVAL (it would
+//! wait for itself).
+//!
+//! **The attach** ([`attach_coverage`]): the device makes a planning
+//! server (`profdev_coverage::launch::Server`) whose private directory is
+//! 0711, the runtime `libprofdev_cov.so` 0555, its socket 0600 and its
+//! report directory `out/` 0700, both owned by PID's user, so a process of
+//! another user can load the runtime, reach the socket and write reports,
+//! and no third user can. It stops every thread of PID with ptrace
+//! (profdev-inject), loads the runtime with the process's own `dlopen`,
+//! and calls `profdev_cov_attach` in the main thread with every thread's
+//! pc: the runtime asks the server for each module the `module` list
+//! selects (empty: the executable and every library it maps), the server
+//! plans it and encodes its trampolines, and the runtime patches the code
+//! in place, leaving out a patch whose bytes hold a stopped thread's pc
+//! (that block is reported uncounted). Every thread then gets a counter
+//! array of its own as its GS base (set in the registers it resumes
+//! with), so threads lose no count, and the process is detached and runs
+//! on, counting every block directly (no count is inferred from flow, so
+//! frames active at the attach count exactly from there on). Code that
+//! ran before the attach has no pair. The server reads a module only
+//! through the connecting process's `/proc/PID/map_files/` (the
+//! connection's SO_PEERCRED pid): a process cannot make profdev, root,
+//! read a file it does not map.
+//!
+//! The histograms fill when the process exits (the runtime writes a
+//! report at exit; the device watches the process for that) and at
+//! `stop`, which first stops the process again and calls the runtime's
+//! `profdev_cov_flush` in it (a report of the counts so far), then fills
+//! the histograms and stops. A statically linked program is refused with
+//! "process N is out of reach: statically linked, start it under profdev
+//! cprof instead" (ENXIO); a process counted already (by `profdev cprof`
+//! or an earlier `startcp`), EBUSY.
+//!
+//! # Example
+//!
+//! ```text
+//! echo module myprog > /mnt/prof/prof/ctl
+//! echo startcp 4242 > /mnt/prof/prof/ctl
+//! # ... 4242 runs ...
+//! echo stop > /mnt/prof/prof/ctl
+//! cat /mnt/prof/prof/00000001/histogram
+//! 0x1219 200000
+//! 0x121a 200000
+//! ...
+//! ```
+//!
+//! # Bugs
+//!
+//! * Every thread is held while the modules are planned and patched:
+//!   milliseconds for a small program, about 4 s on the test VM when the
+//!   module list is empty (libc and the loader are planned too). A thread
+//!   holding a lock `dlopen` needs makes the load give up after 20 s and
+//!   the attach fail, the process left as it was.
+//! * The code stays patched after `stop` and `end`: the process counts on
+//!   (at near-native cost) until it exits, and a second `startcp` on it is
+//!   refused (EBUSY). After `stop` its exit report is dropped: the
+//!   histograms keep what `stop` took.
+//! * The histograms fill at `stop` or at exit, not while it runs: reading
+//!   a histogram does not ask for a report. A process that ends with a
+//!   signal that kills it writes no exit report (SIGINT, SIGTERM and
+//!   SIGHUP left at their default do write one).
+//! * Threads created after the attach inherit their creator's array (GS
+//!   is copied by clone): their counts are kept but may race with it.
+//!   Children forked after the attach report what they ran after the
+//!   fork, but only reports written before the attached process exits
+//!   are read; programs it execs are not counted.
+//! * A block whose patch would cover a stopped thread's pc is not counted
+//!   at all (it is left out of the histogram).
+//! * x86-64 and glibc only.
 
 use super::ctl::Wanted;
 use super::histogram::ModRecord;
