@@ -201,6 +201,48 @@ impl Server {
         Ok(())
     }
 
+    /// Plan ahead the selected modules process `pid` maps now (read
+    /// through its `/proc/PID/map_files/`), so that an attach, which holds
+    /// every thread of `pid` while the runtime asks for them, only
+    /// encodes. Returns how many modules were planned; a module that
+    /// cannot be read now is left for the runtime's request.
+    pub fn preplan(&self, pid: u32) -> usize {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return 0;
+        };
+        let mut seen = BTreeSet::new();
+        let mut planned = 0;
+        for l in maps.lines() {
+            let mut f = l.split_whitespace();
+            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let path = f.nth(3).unwrap_or("");
+            if !perms.contains('x') || !path.starts_with('/') || !seen.insert(path.to_string()) {
+                continue;
+            }
+            let path = Path::new(path);
+            if !selected(&self.lock().select, path) {
+                continue;
+            }
+            let Ok(file) = std::fs::File::open(format!("/proc/{pid}/map_files/{range}")) else {
+                continue;
+            };
+            let Ok(m) = file.metadata() else { continue };
+            if self.lock().by_file.contains_key(&(m.dev(), m.ino())) {
+                continue;
+            }
+            if plan_into(&self.state, path, &file, (m.dev(), m.ino())).is_some() {
+                planned += 1;
+            }
+        }
+        planned
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The `config` string of `profdev_cov_attach`.
     pub fn attach_config(&self) -> String {
         format!(
@@ -661,12 +703,30 @@ fn lookup(
     if let Some(&id) = state.lock().ok()?.by_file.get(&(dev, ino)) {
         return Some(id);
     }
+    plan_into(state, path, &file, (dev, ino))
+}
+
+/// Plan the module `path`, open as `file` (device `dev`, inode `ino`),
+/// and add its entry; None (with a note) when it cannot be planned.
+fn plan_into(
+    state: &Mutex<State>,
+    path: &Path,
+    file: &std::fs::File,
+    (dev, ino): (u64, u64),
+) -> Option<usize> {
+    let note = |s: String| {
+        if let Ok(mut st) = state.lock() {
+            if !st.notes.contains(&s) {
+                st.notes.push(s);
+            }
+        }
+    };
     // Planning is slow: do it unlocked (two processes may plan the same
     // file at once; the first to finish wins). The file is read through
-    // the descriptor opened above.
+    // the descriptor opened by the caller.
     let fd_path = PathBuf::from(format!(
         "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(&file)
+        std::os::fd::AsRawFd::as_raw_fd(file)
     ));
     let plan = match Plan::of_file(&fd_path) {
         Ok(p) => Arc::new(p),
@@ -678,7 +738,6 @@ fn lookup(
             return None;
         }
     };
-    drop(file);
     let mut s = state.lock().ok()?;
     if let Some(&id) = s.by_file.get(&(dev, ino)) {
         return Some(id);
