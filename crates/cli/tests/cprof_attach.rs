@@ -395,3 +395,37 @@ fn a_process_of_another_user_is_counted() {
     assert_counts(&got, &syms, &[("outer_a", 20_000)], 20_000);
     m.ctl("end\n").unwrap();
 }
+
+#[test]
+fn every_module_with_threads_stopped_inside_libc() {
+    if !gate("startcp PID through the mount") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("attach_loop");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    let syms = symbols(&exe);
+    let m = Mount::new();
+    let mut p = Program::start(&exe, 2);
+    p.go(2);
+    // No module list: the executable and every library, libc too, whose
+    // read(2) every thread is stopped in.
+    m.ctl(&format!("startcp {}\n", p.child.id())).unwrap();
+    p.go(100);
+    m.ctl("stop\n").unwrap();
+    let rec = m.record("attach_loop").expect("the executable's record");
+    let got = pairs(&rec.join("histogram"));
+    assert_counts(
+        &got,
+        &syms,
+        &[("outer_a", 100_000), ("outer_b", 100_000)],
+        200_000,
+    );
+    let libc = m.record("libc.so.6").expect("libc's record");
+    // read(2) and write(2) ran, once per command and thread at least.
+    assert!(pairs(&libc.join("histogram")).values().any(|&c| c >= 200));
+    p.go(1);
+    let v = worker_value(103);
+    assert_eq!(p.quit(), format!("sum {v} {v}\n"));
+    m.ctl("end\n").unwrap();
+}

@@ -88,7 +88,14 @@
 //!   milliseconds for a small program, 0.9 s on the test VM when the
 //!   module list is empty (libc's trampolines). A thread
 //!   holding a lock `dlopen` needs makes the load give up after 20 s and
-//!   the attach fail, the process left as it was.
+//!   the attach fail, the process left as it was. The same 20 s bound
+//!   applies to `profdev_cov_attach` itself: a program so large that
+//!   encoding and patching take longer is abandoned half patched, and its
+//!   threads fault at their first count (select modules with `module`).
+//! * `stop` stops the process again to call `profdev_cov_flush`; a thread
+//!   stopped inside the runtime's own `dlopen` hook holds its lock, and
+//!   the flush then gives up after 20 s: the histograms keep what the
+//!   reports before held.
 //! * The code stays patched after `stop` and `end`: the process counts on
 //!   (at near-native cost) until it exits, and a second `startcp` on it is
 //!   refused (EBUSY). After `stop` its exit report is dropped: the
