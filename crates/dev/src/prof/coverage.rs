@@ -88,10 +88,11 @@
 //!   milliseconds for a small program, 0.9 s on the test VM when the
 //!   module list is empty (libc's trampolines). A thread
 //!   holding a lock `dlopen` needs makes the load give up after 20 s and
-//!   the attach fail, the process left as it was. The same 20 s bound
-//!   applies to `profdev_cov_attach` itself: a program so large that
-//!   encoding and patching take longer is abandoned half patched, and its
-//!   threads fault at their first count (select modules with `module`).
+//!   the attach fail, the process left as it was. `profdev_cov_attach`
+//!   itself may take 300 s ([`ATTACH_TIMEOUT`]; the writer waits): a
+//!   program so large that encoding and patching take longer is
+//!   abandoned half patched, and its threads fault at their first count
+//!   (select modules with `module`).
 //! * `stop` stops the process again to call `profdev_cov_flush`; a thread
 //!   stopped inside the runtime's own `dlopen` hook holds its lock, and
 //!   the flush then gives up after 20 s: the histograms keep what the
@@ -162,6 +163,10 @@ impl CovAttached {
         self.server.collect().0
     }
 }
+
+/// How long `profdev_cov_attach` may take (encoding and patching every
+/// selected module while the process is stopped).
+pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The sentence for a process the runtime cannot be loaded into.
 fn out_of_reach(pid: u32) -> DevError {
@@ -237,7 +242,11 @@ fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError>
         let cfg = t.write_string(main, &config)?;
         let pcs_at = t.write_bytes(main, &pcs)?;
         let gs_at = t.write_bytes(main, &vec![0u8; tids.len() * 8])?;
-        let r = t.call(main, entry, &[cfg, pcs_at, n, gs_at, n])? as u32 as i32;
+        // It patches while every thread waits and waits for none of them
+        // (the loader's lock was free: dlopen returned): a long bound, as
+        // giving up half way leaves threads without their arrays.
+        let r =
+            t.call_bounded(main, entry, &[cfg, pcs_at, n, gs_at, n], ATTACH_TIMEOUT)? as u32 as i32;
         if r != 0 {
             return Ok(Err(r));
         }
