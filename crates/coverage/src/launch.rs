@@ -663,7 +663,8 @@ fn open_mapped(
             // SAFETY: geteuid has no preconditions.
             if uid != unsafe { libc::geteuid() } {
                 return Err(format!(
-                    "profdev cannot prove that process {pid} (user {uid}) may read it                      (/proc/PID/map_files needs CAP_SYS_ADMIN)"
+                    "profdev cannot prove that process {pid} (user {uid}) may read it \
+                     (/proc/PID/map_files needs CAP_SYS_ADMIN)"
                 ));
             }
             check(std::fs::File::open(path).map_err(|e| e.to_string())?)
