@@ -186,6 +186,16 @@ fn out_of_reach(pid: u32) -> DevError {
 /// each thread gets its own counter array as its GS base before it
 /// resumes.
 fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError> {
+    if pid == std::process::id() {
+        // Refused by the injector too, but before any planning.
+        return Err(inject_error(
+            pid,
+            profdev_inject::InjectError::NotPermitted {
+                pid,
+                hint: ": it is profdev itself".into(),
+            },
+        ));
+    }
     let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
     let has_libc = maps.iter().any(|m| {
         Path::new(&m.path)
