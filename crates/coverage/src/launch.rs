@@ -183,6 +183,66 @@ impl Server {
         self.dir.path().join("out")
     }
 
+    /// Open the run to processes of user `uid` (group `gid`), as attach
+    /// mode needs when the target is not profdev's user: the directory
+    /// becomes 0711 (traversable, not listable), the runtime 0555, `out/`
+    /// (0700) and the socket (0600) belong to `uid`. Only that user (and
+    /// root) can then connect, and what a connection may ask is bounded by
+    /// what its process maps (see the protocol's checks).
+    pub fn share_with(&self, uid: u32, gid: u32) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode =
+            |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+        mode(self.dir.path(), 0o711)?;
+        mode(&self.runtime(), 0o555)?;
+        std::os::unix::fs::chown(self.reports_dir(), Some(uid), Some(gid))?;
+        mode(&self.socket(), 0o600)?;
+        std::os::unix::fs::chown(self.socket(), Some(uid), Some(gid))?;
+        Ok(())
+    }
+
+    /// Plan ahead the selected modules process `pid` maps now (read
+    /// through its `/proc/PID/map_files/`), so that an attach, which holds
+    /// every thread of `pid` while the runtime asks for them, only
+    /// encodes. Returns how many modules were planned; a module that
+    /// cannot be read now is left for the runtime's request.
+    pub fn preplan(&self, pid: u32) -> usize {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return 0;
+        };
+        let mut seen = BTreeSet::new();
+        let mut planned = 0;
+        for l in maps.lines() {
+            let mut f = l.split_whitespace();
+            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let path = f.nth(3).unwrap_or("");
+            if !perms.contains('x') || !path.starts_with('/') || !seen.insert(path.to_string()) {
+                continue;
+            }
+            let path = Path::new(path);
+            if !selected(&self.lock().select, path) {
+                continue;
+            }
+            let Ok(file) = std::fs::File::open(format!("/proc/{pid}/map_files/{range}")) else {
+                continue;
+            };
+            let Ok(m) = file.metadata() else { continue };
+            if self.lock().by_file.contains_key(&(m.dev(), m.ino())) {
+                continue;
+            }
+            if plan_into(&self.state, path, &file, (m.dev(), m.ino())).is_some() {
+                planned += 1;
+            }
+        }
+        planned
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The `config` string of `profdev_cov_attach`.
     pub fn attach_config(&self) -> String {
         format!(
@@ -373,11 +433,22 @@ fn read_report(
     state: &State,
     traps: &mut u64,
 ) -> Result<Vec<(usize, usize, u64)>, String> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    // The directory may belong to the profiled process's user (attach
+    // mode): no links, regular files only, bounded.
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() || meta.len() > MAX_REPORT {
         return Err("not a report".into());
     }
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    f.take(MAX_REPORT)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
     let mut lines = text.lines();
     if lines.next() != Some("profdev-coverage 1") {
         return Err("not a coverage report (bad first line)".into());
@@ -446,10 +517,11 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     let dev: u64 = it.next()?.parse().ok()?;
     let ino: u64 = it.next()?.parse().ok()?;
     let bias = hex(it.next()?)?;
-    let _lo = hex(it.next()?)?;
-    let _hi = hex(it.next()?)?;
+    let lo = hex(it.next()?)?;
+    let hi = hex(it.next()?)?;
     let path = PathBuf::from(it.next()?);
-    let id = match lookup(state, &path, dev, ino) {
+    let peer = peer_cred(&w);
+    let id = match lookup(state, &path, peer, (dev, ino), (lo, hi)) {
         Some(id) => id,
         None => {
             w.write_all(b"SKIP\n").ok()?;
@@ -515,19 +587,103 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     Some(())
 }
 
-/// The entry for the file at `path` (checked to be device `dev`, inode
-/// `ino`), planned on first use; None when it is not selected or cannot
-/// be planned (with a note).
-fn lookup(state: &Mutex<State>, path: &Path, dev: u64, ino: u64) -> Option<usize> {
-    {
-        let s = state.lock().ok()?;
-        if !selected(&s.select, path) {
-            return None;
-        }
-        if let Some(&id) = s.by_file.get(&(dev, ino)) {
-            return Some(id);
-        }
+/// The connecting process's (pid, effective uid), as the kernel recorded
+/// them at `connect` (SO_PEERCRED).
+fn peer_cred(conn: &UnixStream) -> Option<(u32, u32)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain C struct of integers; all zeros is valid.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, ours.
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && cred.pid > 0).then_some((cred.pid as u32, cred.uid))
+}
+
+/// Open the module a client asks for, proving that its process maps that
+/// file: a client must not make profdev (root, in the device) read a
+/// file the client may not read. Through `/proc/PEER/map_files/` (the
+/// mapping at `lo`..`hi` of the connecting process whose file is device
+/// `dev`, inode `ino`), while the process still has the credentials it
+/// connected with (an exec of a set-user-id program changes them). When
+/// map_files is closed to profdev (it needs CAP_SYS_ADMIN), only a client
+/// of profdev's own user is served, by `path` (checked to be `dev`,
+/// `ino`): it could read that file itself.
+fn open_mapped(
+    path: &Path,
+    peer: Option<(u32, u32)>,
+    (dev, ino): (u64, u64),
+    (lo, hi): (u64, u64),
+) -> Result<std::fs::File, String> {
+    let (pid, uid) = peer.ok_or("the client's credentials are unknown")?;
+    let euid = |pid: u32| -> Option<u32> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let l = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+        let v: Vec<u32> = l
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        // effective and file-system uid
+        (v.len() == 4 && v[1] == v[3]).then_some(v[1])
+    };
+    if euid(pid) != Some(uid) {
+        return Err(format!(
+            "process {pid} no longer has the credentials it connected with"
+        ));
     }
+    let check = |f: std::fs::File| -> Result<std::fs::File, String> {
+        let m = f.metadata().map_err(|e| e.to_string())?;
+        if m.is_file() && m.dev() == dev && m.ino() == ino {
+            Ok(f)
+        } else {
+            Err("the file changed since it was mapped".into())
+        }
+    };
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
+    let range = maps.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (a, b) = f.next()?.split_once('-')?;
+        let inode: u64 = f.nth(3)?.parse().ok()?;
+        let (a, b) = (hex(a)?, hex(b)?);
+        (a >= lo && a < hi && inode == ino).then_some((a, b))
+    });
+    let Some((a, b)) = range else {
+        return Err(format!("process {pid} maps no such file at 0x{lo:x}"));
+    };
+    match std::fs::File::open(format!("/proc/{pid}/map_files/{a:x}-{b:x}")) {
+        Ok(f) => check(f),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
+            // SAFETY: geteuid has no preconditions.
+            if uid != unsafe { libc::geteuid() } {
+                return Err(format!(
+                    "profdev cannot prove that process {pid} (user {uid}) may read it \
+                     (/proc/PID/map_files needs CAP_SYS_ADMIN)"
+                ));
+            }
+            check(std::fs::File::open(path).map_err(|e| e.to_string())?)
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The entry for the file at `path`, which the client `peer` says it
+/// maps at `lo`..`hi` and is device `dev`, inode `ino` (checked by
+/// [`open_mapped`]), planned on first use; None when it is not selected
+/// or cannot be planned (with a note).
+fn lookup(
+    state: &Mutex<State>,
+    path: &Path,
+    peer: Option<(u32, u32)>,
+    (dev, ino): (u64, u64),
+    range: (u64, u64),
+) -> Option<usize> {
     let note = |s: String| {
         if let Ok(mut st) = state.lock() {
             if !st.notes.contains(&s) {
@@ -535,21 +691,50 @@ fn lookup(state: &Mutex<State>, path: &Path, dev: u64, ino: u64) -> Option<usize
             }
         }
     };
-    match std::fs::metadata(path) {
-        Ok(m) if m.dev() == dev && m.ino() == ino => {}
-        _ => {
-            note(format!(
-                "{}: the file changed since it was mapped; not counted",
-                path.display()
-            ));
+    if !selected(&state.lock().ok()?.select, path) {
+        return None;
+    }
+    let file = match open_mapped(path, peer, (dev, ino), range) {
+        Ok(f) => f,
+        Err(why) => {
+            note(format!("{}: {why}; not counted", path.display()));
             return None;
         }
+    };
+    if let Some(&id) = state.lock().ok()?.by_file.get(&(dev, ino)) {
+        return Some(id);
     }
+    plan_into(state, path, &file, (dev, ino))
+}
+
+/// Plan the module `path`, open as `file` (device `dev`, inode `ino`),
+/// and add its entry; None (with a note) when it cannot be planned.
+fn plan_into(
+    state: &Mutex<State>,
+    path: &Path,
+    file: &std::fs::File,
+    (dev, ino): (u64, u64),
+) -> Option<usize> {
+    let note = |s: String| {
+        if let Ok(mut st) = state.lock() {
+            if !st.notes.contains(&s) {
+                st.notes.push(s);
+            }
+        }
+    };
     // Planning is slow: do it unlocked (two processes may plan the same
-    // file at once; the first to finish wins).
-    let plan = match Plan::of_file(path) {
+    // file at once; the first to finish wins). The file is read through
+    // the descriptor opened by the caller.
+    let fd_path = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(file)
+    ));
+    let plan = match Plan::of_file(&fd_path) {
         Ok(p) => Arc::new(p),
         Err(e) => {
+            let e = e
+                .to_string()
+                .replace(&*fd_path.to_string_lossy(), &path.to_string_lossy());
             note(format!("{e}; not counted"));
             return None;
         }
@@ -567,4 +752,64 @@ fn lookup(state: &Mutex<State>, path: &Path, dev: u64, ino: u64) -> Option<usize
     });
     s.by_file.insert((dev, ino), id);
     Some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// Send one MOD line; the first line of the answer.
+    fn ask(server: &Server, line: &str) -> String {
+        let mut c = UnixStream::connect(server.socket()).unwrap();
+        c.write_all(line.as_bytes()).unwrap();
+        let mut answer = String::new();
+        BufReader::new(c).read_line(&mut answer).unwrap();
+        answer
+    }
+
+    #[test]
+    fn a_client_gets_only_a_file_its_process_maps() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::copy("/bin/true", &victim).unwrap();
+        let meta = std::fs::metadata(&victim).unwrap();
+        let (dev, ino) = (meta.dev(), meta.ino());
+        let server = Server::new(&[]).unwrap();
+        let me = std::process::id();
+        let line = |lo: u64, hi: u64| {
+            format!(
+                "MOD {me} {dev} {ino} 0 {lo:x} {hi:x} {}\n",
+                victim.display()
+            )
+        };
+        // Not mapped by this process: refused, whatever it claims.
+        assert_eq!(ask(&server, &line(0x10000, 0x20000)), "SKIP\n");
+        let (_, notes) = server.collect();
+        assert!(
+            notes.iter().any(|n| n.contains("maps no such file")),
+            "{notes:?}"
+        );
+        // Mapped: planned and served.
+        let f = std::fs::File::open(&victim).unwrap();
+        let len = meta.len() as usize;
+        // SAFETY: a fresh private read-only mapping of a file we opened,
+        // unmapped below; nothing else uses it.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        let lo = at as u64;
+        let answer = ask(&server, &line(lo, lo + len as u64));
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(at, len) };
+        assert!(answer.starts_with("SIZE "), "{answer:?}");
+    }
 }

@@ -648,6 +648,25 @@ impl Target {
             .ok_or(InjectError::NoThread { pid, tid })
     }
 
+    /// Give thread `tid` the GS base `value` when it resumes: the saved
+    /// registers put back at the detach (and the starting registers of
+    /// later calls in it) take it. Refused (EIO) for an address outside
+    /// user space.
+    pub fn set_gs_base(&mut self, tid: u32, value: u64) -> Result<(), InjectError> {
+        let pid = self.pid;
+        if value >= 0x7fff_ffff_f000 {
+            return Err(InjectError::Io {
+                what: format!("GS base 0x{value:x} for thread {tid} of process {pid}"),
+                err: io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
+        let th = self.thread(tid)?;
+        let regs = th.regs.as_mut().ok_or(InjectError::NoThread { pid, tid })?;
+        regs.gs_base = value;
+        th.touched = true;
+        Ok(())
+    }
+
     /// Read `buf.len()` bytes at `addr` of the target.
     pub fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> Result<(), InjectError> {
         let mem = self.mem.as_ref().ok_or(InjectError::NoProcess(self.pid))?;
@@ -801,6 +820,18 @@ impl Target {
     /// Run `func(args...)` in stopped thread `tid` and return its `rax`;
     /// the thread's registers are put back afterwards (also on error).
     pub fn call(&mut self, tid: u32, func: u64, args: &[u64]) -> Result<u64, InjectError> {
+        self.call_bounded(tid, func, args, CALL_TIMEOUT)
+    }
+
+    /// [`Target::call`] with its own bound instead of [`CALL_TIMEOUT`]:
+    /// for a function known to be long and not to wait for other threads.
+    pub fn call_bounded(
+        &mut self,
+        tid: u32,
+        func: u64,
+        args: &[u64],
+        bound: Duration,
+    ) -> Result<u64, InjectError> {
         assert!(args.len() <= 6, "at most 6 integer arguments");
         let pid = self.pid;
         let saved = self.regs(tid)?;
@@ -835,16 +866,16 @@ impl Target {
             let _ = self.restore(tid);
             return Err(e);
         }
-        let result = self.run_call(tid, func);
+        let result = self.run_call(tid, func, bound);
         match self.restore(tid) {
             Ok(()) => result,
             Err(e) => result.and(Err(e)),
         }
     }
 
-    fn run_call(&mut self, tid: u32, func: u64) -> Result<u64, InjectError> {
+    fn run_call(&mut self, tid: u32, func: u64, bound: Duration) -> Result<u64, InjectError> {
         let pid = self.pid;
-        let deadline = Instant::now() + CALL_TIMEOUT;
+        let deadline = Instant::now() + bound;
         let mut sig = 0;
         loop {
             if ptrace(libc::PTRACE_CONT, tid, 0, sig as u64) < 0 {
@@ -873,7 +904,7 @@ impl Target {
                         pid,
                         tid,
                         what: format!("did not return from the call of 0x{func:x}"),
-                        secs: CALL_TIMEOUT.as_secs(),
+                        secs: bound.as_secs(),
                     });
                 }
                 Wait::Stopped(s, event) => {

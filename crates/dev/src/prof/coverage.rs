@@ -1,5 +1,16 @@
-//! prof's coverage mode (`startcp PID`): the control message and the
-//! records a coverage report fills.
+//! prof's coverage mode (`startcp PID`): the control message, the attach
+//! to a running process, and the records a coverage report fills.
+//!
+//! # Synopsis
+//!
+//! ```text
+//! echo module NAME... > prof/ctl   # what to count (empty: everything)
+//! echo startcp PID > prof/ctl      # count running process PID from now on
+//! echo stop > prof/ctl             # PID reports now (or when it exits)
+//! cat prof/NNNNNNNN/histogram      # 0x<address> <count> per instruction
+//! ```
+//!
+//! # Description
 //!
 //! In coverage mode a record's histogram holds **exact execution counts**
 //! (spec §2.3, coverage row): one pair per executed instruction,
@@ -21,30 +32,285 @@
 //! mode is on it fails with EBUSY (the seed ignored the request
 //! silently: a documented change, so that a caller learns its request did
 //! nothing). A PID that does not exist fails with ESRCH; a writer that may
-//! not ptrace PID, with EPERM. Attaching to the process is then
-//! [`attach_coverage`]'s job.
+//! not ptrace PID, with EPERM; the writer's own process, EINVAL (it would
+//! wait for itself).
+//!
+//! **The attach** ([`attach_coverage`]): the device makes a planning
+//! server (`profdev_coverage::launch::Server`) whose private directory is
+//! 0711, the runtime `libprofdev_cov.so` 0555, its socket 0600 and its
+//! report directory `out/` 0700, both owned by PID's user, so a process of
+//! another user can load the runtime, reach the socket and write reports,
+//! and no third user can; it plans the selected modules PID maps while
+//! PID runs on (planning is the slow part). Then it stops every thread of PID with ptrace
+//! (profdev-inject), loads the runtime with the process's own `dlopen`,
+//! and calls `profdev_cov_attach` in the main thread with every thread's
+//! pc: the runtime asks the server for each module the `module` list
+//! selects (empty: the executable and every library it maps), the server
+//! plans it and encodes its trampolines, and the runtime patches the code
+//! in place, leaving out a patch whose bytes hold a stopped thread's pc
+//! (that block is reported uncounted). Every thread then gets a counter
+//! array of its own as its GS base (set in the registers it resumes
+//! with), so threads lose no count, and the process is detached and runs
+//! on, counting every block directly (no count is inferred from flow, so
+//! frames active at the attach count exactly from there on). Code that
+//! ran before the attach has no pair. The server reads a module only
+//! through the connecting process's `/proc/PID/map_files/` (the
+//! connection's SO_PEERCRED pid): a process cannot make profdev, root,
+//! read a file it does not map.
+//!
+//! The histograms fill when the process exits (the runtime writes a
+//! report at exit; the device watches the process for that) and at
+//! `stop`, which first stops the process again and calls the runtime's
+//! `profdev_cov_flush` in it (a report of the counts so far), then fills
+//! the histograms and stops. A statically linked program is refused with
+//! "process N is out of reach: statically linked, start it under profdev
+//! cprof instead" (ENXIO); a process counted already (by `profdev cprof`
+//! or an earlier `startcp`), EBUSY.
+//!
+//! # Example
+//!
+//! ```text
+//! echo module myprog > /mnt/prof/prof/ctl
+//! echo startcp 4242 > /mnt/prof/prof/ctl
+//! # ... 4242 runs ...
+//! echo stop > /mnt/prof/prof/ctl
+//! cat /mnt/prof/prof/00000001/histogram
+//! 0x1219 200000
+//! 0x121a 200000
+//! ...
+//! ```
+//!
+//! # Bugs
+//!
+//! * Every thread is held while the trampolines are encoded and the code
+//!   patched (the modules the process maps are planned before it is
+//!   stopped; a module it maps meanwhile is planned while it waits):
+//!   milliseconds for a small program, 0.9 s on the test VM when the
+//!   module list is empty (libc's trampolines). A thread
+//!   holding a lock `dlopen` needs makes the load give up after 20 s and
+//!   the attach fail, the process left as it was. `profdev_cov_attach`
+//!   itself may take 300 s ([`ATTACH_TIMEOUT`]; the writer waits): a
+//!   program so large that encoding and patching take longer is
+//!   abandoned half patched, and its threads fault at their first count
+//!   (select modules with `module`).
+//! * `stop` stops the process again to call `profdev_cov_flush`; a thread
+//!   stopped inside the runtime's own `dlopen` hook holds its lock, and
+//!   the flush then gives up after 20 s: the histograms keep what the
+//!   reports before held.
+//! * The code stays patched after `stop` and `end`: the process counts on
+//!   (at near-native cost) until it exits, and a second `startcp` on it is
+//!   refused (EBUSY). After `stop` its exit report is dropped: the
+//!   histograms keep what `stop` took.
+//! * The histograms fill at `stop` or at exit, not while it runs: reading
+//!   a histogram does not ask for a report. A process that ends with a
+//!   signal that kills it writes no exit report (SIGINT, SIGTERM and
+//!   SIGHUP left at their default do write one).
+//! * Threads created after the attach inherit their creator's array (GS
+//!   is copied by clone): their counts are kept but may race with it.
+//!   Children forked after the attach report what they ran after the
+//!   fork, but only reports written before the attached process exits
+//!   are read; programs it execs are not counted.
+//! * A block whose patch would cover a stopped thread's pc is not counted
+//!   at all (it is left out of the histogram).
+//! * x86-64 and glibc only.
 
 use super::ctl::Wanted;
 use super::histogram::ModRecord;
-use super::{Mode, Prof};
+use super::memory::{fs_ids, inject_error, io_dev, stat_of};
+use super::{Mode, Prof, State};
 use crate::access::{ptrace_may_attach, Cred};
 use crate::ctl;
 use crate::pc_counts::PcCounts;
 use crate::DevError;
 use profdev_coverage::counts::ModuleCoverage;
+use profdev_coverage::launch::Server;
+use std::path::Path;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// A running process the coverage runtime was injected into
+/// ([`attach_coverage`]): its planning server (and private directory,
+/// removed when dropped) and where its `profdev_cov_flush` is.
+pub struct CovAttached {
+    pid: u32,
+    /// The process's start time: a reused pid is another process.
+    start: u64,
+    flush: u64,
+    server: Server,
+}
+
+impl CovAttached {
+    /// Does the process still run (not a zombie, not a reused pid)?
+    pub fn running(&self) -> bool {
+        matches!(stat_of(self.pid), Some((s, start)) if start == self.start && s != 'Z' && s != 'X')
+    }
+
+    /// Ask the running process for a report now: stop it under ptrace
+    /// again and call the runtime's `profdev_cov_flush` in its main
+    /// thread (the report is written when the call returns).
+    pub fn flush(&self) -> Result<(), DevError> {
+        let (pid, flush) = (self.pid, self.flush);
+        profdev_inject::on_tracer_thread(|| {
+            let mut t = profdev_inject::Target::attach(pid)?;
+            let tid = t.main_thread();
+            t.call(tid, flush, &[]).map(|_| ())
+        })
+        .map_err(|e| inject_error(pid, e))
+    }
+
+    /// The counts of every report written so far (cumulative).
+    pub fn counts(&self) -> Vec<ModuleCoverage> {
+        self.server.collect().0
+    }
+}
+
+/// How long `profdev_cov_attach` may take (encoding and patching every
+/// selected module while the process is stopped).
+pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The sentence for a process the runtime cannot be loaded into.
+fn out_of_reach(pid: u32) -> DevError {
+    DevError::NoDevice(format!(
+        "process {pid} is out of reach: statically linked, start it under profdev cprof instead"
+    ))
+}
 
 /// Inject the coverage runtime into the running process `pid` (its
-/// threads, and the processes it spawns), counting the modules `wanted`
-/// names (empty: the executable and every library it maps).
+/// threads, and the processes it forks), counting the modules `wanted`
+/// names (empty: the executable and every library it maps), from now on.
 ///
-/// The one place `startcp PID` reaches the injector; not connected in this
-/// build, so it refuses with a sentence and the device stays off.
-fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<(), DevError> {
-    let _ = wanted;
-    Err(DevError::NoDevice(format!(
-        "attaching coverage to running process {pid} is not built yet: start the program \
-         under `profdev cprof CMD` instead"
-    )))
+/// Every thread is stopped (profdev-inject); the runtime is loaded with
+/// the process's `dlopen` from a private directory the process's user can
+/// use ([`Server::share_with`]); `profdev_cov_attach` is called in the
+/// main thread with every thread's pc (patches over a pc are skipped);
+/// each thread gets its own counter array as its GS base before it
+/// resumes.
+fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError> {
+    if pid == std::process::id() {
+        // Refused by the injector too, but before any planning.
+        return Err(inject_error(
+            pid,
+            profdev_inject::InjectError::NotPermitted {
+                pid,
+                hint: ": it is profdev itself".into(),
+            },
+        ));
+    }
+    let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
+    let has_libc = maps.iter().any(|m| {
+        Path::new(&m.path)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+    });
+    if !has_libc {
+        return Err(out_of_reach(pid));
+    }
+    if maps.iter().any(|m| m.path.ends_with("/libprofdev_cov.so")) {
+        return Err(DevError::Busy(format!(
+            "process {pid} is counted already (by profdev cprof or an earlier startcp)"
+        )));
+    }
+    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
+    let (uid, gid) = fs_ids(pid).ok_or(DevError::NoProcess(pid))?;
+    // The server selects by name; the device's module list decides
+    // exactly (coverage_report): a canonical path's file name is enough
+    // for the server to plan the module however the process names it.
+    let mut select: Vec<String> = Vec::new();
+    for w in wanted {
+        select.push(w.raw.clone());
+        if let Some(c) = &w.canonical {
+            select.push(c.clone());
+            if let Some(n) = Path::new(c).file_name() {
+                select.push(n.to_string_lossy().into_owned());
+            }
+        }
+    }
+    let server = Server::new(&select).map_err(|e| io_dev("cannot set up coverage", e))?;
+    server.share_with(uid, gid).map_err(|e| {
+        io_dev(
+            "cannot open the coverage directory to the process's user",
+            e,
+        )
+    })?;
+    // Planning is the slow part: done before the threads are stopped.
+    server.preplan(pid);
+    let runtime = server.runtime().to_string_lossy().into_owned();
+    let config = server.attach_config();
+    let r = profdev_inject::on_tracer_thread(|| {
+        let mut t = profdev_inject::Target::attach(pid)?;
+        let tids = t.threads();
+        let mut pcs = Vec::with_capacity(tids.len() * 8);
+        for &tid in &tids {
+            pcs.extend_from_slice(&t.pc(tid)?.to_le_bytes());
+        }
+        let handle = t.dlopen(&runtime)?;
+        let entry = t.dlsym(handle, "profdev_cov_attach")?;
+        let flush = t.dlsym(handle, "profdev_cov_flush")?;
+        let main = t.main_thread();
+        let n = tids.len() as u64;
+        let cfg = t.write_string(main, &config)?;
+        let pcs_at = t.write_bytes(main, &pcs)?;
+        let gs_at = t.write_bytes(main, &vec![0u8; tids.len() * 8])?;
+        // It patches while every thread waits and waits for none of them
+        // (the loader's lock was free: dlopen returned): a long bound, as
+        // giving up half way leaves threads without their arrays.
+        let r =
+            t.call_bounded(main, entry, &[cfg, pcs_at, n, gs_at, n], ATTACH_TIMEOUT)? as u32 as i32;
+        if r != 0 {
+            return Ok(Err(r));
+        }
+        // From here on the code is patched: every thread needs its array
+        // before it runs again.
+        let mut gs = vec![0u8; tids.len() * 8];
+        t.read_bytes(gs_at, &mut gs)?;
+        for (&tid, g) in tids.iter().zip(gs.chunks_exact(8)) {
+            let g = u64::from_le_bytes(g.try_into().unwrap_or([0; 8]));
+            t.set_gs_base(tid, g)?;
+        }
+        Ok::<_, profdev_inject::InjectError>(Ok(flush))
+    })
+    .map_err(|e| inject_error(pid, e))?;
+    match r {
+        Ok(flush) => Ok(CovAttached {
+            pid,
+            start,
+            flush,
+            server,
+        }),
+        Err(_) => Err(DevError::NoDevice(format!(
+            "the coverage runtime could not start in process {pid} (no memory, or it cannot use \
+             {})",
+            server.reports_dir().display()
+        ))),
+    }
+}
+
+/// The processes attached by each device (its state), for reports at
+/// `stop`; entries whose process was read at its exit are gone.
+type Registry = Vec<(Weak<Mutex<State>>, Weak<CovAttached>)>;
+static ATTACHED: Mutex<Registry> = Mutex::new(Vec::new());
+
+/// Watch `a` until it exits (or the device goes), then hand its counts
+/// to the device.
+fn watch(state: Weak<Mutex<State>>, a: CovAttached) {
+    let a = Arc::new(a);
+    crate::kit::lock(&ATTACHED).push((state.clone(), Arc::downgrade(&a)));
+    let spawned = std::thread::Builder::new()
+        .name(format!("cprof-{}", a.pid))
+        .spawn(move || {
+            while a.running() {
+                if state.strong_count() == 0 {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let Some(state) = state.upgrade() else { return };
+            // Refused if coverage mode is off by now: see Bugs.
+            let _ = report_into(&state, &a.counts());
+        });
+    // Without a thread the exit report is never read; `stop` still asks.
+    let _ = spawned;
 }
 
 /// The process id of `startcp`'s argument: decimal digits only, not 0.
@@ -90,9 +356,50 @@ impl Prof {
                 crate::access::Target::of(pid)?;
             }
         }
+        if let Some(c) = cred {
+            // The writer waits for this write: stopping it would wait for
+            // ever.
+            if c.pid != 0
+                && (c.pid == pid || Path::new(&format!("/proc/{pid}/task/{}", c.pid)).exists())
+            {
+                return Err(DevError::BadCtlArg {
+                    msg: ctl::quoted(data),
+                    why: format!(
+                        "process {pid} is the one writing this message: attach to it from \
+                         another process"
+                    ),
+                });
+            }
+        }
         let wanted = self.lock().wanted.clone();
-        attach_coverage(pid, &wanted)?;
-        self.coverage_launched(pid)
+        let attached = attach_coverage(pid, &wanted)?;
+        self.coverage_launched(pid)?;
+        watch(Arc::downgrade(&self.state), attached);
+        Ok(())
+    }
+
+    /// Before `stop`: ask every process this device attached and that
+    /// still runs for a report now, and fill the histograms from the
+    /// counts so far.
+    pub(super) fn coverage_snapshot(&self) {
+        if !matches!(self.mode(), Some(Mode::Coverage { .. })) {
+            return;
+        }
+        let me = Arc::downgrade(&self.state);
+        let mine: Vec<Arc<CovAttached>> = {
+            let mut reg = crate::kit::lock(&ATTACHED);
+            reg.retain(|(s, a)| s.strong_count() > 0 && a.strong_count() > 0);
+            reg.iter()
+                .filter(|(s, _)| s.ptr_eq(&me))
+                .filter_map(|(_, a)| a.upgrade())
+                .collect()
+        };
+        for a in mine {
+            if a.running() {
+                let _ = a.flush();
+            }
+            let _ = report_into(&self.state, &a.counts());
+        }
     }
 
     /// Coverage mode for `pid`, a process the caller started under the
@@ -117,62 +424,66 @@ impl Prof {
     /// executed instructions and counts as its histogram, replacing what
     /// it held. Refused (EINVAL) unless the device is in coverage mode.
     pub fn coverage_report(&self, modules: &[ModuleCoverage]) -> Result<(), DevError> {
-        let wanted = {
-            let st = self.lock();
-            if !matches!(st.mode, Some(Mode::Coverage { .. })) {
-                return Err(DevError::Invalid(
-                    "a coverage report needs coverage mode (startcp)".into(),
-                ));
-            }
-            st.wanted.clone()
-        };
-        // Files are looked at outside the lock.
-        let prepared: Vec<Prepared> = modules
-            .iter()
-            .map(|m| {
-                let path = m.path.to_string_lossy().into_owned();
-                let name = m
-                    .path
-                    .file_name()
-                    .map_or_else(|| path.clone(), |n| n.to_string_lossy().into_owned());
-                let canon = std::fs::canonicalize(&m.path)
-                    .ok()
-                    .map(|p| p.to_string_lossy().into_owned());
-                (name, path, canon, coverage_pairs(m))
-            })
-            .collect();
-        let mut st = self.lock();
-        for (name, path, canon, pairs) in prepared {
-            if let Some(r) = st
-                .records
-                .iter_mut()
-                .find(|r| r.memory.is_some() && r.path == path)
-            {
-                r.memory = Some(pairs);
-                continue;
-            }
-            let wants = wanted.is_empty()
-                || wanted.iter().any(|w| {
-                    w.raw == name
-                        || w.raw == path
-                        || (w.canonical.is_some() && w.canonical == canon)
-                });
-            if !wants {
-                continue;
-            }
-            let id = st.next_id;
-            st.next_id = st.next_id.saturating_add(1);
-            st.records.push(ModRecord {
-                id,
-                name,
-                path,
-                counts: PcCounts::default(),
-                object: None,
-                memory: Some(pairs),
-            });
-        }
-        Ok(())
+        report_into(&self.state, modules)
     }
+}
+
+/// [`Prof::coverage_report`] on the device's state.
+fn report_into(state: &Mutex<State>, modules: &[ModuleCoverage]) -> Result<(), DevError> {
+    let lock = || crate::kit::lock(state);
+    let wanted = {
+        let st = lock();
+        if !matches!(st.mode, Some(Mode::Coverage { .. })) {
+            return Err(DevError::Invalid(
+                "a coverage report needs coverage mode (startcp)".into(),
+            ));
+        }
+        st.wanted.clone()
+    };
+    // Files are looked at outside the lock.
+    let prepared: Vec<Prepared> = modules
+        .iter()
+        .map(|m| {
+            let path = m.path.to_string_lossy().into_owned();
+            let name = m
+                .path
+                .file_name()
+                .map_or_else(|| path.clone(), |n| n.to_string_lossy().into_owned());
+            let canon = std::fs::canonicalize(&m.path)
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned());
+            (name, path, canon, coverage_pairs(m))
+        })
+        .collect();
+    let mut st = lock();
+    for (name, path, canon, pairs) in prepared {
+        if let Some(r) = st
+            .records
+            .iter_mut()
+            .find(|r| r.memory.is_some() && r.path == path)
+        {
+            r.memory = Some(pairs);
+            continue;
+        }
+        let wants = wanted.is_empty()
+            || wanted.iter().any(|w| {
+                w.raw == name || w.raw == path || (w.canonical.is_some() && w.canonical == canon)
+            });
+        if !wants {
+            continue;
+        }
+        let id = st.next_id;
+        st.next_id = st.next_id.saturating_add(1);
+        st.records.push(ModRecord {
+            id,
+            name,
+            path,
+            counts: PcCounts::default(),
+            object: None,
+            memory: Some(pairs),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -249,11 +560,11 @@ mod tests {
             write(&d, "startcp 1", Some(nobody)),
             Err(DevError::NotPermitted(_))
         ));
-        // Allowed: the injector is not connected: a sentence, never a
-        // fake success.
+        // The device's own process: refused, never a fake success (real
+        // attaches: tests/cprof_attach.rs of the cli).
         let me = std::process::id();
         match write(&d, &format!("startcp {me}\n"), None) {
-            Err(DevError::NoDevice(why)) => assert!(why.contains("not built yet"), "{why}"),
+            Err(DevError::NotPermitted(why)) => assert!(why.contains("profdev itself"), "{why}"),
             r => panic!("{r:?}"),
         }
         assert_eq!(d.mode(), None);

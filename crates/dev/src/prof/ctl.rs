@@ -149,8 +149,10 @@ impl Prof {
             }
             CtlOp::Start => self.start(Mode::Sampling),
             CtlOp::Stop => {
-                // Attached processes still running report first (memory).
+                // Attached processes still running report first (memory,
+                // coverage).
                 self.memory_snapshot();
+                self.coverage_snapshot();
                 self.stop();
                 Ok(())
             }

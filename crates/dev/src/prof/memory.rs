@@ -292,7 +292,7 @@ fn out_of_reach(pid: u32) -> DevError {
     ))
 }
 
-fn inject_error(pid: u32, e: profdev_inject::InjectError) -> DevError {
+pub(super) fn inject_error(pid: u32, e: profdev_inject::InjectError) -> DevError {
     use profdev_inject::InjectError as E;
     match e {
         E::NoProcess(_) | E::Exited { .. } => DevError::NoProcess(pid),
@@ -304,7 +304,7 @@ fn inject_error(pid: u32, e: profdev_inject::InjectError) -> DevError {
 }
 
 /// (state, start time) of /proc/PID/stat, if it exists.
-fn stat_of(pid: u32) -> Option<(char, u64)> {
+pub(super) fn stat_of(pid: u32) -> Option<(char, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -313,7 +313,7 @@ fn stat_of(pid: u32) -> Option<(char, u64)> {
 }
 
 /// The fs user and group ids of PID (who its files will belong to).
-fn fs_ids(pid: u32) -> Option<(u32, u32)> {
+pub(super) fn fs_ids(pid: u32) -> Option<(u32, u32)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let fourth = |key: &str| -> Option<u32> {
         s.lines()
@@ -326,7 +326,7 @@ fn fs_ids(pid: u32) -> Option<(u32, u32)> {
     Some((fourth("Uid:")?, fourth("Gid:")?))
 }
 
-fn io_dev(what: &str, e: impl std::fmt::Display) -> DevError {
+pub(super) fn io_dev(what: &str, e: impl std::fmt::Display) -> DevError {
     DevError::NoDevice(format!("{what}: {e}"))
 }
 

@@ -41,8 +41,8 @@
 //! | `module [name ...]` | **replaces** the list of wanted modules; `module` alone empties it. A name is a basename (`libc.so.6`) or a file path; a path is also matched in its canonical form (`/lib/…` and `/usr/lib/…` agree when one is a link to the other). Relative paths are resolved in the file server's directory: use absolute ones. |
 //! | `start` | start sampling, unless a profiler is already running (then ignored, as in Inferno). Counts continue accumulating into existing records. |
 //! | `startmp[digits] [PID]` | memory mode (see Modes): the digits, a non-empty combination of 1, 2 and 3 in any order, each once, name the pools, or none; anything else is EINVAL. EBUSY while sampling is on. Without PID, memory mode with nothing hooked. With PID, attach to that running process (memory mode may already be on): EPERM unless the writer may ptrace PID, ESRCH for no such process, EBUSY while sampling or while another tracer holds it, ENXIO for a static program ("out of reach") or a failed load; its histograms fill when it exits or at `stop` (see `memory`). |
-//! | `startcp PID` | coverage mode (see Modes) for process PID, its threads and the processes it spawns, counting the modules of the `module` list (empty: the executable and every library it maps). Exactly one argument, a decimal process id (`startcp` alone is EINVAL). EBUSY while any mode is on (the seed ignored the request silently: a documented change). ESRCH for no such process; EPERM unless the writer may ptrace PID. Attaching is not built yet, so an allowed `startcp PID` fails with ENXIO and a sentence saying so. |
-//! | `stop` | stop; every tick taken before is counted. Records are kept. In memory mode, every attached process still running is asked for a report first. |
+//! | `startcp PID` | coverage mode (see Modes) for process PID, its threads and the processes it spawns, counting the modules of the `module` list (empty: the executable and every library it maps). Exactly one argument, a decimal process id (`startcp` alone is EINVAL). EBUSY while any mode is on (the seed ignored the request silently: a documented change) or when PID is counted already. ESRCH for no such process; EPERM unless the writer may ptrace PID; EINVAL for the writer's own process; ENXIO for a static program ("out of reach") or a failed load. The coverage runtime is injected into PID, which counts from then on; its histograms fill when it exits or at `stop` (see `coverage`). |
+//! | `stop` | stop; every tick taken before is counted. Records are kept. In memory and coverage modes, every attached process still running is asked for a report first. |
 //! | `end` | stop, free every record, empty the module list, restart record ids at 1, and reset the interval to 100 ms. |
 //! | `interval MS` | the sampling interval in milliseconds, as C's `strtoul(MS, 0, 0)` reads it (`10`, `0x10`, `012`); at least 1. Default 100. Takes effect at the next `start`. |
 //!
@@ -197,9 +197,10 @@
 //! % echo end >/run/profdev/prof/ctl
 //! % echo module known >/run/profdev/prof/ctl
 //! % echo startcp 4242 >/run/profdev/prof/ctl     # coverage of a running process
-//! echo: write error: No such device or address      # (attaching is not built yet)
 //! % echo startcp 4242 >/run/profdev/prof/ctl     # while another mode is on
 //! echo: write error: Device or resource busy
+//! % echo stop >/run/profdev/prof/ctl             # 4242 reports; it runs on
+//! % cat /run/profdev/prof/00000001/histogram     # one pair per executed instruction
 //! ```
 //!
 //! # Bugs
@@ -214,9 +215,8 @@
 //!   only for block devices (major number not 0).
 //! * Counts are 64-bit. Record ids are 32-bit and never reused before
 //!   `end` (Inferno's wrapped at 255).
-//! * `startcp PID` does not attach yet (ENXIO with a sentence); coverage
-//!   counts reach a device only through `Prof::coverage_report`
-//!   (`profdev cprof CMD`).
+//! * `startcp PID` leaves the process's code patched after `stop` and
+//!   `end`; see `coverage`'s Bugs for what attach mode does not reach.
 //! * Records are kept across modes until `end`: a module's record made in
 //!   memory mode takes coverage counts if the device is switched to
 //!   coverage mode without an `end` between, and the other way round.
