@@ -54,6 +54,9 @@ use profdev_formats::gmon::{self, Format, GmonOut};
 use profdev_safefile::SafeFile;
 use profdev_symbolize::unwind::UserUnwinder;
 use profdev_symbolize::{ElfObject, Objects, SymOrigin, Tasks};
+use profdev_coverage::arcs;
+use profdev_coverage::launch::Server;
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -64,6 +67,11 @@ use std::time::Duration;
 pub const CALLED_NOTE: &str =
     "gprof's \"called\" column shows sampled arc traversals (the number of \
 samples whose stack held the call), not numbers of calls: read it as a relative weight.";
+
+/// The note with `--exact`.
+pub const EXACT_NOTE: &str = "gprof's \"called\" column shows exact numbers of calls, counted at \
+every direct call site (and direct tail-call jump) in the executable; indirect calls, calls from \
+shared libraries and counts above 4294967295 (GNU gmon.out's 32 bits) are not in it, as said above.";
 
 /// Bytes of user stack copied with each sample for unwinding.
 const DEFAULT_STACK_BYTES: u32 = 16384;
@@ -107,6 +115,11 @@ pub(crate) struct Args {
     /// a sample loses it.
     #[arg(long, value_name = "N", value_parser = crate::progress::parse_mmap_pages)]
     mmap_pages: Option<u32>,
+    /// Count every call exactly (coverage trampolines in CMD's executable):
+    /// gprof's "called" column then holds numbers of calls; the histogram
+    /// stays sampled.
+    #[arg(long)]
+    exact: bool,
     /// The command to profile, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -144,6 +157,17 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args.command[1..]);
+    // --exact: the coverage runtime preloaded, CMD's executable selected.
+    let counter = if args.exact {
+        let server = Server::new(&[exe.path.to_string_lossy().into_owned()])
+            .context("cannot set up exact call counting")?;
+        for (k, v) in server.env(std::env::var_os("LD_PRELOAD")) {
+            cmd.env(k, v);
+        }
+        Some(server)
+    } else {
+        None
+    };
     // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     job.prepare(&mut cmd);
     let (child, mut source) = crate::progress::factory(args.mmap_pages)
@@ -180,11 +204,18 @@ fn run(args: &Args) -> Result<ExitCode> {
         bail!("sampling stopped early: {e}");
     }
 
-    let profile = builder.gmon(args.frequency);
+    let mut profile = builder.gmon(args.frequency);
     let format = match args.format {
         FormatArg::Gnu => Format::Gnu,
         FormatArg::Bsd => Format::Bsd,
     };
+    let exact = match &counter {
+        Some(server) => Some(exact_arcs(server, &builder.exe, format)?),
+        None => None,
+    };
+    if let Some(x) = &exact {
+        profile.arcs.clone_from(&x.arcs);
+    }
     let bytes = gmon::write(&profile, format, gmon::Target::X86_64)
         .map_err(|e| anyhow!("cannot encode the profile: {e}"))?;
     // A full disk loses the file, not the summary below.
@@ -230,14 +261,22 @@ fn run(args: &Args) -> Result<ExitCode> {
             program.display()
         );
     }
-    if c.plt_calls > 0 {
+    if c.plt_calls > 0 && exact.is_none() {
         eprintln!(
             "profdev gmon: {} arcs into PLT stubs (calls into shared libraries) not written: \
              gprof knows no PLT symbols and would charge them to _init",
             c.plt_calls
         );
     }
-    eprintln!("profdev gmon: note: {CALLED_NOTE}");
+    match &exact {
+        Some(x) => {
+            for n in &x.notes {
+                eprintln!("profdev gmon: {n}");
+            }
+            eprintln!("profdev gmon: note: {EXACT_NOTE}");
+        }
+        None => eprintln!("profdev gmon: note: {CALLED_NOTE}"),
+    }
     if let Some(i) = job.interrupted() {
         let wrote = if written.is_ok() {
             "wrote"
@@ -265,6 +304,96 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     Ok(output::status(&job, status, written.is_ok()))
+}
+
+/// The exact arcs of a `--exact` run and what to say about them.
+struct Exact {
+    arcs: Vec<gmon::Arc>,
+    notes: Vec<String>,
+}
+
+/// The executable's exact call arcs, from the coverage counts `server`
+/// collected, as `format` can hold them.
+fn exact_arcs(server: &Server, exe: &Program, format: Format) -> Result<Exact> {
+    let (modules, cov_notes) = server.collect();
+    let mut notes: Vec<String> = cov_notes
+        .into_iter()
+        .map(|n| format!("exact counts: {n}"))
+        .collect();
+    let Some(m) = modules.iter().find(|m| m.path == exe.path) else {
+        notes.push(format!(
+            "--exact counted no call: {} was not reached through the loader (a static or \
+             setuid program is not; see the man page's Bugs), so gmon.out has no arcs",
+            exe.path.display()
+        ));
+        return Ok(Exact {
+            arcs: Vec::new(),
+            notes,
+        });
+    };
+    let a = arcs::module_arcs(m, &exe.elf)?;
+    let (arcs, saturated) = gmon_arcs(&a.arcs, format);
+    let calls: u64 = a.arcs.values().fold(0, |s, c| s.saturating_add(*c));
+    notes.push(format!(
+        "{calls} calls counted exactly at {} call sites ({} arcs)",
+        a.arcs.len(),
+        arcs.len()
+    ));
+    if a.indirect_calls > 0 {
+        notes.push(format!(
+            "{} indirect calls at {} sites not attributed (their targets are known only at run \
+             time)",
+            a.indirect_calls, a.indirect_sites
+        ));
+    }
+    if a.library_calls > 0 {
+        notes.push(format!(
+            "{} calls through the PLT into shared libraries not written: gprof knows only {}'s \
+             functions",
+            a.library_calls,
+            exe.path.display()
+        ));
+    }
+    if a.unresolved > 0 {
+        notes.push(format!(
+            "{} calls dropped: their callee is in no function of {}'s symbol table",
+            a.unresolved,
+            exe.path.display()
+        ));
+    }
+    if saturated > 0 {
+        notes.push(format!(
+            "{saturated} arcs made more than {} calls and were written as {}: GNU gmon.out's arc \
+             counts are 32-bit (--format bsd holds 64)",
+            u32::MAX,
+            u32::MAX
+        ));
+    }
+    Ok(Exact { arcs, notes })
+}
+
+/// Exact arcs as gmon.out arcs, and how many were saturated: the GNU
+/// layout's counts are 32 bits (4.4BSD LP64's are a signed 64-bit long).
+fn gmon_arcs(arcs: &BTreeMap<(u64, u64), u64>, format: Format) -> (Vec<gmon::Arc>, u64) {
+    let max = match format {
+        Format::Gnu => u64::from(u32::MAX),
+        _ => i64::MAX as u64,
+    };
+    let mut saturated = 0;
+    let out = arcs
+        .iter()
+        .map(|(&(from_pc, self_pc), &count)| {
+            if count > max {
+                saturated += 1;
+            }
+            gmon::Arc {
+                from_pc,
+                self_pc,
+                count: count.min(max),
+            }
+        })
+        .collect();
+    (out, saturated)
 }
 
 /// Start writing a profile file for user programs (gmon.out, or a file
