@@ -56,7 +56,7 @@ use profdev_symbolize::unwind::UserUnwinder;
 use profdev_symbolize::{ElfObject, Objects, SymOrigin, Tasks};
 use profdev_coverage::arcs;
 use profdev_coverage::launch::Server;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -141,8 +141,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         frequency_hz: args.frequency,
         kernel: false,
         user: true,
-        callchain: true,
-        user_stack_bytes: args.stack_bytes,
+        // --exact takes the arcs from the counts: no stacks to unwind.
+        callchain: !args.exact,
+        user_stack_bytes: if args.exact { 0 } else { args.stack_bytes },
         track_tasks: true,
     };
     config.validate().map_err(|e| anyhow!("{e}"))?;
@@ -178,6 +179,9 @@ fn run(args: &Args) -> Result<ExitCode> {
     health.started(&config);
     let progress = crate::progress::Progress::start("profdev gmon", health.clone());
     let mut builder = Builder::new(exe);
+    if counter.is_some() {
+        builder.misses = Some(Vec::new());
+    }
     let mut batch = Vec::new();
     let ended = loop {
         let r = source.read(&mut batch, Duration::from_millis(100));
@@ -204,6 +208,10 @@ fn run(args: &Args) -> Result<ExitCode> {
         bail!("sampling stopped early: {e}");
     }
 
+    let charged = match &counter {
+        Some(server) => builder.charge_trampolines(&Trampolines::new(server, &builder.exe.path)),
+        None => 0,
+    };
     let mut profile = builder.gmon(args.frequency);
     let format = match args.format {
         FormatArg::Gnu => Format::Gnu,
@@ -247,7 +255,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         stats.lost,
         stats.throttled
     );
-    eprintln!("profdev gmon: {}", builder.unwinder.stats());
+    if exact.is_none() {
+        eprintln!("profdev gmon: {}", builder.unwinder.stats());
+    }
     if c.saturated > 0 {
         eprintln!(
             "profdev gmon: {} histogram counts were lost: cells stop at 65535",
@@ -270,6 +280,12 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     match &exact {
         Some(x) => {
+            if charged > 0 {
+                eprintln!(
+                    "profdev gmon: {charged} of the samples in its text ran in the copies of its \
+                     code that count the calls (trampolines), charged to the code they copy"
+                );
+            }
             for n in &x.notes {
                 eprintln!("profdev gmon: {n}");
             }
@@ -304,6 +320,55 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     Ok(output::status(&job, status, written.is_ok()))
+}
+
+/// Where the executable's code ran from under `--exact`: its trampoline
+/// areas, each entry leading back to the block (link-time address) it
+/// counts and copies.
+struct Trampolines {
+    /// (area start, area end, entries sorted: (run-time entry, link-time
+    /// block address)).
+    areas: Vec<(u64, u64, Vec<(u64, u64)>)>,
+}
+
+impl Trampolines {
+    fn new(server: &Server, exe: &Path) -> Self {
+        use profdev_coverage::encode::{PATCH_JMP, PATCH_REL8};
+        let mut areas = Vec::new();
+        for a in server.areas().into_iter().filter(|a| a.path == exe) {
+            // A short block hops (rel8) to a jmp placed in another block's
+            // dead bytes: the trampoline behind that jmp is the short
+            // block's.
+            let hops: HashMap<u64, u64> = a
+                .patches
+                .iter()
+                .filter(|p| p.kind == PATCH_REL8)
+                .map(|p| (p.entry, p.addr))
+                .collect();
+            let mut entries: Vec<(u64, u64)> = a
+                .patches
+                .iter()
+                .filter(|p| p.entry >= a.start && p.entry < a.end)
+                .map(|p| {
+                    let at = match hops.get(&p.addr) {
+                        Some(&block) if p.kind == PATCH_JMP => block,
+                        _ => p.addr,
+                    };
+                    (p.entry, at.wrapping_sub(a.bias))
+                })
+                .collect();
+            entries.sort_unstable();
+            areas.push((a.start, a.end, entries));
+        }
+        Trampolines { areas }
+    }
+
+    /// The link-time address of the block whose trampoline holds `pc`.
+    fn link_addr(&self, pc: u64) -> Option<u64> {
+        let (_, _, entries) = self.areas.iter().find(|(s, e, _)| *s <= pc && pc < *e)?;
+        let i = entries.partition_point(|(entry, _)| *entry <= pc);
+        Some(entries.get(i.checked_sub(1)?)?.1)
+    }
 }
 
 /// The exact arcs of a `--exact` run and what to say about them.
@@ -551,6 +616,9 @@ struct Builder {
     refused: Refused,
     /// The frames of the sample at hand, reused.
     frames: Vec<Option<u64>>,
+    /// With `--exact`: user pcs outside every file mapping of the
+    /// executable (trampolines among them), kept for [`Trampolines`].
+    misses: Option<Vec<(u32, u64)>>,
 }
 
 impl Builder {
@@ -567,6 +635,7 @@ impl Builder {
             samples: 0,
             refused: Refused::default(),
             frames: Vec::new(),
+            misses: None,
         }
     }
 
@@ -611,6 +680,9 @@ impl Builder {
             self.file_addr(s.pid, stack.lookup_address(i).0)
                 .map(|a| a.0)
         }));
+        if let (Some(misses), None) = (&mut self.misses, frames.first().copied().flatten()) {
+            misses.push((s.pid, s.ip));
+        }
         let (elf, refused) = (&self.exe.elf, &mut self.refused);
         // Arcs only into functions gprof can name: a PLT stub jumps into a
         // shared library (the call leaves the executable), and gprof,
@@ -629,6 +701,21 @@ impl Builder {
         // An unbounded arc map never overflows.
         let _ = self.graph.sample(frames.iter().copied(), entry);
         self.frames = frames;
+    }
+
+    /// Charge the samples taken in the executable's trampolines (its code
+    /// as the coverage runtime runs it) to the blocks they run: the
+    /// histogram stays what it would be without `--exact`.
+    fn charge_trampolines(&mut self, t: &Trampolines) -> u64 {
+        let mut n = 0;
+        for (_pid, ip) in self.misses.take().unwrap_or_default() {
+            if let Some(a) = t.link_addr(ip) {
+                if self.graph.tick(a) {
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 
     fn gmon(&self, hz: u32) -> GmonOut {

@@ -13,6 +13,8 @@
 //!   [`Arcs::library_calls`], not made an arc;
 //! * `jmp F` or `jcc F` to another function's entry (a tail call): from
 //!   the jump to F, as often as the jump was taken;
+//! * `call *foo@GOTPCREL(%rip)` (`-fno-plt`), and `jmp` through such a
+//!   slot: as `call foo@plt`, the slot's relocation naming `foo`;
 //! * `call *%reg`, `call *mem`, and `jmp *mem` without an index (a tail
 //!   call through a pointer; indirect): the target is known only at run
 //!   time; counted in [`Arcs::indirect_calls`] per site, not made an arc.
@@ -23,10 +25,10 @@
 //! instruction), as gprof's `mcount` arcs are read; `self_pc` the callee's
 //! entry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, OpKind};
-use object::{Object, ObjectSection};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 use profdev_core::FileAddr;
 use profdev_symbolize::elf::{ElfObject, SymOrigin};
 
@@ -72,11 +74,30 @@ pub fn module_arcs(m: &ModuleCoverage, elf: &ElfObject) -> Result<Arcs, ArcsErro
             }
         }
     }
-    Ok(arcs_of(m, elf, &sections))
+    // GOT slots the loader fills with a symbol's address: a call through
+    // one (`call *foo@GOTPCREL(%rip)`, -fno-plt) is a call to `foo`.
+    let mut got = HashMap::new();
+    if let (Some(relocs), Some(dynsym)) = (file.dynamic_relocations(), file.dynamic_symbol_table())
+    {
+        for (slot, r) in relocs {
+            if let object::RelocationTarget::Symbol(i) = r.target() {
+                if let Some(name) = dynsym.symbol_by_index(i).ok().and_then(|s| s.name().ok()) {
+                    got.entry(slot).or_insert_with(|| name.to_string());
+                }
+            }
+        }
+    }
+    Ok(arcs_of(m, elf, &sections, &got))
 }
 
-/// [`module_arcs`] over code given as (address, bytes) sections.
-pub fn arcs_of(m: &ModuleCoverage, elf: &ElfObject, sections: &[(u64, &[u8])]) -> Arcs {
+/// [`module_arcs`] over code given as (address, bytes) sections, with the
+/// symbol names the GOT's slots are filled with (by slot address).
+pub fn arcs_of(
+    m: &ModuleCoverage,
+    elf: &ElfObject,
+    sections: &[(u64, &[u8])],
+    got: &HashMap<u64, String>,
+) -> Arcs {
     let code = |addr: u64, len: u64| -> Option<&[u8]> {
         let (base, b) = sections
             .iter()
@@ -85,7 +106,7 @@ pub fn arcs_of(m: &ModuleCoverage, elf: &ElfObject, sections: &[(u64, &[u8])]) -
         Some(&b[off..off + len as usize])
     };
     // A function the module defines, by name: where a PLT call to it lands.
-    let defined: std::collections::HashMap<&str, u64> = elf
+    let defined: HashMap<&str, u64> = elf
         .symbols()
         .iter()
         .filter(|s| s.origin == SymOrigin::Table)
@@ -101,7 +122,7 @@ pub fn arcs_of(m: &ModuleCoverage, elf: &ElfObject, sections: &[(u64, &[u8])]) -
         }
         Some(Ok(t - off))
     };
-    let branch_taken: std::collections::HashMap<u64, u64> =
+    let branch_taken: HashMap<u64, u64> =
         m.branches.iter().map(|b| (b.addr, b.taken)).collect();
     let mut out = Arcs::default();
     for b in &m.blocks {
@@ -114,6 +135,31 @@ pub fn arcs_of(m: &ModuleCoverage, elf: &ElfObject, sections: &[(u64, &[u8])]) -
         };
         let x = Decoder::with_ip(64, bytes, last, DecoderOptions::NONE).decode();
         let direct = x.op0_kind() == OpKind::NearBranch64;
+        // Through a GOT slot the loader fills: to the module's own
+        // definition, or out of the module.
+        if matches!(
+            x.flow_control(),
+            FlowControl::IndirectCall | FlowControl::IndirectBranch
+        ) && x.is_ip_rel_memory_operand()
+        {
+            if let Some(name) = got.get(&x.ip_rel_memory_address()) {
+                let name = name.split('@').next().unwrap_or("");
+                let calls = b.count;
+                match defined.get(name) {
+                    Some(&entry) => {
+                        let from = if x.flow_control() == FlowControl::IndirectCall {
+                            x.next_ip() - 1
+                        } else {
+                            last
+                        };
+                        let c = out.arcs.entry((from, entry)).or_insert(0);
+                        *c = c.saturating_add(calls);
+                    }
+                    None => out.library_calls += calls,
+                }
+                continue;
+            }
+        }
         let (from, calls) = match x.flow_control() {
             FlowControl::Call if direct => (x.next_ip() - 1, b.count),
             // `jmp *mem` with no index: a tail call through a pointer (a
