@@ -49,13 +49,13 @@ use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError, Target};
+use profdev_coverage::arcs;
+use profdev_coverage::launch::Server;
 use profdev_formats::gmon::build::{self, ArcCounts, CallGraph};
 use profdev_formats::gmon::{self, Format, GmonOut};
 use profdev_safefile::SafeFile;
 use profdev_symbolize::unwind::UserUnwinder;
 use profdev_symbolize::{ElfObject, Objects, SymOrigin, Tasks};
-use profdev_coverage::arcs;
-use profdev_coverage::launch::Server;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
@@ -400,15 +400,15 @@ fn exact_arcs(server: &Server, exe: &Program, format: Format) -> Result<Exact> {
     let (arcs, saturated) = gmon_arcs(&a.arcs, format);
     let calls: u64 = a.arcs.values().fold(0, |s, c| s.saturating_add(*c));
     notes.push(format!(
-        "{calls} calls counted exactly at {} call sites ({} arcs)",
-        a.arcs.len(),
-        arcs.len()
+        "{calls} calls counted exactly in {}",
+        plural(arcs.len() as u64, "arc")
     ));
     if a.indirect_calls > 0 {
         notes.push(format!(
-            "{} indirect calls at {} sites not attributed (their targets are known only at run \
-             time)",
-            a.indirect_calls, a.indirect_sites
+            "{} indirect calls at {} not attributed (their targets are known only at run time; \
+             see the man page's Bugs)",
+            a.indirect_calls,
+            plural(a.indirect_sites, "call site")
         ));
     }
     if a.library_calls > 0 {
@@ -426,20 +426,23 @@ fn exact_arcs(server: &Server, exe: &Program, format: Format) -> Result<Exact> {
             exe.path.display()
         ));
     }
-    if saturated > 0 {
-        notes.push(format!(
-            "{saturated} arcs made more than {} calls and were written as {}: GNU gmon.out's arc \
-             counts are 32-bit (--format bsd holds 64)",
-            u32::MAX,
-            u32::MAX
-        ));
-    }
+    notes.extend(saturated);
     Ok(Exact { arcs, notes })
 }
 
-/// Exact arcs as gmon.out arcs, and how many were saturated: the GNU
-/// layout's counts are 32 bits (4.4BSD LP64's are a signed 64-bit long).
-fn gmon_arcs(arcs: &BTreeMap<(u64, u64), u64>, format: Format) -> (Vec<gmon::Arc>, u64) {
+/// `1 arc`, `2 arcs`.
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// Exact arcs as gmon.out arcs, and the note saying how many were
+/// saturated: the GNU layout's counts are 32 bits (4.4BSD LP64's are a
+/// signed 64-bit long).
+fn gmon_arcs(arcs: &BTreeMap<(u64, u64), u64>, format: Format) -> (Vec<gmon::Arc>, Option<String>) {
     let max = match format {
         Format::Gnu => u64::from(u32::MAX),
         _ => i64::MAX as u64,
@@ -458,7 +461,14 @@ fn gmon_arcs(arcs: &BTreeMap<(u64, u64), u64>, format: Format) -> (Vec<gmon::Arc
             }
         })
         .collect();
-    (out, saturated)
+    let note = (saturated > 0).then(|| {
+        format!(
+            "{} made more than {max} calls, written as {max}: GNU gmon.out's arc counts are \
+             32-bit (--format bsd holds 64)",
+            plural(saturated, "arc")
+        )
+    });
+    (out, note)
 }
 
 /// Start writing a profile file for user programs (gmon.out, or a file
@@ -741,6 +751,49 @@ mod tests {
     /// The test binary itself plays CMD: a PIE with symbols.
     fn me() -> Program {
         Program::open(&std::env::current_exe().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn exact_counts_saturate_in_the_gnu_layout() {
+        let big = u64::from(u32::MAX) + 5;
+        let arcs: BTreeMap<(u64, u64), u64> =
+            [((0x1010, 0x2000), big), ((0x1020, 0x2000), 7)].into();
+        let (gnu, saturated) = gmon_arcs(&arcs, Format::Gnu);
+        assert_eq!(
+            saturated.as_deref(),
+            Some(
+                "1 arc made more than 4294967295 calls, written as 4294967295: GNU gmon.out's \
+                 arc counts are 32-bit (--format bsd holds 64)"
+            )
+        );
+        assert_eq!(
+            gnu,
+            vec![
+                gmon::Arc {
+                    from_pc: 0x1010,
+                    self_pc: 0x2000,
+                    count: u64::from(u32::MAX)
+                },
+                gmon::Arc {
+                    from_pc: 0x1020,
+                    self_pc: 0x2000,
+                    count: 7
+                }
+            ]
+        );
+        // Written and read back: the file holds the saturated count.
+        let out = GmonOut {
+            arcs: gnu,
+            ..GmonOut::default()
+        };
+        let bytes = gmon::write(&out, Format::Gnu, gmon::Target::X86_64).unwrap();
+        let back = gmon::parse(&bytes, gmon::Target::X86_64).unwrap().gmon;
+        assert_eq!(back.arcs[0].count, u64::from(u32::MAX));
+        // 4.4BSD's LP64 counts are 64-bit: nothing saturates.
+        let (bsd, saturated) = gmon_arcs(&arcs, Format::Bsd);
+        assert_eq!((bsd[0].count, saturated), (big, None));
+        assert_eq!(plural(1, "arc"), "1 arc");
+        assert_eq!(plural(2, "arc"), "2 arcs");
     }
 
     #[test]
