@@ -1,5 +1,5 @@
-//! `profdev gmon [-F HZ] [-o FILE] [--format gnu|bsd] -- CMD [ARGS]`: gprof
-//! for any program, without `-pg`.
+//! `profdev gmon [-F HZ] [-o FILE] [--format gnu|bsd] [--exact] -- CMD
+//! [ARGS]`: gprof for any program, without `-pg`.
 //!
 //! Runs CMD (and the processes it forks) under a per-process sampling
 //! session, user mode only, with the user registers and a copy of the user
@@ -25,6 +25,28 @@
 //! beside gmon.out, and the `gprof CMD.syms gmon.out` that reads it is
 //! printed. It exits with CMD's status.
 //!
+//! **Exact call counts: `--exact`.** Without it, gprof's "called" column
+//! holds sampled arc traversals (the number of samples whose stack held
+//! the call), a relative weight. With `--exact` it holds numbers of calls:
+//! CMD's executable is run under prof's coverage engine
+//! (`profdev_coverage`, the one `cprof` uses: the runtime preloaded with
+//! `LD_PRELOAD` rewrites the executable's code at load time into
+//! trampolines with per-thread counters), which counts every basic block
+//! exactly; blocks end after each call, so the block holding a call ran as
+//! many times as the call was made (`profdev_coverage::arcs`). Each direct
+//! call (`call F`), each direct jump to another function's entry (a tail
+//! call, `jmp F`, or a conditional one, counted as often as it was taken)
+//! becomes an arc from the call site to F with that count. Calls through
+//! the PLT or, with `-fno-plt`, through a GOT slot go to the function the
+//! slot's relocation names: into the executable (an arc) or out of it into
+//! a shared library (counted on stderr, not written). The histogram stays
+//! sampled, as without `--exact`, from the same one run: a sample taken
+//! in a trampoline (the executable's code as the runtime runs it) is
+//! charged to the block the trampoline copies, and stderr says how many
+//! were. No stack is taken or unwound. GNU gmon.out's arc counts are 32
+//! bits: a count above 4294967295 is written as 4294967295 and stderr says
+//! how many arcs were saturated (`--format bsd`, LP64, holds 64 bits).
+//!
 //! **Signals.** CMD runs in its own process group, the terminal's
 //! foreground group while it runs. SIGINT, SIGTERM or SIGHUP sent to gmon
 //! is passed to CMD's group; after 2 s what is left of CMD's processes is
@@ -43,6 +65,35 @@
 //! kernel's. If it cannot be written (a full disk) FILE is left complete
 //! or absent, the error names it, and the exit status is CMD's if CMD
 //! failed, else 1 (128 + the signal after a signal).
+//!
+//! # Example
+//!
+//! ```text
+//! $ profdev gmon --exact -- ./prog
+//! $ gprof -b -q ./prog gmon.out
+//!                 0.00    0.00    3000/3000        a [2]
+//! [1]      0.0    0.00    0.00    3000         b [1]
+//! ```
+//!
+//! # Bugs
+//!
+//! With `--exact`, indirect calls (`call *%rax`, `call *8(%rbx)`, and
+//! `jmp *mem` tail calls through a pointer) are counted per site but not
+//! attributed to a callee: their targets are known only at run time, and
+//! the runtime does not record them yet; stderr says `N indirect calls at
+//! M call sites not attributed`, and their callees show fewer calls (none,
+//! if called only that way). `jmp *%reg` may be a switch's jump as well as
+//! a tail call: it is not counted as a call. Calls into the executable from
+//! shared libraries (callbacks such as `qsort`'s comparator) and from the
+//! loader (`main`) have no call site in the executable's text, which is all
+//! a gmon.out describes: gprof shows such a callee with fewer calls, or as
+//! spontaneous. Blocks the coverage engine could not count (see
+//! `profdev_coverage`'s limits; stderr names how many) lose the calls they
+//! make. `--exact` reaches a dynamically linked executable only: a static
+//! or setuid CMD is not rewritten, and gmon.out then has no arcs (stderr
+//! says so). Only CMD's executable is counted, in CMD and the processes
+//! it forks; other programs CMD runs are not (gmon.out describes CMD's
+//! executable alone).
 
 use crate::child::{find_program, Job};
 use crate::output;
@@ -90,7 +141,7 @@ enum FormatArg {
 #[command(
     name = "profdev gmon",
     version,
-    after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable. If it is stripped, its \
+    after_help = format!("Note: {CALLED_NOTE} With --exact: {EXACT_NOTE}\n\nCMD must be an ELF executable. If it is stripped, its \
         functions are taken from .dynsym and .eh_frame (named sub_ADDR) and written to CMD.syms beside \
         the profile, for `gprof CMD.syms gmon.out`. Its children are sampled too, but only code in \
         CMD's own executable is written.\n\n{}",
