@@ -377,10 +377,12 @@ fn run(args: &Args) -> Result<ExitCode> {
 /// areas, each entry leading back to the block (link-time address) it
 /// counts and copies.
 struct Trampolines {
-    /// (area start, area end, entries sorted: (run-time entry, link-time
-    /// block address)).
-    areas: Vec<(u64, u64, Vec<(u64, u64)>)>,
+    areas: Vec<TrampolineArea>,
 }
+
+/// One load's trampoline area: its run-time start and end, and its entries
+/// sorted, (run-time entry, link-time address of the block it counts).
+type TrampolineArea = (u64, u64, Vec<(u64, u64)>);
 
 impl Trampolines {
     fn new(server: &Server, exe: &Path) -> Self {
