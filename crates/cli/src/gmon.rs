@@ -90,8 +90,9 @@
 //! spontaneous. Blocks the coverage engine could not count (see
 //! `profdev_coverage`'s limits; stderr names how many) lose the calls they
 //! make. `--exact` reaches a dynamically linked executable only: a static
-//! or setuid CMD is not rewritten, and gmon.out then has no arcs (stderr
-//! says so). Only CMD's executable is counted, in CMD and the processes
+//! CMD is refused with a sentence, and a setuid one (run by another user:
+//! the loader ignores `LD_PRELOAD`) is not rewritten, so gmon.out then has
+//! no arcs (stderr says so). Only CMD's executable is counted, in CMD and the processes
 //! it forks; other programs CMD runs are not (gmon.out describes CMD's
 //! executable alone).
 
@@ -211,6 +212,14 @@ fn run(args: &Args) -> Result<ExitCode> {
     cmd.args(&args.command[1..]);
     // --exact: the coverage runtime preloaded, CMD's executable selected.
     let counter = if args.exact {
+        if !dynamically_linked(&exe.path) {
+            bail!(
+                "--exact counts calls by rewriting the executable through the dynamic loader, \
+                 and {} is statically linked: run profdev gmon without --exact for sampled \
+                 call counts",
+                program.display()
+            );
+        }
         let server = Server::new(&[exe.path.to_string_lossy().into_owned()])
             .context("cannot set up exact call counting")?;
         for (k, v) in server.env(std::env::var_os("LD_PRELOAD")) {
@@ -422,6 +431,22 @@ impl Trampolines {
         let i = entries.partition_point(|(entry, _)| *entry <= pc);
         Some(entries.get(i.checked_sub(1)?)?.1)
     }
+}
+
+/// Does the executable at `path` name a dynamic loader (`.interp`), which
+/// `--exact` needs to preload its runtime?
+fn dynamically_linked(path: &Path) -> bool {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*bytes) else {
+        return false;
+    };
+    let endian = elf.endian();
+    elf.elf_program_headers()
+        .iter()
+        .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP)
 }
 
 /// The exact arcs of a `--exact` run and what to say about them.

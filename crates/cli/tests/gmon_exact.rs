@@ -138,6 +138,31 @@ fn called_column_holds_exact_call_counts() {
 }
 
 #[test]
+fn a_static_executable_is_one_sentence() {
+    if !ready("profdev gmon --exact on a static program", &["gcc"]) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path(), "callcount.c", &["-O2", "-static"], "static");
+    let o = run(profdev()
+        .current_dir(d.path())
+        .args(["gmon", "--exact", "--"])
+        .arg(&exe));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "profdev gmon: --exact counts calls by rewriting the executable through the dynamic \
+             loader, and {} is statically linked: run profdev gmon without --exact for sampled \
+             call counts",
+            exe.display()
+        )
+    );
+    assert!(!d.path().join("gmon.out").exists());
+}
+
+#[test]
 fn histogram_stays_sampled() {
     if !ready("profdev gmon --exact histogram", &["gcc", "gprof"]) {
         return;
