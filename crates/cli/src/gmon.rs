@@ -249,8 +249,11 @@ fn run(args: &Args) -> Result<ExitCode> {
         for rec in batch.drain(..) {
             builder.record(&rec);
         }
-        let u = builder.unwinder.stats();
-        health.set_unwind(u.samples - u.truncated, [0, u.truncated, 0]);
+        if !args.exact {
+            // (--exact takes no stacks.)
+            let u = builder.unwinder.stats();
+            health.set_unwind(u.samples - u.truncated, [0, u.truncated, 0]);
+        }
         // Pass signals on, reap CMD, kill its group after the grace period.
         job.poll();
         match r {
