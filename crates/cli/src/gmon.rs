@@ -398,9 +398,13 @@ type TrampolineArea = (u64, u64, Vec<(u64, u64)>);
 
 impl Trampolines {
     fn new(server: &Server, exe: &Path) -> Self {
+        Trampolines::of(server.areas(), exe)
+    }
+
+    fn of(all: Vec<profdev_coverage::launch::Area>, exe: &Path) -> Self {
         use profdev_coverage::encode::{PATCH_JMP, PATCH_REL8};
         let mut areas = Vec::new();
-        for a in server.areas().into_iter().filter(|a| a.path == exe) {
+        for a in all.into_iter().filter(|a| a.path == exe) {
             // A short block hops (rel8) to a jmp placed in another block's
             // dead bytes: the trampoline behind that jmp is the short
             // block's.
@@ -875,6 +879,61 @@ mod tests {
         assert_eq!((bsd[0].count, saturated), (big, None));
         assert_eq!(plural(1, "arc"), "1 arc");
         assert_eq!(plural(2, "arc"), "2 arcs");
+    }
+
+    #[test]
+    fn trampoline_pcs_go_back_to_their_blocks() {
+        use profdev_coverage::encode::{Patch, PATCH_CALL5, PATCH_JMP, PATCH_REL8};
+        let bias = 0x5555_0000_0000;
+        let area = profdev_coverage::launch::Area {
+            path: "/x/prog".into(),
+            bias,
+            start: 0x7000_0000,
+            end: 0x7000_1000,
+            patches: vec![
+                // Block 0x1100: a jump to its trampoline at +0x0.
+                Patch {
+                    addr: bias + 0x1100,
+                    entry: 0x7000_0000,
+                    kind: PATCH_JMP,
+                    len: 5,
+                },
+                // Block 0x1200 (short): hops to a jmp at 0x1108, in block
+                // 0x1100's dead bytes, which leads to +0x80.
+                Patch {
+                    addr: bias + 0x1108,
+                    entry: 0x7000_0080,
+                    kind: PATCH_JMP,
+                    len: 5,
+                },
+                Patch {
+                    addr: bias + 0x1200,
+                    entry: bias + 0x1108,
+                    kind: PATCH_REL8,
+                    len: 2,
+                },
+                // A call site at 0x1300, counted by a stub at +0x100.
+                Patch {
+                    addr: bias + 0x1300,
+                    entry: 0x7000_0100,
+                    kind: PATCH_CALL5,
+                    len: 5,
+                },
+            ],
+        };
+        let mut other = area.clone();
+        other.path = "/x/lib.so".into();
+        other.start = 0x7100_0000;
+        other.end = 0x7100_1000;
+        let t = Trampolines::of(vec![area, other], Path::new("/x/prog"));
+        assert_eq!(t.link_addr(0x7000_0000), Some(0x1100));
+        assert_eq!(t.link_addr(0x7000_007f), Some(0x1100));
+        assert_eq!(t.link_addr(0x7000_0080), Some(0x1200));
+        assert_eq!(t.link_addr(0x7000_0120), Some(0x1300));
+        assert_eq!(t.link_addr(0x6fff_ffff), None);
+        assert_eq!(t.link_addr(0x7000_1000), None);
+        // Another module's area is not the executable's.
+        assert_eq!(t.link_addr(0x7100_0000), None);
     }
 
     #[test]
