@@ -1,5 +1,5 @@
-//! `profdev gmon [-F HZ] [-o FILE] [--format gnu|bsd] -- CMD [ARGS]`: gprof
-//! for any program, without `-pg`.
+//! `profdev gmon [-F HZ] [-o FILE] [--format gnu|bsd] [--exact] -- CMD
+//! [ARGS]`: gprof for any program, without `-pg`.
 //!
 //! Runs CMD (and the processes it forks) under a per-process sampling
 //! session, user mode only, with the user registers and a copy of the user
@@ -25,6 +25,28 @@
 //! beside gmon.out, and the `gprof CMD.syms gmon.out` that reads it is
 //! printed. It exits with CMD's status.
 //!
+//! **Exact call counts: `--exact`.** Without it, gprof's "called" column
+//! holds sampled arc traversals (the number of samples whose stack held
+//! the call), a relative weight. With `--exact` it holds numbers of calls:
+//! CMD's executable is run under prof's coverage engine
+//! (`profdev_coverage`, the one `cprof` uses: the runtime preloaded with
+//! `LD_PRELOAD` rewrites the executable's code at load time into
+//! trampolines with per-thread counters), which counts every basic block
+//! exactly; blocks end after each call, so the block holding a call ran as
+//! many times as the call was made (`profdev_coverage::arcs`). Each direct
+//! call (`call F`), each direct jump to another function's entry (a tail
+//! call, `jmp F`, or a conditional one, counted as often as it was taken)
+//! becomes an arc from the call site to F with that count. Calls through
+//! the PLT or, with `-fno-plt`, through a GOT slot go to the function the
+//! slot's relocation names: into the executable (an arc) or out of it into
+//! a shared library (counted on stderr, not written). The histogram stays
+//! sampled, as without `--exact`, from the same one run: a sample taken
+//! in a trampoline (the executable's code as the runtime runs it) is
+//! charged to the block the trampoline copies, and stderr says how many
+//! were. No stack is taken or unwound. GNU gmon.out's arc counts are 32
+//! bits: a count above 4294967295 is written as 4294967295 and stderr says
+//! how many arcs were saturated (`--format bsd`, LP64, holds 64 bits).
+//!
 //! **Signals.** CMD runs in its own process group, the terminal's
 //! foreground group while it runs. SIGINT, SIGTERM or SIGHUP sent to gmon
 //! is passed to CMD's group; after 2 s what is left of CMD's processes is
@@ -43,17 +65,50 @@
 //! kernel's. If it cannot be written (a full disk) FILE is left complete
 //! or absent, the error names it, and the exit status is CMD's if CMD
 //! failed, else 1 (128 + the signal after a signal).
+//!
+//! # Example
+//!
+//! ```text
+//! $ profdev gmon --exact -- ./prog
+//! $ gprof -b -q ./prog gmon.out
+//!                 0.00    0.00    3000/3000        a [2]
+//! [1]      0.0    0.00    0.00    3000         b [1]
+//! ```
+//!
+//! # Bugs
+//!
+//! With `--exact`, indirect calls (`call *%rax`, `call *8(%rbx)`, and
+//! `jmp *mem` tail calls through a pointer) are counted per site but not
+//! attributed to a callee: their targets are known only at run time, and
+//! the runtime does not record them yet; stderr says `N indirect calls at
+//! M call sites not attributed`, and their callees show fewer calls (none,
+//! if called only that way). `jmp *%reg` may be a switch's jump as well as
+//! a tail call: it is not counted as a call. Calls into the executable from
+//! shared libraries (callbacks such as `qsort`'s comparator) and from the
+//! loader (`main`) have no call site in the executable's text, which is all
+//! a gmon.out describes: gprof shows such a callee with fewer calls, or as
+//! spontaneous. Blocks the coverage engine could not count (see
+//! `profdev_coverage`'s limits; stderr names how many) lose the calls they
+//! make. `--exact` reaches a dynamically linked executable only: a static
+//! CMD is refused with a sentence, and a setuid one (run by another user:
+//! the loader ignores `LD_PRELOAD`) is not rewritten, so gmon.out then has
+//! no arcs (stderr says so). Only CMD's executable is counted, in CMD and the processes
+//! it forks; other programs CMD runs are not (gmon.out describes CMD's
+//! executable alone).
 
 use crate::child::{find_program, Job};
 use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, SessionConfig, SourceError, Target};
+use profdev_coverage::arcs;
+use profdev_coverage::launch::Server;
 use profdev_formats::gmon::build::{self, ArcCounts, CallGraph};
 use profdev_formats::gmon::{self, Format, GmonOut};
 use profdev_safefile::SafeFile;
 use profdev_symbolize::unwind::UserUnwinder;
 use profdev_symbolize::{ElfObject, Objects, SymOrigin, Tasks};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -64,6 +119,11 @@ use std::time::Duration;
 pub const CALLED_NOTE: &str =
     "gprof's \"called\" column shows sampled arc traversals (the number of \
 samples whose stack held the call), not numbers of calls: read it as a relative weight.";
+
+/// The note with `--exact`.
+pub const EXACT_NOTE: &str = "gprof's \"called\" column shows exact numbers of calls, counted at \
+every direct call site (and direct tail-call jump) in the executable; indirect calls, calls from \
+shared libraries and counts above 4294967295 (GNU gmon.out's 32 bits) are not in it, as said above.";
 
 /// Bytes of user stack copied with each sample for unwinding.
 const DEFAULT_STACK_BYTES: u32 = 16384;
@@ -82,7 +142,7 @@ enum FormatArg {
 #[command(
     name = "profdev gmon",
     version,
-    after_help = format!("Note: {CALLED_NOTE}\n\nCMD must be an ELF executable. If it is stripped, its \
+    after_help = format!("Note: {CALLED_NOTE} With --exact: {EXACT_NOTE}\n\nCMD must be an ELF executable. If it is stripped, its \
         functions are taken from .dynsym and .eh_frame (named sub_ADDR) and written to CMD.syms beside \
         the profile, for `gprof CMD.syms gmon.out`. Its children are sampled too, but only code in \
         CMD's own executable is written.\n\n{}",
@@ -107,6 +167,11 @@ pub(crate) struct Args {
     /// a sample loses it.
     #[arg(long, value_name = "N", value_parser = crate::progress::parse_mmap_pages)]
     mmap_pages: Option<u32>,
+    /// Count every call exactly (coverage trampolines in CMD's executable):
+    /// gprof's "called" column then holds numbers of calls; the histogram
+    /// stays sampled.
+    #[arg(long)]
+    exact: bool,
     /// The command to profile, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -128,8 +193,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         frequency_hz: args.frequency,
         kernel: false,
         user: true,
-        callchain: true,
-        user_stack_bytes: args.stack_bytes,
+        // --exact takes the arcs from the counts: no stacks to unwind.
+        callchain: !args.exact,
+        user_stack_bytes: if args.exact { 0 } else { args.stack_bytes },
         track_tasks: true,
     };
     config.validate().map_err(|e| anyhow!("{e}"))?;
@@ -144,6 +210,25 @@ fn run(args: &Args) -> Result<ExitCode> {
 
     let mut cmd = std::process::Command::new(&program);
     cmd.args(&args.command[1..]);
+    // --exact: the coverage runtime preloaded, CMD's executable selected.
+    let counter = if args.exact {
+        if !dynamically_linked(&exe.path) {
+            bail!(
+                "--exact counts calls by rewriting the executable through the dynamic loader, \
+                 and {} is statically linked: run profdev gmon without --exact for sampled \
+                 call counts",
+                program.display()
+            );
+        }
+        let server = Server::new(&[exe.path.to_string_lossy().into_owned()])
+            .context("cannot set up exact call counting")?;
+        for (k, v) in server.env(std::env::var_os("LD_PRELOAD")) {
+            cmd.env(k, v);
+        }
+        Some(server)
+    } else {
+        None
+    };
     // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     job.prepare(&mut cmd);
     let (child, mut source) = crate::progress::factory(args.mmap_pages)
@@ -154,6 +239,9 @@ fn run(args: &Args) -> Result<ExitCode> {
     health.started(&config);
     let progress = crate::progress::Progress::start("profdev gmon", health.clone());
     let mut builder = Builder::new(exe);
+    if counter.is_some() {
+        builder.misses = Some(Vec::new());
+    }
     let mut batch = Vec::new();
     let ended = loop {
         let r = source.read(&mut batch, Duration::from_millis(100));
@@ -161,8 +249,11 @@ fn run(args: &Args) -> Result<ExitCode> {
         for rec in batch.drain(..) {
             builder.record(&rec);
         }
-        let u = builder.unwinder.stats();
-        health.set_unwind(u.samples - u.truncated, [0, u.truncated, 0]);
+        if !args.exact {
+            // (--exact takes no stacks.)
+            let u = builder.unwinder.stats();
+            health.set_unwind(u.samples - u.truncated, [0, u.truncated, 0]);
+        }
         // Pass signals on, reap CMD, kill its group after the grace period.
         job.poll();
         match r {
@@ -180,11 +271,22 @@ fn run(args: &Args) -> Result<ExitCode> {
         bail!("sampling stopped early: {e}");
     }
 
-    let profile = builder.gmon(args.frequency);
+    let charged = match &counter {
+        Some(server) => builder.charge_trampolines(&Trampolines::new(server, &builder.exe.path)),
+        None => 0,
+    };
+    let mut profile = builder.gmon(args.frequency);
     let format = match args.format {
         FormatArg::Gnu => Format::Gnu,
         FormatArg::Bsd => Format::Bsd,
     };
+    let exact = match &counter {
+        Some(server) => Some(exact_arcs(server, &builder.exe, format)?),
+        None => None,
+    };
+    if let Some(x) = &exact {
+        profile.arcs.clone_from(&x.arcs);
+    }
     let bytes = gmon::write(&profile, format, gmon::Target::X86_64)
         .map_err(|e| anyhow!("cannot encode the profile: {e}"))?;
     // A full disk loses the file, not the summary below.
@@ -216,7 +318,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         stats.lost,
         stats.throttled
     );
-    eprintln!("profdev gmon: {}", builder.unwinder.stats());
+    if exact.is_none() {
+        eprintln!("profdev gmon: {}", builder.unwinder.stats());
+    }
     if c.saturated > 0 {
         eprintln!(
             "profdev gmon: {} histogram counts were lost: cells stop at 65535",
@@ -230,14 +334,28 @@ fn run(args: &Args) -> Result<ExitCode> {
             program.display()
         );
     }
-    if c.plt_calls > 0 {
+    if c.plt_calls > 0 && exact.is_none() {
         eprintln!(
             "profdev gmon: {} arcs into PLT stubs (calls into shared libraries) not written: \
              gprof knows no PLT symbols and would charge them to _init",
             c.plt_calls
         );
     }
-    eprintln!("profdev gmon: note: {CALLED_NOTE}");
+    match &exact {
+        Some(x) => {
+            if charged > 0 {
+                eprintln!(
+                    "profdev gmon: {charged} of the samples in its text ran in the copies of its \
+                     code that count the calls (trampolines), charged to the code they copy"
+                );
+            }
+            for n in &x.notes {
+                eprintln!("profdev gmon: {n}");
+            }
+            eprintln!("profdev gmon: note: {EXACT_NOTE}");
+        }
+        None => eprintln!("profdev gmon: note: {CALLED_NOTE}"),
+    }
     if let Some(i) = job.interrupted() {
         let wrote = if written.is_ok() {
             "wrote"
@@ -265,6 +383,177 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     Ok(output::status(&job, status, written.is_ok()))
+}
+
+/// Where the executable's code ran from under `--exact`: its trampoline
+/// areas, each entry leading back to the block (link-time address) it
+/// counts and copies.
+struct Trampolines {
+    areas: Vec<TrampolineArea>,
+}
+
+/// One load's trampoline area: its run-time start and end, and its entries
+/// sorted, (run-time entry, link-time address of the block it counts).
+type TrampolineArea = (u64, u64, Vec<(u64, u64)>);
+
+impl Trampolines {
+    fn new(server: &Server, exe: &Path) -> Self {
+        Trampolines::of(server.areas(), exe)
+    }
+
+    fn of(all: Vec<profdev_coverage::launch::Area>, exe: &Path) -> Self {
+        use profdev_coverage::encode::{PATCH_JMP, PATCH_REL8};
+        let mut areas = Vec::new();
+        for a in all.into_iter().filter(|a| a.path == exe) {
+            // A short block hops (rel8) to a jmp placed in another block's
+            // dead bytes: the trampoline behind that jmp is the short
+            // block's.
+            let hops: HashMap<u64, u64> = a
+                .patches
+                .iter()
+                .filter(|p| p.kind == PATCH_REL8)
+                .map(|p| (p.entry, p.addr))
+                .collect();
+            let mut entries: Vec<(u64, u64)> = a
+                .patches
+                .iter()
+                .filter(|p| p.entry >= a.start && p.entry < a.end)
+                .map(|p| {
+                    let at = match hops.get(&p.addr) {
+                        Some(&block) if p.kind == PATCH_JMP => block,
+                        _ => p.addr,
+                    };
+                    (p.entry, at.wrapping_sub(a.bias))
+                })
+                .collect();
+            entries.sort_unstable();
+            areas.push((a.start, a.end, entries));
+        }
+        Trampolines { areas }
+    }
+
+    /// The link-time address of the block whose trampoline holds `pc`.
+    fn link_addr(&self, pc: u64) -> Option<u64> {
+        let (_, _, entries) = self.areas.iter().find(|(s, e, _)| *s <= pc && pc < *e)?;
+        let i = entries.partition_point(|(entry, _)| *entry <= pc);
+        Some(entries.get(i.checked_sub(1)?)?.1)
+    }
+}
+
+/// Does the executable at `path` name a dynamic loader (`.interp`), which
+/// `--exact` needs to preload its runtime?
+fn dynamically_linked(path: &Path) -> bool {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*bytes) else {
+        return false;
+    };
+    let endian = elf.endian();
+    elf.elf_program_headers()
+        .iter()
+        .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP)
+}
+
+/// The exact arcs of a `--exact` run and what to say about them.
+struct Exact {
+    arcs: Vec<gmon::Arc>,
+    notes: Vec<String>,
+}
+
+/// The executable's exact call arcs, from the coverage counts `server`
+/// collected, as `format` can hold them.
+fn exact_arcs(server: &Server, exe: &Program, format: Format) -> Result<Exact> {
+    let (modules, cov_notes) = server.collect();
+    let mut notes: Vec<String> = cov_notes
+        .into_iter()
+        .map(|n| format!("exact counts: {n}"))
+        .collect();
+    let Some(m) = modules.iter().find(|m| m.path == exe.path) else {
+        notes.push(format!(
+            "--exact counted no call: {} was not reached through the loader (a static or \
+             setuid program is not; see the man page's Bugs), so gmon.out has no arcs",
+            exe.path.display()
+        ));
+        return Ok(Exact {
+            arcs: Vec::new(),
+            notes,
+        });
+    };
+    let a = arcs::module_arcs(m, &exe.elf)?;
+    let (arcs, saturated) = gmon_arcs(&a.arcs, format);
+    let calls: u64 = a.arcs.values().fold(0, |s, c| s.saturating_add(*c));
+    notes.push(format!(
+        "{calls} calls counted exactly in {}",
+        plural(arcs.len() as u64, "arc")
+    ));
+    if a.indirect_calls > 0 {
+        notes.push(format!(
+            "{} indirect calls at {} not attributed (their targets are known only at run time; \
+             see the man page's Bugs)",
+            a.indirect_calls,
+            plural(a.indirect_sites, "call site")
+        ));
+    }
+    if a.library_calls > 0 {
+        notes.push(format!(
+            "{} calls through the PLT into shared libraries not written: gprof knows only {}'s \
+             functions",
+            a.library_calls,
+            exe.path.display()
+        ));
+    }
+    if a.unresolved > 0 {
+        notes.push(format!(
+            "{} calls dropped: their callee is in no function of {}'s symbol table",
+            a.unresolved,
+            exe.path.display()
+        ));
+    }
+    notes.extend(saturated);
+    Ok(Exact { arcs, notes })
+}
+
+/// `1 arc`, `2 arcs`.
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// Exact arcs as gmon.out arcs, and the note saying how many were
+/// saturated: the GNU layout's counts are 32 bits (4.4BSD LP64's are a
+/// signed 64-bit long).
+fn gmon_arcs(arcs: &BTreeMap<(u64, u64), u64>, format: Format) -> (Vec<gmon::Arc>, Option<String>) {
+    let max = match format {
+        Format::Gnu => u64::from(u32::MAX),
+        _ => i64::MAX as u64,
+    };
+    let mut saturated = 0;
+    let out = arcs
+        .iter()
+        .map(|(&(from_pc, self_pc), &count)| {
+            if count > max {
+                saturated += 1;
+            }
+            gmon::Arc {
+                from_pc,
+                self_pc,
+                count: count.min(max),
+            }
+        })
+        .collect();
+    let note = (saturated > 0).then(|| {
+        format!(
+            "{} made more than {max} calls, written as {max}: GNU gmon.out's arc counts are \
+             32-bit (--format bsd holds 64)",
+            plural(saturated, "arc")
+        )
+    });
+    (out, note)
 }
 
 /// Start writing a profile file for user programs (gmon.out, or a file
@@ -422,6 +711,9 @@ struct Builder {
     refused: Refused,
     /// The frames of the sample at hand, reused.
     frames: Vec<Option<u64>>,
+    /// With `--exact`: user pcs outside every file mapping of the
+    /// executable (trampolines among them), kept for [`Trampolines`].
+    misses: Option<Vec<(u32, u64)>>,
 }
 
 impl Builder {
@@ -438,6 +730,7 @@ impl Builder {
             samples: 0,
             refused: Refused::default(),
             frames: Vec::new(),
+            misses: None,
         }
     }
 
@@ -482,6 +775,9 @@ impl Builder {
             self.file_addr(s.pid, stack.lookup_address(i).0)
                 .map(|a| a.0)
         }));
+        if let (Some(misses), None) = (&mut self.misses, frames.first().copied().flatten()) {
+            misses.push((s.pid, s.ip));
+        }
         let (elf, refused) = (&self.exe.elf, &mut self.refused);
         // Arcs only into functions gprof can name: a PLT stub jumps into a
         // shared library (the call leaves the executable), and gprof,
@@ -500,6 +796,21 @@ impl Builder {
         // An unbounded arc map never overflows.
         let _ = self.graph.sample(frames.iter().copied(), entry);
         self.frames = frames;
+    }
+
+    /// Charge the samples taken in the executable's trampolines (its code
+    /// as the coverage runtime runs it) to the blocks they run: the
+    /// histogram stays what it would be without `--exact`.
+    fn charge_trampolines(&mut self, t: &Trampolines) -> u64 {
+        let mut n = 0;
+        for (_pid, ip) in self.misses.take().unwrap_or_default() {
+            if let Some(a) = t.link_addr(ip) {
+                if self.graph.tick(a) {
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 
     fn gmon(&self, hz: u32) -> GmonOut {
@@ -525,6 +836,104 @@ mod tests {
     /// The test binary itself plays CMD: a PIE with symbols.
     fn me() -> Program {
         Program::open(&std::env::current_exe().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn exact_counts_saturate_in_the_gnu_layout() {
+        let big = u64::from(u32::MAX) + 5;
+        let arcs: BTreeMap<(u64, u64), u64> =
+            [((0x1010, 0x2000), big), ((0x1020, 0x2000), 7)].into();
+        let (gnu, saturated) = gmon_arcs(&arcs, Format::Gnu);
+        assert_eq!(
+            saturated.as_deref(),
+            Some(
+                "1 arc made more than 4294967295 calls, written as 4294967295: GNU gmon.out's \
+                 arc counts are 32-bit (--format bsd holds 64)"
+            )
+        );
+        assert_eq!(
+            gnu,
+            vec![
+                gmon::Arc {
+                    from_pc: 0x1010,
+                    self_pc: 0x2000,
+                    count: u64::from(u32::MAX)
+                },
+                gmon::Arc {
+                    from_pc: 0x1020,
+                    self_pc: 0x2000,
+                    count: 7
+                }
+            ]
+        );
+        // Written and read back: the file holds the saturated count.
+        let out = GmonOut {
+            arcs: gnu,
+            ..GmonOut::default()
+        };
+        let bytes = gmon::write(&out, Format::Gnu, gmon::Target::X86_64).unwrap();
+        let back = gmon::parse(&bytes, gmon::Target::X86_64).unwrap().gmon;
+        assert_eq!(back.arcs[0].count, u64::from(u32::MAX));
+        // 4.4BSD's LP64 counts are 64-bit: nothing saturates.
+        let (bsd, saturated) = gmon_arcs(&arcs, Format::Bsd);
+        assert_eq!((bsd[0].count, saturated), (big, None));
+        assert_eq!(plural(1, "arc"), "1 arc");
+        assert_eq!(plural(2, "arc"), "2 arcs");
+    }
+
+    #[test]
+    fn trampoline_pcs_go_back_to_their_blocks() {
+        use profdev_coverage::encode::{Patch, PATCH_CALL5, PATCH_JMP, PATCH_REL8};
+        let bias = 0x5555_0000_0000;
+        let area = profdev_coverage::launch::Area {
+            path: "/x/prog".into(),
+            bias,
+            start: 0x7000_0000,
+            end: 0x7000_1000,
+            patches: vec![
+                // Block 0x1100: a jump to its trampoline at +0x0.
+                Patch {
+                    addr: bias + 0x1100,
+                    entry: 0x7000_0000,
+                    kind: PATCH_JMP,
+                    len: 5,
+                },
+                // Block 0x1200 (short): hops to a jmp at 0x1108, in block
+                // 0x1100's dead bytes, which leads to +0x80.
+                Patch {
+                    addr: bias + 0x1108,
+                    entry: 0x7000_0080,
+                    kind: PATCH_JMP,
+                    len: 5,
+                },
+                Patch {
+                    addr: bias + 0x1200,
+                    entry: bias + 0x1108,
+                    kind: PATCH_REL8,
+                    len: 2,
+                },
+                // A call site at 0x1300, counted by a stub at +0x100.
+                Patch {
+                    addr: bias + 0x1300,
+                    entry: 0x7000_0100,
+                    kind: PATCH_CALL5,
+                    len: 5,
+                },
+            ],
+        };
+        let mut other = area.clone();
+        other.path = "/x/lib.so".into();
+        other.start = 0x7100_0000;
+        other.end = 0x7100_1000;
+        let t = Trampolines::of(vec![area, other], Path::new("/x/prog"));
+        assert_eq!(t.link_addr(0x7000_0000), Some(0x1100));
+        assert_eq!(t.link_addr(0x7000_007f), Some(0x1100));
+        assert_eq!(t.link_addr(0x7000_0080), Some(0x1200));
+        assert_eq!(t.link_addr(0x7000_0120), Some(0x1300));
+        assert_eq!(t.link_addr(0x6fff_ffff), None);
+        assert_eq!(t.link_addr(0x7000_1000), None);
+        // Another module's area is not the executable's.
+        assert_eq!(t.link_addr(0x7100_0000), None);
     }
 
     #[test]

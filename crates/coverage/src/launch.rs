@@ -354,6 +354,43 @@ impl Server {
     }
 }
 
+/// A trampoline area one load of a module ran from: samples taken in it
+/// belong to the module's code (see [`Server::areas`]).
+#[derive(Clone, Debug)]
+pub struct Area {
+    /// The module's file.
+    pub path: PathBuf,
+    /// The load's bias (run-time address less link-time address).
+    pub bias: u64,
+    /// The area's run-time addresses.
+    pub start: u64,
+    /// Past its last byte of code.
+    pub end: u64,
+    /// The patches of the load, in run-time addresses.
+    pub patches: Vec<crate::encode::Patch>,
+}
+
+impl Server {
+    /// Every trampoline area encoded so far, per load (processes that
+    /// share a load, such as forked children, share an area).
+    pub fn areas(&self) -> Vec<Area> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for e in &state.entries {
+            for (bias, area, enc) in e.encoded.values() {
+                out.push(Area {
+                    path: e.path.clone(),
+                    bias: *bias,
+                    start: *area,
+                    end: area + enc.code.len() as u64,
+                    patches: enc.patches.clone(),
+                });
+            }
+        }
+        out
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Release);

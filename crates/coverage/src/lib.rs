@@ -59,6 +59,7 @@
 //!   `MAP_FIXED_NOREPLACE` (4.17) to place trampolines within ±2 GiB of
 //!   each module (on older kernels the placement is checked and retried).
 
+pub mod arcs;
 pub mod cobertura;
 pub mod counts;
 pub mod encode;
