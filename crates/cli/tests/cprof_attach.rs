@@ -14,9 +14,9 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,52 +33,6 @@ fn compile(args: &[&str], out: &Path) {
         .status()
         .expect("cc runs");
     assert!(status.success(), "cc failed");
-}
-
-/// A private mount (`profdev mount -b DIR`), unmounted on drop.
-struct Mount {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-}
-
-impl Mount {
-    fn new() -> Mount {
-        let tmp = tempdir();
-        let dir = tmp.path().canonicalize().unwrap().join("mnt");
-        std::fs::create_dir(&dir).unwrap();
-        let out = run(profdev().arg("mount").arg("-b").arg(&dir));
-        assert!(
-            out.status.success(),
-            "profdev mount: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Mount { _tmp: tmp, dir }
-    }
-
-    fn prof(&self) -> PathBuf {
-        self.dir.join("prof")
-    }
-
-    fn ctl(&self, msg: &str) -> std::io::Result<usize> {
-        OpenOptions::new()
-            .write(true)
-            .open(self.prof().join("ctl"))?
-            .write(msg.as_bytes())
-    }
-
-    /// The record directory whose name file says `name`.
-    fn record(&self, name: &str) -> Option<PathBuf> {
-        std::fs::read_dir(self.prof())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| std::fs::read_to_string(p.join("name")).is_ok_and(|n| n.trim_end() == name))
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = run(profdev().arg("unmount").arg(&self.dir));
-    }
 }
 
 /// The histogram's pairs, one read(2) of 64 bytes each, until end of file.
@@ -307,7 +261,7 @@ fn stop_reports_two_threads_exactly_and_the_program_runs_on() {
     assert_eq!(p.gs(), [0, 0, 0]);
     p.go(5);
     m.ctl("module attach_loop\n").unwrap();
-    m.ctl(&format!("startcp {}\n", p.child.id())).unwrap();
+    m.ctl(format!("startcp {}\n", p.child.id())).unwrap();
     // Each thread counts into an array of its own (its GS base, 0 before
     // the attach), so two threads running inner() at once lose nothing.
     let gs = p.gs();
@@ -345,7 +299,7 @@ fn a_static_program_is_out_of_reach_and_runs_on() {
     compile(&["-O0", "-pthread", "-static"], &exe);
     let m = Mount::new();
     let mut p = Program::start(&exe, 1);
-    let e = m.ctl(&format!("startcp {}\n", p.child.id())).unwrap_err();
+    let e = m.ctl(format!("startcp {}\n", p.child.id())).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENXIO), "{e}");
     // Not in coverage mode: another mode may start.
     m.ctl("startmp1\n").unwrap();
@@ -379,7 +333,7 @@ fn a_process_of_another_user_is_counted() {
             .arg("1"),
     );
     m.ctl("module attach_loop\n").unwrap();
-    m.ctl(&format!("startcp {}\n", p.child.id())).unwrap();
+    m.ctl(format!("startcp {}\n", p.child.id())).unwrap();
     p.go(20);
     assert_eq!(p.quit(), format!("sum {}\n", worker_value(20)));
     let mut rec = None;
@@ -410,7 +364,7 @@ fn every_module_with_threads_stopped_inside_libc() {
     p.go(2);
     // No module list: the executable and every library, libc too, whose
     // read(2) every thread is stopped in.
-    m.ctl(&format!("startcp {}\n", p.child.id())).unwrap();
+    m.ctl(format!("startcp {}\n", p.child.id())).unwrap();
     p.go(100);
     m.ctl("stop\n").unwrap();
     let rec = m.record("attach_loop").expect("the executable's record");
