@@ -407,7 +407,7 @@ fn a_launch_counts_what_the_stepper_counts() {
     let oracle = measure(&exe);
 
     let run = Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .args(["cprof", "-f", "-r", "-e"])
+        .args(["cprof", "-f", "-r", "--lcov", "launch.info", "-e"])
         .arg(&exe)
         .current_dir(dir.path())
         .output()
@@ -451,6 +451,16 @@ fn a_launch_counts_what_the_stepper_counts() {
             b.addr
         );
     }
+    // The lcov file of the launch is the one the stepper's counts give
+    // (the golden of marks_counts_lcov_and_genhtml_on_exact_counts).
+    let info = std::fs::read_to_string(dir.path().join("launch.info")).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).display().to_string();
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cprof/known.info.golden");
+    assert_eq!(
+        info.replace(&repo, "$CLI"),
+        std::fs::read_to_string(golden).unwrap(),
+        "lcov of the launch"
+    );
 }
 
 /// A Rust release binary with debug info (`rustc -O -g`), counted by
