@@ -116,7 +116,7 @@ pub fn area_size(plan: &Plan) -> u64 {
             How::Int3 { to } | How::Hop { to, .. } => 96 + 5 * (to - b.start),
             How::Call { .. } => 48,
             How::Covered => 48,
-            How::None => 0,
+            How::None | How::Fell { .. } => 0,
         };
         if b.branch.is_some() {
             n += 48;
@@ -306,7 +306,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
     for (i, b) in plan.blocks.iter().enumerate() {
         let counter = first_counter + i as u64;
         let piece = match b.how {
-            How::None => continue,
+            How::None | How::Fell { .. } => continue,
             How::Call { .. } => (|| {
                 let x = decode(b.start, b.end)?.pop()?;
                 let mut stub = count_seq(counter, false);
@@ -526,7 +526,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             }
             How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
             How::Call { .. } => (PATCH_CALL6, b.start, 6),
-            How::None | How::Covered => continue,
+            How::None | How::Covered | How::Fell { .. } => continue,
         };
         patches.push(Patch {
             addr: addr + bias,

@@ -261,7 +261,10 @@ impl Server {
             };
             let mut trapped = 0;
             for (i, b) in plan.blocks.iter().enumerate() {
-                if b.how == How::None || e.lost.contains(&i) {
+                // A block derived from its predecessor's fall-throughs
+                // is lost with it.
+                let derived_lost = matches!(b.how, How::Fell { .. }) && e.lost.contains(&(i - 1));
+                if b.how == How::None || e.lost.contains(&i) || derived_lost {
                     m.uncounted += 1;
                     continue;
                 }
@@ -272,7 +275,10 @@ impl Server {
                     start: b.start,
                     end: b.end,
                     insns: b.insns.clone(),
-                    count: c[i],
+                    count: match b.how {
+                        How::Fell { branch } => c[nb + branch as usize],
+                        _ => c[i],
+                    },
                 });
                 if let Some(j) = b.branch {
                     let not_taken = c[nb + j as usize];

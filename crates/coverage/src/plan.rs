@@ -74,6 +74,11 @@ pub enum How {
     /// Counted in the trampoline of an earlier block whose window runs
     /// on into this one (it is entered only by falling through from it).
     Covered,
+    /// Not patched: the block is entered only by falling through the
+    /// conditional jump that ends the block before it, whose trampoline
+    /// counts its fall-throughs (branch `branch`): that is its count,
+    /// exactly. (A short block there would otherwise trap.)
+    Fell { branch: u32 },
     /// Not counted.
     None,
 }
@@ -692,6 +697,23 @@ impl Plan {
                 if to >= b.end && a + 5 <= b.end && !unresolved.contains(&func_of(b.start)) {
                     dead.push((a, b.end));
                 }
+            }
+        }
+        // A short block entered only by the fall-through of the block
+        // before it, whose conditional jump a trampoline copies (its
+        // fall-throughs are counted): derived, no patch at all.
+        for bi in 1..blocks.len() {
+            let (before, rest) = blocks.split_at_mut(bi);
+            let (p, b) = (&before[bi - 1], &mut rest[0]);
+            if !matches!(b.how, How::Int3 { .. }) || unresolved.contains(&func_of(b.start)) {
+                continue;
+            }
+            let Some(j) = p.branch else { continue };
+            if p.end == b.start
+                && soft.contains(&b.start)
+                && p.insns.last() == Some(&branches[j as usize].0)
+            {
+                b.how = How::Fell { branch: j };
             }
         }
         for (bi, b) in blocks.iter_mut().enumerate() {
