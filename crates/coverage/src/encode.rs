@@ -78,7 +78,9 @@ impl Encoded {
     pub fn code_for(&self, first_counter: u64) -> Vec<u8> {
         let mut code = self.code.clone();
         if first_counter != self.first_counter {
-            let add = first_counter.wrapping_sub(self.first_counter).wrapping_mul(8) as u32;
+            let add = first_counter
+                .wrapping_sub(self.first_counter)
+                .wrapping_mul(8) as u32;
             for &o in &self.counter_fixups {
                 let o = o as usize;
                 let v = u32::from_le_bytes(code[o..o + 4].try_into().expect("4 bytes"));

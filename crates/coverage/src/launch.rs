@@ -9,7 +9,9 @@
 //! its own replies) for each module it has not covered yet; profdev plans
 //! the module once per file ([`crate::plan`], cached by device and inode),
 //! encodes its trampolines for the area the runtime mapped
-//! ([`crate::encode`]), and the runtime writes the patches. Threads created
+//! ([`crate::encode`]; once per distance between area and module, reused
+//! by every later load at that distance), and the runtime writes the
+//! patches. Threads created
 //! with `pthread_create` get their own counter array; a forked child
 //! reports what it ran after the fork; an image that `exec`s reports
 //! before, and the new image is covered afresh; reports are files in the
@@ -116,6 +118,9 @@ struct State {
     entries: Vec<Entry>,
     by_file: HashMap<(u64, u64), usize>,
     notes: Vec<String>,
+    /// Encodings made, and loads served a copy of one.
+    made: u64,
+    reused: u64,
 }
 
 /// The planning server and the private directory a run's processes
@@ -223,6 +228,13 @@ impl Server {
                 self.reports_dir().into_os_string(),
             ),
         ]
+    }
+
+    /// Encodings made so far, and loads that were served a copy of one
+    /// made for another load ([`crate::encode::Encoded::code_for`]).
+    pub fn encodings(&self) -> (u64, u64) {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (s.made, s.reused)
     }
 
     /// The counts of every report written so far, per module planned,
@@ -496,10 +508,14 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     let key = offset_of(bias, area);
     let cached = state.lock().ok()?.entries[id].encoded.get(&key).cloned();
     let (bias0, area0, enc) = match cached {
-        Some(c) => c,
+        Some(c) => {
+            state.lock().ok()?.reused += 1;
+            c
+        }
         None => {
             let e = Arc::new(encode(&plan, bias, area, first));
             let mut s = state.lock().ok()?;
+            s.made += 1;
             let entry = &mut s.entries[id];
             entry.lost.extend(e.failed_blocks.iter().copied());
             entry.encoded.insert(key, (bias, area, e.clone()));

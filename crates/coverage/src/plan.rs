@@ -33,6 +33,13 @@
 //!   copy of the whole block up to a final call). A trampoline that falls
 //!   or jumps into such a block goes to its trampoline directly, so only
 //!   entries from unpatched code pay for the trap.
+//!   Where the block is entered only by falling through the conditional
+//!   jump that ends the block before it (no jump, table or stored address
+//!   leads there, its function has no unresolved indirect jump) and that
+//!   jump is copied in a trampoline (so its fall-throughs are counted),
+//!   the block is left unpatched and takes that count ([`How::Fell`]):
+//!   no trap, and exact. Elsewhere a short block with dead bytes of a
+//!   copied block within 128 bytes hops there ([`How::Hop`]).
 //! * [`How::Call`]: a block that is one call (`call rel32`, or `call
 //!   *disp(%rip)`) is counted by retargeting the call to a stub that counts
 //!   and jumps on; the return address does not change.
