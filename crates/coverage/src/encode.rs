@@ -407,7 +407,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
         .collect();
 
     // Layout: entries of every block.
-    let mut entry = std::collections::HashMap::new();
+    let mut entry = rustc_hash::FxHashMap::default();
     let mut at = area;
     let mut places = Vec::with_capacity(pieces.len());
     for (p, (s, m)) in pieces.iter().zip(&slots) {

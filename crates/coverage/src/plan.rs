@@ -50,7 +50,9 @@
 //! table, or a computed goto) some leaders are unknown, so there a window
 //! is only ever the block's first instruction; shorter blocks trap.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::path::Path;
 
 use iced_x86::{
@@ -255,13 +257,13 @@ impl Plan {
                 insns.push(d.decode());
             }
         }
-        let index: std::collections::HashMap<u64, usize> =
+        let index: HashMap<u64, usize> =
             insns.iter().enumerate().map(|(i, x)| (x.ip(), i)).collect();
         let is_insn = |a: u64| index.contains_key(&a);
 
         // Leaders that padding must not swallow: function starts, sections,
         // direct targets.
-        let mut hard: HashSet<u64> = HashSet::new();
+        let mut hard: HashSet<u64> = HashSet::default();
         hard.extend(function_starts.iter().copied().filter(|a| is_insn(*a)));
         hard.extend(section_starts.iter().copied());
         for x in &insns {
@@ -300,7 +302,7 @@ impl Plan {
                 _ => u64::MAX,
             }
         };
-        let mut unresolved: HashSet<u64> = HashSet::new();
+        let mut unresolved: HashSet<u64> = HashSet::default();
         for (i, x) in insns.iter().enumerate() {
             if x.flow_control() != FlowControl::IndirectBranch || is_tail_call_through_memory(x) {
                 continue;
@@ -323,7 +325,7 @@ impl Plan {
         // the signal mask, or create a thread or process), and what they
         // call, two calls deep: a trap there would kill the process (a
         // blocked SIGTRAP is fatal), so they get no int3.
-        let mut masked: HashSet<u64> = HashSet::new();
+        let mut masked: HashSet<u64> = HashSet::default();
         let mut eax: Option<u64> = None;
         for x in &insns {
             if x.mnemonic() == Mnemonic::Syscall {
@@ -363,10 +365,10 @@ impl Plan {
 
         // Padding and the remaining leaders.
         let mut leaders: BTreeSet<u64> = hard.iter().copied().collect();
-        let mut padding: HashSet<u64> = HashSet::new();
+        let mut padding: HashSet<u64> = HashSet::default();
         // Leaders entered only by falling through a conditional jump: a
         // window may run across them.
-        let mut soft: HashSet<u64> = HashSet::new();
+        let mut soft: HashSet<u64> = HashSet::default();
         let mut i = 0;
         while i < insns.len() {
             let x = &insns[i];
@@ -442,7 +444,7 @@ impl Plan {
             }
             None
         };
-        let start_index: std::collections::HashMap<u64, usize> = raw
+        let start_index: HashMap<u64, usize> = raw
             .iter()
             .enumerate()
             .map(|(b, (s, _))| (insns[*s].ip(), b))
