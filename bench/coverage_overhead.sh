@@ -5,6 +5,9 @@
 # real programs, in one script run, with the geometric mean.
 #
 # Usage: bench/coverage_overhead.sh [ROUNDS]      (default 1 round)
+#   COVERAGE_BENCH_VARIANTS="native launch"  only these variants
+#   COVERAGE_BENCH_LAUNCH=PATH               another build of the harness
+#                                            (to compare two commits)
 #
 # Workloads:
 #   xz       xz -9 -T1 of 3 MB of base64 text
@@ -20,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}
 cargo build --release -q -p profdev-coverage
-launch=$PWD/target/release/profdev-coverage-run
+launch=${COVERAGE_BENCH_LAUNCH:-$PWD/target/release/profdev-coverage-run}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -c 2250000 /dev/urandom | base64 >"$work/in.txt"
@@ -31,6 +34,10 @@ done >"$work/gen.c"
 
 variants=(native launch)
 command -v valgrind >/dev/null && variants+=(cachegrind callgrind) || echo "bench: valgrind not found: skipped" >&2
+if [ -n "${COVERAGE_BENCH_VARIANTS:-}" ]; then
+  read -r -a variants <<<"$COVERAGE_BENCH_VARIANTS"
+fi
+echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) at the start" >&2
 workloads=(xz python sqlite cc)
 
 run() { # variant, command...
@@ -97,3 +104,4 @@ for v in "${variants[@]}"; do
 done
 printf '\n'
 grep -h "breakpoints were taken" "$work/launch.log" | sed 's/^/launch: /' || true
+echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end" >&2

@@ -408,10 +408,28 @@ static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
         rc = 0;
         goto out;
     }
-    if (sscanf(line, "SIZE %lx %lx", &sz, &n) != 2) goto out;
+    unsigned long off;
+    int nf = sscanf(line, "SIZE %lx %lx %lx", &sz, &n, &off);
+    if (nf < 2) goto out;
     if (next_counter + n > CAP) goto out;
     size = sz;
-    uint64_t a = place_area(lo, hi, size);
+    uint64_t a = 0;
+    if (nf == 3) {
+        /* Where an encoding exists already: profdev copies it instead of
+         * encoding anew. Only where it is within reach of the module. */
+        const uint64_t reach = (1ull << 31) - (16ull << 20);
+        uint64_t want = bias + off;
+        if (!(want & 0xfff) && want + size > want && hi - lo + size <= reach && want + size <= lo + reach &&
+            hi <= want + reach) {
+            void *p = (void *)raw6(SYS_mmap, (long)want, (long)size, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+            if ((uint64_t)p == want)
+                a = want;
+            else if ((unsigned long)p <= -4096UL)
+                raw6(SYS_munmap, (long)p, (long)size, 0, 0, 0, 0);
+        }
+    }
+    if (!a) a = place_area(lo, hi, size);
     if (!a) goto out;
     area = (uint8_t *)a;
     k = snprintf(line, sizeof line, "AT %lx %lx\n", (unsigned long)a, (unsigned long)next_counter);

@@ -8,6 +8,15 @@
 //! count is one unlocked instruction and no count is lost between threads.
 //! Where the flags are live the count is wrapped in `pushfq`/`popfq`,
 //! below the red zone.
+//!
+//! **Reuse.** The code holds no absolute address: branches back into the
+//! module and its RIP-relative operands are relative, and an emulated
+//! call computes its return address RIP-relative. So one encoding serves
+//! every load (in any process) whose area lies at the same distance from
+//! the module's load bias: [`Encoded::code_for`] copies it with the
+//! counters' displacements moved to another first counter (the only
+//! relocation, listed in [`Encoded::counter_fixups`]), and
+//! [`Encoded::patches_for`] moves the patches to the new bias and area.
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
@@ -54,6 +63,50 @@ pub struct Encoded {
     pub trapped: u64,
     /// Indices of the blocks that failed (counted in `failed`).
     pub failed_blocks: Vec<usize>,
+    /// Offsets in `code` of the 32-bit displacements of the counts
+    /// (`incq %gs:DISP`), each `8 * (first counter + index)`.
+    pub counter_fixups: Vec<u32>,
+    /// The first counter the code was encoded for.
+    pub first_counter: u64,
+}
+
+impl Encoded {
+    /// The area's code for a load whose area lies at the same distance
+    /// from the module as the one this was encoded for (every branch and
+    /// RIP-relative operand between them is then unchanged: the code is
+    /// position-independent), its counters from `first_counter`.
+    pub fn code_for(&self, first_counter: u64) -> Vec<u8> {
+        let mut code = self.code.clone();
+        if first_counter != self.first_counter {
+            let add = first_counter
+                .wrapping_sub(self.first_counter)
+                .wrapping_mul(8) as u32;
+            for &o in &self.counter_fixups {
+                let o = o as usize;
+                let v = u32::from_le_bytes(code[o..o + 4].try_into().expect("4 bytes"));
+                code[o..o + 4].copy_from_slice(&v.wrapping_add(add).to_le_bytes());
+            }
+        }
+        code
+    }
+
+    /// The patches for a load at `bias` with its area at `area`, from an
+    /// encoding made for `bias0` and `area0` (`area - bias == area0 -
+    /// bias0`).
+    pub fn patches_for(&self, bias0: u64, area0: u64, bias: u64, area: u64) -> Vec<Patch> {
+        self.patches
+            .iter()
+            .map(|p| Patch {
+                addr: p.addr.wrapping_sub(bias0).wrapping_add(bias),
+                entry: if p.kind == PATCH_REL8 {
+                    p.entry.wrapping_sub(bias0).wrapping_add(bias)
+                } else {
+                    p.entry.wrapping_sub(area0).wrapping_add(area)
+                },
+                ..*p
+            })
+            .collect()
+    }
 }
 
 /// A bound on the trampoline area's size for `plan`, in bytes.
@@ -65,7 +118,7 @@ pub fn area_size(plan: &Plan) -> u64 {
             How::Int3 { to } | How::Hop { to, .. } => 96 + 5 * (to - b.start),
             How::Call { .. } => 48,
             How::Covered => 48,
-            How::None => 0,
+            How::None | How::Fell { .. } => 0,
         };
         if b.branch.is_some() {
             n += 48;
@@ -107,10 +160,21 @@ fn count_seq(index: u64, flags_live: bool) -> Vec<Instruction> {
 fn emulate_call(call: &Instruction) -> Option<Vec<Instruction>> {
     let ret = call.next_ip();
     let slot = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    // The return address is computed RIP-relative (through %rax, saved
+    // below the new slot: at a call nothing live is below %rsp), so the
+    // trampoline holds no absolute address and serves every load whose
+    // area sits at the same distance from the module.
     let mut v = vec![
         Instruction::with2(Code::Lea_r64_m, Register::RSP, slot(-8)).ok()?,
-        Instruction::with2(Code::Mov_rm32_imm32, slot(0), ret as u32).ok()?,
-        Instruction::with2(Code::Mov_rm32_imm32, slot(4), (ret >> 32) as u32).ok()?,
+        Instruction::with1(Code::Push_r64, Register::RAX).ok()?,
+        Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RAX,
+            MemoryOperand::with_base_displ(Register::RIP, ret as i64),
+        )
+        .ok()?,
+        Instruction::with2(Code::Mov_rm64_r64, slot(8), Register::RAX).ok()?,
+        Instruction::with1(Code::Pop_r64, Register::RAX).ok()?,
     ];
     match call.code() {
         Code::Call_rel32_64 => v.push(jmp(call.near_branch_target())),
@@ -165,6 +229,41 @@ fn jmp(target: u64) -> Instruction {
     Instruction::with_branch(Code::Jmp_rel32_64, target).expect("jmp is valid")
 }
 
+/// Whether `x` is a count made by [`count_seq`].
+fn is_count(x: &Instruction) -> bool {
+    x.code() == Code::Inc_rm64
+        && x.segment_prefix() == Register::GS
+        && x.memory_base() == Register::None
+        && x.memory_index() == Register::None
+}
+
+/// `list` encoded at `rip`; the offsets (from the start of the result) of
+/// the displacements of its counts are added to `fixups` (plus `base`).
+fn enc_fix(list: &[Instruction], rip: u64, fixups: &mut Vec<u32>, base: u64) -> Option<Vec<u8>> {
+    let counts = list.iter().any(is_count);
+    let opts = if counts {
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
+            | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS
+    } else {
+        BlockEncoderOptions::NONE
+    };
+    let r = BlockEncoder::encode(64, InstructionBlock::new(list, rip), opts).ok()?;
+    if counts {
+        for (k, x) in list.iter().enumerate() {
+            if !is_count(x) {
+                continue;
+            }
+            let c = r.constant_offsets.get(k)?;
+            let at = *r.new_instruction_offsets.get(k)?;
+            if at == u32::MAX || !c.has_displacement() || c.displacement_size() != 4 {
+                return None;
+            }
+            fixups.push((base + u64::from(at) + c.displacement_offset() as u64) as u32);
+        }
+    }
+    Some(r.code_buffer)
+}
+
 fn enc(list: &[Instruction], rip: u64) -> Option<Vec<u8>> {
     BlockEncoder::encode(
         64,
@@ -209,7 +308,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
     for (i, b) in plan.blocks.iter().enumerate() {
         let counter = first_counter + i as u64;
         let piece = match b.how {
-            How::None => continue,
+            How::None | How::Fell { .. } => continue,
             How::Call { .. } => (|| {
                 let x = decode(b.start, b.end)?.pop()?;
                 let mut stub = count_seq(counter, false);
@@ -308,7 +407,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
         .collect();
 
     // Layout: entries of every block.
-    let mut entry = std::collections::HashMap::new();
+    let mut entry = rustc_hash::FxHashMap::default();
     let mut at = area;
     let mut places = Vec::with_capacity(pieces.len());
     for (p, (s, m)) in pieces.iter().zip(&slots) {
@@ -339,6 +438,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
     let mut code = vec![0xCCu8; (at - area) as usize];
     let mut patches = Vec::new();
     let mut trapped = 0;
+    let mut counter_fixups = Vec::new();
     for ((p, (_, m)), (stub_at, main_at, e)) in pieces.into_iter().zip(&slots).zip(&places) {
         let b = &plan.blocks[p.block];
         let main = p.main;
@@ -350,10 +450,12 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                 let t = redirect(stub[last].near_branch_target());
                 stub[last].set_near_branch64(t);
             }
-            match enc(&stub, at) {
+            let mut fx = Vec::new();
+            match enc_fix(&stub, at, &mut fx, at - area) {
                 Some(c) if c.len() as u64 <= STUB => {
                     let off = (at - area) as usize;
                     code[off..off + c.len()].copy_from_slice(&c);
+                    counter_fixups.extend(fx);
                 }
                 _ => ok = false,
             }
@@ -378,10 +480,12 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             drop(main);
             ok = false;
             for t in &tries {
-                if let Some(c) = enc(t, *main_at) {
+                let mut fx = Vec::new();
+                if let Some(c) = enc_fix(t, *main_at, &mut fx, *main_at - area) {
                     if c.len() as u64 <= *m {
                         let off = (*main_at - area) as usize;
                         code[off..off + c.len()].copy_from_slice(&c);
+                        counter_fixups.extend(fx);
                         ok = true;
                         break;
                     }
@@ -424,7 +528,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             }
             How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
             How::Call { .. } => (PATCH_CALL6, b.start, 6),
-            How::None | How::Covered => continue,
+            How::None | How::Covered | How::Fell { .. } => continue,
         };
         patches.push(Patch {
             addr: addr + bias,
@@ -440,5 +544,49 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
         failed,
         trapped,
         failed_blocks,
+        counter_fixups,
+        first_counter,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan of real code: this test binary's own.
+    fn own_plan() -> Plan {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        Plan::of_file(&exe).expect("the test binary plans")
+    }
+
+    #[test]
+    fn one_encoding_serves_another_load_at_the_same_offset() {
+        let plan = own_plan();
+        let (bias1, area1, first1) = (0x5555_0000_0000u64, 0x5555_4000_0000u64, 0u64);
+        let (bias2, area2, first2) = (0x7f12_3456_0000u64, 0x7f12_7456_0000u64, 12_345u64);
+        assert_eq!(area1 - bias1, area2 - bias2);
+        let once = encode(&plan, bias1, area1, first1);
+        let fresh = encode(&plan, bias2, area2, first2);
+        assert!(!once.counter_fixups.is_empty());
+        assert!(once.patches.len() > 1000, "{} patches", once.patches.len());
+        assert_eq!(once.failed, fresh.failed);
+        assert_eq!(once.code_for(first2), fresh.code, "code relocated");
+        assert_eq!(
+            once.patches_for(bias1, area1, bias2, area2),
+            fresh.patches,
+            "patches relocated"
+        );
+        // And back, from an encoding with a non-zero first counter.
+        assert_eq!(fresh.code_for(first1), once.code);
+    }
+
+    #[test]
+    fn another_offset_changes_the_code() {
+        // The code is only reusable at the same offset: branches into the
+        // module are relative to the area.
+        let plan = own_plan();
+        let a = encode(&plan, 0x5555_0000_0000, 0x5555_4000_0000, 0);
+        let b = encode(&plan, 0x5555_0000_0000, 0x5555_5000_0000, 0);
+        assert_ne!(a.code, b.code);
     }
 }

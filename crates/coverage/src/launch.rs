@@ -9,7 +9,9 @@
 //! its own replies) for each module it has not covered yet; profdev plans
 //! the module once per file ([`crate::plan`], cached by device and inode),
 //! encodes its trampolines for the area the runtime mapped
-//! ([`crate::encode`]), and the runtime writes the patches. Threads created
+//! ([`crate::encode`]; once per distance between area and module, reused
+//! by every later load at that distance), and the runtime writes the
+//! patches. Threads created
 //! with `pthread_create` get their own counter array; a forked child
 //! reports what it ran after the fork; an image that `exec`s reports
 //! before, and the new image is covered afresh; reports are files in the
@@ -21,13 +23,21 @@
 //! ```text
 //! runtime: MOD <pid dec> <dev dec> <ino dec> <bias> <lo> <hi> <path>
 //! profdev: SKIP                       (not selected)
-//!        | SIZE <area bytes> <counters>
+//!        | SIZE <area bytes> <counters> [<offset>]
 //! runtime: AT <area address> <first counter>
 //! profdev: CODE <code bytes> <patches> <module id>
 //!          then the code, then 24 bytes per patch (u64 address, u64
 //!          entry, u32 kind, u32 length, little-endian)
 //! runtime: DONE <patches skipped>, then `S <address>` per skipped patch
 //! ```
+//!
+//! `<offset>`, when present, is the distance (area address minus bias,
+//! modulo 2^64) of an area this module's code was already encoded for: a
+//! runtime that can map its area at `bias + offset` gets that encoding
+//! copied (its counters moved to the first counter it chose, its patches
+//! to its bias and area: [`crate::encode::Encoded::code_for`]) instead of
+//! a new one. The code sent is always for the area and first counter the
+//! runtime named.
 //!
 //! **Reports** (`cov.PID.SEQ`, one per process image): `profdev-coverage
 //! 1`, `pid N`, then per module `M <id dec> <first counter dec> <counters
@@ -85,15 +95,21 @@ pub enum LaunchError {
 /// An encoding: the bias and area it was made for, and the result.
 type Cached = (u64, u64, Arc<Encoded>);
 
+/// The distance from a load's bias to its area, what an encoding is
+/// reusable for.
+fn offset_of(bias: u64, area: u64) -> u64 {
+    area.wrapping_sub(bias)
+}
+
 /// One planned module, shared by the processes that map it.
 struct Entry {
     path: PathBuf,
     plan: Arc<Plan>,
     /// Blocks left uncounted by an encoding failure or a skipped patch.
     lost: BTreeSet<usize>,
-    /// Encodings by (bias, area, first counter): bias and area, and the
-    /// result.
-    encoded: HashMap<(u64, u64, u64), Cached>,
+    /// Encodings by the area's offset from the bias ([`offset_of`]): the
+    /// bias and area each was made for, and the result.
+    encoded: HashMap<u64, Cached>,
 }
 
 #[derive(Default)]
@@ -102,6 +118,9 @@ struct State {
     entries: Vec<Entry>,
     by_file: HashMap<(u64, u64), usize>,
     notes: Vec<String>,
+    /// Encodings made, and loads served a copy of one.
+    made: u64,
+    reused: u64,
 }
 
 /// The planning server and the private directory a run's processes
@@ -271,6 +290,13 @@ impl Server {
         ]
     }
 
+    /// Encodings made so far, and loads that were served a copy of one
+    /// made for another load ([`crate::encode::Encoded::code_for`]).
+    pub fn encodings(&self) -> (u64, u64) {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (s.made, s.reused)
+    }
+
     /// The counts of every report written so far, per module planned,
     /// and notes (one sentence each) on what was not counted.
     pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
@@ -307,7 +333,10 @@ impl Server {
             };
             let mut trapped = 0;
             for (i, b) in plan.blocks.iter().enumerate() {
-                if b.how == How::None || e.lost.contains(&i) {
+                // A block derived from its predecessor's fall-throughs
+                // is lost with it.
+                let derived_lost = matches!(b.how, How::Fell { .. }) && e.lost.contains(&(i - 1));
+                if b.how == How::None || e.lost.contains(&i) || derived_lost {
                     m.uncounted += 1;
                     continue;
                 }
@@ -318,7 +347,10 @@ impl Server {
                     start: b.start,
                     end: b.end,
                     insns: b.insns.clone(),
-                    count: c[i],
+                    count: match b.how {
+                        How::Fell { branch } => c[nb + branch as usize],
+                        _ => c[i],
+                    },
                 });
                 if let Some(j) = b.branch {
                     let not_taken = c[nb + j as usize];
@@ -565,23 +597,34 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             return Some(());
         }
     };
-    let plan = state.lock().ok()?.entries[id].plan.clone();
+    let (plan, offer) = {
+        let s = state.lock().ok()?;
+        let e = &s.entries[id];
+        (e.plan.clone(), e.encoded.keys().next().copied())
+    };
     let size = crate::encode::area_size(&plan);
-    writeln!(w, "SIZE {size:x} {:x}", plan.counters()).ok()?;
+    match offer {
+        Some(o) => writeln!(w, "SIZE {size:x} {:x} {o:x}", plan.counters()).ok()?,
+        None => writeln!(w, "SIZE {size:x} {:x}", plan.counters()).ok()?,
+    }
     line.clear();
     r.read_line(&mut line).ok()?;
     let mut at = line.trim_end().strip_prefix("AT ")?.split(' ');
     let area = hex(at.next()?)?;
     let first = hex(at.next()?)?;
-    // Trampolines hold absolute addresses (an emulated call pushes its
-    // return address): an encoding serves only the same load.
-    let key = (bias, area, first);
+    // An encoding serves every load with the same offset (see
+    // crate::encode's Reuse).
+    let key = offset_of(bias, area);
     let cached = state.lock().ok()?.entries[id].encoded.get(&key).cloned();
     let (bias0, area0, enc) = match cached {
-        Some(c) => c,
+        Some(c) => {
+            state.lock().ok()?.reused += 1;
+            c
+        }
         None => {
             let e = Arc::new(encode(&plan, bias, area, first));
             let mut s = state.lock().ok()?;
+            s.made += 1;
             let entry = &mut s.entries[id];
             entry.lost.extend(e.failed_blocks.iter().copied());
             entry.encoded.insert(key, (bias, area, e.clone()));
@@ -597,10 +640,10 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         id
     )
     .ok()?;
-    buf.extend_from_slice(&enc.code);
-    for p in &enc.patches {
-        buf.extend_from_slice(&(p.addr - bias0 + bias).to_le_bytes());
-        buf.extend_from_slice(&(p.entry - area0 + area).to_le_bytes());
+    buf.extend_from_slice(&enc.code_for(first));
+    for p in enc.patches_for(bias0, area0, bias, area) {
+        buf.extend_from_slice(&p.addr.to_le_bytes());
+        buf.extend_from_slice(&p.entry.to_le_bytes());
         buf.extend_from_slice(&p.kind.to_le_bytes());
         buf.extend_from_slice(&p.len.to_le_bytes());
     }

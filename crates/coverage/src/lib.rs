@@ -7,7 +7,9 @@
 //! Cobertura exports read it.
 //!
 //! The engine: [`plan`] cuts a module into blocks and decides how each is
-//! counted, [`encode`] makes the trampolines for one load of it, and
+//! counted, [`encode`] makes its trampolines (position-independent: one
+//! encoding serves every load and process whose area lies at the same
+//! distance from the module, copied with its counters relocated), and
 //! [`launch`] runs a command with the runtime preloaded and collects the
 //! counts ([`launch::launch`]; the runtime's entry for attach mode is
 //! described there).
@@ -24,7 +26,9 @@
 //!   `dlopen` returns (its initializers, run inside dlopen, are not
 //!   counted; a library libc loads on its own, such as an NSS module, is
 //!   covered at the next dlopen).
-//! * **Short blocks.** A block shorter than a 5-byte jump gets a 2-byte
+//! * **Short blocks.** A block shorter than a 5-byte jump that is entered
+//!   only by falling through a counted conditional jump takes that jump's
+//!   fall-through count (no patch); otherwise it gets a 2-byte
 //!   jump to a 5-byte one placed in the dead bytes of a nearby block (one
 //!   whose trampoline copies it whole); where there is none within 128
 //!   bytes, or the block is 1 byte long, it is counted through `int3` and

@@ -33,6 +33,13 @@
 //!   copy of the whole block up to a final call). A trampoline that falls
 //!   or jumps into such a block goes to its trampoline directly, so only
 //!   entries from unpatched code pay for the trap.
+//!   Where the block is entered only by falling through the conditional
+//!   jump that ends the block before it (no jump, table or stored address
+//!   leads there, its function has no unresolved indirect jump) and that
+//!   jump is copied in a trampoline (so its fall-throughs are counted),
+//!   the block is left unpatched and takes that count ([`How::Fell`]):
+//!   no trap, and exact. Elsewhere a short block with dead bytes of a
+//!   copied block within 128 bytes hops there ([`How::Hop`]).
 //! * [`How::Call`]: a block that is one call (`call rel32`, or `call
 //!   *disp(%rip)`) is counted by retargeting the call to a stub that counts
 //!   and jumps on; the return address does not change.
@@ -43,7 +50,9 @@
 //! table, or a computed goto) some leaders are unknown, so there a window
 //! is only ever the block's first instruction; shorter blocks trap.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::path::Path;
 
 use iced_x86::{
@@ -74,6 +83,11 @@ pub enum How {
     /// Counted in the trampoline of an earlier block whose window runs
     /// on into this one (it is entered only by falling through from it).
     Covered,
+    /// Not patched: the block is entered only by falling through the
+    /// conditional jump that ends the block before it, whose trampoline
+    /// counts its fall-throughs (branch `branch`): that is its count,
+    /// exactly. (A short block there would otherwise trap.)
+    Fell { branch: u32 },
     /// Not counted.
     None,
 }
@@ -243,13 +257,13 @@ impl Plan {
                 insns.push(d.decode());
             }
         }
-        let index: std::collections::HashMap<u64, usize> =
+        let index: HashMap<u64, usize> =
             insns.iter().enumerate().map(|(i, x)| (x.ip(), i)).collect();
         let is_insn = |a: u64| index.contains_key(&a);
 
         // Leaders that padding must not swallow: function starts, sections,
         // direct targets.
-        let mut hard: HashSet<u64> = HashSet::new();
+        let mut hard: HashSet<u64> = HashSet::default();
         hard.extend(function_starts.iter().copied().filter(|a| is_insn(*a)));
         hard.extend(section_starts.iter().copied());
         for x in &insns {
@@ -288,7 +302,7 @@ impl Plan {
                 _ => u64::MAX,
             }
         };
-        let mut unresolved: HashSet<u64> = HashSet::new();
+        let mut unresolved: HashSet<u64> = HashSet::default();
         for (i, x) in insns.iter().enumerate() {
             if x.flow_control() != FlowControl::IndirectBranch || is_tail_call_through_memory(x) {
                 continue;
@@ -311,7 +325,7 @@ impl Plan {
         // the signal mask, or create a thread or process), and what they
         // call, two calls deep: a trap there would kill the process (a
         // blocked SIGTRAP is fatal), so they get no int3.
-        let mut masked: HashSet<u64> = HashSet::new();
+        let mut masked: HashSet<u64> = HashSet::default();
         let mut eax: Option<u64> = None;
         for x in &insns {
             if x.mnemonic() == Mnemonic::Syscall {
@@ -351,10 +365,10 @@ impl Plan {
 
         // Padding and the remaining leaders.
         let mut leaders: BTreeSet<u64> = hard.iter().copied().collect();
-        let mut padding: HashSet<u64> = HashSet::new();
+        let mut padding: HashSet<u64> = HashSet::default();
         // Leaders entered only by falling through a conditional jump: a
         // window may run across them.
-        let mut soft: HashSet<u64> = HashSet::new();
+        let mut soft: HashSet<u64> = HashSet::default();
         let mut i = 0;
         while i < insns.len() {
             let x = &insns[i];
@@ -430,7 +444,7 @@ impl Plan {
             }
             None
         };
-        let start_index: std::collections::HashMap<u64, usize> = raw
+        let start_index: HashMap<u64, usize> = raw
             .iter()
             .enumerate()
             .map(|(b, (s, _))| (insns[*s].ip(), b))
@@ -692,6 +706,23 @@ impl Plan {
                 if to >= b.end && a + 5 <= b.end && !unresolved.contains(&func_of(b.start)) {
                     dead.push((a, b.end));
                 }
+            }
+        }
+        // A short block entered only by the fall-through of the block
+        // before it, whose conditional jump a trampoline copies (its
+        // fall-throughs are counted): derived, no patch at all.
+        for bi in 1..blocks.len() {
+            let (before, rest) = blocks.split_at_mut(bi);
+            let (p, b) = (&before[bi - 1], &mut rest[0]);
+            if !matches!(b.how, How::Int3 { .. }) || unresolved.contains(&func_of(b.start)) {
+                continue;
+            }
+            let Some(j) = p.branch else { continue };
+            if p.end == b.start
+                && soft.contains(&b.start)
+                && p.insns.last() == Some(&branches[j as usize].0)
+            {
+                b.how = How::Fell { branch: j };
             }
         }
         for (bi, b) in blocks.iter_mut().enumerate() {

@@ -47,6 +47,7 @@ fn check(path: &Path) {
             How::None => "none",
             How::Covered => "covered",
             How::Hop { .. } => "hop",
+            How::Fell { .. } => "fell",
         };
         *hist.entry(k).or_insert(0u64) += 1;
     }

@@ -1,0 +1,100 @@
+//! Encodings reused across loads, and short blocks derived from the
+//! fall-through of the conditional jump before them: a program that runs
+//! a loop of known trip counts, then execs itself (a second process image
+//! at another load address, served a copy of the first image's encoding),
+//! has exactly the counts its structure implies, summed over both.
+
+use profdev_coverage::counts::ModuleCoverage;
+use profdev_coverage::launch::Server;
+use profdev_coverage::plan::{How, Plan};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn build(dir: &Path) -> PathBuf {
+    let out = dir.join("fell");
+    let st = Command::new("cc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fell.c"))
+        .status()
+        .expect("cc runs");
+    assert!(st.success());
+    out
+}
+
+fn fellfn(path: &Path) -> u64 {
+    let elf = profdev_symbolize::ElfObject::open(path).expect("parses");
+    elf.symbols()
+        .iter()
+        .find(|s| s.mangled == "fellfn")
+        .expect("fellfn's symbol")
+        .addr
+}
+
+fn count_at(m: &ModuleCoverage, addr: u64) -> u64 {
+    m.blocks
+        .iter()
+        .find(|b| b.start == addr)
+        .unwrap_or_else(|| panic!("no block at {addr:#x}"))
+        .count
+}
+
+#[test]
+fn short_fall_through_blocks_are_derived() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build(tmp.path());
+    let f = fellfn(&prog);
+    let plan = Plan::of_file(&prog).expect("plans");
+    for off in [9, 20] {
+        let b = &plan.blocks[plan.block_at(f + off).expect("a block")];
+        assert_eq!(b.start, f + off);
+        assert!(
+            matches!(b.how, How::Fell { .. }),
+            "block at fellfn+{off}: {:?}",
+            b.how
+        );
+    }
+}
+
+#[test]
+fn an_encoding_reused_in_an_execd_image_counts_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build(tmp.path());
+    let f = fellfn(&prog);
+    let name = prog.file_name().unwrap().to_string_lossy().into_owned();
+    let server = Server::new(&[name]).expect("server");
+    let out = tmp.path().join("stdout");
+    let mut cmd = Command::new(&prog);
+    cmd.arg("again")
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .envs(server.env(None));
+    let st = cmd.status().expect("runs");
+    assert!(st.success(), "{st:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "21\n21\n");
+    let (made, reused) = server.encodings();
+    assert_eq!(
+        (made, reused),
+        (1, 1),
+        "the second image is served the first's encoding"
+    );
+    let (mods, notes) = server.collect();
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
+    assert_eq!(mods.len(), 1);
+    let m = &mods[0];
+    // 2 images x 7 calls of fellfn(10, 3).
+    assert_eq!(count_at(m, f), 14, "entry");
+    assert_eq!(count_at(m, f + 4), 140, "loop head");
+    assert_eq!(count_at(m, f + 9), 42, "the short block after jge");
+    assert_eq!(count_at(m, f + 12), 140, "loop tail");
+    assert_eq!(count_at(m, f + 20), 14, "the ret after jl");
+    let br = |a: u64| {
+        m.branches
+            .iter()
+            .find(|b| b.addr == a)
+            .map(|b| (b.taken, b.not_taken))
+    };
+    assert_eq!(br(f + 7), Some((98, 42)), "jge");
+    assert_eq!(br(f + 18), Some((126, 14)), "jl");
+}
