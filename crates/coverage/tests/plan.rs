@@ -81,28 +81,7 @@ fn check(path: &Path) {
 }
 
 #[test]
-#[ignore]
-fn plan_file_env() {
-    check(Path::new(&std::env::var("PLAN_FILE").unwrap()));
-}
-
-#[test]
 fn plans_libc_and_ls() {
     check(&libc());
     check(Path::new("/bin/ls"));
-}
-
-#[test]
-#[ignore]
-fn show_uncounted() {
-    let p = std::env::var("PLAN_FILE").unwrap();
-    let plan = Plan::of_file(Path::new(&p)).unwrap();
-    for b in &plan.blocks {
-        if b.how == How::None || std::env::var("ALL").is_ok() {
-            eprintln!(
-                "{:#x}..{:#x} {:?} live={} br={:?}",
-                b.start, b.end, b.how, b.flags_live, b.branch
-            );
-        }
-    }
 }

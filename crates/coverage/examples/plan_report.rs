@@ -1,0 +1,48 @@
+//! How the coverage planner would count a module: `cargo run -p
+//! profdev-coverage --example plan_report -- FILE [--all]` prints how many
+//! blocks each method counts (a jump, a hop, a breakpoint, ...) and every
+//! block left uncounted (with `--all`, every block), for looking into a
+//! module whose blocks trap or go uncounted.
+
+use profdev_coverage::plan::{How, Plan};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(file) = args.iter().find(|a| !a.starts_with("--")) else {
+        eprintln!("usage: plan_report FILE [--all]");
+        std::process::exit(2);
+    };
+    let all = args.iter().any(|a| a == "--all");
+    let plan = match Plan::of_file(Path::new(file)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("plan_report: {e}");
+            std::process::exit(1);
+        }
+    };
+    let mut by_how: BTreeMap<&str, usize> = BTreeMap::new();
+    for b in &plan.blocks {
+        let name = match b.how {
+            How::Jmp { .. } => "jmp",
+            How::Int3 { .. } => "int3",
+            How::Hop { .. } => "hop",
+            How::Call { .. } => "call",
+            How::Covered => "covered",
+            How::Fell { .. } => "fell",
+            How::None => "uncounted",
+        };
+        *by_how.entry(name).or_default() += 1;
+        if all || b.how == How::None {
+            println!(
+                "{:#x}..{:#x} {:?} live={} br={:?}",
+                b.start, b.end, b.how, b.flags_live, b.branch
+            );
+        }
+    }
+    eprintln!("{file}: {} blocks", plan.blocks.len());
+    for (how, n) in by_how {
+        eprintln!("  {how}: {n}");
+    }
+}
