@@ -18,7 +18,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `outer_X()` calls per command (attach_loop.c's REPS).
 const REPS: u32 = 1000;
@@ -139,17 +139,8 @@ impl Program {
     fn quit(mut self) -> String {
         writeln!(self.child.stdin.as_mut().unwrap(), "quit").unwrap();
         let sum = self.line();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("the program did not exit");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        let status =
+            profdev_testkit::wait_exit("the program", &mut self.child, Duration::from_secs(60));
         assert!(status.success(), "{status}");
         sum
     }

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn compile(args: &[&str], out: &Path) {
     compile_src("known_attach.c", args, out)
@@ -71,17 +71,7 @@ fn start_with(exe: &Path, args: &[&Path]) -> Child {
 /// Send "go" and wait (bounded) for a clean exit.
 fn finish(mut child: Child) {
     child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the program did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let status = profdev_testkit::wait_exit("the program", &mut child, Duration::from_secs(60));
     assert!(status.success(), "{status}");
 }
 

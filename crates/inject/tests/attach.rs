@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -78,14 +78,8 @@ impl Running {
             .unwrap();
         let line = self.lines.recv_timeout(Duration::from_secs(30)).unwrap();
         assert_eq!(line, "ok 3", "the blocked read returned what was written");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "the counter did not exit");
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        let status =
+            profdev_testkit::wait_exit("the counter", &mut self.child, Duration::from_secs(30));
         assert!(status.success(), "counter exited with {status}");
     }
 }

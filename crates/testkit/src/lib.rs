@@ -140,6 +140,29 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
+/// Wait (bounded by `timeout`) for `child` to exit and return its status;
+/// a child still running then is killed, and the test fails naming `what`.
+pub fn wait_exit(
+    what: &str,
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> std::process::ExitStatus {
+    let mut status = None;
+    let deadline = Instant::now() + timeout;
+    while status.is_none() {
+        status = child.try_wait().expect("waiting for a child");
+        if status.is_none() && Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {timeout:?}");
+        }
+        if status.is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    status.unwrap_or_else(|| unreachable!())
+}
+
 /// CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID).
 pub fn thread_cpu_time() -> Duration {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
