@@ -516,8 +516,7 @@ fn bad_mount_points_are_one_sentence() {
 
     // Not privileged: nobody may not mount. (A copy of the binary, so that
     // nobody can run it wherever the build tree is.)
-    let exe = t.join("profdev");
-    std::fs::copy(env!("CARGO_BIN_EXE_profdev"), &exe).unwrap();
+    let exe = profdev_copy(&t);
     let out = Command::new(&exe)
         .arg("mount")
         .arg(&s.dir)

@@ -254,8 +254,7 @@ fn unprivileged_user_gets_the_sysctl_named() {
     }
     let d = tempdir();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let exe = d.path().join("profdev");
-    std::fs::copy(env!("CARGO_BIN_EXE_profdev"), &exe).unwrap();
+    let exe = profdev_copy(d.path());
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut cmd = Command::new(&exe);
     cmd.current_dir(d.path())

@@ -169,3 +169,19 @@ impl Drop for Mount {
         let _ = run(profdev().arg("unmount").arg(&self.dir));
     }
 }
+
+/// A copy of the profdev binary at `dir/profdev` (its mode as cp keeps it), for running
+/// it as another user wherever the build tree is. Copied by cp(1), a child
+/// process: had this multi-threaded test process held the copy's write
+/// descriptor, a fork by another test thread at that moment would keep it
+/// open in the child, and exec'ing the copy would fail with ETXTBSY.
+pub fn profdev_copy(dir: &Path) -> PathBuf {
+    let exe = dir.join("profdev");
+    let st = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_profdev"))
+        .arg(&exe)
+        .status()
+        .expect("cp runs");
+    assert!(st.success(), "cp of the profdev binary failed");
+    exe
+}
