@@ -489,24 +489,11 @@ fn report_into(state: &Mutex<State>, modules: &[ModuleCoverage]) -> Result<(), D
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Engine, ReplayFactory};
     use crate::tree::{walk, OpenMode, Qid};
     use crate::Dev;
     use profdev_coverage::counts::{Block, Branch};
-    use std::sync::Arc;
 
-    fn dev() -> Prof {
-        Prof::new(Engine::new(Arc::new(ReplayFactory::new(vec![]))))
-    }
-
-    fn write(dev: &Prof, msg: &str, cred: Option<Cred>) -> Result<usize, DevError> {
-        let e = walk(dev, Qid::ROOT, "ctl").unwrap();
-        let mut chan = dev.open(e.qid, OpenMode::Write).unwrap();
-        chan.cred = cred;
-        let r = dev.write(&mut chan, 0, msg.as_bytes());
-        dev.close(chan);
-        r
-    }
+    use super::super::tests::{idle as dev, write_as as write};
 
     fn histogram(d: &Prof, dir: &str) -> Vec<String> {
         let dir = walk(d, Qid::ROOT, dir).unwrap();

@@ -620,23 +620,10 @@ fn watch(state: Weak<Mutex<State>>, a: Attached) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Engine, ReplayFactory};
     use crate::tree::{walk, OpenMode, Qid};
     use crate::Dev;
-    use std::sync::Arc;
 
-    fn dev() -> Prof {
-        Prof::new(Engine::new(Arc::new(ReplayFactory::new(vec![]))))
-    }
-
-    fn write(dev: &Prof, msg: &str, cred: Option<Cred>) -> Result<usize, DevError> {
-        let e = walk(dev, Qid::ROOT, "ctl").unwrap();
-        let mut chan = dev.open(e.qid, OpenMode::Write).unwrap();
-        chan.cred = cred;
-        let r = dev.write(&mut chan, 0, msg.as_bytes());
-        dev.close(chan);
-        r
-    }
+    use super::super::tests::{idle as dev, write_as as write};
 
     #[test]
     fn pools() {

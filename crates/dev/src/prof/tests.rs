@@ -12,7 +12,23 @@ use std::path::Path;
 
 const BASE: u64 = 0x5555_0000_0000;
 
-fn idle() -> Prof {
+/// One write of `msg` to ctl by a writer with credentials `cred` (the
+/// modes' own tests: coverage.rs, memory.rs).
+pub(super) fn write_as(
+    dev: &Prof,
+    msg: &str,
+    cred: Option<crate::access::Cred>,
+) -> Result<usize, DevError> {
+    let e = tree::walk(dev, Qid::ROOT, "ctl").unwrap();
+    let mut chan = dev.open(e.qid, OpenMode::Write).unwrap();
+    chan.cred = cred;
+    let r = dev.write(&mut chan, 0, msg.as_bytes());
+    dev.close(chan);
+    r
+}
+
+/// A device fed by nothing.
+pub(super) fn idle() -> Prof {
     Prof::new(Engine::new(Arc::new(ReplayFactory::new(vec![]))))
 }
 
