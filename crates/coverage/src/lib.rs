@@ -74,3 +74,4 @@ pub mod lines;
 pub mod listing;
 pub mod plan;
 pub mod prf;
+pub mod uprobe;
