@@ -320,18 +320,18 @@ fn run_static(cmd: &[OsString], program: &Path) -> Result<Launched> {
     use profdev_coverage::uprobe;
     let canon = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
     let probes = uprobe::Probes::of_file(&canon, canon.clone())?;
-    eprintln!(
-        "cprof: {} is statically linked: counted through {} uprobes instead of the loader \
-         (slower: about 0.2-16 us per block executed; needs {})",
-        program.display(),
-        probes.len(),
-        uprobe::FEATURE
-    );
     let mut job = Job::new().context("cannot catch signals")?;
     let mut child = std::process::Command::new(&cmd[0]);
     child.args(&cmd[1..]);
     job.prepare(&mut child);
     let (spawned, counter) = uprobe::spawn_counted(&mut child, probes, canon)?;
+    eprintln!(
+        "cprof: {} is statically linked: counted through {} uprobes instead of the loader \
+         (slower: about 0.2-16 us per block executed; uses {})",
+        program.display(),
+        counter.probes(),
+        uprobe::FEATURE
+    );
     job.started(&spawned);
     let status = job.wait();
     counter.detach();

@@ -668,9 +668,9 @@ fn permission(what: &str) -> UprobeError {
         .unwrap_or_else(|_| "unknown".into());
     UprobeError::Permission(format!(
         "the kernel refused {what}: counting a static program through uprobes needs CAP_BPF and \
-         CAP_PERFMON (or root), and /proc/sys/kernel/unprivileged_bpf_disabled is {knob} \
-         (sysctl kernel.unprivileged_bpf_disabled=0 lets unprivileged users load BPF where the \
-         capabilities are missing)"
+         CAP_PERFMON (or root); run profdev as root or grant it those capabilities \
+         (sysctl kernel.unprivileged_bpf_disabled is {knob}, and uprobe programs need the \
+         capabilities whatever its value)"
     ))
 }
 

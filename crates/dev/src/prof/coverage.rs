@@ -135,8 +135,17 @@ pub struct CovAttached {
     pid: u32,
     /// The process's start time: a reused pid is another process.
     start: u64,
-    flush: u64,
-    server: Server,
+    engine: Engine,
+}
+
+/// How an attached process is counted.
+enum Engine {
+    /// The runtime injected into it, and where its `profdev_cov_flush`
+    /// is.
+    Runtime { flush: u64, server: Server },
+    /// A statically linked process: one multi-uprobe link
+    /// (`profdev_coverage::uprobe`), read in place.
+    Uprobe(profdev_coverage::uprobe::Counter),
 }
 
 impl CovAttached {
@@ -149,7 +158,11 @@ impl CovAttached {
     /// again and call the runtime's `profdev_cov_flush` in its main
     /// thread (the report is written when the call returns).
     pub fn flush(&self) -> Result<(), DevError> {
-        let (pid, flush) = (self.pid, self.flush);
+        let Engine::Runtime { flush, .. } = self.engine else {
+            // Uprobe counts are read in place.
+            return Ok(());
+        };
+        let pid = self.pid;
         profdev_inject::on_tracer_thread(|| {
             let mut t = profdev_inject::Target::attach(pid)?;
             let tid = t.main_thread();
@@ -160,7 +173,18 @@ impl CovAttached {
 
     /// The counts of every report written so far (cumulative).
     pub fn counts(&self) -> Vec<ModuleCoverage> {
-        self.server.collect().0
+        match &self.engine {
+            Engine::Runtime { server, .. } => server.collect().0,
+            Engine::Uprobe(c) => vec![c.coverage()],
+        }
+    }
+
+    /// After `stop`: a static process's probes are removed (the runtime's
+    /// patches stay: see Bugs).
+    fn detach(&self) {
+        if let Engine::Uprobe(c) = &self.engine {
+            c.detach();
+        }
     }
 }
 
@@ -168,11 +192,30 @@ impl CovAttached {
 /// selected module while the process is stopped).
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The sentence for a process the runtime cannot be loaded into.
-fn out_of_reach(pid: u32) -> DevError {
-    DevError::NoDevice(format!(
-        "process {pid} is out of reach: statically linked, start it under profdev cprof instead"
-    ))
+/// Count the statically linked process `pid` (no libc to load a runtime
+/// with) through one multi-uprobe link on its executable, filtered to its
+/// threads (`profdev_coverage::uprobe`).
+fn attach_static(pid: u32) -> Result<CovAttached, DevError> {
+    use profdev_coverage::uprobe::{Counter, Probes, UprobeError};
+    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
+    let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
+    let path = std::fs::read_link(&exe).map_err(|_| DevError::NoProcess(pid))?;
+    let counter = Probes::of_file(&exe, path)
+        .and_then(|p| Counter::attach(p, &exe, pid))
+        .map_err(|e| match e {
+            UprobeError::Permission(s) => DevError::NotPermitted(s),
+            UprobeError::Unsupported(s) => DevError::NoDevice(format!(
+                "process {pid} is statically linked and can only be counted through uprobes: {s}"
+            )),
+            e => DevError::NoDevice(format!(
+                "process {pid} is statically linked and its uprobes could not be attached: {e}"
+            )),
+        })?;
+    Ok(CovAttached {
+        pid,
+        start,
+        engine: Engine::Uprobe(counter),
+    })
 }
 
 /// Inject the coverage runtime into the running process `pid` (its
@@ -204,7 +247,7 @@ fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError>
             .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
     });
     if !has_libc {
-        return Err(out_of_reach(pid));
+        return attach_static(pid);
     }
     if maps.iter().any(|m| m.path.ends_with("/libprofdev_cov.so")) {
         return Err(DevError::Busy(format!(
@@ -275,8 +318,7 @@ fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError>
         Ok(flush) => Ok(CovAttached {
             pid,
             start,
-            flush,
-            server,
+            engine: Engine::Runtime { flush, server },
         }),
         Err(_) => Err(DevError::NoDevice(format!(
             "the coverage runtime could not start in process {pid} (no memory, or it cannot use \
@@ -399,6 +441,7 @@ impl Prof {
                 let _ = a.flush();
             }
             let _ = report_into(&self.state, &a.counts());
+            a.detach();
         }
     }
 
