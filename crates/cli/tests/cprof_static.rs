@@ -182,6 +182,61 @@ fn cprof_counts_a_static_program_exactly_through_uprobes() {
 }
 
 #[test]
+fn every_condition_code_is_decided_as_the_cpu_decides_it() {
+    if !gate("cprof on a static program") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_jcc");
+    compile("static_jcc.c", &["-static", "-O1", "-g"], &exe);
+    let src = std::fs::read_to_string(data("static_jcc.c")).unwrap();
+    // The oracle: the program run natively counts what its CPU did.
+    let native = Command::new(&exe).output().unwrap();
+    assert!(native.status.success());
+    let oracle = String::from_utf8(native.stdout).unwrap();
+    let info = tmp.path().join("j.info");
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-e", "--lcov"])
+        .arg(&info)
+        .arg(&exe));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&oracle),
+        "the same answers under cprof"
+    );
+    let lcov = std::fs::read_to_string(&info).unwrap();
+    let mut checked = 0;
+    for l in oracle.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let (cc, taken, fell) = (w[0], w[1], w[2]);
+        assert!(
+            taken != "0" && fell != "0",
+            "the values set {cc} both ways: {l}"
+        );
+        let line = line_of(&src, &format!("J({cc})"));
+        let brda: Vec<&str> = lcov
+            .lines()
+            .filter(|r| r.starts_with(&format!("BRDA:{line},")))
+            .collect();
+        assert_eq!(
+            brda,
+            [
+                format!("BRDA:{line},0,0,{taken}"),
+                format!("BRDA:{line},0,1,{fell}")
+            ],
+            "j{cc}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 16);
+}
+
+#[test]
 fn cprof_passes_on_a_static_programs_exit_status() {
     if !gate("cprof on a static program") {
         return;
