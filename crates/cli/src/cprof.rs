@@ -11,8 +11,9 @@
 //! # Description
 //!
 //! With CMD, cprof runs CMD under prof's coverage mode, which counts every
-//! instruction of the selected modules exactly, and then lists, per
-//! module, each line of its source files beside a mark:
+//! instruction of the selected modules exactly (a statically linked CMD
+//! through uprobes: see Bugs), and then lists, per module, each line of
+//! its source files beside a mark:
 //!
 //! | mark | meaning |
 //! |---|---|
@@ -95,8 +96,14 @@
 //! # Bugs
 //!
 //! * Coverage reaches a program through the dynamic loader (its runtime
-//!   is preloaded): a statically linked program is refused with a
-//!   sentence, and the uprobe fallback the design allows for is not built.
+//!   is preloaded). A statically linked CMD is counted through uprobes
+//!   instead (`profdev_coverage::uprobe`; one note on stderr says so): the
+//!   same exact counts, views and files, but a trap into the kernel per
+//!   block executed (0.2–16 µs), so a CPU-bound program runs many times
+//!   slower; it needs root (CAP_BPF and CAP_PERFMON) and a multi-uprobe
+//!   BPF link (Linux 6.6 or later), and without either cprof fails with a
+//!   sentence naming what is missing. Processes a static CMD forks are not
+//!   counted (the link counts one thread group).
 //!   A setuid program run by another user ignores the preload. The vDSO,
 //!   JIT code and code that runs before the runtime's constructor (the
 //!   loader, libc's initializers) are not counted; blocks that cannot be

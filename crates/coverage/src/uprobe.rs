@@ -172,15 +172,16 @@ pub fn taken(cc: u8, eflags: u64) -> bool {
 /// The jump's answer for every flags index: bit `i` is [`taken`] under
 /// flags whose [`flags_index`] is `i`.
 pub fn truth_table(cc: u8) -> u32 {
-    (0..32u32).fold(0, |t, i| {
-        let i64_ = u64::from(i);
-        let eflags = (i64_ & 1) * CF
-            | ((i64_ >> 1) & 1) * PF
-            | ((i64_ >> 2) & 1) * ZF
-            | ((i64_ >> 3) & 1) * SF
-            | ((i64_ >> 4) & 1) * OF;
-        t | (u32::from(taken(cc, eflags)) << i)
-    })
+    (0..32u32).fold(0, |t, i| t | (u32::from(taken(cc, flags_of(i))) << i))
+}
+
+/// The flags whose [`flags_index`] is `index` (0 to 31), no other bit set.
+pub fn flags_of(index: u32) -> u64 {
+    [CF, PF, ZF, SF, OF]
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| index >> k & 1 == 1)
+        .fold(0, |f, (_, bit)| f | bit)
 }
 
 // ---------------------------------------------------------------------
@@ -991,16 +992,13 @@ mod tests {
     /// The conditions by name, from the Intel manual's table.
     #[test]
     fn truth_tables_match_the_conditions_by_name() {
-        let all: Vec<u64> = (0..32u64)
-            .map(|i| {
-                (i & 1) * CF
-                    | (i >> 1 & 1) * PF
-                    | (i >> 2 & 1) * ZF
-                    | (i >> 3 & 1) * SF
-                    | (i >> 4 & 1) * OF
-            })
-            .collect();
-        let named: [(u8, fn(bool, bool, bool, bool, bool) -> bool); 16] = [
+        let all: Vec<u64> = (0..32).map(flags_of).collect();
+        for (i, &f) in all.iter().enumerate() {
+            assert_eq!(flags_index(f), i as u32);
+        }
+        /// (CF, PF, ZF, SF, OF) -> taken.
+        type Cond = fn(bool, bool, bool, bool, bool) -> bool;
+        let named: [(u8, Cond); 16] = [
             (0x0, |_, _, _, _, o| o),            // jo
             (0x1, |_, _, _, _, o| !o),           // jno
             (0x2, |c, _, _, _, _| c),            // jb
@@ -1088,12 +1086,7 @@ mod tests {
         for cc in 0..16u8 {
             let table = u64::from(truth_table(cc));
             for i in 0..32u64 {
-                let flags = (i & 1) * CF
-                    | (i >> 1 & 1) * PF
-                    | (i >> 2 & 1) * ZF
-                    | (i >> 3 & 1) * SF
-                    | (i >> 4 & 1) * OF
-                    | 0x202;
+                let flags = flags_of(i as u32) | 0x202;
                 let slot = 1000 + 2 * u64::from(cc);
                 let got = run(flags, table << 32 | slot);
                 assert_eq!(
