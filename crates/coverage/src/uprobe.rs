@@ -874,15 +874,20 @@ impl Counter {
 
 /// Is the running kernel older than `major.minor`? (False when unknown.)
 fn kernel_older_than(major: u32, minor: u32) -> bool {
-    let r = kernel_release();
+    release_older_than(&kernel_release(), major, minor)
+}
+
+/// Is the kernel release `r` (`6.1.0-18-amd64`) older than
+/// `major.minor`? False when it does not start with two numbers.
+fn release_older_than(r: &str, major: u32, minor: u32) -> bool {
     let mut it = r.split(|c: char| !c.is_ascii_digit());
-    let (Some(Ok(a)), Some(Ok(b))) = (
-        it.next().map(str::parse::<u32>),
-        it.next().map(str::parse::<u32>),
-    ) else {
-        return false;
-    };
-    (a, b) < (major, minor)
+    match (
+        it.next().and_then(|a| a.parse::<u32>().ok()),
+        it.next().and_then(|b| b.parse::<u32>().ok()),
+    ) {
+        (Some(a), Some(b)) => (a, b) < (major, minor),
+        _ => false,
+    }
 }
 
 // ---------------------------------------------------------------------
@@ -1098,6 +1103,19 @@ mod tests {
         }
         // A block probe (table 0) always counts its own slot.
         assert_eq!(run(0xffff, 77), 77);
+    }
+
+    #[test]
+    fn kernel_releases_before_6_6_lack_the_feature() {
+        assert!(release_older_than("6.1.0-18-amd64", 6, 6));
+        assert!(release_older_than("5.15.0", 6, 6));
+        assert!(!release_older_than("6.6.0", 6, 6));
+        assert!(!release_older_than("6.18.44-fc-v595", 6, 6));
+        assert!(!release_older_than("10.0", 6, 6));
+        assert!(
+            !release_older_than("unknown", 6, 6),
+            "unknown: not said to be old"
+        );
     }
 
     fn decode(bytes: &[u8]) -> Instruction {
