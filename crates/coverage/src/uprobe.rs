@@ -1106,6 +1106,41 @@ mod tests {
     }
 
     #[test]
+    fn a_block_is_never_probed_on_an_instruction_the_kernel_refuses() {
+        let code: Vec<u8> = vec![
+            0x55, // 0x1000 push %rbp
+            0x0f, 0x05, // 0x1001 syscall
+            0x85, 0xc0, // 0x1003 test %eax,%eax
+            0x75, 0x03, // 0x1005 jne 0x100a
+            0xf0, 0xff, 0x00, // 0x1007 lock incl (%rax)
+            0xf0, 0xff, 0x00, // 0x100a lock incl (%rax)
+            0xc3, // 0x100d ret
+        ];
+        let plan = Plan::new(vec![(0x1000, code)], &[0x1000], &[], &[]);
+        let p = Probes::new(&plan, "/x".into(), &|a| Some(a));
+        let starts: Vec<u64> = p.blocks.iter().map(|b| b.0).collect();
+        // The planner ends a block after a syscall.
+        assert_eq!(starts, [0x1000, 0x1003, 0x1007, 0x100a]);
+        // The push, not the refused syscall, counts the first block.
+        assert_eq!(p.blocks[0].3, Source::Slot(0));
+        // test; jne: one probe on the jne serves block and branch.
+        assert_eq!(p.blocks[1].3, Source::Jump(0));
+        assert_eq!(p.jumps, [(0x1005, 1)]);
+        // The lone lock-prefixed block has nothing a uprobe takes; the
+        // next one is probed at its ret.
+        assert_eq!(p.blocks[2].3, Source::None);
+        assert_eq!(p.blocks[3].3, Source::Slot(3));
+        assert_eq!(p.offsets, [0x1000, 0x1005, 0x100d]);
+        assert_eq!(p.uncounted(), 1);
+        let m = p.coverage(&[10, 4, 6, 6]);
+        assert_eq!(m.uncounted, 1);
+        let counts: Vec<(u64, u64)> = m.blocks.iter().map(|b| (b.start, b.count)).collect();
+        assert_eq!(counts, [(0x1000, 10), (0x1003, 10), (0x100a, 6)]);
+        assert_eq!(m.branches[0].taken, 6);
+        assert_eq!(m.branches[0].not_taken, 4);
+    }
+
+    #[test]
     fn kernel_releases_before_6_6_lack_the_feature() {
         assert!(release_older_than("6.1.0-18-amd64", 6, 6));
         assert!(release_older_than("5.15.0", 6, 6));
