@@ -73,8 +73,9 @@
 //! jump, counting into a per-CPU BPF array. Nothing is injected and the
 //! process is not stopped; counts start when the write returns, exact as
 //! the runtime's (a jump's outcome is decided from the saved flags before
-//! it runs). `stop` reads the counts in place and removes the probes; at
-//! exit the counts are read as well. Without CAP_BPF and CAP_PERFMON the
+//! it runs). `stop` reads the counts in place and removes the probes (a
+//! later `startcp` may count the process again, from zero); at exit the
+//! counts are read as well. Without CAP_BPF and CAP_PERFMON the
 //! write fails with EPERM, and on a kernel without multi-uprobe links
 //! (before Linux 6.6) with ENXIO, each with a sentence.
 //!
