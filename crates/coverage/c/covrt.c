@@ -283,7 +283,23 @@ static uint64_t place_area(uint64_t lo, uint64_t hi, uint64_t size) {
     const uint64_t reach = (1ull << 31) - (16ull << 20);
     const uint64_t step = 1ull << 20;
     if (hi - lo + size > reach) return 0;
-    /* Below the module first, then above. */
+    /* First 1 GiB below the module, else 1 GiB above it: far from the
+     * neighbours (other libraries, the heap, the counter arrays) whose
+     * places vary from run to run, so that the next run of the same
+     * program finds the same distance free and is served the encoding
+     * kept for it (see the on-disk cache) instead of a new one. */
+    const uint64_t far = 1ull << 30;
+    for (int dir = 0; dir < 2; dir++) {
+        uint64_t a = dir == 0 ? (lo > far + size ? (lo - far - size) & ~0xffffull : 0)
+                              : (hi + far + 0xffff) & ~0xffffull;
+        if (!a || a + size > lo + reach || hi > a + reach || a + size < a) continue;
+        void *p = (void *)raw6(SYS_mmap, (long)a, (long)size, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if ((unsigned long)p > -4096UL) continue;
+        if ((uint64_t)p == a) return a;
+        raw6(SYS_munmap, (long)p, (long)size, 0, 0, 0, 0);
+    }
+    /* Then near it: below first, then above. */
     for (int dir = 0; dir < 2; dir++) {
         for (uint64_t k = 0; k < 1024; k++) {
             uint64_t a;
