@@ -222,6 +222,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         }
         let server = Server::new(&[exe.path.to_string_lossy().into_owned()])
             .context("cannot set up exact call counting")?;
+        // Indirect calls' targets too.
+        server.set_call_targets(true);
         for (k, v) in server.env(std::env::var_os("LD_PRELOAD")) {
             cmd.env(k, v);
         }
@@ -481,7 +483,8 @@ fn exact_arcs(server: &Server, exe: &Program, format: Format) -> Result<Exact> {
             notes,
         });
     };
-    let a = arcs::module_arcs(m, &exe.elf)?;
+    let (targets, lost) = server.call_targets();
+    let a = arcs::module_arcs(m, &exe.elf, &targets)?;
     let (arcs, saturated) = gmon_arcs(&a.arcs, format);
     let calls: u64 = a.arcs.values().fold(0, |s, c| s.saturating_add(*c));
     notes.push(format!(
@@ -490,18 +493,30 @@ fn exact_arcs(server: &Server, exe: &Program, format: Format) -> Result<Exact> {
     ));
     if a.indirect_calls > 0 {
         notes.push(format!(
-            "{} indirect calls at {} not attributed (their targets are known only at run time; \
-             see the man page's Bugs)",
+            "{} indirect calls at {} not attributed: their targets were not recorded{} (see the \
+             man page's Bugs)",
             a.indirect_calls,
-            plural(a.indirect_sites, "call site")
+            plural(a.indirect_sites, "call site"),
+            if lost > 0 {
+                format!(" ({lost} records lost)")
+            } else {
+                String::new()
+            }
         ));
     }
     if a.library_calls > 0 {
         notes.push(format!(
-            "{} calls through the PLT into shared libraries not written: gprof knows only {}'s \
-             functions",
+            "{} calls into shared libraries (through the PLT, the GOT or a pointer) not written: \
+             gprof knows only {}'s functions",
             a.library_calls,
             exe.path.display()
+        ));
+    }
+    if a.outside_calls > 0 {
+        notes.push(format!(
+            "{} indirect calls into code outside every module mapped from a file (the vDSO, JIT \
+             code) not written",
+            a.outside_calls
         ));
     }
     if a.unresolved > 0 {

@@ -64,7 +64,8 @@ pub struct Encoded {
     /// Indices of the blocks that failed (counted in `failed`).
     pub failed_blocks: Vec<usize>,
     /// Offsets in `code` of the 32-bit displacements of the counts
-    /// (`incq %gs:DISP`), each `8 * (first counter + index)`.
+    /// (`incq %gs:DISP`) and of the recorded sites' keys (`lea
+    /// %gs:DISP,%rax`), each `8 * (first counter + index)`.
     pub counter_fixups: Vec<u32>,
     /// The first counter the code was encoded for.
     pub first_counter: u64,
@@ -109,9 +110,36 @@ impl Encoded {
     }
 }
 
+/// What the trampolines do beyond counting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Options {
+    /// Record the target of every indirect call, and of every indirect
+    /// jump whose jump table was not recovered (a possible tail call
+    /// through a pointer: [`Plan::tables`]), with the registers of the
+    /// moment it is made: see the module's "Call targets". Off, the code
+    /// is exactly what it is without this option.
+    pub call_targets: bool,
+}
+
+/// Counter slots the runtime keeps at the start of each thread's array
+/// (its counter indices start at this): slot 0 holds the address of the
+/// runtime's recording function (`call *%gs:0`).
+pub const RESERVED_SLOTS: u64 = 8;
+
+/// Bytes the recording sequence of one site adds, at most.
+const RECORD_BYTES: u64 = 96;
+
 /// A bound on the trampoline area's size for `plan`, in bytes.
 pub fn area_size(plan: &Plan) -> u64 {
+    area_size_with(plan, Options::default())
+}
+
+/// [`area_size`] for trampolines made with `opts`.
+pub fn area_size_with(plan: &Plan, opts: Options) -> u64 {
     let mut n = 4096u64;
+    if opts.call_targets {
+        n += RECORD_BYTES * plan.blocks.iter().filter(|b| ends_in_site(plan, b)).count() as u64;
+    }
     for b in &plan.blocks {
         n += match b.how {
             How::Jmp { from, to, .. } => 96 + 5 * (to - from),
@@ -125,6 +153,118 @@ pub fn area_size(plan: &Plan) -> u64 {
         }
     }
     n.div_ceil(4096) * 4096
+}
+
+/// The last instruction of `b`, decoded at its link-time address.
+fn last_insn(plan: &Plan, b: &crate::plan::PlannedBlock) -> Option<Instruction> {
+    let &last = b.insns.last()?;
+    let bytes = plan.bytes(last, b.end.checked_sub(last)?)?;
+    let x = Decoder::with_ip(64, bytes, last, DecoderOptions::NONE).decode();
+    (x.code() != Code::INVALID).then_some(x)
+}
+
+/// Whether `x` (at its link-time address) is a site whose targets are
+/// recorded: an indirect call, or an indirect jump that is not a
+/// recovered jump table.
+fn is_site(plan: &Plan, x: &Instruction, bias: u64) -> bool {
+    match x.flow_control() {
+        FlowControl::IndirectCall => true,
+        FlowControl::IndirectBranch => plan
+            .tables
+            .binary_search(&x.ip().wrapping_sub(bias))
+            .is_err(),
+        _ => false,
+    }
+}
+
+/// Whether block `b` ends in a site ([`is_site`]).
+fn ends_in_site(plan: &Plan, b: &crate::plan::PlannedBlock) -> bool {
+    last_insn(plan, b).is_some_and(|x| is_site(plan, &x, 0))
+}
+
+/// The code that records the target of the indirect call or jump `x`
+/// (decoded at its run-time address) as it would be taken with the
+/// registers and memory of this point, for the counter `key` (the site's
+/// block's counter index): below the red zone, `%rax` saved, the target
+/// loaded into `%rax` exactly as `x` would load it (a `%rsp`-based
+/// operand moved past what was pushed, a RIP-relative one re-encoded for
+/// the copy's place, a segment prefix kept), then `push %rax; lea
+/// %gs:8*key,%rax; push %rax; call *%gs:0` (the runtime's recorder, which preserves every
+/// register and the flags), and everything undone. No flag is touched
+/// (`lea`, `push`, `mov`, `call`, `pop` write none). None when the
+/// operand cannot be evaluated here (`%rsp` itself as the target, a
+/// 32-bit address size).
+pub(crate) fn record_seq(x: &Instruction, key: u64) -> Option<Vec<Instruction>> {
+    const BELOW: i64 = 128;
+    let slot = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
+    let load = match x.op0_kind() {
+        iced_x86::OpKind::Register => {
+            let r = x.op0_register();
+            if !r.is_gpr64() || r == Register::RSP {
+                return None;
+            }
+            Instruction::with2(Code::Mov_r64_rm64, Register::RAX, r).ok()?
+        }
+        iced_x86::OpKind::Memory => {
+            let (base, index) = (x.memory_base(), x.memory_index());
+            let ok = |r: Register| r == Register::None || r.is_gpr64() || r == Register::RIP;
+            if !ok(base) || !ok(index) {
+                return None;
+            }
+            let mut displ = x.memory_displacement64() as i64;
+            let mut size = x.memory_displ_size().max(1);
+            if base == Register::RSP {
+                // Past the red zone skipped and %rax pushed.
+                displ = displ.wrapping_add(BELOW + 8);
+                size = 4;
+            }
+            if base == Register::None && index == Register::None {
+                size = 4;
+            }
+            if base == Register::RIP {
+                size = 8;
+            }
+            let mem = MemoryOperand::new(
+                base,
+                index,
+                x.memory_index_scale(),
+                displ,
+                size,
+                false,
+                x.segment_prefix(),
+            );
+            Instruction::with2(Code::Mov_r64_rm64, Register::RAX, mem).ok()?
+        }
+        _ => return None,
+    };
+    let recorder = MemoryOperand::new(Register::None, Register::None, 1, 0, 4, false, Register::GS);
+    Some(vec![
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, slot(-BELOW)).ok()?,
+        Instruction::with1(Code::Push_r64, Register::RAX).ok()?,
+        load,
+        Instruction::with1(Code::Push_r64, Register::RAX).ok()?,
+        // The key as `lea %gs:8*KEY, %rax` (the segment is ignored by
+        // `lea`; it marks the displacement as one to relocate, as a count's).
+        Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RAX,
+            MemoryOperand::new(
+                Register::None,
+                Register::None,
+                1,
+                i64::from(i32::try_from(key.checked_mul(8)?).ok()?),
+                4,
+                false,
+                Register::GS,
+            ),
+        )
+        .ok()?,
+        Instruction::with1(Code::Push_r64, Register::RAX).ok()?,
+        Instruction::with1(Code::Call_rm64, recorder).ok()?,
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, slot(16)).ok()?,
+        Instruction::with1(Code::Pop_r64, Register::RAX).ok()?,
+        Instruction::with2(Code::Lea_r64_m, Register::RSP, slot(BELOW)).ok()?,
+    ])
 }
 
 /// Placeholder targets of the conditional jumps that lead to stub k.
@@ -237,10 +377,18 @@ fn is_count(x: &Instruction) -> bool {
         && x.memory_index() == Register::None
 }
 
+/// Whether `x` is the `lea %gs:8*KEY, %rax` of a [`record_seq`].
+fn is_key(x: &Instruction) -> bool {
+    x.code() == Code::Lea_r64_m
+        && x.segment_prefix() == Register::GS
+        && x.memory_base() == Register::None
+        && x.memory_index() == Register::None
+}
+
 /// `list` encoded at `rip`; the offsets (from the start of the result) of
-/// the displacements of its counts are added to `fixups` (plus `base`).
+/// the displacements of its counts and of its sites' keys are added to `fixups` (plus `base`).
 fn enc_fix(list: &[Instruction], rip: u64, fixups: &mut Vec<u32>, base: u64) -> Option<Vec<u8>> {
-    let counts = list.iter().any(is_count);
+    let counts = list.iter().any(|x| is_count(x) || is_key(x));
     let opts = if counts {
         BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
             | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS
@@ -250,11 +398,11 @@ fn enc_fix(list: &[Instruction], rip: u64, fixups: &mut Vec<u32>, base: u64) -> 
     let r = BlockEncoder::encode(64, InstructionBlock::new(list, rip), opts).ok()?;
     if counts {
         for (k, x) in list.iter().enumerate() {
-            if !is_count(x) {
-                continue;
-            }
             let c = r.constant_offsets.get(k)?;
             let at = *r.new_instruction_offsets.get(k)?;
+            if !is_count(x) && !is_key(x) {
+                continue;
+            }
             if at == u32::MAX || !c.has_displacement() || c.displacement_size() != 4 {
                 return None;
             }
@@ -285,6 +433,31 @@ struct Piece {
 /// The trampolines for `plan` loaded at `bias`, the area at `area`, the
 /// module's counters from `first_counter`.
 pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded {
+    encode_with(plan, bias, area, first_counter, Options::default())
+}
+
+/// [`encode`], with what `opts` adds (its area sized by
+/// [`area_size_with`]).
+pub fn encode_with(
+    plan: &Plan,
+    bias: u64,
+    area: u64,
+    first_counter: u64,
+    opts: Options,
+) -> Encoded {
+    // The recording of the site ending the block holding `x` (run-time
+    // address), when wanted.
+    let record = |x: &Instruction| -> Option<Vec<Instruction>> {
+        if !opts.call_targets || !is_site(plan, x, bias) {
+            return None;
+        }
+        let link = x.ip().wrapping_sub(bias);
+        let i = plan
+            .blocks
+            .partition_point(|b| b.start <= link)
+            .checked_sub(1)?;
+        record_seq(x, first_counter + i as u64)
+    };
     let nblocks = plan.blocks.len() as u64;
     let decode = |from: u64, to: u64| -> Option<Vec<Instruction>> {
         let bytes = plan.bytes(from, to - from)?;
@@ -312,6 +485,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             How::Call { .. } => (|| {
                 let x = decode(b.start, b.end)?.pop()?;
                 let mut stub = count_seq(counter, false);
+                stub.extend(record(&x).into_iter().flatten());
                 if x.code() == Code::Call_rel32_64 {
                     stub.push(jmp(x.near_branch_target()));
                 } else {
@@ -347,7 +521,9 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                     )
                 }) {
                     let call = copied.pop()?;
-                    emulated = Some(emulate_call(&call)?);
+                    let mut v = record(&call).unwrap_or_default();
+                    v.extend(emulate_call(&call)?);
+                    emulated = Some(v);
                 }
                 let mut main = count_seq(counter, b.flags_live);
                 let stubs = Vec::new();
@@ -371,12 +547,32 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
                             fell = Some(count_seq(first_counter + nblocks + u64::from(j), live));
                         }
                     }
+                    if x.flow_control() == FlowControl::IndirectBranch {
+                        main.extend(record(&x).into_iter().flatten());
+                    }
                     main.push(x);
                     main.extend(fell.into_iter().flatten());
                 }
                 match emulated {
                     Some(v) => main.extend(v),
-                    None if !last_uncond => main.push(jmp(to + bias)),
+                    None if !last_uncond => {
+                        // The window stops before its block's final call,
+                        // run in the original code: record its target
+                        // here (the registers are those it will see).
+                        if opts.call_targets && plan.block_at(to).is_none() {
+                            let k = plan.blocks.partition_point(|k| k.start <= to);
+                            let end = k.checked_sub(1).map_or(to, |k| plan.blocks[k].end);
+                            let call = (end > to)
+                                .then(|| decode(to, end))
+                                .flatten()
+                                .and_then(|v| v.into_iter().next())
+                                .filter(|c| c.flow_control() == FlowControl::IndirectCall);
+                            if let Some(c) = call {
+                                main.extend(record(&c).into_iter().flatten());
+                            }
+                        }
+                        main.push(jmp(to + bias));
+                    }
                     None => {}
                 }
                 Some(Piece {
@@ -397,10 +593,18 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
     }
     // Sizes: a bound per piece, without encoding.
     const STUB: u64 = 48;
+    // (A stub holding a recording is longer than STUB.)
+    let stub_size = |p: &Piece| -> u64 {
+        p.stubs
+            .iter()
+            .map(|s| bound(s).max(STUB))
+            .max()
+            .unwrap_or(STUB)
+    };
     let slots: Vec<(u64, u64)> = pieces
         .iter()
         .map(|p| {
-            let stub = STUB * p.stubs.len() as u64;
+            let stub = stub_size(p) * p.stubs.len() as u64;
             let main = if p.main.is_empty() { 0 } else { bound(&p.main) };
             (stub, main)
         })
@@ -441,10 +645,11 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
     let mut counter_fixups = Vec::new();
     for ((p, (_, m)), (stub_at, main_at, e)) in pieces.into_iter().zip(&slots).zip(&places) {
         let b = &plan.blocks[p.block];
+        let ssize = stub_size(&p);
         let main = p.main;
         let mut ok = true;
         for (k, mut stub) in p.stubs.into_iter().enumerate() {
-            let at = *stub_at + STUB * k as u64;
+            let at = *stub_at + ssize * k as u64;
             let last = stub.len() - 1;
             if stub[last].code() == Code::Jmp_rel32_64 {
                 let t = redirect(stub[last].near_branch_target());
@@ -452,7 +657,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             }
             let mut fx = Vec::new();
             match enc_fix(&stub, at, &mut fx, at - area) {
-                Some(c) if c.len() as u64 <= STUB => {
+                Some(c) if c.len() as u64 <= ssize => {
                     let off = (at - area) as usize;
                     code[off..off + c.len()].copy_from_slice(&c);
                     counter_fixups.extend(fx);
@@ -466,7 +671,7 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
             for x in redirected.iter_mut() {
                 let t = x.near_branch_target();
                 if x.op0_kind() == iced_x86::OpKind::NearBranch64 && t >= SENTINEL {
-                    x.set_near_branch64(*stub_at + STUB * (t - SENTINEL));
+                    x.set_near_branch64(*stub_at + ssize * (t - SENTINEL));
                 } else if matches!(
                     x.flow_control(),
                     FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch

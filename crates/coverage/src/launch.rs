@@ -71,8 +71,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::{Arc, Mutex};
 
+use crate::arcs::{CallTarget, Target};
 use crate::counts::{Block, Branch, ModuleCoverage};
-use crate::encode::{encode, Encoded};
+use crate::encode::{encode_with, Encoded};
 use crate::plan::{How, Plan};
 
 /// The runtime, a shared object for `LD_PRELOAD` (or dlopen, attach mode).
@@ -115,6 +116,8 @@ struct Entry {
 #[derive(Default)]
 struct State {
     select: Vec<String>,
+    /// What the trampolines do beyond counting (call targets).
+    options: crate::encode::Options,
     entries: Vec<Entry>,
     by_file: HashMap<(u64, u64), usize>,
     notes: Vec<String>,
@@ -185,6 +188,57 @@ impl Server {
             stop,
             thread: Some(thread),
         })
+    }
+
+    /// Record the targets of indirect calls and jumps
+    /// ([`crate::encode::Options::call_targets`]; see
+    /// [`Server::call_targets`]). Set it before the first process asks
+    /// for a module: the encodings made before keep what they were made
+    /// with. Off (the default), the trampolines only count.
+    pub fn set_call_targets(&self, on: bool) {
+        self.lock().options.call_targets = on;
+    }
+
+    /// The indirect calls and jumps recorded (with
+    /// [`Server::set_call_targets`]) in every report written so far,
+    /// summed per (module, site, target), and the records lost (see the
+    /// report format).
+    pub fn call_targets(&self) -> (Vec<CallTarget>, u64) {
+        let state = self.lock();
+        let mut names: Vec<PathBuf> = std::fs::read_dir(self.reports_dir())
+            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
+            .unwrap_or_default();
+        names.sort();
+        let (mut traps, mut lost) = (0, 0);
+        let mut sum: std::collections::BTreeMap<(usize, u64, Target), u64> = Default::default();
+        for p in names {
+            let mut raw = Vec::new();
+            if read_report(&p, &state, &mut traps, &mut raw, &mut lost).is_err() {
+                continue; // (collect's notes name it)
+            }
+            for (id, block, target, count) in raw {
+                let Some(site) = state.entries[id]
+                    .plan
+                    .blocks
+                    .get(block)
+                    .and_then(|b| b.insns.last().copied())
+                else {
+                    continue;
+                };
+                let c = sum.entry((id, site, target)).or_insert(0);
+                *c = c.saturating_add(count);
+            }
+        }
+        let out = sum
+            .into_iter()
+            .map(|((id, site, target), count)| CallTarget {
+                module: state.entries[id].path.clone(),
+                site,
+                target,
+                count,
+            })
+            .collect();
+        (out, lost)
     }
 
     /// The runtime's path.
@@ -309,7 +363,7 @@ impl Server {
         names.sort();
         let mut traps = 0;
         for p in names {
-            match read_report(&p, &state, &mut traps) {
+            match read_report(&p, &state, &mut traps, &mut Vec::new(), &mut 0) {
                 Ok(r) => {
                     for (id, idx, c) in r {
                         let n = state.entries[id].plan.counters() as usize;
@@ -497,10 +551,15 @@ pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchErr
     })
 }
 
+/// A report's counters (module id, counter index, count); its call
+/// targets (module id, block index, target, count) go to `targets`, its
+/// records lost are added to `lost`.
 fn read_report(
     path: &Path,
     state: &State,
     traps: &mut u64,
+    targets: &mut Vec<(usize, usize, Target, u64)>,
+    lost: &mut u64,
 ) -> Result<Vec<(usize, usize, u64)>, String> {
     // The directory may belong to the profiled process's user (attach
     // mode): no links, regular files only, bounded.
@@ -535,6 +594,37 @@ fn read_report(
         }
         if let Some(t) = l.strip_prefix("traps ") {
             *traps += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("ilost ") {
+            *lost += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("I ") {
+            // I <id dec> <block> <count> <target> [<path>]
+            let bad = || format!("bad line {l:?}");
+            let mut w = t.splitn(5, ' ');
+            let id: usize = w.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+            let block = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let count = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let addr = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let e = state
+                .entries
+                .get(id)
+                .ok_or(format!("unknown module {id}"))?;
+            let block = usize::try_from(block)
+                .ok()
+                .filter(|b| *b < e.plan.blocks.len())
+                .ok_or(format!("block {block:x} out of range"))?;
+            let target = match w.next() {
+                Some(p) if p.starts_with('/') => Target::Module {
+                    path: PathBuf::from(p),
+                    addr,
+                },
+                Some(_) => return Err(bad()),
+                None => Target::Outside(addr),
+            };
+            targets.push((id, block, target, count));
             continue;
         }
         let w: Vec<&str> = l.split(' ').collect();
@@ -602,7 +692,8 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         let e = &s.entries[id];
         (e.plan.clone(), e.encoded.keys().next().copied())
     };
-    let size = crate::encode::area_size(&plan);
+    let opts = state.lock().ok()?.options;
+    let size = crate::encode::area_size_with(&plan, opts);
     match offer {
         Some(o) => writeln!(w, "SIZE {size:x} {:x} {o:x}", plan.counters()).ok()?,
         None => writeln!(w, "SIZE {size:x} {:x}", plan.counters()).ok()?,
@@ -622,7 +713,7 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             c
         }
         None => {
-            let e = Arc::new(encode(&plan, bias, area, first));
+            let e = Arc::new(encode_with(&plan, bias, area, first, opts));
             let mut s = state.lock().ok()?;
             s.made += 1;
             let entry = &mut s.entries[id];

@@ -122,6 +122,11 @@ pub struct Plan {
     pub branches: Vec<(u64, bool)>,
     /// The module's GNU build id.
     pub build_id: Option<Vec<u8>>,
+    /// Indirect jumps (link-time addresses, sorted) whose jump table was
+    /// recovered: a switch, not a tail call. Every other `jmp *` may be
+    /// a tail call through a pointer, and its targets are recorded when
+    /// call targets are wanted ([`crate::encode::Options`]).
+    pub tables: Vec<u64>,
     /// The executable sections' addresses and bytes.
     pub(crate) sections: Vec<(u64, Vec<u8>)>,
 }
@@ -303,6 +308,7 @@ impl Plan {
             }
         };
         let mut unresolved: HashSet<u64> = HashSet::default();
+        let mut tables = Vec::new();
         for (i, x) in insns.iter().enumerate() {
             if x.flow_control() != FlowControl::IndirectBranch || is_tail_call_through_memory(x) {
                 continue;
@@ -313,6 +319,7 @@ impl Plan {
             let targets = jump_table(&insns, i, f, data, &in_func);
             if !targets.is_empty() {
                 hard.extend(targets);
+                tables.push(x.ip());
             } else if x.op0_kind() != iced_x86::OpKind::Register {
                 unresolved.insert(f);
             }
@@ -755,10 +762,12 @@ impl Plan {
                 None => {}
             }
         }
+        tables.sort_unstable();
         Plan {
             blocks,
             branches,
             build_id: None,
+            tables,
             sections,
         }
     }
