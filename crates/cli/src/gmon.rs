@@ -39,7 +39,16 @@
 //! becomes an arc from the call site to F with that count. Calls through
 //! the PLT or, with `-fno-plt`, through a GOT slot go to the function the
 //! slot's relocation names: into the executable (an arc) or out of it into
-//! a shared library (counted on stderr, not written). The histogram stays
+//! a shared library (counted on stderr, not written). Indirect calls
+//! (`call *%rax`, `call *8(%rbx)`, any operand) and indirect jumps that are
+//! not a switch's jump table (tail calls through a pointer, `jmp *%rax`)
+//! have their target recorded at run time, as the instruction computes it,
+//! in per-thread tables (about 15 ns per such call): each target with its
+//! exact count becomes an arc to the function it enters (a jump counts
+//! only when it enters another function at its entry), or a call into a
+//! shared library (counted on stderr), or into code outside every file
+//! (the vDSO, JIT code: counted on stderr). Threads are summed; a forked
+//! child counts what it ran after the fork. The histogram stays
 //! sampled, as without `--exact`, from the same one run: a sample taken
 //! in a trampoline (the executable's code as the runtime runs it) is
 //! charged to the block the trampoline copies, and stderr says how many
@@ -77,13 +86,14 @@
 //!
 //! # Bugs
 //!
-//! With `--exact`, indirect calls (`call *%rax`, `call *8(%rbx)`, and
-//! `jmp *mem` tail calls through a pointer) are counted per site but not
-//! attributed to a callee: their targets are known only at run time, and
-//! the runtime does not record them yet; stderr says `N indirect calls at
-//! M call sites not attributed`, and their callees show fewer calls (none,
-//! if called only that way). `jmp *%reg` may be a switch's jump as well as
-//! a tail call: it is not counted as a call. Calls into the executable from
+//! With `--exact`, an indirect call whose target could not be recorded
+//! (`call *%rsp`; a record lost when a signal handler interrupts the
+//! recording of another and records too, or when a thread has met more
+//! than 2^19 (site, target) pairs) is counted but not attributed: stderr
+//! says `N indirect calls at M call sites not attributed`, and the callee
+//! shows fewer calls. A switch whose jump table the planner did not
+//! recover has its jumps recorded (slower) and, as they stay inside the
+//! function, not counted as calls. Calls into the executable from
 //! shared libraries (callbacks such as `qsort`'s comparator) and from the
 //! loader (`main`) have no call site in the executable's text, which is all
 //! a gmon.out describes: gprof shows such a callee with fewer calls, or as
@@ -122,8 +132,9 @@ samples whose stack held the call), not numbers of calls: read it as a relative 
 
 /// The note with `--exact`.
 pub const EXACT_NOTE: &str = "gprof's \"called\" column shows exact numbers of calls, counted at \
-every direct call site (and direct tail-call jump) in the executable; indirect calls, calls from \
-shared libraries and counts above 4294967295 (GNU gmon.out's 32 bits) are not in it, as said above.";
+every call site (direct, through a pointer, through the PLT) and tail-call jump in the executable; \
+calls from shared libraries and counts above 4294967295 (GNU gmon.out's 32 bits) are not in it, \
+nor what is said above to be left out.";
 
 /// Bytes of user stack copied with each sample for unwinding.
 const DEFAULT_STACK_BYTES: u32 = 16384;

@@ -15,6 +15,13 @@
  * exec: the image being replaced reports first; the new image loads the
  * runtime afresh (LD_PRELOAD and our variables are put back into an
  * environment that lost them).
+ *
+ * Call targets (profdev gmon --exact): trampolines of indirect calls and
+ * jumps `call *%gs:0` (profdev_cov_record) with the site's key and the
+ * target pushed; it counts the pair in the calling thread's table (slot
+ * SLOT_TABLE of its array), written by that thread alone. Reports list
+ * the pairs (`I` lines, targets resolved to module and link-time address);
+ * fork and a report that does not end the image set each pair's base.
  */
 #define _GNU_SOURCE
 #include <asm/prctl.h>

@@ -15,10 +15,20 @@
 //!   the jump to F, as often as the jump was taken;
 //! * `call *foo@GOTPCREL(%rip)` (`-fno-plt`), and `jmp` through such a
 //!   slot: as `call foo@plt`, the slot's relocation naming `foo`;
-//! * `call *%reg`, `call *mem`, and `jmp *mem` without an index (a tail
-//!   call through a pointer; indirect): the target is known only at run
-//!   time; counted in [`Arcs::indirect_calls`] per site, not made an arc.
-//!   (`jmp *%reg` may be a switch as well as a tail call: left out.)
+//! * `call *%reg`, `call *mem` (indirect) and `jmp *` that is not a
+//!   recovered jump table: the targets recorded at run time
+//!   ([`CallTarget`], from [`crate::launch::Server::call_targets`]), each
+//!   with its exact count: a target in the module is an arc to the
+//!   function holding it (a jump only when it enters another function at
+//!   its entry or a PLT stub: else it is a switch or a computed goto, not
+//!   a call); a target in another module counts in
+//!   [`Arcs::library_calls`]; one outside every file-backed module (the
+//!   vDSO, JIT code) in [`Arcs::outside_calls`]. An indirect call made
+//!   more often than its records say (records lost, or a site that could
+//!   not be recorded), and any indirect call of a run without records, is
+//!   counted in [`Arcs::indirect_calls`] per site, not made an arc; so is
+//!   `jmp *mem` without an index then. A GOT call with records takes them
+//!   (they say the same as the slot's relocation, below).
 //!
 //! `from_pc` is the call's return address less one (the last byte of the
 //! call, inside the caller even when the call is the function's last

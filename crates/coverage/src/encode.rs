@@ -17,6 +17,36 @@
 //! counters' displacements moved to another first counter (the only
 //! relocation, listed in [`Encoded::counter_fixups`]), and
 //! [`Encoded::patches_for`] moves the patches to the new bias and area.
+//!
+//! **Call targets** ([`Options::call_targets`], what `profdev gmon
+//! --exact` asks for; off for `cprof` and `startcp`, whose code is then
+//! exactly what it is without the option). Each indirect call (`call
+//! *%reg`, `call *mem`, any addressing, with a segment prefix or not) and
+//! each indirect jump that is not a recovered jump table (a possible tail
+//! call through a pointer, [`Plan::tables`]) gets, in its trampoline just
+//! before the instruction runs ([`record_seq`]): `lea -128(%rsp),%rsp`
+//! (the red zone is the program's), `push %rax`, the target loaded into
+//! `%rax` exactly as the instruction will load it (the same operand with
+//! the registers of that moment; a RIP-relative operand re-encoded for the
+//! copy's place; a `%rsp`-based one moved past the 136 bytes skipped and
+//! pushed), `push %rax; lea %gs:8*KEY,%rax; push %rax; call *%gs:0`, and
+//! everything undone; no instruction of it writes a flag. KEY is the
+//! counter index of the site's block (relocated with the counts, listed
+//! in [`Encoded::counter_fixups`]); `%gs:0` holds the runtime's recorder
+//! in every thread's counter array (the first [`RESERVED_SLOTS`] slots are
+//! not counters), which preserves every register and the flags and adds
+//! one to the thread's own count of (KEY, target): no atomics, no lock.
+//! Where the trampoline copies the block without its final call (the call
+//! then runs in the original code, right after the trampoline jumps back)
+//! the recording is the trampoline's last act, with the registers the call
+//! will see; where it emulates the call (push of the return address and a
+//! jump), the recording comes before the push; a block that is one `call
+//! *disp(%rip)` records in its counting stub. A site whose target cannot
+//! be evaluated there (`call *%rsp`, a 32-bit address) is not recorded: its
+//! calls stay counted, unattributed. Cost, measured: about 15 ns per
+//! recorded call (`profdev gmon --exact` of a loop of 10^8 calls through a
+//! table of two functions: 1.8 s user against 0.3 s for `cprof -m` of the
+//! same loop, which only counts; native 0.2 s).
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,

@@ -39,10 +39,35 @@
 //! a new one. The code sent is always for the area and first counter the
 //! runtime named.
 //!
+//! The runtime's counter indices start at
+//! [`crate::encode::RESERVED_SLOTS`]: the slots below are its own (the
+//! recorder's address, the thread's table of call targets).
+//!
+//! **Call targets** ([`Server::set_call_targets`], what `profdev gmon
+//! --exact` turns on): the encodings record the target of every indirect
+//! call and possible tail jump (see [`crate::encode`]'s "Call targets").
+//! The runtime keeps, per thread, a table of (site, target) -> count (no
+//! atomics: each thread writes its own; a report sums every thread's,
+//! those of threads that exited included). A forked child reports only
+//! what it recorded after the fork, an image that execs what it recorded
+//! before, as for the counters. At report time the runtime resolves each
+//! target against the modules mapped then (`dl_iterate_phdr`): the module
+//! mapped from a file that holds it, and its link-time address. The
+//! [`Server`] sums the records of every report per (module, site,
+//! target) ([`Server::call_targets`]).
+//!
 //! **Reports** (`cov.PID.SEQ`, one per process image): `profdev-coverage
-//! 1`, `pid N`, then per module `M <id dec> <first counter dec> <counters
-//! dec>` followed by `<index> <count>` lines for the counters not zero,
-//! and `end`.
+//! 1`, `pid N`, `traps N`, then per module `M <id dec> <first counter dec>
+//! <counters dec>` followed by `<index> <count>` lines for the counters
+//! not zero; then, with call targets, one line per (site, target) of this
+//! image: `I <module id dec> <block> <count> <link-time target> <path>`
+//! (the target in the module mapped from `path`, an absolute path, last
+//! on the line) or `I <module id dec> <block> <count> <run-time target>`
+//! (outside every module mapped from a file: the vDSO, JIT code), the site
+//! being the last instruction of block `<block>` of module `<module id>`;
+//! `ilost <n>` when records were lost (a recording interrupted by a signal
+//! handler that records too, or a thread's table of 2^19 pairs full); and
+//! `end`.
 //!
 //! **Attach entry** (for `startcp PID`): the injector dlopens the runtime
 //! in the stopped process (every thread stopped), and calls

@@ -48,7 +48,13 @@
 //!
 //! Indirect jumps: in a function holding a `jmp *reg` (a switch's jump
 //! table, or a computed goto) some leaders are unknown, so there a window
-//! is only ever the block's first instruction; shorter blocks trap.
+//! is only ever the block's first instruction; shorter blocks trap. The
+//! indirect jumps whose table was recovered are listed in
+//! [`Plan::tables`]: they are switches; any other `jmp *` may be a tail
+//! call through a pointer, and when call targets are wanted
+//! ([`crate::encode::Options`]) its targets are recorded like an indirect
+//! call's (a block ends at each call and each jump, so one block holds at
+//! most one such site, and its count is the site's).
 
 use std::collections::BTreeSet;
 
