@@ -226,6 +226,9 @@ fn ends_in_site(plan: &Plan, b: &crate::plan::PlannedBlock) -> bool {
 /// 32-bit address size).
 pub(crate) fn record_seq(x: &Instruction, key: u64) -> Option<Vec<Instruction>> {
     const BELOW: i64 = 128;
+    if !matches!(x.code(), Code::Call_rm64 | Code::Jmp_rm64) {
+        return None; // (far calls and jumps: no user code makes them)
+    }
     let slot = |d: i64| MemoryOperand::with_base_displ(Register::RSP, d);
     let load = match x.op0_kind() {
         iced_x86::OpKind::Register => {
@@ -813,6 +816,33 @@ mod tests {
         );
         // And back, from an encoding with a non-zero first counter.
         assert_eq!(fresh.code_for(first1), once.code);
+    }
+
+    #[test]
+    fn an_encoding_recording_call_targets_serves_another_load_too() {
+        // The sites' keys are relocated with the counts.
+        let plan = own_plan();
+        let on = Options { call_targets: true };
+        let (bias1, area1, first1) = (0x5555_0000_0000u64, 0x5555_4000_0000u64, 8u64);
+        let (bias2, area2, first2) = (0x7f12_3456_0000u64, 0x7f12_7456_0000u64, 12_345u64);
+        let once = encode_with(&plan, bias1, area1, first1, on);
+        let fresh = encode_with(&plan, bias2, area2, first2, on);
+        let plain = encode(&plan, bias1, area1, first1);
+        assert!(once.code.len() as u64 <= area_size_with(&plan, on));
+        assert!(
+            once.counter_fixups.len() > plain.counter_fixups.len() + 100,
+            "{} fixups with call targets, {} without",
+            once.counter_fixups.len(),
+            plain.counter_fixups.len()
+        );
+        assert_eq!(once.failed, plain.failed, "recording costs no block");
+        assert_eq!(once.code_for(first2), fresh.code, "code relocated");
+        // `call *%gs:0` (addr32, as iced encodes a bare displacement), the
+        // recorder's call: only with the option.
+        let recorder_call = [0x65, 0x67, 0xff, 0x14, 0x25, 0, 0, 0, 0];
+        let calls = |code: &[u8]| code.windows(9).filter(|w| *w == recorder_call).count();
+        assert!(calls(&once.code) > 100, "{} recordings", calls(&once.code));
+        assert_eq!(calls(&plain.code), 0);
     }
 
     #[test]
