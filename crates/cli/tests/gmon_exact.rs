@@ -140,6 +140,18 @@ fn called_column_holds_exact_call_counts() {
     );
 }
 
+#[test]
+fn recording_a_call_target_keeps_the_flags() {
+    if !ready("profdev gmon --exact flags", &["gcc", "gprof"]) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path(), "callflags.c", &["-O2"], "callflags");
+    // (profile() asserts success: the program exits 1 on a changed flag.)
+    let (report, _) = profile(d.path(), &exe, &[], &[]);
+    assert_called(&report, "flags_of", 4, "main");
+}
+
 /// The number in profdev's note on calls into shared libraries.
 fn library_calls(stderr: &str) -> u64 {
     stderr
