@@ -914,7 +914,7 @@ mod tests {
             );
         }
         let mut gs = [0u64; 4];
-        gs[0] = profdev_test_recorder as usize as u64;
+        gs[0] = profdev_test_recorder as *const () as u64;
         let mut old_gs = 0u64;
         let (rax_in, mut rax_out) = (0x1234_5678_9abc_def0u64, 0u64);
         let (mut f0, mut f1, mut sp0, mut sp1): (u64, u64, u64, u64);
