@@ -7,8 +7,8 @@
 //! profile although it runs in the trampolines that count).
 //! tests/fixtures/indirect.c calls through pointers only (a table of two
 //! functions from two threads, a tail call through a pointer in a forked
-//! child, libc's `abs` through a pointer): each target with its exact
-//! count.
+//! child, libc's `abs` through a pointer, a call through a pointer made
+//! on one side of a branch): each target with its exact count.
 
 mod common;
 use common::*;
@@ -182,6 +182,8 @@ fn indirect_calls_are_counted_per_target() {
     // parent ran before the fork is not counted again).
     assert_called(&report, "tail", 89, "main");
     assert_called(&report, "tt", 89, "tail");
+    // `je` over a lone `call *%rax`: 500 of maybe's 1000 calls.
+    assert_called(&report, "h", 500, "maybe");
     assert!(!stderr.contains("not attributed"), "{stderr}");
     // abs through a pointer leaves the executable: each call is one more
     // call into a shared library.
