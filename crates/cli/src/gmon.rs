@@ -93,7 +93,9 @@
 //! says `N indirect calls at M call sites not attributed`, and the callee
 //! shows fewer calls. A switch whose jump table the planner did not
 //! recover has its jumps recorded (slower) and, as they stay inside the
-//! function, not counted as calls. Calls into the executable from
+//! function, not counted as calls. A target is named when the process
+//! writes its report (at exit): a call into a library unloaded before
+//! (`dlclose`) is counted as a call outside every module. Calls into the executable from
 //! shared libraries (callbacks such as `qsort`'s comparator) and from the
 //! loader (`main`) have no call site in the executable's text, which is all
 //! a gmon.out describes: gprof shows such a callee with fewer calls, or as

@@ -52,7 +52,11 @@
 //! what it recorded after the fork, an image that execs what it recorded
 //! before, as for the counters. At report time the runtime resolves each
 //! target against the modules mapped then (`dl_iterate_phdr`): the module
-//! mapped from a file that holds it, and its link-time address. The
+//! mapped from a file that holds it, and its link-time address (the
+//! runtime, not the server, resolves: a forked child sends no `MOD` for
+//! the modules it inherited, and its own map is what its calls went to;
+//! a library unloaded before the report leaves its targets outside every
+//! module). The
 //! [`Server`] sums the records of every report per (module, site,
 //! target) ([`Server::call_targets`]).
 //!
