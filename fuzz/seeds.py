@@ -154,3 +154,31 @@ for name in sorted(os.listdir(g)):
     if name.endswith(".gmon"):
         os.makedirs(os.path.join(CORPUS, "gmon"), exist_ok=True)
         shutil.copyfile(os.path.join(g, name), os.path.join(CORPUS, "gmon", name))
+
+# coverage_cache: the coverage engine's on-disk cache (profdev_coverage::cache):
+# magic line, 32-byte key, then little-endian u64 fields and length-prefixed
+# sequences; one plan of two blocks (a jump-counted one ending in a
+# conditional jump, one derived from its fall-through), one jump whose table
+# was recovered (Plan::tables), and an encoding.
+def cache_file(with_encoding=True, cut=0):
+    q = lambda *v: struct.pack("<%dQ" % len(v), *v)
+    b = b"profdev-coverage-cache 1\n" + bytes(range(32))
+    b += q(2)
+    b += q(0x1000, 0x1008, 2, 0, 4) + b"\x01" + q(0x1000, 0x1008, 5) + b"\x01" + q(0)
+    b += q(0x1008, 0x100a, 1, 0) + b"\x06" + q(0) + b"\x00" + q(2**64 - 1)
+    b += q(1, 0x1006) + b"\x01"
+    b += b"\x01" + q(3) + b"\x01\x02\x03"
+    b += q(1, 0x1000, 16) + b"\x90" * 16
+    b += q(1, 0x1004)
+    if with_encoding:
+        b += b"\x01" + q(0x6000, 64) + b"\xcc" * 64
+        b += q(1, 0x1000, 0x7000, 1, 5)
+        b += q(0, 0, 0, 2, 3, 20, 7)
+    else:
+        b += b"\x00"
+    return b[:len(b) - cut]
+
+
+put("coverage_cache", "valid", cache_file())
+put("coverage_cache", "plan-only", cache_file(with_encoding=False))
+put("coverage_cache", "cut", cache_file(cut=9))

@@ -7,6 +7,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=c/covrt.c");
+    engine_id();
     println!("cargo:rerun-if-env-changed=CC");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let so = out.join("libprofdev_cov.so");
@@ -33,5 +34,40 @@ fn main() {
     assert!(
         status.success(),
         "the C compiler {cc:?} failed to build crates/coverage/c/covrt.c"
+    );
+}
+
+/// `PROFDEV_COV_ENGINE`: a digest of the engine's sources (src/ and c/),
+/// part of every on-disk cache key (src/cache.rs), so a plan or encoding
+/// made by another version of the planner, encoder or runtime is never
+/// reused.
+fn engine_id() {
+    use std::hash::Hasher;
+    println!("cargo:rerun-if-changed=src");
+    let mut files = Vec::new();
+    for dir in ["src", "c"] {
+        let mut stack = vec![PathBuf::from(dir)];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).expect("the crate's sources are readable") {
+                let p = e.expect("a directory entry").path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    files.push(p);
+                }
+            }
+        }
+    }
+    files.sort();
+    // DefaultHasher::new() has fixed keys: the same sources give the same id.
+    let mut h = std::hash::DefaultHasher::new();
+    for f in &files {
+        h.write(f.to_string_lossy().as_bytes());
+        h.write(&std::fs::read(f).expect("a source file is readable"));
+    }
+    println!(
+        "cargo:rustc-env=PROFDEV_COV_ENGINE={}-{:016x}",
+        std::env::var("CARGO_PKG_VERSION").unwrap_or_default(),
+        h.finish()
     );
 }

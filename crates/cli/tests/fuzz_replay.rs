@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 type Entry = fn(&[u8]);
 
 const TARGETS: &[(&str, Entry)] = &[
+    ("coverage_cache", profdev_coverage::fuzzing::coverage_cache),
     ("ctl", profdev_dev::fuzzing::ctl),
     ("elf", profdev_symbolize::fuzzing::elf),
     ("gmon", profdev_formats::fuzzing::gmon),
@@ -78,6 +79,11 @@ fn every_target_has_a_fuzz_target_file() {
             "fuzz/fuzz_targets/{name}.rs does not call fuzzing::{name}"
         );
     }
+}
+
+#[test]
+fn coverage_cache() {
+    replay("coverage_cache", profdev_coverage::fuzzing::coverage_cache);
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! `dlopen`, it asks the [`Server`] (a unix socket in that directory,
 //! `PROFDEV_COV_SOCK`; one connection per module, so a forked child gets
 //! its own replies) for each module it has not covered yet; profdev plans
-//! the module once per file ([`crate::plan`], cached by device and inode),
+//! the module once per file ([`crate::plan`], cached by device and inode,
+//! and on disk by content: [`crate::cache`]),
 //! encodes its trampolines for the area the runtime mapped
 //! ([`crate::encode`]; once per distance between area and module, reused
 //! by every later load at that distance), and the runtime writes the
@@ -101,6 +102,7 @@ use std::process::{Command, ExitStatus};
 use std::sync::{Arc, Mutex};
 
 use crate::arcs::{CallTarget, Target};
+use crate::cache::{Cache, Key};
 use crate::counts::{Block, Branch, ModuleCoverage};
 use crate::encode::{encode_with, Encoded};
 use crate::plan::{How, Plan};
@@ -135,6 +137,15 @@ fn offset_of(bias: u64, area: u64) -> u64 {
 struct Entry {
     path: PathBuf,
     plan: Arc<Plan>,
+    /// Its key in the on-disk cache, when there is one.
+    key: Option<Key>,
+    /// The encoding the cache kept (for an area at that offset from the
+    /// bias; its patches in link-time addresses, its area at the offset),
+    /// until a load uses it.
+    disk: Option<(u64, Arc<Encoded>)>,
+    /// Whether the cache holds an encoding of this module (none is
+    /// stored then).
+    stored: bool,
     /// Blocks left uncounted by an encoding failure or a skipped patch.
     lost: BTreeSet<usize>,
     /// Encodings by the area's offset from the bias ([`offset_of`]): the
@@ -150,9 +161,15 @@ struct State {
     entries: Vec<Entry>,
     by_file: HashMap<(u64, u64), usize>,
     notes: Vec<String>,
-    /// Encodings made, and loads served a copy of one.
+    /// Encodings made, loads served a copy of one, and loads served the
+    /// on-disk cache's.
     made: u64,
     reused: u64,
+    from_disk: u64,
+    /// The on-disk cache of plans and encodings.
+    cache: Option<Arc<Cache>>,
+    /// Cache files being written.
+    storing: Arc<(Mutex<usize>, std::sync::Condvar)>,
 }
 
 /// The planning server and the private directory a run's processes
@@ -186,7 +203,25 @@ pub fn selected(select: &[String], path: &Path) -> bool {
 impl Server {
     /// A fresh private directory holding the runtime, the socket, and
     /// `out/` for reports; the server answers until dropped or finished.
+    /// Plans and encodings are kept in the default on-disk cache
+    /// ([`crate::cache`]; a cache that cannot be opened is said in the
+    /// notes, and the run plans without it).
     pub fn new(select: &[String]) -> std::io::Result<Server> {
+        let mut notes = Vec::new();
+        let cache = Cache::default_dir().and_then(|d| match Cache::open(&d) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                notes.push(format!("{e}; planning without the cache"));
+                None
+            }
+        });
+        let server = Server::with_cache(select, cache)?;
+        server.lock().notes.extend(notes);
+        Ok(server)
+    }
+
+    /// As [`Server::new`], with `cache` (None: none).
+    pub fn with_cache(select: &[String], cache: Option<Cache>) -> std::io::Result<Server> {
         let dir = tempfile::Builder::new().prefix("profdev-cov.").tempdir()?;
         profdev_safefile::write_file(dir.path().join("libprofdev_cov.so"), RUNTIME, 0o500)
             .map_err(profdev_safefile::Error::into_os_error)?;
@@ -195,6 +230,7 @@ impl Server {
         let listener = UnixListener::bind(dir.path().join("sock"))?;
         let state = Arc::new(Mutex::new(State {
             select: select.to_vec(),
+            cache: cache.map(Arc::new),
             ..State::default()
         }));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -223,7 +259,9 @@ impl Server {
     /// ([`crate::encode::Options::call_targets`]; see
     /// [`Server::call_targets`]). Set it before the first process asks
     /// for a module: the encodings made before keep what they were made
-    /// with. Off (the default), the trampolines only count.
+    /// with. Off (the default), the trampolines only count. On, the
+    /// on-disk cache's encodings (plain counting code) are neither used
+    /// nor written; its plans are.
     pub fn set_call_targets(&self, on: bool) {
         self.lock().options.call_targets = on;
     }
@@ -380,6 +418,20 @@ impl Server {
         (s.made, s.reused)
     }
 
+    /// Loads served an encoding from the on-disk cache.
+    pub fn encodings_from_cache(&self) -> u64 {
+        self.lock().from_disk
+    }
+
+    /// Wait (at most `limit`) until every cache file being written is
+    /// written: a run that ends leaves no temporary behind.
+    pub fn wait_for_cache(&self, limit: std::time::Duration) {
+        let storing = self.lock().storing.clone();
+        let (m, cv) = &*storing;
+        let g = m.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = cv.wait_timeout_while(g, limit, |n| *n > 0);
+    }
+
     /// The counts of every report written so far, per module planned,
     /// and notes (one sentence each) on what was not counted.
     pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
@@ -508,6 +560,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        self.wait_for_cache(std::time::Duration::from_secs(30));
         self.stop.store(true, std::sync::atomic::Ordering::Release);
         let _ = UnixStream::connect(self.socket());
         if let Some(t) = self.thread.take() {
@@ -526,6 +579,8 @@ pub struct Launched {
     pub modules: Vec<ModuleCoverage>,
     /// What was not counted, and why, one sentence each.
     pub notes: Vec<String>,
+    /// Loads whose encoding came from the on-disk cache.
+    pub from_cache: u64,
 }
 
 /// Run `cmd` under coverage of the modules `select` names (empty: the
@@ -577,6 +632,7 @@ pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchErr
         status,
         modules,
         notes,
+        from_cache: server.encodings_from_cache(),
     })
 }
 
@@ -719,7 +775,8 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     let (plan, offer) = {
         let s = state.lock().ok()?;
         let e = &s.entries[id];
-        (e.plan.clone(), e.encoded.keys().next().copied())
+        let disk = e.disk.as_ref().map(|d| d.0);
+        (e.plan.clone(), e.encoded.keys().next().copied().or(disk))
     };
     let opts = state.lock().ok()?.options;
     let size = crate::encode::area_size_with(&plan, opts);
@@ -735,19 +792,50 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     // An encoding serves every load with the same offset (see
     // crate::encode's Reuse).
     let key = offset_of(bias, area);
-    let cached = state.lock().ok()?.entries[id].encoded.get(&key).cloned();
-    let (bias0, area0, enc) = match cached {
-        Some(c) => {
+    let (cached, disk) = {
+        let mut s = state.lock().ok()?;
+        let entry = &mut s.entries[id];
+        let cached = entry.encoded.get(&key).cloned();
+        let disk = match (&cached, &entry.disk) {
+            (None, Some((off, _))) if *off == key => entry.disk.take(),
+            _ => None,
+        };
+        (cached, disk)
+    };
+    let mut store = None;
+    let (bias0, area0, enc) = match (cached, disk) {
+        (Some(c), _) => {
             state.lock().ok()?.reused += 1;
             c
         }
-        None => {
+        (None, Some((off, e))) => {
+            // The cache's encoding, moved to this load (its patches are
+            // kept at bias 0, its area at the offset).
+            let moved = Arc::new(Encoded {
+                patches: e.patches_for(0, off, bias, area),
+                ..(*e).clone()
+            });
+            let mut s = state.lock().ok()?;
+            s.from_disk += 1;
+            let entry = &mut s.entries[id];
+            entry.lost.extend(moved.failed_blocks.iter().copied());
+            entry.encoded.insert(key, (bias, area, moved.clone()));
+            (bias, area, moved)
+        }
+        (None, None) => {
             let e = Arc::new(encode_with(&plan, bias, area, first, opts));
             let mut s = state.lock().ok()?;
             s.made += 1;
+            let cache = s.cache.clone();
+            let storing = s.storing.clone();
             let entry = &mut s.entries[id];
             entry.lost.extend(e.failed_blocks.iter().copied());
             entry.encoded.insert(key, (bias, area, e.clone()));
+            if let (Some(cache), Some(k), false) = (cache, entry.key, entry.stored) {
+                entry.stored = true;
+                *storing.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                store = Some((cache, k, storing));
+            }
             (bias, area, e)
         }
     };
@@ -783,6 +871,27 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         if i > 0 {
             entry.lost.insert(i - 1);
         }
+    }
+    drop((r, w));
+    if let Some((cache, k, storing)) = store {
+        // Kept for later runs, once the process has its code. The
+        // patches at bias 0, the area at the offset: what a load at any
+        // bias moves them from.
+        let canonical = Encoded {
+            patches: enc.patches_for(bias0, area0, 0, key),
+            ..(*enc).clone()
+        };
+        if let Err(e) = cache.store(&k, &plan, Some((key, &canonical))) {
+            if let Ok(mut s) = state.lock() {
+                let n = format!("{e}; the plan is not kept for later runs");
+                if !s.notes.contains(&n) {
+                    s.notes.push(n);
+                }
+            }
+        }
+        let (m, cv) = &*storing;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        cv.notify_all();
     }
     Some(())
 }
@@ -929,24 +1038,61 @@ fn plan_into(
         "/proc/self/fd/{}",
         std::os::fd::AsRawFd::as_raw_fd(file)
     ));
-    let plan = match Plan::of_file(&fd_path) {
-        Ok(p) => Arc::new(p),
+    let bytes = match std::fs::read(&fd_path) {
+        Ok(b) => b,
         Err(e) => {
-            let e = e
-                .to_string()
-                .replace(&*fd_path.to_string_lossy(), &path.to_string_lossy());
-            note(format!("{e}; not counted"));
+            note(format!("cannot read {}: {e}; not counted", path.display()));
             return None;
         }
+    };
+    let cache = state.lock().ok()?.cache.clone();
+    let key = cache.as_ref().map(|_| Key::of(&bytes));
+    let kept = match (&cache, &key) {
+        (Some(c), Some(k)) => match c.load(k) {
+            Ok(e) => e,
+            Err(why) => {
+                note(format!("{why}; planned afresh"));
+                None
+            }
+        },
+        _ => None,
+    };
+    let (plan, disk, stored) = match kept {
+        Some(e) => {
+            let stored = e.encoded.is_some();
+            (
+                Arc::new(e.plan),
+                e.encoded.map(|(o, e)| (o, Arc::new(e))),
+                stored,
+            )
+        }
+        None => match Plan::of_bytes(&bytes, path) {
+            Ok(p) => (Arc::new(p), None, false),
+            Err(e) => {
+                note(format!("{e}; not counted"));
+                return None;
+            }
+        },
     };
     let mut s = state.lock().ok()?;
     if let Some(&id) = s.by_file.get(&(dev, ino)) {
         return Some(id);
     }
+    // The cache keeps plain counting code: a run that records call
+    // targets neither takes its encoding nor stores its own (the plan,
+    // the same either way, is taken).
+    let (disk, stored) = if s.options == crate::encode::Options::default() {
+        (disk, stored)
+    } else {
+        (None, true)
+    };
     let id = s.entries.len();
     s.entries.push(Entry {
         path: path.to_path_buf(),
         plan,
+        key,
+        disk,
+        stored,
         lost: BTreeSet::new(),
         encoded: HashMap::new(),
     });

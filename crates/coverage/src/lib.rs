@@ -12,7 +12,9 @@
 //! distance from the module, copied with its counters relocated), and
 //! [`launch`] runs a command with the runtime preloaded and collects the
 //! counts ([`launch::launch`]; the runtime's entry for attach mode is
-//! described there).
+//! described there). [`cache`] keeps plans and encodings on disk between
+//! runs, keyed by the module's bytes and the engine's sources. [`cache`] keeps plans and encodings on disk between
+//! runs, keyed by the module's bytes and the engine's sources.
 //!
 //! # Limits (each reported where it applies, never hidden)
 //!
@@ -64,6 +66,7 @@
 //!   each module (on older kernels the placement is checked and retried).
 
 pub mod arcs;
+pub mod cache;
 pub mod cobertura;
 pub mod counts;
 pub mod encode;

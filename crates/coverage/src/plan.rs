@@ -173,12 +173,20 @@ impl Plan {
 
     /// Plan the module in the file `path`.
     pub fn of_file(path: &Path) -> Result<Plan, PlanError> {
+        let bytes = std::fs::read(path).map_err(|e| PlanError::Read {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })?;
+        Plan::of_bytes(&bytes, path)
+    }
+
+    /// Plan the module whose file (at `path`, for messages) holds `bytes`.
+    pub fn of_bytes(bytes: &[u8], path: &Path) -> Result<Plan, PlanError> {
         let err = |why: String| PlanError::Read {
             path: path.display().to_string(),
             why,
         };
-        let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-        let elf = profdev_symbolize::elf::ElfObject::parse(&bytes, path)
+        let elf = profdev_symbolize::elf::ElfObject::parse(bytes, path)
             .map_err(|e| err(e.to_string()))?;
         let starts: Vec<u64> = elf
             .all_symbols()
@@ -186,7 +194,7 @@ impl Plan {
             .filter(|s| s.origin != profdev_symbolize::elf::SymOrigin::Plt)
             .map(|s| s.addr)
             .collect();
-        let file = object::File::parse(&*bytes).map_err(|e| err(e.to_string()))?;
+        let file = object::File::parse(bytes).map_err(|e| err(e.to_string()))?;
         if file.architecture() != object::Architecture::X86_64 {
             return Err(err("it is not an x86-64 object".into()));
         }
@@ -322,7 +330,7 @@ impl Plan {
             let f = func_of(x.ip());
             let fe = func_end(f);
             let in_func = |t: u64| t >= f && t < fe && is_insn(t);
-            let targets = jump_table(&insns, i, f, data, &in_func);
+            let targets = jump_table(&insns, i, f, data, &in_func, &is_insn);
             if !targets.is_empty() {
                 hard.extend(targets);
                 tables.push(x.ip());
@@ -804,13 +812,17 @@ fn is_tail_call_through_memory(x: &Instruction) -> bool {
 /// function `f` (`in_func` says whether an address is an instruction of
 /// it): `jmp *table(,%idx,8)` (absolute entries), or `lea table(%rip),%rT;
 /// movslq (%rT,%idx,4),%r; add %rT,%r; jmp *%r` (entries relative to the
-/// table). Empty when the jump is not one of these.
+/// table). Empty when the jump is not one of these. An absolute table's
+/// entries may lead out of the function (gcc sends a switch's unlikely
+/// cases to the function's cold part): they are read while they are
+/// instructions of the module.
 fn jump_table(
     insns: &[Instruction],
     at: usize,
     f: u64,
     data: &[(u64, &[u8])],
     in_func: &dyn Fn(u64) -> bool,
+    is_insn: &dyn Fn(u64) -> bool,
 ) -> Vec<u64> {
     const MAX: usize = 4096;
     let read = |addr: u64, n: usize| -> Option<&[u8]> {
@@ -833,7 +845,7 @@ fn jump_table(
                 break;
             };
             let t = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
-            if !in_func(t) {
+            if !is_insn(t) {
                 break;
             }
             out.push(t);

@@ -2,8 +2,10 @@
 //! fall-through of the conditional jump before them: a program that runs
 //! a loop of known trip counts, then execs itself (a second process image
 //! at another load address, served a copy of the first image's encoding),
-//! has exactly the counts its structure implies, summed over both.
+//! has exactly the counts its structure implies, summed over both; and
+//! the same counts when its plan and encoding come from the on-disk cache.
 
+use profdev_coverage::cache::Cache;
 use profdev_coverage::counts::ModuleCoverage;
 use profdev_coverage::launch::Server;
 use profdev_coverage::plan::{How, Plan};
@@ -62,7 +64,8 @@ fn an_encoding_reused_in_an_execd_image_counts_exactly() {
     let prog = build(tmp.path());
     let f = fellfn(&prog);
     let name = prog.file_name().unwrap().to_string_lossy().into_owned();
-    let server = Server::new(&[name]).expect("server");
+    // No on-disk cache: the first image encodes.
+    let server = Server::with_cache(&[name], None).expect("server");
     let out = tmp.path().join("stdout");
     let mut cmd = Command::new(&prog);
     cmd.arg("again")
@@ -97,4 +100,68 @@ fn an_encoding_reused_in_an_execd_image_counts_exactly() {
     };
     assert_eq!(br(f + 7), Some((98, 42)), "jge");
     assert_eq!(br(f + 18), Some((126, 14)), "jl");
+}
+
+/// One run of `prog` (not execing itself) with the cache at `cache`,
+/// address-space randomization off (so the area the first run's encoding
+/// was made for is free in the next): the module's counts, the loads
+/// served from the cache, the encodings made, and the notes.
+fn cached_run(prog: &Path, cache: &Path) -> (ModuleCoverage, u64, u64, Vec<String>) {
+    let name = prog.file_name().unwrap().to_string_lossy().into_owned();
+    let server = Server::with_cache(&[name], Some(Cache::open(cache).expect("cache"))).unwrap();
+    let mut cmd = Command::new(prog);
+    cmd.stdout(Stdio::null()).envs(server.env(None));
+    // SAFETY: personality(2) only changes the child's own flags, between
+    // fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let st = cmd.status().expect("runs");
+    assert!(st.success(), "{st:?}");
+    server.wait_for_cache(std::time::Duration::from_secs(60));
+    let (made, _) = server.encodings();
+    let from_cache = server.encodings_from_cache();
+    let (mut mods, notes) = server.collect();
+    assert_eq!(mods.len(), 1, "{notes:?}");
+    (mods.remove(0), from_cache, made, notes)
+}
+
+#[test]
+fn a_plan_from_the_cache_counts_as_a_fresh_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build(tmp.path());
+    let f = fellfn(&prog);
+    let cache = tmp.path().join("cache");
+    let (first, from_cache, made, _) = cached_run(&prog, &cache);
+    assert_eq!((from_cache, made), (0, 1), "an empty cache: encoded");
+    // 7 calls of fellfn(10, 3).
+    assert_eq!(count_at(&first, f), 7);
+    assert_eq!(count_at(&first, f + 4), 70);
+    let files: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+    assert_eq!(files.len(), 1, "one file kept: {files:?}");
+    let (second, from_cache, made, _) = cached_run(&prog, &cache);
+    assert_eq!((from_cache, made), (1, 0), "planned and encoded once only");
+    assert_eq!(second, first, "the same counts from the cache");
+    // A damaged file is said so and replaced; the counts stay exact.
+    let file = files[0].as_ref().unwrap().path();
+    let len = std::fs::metadata(&file).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let (third, from_cache, made, notes) = cached_run(&prog, &cache);
+    assert_eq!((from_cache, made), (0, 1));
+    assert!(
+        notes.iter().any(|n| n.ends_with("; planned afresh")),
+        "{notes:?}"
+    );
+    assert_eq!(third, first);
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), len, "replaced");
 }

@@ -78,6 +78,9 @@ enum Kind {
     Linked { nlink: u64 },
     /// The file must be new and exists.
     Exists,
+    /// A file or directory read back that someone other than the
+    /// effective user could have written.
+    Untrusted { why: String },
     /// A record only partly written.
     ShortWrite {
         wrote: usize,
@@ -176,6 +179,10 @@ impl fmt::Display for Error {
                  file's alias; remove it or choose another file"
             ),
             Kind::Exists => write!(f, "refusing to create {p}: it already exists"),
+            Kind::Untrusted { why } => write!(
+                f,
+                "refusing to read {p}: {why}, so another user could have written it; remove it"
+            ),
             Kind::ShortWrite {
                 wrote,
                 len,
@@ -400,6 +407,121 @@ impl Dir {
         let mut f = self.create_file(name, mode_bits)?;
         f.write_bytes(bytes)?;
         f.commit()
+    }
+
+    /// Read back `name` in this directory, a file profdev wrote for
+    /// itself (a cache): only when nobody but the effective user could
+    /// have written it. The directory and the file must belong to the
+    /// effective user and not be writable by group or others; the file
+    /// must be a regular file with one link (never followed if a
+    /// symbolic link) of at most `max` bytes. `Ok(None)` when there is no
+    /// such name.
+    pub fn read_own(&self, name: impl AsRef<Path>, max: u64) -> Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let name = self.name_of(name.as_ref())?;
+        let path = self.path.join(&name);
+        let euid = rustix::process::geteuid().as_raw();
+        let trusted = |st: &rfs::Stat, what: &str| -> Result<()> {
+            let why = if st.st_uid != euid {
+                format!("{what} belongs to uid {}, not to uid {euid}", st.st_uid)
+            } else if st.st_mode & 0o022 != 0 {
+                format!("{what} is writable by group or others")
+            } else {
+                return Ok(());
+            };
+            Err(Error::new(&path, Kind::Untrusted { why }))
+        };
+        let dst = rfs::fstat(&self.fd).map_err(|e| Error::io("cannot examine", &self.path, e))?;
+        trusted(&dst, "its directory")?;
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rfs::openat(&self.fd, &name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(Errno::LOOP) => {
+                return Err(Error::new(
+                    &path,
+                    Kind::NotRegular {
+                        what: "a symbolic link",
+                    },
+                ))
+            }
+            Err(e) => return Err(Error::io("cannot read", &path, e)),
+        };
+        let st = rfs::fstat(&fd).map_err(|e| Error::io("cannot examine", &path, e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Error::new(&path, Kind::NotRegular { what: "not a file" }));
+        }
+        trusted(&st, "it")?;
+        if st.st_nlink != 1 {
+            return Err(Error::new(
+                &path,
+                Kind::Linked {
+                    nlink: st.st_nlink as u64,
+                },
+            ));
+        }
+        let len = st.st_size as u64;
+        if len > max {
+            return Err(Error::new(
+                &path,
+                Kind::Untrusted {
+                    why: format!("it is {len} bytes, more than the {max} expected"),
+                },
+            ));
+        }
+        let mut out = Vec::with_capacity(len as usize);
+        File::from(fd)
+            .take(max)
+            .read_to_end(&mut out)
+            .map_err(|e| Error::io("cannot read", &path, e))?;
+        Ok(Some(out))
+    }
+
+    /// The regular files in this directory whose names start with
+    /// `prefix`: (name, size in bytes, modification time in seconds).
+    pub fn files(&self, prefix: &str) -> Result<Vec<(OsString, u64, i64)>> {
+        let mut out = Vec::new();
+        let d =
+            rfs::Dir::read_from(&self.fd).map_err(|e| Error::io("cannot list", &self.path, e))?;
+        for e in d {
+            let e = e.map_err(|e| Error::io("cannot list", &self.path, e))?;
+            let name = OsStr::from_bytes(e.file_name().to_bytes()).to_os_string();
+            if !name.as_bytes().starts_with(prefix.as_bytes()) {
+                continue;
+            }
+            if let Ok(st) = rfs::statat(&self.fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile {
+                    out.push((name, st.st_size as u64, st.st_mtime));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Set the modification time of the file `name` in this directory to
+    /// now (a symbolic link there is not followed).
+    pub fn touch(&self, name: impl AsRef<Path>) -> Result<()> {
+        let name = self.name_of(name.as_ref())?;
+        let now = rfs::Timestamps {
+            last_access: rfs::Timespec {
+                tv_sec: 0,
+                tv_nsec: rfs::UTIME_NOW,
+            },
+            last_modification: rfs::Timespec {
+                tv_sec: 0,
+                tv_nsec: rfs::UTIME_NOW,
+            },
+        };
+        rfs::utimensat(&self.fd, &name, &now, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| Error::io("cannot touch", &self.path.join(&name), e))
+    }
+
+    /// Remove the file `name` in this directory (a symbolic link there is
+    /// removed, never followed).
+    pub fn remove(&self, name: impl AsRef<Path>) -> Result<()> {
+        let name = self.name_of(name.as_ref())?;
+        rfs::unlinkat(&self.fd, &name, AtFlags::empty())
+            .map_err(|e| Error::io("cannot remove", &self.path.join(&name), e))
     }
 
     /// Open `name` in this directory for appending (see [`open_append`]).

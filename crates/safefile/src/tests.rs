@@ -309,3 +309,35 @@ fn a_full_disk_leaves_the_file_complete_or_absent() {
         b"header+record"
     );
 }
+
+#[test]
+fn read_own_reads_only_what_nobody_else_could_have_written() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = Dir::create(&d.path().join("cache"), 0o700).unwrap();
+    assert!(dir.read_own("absent", 100).unwrap().is_none());
+    dir.write_file("mine", b"kept", 0o600).unwrap();
+    assert_eq!(dir.read_own("mine", 100).unwrap().unwrap(), b"kept");
+    // Longer than the caller's bound.
+    assert!(dir.read_own("mine", 3).is_err());
+    // A symbolic link is not followed.
+    std::os::unix::fs::symlink(dir.path().join("mine"), dir.path().join("link")).unwrap();
+    assert!(dir.read_own("link", 100).is_err());
+    // A second name for the file.
+    std::fs::hard_link(dir.path().join("mine"), dir.path().join("alias")).unwrap();
+    assert!(dir.read_own("alias", 100).is_err());
+    std::fs::remove_file(dir.path().join("alias")).unwrap();
+    // Writable by others.
+    dir.write_file("open", b"x", 0o622).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("open"),
+        std::fs::Permissions::from_mode(0o622),
+    )
+    .unwrap();
+    let e = dir.read_own("open", 100).unwrap_err().to_string();
+    assert!(e.contains("writable by group or others"), "{e}");
+    if privileged("read_own's other-user half (chown)") {
+        std::os::unix::fs::chown(dir.path().join("mine"), Some(65534), None).unwrap();
+        let e = dir.read_own("mine", 100).unwrap_err().to_string();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
+    }
+}

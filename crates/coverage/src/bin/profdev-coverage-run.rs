@@ -56,6 +56,11 @@ fn main() -> ExitCode {
     for n in &run.notes {
         eprintln!("note: {n}");
     }
-    eprintln!("elapsed {:.3}s, {:?}", el.as_secs_f64(), run.status);
+    eprintln!(
+        "elapsed {:.3}s, {:?}, {} loads encoded from the cache",
+        el.as_secs_f64(),
+        run.status,
+        run.from_cache
+    );
     ExitCode::from(run.status.code().unwrap_or(1) as u8)
 }

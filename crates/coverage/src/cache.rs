@@ -1,0 +1,639 @@
+//! Plans and encodings kept on disk between runs.
+//!
+//! Planning a module and encoding its trampolines is most of what a short
+//! covered run costs (python3's 220,000 blocks: about 0.9 s, cc1's
+//! 700,000 more, per process that maps it). Both depend only on the
+//! module's bytes and on the engine, so profdev keeps them: one file per
+//! module content, named by the SHA-256 of the engine's identity and the
+//! module's bytes ([`Key`]). A file changed in any byte, or a profdev built
+//! from other engine sources, gets another name; nothing stale is ever
+//! reused. The encoding kept is the one the module's first load in the run
+//! that wrote the file got: a later load is offered the same distance
+//! between module and area ([`crate::encode`]'s reuse) and, when its
+//! runtime can map the area there, gets the kept code with its counters
+//! and patches moved, unencoded.
+//!
+//! **Where.** `$PROFDEV_CACHE_DIR/coverage` when that is set (`off`
+//! disables the cache); otherwise `/var/cache/profdev/coverage` for root
+//! and `$XDG_CACHE_HOME/profdev/coverage` (or `~/.cache/...`) for other
+//! users. The directory is created 0700; files are written through
+//! `profdev_safefile` (0600), and read back only when nobody but the user
+//! running profdev could have written them or their directory
+//! ([`profdev_safefile::Dir::read_own`]): a plan decides what profdev
+//! writes into a process's code. The cache is kept under
+//! [`MAX_TOTAL`] bytes by removing the files used least recently.
+//!
+//! **Format** (little-endian): the line `profdev-coverage-cache 1\n`, the
+//! 32-byte key, then the plan and the encoding as length-prefixed
+//! sequences (see [`write`]). The reader checks every length against the
+//! bytes left before it allocates, and every index the plan holds, so a
+//! damaged file is refused (and replaced), never trusted.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::encode::{Encoded, Patch};
+use crate::plan::{How, Plan, PlannedBlock};
+
+/// The engine's identity: the crate version and a digest of its sources
+/// (build.rs).
+pub const ENGINE: &str = env!("PROFDEV_COV_ENGINE");
+
+const MAGIC: &[u8] = b"profdev-coverage-cache 1\n";
+
+/// A cache file larger than this is refused.
+const MAX_FILE: u64 = 1 << 30;
+
+/// The cache's size bound, in bytes.
+pub const MAX_TOTAL: u64 = 2 << 30;
+
+/// Cache files' names start so.
+const PREFIX: &str = "mod-";
+
+/// A module's key: SHA-256 of [`ENGINE`] and the module's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key(pub [u8; 32]);
+
+impl Key {
+    /// The key of a module whose file holds `bytes`.
+    pub fn of(bytes: &[u8]) -> Key {
+        let mut h = Sha256::new();
+        h.update(ENGINE.as_bytes());
+        h.update([0]);
+        h.update(bytes);
+        Key(h.finalize().into())
+    }
+
+    fn name(&self) -> String {
+        let mut s = String::from(PREFIX);
+        for b in self.0 {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+/// What a cache file holds: the plan, and an encoding with the distance
+/// from the module's bias to the area it was made for.
+pub struct Entry {
+    pub plan: Plan,
+    pub encoded: Option<(u64, Encoded)>,
+}
+
+/// The cache directory.
+pub struct Cache {
+    dir: profdev_safefile::Dir,
+}
+
+impl Cache {
+    /// The default cache (see the module doc), or None when it is
+    /// disabled or cannot be made (then a run plans as if it were empty).
+    pub fn default_dir() -> Option<PathBuf> {
+        let env = std::env::var_os("PROFDEV_CACHE_DIR");
+        let base = match env {
+            Some(v) if v.is_empty() || v == "off" => return None,
+            Some(v) => PathBuf::from(v),
+            // SAFETY: geteuid has no preconditions.
+            None if unsafe { libc::geteuid() } == 0 => PathBuf::from("/var/cache/profdev"),
+            None => match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+                Some(x) => PathBuf::from(x).join("profdev"),
+                None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/profdev"),
+            },
+        };
+        Some(base.join("coverage"))
+    }
+
+    /// Open (creating it 0700) the cache directory `path`.
+    pub fn open(path: &Path) -> Result<Cache, profdev_safefile::Error> {
+        Ok(Cache {
+            dir: profdev_safefile::Dir::create(path, 0o700)?,
+        })
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The entry kept for `key`: Ok(None) when there is none; an error
+    /// (one sentence) when a file is there and cannot be trusted or read.
+    pub fn load(&self, key: &Key) -> Result<Option<Entry>, String> {
+        let name = key.name();
+        let Some(bytes) = self
+            .dir
+            .read_own(&name, MAX_FILE)
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        let entry = read(&bytes, key)
+            .map_err(|why| format!("{}: {why}", self.dir.path().join(&name).display()))?;
+        // Used: the last to be pruned.
+        let _ = self.dir.touch(&name);
+        Ok(Some(entry))
+    }
+
+    /// Keep `plan` and `encoded` (made for an area at `offset` from the
+    /// bias) under `key`, then keep the cache under [`MAX_TOTAL`].
+    pub fn store(
+        &self,
+        key: &Key,
+        plan: &Plan,
+        encoded: Option<(u64, &Encoded)>,
+    ) -> Result<(), String> {
+        let bytes = write(key, plan, encoded);
+        self.dir
+            .write_file(key.name(), &bytes, 0o600)
+            .map_err(|e| e.to_string())?;
+        self.prune(MAX_TOTAL);
+        Ok(())
+    }
+
+    /// Remove the files modified longest ago until the cache holds at
+    /// most `max` bytes (a file is touched when it is read: the least
+    /// recently used go first).
+    fn prune(&self, max: u64) {
+        let Ok(mut files) = self.dir.files(PREFIX) else {
+            return;
+        };
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort_by_key(|f| f.2);
+        for (name, len, _) in files {
+            if total <= max {
+                break;
+            }
+            if self.dir.remove(&name).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
+
+/// The cache file of `plan` and `encoded` under `key`.
+pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8> {
+    let mut w = W(Vec::with_capacity(1 << 20));
+    w.0.extend_from_slice(MAGIC);
+    w.0.extend_from_slice(&key.0);
+    w.len(plan.blocks.len());
+    for b in &plan.blocks {
+        w.u64(b.start);
+        w.u64(b.end);
+        w.len(b.insns.len());
+        for &a in &b.insns {
+            w.u64(a.wrapping_sub(b.start));
+        }
+        match b.how {
+            How::None => w.u8(0),
+            How::Jmp {
+                from,
+                to,
+                overwrite,
+            } => {
+                w.u8(1);
+                w.u64(from);
+                w.u64(to);
+                w.u64(overwrite.into());
+            }
+            How::Int3 { to } => {
+                w.u8(2);
+                w.u64(to);
+            }
+            How::Hop { to, slot } => {
+                w.u8(3);
+                w.u64(to);
+                w.u64(slot);
+            }
+            How::Call { len } => {
+                w.u8(4);
+                w.u64(len.into());
+            }
+            How::Covered => w.u8(5),
+            How::Fell { branch } => {
+                w.u8(6);
+                w.u64(branch.into());
+            }
+        }
+        w.u8(b.flags_live.into());
+        w.u64(b.branch.map_or(u64::MAX, u64::from));
+    }
+    w.len(plan.branches.len());
+    for &(a, live) in &plan.branches {
+        w.u64(a);
+        w.u8(live.into());
+    }
+    match &plan.build_id {
+        Some(id) => {
+            w.u8(1);
+            w.bytes(id);
+        }
+        None => w.u8(0),
+    }
+    w.len(plan.sections.len());
+    for (a, data) in &plan.sections {
+        w.u64(*a);
+        w.bytes(data);
+    }
+    w.len(plan.tables.len());
+    for &a in &plan.tables {
+        w.u64(a);
+    }
+    match encoded {
+        None => w.u8(0),
+        Some((offset, e)) => {
+            w.u8(1);
+            w.u64(offset);
+            w.bytes(&e.code);
+            w.len(e.patches.len());
+            for p in &e.patches {
+                w.u64(p.addr);
+                w.u64(p.entry);
+                w.u64(p.kind.into());
+                w.u64(p.len.into());
+            }
+            w.u64(e.failed);
+            w.u64(e.trapped);
+            w.len(e.failed_blocks.len());
+            for &i in &e.failed_blocks {
+                w.u64(i as u64);
+            }
+            w.len(e.counter_fixups.len());
+            for &o in &e.counter_fixups {
+                w.u64(o.into());
+            }
+            w.u64(e.first_counter);
+        }
+    }
+    w.0
+}
+
+/// Read a cache file that must hold `key`'s entry.
+pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
+    let mut r = R(bytes);
+    if r.take(MAGIC.len())? != MAGIC {
+        return Err("not a profdev coverage cache file".into());
+    }
+    if r.take(32)? != key.0 {
+        return Err("it holds another module's entry".into());
+    }
+    let n = r.len(8 * 4)?;
+    let mut blocks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = r.u64()?;
+        let end = r.u64()?;
+        let k = r.len(8)?;
+        let mut insns = Vec::with_capacity(k);
+        for _ in 0..k {
+            insns.push(start.wrapping_add(r.u64()?));
+        }
+        let how = match r.u8()? {
+            0 => How::None,
+            1 => How::Jmp {
+                from: r.u64()?,
+                to: r.u64()?,
+                overwrite: r.u32()?,
+            },
+            2 => How::Int3 { to: r.u64()? },
+            3 => How::Hop {
+                to: r.u64()?,
+                slot: r.u64()?,
+            },
+            4 => How::Call { len: r.u32()? },
+            5 => How::Covered,
+            6 => How::Fell { branch: r.u32()? },
+            t => return Err(format!("unknown block kind {t}")),
+        };
+        let flags_live = r.u8()? != 0;
+        let branch = match r.u64()? {
+            u64::MAX => None,
+            v => Some(u32::try_from(v).map_err(|_| "a branch index out of range")?),
+        };
+        blocks.push(PlannedBlock {
+            start,
+            end,
+            insns,
+            how,
+            flags_live,
+            branch,
+        });
+    }
+    let n = r.len(9)?;
+    let mut branches = Vec::with_capacity(n);
+    for _ in 0..n {
+        branches.push((r.u64()?, r.u8()? != 0));
+    }
+    let build_id = match r.u8()? {
+        0 => None,
+        _ => Some(r.bytes()?.to_vec()),
+    };
+    let n = r.len(16)?;
+    let mut sections = Vec::with_capacity(n);
+    for _ in 0..n {
+        sections.push((r.u64()?, r.bytes()?.to_vec()));
+    }
+    let n = r.len(8)?;
+    let mut tables = Vec::with_capacity(n);
+    for _ in 0..n {
+        tables.push(r.u64()?);
+    }
+    let plan = Plan {
+        blocks,
+        branches,
+        build_id,
+        tables,
+        sections,
+    };
+    let encoded = match r.u8()? {
+        0 => None,
+        _ => {
+            let offset = r.u64()?;
+            let code = r.bytes()?.to_vec();
+            let n = r.len(32)?;
+            let mut patches = Vec::with_capacity(n);
+            for _ in 0..n {
+                patches.push(Patch {
+                    addr: r.u64()?,
+                    entry: r.u64()?,
+                    kind: r.u32()?,
+                    len: r.u32()?,
+                });
+            }
+            let failed = r.u64()?;
+            let trapped = r.u64()?;
+            let n = r.len(8)?;
+            let mut failed_blocks = Vec::with_capacity(n);
+            for _ in 0..n {
+                failed_blocks.push(r.u64()? as usize);
+            }
+            let n = r.len(8)?;
+            let mut counter_fixups = Vec::with_capacity(n);
+            for _ in 0..n {
+                counter_fixups.push(r.u32()?);
+            }
+            let first_counter = r.u64()?;
+            Some((
+                offset,
+                Encoded {
+                    code,
+                    patches,
+                    failed,
+                    trapped,
+                    failed_blocks,
+                    counter_fixups,
+                    first_counter,
+                },
+            ))
+        }
+    };
+    if !r.0.is_empty() {
+        return Err("it has bytes past its end".into());
+    }
+    check(&plan, encoded.as_ref().map(|(_, e)| e))?;
+    Ok(Entry { plan, encoded })
+}
+
+/// The indices a plan and an encoding hold are in range (what the
+/// collector and the relocation index with).
+fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
+    let nbr = plan.branches.len() as u64;
+    if plan.blocks.windows(2).any(|w| w[0].start >= w[1].start) {
+        return Err("its blocks are out of order".into());
+    }
+    for b in &plan.blocks {
+        let fell = match b.how {
+            How::Fell { branch } => Some(branch),
+            _ => None,
+        };
+        if b.branch
+            .into_iter()
+            .chain(fell)
+            .any(|j| u64::from(j) >= nbr)
+        {
+            return Err("a branch index is out of range".into());
+        }
+    }
+    if plan
+        .blocks
+        .first()
+        .is_some_and(|b| matches!(b.how, How::Fell { .. }))
+    {
+        return Err("its first block derives from none".into());
+    }
+    if let Some(e) = enc {
+        if e.failed_blocks.iter().any(|&i| i >= plan.blocks.len()) {
+            return Err("a block index is out of range".into());
+        }
+        if e.counter_fixups
+            .iter()
+            .any(|&o| o as usize + 4 > e.code.len())
+        {
+            return Err("a counter relocation is out of range".into());
+        }
+    }
+    Ok(())
+}
+
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn len(&mut self, n: usize) {
+        self.u64(n as u64);
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.len(b.len());
+        self.0.extend_from_slice(b);
+    }
+}
+
+struct R<'a>(&'a [u8]);
+
+impl<'a> R<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if n > self.0.len() {
+            return Err("it is cut short".into());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        u32::try_from(self.u64()?).map_err(|_| "a 32-bit field out of range".to_string())
+    }
+    /// A count of elements each at least `min` bytes long: refused when
+    /// the bytes left cannot hold them, before anything is allocated.
+    fn len(&mut self, min: usize) -> Result<usize, String> {
+        let n = self.u64()?;
+        if n.saturating_mul(min as u64) > self.0.len() as u64 {
+            return Err("a length runs past its end".into());
+        }
+        Ok(n as usize)
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.len(1)?;
+        self.take(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (Plan, Encoded) {
+        let plan = Plan {
+            blocks: vec![
+                PlannedBlock {
+                    start: 0x1000,
+                    end: 0x1008,
+                    insns: vec![0x1000, 0x1004],
+                    how: How::Jmp {
+                        from: 0x1000,
+                        to: 0x1008,
+                        overwrite: 5,
+                    },
+                    flags_live: true,
+                    branch: Some(0),
+                },
+                PlannedBlock {
+                    start: 0x1008,
+                    end: 0x100a,
+                    insns: vec![0x1008],
+                    how: How::Fell { branch: 0 },
+                    flags_live: false,
+                    branch: None,
+                },
+            ],
+            branches: vec![(0x1006, true)],
+            build_id: Some(vec![1, 2, 3]),
+            tables: vec![0x1004],
+            sections: vec![(0x1000, vec![0x90; 16])],
+        };
+        let enc = Encoded {
+            code: vec![0xcc; 64],
+            patches: vec![Patch {
+                addr: 0x1000,
+                entry: 0x7000,
+                kind: 1,
+                len: 5,
+            }],
+            failed: 0,
+            trapped: 0,
+            failed_blocks: vec![],
+            counter_fixups: vec![3, 20],
+            first_counter: 7,
+        };
+        (plan, enc)
+    }
+
+    #[test]
+    fn an_entry_reads_back_as_written() {
+        let (plan, enc) = sample();
+        let key = Key::of(b"module bytes");
+        let bytes = write(&key, &plan, Some((0x6000, &enc)));
+        let e = read(&bytes, &key).unwrap();
+        assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
+        let (off, back) = e.encoded.unwrap();
+        assert_eq!(off, 0x6000);
+        assert_eq!(format!("{back:?}"), format!("{enc:?}"));
+    }
+
+    #[test]
+    fn the_fuzz_seed_is_the_sample() {
+        // fuzz/seeds.py writes the format by hand: it must stay readable.
+        let seed = include_bytes!("../../../fuzz/corpus/coverage_cache/valid");
+        let key = Key(std::array::from_fn(|i| i as u8));
+        let e = read(seed, &key).expect("the seed reads");
+        let (plan, enc) = sample();
+        assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
+        assert_eq!(
+            format!("{:?}", e.encoded),
+            format!("{:?}", Some((0x6000u64, enc)))
+        );
+        assert_eq!(
+            write(&key, &e.plan, e.encoded.as_ref().map(|(o, x)| (*o, x))),
+            seed
+        );
+    }
+
+    #[test]
+    fn a_damaged_file_is_refused_not_trusted() {
+        let (plan, enc) = sample();
+        let key = Key::of(b"module bytes");
+        let bytes = write(&key, &plan, Some((0x6000, &enc)));
+        // Every truncation is refused.
+        for n in 0..bytes.len() {
+            assert!(read(&bytes[..n], &key).is_err(), "cut at {n}");
+        }
+        // Another key, another engine or module.
+        assert!(read(&bytes, &Key::of(b"other")).is_err());
+        // An index out of range.
+        let mut bad = plan.clone();
+        bad.blocks[1].how = How::Fell { branch: 5 };
+        let b = write(&key, &bad, None);
+        assert_eq!(
+            read(&b, &key).err().unwrap(),
+            "a branch index is out of range"
+        );
+        // A huge length does not allocate.
+        let mut huge = bytes.clone();
+        let at = MAGIC.len() + 32;
+        huge[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(read(&huge, &key).is_err());
+    }
+
+    #[test]
+    fn the_cache_keeps_an_entry_and_refuses_a_foreign_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(&dir.path().join("coverage")).unwrap();
+        let (plan, enc) = sample();
+        let key = Key::of(b"module bytes");
+        assert!(cache.load(&key).unwrap().is_none());
+        cache.store(&key, &plan, Some((0x6000, &enc))).unwrap();
+        assert!(cache.load(&key).unwrap().is_some());
+        // A file others may write is not read.
+        let path = cache.path().join(key.name());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let err = cache.load(&key).err().unwrap();
+        assert!(err.contains("writable by group or others"), "{err}");
+    }
+
+    #[test]
+    fn pruning_removes_the_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let (plan, _) = sample();
+        let keys: Vec<Key> = (0..3u8).map(|i| Key::of(&[i])).collect();
+        for (i, k) in keys.iter().enumerate() {
+            cache.store(k, &plan, None).unwrap();
+            let t =
+                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(cache.path().join(k.name()))
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        let one = std::fs::metadata(cache.path().join(keys[0].name()))
+            .unwrap()
+            .len();
+        cache.prune(2 * one);
+        assert!(cache.load(&keys[0]).unwrap().is_none());
+        assert!(cache.load(&keys[1]).unwrap().is_some());
+        assert!(cache.load(&keys[2]).unwrap().is_some());
+    }
+}
