@@ -11,7 +11,9 @@
 //! that wrote the file got: a later load is offered the same distance
 //! between module and area ([`crate::encode`]'s reuse) and, when its
 //! runtime can map the area there, gets the kept code with its counters
-//! and patches moved, unencoded.
+//! and patches moved, unencoded. Only plain counting code is kept: a run
+//! that records call targets ([`crate::encode::Options`], `profdev gmon
+//! --exact`) takes the plan and encodes afresh.
 //!
 //! **Where.** `$PROFDEV_CACHE_DIR/coverage` when that is set (`off`
 //! disables the cache); otherwise `/var/cache/profdev/coverage` for root
