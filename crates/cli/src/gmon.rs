@@ -93,7 +93,10 @@
 //! says `N indirect calls at M call sites not attributed`, and the callee
 //! shows fewer calls. A switch whose jump table the planner did not
 //! recover has its jumps recorded (slower) and, as they stay inside the
-//! function, not counted as calls. A target is named when the process
+//! function, not counted as calls. In a function that uses computed gotos
+//! (its inner labels stored in data, as an interpreter's dispatch) no
+//! `jmp *%reg` is recorded: a tail call through a pointer made there by
+//! such a jump is not counted. A target is named when the process
 //! writes its report (at exit): a call into a library unloaded before
 //! (`dlclose`) is counted as a call outside every module. Calls into the executable from
 //! shared libraries (callbacks such as `qsort`'s comparator) and from the
