@@ -82,7 +82,10 @@
 //! $ gprof -b -q ./prog gmon.out
 //!                 0.00    0.00    3000/3000        a [2]
 //! [1]      0.0    0.00    0.00    3000         b [1]
+//!                 0.00    0.00       7/7           c [5]
 //! ```
+//!
+//! (b calls c through a function pointer, `call *%rax`, 7 times.)
 //!
 //! # Bugs
 //!
