@@ -281,25 +281,6 @@ fn stop_reports_two_threads_exactly_and_the_program_runs_on() {
 }
 
 #[test]
-fn a_static_program_is_out_of_reach_and_runs_on() {
-    if !gate("startcp PID through the mount") {
-        return;
-    }
-    let tmp = tempdir();
-    let exe = tmp.path().join("attach_static");
-    compile(&["-O0", "-pthread", "-static"], &exe);
-    let m = Mount::new();
-    let mut p = Program::start(&exe, 1);
-    let e = m.ctl(format!("startcp {}\n", p.child.id())).unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::ENXIO), "{e}");
-    // Not in coverage mode: another mode may start.
-    m.ctl("startmp1\n").unwrap();
-    m.ctl("stop\n").unwrap();
-    p.go(3);
-    assert_eq!(p.quit(), format!("sum {}\n", worker_value(3)));
-}
-
-#[test]
 fn a_process_of_another_user_is_counted() {
     if !gate("startcp PID through the mount") || !profdev_testkit::tools("startcp", &["setpriv"]) {
         return;

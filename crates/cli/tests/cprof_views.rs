@@ -507,28 +507,3 @@ fn a_rust_release_binary_counts_exactly() {
         assert_eq!(row(mine, line), want, "line {line} of calls.rs in\n{mine}");
     }
 }
-
-/// A statically linked program is out of reach of the loader-based
-/// runtime: one sentence saying so, exit status 1, never an empty listing.
-#[test]
-fn a_static_program_is_refused_with_a_sentence() {
-    if !profdev_testkit::tools("cprof on a static program", &["cc"]) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("s.c");
-    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
-    let exe = dir.path().join("s");
-    let o = Command::new("cc")
-        .args(["-static", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "cc -static: {o:?}");
-    let (listing, err, ok) = profdev(dir.path(), &[exe.to_str().unwrap()]);
-    assert!(!ok);
-    assert!(listing.is_empty(), "{listing}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("is statically linked"), "{err}");
-}

@@ -42,6 +42,15 @@ fn main() {
         }
     }
     eprintln!("{file}: {} blocks", plan.blocks.len());
+    eprintln!(
+        "  branches: {} ({} with the flags live where they fall through)",
+        plan.branches.len(),
+        plan.branches.iter().filter(|b| b.1).count()
+    );
+    eprintln!(
+        "  blocks with the flags live: {}",
+        plan.blocks.iter().filter(|b| b.flags_live).count()
+    );
     for (how, n) in by_how {
         eprintln!("  {how}: {n}");
     }

@@ -12,14 +12,18 @@
 //! distance from the module, copied with its counters relocated), and
 //! [`launch`] runs a command with the runtime preloaded and collects the
 //! counts ([`launch::launch`]; the runtime's entry for attach mode is
-//! described there). [`cache`] keeps plans and encodings on disk between
-//! runs, keyed by the module's bytes and the engine's sources. [`cache`] keeps plans and encodings on disk between
-//! runs, keyed by the module's bytes and the engine's sources.
+//! described there). A statically linked program, which has no loader to
+//! preload through, is counted by [`uprobe`] instead: the same plan's
+//! blocks, one multi-uprobe BPF link, the same [`counts::ModuleCoverage`].
+//! [`cache`] keeps plans and encodings on disk between runs, keyed by the
+//! module's bytes and the engine's sources.
 //!
 //! # Limits (each reported where it applies, never hidden)
 //!
 //! * **Reach.** Programs are rewritten through the loader (`LD_PRELOAD`):
-//!   static binaries and setuid programs are not reached; the vDSO and
+//!   setuid programs are not reached; static binaries are counted by the
+//!   slower [`uprobe`] fallback instead (one multi-uprobe BPF link: Linux
+//!   6.6 or later, CAP_BPF and CAP_PERFMON); the vDSO and
 //!   code that is not file-backed (JIT, self-modifying code) are not
 //!   planned. Code run before the runtime's constructor (the loader's own
 //!   start, the initializers of libc and of libraries loaded before the
@@ -77,3 +81,4 @@ pub mod lines;
 pub mod listing;
 pub mod plan;
 pub mod prf;
+pub mod uprobe;

@@ -521,6 +521,14 @@ impl Plan {
                 }
             }
         };
+        // Whether the flags are live where a conditional jump falls
+        // through to `addr` (looking one block further, as for a block).
+        let live_at_block = |addr: u64| -> bool {
+            match start_index.get(&addr) {
+                Some(&b) => flags_live_from(raw[b].0, raw[b].1),
+                None => true,
+            }
+        };
 
         let mut blocks = Vec::with_capacity(raw.len());
         let mut branches = Vec::new();
@@ -563,7 +571,7 @@ impl Plan {
                     && last.op0_kind() == iced_x86::OpKind::NearBranch64
                 {
                     branch = Some(branches.len() as u32);
-                    branches.push((last.ip(), !dead_at_block(last.next_ip())));
+                    branches.push((last.ip(), live_at_block(last.next_ip())));
                 }
                 blocks.push(PlannedBlock {
                     start,
@@ -717,7 +725,7 @@ impl Plan {
                 && last.op0_kind() == iced_x86::OpKind::NearBranch64
             {
                 branch = Some(branches.len() as u32);
-                branches.push((last.ip(), !dead_at_block(last.next_ip())));
+                branches.push((last.ip(), live_at_block(last.next_ip())));
             }
             let flags_live = match how {
                 How::Jmp { .. } | How::Int3 { .. } => flags_live_from(s, e),

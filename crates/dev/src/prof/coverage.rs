@@ -62,10 +62,22 @@
 //! report at exit; the device watches the process for that) and at
 //! `stop`, which first stops the process again and calls the runtime's
 //! `profdev_cov_flush` in it (a report of the counts so far), then fills
-//! the histograms and stops. A statically linked program is refused with
-//! "process N is out of reach: statically linked, start it under profdev
-//! cprof instead" (ENXIO); a process counted already (by `profdev cprof`
+//! the histograms and stops. A process counted already (by `profdev cprof`
 //! or an earlier `startcp`), EBUSY.
+//!
+//! **A statically linked process** (one that maps no libc to load the
+//! runtime with) is counted through uprobes instead
+//! (`profdev_coverage::uprobe`): its executable (`/proc/PID/exe`) is
+//! planned into the same blocks, and one multi-uprobe BPF link, filtered
+//! to PID's threads, puts a probe on each block and each conditional
+//! jump, counting into a per-CPU BPF array. Nothing is injected and the
+//! process is not stopped; counts start when the write returns, exact as
+//! the runtime's (a jump's outcome is decided from the saved flags before
+//! it runs). `stop` reads the counts in place and removes the probes (a
+//! later `startcp` may count the process again, from zero); at exit the
+//! counts are read as well. Without CAP_BPF and CAP_PERFMON the
+//! write fails with EPERM, and on a kernel without multi-uprobe links
+//! (before Linux 6.6) with ENXIO, each with a sentence.
 //!
 //! # Example
 //!
@@ -112,7 +124,11 @@
 //!   are read; programs it execs are not counted.
 //! * A block whose patch would cover a stopped thread's pc is not counted
 //!   at all (it is left out of the histogram).
-//! * x86-64 and glibc only.
+//! * A static process's probes cost a trap per block executed (0.2–16
+//!   µs): it runs many times slower until `stop` or its exit. Its children
+//!   are not counted (the link's pid filter is one thread group), nor
+//!   what it execs.
+//! * x86-64 and glibc only (a static process: any libc).
 
 use super::ctl::Wanted;
 use super::histogram::ModRecord;
@@ -135,8 +151,17 @@ pub struct CovAttached {
     pid: u32,
     /// The process's start time: a reused pid is another process.
     start: u64,
-    flush: u64,
-    server: Server,
+    engine: Engine,
+}
+
+/// How an attached process is counted.
+enum Engine {
+    /// The runtime injected into it, and where its `profdev_cov_flush`
+    /// is.
+    Runtime { flush: u64, server: Server },
+    /// A statically linked process: one multi-uprobe link
+    /// (`profdev_coverage::uprobe`), read in place.
+    Uprobe(profdev_coverage::uprobe::Counter),
 }
 
 impl CovAttached {
@@ -149,7 +174,11 @@ impl CovAttached {
     /// again and call the runtime's `profdev_cov_flush` in its main
     /// thread (the report is written when the call returns).
     pub fn flush(&self) -> Result<(), DevError> {
-        let (pid, flush) = (self.pid, self.flush);
+        let Engine::Runtime { flush, .. } = self.engine else {
+            // Uprobe counts are read in place.
+            return Ok(());
+        };
+        let pid = self.pid;
         profdev_inject::on_tracer_thread(|| {
             let mut t = profdev_inject::Target::attach(pid)?;
             let tid = t.main_thread();
@@ -160,7 +189,18 @@ impl CovAttached {
 
     /// The counts of every report written so far (cumulative).
     pub fn counts(&self) -> Vec<ModuleCoverage> {
-        self.server.collect().0
+        match &self.engine {
+            Engine::Runtime { server, .. } => server.collect().0,
+            Engine::Uprobe(c) => vec![c.coverage()],
+        }
+    }
+
+    /// After `stop`: a static process's probes are removed (the runtime's
+    /// patches stay: see Bugs).
+    fn detach(&self) {
+        if let Engine::Uprobe(c) = &self.engine {
+            c.detach();
+        }
     }
 }
 
@@ -168,11 +208,30 @@ impl CovAttached {
 /// selected module while the process is stopped).
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The sentence for a process the runtime cannot be loaded into.
-fn out_of_reach(pid: u32) -> DevError {
-    DevError::NoDevice(format!(
-        "process {pid} is out of reach: statically linked, start it under profdev cprof instead"
-    ))
+/// Count the statically linked process `pid` (no libc to load a runtime
+/// with) through one multi-uprobe link on its executable, filtered to its
+/// threads (`profdev_coverage::uprobe`).
+fn attach_static(pid: u32) -> Result<CovAttached, DevError> {
+    use profdev_coverage::uprobe::{Counter, Probes, UprobeError};
+    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
+    let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
+    let path = std::fs::read_link(&exe).map_err(|_| DevError::NoProcess(pid))?;
+    let counter = Probes::of_file(&exe, path)
+        .and_then(|p| Counter::attach(p, &exe, pid))
+        .map_err(|e| match e {
+            UprobeError::Permission(s) => DevError::NotPermitted(s),
+            UprobeError::Unsupported(s) => DevError::NoDevice(format!(
+                "process {pid} is statically linked and can only be counted through uprobes: {s}"
+            )),
+            e => DevError::NoDevice(format!(
+                "process {pid} is statically linked and its uprobes could not be attached: {e}"
+            )),
+        })?;
+    Ok(CovAttached {
+        pid,
+        start,
+        engine: Engine::Uprobe(counter),
+    })
 }
 
 /// Inject the coverage runtime into the running process `pid` (its
@@ -204,7 +263,7 @@ fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError>
             .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
     });
     if !has_libc {
-        return Err(out_of_reach(pid));
+        return attach_static(pid);
     }
     if maps.iter().any(|m| m.path.ends_with("/libprofdev_cov.so")) {
         return Err(DevError::Busy(format!(
@@ -275,8 +334,7 @@ fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError>
         Ok(flush) => Ok(CovAttached {
             pid,
             start,
-            flush,
-            server,
+            engine: Engine::Runtime { flush, server },
         }),
         Err(_) => Err(DevError::NoDevice(format!(
             "the coverage runtime could not start in process {pid} (no memory, or it cannot use \
@@ -399,6 +457,7 @@ impl Prof {
                 let _ = a.flush();
             }
             let _ = report_into(&self.state, &a.counts());
+            a.detach();
         }
     }
 

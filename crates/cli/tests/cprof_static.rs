@@ -1,0 +1,507 @@
+//! The uprobe fallback for statically linked programs
+//! (`profdev_coverage::uprobe`): `profdev cprof CMD` on a static CMD, and
+//! `startcp PID` on a static process through the mounted prof device,
+//! with exact counts.
+//!
+//! Launch: tests/data/cprof/static_known.c (`cc -static -O1 -g`) calls
+//! `called()` exactly N times and `hit()` exactly K of N times, behind a
+//! conditional jump whose lcov branch pair must read K and N - K exactly.
+//! Attach: tests/data/cprof/attach_loop.c built static (as
+//! cprof_attach.rs runs it dynamic): after the attach, every instruction
+//! of `inner` runs exactly 10 times per `outer_X` call, in two threads.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+/// `called()`'s runs, and `hit()`'s (i % 7 == 3 for i < N).
+const N: u64 = 777;
+const K: u64 = 111;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/cprof")
+        .join(name)
+}
+
+fn compile(src: &str, args: &[&str], out: &Path) {
+    let status = Command::new("cc")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(data(src))
+        .status()
+        .expect("cc runs");
+    assert!(status.success(), "cc failed");
+}
+
+fn gate(what: &str) -> bool {
+    privileged(
+        what,
+        // SAFETY: geteuid only queries.
+        if unsafe { libc::geteuid() } == 0 {
+            Ok(())
+        } else {
+            Err("uprobes through BPF need root (CAP_BPF and CAP_PERFMON)".into())
+        },
+    ) && profdev_testkit::tools(what, &["cc", "nm"])
+        && static_libc(what)
+}
+
+/// `cc -static` needs libc.a (libc6-dev).
+fn static_libc(what: &str) -> bool {
+    let ok = Path::new("/usr/lib/x86_64-linux-gnu/libc.a").exists();
+    ok || privileged(what, Err("libc.a (libc6-dev) is not installed".into()))
+}
+
+/// `cprof -f` listing lines of `file`'s section: line number -> count
+/// text (tab-separated columns).
+fn listing(out: &str, file: &str) -> BTreeMap<u32, String> {
+    let mut on = false;
+    let mut lines = BTreeMap::new();
+    for l in out.lines() {
+        if l.ends_with(':') && !l.contains('\t') {
+            on = l.trim_end_matches(':').ends_with(file);
+            continue;
+        }
+        if !on {
+            continue;
+        }
+        let mut cols = l.splitn(3, '\t');
+        if let (Some(n), Some(c)) = (cols.next(), cols.next()) {
+            if let Ok(n) = n.parse() {
+                lines.insert(n, c.trim().to_string());
+            }
+        }
+    }
+    lines
+}
+
+/// The 1-based line of `src` holding `text`.
+fn line_of(src: &str, text: &str) -> u32 {
+    src.lines()
+        .position(|l| l.contains(text))
+        .unwrap_or_else(|| panic!("{text:?} not in the source")) as u32
+        + 1
+}
+
+#[test]
+fn cprof_counts_a_static_program_exactly_through_uprobes() {
+    if !gate("cprof on a static program") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_known");
+    compile("static_known.c", &["-static", "-O1", "-g"], &exe);
+    let src = std::fs::read_to_string(data("static_known.c")).unwrap();
+    let info = tmp.path().join("s.info");
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-f", "-e", "--lcov"])
+        .arg(&info)
+        .arg(&exe));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is statically linked: counted through")
+            && stderr.contains("uprobes")
+            && stderr.contains("Linux 6.6"),
+        "the fallback is said: {stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    // CMD ran as it does without profdev.
+    let sink: u64 = (0..N).map(|i| 2 * i).sum::<u64>() + (0..N).filter(|i| i % 7 == 3).sum::<u64>();
+    assert!(
+        stdout.contains(&format!("sink {sink}")),
+        "the program's output: {stdout}"
+    );
+    let lines = listing(&stdout, "static_known.c");
+    let at = |text: &str| lines[&line_of(&src, text)].clone();
+    assert_eq!(at("int called(int x)"), N.to_string(), "{lines:?}");
+    assert_eq!(at("void hit(int x)"), K.to_string(), "{lines:?}");
+    assert_eq!(at("void never(void)"), "0", "{lines:?}");
+    assert_eq!(at("            hit(i);"), K.to_string(), "{lines:?}");
+
+    // lcov: the functions' counts, and the `if`'s branch pair exactly.
+    let lcov = std::fs::read_to_string(&info).unwrap();
+    let ours = lcov
+        .split("end_of_record")
+        .find(|r| r.contains("static_known.c"))
+        .expect("a record for the source");
+    for (f, n) in [("called", N), ("hit", K), ("never", 0), ("main", 1)] {
+        assert!(ours.contains(&format!("FNDA:{n},{f}\n")), "{f}: {ours}");
+    }
+    let if_line = line_of(&src, "if (i % 7 == 3)");
+    let brda: Vec<u64> = ours
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("BRDA:{if_line},")))
+        .map(|rest| rest.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    let mut got = brda.clone();
+    got.sort_unstable();
+    assert_eq!(got, [K, N - K], "the if's taken and not taken: {ours}");
+    // The `for`'s jump runs N times in all (its pair sums to N or N - 1
+    // with N + 1 tests, depending on how the loop is laid out): the total
+    // of every pair on its line is what the compiler's layout gives, but
+    // the line's count is N at least.
+    let for_line = line_of(&src, "for (int i = 0; i < n; i++)");
+    let c: u64 = lines[&for_line]
+        .split('|')
+        .map(|x| x.parse::<u64>().unwrap())
+        .max()
+        .unwrap();
+    assert!(c >= N, "the loop's line: {}", lines[&for_line]);
+
+    // -r records the same counts, shown afterwards by module name.
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-r", "-e"])
+        .arg(&exe));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-f", "-m", "static_known"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = listing(&String::from_utf8(out.stdout).unwrap(), "static_known.c");
+    assert_eq!(shown[&line_of(&src, "int called(int x)")], N.to_string());
+    assert_eq!(shown[&line_of(&src, "void hit(int x)")], K.to_string());
+}
+
+#[test]
+fn every_condition_code_is_decided_as_the_cpu_decides_it() {
+    if !gate("cprof on a static program") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_jcc");
+    compile("static_jcc.c", &["-static", "-O1", "-g"], &exe);
+    let src = std::fs::read_to_string(data("static_jcc.c")).unwrap();
+    // The oracle: the program run natively counts what its CPU did.
+    let native = Command::new(&exe).output().unwrap();
+    assert!(native.status.success());
+    let oracle = String::from_utf8(native.stdout).unwrap();
+    let info = tmp.path().join("j.info");
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-e", "--lcov"])
+        .arg(&info)
+        .arg(&exe));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&oracle),
+        "the same answers under cprof"
+    );
+    let lcov = std::fs::read_to_string(&info).unwrap();
+    let mut checked = 0;
+    for l in oracle.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let (cc, taken, fell) = (w[0], w[1], w[2]);
+        assert!(
+            taken != "0" && fell != "0",
+            "the values set {cc} both ways: {l}"
+        );
+        let line = line_of(&src, &format!("J({cc})"));
+        let brda: Vec<&str> = lcov
+            .lines()
+            .filter(|r| r.starts_with(&format!("BRDA:{line},")))
+            .collect();
+        assert_eq!(
+            brda,
+            [
+                format!("BRDA:{line},0,0,{taken}"),
+                format!("BRDA:{line},0,1,{fell}")
+            ],
+            "j{cc}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 16);
+}
+
+#[test]
+fn cprof_passes_on_a_static_programs_exit_status() {
+    if !gate("cprof on a static program") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_known");
+    compile("static_known.c", &["-static", "-O1", "-g"], &exe);
+    // Six arguments: never() runs and aborts (SIGABRT): profdev says so
+    // in its status and still lists what ran.
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-f", "-e"])
+        .arg(&exe)
+        .args(["3", "x", "x", "x", "x"]));
+    assert!(!out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let src = std::fs::read_to_string(data("static_known.c")).unwrap();
+    let lines = listing(&stdout, "static_known.c");
+    assert_eq!(lines[&line_of(&src, "int called(int x)")], "3", "{stdout}");
+    assert_eq!(lines[&line_of(&src, "void never(void)")], "1", "{stdout}");
+}
+
+#[test]
+fn without_capabilities_cprof_says_what_to_do() {
+    if !gate("cprof on a static program")
+        || !profdev_testkit::tools("cprof as nobody", &["setpriv"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let exe = tmp.path().join("static_known");
+    compile("static_known.c", &["-static", "-O1", "-g"], &exe);
+    let pd = profdev_copy(tmp.path());
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(&pd)
+        .args(["cprof", "-f"])
+        .arg(&exe));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("CAP_BPF")
+            && stderr.contains("CAP_PERFMON")
+            && stderr.contains("kernel.unprivileged_bpf_disabled"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one sentence: {stderr}");
+}
+
+// ---------------------------------------------------------------------
+// Attach
+
+/// `outer_X()` calls per command (attach_loop.c's REPS).
+const REPS: u64 = 1000;
+
+/// The histogram's pairs, one read(2) of 64 bytes each, until end of file.
+fn pairs(path: &Path) -> BTreeMap<u64, u64> {
+    let mut f = File::open(path).unwrap();
+    let mut out = BTreeMap::new();
+    loop {
+        let mut buf = [0u8; 64];
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            return out;
+        }
+        let (a, c) = profdev_formats::prof_histogram::parse_pair(&buf[..n]).unwrap();
+        assert!(out.insert(a, c).is_none(), "pc 0x{a:x} twice");
+        assert!(out.len() < 1_000_000, "the histogram does not end");
+    }
+}
+
+/// Function (start, size) by name, from `nm -S` (binutils).
+fn symbols(exe: &Path) -> BTreeMap<String, (u64, u64)> {
+    let out = Command::new("nm").arg("-S").arg(exe).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                [a, s, "T" | "t", name] => Some((
+                    name.to_string(),
+                    (
+                        u64::from_str_radix(a, 16).ok()?,
+                        u64::from_str_radix(s, 16).ok()?,
+                    ),
+                )),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn within(
+    pairs: &BTreeMap<u64, u64>,
+    syms: &BTreeMap<String, (u64, u64)>,
+    name: &str,
+) -> Vec<(u64, u64)> {
+    let (a, s) = syms[name];
+    pairs.range(a..a + s).map(|(&a, &c)| (a, c)).collect()
+}
+
+struct Program {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl Program {
+    fn start(exe: &Path, threads: u32) -> Program {
+        let mut child = Command::new(exe)
+            .arg(threads.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let mut p = Program { child, out };
+        assert_eq!(p.line(), "ready\n");
+        p
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line
+    }
+
+    fn go(&mut self, k: u32) {
+        writeln!(self.child.stdin.as_mut().unwrap(), "go {k}").unwrap();
+        assert_eq!(self.line(), "done\n");
+    }
+
+    fn quit(mut self) -> String {
+        writeln!(self.child.stdin.as_mut().unwrap(), "quit").unwrap();
+        let sum = self.line();
+        let status =
+            profdev_testkit::wait_exit("the program", &mut self.child, Duration::from_secs(60));
+        assert!(status.success(), "{status}");
+        sum
+    }
+}
+
+fn worker_value(n: u64) -> u64 {
+    let mut x = 0u64;
+    for _ in 0..n * REPS {
+        for j in 0..10u64 {
+            x = x.wrapping_mul(3).wrapping_add(1) ^ j;
+        }
+    }
+    x
+}
+
+/// `inner` ran 10 times per `outer_X` call (`total` calls in all),
+/// each `outer_X` `n` times, exactly; code that ran only before the
+/// attach, or never, has no pair.
+fn assert_counts(
+    got: &BTreeMap<u64, u64>,
+    syms: &BTreeMap<String, (u64, u64)>,
+    outers: &[(&str, u64)],
+    total: u64,
+) {
+    let inner = within(got, syms, "inner");
+    assert!(inner.len() >= 5, "inner's instructions: {inner:x?}");
+    for &(a, c) in &inner {
+        assert_eq!(c, 10 * total, "inner at 0x{a:x}: {inner:?}");
+    }
+    for &(name, n) in outers {
+        let o = within(got, syms, name);
+        assert_eq!(o.first(), Some(&(syms[name].0, n)), "{name}: {o:?}");
+        for &(a, c) in &o {
+            assert!([n, 10 * n, 11 * n].contains(&c), "{name} at 0x{a:x}: {o:?}");
+        }
+        for want in [10 * n, 11 * n] {
+            assert!(o.iter().any(|&(_, c)| c == want), "{name}: {o:?}");
+        }
+    }
+    for absent in ["before_only", "never"] {
+        assert_eq!(
+            within(got, syms, absent),
+            [],
+            "{absent} never ran after the attach"
+        );
+    }
+    assert_eq!(
+        got.get(&syms["main"].0),
+        None,
+        "main's entry ran before the attach"
+    );
+}
+
+fn attach_gate(what: &str) -> bool {
+    privileged(what, can_mount()) && gate(what)
+}
+
+#[test]
+fn startcp_counts_a_static_process_in_two_threads_exactly_until_stop() {
+    if !attach_gate("startcp on a static process") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("attach_static");
+    compile("attach_loop.c", &["-g", "-O0", "-pthread", "-static"], &exe);
+    let syms = symbols(&exe);
+    let m = Mount::new();
+    let mut p = Program::start(&exe, 2);
+    p.go(5); // before the attach: not counted
+    m.ctl("module attach_static\n").unwrap();
+    let msg = format!("startcp {}\n", p.child.id());
+    assert_eq!(m.ctl(&msg).unwrap(), msg.len());
+    let again = m.ctl(&msg).unwrap_err();
+    assert_eq!(again.raw_os_error(), Some(libc::EBUSY), "{again}");
+    p.go(30);
+    m.ctl("stop\n").unwrap();
+    let rec = m
+        .record("attach_static")
+        .expect("stop filled the histogram");
+    let got = pairs(&rec.join("histogram"));
+    assert_counts(
+        &got,
+        &syms,
+        &[("outer_a", 30 * REPS), ("outer_b", 30 * REPS)],
+        60 * REPS,
+    );
+    // The probes are gone after stop: it runs on, and the histogram keeps
+    // what stop took.
+    p.go(4);
+    let v = worker_value(39);
+    assert_eq!(p.quit(), format!("sum {v} {v}\n"));
+    assert_eq!(pairs(&rec.join("histogram")), got);
+    m.ctl("end\n").unwrap();
+}
+
+#[test]
+fn startcp_on_a_static_process_fills_the_histogram_at_its_exit() {
+    if !attach_gate("startcp on a static process") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("attach_static");
+    compile("attach_loop.c", &["-g", "-O0", "-pthread", "-static"], &exe);
+    let syms = symbols(&exe);
+    let m = Mount::new();
+    let mut p = Program::start(&exe, 1);
+    p.go(3);
+    m.ctl("module attach_static\n").unwrap();
+    m.ctl(format!("startcp {}\n", p.child.id())).unwrap();
+    p.go(20);
+    assert_eq!(p.quit(), format!("sum {}\n", worker_value(23)));
+    let mut rec = None;
+    wait_until(
+        "the static program's histogram",
+        Duration::from_secs(30),
+        || {
+            rec = m.record("attach_static");
+            rec.is_some()
+        },
+    );
+    let got = pairs(&rec.unwrap().join("histogram"));
+    assert_counts(&got, &syms, &[("outer_a", 20 * REPS)], 20 * REPS);
+    assert_eq!(within(&got, &syms, "outer_b"), [], "no second worker");
+    m.ctl("end\n").unwrap();
+}
