@@ -43,7 +43,7 @@
 //! (`call *%rax`, `call *8(%rbx)`, any operand) and indirect jumps that are
 //! not a switch's jump table (tail calls through a pointer, `jmp *%rax`)
 //! have their target recorded at run time, as the instruction computes it,
-//! in per-thread tables (about 5 ns per such call): each target with its
+//! in per-thread tables (5 to 7 ns per such call): each target with its
 //! exact count becomes an arc to the function it enters (a jump counts
 //! only when it enters another function at its entry), or a call into a
 //! shared library (counted on stderr), or into code outside every file
