@@ -158,7 +158,8 @@ for name in sorted(os.listdir(g)):
 # coverage_cache: the coverage engine's on-disk cache (profdev_coverage::cache):
 # magic line, 32-byte key, then little-endian u64 fields and length-prefixed
 # sequences; one plan of two blocks (a jump-counted one ending in a
-# conditional jump, one derived from its fall-through) and an encoding.
+# conditional jump, one derived from its fall-through), one jump whose table
+# was recovered (Plan::tables), and an encoding.
 def cache_file(with_encoding=True, cut=0):
     q = lambda *v: struct.pack("<%dQ" % len(v), *v)
     b = b"profdev-coverage-cache 1\n" + bytes(range(32))
@@ -168,6 +169,7 @@ def cache_file(with_encoding=True, cut=0):
     b += q(1, 0x1006) + b"\x01"
     b += b"\x01" + q(3) + b"\x01\x02\x03"
     b += q(1, 0x1000, 16) + b"\x90" * 16
+    b += q(1, 0x1004)
     if with_encoding:
         b += b"\x01" + q(0x6000, 64) + b"\xcc" * 64
         b += q(1, 0x1000, 0x7000, 1, 5)

@@ -2,10 +2,13 @@
 //! gprof as the oracle. tests/fixtures/callcount.c makes known numbers of
 //! calls (main -> a 1000, a -> b 3000, a -> t 1000, t -> u 1000 by a
 //! tail-call jump, b -> c 7 through a function pointer); gprof's "called"
-//! column must show exactly those numbers, the indirect ones must be
-//! reported, and the histogram must stay sampled (tests/fixtures/hotcall.c:
-//! its hot function first in the flat profile although it runs in the
-//! trampolines that count).
+//! column must show exactly those numbers, and the histogram must stay
+//! sampled (tests/fixtures/hotcall.c: its hot function first in the flat
+//! profile although it runs in the trampolines that count).
+//! tests/fixtures/indirect.c calls through pointers only (a table of two
+//! functions from two threads, a tail call through a pointer in a forked
+//! child, libc's `abs` through a pointer, a call through a pointer made
+//! on one side of a branch): each target with its exact count.
 
 mod common;
 use common::*;
@@ -97,11 +100,9 @@ fn check_counts(report: &str, stderr: &str) {
     assert_called(report, "t", 1000, "a");
     // A tail call: `jmp u` at t's end.
     assert_called(report, "u", 1000, "t");
-    // b's `call *%rax` to c: counted, not attributed.
-    assert!(
-        stderr.contains("7 indirect calls at 1 call site not attributed"),
-        "{stderr}"
-    );
+    // b's `call *%rax` to c: its target recorded at run time.
+    assert_called(report, "c", 7, "b");
+    assert!(!stderr.contains("not attributed"), "{stderr}");
     assert!(
         stderr.contains("gprof's \"called\" column shows exact numbers of calls"),
         "{stderr}"
@@ -132,9 +133,63 @@ fn called_column_holds_exact_call_counts() {
     let (report, stderr) = profile(d.path(), &exe, &[], &[]);
     check_counts(&report, &stderr);
     assert!(
-        stderr.contains("calls through the PLT into shared libraries not written"),
+        stderr.contains(
+            "calls into shared libraries (through the PLT, the GOT or a pointer) not written"
+        ),
         "{stderr}"
     );
+}
+
+#[test]
+fn recording_a_call_target_keeps_the_flags() {
+    if !ready("profdev gmon --exact flags", &["gcc", "gprof"]) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path(), "callflags.c", &["-O2"], "callflags");
+    // (profile() asserts success: the program exits 1 on a changed flag.)
+    let (report, _) = profile(d.path(), &exe, &[], &[]);
+    assert_called(&report, "flags_of", 4, "main");
+}
+
+/// The number in profdev's note on calls into shared libraries.
+fn library_calls(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .filter(|l| l.contains(" calls into shared libraries "))
+        .find_map(|l| {
+            l.strip_prefix("profdev gmon: ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no note on library calls: {stderr}"))
+}
+
+#[test]
+fn indirect_calls_are_counted_per_target() {
+    if !ready("profdev gmon --exact indirect calls", &["gcc", "gprof"]) {
+        return;
+    }
+    let d = tempdir();
+    let exe = build(d.path(), "indirect.c", &["-O2", "-pthread"], "indirect");
+    let (report, stderr) = profile(d.path(), &exe, &[], &["45"]);
+    // Two threads, each 1234 + 567 calls through the table.
+    assert_called(&report, "f0", 2468, "dispatch");
+    assert_called(&report, "f1", 1134, "dispatch");
+    // `jmp *%rax` to tt, 89 times, in the forked child alone (what the
+    // parent ran before the fork is not counted again).
+    assert_called(&report, "tail", 89, "main");
+    assert_called(&report, "tt", 89, "tail");
+    // `je` over a lone `call *%rax`: 500 of maybe's 1000 calls.
+    assert_called(&report, "h", 500, "maybe");
+    assert!(!stderr.contains("not attributed"), "{stderr}");
+    // abs through a pointer leaves the executable: each call is one more
+    // call into a shared library.
+    let at_45 = library_calls(&stderr);
+    let (_, stderr) = profile(d.path(), &exe, &[], &["100"]);
+    assert_eq!(library_calls(&stderr), at_45 + 55, "{stderr}");
 }
 
 #[test]

@@ -15,6 +15,13 @@
  * exec: the image being replaced reports first; the new image loads the
  * runtime afresh (LD_PRELOAD and our variables are put back into an
  * environment that lost them).
+ *
+ * Call targets (profdev gmon --exact): trampolines of indirect calls and
+ * jumps `call *%gs:0` (profdev_cov_record) with the site's key and the
+ * target pushed; it counts the pair in the calling thread's table (slot
+ * SLOT_TABLE of its array), written by that thread alone. Reports list
+ * the pairs (`I` lines, targets resolved to module and link-time address);
+ * fork and a report that does not end the image set each pair's base.
  */
 #define _GNU_SOURCE
 #include <asm/prctl.h>
@@ -42,6 +49,32 @@
 
 /* Counters per thread array (64 MiB of address space, reserved lazily). */
 #define CAP (1ull << 23)
+/* Slots at the start of each thread array that are not counters:
+ * 0: the address of profdev_cov_record (trampolines `call *%gs:0`);
+ * 1: the thread's table of call targets (NULL until its first record);
+ * 2: set while the thread is inside record_target (a signal handler's
+ *    record then is lost, counted in slot 4);
+ * 3: the array's own address; 4: records lost (summed like counters). */
+#define RESERVED 8
+#define SLOT_RECORD 0
+#define SLOT_TABLE 1
+#define SLOT_BUSY 2
+#define SLOT_SELF 3
+#define SLOT_LOST 4
+
+/* Call targets (profdev gmon --exact): per thread, the (site, target)
+ * pairs seen and their counts; `base` is what was already reported
+ * (written by the reporting thread only, count by the owner only). */
+struct trec {
+    uint64_t key, target, count, base;
+};
+#define TIDX (1u << 20)
+#define TREC (1u << 19)
+struct ttab {
+    uint64_t n;
+    uint32_t idx[TIDX];
+    struct trec r[TREC];
+};
 #define MAXMOD 4096
 #define MAXTHR (1 << 20)
 
@@ -58,7 +91,7 @@ static struct mod mods[MAXMOD];
 static volatile int nmods;
 static uint64_t **arrays; /* every thread array ever made */
 static volatile int narrays;
-static uint64_t next_counter;
+static uint64_t next_counter = RESERVED;
 static uint64_t *base; /* fork snapshot: totals at the fork */
 static uint64_t base_n;
 static uint64_t *pending; /* prepare handler's snapshot */
@@ -85,10 +118,14 @@ static long raw6(long n, long a, long b, long c, long d, long e, long f) {
 
 static void set_gs(uint64_t *p) { raw6(SYS_arch_prctl, ARCH_SET_GS, (long)p, 0, 0, 0, 0); }
 
+void profdev_cov_record(void);
+
 static uint64_t *new_array(void) {
     void *p = (void *)raw6(SYS_mmap, 0, CAP * 8, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if ((unsigned long)p > -4096UL) return NULL;
+    ((uint64_t *)p)[SLOT_RECORD] = (uint64_t)(uintptr_t)profdev_cov_record;
+    ((uint64_t *)p)[SLOT_SELF] = (uint64_t)(uintptr_t)p;
     int i = __atomic_fetch_add(&narrays, 1, __ATOMIC_ACQ_REL);
     if (i >= MAXTHR) {
         raw6(SYS_munmap, (long)p, CAP * 8, 0, 0, 0, 0);
@@ -109,6 +146,119 @@ static void totals(uint64_t *dst, uint64_t n) {
         for (uint64_t i = 0; i < n; i++) dst[i] += a[i];
     }
     for (uint64_t i = 0; i < n && i < base_n; i++) dst[i] -= base[i];
+}
+
+/* ---- call targets ---- */
+
+/* Record one call (or jump) of the site whose counter is key/8 to
+ * `target`, in the calling thread's table. Called by profdev_cov_record
+ * from a trampoline, anywhere in the program's code: it uses the general
+ * registers only (the thunk saves them and the flags). */
+__attribute__((used, visibility("hidden"), target("general-regs-only"))) void
+profdev_cov_record_target(uint64_t key, uint64_t target) {
+    uint64_t *a;
+    __asm__ volatile("mov %%gs:24, %0" : "=r"(a));
+    if (a[SLOT_BUSY]) {
+        a[SLOT_LOST]++;
+        return;
+    }
+    a[SLOT_BUSY] = 1;
+    __asm__ volatile("" ::: "memory");
+    struct ttab *t = (struct ttab *)a[SLOT_TABLE];
+    if (!t) {
+        void *p = (void *)raw6(SYS_mmap, 0, sizeof(struct ttab), PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if ((unsigned long)p > -4096UL) {
+            a[SLOT_LOST]++;
+            goto out;
+        }
+        t = p;
+        __atomic_store_n(&a[SLOT_TABLE], (uint64_t)(uintptr_t)t, __ATOMIC_RELEASE);
+    }
+    uint64_t h = ((key * 0x9e3779b97f4a7c15ull) ^ target) * 0xff51afd7ed558ccdull;
+    uint32_t i = (uint32_t)(h >> 44) & (TIDX - 1);
+    for (uint32_t probe = 0; probe < TIDX; probe++, i = (i + 1) & (TIDX - 1)) {
+        uint32_t e = t->idx[i];
+        if (!e) {
+            uint64_t n = t->n;
+            if (n >= TREC) {
+                a[SLOT_LOST]++;
+                break;
+            }
+            t->r[n] = (struct trec){key, target, 1, 0};
+            t->idx[i] = (uint32_t)n + 1;
+            __atomic_store_n(&t->n, n + 1, __ATOMIC_RELEASE);
+            break;
+        }
+        struct trec *r = &t->r[e - 1];
+        if (r->key == key && r->target == target) {
+            r->count++;
+            break;
+        }
+    }
+out:
+    __asm__ volatile("" ::: "memory");
+    a[SLOT_BUSY] = 0;
+}
+
+/* The trampolines' `call *%gs:0`, with the key (8 * the site's counter)
+ * and the target pushed: every register and the flags preserved, the
+ * stack aligned for the C function. The arithmetic flags are saved with
+ * seto/lahf and restored with add/sahf (popfq costs tens of cycles); the
+ * C function changes no other flag (no string instruction, no cld). */
+__asm__(".text\n"
+        ".globl profdev_cov_record\n"
+        ".hidden profdev_cov_record\n"
+        ".type profdev_cov_record,@function\n"
+        "profdev_cov_record:\n"
+        "    push %rax\n"
+        "    seto %al\n"
+        "    lahf\n"
+        "    push %rax\n"
+        "    push %rcx\n"
+        "    push %rdx\n"
+        "    push %rsi\n"
+        "    push %rdi\n"
+        "    push %r8\n"
+        "    push %r9\n"
+        "    push %r10\n"
+        "    push %r11\n"
+        "    push %rbx\n"
+        "    mov 96(%rsp), %rdi\n"
+        "    mov 104(%rsp), %rsi\n"
+        "    mov %rsp, %rbx\n"
+        "    and $-16, %rsp\n"
+        "    call profdev_cov_record_target\n"
+        "    mov %rbx, %rsp\n"
+        "    pop %rbx\n"
+        "    pop %r11\n"
+        "    pop %r10\n"
+        "    pop %r9\n"
+        "    pop %r8\n"
+        "    pop %rdi\n"
+        "    pop %rsi\n"
+        "    pop %rdx\n"
+        "    pop %rcx\n"
+        "    pop %rax\n"
+        "    add $0x7f, %al\n"
+        "    sahf\n"
+        "    pop %rax\n"
+        "    ret\n"
+        ".size profdev_cov_record,.-profdev_cov_record\n");
+
+/* Every thread's records so far count as reported (after a report that
+ * did not end the image, and in a forked child: what the parent ran). */
+static void rebase_targets(void) {
+    int na = __atomic_load_n(&narrays, __ATOMIC_ACQUIRE);
+    if (na > MAXTHR) na = MAXTHR;
+    for (int k = 0; k < na; k++) {
+        uint64_t *a = __atomic_load_n(&arrays[k], __ATOMIC_ACQUIRE);
+        if (!a) continue;
+        struct ttab *t = (struct ttab *)__atomic_load_n(&a[SLOT_TABLE], __ATOMIC_ACQUIRE);
+        if (!t) continue;
+        uint64_t n = __atomic_load_n(&t->n, __ATOMIC_ACQUIRE);
+        for (uint64_t i = 0; i < n; i++) t->r[i].base = t->r[i].count;
+    }
 }
 
 static void *big_alloc(uint64_t bytes) {
@@ -136,6 +286,96 @@ static void put(int fd, char *buf, size_t *len, const char *s, size_t n) {
     if (*len + n > 65536) flush(fd, buf, len);
     memcpy(buf + *len, s, n);
     *len += n;
+}
+
+/* The modules mapped now, for a target's (path, link-time address). */
+struct loaded {
+    uint64_t lo, hi, bias;
+    char path[512];
+};
+struct loadeds {
+    struct loaded *v;
+    int n, cap;
+};
+
+static int list_loaded(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct loadeds *l = data;
+    if (l->n >= l->cap) return 0;
+    struct loaded *x = &l->v[l->n];
+    x->lo = ~0ull;
+    x->hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD) continue;
+        uint64_t a = info->dlpi_addr + ph->p_vaddr, b = a + ph->p_memsz;
+        if (a < x->lo) x->lo = a;
+        if (b > x->hi) x->hi = b;
+    }
+    if (!x->hi) return 0;
+    x->bias = info->dlpi_addr;
+    const char *name = info->dlpi_name;
+    x->path[0] = 0;
+    if (!name || !*name) {
+        ssize_t r = readlink("/proc/self/exe", x->path, sizeof x->path - 1);
+        x->path[r > 0 ? r : 0] = 0;
+    } else if (strlen(name) < sizeof x->path) {
+        strcpy(x->path, name);
+    }
+    /* Only a file-backed module by a plain absolute path names a target. */
+    if (x->path[0] != '/' || strchr(x->path, '\n')) x->path[0] = 0;
+    l->n++;
+    return 0;
+}
+
+/* The call-target lines of a report: `I <module id> <block> <count>
+ * <link-time target> <path>` for a target in a module mapped from a file,
+ * `I <module id> <block> <count> <run-time target>` for one outside every
+ * such module, then `ilost <n>` (records lost: a site reached again
+ * inside the recorder, from a signal handler, or a table full). */
+static void report_targets(int fd, char *buf, size_t *len, const uint64_t *tot) {
+    struct loadeds l = {.cap = 1024};
+    int na = __atomic_load_n(&narrays, __ATOMIC_ACQUIRE);
+    if (na > MAXTHR) na = MAXTHR;
+    char line[700];
+    for (int k = 0; k < na; k++) {
+        uint64_t *a = __atomic_load_n(&arrays[k], __ATOMIC_ACQUIRE);
+        if (!a) continue;
+        struct ttab *t = (struct ttab *)__atomic_load_n(&a[SLOT_TABLE], __ATOMIC_ACQUIRE);
+        if (!t) continue;
+        uint64_t n = __atomic_load_n(&t->n, __ATOMIC_ACQUIRE);
+        for (uint64_t i = 0; i < n; i++) {
+            struct trec *r = &t->r[i];
+            uint64_t c = r->count - r->base;
+            if (!c) continue;
+            uint64_t idx = r->key / 8;
+            int m = 0;
+            while (m < nmods && !(idx >= mods[m].cb && idx < mods[m].cb + mods[m].n)) m++;
+            if (m == nmods) continue;
+            if (!l.v) {
+                l.v = big_alloc(sizeof(struct loaded) * l.cap);
+                if (!l.v) return;
+                dl_iterate_phdr(list_loaded, &l);
+            }
+            int j = 0;
+            while (j < l.n && !(r->target >= l.v[j].lo && r->target < l.v[j].hi && l.v[j].path[0])) j++;
+            int w;
+            if (j < l.n)
+                w = snprintf(line, sizeof line, "I %lu %lx %lx %lx %s\n", (unsigned long)mods[m].id,
+                             (unsigned long)(idx - mods[m].cb), (unsigned long)c,
+                             (unsigned long)(r->target - l.v[j].bias), l.v[j].path);
+            else
+                w = snprintf(line, sizeof line, "I %lu %lx %lx %lx\n", (unsigned long)mods[m].id,
+                             (unsigned long)(idx - mods[m].cb), (unsigned long)c,
+                             (unsigned long)r->target);
+            if (w > 0 && w < (int)sizeof line) put(fd, buf, len, line, w);
+        }
+    }
+    if (tot[SLOT_LOST]) {
+        int w = snprintf(line, sizeof line, "ilost %lu\n", (unsigned long)tot[SLOT_LOST]);
+        put(fd, buf, len, line, w);
+    }
+    big_free(l.v, sizeof(struct loaded) * l.cap);
 }
 
 /* Write this process image's counts, once. */
@@ -170,6 +410,7 @@ static void report(void) {
                 put(fd, buf, &len, line, k);
             }
         }
+        report_targets(fd, buf, &len, tot);
         put(fd, buf, &len, "end\n", 4);
         flush(fd, buf, &len);
         close(fd);
@@ -188,6 +429,7 @@ static void rebase(void) {
     big_free(base, base_n * 8 + 8);
     base = t;
     base_n = n;
+    rebase_targets();
     __atomic_store_n(&reported, 0, __ATOMIC_RELEASE);
 }
 
@@ -579,6 +821,7 @@ static void child(void) {
     base = pending;
     base_n = pending ? pending_n : 0;
     pending = NULL;
+    rebase_targets();
     reported = 0;
 }
 

@@ -15,10 +15,20 @@
 //!   the jump to F, as often as the jump was taken;
 //! * `call *foo@GOTPCREL(%rip)` (`-fno-plt`), and `jmp` through such a
 //!   slot: as `call foo@plt`, the slot's relocation naming `foo`;
-//! * `call *%reg`, `call *mem`, and `jmp *mem` without an index (a tail
-//!   call through a pointer; indirect): the target is known only at run
-//!   time; counted in [`Arcs::indirect_calls`] per site, not made an arc.
-//!   (`jmp *%reg` may be a switch as well as a tail call: left out.)
+//! * `call *%reg`, `call *mem` (indirect) and `jmp *` that is not a
+//!   recovered jump table: the targets recorded at run time
+//!   ([`CallTarget`], from [`crate::launch::Server::call_targets`]), each
+//!   with its exact count: a target in the module is an arc to the
+//!   function holding it (a jump only when it enters another function at
+//!   its entry or a PLT stub: else it is a switch or a computed goto, not
+//!   a call); a target in another module counts in
+//!   [`Arcs::library_calls`]; one outside every file-backed module (the
+//!   vDSO, JIT code) in [`Arcs::outside_calls`]. An indirect call made
+//!   more often than its records say (records lost, or a site that could
+//!   not be recorded), and any indirect call of a run without records, is
+//!   counted in [`Arcs::indirect_calls`] per site, not made an arc; so is
+//!   `jmp *mem` without an index then. A GOT call with records takes them
+//!   (they say the same as the slot's relocation, below).
 //!
 //! `from_pc` is the call's return address less one (the last byte of the
 //! call, inside the caller even when the call is the function's last
@@ -26,6 +36,7 @@
 //! entry.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, OpKind};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
@@ -39,14 +50,44 @@ use crate::counts::ModuleCoverage;
 pub struct Arcs {
     /// `(from_pc, self_pc) -> calls`, link-time addresses.
     pub arcs: BTreeMap<(u64, u64), u64>,
-    /// Calls (and tail-call jumps) through the PLT into other modules.
+    /// Calls (and tail-call jumps) into other modules: through the PLT,
+    /// a GOT slot, or a pointer.
     pub library_calls: u64,
-    /// Indirect calls made, and the number of sites that made them.
+    /// Indirect calls made whose target is not known (no record: see
+    /// [`CallTarget`]), and the number of sites that made them.
     pub indirect_calls: u64,
     /// Sites of [`Arcs::indirect_calls`].
     pub indirect_sites: u64,
+    /// Indirect calls (and tail-call jumps) to code outside every module
+    /// mapped from a file (the vDSO, JIT code), recorded.
+    pub outside_calls: u64,
     /// Calls whose target is in no function of the module's symbols.
     pub unresolved: u64,
+}
+
+/// Where a recorded indirect call or jump went.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// Into the module mapped from `path`, at link-time address `addr`.
+    Module { path: PathBuf, addr: u64 },
+    /// Outside every module mapped from a file (the vDSO, JIT code): the
+    /// run-time address.
+    Outside(u64),
+}
+
+/// The calls one indirect call site (or indirect jump) made to one
+/// target, recorded at run time
+/// ([`crate::launch::Server::call_targets`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallTarget {
+    /// The site's module.
+    pub module: PathBuf,
+    /// The call's (or jump's) link-time address.
+    pub site: u64,
+    /// Where it went.
+    pub target: Target,
+    /// How many times.
+    pub count: u64,
 }
 
 /// What went wrong reading the module's code.
@@ -58,8 +99,13 @@ pub struct ArcsError {
 }
 
 /// The exact call arcs of `m`, whose file is read again for its code and
-/// symbols (`elf`).
-pub fn module_arcs(m: &ModuleCoverage, elf: &ElfObject) -> Result<Arcs, ArcsError> {
+/// symbols (`elf`), with the indirect calls' recorded `targets` (those
+/// of other modules are ignored).
+pub fn module_arcs(
+    m: &ModuleCoverage,
+    elf: &ElfObject,
+    targets: &[CallTarget],
+) -> Result<Arcs, ArcsError> {
     let err = |why: String| ArcsError {
         path: m.path.display().to_string(),
         why,
@@ -87,7 +133,7 @@ pub fn module_arcs(m: &ModuleCoverage, elf: &ElfObject) -> Result<Arcs, ArcsErro
             }
         }
     }
-    Ok(arcs_of(m, elf, &sections, &got))
+    Ok(arcs_of(m, elf, &sections, &got, targets))
 }
 
 /// [`module_arcs`] over code given as (address, bytes) sections, with the
@@ -97,7 +143,15 @@ pub fn arcs_of(
     elf: &ElfObject,
     sections: &[(u64, &[u8])],
     got: &HashMap<u64, String>,
+    targets: &[CallTarget],
 ) -> Arcs {
+    let mut recorded: HashMap<u64, Vec<(&Target, u64)>> = HashMap::new();
+    for t in targets.iter().filter(|t| t.module == m.path) {
+        recorded
+            .entry(t.site)
+            .or_default()
+            .push((&t.target, t.count));
+    }
     let code = |addr: u64, len: u64| -> Option<&[u8]> {
         let (base, b) = sections
             .iter()
@@ -136,6 +190,50 @@ pub fn arcs_of(
         };
         let x = Decoder::with_ip(64, bytes, last, DecoderOptions::NONE).decode();
         let direct = x.op0_kind() == OpKind::NearBranch64;
+        let indirect = matches!(
+            x.flow_control(),
+            FlowControl::IndirectCall | FlowControl::IndirectBranch
+        );
+        // Recorded targets: each an arc (or a call out of the module).
+        if let (true, Some(recs)) = (indirect, recorded.get(&last)) {
+            let is_call = x.flow_control() == FlowControl::IndirectCall;
+            let from = if is_call { x.next_ip() - 1 } else { last };
+            let here = elf.symbol(FileAddr(last)).map(|(s, _)| s.addr);
+            let mut seen = 0u64;
+            for &(target, calls) in recs {
+                seen = seen.saturating_add(calls);
+                match target {
+                    Target::Module { path, addr } if *path == m.path => {
+                        if !is_call {
+                            // A jump is a call only into another
+                            // function's entry (or a PLT stub); else a
+                            // switch or computed goto.
+                            match elf.symbol(FileAddr(*addr)) {
+                                Some((s, _)) if s.origin == SymOrigin::Plt => {}
+                                Some((s, 0)) if Some(s.addr) != here => {}
+                                _ => continue,
+                            }
+                        }
+                        match callee(*addr) {
+                            Some(Ok(entry)) => {
+                                let c = out.arcs.entry((from, entry)).or_insert(0);
+                                *c = c.saturating_add(calls);
+                            }
+                            Some(Err(())) => out.library_calls += calls,
+                            None => out.unresolved += calls,
+                        }
+                    }
+                    Target::Module { .. } => out.library_calls += calls,
+                    Target::Outside(_) => out.outside_calls += calls,
+                }
+            }
+            // Calls made and not recorded (lost records) stay unattributed.
+            if is_call && b.count > seen {
+                out.indirect_calls += b.count - seen;
+                out.indirect_sites += 1;
+            }
+            continue;
+        }
         // Through a GOT slot the loader fills: to the module's own
         // definition, or out of the module.
         if matches!(

@@ -11,7 +11,9 @@
 //! that wrote the file got: a later load is offered the same distance
 //! between module and area ([`crate::encode`]'s reuse) and, when its
 //! runtime can map the area there, gets the kept code with its counters
-//! and patches moved, unencoded.
+//! and patches moved, unencoded. Only plain counting code is kept: a run
+//! that records call targets ([`crate::encode::Options`], `profdev gmon
+//! --exact`) takes the plan and encodes afresh.
 //!
 //! **Where.** `$PROFDEV_CACHE_DIR/coverage` when that is set (`off`
 //! disables the cache); otherwise `/var/cache/profdev/coverage` for root
@@ -234,6 +236,10 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
         w.u64(*a);
         w.bytes(data);
     }
+    w.len(plan.tables.len());
+    for &a in &plan.tables {
+        w.u64(a);
+    }
     match encoded {
         None => w.u8(0),
         Some((offset, e)) => {
@@ -327,10 +333,16 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     for _ in 0..n {
         sections.push((r.u64()?, r.bytes()?.to_vec()));
     }
+    let n = r.len(8)?;
+    let mut tables = Vec::with_capacity(n);
+    for _ in 0..n {
+        tables.push(r.u64()?);
+    }
     let plan = Plan {
         blocks,
         branches,
         build_id,
+        tables,
         sections,
     };
     let encoded = match r.u8()? {
@@ -508,6 +520,7 @@ mod tests {
             ],
             branches: vec![(0x1006, true)],
             build_id: Some(vec![1, 2, 3]),
+            tables: vec![0x1004],
             sections: vec![(0x1000, vec![0x90; 16])],
         };
         let enc = Encoded {

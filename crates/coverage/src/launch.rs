@@ -40,10 +40,39 @@
 //! a new one. The code sent is always for the area and first counter the
 //! runtime named.
 //!
+//! The runtime's counter indices start at
+//! [`crate::encode::RESERVED_SLOTS`]: the slots below are its own (the
+//! recorder's address, the thread's table of call targets).
+//!
+//! **Call targets** ([`Server::set_call_targets`], what `profdev gmon
+//! --exact` turns on): the encodings record the target of every indirect
+//! call and possible tail jump (see [`crate::encode`]'s "Call targets").
+//! The runtime keeps, per thread, a table of (site, target) -> count (no
+//! atomics: each thread writes its own; a report sums every thread's,
+//! those of threads that exited included). A forked child reports only
+//! what it recorded after the fork, an image that execs what it recorded
+//! before, as for the counters. At report time the runtime resolves each
+//! target against the modules mapped then (`dl_iterate_phdr`): the module
+//! mapped from a file that holds it, and its link-time address (the
+//! runtime, not the server, resolves: a forked child sends no `MOD` for
+//! the modules it inherited, and its own map is what its calls went to;
+//! a library unloaded before the report leaves its targets outside every
+//! module). The
+//! [`Server`] sums the records of every report per (module, site,
+//! target) ([`Server::call_targets`]).
+//!
 //! **Reports** (`cov.PID.SEQ`, one per process image): `profdev-coverage
-//! 1`, `pid N`, then per module `M <id dec> <first counter dec> <counters
-//! dec>` followed by `<index> <count>` lines for the counters not zero,
-//! and `end`.
+//! 1`, `pid N`, `traps N`, then per module `M <id dec> <first counter dec>
+//! <counters dec>` followed by `<index> <count>` lines for the counters
+//! not zero; then, with call targets, one line per (site, target) of this
+//! image: `I <module id dec> <block> <count> <link-time target> <path>`
+//! (the target in the module mapped from `path`, an absolute path, last
+//! on the line) or `I <module id dec> <block> <count> <run-time target>`
+//! (outside every module mapped from a file: the vDSO, JIT code), the site
+//! being the last instruction of block `<block>` of module `<module id>`;
+//! `ilost <n>` when records were lost (a recording interrupted by a signal
+//! handler that records too, or a thread's table of 2^19 pairs full); and
+//! `end`.
 //!
 //! **Attach entry** (for `startcp PID`): the injector dlopens the runtime
 //! in the stopped process (every thread stopped), and calls
@@ -72,9 +101,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::{Arc, Mutex};
 
+use crate::arcs::{CallTarget, Target};
 use crate::cache::{Cache, Key};
 use crate::counts::{Block, Branch, ModuleCoverage};
-use crate::encode::{encode, Encoded};
+use crate::encode::{encode_with, Encoded};
 use crate::plan::{How, Plan};
 
 /// The runtime, a shared object for `LD_PRELOAD` (or dlopen, attach mode).
@@ -126,6 +156,8 @@ struct Entry {
 #[derive(Default)]
 struct State {
     select: Vec<String>,
+    /// What the trampolines do beyond counting (call targets).
+    options: crate::encode::Options,
     entries: Vec<Entry>,
     by_file: HashMap<(u64, u64), usize>,
     notes: Vec<String>,
@@ -221,6 +253,59 @@ impl Server {
             stop,
             thread: Some(thread),
         })
+    }
+
+    /// Record the targets of indirect calls and jumps
+    /// ([`crate::encode::Options::call_targets`]; see
+    /// [`Server::call_targets`]). Set it before the first process asks
+    /// for a module: the encodings made before keep what they were made
+    /// with. Off (the default), the trampolines only count. On, the
+    /// on-disk cache's encodings (plain counting code) are neither used
+    /// nor written; its plans are.
+    pub fn set_call_targets(&self, on: bool) {
+        self.lock().options.call_targets = on;
+    }
+
+    /// The indirect calls and jumps recorded (with
+    /// [`Server::set_call_targets`]) in every report written so far,
+    /// summed per (module, site, target), and the records lost (see the
+    /// report format).
+    pub fn call_targets(&self) -> (Vec<CallTarget>, u64) {
+        let state = self.lock();
+        let mut names: Vec<PathBuf> = std::fs::read_dir(self.reports_dir())
+            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
+            .unwrap_or_default();
+        names.sort();
+        let (mut traps, mut lost) = (0, 0);
+        let mut sum: std::collections::BTreeMap<(usize, u64, Target), u64> = Default::default();
+        for p in names {
+            let mut raw = Vec::new();
+            if read_report(&p, &state, &mut traps, &mut raw, &mut lost).is_err() {
+                continue; // (collect's notes name it)
+            }
+            for (id, block, target, count) in raw {
+                let Some(site) = state.entries[id]
+                    .plan
+                    .blocks
+                    .get(block)
+                    .and_then(|b| b.insns.last().copied())
+                else {
+                    continue;
+                };
+                let c = sum.entry((id, site, target)).or_insert(0);
+                *c = c.saturating_add(count);
+            }
+        }
+        let out = sum
+            .into_iter()
+            .map(|((id, site, target), count)| CallTarget {
+                module: state.entries[id].path.clone(),
+                site,
+                target,
+                count,
+            })
+            .collect();
+        (out, lost)
     }
 
     /// The runtime's path.
@@ -359,7 +444,7 @@ impl Server {
         names.sort();
         let mut traps = 0;
         for p in names {
-            match read_report(&p, &state, &mut traps) {
+            match read_report(&p, &state, &mut traps, &mut Vec::new(), &mut 0) {
                 Ok(r) => {
                     for (id, idx, c) in r {
                         let n = state.entries[id].plan.counters() as usize;
@@ -551,10 +636,15 @@ pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchErr
     })
 }
 
+/// A report's counters (module id, counter index, count); its call
+/// targets (module id, block index, target, count) go to `targets`, its
+/// records lost are added to `lost`.
 fn read_report(
     path: &Path,
     state: &State,
     traps: &mut u64,
+    targets: &mut Vec<(usize, usize, Target, u64)>,
+    lost: &mut u64,
 ) -> Result<Vec<(usize, usize, u64)>, String> {
     // The directory may belong to the profiled process's user (attach
     // mode): no links, regular files only, bounded.
@@ -589,6 +679,37 @@ fn read_report(
         }
         if let Some(t) = l.strip_prefix("traps ") {
             *traps += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("ilost ") {
+            *lost += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("I ") {
+            // I <id dec> <block> <count> <target> [<path>]
+            let bad = || format!("bad line {l:?}");
+            let mut w = t.splitn(5, ' ');
+            let id: usize = w.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+            let block = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let count = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let addr = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let e = state
+                .entries
+                .get(id)
+                .ok_or(format!("unknown module {id}"))?;
+            let block = usize::try_from(block)
+                .ok()
+                .filter(|b| *b < e.plan.blocks.len())
+                .ok_or(format!("block {block:x} out of range"))?;
+            let target = match w.next() {
+                Some(p) if p.starts_with('/') => Target::Module {
+                    path: PathBuf::from(p),
+                    addr,
+                },
+                Some(_) => return Err(bad()),
+                None => Target::Outside(addr),
+            };
+            targets.push((id, block, target, count));
             continue;
         }
         let w: Vec<&str> = l.split(' ').collect();
@@ -657,7 +778,8 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         let disk = e.disk.as_ref().map(|d| d.0);
         (e.plan.clone(), e.encoded.keys().next().copied().or(disk))
     };
-    let size = crate::encode::area_size(&plan);
+    let opts = state.lock().ok()?.options;
+    let size = crate::encode::area_size_with(&plan, opts);
     match offer {
         Some(o) => writeln!(w, "SIZE {size:x} {:x} {o:x}", plan.counters()).ok()?,
         None => writeln!(w, "SIZE {size:x} {:x}", plan.counters()).ok()?,
@@ -701,7 +823,7 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             (bias, area, moved)
         }
         (None, None) => {
-            let e = Arc::new(encode(&plan, bias, area, first));
+            let e = Arc::new(encode_with(&plan, bias, area, first, opts));
             let mut s = state.lock().ok()?;
             s.made += 1;
             let cache = s.cache.clone();
@@ -956,6 +1078,14 @@ fn plan_into(
     if let Some(&id) = s.by_file.get(&(dev, ino)) {
         return Some(id);
     }
+    // The cache keeps plain counting code: a run that records call
+    // targets neither takes its encoding nor stores its own (the plan,
+    // the same either way, is taken).
+    let (disk, stored) = if s.options == crate::encode::Options::default() {
+        (disk, stored)
+    } else {
+        (None, true)
+    };
     let id = s.entries.len();
     s.entries.push(Entry {
         path: path.to_path_buf(),

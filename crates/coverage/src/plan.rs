@@ -48,7 +48,16 @@
 //!
 //! Indirect jumps: in a function holding a `jmp *reg` (a switch's jump
 //! table, or a computed goto) some leaders are unknown, so there a window
-//! is only ever the block's first instruction; shorter blocks trap.
+//! is only ever the block's first instruction; shorter blocks trap. The
+//! indirect jumps whose table was recovered, and those of functions whose
+//! inner labels are stored in data (computed gotos: `jmp *%reg`, or an
+//! indexed `jmp *`), are listed in [`Plan::tables`]: they are not calls;
+//! any other `jmp *` (`jmp *8(%rax)`, `jmp *slot(%rip)`, or `jmp *%reg`
+//! elsewhere) may be a tail
+//! call through a pointer, and when call targets are wanted
+//! ([`crate::encode::Options`]) its targets are recorded like an indirect
+//! call's (a block ends at each call and each jump, so one block holds at
+//! most one such site, and its count is the site's).
 
 use std::collections::BTreeSet;
 
@@ -122,6 +131,13 @@ pub struct Plan {
     pub branches: Vec<(u64, bool)>,
     /// The module's GNU build id.
     pub build_id: Option<Vec<u8>>,
+    /// Indirect jumps (link-time addresses, sorted) that are not calls:
+    /// those whose jump table was recovered (a switch), and `jmp *%reg`
+    /// or `jmp *table(,%idx,8)` in a function whose inner labels are
+    /// stored in the module's data (computed gotos). Every other `jmp *`
+    /// may be a tail call through a pointer, and its targets are recorded
+    /// when call targets are wanted ([`crate::encode::Options`]).
+    pub tables: Vec<u64>,
     /// The executable sections' addresses and bytes.
     pub(crate) sections: Vec<(u64, Vec<u8>)>,
 }
@@ -311,6 +327,7 @@ impl Plan {
             }
         };
         let mut unresolved: HashSet<u64> = HashSet::default();
+        let mut tables = Vec::new();
         for (i, x) in insns.iter().enumerate() {
             if x.flow_control() != FlowControl::IndirectBranch || is_tail_call_through_memory(x) {
                 continue;
@@ -321,6 +338,7 @@ impl Plan {
             let targets = jump_table(&insns, i, f, data, &in_func, &is_insn);
             if !targets.is_empty() {
                 hard.extend(targets);
+                tables.push(x.ip());
             } else if x.op0_kind() != iced_x86::OpKind::Register {
                 unresolved.insert(f);
             }
@@ -370,6 +388,23 @@ impl Plan {
         // Code addresses stored in data (labels of computed gotos,
         // function pointers): leaders.
         hard.extend(taken.iter().copied().filter(|a| is_insn(*a)));
+        // A function whose inner labels are stored in data uses computed
+        // gotos (`goto *labels[op]`, an interpreter's dispatch): its
+        // indirect jumps with no recovered table are those, not tail calls.
+        let gotos: HashSet<u64> = taken
+            .iter()
+            .filter(|&&a| is_insn(a) && funcs.binary_search(&a).is_err())
+            .map(|&a| func_of(a))
+            .filter(|&f| f != 0)
+            .collect();
+        for x in &insns {
+            if x.flow_control() == FlowControl::IndirectBranch
+                && !is_tail_call_through_memory(x)
+                && gotos.contains(&func_of(x.ip()))
+            {
+                tables.push(x.ip());
+            }
+        }
 
         // Padding and the remaining leaders.
         let mut leaders: BTreeSet<u64> = hard.iter().copied().collect();
@@ -771,10 +806,13 @@ impl Plan {
                 None => {}
             }
         }
+        tables.sort_unstable();
+        tables.dedup();
         Plan {
             blocks,
             branches,
             build_id: None,
+            tables,
             sections,
         }
     }
