@@ -453,7 +453,25 @@ fn is_key(x: &Instruction) -> bool {
 
 /// `list` encoded at `rip`; the offsets (from the start of the result) of
 /// the displacements of its counts and of its sites' keys are added to `fixups` (plus `base`).
+/// `list` with every instruction's own address cleared for the block
+/// encoder, which otherwise takes an operand whose address is that of an
+/// instruction of the list for a reference to it and moves it with the
+/// copy: `lea -9(%rip),%rax` at a function's second instruction (its own
+/// address, as CPython's `subtype_traverse` takes it) would give the
+/// trampoline's address. Branch targets are placed by the caller
+/// (`redirect`); memory operands keep their absolute targets.
+fn detached(list: &[Instruction]) -> Vec<Instruction> {
+    list.iter()
+        .map(|x| {
+            let mut y = *x;
+            y.set_ip(0);
+            y
+        })
+        .collect()
+}
+
 fn enc_fix(list: &[Instruction], rip: u64, fixups: &mut Vec<u32>, base: u64) -> Option<Vec<u8>> {
+    let list = &detached(list)[..];
     let counts = list.iter().any(|x| is_count(x) || is_key(x));
     let opts = if counts {
         BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
@@ -481,7 +499,7 @@ fn enc_fix(list: &[Instruction], rip: u64, fixups: &mut Vec<u32>, base: u64) -> 
 fn enc(list: &[Instruction], rip: u64) -> Option<Vec<u8>> {
     BlockEncoder::encode(
         64,
-        InstructionBlock::new(list, rip),
+        InstructionBlock::new(&detached(list), rip),
         BlockEncoderOptions::NONE,
     )
     .ok()
