@@ -600,6 +600,21 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     // Caught from here on: a signal during the attach (which holds PID's
     // threads) ends the wait right after it, never the attach half way.
     let caught = Caught::new().context("cannot catch signals")?;
+    // The kernel's ptrace rule for cprof itself, first: a process cprof may
+    // not trace is refused in its terms (kernel.yama.ptrace_scope, the
+    // credentials), not as an unreadable /proc/PID/maps.
+    // SAFETY: geteuid and getegid have no preconditions.
+    let me = profdev_dev::access::Cred {
+        uid: unsafe { libc::geteuid() },
+        gid: unsafe { libc::getegid() },
+        pid: std::process::id(),
+    };
+    profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {
+        profdev_dev::DevError::NotPermitted(why) => {
+            anyhow::anyhow!("not permitted to ptrace {why}")
+        }
+        e => attach_sentence(e),
+    })?;
     // The static case: the one place `-p` branches on it.
     if profdev_dev::prof::statically_linked(pid).map_err(attach_sentence)? {
         bail!(

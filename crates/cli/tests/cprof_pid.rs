@@ -314,3 +314,31 @@ fn cprof_p_of_no_process_is_one_sentence() {
     let out = run(profdev().args(["cprof", "-p", "x"]));
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("cprof: -p needs a process id"));
 }
+
+#[test]
+fn cprof_p_of_a_process_it_may_not_trace_is_one_sentence() {
+    if !gate("cprof -p PID as nobody") || !profdev_testkit::tools("cprof -p", &["setpriv"]) {
+        return;
+    }
+    let tmp = tempdir();
+    // nobody must reach the binary.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let exe = profdev_copy(tmp.path());
+    // This test, root's: nobody may not ptrace it.
+    let me = std::process::id();
+    let out = as_nobody(&format!("exec \"$1\" cprof -f -p {me}"), &[&exe]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with(&format!(
+            "cprof: not permitted to ptrace process {me}: uid 65534 may not trace a process of uid 0"
+        )),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty());
+}

@@ -35,7 +35,9 @@
 //! not ptrace PID, with EPERM; the writer's own process, EINVAL (it would
 //! wait for itself).
 //!
-//! **The attach** ([`attach_coverage`]): the device makes a planning
+//! **The attach** ([`attach_coverage`], which `profdev cprof -p PID` calls
+//! too, without a device; a statically linked process is told apart in one
+//! place, [`statically_linked`]): the device makes a planning
 //! server (`profdev_coverage::launch::Server`) whose private directory is
 //! 0711, the runtime `libprofdev_cov.so` 0555, its socket 0600 and its
 //! report directory `out/` 0700, both owned by PID's user, so a process of
