@@ -639,9 +639,7 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
         "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
          SIGINT, SIGTERM, SIGHUP)"
     );
-    let signal = caught.wait(&attached);
-    let mut interrupted = None;
-    if let Some(sig) = signal {
+    if let Some(sig) = caught.wait(&attached) {
         // Its counts so far: a report now. A process gone meanwhile wrote
         // its exit report instead.
         let flushed = attached.flush();
@@ -666,11 +664,10 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
                 "cprof: interrupted by {name}; process {pid} had exited; listed: all its counts"
             )
         };
-        interrupted = Some((sig, what));
         return Ok(AttachRun {
             modules,
             words,
-            interrupted,
+            interrupted: Some((sig, what)),
         });
     }
     let (modules, notes) = attached.collect();
@@ -691,7 +688,7 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     Ok(AttachRun {
         modules,
         words,
-        interrupted,
+        interrupted: None,
     })
 }
 
