@@ -217,8 +217,9 @@ fn out_of_reach(pid: u32) -> DevError {
 /// is statically linked (no C library mapped, so nothing can `dlopen`
 /// it)? The one place attach mode tells a static program from a dynamic
 /// one: `startcp` ([`attach_coverage`]) and `profdev cprof -p` branch on
-/// it. ESRCH for a process that does not exist, EPERM for one whose maps
-/// profdev may not read.
+/// it. ESRCH for a process that does not exist, ENXIO (with the reason)
+/// for one whose `/proc/PID/maps` cannot be read: the caller checks the
+/// right to ptrace first (the device its writer's, `cprof -p` its own).
 pub fn statically_linked(pid: u32) -> Result<bool, DevError> {
     let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
     let has_libc = maps.iter().any(|m| {
