@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Benchmark: the slowdown of coverage mode (launch: every module of the
-# program counted, block by block, exactly) against the native run, next
-# to valgrind's cachegrind (--cache-sim=no) and callgrind, on CPU-bound
-# real programs, in one script run, with the geometric mean.
+# program counted, block by block, exactly; attach: the same counting
+# injected into the running program, as `startcp PID` does) against the
+# native run, next to valgrind's cachegrind (--cache-sim=no) and
+# callgrind, on CPU-bound real programs, in one script run, with the
+# geometric mean.
 #
 # Usage: bench/coverage_overhead.sh [ROUNDS]      (default 1 round)
-#   COVERAGE_BENCH_VARIANTS="native launch"  only these variants
+#   COVERAGE_BENCH_VARIANTS="native attach"  only these variants
 #   COVERAGE_BENCH_LAUNCH=PATH               another build of the harness
 #                                            (to compare two commits)
+#   COVERAGE_BENCH_PROFDEV=PATH              another build of profdev (attach)
 #
 # Workloads:
 #   xz       xz -9 -T1 of 3 MB of base64 text
@@ -19,20 +22,40 @@
 # engine's harness (target/release/profdev-coverage-run, what `profdev
 # cprof CMD` runs); valgrind is Debian's (apt-get install valgrind), skipped
 # when missing. Rounds interleave the variants; medians are shown.
+#
+# The attach variant starts the workload natively, waits (polling, bounded)
+# until the process has exec'd the workload's binary (/proc/PID/exe), and
+# runs `profdev cprof -p PID` on it (target/release/profdev, every module:
+# the executable and every library, as launch; its listing to /dev/null,
+# its stderr to the log). The time is the workload's, from its start to
+# its exit: the attach (planning every module while the program runs on,
+# then the stop, dlopen and patching with every thread held) and the
+# counting are in it; cprof's listing after the exit is not (the script
+# waits for cprof before the next run). What attach means for cc: attach
+# mode does not follow exec (startcp counts the attached process and the
+# children it forks, never the programs it or they exec), so attaching to
+# the cc driver would count only the driver, which mostly waits. The
+# script attaches to cc1, the compiler proper, as soon as the driver has
+# started it (a child of the driver named cc1); the driver and `as` run
+# natively, uncounted, and their time is in the measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}
-cargo build --release -q -p profdev-coverage
+cargo build --release -q -p profdev-coverage -p profdev
 launch=${COVERAGE_BENCH_LAUNCH:-$PWD/target/release/profdev-coverage-run}
+profdev=${COVERAGE_BENCH_PROFDEV:-$PWD/target/release/profdev}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -c 2250000 /dev/urandom | base64 >"$work/in.txt"
 python=/usr/bin/python3
+echo "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<1000000) SELECT sum(x*x%7) FROM c;" >"$work/q.sql"
+pyloop=$'s=0\nfor i in range(10000000): s+=i*i\nprint(s)'
+cc1=$(cc -print-prog-name=cc1)
 for i in $(seq 1 400); do
   echo "int f$i(int x) { int s = 0; for (int k = 0; k < x; k++) s += k * $i ^ (s >> 3); return s; }"
 done >"$work/gen.c"
 
-variants=(native launch)
+variants=(native launch attach)
 command -v valgrind >/dev/null && variants+=(cachegrind callgrind) || echo "bench: valgrind not found: skipped" >&2
 if [ -n "${COVERAGE_BENCH_VARIANTS:-}" ]; then
   read -r -a variants <<<"$COVERAGE_BENCH_VARIANTS"
@@ -50,25 +73,60 @@ run() { # variant, command...
   esac
 }
 
-cmd_of() {
-  case $1 in
-    xz) echo "xz -9 -T1 -c $work/in.txt" ;;
-    python) echo "$python -c s=0\\nfor\\ i\\ in\\ range(2000000):\\ s+=i*i\\nprint(s)" ;;
-    sqlite) echo "sqlite3 :memory:" ;;
-    cc) echo "cc -O2 -c -o $work/gen.o $work/gen.c" ;;
+workload() { # variant workload
+  case $2 in
+    xz) run "$1" xz -9 -T1 -c "$work/in.txt" >/dev/null ;;
+    python) run "$1" "$python" -c "$pyloop" >/dev/null ;;
+    sqlite) run "$1" sqlite3 :memory: <"$work/q.sql" >/dev/null ;;
+    cc) run "$1" cc -O2 -c -o "$work/gen.o" "$work/gen.c" ;;
   esac
 }
 
+# Wait until "$@" succeeds: polled every 2 ms, at most 10 s (then fail).
+await() { # what, condition...
+  local what=$1 deadline=$((SECONDS + 10))
+  shift
+  until "$@"; do
+    if ((SECONDS > deadline)); then
+      echo "bench: $what did not happen within 10 s" >&2
+      return 1
+    fi
+    sleep 0.002
+  done
+}
+execd() { [ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$2" ]; }
+child_cc1() { target=$(pgrep -P "$1" -x cc1) && execd "$target" "$(readlink -f "$cc1")"; }
+attach_failed=0
+
 one() { # variant workload -> seconds
-  local v=$1 w=$2 t0 t1
+  local v=$1 w=$2 t0 t1 pid cp bin
   t0=$(date +%s.%N)
-  case $w in
-    xz) run "$v" xz -9 -T1 -c "$work/in.txt" >/dev/null ;;
-    python) run "$v" "$python" -c $'s=0\nfor i in range(10000000): s+=i*i\nprint(s)' >/dev/null ;;
-    sqlite) echo "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<1000000) SELECT sum(x*x%7) FROM c;" | run "$v" sqlite3 :memory: >/dev/null ;;
-    cc) run "$v" cc -O2 -c -o "$work/gen.o" "$work/gen.c" ;;
-  esac
-  t1=$(date +%s.%N)
+  if [ "$v" = attach ]; then
+    # A simple command in the background: the shell's child execs it, so
+    # $! is the workload's process.
+    case $w in
+      xz) xz -9 -T1 -c "$work/in.txt" >/dev/null & bin=$(command -v xz) ;;
+      python) "$python" -c "$pyloop" >/dev/null & bin=$python ;;
+      sqlite) sqlite3 :memory: <"$work/q.sql" >/dev/null & bin=$(command -v sqlite3) ;;
+      cc) cc -O2 -c -o "$work/gen.o" "$work/gen.c" & bin=$(command -v cc) ;;
+    esac
+    pid=$! target=$pid cp=
+    bin=$(readlink -f "$bin")
+    if await "$w's exec" execd "$pid" "$bin" && { [ "$w" != cc ] || await "cc1's start" child_cc1 "$pid"; }; then
+      echo "== attach $w: process $target" >>"$work/attach.log"
+      "$profdev" cprof -p "$target" >/dev/null 2>>"$work/attach.log" &
+      cp=$!
+    fi
+    wait "$pid"
+    t1=$(date +%s.%N)
+    if [ -z "$cp" ] || ! wait "$cp"; then
+      attach_failed=$((attach_failed + 1))
+      echo "bench: attach to $w failed (see the log below)" >&2
+    fi
+  else
+    workload "$v" "$w"
+    t1=$(date +%s.%N)
+  fi
   echo "$t1 - $t0" | bc -l
 }
 
@@ -78,7 +136,8 @@ declare -A secs
 for w in "${workloads[@]}"; do
   for r in $(seq 1 "$rounds"); do
     for v in "${variants[@]}"; do
-      secs[$w.$v]+="$(one "$v" "$w") "
+      one "$v" "$w" >"$work/t"
+      secs[$w.$v]+="$(cat "$work/t") "
     done
   done
 done
@@ -104,4 +163,13 @@ for v in "${variants[@]}"; do
 done
 printf '\n'
 grep -h "breakpoints were taken" "$work/launch.log" | sed 's/^/launch: /' || true
+if [ -f "$work/attach.log" ]; then
+  # What cprof said, less its notes on sources, debug information and blocks
+  # (the launch variant's are not shown either).
+  grep -v "source file\|left out of the exports\|source files not found\|no debug information\|counting process\|blocks shorter than\|blocks could not be counted" \
+    "$work/attach.log" | sed 's/^/attach: /' || true
+fi
+if ((attach_failed)); then
+  echo "bench: $attach_failed attach runs failed: their times are of runs not counted" >&2
+fi
 echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end" >&2

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! profdev cprof [-fner] [-m MODULE]... [--lcov FILE] [--cobertura FILE] [CMD [ARGS]]
+//! profdev cprof [-fner] [-m MODULE]... [--lcov FILE] [--cobertura FILE] -p PID
 //! ```
 //!
 //! # Description
@@ -27,13 +28,33 @@
 //! |---|---|
 //! | `-f` | counts instead of marks: a line's count is the largest count of its instructions (the times its most executed part ran); `0` for code that never ran |
 //! | `-n` | prefix each line with its source file and a colon |
-//! | `-e` | count CMD's own executable (with `-m`: as well as those modules) |
+//! | `-e` | count CMD's own executable, or PID's with `-p` (with `-m`: as well as those modules) |
 //! | `-m MODULE` | count this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-r` | record: add the counts to `MODULE.prf` in the current directory, one per module, instead of listing |
+//! | `-p PID` | attach to the running process PID instead of running CMD, count from now until it exits (or until cprof gets SIGINT, SIGTERM or SIGHUP), then list |
 //! | `--lcov FILE` | also write an lcov tracefile (`genhtml FILE` renders it) |
 //! | `--cobertura FILE` | also write Cobertura XML |
 //!
-//! Without CMD, cprof shows what the `.prf` records of the `-m` modules
+//! **Attach** (`-p PID`). cprof counts a process that is already running,
+//! by the same machinery as prof's `startcp PID` (`profdev_dev::prof`'s
+//! coverage mode, whose documentation has the details and limits): it
+//! plans the selected modules PID maps while PID runs on, stops PID's
+//! threads with ptrace, loads the runtime with PID's own `dlopen`, patches
+//! the code in place and gives each thread a counter array of its own,
+//! then lets PID run on, counting every block from then on (code that ran
+//! before has no count). cprof says `cprof: counting process PID ...` on
+//! standard error once PID runs again, and lists when PID exits (its
+//! runtime writes the counts at exit). SIGINT, SIGTERM or SIGHUP to cprof
+//! end the wait instead: cprof has PID write its counts so far (stopping
+//! it once more for the call), lists them, says so in one sentence and
+//! exits with 128 + the signal; **PID runs on**, still patched and
+//! counting, but nobody reads its counts any more (see Bugs). cprof's exit
+//! status is otherwise 0: PID is not its child, so PID's own status is not
+//! known. The errors are one sentence each: no such process, ptrace
+//! refused (naming `kernel.yama.ptrace_scope` when that is why), a process
+//! traced or counted already, a statically linked program.
+//!
+//! Without CMD or `-p`, cprof shows what the `.prf` records of the `-m` modules
 //! hold, summed over every `cprof -r` run, in the same forms (the listing,
 //! `-f`, `--lcov`, `--cobertura`).
 //!
@@ -91,6 +112,9 @@
 //! **** module instructions 386 ****
 //!
 //! % profdev cprof -m known --lcov known.info && genhtml -o html known.info
+//!
+//! % ./server & profdev cprof -e -p $! --lcov server.info  # from now until it exits
+//! cprof: counting process 4242 from now; its lines are listed when it exits (or on SIGINT, SIGTERM, SIGHUP)
 //! ```
 //!
 //! # Bugs
@@ -111,6 +135,21 @@
 //!   blocks shorter than a jump counted through a breakpoint are said
 //!   too. The engine's limits are listed in `profdev_coverage`'s crate
 //!   documentation.
+//! * `-p PID`: everything `startcp PID`'s Bugs say (every thread held while
+//!   the code is patched; a thread stopped inside `dlopen`'s lock makes
+//!   the attach give up; blocks under a stopped thread's pc uncounted;
+//!   programs PID execs not counted; children it forks counted only if
+//!   they end before it). A process that ends with `_exit` or a signal that
+//!   kills it writes no report: cprof then says that nothing was counted.
+//!   After an interrupted `-p` the process stays patched and counts on at
+//!   near-native cost until it exits, with nobody to read the counts: its
+//!   later reports go to the private directory cprof names on standard
+//!   error (kept, not removed, so that no other user can take its name
+//!   while the patched process runs; remove it once the process has
+//!   exited), and a module it loads from then on is not counted. A
+//!   statically linked process is counted through uprobes (as a static
+//!   CMD is, and said so on standard error); an interrupted `-p` then
+//!   stops counting it (the probes go with cprof).
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.
@@ -125,14 +164,18 @@ use profdev_coverage::lines::{instruction_counts, map_lines, ModuleLines};
 use profdev_coverage::listing::{self, Listing, Options};
 use profdev_coverage::prf::{self, Prf};
 use profdev_coverage::{cobertura, lcov};
+use profdev_dev::prof::CovAttached;
 use profdev_symbolize::ElfObject;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 const USAGE: &str =
-    "usage: cprof [-fner] [-m modname]... [--lcov file] [--cobertura file] [cmd arg ...]";
+    "usage: cprof [-fner] [-m modname]... [--lcov file] [--cobertura file] [-p pid | cmd \
+                     arg ...]";
 
 /// The command line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -143,7 +186,19 @@ struct Args {
     modules: Vec<String>,
     lcov: Option<OsString>,
     cobertura: Option<OsString>,
+    /// `-p PID`: attach to this running process.
+    pid: Option<u32>,
     command: Vec<OsString>,
+}
+
+/// `-p`'s argument: a process id in decimal, not 0.
+fn parse_pid(word: &str) -> Result<u32, String> {
+    word.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| word.parse::<u32>().ok())
+        .flatten()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("-p needs a process id, not {word:?}"))
 }
 
 fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
@@ -184,17 +239,22 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
                 'n' => a.options.file_prefix = true,
                 'e' => a.exec = true,
                 'r' => a.record = true,
-                'm' => {
+                'm' | 'p' => {
                     let rest: String = flags[i + 1..].iter().collect();
                     let value = if !rest.is_empty() {
                         rest
                     } else {
                         match it.next() {
                             Some(v) => v.to_string_lossy().into_owned(),
-                            None => return Err("missing module/file after -m".into()),
+                            None if c == 'm' => return Err("missing module/file after -m".into()),
+                            None => return Err("missing process id after -p".into()),
                         }
                     };
-                    a.modules.push(value);
+                    if c == 'm' {
+                        a.modules.push(value);
+                    } else {
+                        a.pid = Some(parse_pid(&value)?);
+                    }
                     break;
                 }
                 c => return Err(format!("unknown option -{c}")),
@@ -202,7 +262,11 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
         }
     }
     a.command = it.collect();
-    if a.command.is_empty() {
+    if a.pid.is_some() {
+        if !a.command.is_empty() {
+            return Err("-p attaches to a running process: give a command or -p, not both".into());
+        }
+    } else if a.command.is_empty() {
         if a.exec {
             return Err("-e needs a command".into());
         }
@@ -230,14 +294,15 @@ pub fn command() -> clap::Command {
     clap::Command::new("cprof")
         .override_usage(USAGE.trim_start_matches("usage: "))
         .about(
-            "Run CMD counting every instruction of its modules exactly, then list each source \
-             line marked + (ran), - (never ran) or ? (ran in part), or with -f its count, and \
-             each module's coverage; -r records the counts into MODULE.prf instead. Without \
-             CMD, show the .prf records of the -m modules.",
+            "Run CMD (or attach to running process PID with -p) counting every instruction of \
+             its modules exactly, then list each source line marked + (ran), - (never ran) or ? \
+             (ran in part), or with -f its count, and each module's coverage; -r records the \
+             counts into MODULE.prf instead. Without CMD or -p, show the .prf records of the -m \
+             modules.",
         )
         .arg(flag('f', "Show counts instead of marks"))
         .arg(flag('n', "Prefix lines with the source file"))
-        .arg(flag('e', "Count CMD's own executable"))
+        .arg(flag('e', "Count CMD's own executable (PID's with -p)"))
         .arg(flag(
             'r',
             "Record the counts into MODULE.prf in the current directory, adding to what it holds",
@@ -248,6 +313,15 @@ pub fn command() -> clap::Command {
                 .value_name("modname")
                 .action(ArgAction::Append)
                 .help("Count or show this module (a basename such as libc.so.6, or a path); repeatable"),
+        )
+        .arg(
+            Arg::new("p")
+                .short('p')
+                .value_name("pid")
+                .help(
+                    "Attach to running process PID instead of running CMD; count until it exits \
+                     or cprof gets SIGINT, SIGTERM or SIGHUP (PID then runs on, still counted)",
+                ),
         )
         .arg(
             Arg::new("lcov")
@@ -440,10 +514,280 @@ fn notes(files: &[String], note: impl Fn(&str) -> String) -> Vec<String> {
     out
 }
 
+/// `-p PID`: the counts, the module words they were selected by, and
+/// how the wait ended.
+struct AttachRun {
+    modules: Vec<ModuleCoverage>,
+    words: Vec<String>,
+    /// The signal that ended the wait, and the sentence to say after the
+    /// listing.
+    interrupted: Option<(libc::c_int, String)>,
+}
+
+/// A device error as cprof's one sentence.
+fn attach_sentence(e: profdev_dev::DevError) -> anyhow::Error {
+    use profdev_dev::DevError;
+    anyhow::anyhow!(match e {
+        DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
+        DevError::NoProcess(p) => format!("no process {p}: -p needs the id of a running process"),
+        e => e.to_string(),
+    })
+}
+
+/// SIGINT, SIGTERM and SIGHUP caught while cprof waits for an attached
+/// process (those not ignored when cprof started), each setting a flag
+/// and waking [`Caught::wait`].
+struct Caught {
+    flags: Vec<(libc::c_int, Arc<AtomicBool>)>,
+    wake: std::os::unix::net::UnixStream,
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl Caught {
+    fn new() -> std::io::Result<Caught> {
+        let (wake, wake_w) = std::os::unix::net::UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        let mut c = Caught {
+            flags: Vec::new(),
+            wake,
+            ids: Vec::new(),
+        };
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: a zeroed sigaction is a valid out-parameter; a null
+            // new action only queries.
+            let ignored = unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_IGN
+            };
+            if ignored {
+                continue; // nohup: stays ignored
+            }
+            let flag = Arc::new(AtomicBool::new(false));
+            c.ids.push(signal_hook::flag::register(sig, flag.clone())?);
+            c.ids.push(signal_hook::low_level::pipe::register(
+                sig,
+                wake_w.try_clone()?,
+            )?);
+            c.flags.push((sig, flag));
+        }
+        Ok(c)
+    }
+
+    /// The first signal caught, if any.
+    fn caught(&self) -> Option<libc::c_int> {
+        self.flags
+            .iter()
+            .find(|(_, f)| f.load(Ordering::Acquire))
+            .map(|&(s, _)| s)
+    }
+
+    /// Wait until `a`'s process has exited (None) or a signal came
+    /// (Some). The process is watched through a pidfd where the kernel
+    /// has them (5.3), and its `/proc` entry (start time checked) at
+    /// every wake-up and at least every second.
+    fn wait(&self, a: &CovAttached) -> Option<libc::c_int> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        // SAFETY: pidfd_open takes a pid and flags; a descriptor it
+        // returns is ours to own.
+        let pidfd = unsafe {
+            let fd = libc::syscall(libc::SYS_pidfd_open, a.pid() as libc::pid_t, 0);
+            (fd >= 0).then(|| OwnedFd::from_raw_fd(fd as libc::c_int))
+        };
+        loop {
+            if let Some(s) = self.caught() {
+                return Some(s);
+            }
+            if !a.running() {
+                return None;
+            }
+            let mut fds = vec![libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            if let Some(p) = &pidfd {
+                fds.push(libc::pollfd {
+                    fd: p.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            let timeout = if pidfd.is_some() { 1000 } else { 50 };
+            // SAFETY: `fds` is a valid array of its length.
+            unsafe {
+                libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout);
+            }
+            let mut drain = [0u8; 64];
+            while std::io::Read::read(&mut &self.wake, &mut drain).is_ok_and(|n| n > 0) {}
+        }
+    }
+}
+
+impl Drop for Caught {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+/// `cprof -p PID`: attach coverage to the running process (prof's
+/// `startcp` machinery, [`profdev_dev::prof::attach_coverage`]), wait for
+/// it to exit or for a signal, and take its counts.
+fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
+    // Caught from here on: a signal during the attach (which holds PID's
+    // threads) ends the wait right after it, never the attach half way.
+    let caught = Caught::new().context("cannot catch signals")?;
+    // The kernel's ptrace rule for cprof itself, first: a process cprof may
+    // not trace is refused in its terms (kernel.yama.ptrace_scope, the
+    // credentials), not as an unreadable /proc/PID/maps.
+    // SAFETY: geteuid and getegid have no preconditions.
+    let me = profdev_dev::access::Cred {
+        uid: unsafe { libc::geteuid() },
+        gid: unsafe { libc::getegid() },
+        pid: std::process::id(),
+    };
+    profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {
+        profdev_dev::DevError::NotPermitted(why) => {
+            anyhow::anyhow!("not permitted to ptrace {why}")
+        }
+        e => attach_sentence(e),
+    })?;
+    // The static case (no C library to load the runtime with) is counted
+    // through uprobes by the same attach: say so.
+    if profdev_dev::prof::statically_linked(pid).map_err(attach_sentence)? {
+        eprintln!(
+            "cprof: process {pid} is statically linked: counted through uprobes (one multi-uprobe \
+             BPF link, Linux 6.6 or later), about 0.2 to 16 us per block executed; its children \
+             are not counted"
+        );
+    }
+    let mut words = args.modules.clone();
+    if args.exec {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .with_context(|| format!("cannot read process {pid}'s executable (-e)"))?;
+        words.push(
+            std::fs::canonicalize(&exe)
+                .unwrap_or(exe)
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    let attached = profdev_dev::prof::attach_coverage(pid, &words).map_err(attach_sentence)?;
+    eprintln!(
+        "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
+         SIGINT, SIGTERM, SIGHUP)"
+    );
+    if let Some(sig) = caught.wait(&attached) {
+        // Its counts so far: a report now. A process gone meanwhile wrote
+        // its exit report instead.
+        let flushed = attached.flush();
+        let (modules, notes) = attached.collect();
+        for n in &notes {
+            eprintln!("cprof: {n}");
+        }
+        let name = profdev_sample::job::signal_name(sig);
+        let what = if attached.running() {
+            if let Err(e) = flushed {
+                eprintln!("cprof: process {pid} could not write its counts so far: {e}");
+            }
+            match attached.leave_running() {
+                Some(dir) => format!(
+                    "cprof: interrupted by {name}; process {pid} runs on, still counted, with \
+                     nobody to read its later counts (in {}: remove it once process {pid} has \
+                     exited); listed: its counts up to now",
+                    dir.display()
+                ),
+                None => format!(
+                    "cprof: interrupted by {name}; process {pid} runs on, no longer counted \
+                     (its uprobes are removed with cprof); listed: its counts up to now"
+                ),
+            }
+        } else {
+            format!(
+                "cprof: interrupted by {name}; process {pid} had exited; listed: all its counts"
+            )
+        };
+        return Ok(AttachRun {
+            modules,
+            words,
+            interrupted: Some((sig, what)),
+        });
+    }
+    let (modules, notes) = attached.collect();
+    for n in &notes {
+        eprintln!("cprof: {n}");
+    }
+    let total: u64 = modules
+        .iter()
+        .flat_map(|m| &m.blocks)
+        .map(|b| b.count)
+        .fold(0, u64::saturating_add);
+    if total == 0 {
+        bail!(
+            "process {pid} reported no counts: it ended with _exit or a signal that killed it, \
+             or ran none of the counted code after the attach"
+        );
+    }
+    Ok(AttachRun {
+        modules,
+        words,
+        interrupted: None,
+    })
+}
+
+/// The lines of the counted `modules` that `words` selects (empty: all),
+/// recorded into `MODULE.prf` with `-r`; each module's uncounted blocks
+/// said on stderr.
+fn counted_lines(
+    args: &Args,
+    mut modules: Vec<ModuleCoverage>,
+    words: &[String],
+) -> Result<Vec<ModuleLines>> {
+    if !words.is_empty() {
+        modules.retain(|m| wanted(words, &m.path));
+    }
+    if modules.is_empty() {
+        bail!("no profile information (no module asked for ran)");
+    }
+    for m in &modules {
+        if m.uncounted > 0 {
+            eprintln!(
+                "cprof: {}: {} blocks could not be counted",
+                m.path.display(),
+                m.uncounted
+            );
+        }
+    }
+    if args.record {
+        let dir = PathBuf::from(".");
+        for m in &modules {
+            prf::record(&dir, m)?;
+        }
+    }
+    Ok(modules
+        .iter()
+        .map(|m| {
+            let mut branches = m.branches.clone();
+            branches.sort_by_key(|b| b.addr);
+            lines_of(&m.path.to_string_lossy(), &instruction_counts(m), &branches)
+        })
+        .collect())
+}
+
 fn run(args: &Args) -> Result<ExitCode> {
     let mut listings = Vec::new();
     let mut exit = ExitCode::SUCCESS;
-    if args.command.is_empty() {
+    let mut interrupted = None;
+    if let Some(pid) = args.pid {
+        let r = run_attached(pid, args)?;
+        listings = counted_lines(args, r.modules, &r.words)?;
+        if let Some((sig, sentence)) = r.interrupted {
+            exit = ExitCode::from(128u8.wrapping_add(sig as u8));
+            interrupted = Some(sentence);
+        }
+    } else if args.command.is_empty() {
         for m in &args.modules {
             let r = read_records(m)?;
             listings.push(lines_of(&r.path, &r.insns, &r.branches));
@@ -466,37 +810,7 @@ fn run(args: &Args) -> Result<ExitCode> {
             run_under_coverage(&args.command, &words)?
         };
         exit = launched.exit;
-        let mut modules = launched.modules;
-        if !words.is_empty() {
-            modules.retain(|m| wanted(&words, &m.path));
-        }
-        if modules.is_empty() {
-            bail!("no profile information (no module asked for ran)");
-        }
-        for m in &modules {
-            if m.uncounted > 0 {
-                eprintln!(
-                    "cprof: {}: {} blocks could not be counted",
-                    m.path.display(),
-                    m.uncounted
-                );
-            }
-        }
-        if args.record {
-            let dir = PathBuf::from(".");
-            for m in &modules {
-                prf::record(&dir, m)?;
-            }
-        }
-        for m in &modules {
-            let mut branches = m.branches.clone();
-            branches.sort_by_key(|b| b.addr);
-            listings.push(lines_of(
-                &m.path.to_string_lossy(),
-                &instruction_counts(m),
-                &branches,
-            ));
-        }
+        listings = counted_lines(args, launched.modules, &words)?;
     }
     let listings: Vec<Listing> = listings
         .into_iter()
@@ -537,6 +851,9 @@ fn run(args: &Args) -> Result<ExitCode> {
             profdev_safefile::write_file(Path::new(file), xml.as_bytes(), 0o644)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
+    }
+    if let Some(sentence) = interrupted {
+        eprintln!("{sentence}");
     }
     Ok(exit)
 }
@@ -579,7 +896,7 @@ mod tests {
 
     #[test]
     fn the_parser_takes_exactly_the_documented_options() {
-        crate::cmdline::assert_parser_takes_the_documented_options(command(), &[], parse);
+        crate::cmdline::assert_parser_takes_the_documented_options(command(), &['p'], parse);
     }
 
     #[test]

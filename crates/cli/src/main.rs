@@ -131,7 +131,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "cprof",
-        about: "count a command's instructions exactly: lines run, never run, partly run (Inferno cprof)",
+        about: "count a command's (or a running process's) instructions exactly: lines run, never run, partly run (Inferno cprof)",
         run: cprof::main,
         cli: cprof::command,
         doc: include_str!("cprof.rs"),

@@ -35,7 +35,9 @@
 //! not ptrace PID, with EPERM; the writer's own process, EINVAL (it would
 //! wait for itself).
 //!
-//! **The attach** ([`attach_coverage`]): the device makes a planning
+//! **The attach** ([`attach_coverage`], which `profdev cprof -p PID` calls
+//! too, without a device; a statically linked process is told apart in one
+//! place, [`statically_linked`]): the device makes a planning
 //! server (`profdev_coverage::launch::Server`) whose private directory is
 //! 0711, the runtime `libprofdev_cov.so` 0555, its socket 0600 and its
 //! report directory `out/` 0700, both owned by PID's user, so a process of
@@ -202,6 +204,55 @@ impl CovAttached {
             c.detach();
         }
     }
+
+    /// The process.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The counts of every report written so far, and notes (one
+    /// sentence each) on what was not counted.
+    pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
+        match &self.engine {
+            Engine::Runtime { server, .. } => server.collect(),
+            Engine::Uprobe(c) => (vec![c.coverage()], Vec::new()),
+        }
+    }
+
+    /// Whether the process is counted through uprobes (statically
+    /// linked): its counting ends with this process.
+    pub fn through_uprobes(&self) -> bool {
+        matches!(self.engine, Engine::Uprobe(_))
+    }
+
+    /// Leave the process running, still patched and counting, with
+    /// nobody to read its counts (`profdev cprof -p` interrupted): the
+    /// socket and the runtime's file are removed (a module the process
+    /// loads from now on is left uncounted), and the private directory is
+    /// kept, with its `out/` that the process's later reports go to, so
+    /// that no other user can create a directory of the same name and
+    /// serve the still-patched process trampolines. Returns that
+    /// directory, for the caller to name (remove it once the process has
+    /// exited).
+    /// A process counted through uprobes ([`CovAttached::through_uprobes`])
+    /// has no directory: None (its probes go with this process).
+    pub fn leave_running(self) -> Option<std::path::PathBuf> {
+        let Engine::Runtime { server, .. } = self.engine else {
+            return None;
+        };
+        let dir = server
+            .reports_dir()
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let _ = std::fs::remove_file(server.socket());
+        let _ = std::fs::remove_file(server.runtime());
+        // Dropping the server would remove the directory; its accepting
+        // thread waits on a socket nobody can reach any more, until this
+        // process exits.
+        std::mem::forget(server);
+        Some(dir)
+    }
 }
 
 /// How long `profdev_cov_attach` may take (encoding and patching every
@@ -234,27 +285,14 @@ fn attach_static(pid: u32) -> Result<CovAttached, DevError> {
     })
 }
 
-/// Inject the coverage runtime into the running process `pid` (its
-/// threads, and the processes it forks), counting the modules `wanted`
-/// names (empty: the executable and every library it maps), from now on.
-///
-/// Every thread is stopped (profdev-inject); the runtime is loaded with
-/// the process's `dlopen` from a private directory the process's user can
-/// use ([`Server::share_with`]); `profdev_cov_attach` is called in the
-/// main thread with every thread's pc (patches over a pc are skipped);
-/// each thread gets its own counter array as its GS base before it
-/// resumes.
-fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError> {
-    if pid == std::process::id() {
-        // Refused by the injector too, but before any planning.
-        return Err(inject_error(
-            pid,
-            profdev_inject::InjectError::NotPermitted {
-                pid,
-                hint: ": it is profdev itself".into(),
-            },
-        ));
-    }
+/// Is the running process `pid` out of reach of the runtime because it
+/// is statically linked (no C library mapped, so nothing can `dlopen`
+/// it)? The one place attach mode tells a static program from a dynamic
+/// one: `startcp` ([`attach_coverage`]) and `profdev cprof -p` branch on
+/// it. ESRCH for a process that does not exist, ENXIO (with the reason)
+/// for one whose `/proc/PID/maps` cannot be read: the caller checks the
+/// right to ptrace first (the device its writer's, `cprof -p` its own).
+pub fn statically_linked(pid: u32) -> Result<bool, DevError> {
     let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
     let has_libc = maps.iter().any(|m| {
         Path::new(&m.path)
@@ -262,19 +300,15 @@ fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError>
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
     });
-    if !has_libc {
-        return attach_static(pid);
-    }
-    if maps.iter().any(|m| m.path.ends_with("/libprofdev_cov.so")) {
-        return Err(DevError::Busy(format!(
-            "process {pid} is counted already (by profdev cprof or an earlier startcp)"
-        )));
-    }
-    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
-    let (uid, gid) = fs_ids(pid).ok_or(DevError::NoProcess(pid))?;
-    // The server selects by name; the device's module list decides
-    // exactly (coverage_report): a canonical path's file name is enough
-    // for the server to plan the module however the process names it.
+    Ok(!has_libc)
+}
+
+/// The planning server's selection for the device's module list: each
+/// name as written, and for a name that is a file its canonical path and
+/// that path's file name (the device's module list decides exactly, in
+/// [`Prof::coverage_report`]; the server only needs to plan the module
+/// however the process names it).
+fn select_words(wanted: &[Wanted]) -> Vec<String> {
     let mut select: Vec<String> = Vec::new();
     for w in wanted {
         select.push(w.raw.clone());
@@ -285,7 +319,52 @@ fn attach_coverage(pid: u32, wanted: &[Wanted]) -> Result<CovAttached, DevError>
             }
         }
     }
-    let server = Server::new(&select).map_err(|e| io_dev("cannot set up coverage", e))?;
+    select
+}
+
+/// Inject the coverage runtime into the running process `pid` (its
+/// threads, and the processes it forks), counting the modules `select`
+/// names (the planning server's selection,
+/// [`profdev_coverage::launch::selected`]: basenames or paths; empty: the
+/// executable and every library it maps), from now on. Used by `startcp`
+/// and by `profdev cprof -p`.
+///
+/// Every thread is stopped (profdev-inject); the runtime is loaded with
+/// the process's `dlopen` from a private directory the process's user can
+/// use ([`Server::share_with`]); `profdev_cov_attach` is called in the
+/// main thread with every thread's pc (patches over a pc are skipped);
+/// each thread gets its own counter array as its GS base before it
+/// resumes.
+///
+/// Errors, one sentence each: ESRCH no such process ([`DevError::NoProcess`]),
+/// EPERM ptrace refused (naming `kernel.yama.ptrace_scope` when it is the
+/// reason), EBUSY counted already or traced by another tracer, ENXIO a
+/// runtime that could not start (or, for a statically linked process,
+/// [`statically_linked`], counted through uprobes instead: uprobes the
+/// kernel does not offer).
+pub fn attach_coverage(pid: u32, select: &[String]) -> Result<CovAttached, DevError> {
+    if pid == std::process::id() {
+        // Refused by the injector too, but before any planning.
+        return Err(inject_error(
+            pid,
+            profdev_inject::InjectError::NotPermitted {
+                pid,
+                hint: ": it is profdev itself".into(),
+            },
+        ));
+    }
+    if statically_linked(pid)? {
+        return attach_static(pid);
+    }
+    let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
+    if maps.iter().any(|m| m.path.ends_with("/libprofdev_cov.so")) {
+        return Err(DevError::Busy(format!(
+            "process {pid} is counted already (by profdev cprof or an earlier startcp)"
+        )));
+    }
+    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
+    let (uid, gid) = fs_ids(pid).ok_or(DevError::NoProcess(pid))?;
+    let server = Server::new(select).map_err(|e| io_dev("cannot set up coverage", e))?;
     server.share_with(uid, gid).map_err(|e| {
         io_dev(
             "cannot open the coverage directory to the process's user",
@@ -430,7 +509,7 @@ impl Prof {
             }
         }
         let wanted = self.lock().wanted.clone();
-        let attached = attach_coverage(pid, &wanted)?;
+        let attached = attach_coverage(pid, &select_words(&wanted))?;
         self.coverage_launched(pid)?;
         watch(Arc::downgrade(&self.state), attached);
         Ok(())

@@ -231,7 +231,9 @@ mod modules;
 #[cfg(test)]
 mod tests;
 
-pub use coverage::coverage_pairs;
+pub use coverage::{
+    attach_coverage, coverage_pairs, statically_linked, CovAttached, ATTACH_TIMEOUT,
+};
 pub use ctl::{frequency_hz, session_config, Mode, DEFAULT_INTERVAL_MS};
 pub use memory::{
     attach_process, parse_pools, Attached, MemoryModule, POOL_FILE, POOL_MALLOC, POOL_MAP,
