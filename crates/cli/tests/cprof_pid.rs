@@ -6,7 +6,8 @@
 //! before the attach are not counted; from the attach on the INNER line's
 //! count is exactly 10 times the OUTER line's, in `cprof -f`'s listing and
 //! in the lcov file. Interrupted, cprof lists the counts so far and the
-//! program runs on. A pid that does not exist: one sentence, non-zero.
+//! program runs on. A pid that does not exist: one sentence, non-zero. A
+//! statically linked program is counted the same, through uprobes.
 
 mod common;
 
@@ -23,8 +24,14 @@ fn source() -> PathBuf {
 }
 
 fn compile(out: &Path) {
+    compile_with(out, &[]);
+}
+
+fn compile_with(out: &Path, extra: &[&str]) {
     let status = Command::new("cc")
-        .args(["-g", "-O0", "-o"])
+        .args(["-g", "-O0"])
+        .args(extra)
+        .arg("-o")
         .arg(out)
         .arg(source())
         .status()
@@ -252,6 +259,32 @@ fn cprof_p_counts_a_running_program_exactly_from_the_attach_on() {
     assert_eq!(lcov_count(&info, outer), 423);
     assert_eq!(lcov_count(&info, inner), 4230);
     assert_eq!(lcov_count(&info, never), 0);
+}
+
+#[test]
+fn cprof_p_counts_a_running_static_program_through_uprobes_exactly() {
+    if !gate("cprof -p PID on a static program") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("pid_loop");
+    compile_with(&exe, &["-static"]);
+    let mut p = Program::start(&exe);
+    p.run(1000); // before the attach: not counted
+    let c = Cprof::attach(&["-f"], p.child.id());
+    assert!(
+        c.said.iter().any(|l| l.contains("counted through uprobes")),
+        "{:?}",
+        c.said
+    );
+    p.run(77);
+    assert_eq!(p.stop(), last_line(1077));
+    let (status, listing, said) = c.finish();
+    assert!(status.success(), "{status}: {said:?}");
+    let f = counts(&listing);
+    assert_eq!(count_at(&f, line_of("/* OUTER */")), "77", "{f:?}");
+    assert_eq!(count_at(&f, line_of("/* INNER */")), "770", "{f:?}");
+    assert_eq!(count_at(&f, line_of("/* NEVER */")), "0");
 }
 
 #[test]
