@@ -23,6 +23,13 @@
 # cprof CMD` runs); valgrind is Debian's (apt-get install valgrind), skipped
 # when missing. Rounds interleave the variants; medians are shown.
 #
+# Plans and trampolines are kept on disk between runs (crate::cache): the
+# script gives them a fresh directory of its own, fills it with one
+# untimed launch run per workload first, and times `launch` and `attach`
+# with it (what a user's second run of a program costs); `cold` is the
+# launch harness with the cache off (PROFDEV_CACHE_DIR=off: every module
+# planned and encoded in the timed run, what a first run costs).
+#
 # The attach variant starts the workload natively, waits (polling, bounded)
 # until the process has exec'd the workload's binary (/proc/PID/exe), and
 # runs `profdev cprof -p PID` on it (target/release/profdev, every module:
@@ -55,7 +62,8 @@ for i in $(seq 1 400); do
   echo "int f$i(int x) { int s = 0; for (int k = 0; k < x; k++) s += k * $i ^ (s >> 3); return s; }"
 done >"$work/gen.c"
 
-variants=(native launch attach)
+export PROFDEV_CACHE_DIR="$work/cache"
+variants=(native cold launch attach)
 command -v valgrind >/dev/null && variants+=(cachegrind callgrind) || echo "bench: valgrind not found: skipped" >&2
 if [ -n "${COVERAGE_BENCH_VARIANTS:-}" ]; then
   read -r -a variants <<<"$COVERAGE_BENCH_VARIANTS"
@@ -68,6 +76,7 @@ run() { # variant, command...
   case $v in
     native) "$@" ;;
     launch) "$launch" -- "$@" 2>>"$work/launch.log" ;;
+    cold) PROFDEV_CACHE_DIR=off "$launch" -- "$@" 2>>"$work/launch.log" ;;
     cachegrind) valgrind -q --trace-children=yes --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null "$@" ;;
     callgrind) valgrind -q --trace-children=yes --tool=callgrind --callgrind-out-file=/dev/null "$@" ;;
   esac
@@ -131,6 +140,11 @@ one() { # variant workload -> seconds
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+# The cache filled: one untimed launch run per workload.
+for w in "${workloads[@]}"; do
+  workload launch "$w"
+done
 
 declare -A secs
 for w in "${workloads[@]}"; do

@@ -114,7 +114,11 @@
 //! * The code stays patched after `stop` and `end`: the process counts on
 //!   (at near-native cost) until it exits, and a second `startcp` on it is
 //!   refused (EBUSY). After `stop` its exit report is dropped: the
-//!   histograms keep what `stop` took.
+//!   histograms keep what `stop` took. When the mount goes while such a
+//!   process runs, its private directory (in the temporary directory,
+//!   `profdev-cov.*`) is left behind, with no socket, for its later
+//!   reports: removing it could let another user create one of the same
+//!   name and serve the still-patched process code at its next `dlopen`.
 //! * The histograms fill at `stop` or at exit, not while it runs: reading
 //!   a histogram does not ask for a report. A process that ends with a
 //!   signal that kills it writes no exit report (SIGINT, SIGTERM and
@@ -438,6 +442,13 @@ fn watch(state: Weak<Mutex<State>>, a: CovAttached) {
         .spawn(move || {
             while a.running() {
                 if state.strong_count() == 0 {
+                    // The device went (unmounted) while the process runs
+                    // on, patched: its private directory is kept (see
+                    // CovAttached::leave_running), so that no other user
+                    // can take its name and serve it trampolines.
+                    if let Ok(a) = Arc::try_unwrap(a) {
+                        let _ = a.leave_running();
+                    }
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
