@@ -451,6 +451,24 @@ fn a_launch_counts_what_the_stepper_counts() {
             b.addr
         );
     }
+    // Among them, jumps whose fall-through is read from the block after
+    // them (no count of its own), and ones that fell through: the
+    // stepper's counts cover the derivation.
+    let plan = profdev_coverage::plan::Plan::of_file(&exe).unwrap();
+    let derived: Vec<u64> = plan
+        .branches
+        .iter()
+        .zip(&plan.fell_from)
+        .filter(|(_, f)| f.is_some())
+        .map(|(b, _)| b.0)
+        .collect();
+    assert!(
+        oracle
+            .branches
+            .iter()
+            .any(|b| b.not_taken > 0 && derived.contains(&b.addr)),
+        "no derived fall-through ran: {derived:x?}"
+    );
     // The lcov file of the launch is the one the stepper's counts give
     // (the golden of marks_counts_lcov_and_genhtml_on_exact_counts).
     let info = std::fs::read_to_string(dir.path().join("launch.info")).unwrap();

@@ -220,9 +220,10 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
         w.u64(b.branch.map_or(u64::MAX, u64::from));
     }
     w.len(plan.branches.len());
-    for &(a, live) in &plan.branches {
+    for (&(a, live), from) in plan.branches.iter().zip(&plan.fell_from) {
         w.u64(a);
         w.u8(live.into());
+        w.u64(from.map_or(u64::MAX, u64::from));
     }
     match &plan.build_id {
         Some(id) => {
@@ -319,10 +320,15 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
             branch,
         });
     }
-    let n = r.len(9)?;
+    let n = r.len(17)?;
     let mut branches = Vec::with_capacity(n);
+    let mut fell_from = Vec::with_capacity(n);
     for _ in 0..n {
         branches.push((r.u64()?, r.u8()? != 0));
+        fell_from.push(match r.u64()? {
+            u64::MAX => None,
+            v => Some(u32::try_from(v).map_err(|_| "a block index out of range")?),
+        });
     }
     let build_id = match r.u8()? {
         0 => None,
@@ -341,6 +347,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     let plan = Plan {
         blocks,
         branches,
+        fell_from,
         build_id,
         tables,
         sections,
@@ -413,6 +420,15 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
         {
             return Err("a branch index is out of range".into());
         }
+    }
+    if plan.fell_from.len() != plan.branches.len()
+        || plan
+            .fell_from
+            .iter()
+            .flatten()
+            .any(|&k| k as usize >= plan.blocks.len())
+    {
+        return Err("a block index is out of range".into());
     }
     if plan
         .blocks
@@ -519,6 +535,7 @@ mod tests {
                 },
             ],
             branches: vec![(0x1006, true)],
+            fell_from: vec![None],
             build_id: Some(vec![1, 2, 3]),
             tables: vec![0x1004],
             sections: vec![(0x1000, vec![0x90; 16])],

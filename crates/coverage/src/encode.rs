@@ -638,7 +638,10 @@ pub fn encode_with(
                     if x.flow_control() == FlowControl::ConditionalBranch {
                         let c = plan.blocks.partition_point(|k| k.start <= link) - 1;
                         let cb = &plan.blocks[c];
-                        if let (Some(j), true) = (cb.branch, cb.end == x.next_ip() - bias) {
+                        let derived = cb.branch.and_then(|j| plan.fell_from[j as usize]);
+                        if let (Some(j), true, None) =
+                            (cb.branch, cb.end == x.next_ip() - bias, derived)
+                        {
                             let (_, live) = plan.branches[j as usize];
                             fell = Some(count_seq(first_counter + nblocks + u64::from(j), live));
                         }

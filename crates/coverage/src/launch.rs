@@ -460,7 +460,6 @@ impl Server {
             let plan = &e.plan;
             let zero = vec![0; plan.counters() as usize];
             let c = counts.get(&id).unwrap_or(&zero);
-            let nb = plan.blocks.len();
             let mut m = ModuleCoverage {
                 path: e.path.clone(),
                 build_id: plan.build_id.clone(),
@@ -483,12 +482,18 @@ impl Server {
                     end: b.end,
                     insns: b.insns.clone(),
                     count: match b.how {
-                        How::Fell { branch } => c[nb + branch as usize],
+                        How::Fell { branch } => plan.fell(branch as usize, c),
                         _ => c[i],
                     },
                 });
                 if let Some(j) = b.branch {
-                    let not_taken = c[nb + j as usize];
+                    // A fall-through read from the next block is lost
+                    // with it.
+                    let from = plan.fell_from[j as usize];
+                    if from.is_some_and(|k| e.lost.contains(&(k as usize))) {
+                        continue;
+                    }
+                    let not_taken = plan.fell(j as usize, c);
                     m.branches.push(Branch {
                         addr: plan.branches[j as usize].0,
                         taken: c[i].saturating_sub(not_taken),
