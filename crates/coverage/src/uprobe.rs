@@ -529,33 +529,9 @@ impl Probes {
 // ---------------------------------------------------------------------
 // The BPF program
 
-/// `struct pt_regs` of the x86_64 uapi `<asm/ptrace.h>` (the kprobe
-/// program's context): a layout mirror, never constructed.
-#[repr(C)]
-#[allow(dead_code, reason = "a layout mirror: only offset_of! reads it")]
-struct PtRegs {
-    r15: u64,
-    r14: u64,
-    r13: u64,
-    r12: u64,
-    rbp: u64,
-    rbx: u64,
-    r11: u64,
-    r10: u64,
-    r9: u64,
-    r8: u64,
-    rax: u64,
-    rcx: u64,
-    rdx: u64,
-    rsi: u64,
-    rdi: u64,
-    orig_rax: u64,
-    rip: u64,
-    cs: u64,
-    eflags: u64,
-    rsp: u64,
-    ss: u64,
-}
+// The kprobe program's context: `struct pt_regs` of the x86_64 uapi
+// `<asm/ptrace.h>`, as the sampler's BPF programs read it.
+use profdev_sample::bpf::PtRegs;
 
 /// Offset of the saved flags in the context.
 pub const FLAGS_OFFSET: i16 = std::mem::offset_of!(PtRegs, eflags) as i16;

@@ -84,33 +84,35 @@ use asm::{Asm, FP, R0, R1, R2, R3, R6, R7, R8};
 
 /// `struct pt_regs` of the x86_64 uapi `<asm/ptrace.h>`, which is
 /// `bpf_user_pt_regs_t` on x86_64: a layout mirror, never constructed.
+/// Also the context of the coverage engine's uprobe programs
+/// (`profdev_coverage::uprobe`).
 #[repr(C)]
 #[allow(
     dead_code,
     reason = "a layout mirror: only offset_of! and size_of read it"
 )]
-struct PtRegs {
-    r15: u64,
-    r14: u64,
-    r13: u64,
-    r12: u64,
-    rbp: u64,
-    rbx: u64,
-    r11: u64,
-    r10: u64,
-    r9: u64,
-    r8: u64,
-    rax: u64,
-    rcx: u64,
-    rdx: u64,
-    rsi: u64,
-    rdi: u64,
-    orig_rax: u64,
-    rip: u64,
-    cs: u64,
-    eflags: u64,
-    rsp: u64,
-    ss: u64,
+pub struct PtRegs {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub rbp: u64,
+    pub rbx: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rax: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub orig_rax: u64,
+    pub rip: u64,
+    pub cs: u64,
+    pub eflags: u64,
+    pub rsp: u64,
+    pub ss: u64,
 }
 
 /// `struct bpf_perf_event_data` of `<linux/bpf_perf_event.h>`, the context
