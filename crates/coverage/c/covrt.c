@@ -583,9 +583,13 @@ static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, ui
         if (ps[i].addr + ps[i].len > last) last = ps[i].addr + ps[i].len;
     last = (last + 4095) & ~4095ull;
     /* Pages in between are the module's code (R-X): make them writable
-     * for the time of the patching, with raw system calls. */
-    if (raw6(SYS_mprotect, (long)first, (long)(last - first), PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0))
+     * for the time of the patching, with raw system calls. A module whose
+     * code has holes (node's) is refused: nothing is patched, and every
+     * patch is reported skipped (its blocks uncounted, not "never run"). */
+    if (raw6(SYS_mprotect, (long)first, (long)(last - first), PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0)) {
+        for (uint64_t i = 0; i < np; i++) ps[i].kind = 0;
         return np;
+    }
     for (uint64_t i = 0; i < np; i++) {
         struct patch *p = &ps[i];
         int hit = 0;

@@ -838,8 +838,7 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             entry.encoded.insert(key, (bias, area, e.clone()));
             if let (Some(cache), Some(k), false) = (cache, entry.key, entry.stored) {
                 entry.stored = true;
-                *storing.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-                store = Some((cache, k, storing));
+                store = Some((cache, k, Storing::new(storing)));
             }
             (bias, area, e)
         }
@@ -878,7 +877,7 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         }
     }
     drop((r, w));
-    if let Some((cache, k, storing)) = store {
+    if let Some((cache, k, _storing)) = store {
         // Kept for later runs, once the process has its code. The
         // patches at bias 0, the area at the offset: what a load at any
         // bias moves them from.
@@ -894,11 +893,29 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
                 }
             }
         }
-        let (m, cv) = &*storing;
+    }
+    Some(())
+}
+
+/// One cache file being written ([`Server::wait_for_cache`] waits for
+/// none to be left): counted from when a store is decided until it ends,
+/// whether it is written or the conversation ends first (a runtime that
+/// gives up, a process that dies) and it is not.
+struct Storing(Arc<(Mutex<usize>, std::sync::Condvar)>);
+
+impl Storing {
+    fn new(count: Arc<(Mutex<usize>, std::sync::Condvar)>) -> Storing {
+        *count.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Storing(count)
+    }
+}
+
+impl Drop for Storing {
+    fn drop(&mut self) {
+        let (m, cv) = &*self.0;
         *m.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
         cv.notify_all();
     }
-    Some(())
 }
 
 /// The connecting process's (pid, effective uid), as the kernel recorded
