@@ -1180,4 +1180,63 @@ mod tests {
         unsafe { libc::munmap(at, len) };
         assert!(answer.starts_with("SIZE "), "{answer:?}");
     }
+
+    #[test]
+    fn a_conversation_given_up_leaves_no_store_pending() {
+        // A runtime that takes the code and goes away without DONE (it
+        // could not patch, or its process died): the store decided for
+        // the new encoding must not stay pending, or the run's end
+        // waits for it (30 s).
+        let tmp = tempfile::tempdir().unwrap();
+        let module = tmp.path().join("module");
+        std::fs::copy("/bin/true", &module).unwrap();
+        let meta = std::fs::metadata(&module).unwrap();
+        let cache = Cache::open(&tmp.path().join("cache")).unwrap();
+        let server = Server::with_cache(&[], Some(cache)).unwrap();
+        let f = std::fs::File::open(&module).unwrap();
+        let len = meta.len() as usize;
+        // SAFETY: a fresh private read-only mapping of a file we opened,
+        // unmapped below; nothing else uses it.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        let lo = at as u64;
+        let mut c = UnixStream::connect(server.socket()).unwrap();
+        writeln!(
+            c,
+            "MOD {} {} {} {lo:x} {lo:x} {:x} {}",
+            std::process::id(),
+            meta.dev(),
+            meta.ino(),
+            lo + len as u64,
+            module.display()
+        )
+        .unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        let mut size = String::new();
+        r.read_line(&mut size).unwrap();
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(at, len) };
+        assert!(size.starts_with("SIZE "), "{size:?}");
+        // Any area: the code is never written anywhere.
+        writeln!(c, "AT {:x} 0", lo.wrapping_sub(1 << 30)).unwrap();
+        let mut code = String::new();
+        r.read_line(&mut code).unwrap();
+        assert!(code.starts_with("CODE "), "{code:?}");
+        drop((r, c));
+        let storing = server.lock().storing.clone();
+        profdev_testkit::wait_until(
+            "the conversation's end",
+            std::time::Duration::from_secs(60),
+            || *storing.0.lock().unwrap() == 0,
+        );
+    }
 }
