@@ -586,58 +586,15 @@ pub fn program(map_fd: i32) -> Vec<Insn> {
 // ---------------------------------------------------------------------
 // bpf(2)
 
-const BPF_MAP_CREATE: libc::c_long = 0;
+use profdev_sample::bpf::{fd as bpf_fd, syscall as bpf, BpfAttr, BPF_MAP_CREATE, BPF_PROG_LOAD};
+
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 /// The kernel's ENOTSUPP (not in libc).
 const ENOTSUPP: i32 = 524;
-
-/// `union bpf_attr` as a zeroed block the commands fill in.
-#[repr(C, align(8))]
-struct BpfAttr([u8; 128]);
-
-impl BpfAttr {
-    fn new() -> Self {
-        BpfAttr([0; 128])
-    }
-    fn u32(&mut self, off: usize, v: u32) -> &mut Self {
-        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(&mut self, off: usize, v: u64) -> &mut Self {
-        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-}
-
-fn bpf(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<libc::c_long> {
-    // SAFETY: `attr` is a live 128-byte block whose size we pass; the
-    // pointers inside it (instructions, license, log, path, offsets,
-    // cookies, key, value) are owned by the caller and outlive the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut BpfAttr,
-            std::mem::size_of::<BpfAttr>() as libc::c_long,
-        )
-    };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
-fn bpf_fd(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
-    let fd = bpf(cmd, attr)?;
-    // SAFETY: the kernel just returned this descriptor; nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
-}
 
 fn permission(what: &str) -> UprobeError {
     let knob = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
@@ -750,7 +707,7 @@ impl Counter {
             .u32(28, log.len() as u32)
             .u64(32, log.as_mut_ptr() as u64)
             .u32(68, BPF_TRACE_UPROBE_MULTI);
-        attr.0[48..56].copy_from_slice(b"cprofupr");
+        attr.bytes(48, b"cprofupr");
         let prog = match bpf_fd(BPF_PROG_LOAD, &mut attr) {
             Ok(fd) => fd,
             Err(e) if refused(&e) && log.iter().all(|&b| b == 0) => {

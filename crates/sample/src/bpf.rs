@@ -219,8 +219,10 @@ pub fn program(map_fd: i32, start: u64, end: u64, lres: u32) -> Vec<Insn> {
 }
 
 // bpf(2) commands, map and program types, flags.
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_PROG_LOAD: libc::c_long = 5;
+/// `BPF_MAP_CREATE`.
+pub const BPF_MAP_CREATE: libc::c_long = 0;
+/// `BPF_PROG_LOAD`.
+pub const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 const BPF_F_MMAPABLE: u32 = 1 << 10;
@@ -229,27 +231,45 @@ const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 
 /// `union bpf_attr`, as a zeroed byte block the commands fill in (the
 /// kernel accepts a shorter union as long as the tail it knows is zero).
+/// Also used by the coverage engine's uprobe link (`profdev_coverage::uprobe`).
 #[repr(C, align(8))]
-struct BpfAttr([u8; 128]);
+pub struct BpfAttr([u8; 128]);
 
 impl BpfAttr {
-    fn new() -> Self {
+    /// All zeros.
+    pub fn new() -> Self {
         BpfAttr([0; 128])
     }
-    fn u32(&mut self, off: usize, v: u32) -> &mut Self {
+    /// Set the 32-bit field at byte `off`.
+    pub fn u32(&mut self, off: usize, v: u32) -> &mut Self {
         self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
         self
     }
-    fn u64(&mut self, off: usize, v: u64) -> &mut Self {
+    /// Set the bytes at `off` (a name field, such as `prog_name`).
+    pub fn bytes(&mut self, off: usize, v: &[u8]) -> &mut Self {
+        self.0[off..off + v.len()].copy_from_slice(v);
+        self
+    }
+    /// Set the 64-bit field at byte `off`.
+    pub fn u64(&mut self, off: usize, v: u64) -> &mut Self {
         self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
         self
     }
 }
 
-fn bpf(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
+impl Default for BpfAttr {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// bpf(2) command `cmd` on `attr`: its return value. The pointers `attr`
+/// holds (instructions, license, log buffer, paths, keys, values) must
+/// be live for the call.
+pub fn syscall(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a live 128-byte block; the kernel reads at most that
-    // many bytes (we pass the size) and the pointers inside it (instructions,
-    // license, log buffer) are owned by the caller and outlive this call.
+    // many bytes (we pass the size) and the pointers inside it are owned by
+    // the caller and outlive this call.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -261,6 +281,12 @@ fn bpf(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
     if ret < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(ret)
+}
+
+/// [`syscall`] for a command that returns a new descriptor.
+pub fn fd(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
+    let ret = syscall(cmd, attr)?;
     // SAFETY: the kernel just returned this descriptor; nobody else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(ret as libc::c_int) })
 }
@@ -367,7 +393,7 @@ impl KernelHistogram {
             .u32(8, std::mem::size_of::<Element>() as u32)
             .u32(12, elements)
             .u32(16, BPF_F_MMAPABLE);
-        let map = bpf(BPF_MAP_CREATE, &mut attr).map_err(|e| {
+        let map = fd(BPF_MAP_CREATE, &mut attr).map_err(|e| {
             if is_permission(&e) {
                 permission("creating a BPF map")
             } else {
@@ -416,8 +442,8 @@ impl KernelHistogram {
             .u32(24, 1)
             .u32(28, log.len() as u32)
             .u64(32, log.as_mut_ptr() as u64);
-        attr.0[48..56].copy_from_slice(b"kproftck");
-        let prog = match bpf(BPF_PROG_LOAD, &mut attr) {
+        attr.bytes(48, b"kproftck");
+        let prog = match fd(BPF_PROG_LOAD, &mut attr) {
             Ok(fd) => fd,
             Err(e) if is_permission(&e) && log.iter().all(|&b| b == 0) => {
                 return Err(permission("loading a BPF program"));
