@@ -101,7 +101,9 @@ pub enum AsUserError {
     },
     /// The thread kept a capability after taking the ids (securebits
     /// keep them): refused rather than acting with more than the user.
-    #[error("a thread acting as uid {0} kept capabilities (check the process's securebits); refused")]
+    #[error(
+        "a thread acting as uid {0} kept capabilities (check the process's securebits); refused"
+    )]
     KeptCapabilities(u32),
 }
 
@@ -194,8 +196,8 @@ impl Held {
             .ok()
             .and_then(Pid::from_raw)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        let pidfd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
-            .map_err(|e| {
+        let pidfd =
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).map_err(|e| {
                 if e == rustix::io::Errno::SRCH {
                     io::Error::from(io::ErrorKind::NotFound)
                 } else {
@@ -288,9 +290,16 @@ mod tests {
         let e = open_as(&nobody(), &f).unwrap().unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
         // Root opens it; so does nobody once the directory lets it search.
-        assert!(open_as(&User { uid: 0, gid: 0, groups: vec![] }, &f)
-            .unwrap()
-            .is_ok());
+        assert!(open_as(
+            &User {
+                uid: 0,
+                gid: 0,
+                groups: vec![]
+            },
+            &f
+        )
+        .unwrap()
+        .is_ok());
         std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).unwrap();
         assert!(open_as(&nobody(), &f).unwrap().is_ok());
         // A supplementary group counts, as the kernel counts it.

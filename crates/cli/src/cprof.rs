@@ -648,7 +648,7 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
         gid: unsafe { libc::getegid() },
         pid: std::process::id(),
     };
-    profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {
+    let permit = profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {
         profdev_dev::DevError::NotPermitted(why) => {
             anyhow::anyhow!("not permitted to ptrace {why}")
         }
@@ -674,7 +674,8 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
                 .into_owned(),
         );
     }
-    let attached = profdev_dev::prof::attach_coverage(pid, &words).map_err(attach_sentence)?;
+    let attached =
+        profdev_dev::prof::attach_coverage(pid, &words, Some(permit)).map_err(attach_sentence)?;
     eprintln!(
         "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
          SIGINT, SIGTERM, SIGHUP)"

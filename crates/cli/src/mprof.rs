@@ -597,13 +597,14 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
             _ => POOL_MALLOC,
         }
     });
-    let attached = attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers).map_err(|e| {
-        anyhow::anyhow!(match e {
-            DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
-            DevError::NoProcess(p) => format!("no process {p}"),
-            e => e.to_string(),
-        })
-    })?;
+    let attached =
+        attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers, None).map_err(|e| {
+            anyhow::anyhow!(match e {
+                DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
+                DevError::NoProcess(p) => format!("no process {p}"),
+                e => e.to_string(),
+            })
+        })?;
     eprintln!("mprof: attached to process {pid}; its tables are shown when it exits");
     while attached.running() {
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -23,9 +23,26 @@
 //!
 //! A control message that targets a process (the coverage and memory
 //! modes' `startcp PID`, `startmp PID`) must in addition pass
-//! [`ptrace_may_attach`] for the requester: the kernel's own
-//! `PTRACE_MODE_ATTACH_REALCREDS` check, so that the mount gives no user
-//! more than `ptrace(2)` would.
+//! [`ptrace_may_attach`] for the requester, so that the mount gives no
+//! user more than `ptrace(2)` would. The decision is the kernel's where
+//! the kernel can make it: the process's `/proc/PID/environ` is opened
+//! from a thread holding the requester's ids and no capability
+//! (`profdev_asuser::may_trace`: the requester's ids against the
+//! process's real, effective and saved ids, its dumpability, the LSMs),
+//! and beside it the rule is applied here ([`ptrace_rule`]: the
+//! file-system ids too, and Yama's scope, which governs attaching and
+//! which a thread of profdev, no ancestor of anything, cannot ask about).
+//!
+//! **Checked at the moment of action.** The check returns a [`Permit`]:
+//! the process held by a pidfd from the check on. Root acts later (it
+//! plans, then stops every thread); once every thread is stopped, and
+//! before anything is loaded into the process, [`Permit::check_again`]
+//! asks the same questions again of the held process: still the same
+//! process (the pidfd, the start time), still the requester's ids, still
+//! dumpable. A process that exec'd a set-id program in between is then
+//! refused (EPERM) and let go untouched; nothing profdev loads ever runs
+//! with more privilege than the requester. The same check precedes every
+//! later stop (`stop`'s flush).
 //!
 //! ```
 //! use profdev_dev::access::{AccessRules, Cred};
@@ -38,6 +55,7 @@
 //! ```
 
 use crate::DevError;
+use profdev_asuser::{Held, User};
 use std::path::PathBuf;
 
 /// The credentials of the process behind one request.
@@ -122,10 +140,10 @@ impl AccessRules {
 /// The credentials of a target process as the ptrace rule needs them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
-    /// Real, effective and saved user ids.
-    pub uids: [u32; 3],
-    /// Real, effective and saved group ids.
-    pub gids: [u32; 3],
+    /// Real, effective, saved and file-system user ids.
+    pub uids: [u32; 4],
+    /// Real, effective, saved and file-system group ids.
+    pub gids: [u32; 4],
     /// Whether the process is dumpable (`prctl(PR_GET_DUMPABLE)` is 1):
     /// a set-id program, or one that dropped it, is not.
     pub dumpable: bool,
@@ -134,16 +152,18 @@ pub struct Target {
 }
 
 impl Target {
-    /// Read process `pid`'s credentials from /proc. A process whose /proc
-    /// directory is not owned by its effective uid is not dumpable (the
-    /// kernel's `task_dump_owner` hands such a process's /proc files to
-    /// root).
+    /// Read process `pid`'s credentials from /proc. A process whose
+    /// `/proc/PID/status` is not owned by its effective uid is not
+    /// dumpable (the kernel's `task_dump_owner` hands such a process's
+    /// /proc files to root; the directory `/proc/PID` itself may keep the
+    /// user's, so it is not the one to look at).
     pub fn of(pid: u32) -> Result<Target, DevError> {
         use std::os::unix::fs::MetadataExt;
-        let dir = PathBuf::from(format!("/proc/{pid}"));
         let gone = || DevError::NoProcess(pid);
-        let status = std::fs::read_to_string(dir.join("status")).map_err(|_| gone())?;
-        let owner = std::fs::metadata(&dir).map_err(|_| gone())?.uid();
+        let path = PathBuf::from(format!("/proc/{pid}/status"));
+        let file = std::fs::File::open(&path).map_err(|_| gone())?;
+        let owner = file.metadata().map_err(|_| gone())?.uid();
+        let status = std::io::read_to_string(file).map_err(|_| gone())?;
         let mut target = parse_status(&status).ok_or_else(gone)?;
         target.dumpable = owner == target.uids[1];
         Ok(target)
@@ -152,13 +172,13 @@ impl Target {
 
 /// Uid, Gid and Tgid of a /proc/PID/status text (dumpable left true).
 fn parse_status(status: &str) -> Option<Target> {
-    let three = |name: &str| -> Option<[u32; 3]> {
+    let four = |name: &str| -> Option<[u32; 4]> {
         let v = numbers(&field(status, name)?);
-        Some([*v.first()?, *v.get(1)?, *v.get(2)?])
+        Some([*v.first()?, *v.get(1)?, *v.get(2)?, *v.get(3)?])
     };
     Some(Target {
-        uids: three("Uid:")?,
-        gids: three("Gid:")?,
+        uids: four("Uid:")?,
+        gids: four("Gid:")?,
         dumpable: true,
         tgid: *numbers(&field(status, "Tgid:")?).first()?,
     })
@@ -218,8 +238,9 @@ fn is_descendant(pid: u32, ancestor: u32) -> bool {
 /// requester.
 ///
 /// * the requester's own thread group passes (Yama aside, as in the kernel);
-/// * otherwise its uid must equal the target's real, effective and saved
-///   uids and its gid the three gids, or it must be root (CAP_SYS_PTRACE);
+/// * otherwise its uid must equal the target's real, effective, saved and
+///   file-system uids and its gid the four gids, or it must be root
+///   (CAP_SYS_PTRACE);
 /// * a target that is not dumpable needs root;
 /// * Yama scope 1 lets a non-root requester attach to its descendants
 ///   only, scope 2 lets only root attach, scope 3 lets no one.
@@ -232,7 +253,7 @@ pub fn ptrace_rule(who: &Cred, target: &Target, yama: u8, descendant: bool) -> R
         target.uids.iter().all(|&u| u == who.uid) && target.gids.iter().all(|&g| g == who.gid);
     if !same_user && !root {
         return Err(format!(
-            "uid {} may not trace a process of uid {} (real, effective and saved uids and gids must all be the requester's)",
+            "uid {} may not trace a process of uid {} (real, effective, saved and file-system uids and gids must all be the requester's)",
             who.uid, target.uids[1]
         ));
     }
@@ -257,13 +278,81 @@ pub fn ptrace_rule(who: &Cred, target: &Target, yama: u8, descendant: bool) -> R
 /// May the process behind `who` attach to process `pid` with ptrace? The
 /// check a control message that names a PID must pass: EPERM
 /// ([`DevError::NotPermitted`]) if not, ESRCH ([`DevError::NoProcess`]) if
-/// there is no such process.
-pub fn ptrace_may_attach(who: &Cred, pid: u32) -> Result<(), DevError> {
-    let target = Target::of(pid)?;
-    let yama = yama_scope();
-    let descendant = yama == 1 && who.pid != 0 && is_descendant(pid, who.pid);
-    ptrace_rule(who, &target, yama, descendant)
-        .map_err(|why| DevError::NotPermitted(format!("process {pid}: {why}")))
+/// there is no such process. The [`Permit`] holds the process from here
+/// on: check it again ([`Permit::check_again`]) once it is stopped, before
+/// acting on it.
+pub fn ptrace_may_attach(who: &Cred, pid: u32) -> Result<Permit, DevError> {
+    let held = Held::new(pid).map_err(|_| DevError::NoProcess(pid))?;
+    let permit = Permit { who: *who, held };
+    permit.check_again()?;
+    Ok(permit)
+}
+
+/// A requester's right to act on a process, and the process, held by a
+/// pidfd from the check on ([`ptrace_may_attach`]).
+#[derive(Debug)]
+pub struct Permit {
+    who: Cred,
+    held: Held,
+}
+
+impl Permit {
+    /// The process.
+    pub fn pid(&self) -> u32 {
+        self.held.pid()
+    }
+
+    /// Its start time.
+    pub fn start(&self) -> u64 {
+        self.held.start()
+    }
+
+    /// The requester.
+    pub fn who(&self) -> &Cred {
+        &self.who
+    }
+
+    /// Is the held process still the one checked, and running?
+    pub fn alive(&self) -> bool {
+        self.held.alive()
+    }
+
+    /// The whole check, again, on the held process: ESRCH if it is gone
+    /// (or its pid is another process's now), EPERM if the requester may
+    /// no longer trace it (it exec'd a set-id program, changed its ids,
+    /// became non-dumpable). Call it while every thread is stopped, so
+    /// that the answer holds while root acts.
+    pub fn check_again(&self) -> Result<(), DevError> {
+        let pid = self.pid();
+        if !self.held.alive() {
+            return Err(DevError::NoProcess(pid));
+        }
+        let target = Target::of(pid)?;
+        let who = &self.who;
+        let yama = yama_scope();
+        let descendant = yama == 1 && who.pid != 0 && is_descendant(pid, who.pid);
+        ptrace_rule(who, &target, yama, descendant)
+            .map_err(|why| DevError::NotPermitted(format!("process {pid}: {why}")))?;
+        if who.uid != 0 && who.pid != target.tgid {
+            // The kernel's own answer, as the requester.
+            let user = User::of_request(who.uid, who.gid, who.pid);
+            match profdev_asuser::may_trace(&user, pid) {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    return Err(DevError::NotPermitted(format!(
+                        "process {pid}: the kernel does not let uid {} trace it (its ids are \
+                         not all the requester's, or it is not dumpable)",
+                        who.uid
+                    )))
+                }
+                Err(e) => return Err(DevError::NotPermitted(format!("process {pid}: {e}"))),
+            }
+        }
+        if !self.held.alive() {
+            return Err(DevError::NoProcess(pid));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -274,7 +363,7 @@ mod tests {
         Cred { uid, gid, pid: 0 }
     }
 
-    fn target(uids: [u32; 3], gids: [u32; 3], dumpable: bool) -> Target {
+    fn target(uids: [u32; 4], gids: [u32; 4], dumpable: bool) -> Target {
         Target {
             uids,
             gids,
@@ -319,21 +408,23 @@ mod tests {
     fn ptrace_rule_is_the_kernels() {
         let user = cred(1000, 1000);
         let root = cred(0, 0);
-        let own = target([1000; 3], [1000; 3], true);
+        let own = target([1000; 4], [1000; 4], true);
         assert_eq!(ptrace_rule(&user, &own, 0, false), Ok(()));
         // Any of the three uids or gids differing: a set-id program.
         for t in [
-            target([1000, 0, 1000], [1000; 3], true),
-            target([1000, 1000, 0], [1000; 3], true),
-            target([0, 1000, 1000], [1000; 3], true),
-            target([1000; 3], [1000, 1000, 5], true),
-            target([2000; 3], [2000; 3], true),
+            target([1000, 0, 1000, 1000], [1000; 4], true),
+            target([1000, 1000, 0, 1000], [1000; 4], true),
+            target([1000, 1000, 1000, 0], [1000; 4], true),
+            target([0, 1000, 1000, 1000], [1000; 4], true),
+            target([1000; 4], [1000, 1000, 5, 1000], true),
+            target([1000; 4], [1000, 1000, 1000, 5], true),
+            target([2000; 4], [2000; 4], true),
         ] {
             assert!(ptrace_rule(&user, &t, 0, false).is_err(), "{t:?}");
             assert_eq!(ptrace_rule(&root, &t, 0, false), Ok(()), "{t:?}");
         }
         // Not dumpable: root only.
-        let nodump = target([1000; 3], [1000; 3], false);
+        let nodump = target([1000; 4], [1000; 4], false);
         assert!(ptrace_rule(&user, &nodump, 0, false)
             .unwrap_err()
             .contains("not dumpable"));
@@ -362,10 +453,12 @@ mod tests {
         assert!(t.dumpable);
         // SAFETY: getuid/getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        assert_eq!(t.uids, [uid; 3]);
+        assert_eq!(t.uids, [uid; 4]);
         let own = Cred { uid, gid, pid: 0 };
         assert_eq!(
-            ptrace_may_attach(&own, me).map_err(|e| e.to_string()),
+            ptrace_may_attach(&own, me)
+                .map(drop)
+                .map_err(|e| e.to_string()),
             Ok(())
         );
         // A user who is not us may not attach to us (unless we are that
@@ -380,7 +473,9 @@ mod tests {
             assert!(ptrace_may_attach(&own, 1).is_err());
         } else {
             assert_eq!(
-                ptrace_may_attach(&cred(0, 0), 1).map_err(|e| e.to_string()),
+                ptrace_may_attach(&cred(0, 0), 1)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
                 Ok(())
             );
             assert!(matches!(
@@ -416,7 +511,7 @@ mod tests {
             loop {
                 let t = Target::of(pid).map_err(|e| e.to_string())?;
                 let cmd = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-                if t.uids == [65534; 3] && cmd.trim() == "sleep" {
+                if t.uids == [65534; 4] && cmd.trim() == "sleep" {
                     break;
                 }
                 if std::time::Instant::now() > deadline {
@@ -430,6 +525,58 @@ mod tests {
                 Err(DevError::NotPermitted(_)) => Ok(()),
                 other => Err(format!("uid 1000 got {other:?}")),
             }
+        })();
+        let _ = child.kill();
+        let _ = child.wait();
+        result.unwrap();
+    }
+
+    /// A process of nobody's that is not dumpable (its program is
+    /// execute-only, so the kernel marks it so at exec) is refused to
+    /// nobody, as `strace -p` would be, and allowed to root.
+    #[test]
+    fn a_process_that_is_not_dumpable_is_refused_to_its_own_user() {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } != 0 {
+            eprintln!("SKIPPED not_dumpable: needs root to start a process as nobody");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let prog = dir.path().join("sleep");
+        std::fs::copy("/bin/sleep", &prog).unwrap();
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o711)).unwrap();
+        let mut child = std::process::Command::new(&prog)
+            .arg("30")
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let result = (|| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default()
+                != "sleep\n"
+            {
+                if std::time::Instant::now() > deadline {
+                    return Err("the child never ran".to_string());
+                }
+                std::thread::yield_now();
+            }
+            // /proc/PID itself may still be nobody's: not the test.
+            let t = Target::of(pid).map_err(|e| e.to_string())?;
+            if t.dumpable {
+                return Err(format!("{t:?} is not dumpable"));
+            }
+            match ptrace_may_attach(&cred(65534, 65534), pid) {
+                Err(DevError::NotPermitted(_)) => {}
+                other => return Err(format!("nobody got {other:?}")),
+            }
+            ptrace_may_attach(&cred(0, 0), pid)
+                .map(drop)
+                .map_err(|e| e.to_string())
         })();
         let _ = child.kill();
         let _ = child.wait();

@@ -138,9 +138,9 @@
 
 use super::ctl::Wanted;
 use super::histogram::ModRecord;
-use super::memory::{fs_ids, inject_error, io_dev, stat_of};
+use super::memory::{fs_ids, inject_error, io_dev, recheck, stat_of};
 use super::{Mode, Prof, State};
-use crate::access::{ptrace_may_attach, Cred};
+use crate::access::{ptrace_may_attach, Cred, Permit};
 use crate::ctl;
 use crate::pc_counts::PcCounts;
 use crate::DevError;
@@ -158,6 +158,10 @@ pub struct CovAttached {
     /// The process's start time: a reused pid is another process.
     start: u64,
     engine: Engine,
+    /// Whose request it was, and the process held since the check:
+    /// checked again whenever the process is stopped (None: profdev's
+    /// own caller, with its own rights).
+    permit: Option<Permit>,
 }
 
 /// How an attached process is counted.
@@ -180,13 +184,25 @@ impl CovAttached {
     /// again and call the runtime's `profdev_cov_flush` in its main
     /// thread (the report is written when the call returns).
     pub fn flush(&self) -> Result<(), DevError> {
-        let Engine::Runtime { flush, .. } = self.engine else {
+        let Engine::Runtime { flush, server } = &self.engine else {
             // Uprobe counts are read in place.
             return Ok(());
         };
+        let flush = *flush;
         let pid = self.pid;
+        let runtime = server.runtime().to_string_lossy().into_owned();
         profdev_inject::on_tracer_thread(|| {
             let mut t = profdev_inject::Target::attach(pid)?;
+            recheck(self.permit.as_ref(), pid)?;
+            // The same program still: the runtime is mapped where it was
+            // loaded (a process that exec'd has no runtime to call).
+            let maps = profdev_inject::maps(pid)?;
+            if !maps.iter().any(|m| m.path.starts_with(&runtime)) {
+                return Err(profdev_inject::InjectError::NotPermitted {
+                    pid,
+                    hint: ": it runs another program now (it exec'd since the attach)".into(),
+                });
+            }
             let tid = t.main_thread();
             t.call(tid, flush, &[]).map(|_| ())
         })
@@ -266,7 +282,7 @@ pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(300);
 /// Count the statically linked process `pid` (no libc to load a runtime
 /// with) through one multi-uprobe link on its executable, filtered to its
 /// threads (`profdev_coverage::uprobe`).
-fn attach_static(pid: u32) -> Result<CovAttached, DevError> {
+fn attach_static(pid: u32, permit: Option<Permit>) -> Result<CovAttached, DevError> {
     use profdev_coverage::uprobe::{Counter, Probes, UprobeError};
     let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
     let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
@@ -282,10 +298,17 @@ fn attach_static(pid: u32) -> Result<CovAttached, DevError> {
                 "process {pid} is statically linked and its uprobes could not be attached: {e}"
             )),
         })?;
+    // The probes sit on the file opened above: if the process exec'd a
+    // program its requester may not trace before that, refuse now (the
+    // counter is dropped, its link closed).
+    if let Some(p) = &permit {
+        p.check_again()?;
+    }
     Ok(CovAttached {
         pid,
         start,
         engine: Engine::Uprobe(counter),
+        permit,
     })
 }
 
@@ -346,7 +369,16 @@ fn select_words(wanted: &[Wanted]) -> Vec<String> {
 /// runtime that could not start (or, for a statically linked process,
 /// [`statically_linked`], counted through uprobes instead: uprobes the
 /// kernel does not offer).
-pub fn attach_coverage(pid: u32, select: &[String]) -> Result<CovAttached, DevError> {
+///
+/// `permit`, when a requester's right was checked ([`ptrace_may_attach`],
+/// for `pid`), is checked again once every thread is stopped, before
+/// anything is loaded (a process that exec'd a set-id program since is let
+/// go untouched: EPERM), and before every later stop ([`CovAttached::flush`]).
+pub fn attach_coverage(
+    pid: u32,
+    select: &[String],
+    permit: Option<Permit>,
+) -> Result<CovAttached, DevError> {
     if pid == std::process::id() {
         // Refused by the injector too, but before any planning.
         return Err(inject_error(
@@ -358,7 +390,7 @@ pub fn attach_coverage(pid: u32, select: &[String]) -> Result<CovAttached, DevEr
         ));
     }
     if statically_linked(pid)? {
-        return attach_static(pid);
+        return attach_static(pid, permit);
     }
     let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
     if maps.iter().any(|m| m.path.ends_with("/libprofdev_cov.so")) {
@@ -381,6 +413,8 @@ pub fn attach_coverage(pid: u32, select: &[String]) -> Result<CovAttached, DevEr
     let config = server.attach_config();
     let r = profdev_inject::on_tracer_thread(|| {
         let mut t = profdev_inject::Target::attach(pid)?;
+        // Stopped: the requester's right, again, on this very process.
+        recheck(permit.as_ref(), pid)?;
         let tids = t.threads();
         let mut pcs = Vec::with_capacity(tids.len() * 8);
         for &tid in &tids {
@@ -418,6 +452,7 @@ pub fn attach_coverage(pid: u32, select: &[String]) -> Result<CovAttached, DevEr
             pid,
             start,
             engine: Engine::Runtime { flush, server },
+            permit,
         }),
         Err(_) => Err(DevError::NoDevice(format!(
             "the coverage runtime could not start in process {pid} (no memory, or it cannot use \
@@ -498,12 +533,13 @@ impl Prof {
                 m.name()
             )));
         }
-        match cred {
-            Some(c) => ptrace_may_attach(&c, pid)?,
+        let permit = match cred {
+            Some(c) => Some(ptrace_may_attach(&c, pid)?),
             None => {
                 crate::access::Target::of(pid)?;
+                None
             }
-        }
+        };
         if let Some(c) = cred {
             // The writer waits for this write: stopping it would wait for
             // ever.
@@ -520,7 +556,7 @@ impl Prof {
             }
         }
         let wanted = self.lock().wanted.clone();
-        let attached = attach_coverage(pid, &select_words(&wanted))?;
+        let attached = attach_coverage(pid, &select_words(&wanted), permit)?;
         self.coverage_launched(pid)?;
         watch(Arc::downgrade(&self.state), attached);
         Ok(())

@@ -82,7 +82,7 @@
 
 use super::histogram::ModRecord;
 use super::{Mode, Prof, State};
-use crate::access::{ptrace_may_attach, Cred};
+use crate::access::{ptrace_may_attach, Cred, Permit};
 use crate::ctl;
 use crate::pc_counts::PcCounts;
 use crate::DevError;
@@ -167,9 +167,9 @@ impl Prof {
             if let Some(m) = self.mode().filter(|m| !matches!(m, Mode::Memory { .. })) {
                 return Err(busy(m));
             }
-            match cred {
+            let permit = match cred {
                 Some(c) => {
-                    ptrace_may_attach(&c, pid)?;
+                    let permit = ptrace_may_attach(&c, pid)?;
                     // The writer waits for this write: stopping it would
                     // wait for ever.
                     if c.pid != 0
@@ -181,14 +181,16 @@ impl Prof {
                              from another process"
                         )));
                     }
+                    Some(permit)
                 }
                 None => {
                     crate::access::Target::of(pid)?;
+                    None
                 }
-            }
+            };
             // Pools: the digits given, or the malloc family alone.
             let hooked = if pools == 0 { POOL_MALLOC } else { pools };
-            let attached = attach_process(pid, hooked, &[])?;
+            let attached = attach_process(pid, hooked, &[], permit)?;
             {
                 let mut st = self.lock();
                 match st.mode {
@@ -303,6 +305,33 @@ pub(super) fn inject_error(pid: u32, e: profdev_inject::InjectError) -> DevError
     }
 }
 
+/// Check `permit` again on the stopped process `pid` (every thread
+/// stopped by the caller: nothing changes its ids until it is let go);
+/// the refusal as the injector's, so that the `Target` is dropped (the
+/// process let go untouched) on the way out.
+pub(super) fn recheck(
+    permit: Option<&Permit>,
+    pid: u32,
+) -> Result<(), profdev_inject::InjectError> {
+    let Some(p) = permit else { return Ok(()) };
+    debug_assert_eq!(p.pid(), pid);
+    p.check_again().map_err(|e| match e {
+        DevError::NoProcess(_) => profdev_inject::InjectError::NoProcess(pid),
+        DevError::NotPermitted(why) => profdev_inject::InjectError::NotPermitted {
+            pid,
+            hint: format!(
+                ": {}",
+                why.strip_prefix(&format!("process {pid}: "))
+                    .unwrap_or(&why)
+            ),
+        },
+        e => profdev_inject::InjectError::NotPermitted {
+            pid,
+            hint: format!(": {e}"),
+        },
+    })
+}
+
 /// (state, start time) of /proc/PID/stat, if it exists.
 pub(super) fn stat_of(pid: u32) -> Option<(char, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -338,7 +367,18 @@ pub(super) fn io_dev(what: &str, e: impl std::fmt::Display) -> DevError {
 /// is counted already, ENXIO a static program ("process N is out of reach:
 /// statically linked, start it under profdev mprof instead") or a load
 /// that failed (the sentence says why).
-pub fn attach_process(pid: u32, pools: u8, wrappers: &[String]) -> Result<Attached, DevError> {
+///
+/// `permit`, when a requester's right was checked ([`ptrace_may_attach`],
+/// for `pid`), is checked again once every thread is stopped, before the
+/// library is loaded: a process that exec'd a set-id program since is let
+/// go untouched (EPERM), so the library never runs with more privilege
+/// than the requester.
+pub fn attach_process(
+    pid: u32,
+    pools: u8,
+    wrappers: &[String],
+    permit: Option<Permit>,
+) -> Result<Attached, DevError> {
     let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
     let has_libc = maps.iter().any(|m| {
         Path::new(&m.path)
@@ -394,6 +434,8 @@ pub fn attach_process(pid: u32, pools: u8, wrappers: &[String]) -> Result<Attach
     // of PID the injector could not detach.
     let r = profdev_inject::on_tracer_thread(|| {
         let mut t = profdev_inject::Target::attach(pid)?;
+        // Stopped: the requester's right, again, on this very process.
+        recheck(permit.as_ref(), pid)?;
         let handle = t.dlopen(&lib_s)?;
         let entry = t.dlsym(handle, "profdev_mprof_attach")?;
         let tid = t.main_thread();

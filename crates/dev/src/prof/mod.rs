@@ -113,10 +113,19 @@
 //! `object`: the bytes of the very file that was mapped, read through the
 //! descriptor the objects table opened when the mapping was reported
 //! (`profdev_symbolize::objects`), even after the path was replaced or the
-//! file unlinked. `stat` gives its length. A reader must be allowed to read
-//! that file as the file system would allow it (root, or the owner, group
-//! or other read bit that applies to the requester): the device is no way
-//! around a file's mode (EACCES otherwise). `profdev prof` symbolizes each
+//! file unlinked. `stat` gives its length.
+//!
+//! **Who may read `object`.** Root. Anyone else only if `open(2)` would
+//! let them read the file now: at a requester's first read of an open
+//! `object`, the recorded path is opened from a thread that holds the
+//! requester's user, group and supplementary groups and no capability,
+//! so the kernel applies every rule (search permission on each directory
+//! of the path, ACLs, groups, LSMs), and the file that opens must be the
+//! kept one (same device and inode). Otherwise EACCES: a program root ran
+//! from a 0700 directory, a file whose ACL denies the reader, a file
+//! deleted or replaced since it was mapped (only root reads those). A
+//! mount served by a user other than root cannot act as another user and
+//! serves `object` to its owner only. `profdev prof` symbolizes each
 //! record from its `object`, falling back to `path`. The classic library
 //! opens module files by name and never lists a module directory, so the
 //! fifth file changes nothing for it.
@@ -526,34 +535,67 @@ fn parse_dir_name(name: &str) -> Option<u32> {
         .flatten()
 }
 
-/// An open `object` file: the module's file as it was mapped.
-struct ObjectFile(Arc<profdev_symbolize::Object>);
+/// An open `object` file: the module's file as it was mapped, and the
+/// last requester it was allowed to (whose reads need no new check).
+struct ObjectFile(Arc<profdev_symbolize::Object>, Option<crate::access::Cred>);
+
+/// May `cred` read the kept file of `object`? Root (and an in-process
+/// driver, no requester) may. Anyone else only if `open(2)` would let
+/// them: the recorded path is opened now from a thread holding the
+/// requester's ids and no capability (`profdev_asuser::open_as`: the
+/// directories on the path, ACLs, supplementary groups, all as the kernel
+/// decides), and what opens must be the kept file itself (same device and
+/// inode). A file deleted or replaced since the mapping, or one behind a
+/// directory the requester cannot search, is EACCES.
+fn may_read_object(
+    object: &profdev_symbolize::Object,
+    cred: Option<crate::access::Cred>,
+) -> Result<(), DevError> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(c) = cred.filter(|c| c.uid != 0) else {
+        return Ok(());
+    };
+    let file = object.file().ok_or(DevError::NotFound)?;
+    let io = |e: std::io::Error| DevError::NoDevice(format!("{}: {e}", object.path()));
+    let kept = file.metadata().map_err(io)?;
+    let user = profdev_asuser::User::of_request(c.uid, c.gid, c.pid);
+    match profdev_asuser::open_as(&user, std::path::Path::new(object.path())) {
+        Ok(Ok(f)) => {
+            let now = f.metadata().map_err(io)?;
+            if (now.dev(), now.ino()) == (kept.dev(), kept.ino()) {
+                Ok(())
+            } else {
+                Err(DevError::Perm)
+            }
+        }
+        // The kernel said no, or profdev cannot act as the requester
+        // (not root): refused either way.
+        Ok(Err(_)) | Err(_) => Err(DevError::Perm),
+    }
+}
 
 /// Read the kept file of a module for `cred`, who must be allowed to read
-/// it as the file system would allow (root, or the owner, group or other
-/// read bit that applies): serving it is no way around a file's mode.
+/// it ([`may_read_object`]): serving it is no way around the file
+/// system's rules.
 fn read_object(
     object: &profdev_symbolize::Object,
     cred: Option<crate::access::Cred>,
     offset: u64,
     count: u32,
 ) -> Result<Vec<u8>, DevError> {
-    use std::os::unix::fs::{FileExt, MetadataExt};
+    may_read_object(object, cred)?;
+    read_object_unchecked(object, offset, count)
+}
+
+/// The bytes at `offset` of the kept file: no check.
+fn read_object_unchecked(
+    object: &profdev_symbolize::Object,
+    offset: u64,
+    count: u32,
+) -> Result<Vec<u8>, DevError> {
+    use std::os::unix::fs::FileExt;
     let file = object.file().ok_or(DevError::NotFound)?;
     let io = |e: std::io::Error| DevError::NoDevice(format!("{}: {e}", object.path()));
-    let meta = file.metadata().map_err(io)?;
-    if let Some(c) = cred.filter(|c| c.uid != 0) {
-        let bit = if c.uid == meta.uid() {
-            0o400
-        } else if c.gid == meta.gid() {
-            0o040
-        } else {
-            0o004
-        };
-        if meta.mode() & bit == 0 {
-            return Err(DevError::Perm);
-        }
-    }
     let mut buf = vec![0; count.min(1 << 20) as usize];
     let n = file.read_at(&mut buf, offset).map_err(io)?;
     buf.truncate(n);
@@ -659,7 +701,7 @@ impl Dev for Prof {
             (false, HISTOGRAM) => chan.aux = Some(Box::new(Cursor::of(r))),
             (false, OBJECT) => {
                 let object = r.object.clone().ok_or(DevError::NotFound)?;
-                chan.aux = Some(Box::new(ObjectFile(object)));
+                chan.aux = Some(Box::new(ObjectFile(object, None)));
             }
             _ => {}
         }
@@ -670,9 +712,16 @@ impl Dev for Prof {
         if Snapshot::of(chan).is_some() {
             return Snapshot::read(chan, offset, count);
         }
-        if let Some(ObjectFile(object)) = chan.aux.as_ref().and_then(|a| a.downcast_ref()) {
-            // No device lock is held: this is file I/O.
-            return read_object(object, chan.cred, offset, count);
+        let cred = chan.cred;
+        if let Some(ObjectFile(object, allowed)) = chan.aux.as_mut().and_then(|a| a.downcast_mut())
+        {
+            // No device lock is held: this is file I/O. Checked once per
+            // requester of the open file, as open(2) checks once.
+            if cred.is_some() && *allowed != cred {
+                may_read_object(object, cred)?;
+                *allowed = cred;
+            }
+            return read_object_unchecked(object, offset, count);
         }
         Cursor::read(chan, count)
     }

@@ -584,11 +584,50 @@ fn object_reads_follow_the_files_mode() {
     // Root, and a driver in process (no requester), read it.
     assert!(super::read_object(&object, cred(0, 0), 4, 3).unwrap() == b" no");
     assert!(super::read_object(&object, None, 0, 4).is_ok());
+    // Acting as another user takes root.
+    if !profdev_testkit::privileged("object read as another user", {
+        if uid == 0 {
+            Ok(())
+        } else {
+            Err("needs root".into())
+        }
+    }) {
+        return;
+    }
+    // Readable by others, in a directory they cannot search: no.
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(
+        super::read_object(&object, cred(other, gid.wrapping_add(1)), 0, 64),
+        Err(DevError::Perm),
+        "the directory's mode applies"
+    );
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o704)).unwrap();
     assert!(super::read_object(&object, cred(other, gid.wrapping_add(1)), 0, 64).is_ok());
     assert_eq!(
         super::read_object(&object, cred(other, gid), 0, 64),
         Err(DevError::Perm),
         "the group bit applies to the group, not the other bit"
+    );
+    // Replaced at its path, then deleted: the kept file is root's alone.
+    std::fs::rename(&f, dir.path().join("moved")).unwrap();
+    std::fs::write(&f, b"another file").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(
+        super::read_object(&object, cred(other, gid.wrapping_add(1)), 0, 64),
+        Err(DevError::Perm),
+        "a file replaced since"
+    );
+    std::fs::remove_file(&f).unwrap();
+    std::fs::remove_file(dir.path().join("moved")).unwrap();
+    assert_eq!(
+        super::read_object(&object, cred(other, gid.wrapping_add(1)), 0, 64),
+        Err(DevError::Perm),
+        "a file deleted since"
+    );
+    assert_eq!(
+        super::read_object(&object, cred(0, 0), 0, 4).unwrap(),
+        b"\x7fELF"
     );
 }
