@@ -577,6 +577,7 @@ fn may_read_object(
 /// Read the kept file of a module for `cred`, who must be allowed to read
 /// it ([`may_read_object`]): serving it is no way around the file
 /// system's rules.
+#[cfg(test)]
 fn read_object(
     object: &profdev_symbolize::Object,
     cred: Option<crate::access::Cred>,
