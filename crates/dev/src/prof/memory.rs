@@ -545,7 +545,7 @@ impl Attached {
     /// true when it came.
     pub fn request_report(&self, timeout: Duration) -> bool {
         use std::io::Write;
-        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
         let out = self.dir.path().join("out");
         let last = |dir: &Path| -> Option<u64> {
             std::fs::read_dir(dir)
@@ -564,7 +564,13 @@ impl Attached {
         else {
             return false;
         };
-        if !fifo.metadata().is_ok_and(|m| m.file_type().is_fifo()) || fifo.write_all(b"r").is_err()
+        // The process's own FIFO, in its own directory: a FIFO of anyone
+        // else's (a hard link to another program's) is not written.
+        let owner = std::fs::symlink_metadata(&out).map(|m| m.uid()).ok();
+        if !fifo
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_fifo() && Some(m.uid()) == owner && m.nlink() == 1)
+            || fifo.write_all(b"r").is_err()
         {
             return false;
         }
