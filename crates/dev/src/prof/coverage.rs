@@ -32,8 +32,14 @@
 //! mode is on it fails with EBUSY (the seed ignored the request
 //! silently: a documented change, so that a caller learns its request did
 //! nothing). A PID that does not exist fails with ESRCH; a writer that may
-//! not ptrace PID, with EPERM; the writer's own process, EINVAL (it would
-//! wait for itself).
+//! not ptrace PID, with EPERM (the kernel's rule for the writer: its ids
+//! against all of PID's, and PID dumpable); the writer's own process,
+//! EINVAL (it would wait for itself). The right is checked again on PID
+//! itself (held by a pidfd since the message) once every thread is
+//! stopped, before the runtime is loaded, and again before `stop` calls
+//! into it: a process that exec'd a set-user-id program (or became
+//! non-dumpable) since is let go untouched, EPERM, and `stop` calls into
+//! no process that no longer maps the runtime it was given.
 //!
 //! **The attach** ([`attach_coverage`], which `profdev cprof -p PID` calls
 //! too, without a device; a statically linked process is told apart in one

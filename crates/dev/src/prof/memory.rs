@@ -27,7 +27,11 @@
 //! library preloaded.
 //!
 //! **`startmp[digits] PID`** attaches to a running process, as `heaptrack
-//! -p` does: the writer must be allowed to ptrace PID (EPERM otherwise,
+//! -p` does: the writer must be allowed to ptrace PID (EPERM otherwise:
+//! the kernel's rule for the writer, its ids against all of PID's and PID
+//! dumpable, checked again on PID itself, held by a pidfd, once every
+//! thread is stopped and before the library is loaded, so that a process
+//! that exec'd a set-user-id program meanwhile is let go untouched;
 //! ESRCH for no such process, EBUSY while sampling or another tracer holds
 //! it); memory mode may already be on (`startmp` alone waits for such an
 //! attach). The device writes the library into a fresh private directory

@@ -182,7 +182,12 @@
 //! named there): the file server checks every request's uid
 //! (`profdev_dev::access`); others get EACCES. A control message that
 //! names a process must also pass `access::ptrace_may_attach` for the
-//! requester (EPERM). `histogram` has length 0 but ends: after the last
+//! requester (EPERM): the kernel's ptrace rule, asked from a thread that
+//! holds the requester's ids (so a non-dumpable process is refused, as
+//! `strace -p` refuses it), and all four uids and gids the requester's.
+//! The process is held by a pidfd from that check, and checked again once
+//! every thread is stopped, before anything is loaded into it: a process
+//! that exec'd a set-user-id program meanwhile is let go untouched (EPERM). `histogram` has length 0 but ends: after the last
 //! pair a read returns 0.
 //!
 //! # Example
