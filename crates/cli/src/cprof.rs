@@ -50,9 +50,15 @@
 //! exits with 128 + the signal; **PID runs on**, still patched and
 //! counting, but nobody reads its counts any more (see Bugs). cprof's exit
 //! status is otherwise 0: PID is not its child, so PID's own status is not
-//! known. The errors are one sentence each: no such process, ptrace
-//! refused (naming `kernel.yama.ptrace_scope` when that is why), a process
-//! traced or counted already, a statically linked program.
+//! known. cprof may attach only where `ptrace(2)` would let its user
+//! (the kernel's rule: all of PID's uids and gids its own, PID dumpable,
+//! Yama's scope), and PID is held by a pidfd from that check: once PID's
+//! threads are stopped the check runs again on PID itself, before
+//! anything is loaded, so a PID that exec'd a set-user-id program
+//! meanwhile is let go untouched. The errors are one sentence each: no
+//! such process, ptrace refused (naming `kernel.yama.ptrace_scope` when
+//! that is why), a process traced or counted already, a statically linked
+//! program.
 //!
 //! Without CMD or `-p`, cprof shows what the `.prf` records of the `-m` modules
 //! hold, summed over every `cprof -r` run, in the same forms (the listing,
