@@ -108,7 +108,11 @@
 //! be read (`prof: source file /x/y.c not found: line numbers only`), a
 //! source newer than its module (a warning), a CMD that cannot be found
 //! (`prof: command not found: ./nope`), and `prof: no profile information`
-//! when nothing was sampled.
+//! when nothing was sampled. That classic line is kept byte for byte; when
+//! CMD is a malformed ELF file (the kernel would not run it), or a module
+//! asked for by path (`-m PATH`, `-e`) is not a readable ELF file, a second
+//! line names the file and what is wrong with it (`prof: ./prog is a
+//! malformed ELF file: …`).
 //!
 //! # Bugs
 //!
@@ -324,6 +328,15 @@ fn run(args: &Args) -> Result<ExitCode> {
             stats.lost, stats.throttled
         );
     }
+    if records.iter().all(|r| r.pairs.is_empty()) {
+        // The classic line, then which of the files asked for could not
+        // be run or read, and why.
+        eprintln!("prof: {NO_PROFILE}");
+        for why in unprofilable(args) {
+            eprintln!("prof: {why}");
+        }
+        return Ok(ExitCode::from(1));
+    }
     show(&records, &args.options, args.innermost)?;
     if let Some(i) = job.interrupted() {
         eprintln!(
@@ -332,6 +345,38 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     Ok(job.exit_code(status))
+}
+
+/// Inferno's message when nothing was sampled.
+const NO_PROFILE: &str = "no profile information";
+
+/// What is wrong with the files a run that sampled nothing was asked to
+/// profile, one sentence each naming the file: CMD when it is a malformed
+/// ELF file (the kernel could not run it), and each module asked for by
+/// path (`-m PATH`, `-e`) that is not a readable ELF file.
+fn unprofilable(args: &Args) -> Vec<String> {
+    let mut files: Vec<(std::path::PathBuf, bool)> = Vec::new();
+    if let Some(cmd) = args.command.first() {
+        if let Ok(exe) = find_program(cmd) {
+            files.push((exe, args.exec));
+        }
+    }
+    for m in args.modules.iter().filter(|m| m.contains('/')) {
+        files.push((m.into(), true));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for (path, module) in files {
+        let why = match ElfObject::open(&path) {
+            Ok(_) => continue,
+            Err(e @ profdev_symbolize::ElfError::Malformed { .. }) => e.to_string(),
+            Err(e) if module => e.to_string(),
+            Err(_) => continue,
+        };
+        if !out.contains(&why) {
+            out.push(why);
+        }
+    }
+    out
 }
 
 /// A module's record as read from the device.
@@ -708,7 +753,7 @@ impl SourceMap for Ticking<'_> {
 /// Attribute, read sources, print.
 fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     if records.iter().all(|r| r.pairs.is_empty()) {
-        bail!("no profile information");
+        bail!("{NO_PROFILE}");
     }
     let mut modules = Vec::new();
     // Symbolizing a big profile takes a while: a bar on a terminal.

@@ -482,3 +482,50 @@ fn kprof_reads_a_sparse_4_gib_kpdata_only_as_far_as_it_formats() {
     );
     c.assert_bounded("kprof on 4 GiB with ticks");
 }
+
+/// `prof` asked to profile a malformed ELF file: the classic `no profile
+/// information`, byte for byte, then a line naming the file and what is
+/// wrong with it (the classic line alone left the user guessing).
+#[test]
+fn prof_names_the_malformed_elf_it_could_not_profile() {
+    if !privileged("prof on a malformed ELF", can_sample_children()) {
+        return;
+    }
+    let dir = tempdir();
+    // The fixture cut after 100 bytes: its program headers are missing.
+    // The kernel refuses to run it (the shell then reads it as a script);
+    // nothing of it is sampled.
+    let bad = dir.path().join("cut");
+    std::fs::write(&bad, &FX[..100]).unwrap();
+    std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let why = format!(
+        "prof: no profile information\nprof: {} is a malformed ELF file: Invalid ELF program \
+         header size or alignment\n",
+        bad.display()
+    );
+    let c = measured(&["prof".as_ref(), "-e".as_ref(), bad.as_os_str()]);
+    assert_eq!(c.code, 1);
+    assert_eq!(c.stdout, "");
+    assert!(c.stderr.contains(&why), "{}", c.stderr);
+    // As a module asked for with -m, beside one that is no ELF at all.
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a program\n").unwrap();
+    let c = measured(&[
+        "prof".as_ref(),
+        "-m".as_ref(),
+        bad.as_os_str(),
+        "-m".as_ref(),
+        text.as_os_str(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
+    assert_eq!(c.code, 1);
+    assert!(
+        c.stderr.ends_with(&format!(
+            "{why}prof: {} is not an ELF file\n",
+            text.display()
+        )),
+        "{}",
+        c.stderr
+    );
+}
