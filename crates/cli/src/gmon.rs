@@ -472,10 +472,12 @@ impl Trampolines {
 /// `--exact` needs to preload its runtime?
 fn dynamically_linked(path: &Path) -> bool {
     use object::read::elf::{ElfFile64, ProgramHeader};
-    let Ok(bytes) = std::fs::read(path) else {
+    let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
-    let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*bytes) else {
+    // Only the headers are read.
+    let cache = object::ReadCache::new(file);
+    let Ok(elf) = ElfFile64::<object::Endianness, _>::parse(&cache) else {
         return false;
     };
     let endian = elf.endian();
