@@ -528,4 +528,30 @@ fn prof_names_the_malformed_elf_it_could_not_profile() {
         "{}",
         c.stderr
     );
+    // cprof and mprof: their classic line, then the same.
+    for (cmd, classic) in [
+        ("cprof", "no profile information (no module asked for ran)"),
+        (
+            "mprof",
+            "no profile information (no allocation was made in the modules shown)",
+        ),
+    ] {
+        let c = measured(&[
+            cmd.as_ref(),
+            "-m".as_ref(),
+            bad.as_os_str(),
+            "--".as_ref(),
+            "true".as_ref(),
+        ]);
+        assert_eq!(c.code, 1, "{cmd}: {}", c.stderr);
+        assert!(
+            c.stderr.ends_with(&format!(
+                "{cmd}: {classic}\n{cmd}: {} is a malformed ELF file: Invalid ELF program header \
+                 size or alignment\n",
+                bad.display()
+            )),
+            "{cmd}: {}",
+            c.stderr
+        );
+    }
 }
