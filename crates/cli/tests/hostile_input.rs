@@ -307,6 +307,7 @@ const TIME_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 /// 4 GiB, a safety net so that a reader that would balloon fails at once
 /// rather than taking the machine's memory; the assertions are on what it
 /// used. Killed (and the test failed) past [`TIME_BOUND`].
+#[allow(clippy::zombie_processes)] // reaped with wait4, for its rusage
 fn measured(args: &[&OsStr]) -> Cost {
     use std::io::Read;
     use std::os::unix::process::CommandExt;

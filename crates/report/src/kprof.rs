@@ -273,7 +273,8 @@ mod tests {
             Ok::<_, ()>(r.map(|j| Ok(w[j as usize])))
         })
         .unwrap();
-        assert_eq!((asked, r), (vec![6..128], whole));
+        assert_eq!(asked.len(), 1);
+        assert_eq!((asked[0].clone(), r), (6..128, whole));
         // A file shorter than etext's bucket: read to its end.
         header.words = 41;
         assert_eq!(buckets_read(&syms, &header), 6..41);
