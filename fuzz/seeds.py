@@ -32,6 +32,12 @@ def kpdata(buckets, total, outside, log_bucket=3):
 put("kpdata", "ten-buckets", kpdata([0, 5, 0, 0, 7, 0, 0, 0, 1, 2], 17, 2))
 put("kpdata", "empty", kpdata([], 0, 0))
 put("kpdata", "short", kpdata([1, 2, 3], 6, 0)[:10])
+# The header alone decides (kprof reads no further when the total is 0):
+# no ticks with a shift out of range and a trailing partial word; ticks
+# with a header cut inside word 4; 1-byte buckets.
+put("kpdata", "zero-total-bad-shift", kpdata([9, 9], 0, 3, 40) + b"\x01\x02")
+put("kpdata", "cut-header", kpdata([], 5, 0)[:18])
+put("kpdata", "byte-buckets", kpdata([0, 1, 2, 3], 6, 0, 0))
 
 # kallsyms / System.map text.
 put("kallsyms", "kallsyms",

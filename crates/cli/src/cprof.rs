@@ -756,7 +756,11 @@ fn counted_lines(
         modules.retain(|m| wanted(words, &m.path));
     }
     if modules.is_empty() {
-        bail!("no profile information (no module asked for ran)");
+        return Err(crate::prof::no_profile(
+            "cprof",
+            "no profile information (no module asked for ran)",
+            &args.modules,
+        ));
     }
     for m in &modules {
         if m.uncounted > 0 {

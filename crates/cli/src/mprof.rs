@@ -877,7 +877,11 @@ fn show(
     dhat_run: Option<&profdev_mprof::dhat::DhatRun>,
 ) -> Result<()> {
     if modules.is_empty() {
-        bail!("no profile information (no allocation was made in the modules shown)");
+        return Err(crate::prof::no_profile(
+            "mprof",
+            "no profile information (no allocation was made in the modules shown)",
+            &args.modules,
+        ));
     }
     let mut reports = Vec::new();
     let mut leaks = Vec::new();

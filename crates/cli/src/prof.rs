@@ -108,7 +108,11 @@
 //! be read (`prof: source file /x/y.c not found: line numbers only`), a
 //! source newer than its module (a warning), a CMD that cannot be found
 //! (`prof: command not found: ./nope`), and `prof: no profile information`
-//! when nothing was sampled.
+//! when nothing was sampled. That classic line is kept byte for byte; when
+//! CMD is a malformed ELF file (the kernel would not run it), or a module
+//! asked for by path (`-m PATH`, `-e`) is not a readable ELF file, a second
+//! line names the file and what is wrong with it (`prof: ./prog is a
+//! malformed ELF file: …`).
 //!
 //! # Bugs
 //!
@@ -324,6 +328,15 @@ fn run(args: &Args) -> Result<ExitCode> {
             stats.lost, stats.throttled
         );
     }
+    if records.iter().all(|r| r.pairs.is_empty()) {
+        // The classic line, then which of the files asked for could not
+        // be run or read, and why.
+        eprintln!("prof: {NO_PROFILE}");
+        for why in unprofilable(args) {
+            eprintln!("prof: {why}");
+        }
+        return Ok(ExitCode::from(1));
+    }
     show(&records, &args.options, args.innermost)?;
     if let Some(i) = job.interrupted() {
         eprintln!(
@@ -332,6 +345,64 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     Ok(job.exit_code(status))
+}
+
+/// Inferno's message when nothing was sampled.
+const NO_PROFILE: &str = "no profile information";
+
+/// What is wrong with the files a run that sampled nothing was asked to
+/// profile, one sentence each naming the file: CMD when it is a malformed
+/// ELF file (the kernel could not run it), and each module asked for by
+/// path (`-m PATH`, `-e`) that is not a readable ELF file.
+fn unprofilable(args: &Args) -> Vec<String> {
+    let mut files: Vec<(std::path::PathBuf, bool)> = Vec::new();
+    if let Some(cmd) = args.command.first() {
+        if let Ok(exe) = find_program(cmd) {
+            files.push((exe, args.exec));
+        }
+    }
+    files.extend(asked_by_path(&args.modules));
+    not_profilable(files)
+}
+
+/// The modules of a `-m` list given as paths, as [`not_profilable`] takes
+/// them.
+fn asked_by_path(modules: &[String]) -> impl Iterator<Item = (std::path::PathBuf, bool)> + '_ {
+    modules
+        .iter()
+        .filter(|m| m.contains('/'))
+        .map(|m| (m.into(), true))
+}
+
+/// For each `(file, asked as a module)`: why it cannot be profiled, if it
+/// is a malformed ELF file or, asked as a module, not a readable ELF file
+/// at all. One sentence each, naming the file; duplicates dropped.
+fn not_profilable(files: impl IntoIterator<Item = (std::path::PathBuf, bool)>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (path, module) in files {
+        let why = match ElfObject::open(&path) {
+            Ok(_) => continue,
+            Err(e @ profdev_symbolize::ElfError::Malformed { .. }) => e.to_string(),
+            Err(e) if module => e.to_string(),
+            Err(_) => continue,
+        };
+        if !out.contains(&why) {
+            out.push(why);
+        }
+    }
+    out
+}
+
+/// The error of a cprof or mprof run that counted nothing: the classic
+/// message `classic` (`no profile information (…)`), byte for byte, then
+/// one line `NAME: why` for each module of the `-m` list given as a path
+/// that is not a readable ELF file (the classic line names none).
+pub(crate) fn no_profile(name: &str, classic: &str, modules: &[String]) -> anyhow::Error {
+    let mut msg = classic.to_string();
+    for why in not_profilable(asked_by_path(modules)) {
+        msg.push_str(&format!("\n{name}: {why}"));
+    }
+    anyhow!(msg)
 }
 
 /// A module's record as read from the device.
@@ -708,7 +779,7 @@ impl SourceMap for Ticking<'_> {
 /// Attribute, read sources, print.
 fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
     if records.iter().all(|r| r.pairs.is_empty()) {
-        bail!("no profile information");
+        bail!("{NO_PROFILE}");
     }
     let mut modules = Vec::new();
     // Symbolizing a big profile takes a while: a bar on a terminal.
@@ -775,6 +846,61 @@ mod tests {
 
     fn parse(v: &[&str]) -> Result<Args, String> {
         parse_args(v.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn no_profile_names_the_modules_that_are_no_elf_files() {
+        let d = tempfile::tempdir().unwrap();
+        let text = d.path().join("notes.txt");
+        std::fs::write(&text, "x\n").unwrap();
+        let cut = d.path().join("cut");
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        std::fs::write(&cut, &me[..100]).unwrap();
+        for f in [&text, &cut] {
+            let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+            std::fs::set_permissions(f, exec).unwrap();
+        }
+        let modules = [
+            "libc.so.6".to_string(),
+            text.display().to_string(),
+            cut.display().to_string(),
+            text.display().to_string(),
+        ];
+        let e = no_profile(
+            "cprof",
+            "no profile information (no module asked for ran)",
+            &modules,
+        );
+        assert_eq!(
+            crate::cmdline::sentence(&e),
+            format!(
+                "no profile information (no module asked for ran)\ncprof: {} is not an ELF file\n\
+                 cprof: {} is a malformed ELF file: Invalid ELF program header size or alignment",
+                text.display(),
+                cut.display()
+            )
+        );
+        // Nothing to say: the classic message alone.
+        let e = no_profile("mprof", "no profile information (x)", &["libc.so.6".into()]);
+        assert_eq!(e.to_string(), "no profile information (x)");
+        // prof names CMD only when it is a malformed ELF; a script is not.
+        let args = |cmd: &Path, exec: bool| Args {
+            command: vec![cmd.into()],
+            exec,
+            ..Args::default()
+        };
+        assert_eq!(
+            unprofilable(&args(&cut, false)),
+            [format!(
+                "{} is a malformed ELF file: Invalid ELF program header size or alignment",
+                cut.display()
+            )]
+        );
+        assert!(unprofilable(&args(&text, false)).is_empty());
+        assert_eq!(
+            unprofilable(&args(&text, true)),
+            [format!("{} is not an ELF file", text.display())]
+        );
     }
 
     #[test]

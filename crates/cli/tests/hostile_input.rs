@@ -287,3 +287,272 @@ fn prf_commands_refuse_a_fifo_or_device_in_the_devices_place() {
         }
     }
 }
+
+/// What one bounded run of profdev cost: its exit code, output, peak
+/// resident memory (the child's own `ru_maxrss`, from `wait4`) and time.
+struct Cost {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    max_rss: u64,
+    elapsed: std::time::Duration,
+}
+
+/// Resident memory a crafted input may cost a run: 1 GiB.
+const RSS_BOUND: u64 = 1 << 30;
+/// Time it may take: 10 s, generous (these runs take milliseconds).
+const TIME_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Run `profdev ARGS` and measure it. Its address space is limited to
+/// 4 GiB, a safety net so that a reader that would balloon fails at once
+/// rather than taking the machine's memory; the assertions are on what it
+/// used. Killed (and the test failed) past [`TIME_BOUND`].
+#[allow(clippy::zombie_processes)] // reaped with wait4, for its rusage
+fn measured(args: &[&OsStr]) -> Cost {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let start = std::time::Instant::now();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_profdev"));
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
+    // fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 4 << 30,
+                rlim_max: 4 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let pipe = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = pipe(Box::new(child.stdout.take().unwrap()));
+    let err = pipe(Box::new(child.stderr.take().unwrap()));
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut reaped = false;
+    let mut timed_out = false;
+    // Reaped here with wait4, for its rusage; std's Child is not waited.
+    wait_until(
+        "profdev to exit (or the time bound)",
+        TIME_BOUND + std::time::Duration::from_secs(5),
+        || {
+            // SAFETY: pid is our child; status and usage are valid.
+            let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+            if r == pid {
+                reaped = true;
+            } else if start.elapsed() > TIME_BOUND && !timed_out {
+                timed_out = true;
+                let _ = child.kill();
+            }
+            reaped
+        },
+    );
+    let elapsed = start.elapsed();
+    let stdout = out.join().unwrap();
+    let stderr = err.join().unwrap();
+    assert!(
+        !timed_out,
+        "{args:?}: still running after {TIME_BOUND:?}: {stderr}"
+    );
+    assert!(
+        libc::WIFEXITED(status),
+        "{args:?}: ended by signal {}: {stderr}",
+        libc::WTERMSIG(status)
+    );
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    Cost {
+        code: libc::WEXITSTATUS(status),
+        stdout,
+        stderr,
+        max_rss: usage.ru_maxrss as u64 * 1024,
+        elapsed,
+    }
+}
+
+impl Cost {
+    /// Within 1 GiB of resident memory and 10 s.
+    fn assert_bounded(&self, what: &str) {
+        assert!(
+            self.max_rss < RSS_BOUND,
+            "{what}: peak RSS {} MiB, more than {} MiB",
+            self.max_rss >> 20,
+            RSS_BOUND >> 20
+        );
+        assert!(self.elapsed < TIME_BOUND, "{what}: took {:?}", self.elapsed);
+    }
+}
+
+/// The unwinder's fixture (9 KB, static, exits at once): `.text` is
+/// section 1, 0x12b bytes at file offset 0x1000.
+const FX: &[u8] = include_bytes!("../../symbolize/fuzz-fixture/fx.elf");
+
+/// `profdev gmon` on an executable whose `.text` claims 2^62 bytes: one
+/// sentence naming the file, exit 1, before anything is sized from the
+/// claim (it aborted allocating 2^61 bytes of histogram).
+#[test]
+fn gmon_refuses_a_text_that_claims_more_than_the_file_holds() {
+    let dir = tempdir();
+    let mut elf = FX.to_vec();
+    let shoff = u64::from_le_bytes(elf[0x28..0x30].try_into().unwrap()) as usize;
+    // Section 1's sh_size.
+    let size = shoff + 64 + 0x20;
+    elf[size..size + 8].copy_from_slice(&(1u64 << 62).to_le_bytes());
+    let exe = dir.path().join("crafted");
+    std::fs::write(&exe, &elf).unwrap();
+    std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = dir.path().join("gmon.out");
+    let c = measured(&[
+        "gmon".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--".as_ref(),
+        exe.as_os_str(),
+    ]);
+    assert_eq!(c.code, 1, "{}", c.stderr);
+    assert_eq!(c.stdout, "");
+    assert_eq!(
+        c.stderr,
+        format!(
+            "profdev gmon: {} is a malformed ELF file: its .text section claims \
+             4611686018427387904 bytes at file offset 4096, past the end of the file (9448 \
+             bytes); give an intact executable\n",
+            exe.display()
+        )
+    );
+    assert!(!out.exists());
+    c.assert_bounded("gmon on a crafted ELF");
+}
+
+/// `profdev kprof` on 4 GiB sparse kpdata files: the classic output, read
+/// as it is formatted (it read the whole file, 8.4 GB and 30 s, to print
+/// `total: 0`).
+#[test]
+fn kprof_reads_a_sparse_4_gib_kpdata_only_as_far_as_it_formats() {
+    let dir = tempdir();
+    let map = dir.path().join("System.map");
+    std::fs::write(
+        &map,
+        "80100000 T _start\n80100040 T fnA\n80100100 T fnB\n80100200 T fnC\n80100400 T etext\n",
+    )
+    .unwrap();
+    // TV-K6: a first word of 0 prints only the totals line, exit 0. With
+    // no bucket size (word 5 is 0: 1-byte buckets), the header allows
+    // 4 GiB and 27 bytes.
+    let zeros = dir.path().join("zeros");
+    sparse(&zeros, 4 << 30, b"");
+    let c = measured(&["kprof".as_ref(), map.as_os_str(), zeros.as_os_str()]);
+    assert_eq!((c.code, c.stderr.as_str()), (0, ""));
+    assert_eq!(
+        c.stdout,
+        "total: 0\tin kernel text: 0\toutside kernel text: 0\n"
+    );
+    c.assert_bounded("kprof on 4 GiB of zeros");
+
+    // Ticks: 1-byte buckets, 5 ticks of 1 ms in fnB's first byte, then
+    // zeros to 4 GiB: only the buckets up to etext are read.
+    let mut head = Vec::new();
+    for w in [5u32, 0, 1000, 0, 4, 0] {
+        head.extend(w.to_be_bytes());
+    }
+    head.resize(4 * 0x100, 0);
+    head.extend(5u32.to_be_bytes());
+    let ticks = dir.path().join("ticks");
+    sparse(&ticks, 4 << 30, &head);
+    let c = measured(&["kprof".as_ref(), map.as_os_str(), ticks.as_os_str()]);
+    assert_eq!((c.code, c.stderr.as_str()), (0, ""));
+    assert_eq!(
+        c.stdout,
+        "total: 5\tin kernel text: 5\toutside kernel text: 0\nKTZERO 80100000\n\
+         ms\t  %\tsym\n5\t100.0\tfnB\n"
+    );
+    c.assert_bounded("kprof on 4 GiB with ticks");
+}
+
+/// `prof` asked to profile a malformed ELF file: the classic `no profile
+/// information`, byte for byte, then a line naming the file and what is
+/// wrong with it (the classic line alone left the user guessing).
+#[test]
+fn prof_names_the_malformed_elf_it_could_not_profile() {
+    if !privileged("prof on a malformed ELF", can_sample_children()) {
+        return;
+    }
+    let dir = tempdir();
+    // The fixture cut after 100 bytes: its program headers are missing.
+    // The kernel refuses to run it (the shell then reads it as a script);
+    // nothing of it is sampled.
+    let bad = dir.path().join("cut");
+    std::fs::write(&bad, &FX[..100]).unwrap();
+    std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let why = format!(
+        "prof: no profile information\nprof: {} is a malformed ELF file: Invalid ELF program \
+         header size or alignment\n",
+        bad.display()
+    );
+    let c = measured(&["prof".as_ref(), "-e".as_ref(), bad.as_os_str()]);
+    assert_eq!(c.code, 1);
+    assert_eq!(c.stdout, "");
+    assert!(c.stderr.contains(&why), "{}", c.stderr);
+    // As a module asked for with -m, beside one that is no ELF at all.
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a program\n").unwrap();
+    let c = measured(&[
+        "prof".as_ref(),
+        "-m".as_ref(),
+        bad.as_os_str(),
+        "-m".as_ref(),
+        text.as_os_str(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
+    assert_eq!(c.code, 1);
+    assert!(
+        c.stderr.ends_with(&format!(
+            "{why}prof: {} is not an ELF file\n",
+            text.display()
+        )),
+        "{}",
+        c.stderr
+    );
+    // cprof and mprof: their classic line, then the same.
+    for (cmd, classic) in [
+        ("cprof", "no profile information (no module asked for ran)"),
+        (
+            "mprof",
+            "no profile information (no allocation was made in the modules shown)",
+        ),
+    ] {
+        let c = measured(&[
+            cmd.as_ref(),
+            "-m".as_ref(),
+            bad.as_os_str(),
+            "--".as_ref(),
+            "true".as_ref(),
+        ]);
+        assert_eq!(c.code, 1, "{cmd}: {}", c.stderr);
+        assert!(
+            c.stderr.ends_with(&format!(
+                "{cmd}: {classic}\n{cmd}: {} is a malformed ELF file: Invalid ELF program header \
+                 size or alignment\n",
+                bad.display()
+            )),
+            "{cmd}: {}",
+            c.stderr
+        );
+    }
+}

@@ -8,8 +8,20 @@ use crate::gmon::{self, AddrWidth, ByteOrder, Target};
 use crate::{kpdata, mon_out, prflog, prof_histogram};
 
 /// `fuzz_targets/kpdata.rs`: a kpdata file.
+/// The header alone (what kprof reads before any bucket) decides as the
+/// whole file does.
 pub fn kpdata(data: &[u8]) {
-    if let Ok(k) = kpdata::Kpdata::parse(data) {
+    let whole = kpdata::Kpdata::parse(data);
+    let prefix = &data[..data.len().min(kpdata::HEADER_LEN)];
+    let header = kpdata::Header::parse(prefix, data.len() as u64);
+    assert_eq!(
+        header,
+        whole
+            .as_ref()
+            .map(kpdata::Kpdata::header)
+            .map_err(Clone::clone)
+    );
+    if let Ok(k) = whole {
         let _ = (
             k.total(),
             k.outside(),

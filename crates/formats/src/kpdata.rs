@@ -119,6 +119,96 @@ pub enum KpdataError {
     LogBucket { found: u32 },
 }
 
+/// What the formatter needs of a kpdata file before its buckets: the
+/// header words and the file's length in words, checked as the formatter
+/// checks them. A reader that has this need read no more of a file whose
+/// total is 0 (only the totals line is printed), and of any other only the
+/// buckets a report charges (see `profdev_report::kprof::format_stream`):
+/// a file is never read whole.
+///
+/// ```
+/// use profdev_formats::kpdata::{encode, Header};
+/// // A 4 GiB file of zeros: its first 24 bytes say all there is to say.
+/// let h = Header::parse(&[0; 24], 1 << 32).unwrap();
+/// assert_eq!((h.words, h.total), (1 << 30, 0));
+/// let mut w = [0u32; 6];
+/// (w[0], w[2], w[4], w[5]) = (7, 1000, 4, 3);
+/// let h = Header::parse(&encode(&w), 1 << 20).unwrap();
+/// assert_eq!((h.total, h.bucket_size()), (7, 8));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Whole words in the file (its length / 4: the formatter's `n`).
+    pub words: u64,
+    /// Word 0.
+    pub total: u32,
+    /// Word 1.
+    pub outside: u32,
+    /// Word 2 (0 if the header is absent).
+    pub microseconds_per_tick: u32,
+    /// Word 5 (0 if the header is absent; unchecked when `total` is 0).
+    pub log_bucket_size: u32,
+}
+
+impl Header {
+    /// Check the header of a kpdata file `len` bytes long whose first
+    /// bytes are `prefix` (its first `min(len, HEADER_LEN)` bytes; more
+    /// are ignored, fewer are read as a file that ends there).
+    pub fn parse(prefix: &[u8], len: u64) -> Result<Header, KpdataError> {
+        let prefix = &prefix[..prefix.len().min(HEADER_LEN)];
+        let len = if prefix.len() < HEADER_LEN {
+            len.min(prefix.len() as u64)
+        } else {
+            len
+        };
+        let n = len / 4;
+        if n < 2 {
+            return Err(KpdataError::TooShort);
+        }
+        let word = |i: usize| {
+            prefix
+                .get(4 * i..4 * i + 4)
+                .map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+        };
+        let header = Header {
+            words: n,
+            total: word(TOTAL_TICKS),
+            outside: word(OUTSIDE_TICKS),
+            microseconds_per_tick: word(MICROSECONDS_PER_TICK),
+            log_bucket_size: word(LOG_BUCKET_SIZE),
+        };
+        if header.total == 0 {
+            // kprof prints only the totals line in this case; the rest of
+            // the header need not be there.
+            return Ok(header);
+        }
+        if n < SPECIAL_WORDS as u64 {
+            return Err(KpdataError::NoHeader { words: n as usize });
+        }
+        if word(SAMPLE_SIZE) != 4 {
+            return Err(KpdataError::SampleSize {
+                found: word(SAMPLE_SIZE),
+            });
+        }
+        if header.log_bucket_size > 31 {
+            return Err(KpdataError::LogBucket {
+                found: header.log_bucket_size,
+            });
+        }
+        Ok(header)
+    }
+
+    /// Bytes per bucket, `1 << word 5` (1 if the header is absent, or
+    /// out of range in a file with no ticks, whose header is not checked).
+    pub fn bucket_size(&self) -> u64 {
+        if self.log_bucket_size <= 31 && self.words >= SPECIAL_WORDS as u64 {
+            1u64 << self.log_bucket_size
+        } else {
+            1
+        }
+    }
+}
+
 /// A decoded kpdata file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kpdata {
@@ -130,33 +220,24 @@ impl Kpdata {
     /// Decode a whole file. Trailing bytes that do not make a word are
     /// ignored (the formatter uses `length / 4`).
     pub fn parse(bytes: &[u8]) -> Result<Kpdata, KpdataError> {
-        let n = bytes.len() / 4;
-        if n < 2 {
-            return Err(KpdataError::TooShort);
-        }
+        Header::parse(bytes, bytes.len() as u64)?;
         let words: Vec<u32> = bytes
             .chunks_exact(4)
             .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        if words[TOTAL_TICKS] == 0 {
-            // kprof prints only the totals line in this case; the rest of
-            // the header need not be there.
-            return Ok(Kpdata { words });
-        }
-        if words.len() < SPECIAL_WORDS {
-            return Err(KpdataError::NoHeader { words: words.len() });
-        }
-        if words[SAMPLE_SIZE] != 4 {
-            return Err(KpdataError::SampleSize {
-                found: words[SAMPLE_SIZE],
-            });
-        }
-        if words[LOG_BUCKET_SIZE] > 31 {
-            return Err(KpdataError::LogBucket {
-                found: words[LOG_BUCKET_SIZE],
-            });
-        }
         Ok(Kpdata { words })
+    }
+
+    /// The header, as [`Header::parse`] reads it from the file.
+    pub fn header(&self) -> Header {
+        let word = |i: usize| self.words.get(i).copied().unwrap_or(0);
+        Header {
+            words: self.words.len() as u64,
+            total: word(TOTAL_TICKS),
+            outside: word(OUTSIDE_TICKS),
+            microseconds_per_tick: word(MICROSECONDS_PER_TICK),
+            log_bucket_size: word(LOG_BUCKET_SIZE),
+        }
     }
 
     /// Word 0.
@@ -177,10 +258,7 @@ impl Kpdata {
     /// Bytes per bucket, `1 << word 5` (1 if the header is absent, or
     /// out of range in a file with no ticks, whose header is not checked).
     pub fn bucket_size(&self) -> u64 {
-        match self.words.get(LOG_BUCKET_SIZE) {
-            Some(&log) if log <= 31 => 1u64 << log,
-            _ => 1,
-        }
+        self.header().bucket_size()
     }
 }
 
@@ -222,6 +300,47 @@ mod tests {
             Kpdata::parse(&encode(&[5, 0, 0])),
             Err(KpdataError::NoHeader { words: 3 })
         );
+    }
+}
+
+#[cfg(test)]
+mod header {
+    use super::*;
+
+    #[test]
+    fn the_header_alone_decides_as_the_whole_file_does() {
+        let mut w = vec![0u32; 16];
+        w[0] = 10;
+        init_header(&mut w, 1000, 3);
+        let good = encode(&w);
+        for n in 0..good.len() {
+            let whole = Kpdata::parse(&good[..n]);
+            let head = Header::parse(&good[..n.min(HEADER_LEN)], n as u64);
+            assert_eq!(head, whole.map(|k| k.header()), "{n} bytes");
+        }
+        let h = Header::parse(&good, good.len() as u64).unwrap();
+        assert_eq!(
+            h,
+            Header {
+                words: 16,
+                total: 10,
+                outside: 0,
+                microseconds_per_tick: 1000,
+                log_bucket_size: 3
+            }
+        );
+        // A prefix shorter than the header reads as a file that ends there.
+        assert_eq!(
+            Header::parse(&good[..12], 1 << 30),
+            Err(KpdataError::NoHeader { words: 3 })
+        );
+        // A total of 0: the length is the file's, nothing else is checked.
+        let zero = Header::parse(&[0; 24], 1 << 32).unwrap();
+        assert_eq!(
+            (zero.words, zero.total, zero.bucket_size()),
+            (1 << 30, 0, 1)
+        );
+        assert_eq!(Header::parse(&[0; 7], 7), Err(KpdataError::TooShort));
     }
 }
 

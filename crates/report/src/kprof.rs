@@ -27,8 +27,10 @@
 //! (the original's `qsort` left their order unspecified); the original's
 //! write one past the end of its record array is not reproduced.
 
-use profdev_formats::kpdata::{Kpdata, SPECIAL_WORDS};
+use profdev_formats::kpdata::{Header, Kpdata, SPECIAL_WORDS};
+use std::convert::Infallible;
 use std::fmt::Write;
+use std::ops::Range;
 
 /// Page size used to find `tbase`, as Inferno's kprof did.
 pub const PAGE_SIZE: u64 = 4096;
@@ -70,36 +72,96 @@ pub struct Report {
 /// Format `data` against text symbols given as `(address, name)` in
 /// ascending address order.
 pub fn format(symbols: &[(u64, &str)], data: &Kpdata) -> Report {
-    let w = &data.words;
-    let n = w.len();
-    let total = data.total();
-    let outside = data.outside();
+    let read = |r: Range<u64>| {
+        let words = data
+            .words
+            .get(r.start as usize..r.end as usize)
+            .unwrap_or(&[]);
+        Ok::<_, Infallible>(words.iter().map(|&w| Ok(w)))
+    };
+    match format_stream(symbols, &data.header(), read) {
+        Ok(report) => report,
+        Err(never) => match never {},
+    }
+}
+
+/// The words of the file [`format_stream`] reads for `header` and
+/// `symbols`: from the bucket of the first symbol to the last bucket that
+/// starts before the last symbol (normally `_etext`), and no further than
+/// the file. Empty when the report needs no bucket (a total of 0, fewer
+/// than two symbols).
+pub fn buckets_read(symbols: &[(u64, &str)], header: &Header) -> Range<u64> {
+    let Some(&(s0, _)) = symbols.first() else {
+        return 0..0;
+    };
+    // (The greatest address: the last, in the order promised.)
+    let last = symbols.iter().map(|s| s.0).max().unwrap_or(s0);
+    if header.total == 0 || symbols.len() < 2 {
+        return 0..0;
+    }
+    let pcres = header.bucket_size();
+    let tbase = s0 & !(PAGE_SIZE - 1);
+    let first = (s0 - tbase) / pcres + SPECIAL_WORDS as u64;
+    // Bucket j is charged while j * pcres < last - tbase.
+    let end = last.saturating_sub(tbase).div_ceil(pcres).min(header.words);
+    first..end.max(first)
+}
+
+/// [`format`] for a file read as it is formatted: `header` is its header
+/// ([`Header::parse`]), and `read(range)` yields the words of the file at
+/// the indices `range` ([`buckets_read`]), in order. `read` is called at
+/// most once, and not at all for a file whose total is 0: memory and
+/// reading are bounded by the symbols, never by the file's length. Words
+/// that end early (a file that shrank) end the buckets there, as a
+/// shorter file would; an error of `read` or of a word is returned.
+pub fn format_stream<I, E>(
+    symbols: &[(u64, &str)],
+    header: &Header,
+    read: impl FnOnce(Range<u64>) -> Result<I, E>,
+) -> Result<Report, E>
+where
+    I: Iterator<Item = Result<u32, E>>,
+{
+    let total = header.total;
+    let outside = header.outside;
     let delta = total.wrapping_sub(outside);
     let mut text =
         format!("total: {total}\tin kernel text: {delta}\toutside kernel text: {outside}\n");
-    let done = |text, rows, error| Report { text, rows, error };
+    let done = |text, rows, error| Ok(Report { text, rows, error });
     if total == 0 {
         return done(text, Vec::new(), None);
     }
     let Some(&(s0, _)) = symbols.first() else {
         return done(text, Vec::new(), Some(KprofError::NoTextSymbols));
     };
-    let uspertick = u64::from(data.microseconds_per_tick());
-    let pcres = data.bucket_size();
+    let uspertick = u64::from(header.microseconds_per_tick);
+    let pcres = header.bucket_size();
     let tbase = s0 & !(PAGE_SIZE - 1);
     let _ = writeln!(text, "KTZERO {tbase:08x}");
 
+    let range = buckets_read(symbols, header);
+    let (mut j, mut end) = (range.start, range.end);
+    let mut words = if range.is_empty() {
+        None
+    } else {
+        Some(read(range)?)
+    };
     let mut rows = Vec::new();
-    let mut j = usize::try_from((s0 - tbase) / pcres).unwrap_or(usize::MAX) + SPECIAL_WORDS;
     for i in 1..symbols.len() {
-        if j >= n {
+        if j >= end {
             break;
         }
         let (addr, name) = symbols[i - 1];
         let limit = symbols[i].0.saturating_sub(tbase);
         let mut sum = 0u64;
-        while j < n && (j as u64).saturating_mul(pcres) < limit {
-            sum = sum.saturating_add(u64::from(w[j]));
+        while j < end && j.saturating_mul(pcres) < limit {
+            match words.as_mut().and_then(Iterator::next) {
+                Some(w) => sum = sum.saturating_add(u64::from(w?)),
+                None => {
+                    end = j;
+                    break;
+                }
+            }
             j += 1;
         }
         if sum != 0 {
@@ -174,6 +236,88 @@ mod tests {
                 .ends_with("ms\t  %\tsym\n36893488130239234\t200.0\tfnA\n"),
             "{}",
             r.text
+        );
+    }
+
+    /// TV-K4's symbols and words.
+    fn tv_k4() -> (Vec<(u64, &'static str)>, Vec<u32>) {
+        let syms = vec![
+            (0x8010_0000, "_start"),
+            (0x8010_0040, "fnA"),
+            (0x8010_0100, "fnB"),
+            (0x8010_0200, "fnC"),
+            (0x8010_0400, "etext"),
+        ];
+        let mut w = vec![0u32; 128];
+        (w[0], w[1], w[2], w[3], w[4], w[5]) = (100, 3, 10000, 128, 4, 3);
+        (w[6], w[10], w[40], w[100]) = (2, 30, 50, 15);
+        (syms, w)
+    }
+
+    #[test]
+    fn tv_k4_streamed_reads_only_the_charged_buckets() {
+        let (syms, w) = tv_k4();
+        let whole = format(&syms, &Kpdata::parse(&encode(&w)).unwrap());
+        assert_eq!(
+            whole.text,
+            "total: 100\tin kernel text: 97\toutside kernel text: 3\nKTZERO 80100000\n\
+             ms\t  %\tsym\n500\t 51.5\tfnB\n300\t 30.9\tfnA\n150\t 15.4\tfnC\n20\t  2.0\t_start\n"
+        );
+        // The same file claiming 2^30 words: the buckets up to etext are
+        // read (6..128), once, and the report is the same.
+        let mut header = Header::parse(&encode(&w[..6]), 1 << 32).unwrap();
+        assert_eq!(buckets_read(&syms, &header), 6..128);
+        let mut asked = Vec::new();
+        let r = format_stream(&syms, &header, |r: Range<u64>| {
+            asked.push(r.clone());
+            Ok::<_, ()>(r.map(|j| Ok(w[j as usize])))
+        })
+        .unwrap();
+        assert_eq!(asked.len(), 1);
+        assert_eq!((asked[0].clone(), r), (6..128, whole));
+        // A file shorter than etext's bucket: read to its end.
+        header.words = 41;
+        assert_eq!(buckets_read(&syms, &header), 6..41);
+        // A total of 0 reads nothing (TV-K6).
+        header.total = 0;
+        assert_eq!(buckets_read(&syms, &header), 0..0);
+        let r = format_stream(&syms, &header, |_| -> Result<std::iter::Empty<_>, ()> {
+            panic!("read a file whose total is 0")
+        });
+        assert_eq!(
+            r.unwrap().text,
+            "total: 0\tin kernel text: 4294967293\toutside kernel text: 3\n"
+        );
+    }
+
+    #[test]
+    fn streamed_words_that_end_early_or_fail() {
+        let (syms, w) = tv_k4();
+        let header = Header::parse(&encode(&w[..6]), 512).unwrap();
+        // Words that end at 41 (the file shrank): as a 41-word file.
+        let short = format_stream(&syms, &header, |r: Range<u64>| {
+            Ok::<_, ()>(r.take_while(|&j| j < 41).map(|j| Ok(w[j as usize])))
+        })
+        .unwrap();
+        let want = format(&syms, &Kpdata::parse(&encode(&w[..41])).unwrap());
+        assert_eq!(short, want);
+        assert_eq!(short.rows.len(), 3);
+        // A read error is returned.
+        let e = format_stream(&syms, &header, |r: Range<u64>| {
+            Ok(r.map(|j| {
+                if j < 20 {
+                    Ok(w[j as usize])
+                } else {
+                    Err("EIO")
+                }
+            }))
+        });
+        assert_eq!(e, Err("EIO"));
+        assert_eq!(
+            format_stream(&syms, &header, |_| -> Result<std::iter::Empty<_>, _> {
+                Err("EIO")
+            }),
+            Err("EIO")
         );
     }
 

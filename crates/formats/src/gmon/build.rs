@@ -142,6 +142,12 @@ pub struct CallGraph<A> {
 impl<A: ArcSink> CallGraph<A> {
     /// An empty graph over `[start, end)` (rounded out to cells, see
     /// [`text_bounds`]), its arcs going to `arcs`.
+    ///
+    /// The cells are allocated here, 2 bytes per 4 bytes of text: the
+    /// caller gives text that is present (the kernel's, from kallsyms; an
+    /// executable's `.text` once checked to lie within its file and a
+    /// loadable segment, as `profdev gmon` does), never a size an input
+    /// merely claims.
     pub fn new(start: u64, end: u64, arcs: A) -> Self {
         let (lowpc, highpc) = text_bounds(start, end);
         CallGraph {
