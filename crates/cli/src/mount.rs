@@ -239,7 +239,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 /// let dir = crate::mount::ensure_mounted()?;
 /// std::fs::write(dir.join("kpctl"), "start\n")?;
 /// ```
-#[allow(dead_code)] // reason: for the kgmon, prf and prof commands, which land from other branches
 pub fn ensure_mounted() -> Result<PathBuf> {
     let dir = std::env::var_os("PROFDEV_MOUNT")
         .map(PathBuf::from)

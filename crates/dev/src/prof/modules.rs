@@ -82,12 +82,6 @@ impl Resolver {
         self.tasks = Tasks::with_objects(self.objects.clone());
     }
 
-    /// The object of module `module`, once it has a record.
-    #[allow(dead_code)]
-    pub(super) fn object(&self, module: u32) -> Option<Arc<Object>> {
-        self.held.get(&module).cloned()
-    }
-
     /// Resolve a batch: one outcome per user-mode sample, in order.
     pub(super) fn batch(&mut self, records: &[Record], wanted: &[Wanted]) -> Vec<Outcome> {
         let mut out = Vec::new();
