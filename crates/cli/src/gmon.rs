@@ -1206,3 +1206,7 @@ mod tests {
         assert_eq!(b.unwind_stats().kernel_chain, 2);
     }
 }
+
+/// The PLT arc rule on synthetic stacks (a file of its own).
+#[cfg(test)]
+mod plt_arcs;

@@ -424,10 +424,13 @@ fn a_launch_counts_what_the_stepper_counts() {
         // The engine plans the functions of .text; the stepper also sees
         // padding between them, which never runs.
         let Some(&n) = engine.get(&addr) else {
-            assert_eq!(want, 0, "instruction {addr:#x} ran but is not planned");
+            assert_eq!(
+                want, 0,
+                "instruction {addr:#x} ran but is not planned; cprof said: {err}"
+            );
             continue;
         };
-        assert_eq!(n, want, "instruction {addr:#x}");
+        assert_eq!(n, want, "instruction {addr:#x}; cprof said: {err}");
         compared += 1;
     }
     let ran = profdev_coverage::lines::instruction_counts(&oracle)
@@ -447,7 +450,7 @@ fn a_launch_counts_what_the_stepper_counts() {
         assert_eq!(
             branches.get(&b.addr).copied(),
             Some((b.taken, b.not_taken)),
-            "conditional jump at {:#x}",
+            "conditional jump at {:#x}; cprof said: {err}",
             b.addr
         );
     }

@@ -250,8 +250,11 @@ fn help_says_what_called_counts_are() {
 
 /// Calls through the PLT (work.c of prof_fixture calls random_r through
 /// `random_r@plt`) are calls into a shared library: no arc into `_init`,
-/// or into anything but the program's own functions, and profdev says how
-/// many it left out. One sample in ten of the program lands in the stub.
+/// or into anything but the program's own functions. Whether any sample
+/// lands in the one-instruction stub (and so whether stderr counts arcs
+/// into PLT stubs) depends on the machine and its load: that rule is tested
+/// on synthetic stacks (`gmon::plt_arcs` in the binary's unit tests,
+/// formats' tests/gmon_arcs.rs); here only what any run shows.
 #[test]
 fn plt_calls_make_no_arc_into_init() {
     if !ready("profdev gmon on PLT calls", &["cc", "gprof"]) {
@@ -268,15 +271,14 @@ fn plt_calls_make_no_arc_into_init() {
         .arg(&exe));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "profdev gmon: {stderr}");
-    let plt = stderr
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("profdev gmon: ")?
-                .split_once(" arcs into PLT stubs")
-        })
-        .and_then(|(n, _)| n.parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no PLT arc count: {stderr}"));
-    assert!(plt > 0, "{stderr}");
+    // If any, said in one line with its number.
+    for l in stderr.lines().filter(|l| l.contains("arcs into PLT stubs")) {
+        let n = l
+            .strip_prefix("profdev gmon: ")
+            .and_then(|l| l.split_once(' '))
+            .and_then(|(n, _)| n.parse::<u64>().ok());
+        assert!(n.is_some_and(|n| n > 0), "{stderr}");
+    }
     let g = Command::new("gprof")
         .arg("-b")
         .arg(&exe)

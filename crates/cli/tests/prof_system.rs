@@ -76,13 +76,15 @@ fn system_wide_session_in_process() {
     check_modules(&modules, &work);
 }
 
-/// `profdev prof -f -- ./work`: the PLT stub work calls random_r through is
-/// its own row, `random_r@plt()`, and nothing is charged to `_init`. About
-/// one in ten of the executable's samples lands in the stub (measured 93
-/// of 766): with hundreds of samples, a run without any is impossible in
-/// practice (0.9^300 < 1e-13).
+/// `profdev prof -f -- ./work`, which calls random_r through its PLT stub:
+/// nothing is charged to `_init` or to `??`, and the rows are the
+/// program's functions. Whether a sample lands in the one-instruction stub
+/// (a `random_r@plt()` row) depends on the machine and its load (one
+/// machine gets none, as perf does there), so it is not required; the name
+/// of a pc in a stub is tested at known addresses (profdev-symbolize's
+/// tests/plt_stubs.rs).
 #[test]
-fn prof_command_names_the_plt_stub() {
+fn prof_command_charges_no_plt_stub_to_init() {
     if !privileged("profdev prof on the PLT fixture", can_sample_system()) {
         return;
     }
@@ -103,7 +105,6 @@ fn prof_command_names_the_plt_stub() {
         .lines()
         .filter_map(|l| l.rsplit('\t').next().filter(|_| l.contains('\t')))
         .collect();
-    assert!(rows.contains(&"random_r@plt()"), "{module}");
     assert!(
         rows.contains(&"hot()") && rows.contains(&"main()"),
         "{module}"
@@ -113,6 +114,13 @@ fn prof_command_names_the_plt_stub() {
         "a PLT stub charged to _init: {module}"
     );
     assert!(!rows.contains(&"??()"), "{module}");
+    // Every row is one of the program's functions, its stub if sampled,
+    // or its startup code (a sample or two at most, see check_modules).
+    let others: Vec<&&str> = rows
+        .iter()
+        .filter(|r| !["hot()", "main()", "random_r@plt()"].contains(r))
+        .collect();
+    assert!(others.len() <= 3, "{module}");
 }
 
 /// `profdev prof -f -- xz`: Debian's liblzma has no symbol table and no

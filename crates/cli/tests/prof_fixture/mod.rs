@@ -5,7 +5,11 @@
 //! `random_r` (an exported, non-IFUNC function that does its work itself,
 //! so that even without libc's debug information `addr2line -f` names it
 //! from the dynamic symbol table), called through its PLT stub
-//! `random_r@plt`, where a few percent of the samples land.
+//! `random_r@plt`. A sample may land in the stub or not: that depends on
+//! the machine and its load (one machine gets none, as perf does there),
+//! so the checks below never require one; where one lands it must be
+//! named `random_r@plt`. The naming itself is tested at known addresses
+//! (profdev-symbolize's tests/plt_stubs.rs).
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::path::Path;
@@ -96,8 +100,9 @@ pub fn check_modules(modules: &[Module], work: &Path) {
         .unwrap_or_else(|| panic!("no directory for libc among {modules:#?}"));
 
     // The executable: only this workload runs it. Its pcs are in hot(),
-    // in main()'s loop around random_r, or in random_r's PLT stub, and in
-    // nothing else but the few instructions of its startup and exit code.
+    // in main()'s loop around random_r, or in random_r's PLT stub (if any
+    // sample landed there), and in nothing else but the few instructions
+    // of its startup and exit code.
     // profdev's own symbolizer names them; addr2line, the oracle, agrees
     // wherever it knows a name (it prints ?? for PLT stubs).
     let pcs: Vec<u64> = exe.pairs.iter().map(|p| p.0).collect();
@@ -131,17 +136,22 @@ pub fn check_modules(modules: &[Module], work: &Path) {
     eprintln!(
         "work: {total} samples, {in_hot} in hot(), {in_main} in main(), {in_plt} in random_r@plt"
     );
-    assert!(total >= 200, "too few samples of work: {total}");
-    // hot() and main()'s loop share the time roughly evenly (measured 316
-    // and 318 of 636): a quarter is more than 10 standard deviations away.
-    assert!(in_hot * 4 > total, "{names:?}");
+    // Bounds any correct profiler meets on any machine, idle or busy: the
+    // executable's own code runs about half a second (measured 528 to 911
+    // samples at 1 ms, idle and busy, on two machines); a machine several
+    // times faster still gives 100.
+    assert!(total >= 100, "too few samples of work: {total}");
+    // hot() and main()'s loop share the executable's time in a ratio that
+    // depends on the processor (measured 316 of 636 here, 334 of 911 on
+    // another machine): a tenth is far below either.
+    assert!(in_hot * 10 > total, "{names:?}");
+    assert!(in_main > 0, "{names:?}");
     // Startup and exit run for microseconds: a sample or two at most.
     let elsewhere = total - in_hot - in_main - in_plt;
     assert!(
         elsewhere <= 3,
         "{elsewhere} samples outside hot, main and random_r@plt: {names:?}"
     );
-    assert!(in_plt > 0, "no sample in random_r@plt: {names:?}");
 
     // libc: every process uses it; this workload's random_r must be there.
     let pcs: Vec<u64> = libc.pairs.iter().map(|p| p.0).collect();
@@ -157,8 +167,11 @@ pub fn check_modules(modules: &[Module], work: &Path) {
         "libc: {} samples, {in_random} in random_r by addr2line",
         libc.pairs.iter().map(|p| p.1).sum::<u64>()
     );
+    // random_r does about as much work as the executable's own code
+    // (measured 199 to 353 samples against its 528 to 563): a tenth of
+    // the executable's count is far below that.
     assert!(
-        in_random >= 100,
-        "random_r has {in_random} samples: {names:?}"
+        in_random * 10 >= total,
+        "random_r has {in_random} samples, the executable {total}: {names:?}"
     );
 }
