@@ -497,11 +497,31 @@ fn run(args: &Args) -> Result<ExitCode> {
         eprintln!("mprof: warning: {e}");
     }
     if reports.is_empty() {
+        // Every process that loaded the library left its table at least:
+        // none did.
+        let cmd = args.command[0].to_string_lossy();
+        if let Some(i) = job.interrupted() {
+            eprintln!(
+                "{}",
+                i.sentence(
+                    "mprof",
+                    &format!("{cmd} had not loaded the accounting library yet: nothing was counted")
+                )
+            );
+            return Ok(job.exit_code(status));
+        }
         bail!(
-            "{} wrote no allocation report: the library was not loaded (a setuid program, or \
-             one that clears LD_PRELOAD) or every process was killed before it could write; \
-             nothing was counted",
-            args.command[0].to_string_lossy()
+            "{cmd} never loaded the accounting library ({}): it is setuid or setgid (the \
+             loader ignores LD_PRELOAD then), or clears LD_PRELOAD before running the \
+             programs that allocate; nothing was counted",
+            match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+                (_, Some(sig)) => format!(
+                    "it was killed by {}",
+                    profdev_sample::job::signal_name(sig)
+                ),
+                (Some(c), _) => format!("it exited with status {c}"),
+                _ => "it ended".to_string(),
+            }
         );
     }
     let untracked: u64 = reports.iter().map(|r| r.untracked + r.table_failures).sum();
@@ -572,7 +592,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
-            i.sentence("mprof", "the tables show the processes that ended normally")
+            i.sentence("mprof", "the tables show what was counted until then")
         );
     }
     Ok(job.exit_code(status))
@@ -597,6 +617,15 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
             _ => POOL_MALLOC,
         }
     });
+    // Caught from here on: a signal during the attach (which holds PID's
+    // threads) ends the wait right after it, never the attach half way.
+    let signal = catch_signals()?;
+    if let Ok(tmp) = std::env::temp_dir().canonicalize() {
+        profdev_mprof::sweep(&tmp, std::fs::metadata("/proc/self").map_or(0, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        }));
+    }
     let attached = attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers).map_err(|e| {
         anyhow::anyhow!(match e {
             DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
@@ -604,15 +633,27 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
             e => e.to_string(),
         })
     })?;
+    // Kept from the sweep of other runs while this one reads it.
+    let _held = attached.hold();
     eprintln!("mprof: attached to process {pid}; its tables are shown when it exits");
+    let mut caught = None;
     while attached.running() {
+        let sig = signal.load(std::sync::atomic::Ordering::SeqCst);
+        if sig != 0 {
+            caught = Some(sig as libc::c_int);
+            break;
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
+    // or still runs (mprof was interrupted), its table of counts.
     let reports = attached.reports();
     if reports.is_empty() {
         bail!(
-            "process {pid} wrote no allocation report: it ended with _exit or a signal, or \
-             forked away; nothing was counted"
+            "process {pid} left neither a report nor its table of counts in {}: the library \
+             could not write there (a full disk, or the directory was removed); nothing was \
+             counted",
+            attached.reports_dir().display()
         );
     }
     let merged = merge(&reports);
@@ -641,8 +682,40 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
         }
     }
     modules.retain(|m| m.high_water != 0 || args.options.zeros);
-    show(&modules, args, None)?;
-    Ok(ExitCode::SUCCESS)
+    let shown = show(&modules, args, None);
+    if let Some(sig) = caught {
+        if let Err(e) = shown {
+            eprintln!("mprof: {e}");
+        }
+        eprintln!(
+            "mprof: interrupted by {}; the tables show what process {pid} counted until then; \
+             it goes on counting into {} (removed once it has exited, by the next mprof)",
+            profdev_sample::job::signal_name(sig),
+            attached.reports_dir().display()
+        );
+        return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)));
+    }
+    shown.map(|()| ExitCode::SUCCESS)
+}
+
+/// Catch SIGINT, SIGTERM and SIGHUP (those not ignored when mprof
+/// started: nohup's stay ignored) into the returned number.
+fn catch_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
+    let signal = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction is a valid out-parameter; a null new
+        // action only queries.
+        let ignored = unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+        };
+        if !ignored {
+            signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
+                .with_context(|| format!("cannot catch signal {sig}"))?;
+        }
+    }
+    Ok(signal)
 }
 
 /// The -m list (and -e's executable) as `module` words, paths absolute.

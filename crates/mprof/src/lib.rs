@@ -116,21 +116,35 @@ pub const MAX_LIVE: u64 = 64 << 20;
 /// One run's private directory: the library, and the reports it writes.
 pub struct Session {
     dir: tempfile::TempDir,
+    /// The directory's lock, held while the session lives ([`sweep`]).
+    _held: std::fs::File,
 }
 
 impl Session {
     /// A fresh private directory (0700, a unique name under `$TMPDIR` or
-    /// /tmp) holding the library (written through profdev-safefile:
-    /// `O_EXCL|O_NOFOLLOW`, then renamed) and an empty `out/` for reports.
+    /// /tmp, locked while the session lives) holding the library (written
+    /// through profdev-safefile: `O_EXCL|O_NOFOLLOW`, then renamed) and an
+    /// empty `out/` for reports. Directories earlier sessions of this user
+    /// left behind are removed first ([`sweep`]).
     pub fn new() -> std::io::Result<Session> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let dir = tempfile::Builder::new()
-            .prefix("profdev-mprof.")
+            .prefix(LAUNCH_PREFIX)
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()?;
+        let held = hold(dir.path())?;
+        let uid = std::fs::symlink_metadata(dir.path())?.uid();
+        sweep(&std::env::temp_dir(), uid);
         profdev_safefile::write_file(dir.path().join("libprofdev_mprof.so"), LIBRARY, 0o500)
             .map_err(profdev_safefile::Error::into_os_error)?;
         profdev_safefile::create_dir(dir.path().join("out"), 0o700)
             .map_err(profdev_safefile::Error::into_os_error)?;
-        Ok(Session { dir })
+        Ok(Session { dir, _held: held })
+    }
+
+    /// The session's directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The library's path.
@@ -183,6 +197,119 @@ impl Session {
     pub fn reports(&self) -> (Vec<Report>, Vec<String>) {
         read_reports(&self.reports_dir())
     }
+}
+
+/// The name prefix of `mprof CMD`'s private directories.
+pub const LAUNCH_PREFIX: &str = "profdev-mprof.";
+/// The name prefix of an attached process's directories
+/// (`profdev_dev::prof::attach_process`).
+pub const ATTACH_PREFIX: &str = "profdev-attach.";
+/// A directory of an attach younger than this is never swept (the load
+/// into the process may take 20 s), nor one of `mprof CMD` still without
+/// its library.
+pub const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Lock the directory `dir` (an exclusive `flock` on it, held as long as
+/// the returned file is open) so that [`sweep`] leaves it alone.
+pub fn hold(dir: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)?;
+    f.lock()?;
+    Ok(f)
+}
+
+/// Remove, under `tmp`, the private directories of earlier mprof sessions
+/// and attaches ([`LAUNCH_PREFIX`], [`ATTACH_PREFIX`]) that belong to
+/// `uid` and are over: not locked ([`hold`]: no profdev works in them),
+/// and whose library no live process maps (/proc/PID/maps of every
+/// process this one may read), and, for an attach's or one without its
+/// library, older than [`SWEEP_GRACE`]. Returns how many were removed.
+/// `mprof CMD` and `mprof -p` sweep as they start, the prof device at each
+/// attach: a directory left by a SIGKILLed profdev, or by an attached
+/// process that went on after profdev, goes at the next run of its user.
+pub fn sweep(tmp: &Path, uid: u32) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return 0;
+    };
+    let mut candidates = Vec::new();
+    for e in entries.take(MAX_ENTRIES).filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let attach = name.starts_with(ATTACH_PREFIX);
+        if !attach && !name.starts_with(LAUNCH_PREFIX) {
+            continue;
+        }
+        let path = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !m.is_dir() || m.uid() != uid {
+            continue;
+        }
+        let old = m
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > SWEEP_GRACE);
+        let has_library = path.join("libprofdev_mprof.so").exists();
+        if (attach || !has_library) && !old {
+            continue;
+        }
+        candidates.push(path);
+    }
+    if candidates.is_empty() {
+        return 0;
+    }
+    let mapped = mapped_dirs();
+    let mut removed = 0;
+    for path in candidates {
+        if mapped.iter().any(|m| m == &path) {
+            continue;
+        }
+        // Locked by a profdev at work: not ours to take. Holding the lock
+        // while removing keeps a new holder out (none can come: only the
+        // session that made a directory locks it).
+        let Ok(f) = std::fs::OpenOptions::new().read(true).open(&path) else {
+            continue;
+        };
+        if f.try_lock().is_err() {
+            continue;
+        }
+        if std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The directories of mprof libraries that live processes map.
+fn mapped_dirs() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.filter_map(|e| e.ok()) {
+        if !p.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(maps) = std::fs::read_to_string(p.path().join("maps")) else {
+            continue;
+        };
+        for line in maps.lines() {
+            let Some(i) = line.find('/') else { continue };
+            let path = line[i..].trim_end_matches(" (deleted)");
+            if let Some(dir) = path.strip_suffix("/libprofdev_mprof.so") {
+                if !out.iter().any(|o: &PathBuf| o.as_os_str() == dir) {
+                    out.push(PathBuf::from(dir));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Read the reports in `dir`: every complete text report (`mprof.PID.K`)
@@ -372,6 +499,19 @@ fn open_report_file(path: &Path) -> Result<(std::fs::File, u64), String> {
         return Err("not a regular file".into());
     }
     Ok((f, m.len()))
+}
+
+/// One text report (`mprof.PID.K`), opened without following a link, a
+/// regular file, refused by its size (over [`MAX_REPORT`]) before it is
+/// read.
+pub fn read_report(path: &Path) -> Result<Report, String> {
+    let mut budget = Budget {
+        limits: Limits::LAUNCH,
+        reports: 0,
+        bytes: 0,
+        refused: 0,
+    };
+    read_text(path, &mut budget)
 }
 
 /// A text report, refused by its size (over [`MAX_REPORT`], or over what
