@@ -620,12 +620,13 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     // Caught from here on: a signal during the attach (which holds PID's
     // threads) ends the wait right after it, never the attach half way.
     let signal = catch_signals()?;
-    if let Ok(tmp) = std::env::temp_dir().canonicalize() {
-        profdev_mprof::sweep(&tmp, std::fs::metadata("/proc/self").map_or(0, |m| {
+    profdev_mprof::sweep(
+        &std::env::temp_dir(),
+        std::fs::metadata("/proc/self").map_or(0, |m| {
             use std::os::unix::fs::MetadataExt;
             m.uid()
-        }));
-    }
+        }),
+    );
     let attached = attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers).map_err(|e| {
         anyhow::anyhow!(match e {
             DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,

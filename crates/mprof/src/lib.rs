@@ -232,7 +232,11 @@ pub fn hold(dir: &Path) -> std::io::Result<std::fs::File> {
 /// process that went on after profdev, goes at the next run of its user.
 pub fn sweep(tmp: &Path, uid: u32) -> usize {
     use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(tmp) else {
+    // Paths as /proc/PID/maps gives them.
+    let Ok(tmp) = std::fs::canonicalize(tmp) else {
+        return 0;
+    };
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
         return 0;
     };
     let mut candidates = Vec::new();
