@@ -74,16 +74,45 @@
 //! water is the most its sites held at once.
 //!
 //! **How.** The library (`profdev_mprof`, C, embedded in profdev) is
-//! written to a fresh private directory (mode 0700) at each run; each
-//! process writes its counters there at exit, in a file created
-//! `O_EXCL|O_NOFOLLOW`, mode 0600. Sites are mapped to their module's
-//! link-time address through the load bias the dynamic linker recorded and
-//! looked up in the module's DWARF line tables. The overhead is measured
-//! by `bench/memory_overhead.sh`.
+//! written to a fresh private directory (mode 0700, locked by mprof while
+//! it runs) at each run. Each process counts into a table shared with
+//! profdev: a `MAP_SHARED` mapping of a file of its own in that directory
+//! (`live.PID.K`, created `O_EXCL|O_NOFOLLOW`, mode 0600), so its counts
+//! outlive it however it ends; at a normal exit it writes them as a text
+//! report (`mprof.PID.K`, the same way) and removes the table. mprof reads
+//! the reports, and the tables of processes that left none. Sites are
+//! mapped to their module's link-time address through the load bias the
+//! dynamic linker recorded and looked up in the module's DWARF line
+//! tables. The overhead is measured by `bench/memory_overhead.sh`.
 //!
-//! **Signals.** CMD runs in its own process group as under `profdev prof`;
-//! a process killed by a signal writes no report and is missing from the
-//! tables (mprof says so).
+//! **Nothing lost.** A process that ends with `_exit` (dash does), dies
+//! of a signal (SIGSEGV...), is killed with SIGKILL (the OOM killer), or
+//! execs another program is shown with what it had counted until then,
+//! from its table. SIGINT, SIGTERM or SIGHUP sent to mprof: with CMD, the
+//! signal is passed on as the Signals paragraph of `--help` says and the
+//! tables of what was counted are shown; with `-p`, the tables of what
+//! the process counted so far are shown (it runs on); either way mprof
+//! says so in one sentence and exits with 128 + the signal. When no
+//! process loaded the library at all, the sentence says why it can be
+//! (a setuid program, LD_PRELOAD cleared, or interrupted before), with
+//! CMD's status.
+//!
+//! **Directories.** mprof's private directory (`profdev-mprof.*` under
+//! `$TMPDIR` or /tmp) is removed when mprof ends; an attach's
+//! (`profdev-attach.*`) when its process has exited. One left behind (a
+//! SIGKILLed mprof, a process still counting after `mprof -p` was
+//! interrupted) is removed by the next mprof or attach of the same user,
+//! once it is not locked by a running profdev and no live process maps
+//! its library (`/proc/PID/maps`); an attach's only when over 60 s old
+//! (loading into a process may take 20 s).
+//!
+//! **Reports read.** A report larger than the library can write (about
+//! 15 MB: 1024 modules, 65536 sites) or with more modules or sites is
+//! refused by its size before it is read; a table must be the size its
+//! header names (13 MiB). From an attached process's directory, which its
+//! user owns, at most 256 reports and 64 MiB are read per session.
+//!
+//! **Signals.** CMD runs in its own process group as under `profdev prof`.
 //!
 //! # Example
 //!
@@ -123,9 +152,10 @@
 //! own allocator (a Rust #[global_allocator]): its allocations bypass the C library's
 //! malloc and are out of reach of mprof …`) and exits with status 1
 //! instead of printing an empty profile. When no process
-//! wrote a report (setuid programs ignore `LD_PRELOAD`; a program may
-//! clear its environment or be killed), mprof says so rather than print an
-//! empty profile.
+//! loaded the library (setuid programs ignore `LD_PRELOAD`; a program may
+//! clear its environment), mprof says so with CMD's status (`mprof: prog
+//! never loaded the accounting library (it exited with status 0): it is
+//! setuid or setgid ...`) rather than print an empty profile.
 //!
 //! # Bugs
 //!
@@ -139,12 +169,23 @@
 //!   libraries through their own system calls (not the exported `mmap`),
 //!   and pages a MAP_FIXED mapping or an mremap made by glibc itself
 //!   replaces, are not seen.
-//! * `-p PID` shows the tables when the process exits (its report is
-//!   written at exit): one that ends with `_exit` or a signal gives none,
-//!   and interrupting mprof meanwhile leaves the process counting into a
-//!   directory that is gone. Programs it execs are not counted, and
-//!   children it forks only if they end first. The limits of attaching
-//!   are in `profdev_dev::prof`'s memory mode (`startmp… PID`).
+//! * `-p PID` shows the tables when the process exits; interrupted, mprof
+//!   shows what it counted so far and leaves it counting into its
+//!   directory (removed by a later run once it has exited). Programs it
+//!   execs are not counted, and children it forks only if they end
+//!   first. The limits of attaching are in `profdev_dev::prof`'s memory
+//!   mode (`startmp… PID`).
+//! * Counts taken from a table (a process that ended without its exit
+//!   report) have no DHAT figures (`--dhat` then warns and writes no
+//!   file if no process ended normally), and leave out a site whose
+//!   module the process had not yet found when it ended. A table is
+//!   read as it is: a process killed in the middle of an update of a
+//!   site may show that update half made (a high water not yet raised).
+//! * A process image that execs now counts too: its allocations up to the
+//!   exec are in its table (before, it wrote no report). Each process
+//!   leaves a sparse 13 MiB file in the private directory for as long as
+//!   it runs (its touched pages only, as its memory did), or until mprof
+//!   ends if it ended without its report.
 //! * Exactness costs most when several threads allocate in one module at
 //!   once: a site's and its module's bytes change under the module's lock,
 //!   whose cache line then moves between CPUs on every call (see
@@ -588,6 +629,13 @@ fn run(args: &Args) -> Result<ExitCode> {
             gmax_us,
         })
     });
+    if let (Some(file), None) = (&args.dhat, &dhat_run) {
+        eprintln!(
+            "mprof: warning: no process ended normally, and DHAT's figures come with a \
+             normal end only: {} was not written",
+            file.to_string_lossy()
+        );
+    }
     show(&modules, args, dhat_run.as_ref())?;
     if let Some(i) = job.interrupted() {
         eprintln!(

@@ -37,9 +37,11 @@
  * inline in malloc and free, without the recursion guard's writes.
  *
  * The real allocator is glibc's, reached through its exported
- * __libc_malloc family (no dlsym, which itself allocates). On exit the
- * counters are written to a fresh file (O_CREAT|O_EXCL|O_NOFOLLOW, 0600)
- * in the private directory named by PROFDEV_MPROF_DIR.
+ * __libc_malloc family (no dlsym, which itself allocates). The counters
+ * live in a file shared with profdev (see "the shared table"), so they
+ * outlive _exit, signals and SIGKILL; on a normal exit they are written
+ * to a fresh text report (O_CREAT|O_EXCL|O_NOFOLLOW, 0600) in the private
+ * directory named by PROFDEV_MPROF_DIR, and the shared file is removed.
  *
  * fork: the child starts from zero (its tables are emptied), so summing
  * the reports of all processes counts every allocation once; blocks the

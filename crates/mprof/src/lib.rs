@@ -47,10 +47,21 @@
 //!   frees of blocks the child inherited are not counted. **exec**:
 //!   `LD_PRELOAD` stays in the environment, the new image loads the library
 //!   afresh and writes its own report.
-//! * **Report**: at exit (a destructor), one text file per process image,
-//!   `mprof.PID.N`, created `O_CREAT|O_EXCL|O_NOFOLLOW` mode 0600 in the
+//! * **The shared table**: the modules, sites and counters live in a
+//!   `MAP_SHARED` mapping of a file of the process image's own,
+//!   `live.PID.K`, created `O_CREAT|O_EXCL|O_NOFOLLOW` mode 0600 in the
 //!   directory `PROFDEV_MPROF_DIR` names (a private 0700 directory profdev
-//!   made, see [`Session`]). Format: [`Report::parse`].
+//!   made, see [`Session`]): the counts outlive a process that ends by
+//!   `_exit`, a signal, SIGKILL (the OOM killer) or an exec, and profdev
+//!   reads them once it is gone ([`read_live`]: a one-page header that
+//!   names the layout, every offset and the file's size, then only the
+//!   modules and the sites in use). A forked child gets a new table (its
+//!   modules kept, its sites empty) mapped in place of the parent's.
+//! * **Report**: at a normal exit (a destructor), one text file per
+//!   process image, `mprof.PID.N`, created the same way; the table's
+//!   header says `WRITING N` meanwhile and `DONE` after, and the table is
+//!   then removed ([`read_dir_reports`] takes the text report when it is
+//!   complete, else the table, never both). Format: [`Report::parse`].
 //! * **Attach** (`c/attach.c`, same shared object): loaded into a running
 //!   process by `startmp… PID` or `mprof -p PID` (through profdev-inject),
 //!   its `profdev_mprof_attach(config)` takes the settings the environment

@@ -62,9 +62,23 @@
 //!
 //! * The histograms of an attached process fill when it exits or at
 //!   `stop`, not while it runs between: reading a histogram does not ask
-//!   for a report. A process that ends with `_exit` or a signal writes no
-//!   exit report. After `stop` (or `end`) its exit report is dropped: the
-//!   histograms keep what `stop` took. Each report replaces the histograms
+//!   for a report. A process that ends with `_exit`, a signal or SIGKILL
+//!   writes no exit report: its table of counts (`live.PID.K` in its
+//!   report directory, a file the library counts into through a shared
+//!   mapping) is read instead, as it is whenever it is newer than the
+//!   reports. After `stop` (or `end`) its exit report is dropped: the
+//!   histograms keep what `stop` took.
+//! * The report directory is the process's user's: what is read from it
+//!   is bounded before it is read (a report at most what the library can
+//!   write, about 15 MB, checked by its size; a table the size its header
+//!   names, 13 MiB; at most 256 files and 64 MiB per reading), and only
+//!   regular files opened without following links. The library opens its
+//!   FIFO `request` `O_NOFOLLOW` and stops asking for reports if anything
+//!   else is found there.
+//! * The private directory stays while its process runs after the device
+//!   let it go (the device ended, or `mprof -p` was interrupted); it is
+//!   removed at a later attach or mprof run of the same user once no
+//!   process maps its library and it is over 60 s old. Each report replaces the histograms
 //!   of the modules it names (processes attached one after the other share
 //!   a module such as libc.so.6: the last report wins).
 //! * The library adds a thread to the process (`profdev-mprof`, every
