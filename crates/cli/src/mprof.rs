@@ -546,7 +546,9 @@ fn run(args: &Args) -> Result<ExitCode> {
                 "{}",
                 i.sentence(
                     "mprof",
-                    &format!("{cmd} had not loaded the accounting library yet: nothing was counted")
+                    &format!(
+                        "{cmd} had not loaded the accounting library yet: nothing was counted"
+                    )
                 )
             );
             return Ok(job.exit_code(status));
@@ -555,11 +557,12 @@ fn run(args: &Args) -> Result<ExitCode> {
             "{cmd} never loaded the accounting library ({}): it is setuid or setgid (the \
              loader ignores LD_PRELOAD then), or clears LD_PRELOAD before running the \
              programs that allocate; nothing was counted",
-            match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
-                (_, Some(sig)) => format!(
-                    "it was killed by {}",
-                    profdev_sample::job::signal_name(sig)
-                ),
+            match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status)
+            ) {
+                (_, Some(sig)) =>
+                    format!("it was killed by {}", profdev_sample::job::signal_name(sig)),
                 (Some(c), _) => format!("it exited with status {c}"),
                 _ => "it ended".to_string(),
             }

@@ -381,9 +381,19 @@ fn attached_and_done(exe: &Path, tmp: &Path) -> (Child, Child) {
 fn ended(mut mprof: Child) -> (std::process::ExitStatus, String, String) {
     let status = profdev_testkit::wait_exit("mprof -p", &mut mprof, Duration::from_secs(60));
     let mut out = String::new();
-    mprof.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    mprof
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     let mut err = String::new();
-    mprof.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    mprof
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     (status, out, err)
 }
 

@@ -666,7 +666,11 @@ fn interrupted_mprof_shows_the_counts_and_exits_128_plus_the_signal() {
         err.contains("mprof: interrupted by SIGINT;") && err.contains("what was counted"),
         "{err}"
     );
-    assert!(sessions().is_empty(), "removed at the end: {:?}", sessions());
+    assert!(
+        sessions().is_empty(),
+        "removed at the end: {:?}",
+        sessions()
+    );
     // SIGKILL: the directory stays behind (CMD dies with profdev)...
     let (mut c, _out, pid) = start();
     let left = sessions();

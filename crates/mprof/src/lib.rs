@@ -228,7 +228,7 @@ pub fn hold(dir: &Path) -> std::io::Result<std::fs::File> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(dir)?;
-    f.lock()?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)?;
     Ok(f)
 }
 
@@ -291,7 +291,7 @@ pub fn sweep(tmp: &Path, uid: u32) -> usize {
         let Ok(f) = std::fs::OpenOptions::new().read(true).open(&path) else {
             continue;
         };
-        if f.try_lock().is_err() {
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             continue;
         }
         if std::fs::remove_dir_all(&path).is_ok() {
@@ -308,7 +308,12 @@ fn mapped_dirs() -> Vec<PathBuf> {
         return out;
     };
     for p in procs.filter_map(|e| e.ok()) {
-        if !p.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+        if !p
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
             continue;
         }
         let Ok(maps) = std::fs::read_to_string(p.path().join("maps")) else {
@@ -615,7 +620,8 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
     let report_k = u32_at(132);
     let nmodules = u32_at(136) as u64;
     let nused = u32_at(140) as u64;
-    let fits = |off: u64, size: u64, within: u64| off.checked_add(size).is_some_and(|e| e <= within);
+    let fits =
+        |off: u64, size: u64, within: u64| off.checked_add(size).is_some_and(|e| e <= within);
     let layout_ok = (168..=4096).contains(&header_size)
         && total == len
         && (1..=MAX_MODULES as u64 + 1).contains(&max_modules)
@@ -734,7 +740,11 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
             bytes,
             live,
             dhat: None,
-            pools: if (1..8).contains(&pools) { pools as u8 } else { 1 },
+            pools: if (1..8).contains(&pools) {
+                pools as u8
+            } else {
+                1
+            },
         });
     }
     Ok(Live {
@@ -1124,6 +1134,164 @@ mod tests {
         assert_eq!(module, (10, 30));
         assert_eq!(sites[&0x1139], (10, 20));
         assert_eq!(sites[&0x2000], (0, 10));
+    }
+
+    /// A shared table as the library lays one out (offsets in the
+    /// header: a small layout of its own), one module `/m`, its sites
+    /// (pc, current, high water, allocations), the state and its K.
+    fn fake_live(pid: u32, state: u32, k: u32, sites: &[(u64, i64, i64, u64)]) -> Vec<u8> {
+        let (module_size, site_size, max_modules, nsites) = (128u64, 64u64, 2u64, 4u64);
+        let modules_off = 4096u64;
+        let used_off = modules_off + max_modules * module_size;
+        let sites_off = used_off + nsites * 4;
+        let total = sites_off + nsites * site_size;
+        let mut b = vec![0u8; total as usize];
+        let put32 = |b: &mut Vec<u8>, o: u64, v: u32| {
+            b[o as usize..o as usize + 4].copy_from_slice(&v.to_le_bytes())
+        };
+        let put64 = |b: &mut Vec<u8>, o: u64, v: u64| {
+            b[o as usize..o as usize + 8].copy_from_slice(&v.to_le_bytes())
+        };
+        b[..16].copy_from_slice(b"profdev-mlive 1\0");
+        put32(&mut b, 16, 168);
+        put32(&mut b, 20, pid);
+        for (o, v) in [
+            (24, total),
+            (32, modules_off),
+            (40, used_off),
+            (48, sites_off),
+        ] {
+            put64(&mut b, o, v);
+        }
+        let layout = [
+            max_modules,
+            nsites,
+            module_size,
+            site_size,
+            0,  // l_addr
+            8,  // path
+            32, // path size
+            40, // dev
+            48, // ino
+            56, // cur
+            64, // hw
+            72, // resident counters
+            0,  // site pc
+            8,  // module
+            12, // pools
+            16, // resident
+            24, // own counters
+            40, // counters size
+            state as u64,
+            k as u64,
+            1, // modules
+            sites.len() as u64,
+        ];
+        for (i, v) in layout.iter().enumerate() {
+            put32(&mut b, 56 + 4 * i as u64, *v as u32);
+        }
+        b[modules_off as usize + 8..modules_off as usize + 10].copy_from_slice(b"/m");
+        for (j, &(pc, cur, hw, n)) in sites.iter().enumerate() {
+            put32(&mut b, used_off + 4 * j as u64, j as u32);
+            let at = sites_off + j as u64 * site_size;
+            put64(&mut b, at, pc);
+            put32(&mut b, at + 8, 1); // module 0
+            put32(&mut b, at + 12, 1); // pool 1
+            for (i, v) in [cur as u64, hw as u64, n, hw as u64, n].iter().enumerate() {
+                put64(&mut b, at + 24 + 8 * i as u64, *v);
+            }
+        }
+        b
+    }
+
+    const TEXT: &str =
+        "profdev-mprof 1\npid 7\nmodule 0 0x0 1 2 5 5 /m\nsite 0x20 0 5 5 1 5 1\nend\n";
+
+    #[test]
+    fn tables_and_reports_each_image_once() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |name: &str, b: &[u8]| std::fs::write(d.path().join(name), b).unwrap();
+        let pcs = |r: &[Report]| -> Vec<u64> {
+            let mut v: Vec<u64> = r
+                .iter()
+                .flat_map(|r| r.sites.iter().map(|s| s.pc))
+                .collect();
+            v.sort();
+            v
+        };
+        // Counting (ended by _exit or a signal): the table is the report.
+        w("live.7.0", &fake_live(7, 0, 0, &[(0x10, 100, 300, 3)]));
+        let (r, e) = read_reports(d.path());
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].modules[0].path, "/m");
+        let s = &r[0].sites[0];
+        assert_eq!(
+            (s.pc, s.current, s.high_water, s.allocs, s.module),
+            (0x10, 100, 300, 3, Some(0))
+        );
+        // Writing report 0, which is complete: the text report, once.
+        w("live.7.0", &fake_live(7, 1, 0, &[(0x10, 100, 300, 3)]));
+        w("mprof.7.0", TEXT.as_bytes());
+        let (r, e) = read_reports(d.path());
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(pcs(&r), [0x20]);
+        // ...incomplete (killed while writing it): the table, no error.
+        w("mprof.7.0", &TEXT.as_bytes()[..40]);
+        let (r, e) = read_reports(d.path());
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(pcs(&r), [0x10]);
+        // Done: the text report alone.
+        w("live.7.0", &fake_live(7, 2, 0, &[(0x10, 100, 300, 3)]));
+        w("mprof.7.0", TEXT.as_bytes());
+        assert_eq!(pcs(&read_reports(d.path()).0), [0x20]);
+        // A table whose size is not its header's: refused.
+        let mut long = fake_live(8, 0, 0, &[(0x30, 1, 1, 1)]);
+        long.push(0);
+        w("live.8.0", &long);
+        let (r, e) = read_reports(d.path());
+        assert_eq!(pcs(&r), [0x20]);
+        assert!(e[0].contains("its header does not describe it"), "{e:?}");
+        std::fs::remove_file(d.path().join("live.8.0")).unwrap();
+        // Attached: a running process's table supersedes its reports on
+        // demand; of the reports, the latest of each pid.
+        w("live.7.0", &fake_live(7, 0, 0, &[(0x10, 100, 300, 3)]));
+        w("mprof.9.0", TEXT.replace("0x20", "0x90").as_bytes());
+        w("mprof.9.1", TEXT.replace("0x20", "0x91").as_bytes());
+        let (r, e) = read_dir_reports(d.path(), &Limits::ATTACHED);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(pcs(&r), [0x10, 0x91]);
+    }
+
+    #[test]
+    fn reports_are_bounded_before_they_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        // Larger than the library can write: refused by its size.
+        let f = std::fs::File::create(d.path().join("mprof.1.0")).unwrap();
+        f.set_len(128 << 20).unwrap();
+        let t = std::time::Instant::now();
+        let (r, e) = read_reports(d.path());
+        assert!(r.is_empty() && e[0].contains("refused"), "{e:?}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        std::fs::remove_file(d.path().join("mprof.1.0")).unwrap();
+        // More sites than the library keeps: refused.
+        let mut text = String::from("profdev-mprof 1\nmodule 0 0x0 1 2 0 0 /m\n");
+        for pc in 0..=MAX_SITES {
+            text.push_str(&format!("site {pc:#x} 0 1 1 1 1 1\n"));
+        }
+        text.push_str("end\n");
+        assert!(Report::parse(&text).unwrap_err().contains("sites"));
+        // A session's budget: reports past it are named, not read.
+        for i in 0..3 {
+            std::fs::write(d.path().join(format!("mprof.{i}.0")), TEXT).unwrap();
+        }
+        let few = Limits {
+            max_reports: 2,
+            ..Limits::ATTACHED
+        };
+        let (r, e) = read_dir_reports(d.path(), &few);
+        assert_eq!(r.len(), 2);
+        assert!(e[0].contains("more reports than are read"), "{e:?}");
     }
 
     #[test]
