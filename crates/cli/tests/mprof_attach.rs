@@ -529,3 +529,41 @@ fn forged_reports_are_refused_within_a_second() {
     assert_eq!(known_rows(&out), KNOWN_ROWS, "{out}");
     assert!(!out.contains("forged"), "{out}");
 }
+
+/// The device's `startmp1 PID`: a process killed with SIGKILL (the OOM
+/// killer) after its allocations writes no report; the device reads its
+/// table of counts when it sees it gone (issue 23, item 6).
+#[test]
+fn startmp1_pid_counts_a_process_killed_with_sigkill() {
+    if !privileged("startmp1 PID through the mount", can_mount())
+        || !profdev_testkit::tools("startmp1 PID through the mount", &["cc", "addr2line"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("known_attach");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    let m = Mount::new();
+    let mut child = start_with(&exe, &[Path::new("hold")]);
+    m.ctl("module known_attach\n").unwrap();
+    m.ctl(format!("startmp1 {}\n", child.id())).unwrap();
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "done\n");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut rec = None;
+    wait_until(
+        "the killed program's histogram",
+        Duration::from_secs(30),
+        || {
+            rec = m.record("known_attach");
+            rec.is_some()
+        },
+    );
+    assert_known(&exe, &rec.unwrap());
+    m.ctl("end\n").unwrap();
+}

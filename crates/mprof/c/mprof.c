@@ -234,6 +234,59 @@ static struct live_header *live = &fallback_header;
 #define nused (live->h_nused)
 static char live_path[4200]; /* the shared table's file, if any */
 
+#define PAGE_ROUND(n) (((n) + 4095) & ~(size_t)4095)
+#define MODULES_OFF ((size_t)4096)
+#define USED_OFF (MODULES_OFF + PAGE_ROUND(sizeof(struct module) * (MAX_MODULES + 1)))
+#define SITES_OFF (USED_OFF + PAGE_ROUND(sizeof(uint32_t) * NSITES))
+#define AREA_SIZE (SITES_OFF + PAGE_ROUND(sizeof(struct site) * NSITES))
+#define AREA_PAGES (AREA_SIZE / 4096)
+
+/* The file is sparse, and a hole touched on a full filesystem would be
+ * SIGBUS for the program: a page of the area is given its block
+ * (fallocate, FALLOC_FL_KEEP_SIZE) before it is first read or written,
+ * and what cannot have one is not counted (the site, or module, is then
+ * untracked). live_fd stays open (O_CLOEXEC) for that; its device and
+ * inode are checked first, in case the program closed it and the number
+ * now names another file. With an anonymous area, every page is fine. */
+static int live_fd = -1;
+static dev_t live_dev;
+static ino_t live_ino;
+static char *area_base;
+static _Atomic uint64_t page_ok[(AREA_PAGES + 63) / 64];
+
+static inline int page_known(const void *p)
+{
+    if (live_fd < 0)
+        return 1;
+    size_t pg = (size_t)((const char *)p - area_base) / 4096;
+    return (atomic_load_explicit(&page_ok[pg / 64], memory_order_acquire) >> (pg % 64)) & 1;
+}
+
+/* Blocks under [p, p + n) of the area; 0 if they cannot be had. */
+static __attribute__((noinline)) int ensure_slow(const void *p, size_t n)
+{
+    size_t off = (size_t)((const char *)p - area_base);
+    for (size_t pg = off / 4096; pg <= (off + n - 1) / 4096; pg++) {
+        uint64_t bit = 1ULL << (pg % 64);
+        if (atomic_load_explicit(&page_ok[pg / 64], memory_order_acquire) & bit)
+            continue;
+        struct stat st;
+        if (fstat(live_fd, &st) || st.st_dev != live_dev || st.st_ino != live_ino)
+            return 0;
+        if (fallocate(live_fd, FALLOC_FL_KEEP_SIZE, (off_t)pg * 4096, 4096))
+            return 0;
+        atomic_fetch_or_explicit(&page_ok[pg / 64], bit, memory_order_release);
+    }
+    return 1;
+}
+
+static inline int ensure(const void *p, size_t n)
+{
+    if (live_fd < 0 || (page_known(p) && page_known((const char *)p + n - 1)))
+        return 1;
+    return ensure_slow(p, n);
+}
+
 /* Return-address classification cache: 1 plain, 2 wrapper. */
 #define CLS_BITS 16
 #define NCLS (1u << CLS_BITS)
@@ -338,7 +391,9 @@ static atomic_flag global_lock;
 static void snapshot_peak(void)
 {
     uint32_t n = atomic_load(&nused);
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n && i < NSITES; i++) {
+        if (!page_known(&used[i]))
+            continue;
         struct site *s = &sites[used[i]];
         s->gb = s->c ? s->c->cur : 0;
         s->gbk = s->curbk;
@@ -607,7 +662,7 @@ static int module_index(uintptr_t pc)
             return i;
         }
     int r = -1;
-    if (n < MAX_MODULES) {
+    if (n < MAX_MODULES && ensure(&modules[n], sizeof modules[n])) {
         struct module *m = &modules[n];
         m->lm = lm;
         m->l_addr = lm->l_addr;
@@ -636,6 +691,8 @@ static uint32_t site_of(uintptr_t pc)
     for (unsigned i = 0; i < NSITES; i++) {
         uint32_t j = (h + i) & (NSITES - 1);
         struct site *s = &sites[j];
+        if (UNLIKELY(!ensure(s, sizeof *s)))
+            return NSITES;
         uintptr_t k = atomic_load_explicit(&s->pc, memory_order_acquire);
         if (k == pc) {
             /* Created by another thread: wait (bounded) for its module. */
@@ -648,7 +705,9 @@ static uint32_t site_of(uintptr_t pc)
         if (k == 0) {
             uintptr_t zero = 0;
             if (atomic_compare_exchange_strong(&s->pc, &zero, pc)) {
-                used[atomic_fetch_add(&nused, 1)] = j;
+                uint32_t u = atomic_fetch_add(&nused, 1);
+                if (u < NSITES && ensure(&used[u], sizeof *used))
+                    used[u] = j;
                 int m = module_index(pc);
                 struct module *mod = m < 0 ? &nomodule : &modules[m];
                 int no = 0;
@@ -1273,11 +1332,6 @@ EXPORT int brk(void *addr)
 
 /* ---- the shared table's area ------------------------------------------ */
 
-#define PAGE_ROUND(n) (((n) + 4095) & ~(size_t)4095)
-#define MODULES_OFF ((size_t)4096)
-#define USED_OFF (MODULES_OFF + PAGE_ROUND(sizeof(struct module) * (MAX_MODULES + 1)))
-#define SITES_OFF (USED_OFF + PAGE_ROUND(sizeof(uint32_t) * NSITES))
-#define AREA_SIZE (SITES_OFF + PAGE_ROUND(sizeof(struct site) * NSITES))
 
 /* A new file PREFIX.PID.K in the report directory (K the first free
  * number), O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600; its descriptor (-1 if
@@ -1320,6 +1374,7 @@ static int create_out(const char *prefix, char *path, uint32_t *kp, int flags)
 /* Point the tables into the area a. */
 static void use_area(char *a)
 {
+    area_base = a;
     live = (struct live_header *)a;
     modules = (struct module *)(a + MODULES_OFF);
     used = (uint32_t *)(a + USED_OFF);
@@ -1333,25 +1388,47 @@ static char *new_area(void)
 {
     char *a = 0;
     live_path[0] = 0;
+    if (live_fd >= 0) /* the previous area's (after fork: the parent's) */
+        close(live_fd);
+    live_fd = -1;
+    for (size_t i = 0; i < sizeof page_ok / sizeof page_ok[0]; i++)
+        atomic_store(&page_ok[i], 0);
     if (outdir[0]) {
         char path[sizeof live_path];
         uint32_t k;
         int fd = create_out("live", path, &k, O_RDWR);
         if (fd >= 0) {
-            if (!ftruncate(fd, AREA_SIZE)) {
-                void *p = sys_mmap(0, AREA_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            struct stat st;
+            if (!ftruncate(fd, AREA_SIZE) && !fstat(fd, &st)) {
+                char *p = sys_mmap(0, AREA_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
                 if (p != MAP_FAILED) {
-                    a = p;
-                    strcpy(live_path, path);
+                    area_base = p;
+                    live_fd = fd;
+                    live_dev = st.st_dev;
+                    live_ino = st.st_ino;
+                    /* Blocks now for the header and the slot of sites in
+                     * no module; none to be had: no file at all. */
+                    if (ensure(p, 4096) &&
+                        ensure(p + MODULES_OFF + MAX_MODULES * sizeof(struct module),
+                               sizeof(struct module))) {
+                        a = p;
+                        strcpy(live_path, path);
+                    } else {
+                        sys_munmap(p, AREA_SIZE);
+                        live_fd = -1;
+                    }
                 }
             }
-            close(fd);
-            if (!a)
+            if (!a) {
+                close(fd);
                 unlink(path);
+            }
         }
     }
-    if (!a)
+    if (!a) {
         a = map(AREA_SIZE);
+        area_base = a;
+    }
     if (!a)
         return 0;
     struct live_header *h = (struct live_header *)a;
@@ -1432,6 +1509,8 @@ static void after_fork_child(void)
     char *fresh = new_area();
     if (fresh) {
         struct module *fm = (struct module *)(fresh + MODULES_OFF);
+        if (n > 0 && !ensure(fm, sizeof(struct module) * n))
+            n = 0; /* no room for them: found again as they are met */
         memcpy(fm, modules, sizeof(struct module) * n);
         for (int i = 0; i < n; i++) {
             fm[i].cur = fm[i].hw = 0;
@@ -1626,8 +1705,11 @@ static void report(int final)
         put(&o, "\n");
     }
     uint64_t end = dhat ? now_us() : 0;
-    for (unsigned i = 0; i < NSITES; i++) {
-        struct site *s = &sites[i];
+    uint32_t nu = atomic_load(&nused);
+    for (uint32_t u = 0; u < nu && u < NSITES; u++) {
+        if (!page_known(&used[u]))
+            continue;
+        struct site *s = &sites[used[u]];
         if (!s->pc || !s->c || !s->c->nalloc)
             continue;
         put(&o, "site ");
@@ -1684,11 +1766,16 @@ __attribute__((destructor)) static void dtor(void)
         return;
     busy = 1;
     /* Sites whose module was not resolved yet. */
-    for (unsigned i = 0; i < NSITES; i++)
-        if (sites[i].pc && sites[i].module == 0) {
-            int m = module_index(sites[i].pc);
-            sites[i].module = m < 0 ? -1 : m + 1;
+    uint32_t nu = atomic_load(&nused);
+    for (uint32_t u = 0; u < nu && u < NSITES; u++) {
+        if (!page_known(&used[u]))
+            continue;
+        struct site *s = &sites[used[u]];
+        if (s->pc && s->module == 0) {
+            int m = module_index(s->pc);
+            s->module = m < 0 ? -1 : m + 1;
         }
+    }
     report(1);
     enabled = 0;
     heap = fast = 0;
