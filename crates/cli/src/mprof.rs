@@ -553,6 +553,12 @@ fn run(args: &Args) -> Result<ExitCode> {
             );
             return Ok(job.exit_code(status));
         }
+        if !errors.is_empty() {
+            bail!(
+                "the reports of {cmd} could not be read (the warnings above say why): nothing \
+                 was counted"
+            );
+        }
         bail!(
             "{cmd} never loaded the accounting library ({}): it is setuid or setgid (the \
              loader ignores LD_PRELOAD then), or clears LD_PRELOAD before running the \

@@ -692,3 +692,58 @@ fn interrupted_mprof_shows_the_counts_and_exits_128_plus_the_signal() {
     assert_lost_counted(&stdout(&o));
     assert!(sessions().is_empty(), "swept: {:?}", sessions());
 }
+
+/// A setuid program run by another user ignores LD_PRELOAD: mprof names
+/// that cause, with the program's status, and nothing else (not a signal,
+/// not an interrupt).
+#[test]
+fn a_setuid_program_is_named_as_the_cause() {
+    use std::os::unix::fs::PermissionsExt;
+    let why = if !profdev_testkit::is_root() {
+        Err("making a setuid-root program needs root".to_string())
+    } else {
+        Ok(())
+    };
+    if !profdev_testkit::privileged("mprof of a setuid program", why)
+        || !profdev_testkit::tools("mprof of a setuid program", &["cc", "setpriv", "cp"])
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // SAFETY: statvfs fills the zeroed struct; the path is a valid C string.
+    let nosuid = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        libc::statvfs(p.as_ptr(), &mut st) == 0 && st.f_flag & libc::ST_NOSUID != 0
+    };
+    assert!(
+        !nosuid,
+        "{} is mounted nosuid: no setuid program can be made there",
+        dir.path().display()
+    );
+    let exe = dir.path().join("lost");
+    compile("cc", &["-g", "-O0"], "lost.c", &exe);
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let profdev = dir.path().join("profdev");
+    assert!(Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_profdev"))
+        .arg(&profdev)
+        .status()
+        .unwrap()
+        .success());
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&profdev)
+        .args(["mprof", "-e"])
+        .arg(&exe)
+        .env("TMPDIR", "/tmp")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("never loaded the accounting library (it exited with status 0): it is setuid"),
+        "{err}"
+    );
+}
