@@ -185,7 +185,12 @@
 //!   exec are in its table (before, it wrote no report). Each process
 //!   leaves a sparse 13 MiB file in the private directory for as long as
 //!   it runs (its touched pages only, as its memory did), or until mprof
-//!   ends if it ended without its report.
+//!   ends if it ended without its report. On a disk-backed `$TMPDIR` the
+//!   kernel writes those pages back now and then. A page is given its
+//!   block before it is first touched: on a full filesystem a new site or
+//!   module is not counted (`untracked`), and a process whose table
+//!   cannot be made at all counts in private memory as before (a report
+//!   at its normal exit only).
 //! * Exactness costs most when several threads allocate in one module at
 //!   once: a site's and its module's bytes change under the module's lock,
 //!   whose cache line then moves between CPUs on every call (see
