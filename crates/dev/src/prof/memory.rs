@@ -67,7 +67,9 @@
 //!   report directory, a file the library counts into through a shared
 //!   mapping) is read instead, as it is whenever it is newer than the
 //!   reports. After `stop` (or `end`) its exit report is dropped: the
-//!   histograms keep what `stop` took.
+//!   histograms keep what `stop` took. Each report replaces the histograms
+//!   of the modules it names (processes attached one after the other share
+//!   a module such as libc.so.6: the last report wins).
 //! * The report directory is the process's user's: what is read from it
 //!   is bounded before it is read (a report at most what the library can
 //!   write, about 15 MB, checked by its size; a table the size its header
@@ -78,9 +80,7 @@
 //! * The private directory stays while its process runs after the device
 //!   let it go (the device ended, or `mprof -p` was interrupted); it is
 //!   removed at a later attach or mprof run of the same user once no
-//!   process maps its library and it is over 60 s old. Each report replaces the histograms
-//!   of the modules it names (processes attached one after the other share
-//!   a module such as libc.so.6: the last report wins).
+//!   process maps its library and it is over 60 s old.
 //! * The library adds a thread to the process (`profdev-mprof`, every
 //!   signal blocked, asleep in open(2) on its FIFO).
 //! * Children it forks after the attach count too, but only a report
