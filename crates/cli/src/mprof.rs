@@ -74,16 +74,45 @@
 //! water is the most its sites held at once.
 //!
 //! **How.** The library (`profdev_mprof`, C, embedded in profdev) is
-//! written to a fresh private directory (mode 0700) at each run; each
-//! process writes its counters there at exit, in a file created
-//! `O_EXCL|O_NOFOLLOW`, mode 0600. Sites are mapped to their module's
-//! link-time address through the load bias the dynamic linker recorded and
-//! looked up in the module's DWARF line tables. The overhead is measured
-//! by `bench/memory_overhead.sh`.
+//! written to a fresh private directory (mode 0700, locked by mprof while
+//! it runs) at each run. Each process counts into a table shared with
+//! profdev: a `MAP_SHARED` mapping of a file of its own in that directory
+//! (`live.PID.K`, created `O_EXCL|O_NOFOLLOW`, mode 0600), so its counts
+//! outlive it however it ends; at a normal exit it writes them as a text
+//! report (`mprof.PID.K`, the same way) and removes the table. mprof reads
+//! the reports, and the tables of processes that left none. Sites are
+//! mapped to their module's link-time address through the load bias the
+//! dynamic linker recorded and looked up in the module's DWARF line
+//! tables. The overhead is measured by `bench/memory_overhead.sh`.
 //!
-//! **Signals.** CMD runs in its own process group as under `profdev prof`;
-//! a process killed by a signal writes no report and is missing from the
-//! tables (mprof says so).
+//! **Nothing lost.** A process that ends with `_exit` (dash does), dies
+//! of a signal (SIGSEGV...), is killed with SIGKILL (the OOM killer), or
+//! execs another program is shown with what it had counted until then,
+//! from its table. SIGINT, SIGTERM or SIGHUP sent to mprof: with CMD, the
+//! signal is passed on as the Signals paragraph of `--help` says and the
+//! tables of what was counted are shown; with `-p`, the tables of what
+//! the process counted so far are shown (it runs on); either way mprof
+//! says so in one sentence and exits with 128 + the signal. When no
+//! process loaded the library at all, the sentence says why it can be
+//! (a setuid program, LD_PRELOAD cleared, or interrupted before), with
+//! CMD's status.
+//!
+//! **Directories.** mprof's private directory (`profdev-mprof.*` under
+//! `$TMPDIR` or /tmp) is removed when mprof ends; an attach's
+//! (`profdev-attach.*`) when its process has exited. One left behind (a
+//! SIGKILLed mprof, a process still counting after `mprof -p` was
+//! interrupted) is removed by the next mprof or attach of the same user,
+//! once it is not locked by a running profdev and no live process maps
+//! its library (`/proc/PID/maps`); an attach's only when over 60 s old
+//! (loading into a process may take 20 s).
+//!
+//! **Reports read.** A report larger than the library can write (about
+//! 15 MB: 1024 modules, 65536 sites) or with more modules or sites is
+//! refused by its size before it is read; a table must be the size its
+//! header names (13 MiB). From an attached process's directory, which its
+//! user owns, at most 256 reports and 64 MiB are read per session.
+//!
+//! **Signals.** CMD runs in its own process group as under `profdev prof`.
 //!
 //! # Example
 //!
@@ -123,9 +152,10 @@
 //! own allocator (a Rust #[global_allocator]): its allocations bypass the C library's
 //! malloc and are out of reach of mprof …`) and exits with status 1
 //! instead of printing an empty profile. When no process
-//! wrote a report (setuid programs ignore `LD_PRELOAD`; a program may
-//! clear its environment or be killed), mprof says so rather than print an
-//! empty profile.
+//! loaded the library (setuid programs ignore `LD_PRELOAD`; a program may
+//! clear its environment), mprof says so with CMD's status (`mprof: prog
+//! never loaded the accounting library (it exited with status 0): it is
+//! setuid or setgid ...`) rather than print an empty profile.
 //!
 //! # Bugs
 //!
@@ -139,12 +169,28 @@
 //!   libraries through their own system calls (not the exported `mmap`),
 //!   and pages a MAP_FIXED mapping or an mremap made by glibc itself
 //!   replaces, are not seen.
-//! * `-p PID` shows the tables when the process exits (its report is
-//!   written at exit): one that ends with `_exit` or a signal gives none,
-//!   and interrupting mprof meanwhile leaves the process counting into a
-//!   directory that is gone. Programs it execs are not counted, and
-//!   children it forks only if they end first. The limits of attaching
-//!   are in `profdev_dev::prof`'s memory mode (`startmp… PID`).
+//! * `-p PID` shows the tables when the process exits; interrupted, mprof
+//!   shows what it counted so far and leaves it counting into its
+//!   directory (removed by a later run once it has exited). Programs it
+//!   execs are not counted, and children it forks only if they end
+//!   first. The limits of attaching are in `profdev_dev::prof`'s memory
+//!   mode (`startmp… PID`).
+//! * Counts taken from a table (a process that ended without its exit
+//!   report) have no DHAT figures (`--dhat` then warns and writes no
+//!   file if no process ended normally), and leave out a site whose
+//!   module the process had not yet found when it ended. A table is
+//!   read as it is: a process killed in the middle of an update of a
+//!   site may show that update half made (a high water not yet raised).
+//! * A process image that execs now counts too: its allocations up to the
+//!   exec are in its table (before, it wrote no report). Each process
+//!   leaves a sparse 13 MiB file in the private directory for as long as
+//!   it runs (its touched pages only, as its memory did), or until mprof
+//!   ends if it ended without its report. On a disk-backed `$TMPDIR` the
+//!   kernel writes those pages back now and then. A page is given its
+//!   block before it is first touched: on a full filesystem a new site or
+//!   module is not counted (`untracked`), and a process whose table
+//!   cannot be made at all counts in private memory as before (a report
+//!   at its normal exit only).
 //! * Exactness costs most when several threads allocate in one module at
 //!   once: a site's and its module's bytes change under the module's lock,
 //!   whose cache line then moves between CPUs on every call (see
@@ -497,11 +543,40 @@ fn run(args: &Args) -> Result<ExitCode> {
         eprintln!("mprof: warning: {e}");
     }
     if reports.is_empty() {
+        // Every process that loaded the library left its table at least:
+        // none did.
+        let cmd = args.command[0].to_string_lossy();
+        if let Some(i) = job.interrupted() {
+            eprintln!(
+                "{}",
+                i.sentence(
+                    "mprof",
+                    &format!(
+                        "{cmd} had not loaded the accounting library yet: nothing was counted"
+                    )
+                )
+            );
+            return Ok(job.exit_code(status));
+        }
+        if !errors.is_empty() {
+            bail!(
+                "the reports of {cmd} could not be read (the warnings above say why): nothing \
+                 was counted"
+            );
+        }
         bail!(
-            "{} wrote no allocation report: the library was not loaded (a setuid program, or \
-             one that clears LD_PRELOAD) or every process was killed before it could write; \
-             nothing was counted",
-            args.command[0].to_string_lossy()
+            "{cmd} never loaded the accounting library ({}): it is setuid or setgid (the \
+             loader ignores LD_PRELOAD then), or clears LD_PRELOAD before running the \
+             programs that allocate; nothing was counted",
+            match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status)
+            ) {
+                (_, Some(sig)) =>
+                    format!("it was killed by {}", profdev_sample::job::signal_name(sig)),
+                (Some(c), _) => format!("it exited with status {c}"),
+                _ => "it ended".to_string(),
+            }
         );
     }
     let untracked: u64 = reports.iter().map(|r| r.untracked + r.table_failures).sum();
@@ -568,11 +643,18 @@ fn run(args: &Args) -> Result<ExitCode> {
             gmax_us,
         })
     });
+    if let (Some(file), None) = (&args.dhat, &dhat_run) {
+        eprintln!(
+            "mprof: warning: no process ended normally, and DHAT's figures come with a \
+             normal end only: {} was not written",
+            file.to_string_lossy()
+        );
+    }
     show(&modules, args, dhat_run.as_ref())?;
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
-            i.sentence("mprof", "the tables show the processes that ended normally")
+            i.sentence("mprof", "the tables show what was counted until then")
         );
     }
     Ok(job.exit_code(status))
@@ -597,6 +679,16 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
             _ => POOL_MALLOC,
         }
     });
+    // Caught from here on: a signal during the attach (which holds PID's
+    // threads) ends the wait right after it, never the attach half way.
+    let signal = catch_signals()?;
+    profdev_mprof::sweep(
+        &std::env::temp_dir(),
+        std::fs::metadata("/proc/self").map_or(0, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        }),
+    );
     let attached =
         attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers, None).map_err(|e| {
             anyhow::anyhow!(match e {
@@ -605,15 +697,27 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
                 e => e.to_string(),
             })
         })?;
+    // Kept from the sweep of other runs while this one reads it.
+    let _held = attached.hold();
     eprintln!("mprof: attached to process {pid}; its tables are shown when it exits");
+    let mut caught = None;
     while attached.running() {
+        let sig = signal.load(std::sync::atomic::Ordering::SeqCst);
+        if sig != 0 {
+            caught = Some(sig as libc::c_int);
+            break;
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
+    // or still runs (mprof was interrupted), its table of counts.
     let reports = attached.reports();
     if reports.is_empty() {
         bail!(
-            "process {pid} wrote no allocation report: it ended with _exit or a signal, or \
-             forked away; nothing was counted"
+            "process {pid} left neither a report nor its table of counts in {}: the library \
+             could not write there (a full disk, or the directory was removed); nothing was \
+             counted",
+            attached.reports_dir().display()
         );
     }
     let merged = merge(&reports);
@@ -642,8 +746,40 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
         }
     }
     modules.retain(|m| m.high_water != 0 || args.options.zeros);
-    show(&modules, args, None)?;
-    Ok(ExitCode::SUCCESS)
+    let shown = show(&modules, args, None);
+    if let Some(sig) = caught {
+        if let Err(e) = shown {
+            eprintln!("mprof: {e}");
+        }
+        eprintln!(
+            "mprof: interrupted by {}; the tables show what process {pid} counted until then; \
+             it goes on counting into {} (removed once it has exited, by the next mprof)",
+            profdev_sample::job::signal_name(sig),
+            attached.reports_dir().display()
+        );
+        return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)));
+    }
+    shown.map(|()| ExitCode::SUCCESS)
+}
+
+/// Catch SIGINT, SIGTERM and SIGHUP (those not ignored when mprof
+/// started: nohup's stay ignored) into the returned number.
+fn catch_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
+    let signal = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction is a valid out-parameter; a null new
+        // action only queries.
+        let ignored = unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+        };
+        if !ignored {
+            signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
+                .with_context(|| format!("cannot catch signal {sig}"))?;
+        }
+    }
+    Ok(signal)
 }
 
 /// The -m list (and -e's executable) as `module` words, paths absolute.

@@ -330,3 +330,241 @@ fn mprof_p_refuses_a_static_program_with_the_sentence() {
         "{err}"
     );
 }
+
+/// The rows of known_attach's module in mprof's line table.
+fn known_rows(text: &str) -> Vec<String> {
+    let start = text.find("\nModule: known_attach(").expect(text);
+    text[start..]
+        .lines()
+        .skip(3)
+        .take_while(|l| !l.is_empty())
+        .map(|r| r.split('\t').take(3).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+const KNOWN_ROWS: [&str; 5] = [
+    "16 0 2097152",
+    "31 40000 100000",
+    "34 65536 65536",
+    "36 0 10",
+    "37 0 10000",
+];
+
+/// `mprof -l -p PID` (TMPDIR `tmp`) on known_attach started with an
+/// argument: attached, "go" sent, its "done" awaited (all allocated);
+/// then mprof and the program, still running.
+fn attached_and_done(exe: &Path, tmp: &Path) -> (Child, Child) {
+    let mut child = start_with(exe, &[Path::new("wait")]);
+    let mut mprof = profdev()
+        .args(["mprof", "-l", "-p"])
+        .arg(child.id().to_string())
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(mprof.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("attached to process"), "{line}");
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut done = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut done)
+        .unwrap();
+    assert_eq!(done, "done\n");
+    (mprof, child)
+}
+
+/// mprof's status, standard output and standard error once it exits.
+fn ended(mut mprof: Child) -> (std::process::ExitStatus, String, String) {
+    let status = profdev_testkit::wait_exit("mprof -p", &mut mprof, Duration::from_secs(60));
+    let mut out = String::new();
+    mprof
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut err = String::new();
+    mprof
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status, out, err)
+}
+
+fn kill(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+}
+
+/// An attached process that dies of SIGSEGV or SIGKILL (the OOM killer)
+/// writes no report: its table of counts, shared with profdev, is shown
+/// (issue 23, item 6).
+#[test]
+fn mprof_p_shows_the_counts_of_a_process_killed_by_a_signal() {
+    if !privileged("mprof -p PID", can_attach()) || !profdev_testkit::tools("mprof -p PID", &["cc"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("known_attach");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    for sig in [libc::SIGSEGV, libc::SIGKILL] {
+        let (mprof, mut child) = attached_and_done(&exe, tmp.path());
+        kill(child.id(), sig);
+        child.wait().unwrap();
+        let (status, out, err) = ended(mprof);
+        assert!(status.success(), "signal {sig}: {err}");
+        assert_eq!(known_rows(&out), KNOWN_ROWS, "signal {sig}: {out}");
+    }
+}
+
+/// SIGINT to `mprof -p`: what the process counted so far, the sentence,
+/// 130; the process goes on, and its directory stays while it maps the
+/// library from it, to be swept after it exits, by a later run.
+#[test]
+fn interrupted_mprof_p_shows_the_counts_so_far_and_exits_130() {
+    if !privileged("mprof -p PID", can_attach()) || !profdev_testkit::tools("mprof -p PID", &["cc"])
+    {
+        return;
+    }
+    let dir = tempdir();
+    let exe = dir.path().join("known_attach");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let (mprof, mut child) = attached_and_done(&exe, &tmp);
+    kill(mprof.id(), libc::SIGINT);
+    let (status, out, err) = ended(mprof);
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert_eq!(known_rows(&out), KNOWN_ROWS, "{out}");
+    assert!(err.contains("mprof: interrupted by SIGINT;"), "{err}");
+    let attach_dirs = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("/profdev-attach."))
+            .collect()
+    };
+    let left = attach_dirs();
+    assert_eq!(left.len(), 1, "kept while the process counts into it");
+    child.stdin.as_mut().unwrap().write_all(b"end\n").unwrap();
+    let status = profdev_testkit::wait_exit("the program", &mut child, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+    // Older than the sweep's grace (an attach may take 20 s), as if made a
+    // minute ago: the next attach of this user removes it.
+    let aged = Command::new("touch")
+        .args(["-d", "@1000000000"])
+        .arg(&left[0])
+        .status()
+        .unwrap();
+    assert!(aged.success());
+    let (mprof, mut child) = attached_and_done(&exe, &tmp);
+    assert!(
+        !left[0].exists(),
+        "swept once no process maps its library: {:?}",
+        attach_dirs()
+    );
+    child.stdin.as_mut().unwrap().write_all(b"end\n").unwrap();
+    let (status, out, err) = ended(mprof);
+    assert!(status.success(), "{err}");
+    assert_eq!(known_rows(&out), KNOWN_ROWS, "{out}");
+    child.wait().unwrap();
+    assert!(attach_dirs().is_empty(), "{:?}", attach_dirs());
+}
+
+/// Reports forged in the attached process's own `out/` (its user owns
+/// it): 128 MiB in 8 files of 16 MiB less a byte, each a well-formed
+/// report of a million sites, and one sparse 128 MiB file, are refused by
+/// their size before they are read: mprof ends within a second of the
+/// process, with the process's own counts (issue 23, item 4).
+#[test]
+fn forged_reports_are_refused_within_a_second() {
+    if !privileged("mprof -p PID", can_attach()) || !profdev_testkit::tools("mprof -p PID", &["cc"])
+    {
+        return;
+    }
+    let dir = tempdir();
+    let exe = dir.path().join("known_attach");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let (mprof, mut child) = attached_and_done(&exe, &tmp);
+    let out_dir = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("/profdev-attach."))
+        .unwrap()
+        .join("out");
+    let mut text = String::from("profdev-mprof 1\npid 1\nmodule 0 0x0 1 2 0 0 /forged\n");
+    let mut pc = 0u64;
+    while text.len() < (16 << 20) - 64 {
+        pc += 16;
+        text.push_str(&format!("site {pc:#x} 0 1 1 1 1 1\n"));
+    }
+    text.push_str("end\n");
+    text.truncate((16 << 20) - 1);
+    for i in 0..8 {
+        let forged = text.replacen("pid 1\n", &format!("pid {}\n", 4_000_000 + i), 1);
+        std::fs::write(out_dir.join(format!("mprof.{}.0", 4_000_000 + i)), forged).unwrap();
+    }
+    let sparse = File::create(out_dir.join("mprof.3999999.0")).unwrap();
+    sparse.set_len(128 << 20).unwrap();
+    child.stdin.as_mut().unwrap().write_all(b"end\n").unwrap();
+    let status = profdev_testkit::wait_exit("the program", &mut child, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+    let exited = std::time::Instant::now();
+    let (status, out, err) = ended(mprof);
+    let took = exited.elapsed();
+    eprintln!("mprof ended {took:?} after the process");
+    assert!(status.success(), "{err}");
+    assert!(
+        took < Duration::from_secs(1),
+        "mprof took {took:?} after the process exited"
+    );
+    assert_eq!(known_rows(&out), KNOWN_ROWS, "{out}");
+    assert!(!out.contains("forged"), "{out}");
+}
+
+/// The device's `startmp1 PID`: a process killed with SIGKILL (the OOM
+/// killer) after its allocations writes no report; the device reads its
+/// table of counts when it sees it gone (issue 23, item 6).
+#[test]
+fn startmp1_pid_counts_a_process_killed_with_sigkill() {
+    if !privileged("startmp1 PID through the mount", can_mount())
+        || !profdev_testkit::tools("startmp1 PID through the mount", &["cc", "addr2line"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("known_attach");
+    compile(&["-g", "-O0", "-pthread"], &exe);
+    let m = Mount::new();
+    let mut child = start_with(&exe, &[Path::new("hold")]);
+    m.ctl("module known_attach\n").unwrap();
+    m.ctl(format!("startmp1 {}\n", child.id())).unwrap();
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "done\n");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut rec = None;
+    wait_until(
+        "the killed program's histogram",
+        Duration::from_secs(30),
+        || {
+            rec = m.record("known_attach");
+            rec.is_some()
+        },
+    );
+    assert_known(&exe, &rec.unwrap());
+    m.ctl("end\n").unwrap();
+}

@@ -568,3 +568,182 @@ fn an_own_allocator_is_out_of_reach_with_a_sentence() {
         );
     }
 }
+
+/// lost.c's one row (line 12, 54321 bytes never freed) in `out`.
+fn assert_lost_counted(out: &str) {
+    assert_eq!(
+        numbers(&section(out, "lost")),
+        ["12 54321 54321"],
+        "the bytes counted before the end: {out}"
+    );
+}
+
+/// A program that ends without running its destructors (`_exit`, a
+/// signal, SIGKILL as from the OOM killer) is shown all the same: the
+/// library counts into a table shared with profdev (issue 23, item 6).
+#[test]
+fn counts_survive_exit_signals_and_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("lost");
+    compile("cc", &["-g", "-O0"], "lost.c", &exe);
+    for (how, status) in [("_exit", Some(0)), ("segv", Some(139)), ("kill", Some(137))] {
+        let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+            .args(["mprof", "-l", "-e"])
+            .arg(&exe)
+            .arg(how)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), status, "{how}: {err}");
+        assert_lost_counted(&String::from_utf8_lossy(&o.stdout));
+    }
+    // dash ends with _exit: `sh -c 'echo hi'` has its tables.
+    if std::fs::canonicalize("/bin/sh").is_ok_and(|p| p.ends_with("dash")) {
+        let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+            .args(["mprof", "-l", "--", "sh", "-c", "echo hi"])
+            .output()
+            .unwrap();
+        let out = stdout(&o);
+        assert!(out.starts_with("hi\n"), "{out}");
+        assert!(out.contains("\nModule: dash("), "{out}");
+    }
+}
+
+/// SIGINT to profdev while CMD runs: the tables of what was counted, the
+/// sentence, exit status 130; the private directory is 0700 while it
+/// lives, and one left by a SIGKILLed profdev is removed by the next run.
+#[test]
+fn interrupted_mprof_shows_the_counts_and_exits_128_plus_the_signal() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("lost");
+    compile("cc", &["-g", "-O0"], "lost.c", &exe);
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let start = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_profdev"))
+            .args(["mprof", "-l", "-e"])
+            .arg(&exe)
+            .arg("wait")
+            .env("TMPDIR", &tmp)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let pid: i32 = line
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{line:?}"));
+        (c, out, pid)
+    };
+    let sessions = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("/profdev-mprof."))
+            .collect()
+    };
+    let (mut c, mut out, _) = start();
+    let s = sessions();
+    assert_eq!(s.len(), 1, "{s:?}");
+    let mode = std::fs::metadata(&s[0]).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "the private directory's mode");
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGINT) }, 0);
+    let status = profdev_testkit::wait_exit("mprof", &mut c, std::time::Duration::from_secs(30));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut out, &mut text).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert_lost_counted(&text);
+    assert!(
+        err.contains("mprof: interrupted by SIGINT;") && err.contains("what was counted"),
+        "{err}"
+    );
+    assert!(
+        sessions().is_empty(),
+        "removed at the end: {:?}",
+        sessions()
+    );
+    // SIGKILL: the directory stays behind (CMD dies with profdev)...
+    let (mut c, _out, pid) = start();
+    let left = sessions();
+    c.kill().unwrap();
+    c.wait().unwrap();
+    profdev_testkit::wait_until(
+        "the program killed with mprof is gone",
+        std::time::Duration::from_secs(30),
+        || !Path::new(&format!("/proc/{pid}")).exists(),
+    );
+    assert_eq!(sessions(), left);
+    // ...until the next run of the same user.
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-l", "-e"])
+        .arg(&exe)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert_lost_counted(&stdout(&o));
+    assert!(sessions().is_empty(), "swept: {:?}", sessions());
+}
+
+/// A setuid program run by another user ignores LD_PRELOAD: mprof names
+/// that cause, with the program's status, and nothing else (not a signal,
+/// not an interrupt).
+#[test]
+fn a_setuid_program_is_named_as_the_cause() {
+    use std::os::unix::fs::PermissionsExt;
+    let why = if !profdev_testkit::is_root() {
+        Err("making a setuid-root program needs root".to_string())
+    } else {
+        Ok(())
+    };
+    if !profdev_testkit::privileged("mprof of a setuid program", why)
+        || !profdev_testkit::tools("mprof of a setuid program", &["cc", "setpriv", "cp"])
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // SAFETY: statvfs fills the zeroed struct; the path is a valid C string.
+    let nosuid = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        let p = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        libc::statvfs(p.as_ptr(), &mut st) == 0 && st.f_flag & libc::ST_NOSUID != 0
+    };
+    assert!(
+        !nosuid,
+        "{} is mounted nosuid: no setuid program can be made there",
+        dir.path().display()
+    );
+    let exe = dir.path().join("lost");
+    compile("cc", &["-g", "-O0"], "lost.c", &exe);
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let profdev = dir.path().join("profdev");
+    assert!(Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_profdev"))
+        .arg(&profdev)
+        .status()
+        .unwrap()
+        .success());
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&profdev)
+        .args(["mprof", "-e"])
+        .arg(&exe)
+        .env("TMPDIR", "/tmp")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("never loaded the accounting library (it exited with status 0): it is setuid"),
+        "{err}"
+    );
+}

@@ -30,7 +30,9 @@
  * Reports on demand: a thread of the library ("profdev-mprof", every
  * signal blocked) waits on a FIFO, `request` in the report directory;
  * each time a writer opens it, writes and closes it, the thread writes a
- * report (mprof.PID.K, K one more than the last), as the exit does.
+ * report (mprof.PID.K, K one more than the last), as the exit does. The
+ * FIFO is made by mkfifo (which never follows a link or reuses a name)
+ * and opened O_NOFOLLOW; anything else found there ends the thread.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -232,9 +234,17 @@ static void *reporter(void *arg)
 {
     (void)arg;
     for (;;) {
-        int fd = open(fifo, O_RDONLY | O_CLOEXEC);
+        /* Never through a link, and only the FIFO made below: a regular
+         * file put in its place (the directory is the user's) would
+         * otherwise ask for reports without end. */
+        int fd = open(fifo, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0)
             return 0;
+        struct stat st;
+        if (fstat(fd, &st) || !S_ISFIFO(st.st_mode) || st.st_uid != geteuid()) {
+            close(fd);
+            return 0;
+        }
         char b[64];
         while (read(fd, b, sizeof b) > 0)
             ;

@@ -37,9 +37,11 @@
  * inline in malloc and free, without the recursion guard's writes.
  *
  * The real allocator is glibc's, reached through its exported
- * __libc_malloc family (no dlsym, which itself allocates). On exit the
- * counters are written to a fresh file (O_CREAT|O_EXCL|O_NOFOLLOW, 0600)
- * in the private directory named by PROFDEV_MPROF_DIR.
+ * __libc_malloc family (no dlsym, which itself allocates). The counters
+ * live in a file shared with profdev (see "the shared table"), so they
+ * outlive _exit, signals and SIGKILL; on a normal exit they are written
+ * to a fresh text report (O_CREAT|O_EXCL|O_NOFOLLOW, 0600) in the private
+ * directory named by PROFDEV_MPROF_DIR, and the shared file is removed.
  *
  * fork: the child starts from zero (its tables are emptied), so summing
  * the reports of all processes counts every allocation once; blocks the
@@ -156,10 +158,9 @@ struct module {
     struct counters resident;
 };
 _Static_assert(sizeof(struct module) % 64 == 0, "a module's hot line is a cache line");
-/* The counters of sites in no module. */
-static struct module nomodule __attribute__((aligned(64)));
 static struct module *modules;
-static _Atomic int nmodules;
+/* The counters of sites in no module: the slot after the last module. */
+#define nomodule (modules[MAX_MODULES])
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Sites, keyed by their (runtime) return address. */
@@ -173,8 +174,9 @@ struct site {
     _Atomic int module; /* 0 unresolved, -1 none, else index + 1 */
     struct module *mod; /* its module's counters (nomodule for none), set before module */
     _Atomic uint32_t pools; /* POOL1..3 bits charged here (set on slow paths only) */
+    int resident;           /* c is its module's resident counters (for the table's reader) */
     struct counters *c;     /* own, or its module's resident ones; under the module's lock */
-    char pad0[64 - 2 * sizeof(uintptr_t) - 2 * sizeof(void *) - sizeof(uint32_t)];
+    char pad0[64 - 2 * sizeof(uintptr_t) - 2 * sizeof(void *) - 2 * sizeof(uint32_t)];
     struct counters own;
     char pad1[64 - sizeof(struct counters)];
     int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
@@ -182,8 +184,108 @@ struct site {
     char pad2[64 - 6 * sizeof(uint64_t)];
 };
 static struct site *sites;
-static uint32_t *used; /* indices of created sites (DHAT's snapshots) */
-static _Atomic uint32_t nused;
+static uint32_t *used; /* indices of created sites (DHAT's snapshots, the table's reader) */
+
+/* ---- the shared table -------------------------------------------------
+ *
+ * The modules, the sites and the counters above live in one area: with a
+ * report directory, a MAP_SHARED mapping of a fresh file there,
+ * live.PID.K (created O_CREAT|O_EXCL|O_NOFOLLOW, 0600), so that the counts
+ * outlive the process however it ends (_exit, a signal, SIGKILL): profdev
+ * reads the file once the process is gone (profdev_mprof::read_live).
+ * Without one (or if the file cannot be made), an anonymous mapping.
+ * Layout: this header (one page; the reader finds every offset and size
+ * here and checks the file's size against them), the modules (MAX_MODULES
+ * + 1, the last one sites in no module), the indices of the sites in use
+ * (nused of them), the sites (NSITES, by hash).
+ *
+ * state says whether the file is still the report: COUNTING while the
+ * process runs (or after it died without its destructor), WRITING while
+ * the destructor writes the text report mprof.PID.report_k (the reader
+ * takes the text report if it is complete, else this table), DONE once
+ * it is written, after which the file is removed. A forked child gets a
+ * table of its own (a new file, modules kept, sites empty). */
+#define LIVE_COUNTING 0
+#define LIVE_WRITING 1
+#define LIVE_DONE 2
+struct live_header {
+    char magic[16]; /* "profdev-mlive 1" */
+    uint32_t header_size, pid;
+    uint64_t total_size;
+    uint64_t modules_off, used_off, sites_off;
+    uint32_t max_modules, nsites, module_size, site_size;
+    /* offsets within a module: l_addr, path, dev, ino, cur, hw, resident counters */
+    uint32_t m_l_addr, m_path, m_path_size, m_dev, m_ino, m_cur, m_hw, m_resident;
+    /* offsets within a site: pc, module, pools, resident flag, own counters */
+    uint32_t s_pc, s_module, s_pools, s_resident, s_own, counters_size;
+    _Atomic uint32_t state, report_k;
+    _Atomic int h_nmodules;
+    _Atomic uint32_t h_nused;
+    _Atomic uint64_t h_untracked, h_unknown_frees, h_table_failures;
+};
+_Static_assert(sizeof(struct live_header) <= 4096, "the header is one page");
+_Static_assert(offsetof(struct counters, cur) == 0 && offsetof(struct counters, hw) == 8 &&
+                   offsetof(struct counters, nalloc) == 16 &&
+                   offsetof(struct counters, bytes) == 24 && offsetof(struct counters, nlive) == 32,
+               "the reader's counters layout");
+static struct live_header fallback_header;
+static struct live_header *live = &fallback_header;
+#define nmodules (live->h_nmodules)
+#define nused (live->h_nused)
+static char live_path[4200]; /* the shared table's file, if any */
+
+#define PAGE_ROUND(n) (((n) + 4095) & ~(size_t)4095)
+#define MODULES_OFF ((size_t)4096)
+#define USED_OFF (MODULES_OFF + PAGE_ROUND(sizeof(struct module) * (MAX_MODULES + 1)))
+#define SITES_OFF (USED_OFF + PAGE_ROUND(sizeof(uint32_t) * NSITES))
+#define AREA_SIZE (SITES_OFF + PAGE_ROUND(sizeof(struct site) * NSITES))
+#define AREA_PAGES (AREA_SIZE / 4096)
+
+/* The file is sparse, and a hole touched on a full filesystem would be
+ * SIGBUS for the program: a page of the area is given its block
+ * (fallocate, FALLOC_FL_KEEP_SIZE) before it is first read or written,
+ * and what cannot have one is not counted (the site, or module, is then
+ * untracked). live_fd stays open (O_CLOEXEC) for that; its device and
+ * inode are checked first, in case the program closed it and the number
+ * now names another file. With an anonymous area, every page is fine. */
+static int live_fd = -1;
+static dev_t live_dev;
+static ino_t live_ino;
+static char *area_base;
+static _Atomic uint64_t page_ok[(AREA_PAGES + 63) / 64];
+
+static inline int page_known(const void *p)
+{
+    if (live_fd < 0)
+        return 1;
+    size_t pg = (size_t)((const char *)p - area_base) / 4096;
+    return (atomic_load_explicit(&page_ok[pg / 64], memory_order_acquire) >> (pg % 64)) & 1;
+}
+
+/* Blocks under [p, p + n) of the area; 0 if they cannot be had. */
+static __attribute__((noinline)) int ensure_slow(const void *p, size_t n)
+{
+    size_t off = (size_t)((const char *)p - area_base);
+    for (size_t pg = off / 4096; pg <= (off + n - 1) / 4096; pg++) {
+        uint64_t bit = 1ULL << (pg % 64);
+        if (atomic_load_explicit(&page_ok[pg / 64], memory_order_acquire) & bit)
+            continue;
+        struct stat st;
+        if (fstat(live_fd, &st) || st.st_dev != live_dev || st.st_ino != live_ino)
+            return 0;
+        if (fallocate(live_fd, FALLOC_FL_KEEP_SIZE, (off_t)pg * 4096, 4096))
+            return 0;
+        atomic_fetch_or_explicit(&page_ok[pg / 64], bit, memory_order_release);
+    }
+    return 1;
+}
+
+static inline int ensure(const void *p, size_t n)
+{
+    if (live_fd < 0 || (page_known(p) && page_known((const char *)p + n - 1)))
+        return 1;
+    return ensure_slow(p, n);
+}
 
 /* Return-address classification cache: 1 plain, 2 wrapper. */
 #define CLS_BITS 16
@@ -232,7 +334,9 @@ static unsigned entry_shift; /* 1 in DHAT mode: two words an entry */
 static uint32_t leaves[MAX_LEAVES]; /* top indices in use, for fork */
 static _Atomic uint32_t nleaves;
 
-static _Atomic uint64_t untracked_allocs, unknown_frees, table_failures;
+#define untracked_allocs (live->h_untracked)
+#define unknown_frees (live->h_unknown_frees)
+#define table_failures (live->h_table_failures)
 
 /* ---- helpers --------------------------------------------------------- */
 
@@ -287,7 +391,9 @@ static atomic_flag global_lock;
 static void snapshot_peak(void)
 {
     uint32_t n = atomic_load(&nused);
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n && i < NSITES; i++) {
+        if (!page_known(&used[i]))
+            continue;
         struct site *s = &sites[used[i]];
         s->gb = s->c ? s->c->cur : 0;
         s->gbk = s->curbk;
@@ -556,7 +662,7 @@ static int module_index(uintptr_t pc)
             return i;
         }
     int r = -1;
-    if (n < MAX_MODULES) {
+    if (n < MAX_MODULES && ensure(&modules[n], sizeof modules[n])) {
         struct module *m = &modules[n];
         m->lm = lm;
         m->l_addr = lm->l_addr;
@@ -585,6 +691,8 @@ static uint32_t site_of(uintptr_t pc)
     for (unsigned i = 0; i < NSITES; i++) {
         uint32_t j = (h + i) & (NSITES - 1);
         struct site *s = &sites[j];
+        if (UNLIKELY(!ensure(s, sizeof *s)))
+            return NSITES;
         uintptr_t k = atomic_load_explicit(&s->pc, memory_order_acquire);
         if (k == pc) {
             /* Created by another thread: wait (bounded) for its module. */
@@ -597,13 +705,14 @@ static uint32_t site_of(uintptr_t pc)
         if (k == 0) {
             uintptr_t zero = 0;
             if (atomic_compare_exchange_strong(&s->pc, &zero, pc)) {
-                used[atomic_fetch_add(&nused, 1)] = j;
+                uint32_t u = atomic_fetch_add(&nused, 1);
+                if (u < NSITES && ensure(&used[u], sizeof *used))
+                    used[u] = j;
                 int m = module_index(pc);
                 struct module *mod = m < 0 ? &nomodule : &modules[m];
                 int no = 0;
-                s->c = atomic_compare_exchange_strong(&mod->resident_taken, &no, 1)
-                           ? &mod->resident
-                           : &s->own;
+                s->resident = atomic_compare_exchange_strong(&mod->resident_taken, &no, 1);
+                s->c = s->resident ? &mod->resident : &s->own;
                 s->mod = mod;
                 atomic_store_explicit(&s->module, m < 0 ? -1 : m + 1, memory_order_release);
                 return j;
@@ -1221,6 +1330,137 @@ EXPORT int brk(void *addr)
     return r;
 }
 
+/* ---- the shared table's area ------------------------------------------ */
+
+
+/* A new file PREFIX.PID.K in the report directory (K the first free
+ * number), O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600; its descriptor (-1 if
+ * none), its path in path (sizeof live_path) and K in *kp. */
+static int create_out(const char *prefix, char *path, uint32_t *kp, int flags)
+{
+    pid_t pid = getpid();
+    for (uint32_t k = 0; k < 1000; k++) {
+        size_t l = strlen(outdir);
+        memcpy(path, outdir, l);
+        path[l++] = '/';
+        size_t pl = strlen(prefix);
+        memcpy(path + l, prefix, pl);
+        l += pl;
+        path[l++] = '.';
+        char num[64];
+        int i = sizeof num;
+        num[--i] = 0;
+        uint64_t v = k;
+        do
+            num[--i] = '0' + v % 10, v /= 10;
+        while (v);
+        num[--i] = '.';
+        v = pid;
+        do
+            num[--i] = '0' + v % 10, v /= 10;
+        while (v);
+        strcpy(path + l, num + i);
+        int fd = open(path, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            *kp = k;
+            return fd;
+        }
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1;
+}
+
+/* Point the tables into the area a. */
+static void use_area(char *a)
+{
+    area_base = a;
+    live = (struct live_header *)a;
+    modules = (struct module *)(a + MODULES_OFF);
+    used = (uint32_t *)(a + USED_OFF);
+    sites = (struct site *)(a + SITES_OFF);
+}
+
+/* A fresh, empty area for the tables: a shared mapping of live.PID.K in
+ * the report directory if there is one (its path in live_path), else
+ * anonymous memory; 0 if neither can be had. */
+static char *new_area(void)
+{
+    char *a = 0;
+    live_path[0] = 0;
+    if (live_fd >= 0) /* the previous area's (after fork: the parent's) */
+        close(live_fd);
+    live_fd = -1;
+    for (size_t i = 0; i < sizeof page_ok / sizeof page_ok[0]; i++)
+        atomic_store(&page_ok[i], 0);
+    if (outdir[0]) {
+        char path[sizeof live_path];
+        uint32_t k;
+        int fd = create_out("live", path, &k, O_RDWR);
+        if (fd >= 0) {
+            struct stat st;
+            if (!ftruncate(fd, AREA_SIZE) && !fstat(fd, &st)) {
+                char *p = sys_mmap(0, AREA_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                if (p != MAP_FAILED) {
+                    area_base = p;
+                    live_fd = fd;
+                    live_dev = st.st_dev;
+                    live_ino = st.st_ino;
+                    /* Blocks now for the header and the slot of sites in
+                     * no module; none to be had: no file at all. */
+                    if (ensure(p, 4096) &&
+                        ensure(p + MODULES_OFF + MAX_MODULES * sizeof(struct module),
+                               sizeof(struct module))) {
+                        a = p;
+                        strcpy(live_path, path);
+                    } else {
+                        sys_munmap(p, AREA_SIZE);
+                        live_fd = -1;
+                    }
+                }
+            }
+            if (!a) {
+                close(fd);
+                unlink(path);
+            }
+        }
+    }
+    if (!a) {
+        a = map(AREA_SIZE);
+        area_base = a;
+    }
+    if (!a)
+        return 0;
+    struct live_header *h = (struct live_header *)a;
+    h->header_size = sizeof *h;
+    h->pid = getpid();
+    h->total_size = AREA_SIZE;
+    h->modules_off = MODULES_OFF;
+    h->used_off = USED_OFF;
+    h->sites_off = SITES_OFF;
+    h->max_modules = MAX_MODULES + 1;
+    h->nsites = NSITES;
+    h->module_size = sizeof(struct module);
+    h->site_size = sizeof(struct site);
+    h->m_l_addr = offsetof(struct module, l_addr);
+    h->m_path = offsetof(struct module, path);
+    h->m_path_size = sizeof(((struct module *)0)->path);
+    h->m_dev = offsetof(struct module, dev);
+    h->m_ino = offsetof(struct module, ino);
+    h->m_cur = offsetof(struct module, cur);
+    h->m_hw = offsetof(struct module, hw);
+    h->m_resident = offsetof(struct module, resident);
+    h->s_pc = offsetof(struct site, pc);
+    h->s_module = offsetof(struct site, module);
+    h->s_pools = offsetof(struct site, pools);
+    h->s_resident = offsetof(struct site, resident);
+    h->s_own = offsetof(struct site, own);
+    h->counters_size = sizeof(struct counters);
+    atomic_thread_fence(memory_order_release);
+    memcpy(h->magic, "profdev-mlive 1", 16);
+    return a;
+}
+
 /* ---- fork, init, report ----------------------------------------------- */
 
 static void before_fork(void)
@@ -1247,7 +1487,8 @@ static void after_fork_parent(void)
 
 static void after_fork_child(void)
 {
-    /* The child starts from zero: empty tables and counters. */
+    /* The child starts from zero: empty tables and counters, in a table
+     * of its own (the parent's area is shared with the parent). */
     uint32_t nl = atomic_load(&nleaves);
     if (nl <= MAX_LEAVES) {
         for (uint32_t k = 0; k < nl; k++) {
@@ -1262,31 +1503,39 @@ static void after_fork_child(void)
             }
     }
     nleaves = 0;
-    for (unsigned i = 0; i < NSITES; i++) {
-        struct site *s = &sites[i];
-        if (!s->pc)
-            continue;
-        if (!s->c)
-            continue;
-        s->c->cur = s->c->hw = 0;
-        s->curbk = s->hwbk = s->gb = s->gbk = 0;
-        s->tl = s->sumborn = 0;
-        s->c->nalloc = s->c->bytes = s->c->nlive = 0;
-    }
+    memset(rcache, 0, sizeof rcache); /* site indices of the parent's table */
+    char *old = (char *)live;
+    int n = nmodules;
+    char *fresh = new_area();
+    if (fresh) {
+        struct module *fm = (struct module *)(fresh + MODULES_OFF);
+        if (n > 0 && !ensure(fm, sizeof(struct module) * n))
+            n = 0; /* no room for them: found again as they are met */
+        memcpy(fm, modules, sizeof(struct module) * n);
+        for (int i = 0; i < n; i++) {
+            fm[i].cur = fm[i].hw = 0;
+            memset(&fm[i].resident, 0, sizeof fm[i].resident);
+            atomic_store(&fm[i].resident_taken, 0);
+            atomic_flag_clear(&fm[i].lock);
+        }
+        ((struct live_header *)fresh)->h_nmodules = n;
+        /* In place of the parent's, at the same address (sites point at
+         * their module). */
+        void *p = (void *)syscall(SYS_mremap, fresh, AREA_SIZE, AREA_SIZE,
+                                  MREMAP_MAYMOVE | MREMAP_FIXED, old);
+        if (p == MAP_FAILED) {
+            enabled = heap = fast = 0; /* no table: count nothing rather than the parent's */
+            sys_munmap(fresh, AREA_SIZE);
+        } else
+            use_area(old);
+    } else
+        enabled = heap = fast = 0;
     gcur = ghw = 0;
     peak_pending = 0;
     tg = 0;
     if (dhat)
         t0 += now_us(); /* the child's times start at its fork */
     atomic_flag_clear(&global_lock);
-    int n = nmodules;
-    for (int i = 0; i < n; i++) {
-        modules[i].cur = modules[i].hw = 0;
-        unspin(&modules[i].lock);
-    }
-    nomodule.cur = nomodule.hw = 0;
-    unspin(&nomodule.lock);
-    untracked_allocs = unknown_frees = table_failures = 0;
     nregions = 0; /* inherited mappings are not the child's */
     pthread_mutex_unlock(&scan_lock);
     pthread_mutex_unlock(&module_lock);
@@ -1303,10 +1552,13 @@ static void init(void)
     const char *w = getenv("PROFDEV_MPROF_WRAPPERS");
     if (w)
         strncpy(extra_wrappers, w, sizeof extra_wrappers - 1);
-    modules = map(sizeof(struct module) * MAX_MODULES);
-    sites = map(sizeof(struct site) * NSITES);
+    outdir[0] = 0;
+    if (d && d[0] && strlen(d) < sizeof outdir - 64)
+        strcpy(outdir, d);
+    char *area = new_area();
+    if (area)
+        use_area(area);
     cls = map(sizeof(struct cls) * NCLS);
-    used = map(sizeof(uint32_t) * NSITES);
     /* PROFDEV_MPROF_POOLS: the digits of startmp (1, 2, 3); pool 1 alone
      * when unset. */
     const char *pl = getenv("PROFDEV_MPROF_POOLS");
@@ -1325,9 +1577,7 @@ static void init(void)
     ranges = map(sizeof(struct range) * MAX_RANGES);
     entry_shift = dhat ? 1 : 0;
     top = map_noreserve(sizeof(*top) * TOP_SLOTS);
-    if (d && d[0] && strlen(d) < sizeof outdir - 64 && modules && sites && cls && ranges && used &&
-        top) {
-        strcpy(outdir, d);
+    if (outdir[0] && area && cls && ranges && top) {
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
         enabled = 1;
         heap = (pools & POOL1) != 0;
@@ -1404,37 +1654,20 @@ static void put_i(struct out *o, int64_t v)
         put_u(o, v, 10);
 }
 
-/* Write the report: mprof.<pid>.<k>, O_EXCL|O_NOFOLLOW, 0600. */
-static void report(void)
+/* Write the report: mprof.<pid>.<k>, O_EXCL|O_NOFOLLOW, 0600. final: the
+ * exit's, after which the shared table is no longer the report. */
+static void report(int final)
 {
-    char path[4200];
-    int fd = -1;
+    char path[sizeof live_path];
+    uint32_t k;
     pid_t pid = getpid();
-    for (int k = 0; k < 1000 && fd < 0; k++) {
-        struct out o = {.fd = -1};
-        (void)o;
-        size_t l = strlen(outdir);
-        memcpy(path, outdir, l);
-        char num[64];
-        int i = sizeof num;
-        num[--i] = 0;
-        uint64_t v = k;
-        do
-            num[--i] = '0' + v % 10, v /= 10;
-        while (v);
-        num[--i] = '.';
-        v = pid;
-        do
-            num[--i] = '0' + v % 10, v /= 10;
-        while (v);
-        memcpy(path + l, "/mprof.", 7);
-        strcpy(path + l + 7, num + i);
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0 && errno != EEXIST)
-            return;
-    }
+    int fd = create_out("mprof", path, &k, O_WRONLY);
     if (fd < 0)
         return;
+    if (final) {
+        atomic_store(&live->report_k, k);
+        atomic_store(&live->state, LIVE_WRITING);
+    }
     static struct out o;
     o.fd = fd;
     o.n = 0;
@@ -1472,8 +1705,11 @@ static void report(void)
         put(&o, "\n");
     }
     uint64_t end = dhat ? now_us() : 0;
-    for (unsigned i = 0; i < NSITES; i++) {
-        struct site *s = &sites[i];
+    uint32_t nu = atomic_load(&nused);
+    for (uint32_t u = 0; u < nu && u < NSITES; u++) {
+        if (!page_known(&used[u]))
+            continue;
+        struct site *s = &sites[used[u]];
         if (!s->pc || !s->c || !s->c->nalloc)
             continue;
         put(&o, "site ");
@@ -1517,6 +1753,11 @@ static void report(void)
     put(&o, "\nend\n");
     flush(&o);
     close(fd);
+    if (final) {
+        atomic_store(&live->state, LIVE_DONE);
+        if (live_path[0])
+            unlink(live_path);
+    }
 }
 
 __attribute__((destructor)) static void dtor(void)
@@ -1525,12 +1766,17 @@ __attribute__((destructor)) static void dtor(void)
         return;
     busy = 1;
     /* Sites whose module was not resolved yet. */
-    for (unsigned i = 0; i < NSITES; i++)
-        if (sites[i].pc && sites[i].module == 0) {
-            int m = module_index(sites[i].pc);
-            sites[i].module = m < 0 ? -1 : m + 1;
+    uint32_t nu = atomic_load(&nused);
+    for (uint32_t u = 0; u < nu && u < NSITES; u++) {
+        if (!page_known(&used[u]))
+            continue;
+        struct site *s = &sites[used[u]];
+        if (s->pc && s->module == 0) {
+            int m = module_index(s->pc);
+            s->module = m < 0 ? -1 : m + 1;
         }
-    report();
+    }
+    report(1);
     enabled = 0;
     heap = fast = 0;
     busy = 0;
@@ -1543,6 +1789,6 @@ void mprof_report_now(void)
     if (!enabled)
         return;
     busy = 1;
-    report();
+    report(0);
     busy = 0;
 }

@@ -47,10 +47,21 @@
 //!   frees of blocks the child inherited are not counted. **exec**:
 //!   `LD_PRELOAD` stays in the environment, the new image loads the library
 //!   afresh and writes its own report.
-//! * **Report**: at exit (a destructor), one text file per process image,
-//!   `mprof.PID.N`, created `O_CREAT|O_EXCL|O_NOFOLLOW` mode 0600 in the
+//! * **The shared table**: the modules, sites and counters live in a
+//!   `MAP_SHARED` mapping of a file of the process image's own,
+//!   `live.PID.K`, created `O_CREAT|O_EXCL|O_NOFOLLOW` mode 0600 in the
 //!   directory `PROFDEV_MPROF_DIR` names (a private 0700 directory profdev
-//!   made, see [`Session`]). Format: [`Report::parse`].
+//!   made, see [`Session`]): the counts outlive a process that ends by
+//!   `_exit`, a signal, SIGKILL (the OOM killer) or an exec, and profdev
+//!   reads them once it is gone ([`read_live`]: a one-page header that
+//!   names the layout, every offset and the file's size, then only the
+//!   modules and the sites in use). A forked child gets a new table (its
+//!   modules kept, its sites empty) mapped in place of the parent's.
+//! * **Report**: at a normal exit (a destructor), one text file per
+//!   process image, `mprof.PID.N`, created the same way; the table's
+//!   header says `WRITING N` meanwhile and `DONE` after, and the table is
+//!   then removed ([`read_dir_reports`] takes the text report when it is
+//!   complete, else the table, never both). Format: [`Report::parse`].
 //! * **Attach** (`c/attach.c`, same shared object): loaded into a running
 //!   process by `startmp… PID` or `mprof -p PID` (through profdev-inject),
 //!   its `profdev_mprof_attach(config)` takes the settings the environment
@@ -94,28 +105,57 @@ pub const POOLS_ENV: &str = "PROFDEV_MPROF_POOLS";
 /// The accounting library, a shared object for `LD_PRELOAD`.
 pub const LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libprofdev_mprof.so"));
 
-/// A report larger than this is refused (a process can have at most 65536
-/// sites of about 80 bytes each, and 1024 modules).
-const MAX_REPORT: u64 = 16 << 20;
+/// The library's limits (c/mprof.c): modules, and sites, per process.
+pub const MAX_MODULES: usize = 1024;
+/// See [`MAX_MODULES`].
+pub const MAX_SITES: usize = 1 << 16;
+
+/// The longest report the library can write, from its longest lines: the
+/// head (`profdev-mprof 1`, `pid`, `dhat`), a `module` line (index,
+/// bias, device, inode, two signed counts and a 511-byte path), a `site`
+/// line with DHAT's four numbers and its `pools` line, and the tail. A
+/// larger file is refused before anything is read (about 15 MB).
+pub const MAX_REPORT: u64 = (16 + 15 + 47)
+    + MAX_MODULES as u64 * (7 + 4 + 3 + 16 + 4 * 21 + 1 + 511 + 1)
+    + MAX_SITES as u64 * ((7 + 16 + 1 + 4 + 5 * 21 + 4 * 21 + 1) + 8)
+    + (73 + 4);
+
+/// The shared table's size is checked against the header it starts with,
+/// and refused above this (the library's is 13 MiB).
+pub const MAX_LIVE: u64 = 64 << 20;
 
 /// One run's private directory: the library, and the reports it writes.
 pub struct Session {
     dir: tempfile::TempDir,
+    /// The directory's lock, held while the session lives ([`sweep`]).
+    _held: std::fs::File,
 }
 
 impl Session {
     /// A fresh private directory (0700, a unique name under `$TMPDIR` or
-    /// /tmp) holding the library (written through profdev-safefile:
-    /// `O_EXCL|O_NOFOLLOW`, then renamed) and an empty `out/` for reports.
+    /// /tmp, locked while the session lives) holding the library (written
+    /// through profdev-safefile: `O_EXCL|O_NOFOLLOW`, then renamed) and an
+    /// empty `out/` for reports. Directories earlier sessions of this user
+    /// left behind are removed first ([`sweep`]).
     pub fn new() -> std::io::Result<Session> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let dir = tempfile::Builder::new()
-            .prefix("profdev-mprof.")
+            .prefix(LAUNCH_PREFIX)
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()?;
+        let held = hold(dir.path())?;
+        let uid = std::fs::symlink_metadata(dir.path())?.uid();
+        sweep(&std::env::temp_dir(), uid);
         profdev_safefile::write_file(dir.path().join("libprofdev_mprof.so"), LIBRARY, 0o500)
             .map_err(profdev_safefile::Error::into_os_error)?;
         profdev_safefile::create_dir(dir.path().join("out"), 0o700)
             .map_err(profdev_safefile::Error::into_os_error)?;
-        Ok(Session { dir })
+        Ok(Session { dir, _held: held })
+    }
+
+    /// The session's directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The library's path.
@@ -170,36 +210,548 @@ impl Session {
     }
 }
 
-/// Read the reports in `dir`.
-pub fn read_reports(dir: &Path) -> (Vec<Report>, Vec<String>) {
-    let mut names: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(d) => d.filter_map(|e| Some(e.ok()?.path())).collect(),
-        Err(e) => return (vec![], vec![format!("cannot read {}: {e}", dir.display())]),
+/// The name prefix of `mprof CMD`'s private directories.
+pub const LAUNCH_PREFIX: &str = "profdev-mprof.";
+/// The name prefix of an attached process's directories
+/// (`profdev_dev::prof::attach_process`).
+pub const ATTACH_PREFIX: &str = "profdev-attach.";
+/// A directory of an attach younger than this is never swept (the load
+/// into the process may take 20 s), nor one of `mprof CMD` still without
+/// its library.
+pub const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Lock the directory `dir` (an exclusive `flock` on it, held as long as
+/// the returned file is open) so that [`sweep`] leaves it alone.
+pub fn hold(dir: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)?;
+    Ok(f)
+}
+
+/// Remove, under `tmp`, the private directories of earlier mprof sessions
+/// and attaches ([`LAUNCH_PREFIX`], [`ATTACH_PREFIX`]) that belong to
+/// `uid` and are over: not locked ([`hold`]: no profdev works in them),
+/// and whose library no live process maps (/proc/PID/maps of every
+/// process this one may read), and, for an attach's or one without its
+/// library, older than [`SWEEP_GRACE`]. Returns how many were removed.
+/// `mprof CMD` and `mprof -p` sweep as they start, the prof device at each
+/// attach: a directory left by a SIGKILLed profdev, or by an attached
+/// process that went on after profdev, goes at the next run of its user.
+pub fn sweep(tmp: &Path, uid: u32) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    // Paths as /proc/PID/maps gives them.
+    let Ok(tmp) = std::fs::canonicalize(tmp) else {
+        return 0;
     };
-    names.sort();
-    let mut reports = Vec::new();
-    let mut errors = Vec::new();
-    for p in names {
-        match std::fs::metadata(&p) {
-            Ok(m) if m.len() > MAX_REPORT => {
-                errors.push(format!("{} is larger than {MAX_REPORT} bytes", p.display()));
-                continue;
-            }
-            Err(e) => {
-                errors.push(format!("cannot read {}: {e}", p.display()));
-                continue;
-            }
-            _ => {}
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return 0;
+    };
+    let mut candidates = Vec::new();
+    for e in entries.take(MAX_ENTRIES).filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let attach = name.starts_with(ATTACH_PREFIX);
+        if !attach && !name.starts_with(LAUNCH_PREFIX) {
+            continue;
         }
-        match std::fs::read_to_string(&p) {
-            Ok(t) => match Report::parse(&t) {
-                Ok(r) => reports.push(r),
-                Err(e) => errors.push(format!("{}: {e}", p.display())),
-            },
-            Err(e) => errors.push(format!("cannot read {}: {e}", p.display())),
+        let path = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !m.is_dir() || m.uid() != uid {
+            continue;
+        }
+        let old = m
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > SWEEP_GRACE);
+        let has_library = path.join("libprofdev_mprof.so").exists();
+        if (attach || !has_library) && !old {
+            continue;
+        }
+        candidates.push(path);
+    }
+    if candidates.is_empty() {
+        return 0;
+    }
+    let mapped = mapped_dirs();
+    let mut removed = 0;
+    for path in candidates {
+        if mapped.iter().any(|m| m == &path) {
+            continue;
+        }
+        // Locked by a profdev at work: not ours to take. Holding the lock
+        // while removing keeps a new holder out (none can come: only the
+        // session that made a directory locks it).
+        let Ok(f) = std::fs::OpenOptions::new().read(true).open(&path) else {
+            continue;
+        };
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue;
+        }
+        if std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
         }
     }
+    removed
+}
+
+/// The directories of mprof libraries that live processes map.
+fn mapped_dirs() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.filter_map(|e| e.ok()) {
+        if !p
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(maps) = std::fs::read_to_string(p.path().join("maps")) else {
+            continue;
+        };
+        for line in maps.lines() {
+            let Some(i) = line.find('/') else { continue };
+            let path = line[i..].trim_end_matches(" (deleted)");
+            if let Some(dir) = path.strip_suffix("/libprofdev_mprof.so") {
+                if !out.iter().any(|o: &PathBuf| o.as_os_str() == dir) {
+                    out.push(PathBuf::from(dir));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Read the reports in `dir`: every complete text report (`mprof.PID.K`)
+/// and every shared table (`live.PID.K`) whose process did not finish its
+/// text report (it ended by `_exit`, a signal, SIGKILL or an exec, or is
+/// still running), each process image counted once. See
+/// [`read_dir_reports`].
+pub fn read_reports(dir: &Path) -> (Vec<Report>, Vec<String>) {
+    read_dir_reports(dir, &Limits::LAUNCH)
+}
+
+/// How much [`read_dir_reports`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Only the latest text report of each pid (an attached process's
+    /// reports on demand supersede each other), and a pid's shared table
+    /// supersedes its text reports unless the table says it is done.
+    pub latest_per_pid: bool,
+    /// At most this many reports and tables (the rest are named in one
+    /// error).
+    pub max_reports: usize,
+    /// At most this many bytes read in all (each text report is at most
+    /// [`MAX_REPORT`] and each table at most [`MAX_LIVE`] besides).
+    pub max_bytes: u64,
+}
+
+impl Limits {
+    /// `mprof CMD`: a private directory only the user's own processes
+    /// write; every process image's report, up to a million of them.
+    pub const LAUNCH: Limits = Limits {
+        latest_per_pid: false,
+        max_reports: 1 << 20,
+        max_bytes: u64::MAX,
+    };
+    /// An attached process's directory (`startmp PID`, `mprof -p`), which
+    /// its user may fill: 256 reports, 64 MiB read in all.
+    pub const ATTACHED: Limits = Limits {
+        latest_per_pid: true,
+        max_reports: 256,
+        max_bytes: 64 << 20,
+    };
+}
+
+/// The entries of a report directory looked at, at most.
+const MAX_ENTRIES: usize = 1 << 20;
+
+/// Read the reports and shared tables in `dir` within `limits`; errors
+/// (one sentence each) for the unreadable, malformed or refused ones.
+/// Files are opened without following links, must be regular files, and
+/// are refused by their size before anything is allocated for them.
+pub fn read_dir_reports(dir: &Path, limits: &Limits) -> (Vec<Report>, Vec<String>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(d) => d,
+        Err(e) => return (vec![], vec![format!("cannot read {}: {e}", dir.display())]),
+    };
+    let mut texts: BTreeMap<(u32, u64), PathBuf> = BTreeMap::new();
+    let mut lives: BTreeMap<(u32, u64), PathBuf> = BTreeMap::new();
+    for e in entries.take(MAX_ENTRIES).filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if let Some(id) = numbered(&name, "mprof.") {
+            texts.insert(id, e.path());
+        } else if let Some(id) = numbered(&name, "live.") {
+            lives.insert(id, e.path());
+        }
+    }
+    let mut reports = Vec::new();
+    let mut errors = Vec::new();
+    let mut budget = Budget {
+        limits: *limits,
+        reports: 0,
+        bytes: 0,
+        refused: 0,
+    };
+    let mut superseded: std::collections::BTreeSet<(u32, u64)> = Default::default();
+    let mut text_of_table: Vec<((u32, u64), Report)> = Vec::new();
+    for (&(pid, _), path) in &lives {
+        if !budget.room(0) {
+            break;
+        }
+        match read_live(path) {
+            Ok(live) => {
+                budget.charge(live.read);
+                match live.state {
+                    LiveState::Done => continue,
+                    LiveState::Writing(k) => {
+                        // The exit's text report, if complete, is this
+                        // image's report; else the table is.
+                        if let Some(p) = texts.get(&(pid, k as u64)) {
+                            if let Ok(r) = read_text(p, &mut budget) {
+                                superseded.insert((pid, k as u64));
+                                text_of_table.push(((pid, k as u64), r));
+                                continue;
+                            }
+                        }
+                        superseded.insert((pid, k as u64));
+                    }
+                    LiveState::Counting => {}
+                }
+                if limits.latest_per_pid {
+                    superseded.extend(texts.keys().filter(|&&(p, _)| p == pid).copied());
+                }
+                reports.push(live.report);
+            }
+            Err(e) => errors.push(format!("{}: {e}", path.display())),
+        }
+    }
+    reports.extend(text_of_table.into_iter().map(|(_, r)| r));
+    let mut chosen: Vec<&PathBuf> = Vec::new();
+    for (&(pid, k), path) in &texts {
+        if superseded.contains(&(pid, k)) {
+            continue;
+        }
+        if limits.latest_per_pid && texts.range((pid, k + 1)..(pid + 1, 0)).next().is_some() {
+            continue; // a later one of the same pid
+        }
+        chosen.push(path);
+    }
+    for path in chosen {
+        if !budget.room(0) {
+            break;
+        }
+        match read_text(path, &mut budget) {
+            Ok(r) => reports.push(r),
+            Err(e) => errors.push(format!("{}: {e}", path.display())),
+        }
+    }
+    if budget.refused > 0 {
+        errors.push(format!(
+            "{} holds more reports than are read in one session ({} reports, {} bytes): the \
+             rest were ignored",
+            dir.display(),
+            limits.max_reports,
+            limits.max_bytes
+        ));
+    }
     (reports, errors)
+}
+
+/// What a session has read so far.
+struct Budget {
+    limits: Limits,
+    reports: usize,
+    bytes: u64,
+    refused: usize,
+}
+
+impl Budget {
+    /// May one more report of `bytes` be read? (Counted as refused if not.)
+    fn room(&mut self, bytes: u64) -> bool {
+        if self.reports >= self.limits.max_reports
+            || self.bytes.saturating_add(bytes) > self.limits.max_bytes
+        {
+            self.refused += 1;
+            return false;
+        }
+        true
+    }
+
+    /// One more report of `bytes` was read.
+    fn charge(&mut self, bytes: u64) {
+        self.reports += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+}
+
+/// `PREFIX PID . K` as (PID, K).
+fn numbered(name: &str, prefix: &str) -> Option<(u32, u64)> {
+    let (pid, k) = name.strip_prefix(prefix)?.split_once('.')?;
+    if !pid.bytes().all(|b| b.is_ascii_digit()) || !k.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((pid.parse().ok()?, k.parse().ok()?))
+}
+
+/// Open a file of a report directory: no link followed, no blocking on a
+/// FIFO, a regular file; with its size.
+fn open_report_file(path: &Path) -> Result<(std::fs::File, u64), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open it: {e}"))?;
+    let m = f.metadata().map_err(|e| format!("cannot read it: {e}"))?;
+    if !m.is_file() {
+        return Err("not a regular file".into());
+    }
+    Ok((f, m.len()))
+}
+
+/// One text report (`mprof.PID.K`), opened without following a link, a
+/// regular file, refused by its size (over [`MAX_REPORT`]) before it is
+/// read.
+pub fn read_report(path: &Path) -> Result<Report, String> {
+    let mut budget = Budget {
+        limits: Limits::LAUNCH,
+        reports: 0,
+        bytes: 0,
+        refused: 0,
+    };
+    read_text(path, &mut budget)
+}
+
+/// A text report, refused by its size (over [`MAX_REPORT`], or over what
+/// is left of the budget) before it is read.
+fn read_text(path: &Path, budget: &mut Budget) -> Result<Report, String> {
+    use std::io::Read;
+    let (f, len) = open_report_file(path)?;
+    if len > MAX_REPORT {
+        return Err(format!(
+            "{len} bytes is more than the library can write ({MAX_REPORT}): refused"
+        ));
+    }
+    if !budget.room(len) {
+        return Err("over the session's budget: not read".into());
+    }
+    budget.charge(len);
+    let mut text = String::with_capacity(len as usize);
+    f.take(MAX_REPORT + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if text.len() as u64 > MAX_REPORT {
+        return Err(format!(
+            "more than the library can write ({MAX_REPORT} bytes): refused"
+        ));
+    }
+    Report::parse(&text)
+}
+
+/// Where a shared table stands (`state` in its header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LiveState {
+    /// The process counts into it (or ended without its destructor).
+    Counting,
+    /// Its destructor was writing the text report `mprof.PID.K`.
+    Writing(u32),
+    /// The text report is complete: the table is not the report.
+    Done,
+}
+
+/// A shared table read back ([`read_live`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Live {
+    /// Its state.
+    pub state: LiveState,
+    /// The counts in it, as a report (no DHAT figures: those are in the
+    /// text report only).
+    pub report: Report,
+    /// Bytes read.
+    pub read: u64,
+}
+
+/// Read a shared table (`live.PID.K`, c/mprof.c's "the shared table"):
+/// its header first (magic, layout, sizes), the file's size must be the
+/// one the header names and at most [`MAX_LIVE`]; then only the modules
+/// and the sites in use. Sites whose module was not yet known when the
+/// process ended are left out.
+pub fn read_live(path: &Path) -> Result<Live, String> {
+    use std::os::unix::fs::FileExt;
+    let (f, len) = open_report_file(path)?;
+    let bad = |why: &str| format!("not a shared table of the mprof library ({why})");
+    if len > MAX_LIVE {
+        return Err(bad(&format!("{len} bytes, more than {MAX_LIVE}")));
+    }
+    let mut head = [0u8; 4096];
+    let n = head.len().min(len as usize);
+    f.read_exact_at(&mut head[..n], 0)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    let u32_at = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().unwrap_or([0; 4]));
+    let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap_or([0; 8]));
+    if n < 168 || &head[..16] != b"profdev-mlive 1\0" {
+        return Err(bad("no header"));
+    }
+    let header_size = u32_at(16) as u64;
+    let pid = u32_at(20);
+    let total = u64_at(24);
+    let (modules_off, used_off, sites_off) = (u64_at(32), u64_at(40), u64_at(48));
+    let (max_modules, nsites) = (u32_at(56) as u64, u32_at(60) as u64);
+    let (module_size, site_size) = (u32_at(64) as u64, u32_at(68) as u64);
+    let m: Vec<u64> = (0..8).map(|i| u32_at(72 + 4 * i) as u64).collect();
+    let (m_l_addr, m_path, m_path_size, m_dev, m_ino, m_cur, m_hw, m_resident) =
+        (m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]);
+    let s: Vec<u64> = (0..6).map(|i| u32_at(104 + 4 * i) as u64).collect();
+    let (s_pc, s_module, s_pools, s_resident, s_own, counters_size) =
+        (s[0], s[1], s[2], s[3], s[4], s[5]);
+    let state = u32_at(128);
+    let report_k = u32_at(132);
+    let nmodules = u32_at(136) as u64;
+    let nused = u32_at(140) as u64;
+    let fits =
+        |off: u64, size: u64, within: u64| off.checked_add(size).is_some_and(|e| e <= within);
+    let layout_ok = (168..=4096).contains(&header_size)
+        && total == len
+        && (1..=MAX_MODULES as u64 + 1).contains(&max_modules)
+        && (1..=MAX_SITES as u64).contains(&nsites)
+        && module_size <= 4096
+        && site_size <= 4096
+        && counters_size >= 40
+        && fits(modules_off, max_modules * module_size, total)
+        && fits(used_off, nsites * 4, total)
+        && fits(sites_off, nsites * site_size, total)
+        && [m_l_addr, m_dev, m_ino, m_cur, m_hw]
+            .iter()
+            .all(|&o| fits(o, 8, module_size))
+        && fits(m_path, m_path_size, module_size)
+        && fits(m_resident, counters_size, module_size)
+        && [s_pc, s_own].iter().all(|&o| fits(o, 8, site_size))
+        && [s_module, s_pools, s_resident]
+            .iter()
+            .all(|&o| fits(o, 4, site_size))
+        && fits(s_own, counters_size, site_size)
+        && nmodules < max_modules
+        && nused <= nsites;
+    if !layout_ok {
+        return Err(bad("its header does not describe it"));
+    }
+    let state = match state {
+        0 => LiveState::Counting,
+        1 => LiveState::Writing(report_k),
+        2 => LiveState::Done,
+        _ => return Err(bad("unknown state")),
+    };
+    let mut read = 4096u64;
+    let mut report = Report {
+        pid,
+        untracked: u64_at(144),
+        unknown_frees: u64_at(152),
+        table_failures: u64_at(160),
+        ..Default::default()
+    };
+    if state == LiveState::Done {
+        return Ok(Live {
+            state,
+            report,
+            read,
+        });
+    }
+    let io = |e: std::io::Error| format!("cannot read it: {e}");
+    let le64 = |b: &[u8], o: u64| {
+        let o = o as usize;
+        u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
+    };
+    let le32 = |b: &[u8], o: u64| {
+        let o = o as usize;
+        u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
+    };
+    // The modules in use, and the slot of sites in no module (the last).
+    let mut mods = vec![0u8; (nmodules * module_size) as usize];
+    f.read_exact_at(&mut mods, modules_off).map_err(io)?;
+    let mut none = vec![0u8; module_size as usize];
+    f.read_exact_at(&mut none, modules_off + (max_modules - 1) * module_size)
+        .map_err(io)?;
+    read += mods.len() as u64 + none.len() as u64;
+    let module_rec = |i: u64| &mods[(i * module_size) as usize..((i + 1) * module_size) as usize];
+    for i in 0..nmodules {
+        let r = module_rec(i);
+        let path = &r[m_path as usize..(m_path + m_path_size) as usize];
+        let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
+        report.modules.push(ReportModule {
+            bias: le64(r, m_l_addr),
+            dev: le64(r, m_dev),
+            ino: le64(r, m_ino),
+            current: le64(r, m_cur) as i64,
+            high_water: le64(r, m_hw) as i64,
+            path: String::from_utf8_lossy(path).into_owned(),
+        });
+    }
+    let mut used = vec![0u8; (nused * 4) as usize];
+    f.read_exact_at(&mut used, used_off).map_err(io)?;
+    read += used.len() as u64;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut site = vec![0u8; site_size as usize];
+    for j in used.chunks_exact(4) {
+        let j = u32::from_le_bytes(j.try_into().unwrap_or([0; 4])) as u64;
+        if j >= nsites || !seen.insert(j) {
+            continue;
+        }
+        f.read_exact_at(&mut site, sites_off + j * site_size)
+            .map_err(io)?;
+        read += site_size;
+        let module = le32(&site, s_module) as i32;
+        let module = match module {
+            -1 => None,
+            m if m > 0 && (m as u64) <= nmodules => Some(m as usize - 1),
+            _ => continue, // not known yet, or nonsense
+        };
+        let counters: &[u8] = if le32(&site, s_resident) != 0 {
+            match module {
+                Some(m) => &module_rec(m as u64)[m_resident as usize..],
+                None => &none[m_resident as usize..],
+            }
+        } else {
+            &site[s_own as usize..]
+        };
+        let (current, high_water) = (le64(counters, 0) as i64, le64(counters, 8) as i64);
+        let (allocs, bytes, live) = (le64(counters, 16), le64(counters, 24), le64(counters, 32));
+        if allocs == 0 {
+            continue;
+        }
+        let pools = le32(&site, s_pools);
+        report.sites.push(ReportSite {
+            pc: le64(&site, s_pc),
+            module,
+            current,
+            high_water,
+            allocs,
+            bytes,
+            live,
+            dhat: None,
+            pools: if (1..8).contains(&pools) {
+                pools as u8
+            } else {
+                1
+            },
+        });
+    }
+    Ok(Live {
+        state,
+        report,
+        read,
+    })
 }
 
 /// A module as the library saw it: a link map's object.
@@ -324,6 +876,9 @@ impl Report {
                     r.dhat = Some((num(f.next())?, num(f.next())?));
                 }
                 "module" => {
+                    if r.modules.len() >= MAX_MODULES {
+                        return Err(format!("more than {MAX_MODULES} modules: refused"));
+                    }
                     let mut f = rest.splitn(7, ' ');
                     let index = num(f.next())?;
                     if index != r.modules.len() as u64 {
@@ -339,6 +894,9 @@ impl Report {
                     });
                 }
                 "site" => {
+                    if r.sites.len() >= MAX_SITES {
+                        return Err(format!("more than {MAX_SITES} sites: refused"));
+                    }
                     let mut f = rest.split(' ');
                     let pc = num(f.next())?;
                     let module = int(f.next())?;
@@ -576,6 +1134,164 @@ mod tests {
         assert_eq!(module, (10, 30));
         assert_eq!(sites[&0x1139], (10, 20));
         assert_eq!(sites[&0x2000], (0, 10));
+    }
+
+    /// A shared table as the library lays one out (offsets in the
+    /// header: a small layout of its own), one module `/m`, its sites
+    /// (pc, current, high water, allocations), the state and its K.
+    fn fake_live(pid: u32, state: u32, k: u32, sites: &[(u64, i64, i64, u64)]) -> Vec<u8> {
+        let (module_size, site_size, max_modules, nsites) = (128u64, 64u64, 2u64, 4u64);
+        let modules_off = 4096u64;
+        let used_off = modules_off + max_modules * module_size;
+        let sites_off = used_off + nsites * 4;
+        let total = sites_off + nsites * site_size;
+        let mut b = vec![0u8; total as usize];
+        let put32 = |b: &mut Vec<u8>, o: u64, v: u32| {
+            b[o as usize..o as usize + 4].copy_from_slice(&v.to_le_bytes())
+        };
+        let put64 = |b: &mut Vec<u8>, o: u64, v: u64| {
+            b[o as usize..o as usize + 8].copy_from_slice(&v.to_le_bytes())
+        };
+        b[..16].copy_from_slice(b"profdev-mlive 1\0");
+        put32(&mut b, 16, 168);
+        put32(&mut b, 20, pid);
+        for (o, v) in [
+            (24, total),
+            (32, modules_off),
+            (40, used_off),
+            (48, sites_off),
+        ] {
+            put64(&mut b, o, v);
+        }
+        let layout = [
+            max_modules,
+            nsites,
+            module_size,
+            site_size,
+            0,  // l_addr
+            8,  // path
+            32, // path size
+            40, // dev
+            48, // ino
+            56, // cur
+            64, // hw
+            72, // resident counters
+            0,  // site pc
+            8,  // module
+            12, // pools
+            16, // resident
+            24, // own counters
+            40, // counters size
+            state as u64,
+            k as u64,
+            1, // modules
+            sites.len() as u64,
+        ];
+        for (i, v) in layout.iter().enumerate() {
+            put32(&mut b, 56 + 4 * i as u64, *v as u32);
+        }
+        b[modules_off as usize + 8..modules_off as usize + 10].copy_from_slice(b"/m");
+        for (j, &(pc, cur, hw, n)) in sites.iter().enumerate() {
+            put32(&mut b, used_off + 4 * j as u64, j as u32);
+            let at = sites_off + j as u64 * site_size;
+            put64(&mut b, at, pc);
+            put32(&mut b, at + 8, 1); // module 0
+            put32(&mut b, at + 12, 1); // pool 1
+            for (i, v) in [cur as u64, hw as u64, n, hw as u64, n].iter().enumerate() {
+                put64(&mut b, at + 24 + 8 * i as u64, *v);
+            }
+        }
+        b
+    }
+
+    const TEXT: &str =
+        "profdev-mprof 1\npid 7\nmodule 0 0x0 1 2 5 5 /m\nsite 0x20 0 5 5 1 5 1\nend\n";
+
+    #[test]
+    fn tables_and_reports_each_image_once() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |name: &str, b: &[u8]| std::fs::write(d.path().join(name), b).unwrap();
+        let pcs = |r: &[Report]| -> Vec<u64> {
+            let mut v: Vec<u64> = r
+                .iter()
+                .flat_map(|r| r.sites.iter().map(|s| s.pc))
+                .collect();
+            v.sort();
+            v
+        };
+        // Counting (ended by _exit or a signal): the table is the report.
+        w("live.7.0", &fake_live(7, 0, 0, &[(0x10, 100, 300, 3)]));
+        let (r, e) = read_reports(d.path());
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].modules[0].path, "/m");
+        let s = &r[0].sites[0];
+        assert_eq!(
+            (s.pc, s.current, s.high_water, s.allocs, s.module),
+            (0x10, 100, 300, 3, Some(0))
+        );
+        // Writing report 0, which is complete: the text report, once.
+        w("live.7.0", &fake_live(7, 1, 0, &[(0x10, 100, 300, 3)]));
+        w("mprof.7.0", TEXT.as_bytes());
+        let (r, e) = read_reports(d.path());
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(pcs(&r), [0x20]);
+        // ...incomplete (killed while writing it): the table, no error.
+        w("mprof.7.0", &TEXT.as_bytes()[..40]);
+        let (r, e) = read_reports(d.path());
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(pcs(&r), [0x10]);
+        // Done: the text report alone.
+        w("live.7.0", &fake_live(7, 2, 0, &[(0x10, 100, 300, 3)]));
+        w("mprof.7.0", TEXT.as_bytes());
+        assert_eq!(pcs(&read_reports(d.path()).0), [0x20]);
+        // A table whose size is not its header's: refused.
+        let mut long = fake_live(8, 0, 0, &[(0x30, 1, 1, 1)]);
+        long.push(0);
+        w("live.8.0", &long);
+        let (r, e) = read_reports(d.path());
+        assert_eq!(pcs(&r), [0x20]);
+        assert!(e[0].contains("its header does not describe it"), "{e:?}");
+        std::fs::remove_file(d.path().join("live.8.0")).unwrap();
+        // Attached: a running process's table supersedes its reports on
+        // demand; of the reports, the latest of each pid.
+        w("live.7.0", &fake_live(7, 0, 0, &[(0x10, 100, 300, 3)]));
+        w("mprof.9.0", TEXT.replace("0x20", "0x90").as_bytes());
+        w("mprof.9.1", TEXT.replace("0x20", "0x91").as_bytes());
+        let (r, e) = read_dir_reports(d.path(), &Limits::ATTACHED);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(pcs(&r), [0x10, 0x91]);
+    }
+
+    #[test]
+    fn reports_are_bounded_before_they_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        // Larger than the library can write: refused by its size.
+        let f = std::fs::File::create(d.path().join("mprof.1.0")).unwrap();
+        f.set_len(128 << 20).unwrap();
+        let t = std::time::Instant::now();
+        let (r, e) = read_reports(d.path());
+        assert!(r.is_empty() && e[0].contains("refused"), "{e:?}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        std::fs::remove_file(d.path().join("mprof.1.0")).unwrap();
+        // More sites than the library keeps: refused.
+        let mut text = String::from("profdev-mprof 1\nmodule 0 0x0 1 2 0 0 /m\n");
+        for pc in 0..=MAX_SITES {
+            text.push_str(&format!("site {pc:#x} 0 1 1 1 1 1\n"));
+        }
+        text.push_str("end\n");
+        assert!(Report::parse(&text).unwrap_err().contains("sites"));
+        // A session's budget: reports past it are named, not read.
+        for i in 0..3 {
+            std::fs::write(d.path().join(format!("mprof.{i}.0")), TEXT).unwrap();
+        }
+        let few = Limits {
+            max_reports: 2,
+            ..Limits::ATTACHED
+        };
+        let (r, e) = read_dir_reports(d.path(), &few);
+        assert_eq!(r.len(), 2);
+        assert!(e[0].contains("more reports than are read"), "{e:?}");
     }
 
     #[test]

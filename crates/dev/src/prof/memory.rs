@@ -66,11 +66,25 @@
 //!
 //! * The histograms of an attached process fill when it exits or at
 //!   `stop`, not while it runs between: reading a histogram does not ask
-//!   for a report. A process that ends with `_exit` or a signal writes no
-//!   exit report. After `stop` (or `end`) its exit report is dropped: the
+//!   for a report. A process that ends with `_exit`, a signal or SIGKILL
+//!   writes no exit report: its table of counts (`live.PID.K` in its
+//!   report directory, a file the library counts into through a shared
+//!   mapping) is read instead, as it is whenever it is newer than the
+//!   reports. After `stop` (or `end`) its exit report is dropped: the
 //!   histograms keep what `stop` took. Each report replaces the histograms
 //!   of the modules it names (processes attached one after the other share
 //!   a module such as libc.so.6: the last report wins).
+//! * The report directory is the process's user's: what is read from it
+//!   is bounded before it is read (a report at most what the library can
+//!   write, about 15 MB, checked by its size; a table the size its header
+//!   names, 13 MiB; at most 256 files and 64 MiB per reading), and only
+//!   regular files opened without following links. The library opens its
+//!   FIFO `request` `O_NOFOLLOW` and stops asking for reports if anything
+//!   else is found there.
+//! * The private directory stays while its process runs after the device
+//!   let it go (the device ended, or `mprof -p` was interrupted); it is
+//!   removed at a later attach or mprof run of the same user once no
+//!   process maps its library and it is over 60 s old.
 //! * The library adds a thread to the process (`profdev-mprof`, every
 //!   signal blocked, asleep in open(2) on its FIFO).
 //! * Children it forks after the attach count too, but only a report
@@ -463,62 +477,29 @@ pub fn attach_process(
     }
 }
 
-/// At most this many report files are read from an attached process's
-/// directory, each at most [`MAX_REPORT`] bytes.
+/// At most this many entries of an attached process's report directory
+/// are looked at when waiting for a report on demand.
 const MAX_REPORTS: usize = 4096;
-const MAX_REPORT: u64 = 16 << 20;
 
-/// The reports in `dir`, a directory the profiled process owns: opened
-/// without following links, regular files only, bounded.
+/// The reports in `dir`, a directory the profiled process owns: for each
+/// process its table of counts (`live.PID.K`, which outlives `_exit`,
+/// signals and SIGKILL) unless its exit report is complete, else its
+/// latest report; opened without following links, regular files only,
+/// each refused by its size before it is read (a report at most what the
+/// library can write, `profdev_mprof::MAX_REPORT`; a table the size its
+/// header names), and at most `profdev_mprof::Limits::ATTACHED` in all
+/// (256 files, 64 MiB).
 fn read_reports(dir: &Path) -> Vec<profdev_mprof::Report> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    // mprof.PID.K: only the latest (largest K) of each process, which
-    // supersedes the ones written on demand before it.
-    let mut latest: std::collections::BTreeMap<u32, (u64, PathBuf)> = Default::default();
-    for e in entries.take(MAX_REPORTS).filter_map(|e| e.ok()) {
-        let name = e.file_name();
-        let Some((pid, k)) = report_name(&name.to_string_lossy()) else {
-            continue;
-        };
-        let slot = latest.entry(pid).or_insert((k, e.path()));
-        if k >= slot.0 {
-            *slot = (k, e.path());
-        }
-    }
-    let paths: Vec<PathBuf> = latest.into_values().map(|(_, p)| p).collect();
-    read_reports_at(&paths)
+    profdev_mprof::read_dir_reports(dir, &profdev_mprof::Limits::ATTACHED).0
 }
 
 /// The reports at `paths` that open (no links), are regular files, fit
-/// [`MAX_REPORT`] and parse.
+/// `profdev_mprof::MAX_REPORT` (checked before reading) and parse.
 fn read_reports_at(paths: &[PathBuf]) -> Vec<profdev_mprof::Report> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut out = Vec::new();
-    for p in paths {
-        let Ok(f) = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(p)
-        else {
-            continue;
-        };
-        if !f.metadata().is_ok_and(|m| m.is_file()) {
-            continue;
-        }
-        let mut text = String::new();
-        if f.take(MAX_REPORT + 1).read_to_string(&mut text).is_err()
-            || text.len() as u64 > MAX_REPORT
-        {
-            continue;
-        }
-        if let Ok(r) = profdev_mprof::Report::parse(&text) {
-            out.push(r);
-        }
-    }
-    out
+    paths
+        .iter()
+        .filter_map(|p| profdev_mprof::read_report(p).ok())
+        .collect()
 }
 
 /// The pid and number of a report's file name, `mprof.PID.K`.
@@ -531,6 +512,17 @@ impl Attached {
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The directory its reports and its table of counts go to.
+    pub fn reports_dir(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// Lock its directory against the sweep of other runs
+    /// (`profdev_mprof::sweep`) while the returned file is open.
+    pub fn hold(&self) -> Option<std::fs::File> {
+        profdev_mprof::hold(self.dir.path()).ok()
     }
 
     /// Does the process still run (not a zombie, not a reused pid)?
@@ -596,6 +588,18 @@ impl Attached {
     }
 }
 
+/// Dropped while its process still runs (the device went, or `mprof -p`
+/// was interrupted), the directory stays: the process counts into it and
+/// maps the library from it. The next sweep (`profdev_mprof::sweep`, at
+/// the next attach or mprof run) removes it once no process maps it.
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if self.running() {
+            self.dir.disable_cleanup(true);
+        }
+    }
+}
+
 /// The processes attached by each device (its state), for reports on
 /// demand; entries whose process was read at its exit are gone.
 type Registry = Vec<(Weak<Mutex<State>>, Weak<Attached>)>;
@@ -650,6 +654,12 @@ pub const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Watch `a` until it exits (or the device goes), then hand its reports
 /// to the device.
 fn watch(state: Weak<Mutex<State>>, a: Attached) {
+    // Directories of earlier attaches that are over (their process gone,
+    // their watcher too) go now; this one is held while watched.
+    let held = a.hold();
+    if let Some(tmp) = a.dir.path().parent() {
+        profdev_mprof::sweep(tmp, fs_uid());
+    }
     let a = std::sync::Arc::new(a);
     crate::kit::lock(&ATTACHED).push((state.clone(), std::sync::Arc::downgrade(&a)));
     let spawned = std::thread::Builder::new()
@@ -664,9 +674,15 @@ fn watch(state: Weak<Mutex<State>>, a: Attached) {
             let Some(state) = state.upgrade() else { return };
             // Refused if memory mode is off by now: see Bugs.
             let _ = report_into(&state, &modules_of(&a.reports()));
+            drop(held);
         });
     // Without a thread the reports are never read; the process counts on.
     let _ = spawned;
+}
+
+/// This process's filesystem user id (whom its directories belong to).
+fn fs_uid() -> u32 {
+    fs_ids(std::process::id()).map_or(0, |(u, _)| u)
 }
 
 #[cfg(test)]
