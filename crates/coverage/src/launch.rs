@@ -110,8 +110,21 @@ use crate::plan::{How, Plan};
 /// The runtime, a shared object for `LD_PRELOAD` (or dlopen, attach mode).
 pub const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libprofdev_cov.so"));
 
-/// A report larger than this is refused.
+/// A report with call targets larger than this is refused (see
+/// [`report_bound`] for one without).
 const MAX_REPORT: u64 = 1 << 30;
+
+/// Reports read per run (the `cov.*` files of `out/`); more are ignored,
+/// with a note.
+pub const MAX_REPORTS: usize = 10_000;
+
+/// Code planned per run for processes of other users (see "Bounds").
+pub const FOREIGN_RUN_CODE: u64 = 64 << 20;
+
+/// The runtime's bounds (`c/covrt.c`): modules per process, counters per
+/// process.
+const RT_MAXMOD: u64 = 4096;
+const RT_CAP: u64 = 1 << 23;
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +159,11 @@ struct Entry {
     /// Whether the cache holds an encoding of this module (none is
     /// stored then).
     stored: bool,
+    /// The cache it is kept in: profdev's user's, or that of the user
+    /// it was planned for ([`Cache::for_user`]).
+    cache: Option<Arc<Cache>>,
+    /// Loads served code (each may write its counters in a report).
+    loads: u64,
     /// Blocks left uncounted by an encoding failure or a skipped patch.
     lost: BTreeSet<usize>,
     /// Encodings by the area's offset from the bias ([`offset_of`]): the
@@ -168,6 +186,13 @@ struct State {
     from_disk: u64,
     /// The on-disk cache of plans and encodings.
     cache: Option<Arc<Cache>>,
+    /// The caches of other users' modules, by uid (None: it could not
+    /// be opened).
+    user_caches: HashMap<u32, Option<Arc<Cache>>>,
+    /// The user the run's directory is open to ([`Server::share_with`]).
+    shared: Option<u32>,
+    /// Code planned so far for processes of other users.
+    foreign_code: u64,
     /// Cache files being written.
     storing: Arc<(Mutex<usize>, std::sync::Condvar)>,
 }
@@ -176,9 +201,128 @@ struct State {
 /// report to.
 pub struct Server {
     dir: tempfile::TempDir,
+    /// The directory, open and locked (`flock`) while the server lives:
+    /// [`sweep`] leaves it alone.
+    _lock: std::fs::File,
     state: Arc<Mutex<State>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The private directories' names start so (in the temporary directory).
+pub const DIR_PREFIX: &str = "profdev-cov.";
+
+/// The runtime's name in a private directory.
+const RUNTIME_NAME: &str = "libprofdev_cov.so";
+
+/// Remove the private directories (`profdev-cov.*` in `tmp`) that earlier
+/// runs of this user left (a run killed, or an attached process that
+/// outlived its run) and nothing uses any more: owned by the effective
+/// user, not locked by a live server, and whose runtime no live process
+/// maps (every process's `/proc/PID/maps` is read; when one of the
+/// user's own cannot be, nothing is removed). A directory without its
+/// runtime (a run being set up, or one whose runtime was removed while
+/// a process ran on) is removed only when it was last changed a minute
+/// ago or more. Returns how many were removed.
+pub fn sweep(tmp: &Path) -> usize {
+    use std::os::fd::AsRawFd;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    // As the processes' maps name it.
+    let Ok(tmp) = tmp.canonicalize() else {
+        return 0;
+    };
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return 0;
+    };
+    let mut stale: Vec<(PathBuf, std::fs::File)> = Vec::new();
+    for e in entries.flatten() {
+        if !e
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(DIR_PREFIX.as_bytes())
+        {
+            continue;
+        }
+        let path = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !m.is_dir() || m.uid() != me {
+            continue;
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(d) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&path)
+        else {
+            continue;
+        };
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(d.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue; // a live server's
+        }
+        let has_runtime = std::fs::symlink_metadata(path.join(RUNTIME_NAME)).is_ok();
+        let quiet = m
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= std::time::Duration::from_secs(60));
+        if has_runtime || quiet {
+            stale.push((path, d));
+        }
+    }
+    if stale.is_empty() {
+        return 0;
+    }
+    let Some(mapped) = mapped_runtimes(me) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for (path, _lock) in stale {
+        if !mapped.contains(&path) && std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The directories whose runtime a live process maps (None when a
+/// process of user `me` could not be read: it might map one).
+fn mapped_runtimes(me: u32) -> Option<BTreeSet<PathBuf>> {
+    let mut out = BTreeSet::new();
+    let procs = std::fs::read_dir("/proc").ok()?;
+    for p in procs.flatten() {
+        let name = p.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let maps = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            Ok(m) => m,
+            Err(_) => {
+                let owner = std::fs::metadata(p.path()).map(|m| m.uid());
+                match owner {
+                    Ok(u) if u == me => return None,
+                    _ => continue, // gone, or another user's
+                }
+            }
+        };
+        for l in maps.lines() {
+            let Some(at) = l.find(" /") else { continue };
+            let file = l[at + 1..].trim_end_matches(" (deleted)");
+            let file = Path::new(file);
+            if file.file_name() == Some(std::ffi::OsStr::new(RUNTIME_NAME)) {
+                if let Some(d) = file.parent() {
+                    out.insert(d.to_path_buf());
+                }
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Whether a module path is selected by `select` (empty: all). A name
@@ -222,8 +366,20 @@ impl Server {
 
     /// As [`Server::new`], with `cache` (None: none).
     pub fn with_cache(select: &[String], cache: Option<Cache>) -> std::io::Result<Server> {
-        let dir = tempfile::Builder::new().prefix("profdev-cov.").tempdir()?;
-        profdev_safefile::write_file(dir.path().join("libprofdev_cov.so"), RUNTIME, 0o500)
+        let tmp = std::env::temp_dir();
+        sweep(&tmp);
+        let dir = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir_in(&tmp)?;
+        // Locked before the runtime is written: a directory with a
+        // runtime and no lock is an earlier run's.
+        let lock = std::fs::File::open(dir.path())?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        profdev_safefile::write_file(dir.path().join(RUNTIME_NAME), RUNTIME, 0o500)
             .map_err(profdev_safefile::Error::into_os_error)?;
         profdev_safefile::create_dir(dir.path().join("out"), 0o700)
             .map_err(profdev_safefile::Error::into_os_error)?;
@@ -249,6 +405,7 @@ impl Server {
         });
         Ok(Server {
             dir,
+            _lock: lock,
             state,
             stop,
             thread: Some(thread),
@@ -272,10 +429,7 @@ impl Server {
     /// report format).
     pub fn call_targets(&self) -> (Vec<CallTarget>, u64) {
         let state = self.lock();
-        let mut names: Vec<PathBuf> = std::fs::read_dir(self.reports_dir())
-            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
-            .unwrap_or_default();
-        names.sort();
+        let (names, _) = report_names(&self.reports_dir());
         let (mut traps, mut lost) = (0, 0);
         let mut sum: std::collections::BTreeMap<(usize, u64, Target), u64> = Default::default();
         for p in names {
@@ -310,7 +464,7 @@ impl Server {
 
     /// The runtime's path.
     pub fn runtime(&self) -> PathBuf {
-        self.dir.path().join("libprofdev_cov.so")
+        self.dir.path().join(RUNTIME_NAME)
     }
 
     /// The socket's path.
@@ -338,6 +492,7 @@ impl Server {
         std::os::unix::fs::chown(self.reports_dir(), Some(uid), Some(gid))?;
         mode(&self.socket(), 0o600)?;
         std::os::unix::fs::chown(self.socket(), Some(uid), Some(gid))?;
+        self.lock().shared = Some(uid);
         Ok(())
     }
 
@@ -372,7 +527,9 @@ impl Server {
             if self.lock().by_file.contains_key(&(m.dev(), m.ino())) {
                 continue;
             }
-            if plan_into(&self.state, path, &file, (m.dev(), m.ino())).is_some() {
+            // For the process's user: its mappings are that user's choice.
+            let Some(uid) = euid_of(pid) else { continue };
+            if plan_into(&self.state, path, &file, (m.dev(), m.ino()), uid).is_some() {
                 planned += 1;
             }
         }
@@ -438,10 +595,13 @@ impl Server {
         let mut counts: HashMap<usize, Vec<u64>> = HashMap::new();
         let mut notes = Vec::new();
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<PathBuf> = std::fs::read_dir(self.reports_dir())
-            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
-            .unwrap_or_default();
-        names.sort();
+        let (names, more) = report_names(&self.reports_dir());
+        if more {
+            notes.push(format!(
+                "{}: more than {MAX_REPORTS} reports; the others were not read",
+                self.reports_dir().display()
+            ));
+        }
         let mut traps = 0;
         for p in names {
             match read_report(&p, &state, &mut traps, &mut Vec::new(), &mut 0) {
@@ -641,6 +801,54 @@ pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchErr
     })
 }
 
+/// The reports in `dir` (files named `cov.*`), sorted, at most
+/// [`MAX_REPORTS`]; and whether there were more.
+fn report_names(dir: &Path) -> (Vec<PathBuf>, bool) {
+    let mut names = Vec::new();
+    let mut more = false;
+    if let Ok(d) = std::fs::read_dir(dir) {
+        for e in d.flatten() {
+            if !e.file_name().as_encoded_bytes().starts_with(b"cov.") {
+                continue;
+            }
+            if names.len() == MAX_REPORTS {
+                more = true;
+                break;
+            }
+            names.push(e.path());
+        }
+    }
+    names.sort();
+    (names, more)
+}
+
+/// The largest report the run's processes could write: the runtime
+/// writes a header, per module load an `M` line and at most one line per
+/// counter (`<index> <count>` in hex: 24 bytes at most with its counters
+/// fewer than 2^23), `ilost` and `end`; a process makes at most 4096
+/// loads and 2^23 counters. So at most every load the server served,
+/// each with all its counters, within the runtime's own bounds. With
+/// call targets ([`Server::set_call_targets`]) the `I` lines are bounded
+/// by [`MAX_REPORT`] only.
+fn report_bound(state: &State) -> u64 {
+    if state.options.call_targets {
+        return MAX_REPORT;
+    }
+    const HEAD: u64 = 256;
+    const M_LINE: u64 = 80;
+    const LINE: u64 = 24;
+    let served: u64 = state
+        .entries
+        .iter()
+        .map(|e| {
+            e.loads
+                .min(RT_MAXMOD)
+                .saturating_mul(M_LINE + LINE * e.plan.counters())
+        })
+        .fold(0, u64::saturating_add);
+    HEAD + served.min(RT_MAXMOD * M_LINE + RT_CAP * LINE)
+}
+
 /// A report's counters (module id, counter index, count); its call
 /// targets (module id, block index, target, count) go to `targets`, its
 /// records lost are added to `lost`.
@@ -660,11 +868,19 @@ fn read_report(
         .open(path)
         .map_err(|e| e.to_string())?;
     let meta = f.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() || meta.len() > MAX_REPORT {
+    if !meta.is_file() {
         return Err("not a report".into());
     }
+    // Bounded before anything is read or allocated.
+    let bound = report_bound(state);
+    if meta.len() > bound {
+        return Err(format!(
+            "not a report: {} bytes, more than the {bound} the run's modules could write",
+            meta.len()
+        ));
+    }
     let mut text = String::new();
-    f.take(MAX_REPORT)
+    f.take(bound)
         .read_to_string(&mut text)
         .map_err(|e| e.to_string())?;
     let mut lines = text.lines();
@@ -831,9 +1047,9 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             let e = Arc::new(encode_with(&plan, bias, area, first, opts));
             let mut s = state.lock().ok()?;
             s.made += 1;
-            let cache = s.cache.clone();
             let storing = s.storing.clone();
             let entry = &mut s.entries[id];
+            let cache = entry.cache.clone();
             entry.lost.extend(e.failed_blocks.iter().copied());
             entry.encoded.insert(key, (bias, area, e.clone()));
             if let (Some(cache), Some(k), false) = (cache, entry.key, entry.stored) {
@@ -858,6 +1074,9 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         buf.extend_from_slice(&p.entry.to_le_bytes());
         buf.extend_from_slice(&p.kind.to_le_bytes());
         buf.extend_from_slice(&p.len.to_le_bytes());
+    }
+    if let Ok(mut s) = state.lock() {
+        s.entries[id].loads += 1;
     }
     w.write_all(&buf).ok()?;
     line.clear();
@@ -954,17 +1173,7 @@ fn open_mapped(
     (lo, hi): (u64, u64),
 ) -> Result<std::fs::File, String> {
     let (pid, uid) = peer.ok_or("the client's credentials are unknown")?;
-    let euid = |pid: u32| -> Option<u32> {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let l = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
-        let v: Vec<u32> = l
-            .split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        // effective and file-system uid
-        (v.len() == 4 && v[1] == v[3]).then_some(v[1])
-    };
-    if euid(pid) != Some(uid) {
+    if euid_of(pid) != Some(uid) {
         return Err(format!(
             "process {pid} no longer has the credentials it connected with"
         ));
@@ -1035,17 +1244,42 @@ fn lookup(
     if let Some(&id) = state.lock().ok()?.by_file.get(&(dev, ino)) {
         return Some(id);
     }
-    plan_into(state, path, &file, (dev, ino))
+    plan_into(state, path, &file, (dev, ino), peer?.1)
+}
+
+/// Whether `uid` is another user's: neither root nor profdev's own.
+fn foreign(uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    uid != 0 && uid != unsafe { libc::geteuid() }
+}
+
+/// The effective uid of process `pid` (when it is also its file-system
+/// uid).
+fn euid_of(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let v: Vec<u32> = l
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (v.len() == 4 && v[1] == v[3]).then_some(v[1])
 }
 
 /// Plan the module `path`, open as `file` (device `dev`, inode `ino`),
-/// and add its entry; None (with a note) when it cannot be planned.
+/// for a process of user `uid`, and add its entry; None (with a note)
+/// when it cannot be planned. Only what its ELF headers name is read
+/// ([`crate::image`]); for another user's process (or a run open to
+/// another user, [`Server::share_with`]) within
+/// [`crate::image::Limits::FOREIGN`] and [`FOREIGN_RUN_CODE`] per run,
+/// and kept in that user's cache.
 fn plan_into(
     state: &Mutex<State>,
     path: &Path,
     file: &std::fs::File,
     (dev, ino): (u64, u64),
+    uid: u32,
 ) -> Option<usize> {
+    use crate::image::{Layout, Limits};
     let note = |s: String| {
         if let Ok(mut st) = state.lock() {
             if !st.notes.contains(&s) {
@@ -1053,21 +1287,74 @@ fn plan_into(
             }
         }
     };
+    let who = match state.lock().ok()?.shared {
+        Some(u) if foreign(u) => Some(u),
+        _ => Some(uid).filter(|&u| foreign(u)),
+    };
+    let limits = if who.is_some() {
+        Limits::FOREIGN
+    } else {
+        Limits::OWN
+    };
     // Planning is slow: do it unlocked (two processes may plan the same
     // file at once; the first to finish wins). The file is read through
-    // the descriptor opened by the caller.
-    let fd_path = PathBuf::from(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(file)
-    ));
-    let bytes = match std::fs::read(&fd_path) {
-        Ok(b) => b,
+    // the descriptor opened by the caller, and only what its headers
+    // name.
+    let layout = match Layout::of(file, path, limits) {
+        Ok(l) => l,
         Err(e) => {
-            note(format!("cannot read {}: {e}; not counted", path.display()));
+            note(format!("{e}; not counted"));
             return None;
         }
     };
-    let cache = state.lock().ok()?.cache.clone();
+    if let Some(u) = who {
+        // Reserved before anything is read: planners running at once
+        // cannot overshoot the run's bound together.
+        let mut s = state.lock().ok()?;
+        if s.foreign_code.saturating_add(layout.code()) > FOREIGN_RUN_CODE {
+            drop(s);
+            note(format!(
+                "{}: planning it would take the code planned for processes of user {u} past \
+                 {} MiB in this run; not counted",
+                path.display(),
+                FOREIGN_RUN_CODE >> 20
+            ));
+            return None;
+        }
+        s.foreign_code += layout.code();
+    }
+    let bytes = match layout.read(file, path) {
+        Ok(b) => b,
+        Err(e) => {
+            note(format!("{e}; not counted"));
+            return None;
+        }
+    };
+    let cache = {
+        let mut s = state.lock().ok()?;
+        match who {
+            None => s.cache.clone(),
+            Some(u) => {
+                let own = s.cache.clone();
+                let mut failed = None;
+                let c = s
+                    .user_caches
+                    .entry(u)
+                    .or_insert_with(|| {
+                        let c = own?.for_user(u).map_err(|e| failed = Some(e)).ok()?;
+                        Some(Arc::new(c))
+                    })
+                    .clone();
+                drop(s);
+                if let Some(e) = failed {
+                    note(format!(
+                        "{e}; planning user {u}'s modules without the cache"
+                    ));
+                }
+                c
+            }
+        }
+    };
     let key = cache.as_ref().map(|_| Key::of(&bytes));
     let kept = match (&cache, &key) {
         (Some(c), Some(k)) => match c.load(k) {
@@ -1096,6 +1383,7 @@ fn plan_into(
             }
         },
     };
+    drop(bytes);
     let mut s = state.lock().ok()?;
     if let Some(&id) = s.by_file.get(&(dev, ino)) {
         return Some(id);
@@ -1115,6 +1403,8 @@ fn plan_into(
         key,
         disk,
         stored,
+        cache,
+        loads: 0,
         lost: BTreeSet::new(),
         encoded: HashMap::new(),
     });

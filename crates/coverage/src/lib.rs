@@ -79,6 +79,7 @@ pub mod cobertura;
 pub mod counts;
 pub mod encode;
 pub mod fuzzing;
+pub mod image;
 pub mod launch;
 pub mod lcov;
 pub mod lines;
