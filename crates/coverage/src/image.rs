@@ -336,6 +336,64 @@ pub fn read(file: &std::fs::File, path: &Path, limits: Limits) -> Result<Vec<u8>
     Layout::of(file, path, limits)?.read(file, path)
 }
 
+/// Write at `p` an x86-64 ELF executable whose one executable section
+/// (and loaded segment) is `code` bytes of zeros, the file sparse: a
+/// fixture for the tests of these bounds (here and in the CLI's).
+#[doc(hidden)]
+pub fn sparse_elf(p: &Path, code: u64) -> std::io::Result<()> {
+    let mut h = vec![0u8; 0x1000];
+    h[..4].copy_from_slice(b"\x7fELF");
+    h[4] = 2;
+    h[5] = 1;
+    h[6] = 1;
+    let put16 = |h: &mut [u8], at: usize, v: u16| h[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    let put32 = |h: &mut [u8], at: usize, v: u32| h[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let put64 = |h: &mut [u8], at: usize, v: u64| h[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    put16(&mut h, 16, 2); // ET_EXEC
+    put16(&mut h, 18, 62);
+    put32(&mut h, 20, 1);
+    put64(&mut h, 24, 0x400000 + 0x1000);
+    put64(&mut h, 32, 64); // phoff
+    put64(&mut h, 40, 0x200); // shoff
+    put16(&mut h, 52, 64);
+    put16(&mut h, 54, 56);
+    put16(&mut h, 56, 1);
+    put16(&mut h, 58, 64);
+    put16(&mut h, 60, 3);
+    put16(&mut h, 62, 2);
+    // PT_LOAD r-x covering the file.
+    let ph = 64;
+    put32(&mut h, ph, 1);
+    put32(&mut h, ph + 4, 5);
+    put64(&mut h, ph + 8, 0);
+    put64(&mut h, ph + 16, 0x400000);
+    put64(&mut h, ph + 24, 0x400000);
+    put64(&mut h, ph + 32, 0x1000 + code);
+    put64(&mut h, ph + 40, 0x1000 + code);
+    put64(&mut h, ph + 48, 0x1000);
+    // Section names.
+    let names = b"\0.text\0.shstrtab\0";
+    h[0x100..0x100 + names.len()].copy_from_slice(names);
+    // [1] .text, [2] .shstrtab
+    let s1 = 0x200 + 64;
+    put32(&mut h, s1, 1);
+    put32(&mut h, s1 + 4, 1); // PROGBITS
+    put64(&mut h, s1 + 8, 6); // ALLOC|EXEC
+    put64(&mut h, s1 + 16, 0x401000);
+    put64(&mut h, s1 + 24, 0x1000);
+    put64(&mut h, s1 + 32, code);
+    put64(&mut h, s1 + 48, 16);
+    let s2 = 0x200 + 128;
+    put32(&mut h, s2, 7);
+    put32(&mut h, s2 + 4, 3); // STRTAB
+    put64(&mut h, s2 + 24, 0x100);
+    put64(&mut h, s2 + 32, names.len() as u64);
+    put64(&mut h, s2 + 48, 1);
+    let f = std::fs::File::create(p)?;
+    f.write_all_at(&h, 0)?;
+    f.set_len(0x1000 + code)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,7 +439,7 @@ mod tests {
     fn a_module_whose_code_is_over_the_limit_is_refused_from_its_headers() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("big");
-        sparse_elf(&p, 768 << 20);
+        super::sparse_elf(&p, 768 << 20).unwrap();
         let f = std::fs::File::open(&p).unwrap();
         let e = Layout::of(&f, &p, Limits::FOREIGN).unwrap_err().to_string();
         assert!(e.contains("768.0 MiB") && e.contains("16.0 MiB"), "{e}");
@@ -390,70 +448,11 @@ mod tests {
         assert_eq!(l.code(), 768 << 20);
     }
 
-    /// An x86-64 ELF executable whose one executable section (and
-    /// segment) is `code` bytes of zeros, sparse.
-    pub(crate) fn sparse_elf(p: &Path, code: u64) {
-        let mut h = vec![0u8; 0x1000];
-        h[..4].copy_from_slice(b"\x7fELF");
-        h[4] = 2;
-        h[5] = 1;
-        h[6] = 1;
-        let put16 =
-            |h: &mut [u8], at: usize, v: u16| h[at..at + 2].copy_from_slice(&v.to_le_bytes());
-        let put32 =
-            |h: &mut [u8], at: usize, v: u32| h[at..at + 4].copy_from_slice(&v.to_le_bytes());
-        let put64 =
-            |h: &mut [u8], at: usize, v: u64| h[at..at + 8].copy_from_slice(&v.to_le_bytes());
-        put16(&mut h, 16, 2); // ET_EXEC
-        put16(&mut h, 18, 62);
-        put32(&mut h, 20, 1);
-        put64(&mut h, 24, 0x400000 + 0x1000);
-        put64(&mut h, 32, 64); // phoff
-        put64(&mut h, 40, 0x200); // shoff
-        put16(&mut h, 52, 64);
-        put16(&mut h, 54, 56);
-        put16(&mut h, 56, 1);
-        put16(&mut h, 58, 64);
-        put16(&mut h, 60, 3);
-        put16(&mut h, 62, 2);
-        // PT_LOAD r-x covering the file.
-        let ph = 64;
-        put32(&mut h, ph, 1);
-        put32(&mut h, ph + 4, 5);
-        put64(&mut h, ph + 8, 0);
-        put64(&mut h, ph + 16, 0x400000);
-        put64(&mut h, ph + 24, 0x400000);
-        put64(&mut h, ph + 32, 0x1000 + code);
-        put64(&mut h, ph + 40, 0x1000 + code);
-        put64(&mut h, ph + 48, 0x1000);
-        // Section names.
-        let names = b"\0.text\0.shstrtab\0";
-        h[0x100..0x100 + names.len()].copy_from_slice(names);
-        // [1] .text, [2] .shstrtab
-        let s1 = 0x200 + 64;
-        put32(&mut h, s1, 1);
-        put32(&mut h, s1 + 4, 1); // PROGBITS
-        put64(&mut h, s1 + 8, 6); // ALLOC|EXEC
-        put64(&mut h, s1 + 16, 0x401000);
-        put64(&mut h, s1 + 24, 0x1000);
-        put64(&mut h, s1 + 32, code);
-        put64(&mut h, s1 + 48, 16);
-        let s2 = 0x200 + 128;
-        put32(&mut h, s2, 7);
-        put32(&mut h, s2 + 4, 3); // STRTAB
-        put64(&mut h, s2 + 24, 0x100);
-        put64(&mut h, s2 + 32, names.len() as u64);
-        put64(&mut h, s2 + 48, 1);
-        let f = std::fs::File::create(p).unwrap();
-        f.write_all_at(&h, 0).unwrap();
-        f.set_len(0x1000 + code).unwrap();
-    }
-
     #[test]
     fn a_small_crafted_module_plans_from_its_image() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("small");
-        sparse_elf(&p, 4096);
+        super::sparse_elf(&p, 4096).unwrap();
         let f = std::fs::File::open(&p).unwrap();
         let image = read(&f, &p, Limits::FOREIGN).unwrap();
         assert!(image.len() < 0x3000, "{}", image.len());

@@ -219,8 +219,7 @@ const RUNTIME_NAME: &str = "libprofdev_cov.so";
 /// runs of this user left (a run killed, or an attached process that
 /// outlived its run) and nothing uses any more: owned by the effective
 /// user, not locked by a live server, and whose runtime no live process
-/// maps (every process's `/proc/PID/maps` is read; when one of the
-/// user's own cannot be, nothing is removed). A directory without its
+/// maps (every process's `/proc/PID/maps` is read). A directory without its
 /// runtime (a run being set up, or one whose runtime was removed while
 /// a process ran on) is removed only when it was last changed a minute
 /// ago or more. Returns how many were removed.
@@ -276,7 +275,7 @@ pub fn sweep(tmp: &Path) -> usize {
     if stale.is_empty() {
         return 0;
     }
-    let Some(mapped) = mapped_runtimes(me) else {
+    let Some(mapped) = mapped_runtimes() else {
         return 0;
     };
     let mut removed = 0;
@@ -288,9 +287,8 @@ pub fn sweep(tmp: &Path) -> usize {
     removed
 }
 
-/// The directories whose runtime a live process maps (None when a
-/// process of user `me` could not be read: it might map one).
-fn mapped_runtimes(me: u32) -> Option<BTreeSet<PathBuf>> {
+/// The directories whose runtime a live process maps.
+fn mapped_runtimes() -> Option<BTreeSet<PathBuf>> {
     let mut out = BTreeSet::new();
     let procs = std::fs::read_dir("/proc").ok()?;
     for p in procs.flatten() {
@@ -301,15 +299,12 @@ fn mapped_runtimes(me: u32) -> Option<BTreeSet<PathBuf>> {
         else {
             continue;
         };
-        let maps = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            Ok(m) => m,
-            Err(_) => {
-                let owner = std::fs::metadata(p.path()).map(|m| m.uid());
-                match owner {
-                    Ok(u) if u == me => return None,
-                    _ => continue, // gone, or another user's
-                }
-            }
+        // A process whose maps profdev cannot read (gone; another
+        // user's, when profdev is not root; one holding capabilities
+        // profdev lacks) is one profdev could not have attached to, nor
+        // preloaded into (see Bugs in the module doc).
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
         };
         for l in maps.lines() {
             let Some(at) = l.find(" /") else { continue };
