@@ -1524,4 +1524,225 @@ mod tests {
             || *storing.0.lock().unwrap() == 0,
         );
     }
+
+    /// A file mapped readable and executable in this process.
+    struct Mapped(*mut libc::c_void, usize);
+
+    impl Mapped {
+        fn new(path: &Path) -> Mapped {
+            let f = std::fs::File::open(path).unwrap();
+            let len = f.metadata().unwrap().len() as usize;
+            // SAFETY: a fresh private mapping of a file we opened, unmapped
+            // on drop; nothing reads it.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED);
+            Mapped(at, len)
+        }
+
+        /// The MOD line of this mapping of `path`.
+        fn line(&self, path: &Path) -> String {
+            let m = std::fs::metadata(path).unwrap();
+            let lo = self.0 as u64;
+            format!(
+                "MOD {} {} {} {lo:x} {lo:x} {:x} {}\n",
+                std::process::id(),
+                m.dev(),
+                m.ino(),
+                lo + self.1 as u64,
+                path.display()
+            )
+        }
+    }
+
+    impl Drop for Mapped {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in new, no longer used.
+            unsafe { libc::munmap(self.0, self.1) };
+        }
+    }
+
+    fn root() -> Result<(), String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            Ok(())
+        } else {
+            Err("sharing a run with user 65534 needs root (chown)".into())
+        }
+    }
+
+    #[test]
+    fn another_users_huge_modules_are_refused_from_their_headers() {
+        if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let plain = tmp.path().join("plain");
+        std::fs::File::create(&plain)
+            .unwrap()
+            .set_len(768 << 20)
+            .unwrap();
+        let elf = tmp.path().join("elf");
+        crate::image::sparse_elf(&elf, 768 << 20).unwrap();
+        let server = Server::with_cache(&[], None).unwrap();
+        server.share_with(65534, 65534).unwrap();
+        let t = std::time::Instant::now();
+        for p in [&plain, &elf] {
+            let m = Mapped::new(p);
+            assert_eq!(ask(&server, &m.line(p)), "SKIP\n", "{}", p.display());
+        }
+        // Refused from their headers: no time to read 1.5 GiB.
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        let (_, notes) = server.collect();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("plain") && n.contains("not an ELF file")),
+            "{notes:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("its code (768.0 MiB) is more than the 16.0 MiB")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn another_users_modules_are_cached_apart() {
+        if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let module = tmp.path().join("module");
+        std::fs::copy("/bin/true", &module).unwrap();
+        let cache_dir = tmp.path().join("cache");
+        let cache = Cache::open(&cache_dir).unwrap();
+        let server = Server::with_cache(&[], Some(cache)).unwrap();
+        server.share_with(65534, 65534).unwrap();
+        let m = Mapped::new(&module);
+        let mut c = UnixStream::connect(server.socket()).unwrap();
+        c.write_all(m.line(&module).as_bytes()).unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.starts_with("SIZE "), "{line:?}");
+        // Any area: the code is never written anywhere.
+        writeln!(c, "AT {:x} 0", (m.0 as u64).wrapping_sub(1 << 30)).unwrap();
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        let w: Vec<u64> = line
+            .trim_end()
+            .strip_prefix("CODE ")
+            .unwrap()
+            .split(' ')
+            .map(|x| hex(x).unwrap())
+            .collect();
+        let mut sink = vec![0u8; (w[0] + 24 * w[1]) as usize];
+        r.read_exact(&mut sink).unwrap();
+        writeln!(c, "DONE 0").unwrap();
+        drop((r, c));
+        let files = |d: &Path| -> Vec<String> {
+            std::fs::read_dir(d)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("mod-"))
+                .collect()
+        };
+        let theirs = cache_dir.join("65534");
+        profdev_testkit::wait_until(
+            "user 65534's cache file",
+            std::time::Duration::from_secs(60),
+            || theirs.exists() && !files(&theirs).is_empty(),
+        );
+        assert_eq!(files(&cache_dir), Vec::<String>::new());
+        let mode = std::fs::metadata(&theirs).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn a_forged_report_is_refused_from_its_size_and_reports_are_counted() {
+        let server = Server::with_cache(&[], None).unwrap();
+        let out = server.reports_dir();
+        std::fs::File::create(out.join("cov.1.0"))
+            .unwrap()
+            .set_len(128 << 20)
+            .unwrap();
+        std::fs::write(
+            out.join("cov.2.0"),
+            "profdev-coverage 1\npid 2\ntraps 0\nend\n",
+        )
+        .unwrap();
+        let t = std::time::Instant::now();
+        let (_, notes) = server.collect();
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("cov.1.0") && n.contains("134217728 bytes, more than the 256")),
+            "{notes:?}"
+        );
+        assert!(!notes.iter().any(|n| n.contains("cov.2.0")), "{notes:?}");
+        // At most MAX_REPORTS are read.
+        for i in 0..MAX_REPORTS {
+            std::fs::File::create(out.join(format!("cov.{}.1", i + 10))).unwrap();
+        }
+        let (_, notes) = server.collect();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("more than 10000 reports; the others were not read")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn private_directories_are_0700() {
+        let server = Server::with_cache(&[], None).unwrap();
+        let dir = server.reports_dir().parent().unwrap().to_path_buf();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn the_sweep_removes_only_what_nothing_uses() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        let made = |name: &str, runtime: bool| -> PathBuf {
+            let d = t.join(name);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::create_dir(d.join("out")).unwrap();
+            if runtime {
+                std::fs::copy("/bin/true", d.join(RUNTIME_NAME)).unwrap();
+            }
+            d
+        };
+        let stale = made("profdev-cov.stale", true);
+        let locked = made("profdev-cov.locked", true);
+        let mapped = made("profdev-cov.mapped", true);
+        let fresh = made("profdev-cov.fresh", false);
+        let other = made("other", true);
+        let lock = std::fs::File::open(&locked).unwrap();
+        // SAFETY: flock on a descriptor we own.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let m = Mapped::new(&mapped.join(RUNTIME_NAME));
+        assert_eq!(sweep(t), 1);
+        assert!(!stale.exists());
+        for kept in [&locked, &mapped, &fresh, &other] {
+            assert!(kept.exists(), "{}", kept.display());
+        }
+        // Once unmapped and unlocked, they go too (not the fresh one
+        // without a runtime: a run being set up).
+        drop((m, lock));
+        assert_eq!(sweep(t), 2);
+        assert!(fresh.exists() && other.exists());
+    }
 }
