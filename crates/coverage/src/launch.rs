@@ -91,6 +91,46 @@
 //! (later reports hold only what ran after it); a report is also written
 //! at exit. Threads created after attach inherit their creator's array
 //! (GS is copied by clone): their counts are kept but may race.
+//!
+//! **Bounds.** The server may run as root (the device's `startcp`,
+//! `profdev cprof -p`) for a process of another user, who chooses what
+//! that process maps and writes into `out/`. So:
+//!
+//! * A module is read only as far as its ELF headers name
+//!   ([`crate::image`]); a file that is not an x86-64 ELF object is
+//!   refused from its first 64 bytes. For a process of a user other than
+//!   root and profdev's own (the connection's SO_PEERCRED uid; in
+//!   [`Server::preplan`] the process's; and every request of a run opened
+//!   to such a user by [`Server::share_with`]) a module is planned only
+//!   when its executable sections hold at most
+//!   [`crate::image::FOREIGN_CODE`] (16 MiB) and what is read of it is at
+//!   most [`crate::image::FOREIGN_READ`] (64 MiB), and a run plans at most
+//!   [`FOREIGN_RUN_CODE`] (64 MiB) of code for such processes in all (the
+//!   code is counted before it is read). A module beyond a bound is not
+//!   counted, and a note says why. A 768 MiB sparse file mapped
+//!   executable, plain or as an ELF's executable segment, costs the
+//!   server a few KiB of reading.
+//! * Such a user's modules are kept in that user's own cache
+//!   ([`Cache::for_user`]: `UID/` in the cache directory, 256 MiB), so
+//!   they neither fill nor evict root's.
+//! * A report larger than the run's modules could make it (a header, per
+//!   load served an `M` line and a 24-byte line per counter, within the
+//!   runtime's own bounds of 4096 loads and 2^23 counters per process;
+//!   1 GiB with call targets) is refused from its size before anything
+//!   is read, with a note; at most [`MAX_REPORTS`] (10,000) reports are
+//!   read per run, the others are named in a note.
+//!
+//! **The private directory** (`profdev-cov.XXXXXX` in the temporary
+//! directory, `$TMPDIR` or `/tmp`) is created 0700 and belongs to the
+//! user profdev runs as; [`Server::share_with`] opens it to the attached
+//! process's user (0711, see there). The server holds a lock on it
+//! (`flock`) while it lives, and removes it when it ends. A directory
+//! left behind (profdev killed, or a process still running patched after
+//! its run: it keeps writing its reports there) is removed by the next
+//! run of the same user ([`sweep`], at every [`Server::new`]) once no
+//! live process maps its runtime. (Bug: a process whose maps profdev
+//! cannot read, one holding capabilities profdev lacks, is taken to map
+//! none: profdev could neither have attached to it nor preloaded into it.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
