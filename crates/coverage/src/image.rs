@@ -14,8 +14,8 @@
 //! ranges, and only those, into one compact image: the same ELF with the
 //! gaps between them left out (every offset in its headers moved to
 //! match, each range keeping its offset modulo 16; a section not read
-//! becomes `SHT_NOBITS`). A file whose headers name ranges past its end
-//! is refused.
+//! becomes `SHT_NOBITS`; the program headers keep the file's offsets). A
+//! file whose headers name ranges past its end is refused.
 //!
 //! **Bounds** ([`Limits`]). For a module read on behalf of a process of
 //! root or of profdev's own user ([`Limits::OWN`]): at most 1 GiB of
@@ -57,6 +57,21 @@ impl Limits {
         code: FOREIGN_CODE,
         read: FOREIGN_READ,
     };
+
+    /// The limits of a file read with no requester to judge by (the
+    /// uprobe fallback's executable): [`Limits::OWN`] when only root or
+    /// profdev's user can have written it (owned by one of them, no
+    /// group or other write bit), else [`Limits::FOREIGN`].
+    pub fn for_file(meta: &std::fs::Metadata) -> Limits {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if (meta.uid() == 0 || meta.uid() == me) && meta.mode() & 0o022 == 0 {
+            Limits::OWN
+        } else {
+            Limits::FOREIGN
+        }
+    }
 }
 
 const SHT_NOBITS: u32 = 8;
@@ -317,16 +332,8 @@ impl Layout {
                 image[at..at + 4].copy_from_slice(&SHT_NOBITS.to_le_bytes());
             }
         }
-        if self.phnum > 0 {
-            let ph = moved(self.phoff);
-            for i in 0..self.phnum {
-                let at = ph + i * PHDR + 8;
-                let off = u64_at(&image, at as usize);
-                if let Some(m) = self.moved(&places, off) {
-                    put(&mut image, at, m);
-                }
-            }
-        }
+        // The program headers keep the file's offsets (the uprobe
+        // fallback places its probes by them; planning reads sections).
         Ok(image)
     }
 }
