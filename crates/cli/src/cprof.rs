@@ -93,8 +93,9 @@
 //! interrupted `-p` whose process runs on) is removed by the next cprof
 //! or `startcp` of the same user once no live process maps its runtime.
 //! Run as root for another user's process (`-p`), cprof reads of a module
-//! only what its ELF headers name and plans at most 16 MiB of code per
-//! module and 64 MiB per run, caching it apart, per uid; see
+//! only what its ELF headers name and plans at most 4 MiB of code per
+//! module the user can have written and 64 MiB per run, caching it
+//! apart, per uid; see
 //! `profdev_coverage::launch`'s Bounds.
 //!
 //! # Example

@@ -189,6 +189,10 @@ fn a_huge_mapping_and_a_forged_report_of_nobody_cost_the_root_server_little() {
         .unwrap();
     let elf = tmp.path().join("elf");
     profdev_coverage::image::sparse_elf(&elf, HUGE).unwrap();
+    // nobody's files.
+    for p in [&plain, &elf] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
     let cache = tmp.path().join("cache");
     let m = NobodyMount::new(tmp.path(), &cache);
     let mut child = start_as_nobody(&exe, &[&plain, &elf]);

@@ -18,13 +18,19 @@
 //! file whose headers name ranges past its end is refused.
 //!
 //! **Bounds** ([`Limits`]). For a module read on behalf of a process of
-//! root or of profdev's own user ([`Limits::OWN`]): at most 1 GiB of
-//! code (executable sections) and 4 GiB read. For a process of any other
-//! user ([`Limits::FOREIGN`]): at most [`FOREIGN_CODE`] (16 MiB) of code
-//! and [`FOREIGN_READ`] (64 MiB) read in all; a module beyond either is
+//! root or of profdev's own user, or one that only they can have written
+//! ([`Limits::OWN`]): at most 1 GiB of code (executable sections) and 4
+//! GiB read. For a file that a process of any other user asks for and
+//! that such a user can have written ([`Limits::FOREIGN`], see
+//! [`Limits::for_file`]): at most [`FOREIGN_CODE`] (4 MiB) of code and
+//! [`FOREIGN_READ`] (16 MiB) read in all; a module beyond either is
 //! refused from its headers alone (a few KiB read), before anything else
-//! is read or allocated. The planning server also bounds what it plans
-//! for such processes per run (see [`crate::launch`]).
+//! is read or allocated. Planning costs at most about 45 bytes of memory
+//! per byte of code (code of zero bytes, all 2-byte instructions in one
+//! block; compiled code about 12 bytes, libc's 2 MiB some 50 MB), so such
+//! a module costs the server at most about 200 MB while it is planned.
+//! The planning server also bounds what it plans for other users'
+//! processes per run (see [`crate::launch`]).
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -32,10 +38,10 @@ use std::path::Path;
 use crate::plan::PlanError;
 
 /// Executable code planned for one module of another user's process.
-pub const FOREIGN_CODE: u64 = 16 << 20;
+pub const FOREIGN_CODE: u64 = 4 << 20;
 
 /// Bytes read of one module for another user's process.
-pub const FOREIGN_READ: u64 = 64 << 20;
+pub const FOREIGN_READ: u64 = 16 << 20;
 
 /// What reading one module may cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,10 +64,11 @@ impl Limits {
         read: FOREIGN_READ,
     };
 
-    /// The limits of a file read with no requester to judge by (the
-    /// uprobe fallback's executable): [`Limits::OWN`] when only root or
-    /// profdev's user can have written it (owned by one of them, no
-    /// group or other write bit), else [`Limits::FOREIGN`].
+    /// The limits of a file read for a process of another user (or with
+    /// no requester to judge by: the uprobe fallback's executable):
+    /// [`Limits::OWN`] when only root or profdev's user can have written
+    /// it (owned by one of them, no group or other write bit), else
+    /// [`Limits::FOREIGN`].
     pub fn for_file(meta: &std::fs::Metadata) -> Limits {
         use std::os::unix::fs::MetadataExt;
         // SAFETY: geteuid has no preconditions.
@@ -449,7 +456,7 @@ mod tests {
         super::sparse_elf(&p, 768 << 20).unwrap();
         let f = std::fs::File::open(&p).unwrap();
         let e = Layout::of(&f, &p, Limits::FOREIGN).unwrap_err().to_string();
-        assert!(e.contains("768.0 MiB") && e.contains("16.0 MiB"), "{e}");
+        assert!(e.contains("768.0 MiB") && e.contains("4.0 MiB"), "{e}");
         // Within root's limits it is named, but nothing is read yet.
         let l = Layout::of(&f, &p, Limits::OWN).unwrap();
         assert_eq!(l.code(), 768 << 20);

@@ -101,13 +101,16 @@
 //!   refused from its first 64 bytes. For a process of a user other than
 //!   root and profdev's own (the connection's SO_PEERCRED uid; in
 //!   [`Server::preplan`] the process's; and every request of a run opened
-//!   to such a user by [`Server::share_with`]) a module is planned only
+//!   to such a user by [`Server::share_with`]) a module that such a user
+//!   can have written ([`crate::image::Limits::for_file`]) is planned only
 //!   when its executable sections hold at most
-//!   [`crate::image::FOREIGN_CODE`] (16 MiB) and what is read of it is at
-//!   most [`crate::image::FOREIGN_READ`] (64 MiB), and a run plans at most
-//!   [`FOREIGN_RUN_CODE`] (64 MiB) of code for such processes in all (the
-//!   code is counted before it is read). A module beyond a bound is not
-//!   counted, and a note says why. A 768 MiB sparse file mapped
+//!   [`crate::image::FOREIGN_CODE`] (4 MiB) and what is read of it is at
+//!   most [`crate::image::FOREIGN_READ`] (16 MiB): at most about 200 MB
+//!   of memory while it is planned. A run plans at most
+//!   [`FOREIGN_RUN_CODE`] (64 MiB) of code for such processes in all,
+//!   system libraries included (the code is counted from the headers,
+//!   before it is read). A module beyond a bound is not counted, and a
+//!   note says why. A 768 MiB sparse file mapped
 //!   executable, plain or as an ELF's executable segment, costs the
 //!   server a few KiB of reading.
 //! * Such a user's modules are kept in that user's own cache
@@ -1305,7 +1308,7 @@ fn euid_of(pid: u32) -> Option<u32> {
 /// when it cannot be planned. Only what its ELF headers name is read
 /// ([`crate::image`]); for another user's process (or a run open to
 /// another user, [`Server::share_with`]) within
-/// [`crate::image::Limits::FOREIGN`] and [`FOREIGN_RUN_CODE`] per run,
+/// [`crate::image::Limits::for_file`] and [`FOREIGN_RUN_CODE`] per run,
 /// and kept in that user's cache.
 fn plan_into(
     state: &Mutex<State>,
@@ -1326,10 +1329,10 @@ fn plan_into(
         Some(u) if foreign(u) => Some(u),
         _ => Some(uid).filter(|&u| foreign(u)),
     };
-    let limits = if who.is_some() {
-        Limits::FOREIGN
-    } else {
-        Limits::OWN
+    let limits = match (who, file.metadata()) {
+        (None, _) => Limits::OWN,
+        (Some(_), Ok(m)) => Limits::for_file(&m),
+        (Some(_), Err(_)) => Limits::FOREIGN,
     };
     // Planning is slow: do it unlocked (two processes may plan the same
     // file at once; the first to finish wins). The file is read through
@@ -1632,10 +1635,16 @@ mod tests {
             .unwrap();
         let elf = tmp.path().join("elf");
         crate::image::sparse_elf(&elf, 768 << 20).unwrap();
+        // Root's own: only the run's bound stops it.
+        let roots = tmp.path().join("roots");
+        crate::image::sparse_elf(&roots, 768 << 20).unwrap();
+        for p in [&plain, &elf] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
         let server = Server::with_cache(&[], None).unwrap();
         server.share_with(65534, 65534).unwrap();
         let t = std::time::Instant::now();
-        for p in [&plain, &elf] {
+        for p in [&plain, &elf, &roots] {
             let m = Mapped::new(p);
             assert_eq!(ask(&server, &m.line(p)), "SKIP\n", "{}", p.display());
         }
@@ -1651,7 +1660,13 @@ mod tests {
         assert!(
             notes
                 .iter()
-                .any(|n| n.contains("its code (768.0 MiB) is more than the 16.0 MiB")),
+                .any(|n| n.contains("its code (768.0 MiB) is more than the 4.0 MiB")),
+            "{notes:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("roots: planning it would take") && n.contains("64 MiB")),
             "{notes:?}"
         );
     }

@@ -370,7 +370,7 @@ pub struct Probes {
 impl Probes {
     /// Plan the module in `file` (read now, only what its ELF headers
     /// name, within [`crate::image::Limits::for_file`]: another user's
-    /// file is planned within [`crate::image::FOREIGN_CODE`]) whose counts
+    /// file is planned within [`crate::image::FOREIGN_CODE`], 4 MiB) whose counts
     /// report as `path`.
     pub fn of_file(file: &Path, path: PathBuf) -> Result<Probes, UprobeError> {
         let f = std::fs::File::open(file)

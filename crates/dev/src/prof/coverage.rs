@@ -61,11 +61,11 @@
 //! read a file it does not map. It reads of a module only what its ELF
 //! headers name (refusing any other file from its first 64 bytes), and
 //! for a process of a user other than root and the mount's plans at most
-//! 16 MiB of code per module (64 MiB read) and 64 MiB per attach, keeps
-//! that user's plans in a cache of the user's own
-//! (`/var/cache/profdev/coverage/UID/`, 256 MiB), and refuses a report in
-//! `out/` larger than the planned modules could write, reading at most
-//! 10,000 reports (`profdev_coverage::launch`'s Bounds).
+//! 4 MiB of code per module that user can have written (16 MiB read) and
+//! 64 MiB per attach, keeps that user's plans in a cache of the user's
+//! own (`/var/cache/profdev/coverage/UID/`, 256 MiB), and refuses a
+//! report in `out/` larger than the planned modules could write, reading
+//! at most 10,000 reports (`profdev_coverage::launch`'s Bounds).
 //!
 //! The histograms fill when the process exits (the runtime writes a
 //! report at exit; the device watches the process for that) and at
