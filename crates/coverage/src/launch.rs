@@ -109,8 +109,9 @@
 //!   of memory while it is planned. A run plans at most
 //!   [`FOREIGN_RUN_CODE`] (64 MiB) of code for such processes in all,
 //!   system libraries included (the code is counted from the headers,
-//!   before it is read). A module beyond a bound is not counted, and a
-//!   note says why. A 768 MiB sparse file mapped
+//!   before it is read), and such modules are planned one at a time in a
+//!   profdev process, so that their memory peaks do not add up. A module
+//!   beyond a bound is not counted, and a note says why. A 768 MiB sparse file mapped
 //!   executable, plain or as an ELF's executable segment, costs the
 //!   server a few KiB of reading.
 //! * Such a user's modules are kept in that user's own cache
@@ -1285,6 +1286,9 @@ fn lookup(
     plan_into(state, path, &file, (dev, ino), peer?.1)
 }
 
+/// Held while a module is read and planned for another user's process.
+static FOREIGN_PLANNING: Mutex<()> = Mutex::new(());
+
 /// Whether `uid` is another user's: neither root nor profdev's own.
 fn foreign(uid: u32) -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -1361,6 +1365,10 @@ fn plan_into(
         }
         s.foreign_code += layout.code();
     }
+    // One such plan at a time in this process (every server of a
+    // device): its memory peak is one module's, however many processes
+    // ask at once.
+    let _one = who.map(|_| FOREIGN_PLANNING.lock().unwrap_or_else(|e| e.into_inner()));
     let bytes = match layout.read(file, path) {
         Ok(b) => b,
         Err(e) => {
