@@ -111,7 +111,11 @@
 //!   system libraries included (the code is counted from the headers,
 //!   before it is read), and such modules are planned one at a time in a
 //!   profdev process, so that their memory peaks do not add up. A module
-//!   beyond a bound is not counted, and a note says why. A 768 MiB sparse file mapped
+//!   beyond a bound is not counted, and a note says why. Such a process
+//!   gets at most [`FOREIGN_ENCODINGS`] (8) encodings of a module, one per
+//!   distance between module and area (its loads at the distance offered
+//!   share one), each kept for the run; a load asking for another is not
+//!   counted. A 768 MiB sparse file mapped
 //!   executable, plain or as an ELF's executable segment, costs the
 //!   server a few KiB of reading.
 //! * Such a user's modules are kept in that user's own cache
@@ -161,6 +165,10 @@ const MAX_REPORT: u64 = 1 << 30;
 /// Reports read per run (the `cov.*` files of `out/`); more are ignored,
 /// with a note.
 pub const MAX_REPORTS: usize = 10_000;
+
+/// Encodings kept per module (distinct areas) for processes of other
+/// users (see "Bounds").
+pub const FOREIGN_ENCODINGS: usize = 8;
 
 /// Code planned per run for processes of other users (see "Bounds").
 pub const FOREIGN_RUN_CODE: u64 = 64 << 20;
@@ -1054,6 +1062,27 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     let key = offset_of(bias, area);
     let (cached, disk) = {
         let mut s = state.lock().ok()?;
+        let foreign_peer = match s.shared {
+            Some(u) if foreign(u) => true,
+            _ => peer.is_some_and(|(_, u)| foreign(u)),
+        };
+        let entry = &mut s.entries[id];
+        if foreign_peer
+            && !entry.encoded.contains_key(&key)
+            && entry.encoded.len() >= FOREIGN_ENCODINGS
+        {
+            // Each encoding is kept for the run: another user's process
+            // naming ever new areas would grow the server without bound.
+            let n = format!(
+                "{}: more than {FOREIGN_ENCODINGS} areas asked for by another user's processes; \
+                 a load elsewhere is not counted",
+                entry.path.display()
+            );
+            if !s.notes.contains(&n) {
+                s.notes.push(n);
+            }
+            return None;
+        }
         let entry = &mut s.entries[id];
         let cached = entry.encoded.get(&key).cloned();
         let disk = match (&cached, &entry.disk) {
@@ -1679,6 +1708,54 @@ mod tests {
         );
     }
 
+    /// One module's conversation for the mapping `m` of `path`, with the
+    /// area `below` bytes below it (the code is never written anywhere):
+    /// whether the code came.
+    fn converse(server: &Server, m: &Mapped, path: &Path, below: u64) -> bool {
+        let mut c = UnixStream::connect(server.socket()).unwrap();
+        c.write_all(m.line(path).as_bytes()).unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.starts_with("SIZE "), "{line:?}");
+        writeln!(c, "AT {:x} 0", (m.0 as u64).wrapping_sub(below)).unwrap();
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        let Some(code) = line.trim_end().strip_prefix("CODE ") else {
+            return false;
+        };
+        let w: Vec<u64> = code.split(' ').map(|x| hex(x).unwrap()).collect();
+        let mut sink = vec![0u8; (w[0] + 24 * w[1]) as usize];
+        r.read_exact(&mut sink).unwrap();
+        writeln!(c, "DONE 0").unwrap();
+        true
+    }
+
+    #[test]
+    fn another_users_process_gets_a_bounded_number_of_encodings() {
+        if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let module = tmp.path().join("module");
+        std::fs::copy("/bin/true", &module).unwrap();
+        let server = Server::with_cache(&[], None).unwrap();
+        server.share_with(65534, 65534).unwrap();
+        let m = Mapped::new(&module);
+        for k in 0..FOREIGN_ENCODINGS as u64 {
+            assert!(converse(&server, &m, &module, (1 << 30) + (k << 12)));
+        }
+        // A distance served already still is; a new one is not.
+        assert!(converse(&server, &m, &module, 1 << 30));
+        assert!(!converse(&server, &m, &module, 1 << 29));
+        assert_eq!(server.encodings().0, FOREIGN_ENCODINGS as u64);
+        let (_, notes) = server.collect();
+        assert!(
+            notes.iter().any(|n| n.contains("more than 8 areas")),
+            "{notes:?}"
+        );
+    }
+
     #[test]
     fn another_users_modules_are_cached_apart() {
         if !profdev_testkit::privileged("a run shared with user 65534", root()) {
@@ -1692,27 +1769,7 @@ mod tests {
         let server = Server::with_cache(&[], Some(cache)).unwrap();
         server.share_with(65534, 65534).unwrap();
         let m = Mapped::new(&module);
-        let mut c = UnixStream::connect(server.socket()).unwrap();
-        c.write_all(m.line(&module).as_bytes()).unwrap();
-        let mut r = BufReader::new(c.try_clone().unwrap());
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        assert!(line.starts_with("SIZE "), "{line:?}");
-        // Any area: the code is never written anywhere.
-        writeln!(c, "AT {:x} 0", (m.0 as u64).wrapping_sub(1 << 30)).unwrap();
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        let w: Vec<u64> = line
-            .trim_end()
-            .strip_prefix("CODE ")
-            .unwrap()
-            .split(' ')
-            .map(|x| hex(x).unwrap())
-            .collect();
-        let mut sink = vec![0u8; (w[0] + 24 * w[1]) as usize];
-        r.read_exact(&mut sink).unwrap();
-        writeln!(c, "DONE 0").unwrap();
-        drop((r, c));
+        assert!(converse(&server, &m, &module, 1 << 30));
         let files = |d: &Path| -> Vec<String> {
             std::fs::read_dir(d)
                 .unwrap()
