@@ -99,12 +99,16 @@ struct NobodyMount {
 
 impl NobodyMount {
     fn new(tmp: &Path, cache: &Path) -> NobodyMount {
+        NobodyMount::with_env(tmp, &[("PROFDEV_CACHE_DIR", cache)])
+    }
+
+    fn with_env(tmp: &Path, env: &[(&str, &Path)]) -> NobodyMount {
         let dir = tmp.canonicalize().unwrap().join("mnt");
         std::fs::create_dir(&dir).unwrap();
         let o = profdev()
             .args(["mount", "-b", "--allow-user", "nobody"])
             .arg(&dir)
-            .env("PROFDEV_CACHE_DIR", cache)
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -330,4 +334,39 @@ fn runtime_users(dir: &Path) -> usize {
         .flatten()
         .filter(|p| std::fs::read_to_string(p.path().join("maps")).is_ok_and(|m| m.contains(&*rt)))
         .count()
+}
+
+#[test]
+fn a_directory_left_for_an_attached_process_goes_after_it_exits() {
+    if !gate("startcp of nobody's process, then unmount") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let exe = compile_mapper(tmp.path());
+    // The device's private directories, and cprof's, in a directory of
+    // this test's.
+    let t = tmp.path().join("tmp");
+    std::fs::create_dir(&t).unwrap();
+    let off = Path::new("off");
+    let m = NobodyMount::with_env(tmp.path(), &[("TMPDIR", &t), ("PROFDEV_CACHE_DIR", off)]);
+    let mut child = start_as_nobody(&exe, &[]);
+    assert_eq!(m.ctl_as_nobody("module mapper"), "");
+    assert_eq!(m.ctl_as_nobody(&format!("startcp {}", child.id())), "");
+    let dirs = private_dirs(&t);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    // The mount goes while the process runs on, patched: its directory
+    // is left for its reports, and kept while it runs.
+    let server = m.pid;
+    drop(m);
+    wait_until("the device server's end", Duration::from_secs(60), || {
+        !Path::new(&format!("/proc/{server}")).exists()
+    });
+    let o = cprof(&t, "true").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dirs[0].exists(), "removed while its process runs");
+    drop(child.stdin.take());
+    profdev_testkit::wait_exit("the mapper", &mut child, Duration::from_secs(60));
+    let o = cprof(&t, "true").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(private_dirs(&t), Vec::<PathBuf>::new());
 }

@@ -271,10 +271,10 @@ const RUNTIME_NAME: &str = "libprofdev_cov.so";
 /// runs of this user left (a run killed, or an attached process that
 /// outlived its run) and nothing uses any more: owned by the effective
 /// user, not locked by a live server, and whose runtime no live process
-/// maps (every process's `/proc/PID/maps` is read). A directory without its
-/// runtime (a run being set up, or one whose runtime was removed while
-/// a process ran on) is removed only when it was last changed a minute
-/// ago or more. Returns how many were removed.
+/// maps (every process's `/proc/PID/maps` is read). A directory with
+/// neither its runtime nor `out/` (a run being set up) is removed only
+/// when it was last changed a minute ago or more. Returns how many were
+/// removed.
 pub fn sweep(tmp: &Path) -> usize {
     use std::os::fd::AsRawFd;
     // SAFETY: geteuid has no preconditions.
@@ -314,13 +314,17 @@ pub fn sweep(tmp: &Path) -> usize {
         if unsafe { libc::flock(d.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             continue; // a live server's
         }
-        let has_runtime = std::fs::symlink_metadata(path.join(RUNTIME_NAME)).is_ok();
+        // The runtime is written after the lock is taken, `out/` after
+        // it: a directory with either is set up, and unlocked, stale.
+        let set_up = [RUNTIME_NAME, "out"]
+            .iter()
+            .any(|n| std::fs::symlink_metadata(path.join(n)).is_ok());
         let quiet = m
             .modified()
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age >= std::time::Duration::from_secs(60));
-        if has_runtime || quiet {
+        if set_up || quiet {
             stale.push((path, d));
         }
     }
@@ -1839,9 +1843,9 @@ mod tests {
         let made = |name: &str, runtime: bool| -> PathBuf {
             let d = t.join(name);
             std::fs::create_dir(&d).unwrap();
-            std::fs::create_dir(d.join("out")).unwrap();
             if runtime {
                 std::fs::copy("/bin/true", d.join(RUNTIME_NAME)).unwrap();
+                std::fs::create_dir(d.join("out")).unwrap();
             }
             d
         };
@@ -1849,13 +1853,16 @@ mod tests {
         let locked = made("profdev-cov.locked", true);
         let mapped = made("profdev-cov.mapped", true);
         let fresh = made("profdev-cov.fresh", false);
+        // A run's whose runtime was removed while its process ran on.
+        let left = made("profdev-cov.left", true);
+        std::fs::remove_file(left.join(RUNTIME_NAME)).unwrap();
         let other = made("other", true);
         let lock = std::fs::File::open(&locked).unwrap();
         // SAFETY: flock on a descriptor we own.
         assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
         let m = Mapped::new(&mapped.join(RUNTIME_NAME));
-        assert_eq!(sweep(t), 1);
-        assert!(!stale.exists());
+        assert_eq!(sweep(t), 2);
+        assert!(!stale.exists() && !left.exists());
         for kept in [&locked, &mapped, &fresh, &other] {
             assert!(kept.exists(), "{}", kept.display());
         }
