@@ -463,6 +463,37 @@ mod tests {
     }
 
     #[test]
+    fn damaged_headers_are_refused_or_read_never_panic() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("damaged");
+        let good = std::fs::read("/bin/true").unwrap();
+        let shoff = u64_at(&good, 40) as usize;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..300 {
+            let mut b = good.clone();
+            for _ in 0..4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // The ELF header, the program headers or the section
+                // headers.
+                let at = match x % 3 {
+                    0 => (x >> 8) as usize % 64,
+                    1 => 64 + (x >> 8) as usize % 0x200,
+                    _ => shoff + (x >> 8) as usize % (b.len() - shoff),
+                };
+                b[at] = (x >> 40) as u8;
+            }
+            std::fs::write(&p, &b).unwrap();
+            let f = std::fs::File::open(&p).unwrap();
+            if let Ok(image) = read(&f, &p, Limits::FOREIGN) {
+                assert!(image.len() as u64 <= FOREIGN_READ);
+                let _ = Plan::of_bytes(&image, &p);
+            }
+        }
+    }
+
+    #[test]
     fn a_small_crafted_module_plans_from_its_image() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("small");
