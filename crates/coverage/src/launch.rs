@@ -249,6 +249,24 @@ struct State {
     storing: Arc<(Mutex<usize>, std::sync::Condvar)>,
 }
 
+/// Notes kept per run; later ones are dropped (a process of another
+/// user could otherwise grow the list without end).
+const MAX_NOTES: usize = 1000;
+
+impl State {
+    /// Keep note `n` (once), up to [`MAX_NOTES`].
+    fn note(&mut self, n: String) {
+        if self.notes.len() < MAX_NOTES && !self.notes.contains(&n) {
+            self.notes.push(n);
+            if self.notes.len() == MAX_NOTES {
+                self.notes.push(format!(
+                    "more than {MAX_NOTES} notes; the others were dropped"
+                ));
+            }
+        }
+    }
+}
+
 /// The planning server and the private directory a run's processes
 /// report to.
 pub struct Server {
@@ -1082,9 +1100,7 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
                  a load elsewhere is not counted",
                 entry.path.display()
             );
-            if !s.notes.contains(&n) {
-                s.notes.push(n);
-            }
+            s.note(n);
             return None;
         }
         let entry = &mut s.entries[id];
@@ -1179,9 +1195,7 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         if let Err(e) = cache.store(&k, &plan, Some((key, &canonical))) {
             if let Ok(mut s) = state.lock() {
                 let n = format!("{e}; the plan is not kept for later runs");
-                if !s.notes.contains(&n) {
-                    s.notes.push(n);
-                }
+                s.note(n);
             }
         }
     }
@@ -1298,9 +1312,7 @@ fn lookup(
 ) -> Option<usize> {
     let note = |s: String| {
         if let Ok(mut st) = state.lock() {
-            if !st.notes.contains(&s) {
-                st.notes.push(s);
-            }
+            st.note(s);
         }
     };
     if !selected(&state.lock().ok()?.select, path) {
@@ -1357,9 +1369,7 @@ fn plan_into(
     use crate::image::{Layout, Limits};
     let note = |s: String| {
         if let Ok(mut st) = state.lock() {
-            if !st.notes.contains(&s) {
-                st.notes.push(s);
-            }
+            st.note(s);
         }
     };
     let who = match state.lock().ok()?.shared {
@@ -1827,6 +1837,17 @@ mod tests {
                 .any(|n| n.contains("more than 10000 reports; the others were not read")),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn notes_are_bounded() {
+        let mut s = State::default();
+        for i in 0..MAX_NOTES + 5 {
+            s.note(format!("note {i}"));
+            s.note(format!("note {i}"));
+        }
+        assert_eq!(s.notes.len(), MAX_NOTES + 1);
+        assert!(s.notes[MAX_NOTES].contains("the others were dropped"));
     }
 
     #[test]
