@@ -115,7 +115,9 @@
 //!   gets at most [`FOREIGN_ENCODINGS`] (8) encodings of a module, one per
 //!   distance between module and area (its loads at the distance offered
 //!   share one), each kept for the run; a load asking for another is not
-//!   counted. A 768 MiB sparse file mapped
+//!   counted. At most [`MAX_FOREIGN_CONNS`] (256) of their connections
+//!   are served at once in a profdev process (more are closed), each
+//!   given up after 300 s of silence; a run keeps at most 1000 notes. A 768 MiB sparse file mapped
 //!   executable, plain or as an ELF's executable segment, costs the
 //!   server a few KiB of reading.
 //! * Such a user's modules are kept in that user's own cache
@@ -147,6 +149,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use crate::arcs::{CallTarget, Target};
@@ -247,6 +250,25 @@ struct State {
     foreign_code: u64,
     /// Cache files being written.
     storing: Arc<(Mutex<usize>, std::sync::Condvar)>,
+}
+
+/// Connections of other users' processes served at once, in a profdev
+/// process; more are closed at once (their modules are not counted).
+pub const MAX_FOREIGN_CONNS: usize = 256;
+
+/// How long a connection of another user's process may stay silent
+/// while the server waits for its next line.
+const CLIENT_SILENCE: std::time::Duration = std::time::Duration::from_secs(300);
+
+static FOREIGN_CONNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of [`MAX_FOREIGN_CONNS`], given back on drop.
+struct Slot;
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        FOREIGN_CONNS.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Notes kept per run; later ones are dropped (a process of another
@@ -466,8 +488,25 @@ impl Server {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
+                // Another user's connections: a bounded number at once,
+                // each given up when its client stays silent.
+                let their = st.lock().ok().is_some_and(|s| {
+                    matches!(s.shared, Some(u) if foreign(u))
+                        || peer_cred(&conn).is_some_and(|(_, u)| foreign(u))
+                });
+                let slot = if their {
+                    if FOREIGN_CONNS.fetch_add(1, Ordering::AcqRel) >= MAX_FOREIGN_CONNS {
+                        FOREIGN_CONNS.fetch_sub(1, Ordering::AcqRel);
+                        continue;
+                    }
+                    let _ = conn.set_read_timeout(Some(CLIENT_SILENCE));
+                    Some(Slot)
+                } else {
+                    None
+                };
                 let st = st.clone();
                 std::thread::spawn(move || {
+                    let _slot = slot;
                     let _ = serve(conn, &st);
                 });
             }
@@ -1619,6 +1658,10 @@ mod tests {
         );
     }
 
+    /// The tests of runs shared with another user, one at a time: they
+    /// share [`MAX_FOREIGN_CONNS`].
+    static SHARED_TESTS: Mutex<()> = Mutex::new(());
+
     /// A file mapped readable and executable in this process.
     struct Mapped(*mut libc::c_void, usize);
 
@@ -1693,6 +1736,7 @@ mod tests {
             std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
         }
         let server = Server::with_cache(&[], None).unwrap();
+        let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         server.share_with(65534, 65534).unwrap();
         let t = std::time::Instant::now();
         for p in [&plain, &elf, &roots] {
@@ -1754,6 +1798,7 @@ mod tests {
         let module = tmp.path().join("module");
         std::fs::copy("/bin/true", &module).unwrap();
         let server = Server::with_cache(&[], None).unwrap();
+        let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         server.share_with(65534, 65534).unwrap();
         let m = Mapped::new(&module);
         for k in 0..FOREIGN_ENCODINGS as u64 {
@@ -1781,6 +1826,7 @@ mod tests {
         let cache_dir = tmp.path().join("cache");
         let cache = Cache::open(&cache_dir).unwrap();
         let server = Server::with_cache(&[], Some(cache)).unwrap();
+        let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         server.share_with(65534, 65534).unwrap();
         let m = Mapped::new(&module);
         assert!(converse(&server, &m, &module, 1 << 30));
@@ -1836,6 +1882,41 @@ mod tests {
                 .iter()
                 .any(|n| n.contains("more than 10000 reports; the others were not read")),
             "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn another_users_connections_are_bounded() {
+        if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+            return;
+        }
+        let server = Server::with_cache(&[], None).unwrap();
+        let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        server.share_with(65534, 65534).unwrap();
+        let held: Vec<UnixStream> = (0..MAX_FOREIGN_CONNS)
+            .map(|_| UnixStream::connect(server.socket()).unwrap())
+            .collect();
+        // One more than the bound: closed at once.
+        let mut extra = UnixStream::connect(server.socket()).unwrap();
+        extra
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(extra.read(&mut b).unwrap(), 0);
+        // Once they go, a connection is served again.
+        drop(held);
+        let me = std::process::id();
+        let line = format!("MOD {me} 1 1 0 1000 2000 /nonexistent\n");
+        profdev_testkit::wait_until(
+            "a connection served",
+            std::time::Duration::from_secs(60),
+            || {
+                let mut c = UnixStream::connect(server.socket()).unwrap();
+                c.write_all(line.as_bytes()).unwrap();
+                let mut answer = String::new();
+                let _ = BufReader::new(c).read_line(&mut answer);
+                answer == "SKIP\n"
+            },
         );
     }
 
