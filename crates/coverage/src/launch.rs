@@ -111,15 +111,16 @@
 //!   system libraries included (the code is counted from the headers,
 //!   before it is read), and such modules are planned one at a time in a
 //!   profdev process, so that their memory peaks do not add up. A module
-//!   beyond a bound is not counted, and a note says why. Such a process
-//!   gets at most [`FOREIGN_ENCODINGS`] (8) encodings of a module, one per
-//!   distance between module and area (its loads at the distance offered
-//!   share one), each kept for the run; a load asking for another is not
-//!   counted. At most [`MAX_FOREIGN_CONNS`] (256) of their connections
-//!   are served at once in a profdev process (more are closed), each
-//!   given up after 300 s of silence; a run keeps at most 1000 notes. A 768 MiB sparse file mapped
-//!   executable, plain or as an ELF's executable segment, costs the
-//!   server a few KiB of reading.
+//!   beyond a bound is not counted, and a note says why. A 768 MiB sparse
+//!   file mapped executable, plain or as an ELF's executable segment,
+//!   costs the server a few KiB of reading.
+//! * Such a process gets at most [`FOREIGN_ENCODINGS`] (8) encodings of a
+//!   module, one per distance between module and area (its loads at the
+//!   distance offered share one), each kept for the run; a load asking
+//!   for another is not counted. At most [`MAX_FOREIGN_CONNS`] (256) of
+//!   their connections are served at once in a profdev process (more are
+//!   closed), each given up after 300 s of silence. A run keeps at most
+//!   1000 notes.
 //! * Such a user's modules are kept in that user's own cache
 //!   ([`Cache::for_user`]: `UID/` in the cache directory, 256 MiB), so
 //!   they neither fill nor evict root's.
