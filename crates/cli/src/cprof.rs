@@ -92,6 +92,18 @@
 //! source file. Source files that were not found are left out of both,
 //! with a note on stderr, so that `genhtml` renders the rest without error.
 //!
+//! **The private directory.** The runtime, the planning socket and the
+//! reports live in `profdev-cov.XXXXXX` in `$TMPDIR` (or `/tmp`), created
+//! 0700 (with `-p`, opened to PID's user: 0711, as `startcp` does). cprof
+//! removes it when it ends; one left behind (cprof killed, or an
+//! interrupted `-p` whose process runs on) is removed by the next cprof
+//! or `startcp` of the same user once no live process maps its runtime.
+//! Run as root for another user's process (`-p`), cprof reads of a module
+//! only what its ELF headers name and plans at most 4 MiB of code per
+//! module the user can have written and 64 MiB per run, caching it
+//! apart, per uid; see
+//! `profdev_coverage::launch`'s Bounds.
+//!
 //! # Example
 //!
 //! Columns are separated by tabs; shown here with spaces.
@@ -151,8 +163,9 @@
 //!   near-native cost until it exits, with nobody to read the counts: its
 //!   later reports go to the private directory cprof names on standard
 //!   error (kept, not removed, so that no other user can take its name
-//!   while the patched process runs; remove it once the process has
-//!   exited), and a module it loads from then on is not counted. A
+//!   while the patched process runs; the next cprof or `startcp` of the
+//!   same user removes it once no process maps its runtime), and a
+//!   module it loads from then on is not counted. A
 //!   statically linked process is counted through uprobes (as a static
 //!   CMD is, and said so on standard error); an interrupted `-p` then
 //!   stops counting it (the probes go with cprof).

@@ -25,6 +25,16 @@
 //! writes into a process's code. The cache is kept under
 //! [`MAX_TOTAL`] bytes by removing the files used least recently.
 //!
+//! **Per user.** A module planned for a process of a user other than
+//! root and profdev's own (`startcp` of another user's process, through
+//! the device, run by root) is kept apart, in the subdirectory named by
+//! that user's uid (`/var/cache/profdev/coverage/65534/`, created 0700,
+//! owned by profdev's user like the rest: [`Cache::for_user`]), under its
+//! own bound, [`USER_TOTAL`] bytes. What one user's processes map can
+//! thus neither fill nor evict the entries of root, of profdev's user or
+//! of another user; the cache as a whole holds at most [`MAX_TOTAL`]
+//! plus [`USER_TOTAL`] per such user.
+//!
 //! **Format** (little-endian): the line `profdev-coverage-cache 1\n`, the
 //! 32-byte key, then the plan and the encoding as length-prefixed
 //! sequences (see [`write`]). The reader checks every length against the
@@ -49,6 +59,10 @@ const MAX_FILE: u64 = 1 << 30;
 
 /// The cache's size bound, in bytes.
 pub const MAX_TOTAL: u64 = 2 << 30;
+
+/// The size bound of the cache of another user's modules
+/// ([`Cache::for_user`]), in bytes.
+pub const USER_TOTAL: u64 = 256 << 20;
 
 /// Cache files' names start so.
 const PREFIX: &str = "mod-";
@@ -86,6 +100,8 @@ pub struct Entry {
 /// The cache directory.
 pub struct Cache {
     dir: profdev_safefile::Dir,
+    /// Its size bound.
+    max: u64,
 }
 
 impl Cache {
@@ -110,7 +126,23 @@ impl Cache {
     pub fn open(path: &Path) -> Result<Cache, profdev_safefile::Error> {
         Ok(Cache {
             dir: profdev_safefile::Dir::create(path, 0o700)?,
+            max: MAX_TOTAL,
         })
+    }
+
+    /// The cache of the modules planned for processes of user `uid`
+    /// (not root, not profdev's own): the subdirectory named by the uid,
+    /// created 0700, bounded by [`USER_TOTAL`] on its own.
+    pub fn for_user(&self, uid: u32) -> Result<Cache, profdev_safefile::Error> {
+        Ok(Cache {
+            dir: profdev_safefile::Dir::create(&self.dir.path().join(uid.to_string()), 0o700)?,
+            max: USER_TOTAL,
+        })
+    }
+
+    /// Its size bound, in bytes.
+    pub fn bound(&self) -> u64 {
+        self.max
     }
 
     /// The directory's path.
@@ -137,7 +169,8 @@ impl Cache {
     }
 
     /// Keep `plan` and `encoded` (made for an area at `offset` from the
-    /// bias) under `key`, then keep the cache under [`MAX_TOTAL`].
+    /// bias) under `key`, then keep the cache under its bound
+    /// ([`MAX_TOTAL`], or [`USER_TOTAL`] for another user's).
     pub fn store(
         &self,
         key: &Key,
@@ -148,7 +181,7 @@ impl Cache {
         self.dir
             .write_file(key.name(), &bytes, 0o600)
             .map_err(|e| e.to_string())?;
-        self.prune(MAX_TOTAL);
+        self.prune(self.max);
         Ok(())
     }
 

@@ -91,6 +91,57 @@
 //! (later reports hold only what ran after it); a report is also written
 //! at exit. Threads created after attach inherit their creator's array
 //! (GS is copied by clone): their counts are kept but may race.
+//!
+//! **Bounds.** The server may run as root (the device's `startcp`,
+//! `profdev cprof -p`) for a process of another user, who chooses what
+//! that process maps and writes into `out/`. So:
+//!
+//! * A module is read only as far as its ELF headers name
+//!   ([`crate::image`]); a file that is not an x86-64 ELF object is
+//!   refused from its first 64 bytes. For a process of a user other than
+//!   root and profdev's own (the connection's SO_PEERCRED uid; in
+//!   [`Server::preplan`] the process's; and every request of a run opened
+//!   to such a user by [`Server::share_with`]) a module that such a user
+//!   can have written ([`crate::image::Limits::for_file`]) is planned only
+//!   when its executable sections hold at most
+//!   [`crate::image::FOREIGN_CODE`] (4 MiB) and what is read of it is at
+//!   most [`crate::image::FOREIGN_READ`] (16 MiB): at most about 200 MB
+//!   of memory while it is planned. A run plans at most
+//!   [`FOREIGN_RUN_CODE`] (64 MiB) of code for such processes in all,
+//!   system libraries included (the code is counted from the headers,
+//!   before it is read), and such modules are planned one at a time in a
+//!   profdev process, so that their memory peaks do not add up. A module
+//!   beyond a bound is not counted, and a note says why. A 768 MiB sparse
+//!   file mapped executable, plain or as an ELF's executable segment,
+//!   costs the server a few KiB of reading.
+//! * Such a process gets at most [`FOREIGN_ENCODINGS`] (8) encodings of a
+//!   module, one per distance between module and area (its loads at the
+//!   distance offered share one), each kept for the run; a load asking
+//!   for another is not counted. At most [`MAX_FOREIGN_CONNS`] (256) of
+//!   their connections are served at once in a profdev process (more are
+//!   closed), each given up after 300 s of silence. A run keeps at most
+//!   1000 notes.
+//! * Such a user's modules are kept in that user's own cache
+//!   ([`Cache::for_user`]: `UID/` in the cache directory, 256 MiB), so
+//!   they neither fill nor evict root's.
+//! * A report larger than the run's modules could make it (a header, per
+//!   load served an `M` line and a 24-byte line per counter, within the
+//!   runtime's own bounds of 4096 loads and 2^23 counters per process;
+//!   1 GiB with call targets) is refused from its size before anything
+//!   is read, with a note; at most [`MAX_REPORTS`] (10,000) reports are
+//!   read per run, the others are named in a note.
+//!
+//! **The private directory** (`profdev-cov.XXXXXX` in the temporary
+//! directory, `$TMPDIR` or `/tmp`) is created 0700 and belongs to the
+//! user profdev runs as; [`Server::share_with`] opens it to the attached
+//! process's user (0711, see there). The server holds a lock on it
+//! (`flock`) while it lives, and removes it when it ends. A directory
+//! left behind (profdev killed, or a process still running patched after
+//! its run: it keeps writing its reports there) is removed by the next
+//! run of the same user ([`sweep`], at every [`Server::new`]) once no
+//! live process maps its runtime. (Bug: a process whose maps profdev
+//! cannot read, one holding capabilities profdev lacks, is taken to map
+//! none: profdev could neither have attached to it nor preloaded into it.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
@@ -99,6 +150,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use crate::arcs::{CallTarget, Target};
@@ -110,8 +162,25 @@ use crate::plan::{How, Plan};
 /// The runtime, a shared object for `LD_PRELOAD` (or dlopen, attach mode).
 pub const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libprofdev_cov.so"));
 
-/// A report larger than this is refused.
+/// A report with call targets larger than this is refused (see
+/// [`report_bound`] for one without).
 const MAX_REPORT: u64 = 1 << 30;
+
+/// Reports read per run (the `cov.*` files of `out/`); more are ignored,
+/// with a note.
+pub const MAX_REPORTS: usize = 10_000;
+
+/// Encodings kept per module (distinct areas) for processes of other
+/// users (see "Bounds").
+pub const FOREIGN_ENCODINGS: usize = 8;
+
+/// Code planned per run for processes of other users (see "Bounds").
+pub const FOREIGN_RUN_CODE: u64 = 64 << 20;
+
+/// The runtime's bounds (`c/covrt.c`): modules per process, counters per
+/// process.
+const RT_MAXMOD: u64 = 4096;
+const RT_CAP: u64 = 1 << 23;
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +215,11 @@ struct Entry {
     /// Whether the cache holds an encoding of this module (none is
     /// stored then).
     stored: bool,
+    /// The cache it is kept in: profdev's user's, or that of the user
+    /// it was planned for ([`Cache::for_user`]).
+    cache: Option<Arc<Cache>>,
+    /// Loads served code (each may write its counters in a report).
+    loads: u64,
     /// Blocks left uncounted by an encoding failure or a skipped patch.
     lost: BTreeSet<usize>,
     /// Encodings by the area's offset from the bias ([`offset_of`]): the
@@ -168,17 +242,179 @@ struct State {
     from_disk: u64,
     /// The on-disk cache of plans and encodings.
     cache: Option<Arc<Cache>>,
+    /// The caches of other users' modules, by uid (None: it could not
+    /// be opened).
+    user_caches: HashMap<u32, Option<Arc<Cache>>>,
+    /// The user the run's directory is open to ([`Server::share_with`]).
+    shared: Option<u32>,
+    /// Code planned so far for processes of other users.
+    foreign_code: u64,
     /// Cache files being written.
     storing: Arc<(Mutex<usize>, std::sync::Condvar)>,
+}
+
+/// Connections of other users' processes served at once, in a profdev
+/// process; more are closed at once (their modules are not counted).
+pub const MAX_FOREIGN_CONNS: usize = 256;
+
+/// How long a connection of another user's process may stay silent
+/// while the server waits for its next line.
+const CLIENT_SILENCE: std::time::Duration = std::time::Duration::from_secs(300);
+
+static FOREIGN_CONNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of [`MAX_FOREIGN_CONNS`], given back on drop.
+struct Slot;
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        FOREIGN_CONNS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Notes kept per run; later ones are dropped (a process of another
+/// user could otherwise grow the list without end).
+const MAX_NOTES: usize = 1000;
+
+impl State {
+    /// Keep note `n` (once), up to [`MAX_NOTES`].
+    fn note(&mut self, n: String) {
+        if self.notes.len() < MAX_NOTES && !self.notes.contains(&n) {
+            self.notes.push(n);
+            if self.notes.len() == MAX_NOTES {
+                self.notes.push(format!(
+                    "more than {MAX_NOTES} notes; the others were dropped"
+                ));
+            }
+        }
+    }
 }
 
 /// The planning server and the private directory a run's processes
 /// report to.
 pub struct Server {
     dir: tempfile::TempDir,
+    /// The directory, open and locked (`flock`) while the server lives:
+    /// [`sweep`] leaves it alone.
+    _lock: std::fs::File,
     state: Arc<Mutex<State>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The private directories' names start so (in the temporary directory).
+pub const DIR_PREFIX: &str = "profdev-cov.";
+
+/// The runtime's name in a private directory.
+const RUNTIME_NAME: &str = "libprofdev_cov.so";
+
+/// Remove the private directories (`profdev-cov.*` in `tmp`) that earlier
+/// runs of this user left (a run killed, or an attached process that
+/// outlived its run) and nothing uses any more: owned by the effective
+/// user, not locked by a live server, and whose runtime no live process
+/// maps (every process's `/proc/PID/maps` is read). A directory with
+/// neither its runtime nor `out/` (a run being set up) is removed only
+/// when it was last changed a minute ago or more. Returns how many were
+/// removed.
+pub fn sweep(tmp: &Path) -> usize {
+    use std::os::fd::AsRawFd;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    // As the processes' maps name it.
+    let Ok(tmp) = tmp.canonicalize() else {
+        return 0;
+    };
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return 0;
+    };
+    let mut stale: Vec<(PathBuf, std::fs::File)> = Vec::new();
+    for e in entries.flatten() {
+        if !e
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(DIR_PREFIX.as_bytes())
+        {
+            continue;
+        }
+        let path = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !m.is_dir() || m.uid() != me {
+            continue;
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(d) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&path)
+        else {
+            continue;
+        };
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(d.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue; // a live server's
+        }
+        // The runtime is written after the lock is taken, `out/` after
+        // it: a directory with either is set up, and unlocked, stale.
+        let set_up = [RUNTIME_NAME, "out"]
+            .iter()
+            .any(|n| std::fs::symlink_metadata(path.join(n)).is_ok());
+        let quiet = m
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= std::time::Duration::from_secs(60));
+        if set_up || quiet {
+            stale.push((path, d));
+        }
+    }
+    if stale.is_empty() {
+        return 0;
+    }
+    let Some(mapped) = mapped_runtimes() else {
+        return 0;
+    };
+    let mut removed = 0;
+    for (path, _lock) in stale {
+        if !mapped.contains(&path) && std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The directories whose runtime a live process maps.
+fn mapped_runtimes() -> Option<BTreeSet<PathBuf>> {
+    let mut out = BTreeSet::new();
+    let procs = std::fs::read_dir("/proc").ok()?;
+    for p in procs.flatten() {
+        let name = p.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        // A process whose maps profdev cannot read (gone; another
+        // user's, when profdev is not root; one holding capabilities
+        // profdev lacks) is one profdev could not have attached to, nor
+        // preloaded into (see Bugs in the module doc).
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        for l in maps.lines() {
+            let Some(at) = l.find(" /") else { continue };
+            let file = l[at + 1..].trim_end_matches(" (deleted)");
+            let file = Path::new(file);
+            if file.file_name() == Some(std::ffi::OsStr::new(RUNTIME_NAME)) {
+                if let Some(d) = file.parent() {
+                    out.insert(d.to_path_buf());
+                }
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Whether a module path is selected by `select` (empty: all). A name
@@ -222,8 +458,20 @@ impl Server {
 
     /// As [`Server::new`], with `cache` (None: none).
     pub fn with_cache(select: &[String], cache: Option<Cache>) -> std::io::Result<Server> {
-        let dir = tempfile::Builder::new().prefix("profdev-cov.").tempdir()?;
-        profdev_safefile::write_file(dir.path().join("libprofdev_cov.so"), RUNTIME, 0o500)
+        let tmp = std::env::temp_dir();
+        sweep(&tmp);
+        let dir = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir_in(&tmp)?;
+        // Locked before the runtime is written: a directory with a
+        // runtime and no lock is an earlier run's.
+        let lock = std::fs::File::open(dir.path())?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        profdev_safefile::write_file(dir.path().join(RUNTIME_NAME), RUNTIME, 0o500)
             .map_err(profdev_safefile::Error::into_os_error)?;
         profdev_safefile::create_dir(dir.path().join("out"), 0o700)
             .map_err(profdev_safefile::Error::into_os_error)?;
@@ -241,14 +489,32 @@ impl Server {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
+                // Another user's connections: a bounded number at once,
+                // each given up when its client stays silent.
+                let their = st.lock().ok().is_some_and(|s| {
+                    matches!(s.shared, Some(u) if foreign(u))
+                        || peer_cred(&conn).is_some_and(|(_, u)| foreign(u))
+                });
+                let slot = if their {
+                    if FOREIGN_CONNS.fetch_add(1, Ordering::AcqRel) >= MAX_FOREIGN_CONNS {
+                        FOREIGN_CONNS.fetch_sub(1, Ordering::AcqRel);
+                        continue;
+                    }
+                    let _ = conn.set_read_timeout(Some(CLIENT_SILENCE));
+                    Some(Slot)
+                } else {
+                    None
+                };
                 let st = st.clone();
                 std::thread::spawn(move || {
+                    let _slot = slot;
                     let _ = serve(conn, &st);
                 });
             }
         });
         Ok(Server {
             dir,
+            _lock: lock,
             state,
             stop,
             thread: Some(thread),
@@ -272,10 +538,7 @@ impl Server {
     /// report format).
     pub fn call_targets(&self) -> (Vec<CallTarget>, u64) {
         let state = self.lock();
-        let mut names: Vec<PathBuf> = std::fs::read_dir(self.reports_dir())
-            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
-            .unwrap_or_default();
-        names.sort();
+        let (names, _) = report_names(&self.reports_dir());
         let (mut traps, mut lost) = (0, 0);
         let mut sum: std::collections::BTreeMap<(usize, u64, Target), u64> = Default::default();
         for p in names {
@@ -310,7 +573,7 @@ impl Server {
 
     /// The runtime's path.
     pub fn runtime(&self) -> PathBuf {
-        self.dir.path().join("libprofdev_cov.so")
+        self.dir.path().join(RUNTIME_NAME)
     }
 
     /// The socket's path.
@@ -338,6 +601,7 @@ impl Server {
         std::os::unix::fs::chown(self.reports_dir(), Some(uid), Some(gid))?;
         mode(&self.socket(), 0o600)?;
         std::os::unix::fs::chown(self.socket(), Some(uid), Some(gid))?;
+        self.lock().shared = Some(uid);
         Ok(())
     }
 
@@ -372,7 +636,9 @@ impl Server {
             if self.lock().by_file.contains_key(&(m.dev(), m.ino())) {
                 continue;
             }
-            if plan_into(&self.state, path, &file, (m.dev(), m.ino())).is_some() {
+            // For the process's user: its mappings are that user's choice.
+            let Some(uid) = euid_of(pid) else { continue };
+            if plan_into(&self.state, path, &file, (m.dev(), m.ino()), uid).is_some() {
                 planned += 1;
             }
         }
@@ -438,10 +704,13 @@ impl Server {
         let mut counts: HashMap<usize, Vec<u64>> = HashMap::new();
         let mut notes = Vec::new();
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<PathBuf> = std::fs::read_dir(self.reports_dir())
-            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
-            .unwrap_or_default();
-        names.sort();
+        let (names, more) = report_names(&self.reports_dir());
+        if more {
+            notes.push(format!(
+                "{}: more than {MAX_REPORTS} reports; the others were not read",
+                self.reports_dir().display()
+            ));
+        }
         let mut traps = 0;
         for p in names {
             match read_report(&p, &state, &mut traps, &mut Vec::new(), &mut 0) {
@@ -641,6 +910,54 @@ pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchErr
     })
 }
 
+/// The reports in `dir` (files named `cov.*`), sorted, at most
+/// [`MAX_REPORTS`]; and whether there were more.
+fn report_names(dir: &Path) -> (Vec<PathBuf>, bool) {
+    let mut names = Vec::new();
+    let mut more = false;
+    if let Ok(d) = std::fs::read_dir(dir) {
+        for e in d.flatten() {
+            if !e.file_name().as_encoded_bytes().starts_with(b"cov.") {
+                continue;
+            }
+            if names.len() == MAX_REPORTS {
+                more = true;
+                break;
+            }
+            names.push(e.path());
+        }
+    }
+    names.sort();
+    (names, more)
+}
+
+/// The largest report the run's processes could write: the runtime
+/// writes a header, per module load an `M` line and at most one line per
+/// counter (`<index> <count>` in hex: 24 bytes at most with its counters
+/// fewer than 2^23), `ilost` and `end`; a process makes at most 4096
+/// loads and 2^23 counters. So at most every load the server served,
+/// each with all its counters, within the runtime's own bounds. With
+/// call targets ([`Server::set_call_targets`]) the `I` lines are bounded
+/// by [`MAX_REPORT`] only.
+fn report_bound(state: &State) -> u64 {
+    if state.options.call_targets {
+        return MAX_REPORT;
+    }
+    const HEAD: u64 = 256;
+    const M_LINE: u64 = 80;
+    const LINE: u64 = 24;
+    let served: u64 = state
+        .entries
+        .iter()
+        .map(|e| {
+            e.loads
+                .min(RT_MAXMOD)
+                .saturating_mul(M_LINE + LINE * e.plan.counters())
+        })
+        .fold(0, u64::saturating_add);
+    HEAD + served.min(RT_MAXMOD * M_LINE + RT_CAP * LINE)
+}
+
 /// A report's counters (module id, counter index, count); its call
 /// targets (module id, block index, target, count) go to `targets`, its
 /// records lost are added to `lost`.
@@ -660,11 +977,19 @@ fn read_report(
         .open(path)
         .map_err(|e| e.to_string())?;
     let meta = f.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() || meta.len() > MAX_REPORT {
+    if !meta.is_file() {
         return Err("not a report".into());
     }
+    // Bounded before anything is read or allocated.
+    let bound = report_bound(state);
+    if meta.len() > bound {
+        return Err(format!(
+            "not a report: {} bytes, more than the {bound} the run's modules could write",
+            meta.len()
+        ));
+    }
     let mut text = String::new();
-    f.take(MAX_REPORT)
+    f.take(bound)
         .read_to_string(&mut text)
         .map_err(|e| e.to_string())?;
     let mut lines = text.lines();
@@ -799,6 +1124,25 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     let key = offset_of(bias, area);
     let (cached, disk) = {
         let mut s = state.lock().ok()?;
+        let foreign_peer = match s.shared {
+            Some(u) if foreign(u) => true,
+            _ => peer.is_some_and(|(_, u)| foreign(u)),
+        };
+        let entry = &mut s.entries[id];
+        if foreign_peer
+            && !entry.encoded.contains_key(&key)
+            && entry.encoded.len() >= FOREIGN_ENCODINGS
+        {
+            // Each encoding is kept for the run: another user's process
+            // naming ever new areas would grow the server without bound.
+            let n = format!(
+                "{}: more than {FOREIGN_ENCODINGS} areas asked for by another user's processes; \
+                 a load elsewhere is not counted",
+                entry.path.display()
+            );
+            s.note(n);
+            return None;
+        }
         let entry = &mut s.entries[id];
         let cached = entry.encoded.get(&key).cloned();
         let disk = match (&cached, &entry.disk) {
@@ -831,9 +1175,9 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             let e = Arc::new(encode_with(&plan, bias, area, first, opts));
             let mut s = state.lock().ok()?;
             s.made += 1;
-            let cache = s.cache.clone();
             let storing = s.storing.clone();
             let entry = &mut s.entries[id];
+            let cache = entry.cache.clone();
             entry.lost.extend(e.failed_blocks.iter().copied());
             entry.encoded.insert(key, (bias, area, e.clone()));
             if let (Some(cache), Some(k), false) = (cache, entry.key, entry.stored) {
@@ -858,6 +1202,9 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         buf.extend_from_slice(&p.entry.to_le_bytes());
         buf.extend_from_slice(&p.kind.to_le_bytes());
         buf.extend_from_slice(&p.len.to_le_bytes());
+    }
+    if let Ok(mut s) = state.lock() {
+        s.entries[id].loads += 1;
     }
     w.write_all(&buf).ok()?;
     line.clear();
@@ -888,9 +1235,7 @@ fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         if let Err(e) = cache.store(&k, &plan, Some((key, &canonical))) {
             if let Ok(mut s) = state.lock() {
                 let n = format!("{e}; the plan is not kept for later runs");
-                if !s.notes.contains(&n) {
-                    s.notes.push(n);
-                }
+                s.note(n);
             }
         }
     }
@@ -954,17 +1299,7 @@ fn open_mapped(
     (lo, hi): (u64, u64),
 ) -> Result<std::fs::File, String> {
     let (pid, uid) = peer.ok_or("the client's credentials are unknown")?;
-    let euid = |pid: u32| -> Option<u32> {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let l = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
-        let v: Vec<u32> = l
-            .split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        // effective and file-system uid
-        (v.len() == 4 && v[1] == v[3]).then_some(v[1])
-    };
-    if euid(pid) != Some(uid) {
+    if euid_of(pid) != Some(uid) {
         return Err(format!(
             "process {pid} no longer has the credentials it connected with"
         ));
@@ -1017,9 +1352,7 @@ fn lookup(
 ) -> Option<usize> {
     let note = |s: String| {
         if let Ok(mut st) = state.lock() {
-            if !st.notes.contains(&s) {
-                st.notes.push(s);
-            }
+            st.note(s);
         }
     };
     if !selected(&state.lock().ok()?.select, path) {
@@ -1035,39 +1368,122 @@ fn lookup(
     if let Some(&id) = state.lock().ok()?.by_file.get(&(dev, ino)) {
         return Some(id);
     }
-    plan_into(state, path, &file, (dev, ino))
+    plan_into(state, path, &file, (dev, ino), peer?.1)
+}
+
+/// Held while a module is read and planned for another user's process.
+static FOREIGN_PLANNING: Mutex<()> = Mutex::new(());
+
+/// Whether `uid` is another user's: neither root nor profdev's own.
+fn foreign(uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    uid != 0 && uid != unsafe { libc::geteuid() }
+}
+
+/// The effective uid of process `pid` (when it is also its file-system
+/// uid).
+fn euid_of(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let v: Vec<u32> = l
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (v.len() == 4 && v[1] == v[3]).then_some(v[1])
 }
 
 /// Plan the module `path`, open as `file` (device `dev`, inode `ino`),
-/// and add its entry; None (with a note) when it cannot be planned.
+/// for a process of user `uid`, and add its entry; None (with a note)
+/// when it cannot be planned. Only what its ELF headers name is read
+/// ([`crate::image`]); for another user's process (or a run open to
+/// another user, [`Server::share_with`]) within
+/// [`crate::image::Limits::for_file`] and [`FOREIGN_RUN_CODE`] per run,
+/// and kept in that user's cache.
 fn plan_into(
     state: &Mutex<State>,
     path: &Path,
     file: &std::fs::File,
     (dev, ino): (u64, u64),
+    uid: u32,
 ) -> Option<usize> {
+    use crate::image::{Layout, Limits};
     let note = |s: String| {
         if let Ok(mut st) = state.lock() {
-            if !st.notes.contains(&s) {
-                st.notes.push(s);
-            }
+            st.note(s);
         }
+    };
+    let who = match state.lock().ok()?.shared {
+        Some(u) if foreign(u) => Some(u),
+        _ => Some(uid).filter(|&u| foreign(u)),
+    };
+    let limits = match (who, file.metadata()) {
+        (None, _) => Limits::OWN,
+        (Some(_), Ok(m)) => Limits::for_file(&m),
+        (Some(_), Err(_)) => Limits::FOREIGN,
     };
     // Planning is slow: do it unlocked (two processes may plan the same
     // file at once; the first to finish wins). The file is read through
-    // the descriptor opened by the caller.
-    let fd_path = PathBuf::from(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(file)
-    ));
-    let bytes = match std::fs::read(&fd_path) {
-        Ok(b) => b,
+    // the descriptor opened by the caller, and only what its headers
+    // name.
+    let layout = match Layout::of(file, path, limits) {
+        Ok(l) => l,
         Err(e) => {
-            note(format!("cannot read {}: {e}; not counted", path.display()));
+            note(format!("{e}; not counted"));
             return None;
         }
     };
-    let cache = state.lock().ok()?.cache.clone();
+    if let Some(u) = who {
+        // Reserved before anything is read: planners running at once
+        // cannot overshoot the run's bound together.
+        let mut s = state.lock().ok()?;
+        if s.foreign_code.saturating_add(layout.code()) > FOREIGN_RUN_CODE {
+            drop(s);
+            note(format!(
+                "{}: planning it would take the code planned for processes of user {u} past \
+                 {} MiB in this run; not counted",
+                path.display(),
+                FOREIGN_RUN_CODE >> 20
+            ));
+            return None;
+        }
+        s.foreign_code += layout.code();
+    }
+    // One such plan at a time in this process (every server of a
+    // device): its memory peak is one module's, however many processes
+    // ask at once.
+    let _one = who.map(|_| FOREIGN_PLANNING.lock().unwrap_or_else(|e| e.into_inner()));
+    let bytes = match layout.read(file, path) {
+        Ok(b) => b,
+        Err(e) => {
+            note(format!("{e}; not counted"));
+            return None;
+        }
+    };
+    let cache = {
+        let mut s = state.lock().ok()?;
+        match who {
+            None => s.cache.clone(),
+            Some(u) => {
+                let own = s.cache.clone();
+                let mut failed = None;
+                let c = s
+                    .user_caches
+                    .entry(u)
+                    .or_insert_with(|| {
+                        let c = own?.for_user(u).map_err(|e| failed = Some(e)).ok()?;
+                        Some(Arc::new(c))
+                    })
+                    .clone();
+                drop(s);
+                if let Some(e) = failed {
+                    note(format!(
+                        "{e}; planning user {u}'s modules without the cache"
+                    ));
+                }
+                c
+            }
+        }
+    };
     let key = cache.as_ref().map(|_| Key::of(&bytes));
     let kept = match (&cache, &key) {
         (Some(c), Some(k)) => match c.load(k) {
@@ -1096,6 +1512,7 @@ fn plan_into(
             }
         },
     };
+    drop(bytes);
     let mut s = state.lock().ok()?;
     if let Some(&id) = s.by_file.get(&(dev, ino)) {
         return Some(id);
@@ -1115,6 +1532,8 @@ fn plan_into(
         key,
         disk,
         stored,
+        cache,
+        loads: 0,
         lost: BTreeSet::new(),
         encoded: HashMap::new(),
     });
@@ -1238,5 +1657,322 @@ mod tests {
             std::time::Duration::from_secs(60),
             || *storing.0.lock().unwrap() == 0,
         );
+    }
+
+    /// The tests of runs shared with another user, one at a time: they
+    /// share [`MAX_FOREIGN_CONNS`].
+    static SHARED_TESTS: Mutex<()> = Mutex::new(());
+
+    /// A file mapped readable and executable in this process.
+    struct Mapped(*mut libc::c_void, usize);
+
+    impl Mapped {
+        fn new(path: &Path) -> Mapped {
+            let f = std::fs::File::open(path).unwrap();
+            let len = f.metadata().unwrap().len() as usize;
+            // SAFETY: a fresh private mapping of a file we opened, unmapped
+            // on drop; nothing reads it.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED);
+            Mapped(at, len)
+        }
+
+        /// The MOD line of this mapping of `path`.
+        fn line(&self, path: &Path) -> String {
+            let m = std::fs::metadata(path).unwrap();
+            let lo = self.0 as u64;
+            format!(
+                "MOD {} {} {} {lo:x} {lo:x} {:x} {}\n",
+                std::process::id(),
+                m.dev(),
+                m.ino(),
+                lo + self.1 as u64,
+                path.display()
+            )
+        }
+    }
+
+    impl Drop for Mapped {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in new, no longer used.
+            unsafe { libc::munmap(self.0, self.1) };
+        }
+    }
+
+    fn root() -> Result<(), String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            Ok(())
+        } else {
+            Err("sharing a run with user 65534 needs root (chown)".into())
+        }
+    }
+
+    #[test]
+    fn another_users_huge_modules_are_refused_from_their_headers() {
+        if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let plain = tmp.path().join("plain");
+        std::fs::File::create(&plain)
+            .unwrap()
+            .set_len(768 << 20)
+            .unwrap();
+        let elf = tmp.path().join("elf");
+        crate::image::sparse_elf(&elf, 768 << 20).unwrap();
+        // Root's own: only the run's bound stops it.
+        let roots = tmp.path().join("roots");
+        crate::image::sparse_elf(&roots, 768 << 20).unwrap();
+        for p in [&plain, &elf] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+        let server = Server::with_cache(&[], None).unwrap();
+        let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        server.share_with(65534, 65534).unwrap();
+        let t = std::time::Instant::now();
+        for p in [&plain, &elf, &roots] {
+            let m = Mapped::new(p);
+            assert_eq!(ask(&server, &m.line(p)), "SKIP\n", "{}", p.display());
+        }
+        // Refused from their headers: no time to read 1.5 GiB.
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        let (_, notes) = server.collect();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("plain") && n.contains("not an ELF file")),
+            "{notes:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("its code (768.0 MiB) is more than the 4.0 MiB")),
+            "{notes:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("roots: planning it would take") && n.contains("64 MiB")),
+            "{notes:?}"
+        );
+    }
+
+    /// One module's conversation for the mapping `m` of `path`, with the
+    /// area `below` bytes below it (the code is never written anywhere):
+    /// whether the code came.
+    fn converse(server: &Server, m: &Mapped, path: &Path, below: u64) -> bool {
+        let mut c = UnixStream::connect(server.socket()).unwrap();
+        c.write_all(m.line(path).as_bytes()).unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.starts_with("SIZE "), "{line:?}");
+        writeln!(c, "AT {:x} 0", (m.0 as u64).wrapping_sub(below)).unwrap();
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        let Some(code) = line.trim_end().strip_prefix("CODE ") else {
+            return false;
+        };
+        let w: Vec<u64> = code.split(' ').map(|x| hex(x).unwrap()).collect();
+        let mut sink = vec![0u8; (w[0] + 24 * w[1]) as usize];
+        r.read_exact(&mut sink).unwrap();
+        writeln!(c, "DONE 0").unwrap();
+        true
+    }
+
+    #[test]
+    fn another_users_process_gets_a_bounded_number_of_encodings() {
+        if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let module = tmp.path().join("module");
+        std::fs::copy("/bin/true", &module).unwrap();
+        let server = Server::with_cache(&[], None).unwrap();
+        let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        server.share_with(65534, 65534).unwrap();
+        let m = Mapped::new(&module);
+        for k in 0..FOREIGN_ENCODINGS as u64 {
+            assert!(converse(&server, &m, &module, (1 << 30) + (k << 12)));
+        }
+        // A distance served already still is; a new one is not.
+        assert!(converse(&server, &m, &module, 1 << 30));
+        assert!(!converse(&server, &m, &module, 1 << 29));
+        assert_eq!(server.encodings().0, FOREIGN_ENCODINGS as u64);
+        let (_, notes) = server.collect();
+        assert!(
+            notes.iter().any(|n| n.contains("more than 8 areas")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn another_users_modules_are_cached_apart() {
+        if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let module = tmp.path().join("module");
+        std::fs::copy("/bin/true", &module).unwrap();
+        let cache_dir = tmp.path().join("cache");
+        let cache = Cache::open(&cache_dir).unwrap();
+        let server = Server::with_cache(&[], Some(cache)).unwrap();
+        let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        server.share_with(65534, 65534).unwrap();
+        let m = Mapped::new(&module);
+        assert!(converse(&server, &m, &module, 1 << 30));
+        let files = |d: &Path| -> Vec<String> {
+            std::fs::read_dir(d)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("mod-"))
+                .collect()
+        };
+        let theirs = cache_dir.join("65534");
+        profdev_testkit::wait_until(
+            "user 65534's cache file",
+            std::time::Duration::from_secs(60),
+            || theirs.exists() && !files(&theirs).is_empty(),
+        );
+        assert_eq!(files(&cache_dir), Vec::<String>::new());
+        let mode = std::fs::metadata(&theirs).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn a_forged_report_is_refused_from_its_size_and_reports_are_counted() {
+        let server = Server::with_cache(&[], None).unwrap();
+        let out = server.reports_dir();
+        std::fs::File::create(out.join("cov.1.0"))
+            .unwrap()
+            .set_len(128 << 20)
+            .unwrap();
+        std::fs::write(
+            out.join("cov.2.0"),
+            "profdev-coverage 1\npid 2\ntraps 0\nend\n",
+        )
+        .unwrap();
+        let t = std::time::Instant::now();
+        let (_, notes) = server.collect();
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("cov.1.0") && n.contains("134217728 bytes, more than the 256")),
+            "{notes:?}"
+        );
+        assert!(!notes.iter().any(|n| n.contains("cov.2.0")), "{notes:?}");
+        // At most MAX_REPORTS are read.
+        for i in 0..MAX_REPORTS {
+            std::fs::File::create(out.join(format!("cov.{}.1", i + 10))).unwrap();
+        }
+        let (_, notes) = server.collect();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("more than 10000 reports; the others were not read")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn another_users_connections_are_bounded() {
+        if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+            return;
+        }
+        let server = Server::with_cache(&[], None).unwrap();
+        let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        server.share_with(65534, 65534).unwrap();
+        let held: Vec<UnixStream> = (0..MAX_FOREIGN_CONNS)
+            .map(|_| UnixStream::connect(server.socket()).unwrap())
+            .collect();
+        // One more than the bound: closed at once.
+        let mut extra = UnixStream::connect(server.socket()).unwrap();
+        extra
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(extra.read(&mut b).unwrap(), 0);
+        // Once they go, a connection is served again.
+        drop(held);
+        let me = std::process::id();
+        let line = format!("MOD {me} 1 1 0 1000 2000 /nonexistent\n");
+        profdev_testkit::wait_until(
+            "a connection served",
+            std::time::Duration::from_secs(60),
+            || {
+                let mut c = UnixStream::connect(server.socket()).unwrap();
+                c.write_all(line.as_bytes()).unwrap();
+                let mut answer = String::new();
+                let _ = BufReader::new(c).read_line(&mut answer);
+                answer == "SKIP\n"
+            },
+        );
+    }
+
+    #[test]
+    fn notes_are_bounded() {
+        let mut s = State::default();
+        for i in 0..MAX_NOTES + 5 {
+            s.note(format!("note {i}"));
+            s.note(format!("note {i}"));
+        }
+        assert_eq!(s.notes.len(), MAX_NOTES + 1);
+        assert!(s.notes[MAX_NOTES].contains("the others were dropped"));
+    }
+
+    #[test]
+    fn private_directories_are_0700() {
+        let server = Server::with_cache(&[], None).unwrap();
+        let dir = server.reports_dir().parent().unwrap().to_path_buf();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn the_sweep_removes_only_what_nothing_uses() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        let made = |name: &str, runtime: bool| -> PathBuf {
+            let d = t.join(name);
+            std::fs::create_dir(&d).unwrap();
+            if runtime {
+                std::fs::copy("/bin/true", d.join(RUNTIME_NAME)).unwrap();
+                std::fs::create_dir(d.join("out")).unwrap();
+            }
+            d
+        };
+        let stale = made("profdev-cov.stale", true);
+        let locked = made("profdev-cov.locked", true);
+        let mapped = made("profdev-cov.mapped", true);
+        let fresh = made("profdev-cov.fresh", false);
+        // A run's whose runtime was removed while its process ran on.
+        let left = made("profdev-cov.left", true);
+        std::fs::remove_file(left.join(RUNTIME_NAME)).unwrap();
+        let other = made("other", true);
+        let lock = std::fs::File::open(&locked).unwrap();
+        // SAFETY: flock on a descriptor we own.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let m = Mapped::new(&mapped.join(RUNTIME_NAME));
+        assert_eq!(sweep(t), 2);
+        assert!(!stale.exists() && !left.exists());
+        for kept in [&locked, &mapped, &fresh, &other] {
+            assert!(kept.exists(), "{}", kept.display());
+        }
+        // Once unmapped and unlocked, they go too (not the fresh one
+        // without a runtime: a run being set up).
+        drop((m, lock));
+        assert_eq!(sweep(t), 2);
+        assert!(fresh.exists() && other.exists());
     }
 }

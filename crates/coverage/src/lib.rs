@@ -16,7 +16,10 @@
 //! preload through, is counted by [`uprobe`] instead: the same plan's
 //! blocks, one multi-uprobe BPF link, the same [`counts::ModuleCoverage`].
 //! [`cache`] keeps plans and encodings on disk between runs, keyed by the
-//! module's bytes and the engine's sources.
+//! module's bytes and the engine's sources. [`image`] reads of a module's
+//! file only what its ELF headers name, within stated bounds (the planning
+//! server may be root, reading for another user's process: see
+//! [`launch`]'s Bounds).
 //!
 //! # Limits (each reported where it applies, never hidden)
 //!
@@ -79,6 +82,7 @@ pub mod cobertura;
 pub mod counts;
 pub mod encode;
 pub mod fuzzing;
+pub mod image;
 pub mod launch;
 pub mod lcov;
 pub mod lines;

@@ -189,12 +189,14 @@ impl Plan {
         self.blocks.binary_search_by_key(&addr, |b| b.start).ok()
     }
 
-    /// Plan the module in the file `path`.
+    /// Plan the module in the file `path`, reading only what its headers
+    /// name ([`crate::image`], within [`crate::image::Limits::OWN`]).
     pub fn of_file(path: &Path) -> Result<Plan, PlanError> {
-        let bytes = std::fs::read(path).map_err(|e| PlanError::Read {
+        let file = std::fs::File::open(path).map_err(|e| PlanError::Read {
             path: path.display().to_string(),
             why: e.to_string(),
         })?;
+        let bytes = crate::image::read(&file, path, crate::image::Limits::OWN)?;
         Plan::of_bytes(&bytes, path)
     }
 

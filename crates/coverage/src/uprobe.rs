@@ -368,12 +368,18 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Plan the module in `file` (read now) whose counts report as
-    /// `path`.
+    /// Plan the module in `file` (read now, only what its ELF headers
+    /// name, within [`crate::image::Limits::for_file`]: another user's
+    /// file is planned within [`crate::image::FOREIGN_CODE`], 4 MiB) whose counts
+    /// report as `path`.
     pub fn of_file(file: &Path, path: PathBuf) -> Result<Probes, UprobeError> {
-        let plan = Plan::of_file(file)?;
-        let bytes = std::fs::read(file)
+        let f = std::fs::File::open(file)
             .map_err(|e| io_error(format!("cannot read {}", file.display()), e))?;
+        let meta = f
+            .metadata()
+            .map_err(|e| io_error(format!("cannot read {}", file.display()), e))?;
+        let bytes = crate::image::read(&f, file, crate::image::Limits::for_file(&meta))?;
+        let plan = Plan::of_bytes(&bytes, file)?;
         let elf = object::File::parse(&*bytes).map_err(|e| {
             UprobeError::Plan(PlanError::Read {
                 path: file.display().to_string(),

@@ -64,7 +64,14 @@
 //! ran before the attach has no pair. The server reads a module only
 //! through the connecting process's `/proc/PID/map_files/` (the
 //! connection's SO_PEERCRED pid): a process cannot make profdev, root,
-//! read a file it does not map.
+//! read a file it does not map. It reads of a module only what its ELF
+//! headers name (refusing any other file from its first 64 bytes), and
+//! for a process of a user other than root and the mount's plans at most
+//! 4 MiB of code per module that user can have written (16 MiB read) and
+//! 64 MiB per attach, keeps that user's plans in a cache of the user's
+//! own (`/var/cache/profdev/coverage/UID/`, 256 MiB), and refuses a
+//! report in `out/` larger than the planned modules could write, reading
+//! at most 10,000 reports (`profdev_coverage::launch`'s Bounds).
 //!
 //! The histograms fill when the process exits (the runtime writes a
 //! report at exit; the device watches the process for that) and at
@@ -125,6 +132,8 @@
 //!   `profdev-cov.*`) is left behind, with no socket, for its later
 //!   reports: removing it could let another user create one of the same
 //!   name and serve the still-patched process code at its next `dlopen`.
+//!   The next `startcp` or cprof run after the device's process has
+//!   ended removes it once no process maps its runtime.
 //! * The histograms fill at `stop` or at exit, not while it runs: reading
 //!   a histogram does not ask for a report. A process that ends with a
 //!   signal that kills it writes no exit report (SIGINT, SIGTERM and
