@@ -42,24 +42,36 @@ pub fn find_program(cmd: &OsString) -> Result<PathBuf> {
 }
 
 /// An ELF file with no PT_INTERP is statically linked (64-bit
-/// little-endian only; anything else is left to the exec).
+/// little-endian only; anything else is left to the exec). Only a file
+/// whose every program header is there and names a loadable segment is
+/// judged: a truncated or malformed one is not "static" (the exec says
+/// what is wrong with it).
 pub fn is_static(b: &[u8]) -> bool {
+    const PT_LOAD: u32 = 1;
+    const PT_INTERP: u32 = 3;
     let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
     let u64_at = |o: usize| {
         b.get(o..o + 8)
             .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
     };
-    if b.get(4) != Some(&2) || b.get(5) != Some(&1) {
+    if !b.starts_with(b"\x7fELF") || b.get(4) != Some(&2) || b.get(5) != Some(&1) {
         return false;
     }
     let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
     else {
         return false;
     };
-    (0..phnum as usize).all(|i| {
-        let o = phoff as usize + i * phentsize as usize;
-        b.get(o..o + 4) != Some(&3u32.to_le_bytes()[..])
-    })
+    if phentsize < 4 {
+        return false;
+    }
+    let types: Option<Vec<u32>> = (0..phnum as u64)
+        .map(|i| {
+            let o = usize::try_from(phoff.checked_add(i * phentsize as u64)?).ok()?;
+            let t = b.get(o..o.checked_add(4)?)?;
+            Some(u32::from_le_bytes(t.try_into().ok()?))
+        })
+        .collect();
+    types.is_some_and(|t| t.contains(&PT_LOAD) && !t.contains(&PT_INTERP))
 }
 
 /// Is the ELF file `program` statically linked (no interpreter)? False

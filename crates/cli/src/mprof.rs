@@ -1219,5 +1219,21 @@ mod tests {
             "the test binary is dynamically linked"
         );
         assert!(!crate::child::is_static(b"#!/bin/sh\n"));
+        // Cut inside its program headers: malformed, not "static".
+        assert!(!crate::child::is_static(&bytes[..0x48]));
+        // A header and one PT_LOAD, no PT_INTERP: static.
+        let mut elf = vec![0u8; 0x40 + 0x38];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        elf[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
+        elf[0x36..0x38].copy_from_slice(&0x38u16.to_le_bytes());
+        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        elf[0x40] = 1;
+        assert!(crate::child::is_static(&elf));
+        elf[0x40] = 3;
+        assert!(!crate::child::is_static(&elf), "PT_INTERP");
+        // A program header count that runs past the file.
+        elf[0x40] = 1;
+        elf[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
+        assert!(!crate::child::is_static(&elf));
     }
 }
