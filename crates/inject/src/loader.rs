@@ -3,7 +3,7 @@
 //! `__libc_dlopen_mode`) through `/proc/PID/maps` and the file's dynamic
 //! symbols, and called with [`Target::call`].
 
-use crate::{maps, InjectError, Target};
+use crate::{maps, InjectError, Mapping, Target};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -17,19 +17,28 @@ pub struct Module {
 }
 
 /// The mapped object whose file name satisfies `matches`, with its bias.
+///
+/// Its first mapping at file offset 0 whose executable segment is mapped
+/// where that bias puts it: a copy of the file the process mapped as data
+/// (an ELF reader, a Rust panic's backtrace) has offset 0 too. Failing
+/// that, the first mapping at offset 0.
 pub(crate) fn find_module(
     pid: u32,
     matches: impl Fn(&str) -> bool,
 ) -> Result<Option<(Module, Vec<u8>)>, InjectError> {
     let maps = maps(pid)?;
-    let Some(first) = maps.iter().find(|m| {
-        m.offset == 0
-            && m.path.starts_with('/')
-            && Path::new(&m.path)
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(&matches)
-    }) else {
+    let candidates: Vec<&Mapping> = maps
+        .iter()
+        .filter(|m| {
+            m.offset == 0
+                && m.path.starts_with('/')
+                && Path::new(&m.path)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(&matches)
+        })
+        .collect();
+    let Some(&first) = candidates.first() else {
         return Ok(None);
     };
     // Through /proc/PID/root: the process may live in another mount
@@ -39,8 +48,8 @@ pub(crate) fn find_module(
         what: format!("cannot read {} of process {pid}", first.path),
         err: e,
     })?;
-    let bias = {
-        use object::{Object, ObjectSegment};
+    let (seg0, text) = {
+        use object::{Object, ObjectSegment, SegmentFlags};
         let obj = object::File::parse(&*bytes).map_err(|e| InjectError::Io {
             what: format!("{} of process {pid} is not an ELF file", first.path),
             err: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
@@ -50,15 +59,42 @@ pub(crate) fn find_module(
             .find(|s| s.file_range().0 == 0)
             .map(|s| s.address())
             .unwrap_or(0);
-        first.start.wrapping_sub(seg0 & !0xfff)
+        let text = obj
+            .segments()
+            .find(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & 1 != 0))
+            .map(|s| (s.address(), s.file_range().0));
+        (seg0, text)
     };
+    let bias_at = |m: &Mapping| m.start.wrapping_sub(seg0 & !0xfff);
+    let chosen = candidates
+        .iter()
+        .find(|c| c.path == first.path && text_mapped(&maps, c, bias_at(c), text))
+        .unwrap_or(&first);
     Ok(Some((
         Module {
-            path: first.path.clone(),
-            bias,
+            path: chosen.path.clone(),
+            bias: bias_at(chosen),
         },
         bytes,
     )))
+}
+
+/// Is the executable segment `text` (link-time address, file offset) of
+/// the object mapped at `at` with bias `bias` there in `maps`: inside an
+/// executable mapping of the same file, at its file offset? True for an
+/// object without one.
+fn text_mapped(maps: &[Mapping], at: &Mapping, bias: u64, text: Option<(u64, u64)>) -> bool {
+    let Some((addr, offset)) = text else {
+        return true;
+    };
+    let va = addr.wrapping_add(bias);
+    maps.iter().any(|m| {
+        m.path == at.path
+            && m.perms.contains('x')
+            && m.start <= va
+            && va < m.end
+            && m.offset + (va - m.start) == offset
+    })
 }
 
 /// The runtime address of the defined dynamic symbol `name` of an object.
@@ -232,6 +268,49 @@ mod tests {
         }
         assert_eq!(dynsym(&bytes, m.bias, "no_such_symbol_anywhere"), None);
         assert_eq!(dynsym(b"not an ELF file", 0, "getpid"), None);
+    }
+
+    /// The process maps its own C library's file as data (as a panic's
+    /// backtrace does): that mapping at offset 0 is passed over.
+    #[test]
+    fn a_data_mapping_of_the_file_is_not_the_module() {
+        use std::os::fd::AsRawFd;
+        let pid = std::process::id();
+        let (m, _) = find_module(pid, is_libc).unwrap().unwrap();
+        let f = std::fs::File::open(&m.path).unwrap();
+        let len = f.metadata().unwrap().len() as usize;
+        // Several, so that one lies below the library whatever the
+        // kernel's placement.
+        let mut copies = Vec::new();
+        for _ in 0..4 {
+            // SAFETY: a new private read-only mapping of a file we opened;
+            // nothing reads it, and it is unmapped below.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            copies.push(p);
+        }
+        let below = copies.iter().any(|&p| (p as u64) < m.bias + 0x1000);
+        let (again, bytes) = find_module(pid, is_libc).unwrap().unwrap();
+        let got = dynsym(&bytes, again.bias, "getpid");
+        for p in copies {
+            // SAFETY: a mapping made above, of that length.
+            unsafe { libc::munmap(p, len) };
+        }
+        assert_eq!(again.bias, m.bias, "a copy lies below the library: {below}");
+        let c = std::ffi::CString::new("getpid").unwrap();
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only
+        // looks the name up.
+        let want = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) } as u64;
+        assert_eq!(got, Some(want));
     }
 
     #[test]
