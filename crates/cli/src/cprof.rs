@@ -184,13 +184,12 @@ use profdev_coverage::listing::{self, Listing, Options};
 use profdev_coverage::prf::{self, Prf};
 use profdev_coverage::{cobertura, lcov};
 use profdev_dev::prof::CovAttached;
+use profdev_sample::job::Catcher;
 use profdev_symbolize::ElfObject;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 const USAGE: &str =
     "usage: cprof [-fner] [-m modname]... [--lcov file] [--cobertura file] [-p pid | cmd \
@@ -553,101 +552,31 @@ fn attach_sentence(e: profdev_dev::DevError) -> anyhow::Error {
     })
 }
 
-/// SIGINT, SIGTERM and SIGHUP caught while cprof waits for an attached
-/// process (those not ignored when cprof started), each setting a flag
-/// and waking [`Caught::wait`].
-struct Caught {
-    flags: Vec<(libc::c_int, Arc<AtomicBool>)>,
-    wake: std::os::unix::net::UnixStream,
-    ids: Vec<signal_hook::SigId>,
-}
-
-impl Caught {
-    fn new() -> std::io::Result<Caught> {
-        let (wake, wake_w) = std::os::unix::net::UnixStream::pair()?;
-        wake.set_nonblocking(true)?;
-        let mut c = Caught {
-            flags: Vec::new(),
-            wake,
-            ids: Vec::new(),
-        };
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: a zeroed sigaction is a valid out-parameter; a null
-            // new action only queries.
-            let ignored = unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                    && old.sa_sigaction == libc::SIG_IGN
-            };
-            if ignored {
-                continue; // nohup: stays ignored
-            }
-            let flag = Arc::new(AtomicBool::new(false));
-            c.ids.push(signal_hook::flag::register(sig, flag.clone())?);
-            c.ids.push(signal_hook::low_level::pipe::register(
-                sig,
-                wake_w.try_clone()?,
-            )?);
-            c.flags.push((sig, flag));
+/// Wait until `a`'s process has exited (None) or one of the signals
+/// `caught` catches came (Some). The process is watched through a pidfd
+/// where the kernel has them (5.3), and its `/proc` entry (start time
+/// checked) at every wake-up and at least every second.
+fn wait_attached(caught: &Catcher, a: &CovAttached) -> Option<libc::c_int> {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags; a descriptor it
+    // returns is ours to own.
+    let pidfd = unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, a.pid() as libc::pid_t, 0);
+        (fd >= 0).then(|| OwnedFd::from_raw_fd(fd as libc::c_int))
+    };
+    loop {
+        if let Some(s) = caught.caught() {
+            return Some(s);
         }
-        Ok(c)
-    }
-
-    /// The first signal caught, if any.
-    fn caught(&self) -> Option<libc::c_int> {
-        self.flags
-            .iter()
-            .find(|(_, f)| f.load(Ordering::Acquire))
-            .map(|&(s, _)| s)
-    }
-
-    /// Wait until `a`'s process has exited (None) or a signal came
-    /// (Some). The process is watched through a pidfd where the kernel
-    /// has them (5.3), and its `/proc` entry (start time checked) at
-    /// every wake-up and at least every second.
-    fn wait(&self, a: &CovAttached) -> Option<libc::c_int> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        // SAFETY: pidfd_open takes a pid and flags; a descriptor it
-        // returns is ours to own.
-        let pidfd = unsafe {
-            let fd = libc::syscall(libc::SYS_pidfd_open, a.pid() as libc::pid_t, 0);
-            (fd >= 0).then(|| OwnedFd::from_raw_fd(fd as libc::c_int))
-        };
-        loop {
-            if let Some(s) = self.caught() {
-                return Some(s);
-            }
-            if !a.running() {
-                return None;
-            }
-            let mut fds = vec![libc::pollfd {
-                fd: self.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }];
-            if let Some(p) = &pidfd {
-                fds.push(libc::pollfd {
-                    fd: p.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            }
-            let timeout = if pidfd.is_some() { 1000 } else { 50 };
-            // SAFETY: `fds` is a valid array of its length.
-            unsafe {
-                libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout);
-            }
-            let mut drain = [0u8; 64];
-            while std::io::Read::read(&mut &self.wake, &mut drain).is_ok_and(|n| n > 0) {}
+        if !a.running() {
+            return None;
         }
-    }
-}
-
-impl Drop for Caught {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            signal_hook::low_level::unregister(id);
-        }
+        let timeout = if pidfd.is_some() { 1000 } else { 50 };
+        caught.sleep(
+            std::time::Duration::from_millis(timeout),
+            pidfd.as_ref().map(|p| p.as_fd()),
+        );
+        caught.drain();
     }
 }
 
@@ -657,7 +586,7 @@ impl Drop for Caught {
 fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     // Caught from here on: a signal during the attach (which holds PID's
     // threads) ends the wait right after it, never the attach half way.
-    let caught = Caught::new().context("cannot catch signals")?;
+    let caught = Catcher::new().context("cannot catch signals")?;
     // The kernel's ptrace rule for cprof itself, first: a process cprof may
     // not trace is refused in its terms (kernel.yama.ptrace_scope, the
     // credentials), not as an unreadable /proc/PID/maps.
@@ -699,7 +628,7 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
         "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
          SIGINT, SIGTERM, SIGHUP)"
     );
-    if let Some(sig) = caught.wait(&attached) {
+    if let Some(sig) = wait_attached(&caught, &attached) {
         // Its counts so far: a report now. A process gone meanwhile wrote
         // its exit report instead.
         let flushed = attached.flush();

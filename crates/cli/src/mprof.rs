@@ -681,7 +681,9 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     });
     // Caught from here on: a signal during the attach (which holds PID's
     // threads) ends the wait right after it, never the attach half way.
-    let signal = catch_signals()?;
+    // SIGINT, SIGTERM and SIGHUP, those not ignored when mprof started
+    // (nohup's stay ignored).
+    let signals = profdev_sample::job::Catcher::new().context("cannot catch signals")?;
     profdev_mprof::sweep(
         &std::env::temp_dir(),
         std::fs::metadata("/proc/self").map_or(0, |m| {
@@ -702,12 +704,12 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     eprintln!("mprof: attached to process {pid}; its tables are shown when it exits");
     let mut caught = None;
     while attached.running() {
-        let sig = signal.load(std::sync::atomic::Ordering::SeqCst);
-        if sig != 0 {
-            caught = Some(sig as libc::c_int);
+        if let Some(sig) = signals.caught() {
+            caught = Some(sig);
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        signals.sleep(std::time::Duration::from_millis(50), None);
+        signals.drain();
     }
     // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
     // or still runs (mprof was interrupted), its table of counts.
@@ -760,26 +762,6 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
         return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)));
     }
     shown.map(|()| ExitCode::SUCCESS)
-}
-
-/// Catch SIGINT, SIGTERM and SIGHUP (those not ignored when mprof
-/// started: nohup's stay ignored) into the returned number.
-fn catch_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
-    let signal = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: a zeroed sigaction is a valid out-parameter; a null new
-        // action only queries.
-        let ignored = unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                && old.sa_sigaction == libc::SIG_IGN
-        };
-        if !ignored {
-            signal_hook::flag::register_usize(sig, signal.clone(), sig as usize)
-                .with_context(|| format!("cannot catch signal {sig}"))?;
-        }
-    }
-    Ok(signal)
 }
 
 /// The -m list (and -e's executable) as `module` words, paths absolute.

@@ -52,9 +52,14 @@
 //! are left alone, as a shell would (`gmon` and `prof` keep sampling them
 //! for a while: see their docs). profdev's exit status is then CMD's: its
 //! exit code, or 128 + the signal that killed it.
+//!
+//! A command that waits for a process it did not start (`cprof -p`,
+//! `mprof -p`) catches the same signals with a [`Catcher`] alone: each
+//! is noted and wakes the waiter, a signal ignored at the start stays
+//! ignored, and the process waited for is sent nothing.
 
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode, ExitStatus};
@@ -162,6 +167,115 @@ fn send(pid: libc::pid_t, sig: libc::c_int) {
     }
 }
 
+/// SIGINT, SIGTERM and SIGHUP caught, those not ignored when it was made
+/// (`nohup`'s stay ignored): each sets a flag and wakes
+/// [`Catcher::sleep`]. A [`Job`] holds one; a command that waits for a
+/// process it did not start uses one alone. Dropping it puts the previous
+/// handlers back.
+pub struct Catcher {
+    flags: Vec<(libc::c_int, Arc<AtomicBool>)>,
+    wake: UnixStream,
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl Catcher {
+    /// Catch SIGINT, SIGTERM and SIGHUP (those not ignored already).
+    pub fn new() -> std::io::Result<Self> {
+        Catcher::waking_on(&[])
+    }
+
+    /// [`Catcher::new`], also woken (not noting them) by the signals
+    /// `also`.
+    fn waking_on(also: &[libc::c_int]) -> std::io::Result<Self> {
+        let (wake, wake_w) = UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        let mut c = Catcher {
+            flags: Vec::new(),
+            wake,
+            ids: Vec::new(),
+        };
+        for sig in PASSED_ON {
+            if ignored(sig) {
+                continue;
+            }
+            let flag = Arc::new(AtomicBool::new(false));
+            c.ids.push(signal_hook::flag::register(sig, flag.clone())?);
+            c.ids.push(signal_hook::low_level::pipe::register(
+                sig,
+                wake_w.try_clone()?,
+            )?);
+            c.flags.push((sig, flag));
+        }
+        for &sig in also {
+            c.ids.push(signal_hook::low_level::pipe::register(
+                sig,
+                wake_w.try_clone()?,
+            )?);
+        }
+        Ok(c)
+    }
+
+    /// The first of SIGINT, SIGTERM and SIGHUP (in that order) that came.
+    pub fn caught(&self) -> Option<libc::c_int> {
+        self.flags
+            .iter()
+            .find(|(_, f)| f.load(Ordering::SeqCst))
+            .map(|(sig, _)| *sig)
+    }
+
+    /// The signals that came since the last call, each forgotten.
+    fn take(&self) -> Vec<libc::c_int> {
+        self.flags
+            .iter()
+            .filter(|(_, f)| f.swap(false, Ordering::SeqCst))
+            .map(|(sig, _)| *sig)
+            .collect()
+    }
+
+    /// Wait up to `timeout` for a signal, or for `also` to be readable (a
+    /// pidfd: its process exited). A signal that came before the call and
+    /// was not [`Catcher::drain`]ed ends it at once.
+    pub fn sleep(&self, timeout: Duration, also: Option<BorrowedFd<'_>>) {
+        let mut fds = vec![libc::pollfd {
+            fd: self.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(fd) = also {
+            fds.push(libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // SAFETY: `fds` is a valid array of its length; EINTR just ends
+        // the wait early.
+        unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                timeout.as_millis() as libc::c_int,
+            );
+        }
+    }
+
+    /// Forget the wake-ups so far (the flags stay): look at
+    /// [`Catcher::caught`] after this and before the next
+    /// [`Catcher::sleep`].
+    pub fn drain(&self) {
+        let mut buf = [0u8; 64];
+        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
+    }
+}
+
+impl Drop for Catcher {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
 /// How CMD's process group ended after profdev passed it a signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ended {
@@ -223,9 +337,8 @@ struct Ending {
 /// forked), hand the child to [`Job::started`], then [`Job::wait`] or
 /// [`Job::poll`]. Dropping a Job whose CMD still runs kills CMD's group.
 pub struct Job {
-    flags: Vec<(libc::c_int, Arc<AtomicBool>)>,
-    wake: UnixStream,
-    ids: Vec<signal_hook::SigId>,
+    /// SIGINT, SIGTERM, SIGHUP; also woken by SIGCONT and SIGCHLD.
+    signals: Catcher,
     /// Our controlling terminal, if one of our standard descriptors.
     tty: Option<libc::c_int>,
     /// The terminal, if our group was its foreground group at the start.
@@ -246,32 +359,9 @@ impl Job {
     /// Catch SIGINT, SIGTERM and SIGHUP (those not ignored already) and
     /// SIGCHLD, and become a child subreaper.
     pub fn new() -> std::io::Result<Self> {
-        let (wake, wake_w) = UnixStream::pair()?;
-        wake.set_nonblocking(true)?;
-        let mut flags = Vec::new();
-        let mut ids = Vec::new();
-        for sig in PASSED_ON {
-            if ignored(sig) {
-                continue;
-            }
-            let flag = Arc::new(AtomicBool::new(false));
-            ids.push(signal_hook::flag::register(sig, flag.clone())?);
-            ids.push(signal_hook::low_level::pipe::register(
-                sig,
-                wake_w.try_clone()?,
-            )?);
-            flags.push((sig, flag));
-        }
         // A child's change of state, and our own continuation (`fg`),
         // only wake us up.
-        ids.push(signal_hook::low_level::pipe::register(
-            libc::SIGCONT,
-            wake_w.try_clone()?,
-        )?);
-        ids.push(signal_hook::low_level::pipe::register(
-            libc::SIGCHLD,
-            wake_w,
-        )?);
+        let signals = Catcher::waking_on(&[libc::SIGCONT, libc::SIGCHLD])?;
         // SAFETY: prctl with integer arguments; failure is harmless (the
         // no-orphans sweep then sees fewer processes).
         unsafe {
@@ -292,9 +382,7 @@ impl Job {
             }
         }
         Ok(Job {
-            flags,
-            wake,
-            ids,
+            signals,
             tty: tty.map(|(fd, _)| fd),
             terminal,
             cmd_stopped: None,
@@ -398,10 +486,7 @@ impl Job {
 
     /// A signal that came and was not handled by [`Job::poll`].
     fn late_signal(&self) -> Option<libc::c_int> {
-        self.flags
-            .iter()
-            .find(|(_, f)| f.load(Ordering::SeqCst))
-            .map(|(sig, _)| *sig)
+        self.signals.caught()
     }
 
     /// Has a signal come (the end phase may still be under way)?
@@ -426,15 +511,8 @@ impl Job {
     /// Do what is due without blocking: pass on signals, reap CMD and
     /// adopted processes, follow CMD's stops, kill after the grace period.
     pub fn poll(&mut self) {
-        let mut buf = [0u8; 64];
-        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
-        let mut arrived = Vec::new();
-        for (sig, flag) in &self.flags {
-            if flag.swap(false, Ordering::SeqCst) {
-                arrived.push(*sig);
-            }
-        }
-        for sig in arrived {
+        self.signals.drain();
+        for sig in self.signals.take() {
             self.pass_on(sig);
         }
         self.reap();
@@ -476,20 +554,9 @@ impl Job {
                     .min(Duration::from_millis(20)),
                 None => Duration::from_secs(1),
             };
-            self.sleep(timeout.max(Duration::from_millis(1)));
-        }
-    }
-
-    /// Wait up to `timeout` for a signal or a child's change of state.
-    fn sleep(&self, timeout: Duration) {
-        let mut p = libc::pollfd {
-            fd: self.wake.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; EINTR just ends the wait early.
-        unsafe {
-            libc::poll(&mut p, 1, timeout.as_millis() as libc::c_int);
+            // Woken by a signal or a child's change of state.
+            self.signals
+                .sleep(timeout.max(Duration::from_millis(1)), None);
         }
     }
 
@@ -681,7 +748,7 @@ impl Drop for Job {
             let _ = self.wait();
         }
         self.take_terminal_back();
-        for id in self.ids.drain(..) {
+        for id in self.signals.ids.drain(..) {
             signal_hook::low_level::unregister(id);
         }
         if self.ttou {
@@ -721,16 +788,25 @@ mod tests {
 
     /// A signal that comes once CMD is done (while profdev writes) is only
     /// noted: profdev finishes, says so and exits with 128 + the signal.
-    /// (The only test here that signals the test process; the Job's
-    /// handler catches it.)
+    /// (The Job's handler catches the signal.)
+    /// Held by the tests that signal the test process, so that the signal
+    /// of one never reaches the handlers of another.
+    static SIGNALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     #[allow(clippy::zombie_processes)] // the Job reaps it
     fn a_late_signal_is_noted() {
+        let _alone = SIGNALLING.lock().unwrap_or_else(|e| e.into_inner());
         // A runner may start the tests with SIGTERM ignored (nohup, `&` in
         // a non-interactive shell); the Job would rightly leave it so. Give
-        // the test the default a user's shell gives.
-        // SAFETY: restoring the default disposition has no preconditions.
-        unsafe { libc::signal(libc::SIGTERM, libc::SIG_DFL) };
+        // the test the default a user's shell gives. Only then: a
+        // disposition signal-hook installed (another test's Catcher) must
+        // stay, as signal-hook installs its handler once per process.
+        if ignored(libc::SIGTERM) {
+            // SAFETY: restoring the default disposition has no
+            // preconditions.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_DFL) };
+        }
         let mut job = Job::new().unwrap();
         let mut cmd = Command::new("true");
         job.prepare(&mut cmd);
@@ -752,6 +828,41 @@ mod tests {
             i.sentence("profdev gmon", "wrote gmon.out"),
             "profdev gmon: interrupted by SIGTERM; CMD had already exited; wrote gmon.out"
         );
+    }
+
+    /// A Catcher without a Job: a signal is noted and wakes its sleep,
+    /// and so does another descriptor that becomes readable.
+    #[test]
+    fn a_catcher_alone() {
+        use std::io::Write as _;
+        use std::os::fd::AsFd;
+        let _alone = SIGNALLING.lock().unwrap_or_else(|e| e.into_inner());
+        if ignored(libc::SIGHUP) {
+            // Ignored by the runner (nohup): the Catcher would leave it so.
+            // Never caught in this process yet, so no handler is replaced.
+            // SAFETY: restoring the default disposition has no
+            // preconditions.
+            unsafe { libc::signal(libc::SIGHUP, libc::SIG_DFL) };
+        }
+        let c = Catcher::new().unwrap();
+        assert_eq!(c.caught(), None);
+        let (other, mut writer) = UnixStream::pair().unwrap();
+        writer.write_all(b"x").unwrap();
+        let start = Instant::now();
+        c.sleep(Duration::from_secs(60), Some(other.as_fd()));
+        assert!(start.elapsed() < Duration::from_secs(60));
+        // SAFETY: raise has no memory-safety preconditions; the Catcher's
+        // handler is installed.
+        unsafe {
+            libc::raise(libc::SIGHUP);
+        }
+        let start = Instant::now();
+        c.sleep(Duration::from_secs(60), None);
+        assert!(start.elapsed() < Duration::from_secs(60));
+        c.drain();
+        assert_eq!(c.caught(), Some(libc::SIGHUP));
+        assert_eq!(c.take(), [libc::SIGHUP]);
+        assert_eq!(c.caught(), None);
     }
 
     #[test]
