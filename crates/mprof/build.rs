@@ -1,38 +1,14 @@
 //! Compile c/mprof.c and c/attach.c into the shared object that `profdev mprof` preloads
 //! into the programs it runs; src/lib.rs embeds it (`include_bytes!`).
-//! The C compiler is `$CC`, else `cc`.
-
-use std::path::PathBuf;
-use std::process::Command;
+//! The C compiler is `$CC`, else `cc` (profdev-cbuild).
 
 fn main() {
-    println!("cargo:rerun-if-changed=c/mprof.c");
-    println!("cargo:rerun-if-changed=c/attach.c");
-    println!("cargo:rerun-if-env-changed=CC");
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let so = out.join("libprofdev_mprof.so");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let status = Command::new(&cc)
-        .args([
-            "-O2",
-            "-g",
-            "-fPIC",
-            "-shared",
-            "-fvisibility=hidden",
-            "-ftls-model=initial-exec",
-            "-Wall",
-            "-Wextra",
-            "-o",
-        ])
-        .arg(&so)
-        .args(["c/mprof.c", "c/attach.c"])
-        .args(["-lgcc_s", "-ldl", "-lpthread"])
-        .status()
-        .unwrap_or_else(|e| {
-            panic!("cannot run the C compiler {cc:?} to build mprof's library: {e}; install cc (Debian: build-essential) or set CC")
-        });
-    assert!(
-        status.success(),
-        "the C compiler {cc:?} failed to build crates/mprof/c/mprof.c and attach.c"
-    );
+    profdev_cbuild::SharedObject {
+        file: "libprofdev_mprof.so",
+        sources: &["c/mprof.c", "c/attach.c"],
+        libs: &["-lgcc_s", "-ldl", "-lpthread"],
+        what: "mprof's library",
+        sources_named: "crates/mprof/c/mprof.c and attach.c",
+    }
+    .build();
 }

@@ -590,10 +590,13 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     // The kernel's ptrace rule for cprof itself, first: a process cprof may
     // not trace is refused in its terms (kernel.yama.ptrace_scope, the
     // credentials), not as an unreadable /proc/PID/maps.
-    // SAFETY: geteuid and getegid have no preconditions.
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    // SAFETY: getegid has no preconditions.
+    let gid = unsafe { libc::getegid() };
     let me = profdev_dev::access::Cred {
-        uid: unsafe { libc::geteuid() },
-        gid: unsafe { libc::getegid() },
+        uid,
+        gid,
         pid: std::process::id(),
     };
     let permit = profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {

@@ -301,10 +301,8 @@ fn interrupted_cprof_p_lists_the_counts_so_far_and_the_program_runs_on() {
     let c = Cprof::attach(&["-f", "-e"], pid);
     p.run(200);
     // SAFETY: kill has no memory-safety preconditions.
-    assert_eq!(
-        unsafe { libc::kill(c.child.id() as libc::pid_t, libc::SIGTERM) },
-        0
-    );
+    let r = unsafe { libc::kill(c.child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(r, 0);
     let (status, listing, said) = c.finish();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{said:?}");
     let f = counts(&listing);

@@ -99,6 +99,9 @@ fn step(exe: &Path, insns: &[(u64, String)]) -> (HashMap<u64, u64>, Vec<Branch>)
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
+        // SAFETY: in the forked child: async-signal-safe calls only, on
+        // `path` and `argv`, which the fork copied and which stay live
+        // until execv replaces the image.
         unsafe {
             libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
             libc::execv(path.as_ptr(), argv.as_ptr());
@@ -117,7 +120,10 @@ fn step(exe: &Path, insns: &[(u64, String)]) -> (HashMap<u64, u64>, Vec<Branch>)
             break;
         }
         assert!(libc::WIFSTOPPED(status), "the child stops or exits");
+        // SAFETY: user_regs_struct is plain integers; all zeros is a value.
         let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        // SAFETY: GETREGS writes one user_regs_struct into `regs`, ours and
+        // live; `pid` is our stopped tracee.
         let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs) };
         assert_eq!(r, 0, "PTRACE_GETREGS");
         if let Some(p) = prev {
@@ -133,6 +139,7 @@ fn step(exe: &Path, insns: &[(u64, String)]) -> (HashMap<u64, u64>, Vec<Branch>)
         if let Some(pc) = prev {
             *counts.entry(pc).or_insert(0u64) += 1;
         }
+        // SAFETY: SINGLESTEP takes no pointer; `pid` is our stopped tracee.
         let r = unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, pid, 0, 0) };
         assert_eq!(r, 0, "PTRACE_SINGLESTEP");
     }

@@ -970,9 +970,9 @@ mod tests {
         .map(|r| r.code_buffer)
         .unwrap_or_else(|e| panic!("{e}: {seq:?}"));
         area[..code.len()].copy_from_slice(&code);
+        let page = area.len();
         // SAFETY: `area` is a page-aligned mapping of ours; made
         // executable for the call below, then writable again.
-        let page = area.len();
         unsafe {
             assert_eq!(
                 libc::mprotect(

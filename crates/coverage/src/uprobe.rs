@@ -592,13 +592,11 @@ pub fn program(map_fd: i32) -> Vec<Insn> {
 // ---------------------------------------------------------------------
 // bpf(2)
 
-use profdev_sample::bpf::{fd as bpf_fd, syscall as bpf, BpfAttr, BPF_MAP_CREATE, BPF_PROG_LOAD};
-
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
-const BPF_PROG_TYPE_KPROBE: u32 = 2;
-const BPF_TRACE_UPROBE_MULTI: u32 = 48;
+use profdev_sample::bpf::attr::{
+    obj_name, MapCreate, MapLookupElem, ProgLoad, UprobeMultiLink, BPF_MAP_TYPE_PERCPU_ARRAY,
+    BPF_PROG_TYPE_KPROBE, BPF_TRACE_UPROBE_MULTI,
+};
+use profdev_sample::bpf::{fd as bpf_fd, syscall as bpf};
 /// The kernel's ENOTSUPP (not in libc).
 const ENOTSUPP: i32 = 524;
 
@@ -684,12 +682,14 @@ impl Counter {
         }
         let cpus = possible_cpus().map_err(|e| io_error("cannot count the possible CPUs", e))?;
         let slots = probes.slots.max(1);
-        let mut attr = BpfAttr::new();
-        attr.u32(0, BPF_MAP_TYPE_PERCPU_ARRAY)
-            .u32(4, 4)
-            .u32(8, 8)
-            .u32(12, slots);
-        let map = bpf_fd(BPF_MAP_CREATE, &mut attr).map_err(|e| {
+        let map = bpf_fd(&mut MapCreate {
+            map_type: BPF_MAP_TYPE_PERCPU_ARRAY,
+            key_size: 4,
+            value_size: 8,
+            max_entries: slots,
+            ..MapCreate::default()
+        })
+        .map_err(|e| {
             if refused(&e) {
                 permission("creating a BPF map")
             } else {
@@ -704,17 +704,19 @@ impl Counter {
         let code = profdev_sample::bpf::asm::encode(&insns);
         let license = c"GPL";
         let mut log = vec![0u8; 1 << 16];
-        let mut attr = BpfAttr::new();
-        attr.u32(0, BPF_PROG_TYPE_KPROBE)
-            .u32(4, insns.len() as u32)
-            .u64(8, code.as_ptr() as u64)
-            .u64(16, license.as_ptr() as u64)
-            .u32(24, 1)
-            .u32(28, log.len() as u32)
-            .u64(32, log.as_mut_ptr() as u64)
-            .u32(68, BPF_TRACE_UPROBE_MULTI);
-        attr.bytes(48, b"cprofupr");
-        let prog = match bpf_fd(BPF_PROG_LOAD, &mut attr) {
+        let mut attr = ProgLoad {
+            prog_type: BPF_PROG_TYPE_KPROBE,
+            insn_cnt: insns.len() as u32,
+            insns: code.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: 1,
+            log_size: log.len() as u32,
+            log_buf: log.as_mut_ptr() as u64,
+            prog_name: obj_name(b"cprofupr"),
+            expected_attach_type: BPF_TRACE_UPROBE_MULTI,
+            ..ProgLoad::default()
+        };
+        let prog = match bpf_fd(&mut attr) {
             Ok(fd) => fd,
             Err(e) if refused(&e) && log.iter().all(|&b| b == 0) => {
                 return Err(permission("loading a BPF program"));
@@ -742,15 +744,17 @@ impl Counter {
                 io::Error::from_raw_os_error(libc::EINVAL),
             )
         })?;
-        let mut attr = BpfAttr::new();
-        attr.u32(0, prog.as_raw_fd() as u32)
-            .u32(8, BPF_TRACE_UPROBE_MULTI)
-            .u64(16, cpath.as_ptr() as u64)
-            .u64(24, probes.offsets.as_ptr() as u64)
-            .u64(40, probes.cookies.as_ptr() as u64)
-            .u32(48, probes.offsets.len() as u32)
-            .u32(56, pid);
-        let link = bpf_fd(BPF_LINK_CREATE, &mut attr).map_err(|e| {
+        let link = bpf_fd(&mut UprobeMultiLink {
+            prog_fd: prog.as_raw_fd() as u32,
+            attach_type: BPF_TRACE_UPROBE_MULTI,
+            path: cpath.as_ptr() as u64,
+            offsets: probes.offsets.as_ptr() as u64,
+            cookies: probes.cookies.as_ptr() as u64,
+            cnt: probes.offsets.len() as u32,
+            pid,
+            ..UprobeMultiLink::default()
+        })
+        .map_err(|e| {
             if refused(&e) {
                 permission("a uprobe link")
             } else if no_feature(&e) && kernel_older_than(6, 6) {
@@ -799,11 +803,13 @@ impl Counter {
         let mut value = vec![0u64; self.cpus];
         for (key, total) in slots.iter_mut().enumerate() {
             let key = key as u32;
-            let mut attr = BpfAttr::new();
-            attr.u32(0, self.map.as_raw_fd() as u32)
-                .u64(8, &key as *const u32 as u64)
-                .u64(16, value.as_mut_ptr() as u64);
-            if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_ok() {
+            let mut attr = MapLookupElem {
+                map_fd: self.map.as_raw_fd() as u32,
+                key: &key as *const u32 as u64,
+                value: value.as_mut_ptr() as u64,
+                ..MapLookupElem::default()
+            };
+            if bpf(&mut attr).is_ok() {
                 *total = value.iter().fold(0u64, |s, v| s.saturating_add(*v));
             }
         }

@@ -175,7 +175,9 @@ fn attach_twice_and_a_failed_dlopen() {
         match Target::attach(pid) {
             Err(InjectError::AlreadyTraced { tracer, .. }) => {
                 // The tracer is this test's thread.
-                assert_eq!(tracer as i32, unsafe { libc::gettid() })
+                // SAFETY: gettid has no preconditions.
+                let me = unsafe { libc::gettid() };
+                assert_eq!(tracer as i32, me)
             }
             Err(e) => panic!("{e}"),
             Ok(_) => panic!("attached twice"),

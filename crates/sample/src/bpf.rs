@@ -71,16 +71,21 @@
 
 use profdev_core::SourceError;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::procfs::online_cpus;
 use crate::sys::{self, flag, PerfEventAttr};
 
 pub mod asm;
+pub mod attr;
 
 pub use asm::{encode, op, Insn};
 use asm::{Asm, FP, R0, R1, R2, R3, R6, R7, R8};
+pub use attr::{fd, syscall, BpfAttr};
+use attr::{
+    obj_name, MapCreate, ProgLoad, BPF_F_MMAPABLE, BPF_MAP_TYPE_ARRAY, BPF_PROG_TYPE_PERF_EVENT,
+};
 
 /// `struct pt_regs` of the x86_64 uapi `<asm/ptrace.h>`, which is
 /// `bpf_user_pt_regs_t` on x86_64: a layout mirror, never constructed.
@@ -218,78 +223,8 @@ pub fn program(map_fd: i32, start: u64, end: u64, lres: u32) -> Vec<Insn> {
         .expect("the kproftick program binds every label once, within 16-bit jumps")
 }
 
-// bpf(2) commands, map and program types, flags.
-/// `BPF_MAP_CREATE`.
-pub const BPF_MAP_CREATE: libc::c_long = 0;
-/// `BPF_PROG_LOAD`.
-pub const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_MAP_TYPE_ARRAY: u32 = 2;
-const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
-const BPF_F_MMAPABLE: u32 = 1 << 10;
 /// `_IOW('$', 8, __u32)`.
 const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
-
-/// `union bpf_attr`, as a zeroed byte block the commands fill in (the
-/// kernel accepts a shorter union as long as the tail it knows is zero).
-/// Also used by the coverage engine's uprobe link (`profdev_coverage::uprobe`).
-#[repr(C, align(8))]
-pub struct BpfAttr([u8; 128]);
-
-impl BpfAttr {
-    /// All zeros.
-    pub fn new() -> Self {
-        BpfAttr([0; 128])
-    }
-    /// Set the 32-bit field at byte `off`.
-    pub fn u32(&mut self, off: usize, v: u32) -> &mut Self {
-        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    /// Set the bytes at `off` (a name field, such as `prog_name`).
-    pub fn bytes(&mut self, off: usize, v: &[u8]) -> &mut Self {
-        self.0[off..off + v.len()].copy_from_slice(v);
-        self
-    }
-    /// Set the 64-bit field at byte `off`.
-    pub fn u64(&mut self, off: usize, v: u64) -> &mut Self {
-        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-}
-
-impl Default for BpfAttr {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// bpf(2) command `cmd` on `attr`: its return value. The pointers `attr`
-/// holds (instructions, license, log buffer, paths, keys, values) must
-/// be live for the call.
-pub fn syscall(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<libc::c_long> {
-    // SAFETY: `attr` is a live 128-byte block; the kernel reads at most that
-    // many bytes (we pass the size) and the pointers inside it are owned by
-    // the caller and outlive this call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut BpfAttr,
-            std::mem::size_of::<BpfAttr>() as libc::c_long,
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(ret)
-}
-
-/// [`syscall`] for a command that returns a new descriptor.
-pub fn fd(cmd: libc::c_long, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
-    let ret = syscall(cmd, attr)?;
-    // SAFETY: the kernel just returned this descriptor; nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as libc::c_int) })
-}
 
 fn permission(what: &str) -> SourceError {
     let knob = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled")
@@ -387,13 +322,14 @@ impl KernelHistogram {
         })?;
         let elements = nbuf.div_ceil(2) as u32;
 
-        let mut attr = BpfAttr::new();
-        attr.u32(0, BPF_MAP_TYPE_ARRAY)
-            .u32(4, std::mem::size_of::<u32>() as u32)
-            .u32(8, std::mem::size_of::<Element>() as u32)
-            .u32(12, elements)
-            .u32(16, BPF_F_MMAPABLE);
-        let map = fd(BPF_MAP_CREATE, &mut attr).map_err(|e| {
+        let map = fd(&mut MapCreate {
+            map_type: BPF_MAP_TYPE_ARRAY,
+            key_size: std::mem::size_of::<u32>() as u32,
+            value_size: std::mem::size_of::<Element>() as u32,
+            max_entries: elements,
+            map_flags: BPF_F_MMAPABLE,
+        })
+        .map_err(|e| {
             if is_permission(&e) {
                 permission("creating a BPF map")
             } else {
@@ -434,16 +370,18 @@ impl KernelHistogram {
         let code = encode(&insns);
         let license = c"GPL";
         let mut log = vec![0u8; 1 << 16];
-        let mut attr = BpfAttr::new();
-        attr.u32(0, BPF_PROG_TYPE_PERF_EVENT)
-            .u32(4, insns.len() as u32)
-            .u64(8, code.as_ptr() as u64)
-            .u64(16, license.as_ptr() as u64)
-            .u32(24, 1)
-            .u32(28, log.len() as u32)
-            .u64(32, log.as_mut_ptr() as u64);
-        attr.bytes(48, b"kproftck");
-        let prog = match fd(BPF_PROG_LOAD, &mut attr) {
+        let mut attr = ProgLoad {
+            prog_type: BPF_PROG_TYPE_PERF_EVENT,
+            insn_cnt: insns.len() as u32,
+            insns: code.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: 1,
+            log_size: log.len() as u32,
+            log_buf: log.as_mut_ptr() as u64,
+            prog_name: obj_name(b"kproftck"),
+            ..ProgLoad::default()
+        };
+        let prog = match fd(&mut attr) {
             Ok(fd) => fd,
             Err(e) if is_permission(&e) && log.iter().all(|&b| b == 0) => {
                 return Err(permission("loading a BPF program"));
