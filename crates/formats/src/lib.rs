@@ -13,14 +13,23 @@
 //! gzip), fxprof-processed-profile and serde_json (the Firefox Profiler's
 //! format) and rustc-hash. The recording itself ([`recording`]) needs
 //! nothing.
+//!
+//! The memory and coverage reports' files are written here too, as pure
+//! writers over plain data: [`dhat`] (DHAT's JSON), [`pprof::heap`] (a heap
+//! profile), [`lcov`] and [`cobertura`]. Every pprof file goes through the
+//! one protobuf encoder in [`pprof`].
 
 #![forbid(unsafe_code)]
 
+pub mod cobertura;
+pub mod dhat;
 #[cfg(feature = "export")]
 pub mod export;
 pub mod gmon;
 pub mod kpdata;
+pub mod lcov;
 pub mod mon_out;
+pub mod pprof;
 pub mod prflog;
 pub mod prof_histogram;
 pub mod recording;

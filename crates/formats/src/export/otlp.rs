@@ -10,7 +10,7 @@
 //! dictionary, v1.9.0 added the stack table and removed the location
 //! index range): a consumer built for another release may misread this
 //! file. The encoder is written here (a few wire types, as
-//! [`super::pprof`]'s), so the exporter links no generated code; the
+//! [`crate::pprof`]'s), so the exporter links no generated code; the
 //! crate's own types are the test oracle (`cargo test -p profdev-formats
 //! otlp`), and moving to a later release is moving that pin and this
 //! encoder together.
@@ -33,8 +33,8 @@
 //! without a mapping), one `Stack` per distinct stack (location indices
 //! innermost first).
 
-use super::pprof::{Pb, Strings};
 use super::{Names, IDLE};
+use crate::pprof::{Pb, Strings};
 use crate::recording::{Frame, ObjectKind, Recording};
 use rustc_hash::FxHashMap as HashMap;
 

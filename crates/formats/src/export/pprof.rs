@@ -8,82 +8,15 @@
 //! frame's offset in the object, one Line with the function and source
 //! line), one Function per distinct function. Location ids of a sample are
 //! innermost first, as the format wants. Labels (`[idle]`, `[unwind
-//! failed: REASON]`) are functions of locations without a mapping. The protobuf is encoded here (a
-//! few wire types; no generated code).
+//! failed: REASON]`) are functions of locations without a mapping. The
+//! protobuf is encoded with [`crate::pprof`]'s encoder, the one every
+//! pprof file profdev writes goes through.
 
 use super::Names;
+use crate::pprof::{value_type, Pb, Strings};
 use crate::recording::{Frame, ObjectKind, Recording};
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
-
-/// Protobuf wire encoding of the few things profile.proto needs.
-#[derive(Default)]
-pub(crate) struct Pb(pub(crate) Vec<u8>);
-
-impl Pb {
-    pub(crate) fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-    pub(crate) fn key(&mut self, field: u32, wire: u8) {
-        self.varint(u64::from(field) << 3 | u64::from(wire));
-    }
-    /// An int64/uint64/bool field (omitted when zero, as proto3 does).
-    pub(crate) fn int(&mut self, field: u32, v: u64) {
-        if v != 0 {
-            self.key(field, 0);
-            self.varint(v);
-        }
-    }
-    pub(crate) fn bytes(&mut self, field: u32, b: &[u8]) {
-        self.key(field, 2);
-        self.varint(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
-    pub(crate) fn packed(&mut self, field: u32, vs: impl Iterator<Item = u64>) {
-        let mut inner = Pb::default();
-        for v in vs {
-            inner.varint(v);
-        }
-        if !inner.0.is_empty() {
-            self.bytes(field, &inner.0);
-        }
-    }
-}
-
-#[derive(Default)]
-pub(crate) struct Strings {
-    /// The strings, by index (0 is "").
-    pub(crate) list: Vec<String>,
-    index: std::collections::HashMap<String, u64>,
-}
-
-impl Strings {
-    pub(crate) fn new() -> Strings {
-        let mut s = Strings::default();
-        s.id("");
-        s
-    }
-    pub(crate) fn id(&mut self, s: &str) -> u64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
-        }
-        let i = self.list.len() as u64;
-        self.list.push(s.to_string());
-        self.index.insert(s.to_string(), i);
-        i
-    }
-}
-
-fn value_type(s: &mut Strings, ty: &str, unit: &str) -> Vec<u8> {
-    let mut p = Pb::default();
-    p.int(1, s.id(ty));
-    p.int(2, s.id(unit));
-    p.0
-}
 
 /// The uncompressed profile.proto bytes of `rec`.
 pub fn encode(rec: &Recording) -> Vec<u8> {
