@@ -7,7 +7,7 @@
 //! site's return address in its module, already symbolized (function,
 //! file, line), so `go tool pprof -top FILE` needs no binary.
 
-use super::{Pb, Strings};
+use super::{value_type, Function, Line, Location, Mapping, Profile, Sample, Strings};
 
 /// One site, symbolized.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,32 +35,31 @@ pub struct HeapSite {
 /// The encoded profile.
 pub fn encode(sites: &[HeapSite]) -> Vec<u8> {
     let mut s = Strings::new();
-    let mut out = Pb::default();
+    let mut out = Profile::default();
     for (t, u) in [
         ("alloc_objects", "count"),
         ("alloc_space", "bytes"),
         ("inuse_objects", "count"),
         ("inuse_space", "bytes"),
     ] {
-        out.bytes(1, &super::value_type(&mut s, t, u));
+        out.sample_type.push(value_type(&mut s, t, u));
     }
     let mut mappings: Vec<String> = Vec::new();
     let mut functions: Vec<(String, String)> = Vec::new();
     for (i, site) in sites.iter().enumerate() {
         let loc_id = i as u64 + 1;
-        let mut sample = Pb::default();
-        sample.packed(1, [loc_id].into_iter());
-        sample.packed(
-            2,
-            [
+        out.sample.push(Sample {
+            location_id: vec![loc_id],
+            value: [
                 site.alloc_objects,
                 site.alloc_space,
                 site.inuse_objects,
                 site.inuse_space,
             ]
-            .into_iter(),
-        );
-        out.bytes(2, &sample.0);
+            .map(|v| v as i64)
+            .to_vec(),
+            label: Vec::new(),
+        });
         let mapping_id = match mappings.iter().position(|m| *m == site.module) {
             Some(p) => p + 1,
             None => {
@@ -76,39 +75,40 @@ pub fn encode(sites: &[HeapSite]) -> Vec<u8> {
                 functions.len()
             }
         } as u64;
-        let mut loc = Pb::default();
-        loc.int(1, loc_id);
-        loc.int(2, mapping_id);
-        loc.int(3, site.address);
-        let mut line = Pb::default();
-        line.int(1, function_id);
-        line.int(2, u64::from(site.line));
-        loc.bytes(4, &line.0);
-        out.bytes(4, &loc.0);
+        out.location.push(Location {
+            id: loc_id,
+            mapping_id,
+            address: site.address,
+            line: vec![Line {
+                function_id,
+                line: site.line.into(),
+                column: 0,
+            }],
+            is_folded: false,
+        });
     }
     for (i, m) in mappings.iter().enumerate() {
-        let mut mp = Pb::default();
-        mp.int(1, i as u64 + 1);
-        mp.int(5, s.id(m));
-        for field in 7..=9 {
-            mp.int(field, 1); // has_functions, filenames, line numbers
-        }
-        out.bytes(3, &mp.0);
+        out.mapping.push(Mapping {
+            id: i as u64 + 1,
+            filename: s.ix(m),
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            ..Mapping::default()
+        });
     }
     for (i, (name, file)) in functions.iter().enumerate() {
-        let mut f = Pb::default();
-        f.int(1, i as u64 + 1);
-        f.int(2, s.id(name));
-        f.int(3, s.id(name));
-        f.int(4, s.id(file));
-        out.bytes(5, &f.0);
+        out.function.push(Function {
+            id: i as u64 + 1,
+            name: s.ix(name),
+            system_name: s.ix(name),
+            filename: s.ix(file),
+            start_line: 0,
+        });
     }
-    let default = s.id("inuse_space");
-    for st in &s.list {
-        out.bytes(6, st.as_bytes());
-    }
-    out.int(14, default);
-    out.0
+    out.default_sample_type = s.ix("inuse_space");
+    out.string_table = s.list;
+    out.encode()
 }
 
 #[cfg(test)]
