@@ -119,3 +119,32 @@ pub fn lcov(records: &SourceRecords) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_in_two_modules_is_one_record() {
+        let mut r = SourceRecord::default();
+        r.lines.insert(7, 2);
+        r.functions.insert("inl".into(), (7, 1));
+        r.jumps.insert(7, vec![Some((1, 0))]);
+        let mut other = r.clone();
+        other.jumps.insert(7, vec![None]);
+        let records = SourceRecords {
+            by_module: [
+                (("a".to_string(), "/s/h.h".to_string()), r),
+                (("b".to_string(), "/s/h.h".to_string()), other),
+            ]
+            .into(),
+            left_out: vec![],
+        };
+        assert_eq!(
+            lcov(&records),
+            "TN:\nSF:/s/h.h\nFN:7,inl\nFNDA:2,inl\nFNF:1\nFNH:1\n\
+             BRDA:7,0,0,1\nBRDA:7,0,1,0\nBRDA:7,1,0,-\nBRDA:7,1,1,-\nBRF:4\nBRH:1\n\
+             DA:7,4\nLF:1\nLH:1\nend_of_record\n"
+        );
+    }
+}

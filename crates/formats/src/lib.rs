@@ -11,14 +11,14 @@
 //! exception is behind the `export` feature, which only the `profdev`
 //! binary enables: the `export` module's writers of a recording use flate2 (pprof's
 //! gzip), fxprof-processed-profile and serde_json (the Firefox Profiler's
-//! format) and rustc-hash, and [`pprof`] (every pprof file's messages)
+//! format) and rustc-hash, and `pprof` (every pprof file's messages)
 //! uses prost. The recording itself ([`recording`]) needs
 //! nothing.
 //!
 //! The memory and coverage reports' files are written here too, as pure
-//! writers over plain data: [`dhat`] (DHAT's JSON), [`pprof::heap`] (a heap
+//! writers over plain data: [`dhat`] (DHAT's JSON), `pprof::heap` (a heap
 //! profile), [`lcov`] and [`cobertura`]. Every pprof file is encoded
-//! through [`pprof`]'s messages.
+//! through `pprof`'s messages.
 
 #![forbid(unsafe_code)]
 
