@@ -73,7 +73,8 @@
 //! found is said so on stderr (five files at most, then how many more)
 //! and listed as line numbers and marks only.
 //! The marks, counts and files are described in the coverage crate
-//! (`profdev_coverage::lines`, `listing`, `prf`, `lcov`, `cobertura`).
+//! (`profdev_coverage::lines`, `listing`, `prf`, `lcov`) and the formats
+//! crate (`profdev_formats::lcov`, `cobertura`).
 //!
 //! **Records.** `MODULE.prf` (for `libc.so.6`, `libc.so.6.prf`) is text:
 //! a header `profdev-prf 1 BUILD-ID PATH` (the module's build id in hex,
@@ -179,10 +180,10 @@
 use crate::child::Job;
 use anyhow::{bail, Context as _, Result};
 use profdev_coverage::counts::ModuleCoverage;
+use profdev_coverage::lcov;
 use profdev_coverage::lines::{instruction_counts, map_lines, ModuleLines};
 use profdev_coverage::listing::{self, Listing, Options};
 use profdev_coverage::prf::{self, Prf};
-use profdev_coverage::{cobertura, lcov};
 use profdev_dev::prof::CovAttached;
 use profdev_sample::job::Catcher;
 use profdev_symbolize::ElfObject;
@@ -796,14 +797,18 @@ fn run(args: &Args) -> Result<ExitCode> {
             eprintln!("{line}");
         }
         if let Some(file) = &args.lcov {
-            profdev_safefile::write_file(Path::new(file), lcov::lcov(&records).as_bytes(), 0o644)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            profdev_safefile::write_file(
+                Path::new(file),
+                profdev_formats::lcov::lcov(&records).as_bytes(),
+                0o644,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         if let Some(file) = &args.cobertura {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            let xml = cobertura::cobertura(&records, now);
+            let xml = profdev_formats::cobertura::cobertura(&records, now);
             profdev_safefile::write_file(Path::new(file), xml.as_bytes(), 0o644)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }

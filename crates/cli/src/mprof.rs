@@ -631,7 +631,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     modules.retain(|m| m.high_water != 0 || args.options.zeros);
     let dhat_run = reports.iter().find_map(|r| {
         let (end_us, gmax_us) = r.dhat?;
-        Some(profdev_mprof::dhat::DhatRun {
+        Some(profdev_formats::dhat::DhatRun {
             cmd: args
                 .command
                 .iter()
@@ -992,7 +992,7 @@ fn module_name(path: &str) -> String {
 fn show(
     modules: &[Module],
     args: &Args,
-    dhat_run: Option<&profdev_mprof::dhat::DhatRun>,
+    dhat_run: Option<&profdev_formats::dhat::DhatRun>,
 ) -> Result<()> {
     if modules.is_empty() {
         return Err(crate::prof::no_profile(
@@ -1046,9 +1046,19 @@ fn show(
                     Some(l) => format!("{}:{}", l.file, l.first),
                     None => m.path.clone(),
                 };
-                dhat_sites.push(profdev_mprof::dhat::DhatSite {
+                dhat_sites.push(profdev_formats::dhat::DhatSite {
                     frame: format!("{pc:#x}: {function} ({place})"),
-                    site: *s,
+                    counts: profdev_formats::dhat::DhatCounts {
+                        total_bytes: s.bytes,
+                        total_blocks: s.allocs,
+                        total_lifetime: s.dhat.total_lifetime,
+                        max_bytes: s.high_water,
+                        max_blocks: s.dhat.max_blocks,
+                        gmax_bytes: s.dhat.gmax_bytes,
+                        gmax_blocks: s.dhat.gmax_blocks,
+                        end_bytes: s.current,
+                        end_blocks: s.live,
+                    },
                 });
             }
         }
@@ -1056,7 +1066,7 @@ fn show(
             for (&p, s) in &m.sites {
                 let pc = p.saturating_sub(1);
                 let line = map.lines(pc);
-                pprof_sites.push(profdev_mprof::pprof::PprofSite {
+                pprof_sites.push(profdev_formats::pprof::heap::HeapSite {
                     module: m.path.clone(),
                     address: pc,
                     function: map.function(pc).map_or_else(|| "??".into(), |f| f.name),
@@ -1093,12 +1103,12 @@ fn show(
     let text = format(&reports, &args.options);
     out.write_all(text.as_bytes())?;
     if let Some(file) = &args.pprof {
-        let data = profdev_mprof::pprof::encode(&pprof_sites);
+        let data = profdev_formats::pprof::heap::encode(&pprof_sites);
         profdev_safefile::write_file(Path::new(file), &data, 0o644)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
-        let json = profdev_mprof::dhat::encode(run, &dhat_sites);
+        let json = profdev_formats::dhat::encode(run, &dhat_sites);
         profdev_safefile::write_file(Path::new(file), json.as_bytes(), 0o644)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }

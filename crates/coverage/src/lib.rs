@@ -78,7 +78,6 @@
 
 pub mod arcs;
 pub mod cache;
-pub mod cobertura;
 pub mod counts;
 pub mod encode;
 pub mod fuzzing;

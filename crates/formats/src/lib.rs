@@ -11,16 +11,27 @@
 //! exception is behind the `export` feature, which only the `profdev`
 //! binary enables: the `export` module's writers of a recording use flate2 (pprof's
 //! gzip), fxprof-processed-profile and serde_json (the Firefox Profiler's
-//! format) and rustc-hash. The recording itself ([`recording`]) needs
+//! format) and rustc-hash, and `pprof` (every pprof file's messages)
+//! uses prost. The recording itself ([`recording`]) needs
 //! nothing.
+//!
+//! The memory and coverage reports' files are written here too, as pure
+//! writers over plain data: [`dhat`] (DHAT's JSON), `pprof::heap` (a heap
+//! profile), [`lcov`] and [`cobertura`]. Every pprof file is encoded
+//! through `pprof`'s messages.
 
 #![forbid(unsafe_code)]
 
+pub mod cobertura;
+pub mod dhat;
 #[cfg(feature = "export")]
 pub mod export;
 pub mod gmon;
 pub mod kpdata;
+pub mod lcov;
 pub mod mon_out;
+#[cfg(feature = "export")]
+pub mod pprof;
 pub mod prflog;
 pub mod prof_histogram;
 pub mod recording;

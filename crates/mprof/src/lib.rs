@@ -89,9 +89,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod dhat;
-pub mod pprof;
-
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

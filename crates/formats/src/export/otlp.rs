@@ -9,11 +9,11 @@
 //! change it incompatibly (v1.8.0 moved the tables into a shared
 //! dictionary, v1.9.0 added the stack table and removed the location
 //! index range): a consumer built for another release may misread this
-//! file. The encoder is written here (a few wire types, as
-//! [`super::pprof`]'s), so the exporter links no generated code; the
-//! crate's own types are the test oracle (`cargo test -p profdev-formats
-//! otlp`), and moving to a later release is moving that pin and this
-//! encoder together.
+//! file. The encoder is written here (a few wire types), so the exporter
+//! links none of that crate's code; the crate's own types are the test
+//! oracle (`cargo test -p profdev-formats otlp`), and moving to a later
+//! release is moving that pin and this encoder together. (pprof's
+//! messages, which do not change, are prost structs: [`crate::pprof`].)
 //!
 //! Layout: one `ResourceProfiles` per process (resource attributes
 //! `process.pid` and `process.executable.name`), one `ScopeProfiles`
@@ -33,8 +33,8 @@
 //! without a mapping), one `Stack` per distinct stack (location indices
 //! innermost first).
 
-use super::pprof::{Pb, Strings};
 use super::{Names, IDLE};
+use crate::pprof::Strings;
 use crate::recording::{Frame, ObjectKind, Recording};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -44,7 +44,43 @@ pub const PROTO_VERSION: &str = "1.10.0";
 /// The scope name written.
 pub const SCOPE: &str = "profdev";
 
+/// Protobuf wire encoding of the few things profiles.proto needs.
+#[derive(Default)]
+struct Pb(Vec<u8>);
+
 impl Pb {
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    fn key(&mut self, field: u32, wire: u8) {
+        self.varint(u64::from(field) << 3 | u64::from(wire));
+    }
+    /// An int64/uint64/bool field (omitted when zero, as proto3 does).
+    fn int(&mut self, field: u32, v: u64) {
+        if v != 0 {
+            self.key(field, 0);
+            self.varint(v);
+        }
+    }
+    fn bytes(&mut self, field: u32, b: &[u8]) {
+        self.key(field, 2);
+        self.varint(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+    /// A packed repeated varint field (omitted when empty).
+    fn packed(&mut self, field: u32, vs: impl Iterator<Item = u64>) {
+        let mut inner = Pb::default();
+        for v in vs {
+            inner.varint(v);
+        }
+        if !inner.0.is_empty() {
+            self.bytes(field, &inner.0);
+        }
+    }
     /// An int64 field written even when zero (a oneof member).
     fn int_always(&mut self, field: u32, v: u64) {
         self.key(field, 0);

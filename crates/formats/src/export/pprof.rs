@@ -8,93 +8,27 @@
 //! frame's offset in the object, one Line with the function and source
 //! line), one Function per distinct function. Location ids of a sample are
 //! innermost first, as the format wants. Labels (`[idle]`, `[unwind
-//! failed: REASON]`) are functions of locations without a mapping. The protobuf is encoded here (a
-//! few wire types; no generated code).
+//! failed: REASON]`) are functions of locations without a mapping. The
+//! protobuf is encoded with [`crate::pprof`]'s encoder, the one every
+//! pprof file profdev writes goes through.
 
 use super::Names;
+use crate::pprof::{value_type, Function, Line, Location, Mapping, Profile, Sample, Strings};
 use crate::recording::{Frame, ObjectKind, Recording};
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
-
-/// Protobuf wire encoding of the few things profile.proto needs.
-#[derive(Default)]
-pub(crate) struct Pb(pub(crate) Vec<u8>);
-
-impl Pb {
-    pub(crate) fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-    pub(crate) fn key(&mut self, field: u32, wire: u8) {
-        self.varint(u64::from(field) << 3 | u64::from(wire));
-    }
-    /// An int64/uint64/bool field (omitted when zero, as proto3 does).
-    pub(crate) fn int(&mut self, field: u32, v: u64) {
-        if v != 0 {
-            self.key(field, 0);
-            self.varint(v);
-        }
-    }
-    pub(crate) fn bytes(&mut self, field: u32, b: &[u8]) {
-        self.key(field, 2);
-        self.varint(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
-    pub(crate) fn packed(&mut self, field: u32, vs: impl Iterator<Item = u64>) {
-        let mut inner = Pb::default();
-        for v in vs {
-            inner.varint(v);
-        }
-        if !inner.0.is_empty() {
-            self.bytes(field, &inner.0);
-        }
-    }
-}
-
-#[derive(Default)]
-pub(crate) struct Strings {
-    /// The strings, by index (0 is "").
-    pub(crate) list: Vec<String>,
-    index: std::collections::HashMap<String, u64>,
-}
-
-impl Strings {
-    pub(crate) fn new() -> Strings {
-        let mut s = Strings::default();
-        s.id("");
-        s
-    }
-    pub(crate) fn id(&mut self, s: &str) -> u64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
-        }
-        let i = self.list.len() as u64;
-        self.list.push(s.to_string());
-        self.index.insert(s.to_string(), i);
-        i
-    }
-}
-
-fn value_type(s: &mut Strings, ty: &str, unit: &str) -> Vec<u8> {
-    let mut p = Pb::default();
-    p.int(1, s.id(ty));
-    p.int(2, s.id(unit));
-    p.0
-}
 
 /// The uncompressed profile.proto bytes of `rec`.
 pub fn encode(rec: &Recording) -> Vec<u8> {
     let names = Names::new(rec);
     let mut st = Strings::new();
-    let mut out = Pb::default();
-    // sample_type (1), period_type (11), period (12).
-    let samples_ty = value_type(&mut st, "samples", "count");
-    let cpu_ty = value_type(&mut st, "cpu", "nanoseconds");
-    out.bytes(1, &samples_ty);
-    out.bytes(1, &cpu_ty);
+    let mut out = Profile {
+        sample_type: vec![
+            value_type(&mut st, "samples", "count"),
+            value_type(&mut st, "cpu", "nanoseconds"),
+        ],
+        ..Profile::default()
+    };
 
     // Locations: one per distinct frame; ids from 1.
     let mut loc_of: HashMap<Frame, u64> = HashMap::default();
@@ -113,42 +47,37 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
             });
         }
     }
-    // Samples (2): one per distinct stack, its values summed, in the
-    // order each stack first came.
-    let mut p = Pb::default();
+    // Samples: one per distinct stack, its values summed, in the order
+    // each stack first came.
     for (u, &(count, weight)) in names.stack_counts.iter().enumerate() {
-        p.0.clear();
-        p.packed(1, names.stack_frames(u).map(|f| loc_of[f]));
-        p.packed(2, [count, weight].into_iter());
-        out.bytes(2, &p.0);
+        out.sample.push(Sample {
+            location_id: names.stack_frames(u).map(|f| loc_of[f]).collect(),
+            value: vec![count as i64, weight as i64],
+            label: Vec::new(),
+        });
     }
-    // Mappings (3): one per object (id = object id); object 0 is mapping 0 (none).
+    // Mappings: one per object (id = object id); object 0 is mapping 0 (none).
     for o in rec
         .objects
         .iter()
         .filter(|o| o.info.kind != ObjectKind::Label)
     {
         let (lo, hi) = span.get(&o.id).copied().unwrap_or((0, 0));
-        let mut p = Pb::default();
-        p.int(1, o.id.into());
-        p.int(2, lo);
-        p.int(3, hi.saturating_add(1));
-        p.int(5, st.id(&o.info.path));
         let hex: String = o.info.build_id.iter().map(|b| format!("{b:02x}")).collect();
-        p.int(6, st.id(&hex));
-        let has_funcs = !o.functions.is_empty();
         let has_lines = o.functions.iter().any(|f| !f.lines.is_empty());
-        p.int(7, has_funcs.into());
-        p.int(8, has_lines.into());
-        p.int(9, has_lines.into());
-        out.bytes(3, &p.0);
+        out.mapping.push(Mapping {
+            id: o.id.into(),
+            memory_start: lo,
+            memory_limit: hi.saturating_add(1),
+            filename: st.ix(&o.info.path),
+            build_id: st.ix(&hex),
+            has_functions: !o.functions.is_empty(),
+            has_filenames: has_lines,
+            has_line_numbers: has_lines,
+            ..Mapping::default()
+        });
     }
-    // Locations (4).
     for (i, (f, func)) in locs.iter().enumerate() {
-        let mut p = Pb::default();
-        p.int(1, i as u64 + 1);
-        p.int(2, names.mapping_of(f).into());
-        p.int(3, f.offset);
         let line = rec
             .object(f.object)
             .and_then(|o| {
@@ -156,34 +85,36 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
                     .and_then(|fun| o.line_at(fun, f.offset))
             })
             .map_or(0, |(_, l)| l);
-        let mut l = Pb::default();
-        l.int(1, u64::from(*func) + 1);
-        l.int(2, line.into());
-        p.bytes(4, &l.0);
-        out.bytes(4, &p.0);
+        out.location.push(Location {
+            id: i as u64 + 1,
+            mapping_id: names.mapping_of(f).into(),
+            address: f.offset,
+            line: vec![Line {
+                function_id: u64::from(*func) + 1,
+                line: line.into(),
+                column: 0,
+            }],
+            is_folded: false,
+        });
     }
-    // Functions (5).
     for (i, f) in names.funcs.iter().enumerate() {
-        let mut p = Pb::default();
-        p.int(1, i as u64 + 1);
-        p.int(2, st.id(&f.name));
-        p.int(3, st.id(&f.name));
-        p.int(4, f.file.as_deref().map_or(0, |file| st.id(file)));
-        out.bytes(5, &p.0);
+        out.function.push(Function {
+            id: i as u64 + 1,
+            name: st.ix(&f.name),
+            system_name: st.ix(&f.name),
+            filename: f.file.as_deref().map_or(0, |file| st.ix(file)),
+            start_line: 0,
+        });
     }
-    // time_nanos (9), duration_nanos (10), period_type (11), period (12).
     let first = rec.samples.first().map_or(0, |s| s.time);
     let last = rec.samples.last().map_or(0, |s| s.time);
-    let period_ty = value_type(&mut st, "cpu", "nanoseconds");
-    // String table (6) last: every string is known now.
-    for s in &st.list {
-        out.bytes(6, s.as_bytes());
-    }
-    out.int(9, rec.header.start_ns);
-    out.int(10, last.saturating_sub(first));
-    out.bytes(11, &period_ty);
-    out.int(12, rec.header.period_ns);
-    out.0
+    out.period_type = Some(value_type(&mut st, "cpu", "nanoseconds"));
+    out.time_nanos = rec.header.start_ns as i64;
+    out.duration_nanos = last.saturating_sub(first) as i64;
+    out.period = rec.header.period_ns as i64;
+    // The string table last: every string is known now.
+    out.string_table = st.list;
+    out.encode()
 }
 
 /// The gzipped profile of `rec`, as pprof files are (at gzip's fastest

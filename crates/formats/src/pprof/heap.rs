@@ -7,11 +7,11 @@
 //! site's return address in its module, already symbolized (function,
 //! file, line), so `go tool pprof -top FILE` needs no binary.
 
-use std::collections::HashMap;
+use super::{value_type, Function, Line, Location, Mapping, Profile, Sample, Strings};
 
 /// One site, symbolized.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PprofSite {
+pub struct HeapSite {
     /// Its module's path.
     pub module: String,
     /// Its return address in the module's ELF address space.
@@ -32,91 +32,34 @@ pub struct PprofSite {
     pub inuse_space: u64,
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn key(out: &mut Vec<u8>, field: u32, wire: u8) {
-    varint(out, (u64::from(field) << 3) | u64::from(wire));
-}
-
-fn uint(out: &mut Vec<u8>, field: u32, v: u64) {
-    if v != 0 {
-        key(out, field, 0);
-        varint(out, v);
-    }
-}
-
-fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
-    key(out, field, 2);
-    varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-fn packed(out: &mut Vec<u8>, field: u32, vs: &[u64]) {
-    let mut body = Vec::new();
-    for &v in vs {
-        varint(&mut body, v);
-    }
-    bytes(out, field, &body);
-}
-
-struct Strings {
-    table: Vec<String>,
-    index: HashMap<String, u64>,
-}
-
-impl Strings {
-    fn id(&mut self, s: &str) -> u64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
-        }
-        let i = self.table.len() as u64;
-        self.table.push(s.to_string());
-        self.index.insert(s.to_string(), i);
-        i
-    }
-}
-
 /// The encoded profile.
-pub fn encode(sites: &[PprofSite]) -> Vec<u8> {
-    let mut s = Strings {
-        table: vec![String::new()],
-        index: HashMap::from([(String::new(), 0)]),
-    };
-    let mut out = Vec::new();
+pub fn encode(sites: &[HeapSite]) -> Vec<u8> {
+    let mut s = Strings::new();
+    let mut out = Profile::default();
     for (t, u) in [
         ("alloc_objects", "count"),
         ("alloc_space", "bytes"),
         ("inuse_objects", "count"),
         ("inuse_space", "bytes"),
     ] {
-        let mut vt = Vec::new();
-        uint(&mut vt, 1, s.id(t));
-        uint(&mut vt, 2, s.id(u));
-        bytes(&mut out, 1, &vt);
+        out.sample_type.push(value_type(&mut s, t, u));
     }
     let mut mappings: Vec<String> = Vec::new();
     let mut functions: Vec<(String, String)> = Vec::new();
     for (i, site) in sites.iter().enumerate() {
         let loc_id = i as u64 + 1;
-        let mut sample = Vec::new();
-        packed(&mut sample, 1, &[loc_id]);
-        packed(
-            &mut sample,
-            2,
-            &[
+        out.sample.push(Sample {
+            location_id: vec![loc_id],
+            value: [
                 site.alloc_objects,
                 site.alloc_space,
                 site.inuse_objects,
                 site.inuse_space,
-            ],
-        );
-        bytes(&mut out, 2, &sample);
+            ]
+            .map(|v| v as i64)
+            .to_vec(),
+            label: Vec::new(),
+        });
         let mapping_id = match mappings.iter().position(|m| *m == site.module) {
             Some(p) => p + 1,
             None => {
@@ -132,39 +75,40 @@ pub fn encode(sites: &[PprofSite]) -> Vec<u8> {
                 functions.len()
             }
         } as u64;
-        let mut loc = Vec::new();
-        uint(&mut loc, 1, loc_id);
-        uint(&mut loc, 2, mapping_id);
-        uint(&mut loc, 3, site.address);
-        let mut line = Vec::new();
-        uint(&mut line, 1, function_id);
-        uint(&mut line, 2, u64::from(site.line));
-        bytes(&mut loc, 4, &line);
-        bytes(&mut out, 4, &loc);
+        out.location.push(Location {
+            id: loc_id,
+            mapping_id,
+            address: site.address,
+            line: vec![Line {
+                function_id,
+                line: site.line.into(),
+                column: 0,
+            }],
+            is_folded: false,
+        });
     }
     for (i, m) in mappings.iter().enumerate() {
-        let mut mp = Vec::new();
-        uint(&mut mp, 1, i as u64 + 1);
-        uint(&mut mp, 5, s.id(m));
-        for field in 7..=9 {
-            uint(&mut mp, field, 1); // has_functions, filenames, line numbers
-        }
-        bytes(&mut out, 3, &mp);
+        out.mapping.push(Mapping {
+            id: i as u64 + 1,
+            filename: s.ix(m),
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            ..Mapping::default()
+        });
     }
     for (i, (name, file)) in functions.iter().enumerate() {
-        let mut f = Vec::new();
-        uint(&mut f, 1, i as u64 + 1);
-        uint(&mut f, 2, s.id(name));
-        uint(&mut f, 3, s.id(name));
-        uint(&mut f, 4, s.id(file));
-        bytes(&mut out, 5, &f);
+        out.function.push(Function {
+            id: i as u64 + 1,
+            name: s.ix(name),
+            system_name: s.ix(name),
+            filename: s.ix(file),
+            start_line: 0,
+        });
     }
-    let default = s.id("inuse_space");
-    for st in &s.table {
-        bytes(&mut out, 6, st.as_bytes());
-    }
-    uint(&mut out, 14, default);
-    out
+    out.default_sample_type = s.ix("inuse_space");
+    out.string_table = s.list;
+    out.encode()
 }
 
 #[cfg(test)]
@@ -172,11 +116,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn varints_and_layout() {
-        let mut v = Vec::new();
-        varint(&mut v, 300);
-        assert_eq!(v, [0xac, 0x02]);
-        let p = encode(&[PprofSite {
+    fn layout() {
+        let p = encode(&[HeapSite {
             module: "/x".into(),
             address: 0x1139,
             function: "main".into(),

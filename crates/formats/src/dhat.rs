@@ -7,7 +7,6 @@
 //! `ebk`). Block lifetimes are recorded (`bklt` true); accesses are not
 //! (`bkacc` false). Times are microseconds (`tu` "µs", `Mtu` "s").
 
-use crate::Site;
 use std::fmt::Write as _;
 
 /// One program point.
@@ -16,7 +15,30 @@ pub struct DhatSite {
     /// Its frame as DHAT prints one: `0xADDR: function (file:line)`.
     pub frame: String,
     /// Its counters.
-    pub site: Site,
+    pub counts: DhatCounts,
+}
+
+/// A program point's counters, as DHAT names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DhatCounts {
+    /// Bytes allocated there (`tb`).
+    pub total_bytes: u64,
+    /// Blocks allocated there (`tbk`).
+    pub total_blocks: u64,
+    /// The sum of its blocks' lifetimes, µs (`tl`).
+    pub total_lifetime: u64,
+    /// Its high water in bytes (`mb`).
+    pub max_bytes: u64,
+    /// Its blocks live at its high water (`mbk`).
+    pub max_blocks: u64,
+    /// Its bytes at the global peak (`gb`).
+    pub gmax_bytes: u64,
+    /// Its blocks at the global peak (`gbk`).
+    pub gmax_blocks: u64,
+    /// Its bytes still allocated at the end (`eb`).
+    pub end_bytes: u64,
+    /// Its blocks still allocated at the end (`ebk`).
+    pub end_blocks: u64,
 }
 
 /// The run.
@@ -63,21 +85,21 @@ pub fn encode(run: &DhatRun, sites: &[DhatSite]) -> String {
         run.gmax_us
     );
     for (i, s) in sites.iter().enumerate() {
-        let c = &s.site;
+        let c = &s.counts;
         let _ = write!(
             out,
             "{}\n{{\"tb\":{},\"tbk\":{},\"tl\":{},\"mb\":{},\"mbk\":{},\"gb\":{},\"gbk\":{},\
              \"eb\":{},\"ebk\":{},\"fs\":[{}]}}",
             if i == 0 { "" } else { "," },
-            c.bytes,
-            c.allocs,
-            c.dhat.total_lifetime,
-            c.high_water,
-            c.dhat.max_blocks,
-            c.dhat.gmax_bytes,
-            c.dhat.gmax_blocks,
-            c.current,
-            c.live,
+            c.total_bytes,
+            c.total_blocks,
+            c.total_lifetime,
+            c.max_bytes,
+            c.max_blocks,
+            c.gmax_bytes,
+            c.gmax_blocks,
+            c.end_bytes,
+            c.end_blocks,
             i + 1
         );
     }
@@ -101,25 +123,22 @@ mod tests {
             end_us: 900,
             gmax_us: 400,
         };
-        let site = Site {
-            current: 5,
-            high_water: 10,
-            allocs: 2,
-            bytes: 15,
-            live: 1,
-            dhat: crate::DhatSite {
-                total_lifetime: 800,
-                max_blocks: 2,
-                gmax_bytes: 10,
-                gmax_blocks: 2,
-            },
-            pools: 1,
+        let counts = DhatCounts {
+            end_bytes: 5,
+            max_bytes: 10,
+            total_blocks: 2,
+            total_bytes: 15,
+            end_blocks: 1,
+            total_lifetime: 800,
+            max_blocks: 2,
+            gmax_bytes: 10,
+            gmax_blocks: 2,
         };
         let j = encode(
             &run,
             &[DhatSite {
                 frame: "0x1139: main (x.c:3)".into(),
-                site,
+                counts,
             }],
         );
         assert!(
