@@ -4,12 +4,16 @@
 //! back and lives in a module of its own. A subcommand can also be run
 //! through a link named after it (`ln -s profdev kprof`).
 //!
-//! **Where `unsafe` lives, and why.** Only in the two prf commands that
-//! act on the prf device directly, as the classic tools did: `prfdev`
-//! issues the device's by-value ioctls, clears O_NONBLOCK with fcntl and
-//! formats times with the C library's localtime_r (the zone the classic
-//! output used); `prfdc` forks into the background and calls setsid and
-//! dup2. Every other command is safe code over the library crates.
+//! **Where `unsafe` lives, and why.** In the two prf commands that act on
+//! the prf device directly, as the classic tools did: `prfdev` issues the
+//! device's by-value ioctls, clears O_NONBLOCK with fcntl and formats
+//! times with the C library's localtime_r (the zone the classic output
+//! used); `prfdc` forks into the background and calls setsid and dup2.
+//! Beside them, `cprof` and `mprof` ask sigaction whether a signal was
+//! ignored when they started (and cprof opens a pidfd, polls it and reads
+//! its own ids), and `malloc` tunes glibc's allocator for the server
+//! (mallopt, malloc_trim). Every other command is safe code over the
+//! library crates.
 
 mod bar;
 mod child;

@@ -54,7 +54,7 @@
 //! assert!(!rules.allows(&cred(65534))); // anyone else
 //! ```
 
-use crate::DevError;
+use crate::error::DevError;
 use profdev_asuser::{Held, User};
 use std::path::PathBuf;
 

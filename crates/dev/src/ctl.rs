@@ -25,7 +25,7 @@
 //! );
 //! ```
 
-use crate::DevError;
+use crate::error::DevError;
 
 /// One row of a command table.
 #[derive(Clone, Copy, Debug)]

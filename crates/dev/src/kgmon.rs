@@ -104,11 +104,12 @@
 //! one profile per device server, shared by every user, as on NetBSD.
 
 use crate::ctl::{self, Cmd};
+use crate::dev::Dev;
 use crate::engine::Engine;
+use crate::error::DevError;
 use crate::health::{Health, State, UnwindFailure};
 use crate::kit::{self, lock, File, Session, Snapshot};
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
-use crate::{Dev, DevError};
 use profdev_core::{CpuMode, KernelText, Record, Sample, SessionConfig, Target};
 use profdev_formats::gmon::build::{self, CallGraph};
 use profdev_formats::gmon::mcount::{self, ArcTable, SLOT_BYTES};

@@ -71,9 +71,9 @@
 //! ```
 
 use crate::engine::{Engine, Sink, Subscription};
+use crate::error::DevError;
 use crate::health::Health;
 use crate::tree::{read_slice, Chan, DirEntry, OpenMode, Qid};
-use crate::DevError;
 use profdev_core::{Record, SessionConfig, SourceError, SourceStats};
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -392,8 +392,9 @@ mod tests {
     //! A tiny device made of the kit, driven by a replayed source.
 
     use super::*;
+    use crate::dev::Dev;
     use crate::engine::ReplayFactory;
-    use crate::{ctl, tree, Dev};
+    use crate::{ctl, tree};
     use profdev_core::{Sample, SampleSource, SourceFactory};
     use std::time::Duration;
 

@@ -78,11 +78,12 @@
 //! two users profiling at once share it, as on Inferno.
 
 use crate::ctl::{self, Cmd};
+use crate::dev::Dev;
 use crate::engine::Engine;
+use crate::error::DevError;
 use crate::health::{Health, State};
 use crate::kit::{self, lock, File, Session, Snapshot};
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
-use crate::{Dev, DevError};
 use profdev_core::{KernelPc, KernelText, Record, SessionConfig, SourceError};
 use profdev_formats::kpdata;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -142,11 +142,12 @@
 //! 64000. On a VM whose idle vCPUs' timers do not fire, those CPUs count no
 //! idle ticks (`perf record -a` sees the same).
 
+use crate::dev::Dev;
 use crate::engine::Engine;
+use crate::error::DevError;
 use crate::health::Health;
 use crate::kit::{self, lock, File, Session, Snapshot};
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
-use crate::{Dev, DevError};
 use profdev_core::{CpuMode, Record, Sample, SessionConfig};
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -64,10 +64,11 @@
 //! a later open may read a few bytes more or fewer as numbers grow.
 //! `rate_achieved` divides by the CPUs online when the session started.
 
+use crate::dev::Dev;
+use crate::error::DevError;
 use crate::health::Health;
 use crate::kit::{self, File, Snapshot};
 use crate::tree::{Chan, DirEntry, OpenMode, Qid};
-use crate::{Dev, DevError};
 use std::sync::Arc;
 
 /// The `stat/` directory: one file per device with a [`Health`].
@@ -165,13 +166,13 @@ mod tests {
             ip: 0x1800,
             ..Default::default()
         })])));
-        let ctx = crate::DevContext {
+        let ctx = crate::devtab::DevContext {
             engine,
             kernel_text: text(),
             cpus: vec![0, 1],
             kernel_functions: Arc::from(vec![0x1000u64, 0x1800]),
         };
-        let devs = crate::devtab(&ctx);
+        let devs = crate::devtab::devtab(&ctx);
         let stat = devs.last().unwrap();
         assert_eq!(stat.dir_name(), "stat");
         let entries = stat.gen(Qid::ROOT).unwrap();

@@ -1,6 +1,7 @@
 //! Files as data: qids, directory entries and channels.
 
-use crate::{Dev, DevError};
+use crate::dev::Dev;
+use crate::error::DevError;
 use std::any::Any;
 
 /// A file's identity within its device. `path` is chosen by the device and
