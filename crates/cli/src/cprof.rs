@@ -178,12 +178,12 @@
 
 use crate::child::Job;
 use anyhow::{bail, Context as _, Result};
+use profdev_attach::CovAttached;
 use profdev_coverage::counts::ModuleCoverage;
 use profdev_coverage::lines::{instruction_counts, map_lines, ModuleLines};
 use profdev_coverage::listing::{self, Listing, Options};
 use profdev_coverage::prf::{self, Prf};
 use profdev_coverage::{cobertura, lcov};
-use profdev_dev::prof::CovAttached;
 use profdev_symbolize::ElfObject;
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -652,7 +652,7 @@ impl Drop for Caught {
 }
 
 /// `cprof -p PID`: attach coverage to the running process (prof's
-/// `startcp` machinery, [`profdev_dev::prof::attach_coverage`]), wait for
+/// `startcp` machinery, [`profdev_attach::attach_coverage`]), wait for
 /// it to exit or for a signal, and take its counts.
 fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     // Caught from here on: a signal during the attach (which holds PID's
@@ -675,7 +675,7 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     })?;
     // The static case (no C library to load the runtime with) is counted
     // through uprobes by the same attach: say so.
-    if profdev_dev::prof::statically_linked(pid).map_err(attach_sentence)? {
+    if profdev_attach::statically_linked(pid).map_err(attach_sentence)? {
         eprintln!(
             "cprof: process {pid} is statically linked: counted through uprobes (one multi-uprobe \
              BPF link, Linux 6.6 or later), about 0.2 to 16 us per block executed; its children \
@@ -694,7 +694,7 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
         );
     }
     let attached =
-        profdev_dev::prof::attach_coverage(pid, &words, Some(permit)).map_err(attach_sentence)?;
+        profdev_attach::attach_coverage(pid, &words, Some(permit)).map_err(attach_sentence)?;
     eprintln!(
         "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
          SIGINT, SIGTERM, SIGHUP)"
