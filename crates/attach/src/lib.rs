@@ -195,3 +195,164 @@ impl Attached for MemWatched {
         memory::modules_of(&self.a.reports())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_coverage::counts::{Block, Branch, ModuleCoverage};
+    use profdev_dev::engine::ReplayFactory;
+    use profdev_dev::prof::{Mode, Prof};
+    use profdev_dev::tree::walk;
+    use profdev_dev::{Dev, Engine, OpenMode, Qid};
+
+    /// A device fed by nothing, attaching with this crate's engines.
+    fn dev() -> Prof {
+        Prof::with_engines(Engine::new(Arc::new(ReplayFactory::new(vec![]))), engines())
+    }
+
+    fn write(d: &Prof, msg: &str) -> Result<usize, DevError> {
+        let e = walk(d, Qid::ROOT, "ctl").unwrap();
+        let mut chan = d.open(e.qid, OpenMode::Write).unwrap();
+        let r = d.write(&mut chan, 0, msg.as_bytes());
+        d.close(chan);
+        r
+    }
+
+    #[test]
+    fn the_engines_refuse_profdev_itself() {
+        // Never a fake success (real attaches: tests/cprof_attach.rs and
+        // tests/mprof_attach.rs of the cli).
+        let d = dev();
+        let me = std::process::id();
+        match write(&d, &format!("startcp {me}\n")) {
+            Err(DevError::NotPermitted(why)) => assert!(why.contains("profdev itself"), "{why}"),
+            r => panic!("{r:?}"),
+        }
+        assert_eq!(d.mode(), None);
+        match write(&d, &format!("startmp1 {me}")) {
+            Err(DevError::NotPermitted(why)) => assert!(why.contains("profdev itself"), "{why}"),
+            r => panic!("{r:?}"),
+        }
+        assert_eq!(d.mode(), None);
+        // No such process: ESRCH, from the device before any engine.
+        assert_eq!(
+            write(&d, "startcp 2147483647"),
+            Err(DevError::NoProcess(2147483647))
+        );
+        write(&d, "startmp1").unwrap();
+        assert_eq!(d.mode(), Some(Mode::Memory { pools: 1 }));
+    }
+
+    #[test]
+    fn coverage_pairs_are_the_executed_instructions() {
+        let m = ModuleCoverage {
+            path: "/x/known".into(),
+            build_id: None,
+            blocks: vec![
+                Block {
+                    start: 0x1130,
+                    end: 0x113a,
+                    insns: vec![0x1130, 0x1134, 0x1137],
+                    count: 10,
+                },
+                Block {
+                    start: 0x113a,
+                    end: 0x1140,
+                    insns: vec![0x113a],
+                    count: 0,
+                },
+                Block {
+                    start: 0x1140,
+                    end: 0x1144,
+                    insns: vec![0x1140, 0x1142],
+                    count: 2,
+                },
+            ],
+            branches: vec![Branch {
+                addr: 0x1137,
+                taken: 8,
+                not_taken: 2,
+            }],
+            uncounted: 0,
+        };
+        assert_eq!(
+            coverage_pairs(&m),
+            [
+                (0x1130, 10),
+                (0x1134, 10),
+                (0x1137, 10),
+                (0x1140, 2),
+                (0x1142, 2)
+            ]
+        );
+    }
+
+    fn report(
+        pid: u32,
+        modules: &[(&str, u64)],
+        sites: &[(usize, u64, i64)],
+    ) -> profdev_mprof::Report {
+        use profdev_mprof::{ReportModule, ReportSite};
+        profdev_mprof::Report {
+            pid,
+            modules: modules
+                .iter()
+                .map(|&(path, ino)| ReportModule {
+                    bias: 0x1000,
+                    dev: 8,
+                    ino,
+                    current: 100,
+                    high_water: 300,
+                    path: path.into(),
+                })
+                .collect(),
+            sites: sites
+                .iter()
+                .map(|&(module, pc, current)| ReportSite {
+                    pc,
+                    module: Some(module),
+                    current,
+                    high_water: current * 2,
+                    allocs: 1,
+                    bytes: current as u64,
+                    live: 1,
+                    dhat: None,
+                    pools: 1,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn stop_merges_processes_as_mprof_merges_reports() {
+        // Two attached processes (the first with a child), sharing libc;
+        // a module of one path but another file stays apart.
+        let first = [
+            report(
+                10,
+                &[("/bin/a", 1), ("/lib/libc.so.6", 2)],
+                &[(0, 0x1010, 64), (1, 0x1200, 8)],
+            ),
+            report(
+                11,
+                &[("/lib/libc.so.6", 2)],
+                &[(0, 0x1200, 16), (0, 0x1300, 0)],
+            ),
+        ];
+        let second = [report(
+            20,
+            &[("/lib/libc.so.6", 2), ("/bin/a", 9)],
+            &[(0, 0x1200, 32), (1, 0x1010, 1)],
+        )];
+        let per_process: Vec<ModuleCounts> = memory::modules_of(&first)
+            .into_iter()
+            .chain(memory::modules_of(&second))
+            .collect();
+        let all: Vec<profdev_mprof::Report> = first.iter().chain(&second).cloned().collect();
+        assert_eq!(
+            profdev_dev::prof::merge_counts(per_process),
+            memory::modules_of(&all)
+        );
+    }
+}

@@ -256,10 +256,12 @@ pub(super) fn report_into(
     Ok(())
 }
 
-/// The modules of several processes' reports as one report: modules of
-/// one path and file summed pair by pair, in the order first seen (as
-/// `profdev_mprof::merge` merges the reports themselves).
-pub(super) fn merge(modules: Vec<ModuleCounts>) -> Vec<ModuleCounts> {
+/// The modules of several processes' reports as one report (what `stop`
+/// hands the device in memory mode): modules of one path and file summed
+/// pair by pair, pairs that sum to 0 left out, modules in the order
+/// first seen. For memory-layout pairs this is what
+/// `profdev_mprof::merge` gives merging the reports themselves.
+pub fn merge(modules: Vec<ModuleCounts>) -> Vec<ModuleCounts> {
     let mut out: Vec<(ModuleCounts, std::collections::BTreeMap<u64, u64>)> = Vec::new();
     for m in modules {
         let i = match out

@@ -247,7 +247,9 @@ mod modules;
 mod tests;
 
 pub use ctl::{frequency_hz, session_config, Mode, DEFAULT_INTERVAL_MS};
-pub use engines::{Attached, CoverageEngine, Engines, MemoryEngine, ModuleCounts};
+pub use engines::{
+    merge as merge_counts, Attached, CoverageEngine, Engines, MemoryEngine, ModuleCounts,
+};
 pub use memory::{parse_pools, MemoryModule, POOL_FILE, POOL_MALLOC, POOL_MAP};
 pub use modules::ModuleKey;
 
