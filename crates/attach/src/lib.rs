@@ -15,7 +15,7 @@
 //! The prof device (`profdev_dev::prof`) parses `startcp PID` and
 //! `startmp… PID`, checks the writer's right to ptrace PID
 //! (`profdev_dev::access::ptrace_may_attach`) and hands the
-//! [`Permit`](profdev_dev::access::Permit) to an engine it was given
+//! [`Permit`] to an engine it was given
 //! ([`profdev_dev::prof::CoverageEngine`],
 //! [`profdev_dev::prof::MemoryEngine`]). This crate is those engines, so
 //! that the device layer names no injector:

@@ -45,7 +45,8 @@
 //! [`CoverageEngine`](super::CoverageEngine): `profdev_attach::attach_coverage`,
 //! which `profdev cprof -p PID` calls too, without a device; a statically
 //! linked process is told apart in one place,
-//! `profdev_attach::statically_linked`): the engine makes a planning
+//! `profdev_attach::statically_linked`; a device built without a coverage
+//! engine refuses with ENXIO): the engine makes a planning
 //! server (`profdev_coverage::launch::Server`) whose private directory is
 //! 0711, the runtime `libprofdev_cov.so` 0555, its socket 0600 and its
 //! report directory `out/` 0700, both owned by PID's user, so a process of

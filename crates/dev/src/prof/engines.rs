@@ -322,4 +322,187 @@ mod tests {
             ]
         );
     }
+
+    /// One attach a fake engine was asked for: pid, selection, pools,
+    /// whether a permit came.
+    type Asked = (u32, Vec<String>, u8, bool);
+
+    /// What a fake engine was asked and what its process does.
+    #[derive(Default)]
+    struct Log {
+        attaches: Mutex<Vec<Asked>>,
+        flushes: std::sync::atomic::AtomicUsize,
+        releases: std::sync::atomic::AtomicUsize,
+        abandoned: std::sync::atomic::AtomicUsize,
+        running: std::sync::atomic::AtomicBool,
+    }
+
+    /// An engine that loads nothing: its "process" runs while the log
+    /// says so and reports `modules`.
+    struct Fake {
+        log: Arc<Log>,
+        modules: Vec<ModuleCounts>,
+    }
+
+    struct FakeAttached {
+        pid: u32,
+        log: Arc<Log>,
+        modules: Vec<ModuleCounts>,
+    }
+
+    impl Attached for FakeAttached {
+        fn pid(&self) -> u32 {
+            self.pid
+        }
+        fn running(&self) -> bool {
+            self.log.running.load(Ordering::SeqCst)
+        }
+        fn flush(&self) -> Result<(), DevError> {
+            self.log.flushes.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn collect(&self) -> Vec<ModuleCounts> {
+            self.modules.clone()
+        }
+        fn release(&self) {
+            self.log.releases.fetch_add(1, Ordering::SeqCst);
+        }
+        fn abandon(&self) {
+            self.log.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    use std::sync::atomic::Ordering;
+
+    impl Fake {
+        fn attached(&self, pid: u32) -> Box<dyn Attached> {
+            Box::new(FakeAttached {
+                pid,
+                log: self.log.clone(),
+                modules: self.modules.clone(),
+            })
+        }
+    }
+
+    impl CoverageEngine for Fake {
+        fn attach(
+            &self,
+            pid: u32,
+            select: &[String],
+            permit: Option<Permit>,
+        ) -> Result<Box<dyn Attached>, DevError> {
+            lock(&self.log.attaches).push((pid, select.to_vec(), 0, permit.is_some()));
+            Ok(self.attached(pid))
+        }
+    }
+
+    impl MemoryEngine for Fake {
+        fn attach(
+            &self,
+            pid: u32,
+            pools: u8,
+            permit: Option<Permit>,
+        ) -> Result<Box<dyn Attached>, DevError> {
+            lock(&self.log.attaches).push((pid, Vec::new(), pools, permit.is_some()));
+            Ok(self.attached(pid))
+        }
+    }
+
+    fn device(modules: Vec<ModuleCounts>) -> (super::super::Prof, Arc<Log>) {
+        use crate::engine::{Engine, ReplayFactory};
+        let log = Arc::new(Log::default());
+        log.running.store(true, Ordering::SeqCst);
+        let fake = Arc::new(Fake {
+            log: log.clone(),
+            modules,
+        });
+        let engines = Engines {
+            coverage: Some(fake.clone()),
+            memory: Some(fake),
+        };
+        let d = super::super::Prof::with_engines(
+            Engine::new(Arc::new(ReplayFactory::new(vec![]))),
+            engines,
+        );
+        (d, log)
+    }
+
+    fn histogram(d: &super::super::Prof, dir: &str) -> Vec<String> {
+        use crate::tree::{walk, OpenMode, Qid};
+        use crate::Dev;
+        let dir = walk(d, Qid::ROOT, dir).unwrap();
+        let h = walk(d, dir.qid, "histogram").unwrap();
+        let mut chan = d.open(h.qid, OpenMode::Read).unwrap();
+        let mut pairs = Vec::new();
+        loop {
+            let b = d.read(&mut chan, 0, 64).unwrap();
+            if b.is_empty() {
+                break;
+            }
+            pairs.push(String::from_utf8(b).unwrap());
+        }
+        pairs
+    }
+
+    use super::super::tests::write_as as write;
+
+    #[test]
+    fn startcp_hands_the_engine_the_process_and_stop_reads_it() {
+        let (d, log) = device(vec![m("/x/known", 1, &[(0x10, 3), (0x14, 1)])]);
+        write(&d, "module known /no/such/file", None).unwrap();
+        // pid 1 exists; no writer's credentials: no permit to check.
+        write(&d, "startcp 1", None).unwrap();
+        assert_eq!(d.mode(), Some(Mode::Coverage { pid: 1 }));
+        assert_eq!(
+            *lock(&log.attaches),
+            [(1, vec!["known".into(), "/no/such/file".into()], 0, false)]
+        );
+        write(&d, "stop", None).unwrap();
+        assert_eq!(log.flushes.load(Ordering::SeqCst), 1, "asked for a report");
+        assert_eq!(log.releases.load(Ordering::SeqCst), 1, "let go after");
+        assert_eq!(histogram(&d, "00000001"), ["0x10 3\n", "0x14 1\n"]);
+        assert_eq!(log.abandoned.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn startmp_pid_stop_merges_every_running_process() {
+        let (d, log) = device(vec![
+            m("/x/known", 1, &[(0, 10), (4, 2)]),
+            m("/x/other", 2, &[(0, 1)]),
+        ]);
+        write(&d, "startmp1 1", None).unwrap();
+        write(&d, "startmp3 1", None).unwrap();
+        assert_eq!(d.mode(), Some(Mode::Memory { pools: 5 }));
+        let pools: Vec<u8> = lock(&log.attaches).iter().map(|a| a.2).collect();
+        assert_eq!(pools, [1, 4]);
+        write(&d, "stop", None).unwrap();
+        assert_eq!(log.flushes.load(Ordering::SeqCst), 2);
+        // Two processes mapping the same two files: their counts summed
+        // (not the last report winning).
+        assert_eq!(histogram(&d, "00000001"), ["0x0 20\n", "0x4 4\n"]);
+        assert_eq!(histogram(&d, "00000002"), ["0x0 2\n"]);
+    }
+
+    #[test]
+    fn a_device_that_goes_abandons_what_it_watches() {
+        let (d, log) = device(Vec::new());
+        write(&d, "startcp 1", None).unwrap();
+        drop(d);
+        profdev_testkit::wait_until("the watcher abandons", Duration::from_secs(10), || {
+            log.abandoned.load(Ordering::SeqCst) == 1
+        });
+        assert_eq!(log.flushes.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn an_exit_report_fills_the_histograms() {
+        let (d, log) = device(vec![m("/x/known", 1, &[(0x10, 7)])]);
+        write(&d, "startcp 1", None).unwrap();
+        log.running.store(false, Ordering::SeqCst);
+        profdev_testkit::wait_until("the exit report", Duration::from_secs(10), || {
+            crate::tree::walk(&d, crate::tree::Qid::ROOT, "00000001").is_ok()
+        });
+        assert_eq!(histogram(&d, "00000001"), ["0x10 7\n"]);
+        assert_eq!(log.flushes.load(Ordering::SeqCst), 0, "no request at exit");
+    }
 }

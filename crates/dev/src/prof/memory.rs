@@ -34,7 +34,11 @@
 //! that exec'd a set-user-id program meanwhile is let go untouched;
 //! ESRCH for no such process, EBUSY while sampling or another tracer holds
 //! it); memory mode may already be on (`startmp` alone waits for such an
-//! attach). The device writes the library into a fresh private directory
+//! attach). The device checks the writer's right and hands the rest to
+//! the memory engine it was given ([`MemoryEngine`](super::MemoryEngine):
+//! `profdev_attach::attach_process`, which `profdev mprof -p PID` calls
+//! too, without a device; a device built without one refuses with
+//! ENXIO). The engine writes the library into a fresh private directory
 //! (0711, the library 0555, a report directory 0700 owned by the process's
 //! user), stops every thread of PID with ptrace (profdev-inject), loads the
 //! library with the process's own `dlopen`, and calls its
