@@ -36,6 +36,8 @@
 //! adds its own flags and `CFLAGS`, so the shared objects would no longer
 //! be the ones these two crates have always embedded.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

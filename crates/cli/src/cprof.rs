@@ -179,12 +179,12 @@
 
 use crate::child::Job;
 use anyhow::{bail, Context as _, Result};
+use profdev_attach::CovAttached;
 use profdev_coverage::counts::ModuleCoverage;
 use profdev_coverage::lcov;
 use profdev_coverage::lines::{instruction_counts, map_lines, ModuleLines};
 use profdev_coverage::listing::{self, Listing, Options};
 use profdev_coverage::prf::{self, Prf};
-use profdev_dev::prof::CovAttached;
 use profdev_sample::job::Catcher;
 use profdev_symbolize::ElfObject;
 use std::ffi::OsString;
@@ -582,7 +582,7 @@ fn wait_attached(caught: &Catcher, a: &CovAttached) -> Option<libc::c_int> {
 }
 
 /// `cprof -p PID`: attach coverage to the running process (prof's
-/// `startcp` machinery, [`profdev_dev::prof::attach_coverage`]), wait for
+/// `startcp` machinery, [`profdev_attach::attach_coverage`]), wait for
 /// it to exit or for a signal, and take its counts.
 fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     // Caught from here on: a signal during the attach (which holds PID's
@@ -608,7 +608,7 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     })?;
     // The static case (no C library to load the runtime with) is counted
     // through uprobes by the same attach: say so.
-    if profdev_dev::prof::statically_linked(pid).map_err(attach_sentence)? {
+    if profdev_attach::statically_linked(pid).map_err(attach_sentence)? {
         eprintln!(
             "cprof: process {pid} is statically linked: counted through uprobes (one multi-uprobe \
              BPF link, Linux 6.6 or later), about 0.2 to 16 us per block executed; its children \
@@ -627,7 +627,7 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
         );
     }
     let attached =
-        profdev_dev::prof::attach_coverage(pid, &words, Some(permit)).map_err(attach_sentence)?;
+        profdev_attach::attach_coverage(pid, &words, Some(permit)).map_err(attach_sentence)?;
     eprintln!(
         "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
          SIGINT, SIGTERM, SIGHUP)"

@@ -287,6 +287,7 @@ fn server(serving: &Serving) -> Result<Server> {
         kernel_text: ksyms.require_text("/proc/kallsyms")?,
         cpus: profdev_sample::online_cpus().context("cannot list the online CPUs")?,
         kernel_functions: ksyms.text_symbols().iter().map(|s| s.addr).collect(),
+        prof_engines: profdev_attach::engines(),
     };
     let log: profdev_fuse::Log = Arc::new(|line: &str| {
         // The log must never kill the server: a closed stderr is ignored.

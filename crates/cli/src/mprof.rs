@@ -663,7 +663,8 @@ fn run(args: &Args) -> Result<ExitCode> {
 /// `mprof -p PID`: attach, wait for the process to exit, show its tables
 /// (and leaks) from its report, through a private device as with CMD.
 fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
-    use profdev_dev::prof::{attach_process, POOL_FILE, POOL_MALLOC, POOL_MAP};
+    use profdev_attach::attach_process;
+    use profdev_dev::prof::{POOL_FILE, POOL_MALLOC, POOL_MAP};
     use profdev_dev::DevError;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));

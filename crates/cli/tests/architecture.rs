@@ -32,17 +32,30 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ("asuser", &[]),
     ("inject", &[]),
     ("testkit", &[]),
+    // Build-time only: compiles the C runtimes for build.rs.
+    ("cbuild", &[]),
     // Pure formats; the sources of samples and symbols.
     ("formats", &["core"]),
     ("symbolize", &["core"]),
     ("sample", &["core"]),
     ("report", &["core", "formats"]),
     // Libraries that run inside profiled processes, with their readers.
-    ("mprof", &["safefile"]),
+    ("mprof", &["safefile", "cbuild"]),
     ("profil", &["formats", "safefile"]),
-    ("coverage", &["core", "symbolize", "sample", "safefile"]),
-    // The device layer: never sample, fuse or cli. Issue 24 item 2 takes
-    // coverage, inject and mprof out of this row.
+    (
+        "coverage",
+        &[
+            "core",
+            "symbolize",
+            "sample",
+            "safefile",
+            "formats",
+            "cbuild",
+        ],
+    ),
+    // The device layer: never sample, fuse or cli, nor the engines that
+    // reach into processes (coverage, inject, mprof): those are handed to
+    // it as traits by `attach`.
     (
         "dev",
         &[
@@ -52,10 +65,12 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "symbolize",
             "safefile",
             "asuser",
-            "coverage",
-            "inject",
-            "mprof",
         ],
+    ),
+    // The prof device's attach engines.
+    (
+        "attach",
+        &["dev", "coverage", "inject", "mprof", "safefile", "asuser"],
     ),
     ("fuse", &["core", "dev"]),
     // The binary: anything but profil (linked into programs) and testkit.
@@ -74,6 +89,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "coverage",
             "asuser",
             "inject",
+            "attach",
         ],
     ),
 ];

@@ -20,6 +20,9 @@ pub struct DevContext {
     /// kgmon's `selfpc`), e.g. from
     /// `KernelSymbols::text_symbols()` in `profdev-symbolize`.
     pub kernel_functions: Arc<[u64]>,
+    /// What prof's `startcp PID` and `startmp… PID` attach with
+    /// (`profdev-attach`'s engines; none: those messages are ENXIO).
+    pub prof_engines: crate::prof::Engines,
 }
 
 /// The device table: every device profdev serves, in mount order.
@@ -40,7 +43,10 @@ pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
             kgmon::KgmonConfig::new(ctx.kernel_text, &ctx.kernel_functions),
             ctx.engine.clone(),
         )),
-        Arc::new(prof::Prof::new(ctx.engine.clone())),
+        Arc::new(prof::Prof::with_engines(
+            ctx.engine.clone(),
+            ctx.prof_engines.clone(),
+        )),
     ];
     devs.push(Arc::new(stat::Stat::of(&devs)));
     devs

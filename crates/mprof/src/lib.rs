@@ -210,7 +210,7 @@ impl Session {
 /// The name prefix of `mprof CMD`'s private directories.
 pub const LAUNCH_PREFIX: &str = "profdev-mprof.";
 /// The name prefix of an attached process's directories
-/// (`profdev_dev::prof::attach_process`).
+/// (`profdev_attach::attach_process`).
 pub const ATTACH_PREFIX: &str = "profdev-attach.";
 /// A directory of an attach younger than this is never swept (the load
 /// into the process may take 20 s), nor one of `mprof CMD` still without

@@ -41,9 +41,12 @@
 //! non-dumpable) since is let go untouched, EPERM, and `stop` calls into
 //! no process that no longer maps the runtime it was given.
 //!
-//! **The attach** ([`attach_coverage`], which `profdev cprof -p PID` calls
-//! too, without a device; a statically linked process is told apart in one
-//! place, [`statically_linked`]): the device makes a planning
+//! **The attach** (the coverage engine the device is handed,
+//! [`CoverageEngine`](super::CoverageEngine): `profdev_attach::attach_coverage`,
+//! which `profdev cprof -p PID` calls too, without a device; a statically
+//! linked process is told apart in one place,
+//! `profdev_attach::statically_linked`; a device built without a coverage
+//! engine refuses with ENXIO): the engine makes a planning
 //! server (`profdev_coverage::launch::Server`) whose private directory is
 //! 0711, the runtime `libprofdev_cov.so` 0555, its socket 0600 and its
 //! report directory `out/` 0700, both owned by PID's user, so a process of
@@ -116,7 +119,7 @@
 //!   module list is empty (libc's trampolines). A thread
 //!   holding a lock `dlopen` needs makes the load give up after 20 s and
 //!   the attach fail, the process left as it was. `profdev_cov_attach`
-//!   itself may take 300 s ([`ATTACH_TIMEOUT`]; the writer waits): a
+//!   itself may take 300 s (`profdev_attach::ATTACH_TIMEOUT`; the writer waits): a
 //!   program so large that encoding and patching take longer is
 //!   abandoned half patched, and its threads fault at their first count
 //!   (select modules with `module`).
@@ -152,197 +155,20 @@
 //! * x86-64 and glibc only (a static process: any libc).
 
 use super::ctl::Wanted;
-use super::histogram::ModRecord;
-use super::memory::{fs_ids, inject_error, io_dev, recheck, stat_of};
-use super::{Mode, Prof, State};
-use crate::access::{ptrace_may_attach, Cred, Permit};
+use super::engines::{no_engine, report_into, watch, Kind, ModuleCounts};
+use super::{Mode, Prof};
+use crate::access::{ptrace_may_attach, Cred};
 use crate::ctl;
-use crate::pc_counts::PcCounts;
 use crate::DevError;
-use profdev_coverage::counts::ModuleCoverage;
-use profdev_coverage::launch::Server;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
-/// A running process the coverage runtime was injected into
-/// ([`attach_coverage`]): its planning server (and private directory,
-/// removed when dropped) and where its `profdev_cov_flush` is.
-pub struct CovAttached {
-    pid: u32,
-    /// The process's start time: a reused pid is another process.
-    start: u64,
-    engine: Engine,
-    /// Whose request it was, and the process held since the check:
-    /// checked again whenever the process is stopped (None: profdev's
-    /// own caller, with its own rights).
-    permit: Option<Permit>,
-}
-
-/// How an attached process is counted.
-enum Engine {
-    /// The runtime injected into it, and where its `profdev_cov_flush`
-    /// is.
-    Runtime { flush: u64, server: Server },
-    /// A statically linked process: one multi-uprobe link
-    /// (`profdev_coverage::uprobe`), read in place.
-    Uprobe(profdev_coverage::uprobe::Counter),
-}
-
-impl CovAttached {
-    /// Does the process still run (not a zombie, not a reused pid)?
-    pub fn running(&self) -> bool {
-        matches!(stat_of(self.pid), Some((s, start)) if start == self.start && s != 'Z' && s != 'X')
+/// The process id of `startcp`'s argument: decimal digits only, not 0.
+fn parse_pid(word: &str) -> Option<u32> {
+    if word.is_empty() || !word.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-
-    /// Ask the running process for a report now: stop it under ptrace
-    /// again and call the runtime's `profdev_cov_flush` in its main
-    /// thread (the report is written when the call returns).
-    pub fn flush(&self) -> Result<(), DevError> {
-        let Engine::Runtime { flush, server } = &self.engine else {
-            // Uprobe counts are read in place.
-            return Ok(());
-        };
-        let flush = *flush;
-        let pid = self.pid;
-        let runtime = server.runtime().to_string_lossy().into_owned();
-        profdev_inject::on_tracer_thread(|| {
-            let mut t = profdev_inject::Target::attach(pid)?;
-            recheck(self.permit.as_ref(), pid)?;
-            // The same program still: the runtime is mapped where it was
-            // loaded (a process that exec'd has no runtime to call).
-            let maps = profdev_inject::maps(pid)?;
-            if !maps.iter().any(|m| m.path.starts_with(&runtime)) {
-                return Err(profdev_inject::InjectError::NotPermitted {
-                    pid,
-                    hint: ": it runs another program now (it exec'd since the attach)".into(),
-                });
-            }
-            let tid = t.main_thread();
-            t.call(tid, flush, &[]).map(|_| ())
-        })
-        .map_err(|e| inject_error(pid, e))
-    }
-
-    /// The counts of every report written so far (cumulative).
-    pub fn counts(&self) -> Vec<ModuleCoverage> {
-        match &self.engine {
-            Engine::Runtime { server, .. } => server.collect().0,
-            Engine::Uprobe(c) => vec![c.coverage()],
-        }
-    }
-
-    /// After `stop`: a static process's probes are removed (the runtime's
-    /// patches stay: see Bugs).
-    fn detach(&self) {
-        if let Engine::Uprobe(c) = &self.engine {
-            c.detach();
-        }
-    }
-
-    /// The process.
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// The counts of every report written so far, and notes (one
-    /// sentence each) on what was not counted.
-    pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
-        match &self.engine {
-            Engine::Runtime { server, .. } => server.collect(),
-            Engine::Uprobe(c) => (vec![c.coverage()], Vec::new()),
-        }
-    }
-
-    /// Whether the process is counted through uprobes (statically
-    /// linked): its counting ends with this process.
-    pub fn through_uprobes(&self) -> bool {
-        matches!(self.engine, Engine::Uprobe(_))
-    }
-
-    /// Leave the process running, still patched and counting, with
-    /// nobody to read its counts (`profdev cprof -p` interrupted): the
-    /// socket and the runtime's file are removed (a module the process
-    /// loads from now on is left uncounted), and the private directory is
-    /// kept, with its `out/` that the process's later reports go to, so
-    /// that no other user can create a directory of the same name and
-    /// serve the still-patched process trampolines. Returns that
-    /// directory, for the caller to name (remove it once the process has
-    /// exited).
-    /// A process counted through uprobes ([`CovAttached::through_uprobes`])
-    /// has no directory: None (its probes go with this process).
-    pub fn leave_running(self) -> Option<std::path::PathBuf> {
-        let Engine::Runtime { server, .. } = self.engine else {
-            return None;
-        };
-        let dir = server
-            .reports_dir()
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let _ = std::fs::remove_file(server.socket());
-        let _ = std::fs::remove_file(server.runtime());
-        // Dropping the server would remove the directory; its accepting
-        // thread waits on a socket nobody can reach any more, until this
-        // process exits.
-        std::mem::forget(server);
-        Some(dir)
-    }
-}
-
-/// How long `profdev_cov_attach` may take (encoding and patching every
-/// selected module while the process is stopped).
-pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// Count the statically linked process `pid` (no libc to load a runtime
-/// with) through one multi-uprobe link on its executable, filtered to its
-/// threads (`profdev_coverage::uprobe`).
-fn attach_static(pid: u32, permit: Option<Permit>) -> Result<CovAttached, DevError> {
-    use profdev_coverage::uprobe::{Counter, Probes, UprobeError};
-    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
-    let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
-    let path = std::fs::read_link(&exe).map_err(|_| DevError::NoProcess(pid))?;
-    let counter = Probes::of_file(&exe, path)
-        .and_then(|p| Counter::attach(p, &exe, pid))
-        .map_err(|e| match e {
-            UprobeError::Permission(s) => DevError::NotPermitted(s),
-            UprobeError::Unsupported(s) => DevError::NoDevice(format!(
-                "process {pid} is statically linked and can only be counted through uprobes: {s}"
-            )),
-            e => DevError::NoDevice(format!(
-                "process {pid} is statically linked and its uprobes could not be attached: {e}"
-            )),
-        })?;
-    // The probes sit on the file opened above: if the process exec'd a
-    // program its requester may not trace before that, refuse now (the
-    // counter is dropped, its link closed).
-    if let Some(p) = &permit {
-        p.check_again()?;
-    }
-    Ok(CovAttached {
-        pid,
-        start,
-        engine: Engine::Uprobe(counter),
-        permit,
-    })
-}
-
-/// Is the running process `pid` out of reach of the runtime because it
-/// is statically linked (no C library mapped, so nothing can `dlopen`
-/// it)? The one place attach mode tells a static program from a dynamic
-/// one: `startcp` ([`attach_coverage`]) and `profdev cprof -p` branch on
-/// it. ESRCH for a process that does not exist, ENXIO (with the reason)
-/// for one whose `/proc/PID/maps` cannot be read: the caller checks the
-/// right to ptrace first (the device its writer's, `cprof -p` its own).
-pub fn statically_linked(pid: u32) -> Result<bool, DevError> {
-    let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
-    let has_libc = maps.iter().any(|m| {
-        Path::new(&m.path)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
-    });
-    Ok(!has_libc)
+    word.parse::<u32>().ok().filter(|&p| p > 0)
 }
 
 /// The planning server's selection for the device's module list: each
@@ -363,172 +189,6 @@ fn select_words(wanted: &[Wanted]) -> Vec<String> {
     }
     select
 }
-
-/// Inject the coverage runtime into the running process `pid` (its
-/// threads, and the processes it forks), counting the modules `select`
-/// names (the planning server's selection,
-/// [`profdev_coverage::launch::selected`]: basenames or paths; empty: the
-/// executable and every library it maps), from now on. Used by `startcp`
-/// and by `profdev cprof -p`.
-///
-/// Every thread is stopped (profdev-inject); the runtime is loaded with
-/// the process's `dlopen` from a private directory the process's user can
-/// use ([`Server::share_with`]); `profdev_cov_attach` is called in the
-/// main thread with every thread's pc (patches over a pc are skipped);
-/// each thread gets its own counter array as its GS base before it
-/// resumes.
-///
-/// Errors, one sentence each: ESRCH no such process ([`DevError::NoProcess`]),
-/// EPERM ptrace refused (naming `kernel.yama.ptrace_scope` when it is the
-/// reason), EBUSY counted already or traced by another tracer, ENXIO a
-/// runtime that could not start (or, for a statically linked process,
-/// [`statically_linked`], counted through uprobes instead: uprobes the
-/// kernel does not offer).
-///
-/// `permit`, when a requester's right was checked ([`ptrace_may_attach`],
-/// for `pid`), is checked again once every thread is stopped, before
-/// anything is loaded (a process that exec'd a set-id program since is let
-/// go untouched: EPERM), and before every later stop ([`CovAttached::flush`]).
-pub fn attach_coverage(
-    pid: u32,
-    select: &[String],
-    permit: Option<Permit>,
-) -> Result<CovAttached, DevError> {
-    if pid == std::process::id() {
-        // Refused by the injector too, but before any planning.
-        return Err(inject_error(
-            pid,
-            profdev_inject::InjectError::NotPermitted {
-                pid,
-                hint: ": it is profdev itself".into(),
-            },
-        ));
-    }
-    if statically_linked(pid)? {
-        return attach_static(pid, permit);
-    }
-    let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
-    if maps.iter().any(|m| m.path.ends_with("/libprofdev_cov.so")) {
-        return Err(DevError::Busy(format!(
-            "process {pid} is counted already (by profdev cprof or an earlier startcp)"
-        )));
-    }
-    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
-    let (uid, gid) = fs_ids(pid).ok_or(DevError::NoProcess(pid))?;
-    let server = Server::new(select).map_err(|e| io_dev("cannot set up coverage", e))?;
-    server.share_with(uid, gid).map_err(|e| {
-        io_dev(
-            "cannot open the coverage directory to the process's user",
-            e,
-        )
-    })?;
-    // Planning is the slow part: done before the threads are stopped.
-    server.preplan(pid);
-    let runtime = server.runtime().to_string_lossy().into_owned();
-    let config = server.attach_config();
-    let r = profdev_inject::on_tracer_thread(|| {
-        let mut t = profdev_inject::Target::attach(pid)?;
-        // Stopped: the requester's right, again, on this very process.
-        recheck(permit.as_ref(), pid)?;
-        let tids = t.threads();
-        let mut pcs = Vec::with_capacity(tids.len() * 8);
-        for &tid in &tids {
-            pcs.extend_from_slice(&t.pc(tid)?.to_le_bytes());
-        }
-        let handle = t.dlopen(&runtime)?;
-        let entry = t.dlsym(handle, "profdev_cov_attach")?;
-        let flush = t.dlsym(handle, "profdev_cov_flush")?;
-        let main = t.main_thread();
-        let n = tids.len() as u64;
-        let cfg = t.write_string(main, &config)?;
-        let pcs_at = t.write_bytes(main, &pcs)?;
-        let gs_at = t.write_bytes(main, &vec![0u8; tids.len() * 8])?;
-        // It patches while every thread waits and waits for none of them
-        // (the loader's lock was free: dlopen returned): a long bound, as
-        // giving up half way leaves threads without their arrays.
-        let r =
-            t.call_bounded(main, entry, &[cfg, pcs_at, n, gs_at, n], ATTACH_TIMEOUT)? as u32 as i32;
-        if r != 0 {
-            return Ok(Err(r));
-        }
-        // From here on the code is patched: every thread needs its array
-        // before it runs again.
-        let mut gs = vec![0u8; tids.len() * 8];
-        t.read_bytes(gs_at, &mut gs)?;
-        for (&tid, g) in tids.iter().zip(gs.chunks_exact(8)) {
-            let g = u64::from_le_bytes(g.try_into().unwrap_or([0; 8]));
-            t.set_gs_base(tid, g)?;
-        }
-        Ok::<_, profdev_inject::InjectError>(Ok(flush))
-    })
-    .map_err(|e| inject_error(pid, e))?;
-    match r {
-        Ok(flush) => Ok(CovAttached {
-            pid,
-            start,
-            engine: Engine::Runtime { flush, server },
-            permit,
-        }),
-        Err(_) => Err(DevError::NoDevice(format!(
-            "the coverage runtime could not start in process {pid} (no memory, or it cannot use \
-             {})",
-            server.reports_dir().display()
-        ))),
-    }
-}
-
-/// The processes attached by each device (its state), for reports at
-/// `stop`; entries whose process was read at its exit are gone.
-type Registry = Vec<(Weak<Mutex<State>>, Weak<CovAttached>)>;
-static ATTACHED: Mutex<Registry> = Mutex::new(Vec::new());
-
-/// Watch `a` until it exits (or the device goes), then hand its counts
-/// to the device.
-fn watch(state: Weak<Mutex<State>>, a: CovAttached) {
-    let a = Arc::new(a);
-    crate::kit::lock(&ATTACHED).push((state.clone(), Arc::downgrade(&a)));
-    let spawned = std::thread::Builder::new()
-        .name(format!("cprof-{}", a.pid))
-        .spawn(move || {
-            while a.running() {
-                if state.strong_count() == 0 {
-                    // The device went (unmounted) while the process runs
-                    // on, patched: its private directory is kept (see
-                    // CovAttached::leave_running), so that no other user
-                    // can take its name and serve it trampolines.
-                    if let Ok(a) = Arc::try_unwrap(a) {
-                        let _ = a.leave_running();
-                    }
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let Some(state) = state.upgrade() else { return };
-            // Refused if coverage mode is off by now: see Bugs.
-            let _ = report_into(&state, &a.counts());
-        });
-    // Without a thread the exit report is never read; `stop` still asks.
-    let _ = spawned;
-}
-
-/// The process id of `startcp`'s argument: decimal digits only, not 0.
-fn parse_pid(word: &str) -> Option<u32> {
-    if word.is_empty() || !word.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    word.parse::<u32>().ok().filter(|&p| p > 0)
-}
-
-/// The histogram pairs of `m`: one per executed instruction, ascending.
-pub fn coverage_pairs(m: &ModuleCoverage) -> Vec<(u64, u64)> {
-    profdev_coverage::lines::instruction_counts(m)
-        .into_iter()
-        .filter(|&(_, c)| c > 0)
-        .collect()
-}
-
-/// A reported module: name, path, canonical path, pairs.
-type Prepared = (String, String, Option<String>, Vec<(u64, u64)>);
 
 impl Prof {
     /// `startcp PID`, with `word` the argument and `data` the message.
@@ -570,10 +230,20 @@ impl Prof {
                 });
             }
         }
+        let engine = self
+            .engines
+            .coverage
+            .clone()
+            .ok_or_else(|| no_engine("coverage"))?;
         let wanted = self.lock().wanted.clone();
-        let attached = attach_coverage(pid, &select_words(&wanted), permit)?;
+        let attached = engine.attach(pid, &select_words(&wanted), permit)?;
         self.coverage_launched(pid)?;
-        watch(Arc::downgrade(&self.state), attached);
+        watch(
+            Arc::downgrade(&self.state),
+            &self.attached,
+            Kind::Coverage,
+            attached,
+        );
         Ok(())
     }
 
@@ -584,21 +254,12 @@ impl Prof {
         if !matches!(self.mode(), Some(Mode::Coverage { .. })) {
             return;
         }
-        let me = Arc::downgrade(&self.state);
-        let mine: Vec<Arc<CovAttached>> = {
-            let mut reg = crate::kit::lock(&ATTACHED);
-            reg.retain(|(s, a)| s.strong_count() > 0 && a.strong_count() > 0);
-            reg.iter()
-                .filter(|(s, _)| s.ptr_eq(&me))
-                .filter_map(|(_, a)| a.upgrade())
-                .collect()
-        };
-        for a in mine {
+        for a in self.attached.live(Kind::Coverage) {
             if a.running() {
                 let _ = a.flush();
             }
-            let _ = report_into(&self.state, &a.counts());
-            a.detach();
+            let _ = report_into(&self.state, Kind::Coverage, &a.collect());
+            a.release();
         }
     }
 
@@ -621,69 +282,13 @@ impl Prof {
 
     /// Hand the device a coverage report: each module's record (created
     /// the first time, if the module list wants it) takes the module's
-    /// executed instructions and counts as its histogram, replacing what
-    /// it held. Refused (EINVAL) unless the device is in coverage mode.
-    pub fn coverage_report(&self, modules: &[ModuleCoverage]) -> Result<(), DevError> {
-        report_into(&self.state, modules)
+    /// executed instructions and counts (`pairs`, one per executed
+    /// instruction, ascending, as `profdev_attach::coverage_pairs` makes
+    /// them) as its histogram, replacing what it held. Refused (EINVAL)
+    /// unless the device is in coverage mode.
+    pub fn coverage_report(&self, modules: &[ModuleCounts]) -> Result<(), DevError> {
+        report_into(&self.state, Kind::Coverage, modules)
     }
-}
-
-/// [`Prof::coverage_report`] on the device's state.
-fn report_into(state: &Mutex<State>, modules: &[ModuleCoverage]) -> Result<(), DevError> {
-    let lock = || crate::kit::lock(state);
-    let wanted = {
-        let st = lock();
-        if !matches!(st.mode, Some(Mode::Coverage { .. })) {
-            return Err(DevError::Invalid(
-                "a coverage report needs coverage mode (startcp)".into(),
-            ));
-        }
-        st.wanted.clone()
-    };
-    // Files are looked at outside the lock.
-    let prepared: Vec<Prepared> = modules
-        .iter()
-        .map(|m| {
-            let path = m.path.to_string_lossy().into_owned();
-            let name = m
-                .path
-                .file_name()
-                .map_or_else(|| path.clone(), |n| n.to_string_lossy().into_owned());
-            let canon = std::fs::canonicalize(&m.path)
-                .ok()
-                .map(|p| p.to_string_lossy().into_owned());
-            (name, path, canon, coverage_pairs(m))
-        })
-        .collect();
-    let mut st = lock();
-    for (name, path, canon, pairs) in prepared {
-        if let Some(r) = st
-            .records
-            .iter_mut()
-            .find(|r| r.memory.is_some() && r.path == path)
-        {
-            r.memory = Some(pairs);
-            continue;
-        }
-        let wants = wanted.is_empty()
-            || wanted.iter().any(|w| {
-                w.raw == name || w.raw == path || (w.canonical.is_some() && w.canonical == canon)
-            });
-        if !wants {
-            continue;
-        }
-        let id = st.next_id;
-        st.next_id = st.next_id.saturating_add(1);
-        st.records.push(ModRecord {
-            id,
-            name,
-            path,
-            counts: PcCounts::default(),
-            object: None,
-            memory: Some(pairs),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -691,7 +296,6 @@ mod tests {
     use super::*;
     use crate::tree::{walk, OpenMode, Qid};
     use crate::Dev;
-    use profdev_coverage::counts::{Block, Branch};
 
     use super::super::tests::{idle as dev, write_as as write};
 
@@ -747,11 +351,11 @@ mod tests {
             write(&d, "startcp 1", Some(nobody)),
             Err(DevError::NotPermitted(_))
         ));
-        // The device's own process: refused, never a fake success (real
-        // attaches: tests/cprof_attach.rs of the cli).
+        // No coverage engine given: ENXIO, nothing changed (the real
+        // engine's refusals: profdev-attach's tests).
         let me = std::process::id();
         match write(&d, &format!("startcp {me}\n"), None) {
-            Err(DevError::NotPermitted(why)) => assert!(why.contains("profdev itself"), "{why}"),
+            Err(DevError::NoDevice(why)) => assert!(why.contains("coverage engine"), "{why}"),
             r => panic!("{r:?}"),
         }
         assert_eq!(d.mode(), None);
@@ -774,50 +378,34 @@ mod tests {
         ));
     }
 
-    fn module(path: &str) -> ModuleCoverage {
-        ModuleCoverage {
+    fn module(path: &str, pairs: &[(u64, u64)]) -> ModuleCounts {
+        ModuleCounts {
+            name: path.rsplit('/').next().unwrap().into(),
             path: path.into(),
-            build_id: None,
-            blocks: vec![
-                Block {
-                    start: 0x1130,
-                    end: 0x113a,
-                    insns: vec![0x1130, 0x1134, 0x1137],
-                    count: 10,
-                },
-                Block {
-                    start: 0x113a,
-                    end: 0x1140,
-                    insns: vec![0x113a],
-                    count: 0,
-                },
-                Block {
-                    start: 0x1140,
-                    end: 0x1144,
-                    insns: vec![0x1140, 0x1142],
-                    count: 2,
-                },
-            ],
-            branches: vec![Branch {
-                addr: 0x1137,
-                taken: 8,
-                not_taken: 2,
-            }],
-            uncounted: 0,
+            file: None,
+            pairs: pairs.to_vec(),
         }
     }
+
+    const PAIRS: [(u64, u64); 5] = [
+        (0x1130, 10),
+        (0x1134, 10),
+        (0x1137, 10),
+        (0x1140, 2),
+        (0x1142, 2),
+    ];
 
     #[test]
     fn histogram_holds_one_pair_per_executed_instruction() {
         let d = dev();
-        let m = module("/x/known");
+        let m = module("/x/known", &PAIRS);
         assert!(matches!(
             d.coverage_report(std::slice::from_ref(&m)),
             Err(DevError::Invalid(_))
         ));
         write(&d, "module known", None).unwrap();
         d.coverage_launched(std::process::id()).unwrap();
-        d.coverage_report(&[m.clone(), module("/lib/libc.so.6")])
+        d.coverage_report(&[m.clone(), module("/lib/libc.so.6", &PAIRS)])
             .unwrap();
         assert!(
             walk(&d, Qid::ROOT, "00000002").is_err(),
@@ -835,7 +423,7 @@ mod tests {
         );
         // A later report replaces the counts (the engine's are cumulative).
         let mut later = m;
-        later.blocks[1].count = 3;
+        later.pairs.insert(3, (0x113a, 3));
         d.coverage_report(&[later]).unwrap();
         assert_eq!(histogram(&d, "00000001")[3], "0x113a 3\n");
         write(&d, "stop", None).unwrap();

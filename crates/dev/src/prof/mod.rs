@@ -239,19 +239,18 @@
 
 mod coverage;
 mod ctl;
+mod engines;
 mod histogram;
 mod memory;
 mod modules;
 #[cfg(test)]
 mod tests;
 
-pub use coverage::{
-    attach_coverage, coverage_pairs, statically_linked, CovAttached, ATTACH_TIMEOUT,
-};
 pub use ctl::{frequency_hz, session_config, Mode, DEFAULT_INTERVAL_MS};
-pub use memory::{
-    attach_process, parse_pools, Attached, MemoryModule, POOL_FILE, POOL_MALLOC, POOL_MAP,
+pub use engines::{
+    merge as merge_counts, Attached, CoverageEngine, Engines, MemoryEngine, ModuleCounts,
 };
+pub use memory::{parse_pools, MemoryModule, POOL_FILE, POOL_MALLOC, POOL_MAP};
 pub use modules::ModuleKey;
 
 use crate::engine::{Engine, Sink};
@@ -386,6 +385,10 @@ pub struct Prof {
     /// Tasks and modules: taken by whoever feeds records, never by a reader.
     resolver: Arc<Mutex<Resolver>>,
     session: Session,
+    /// What `startcp PID` and `startmp… PID` attach with.
+    engines: Engines,
+    /// The processes attached so far, for reports at `stop`.
+    attached: engines::Attachments,
 }
 
 /// Account `records` while a mode is on: resolve them to modules under the
@@ -409,8 +412,15 @@ fn feed(state: &Mutex<State>, resolver: &Mutex<Resolver>, health: &Health, recor
 }
 
 impl Prof {
-    /// A device sampling through `engine`.
+    /// A device sampling through `engine`, attaching to no process
+    /// (`startcp PID` and `startmp… PID` are ENXIO).
     pub fn new(engine: Engine) -> Self {
+        Prof::with_engines(engine, Engines::default())
+    }
+
+    /// A device sampling through `engine` and attaching to processes
+    /// with `engines` (the coverage and memory modes' `PID` forms).
+    pub fn with_engines(engine: Engine, engines: Engines) -> Self {
         let session = Session::new(engine);
         session
             .health()
@@ -419,6 +429,8 @@ impl Prof {
             state: Arc::new(Mutex::new(State::new())),
             resolver: Arc::new(Mutex::new(Resolver::new())),
             session,
+            engines,
+            attached: engines::Attachments::default(),
         }
     }
 
