@@ -378,23 +378,20 @@ fn attached_and_done(exe: &Path, tmp: &Path) -> (Child, Child) {
 }
 
 /// mprof's status, standard output and standard error once it exits.
+/// Both pipes are drained while it runs: a report larger than a pipe's
+/// buffer would otherwise hold mprof in write(2) for ever.
 fn ended(mut mprof: Child) -> (std::process::ExitStatus, String, String) {
+    fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            r.read_to_string(&mut s).unwrap();
+            s
+        })
+    }
+    let out = drain(mprof.stdout.take().unwrap());
+    let err = drain(mprof.stderr.take().unwrap());
     let status = profdev_testkit::wait_exit("mprof -p", &mut mprof, Duration::from_secs(60));
-    let mut out = String::new();
-    mprof
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut err = String::new();
-    mprof
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status, out, err)
+    (status, out.join().unwrap(), err.join().unwrap())
 }
 
 fn kill(pid: u32, sig: i32) {

@@ -152,15 +152,44 @@ pub fn wait_exit(
     while status.is_none() {
         status = child.try_wait().expect("waiting for a child");
         if status.is_none() && Instant::now() >= deadline {
+            let threads = where_threads_wait(child.id());
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{what} did not exit within {timeout:?}");
+            panic!("{what} did not exit within {timeout:?}; its threads were in:\n{threads}");
         }
         if status.is_none() {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
     status.unwrap_or_else(|| unreachable!())
+}
+
+/// Each thread of process `pid`: its name, state and where the kernel
+/// has it wait (`wchan`, and the kernel stack where root may read it):
+/// what a test that gave up on a process reports.
+pub fn where_threads_wait(pid: u32) -> String {
+    let mut out = String::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("  (process {pid} is gone)\n");
+    };
+    for t in tasks.flatten() {
+        let dir = t.path();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        let state = read("stat")
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next().map(str::to_string))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {} {} {state} wchan={}\n",
+            t.file_name().to_string_lossy(),
+            read("comm").trim_end(),
+            read("wchan")
+        ));
+        for line in read("stack").lines().take(8) {
+            out.push_str(&format!("      {line}\n"));
+        }
+    }
+    out
 }
 
 /// CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID).
