@@ -355,7 +355,7 @@ const KNOWN_ROWS: [&str; 5] = [
 /// then mprof and the program, still running.
 fn attached_and_done(exe: &Path, tmp: &Path) -> (Child, Child) {
     let mut child = start_with(exe, &[Path::new("wait")]);
-    let mut mprof = profdev()
+    let mut mprof = with_default_signals(&mut profdev())
         .args(["mprof", "-l", "-p"])
         .arg(child.id().to_string())
         .env("TMPDIR", tmp)

@@ -623,7 +623,21 @@ fn interrupted_mprof_shows_the_counts_and_exits_128_plus_the_signal() {
     let tmp = dir.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let start = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_profdev"));
+        // SIGINT at its default, whatever this test inherited (a
+        // background job of a shell starts with it ignored, and mprof
+        // honours an ignored signal, as nohup asks).
+        // SAFETY: signal(2) is async-signal-safe, allowed between fork
+        // and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let mut c = cmd
             .args(["mprof", "-l", "-e"])
             .arg(&exe)
             .arg("wait")

@@ -11,6 +11,25 @@ pub fn profdev() -> Command {
     Command::new(env!("CARGO_BIN_EXE_profdev"))
 }
 
+/// `cmd` with SIGINT, SIGTERM, SIGHUP and SIGQUIT at their default
+/// disposition, whatever this test process inherited (a background job of
+/// a non-interactive shell starts with SIGINT and SIGQUIT ignored, and a
+/// command honours an ignored signal as nohup(1) asks): for tests that
+/// send those signals.
+pub fn with_default_signals(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe, the only kind of call
+    // allowed between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Run and capture.
 pub fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("running profdev")
