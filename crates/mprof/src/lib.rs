@@ -282,10 +282,15 @@ pub fn sweep(tmp: &Path, uid: u32) -> usize {
         if mapped.iter().any(|m| m == &path) {
             continue;
         }
+        use std::os::unix::fs::OpenOptionsExt;
         // Locked by a profdev at work: not ours to take. Holding the lock
         // while removing keeps a new holder out (none can come: only the
         // session that made a directory locks it).
-        let Ok(f) = std::fs::OpenOptions::new().read(true).open(&path) else {
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        else {
             continue;
         };
         if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {

@@ -294,25 +294,9 @@ impl Prof {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::{walk, OpenMode, Qid};
-    use crate::Dev;
+    use crate::tree::{walk, Qid};
 
-    use super::super::tests::{idle as dev, write_as as write};
-
-    fn histogram(d: &Prof, dir: &str) -> Vec<String> {
-        let dir = walk(d, Qid::ROOT, dir).unwrap();
-        let h = walk(d, dir.qid, "histogram").unwrap();
-        let mut chan = d.open(h.qid, OpenMode::Read).unwrap();
-        let mut pairs = Vec::new();
-        loop {
-            let b = d.read(&mut chan, 0, 64).unwrap();
-            if b.is_empty() {
-                break;
-            }
-            pairs.push(String::from_utf8(b).unwrap());
-        }
-        pairs
-    }
+    use super::super::tests::{histogram, idle as dev, write_as as write};
 
     #[test]
     fn startcp_parse_and_errors() {

@@ -427,24 +427,7 @@ mod tests {
         (d, log)
     }
 
-    fn histogram(d: &super::super::Prof, dir: &str) -> Vec<String> {
-        use crate::tree::{walk, OpenMode, Qid};
-        use crate::Dev;
-        let dir = walk(d, Qid::ROOT, dir).unwrap();
-        let h = walk(d, dir.qid, "histogram").unwrap();
-        let mut chan = d.open(h.qid, OpenMode::Read).unwrap();
-        let mut pairs = Vec::new();
-        loop {
-            let b = d.read(&mut chan, 0, 64).unwrap();
-            if b.is_empty() {
-                break;
-            }
-            pairs.push(String::from_utf8(b).unwrap());
-        }
-        pairs
-    }
-
-    use super::super::tests::write_as as write;
+    use super::super::tests::{histogram, write_as as write};
 
     #[test]
     fn startcp_hands_the_engine_the_process_and_stop_reads_it() {

@@ -12,6 +12,22 @@ use std::path::Path;
 
 const BASE: u64 = 0x5555_0000_0000;
 
+/// Every pair of record `dir`'s histogram, one read(2) of 64 bytes each.
+pub(super) fn histogram(d: &Prof, dir: &str) -> Vec<String> {
+    let dir = tree::walk(d, tree::Qid::ROOT, dir).unwrap();
+    let h = tree::walk(d, dir.qid, "histogram").unwrap();
+    let mut chan = d.open(h.qid, tree::OpenMode::Read).unwrap();
+    let mut pairs = Vec::new();
+    loop {
+        let b = d.read(&mut chan, 0, 64).unwrap();
+        if b.is_empty() {
+            break;
+        }
+        pairs.push(String::from_utf8(b).unwrap());
+    }
+    pairs
+}
+
 /// One write of `msg` to ctl by a writer with credentials `cred` (the
 /// modes' own tests: coverage.rs, memory.rs).
 pub(super) fn write_as(
