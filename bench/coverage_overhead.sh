@@ -11,6 +11,11 @@
 #   COVERAGE_BENCH_LAUNCH=PATH               another build of the harness
 #                                            (to compare two commits)
 #   COVERAGE_BENCH_PROFDEV=PATH              another build of profdev (attach)
+#   COVERAGE_BENCH_BASE=DIR                  a release directory of another
+#                                            build (bench/interleaved.sh): adds
+#                                            the variants launch@base and
+#                                            attach@base, with a plan cache of
+#                                            their own, interleaved with the rest
 #
 # Workloads:
 #   xz       xz -9 -T1 of 3 MB of base64 text
@@ -51,6 +56,7 @@ rounds=${1:-1}
 cargo build --release -q -p profdev-coverage -p profdev
 launch=${COVERAGE_BENCH_LAUNCH:-$PWD/target/release/profdev-coverage-run}
 profdev=${COVERAGE_BENCH_PROFDEV:-$PWD/target/release/profdev}
+base=${COVERAGE_BENCH_BASE:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -c 2250000 /dev/urandom | base64 >"$work/in.txt"
@@ -65,6 +71,7 @@ done >"$work/gen.c"
 export PROFDEV_CACHE_DIR="$work/cache"
 variants=(native cold launch attach)
 command -v valgrind >/dev/null && variants+=(cachegrind callgrind) || echo "bench: valgrind not found: skipped" >&2
+[ -n "$base" ] && variants+=(launch@base attach@base)
 if [ -n "${COVERAGE_BENCH_VARIANTS:-}" ]; then
   read -r -a variants <<<"$COVERAGE_BENCH_VARIANTS"
 fi
@@ -76,6 +83,7 @@ run() { # variant, command...
   case $v in
     native) "$@" ;;
     launch) "$launch" -- "$@" 2>>"$work/launch.log" ;;
+    launch@base) PROFDEV_CACHE_DIR="$work/cache-base" "$base/profdev-coverage-run" -- "$@" 2>>"$work/launch.log" ;;
     cold) PROFDEV_CACHE_DIR=off "$launch" -- "$@" 2>>"$work/launch.log" ;;
     cachegrind) valgrind -q --trace-children=yes --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null "$@" ;;
     callgrind) valgrind -q --trace-children=yes --tool=callgrind --callgrind-out-file=/dev/null "$@" ;;
@@ -108,9 +116,10 @@ child_cc1() { target=$(pgrep -P "$1" -x cc1) && execd "$target" "$(readlink -f "
 attach_failed=0
 
 one() { # variant workload -> seconds
-  local v=$1 w=$2 t0 t1 pid cp bin
+  local v=$1 w=$2 t0 t1 pid cp bin cprof=$profdev
+  [ "$v" = attach@base ] && cprof=$base/profdev
   t0=$(date +%s.%N)
-  if [ "$v" = attach ]; then
+  if [ "${v%@base}" = attach ]; then
     # A simple command in the background: the shell's child execs it, so
     # $! is the workload's process.
     case $w in
@@ -123,7 +132,7 @@ one() { # variant workload -> seconds
     bin=$(readlink -f "$bin")
     if await "$w's exec" execd "$pid" "$bin" && { [ "$w" != cc ] || await "cc1's start" child_cc1 "$pid"; }; then
       echo "== attach $w: process $target" >>"$work/attach.log"
-      "$profdev" cprof -p "$target" >/dev/null 2>>"$work/attach.log" &
+      "$cprof" cprof -p "$target" >/dev/null 2>>"$work/attach.log" &
       cp=$!
     fi
     wait "$pid"
@@ -144,6 +153,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 # The cache filled: one untimed launch run per workload.
 for w in "${workloads[@]}"; do
   workload launch "$w"
+  [ -z "$base" ] || workload launch@base "$w"
 done
 
 declare -A secs

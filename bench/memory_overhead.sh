@@ -5,6 +5,10 @@
 # memory (max RSS) of each, which shows what the accounting itself costs.
 #
 # Usage: bench/memory_overhead.sh [ROUNDS]      (default 3 rounds)
+#   MEMORY_BENCH_BASE=DIR      a release directory of another build
+#                              (bench/interleaved.sh): adds the variant
+#                              mprof@base, interleaved with the rest
+#   MEMORY_BENCH_VARIANTS="native mprof"   only these variants
 #
 # Workloads:
 #   micro   bench/alloc_micro.c (cc -O2): two threads, each 10,000,000
@@ -44,12 +48,18 @@ P
 variants=(native mprof)
 command -v heaptrack >/dev/null && variants+=(heaptrack) || echo "bench: heaptrack not found: skipped" >&2
 command -v valgrind >/dev/null && variants+=(massif dhat) || echo "bench: valgrind not found: skipped" >&2
+base=${MEMORY_BENCH_BASE:-}
+[ -n "$base" ] && variants+=(mprof@base)
+if [ -n "${MEMORY_BENCH_VARIANTS:-}" ]; then
+  read -r -a variants <<<"$MEMORY_BENCH_VARIANTS"
+fi
 
 run() { # variant, command...
   local v=$1; shift
   case $v in
     native) "$@" ;;
     mprof) "$profdev" mprof -l "$@" ;;
+    mprof@base) "$base/profdev" mprof -l "$@" ;;
     heaptrack) heaptrack -o "$work/ht" "$@" ;;
     massif) valgrind -q --tool=massif --massif-out-file="$work/massif.out" "$@" ;;
     dhat) valgrind -q --tool=dhat --dhat-out-file="$work/dhat.out" "$@" ;;
@@ -69,7 +79,7 @@ for w in micro micro1 python; do
     for v in "${variants[@]}"; do
       rm -f "$work"/ht* "$work"/*.out "$work/err"
       /usr/bin/time -f "%e %M" -o "$work/time" bash -c '"$@" >/dev/null 2>"$0"' "$work/err" \
-        bash -c "$(declare -f run); profdev=$profdev work=$work; run $v \"\$@\"" _ "${cmd[@]}"
+        bash -c "$(declare -f run); profdev=$profdev base=$base work=$work; run $v \"\$@\"" _ "${cmd[@]}"
       read -r e m <"$work/time"
       secs[$w.$v]+="$e "
       prog[$w.$v]+="$(sed -n 's/^elapsed //p' "$work/err" | tail -n1) "

@@ -3,6 +3,10 @@
 # slowdown, bytes per sample, and the export times of a 1M-sample
 # recording. As root; needs gcc and linux-perf.
 #   bench/record.sh [ROUNDS]
+#   RECORD_BENCH_BASE=DIR   a release directory of another build
+#                           (bench/interleaved.sh): adds the variant
+#                           profdev@base, interleaved with the rest
+#   RECORD_BENCH_QUICK=1    the slowdowns only (no sizes, no export speed)
 # Prints the load average before and after: on a shared machine the wall
 # times (and so the slowdowns) carry the other work's noise; the CPU
 # times (user + system of the command and its children) carry less.
@@ -31,6 +35,8 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 declare -A wall cpu
 variants="bare bare_fp profdev perf_dwarf perf_fp"
+base=${RECORD_BENCH_BASE:-}
+[ -z "$base" ] || variants+=" profdev@base"
 for r in $(seq "$rounds"); do
   for v in $variants; do
     rm -f p.data p.data.old
@@ -38,6 +44,7 @@ for r in $(seq "$rounds"); do
       bare) t=$(run ./calltree $arg) ;;
       bare_fp) t=$(run ./calltree_fp $arg) ;;
       profdev) t=$(run "$profdev" record -g -F $hz -o p.data -- ./calltree $arg) ;;
+      profdev@base) t=$(run "$base/profdev" record -g -F $hz -o p.data -- ./calltree $arg) ;;
       perf_dwarf) t=$(run perf record -q --call-graph dwarf -F $hz -e cpu-clock -o dwarf.data -- ./calltree $arg) ;;
       perf_fp) t=$(run perf record -q -g -F $hz -e cpu-clock -o fp.data -- ./calltree_fp $arg) ;;
     esac
@@ -59,6 +66,7 @@ for v in $variants; do
   printf '  %-11s %8.3f %8.3f %8.3f %8.3f\n' "$v" "$mw" "$(echo "$mw / $rw" | bc -l)" "$mc" "$(echo "$mc / $rc" | bc -l)"
 done
 echo "  (all rounds, wall: profdev ${wall[profdev]}; perf_dwarf ${wall[perf_dwarf]}; perf_fp ${wall[perf_fp]}; bare ${wall[bare]})"
+[ -z "${RECORD_BENCH_QUICK:-}" ] || exit 0
 
 samples() { perf script -i "$1" -F tid 2>/dev/null | wc -l; }
 rm -f p.data p.data.old
