@@ -469,3 +469,31 @@ fn layering_rules_hold() {
         errors.join("\n  ")
     );
 }
+
+/// Every member takes the workspace's lints (`[lints] workspace = true`),
+/// so the denials there — undocumented unsafe blocks, functions over the
+/// length `clippy.toml` sets — reach a crate added tomorrow too.
+#[test]
+fn every_member_takes_the_workspace_lints() {
+    let (root, members) = workspace();
+    let mut missing = Vec::new();
+    for short in members.keys() {
+        let path = root.join("crates").join(short).join("Cargo.toml");
+        let text = std::fs::read_to_string(&path).expect("Cargo.toml readable");
+        let mut in_lints = false;
+        let mut takes = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                in_lints = line == "[lints]";
+            } else if in_lints && line.replace(' ', "") == "workspace=true" {
+                takes = true;
+            }
+        }
+        if !takes {
+            missing.push(format!(
+                "crates/{short}/Cargo.toml: add `[lints]` with `workspace = true`"
+            ));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
