@@ -4,7 +4,7 @@
 //! (direct calls, tail-call jumps, PLT and GOT calls, recorded indirect
 //! targets). The histogram stays sampled: a sample taken in a trampoline
 //! (the executable's code as the runtime runs it) is charged back to the
-//! block the trampoline copies ([`Trampolines`]).
+//! block the trampoline copies (`Trampolines`).
 
 use crate::{plural, Program};
 use anyhow::{bail, Context, Result};
