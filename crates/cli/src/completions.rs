@@ -89,72 +89,10 @@ fn classic_names() -> Vec<&'static str> {
 
 /// The completion script for `shell`.
 pub fn script(shell: Shell) -> String {
-    let mut root = root();
-    let mut out = Vec::new();
-    let generator = match shell {
-        Shell::Bash => clap_complete::Shell::Bash,
-        Shell::Zsh => clap_complete::Shell::Zsh,
-        Shell::Fish => clap_complete::Shell::Fish,
+    let shell = match shell {
+        Shell::Bash => profdev_man::completions::Shell::Bash,
+        Shell::Zsh => profdev_man::completions::Shell::Zsh,
+        Shell::Fish => profdev_man::completions::Shell::Fish,
     };
-    clap_complete::generate(generator, &mut root, "profdev", &mut out);
-    let script = String::from_utf8(out).expect("clap_complete writes UTF-8");
-    let names = classic_names().join(" ");
-    match shell {
-        // A classic name completes as `profdev NAME`: the words are
-        // rewritten to that and profdev's function does the rest.
-        Shell::Bash => format!(
-            "{script}
-# The classic names, run through links to profdev (ln -s profdev kprof).
-_profdev_classic() {{
-    local COMP_CWORD=$((COMP_CWORD + 1))
-    local -a COMP_WORDS=(profdev \"${{COMP_WORDS[@]}}\")
-    _profdev profdev \"$2\" \"$3\"
-}}
-complete -F _profdev_classic -o nosort -o bashdefault -o default {names}
-"
-        ),
-        Shell::Zsh => {
-            // Autoloaded from $fpath, the file is the function `_profdev`
-            // for every name on its #compdef line; sourced, it registers
-            // itself and the classic names with compdef.
-            let script = script.replacen(
-                "#compdef profdev\n",
-                &format!("#compdef profdev {names}\n"),
-                1,
-            );
-            let tail = "if [ \"$funcstack[1]\" = \"_profdev\" ]; then";
-            let body = match script.rfind(tail) {
-                Some(i) => &script[..i],
-                None => script.as_str(),
-            };
-            format!(
-                "{body}# The classic names, run through links to profdev (ln -s profdev kprof).
-_profdev_classic() {{
-    if [[ $service != profdev ]]; then
-        words=(profdev \"${{words[@]}}\")
-        (( CURRENT++ ))
-    fi
-    _profdev \"$@\"
-}}
-
-{tail}
-    _profdev_classic \"$@\"
-else
-    compdef _profdev profdev
-    compdef _profdev_classic {names}
-fi
-"
-            )
-        }
-        Shell::Fish => {
-            let mut s = script;
-            s.push_str(
-                "\n# The classic names, run through links to profdev (ln -s profdev kprof).\n",
-            );
-            for name in classic_names() {
-                s.push_str(&format!("complete -c {name} -w 'profdev {name}'\n"));
-            }
-            s
-        }
-    }
+    profdev_man::completions::script(shell, root(), &classic_names())
 }

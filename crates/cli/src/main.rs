@@ -26,7 +26,6 @@ mod kgmon;
 mod kprof;
 mod malloc;
 mod man;
-mod mdroff;
 mod mount;
 mod mprof;
 mod output;

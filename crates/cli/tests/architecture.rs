@@ -73,6 +73,14 @@ const MAY_USE: &[(&str, &[&str])] = &[
         &["dev", "coverage", "inject", "mprof", "safefile", "asuser"],
     ),
     ("fuse", &["core", "dev"]),
+    // gmon's and kgmon's profiles, and the symbols files gprof reads.
+    (
+        "gprof",
+        &["core", "formats", "symbolize", "coverage", "safefile"],
+    ),
+    // The manual and the completions: formatting over clap, no profdev
+    // crate.
+    ("man", &[]),
     // The binary: anything but profil (linked into programs) and testkit.
     (
         "cli",
@@ -90,6 +98,8 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "asuser",
             "inject",
             "attach",
+            "gprof",
+            "man",
         ],
     ),
 ];

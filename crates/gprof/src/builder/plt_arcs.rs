@@ -79,7 +79,7 @@ fn a_sample_in_a_plt_stub_makes_no_arc_into_init() {
     // A return address inside main: its call site is the byte before.
     let (in_stub, in_hot, ret) = (va(stub.addr + 2), va(hot.addr + 4), va(main.addr + 8));
     let path = exe.path.to_str().unwrap().to_string();
-    let mut b = Builder::with_tasks(exe, Tasks::with_objects(Objects::with_loader(|_| None)));
+    let mut b = Builder::new(exe, Objects::with_loader(|_| None), false);
     b.record(&Record::Mmap {
         pid: 7,
         tid: 7,
