@@ -73,6 +73,11 @@ const MAY_USE: &[(&str, &[&str])] = &[
         &["dev", "coverage", "inject", "mprof", "safefile", "asuser"],
     ),
     ("fuse", &["core", "dev"]),
+    // profdev record's recorder.
+    (
+        "record",
+        &["core", "formats", "sample", "symbolize", "safefile"],
+    ),
     // The binary: anything but profil (linked into programs) and testkit.
     (
         "cli",
@@ -90,6 +95,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "asuser",
             "inject",
             "attach",
+            "record",
         ],
     ),
 ];
