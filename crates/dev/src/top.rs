@@ -1,15 +1,26 @@
-//! The data of `profdev top`: a decaying window of functions by process,
-//! and the symbolization cache that names them. No terminal, no clock, no
-//! sampling here: the command feeds [`Window`] with stacks whose frames a
-//! [`Symbolizer`] has named, and draws the [`Snapshot`]s it takes.
+//! The data and the running of `profdev top`: a decaying window of
+//! functions by process, the sampling thread that feeds it and the names
+//! of its rows. No terminal, no clock of its own: the command opens the
+//! session, hands its source to [`Live`], and draws or prints the
+//! [`Snapshot`]s it takes, in [`text`]'s words.
+//!
+//! Top's aggregation lives here rather than in a crate of its own (or in
+//! `profdev-record`) because it counts into the device layer's
+//! [`Health`](crate::health::Health), the counts the `stat/` files serve,
+//! and reads samples only through core's `SampleSource`: it needs nothing
+//! of `sample`.
 //!
 //! * A [`Frame`] is a place as the sampler saw it: a kernel pc, or a user
 //!   address already placed in its object (the mapping's
 //!   [`Object`](profdev_symbolize::Object) and the file offset), so the
 //!   sampling thread does no symbol work and the object outlives the
 //!   process.
-//! * [`Symbolizer`] names frames, caching by kernel pc and by (object id,
-//!   file offset), and interns each (module, function) once as a [`FuncId`].
+//! * [`Symbolizer`] (symbolize's, the one `record` names with too) names
+//!   frames, caching by kernel pc and by (object id, file offset), and
+//!   interns each (module, function) once as a [`FuncId`].
+//! * [`Live`] (`live.rs`): the sampling thread (rings, tasks, unwinding,
+//!   placing) and the display side that names what it sends into the
+//!   window and keeps the health counts.
 //! * [`Window`] counts, per (process, function), the samples whose leaf is
 //!   that function (*self*) and those whose stack holds it (*total*, once
 //!   per sample however deep the recursion). [`Window::decay`] scales every
@@ -31,6 +42,10 @@
 //! assert_eq!((s.rows[0].self_share, s.rows[0].total_share), (0.5, 1.0));
 //! ```
 
+mod live;
+pub mod text;
+
+pub use live::{check_process, session, Live, Wake, DECAY, STACK_BYTES};
 pub use profdev_symbolize::symbolizer::{Frame, Func, FuncId, Symbolizer, UNKNOWN};
 use std::collections::HashMap;
 use std::sync::Arc;
