@@ -139,7 +139,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         command: args.command.clone(),
     };
     let find = |cmd: &OsString| find_program(cmd).map_err(|e| e.to_string());
-    let done = profdev_record::record(&opts, &find)?;
+    let objects = profdev_symbolize::Objects::shared();
+    let done = profdev_record::record(&opts, objects, &find)?;
     let wrote = done.wrote();
     eprintln!(
         "{NAME}: {wrote}: {} samples, {} bytes ({:.1} bytes per sample); {} lost, {} throttled",

@@ -236,11 +236,17 @@ fn open_session(
 }
 
 /// Record as `opts` asks, until CMD ends (or, attached without one, a
-/// signal, or the session's end); `find` resolves CMD's name. An error
+/// signal, or the session's end); the tasks' files are kept in `objects`
+/// (the table the live source reports mappings to); `find` resolves CMD's
+/// name. An error
 /// before or while recording is returned as one sentence (a `.partial`
 /// begun stays); otherwise the [`Outcome`], even when the final rename
 /// failed or sampling stopped early.
-pub fn record(opts: &Options, find: FindProgram<'_>) -> Result<Outcome, Error> {
+pub fn record(
+    opts: &Options,
+    objects: profdev_symbolize::Objects,
+    find: FindProgram<'_>,
+) -> Result<Outcome, Error> {
     let config = session_config(opts)?;
     let attach = opts.all || !opts.pids.is_empty() || opts.tid.is_some();
     let mut job = Job::new().map_err(|e| Error(e.to_string()))?;
@@ -259,7 +265,6 @@ pub fn record(opts: &Options, find: FindProgram<'_>) -> Result<Outcome, Error> {
         symbols: opts.symbols,
         only_tid: opts.tid,
     };
-    let objects = profdev_symbolize::Objects::shared();
     let thread = symbols::SymbolThread::start();
     let mut rec = Recorder::new(enc, &setup, objects, Some(thread));
     out.write(&mut rec.enc)?;
