@@ -45,9 +45,9 @@ use crate::child::{find_program, Job};
 use crate::output;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use profdev_core::{Record, SampleSource, SessionConfig, SourceError, SourceFactory, SourceStats};
+use profdev_core::{SessionConfig, SourceError, SourceStats};
 use profdev_dev::kprof::{HistogramCounter, Kprof, KprofConfig};
-use profdev_dev::outside::OutsideCollector as Collector;
+use profdev_dev::outside::{OutsideCollector as Collector, OutsideTap};
 use profdev_dev::tree::walk;
 use profdev_dev::{Dev, DevError, Engine, OpenMode, Qid};
 use profdev_formats::kpdata::{self, Kpdata};
@@ -58,7 +58,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Run CMD with kernel profiling on (system wide, all CPUs); write
 /// DIR/kpdata and print the kprof table and where the ticks outside kernel
@@ -118,10 +118,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     let text = ksyms.require_text("/proc/kallsyms")?;
 
     let collector = Arc::new(Mutex::new(Collector::new(text, args.log_bucket)));
-    let factory = TapFactory {
-        inner: crate::progress::factory(args.mmap_pages),
-        collector: collector.clone(),
-    };
+    let factory = OutsideTap::new(crate::progress::factory(args.mmap_pages), collector.clone());
     let config = KprofConfig {
         text,
         log_bucket: args.log_bucket,
@@ -304,56 +301,6 @@ fn run_child(job: &mut Job, program: &Path, args: &[OsString]) -> Result<std::pr
         .with_context(|| format!("cannot run {}", program.display()))?;
     job.started(&child);
     Ok(job.wait())
-}
-
-/// Opens sessions from the live engine with task tracking on, and shows
-/// every batch to the collector before kprof counts it.
-struct TapFactory {
-    inner: profdev_sample::PerfFactory,
-    collector: Arc<Mutex<Collector>>,
-}
-
-impl SourceFactory for TapFactory {
-    fn open(&self, config: &SessionConfig) -> Result<Box<dyn SampleSource>, SourceError> {
-        let config = SessionConfig {
-            track_tasks: true,
-            ..config.clone()
-        };
-        Ok(Box::new(Tap {
-            inner: self.inner.open(&config)?,
-            collector: self.collector.clone(),
-        }))
-    }
-}
-
-struct Tap {
-    inner: Box<dyn SampleSource>,
-    collector: Arc<Mutex<Collector>>,
-}
-
-impl SampleSource for Tap {
-    fn read(&mut self, out: &mut Vec<Record>, timeout: Duration) -> Result<(), SourceError> {
-        let start = out.len();
-        let r = self.inner.read(out, timeout);
-        self.collector
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .observe(&out[start..]);
-        r
-    }
-
-    fn flush(&mut self, out: &mut Vec<Record>) {
-        let start = out.len();
-        self.inner.flush(out);
-        self.collector
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .observe(&out[start..]);
-    }
-
-    fn stats(&self) -> SourceStats {
-        self.inner.stats()
-    }
 }
 
 /// The in-kernel BPF histogram as the kprof device's counter.

@@ -78,31 +78,15 @@
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Parser, ValueEnum};
-use profdev_core::{CpuMode, ProcessVa, Record, Sample, SessionConfig, SourceError, Target};
-use profdev_dev::health::{Health, HealthSnapshot};
-use profdev_dev::top::{Frame, Snapshot, Sort, Symbolizer, View, Window, Zoom};
-use profdev_symbolize::unwind::UserUnwinder;
-use profdev_symbolize::{KernelSymbols, Objects, Tasks};
-use std::collections::HashMap;
+use profdev_dev::top::text::{batch_text, batch_title, run_title};
+use profdev_dev::top::{check_process, session, Live, Sort, View, Wake, Zoom};
+use profdev_symbolize::KernelSymbols;
 use std::ffi::OsString;
-use std::fmt::Write as _;
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The factor every count is multiplied by at each refresh (perf top's).
-pub const DECAY: f64 = 7.0 / 8.0;
-
-/// Rows below this share are left out of a batch snapshot.
-const BATCH_MIN_SHARE: f64 = 0.001;
-
-/// Bytes of user stack copied with each sample under `-g`.
-const STACK_BYTES: u32 = 8192;
-
-/// The kernel's callchain markers (`PERF_CONTEXT_*`) are above this.
-const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum SortArg {
@@ -159,32 +143,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     }
 }
 
-/// One sample, as the sampling thread hands it over: placed, not named.
-struct Event {
-    pid: u32,
-    comm: Arc<str>,
-    frames: Vec<Frame>,
-}
-
-/// What the sampling thread sends: samples, or why it stopped.
-enum Batch {
-    Events(Vec<Event>),
-    Failed(String),
-}
-
 fn run(args: &Args) -> Result<ExitCode> {
-    let config = SessionConfig {
-        target: Target::System,
-        frequency_hz: args.frequency,
-        kernel: true,
-        user: true,
-        callchain: args.callgraph,
-        user_stack_bytes: if args.callgraph { STACK_BYTES } else { 0 },
-        track_tasks: true,
-    };
+    let config = session(args.frequency, args.callgraph);
     config.validate().map_err(|e| anyhow!("{e}"))?;
     if let Some(pid) = args.pid {
-        check_process(pid)?;
+        check_process(pid).map_err(|e| anyhow!(e))?;
     }
     let signal = Arc::new(AtomicUsize::new(0));
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
@@ -206,22 +169,7 @@ fn run(args: &Args) -> Result<ExitCode> {
             None
         }
     };
-    let health = Arc::new(Health::new());
-    health.started(&config);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let sampler = {
-        let (health, stop, filter, callgraph) =
-            (health.clone(), stop.clone(), args.pid, args.callgraph);
-        std::thread::spawn(move || sample(source, health, stop, filter, callgraph, tx))
-    };
-    let mut live = Live {
-        rx,
-        symbolizer: Symbolizer::new(kernel),
-        window: Window::new(),
-        health: health.clone(),
-        failed: None,
-    };
+    let mut live = Live::start(Box::new(source), &config, kernel, args.pid);
     let view = View {
         sort: match args.sort {
             SortArg::Own => Sort::SelfShare,
@@ -241,10 +189,9 @@ fn run(args: &Args) -> Result<ExitCode> {
             &signal,
         )
     };
-    stop.store(true, Ordering::Relaxed);
-    let _ = sampler.join();
+    let failed = live.finish();
     let ended = result?;
-    if let Some(why) = live.failed {
+    if let Some(why) = failed {
         bail!("sampling stopped: {why}");
     }
     Ok(match ended {
@@ -253,232 +200,9 @@ fn run(args: &Args) -> Result<ExitCode> {
     })
 }
 
-/// Is `pid` a running process (a thread group leader)? One sentence if not.
-fn check_process(pid: u32) -> Result<()> {
-    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(s) if pid != 0 => s,
-        _ => bail!("process {pid} does not exist; give the pid of a running process, or -a"),
-    };
-    let tgid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|t| t.trim().parse::<u32>().ok());
-    match tgid {
-        Some(tgid) if tgid != pid => {
-            bail!("{pid} is a thread of process {tgid}: give -p {tgid} (its threads are shown together)")
-        }
-        _ => Ok(()),
-    }
-}
-
 /// What the title says about the run.
 fn args_title(args: &Args) -> String {
-    let what = match args.pid {
-        Some(pid) => format!("process {pid}"),
-        None => "system-wide".into(),
-    };
-    format!(
-        "{what} at {} Hz{}",
-        args.frequency,
-        if args.callgraph { ", -g" } else { "" }
-    )
-}
-
-/// The sampling thread: read the rings, keep the tasks, place each
-/// sample's frames in their objects, hand them over. No naming here.
-fn sample(
-    mut source: profdev_sample::PerfSource,
-    health: Arc<Health>,
-    stop: Arc<AtomicBool>,
-    filter: Option<u32>,
-    callgraph: bool,
-    tx: mpsc::Sender<Batch>,
-) {
-    use profdev_core::SampleSource as _;
-    let mut tasks = Tasks::with_objects(Objects::new());
-    let mut unwinder = UserUnwinder::new();
-    let mut comms: HashMap<u32, Arc<str>> = HashMap::new();
-    let mut records = Vec::new();
-    let mut user = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        let r = source.read(&mut records, Duration::from_millis(100));
-        health.count(&records);
-        let mut events = Vec::new();
-        for rec in records.drain(..) {
-            tasks.observe(&rec);
-            match &rec {
-                Record::Comm { pid, .. } | Record::Exit { pid, .. } => {
-                    comms.remove(pid);
-                }
-                Record::Sample(s) if filter.is_none_or(|p| p == s.pid) => {
-                    let comm = comms
-                        .entry(s.pid)
-                        .or_insert_with(|| Arc::from(comm_of(&tasks, s.pid)))
-                        .clone();
-                    let frames = place(&tasks, &mut unwinder, s, callgraph, &mut user);
-                    events.push(Event {
-                        pid: s.pid,
-                        comm,
-                        frames,
-                    });
-                }
-                _ => {}
-            }
-        }
-        if callgraph {
-            let u = unwinder.stats();
-            health.set_unwind(u.samples - u.truncated, [0, u.truncated, 0]);
-        }
-        if !events.is_empty() && tx.send(Batch::Events(events)).is_err() {
-            return;
-        }
-        match r {
-            Ok(()) => {}
-            Err(SourceError::Ended) => return,
-            Err(e) => {
-                let _ = tx.send(Batch::Failed(e.to_string()));
-                return;
-            }
-        }
-    }
-}
-
-fn comm_of(tasks: &Tasks, pid: u32) -> String {
-    match tasks.comm(pid) {
-        Some(c) => c.to_string(),
-        None if pid == 0 => "swapper".into(),
-        None => format!("[{pid}]"),
-    }
-}
-
-/// A sample's frames, leaf first: the sampled pc alone, or with `-g` the
-/// kernel's callchain and the unwound user stack. Return addresses are
-/// looked up one byte back, in their call instruction.
-fn place(
-    tasks: &Tasks,
-    unwinder: &mut UserUnwinder,
-    s: &Sample,
-    callgraph: bool,
-    user: &mut Vec<u64>,
-) -> Vec<Frame> {
-    let user_frame = |va: u64| match tasks.lookup(s.pid, ProcessVa(va)) {
-        Some(m) => match &m.object {
-            Some(object) => Frame::User {
-                object: object.clone(),
-                offset: m.file_offset(ProcessVa(va)),
-            },
-            None => Frame::Anonymous,
-        },
-        None => Frame::Anonymous,
-    };
-    if !callgraph {
-        return vec![match s.mode {
-            CpuMode::User => user_frame(s.ip),
-            _ => Frame::Kernel(s.ip),
-        }];
-    }
-    let mut frames = Vec::new();
-    if s.mode != CpuMode::User {
-        let chain = s
-            .kernel_chain
-            .iter()
-            .copied()
-            .filter(|&a| a < PERF_CONTEXT_MAX);
-        for (i, pc) in chain.enumerate() {
-            frames.push(Frame::Kernel(if i == 0 { pc } else { pc.wrapping_sub(1) }));
-        }
-        if frames.is_empty() {
-            frames.push(Frame::Kernel(s.ip));
-        }
-    }
-    if s.pid != 0 && (s.mode == CpuMode::User || s.user_regs.is_some() || !s.user_chain.is_empty())
-    {
-        unwinder.unwind_into(tasks, s, user);
-        for (i, &va) in user.iter().enumerate() {
-            frames.push(user_frame(if i == 0 { va } else { va.wrapping_sub(1) }));
-        }
-    }
-    if frames.is_empty() {
-        frames.push(user_frame(s.ip));
-    }
-    frames
-}
-
-/// The display side: what arrives from the sampler, named and counted.
-pub(crate) struct Live {
-    rx: mpsc::Receiver<Batch>,
-    symbolizer: Symbolizer,
-    window: Window,
-    health: Arc<Health>,
-    failed: Option<String>,
-}
-
-impl Live {
-    /// Take in what the sampler sent until `deadline` (or until it
-    /// stopped); false when it stopped.
-    pub(crate) fn drain_until(&mut self, deadline: Instant) -> bool {
-        loop {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(wait) {
-                Ok(batch) => self.take(batch),
-                Err(mpsc::RecvTimeoutError::Timeout) => return true,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    // It stops only when told to, or after sending why.
-                    self.failed
-                        .get_or_insert_with(|| "the sampling thread ended unexpectedly".into());
-                    return false;
-                }
-            }
-            if self.failed.is_some() {
-                return false;
-            }
-            if Instant::now() >= deadline {
-                return true;
-            }
-        }
-    }
-
-    fn take(&mut self, batch: Batch) {
-        let events = match batch {
-            Batch::Events(e) => e,
-            Batch::Failed(why) => {
-                self.failed = Some(why);
-                return;
-            }
-        };
-        let mut ids = Vec::new();
-        for e in events {
-            ids.clear();
-            ids.extend(e.frames.iter().map(|f| self.symbolizer.resolve(f)));
-            // A sample whose own function has no name: a symbol miss.
-            if ids
-                .first()
-                .is_some_and(|&leaf| self.symbolizer.is_unknown(leaf))
-            {
-                self.health.symbol_miss();
-            }
-            self.window.add(e.pid, &e.comm, &ids);
-        }
-    }
-
-    pub(crate) fn snapshot(&self, view: &View) -> Snapshot {
-        self.window.snapshot(view, |id| {
-            let f = self.symbolizer.func(id);
-            (f.name.clone(), f.module.clone())
-        })
-    }
-
-    pub(crate) fn decay(&mut self) {
-        self.window.decay(DECAY);
-    }
-
-    pub(crate) fn health(&self) -> HealthSnapshot {
-        self.health.snapshot()
-    }
-
-    pub(crate) fn failed(&self) -> bool {
-        self.failed.is_some()
-    }
+    run_title(args.pid, args.frequency, args.callgraph)
 }
 
 /// `--batch`: N snapshots as text on stdout. Returns the signal that ended
@@ -489,25 +213,13 @@ fn batch(args: &Args, live: &mut Live, view: View, signal: &AtomicUsize) -> Resu
     let mut n = 0u64;
     let mut out = std::io::stdout().lock();
     loop {
-        // Wake at least every 100 ms to see a signal.
-        while Instant::now() < next {
-            let step = next.min(Instant::now() + Duration::from_millis(100));
-            if !live.drain_until(step) {
-                return Ok(0);
-            }
-            let sig = signal.load(Ordering::Relaxed);
-            if sig != 0 {
-                return Ok(sig);
-            }
+        match live.wait(next, signal) {
+            Wake::Deadline => {}
+            Wake::Stopped => return Ok(0),
+            Wake::Signal(sig) => return Ok(sig),
         }
         n += 1;
-        let title = format!(
-            "profdev top: snapshot {n}{}, every {} s, {}, by {}",
-            args.count.map_or_else(String::new, |c| format!(" of {c}")),
-            args.delay,
-            args_title(args),
-            sort_word(view.sort)
-        );
+        let title = batch_title(n, args.count, args.delay, &args_title(args), view.sort);
         let text = batch_text(
             &title,
             &live.health(),
@@ -530,159 +242,9 @@ fn batch(args: &Args, live: &mut Live, view: View, signal: &AtomicUsize) -> Resu
     }
 }
 
-pub(crate) fn sort_word(s: Sort) -> &'static str {
-    match s {
-        Sort::SelfShare => "self",
-        Sort::Total => "total",
-    }
-}
-
-/// The health line, in the words of the progress lines and `stat/` keys.
-pub(crate) fn health_line(h: &HealthSnapshot) -> String {
-    let mut s = format!(
-        "health: {} Hz (asked {}), {} samples, {} lost, {} throttled",
-        h.rate_achieved, h.rate_asked, h.samples, h.lost, h.throttled
-    );
-    if h.unwind_ok + h.unwind_failures() > 0 {
-        let _ = write!(s, ", {} unwind failures", h.unwind_failures());
-    }
-    if h.symbol_misses > 0 {
-        let _ = write!(s, ", {} symbol misses", h.symbol_misses);
-    }
-    s
-}
-
-/// The column heads of a snapshot.
-pub(crate) fn heads(total: bool) -> String {
-    format!(
-        "  self%{}  {:<15} {:>7}  {:<20} FUNCTION",
-        if total { "  total%" } else { "" },
-        "COMMAND",
-        "PID",
-        "MODULE"
-    )
-}
-
-/// One row as text.
-pub(crate) fn row_text(r: &profdev_dev::top::Row, total: bool) -> String {
-    let mut s = format!("{:>6.2}%", r.self_share * 100.0);
-    if total {
-        let _ = write!(s, " {:>6.2}%", r.total_share * 100.0);
-    }
-    let _ = write!(
-        s,
-        "  {:<15} {:>7}  {:<20} {}",
-        r.comm, r.pid, r.module, r.function
-    );
-    s
-}
-
-/// A batch snapshot: title, health line, heads, the rows with at least
-/// 0.1% (of the sort's share), an empty line.
-fn batch_text(title: &str, h: &HealthSnapshot, snap: &Snapshot, total: bool) -> String {
-    let mut s = format!("{title}\n{}\n{}\n", health_line(h), heads(total));
-    for r in &snap.rows {
-        let share = if total {
-            r.self_share.max(r.total_share)
-        } else {
-            r.self_share
-        };
-        if share < BATCH_MIN_SHARE {
-            continue;
-        }
-        s.push_str(&row_text(r, total));
-        s.push('\n');
-    }
-    s.push('\n');
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profdev_dev::top::{FuncId, Window};
-
-    #[test]
-    fn batch_text_has_the_health_line_and_the_rows_above_a_tenth_of_a_percent() {
-        let mut w = Window::new();
-        for _ in 0..999 {
-            w.add(42, "spin", &[FuncId(1), FuncId(2)]);
-        }
-        w.add(7, "rare", &[FuncId(3)]);
-        let names = |id: FuncId| (format!("fn{}", id.0), "spin".to_string());
-        let view = View {
-            sort: Sort::SelfShare,
-            zoom: None,
-        };
-        let h = Health::new();
-        h.started(&SessionConfig::system(1000));
-        let text = batch_text("title", &h.snapshot(), &w.snapshot(&view, names), false);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "title");
-        assert_eq!(
-            lines[1],
-            "health: 0 Hz (asked 1000), 0 samples, 0 lost, 0 throttled"
-        );
-        assert_eq!(
-            lines[2],
-            "  self%  COMMAND             PID  MODULE               FUNCTION"
-        );
-        assert_eq!(
-            lines[3],
-            " 99.90%  spin                 42  spin                 fn1"
-        );
-        assert_eq!(
-            lines[4],
-            "  0.10%  rare                  7  spin                 fn3"
-        );
-        assert_eq!(lines.len(), 6);
-        // With totals: fn2 holds 99.9% of the stacks, no sample of its own.
-        let text = batch_text(
-            "t",
-            &h.snapshot(),
-            &w.snapshot(
-                &View {
-                    sort: Sort::Total,
-                    zoom: None,
-                },
-                names,
-            ),
-            true,
-        );
-        assert!(
-            text.contains("\n  0.00%  99.90%  spin                 42  spin                 fn2\n"),
-            "{text}"
-        );
-        h.set_unwind(5, [0, 1, 0]);
-        assert!(health_line(&h.snapshot()).ends_with(", 0 throttled, 1 unwind failures"));
-    }
-
-    #[test]
-    fn a_pid_must_be_a_running_process() {
-        let me = std::process::id();
-        assert!(check_process(me).is_ok());
-        // A thread of this process (alive until told) is not a process.
-        let (tx, rx) = mpsc::channel();
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
-            let _ = done_rx.recv();
-        });
-        let tid = rx.recv().unwrap();
-        let e = check_process(tid).unwrap_err().to_string();
-        drop(done_tx);
-        t.join().unwrap();
-        assert_eq!(
-            e,
-            format!(
-                "{tid} is a thread of process {me}: give -p {me} (its threads are shown together)"
-            )
-        );
-        assert!(check_process(0)
-            .unwrap_err()
-            .to_string()
-            .starts_with("process 0 does not exist"));
-    }
 
     #[test]
     fn delay_is_bounded() {

@@ -1,15 +1,15 @@
 //! The screen of `profdev top` (ratatui over crossterm): the drawing and
-//! the keys, nothing else; the data are `crate::top::Live`'s.
+//! the keys, nothing else; the data are `profdev_dev::top::Live`'s.
 //!
 //! The terminal is put back (raw mode off, the main screen again, the
 //! cursor shown) by [`Screen`]'s drop on every return, and by the panic
 //! hook `ratatui::init` installs on a panic; a signal is seen by the loop
 //! within 100 ms and returns through the same drop.
 
-use crate::top::{heads, health_line, row_text, sort_word, Live};
 use anyhow::Result;
 use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use profdev_dev::top::{Snapshot, Sort, View, Zoom};
+use profdev_dev::top::text::{heads, health_line, row_text, sort_word};
+use profdev_dev::top::{Live, Snapshot, Sort, View, Zoom};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;

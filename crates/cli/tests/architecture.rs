@@ -81,6 +81,11 @@ const MAY_USE: &[(&str, &[&str])] = &[
     // The manual and the completions: formatting over clap, no profdev
     // crate.
     ("man", &[]),
+    // profdev record's recorder.
+    (
+        "record",
+        &["core", "formats", "sample", "symbolize", "safefile"],
+    ),
     // The binary: anything but profil (linked into programs) and testkit.
     (
         "cli",
@@ -100,6 +105,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "attach",
             "gprof",
             "man",
+            "record",
         ],
     ),
 ];

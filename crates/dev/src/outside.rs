@@ -14,14 +14,19 @@
 //! other kernel code) and each object's ELF symbols (and its separate debug
 //! file's, when found), into a [`profdev_report::outside::Outside`], which
 //! `report` renders. A process's name is kept from its first outside tick,
-//! so processes long gone by the end are still named.
+//! so processes long gone by the end are still named. An [`OutsideTap`]
+//! puts a collector on every session a factory opens.
 
-use profdev_core::{CpuMode, KernelPc, KernelText, ProcessVa, Record, SourceStats};
+use profdev_core::{
+    CpuMode, KernelPc, KernelText, ProcessVa, Record, SampleSource, SessionConfig, SourceError,
+    SourceFactory, SourceStats,
+};
 use profdev_formats::kpdata;
 use profdev_report::outside::{Outside, Place};
 use profdev_symbolize::{KernelSymbols, Object, Objects, Tasks};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// What an outside tick is keyed by until the end, when it is symbolized.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -208,6 +213,64 @@ impl OutsideCollector {
     }
 }
 
+/// Opens sessions from `inner` with task tracking on, and shows every
+/// batch to the collector before the session's reader (kprof) counts it.
+pub struct OutsideTap<F> {
+    inner: F,
+    collector: Arc<Mutex<OutsideCollector>>,
+}
+
+impl<F: SourceFactory> OutsideTap<F> {
+    /// Sessions of `inner`, watched by `collector`.
+    pub fn new(inner: F, collector: Arc<Mutex<OutsideCollector>>) -> Self {
+        OutsideTap { inner, collector }
+    }
+}
+
+impl<F: SourceFactory> SourceFactory for OutsideTap<F> {
+    fn open(&self, config: &SessionConfig) -> Result<Box<dyn SampleSource>, SourceError> {
+        let config = SessionConfig {
+            track_tasks: true,
+            ..config.clone()
+        };
+        Ok(Box::new(Tap {
+            inner: self.inner.open(&config)?,
+            collector: self.collector.clone(),
+        }))
+    }
+}
+
+/// One tapped session.
+struct Tap {
+    inner: Box<dyn SampleSource>,
+    collector: Arc<Mutex<OutsideCollector>>,
+}
+
+impl SampleSource for Tap {
+    fn read(&mut self, out: &mut Vec<Record>, timeout: Duration) -> Result<(), SourceError> {
+        let start = out.len();
+        let r = self.inner.read(out, timeout);
+        self.collector
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(&out[start..]);
+        r
+    }
+
+    fn flush(&mut self, out: &mut Vec<Record>) {
+        let start = out.len();
+        self.inner.flush(out);
+        self.collector
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(&out[start..]);
+    }
+
+    fn stats(&self) -> SourceStats {
+        self.inner.stats()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +313,37 @@ mod tests {
             build_id: None,
             time: 0,
         }
+    }
+
+    /// A factory that records the config it was asked for and replays.
+    struct Asked(Mutex<Option<SessionConfig>>, Vec<Record>);
+
+    impl SourceFactory for Asked {
+        fn open(&self, config: &SessionConfig) -> Result<Box<dyn SampleSource>, SourceError> {
+            *self.0.lock().unwrap() = Some(config.clone());
+            crate::engine::ReplayFactory::new(self.1.clone()).open(config)
+        }
+    }
+
+    /// The tap turns task tracking on and shows the collector every record
+    /// its reader gets, unchanged.
+    #[test]
+    fn the_tap_shows_every_batch_to_the_collector() {
+        let records = vec![
+            sample(0, 0xffff_ffff_8100_0010, CpuMode::Kernel),
+            sample(7, 0x40_1000, CpuMode::User),
+        ];
+        let collector = Arc::new(Mutex::new(OutsideCollector::new(TEXT, 3)));
+        let tap = OutsideTap::new(Asked(Mutex::new(None), records.clone()), collector.clone());
+        let mut source = tap.open(&SessionConfig::system(100)).unwrap();
+        let mut got = Vec::new();
+        source.read(&mut got, Duration::ZERO).unwrap();
+        source.flush(&mut got);
+        assert_eq!(got, records);
+        assert!(tap.inner.0.lock().unwrap().as_ref().unwrap().track_tasks);
+        let c = collector.lock().unwrap();
+        assert_eq!(c.stats().samples, 2);
+        assert_eq!(source.stats().samples, 2);
     }
 
     #[test]

@@ -1,15 +1,26 @@
-//! The data of `profdev top`: a decaying window of functions by process,
-//! and the symbolization cache that names them. No terminal, no clock, no
-//! sampling here: the command feeds [`Window`] with stacks whose frames a
-//! [`Symbolizer`] has named, and draws the [`Snapshot`]s it takes.
+//! The data and the running of `profdev top`: a decaying window of
+//! functions by process, the sampling thread that feeds it and the names
+//! of its rows. No terminal, no clock of its own: the command opens the
+//! session, hands its source to [`Live`], and draws or prints the
+//! [`Snapshot`]s it takes, in [`text`]'s words.
+//!
+//! Top's aggregation lives here rather than in a crate of its own (or in
+//! `profdev-record`) because it counts into the device layer's
+//! [`Health`](crate::health::Health), the counts the `stat/` files serve,
+//! and reads samples only through core's `SampleSource`: it needs nothing
+//! of `sample`.
 //!
 //! * A [`Frame`] is a place as the sampler saw it: a kernel pc, or a user
 //!   address already placed in its object (the mapping's
 //!   [`Object`](profdev_symbolize::Object) and the file offset), so the
 //!   sampling thread does no symbol work and the object outlives the
 //!   process.
-//! * [`Symbolizer`] names frames, caching by kernel pc and by (object id,
-//!   file offset), and interns each (module, function) once as a [`FuncId`].
+//! * [`Symbolizer`] (symbolize's, the one `record` names with too) names
+//!   frames, caching by kernel pc and by (object id, file offset), and
+//!   interns each (module, function) once as a [`FuncId`].
+//! * [`Live`] (`live.rs`): the sampling thread (rings, tasks, unwinding,
+//!   placing) and the display side that names what it sends into the
+//!   window and keeps the health counts.
 //! * [`Window`] counts, per (process, function), the samples whose leaf is
 //!   that function (*self*) and those whose stack holds it (*total*, once
 //!   per sample however deep the recursion). [`Window::decay`] scales every
@@ -31,150 +42,13 @@
 //! assert_eq!((s.rows[0].self_share, s.rows[0].total_share), (0.5, 1.0));
 //! ```
 
-use profdev_symbolize::{KernelSymbols, Object};
+mod live;
+pub mod text;
+
+pub use live::{check_process, session, Live, Wake, DECAY, STACK_BYTES};
+pub use profdev_symbolize::symbolizer::{Frame, Func, FuncId, Symbolizer, UNKNOWN};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// One frame as sampled.
-#[derive(Clone, Debug)]
-pub enum Frame {
-    /// A kernel pc (a return address for every frame but the leaf).
-    Kernel(u64),
-    /// A user address in a file-backed mapping: its object and the byte of
-    /// the file it falls on.
-    User { object: Arc<Object>, offset: u64 },
-    /// A user address in no known file (anonymous memory, a JIT, a
-    /// process whose maps were never seen).
-    Anonymous,
-}
-
-/// An interned (module, function).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FuncId(pub u32);
-
-/// A function's names.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Func {
-    /// The module: `[kernel]`, a kernel module's name, an object's file name.
-    pub module: String,
-    /// The function, or `[unknown]`.
-    pub name: String,
-}
-
-/// The name of a place no symbol names.
-pub const UNKNOWN: &str = "[unknown]";
-
-/// Cached entries before the caches are emptied and refilled (a bound on
-/// memory: a long system-wide run sees many pcs).
-const MAX_CACHED: usize = 1 << 20;
-
-/// Names frames, once per kernel pc and per (object, offset).
-pub struct Symbolizer {
-    kernel: Option<KernelSymbols>,
-    kernel_pcs: HashMap<u64, FuncId>,
-    user_pcs: HashMap<(u64, u64), FuncId>,
-    ids: HashMap<Func, FuncId>,
-    funcs: Vec<Func>,
-    misses: u64,
-}
-
-impl Symbolizer {
-    /// A symbolizer with the kernel's symbols, if they could be read.
-    pub fn new(kernel: Option<KernelSymbols>) -> Self {
-        Symbolizer {
-            kernel,
-            kernel_pcs: HashMap::new(),
-            user_pcs: HashMap::new(),
-            ids: HashMap::new(),
-            funcs: Vec::new(),
-            misses: 0,
-        }
-    }
-
-    /// The function of frame `f`.
-    pub fn resolve(&mut self, f: &Frame) -> FuncId {
-        if self.kernel_pcs.len() + self.user_pcs.len() > MAX_CACHED {
-            self.kernel_pcs.clear();
-            self.user_pcs.clear();
-        }
-        match f {
-            Frame::Kernel(pc) => {
-                if let Some(&id) = self.kernel_pcs.get(pc) {
-                    return id;
-                }
-                let func = match self.kernel.as_ref().and_then(|k| k.lookup(*pc)) {
-                    Some((sym, _)) => Func {
-                        module: sym
-                            .module
-                            .as_ref()
-                            .map_or_else(|| "[kernel]".into(), |m| format!("[{m}]")),
-                        name: sym.name.clone(),
-                    },
-                    None => self.miss("[kernel]"),
-                };
-                let id = self.intern(func);
-                self.kernel_pcs.insert(*pc, id);
-                id
-            }
-            Frame::User { object, offset } => {
-                let key = (object.id(), *offset);
-                if let Some(&id) = self.user_pcs.get(&key) {
-                    return id;
-                }
-                let module = object.basename().to_string();
-                let name = object.symbols().ok().and_then(|elf| {
-                    let addr = elf.file_addr_of_offset(*offset)?;
-                    elf.symbol(addr).map(|(s, _)| s.name())
-                });
-                let func = match name {
-                    Some(name) => Func { module, name },
-                    None => self.miss(&module),
-                };
-                let id = self.intern(func);
-                self.user_pcs.insert(key, id);
-                id
-            }
-            Frame::Anonymous => {
-                let func = self.miss("[anon]");
-                self.intern(func)
-            }
-        }
-    }
-
-    fn miss(&mut self, module: &str) -> Func {
-        self.misses += 1;
-        Func {
-            module: module.into(),
-            name: UNKNOWN.into(),
-        }
-    }
-
-    fn intern(&mut self, func: Func) -> FuncId {
-        if let Some(&id) = self.ids.get(&func) {
-            return id;
-        }
-        let id = FuncId(self.funcs.len() as u32);
-        self.funcs.push(func.clone());
-        self.ids.insert(func, id);
-        id
-    }
-
-    /// The names of `id`.
-    pub fn func(&self, id: FuncId) -> &Func {
-        &self.funcs[id.0 as usize]
-    }
-
-    /// Frames no symbol named so far (each distinct frame counted once,
-    /// when first seen).
-    pub fn misses(&self) -> u64 {
-        self.misses
-    }
-
-    /// Is `id` a place no symbol names (`[unknown]`)?
-    pub fn is_unknown(&self, id: FuncId) -> bool {
-        self.func(id).name == UNKNOWN
-    }
-}
 
 /// What the rows are ordered by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -347,7 +221,6 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profdev_symbolize::kernel::KSym;
 
     fn names(id: FuncId) -> (String, String) {
         let module = if id.0 >= 10 { "libc.so.6" } else { "a.out" };
@@ -447,53 +320,5 @@ mod tests {
         assert_eq!(rows, vec![(1, "libc.so.6".into()), (2, "libc.so.6".into())]);
         w.clear();
         assert_eq!(w.snapshot(&all(Sort::Total), names), Snapshot::default());
-    }
-
-    #[test]
-    fn kernel_frames_are_named_once_and_interned() {
-        let syms = KernelSymbols::from_symbols(vec![
-            KSym {
-                addr: 0x1000,
-                kind: 'T',
-                name: "do_work".into(),
-                module: None,
-            },
-            KSym {
-                addr: 0x2000,
-                kind: 't',
-                name: "mod_fn".into(),
-                module: Some("ext4".into()),
-            },
-            KSym {
-                addr: 0x3000,
-                kind: 'T',
-                name: "_etext".into(),
-                module: None,
-            },
-        ]);
-        let mut s = Symbolizer::new(Some(syms));
-        let a = s.resolve(&Frame::Kernel(0x1004));
-        let b = s.resolve(&Frame::Kernel(0x1008));
-        assert_eq!(a, b);
-        assert_eq!(
-            s.func(a),
-            &Func {
-                module: "[kernel]".into(),
-                name: "do_work".into()
-            }
-        );
-        let m = s.resolve(&Frame::Kernel(0x2010));
-        assert_eq!(s.func(m).module, "[ext4]");
-        assert_eq!(s.misses(), 0);
-        let u = s.resolve(&Frame::Kernel(0x10));
-        assert_eq!(s.func(u).name, "[unknown]");
-        let anon = s.resolve(&Frame::Anonymous);
-        assert_eq!(s.func(anon).module, "[anon]");
-        assert!(s.is_unknown(u) && s.is_unknown(anon) && !s.is_unknown(a));
-        assert_eq!(s.misses(), 2);
-        // No kernel symbols: every kernel pc is [unknown] in [kernel].
-        let mut none = Symbolizer::new(None);
-        let x = none.resolve(&Frame::Kernel(0x1004));
-        assert_eq!(none.func(x).name, "[unknown]");
     }
 }

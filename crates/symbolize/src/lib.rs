@@ -10,6 +10,8 @@
 //!   and kept open, so that samples of processes that have already exited,
 //!   or of binaries replaced since, still symbolize and unwind.
 //! * [`unwind`]: user stacks from `.eh_frame` over the tasks table.
+//! * [`symbolizer`]: the one [`Symbolizer`] that names kernel pcs and
+//!   (object, offset) places for `top` and `record`, cached.
 //!
 //! **Where `unsafe` lives, and why.** Three blocks: [`elf`] maps an object
 //! file read-only (memmap2) rather than copying large debug files;
@@ -21,6 +23,7 @@ pub mod elf;
 pub mod kernel;
 pub mod objects;
 pub mod open;
+pub mod symbolizer;
 pub mod tasks;
 pub mod unwind;
 
@@ -30,4 +33,5 @@ pub mod fuzzing;
 pub use elf::{ElfError, ElfLayout, ElfObject, FnSym, Frame, LineRow, SymOrigin};
 pub use kernel::{KSym, KernelSymbols, SymbolError};
 pub use objects::{Object, ObjectKey, Objects};
+pub use symbolizer::Symbolizer;
 pub use tasks::{Mapping, Tasks};

@@ -1,0 +1,503 @@
+//! `profdev top` running: the sampling thread and the display side's
+//! [`Live`], which names what the thread sends and counts it into the
+//! [`Window`]. The command keeps its arguments, its screen and its batch
+//! loop; it opens the session ([`session`]) and hands the source here.
+//!
+//! The sampling thread only reads the rings, keeps a [`Tasks`] table and
+//! (with `-g`) unwinds; it places each frame in its object (the mapping's
+//! [`Object`](profdev_symbolize::Object) and file offset) and names
+//! nothing. Naming happens on the display side through the
+//! [`Symbolizer`], once per kernel pc and per (object, offset).
+
+use super::{Frame, Snapshot, Symbolizer, View, Window};
+use crate::health::{Health, HealthSnapshot};
+use profdev_core::{
+    CpuMode, ProcessVa, Record, Sample, SampleSource, SessionConfig, SourceError, Target,
+};
+use profdev_symbolize::unwind::UserUnwinder;
+use profdev_symbolize::{KernelSymbols, Objects, Tasks};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// The factor every count is multiplied by at each refresh (perf top's).
+pub const DECAY: f64 = 7.0 / 8.0;
+
+/// Bytes of user stack copied with each sample under `-g`.
+pub const STACK_BYTES: u32 = 8192;
+
+/// The kernel's callchain markers (`PERF_CONTEXT_*`) are above this.
+const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
+
+/// The session top samples with: every CPU at `frequency` Hz, kernel and
+/// user mode, tasks tracked; with `callgraph`, callchains and a copy of
+/// the user stack.
+pub fn session(frequency: u32, callgraph: bool) -> SessionConfig {
+    SessionConfig {
+        target: Target::System,
+        frequency_hz: frequency,
+        kernel: true,
+        user: true,
+        callchain: callgraph,
+        user_stack_bytes: if callgraph { STACK_BYTES } else { 0 },
+        track_tasks: true,
+    }
+}
+
+/// Is `pid` a running process (a thread group leader)? One sentence if not.
+pub fn check_process(pid: u32) -> Result<(), String> {
+    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) if pid != 0 => s,
+        _ => {
+            return Err(format!(
+                "process {pid} does not exist; give the pid of a running process, or -a"
+            ))
+        }
+    };
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|t| t.trim().parse::<u32>().ok());
+    match tgid {
+        Some(tgid) if tgid != pid => Err(format!(
+            "{pid} is a thread of process {tgid}: give -p {tgid} (its threads are shown together)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// One sample, as the sampling thread hands it over: placed, not named.
+struct Event {
+    pid: u32,
+    comm: Arc<str>,
+    frames: Vec<Frame>,
+}
+
+/// What the sampling thread sends: samples, or why it stopped.
+enum Batch {
+    Events(Vec<Event>),
+    Failed(String),
+}
+
+/// The sampling thread: read the rings, keep the tasks, place each
+/// sample's frames in their objects, hand them over. No naming here.
+fn sample(
+    mut source: Box<dyn SampleSource>,
+    health: Arc<Health>,
+    stop: Arc<AtomicBool>,
+    filter: Option<u32>,
+    callgraph: bool,
+    tx: mpsc::Sender<Batch>,
+) {
+    let mut tasks = Tasks::with_objects(Objects::new());
+    let mut unwinder = UserUnwinder::new();
+    let mut comms: HashMap<u32, Arc<str>> = HashMap::new();
+    let mut records = Vec::new();
+    let mut user = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let r = source.read(&mut records, Duration::from_millis(100));
+        health.count(&records);
+        let mut events = Vec::new();
+        for rec in records.drain(..) {
+            tasks.observe(&rec);
+            match &rec {
+                Record::Comm { pid, .. } | Record::Exit { pid, .. } => {
+                    comms.remove(pid);
+                }
+                Record::Sample(s) if filter.is_none_or(|p| p == s.pid) => {
+                    let comm = comms
+                        .entry(s.pid)
+                        .or_insert_with(|| Arc::from(comm_of(&tasks, s.pid)))
+                        .clone();
+                    let frames = place(&tasks, &mut unwinder, s, callgraph, &mut user);
+                    events.push(Event {
+                        pid: s.pid,
+                        comm,
+                        frames,
+                    });
+                }
+                _ => {}
+            }
+        }
+        if callgraph {
+            let u = unwinder.stats();
+            health.set_unwind(u.samples - u.truncated, [0, u.truncated, 0]);
+        }
+        if !events.is_empty() && tx.send(Batch::Events(events)).is_err() {
+            return;
+        }
+        match r {
+            Ok(()) => {}
+            Err(SourceError::Ended) => return,
+            Err(e) => {
+                let _ = tx.send(Batch::Failed(e.to_string()));
+                return;
+            }
+        }
+    }
+}
+
+fn comm_of(tasks: &Tasks, pid: u32) -> String {
+    match tasks.comm(pid) {
+        Some(c) => c.to_string(),
+        None if pid == 0 => "swapper".into(),
+        None => format!("[{pid}]"),
+    }
+}
+
+/// A sample's frames, leaf first: the sampled pc alone, or with `-g` the
+/// kernel's callchain and the unwound user stack. Return addresses are
+/// looked up one byte back, in their call instruction.
+fn place(
+    tasks: &Tasks,
+    unwinder: &mut UserUnwinder,
+    s: &Sample,
+    callgraph: bool,
+    user: &mut Vec<u64>,
+) -> Vec<Frame> {
+    let user_frame = |va: u64| match tasks.lookup(s.pid, ProcessVa(va)) {
+        Some(m) => match &m.object {
+            Some(object) => Frame::User {
+                object: object.clone(),
+                offset: m.file_offset(ProcessVa(va)),
+            },
+            None => Frame::Anonymous,
+        },
+        None => Frame::Anonymous,
+    };
+    if !callgraph {
+        return vec![match s.mode {
+            CpuMode::User => user_frame(s.ip),
+            _ => Frame::Kernel(s.ip),
+        }];
+    }
+    let mut frames = Vec::new();
+    if s.mode != CpuMode::User {
+        let chain = s
+            .kernel_chain
+            .iter()
+            .copied()
+            .filter(|&a| a < PERF_CONTEXT_MAX);
+        for (i, pc) in chain.enumerate() {
+            frames.push(Frame::Kernel(if i == 0 { pc } else { pc.wrapping_sub(1) }));
+        }
+        if frames.is_empty() {
+            frames.push(Frame::Kernel(s.ip));
+        }
+    }
+    if s.pid != 0 && (s.mode == CpuMode::User || s.user_regs.is_some() || !s.user_chain.is_empty())
+    {
+        unwinder.unwind_into(tasks, s, user);
+        for (i, &va) in user.iter().enumerate() {
+            frames.push(user_frame(if i == 0 { va } else { va.wrapping_sub(1) }));
+        }
+    }
+    if frames.is_empty() {
+        frames.push(user_frame(s.ip));
+    }
+    frames
+}
+
+/// Why [`Live::wait`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// The deadline came.
+    Deadline,
+    /// The sampling thread stopped (see [`Live::finish`]).
+    Stopped,
+    /// A signal was caught (its number).
+    Signal(usize),
+}
+
+/// The display side: what arrives from the sampler, named and counted.
+pub struct Live {
+    rx: mpsc::Receiver<Batch>,
+    symbolizer: Symbolizer,
+    window: Window,
+    health: Arc<Health>,
+    failed: Option<String>,
+    stop: Arc<AtomicBool>,
+    sampler: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Live {
+    /// Start the sampling thread on `source`, opened with `config`
+    /// ([`session`]); keep the samples of process `filter` alone, if
+    /// given. `kernel` names kernel pcs (none: `[unknown]`).
+    pub fn start(
+        source: Box<dyn SampleSource>,
+        config: &SessionConfig,
+        kernel: Option<KernelSymbols>,
+        filter: Option<u32>,
+    ) -> Live {
+        let health = Arc::new(Health::new());
+        health.started(config);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let sampler = {
+            let (health, stop, callgraph) = (health.clone(), stop.clone(), config.callchain);
+            std::thread::spawn(move || sample(source, health, stop, filter, callgraph, tx))
+        };
+        Live {
+            rx,
+            symbolizer: Symbolizer::new(kernel),
+            window: Window::new(),
+            health,
+            failed: None,
+            stop,
+            sampler: Some(sampler),
+        }
+    }
+
+    /// Take in what the sampler sent until `deadline` (or until it
+    /// stopped); false when it stopped.
+    pub fn drain_until(&mut self, deadline: Instant) -> bool {
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(wait) {
+                Ok(batch) => self.take(batch),
+                Err(mpsc::RecvTimeoutError::Timeout) => return true,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // It stops only when told to, or after sending why.
+                    self.failed
+                        .get_or_insert_with(|| "the sampling thread ended unexpectedly".into());
+                    return false;
+                }
+            }
+            if self.failed.is_some() {
+                return false;
+            }
+            if Instant::now() >= deadline {
+                return true;
+            }
+        }
+    }
+
+    /// Take in what the sampler sends until `deadline`, waking at least
+    /// every 100 ms to see whether `signal` was set (non-zero).
+    pub fn wait(&mut self, deadline: Instant, signal: &AtomicUsize) -> Wake {
+        while Instant::now() < deadline {
+            let step = deadline.min(Instant::now() + Duration::from_millis(100));
+            if !self.drain_until(step) {
+                return Wake::Stopped;
+            }
+            let sig = signal.load(Ordering::Relaxed);
+            if sig != 0 {
+                return Wake::Signal(sig);
+            }
+        }
+        Wake::Deadline
+    }
+
+    fn take(&mut self, batch: Batch) {
+        let events = match batch {
+            Batch::Events(e) => e,
+            Batch::Failed(why) => {
+                self.failed = Some(why);
+                return;
+            }
+        };
+        let mut ids = Vec::new();
+        for e in events {
+            ids.clear();
+            ids.extend(e.frames.iter().map(|f| self.symbolizer.resolve(f)));
+            // A sample whose own function has no name: a symbol miss.
+            if ids
+                .first()
+                .is_some_and(|&leaf| self.symbolizer.is_unknown(leaf))
+            {
+                self.health.symbol_miss();
+            }
+            self.window.add(e.pid, &e.comm, &ids);
+        }
+    }
+
+    /// The window's rows in `view`, named.
+    pub fn snapshot(&self, view: &View) -> Snapshot {
+        self.window.snapshot(view, |id| {
+            let f = self.symbolizer.func(id);
+            (f.name.clone(), f.module.clone())
+        })
+    }
+
+    /// Fade every count by [`DECAY`].
+    pub fn decay(&mut self) {
+        self.window.decay(DECAY);
+    }
+
+    /// The health counts so far.
+    pub fn health(&self) -> HealthSnapshot {
+        self.health.snapshot()
+    }
+
+    /// Did the sampling thread stop?
+    pub fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// Stop the sampling thread and wait for it; why it stopped on its
+    /// own, if it did.
+    pub fn finish(mut self) -> Option<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.sampler.take() {
+            let _ = t.join();
+        }
+        self.failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ReplayFactory;
+    use profdev_core::SourceFactory as _;
+
+    fn replay(records: Vec<Record>) -> Box<dyn SampleSource> {
+        ReplayFactory::new(records)
+            .open(&session(1000, false))
+            .unwrap()
+    }
+
+    fn sample_of(pid: u32, ip: u64, mode: CpuMode) -> Record {
+        Record::Sample(Sample {
+            pid,
+            tid: pid,
+            ip,
+            mode,
+            period: 1,
+            ..Sample::default()
+        })
+    }
+
+    /// Replayed records go through the sampling thread and are named and
+    /// counted on the display side: kernel pcs by the kernel's symbols,
+    /// user pcs in no mapping as `[anon]`, the idle task as `swapper`, a
+    /// process's name from its comm; `-p` keeps one process.
+    #[test]
+    fn replayed_samples_are_placed_named_and_counted() {
+        let kernel = KernelSymbols::from_symbols(vec![profdev_symbolize::KSym {
+            addr: 0xffff_ffff_8100_0000,
+            kind: 'T',
+            name: "idle_loop".into(),
+            module: None,
+        }]);
+        let records = vec![
+            Record::Comm {
+                pid: 7,
+                tid: 7,
+                comm: "spin".into(),
+                exec: true,
+                time: 0,
+            },
+            sample_of(7, 0x40_1000, CpuMode::User),
+            sample_of(7, 0x40_1000, CpuMode::User),
+            sample_of(0, 0xffff_ffff_8100_0010, CpuMode::Kernel),
+            sample_of(9, 0x40_2000, CpuMode::User),
+        ];
+        let config = session(1000, false);
+        let mut live = Live::start(replay(records.clone()), &config, Some(kernel), None);
+        // The replay ends after its records: the thread stops on its own.
+        while live.drain_until(Instant::now() + Duration::from_secs(60)) {}
+        let snap = live.snapshot(&View {
+            sort: super::super::Sort::SelfShare,
+            zoom: None,
+        });
+        let rows: Vec<(u32, &str, &str, &str, f64)> = snap
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.pid,
+                    r.comm.as_str(),
+                    r.module.as_str(),
+                    r.function.as_str(),
+                    r.self_share,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (7, "spin", "[anon]", "[unknown]", 0.5),
+                // A tie goes by function name.
+                (9, "[9]", "[anon]", "[unknown]", 0.25),
+                (0, "swapper", "[kernel]", "idle_loop", 0.25),
+            ]
+        );
+        assert_eq!(live.health().symbol_misses, 3);
+        assert_eq!(
+            live.finish(),
+            Some("the sampling thread ended unexpectedly".into())
+        );
+
+        let mut one = Live::start(replay(records), &config, None, Some(7));
+        while one.drain_until(Instant::now() + Duration::from_secs(60)) {}
+        let snap = one.snapshot(&View {
+            sort: super::super::Sort::SelfShare,
+            zoom: None,
+        });
+        assert_eq!(snap.rows.len(), 1);
+        assert_eq!(snap.rows[0].pid, 7);
+    }
+
+    /// With -g a kernel sample's chain (markers dropped, callers one byte
+    /// back) comes first, then the user stack; the idle task has none.
+    #[test]
+    fn a_callchain_is_placed_leaf_first() {
+        let mut tasks = Tasks::with_objects(Objects::new());
+        let mut unwinder = UserUnwinder::new();
+        let s = Sample {
+            pid: 0,
+            ip: 0x1000,
+            mode: CpuMode::Kernel,
+            kernel_chain: vec![PERF_CONTEXT_MAX + 1, 0x1000, 0x2005],
+            ..Sample::default()
+        };
+        tasks.observe(&Record::Sample(s.clone()));
+        let frames = place(&tasks, &mut unwinder, &s, true, &mut Vec::new());
+        let pcs: Vec<u64> = frames
+            .iter()
+            .map(|f| match f {
+                Frame::Kernel(pc) => *pc,
+                _ => panic!("{f:?}"),
+            })
+            .collect();
+        assert_eq!(pcs, vec![0x1000, 0x2004]);
+        let bare = Sample {
+            kernel_chain: vec![PERF_CONTEXT_MAX + 1],
+            ..s
+        };
+        let frames = place(&tasks, &mut unwinder, &bare, true, &mut Vec::new());
+        assert!(matches!(frames[..], [Frame::Kernel(0x1000)]));
+    }
+
+    #[test]
+    fn a_pid_must_be_a_running_process() {
+        let me = std::process::id();
+        assert!(check_process(me).is_ok());
+        // A thread of this process (alive until told) is not a process.
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // /proc/thread-self is PID/task/TID.
+            let me = std::fs::read_link("/proc/thread-self").unwrap();
+            let tid = me.file_name().unwrap().to_str().unwrap().parse::<u32>();
+            tx.send(tid.unwrap()).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let e = check_process(tid).unwrap_err();
+        drop(done_tx);
+        t.join().unwrap();
+        assert_eq!(
+            e,
+            format!(
+                "{tid} is a thread of process {me}: give -p {me} (its threads are shown together)"
+            )
+        );
+        assert!(check_process(0)
+            .unwrap_err()
+            .starts_with("process 0 does not exist"));
+    }
+}
