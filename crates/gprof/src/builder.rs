@@ -398,25 +398,11 @@ impl Written {
                  names; {gprof}",
                 crate::plural(names.len() as u64, "function name"),
                 program.display(),
-                examples(names),
+                symbols::examples(names),
                 syms.display(),
             ),
         })
     }
-}
-
-/// Up to two of `names`, and how many more.
-fn examples(names: &[String]) -> String {
-    let mut s = names
-        .iter()
-        .take(2)
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > 2 {
-        s.push_str(&format!(" and {} more", names.len() - 2));
-    }
-    s
 }
 
 #[cfg(test)]

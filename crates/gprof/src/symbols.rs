@@ -149,6 +149,20 @@ fn for_gprof<S: GprofSymbol>(mut symbols: Vec<S>) -> (Vec<S>, Vec<String>) {
     (symbols, kept)
 }
 
+/// Up to two of `names`, and how many more: `a, b and 3 more`.
+pub(crate) fn examples(names: &[String]) -> String {
+    let mut s = names
+        .iter()
+        .take(2)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > 2 {
+        s.push_str(&format!(" and {} more", names.len() - 2));
+    }
+    s
+}
+
 /// The symbols ELF over `text` of `(address, nm type, name)` symbols.
 fn write(text: Range<u64>, syms: &[(u64, char, &str)]) -> Vec<u8> {
     symelf::from_nm(text, syms)
