@@ -149,12 +149,13 @@ fn for_gprof<S: GprofSymbol>(mut symbols: Vec<S>) -> (Vec<S>, Vec<String>) {
     (symbols, kept)
 }
 
-/// Up to two of `names`, and how many more: `a, b and 3 more`.
+/// Up to two of `names`, demangled as profdev's reports show them, and
+/// how many more: `a, b and 3 more`.
 pub(crate) fn examples(names: &[String]) -> String {
     let mut s = names
         .iter()
         .take(2)
-        .map(String::as_str)
+        .map(|n| profdev_symbolize::elf::demangle(n))
         .collect::<Vec<_>>()
         .join(", ");
     if names.len() > 2 {
@@ -369,6 +370,14 @@ mod tests {
             ]
         );
         assert_eq!(kept, ["b.isra.0"]);
+        assert_eq!(
+            examples(&[
+                "_ZN3std2rt10lang_start28_$u7b$$u7b$closure$u7d$$u7d$17haccf132067295e48E".into(),
+                "f.isra.0".into(),
+                "g.cold".into(),
+            ]),
+            "std::rt::lang_start::{{closure}}, f.isra.0 and 1 more"
+        );
         // Nothing to change: the same list, the same bytes.
         let plain: Vec<(u64, char, &str)> = vec![(0x10, 't', "a"), (0x20, 'T', "b")];
         assert_eq!(for_gprof(plain.clone()), (plain, vec![]));
