@@ -32,6 +32,26 @@
 //! beside gmon.out, and the `gprof CMD.syms gmon.out` that reads it is
 //! printed. It exits with CMD's status.
 //!
+//! **Names gprof drops.** GNU gprof leaves out a local (static) function
+//! whose name holds a `$` (Rust's legacy mangling: generic instances,
+//! closures, hashbrown) or a `.` suffix other than `.N`, `.clone.N` and
+//! `.constprop.N` (GCC's `.isra.0`, `.part.0`, `.cold` and LTO's
+//! `.lto_priv.0` clones), and charges its time to the function before it
+//! (`frame_dummy` in a Rust release program, with false cycles). When
+//! CMD's symbol table has such a function, its functions are written to
+//! `CMD.syms` beside gmon.out, each at its address with its size, and the
+//! last line names them and prints the command that reads the profile:
+//! `gprof CMD.syms gmon.out`. No name is changed: a local function whose
+//! name holds `.` or `$` is written as a global symbol under its own name
+//! (the reverse mapping is the identity; gprof, which keeps every global
+//! name, prints it as the binary has it, demangled unless `--no-demangle`),
+//! and the others as they are in CMD. So gprof `-a`, which hides static
+//! functions, shows these. Where such a function shares its address with
+//! another symbol (an alias), it is left out and gprof names the address
+//! by the other, as it does reading CMD. `gprof CMD gmon.out` still reads
+//! the profile, with those names dropped. The same holds for a stripped
+//! CMD's `NAME.cold` parts and for `kgmon -p`'s `vmlinux.syms`.
+//!
 //! **Exact call counts: `--exact`.** Without it, gprof's "called" column
 //! holds sampled arc traversals (the number of samples whose stack held
 //! the call), a relative weight. With `--exact` it holds numbers of calls:
@@ -147,7 +167,9 @@ enum FormatArg {
     version,
     after_help = format!("Note: {CALLED_NOTE} With --exact: {EXACT_NOTE}\n\nCMD must be an ELF executable. If it is stripped, its \
         functions are taken from .dynsym and .eh_frame (named sub_ADDR) and written to CMD.syms beside \
-        the profile, for `gprof CMD.syms gmon.out`. Its children are sampled too, but only code in \
+        the profile, for `gprof CMD.syms gmon.out`; so are its functions when gprof would drop \
+        some of their names (local names with '$' or a '.isra.0', '.part.0', '.cold' suffix), as \
+        global symbols under the same names. Its children are sampled too, but only code in \
         CMD's own executable is written.\n\n{}",
         crate::child::SIGNALS_HELP)
 )]

@@ -15,7 +15,16 @@
 //! `gprof -b vmlinux.syms gmon.out` works without a vmlinux. It holds the
 //! functions this gmon.out needs (each with the symbol that ends it), not
 //! all 100,000-odd: gprof searches the symbol table linearly for every
-//! symbol, which takes it minutes with the whole table. With
+//! symbol, which takes it minutes with the whole table. gprof drops a
+//! local function whose name holds a `$` or a `.` suffix other than `.N`,
+//! `.clone.N` and `.constprop.N` (the kernel's `.isra.0`, `.part.0`,
+//! `.cold`, `.lto_priv.0` clones) and prints its time under the function
+//! before it; in vmlinux.syms every local function whose name holds `.` or
+//! `$` is a global symbol under its own name (no name is changed: the
+//! reverse mapping is the identity, only the binding differs from
+//! kallsyms' `t`), so `finish_task_switch.isra.0` keeps its time, and one
+//! line on stderr names the ones gprof would have dropped and prints
+//! `gprof -b vmlinux.syms gmon.out`. With
 //! `-N system` (a vmlinux or System.map of the running kernel), the
 //! addresses in gmon.out are moved by the KASLR offset to that image's
 //! link-time addresses, for `gprof -b system gmon.out`.

@@ -370,6 +370,109 @@ fn stripped_executable_gets_a_symbols_file() {
     assert!(has_arc(&report, &caller, &hot), "{report}");
 }
 
+/// A Rust release program whose time is all in a trait method: its
+/// legacy-mangled name (`_ZN…$LT$…Spinner$u20$as$u20$…Work$GT$4work…`) is
+/// a local symbol with `$`, which gprof drops, charging the time to the
+/// function before (`frame_dummy`). profdev writes `CMD.syms` with it as a
+/// global symbol under the same name and prints the gprof command that
+/// reads it; gprof then charges the time to the method and none to crt
+/// functions.
+#[test]
+fn rust_names_with_dollars_get_a_symbols_file() {
+    if !ready(
+        "profdev gmon on a Rust program with '$' names",
+        &["rustc", "gprof"],
+    ) {
+        return;
+    }
+    let d = tempdir();
+    let src = d.path().join("dollar.rs");
+    std::fs::write(
+        &src,
+        r#"
+use std::hint::black_box;
+trait Work { fn work(&self, n: u64) -> u64; }
+struct Spinner(u64);
+impl Work for Spinner {
+    #[inline(never)]
+    fn work(&self, n: u64) -> u64 {
+        let mut x = n ^ self.0;
+        for _ in 0..200_000 {
+            x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407));
+        }
+        x
+    }
+}
+fn main() {
+    let rounds: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3000);
+    let s: Box<dyn Work> = Box::new(Spinner(black_box(7)));
+    let mut acc = 0u64;
+    for r in 0..rounds { acc = acc.wrapping_add(s.work(black_box(r))); }
+    println!("{}", acc & 1);
+}
+"#,
+    )
+    .unwrap();
+    let exe = d.path().join("dollar");
+    let o = Command::new("rustc")
+        .args(["-O", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "rustc: {o:?}");
+    let out_file = d.path().join("gmon.out");
+    let o = run(profdev()
+        .arg("gmon")
+        .arg("-o")
+        .arg(&out_file)
+        .arg("--")
+        .arg(&exe)
+        .arg("2500"));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "profdev gmon: {stderr}");
+    let syms = d.path().join("dollar.syms");
+    let last = stderr.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("profdev gmon: gprof would drop ")
+            && last.ends_with(&format!(
+                "read the profile with: gprof {} {}",
+                syms.display(),
+                out_file.display()
+            )),
+        "{stderr}"
+    );
+    let g = Command::new("gprof")
+        .args(["-b", "-p", "--no-demangle"])
+        .arg(&syms)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&g.stdout);
+    assert!(g.status.success(), "gprof: {g:?}");
+    let first = first_in_flat_profile(&report);
+    assert!(
+        first.contains("Spinner") && first.contains('$') && first.contains("4work"),
+        "{report}"
+    );
+    let crt: f64 = report
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let crt = [
+                "frame_dummy",
+                "_init",
+                "_start",
+                "register_tm_clones",
+                "deregister_tm_clones",
+                "__do_global_dtors_aux",
+            ];
+            crt.contains(f.last()?).then(|| f[0].parse::<f64>().ok())?
+        })
+        .sum();
+    assert!(crt < 5.0, "{crt}% on crt functions: {report}");
+}
+
 /// Many short-lived processes (issue: a process that exits while its last
 /// samples are still in the ring is unwound fully): CMD forks 150 children
 /// in turn, each spinning about 3 ms in `leaf_spin` under `middle` and

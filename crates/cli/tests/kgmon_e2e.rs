@@ -14,7 +14,7 @@ use common::*;
 use profdev_dev::kgmon::{Kgmon, KgmonConfig};
 use profdev_dev::tree::walk;
 use profdev_dev::{Dev, Engine, OpenMode, Qid};
-use profdev_formats::{gmon, symelf};
+use profdev_formats::gmon;
 use profdev_symbolize::KernelSymbols;
 use std::path::Path;
 use std::process::Command;
@@ -108,14 +108,10 @@ fn device_live_begin_halt_dump_gprof() {
 
     let dir = tempdir();
     std::fs::write(dir.path().join("gmon.out"), &bytes).unwrap();
-    let list: Vec<(u64, char, &str)> = ksyms
-        .text_symbols()
-        .iter()
-        .map(|s| (s.addr, s.kind, s.name.as_str()))
-        .collect();
+    // kgmon -p's vmlinux.syms (clones such as `.isra.0` as global symbols).
     std::fs::write(
         dir.path().join("vmlinux.syms"),
-        symelf::from_nm(h.low_pc..h.high_pc, &symelf::used_by(&list, &d.gmon)),
+        profdev_gprof::symbols::vmlinux_syms(&ksyms, &d.gmon),
     )
     .unwrap();
     let (top, out) = gprof_top5(dir.path());

@@ -235,8 +235,9 @@ impl Builder {
 pub struct Finished {
     /// gmon.out.
     pub bytes: Vec<u8>,
-    /// A stripped executable's symbols ELF (`CMD.syms`), else `None`.
-    symbols: Option<Vec<u8>>,
+    /// The symbols ELF gprof reads in place of the executable (`CMD.syms`),
+    /// for a stripped one or one with names gprof drops; else `None`.
+    symbols: Option<symbols::SymbolsFile>,
     exe: PathBuf,
     hz: u32,
     arcs: usize,
@@ -249,15 +250,16 @@ pub struct Finished {
 
 impl Finished {
     /// The symbols file to write beside `output` (`CMD.syms`) and its
-    /// bytes, for a stripped executable.
+    /// bytes, for a stripped executable or one with names gprof drops
+    /// (`symbols::exe_symbols_elf`).
     pub fn symbols_file(&self, output: &Path) -> Option<(PathBuf, &[u8])> {
-        let elf = self.symbols.as_deref()?;
-        Some((symbols::symbols_path(output, &self.exe), elf))
+        let file = self.symbols.as_ref()?;
+        Some((symbols::symbols_path(output, &self.exe), &file.elf))
     }
 
     /// Write gmon.out into `out` (created at `output` when the run started,
     /// so an unwritable FILE was found at once) and put it in place; then,
-    /// for a stripped executable, its symbols file beside it, created
+    /// when gprof needs one, the symbols file beside it, created
     /// `mode` as `out` was (0644: the program's addresses, no kernel's).
     /// Each file is complete afterwards, or (on an error, e.g. a full disk)
     /// as it was before; a failure loses the file, not the summary.
@@ -270,7 +272,8 @@ impl Finished {
         let (result, symbols) = match (result, self.symbols_file(output)) {
             (Ok(()), Some((path, elf))) => {
                 let result = SafeFile::create(&path, mode).and_then(|f| put(f, elf));
-                (result, Some(path))
+                let reason = self.symbols.as_ref().map(|s| s.reason.clone());
+                (result, reason.map(|r| (path, r)))
             }
             (result, _) => (result, None),
         };
@@ -341,13 +344,13 @@ impl Finished {
     }
 }
 
-/// What [`Finished::write`] wrote: gmon.out (at `output`), and a stripped
-/// executable's symbols file when it was tried.
+/// What [`Finished::write`] wrote: gmon.out (at `output`), and the
+/// symbols file (and why gprof needs it) when it was tried.
 pub struct Written {
     /// Whether every file was written, or why not.
     pub result: Result<(), profdev_safefile::Error>,
     output: PathBuf,
-    symbols: Option<PathBuf>,
+    symbols: Option<(PathBuf, symbols::Reason)>,
 }
 
 impl Written {
@@ -367,21 +370,38 @@ impl Written {
     }
 
     /// The last line (after `profdev gmon: `): why a file was not written;
-    /// or, when a symbols file was, that `program` (as the user named it)
-    /// is stripped and how to read the profile with it.
+    /// or, when a symbols file was, why (`program`, as the user named it,
+    /// is stripped, or has names gprof drops) and how to read the profile
+    /// with it.
     pub fn last_line(&self, program: &Path) -> Option<String> {
-        match (&self.result, &self.symbols) {
-            (Err(e), _) => Some(e.to_string()),
-            (Ok(()), Some(syms)) => Some(format!(
+        let (syms, reason) = match (&self.result, &self.symbols) {
+            (Err(e), _) => return Some(e.to_string()),
+            (Ok(()), Some((syms, reason))) => (syms, reason),
+            (Ok(()), None) => return None,
+        };
+        let gprof = format!(
+            "read the profile with: gprof {} {}",
+            syms.display(),
+            self.output.display()
+        );
+        Some(match reason {
+            symbols::Reason::Stripped => format!(
                 "{} is stripped: wrote its functions (.dynsym and .eh_frame: sub_ADDR) to {}; \
-                 read the profile with: gprof {} {}",
+                 {gprof}",
                 program.display(),
                 syms.display(),
+            ),
+            symbols::Reason::Names(names) => format!(
+                "gprof would drop {} of {} ({}: local symbols with '$' or a '.' suffix \
+                 other than .N, .clone.N, .constprop.N) and charge their time to the function \
+                 before: wrote its functions to {}, those as global symbols under the same \
+                 names; {gprof}",
+                crate::plural(names.len() as u64, "function name"),
+                program.display(),
+                symbols::examples(names),
                 syms.display(),
-                self.output.display()
-            )),
-            (Ok(()), None) => None,
-        }
+            ),
+        })
     }
 }
 
@@ -411,6 +431,7 @@ mod tests {
             .unwrap()
             .clone();
         let path = exe.path.to_str().unwrap().to_string();
+        let exe_name = exe.path.file_name().unwrap().to_owned();
         // Map the whole file at a bias: offset 0 at 0x5555_0000_0000.
         let base = 0x5555_0000_0000u64;
         let file_len = std::fs::metadata(&exe.path).unwrap().len();
@@ -481,7 +502,11 @@ mod tests {
         let done = b.finish(None, 1000, Format::Gnu).unwrap();
         let back = gmon::parse(&done.bytes, gmon::Target::X86_64).unwrap().gmon;
         assert_eq!(back.arcs, g.arcs);
-        assert!(done.symbols_file(Path::new("gmon.out")).is_none());
+        // The test binary is a Rust program: gprof would drop its `$`
+        // names, so its functions go to `NAME.syms` beside gmon.out.
+        let (syms, _) = done.symbols_file(Path::new("gmon.out")).unwrap();
+        let name = exe_name.to_string_lossy();
+        assert_eq!(syms, PathBuf::from(format!("{name}.syms")));
         let written = Written {
             result: Ok(()),
             output: "gmon.out".into(),
@@ -552,10 +577,30 @@ mod tests {
         let output = d.path().join("gmon.out");
         let out = SafeFile::create(&output, 0o644).unwrap();
         let written = done.write(out, &output, 0o644);
-        assert!(written.is_ok() && written.symbols.is_none());
+        assert!(written.is_ok());
         assert_eq!(std::fs::read(&output).unwrap(), done.bytes);
         assert_eq!(written.what(), format!("wrote {}", output.display()));
-        assert_eq!(written.last_line(Path::new("p")), None);
+        // The test binary (Rust) has names gprof drops: its symbols file
+        // is written beside gmon.out, and the last line says how to read
+        // the profile with it.
+        let (syms, elf) = done.symbols_file(&output).unwrap();
+        assert_eq!(std::fs::read(&syms).unwrap(), elf);
+        let last = written.last_line(Path::new("p")).unwrap();
+        assert!(last.starts_with("gprof would drop "), "{last}");
+        assert!(
+            last.ends_with(&format!(
+                "names; read the profile with: gprof {} {}",
+                syms.display(),
+                output.display()
+            )),
+            "{last}"
+        );
+        let plain = Written {
+            result: Ok(()),
+            output: output.clone(),
+            symbols: None,
+        };
+        assert_eq!(plain.last_line(Path::new("p")), None);
         // A file that could not be written is named in the last line.
         let failed = Written {
             result: SafeFile::create(d.path().join("no/such/dir"), 0o644).map(|_| ()),
@@ -581,11 +626,30 @@ mod tests {
     }
 
     #[test]
+    fn the_names_line_says_which_names_and_how_to_read_the_profile() {
+        let written = Written {
+            result: Ok(()),
+            output: "gmon.out".into(),
+            symbols: Some((
+                "r.syms".into(),
+                symbols::Reason::Names(vec!["f.isra.0".into(), "g$LT$".into(), "h.cold".into()]),
+            )),
+        };
+        assert_eq!(
+            written.last_line(Path::new("./r")).unwrap(),
+            "gprof would drop 3 function names of ./r (f.isra.0, g$LT$ and 1 more: local \
+             symbols with '$' or a '.' suffix other than .N, .clone.N, .constprop.N) and charge \
+             their time to the function before: wrote its functions to r.syms, those as global \
+             symbols under the same names; read the profile with: gprof r.syms gmon.out"
+        );
+    }
+
+    #[test]
     fn the_stripped_line_says_how_to_read_the_profile() {
         let written = Written {
             result: Ok(()),
             output: "out/gmon.out".into(),
-            symbols: Some("out/prog.syms".into()),
+            symbols: Some(("out/prog.syms".into(), symbols::Reason::Stripped)),
         };
         assert_eq!(
             written.last_line(Path::new("./prog")).unwrap(),

@@ -179,6 +179,8 @@ fn dump(
     let running = running()?;
     let dir = profdev_safefile::Dir::open(outdir)?;
     let mut syms = Ok(());
+    // The names gprof would drop, written as global symbols.
+    let mut renamed = Vec::new();
     match opts.system.as_deref() {
         Some(image) => {
             let syms = KernelSymbols::load(image)?;
@@ -197,8 +199,9 @@ fn dump(
             }
         }
         None => {
-            let elf = symbols::vmlinux_syms(&running, &decoded.gmon);
+            let (elf, names) = symbols::vmlinux_syms_named(&running, &decoded.gmon);
             syms = dir.write_file("vmlinux.syms", &elf, opts.mode);
+            renamed = names;
         }
     }
     // Both files hold kernel addresses: written `opts.mode` (0600),
@@ -220,11 +223,27 @@ fn dump(
         )?;
     }
     writeln!(err, "kgmon: note: {CALLED_NOTE}")?;
+    if let (Ok(()), Ok(()), false) = (&profile, &syms, renamed.is_empty()) {
+        writeln!(err, "kgmon: {}", renamed_line(&renamed))?;
+    }
     match (profile, syms) {
         (Err(e), Err(s)) => bail!("{e}; {s}"),
         (Err(e), _) | (_, Err(e)) => Err(e.into()),
         _ => Ok(()),
     }
+}
+
+/// The line saying that `vmlinux.syms` holds `names` (which gprof drops
+/// as local symbols) as global symbols, and the gprof command that reads
+/// the profile.
+fn renamed_line(names: &[String]) -> String {
+    let shown = symbols::examples(names);
+    format!(
+        "vmlinux.syms holds {} that gprof drops as local symbols ({shown}) as global symbols \
+         under the same names, so their time is not charged to the function before; read the \
+         profile with: gprof -b vmlinux.syms gmon.out",
+        crate::plural(names.len() as u64, "function name")
+    )
 }
 
 /// kgmon's logic against the real device, in process, fed a replayed
@@ -414,6 +433,76 @@ mod tests {
     const NOTE: &str = "kgmon: note: gprof's \"called\" column shows sampled arc traversals (the \
         number of samples whose stack held the call), not numbers of calls: read it as a relative \
         weight.\n";
+
+    /// The running kernel of `KERNEL` with its local `vfs_read` a
+    /// `.isra.0` clone: gprof drops that name as a local symbol and would
+    /// print its 6 samples under `ksys_read`.
+    fn cloned_ksyms() -> KernelSymbols {
+        KernelSymbols::from_symbols(
+            KERNEL
+                .iter()
+                .map(|&(off, kind, name)| KSym {
+                    addr: LO + off,
+                    kind,
+                    name: if name == "vfs_read" {
+                        "vfs_read.isra.0".into()
+                    } else {
+                        name.into()
+                    },
+                    module: None,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn clones_keep_their_names_in_vmlinux_syms() {
+        let d = tempfile::tempdir().unwrap();
+        let dev = DevFiles::new();
+        kgmon(&["-b"], &dev, d.path());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        run(
+            &opts(&["-hp"]),
+            &dev,
+            &|| Ok(cloned_ksyms()),
+            d.path(),
+            &mut out,
+            &mut err,
+        )
+        .unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert_eq!(
+            err,
+            format!(
+                "{NOTE}kgmon: vmlinux.syms holds 1 function name that gprof drops as local \
+                 symbols (vfs_read.isra.0) as global symbols under the same names, so their time \
+                 is not charged to the function before; read the profile with: gprof -b \
+                 vmlinux.syms gmon.out\n"
+            )
+        );
+        if profdev_testkit::tools("kgmon's clones read by gprof", &["gprof"]) {
+            let g = Command::new("gprof")
+                .args(["-b", "-p", "vmlinux.syms", "gmon.out"])
+                .current_dir(d.path())
+                .output()
+                .unwrap();
+            assert!(g.status.success(), "{g:?}");
+            let flat = String::from_utf8_lossy(&g.stdout);
+            // 6 of the 40 samples: 15%.
+            let line = flat
+                .lines()
+                .find(|l| l.ends_with(" vfs_read.isra.0"))
+                .unwrap_or_else(|| panic!("{flat}"));
+            assert!(line.trim_start().starts_with("15.00 "), "{flat}");
+            // None of it under the function before.
+            assert!(
+                flat.lines()
+                    .filter(|l| l.ends_with(" ksys_read"))
+                    .all(|l| l.trim_start().starts_with("0.00 ")),
+                "{flat}"
+            );
+        }
+    }
 
     #[test]
     fn begin_halt_dump_reset() {

@@ -4,6 +4,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use profdev_formats::gmon::build;
+use profdev_formats::symelf;
 use profdev_symbolize::{ElfObject, SymOrigin};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,9 @@ pub struct Program {
     pub highpc: u64,
     /// No symbol table: gprof needs the symbols file written beside gmon.out.
     pub stripped: bool,
+    /// The symbol table's (`.symtab`'s) code symbols in `.text`, as gprof
+    /// reads them from the file: address, size, name and binding.
+    pub table: Vec<symelf::Symbol>,
 }
 
 impl Program {
@@ -45,6 +49,7 @@ impl Program {
         // The histogram covers the text the file holds, never what its
         // section header claims.
         let (start, end) = present_text(&canonical, path)?;
+        let table = text_symbols(&canonical, path, start..end)?;
         // Stripped: no function of the symbol tables in its text. Its
         // functions then come from .dynsym and .eh_frame, written for gprof
         // to a symbols file beside gmon.out.
@@ -72,6 +77,7 @@ impl Program {
             lowpc: build::text_bounds(start, end).0,
             highpc: build::text_bounds(start, end).1,
             stripped,
+            table,
         })
     }
 
@@ -105,6 +111,53 @@ fn dynamically_linked(path: &Path) -> bool {
     elf.elf_program_headers()
         .iter()
         .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP)
+}
+
+/// The code symbols of the symbol table (`.symtab`) of the executable at
+/// `path` (`shown` names it to the user) whose addresses are in `text`
+/// (its end included: a symbol there ends the last function), as gprof
+/// reads them: functions and untyped labels in executable sections, with
+/// a name; not section or file symbols.
+fn text_symbols(
+    path: &Path,
+    shown: &Path,
+    text: std::ops::Range<u64>,
+) -> Result<Vec<symelf::Symbol>> {
+    use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", shown.display()))?;
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache).map_err(|e| {
+        anyhow!(
+            "{} is a malformed ELF file: {e}; give an intact executable",
+            shown.display()
+        )
+    })?;
+    let code = |i: Option<object::SectionIndex>| {
+        i.and_then(|i| elf.section_by_index(i).ok())
+            .is_some_and(|sec| sec.kind() == SectionKind::Text)
+    };
+    Ok(elf
+        .symbols()
+        .filter(|s| !matches!(s.kind(), SymbolKind::Section | SymbolKind::File))
+        .filter(|s| code(s.section_index()) && s.address() >= text.start && s.address() <= text.end)
+        .filter_map(|s| {
+            let name = s.name().ok().filter(|n| !n.is_empty())?;
+            let binding = if s.is_weak() {
+                symelf::Binding::Weak
+            } else if s.is_global() {
+                symelf::Binding::Global
+            } else {
+                symelf::Binding::Local
+            };
+            Some(symelf::Symbol {
+                addr: s.address(),
+                size: s.size(),
+                name: name.to_string(),
+                binding,
+            })
+        })
+        .collect())
 }
 
 /// The `.text` of the executable at `path` (`shown` names it to the user)
