@@ -178,7 +178,9 @@
 //!   condition's runs.
 
 use crate::child::Job;
+use crate::classic::{self, Longs, Operand, Opt, Spec};
 use anyhow::{bail, Context as _, Result};
+use clap::ValueHint;
 use profdev_attach::CovAttached;
 use profdev_coverage::counts::ModuleCoverage;
 use profdev_coverage::lcov;
@@ -191,10 +193,6 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-const USAGE: &str =
-    "usage: cprof [-fner] [-m modname]... [--lcov file] [--cobertura file] [-p pid | cmd \
-                     arg ...]";
 
 /// The command line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -220,67 +218,68 @@ fn parse_pid(word: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("-p needs a process id, not {word:?}"))
 }
 
+/// cprof's command line: its options, operands and help.
+pub static SPEC: Spec = Spec {
+    name: "cprof",
+    synopsis:
+        "cprof [-fner] [-m modname]... [--lcov file] [--cobertura file] [-p pid | cmd arg ...]",
+    about: "Run CMD (or attach to running process PID with -p) counting every instruction of \
+            its modules exactly, then list each source line marked + (ran), - (never ran) or ? \
+            (ran in part), or with -f its count, and each module's coverage; -r records the \
+            counts into MODULE.prf instead. Without CMD or -p, show the .prf records of the -m \
+            modules.",
+    longs: Longs::Any,
+    opts: &[
+        Opt::flag('f', "Show counts instead of marks"),
+        Opt::flag('n', "Prefix lines with the source file"),
+        Opt::flag('e', "Count CMD's own executable (PID's with -p)"),
+        Opt::flag(
+            'r',
+            "Record the counts into MODULE.prf in the current directory, adding to what it holds",
+        ),
+        Opt::value(
+            'm',
+            "modname",
+            "Count or show this module (a basename such as libc.so.6, or a path); repeatable",
+        )
+        .repeat()
+        .missing("missing module/file after -m"),
+        Opt::value(
+            'p',
+            "pid",
+            "Attach to running process PID instead of running CMD; count until it exits \
+             or cprof gets SIGINT, SIGTERM or SIGHUP (PID then runs on, still counted)",
+        )
+        .missing("missing process id after -p"),
+        Opt::long(
+            "lcov",
+            "file",
+            "Also write an lcov tracefile (genhtml renders it)",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::long("cobertura", "file", "Also write Cobertura XML").hint(ValueHint::FilePath),
+    ],
+    operands: &[Operand::command("The command to run, and its arguments")],
+    after_help: crate::child::SIGNALS_HELP,
+};
+
 fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     let mut a = Args::default();
-    let mut it = args.into_iter().peekable();
-    while let Some(arg) = it.peek() {
-        let s = arg.to_string_lossy().into_owned();
-        if s == "--" {
-            it.next();
-            break;
+    let command = classic::parse(&SPEC, args, |o, v| {
+        match (o.id, v) {
+            ("f", _) => a.options.frequency = true,
+            ("n", _) => a.options.file_prefix = true,
+            ("e", _) => a.exec = true,
+            ("r", _) => a.record = true,
+            ("m", Some(v)) => a.modules.push(v.to_string_lossy().into_owned()),
+            ("p", Some(v)) => a.pid = Some(parse_pid(&v.to_string_lossy())?),
+            ("lcov", v) => a.lcov = v,
+            ("cobertura", v) => a.cobertura = v,
+            (id, _) => unreachable!("cprof's table has no option {id}"),
         }
-        if !s.starts_with('-') || s == "-" {
-            break;
-        }
-        it.next();
-        if s.starts_with("--") {
-            let (name, inline) = match s.split_once('=') {
-                Some((n, v)) => (n.to_string(), Some(OsString::from(v))),
-                None => (s.clone(), None),
-            };
-            let slot = match name.as_str() {
-                "--lcov" => &mut a.lcov,
-                "--cobertura" => &mut a.cobertura,
-                _ => return Err(format!("unknown option {s}")),
-            };
-            *slot = Some(match inline {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .ok_or_else(|| format!("option {name} needs an argument"))?,
-            });
-            continue;
-        }
-        let flags: Vec<char> = s[1..].chars().collect();
-        for (i, &c) in flags.iter().enumerate() {
-            match c {
-                'f' => a.options.frequency = true,
-                'n' => a.options.file_prefix = true,
-                'e' => a.exec = true,
-                'r' => a.record = true,
-                'm' | 'p' => {
-                    let rest: String = flags[i + 1..].iter().collect();
-                    let value = if !rest.is_empty() {
-                        rest
-                    } else {
-                        match it.next() {
-                            Some(v) => v.to_string_lossy().into_owned(),
-                            None if c == 'm' => return Err("missing module/file after -m".into()),
-                            None => return Err("missing process id after -p".into()),
-                        }
-                    };
-                    if c == 'm' {
-                        a.modules.push(value);
-                    } else {
-                        a.pid = Some(parse_pid(&value)?);
-                    }
-                    break;
-                }
-                c => return Err(format!("unknown option -{c}")),
-            }
-        }
-    }
-    a.command = it.collect();
+        Ok(())
+    })?;
+    a.command = command;
     if a.pid.is_some() {
         if !a.command.is_empty() {
             return Err("-p attaches to a running process: give a command or -p, not both".into());
@@ -303,72 +302,11 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
 
 /// The command line as data, for `--help`, the man page and completions.
 pub fn command() -> clap::Command {
-    use clap::{Arg, ArgAction, ValueHint};
-    let flag = |c: char, help: &'static str| {
-        Arg::new(c.to_string())
-            .short(c)
-            .action(ArgAction::SetTrue)
-            .help(help)
-    };
-    clap::Command::new("cprof")
-        .override_usage(USAGE.trim_start_matches("usage: "))
-        .about(
-            "Run CMD (or attach to running process PID with -p) counting every instruction of \
-             its modules exactly, then list each source line marked + (ran), - (never ran) or ? \
-             (ran in part), or with -f its count, and each module's coverage; -r records the \
-             counts into MODULE.prf instead. Without CMD or -p, show the .prf records of the -m \
-             modules.",
-        )
-        .arg(flag('f', "Show counts instead of marks"))
-        .arg(flag('n', "Prefix lines with the source file"))
-        .arg(flag('e', "Count CMD's own executable (PID's with -p)"))
-        .arg(flag(
-            'r',
-            "Record the counts into MODULE.prf in the current directory, adding to what it holds",
-        ))
-        .arg(
-            Arg::new("m")
-                .short('m')
-                .value_name("modname")
-                .action(ArgAction::Append)
-                .help("Count or show this module (a basename such as libc.so.6, or a path); repeatable"),
-        )
-        .arg(
-            Arg::new("p")
-                .short('p')
-                .value_name("pid")
-                .help(
-                    "Attach to running process PID instead of running CMD; count until it exits \
-                     or cprof gets SIGINT, SIGTERM or SIGHUP (PID then runs on, still counted)",
-                ),
-        )
-        .arg(
-            Arg::new("lcov")
-                .long("lcov")
-                .value_name("file")
-                .value_hint(ValueHint::FilePath)
-                .help("Also write an lcov tracefile (genhtml renders it)"),
-        )
-        .arg(
-            Arg::new("cobertura")
-                .long("cobertura")
-                .value_name("file")
-                .value_hint(ValueHint::FilePath)
-                .help("Also write Cobertura XML"),
-        )
-        .arg(
-            Arg::new("cmd")
-                .num_args(1..)
-                .trailing_var_arg(true)
-                .value_name("cmd")
-                .value_hint(ValueHint::CommandWithArguments)
-                .help("The command to run, and its arguments"),
-        )
-        .after_help(crate::child::SIGNALS_HELP)
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    crate::cmdline::classic_main("cprof", USAGE, args, command, parse_args, run)
+    classic::main(&SPEC, args, parse_args, run)
 }
 
 /// What a run of CMD under the coverage engine gives: each module's
@@ -853,11 +791,6 @@ mod tests {
         assert!(parse(&["-r"]).is_err());
         assert!(parse(&[]).is_err(), "nothing to show");
         assert!(parse(&["-m", "x"]).is_ok());
-    }
-
-    #[test]
-    fn the_parser_takes_exactly_the_documented_options() {
-        crate::cmdline::assert_parser_takes_the_documented_options(command(), &['p'], parse);
     }
 
     #[test]

@@ -17,6 +17,7 @@
 
 mod bar;
 mod child;
+mod classic;
 mod cmdline;
 mod completions;
 mod cprof;
@@ -237,6 +238,20 @@ const COMMANDS: &[Command] = &[
         doc: include_str!("completions.rs"),
         classic: false,
     },
+];
+
+/// The classic commands' command-line tables (kgmon's is clap's).
+#[cfg(test)]
+const CLASSIC_SPECS: &[&classic::Spec] = &[
+    &prof::SPEC,
+    &cprof::SPEC,
+    &mprof::SPEC,
+    &kprof::SPEC,
+    &prfld::SPEC,
+    &prfstat::SPEC,
+    &prfdc::SPEC,
+    &prfsnap::SPEC,
+    &prfpr::SPEC,
 ];
 
 fn usage() -> String {

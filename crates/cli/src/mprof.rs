@@ -209,7 +209,9 @@
 //!   `alloc` crate.
 
 use crate::child::{find_program, Job};
+use crate::classic::{self, Longs, Operand, Opt, Spec};
 use anyhow::{bail, Context as _, Result};
+use clap::ValueHint;
 use profdev_core::FileAddr;
 use profdev_dev::engine::ReplayFactory;
 use profdev_dev::prof::{MemoryModule, Prof};
@@ -225,9 +227,6 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-
-const USAGE: &str =
-    "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [-p pid | cmd arg ...]";
 
 /// Allocators that, linked into a program, take its allocations away from
 /// the C library's malloc.
@@ -260,109 +259,116 @@ struct Args {
     pid: Option<u32>,
 }
 
+/// mprof's command line: its options, operands and help.
+pub static SPEC: Spec = Spec {
+    name: "mprof",
+    synopsis: "mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [-p pid | cmd arg ...]",
+    about: "Run CMD counting every allocation of the malloc family exactly, then show per \
+            source line (-l, the default with -M), per function (-f) and per module (-M) \
+            the bytes allocated and not freed and the high-water bytes; --leaks lists the \
+            blocks never freed. Without CMD, show what the mounted prof device holds.",
+    longs: Longs::Any,
+    opts: &[
+        Opt::flag('b', "Put the mounted prof device in memory mode and exit"),
+        Opt::flag('c', "End the mounted prof device's session and exit"),
+        Opt::flag('M', "Show module totals"),
+        Opt::flag('f', "Show the bytes per function"),
+        Opt::flag('l', "Show the bytes per source line"),
+        Opt::flag('n', "Prefix rows with the source file"),
+        Opt::flag('v', "Show rows whose bytes are zero"),
+        Opt::flag('e', "Show CMD's own executable only"),
+        Opt::flag('1', "Pool 1: the malloc family"),
+        Opt::flag(
+            '2',
+            "Pool 2: anonymous mmap, mremap, brk and sbrk called by the program",
+        ),
+        Opt::flag('3', "Pool 3: file mappings (mmap of a file) made by the program"),
+        Opt::value(
+            'm',
+            "modname",
+            "Show this module (a basename such as libc.so.6, or a path); repeatable",
+        )
+        .repeat(),
+        Opt::value(
+            'p',
+            "pid",
+            "Attach to running process PID instead of running CMD; show the tables when it exits",
+        )
+        .missing("option -p needs a process id"),
+        Opt::long_flag(
+            "leaks",
+            "List the blocks never freed, by allocating line, largest first",
+        ),
+        Opt::long(
+            "pprof",
+            "file",
+            "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::long(
+            "dhat",
+            "file",
+            "Also write DHAT's JSON of CMD's run to FILE (valgrind's dh_view.html opens it)",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::long(
+            "wrapper",
+            "symbol",
+            "Treat this function as an allocation wrapper too; repeatable",
+        )
+        .repeat(),
+    ],
+    operands: &[Operand::command("The command to run, and its arguments")],
+    after_help: crate::child::SIGNALS_HELP,
+};
+
 fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     let mut a = Args::default();
-    let mut it = args.into_iter().peekable();
-    while let Some(arg) = it.peek() {
-        let s = arg.to_string_lossy().into_owned();
-        if s == "--" {
-            it.next();
-            break;
-        }
-        if !s.starts_with('-') || s == "-" {
-            break;
-        }
-        it.next();
-        if s == "--leaks" {
-            a.leaks = true;
-            continue;
-        }
-        for (name, slot) in [("--pprof", &mut a.pprof), ("--dhat", &mut a.dhat)] {
-            if let Some(rest) = s.strip_prefix(name) {
-                *slot = Some(match rest.strip_prefix('=') {
-                    Some(v) => v.into(),
-                    None if rest.is_empty() => it
-                        .next()
-                        .ok_or_else(|| format!("option {name} needs an argument"))?,
-                    None => return Err(format!("unknown option {s}")),
-                });
-                break;
-            }
-        }
-        if s.starts_with("--pprof") || s.starts_with("--dhat") {
-            continue;
-        }
-        if let Some(rest) = s.strip_prefix("--wrapper") {
-            let value = match rest.strip_prefix('=') {
-                Some(v) => v.to_string(),
-                None if rest.is_empty() => match it.next() {
-                    Some(v) => v.to_string_lossy().into_owned(),
-                    None => return Err("option --wrapper needs an argument".into()),
-                },
-                None => return Err(format!("unknown option {s}")),
-            };
-            if value.is_empty() || value.contains([',', ' ']) {
-                return Err(format!("bad wrapper symbol {value:?}"));
-            }
-            a.wrappers.push(value);
-            continue;
-        }
-        if s.starts_with("--") {
-            return Err(format!("unknown option {s}"));
-        }
-        let flags: Vec<char> = s[1..].chars().collect();
-        let mut i = 0;
-        while i < flags.len() {
-            match flags[i] {
-                'b' => a.begin = true,
-                'c' => a.end = true,
-                'M' => a.options.module_totals = true,
-                'f' => a.options.functions = true,
-                'l' => a.options.lines = true,
-                'n' => a.options.file_prefix = true,
-                'v' => a.options.zeros = true,
-                'e' => a.exec = true,
-                c @ ('1' | '2' | '3') => {
-                    if !a.pools.contains(&c) {
-                        a.pools.push(c);
-                    }
+    let command = classic::parse(&SPEC, args, |o, v| {
+        let text = || {
+            v.as_ref()
+                .map(|v| v.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        match o.id {
+            "b" => a.begin = true,
+            "c" => a.end = true,
+            "M" => a.options.module_totals = true,
+            "f" => a.options.functions = true,
+            "l" => a.options.lines = true,
+            "n" => a.options.file_prefix = true,
+            "v" => a.options.zeros = true,
+            "e" => a.exec = true,
+            "1" | "2" | "3" => {
+                let c = o.short.unwrap_or('1');
+                if !a.pools.contains(&c) {
+                    a.pools.push(c);
                 }
-                'm' => {
-                    let rest: String = flags[i + 1..].iter().collect();
-                    let value = if !rest.is_empty() {
-                        rest
-                    } else {
-                        match it.next() {
-                            Some(v) => v.to_string_lossy().into_owned(),
-                            None => return Err("option -m needs an argument".into()),
-                        }
-                    };
-                    a.modules.push(value);
-                    break;
-                }
-                'p' => {
-                    let rest: String = flags[i + 1..].iter().collect();
-                    let value = if !rest.is_empty() {
-                        rest
-                    } else {
-                        match it.next() {
-                            Some(v) => v.to_string_lossy().into_owned(),
-                            None => return Err("option -p needs a process id".into()),
-                        }
-                    };
-                    match value.parse::<u32>() {
-                        Ok(p) if p > 0 && !value.starts_with('+') => a.pid = Some(p),
-                        _ => return Err(format!("{value:?} is not a process id")),
-                    }
-                    break;
-                }
-                c => return Err(format!("unknown option -{c}")),
             }
-            i += 1;
+            "m" => a.modules.push(text()),
+            "p" => {
+                let value = text();
+                match value.parse::<u32>() {
+                    Ok(p) if p > 0 && !value.starts_with('+') => a.pid = Some(p),
+                    _ => return Err(format!("{value:?} is not a process id")),
+                }
+            }
+            "leaks" => a.leaks = true,
+            "pprof" => a.pprof = v,
+            "dhat" => a.dhat = v,
+            "wrapper" => {
+                let value = text();
+                if value.is_empty() || value.contains([',', ' ']) {
+                    return Err(format!("bad wrapper symbol {value:?}"));
+                }
+                a.wrappers.push(value);
+            }
+            id => unreachable!("mprof's table has no option {id}"),
         }
-    }
+        Ok(())
+    })?;
     a.pools.sort_unstable();
-    a.command = it.collect();
+    a.command = command;
     if a.pid.is_some() && (!a.command.is_empty() || a.begin || a.end) {
         return Err("-p goes with neither a command nor -b or -c".into());
     }
@@ -379,93 +385,11 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
 
 /// The command line as data, for `--help`, the man page and completions.
 pub fn command() -> clap::Command {
-    use clap::{Arg, ArgAction, ValueHint};
-    let flag = |c: char, help: &'static str| {
-        Arg::new(c.to_string())
-            .short(c)
-            .action(ArgAction::SetTrue)
-            .help(help)
-    };
-    clap::Command::new("mprof")
-        .override_usage(USAGE.trim_start_matches("usage: "))
-        .about(
-            "Run CMD counting every allocation of the malloc family exactly, then show per \
-             source line (-l, the default with -M), per function (-f) and per module (-M) \
-             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
-             blocks never freed. Without CMD, show what the mounted prof device holds.",
-        )
-        .arg(flag(
-            'b',
-            "Put the mounted prof device in memory mode and exit",
-        ))
-        .arg(flag('c', "End the mounted prof device's session and exit"))
-        .arg(flag('M', "Show module totals"))
-        .arg(flag('f', "Show the bytes per function"))
-        .arg(flag('l', "Show the bytes per source line"))
-        .arg(flag('n', "Prefix rows with the source file"))
-        .arg(flag('v', "Show rows whose bytes are zero"))
-        .arg(flag('e', "Show CMD's own executable only"))
-        .arg(flag('1', "Pool 1: the malloc family"))
-        .arg(flag(
-            '2',
-            "Pool 2: anonymous mmap, mremap, brk and sbrk called by the program",
-        ))
-        .arg(flag('3', "Pool 3: file mappings (mmap of a file) made by the program"))
-        .arg(
-            Arg::new("m")
-                .short('m')
-                .value_name("modname")
-                .action(ArgAction::Append)
-                .help("Show this module (a basename such as libc.so.6, or a path); repeatable"),
-        )
-        .arg(
-            Arg::new("p")
-                .short('p')
-                .value_name("pid")
-                .help("Attach to running process PID instead of running CMD; show the tables when it exits"),
-        )
-        .arg(
-            Arg::new("leaks")
-                .long("leaks")
-                .action(ArgAction::SetTrue)
-                .help("List the blocks never freed, by allocating line, largest first"),
-        )
-        .arg(
-            Arg::new("pprof")
-                .long("pprof")
-                .value_name("file")
-                .value_hint(ValueHint::FilePath)
-                .help(
-                    "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
-                ),
-        )
-        .arg(
-            Arg::new("dhat")
-                .long("dhat")
-                .value_name("file")
-                .value_hint(ValueHint::FilePath)
-                .help("Also write DHAT's JSON of CMD's run to FILE (valgrind's dh_view.html opens it)"),
-        )
-        .arg(
-            Arg::new("wrapper")
-                .long("wrapper")
-                .value_name("symbol")
-                .action(ArgAction::Append)
-                .help("Treat this function as an allocation wrapper too; repeatable"),
-        )
-        .arg(
-            Arg::new("cmd")
-                .num_args(1..)
-                .trailing_var_arg(true)
-                .value_name("cmd")
-                .value_hint(ValueHint::CommandWithArguments)
-                .help("The command to run, and its arguments"),
-        )
-        .after_help(crate::child::SIGNALS_HELP)
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    crate::cmdline::classic_main("mprof", USAGE, args, command, parse_args, run)
+    classic::main(&SPEC, args, parse_args, run)
 }
 
 /// The `startmp` message for the pools asked for (all when none is).
@@ -1196,11 +1120,6 @@ mod tests {
         assert!(parse(&["-p"]).is_err());
         assert!(parse(&["-p", "5", "./cmd"]).is_err());
         assert!(parse(&["-b", "-p", "5"]).is_err());
-    }
-
-    #[test]
-    fn the_parser_takes_exactly_the_documented_options() {
-        crate::cmdline::assert_parser_takes_the_documented_options(command(), &['p'], parse);
     }
 
     #[test]

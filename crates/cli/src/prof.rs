@@ -129,6 +129,7 @@
 //!   show without text.
 
 use crate::child::{find_program, Job};
+use crate::classic::{self, Longs, Operand, Opt, Spec};
 use anyhow::{anyhow, bail, Context as _, Result};
 use profdev_core::{FileAddr, SampleSource, SessionConfig, SourceError, SourceFactory};
 use profdev_dev::prof::{self, Prof};
@@ -149,7 +150,47 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]";
+/// prof's command line: its options, operands and help.
+pub static SPEC: Spec = Spec {
+    name: "prof",
+    synopsis: "prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]",
+    about: "Profile CMD's modules (or the -m ones) by sampling, then show the time per \
+            source line (-l, the default) and per function (-f). Without CMD, show what \
+            the mounted prof device holds.",
+    longs: Longs::Named,
+    opts: &[
+        Opt::flag('b', "Start the mounted device and leave it on"),
+        Opt::flag('f', "Show the time per function"),
+        Opt::flag('l', "Show the time per source line (the default)"),
+        Opt::flag('n', "Prefix rows with the source file"),
+        Opt::flag('v', "Show rows with no samples"),
+        Opt::flag('e', "Profile CMD's own executable only"),
+        Opt::flag(
+            'i',
+            "Charge inlined code to the inlined function and its own lines",
+        ),
+        Opt::value(
+            'm',
+            "modname",
+            "Profile this module (a basename such as libc.so.6, or a path); repeatable",
+        )
+        .repeat(),
+        Opt::value(
+            's',
+            "ms",
+            "The sampling interval in ms (default 1, also with -b)",
+        ),
+        Opt::long(
+            "mmap-pages",
+            "N",
+            "The ring buffer's data pages per CPU for a command's run (a power of two)",
+        ),
+    ],
+    operands: &[Operand::command(
+        "The command to profile, and its arguments",
+    )],
+    after_help: crate::child::SIGNALS_HELP,
+};
 
 /// The sampling interval, in ms, unless `-s` gives one (with CMD and `-b`).
 const DEFAULT_INTERVAL_MS: u32 = 1;
@@ -168,135 +209,45 @@ struct Args {
     command: Vec<OsString>,
 }
 
-/// Parse Inferno-style options: clustered flags, `-m X` or `-mX`, `--`.
+/// Parse Inferno-style options (see [`crate::classic`]).
 fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     let mut a = Args::default();
-    let mut it = args.into_iter().peekable();
-    while let Some(arg) = it.peek() {
-        let s = arg.to_string_lossy().into_owned();
-        if s == "--" {
-            it.next();
-            break;
+    let command = classic::parse(&SPEC, args, |o, v| {
+        let v = v
+            .map(|v| v.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match o.id {
+            "b" => a.begin = true,
+            "f" => a.options.functions = true,
+            "l" => a.options.lines = true,
+            "n" => a.options.file_prefix = true,
+            "v" => a.options.zeros = true,
+            "e" => a.exec = true,
+            "i" => a.innermost = true,
+            "m" => a.modules.push(v),
+            "s" => match v.parse::<u32>() {
+                Ok(ms) if ms > 0 => a.interval = Some(ms),
+                _ => return Err(format!("bad sample rate: '{v}'")),
+            },
+            "mmap-pages" => a.mmap_pages = Some(crate::progress::parse_mmap_pages(&v)?),
+            id => unreachable!("prof's table has no option {id}"),
         }
-        if !s.starts_with('-') || s == "-" {
-            break;
-        }
-        it.next();
-        if let Some(rest) = s.strip_prefix("--mmap-pages") {
-            let value = match rest.strip_prefix('=') {
-                Some(v) => v.to_string(),
-                None if rest.is_empty() => match it.next() {
-                    Some(v) => v.to_string_lossy().into_owned(),
-                    None => return Err("option --mmap-pages needs an argument".into()),
-                },
-                None => return Err(format!("unknown option {s}")),
-            };
-            a.mmap_pages = Some(crate::progress::parse_mmap_pages(&value)?);
-            continue;
-        }
-        let flags: Vec<char> = s[1..].chars().collect();
-        let mut i = 0;
-        while i < flags.len() {
-            match flags[i] {
-                'b' => a.begin = true,
-                'f' => a.options.functions = true,
-                'l' => a.options.lines = true,
-                'n' => a.options.file_prefix = true,
-                'v' => a.options.zeros = true,
-                'e' => a.exec = true,
-                'i' => a.innermost = true,
-                c @ ('m' | 's') => {
-                    let rest: String = flags[i + 1..].iter().collect();
-                    let value = if !rest.is_empty() {
-                        rest
-                    } else {
-                        match it.next() {
-                            Some(v) => v.to_string_lossy().into_owned(),
-                            None => return Err(format!("option -{c} needs an argument")),
-                        }
-                    };
-                    if c == 'm' {
-                        a.modules.push(value);
-                    } else {
-                        match value.parse::<u32>() {
-                            Ok(ms) if ms > 0 => a.interval = Some(ms),
-                            _ => return Err(format!("bad sample rate: '{value}'")),
-                        }
-                    }
-                    break;
-                }
-                c => return Err(format!("unknown option -{c}")),
-            }
-            i += 1;
-        }
-    }
-    a.command = it.collect();
+        Ok(())
+    })?;
+    a.command = command;
     if a.exec && a.command.is_empty() {
         return Err("-e needs a command".into());
     }
     Ok(a)
 }
 
-/// The command line as data: `--help`, the man page and the completions
-/// come from it (`parse_args` keeps Inferno's parsing and messages; a unit
-/// test holds the two to the same options).
+/// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {
-    use clap::{Arg, ArgAction, ValueHint};
-    let flag = |c: char, help: &'static str| {
-        Arg::new(c.to_string())
-            .short(c)
-            .action(ArgAction::SetTrue)
-            .help(help)
-    };
-    clap::Command::new("prof")
-        .override_usage(USAGE.trim_start_matches("usage: "))
-        .about(
-            "Profile CMD's modules (or the -m ones) by sampling, then show the time per \
-             source line (-l, the default) and per function (-f). Without CMD, show what \
-             the mounted prof device holds.",
-        )
-        .arg(flag('b', "Start the mounted device and leave it on"))
-        .arg(flag('f', "Show the time per function"))
-        .arg(flag('l', "Show the time per source line (the default)"))
-        .arg(flag('n', "Prefix rows with the source file"))
-        .arg(flag('v', "Show rows with no samples"))
-        .arg(flag('e', "Profile CMD's own executable only"))
-        .arg(flag(
-            'i',
-            "Charge inlined code to the inlined function and its own lines",
-        ))
-        .arg(
-            Arg::new("m")
-                .short('m')
-                .value_name("modname")
-                .action(ArgAction::Append)
-                .help("Profile this module (a basename such as libc.so.6, or a path); repeatable"),
-        )
-        .arg(
-            Arg::new("s")
-                .short('s')
-                .value_name("ms")
-                .help("The sampling interval in ms (default 1, also with -b)"),
-        )
-        .arg(
-            Arg::new("mmap-pages")
-                .long("mmap-pages")
-                .value_name("N")
-                .help("The ring buffer's data pages per CPU for a command's run (a power of two)"),
-        )
-        .arg(
-            Arg::new("cmd")
-                .num_args(1..)
-                .trailing_var_arg(true)
-                .value_name("cmd")
-                .value_hint(ValueHint::CommandWithArguments)
-                .help("The command to profile, and its arguments"),
-        )
-        .after_help(crate::child::SIGNALS_HELP)
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    crate::cmdline::classic_main("prof", USAGE, args, command, parse_args, run)
+    classic::main(&SPEC, args, parse_args, run)
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
@@ -941,14 +892,6 @@ mod tests {
         assert_eq!(parse(&["-q"]).unwrap_err(), "unknown option -q");
         assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
         assert!(parse(&[]).unwrap().command.is_empty());
-    }
-
-    /// The parser and the description its help, page and completions come
-    /// from take the same options: each documented one parses, every other
-    /// letter is refused.
-    #[test]
-    fn the_parser_takes_exactly_the_documented_options() {
-        crate::cmdline::assert_parser_takes_the_documented_options(command(), &[], parse);
     }
 
     /// The reader the command uses, on a device fed with TV-P2's counts:
