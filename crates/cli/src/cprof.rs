@@ -182,16 +182,14 @@ use crate::classic::{self, Longs, Operand, Opt, Spec};
 use anyhow::{bail, Context as _, Result};
 use clap::ValueHint;
 use profdev_attach::CovAttached;
+use profdev_classic::cprof::{self, counted_lines, lines_of, notes, read_records};
 use profdev_coverage::counts::ModuleCoverage;
 use profdev_coverage::lcov;
-use profdev_coverage::lines::{instruction_counts, map_lines, ModuleLines};
-use profdev_coverage::listing::{self, Listing, Options};
-use profdev_coverage::prf::{self, Prf};
+use profdev_coverage::listing::{self, Options};
 use profdev_sample::job::Catcher;
-use profdev_symbolize::ElfObject;
 use std::ffi::OsString;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 /// The command line.
@@ -379,98 +377,6 @@ fn run_static(cmd: &[OsString], program: &Path) -> Result<Launched> {
     })
 }
 
-fn module_name(path: &str) -> String {
-    Path::new(path)
-        .file_name()
-        .map_or_else(|| path.to_string(), |b| b.to_string_lossy().into_owned())
-}
-
-/// True if `m` is one of `wanted` (by basename, path or canonical path).
-fn wanted(wanted: &[String], path: &Path) -> bool {
-    let canon = std::fs::canonicalize(path).ok();
-    wanted.iter().any(|w| {
-        if w.contains('/') {
-            Path::new(w) == path || (canon.is_some() && std::fs::canonicalize(w).ok() == canon)
-        } else {
-            *w == module_name(&path.to_string_lossy())
-        }
-    })
-}
-
-/// A module's counts on its lines, through its file's line table.
-fn lines_of(
-    path: &str,
-    insns: &[(u64, u64)],
-    branches: &[profdev_coverage::counts::Branch],
-) -> ModuleLines {
-    let name = module_name(path);
-    match ElfObject::open(Path::new(path)) {
-        Ok(obj) => {
-            let obj = obj.with_separate_debug_info();
-            if !obj.has_debug_info() {
-                eprintln!("cprof: {path} has no debug information: no lines to mark");
-            }
-            map_lines(&name, path, insns, branches, &obj)
-        }
-        Err(e) => {
-            eprintln!("cprof: cannot read module {path}: {e}: no lines to mark");
-            map_lines(&name, path, insns, branches, &NoLines)
-        }
-    }
-}
-
-/// A module whose file cannot be read: no lines, no functions.
-struct NoLines;
-
-impl profdev_coverage::lines::LineTable for NoLines {
-    fn rows(&self, _: u64, _: u64) -> Vec<profdev_symbolize::LineRow> {
-        Vec::new()
-    }
-    fn functions(&self) -> Vec<(u64, String)> {
-        Vec::new()
-    }
-}
-
-/// The records of `-m MODULE` in the current directory, checked against
-/// the module file their header names.
-fn read_records(module: &str) -> Result<Prf> {
-    let file = prf::file_name(Path::new(module));
-    let record = prf::read(Path::new(&file))?
-        .with_context(|| format!("no records for {module}: {file} is not in the current directory (cprof -r CMD makes it)"))?;
-    let now = ElfObject::open(Path::new(&record.path))
-        .with_context(|| format!("{file} records {}, which cannot be read", record.path))?;
-    if now.build_id() != record.build_id.as_deref() {
-        bail!(
-            "{file} records build {} of {}, but that file is now build {}: its lines cannot be \
-             placed (move {file} away to start anew)",
-            record
-                .build_id
-                .as_deref()
-                .map_or_else(|| "-".into(), prf::hex),
-            record.path,
-            now.build_id().map_or_else(|| "-".into(), prf::hex)
-        );
-    }
-    Ok(record)
-}
-
-/// The most files named one per line before the rest are counted.
-const MAX_NOTES: usize = 5;
-
-/// One note per file of `files`, up to [`MAX_NOTES`], then one line
-/// counting the rest (a Rust program's standard library alone names
-/// hundreds of files that are not on the machine).
-fn notes(files: &[String], note: impl Fn(&str) -> String) -> Vec<String> {
-    let mut out: Vec<String> = files.iter().take(MAX_NOTES).map(|f| note(f)).collect();
-    if files.len() > MAX_NOTES {
-        out.push(format!(
-            "cprof: and {} more source files not found",
-            files.len() - MAX_NOTES
-        ));
-    }
-    out
-}
-
 /// `-p PID`: the counts, the module words they were selected by, and
 /// how the wait ended.
 struct AttachRun {
@@ -628,56 +534,14 @@ fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
     })
 }
 
-/// The lines of the counted `modules` that `words` selects (empty: all),
-/// recorded into `MODULE.prf` with `-r`; each module's uncounted blocks
-/// said on stderr.
-fn counted_lines(
-    args: &Args,
-    mut modules: Vec<ModuleCoverage>,
-    words: &[String],
-) -> Result<Vec<ModuleLines>> {
-    if !words.is_empty() {
-        modules.retain(|m| wanted(words, &m.path));
-    }
-    if modules.is_empty() {
-        return Err(crate::prof::no_profile(
-            "cprof",
-            "no profile information (no module asked for ran)",
-            &args.modules,
-        ));
-    }
-    for m in &modules {
-        if m.uncounted > 0 {
-            eprintln!(
-                "cprof: {}: {} blocks could not be counted",
-                m.path.display(),
-                m.uncounted
-            );
-        }
-    }
-    if args.record {
-        let dir = PathBuf::from(".");
-        for m in &modules {
-            prf::record(&dir, m)?;
-        }
-    }
-    Ok(modules
-        .iter()
-        .map(|m| {
-            let mut branches = m.branches.clone();
-            branches.sort_by_key(|b| b.addr);
-            lines_of(&m.path.to_string_lossy(), &instruction_counts(m), &branches)
-        })
-        .collect())
-}
-
 fn run(args: &Args) -> Result<ExitCode> {
+    let say = &mut |n: String| eprintln!("{n}");
     let mut listings = Vec::new();
     let mut exit = ExitCode::SUCCESS;
     let mut interrupted = None;
     if let Some(pid) = args.pid {
         let r = run_attached(pid, args)?;
-        listings = counted_lines(args, r.modules, &r.words)?;
+        listings = counted_lines(r.modules, &r.words, &args.modules, args.record, say)?;
         if let Some((sig, sentence)) = r.interrupted {
             exit = ExitCode::from(128u8.wrapping_add(sig as u8));
             interrupted = Some(sentence);
@@ -685,7 +549,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     } else if args.command.is_empty() {
         for m in &args.modules {
             let r = read_records(m)?;
-            listings.push(lines_of(&r.path, &r.insns, &r.branches));
+            listings.push(lines_of(&r.path, &r.insns, &r.branches, say));
         }
     } else {
         let program = crate::child::find_program(&args.command[0])?;
@@ -705,22 +569,9 @@ fn run(args: &Args) -> Result<ExitCode> {
             run_under_coverage(&args.command, &words)?
         };
         exit = launched.exit;
-        listings = counted_lines(args, launched.modules, &words)?;
+        listings = counted_lines(launched.modules, &words, &args.modules, args.record, say)?;
     }
-    let listings: Vec<Listing> = listings
-        .into_iter()
-        .map(|lines| {
-            let (sources, missing) = listing::read_sources(&lines);
-            if !args.record {
-                for line in notes(&missing, |f| {
-                    format!("cprof: source file {f} not found: line numbers only")
-                }) {
-                    eprintln!("{line}");
-                }
-            }
-            Listing { lines, sources }
-        })
-        .collect();
+    let listings = cprof::listings(listings, args.record, say);
     if !args.record {
         let text = listing::format(&listings, &args.options);
         let mut out = std::io::stdout().lock();
@@ -791,15 +642,5 @@ mod tests {
         assert!(parse(&["-r"]).is_err());
         assert!(parse(&[]).is_err(), "nothing to show");
         assert!(parse(&["-m", "x"]).is_ok());
-    }
-
-    #[test]
-    fn many_missing_files_are_counted_not_listed() {
-        let files: Vec<String> = (0..8).map(|i| format!("/f{i}.rs")).collect();
-        let n = notes(&files, |f| format!("missing {f}"));
-        assert_eq!(n.len(), MAX_NOTES + 1);
-        assert_eq!(n[0], "missing /f0.rs");
-        assert_eq!(n[MAX_NOTES], "cprof: and 3 more source files not found");
-        assert_eq!(notes(&files[..2], |f| f.to_string()), ["/f0.rs", "/f1.rs"]);
     }
 }

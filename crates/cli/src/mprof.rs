@@ -212,14 +212,14 @@ use crate::child::{find_program, Job};
 use crate::classic::{self, Longs, Operand, Opt, Spec};
 use anyhow::{bail, Context as _, Result};
 use clap::ValueHint;
-use profdev_core::FileAddr;
+use profdev_classic::mprof;
+use profdev_classic::prof::ctl;
 use profdev_dev::engine::ReplayFactory;
-use profdev_dev::prof::{MemoryModule, Prof};
-use profdev_dev::tree::walk;
-use profdev_dev::{Dev, DirEntry, Engine, OpenMode, Qid};
+use profdev_dev::prof::Prof;
+use profdev_dev::Engine;
+use profdev_formats::dhat::DhatRun;
 use profdev_mprof::{merge, Module, Session};
-use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
-use profdev_report::prof::{Function, SourceMap, SrcRange};
+use profdev_report::mprof::Options;
 use profdev_symbolize::open::{read_bounded, Follow};
 use profdev_symbolize::ElfObject;
 use std::ffi::OsString;
@@ -227,19 +227,6 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-
-/// Allocators that, linked into a program, take its allocations away from
-/// the C library's malloc.
-const OWN_ALLOCATORS: &[&str] = &[
-    "_rjem_malloc",
-    "_rjem_mallocx",
-    "je_malloc",
-    "je_mallocx",
-    "mi_malloc",
-    "tc_malloc",
-    "rpmalloc",
-    "snmalloc_malloc",
-];
 
 /// The command line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -428,7 +415,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     if args.command.is_empty() {
         let dir = crate::mount::ensure_mounted()?.join("prof");
-        let modules = read_mounted(&dir)?;
+        let modules = mprof::read_mounted(&dir)?;
         return show(&modules, args, None).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
@@ -509,7 +496,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     let merged = merge(&reports);
     if let Some(own) = &own_allocator {
-        check_counted(&program, own, &merged)?;
+        mprof::check_counted(&program, own, &merged, &mut |n| eprintln!("{n}"))?;
     }
     for m in &merged {
         if let Ok(md) = std::fs::metadata(&m.path) {
@@ -522,51 +509,9 @@ fn run(args: &Args) -> Result<ExitCode> {
             }
         }
     }
-    // Through a private prof device in memory mode, as `prof CMD` drives
-    // one for sampling: its module list selects, its histograms carry the
-    // seed's memory layout, and the tables are read back from them.
-    dev.memory_report(
-        &merged
-            .iter()
-            .map(|m| MemoryModule {
-                name: module_name(&m.path),
-                path: m.path.clone(),
-                pairs: profdev_mprof::histogram_pairs(m),
-            })
-            .collect::<Vec<_>>(),
-    )?;
-    ctl(&dev, "stop")?;
-    let mut modules = read_dev(&dev)?;
-    ctl(&dev, "end")?;
-    // Blocks never freed are not in the histogram layout: from the reports.
-    for m in &mut modules {
-        if let Some(r) = merged.iter().find(|r| r.path == m.path) {
-            for (p, s) in &mut m.sites {
-                if let Some(rs) = r.sites.get(p) {
-                    s.live = rs.live;
-                    s.allocs = rs.allocs;
-                    s.bytes = rs.bytes;
-                    s.dhat = rs.dhat;
-                    s.pools = rs.pools;
-                }
-            }
-        }
-    }
-    modules.retain(|m| m.high_water != 0 || args.options.zeros);
-    let dhat_run = reports.iter().find_map(|r| {
-        let (end_us, gmax_us) = r.dhat?;
-        Some(profdev_formats::dhat::DhatRun {
-            cmd: args
-                .command
-                .iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
-            pid: r.pid,
-            end_us,
-            gmax_us,
-        })
-    });
+    let modules = through_device(&dev, &merged, args.options.zeros)?;
+    let cmd: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+    let dhat_run = mprof::dhat_run(&reports, cmd.join(" "));
     if let (Some(file), None) = (&args.dhat, &dhat_run) {
         eprintln!(
             "mprof: warning: no process ended normally, and DHAT's figures come with a \
@@ -647,32 +592,7 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
             attached.reports_dir().display()
         );
     }
-    let merged = merge(&reports);
-    dev.memory_report(
-        &merged
-            .iter()
-            .map(|m| MemoryModule {
-                name: module_name(&m.path),
-                path: m.path.clone(),
-                pairs: profdev_mprof::histogram_pairs(m),
-            })
-            .collect::<Vec<_>>(),
-    )?;
-    ctl(&dev, "stop")?;
-    let mut modules = read_dev(&dev)?;
-    ctl(&dev, "end")?;
-    for m in &mut modules {
-        if let Some(r) = merged.iter().find(|r| r.path == m.path) {
-            for (p, s) in &mut m.sites {
-                if let Some(rs) = r.sites.get(p) {
-                    s.live = rs.live;
-                    s.allocs = rs.allocs;
-                    s.bytes = rs.bytes;
-                }
-            }
-        }
-    }
-    modules.retain(|m| m.high_water != 0 || args.options.zeros);
+    let modules = through_device(&dev, &merge(&reports), args.options.zeros)?;
     let shown = show(&modules, args, None);
     if let Some(sig) = caught {
         if let Err(e) = shown {
@@ -689,113 +609,29 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     shown.map(|()| ExitCode::SUCCESS)
 }
 
+/// Through a private prof device in memory mode, as `prof CMD` drives
+/// one for sampling: its module list selects, its histograms carry the
+/// seed's memory layout, and the tables are read back from them; blocks
+/// never freed (not in the histogram layout) from the reports. The
+/// modules with bytes, or all with `-v`.
+fn through_device(dev: &Prof, merged: &[Module], zeros: bool) -> Result<Vec<Module>> {
+    dev.memory_report(&mprof::memory_modules(merged))?;
+    ctl(dev, "stop")?;
+    let mut modules = mprof::read_dev(dev)?;
+    ctl(dev, "end")?;
+    mprof::complete(&mut modules, merged);
+    modules.retain(|m| m.high_water != 0 || zeros);
+    Ok(modules)
+}
+
 /// The -m list (and -e's executable) as `module` words, paths absolute.
 fn module_words(args: &Args, program: &Path) -> Result<Vec<String>> {
-    let absolute = |p: &Path| {
-        std::fs::canonicalize(p)
-            .or_else(|_| std::path::absolute(p))
-            .unwrap_or_else(|_| p.to_path_buf())
-            .to_string_lossy()
-            .into_owned()
-    };
-    let mut words: Vec<String> = args
-        .modules
-        .iter()
-        .map(|m| {
-            if m.contains('/') {
-                absolute(Path::new(m))
-            } else {
-                m.clone()
-            }
-        })
-        .collect();
-    if args.exec {
-        words.push(absolute(program));
-    }
-    if let Some(w) = words.iter().find(|w| w.chars().any(char::is_whitespace)) {
-        bail!("module name {w:?} contains a blank, which a control message cannot carry");
-    }
-    Ok(words)
-}
-
-/// Write one control message to the private device.
-fn ctl(dev: &Prof, msg: &str) -> Result<()> {
-    let entry = walk(dev, Qid::ROOT, "ctl").map_err(|e| anyhow::anyhow!("ctl: {e}"))?;
-    let mut chan = dev.open(entry.qid, OpenMode::Write)?;
-    let r = dev.write(&mut chan, 0, format!("{msg}\n").as_bytes());
-    dev.close(chan);
-    r.map(|_| ()).map_err(Into::into)
-}
-
-/// A memory-mode module from its record's pairs.
-fn module_of(path: String, pairs: &[(u64, u64)]) -> Module {
-    let ((current, high_water), sites) = profdev_mprof::decode_pairs(pairs);
-    let mut m = Module {
-        path,
-        current,
-        high_water,
-        ..Default::default()
-    };
-    for (p, (c, h)) in sites {
-        m.sites.insert(
-            p,
-            profdev_mprof::Site {
-                current: c,
-                high_water: h,
-                ..Default::default()
-            },
-        );
-    }
-    m
-}
-
-/// Every record of the private device, read through its files (`path`,
-/// and `histogram` one pair per read), oldest first.
-fn read_dev(dev: &Prof) -> Result<Vec<Module>> {
-    let read_file = |dir: &DirEntry, name: &str| -> Result<Vec<Vec<u8>>> {
-        let f =
-            walk(dev, dir.qid, name).map_err(|e| anyhow::anyhow!("{}/{name}: {e}", dir.name))?;
-        let mut chan = dev.open(f.qid, OpenMode::Read)?;
-        let mut reads = Vec::new();
-        let mut offset = 0;
-        loop {
-            let b = dev.read(&mut chan, offset, 4096)?;
-            if b.is_empty() {
-                break;
-            }
-            offset += b.len() as u64;
-            reads.push(b);
-        }
-        dev.close(chan);
-        Ok(reads)
-    };
-    let mut dirs: Vec<DirEntry> = dev
-        .gen(Qid::ROOT)?
-        .into_iter()
-        .filter(|e| e.qid.is_dir())
-        .collect();
-    dirs.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut out = Vec::new();
-    for dir in dirs {
-        let path = String::from_utf8_lossy(&read_file(&dir, "path")?.concat())
-            .trim_end_matches('\n')
-            .to_string();
-        let mut pairs = Vec::new();
-        for pair in read_file(&dir, "histogram")? {
-            pairs.push(
-                profdev_formats::prof_histogram::parse_pair(&pair)
-                    .with_context(|| format!("{}/histogram", dir.name))?,
-            );
-        }
-        out.push(module_of(path, &pairs));
-    }
-    Ok(out)
+    profdev_classic::prof::module_words(&args.modules, args.exec.then_some(program))
 }
 
 /// Refuse a program the library cannot reach; name the allocator a
-/// program carries (a symbol of [`OWN_ALLOCATORS`], its own `malloc`, or
-/// a Rust `#[global_allocator]`), for
-/// [`check_counted`] after the run.
+/// program carries ([`mprof::own_allocator`]), for
+/// [`mprof::check_counted`] after the run.
 fn check_reachable(program: &Path) -> Result<Option<String>> {
     let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
         return Ok(None); // not readable: let the exec say why
@@ -810,271 +646,39 @@ fn check_reachable(program: &Path) -> Result<Option<String>> {
             program.display()
         );
     }
-    let Ok(obj) = ElfObject::parse(&bytes, program) else {
-        return Ok(None);
+    Ok(ElfObject::parse(&bytes, program)
+        .ok()
+        .and_then(|obj| mprof::own_allocator(&obj)))
+}
+
+/// Attribute, read sources, print the tables and the leaks; write the
+/// pprof and DHAT files asked for.
+fn show(modules: &[Module], args: &Args, dhat_run: Option<&DhatRun>) -> Result<()> {
+    let extras = mprof::Extras {
+        leaks: args.leaks,
+        pprof: args.pprof.is_some(),
+        dhat: args.dhat.is_some(),
     };
-    let syms: Vec<_> = obj
-        .all_symbols()
-        .into_iter()
-        .filter(|s| s.origin == profdev_symbolize::SymOrigin::Table)
-        .collect();
-    if let Some(s) = syms
-        .iter()
-        .find(|s| OWN_ALLOCATORS.contains(&s.mangled.as_str()) || s.mangled == "malloc")
-    {
-        return Ok(Some(s.mangled.clone()));
-    }
-    // Rust: the allocator shim `__rust_alloc` (plain, or v0-mangled as
-    // `__rustc::__rust_alloc`) calls std's `__rdl_alloc` (malloc) unless a
-    // `#[global_allocator]` replaces it.
-    let has = |suffix: &str| syms.iter().any(|s| s.mangled.ends_with(suffix));
-    if has("__rust_alloc") && !has("__rdl_alloc") {
-        return Ok(Some(RUST_GLOBAL_ALLOCATOR.into()));
-    }
-    Ok(None)
-}
-
-/// How [`check_reachable`] names a Rust `#[global_allocator]`.
-const RUST_GLOBAL_ALLOCATOR: &str = "a Rust #[global_allocator]";
-
-/// After the run: a program carrying its own allocator of which nothing
-/// was counted in the malloc family (pool 1) is out of reach, said in a
-/// sentence instead of an empty profile; one that was counted too (its
-/// allocator also calls malloc, or a Rust global allocator wraps it) gets a
-/// warning, except for Rust's, which is how every Rust global allocator is
-/// reached.
-fn check_counted(program: &Path, own: &str, merged: &[Module]) -> Result<()> {
-    let exe = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
-    let counted = merged.iter().any(|m| {
-        std::fs::canonicalize(&m.path).is_ok_and(|p| p == exe)
-            && m.sites.values().any(|s| s.pools & 1 != 0)
-    });
-    if !counted {
-        bail!(
-            "{} carries its own allocator ({own}): its allocations bypass the C library's \
-             malloc and are out of reach of mprof (nothing it allocated through malloc was \
-             counted)",
-            program.display()
-        );
-    }
-    if own != RUST_GLOBAL_ALLOCATOR {
-        eprintln!(
-            "mprof: {} carries its own allocator ({own}): its allocations bypass the C \
-             library's malloc and are out of reach of mprof; only allocations made through \
-             malloc are shown",
-            program.display()
-        );
-    }
-    Ok(())
-}
-
-/// A module's ELF file as mprof's source map: a site's line is the line
-/// of its function's own code (inlined code at its call site), as prof's
-/// default.
-struct ElfMap {
-    obj: Option<ElfObject>,
-}
-
-impl SourceMap for ElfMap {
-    fn lines(&self, pc: u64) -> Option<SrcRange> {
-        let obj = self.obj.as_ref().filter(|o| o.has_debug_info())?;
-        let frame = obj.frames(FileAddr(pc)).into_iter().next_back()?;
-        let line = frame.line.filter(|&l| l != 0)?;
-        Some(SrcRange {
-            file: frame.file?,
-            first: line,
-            last: line,
-        })
-    }
-
-    fn function(&self, pc: u64) -> Option<Function> {
-        let obj = self.obj.as_ref()?;
-        let (sym, _) = obj.symbol(FileAddr(pc))?;
-        let addr = sym.addr;
-        let name = obj
-            .frames(FileAddr(addr))
-            .last()
-            .and_then(|f| f.function.clone())
-            .unwrap_or_else(|| sym.name());
-        let decl = obj.function_decl(FileAddr(addr));
-        Some(Function {
-            file: decl.as_ref().map(|d| d.0.clone()),
-            line: decl.map(|d| d.1),
-            name,
-            addr: Some(addr),
-        })
-    }
-}
-
-fn module_name(path: &str) -> String {
-    Path::new(path)
-        .file_name()
-        .map(|b| b.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.to_string())
-}
-
-/// Attribute, read sources, print the tables and the leaks.
-fn show(
-    modules: &[Module],
-    args: &Args,
-    dhat_run: Option<&profdev_formats::dhat::DhatRun>,
-) -> Result<()> {
-    if modules.is_empty() {
-        return Err(crate::prof::no_profile(
-            "mprof",
-            "no profile information (no allocation was made in the modules shown)",
-            &args.modules,
-        ));
-    }
-    let mut reports = Vec::new();
-    let mut leaks = Vec::new();
-    let mut pprof_sites = Vec::new();
-    let mut dhat_sites = Vec::new();
-    for m in modules {
-        // The dynamic linker's name may be a link (/lib64/ld-linux…).
-        let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
-        let obj = match ElfObject::open(&real) {
-            Ok(o) => Some(o.with_separate_debug_info()),
-            Err(e) => {
-                eprintln!("mprof: cannot read module {}: {e}", m.path);
-                None
-            }
-        };
-        if obj.as_ref().is_some_and(|o| !o.has_debug_info()) {
-            eprintln!(
-                "mprof: {} has no debug information: functions from its symbol table, no lines",
-                m.path
-            );
-        }
-        let map = ElfMap { obj };
-        let sites: Vec<(u64, u64, u64)> = m
-            .sites
-            .iter()
-            .map(|(&p, s)| (p, s.current, s.high_water))
-            .collect();
-        let a = attribute(&sites, &map);
-        let mut r = ModuleReport::new(
-            &module_name(&m.path),
-            &m.path,
-            &a,
-            (m.current, m.high_water),
-        );
-        for f in &mut r.files {
-            f.text = crate::output::source_lines("mprof", &f.path, &m.path);
-        }
-        reports.push(r);
-        if args.dhat.is_some() {
-            for (&p, s) in &m.sites {
-                let pc = p.saturating_sub(1);
-                let function = map.function(pc).map_or_else(|| "???".into(), |f| f.name);
-                let place = match map.lines(pc) {
-                    Some(l) => format!("{}:{}", l.file, l.first),
-                    None => m.path.clone(),
-                };
-                dhat_sites.push(profdev_formats::dhat::DhatSite {
-                    frame: format!("{pc:#x}: {function} ({place})"),
-                    counts: profdev_formats::dhat::DhatCounts {
-                        total_bytes: s.bytes,
-                        total_blocks: s.allocs,
-                        total_lifetime: s.dhat.total_lifetime,
-                        max_bytes: s.high_water,
-                        max_blocks: s.dhat.max_blocks,
-                        gmax_bytes: s.dhat.gmax_bytes,
-                        gmax_blocks: s.dhat.gmax_blocks,
-                        end_bytes: s.current,
-                        end_blocks: s.live,
-                    },
-                });
-            }
-        }
-        if args.pprof.is_some() {
-            for (&p, s) in &m.sites {
-                let pc = p.saturating_sub(1);
-                let line = map.lines(pc);
-                pprof_sites.push(profdev_formats::pprof::heap::HeapSite {
-                    module: m.path.clone(),
-                    address: pc,
-                    function: map.function(pc).map_or_else(|| "??".into(), |f| f.name),
-                    file: line.as_ref().map_or_else(String::new, |l| l.file.clone()),
-                    line: line.map_or(0, |l| l.first),
-                    alloc_objects: s.allocs,
-                    alloc_space: s.bytes,
-                    inuse_objects: s.live,
-                    inuse_space: s.current,
-                });
-            }
-        }
-        if args.leaks {
-            for (&p, s) in &m.sites {
-                if s.live == 0 {
-                    continue;
-                }
-                let pc = p.saturating_sub(1);
-                let location = match map.lines(pc) {
-                    Some(r) => format!("{}:{}", r.file, r.first),
-                    None => format!("{}+{pc:#x}", module_name(&m.path)),
-                };
-                let function = map.function(pc).map_or_else(|| "??".into(), |f| f.name);
-                leaks.push(Leak {
-                    bytes: s.current,
-                    blocks: s.live,
-                    location,
-                    function,
-                });
-            }
-        }
-    }
+    let o = mprof::output(modules, &args.options, extras, &args.modules, &mut |n| {
+        eprintln!("{n}")
+    })?;
     let mut out = std::io::stdout().lock();
-    let text = format(&reports, &args.options);
-    out.write_all(text.as_bytes())?;
+    out.write_all(o.tables.as_bytes())?;
+    let write = |file: &OsString, data: &[u8]| {
+        profdev_safefile::write_file(Path::new(file), data, 0o644)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    };
     if let Some(file) = &args.pprof {
-        let data = profdev_formats::pprof::heap::encode(&pprof_sites);
-        profdev_safefile::write_file(Path::new(file), &data, 0o644)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        write(file, &profdev_formats::pprof::heap::encode(&o.pprof))?;
     }
     if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
-        let json = profdev_formats::dhat::encode(run, &dhat_sites);
-        profdev_safefile::write_file(Path::new(file), json.as_bytes(), 0o644)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        write(file, profdev_formats::dhat::encode(run, &o.dhat).as_bytes())?;
     }
-    if args.leaks {
-        if !text.ends_with("\n\n") {
-            out.write_all(b"\n")?;
-        }
-        out.write_all(format_leaks(&leaks).as_bytes())?;
+    if let Some(leaks) = o.leaks {
+        out.write_all(leaks.as_bytes())?;
     }
     out.flush()?;
     Ok(())
-}
-
-/// The records of the mounted prof device, read in the memory-mode layout.
-fn read_mounted(dir: &Path) -> Result<Vec<Module>> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    let mut out = Vec::new();
-    let mut ids = Vec::new();
-    for e in entries {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Ok(id) = u32::from_str_radix(&name, 16) else {
-            continue;
-        };
-        let path = std::fs::read_to_string(e.path().join("path"))
-            .with_context(|| format!("cannot read {}/path", e.path().display()))?
-            .trim_end_matches('\n')
-            .to_string();
-        let hist = e.path().join("histogram");
-        let text = std::fs::read_to_string(&hist)
-            .with_context(|| format!("cannot read {}", hist.display()))?;
-        let pairs = profdev_formats::prof_histogram::parse_text(&text)
-            .with_context(|| hist.display().to_string())?;
-        let m = module_of(path, &pairs);
-        ids.push(id);
-        out.push(m);
-    }
-    let mut order: Vec<usize> = (0..out.len()).collect();
-    order.sort_by_key(|&i| ids[i]);
-    Ok(order.into_iter().map(|i| out[i].clone()).collect())
 }
 
 #[cfg(test)]

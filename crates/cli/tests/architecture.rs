@@ -73,6 +73,20 @@ const MAY_USE: &[(&str, &[&str])] = &[
         &["dev", "coverage", "inject", "mprof", "safefile", "asuser"],
     ),
     ("fuse", &["core", "dev"]),
+    // The classic commands' work between command line and output: over
+    // the device layer's readers and the engines' data, below the binary.
+    (
+        "classic",
+        &[
+            "core",
+            "formats",
+            "symbolize",
+            "report",
+            "dev",
+            "mprof",
+            "coverage",
+        ],
+    ),
     // The binary: anything but profil (linked into programs) and testkit.
     (
         "cli",
@@ -90,6 +104,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "asuser",
             "inject",
             "attach",
+            "classic",
         ],
     ),
 ];
