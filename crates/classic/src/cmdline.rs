@@ -20,6 +20,37 @@
 use clap::ValueHint;
 use std::ffi::OsString;
 
+/// The "Signals" paragraph of the `--help` of the commands that run CMD
+/// as a job (`profdev_sample::job`): sample, gmon, record, prof, cprof,
+/// mprof.
+pub const SIGNALS_HELP: &str = "Signals: CMD runs in its own process group, made the terminal's \
+foreground group while it runs, so ^C and ^Z reach CMD alone. SIGINT, SIGTERM and SIGHUP sent to \
+profdev are passed to CMD's group; 2 s later whatever is left of it (and of processes it started \
+that left the group) is killed with SIGKILL. profdev then writes what it gathered, says so in one \
+sentence, and exits with 128 + the signal; otherwise its status is CMD's. A signal ignored when \
+profdev starts (nohup) stays ignored. If profdev is killed with SIGKILL, CMD dies with it (CMD's \
+own children do not).";
+
+/// Most data pages per CPU `--mmap-pages` takes (the engine's limit, 2^16).
+pub const MAX_PAGES: u32 = 1 << 16;
+
+/// `--mmap-pages N`: data pages per CPU for the ring buffers, a power of
+/// two as perf's `-m` takes; its log2, or the sentence saying what to give.
+pub fn parse_mmap_pages(s: &str) -> Result<u32, String> {
+    let n: u32 = s.trim().parse().map_err(|_| {
+        format!(
+            "--mmap-pages takes a number of pages, a power of two from 1 to {MAX_PAGES}, not {s:?}"
+        )
+    })?;
+    if n == 0 || !n.is_power_of_two() || n > MAX_PAGES {
+        return Err(format!(
+            "--mmap-pages {n}: the ring must be a power of two of pages, from 1 to {MAX_PAGES} \
+             (as perf's -m)"
+        ));
+    }
+    Ok(n.trailing_zeros())
+}
+
 /// One option of a classic command line.
 #[derive(Debug)]
 pub struct Opt {

@@ -3,7 +3,8 @@
 //!
 //! * [`cmdline`]: each classic command's command line as one table, whence
 //!   its getopt-style parser (with the classic messages) and its clap
-//!   command (help, man page, completions);
+//!   command (help, man page, completions); [`args`]: prof's, cprof's and
+//!   mprof's tables and the arguments they parse into;
 //! * [`prof`]: the prof device's records, read through its files, and the
 //!   listing of their histograms by function and line from each module's
 //!   ELF file;
@@ -18,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod cmdline;
 pub mod cprof;
 pub mod mprof;

@@ -9,14 +9,7 @@ use std::path::{Path, PathBuf};
 
 pub use profdev_sample::job::Job;
 
-/// The "Signals" paragraph of `sample`, `gmon` and `prof`'s `--help`.
-pub const SIGNALS_HELP: &str = "Signals: CMD runs in its own process group, made the terminal's \
-foreground group while it runs, so ^C and ^Z reach CMD alone. SIGINT, SIGTERM and SIGHUP sent to \
-profdev are passed to CMD's group; 2 s later whatever is left of it (and of processes it started \
-that left the group) is killed with SIGKILL. profdev then writes what it gathered, says so in one \
-sentence, and exits with 128 + the signal; otherwise its status is CMD's. A signal ignored when \
-profdev starts (nohup) stays ignored. If profdev is killed with SIGKILL, CMD dies with it (CMD's \
-own children do not).";
+pub use profdev_classic::cmdline::SIGNALS_HELP;
 
 /// Resolve CMD as the shell would: a path if it has a slash, else the
 /// first executable file of that name on PATH. One sentence if none.

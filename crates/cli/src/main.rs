@@ -243,9 +243,9 @@ const COMMANDS: &[Command] = &[
 /// The classic commands' command-line tables (kgmon's is clap's).
 #[cfg(test)]
 const CLASSIC_SPECS: &[&classic::Spec] = &[
-    &prof::SPEC,
-    &cprof::SPEC,
-    &mprof::SPEC,
+    &profdev_classic::args::prof::SPEC,
+    &profdev_classic::args::cprof::SPEC,
+    &profdev_classic::args::mprof::SPEC,
     &kprof::SPEC,
     &prfld::SPEC,
     &prfstat::SPEC,
