@@ -11,7 +11,9 @@
 //! * [`mprof`]: mprof's tables, leaks, pprof and DHAT sites from the
 //!   counted allocation sites, and what a program's allocator lets mprof
 //!   reach;
-//! * [`cprof`]: cprof's counted modules as lines, and its `.prf` records.
+//! * [`cprof`]: cprof's runs, its counted modules as lines, and its `.prf`
+//!   records;
+//! * [`program`]: whether the program a command runs is statically linked.
 //!
 //! Notes for the user (a module without debug information, a source file
 //! not found) are handed to a callback, one sentence each, prefixed with
@@ -24,3 +26,4 @@ pub mod cmdline;
 pub mod cprof;
 pub mod mprof;
 pub mod prof;
+pub mod program;

@@ -2,21 +2,31 @@
 //! from a prof device in memory mode ([`read_dev`], [`read_mounted`]),
 //! completed from the library's reports ([`complete`]); their sites
 //! attributed to lines and functions through each module's ELF file into
-//! the tables, the leaks, and pprof's and DHAT's sites ([`output`]); and
-//! what a program's own allocator leaves out of mprof's reach
-//! ([`own_allocator`], [`check_counted`]).
+//! the tables, the leaks, and pprof's and DHAT's sites ([`output`]); what
+//! a program's own allocator leaves out of mprof's reach
+//! ([`own_allocator`], [`check_counted`]); a run's private device
+//! ([`private_device`], [`through_device`]) and `-p PID`'s attach
+//! ([`run_attached`]).
 
-use crate::prof::{open_module, read_file, source_lines, ElfMap};
-use anyhow::{bail, Context as _, Result};
-use profdev_dev::prof::MemoryModule;
-use profdev_dev::{Dev, DirEntry, Qid};
+use crate::args::mprof::{startmp_message, Args};
+use crate::prof::{ctl, module_words, open_module, read_file, source_lines, ElfMap};
+use anyhow::{anyhow, bail, Context as _, Result};
+use profdev_attach::{attach_process, MemAttached};
+use profdev_dev::engine::ReplayFactory;
+use profdev_dev::prof::{MemoryModule, Prof, POOL_FILE, POOL_MALLOC, POOL_MAP};
+use profdev_dev::{Dev, DevError, DirEntry, Engine, Qid};
 use profdev_formats::dhat::{DhatCounts, DhatRun, DhatSite};
 use profdev_formats::pprof::heap::HeapSite;
-use profdev_mprof::{Module, Report};
+use profdev_mprof::{merge, Module, Report};
 use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
 use profdev_report::prof::SourceMap;
+use profdev_sample::job::{signal_name, Catcher};
+use profdev_symbolize::open::{read_bounded, Follow};
 use profdev_symbolize::ElfObject;
+use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::Arc;
 
 /// Allocators that, linked into a program, take its allocations away from
 /// the C library's malloc.
@@ -93,6 +103,28 @@ pub fn check_counted(
         ));
     }
     Ok(())
+}
+
+/// Refuse a program the library cannot reach; name the allocator a
+/// program carries ([`own_allocator`]), for
+/// [`check_counted`] after the run.
+pub fn check_reachable(program: &Path) -> Result<Option<String>> {
+    let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
+        return Ok(None); // not readable: let the exec say why
+    };
+    if !bytes.starts_with(b"\x7fELF") {
+        return Ok(None); // a script: its interpreter is what runs
+    }
+    if crate::program::is_static(&bytes) {
+        bail!(
+            "{} is statically linked: its allocations are out of reach of mprof (it preloads \
+             a library into dynamically linked programs)",
+            program.display()
+        );
+    }
+    Ok(ElfObject::parse(&bytes, program)
+        .ok()
+        .and_then(|obj| own_allocator(&obj)))
 }
 
 /// A module's name: its path's basename.
@@ -220,6 +252,161 @@ pub fn dhat_run(reports: &[Report], cmd: String) -> Option<DhatRun> {
             end_us,
             gmax_us,
         })
+    })
+}
+
+/// A private prof device in memory mode for a run: its module list
+/// `words`, then `startmp` (the pools' message).
+pub fn private_device(words: &[String], startmp: &str) -> Result<Prof> {
+    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
+    ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;
+    ctl(&dev, startmp)?;
+    Ok(dev)
+}
+
+/// Through a private prof device in memory mode, as `prof CMD` drives
+/// one for sampling: its module list selects, its histograms carry the
+/// seed's memory layout, and the tables are read back from them; blocks
+/// never freed (not in the histogram layout) from the reports. The
+/// modules with bytes, or all with `zeros` (`-v`).
+pub fn through_device(dev: &Prof, merged: &[Module], zeros: bool) -> Result<Vec<Module>> {
+    dev.memory_report(&memory_modules(merged))?;
+    ctl(dev, "stop")?;
+    let mut modules = read_dev(dev)?;
+    ctl(dev, "end")?;
+    complete(&mut modules, merged);
+    modules.retain(|m| m.high_water != 0 || zeros);
+    Ok(modules)
+}
+
+/// Why a run of `cmd` that ended with `status` left no report: none
+/// could be read (`unreadable`: the warnings said why), or no process
+/// loaded the library.
+pub fn nothing_counted(cmd: &str, status: ExitStatus, unreadable: bool) -> anyhow::Error {
+    if unreadable {
+        return anyhow!(
+            "the reports of {cmd} could not be read (the warnings above say why): nothing \
+             was counted"
+        );
+    }
+    anyhow!(
+        "{cmd} never loaded the accounting library ({}): it is setuid or setgid (the \
+         loader ignores LD_PRELOAD then), or clears LD_PRELOAD before running the \
+         programs that allocate; nothing was counted",
+        match (status.code(), status.signal()) {
+            (_, Some(sig)) => format!("it was killed by {}", signal_name(sig)),
+            (Some(c), _) => format!("it exited with status {c}"),
+            _ => "it ended".to_string(),
+        }
+    )
+}
+
+/// A warning for each merged module whose file was replaced while the
+/// command ran (another device or inode at its path).
+pub fn replaced(merged: &[Module]) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    merged
+        .iter()
+        .filter(|m| {
+            std::fs::metadata(&m.path).is_ok_and(|md| (md.dev(), md.ino()) != (m.dev, m.ino))
+        })
+        .map(|m| {
+            format!(
+                "mprof: warning: {} was replaced while the command ran: its lines may be wrong",
+                m.path
+            )
+        })
+        .collect()
+}
+
+/// `mprof -p PID`'s run: the modules to show, and, if a signal ended the
+/// wait, the signal and the sentence to say after the tables.
+pub struct AttachRun {
+    /// The modules read back through the private device.
+    pub modules: Vec<Module>,
+    /// The signal that ended the wait, and the sentence to say.
+    pub interrupted: Option<(i32, String)>,
+    /// Its reports' directory, kept from the sweep of other runs (let go
+    /// before the process below, as it was taken after it).
+    _held: Option<std::fs::File>,
+    /// The attached process, held until the tables are shown.
+    _attached: MemAttached,
+}
+
+/// `mprof -p PID`: attach, wait for the process to exit (or a signal),
+/// and read its tables from its report, through a private device as with
+/// CMD. `note` gets what is said meanwhile.
+pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Result<AttachRun> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let words = module_words(&args.modules, args.exec.then_some(exe.as_path()))?;
+    let dev = private_device(&words, &startmp_message(&args.pools))?;
+    let pools = args.pools.iter().fold(0, |b, p| {
+        b | match p {
+            '2' => POOL_MAP,
+            '3' => POOL_FILE,
+            _ => POOL_MALLOC,
+        }
+    });
+    // Caught from here on: a signal during the attach (which holds PID's
+    // threads) ends the wait right after it, never the attach half way.
+    // SIGINT, SIGTERM and SIGHUP, those not ignored when mprof started
+    // (nohup's stay ignored).
+    let signals = Catcher::new().context("cannot catch signals")?;
+    profdev_mprof::sweep(
+        &std::env::temp_dir(),
+        std::fs::metadata("/proc/self").map_or(0, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        }),
+    );
+    let attached =
+        attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers, None).map_err(|e| {
+            anyhow!(match e {
+                DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
+                DevError::NoProcess(p) => format!("no process {p}"),
+                e => e.to_string(),
+            })
+        })?;
+    // Kept from the sweep of other runs while this one reads it.
+    let held = attached.hold();
+    note(format!(
+        "mprof: attached to process {pid}; its tables are shown when it exits"
+    ));
+    let mut caught = None;
+    while attached.running() {
+        if let Some(sig) = signals.caught() {
+            caught = Some(sig);
+            break;
+        }
+        signals.sleep(std::time::Duration::from_millis(50), None);
+        signals.drain();
+    }
+    // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
+    // or still runs (mprof was interrupted), its table of counts.
+    let reports = attached.reports();
+    if reports.is_empty() {
+        bail!(
+            "process {pid} left neither a report nor its table of counts in {}: the library \
+             could not write there (a full disk, or the directory was removed); nothing was \
+             counted",
+            attached.reports_dir().display()
+        );
+    }
+    let modules = through_device(&dev, &merge(&reports), args.options.zeros)?;
+    let interrupted = caught.map(|sig| {
+        let sentence = format!(
+            "mprof: interrupted by {}; the tables show what process {pid} counted until then; \
+             it goes on counting into {} (removed once it has exited, by the next mprof)",
+            signal_name(sig),
+            attached.reports_dir().display()
+        );
+        (sig, sentence)
+    });
+    Ok(AttachRun {
+        modules,
+        interrupted,
+        _held: held,
+        _attached: attached,
     })
 }
 

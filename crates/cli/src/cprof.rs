@@ -177,16 +177,12 @@
 //!   count of entries into the line: a loop condition's line counts the
 //!   condition's runs.
 
-use crate::child::Job;
 use crate::classic;
-use anyhow::{bail, Context as _, Result};
-use profdev_attach::CovAttached;
+use anyhow::Result;
 use profdev_classic::args::cprof::{parse, Args, SPEC};
 use profdev_classic::cprof::{self, counted_lines, lines_of, notes, read_records};
-use profdev_coverage::counts::ModuleCoverage;
 use profdev_coverage::lcov;
 use profdev_coverage::listing;
-use profdev_sample::job::Catcher;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::Path;
@@ -201,240 +197,13 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     classic::main(&SPEC, args, parse, run)
 }
 
-/// What a run of CMD under the coverage engine gives: each module's
-/// counts, summed over CMD's processes, and the exit status cprof ends
-/// with (CMD's own if it failed, as `profdev prof` and `mprof` do).
-struct Launched {
-    modules: Vec<ModuleCoverage>,
-    exit: ExitCode,
-}
-
-/// Run `cmd` under prof's coverage mode, counting the modules `modules`
-/// names (basenames or absolute paths; empty: the executable and every
-/// library it maps): the engine's runtime is preloaded into CMD and every
-/// process it starts, which ask the engine's server to plan each module
-/// they map and report their counts when they end. CMD runs as a job
-/// (`profdev_sample::job`): SIGINT, SIGTERM and SIGHUP are passed on to it,
-/// and the runtime writes the counts of a process those end.
-fn run_under_coverage(cmd: &[OsString], modules: &[String]) -> Result<Launched> {
-    let server = profdev_coverage::launch::Server::new(modules)
-        .context("cannot prepare coverage (the runtime's private directory)")?;
-    let mut job = Job::new().context("cannot catch signals")?;
-    let mut child = std::process::Command::new(&cmd[0]);
-    child.args(&cmd[1..]);
-    for (k, v) in server.env(std::env::var_os("LD_PRELOAD")) {
-        child.env(k, v);
-    }
-    job.prepare(&mut child);
-    let spawned = child
-        .spawn()
-        .with_context(|| format!("cannot run {}", cmd[0].to_string_lossy()))?;
-    job.started(&spawned);
-    let status = job.wait();
-    let (modules, notes) = server.collect();
-    for n in &notes {
-        eprintln!("cprof: {n}");
-    }
-    Ok(Launched {
-        modules,
-        exit: job.exit_code(status),
-    })
-}
-
-/// Run the statically linked `program` (`cmd[0]`) counted through the
-/// uprobe fallback (`profdev_coverage::uprobe`): its blocks are planned,
-/// CMD is held between fork and exec until one multi-uprobe link with
-/// its pid is in place, then runs as a job like any CMD; the counts are
-/// read when it ends.
-fn run_static(cmd: &[OsString], program: &Path) -> Result<Launched> {
-    use profdev_coverage::uprobe;
-    let canon = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
-    let probes = uprobe::Probes::of_file(&canon, canon.clone())?;
-    let mut job = Job::new().context("cannot catch signals")?;
-    let mut child = std::process::Command::new(&cmd[0]);
-    child.args(&cmd[1..]);
-    job.prepare(&mut child);
-    let (spawned, counter) = uprobe::spawn_counted(&mut child, probes, canon)?;
-    eprintln!(
-        "cprof: {} is statically linked: counted through {} uprobes instead of the loader \
-         (slower: about 0.2-16 us per block executed; uses {})",
-        program.display(),
-        counter.probes(),
-        uprobe::FEATURE
-    );
-    job.started(&spawned);
-    let status = job.wait();
-    counter.detach();
-    Ok(Launched {
-        modules: vec![counter.coverage()],
-        exit: job.exit_code(status),
-    })
-}
-
-/// `-p PID`: the counts, the module words they were selected by, and
-/// how the wait ended.
-struct AttachRun {
-    modules: Vec<ModuleCoverage>,
-    words: Vec<String>,
-    /// The signal that ended the wait, and the sentence to say after the
-    /// listing.
-    interrupted: Option<(libc::c_int, String)>,
-}
-
-/// A device error as cprof's one sentence.
-fn attach_sentence(e: profdev_dev::DevError) -> anyhow::Error {
-    use profdev_dev::DevError;
-    anyhow::anyhow!(match e {
-        DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
-        DevError::NoProcess(p) => format!("no process {p}: -p needs the id of a running process"),
-        e => e.to_string(),
-    })
-}
-
-/// Wait until `a`'s process has exited (None) or one of the signals
-/// `caught` catches came (Some). The process is watched through a pidfd
-/// where the kernel has them (5.3), and its `/proc` entry (start time
-/// checked) at every wake-up and at least every second.
-fn wait_attached(caught: &Catcher, a: &CovAttached) -> Option<libc::c_int> {
-    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-    // SAFETY: pidfd_open takes a pid and flags; a descriptor it
-    // returns is ours to own.
-    let pidfd = unsafe {
-        let fd = libc::syscall(libc::SYS_pidfd_open, a.pid() as libc::pid_t, 0);
-        (fd >= 0).then(|| OwnedFd::from_raw_fd(fd as libc::c_int))
-    };
-    loop {
-        if let Some(s) = caught.caught() {
-            return Some(s);
-        }
-        if !a.running() {
-            return None;
-        }
-        let timeout = if pidfd.is_some() { 1000 } else { 50 };
-        caught.sleep(
-            std::time::Duration::from_millis(timeout),
-            pidfd.as_ref().map(|p| p.as_fd()),
-        );
-        caught.drain();
-    }
-}
-
-/// `cprof -p PID`: attach coverage to the running process (prof's
-/// `startcp` machinery, [`profdev_attach::attach_coverage`]), wait for
-/// it to exit or for a signal, and take its counts.
-fn run_attached(pid: u32, args: &Args) -> Result<AttachRun> {
-    // Caught from here on: a signal during the attach (which holds PID's
-    // threads) ends the wait right after it, never the attach half way.
-    let caught = Catcher::new().context("cannot catch signals")?;
-    // The kernel's ptrace rule for cprof itself, first: a process cprof may
-    // not trace is refused in its terms (kernel.yama.ptrace_scope, the
-    // credentials), not as an unreadable /proc/PID/maps.
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    // SAFETY: getegid has no preconditions.
-    let gid = unsafe { libc::getegid() };
-    let me = profdev_dev::access::Cred {
-        uid,
-        gid,
-        pid: std::process::id(),
-    };
-    let permit = profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {
-        profdev_dev::DevError::NotPermitted(why) => {
-            anyhow::anyhow!("not permitted to ptrace {why}")
-        }
-        e => attach_sentence(e),
-    })?;
-    // The static case (no C library to load the runtime with) is counted
-    // through uprobes by the same attach: say so.
-    if profdev_attach::statically_linked(pid).map_err(attach_sentence)? {
-        eprintln!(
-            "cprof: process {pid} is statically linked: counted through uprobes (one multi-uprobe \
-             BPF link, Linux 6.6 or later), about 0.2 to 16 us per block executed; its children \
-             are not counted"
-        );
-    }
-    let mut words = args.modules.clone();
-    if args.exec {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .with_context(|| format!("cannot read process {pid}'s executable (-e)"))?;
-        words.push(
-            std::fs::canonicalize(&exe)
-                .unwrap_or(exe)
-                .to_string_lossy()
-                .into_owned(),
-        );
-    }
-    let attached =
-        profdev_attach::attach_coverage(pid, &words, Some(permit)).map_err(attach_sentence)?;
-    eprintln!(
-        "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
-         SIGINT, SIGTERM, SIGHUP)"
-    );
-    if let Some(sig) = wait_attached(&caught, &attached) {
-        // Its counts so far: a report now. A process gone meanwhile wrote
-        // its exit report instead.
-        let flushed = attached.flush();
-        let (modules, notes) = attached.collect();
-        for n in &notes {
-            eprintln!("cprof: {n}");
-        }
-        let name = profdev_sample::job::signal_name(sig);
-        let what = if attached.running() {
-            if let Err(e) = flushed {
-                eprintln!("cprof: process {pid} could not write its counts so far: {e}");
-            }
-            match attached.leave_running() {
-                Some(dir) => format!(
-                    "cprof: interrupted by {name}; process {pid} runs on, still counted, with \
-                     nobody to read its later counts (in {}: remove it once process {pid} has \
-                     exited); listed: its counts up to now",
-                    dir.display()
-                ),
-                None => format!(
-                    "cprof: interrupted by {name}; process {pid} runs on, no longer counted \
-                     (its uprobes are removed with cprof); listed: its counts up to now"
-                ),
-            }
-        } else {
-            format!(
-                "cprof: interrupted by {name}; process {pid} had exited; listed: all its counts"
-            )
-        };
-        return Ok(AttachRun {
-            modules,
-            words,
-            interrupted: Some((sig, what)),
-        });
-    }
-    let (modules, notes) = attached.collect();
-    for n in &notes {
-        eprintln!("cprof: {n}");
-    }
-    let total: u64 = modules
-        .iter()
-        .flat_map(|m| &m.blocks)
-        .map(|b| b.count)
-        .fold(0, u64::saturating_add);
-    if total == 0 {
-        bail!(
-            "process {pid} reported no counts: it ended with _exit or a signal that killed it, \
-             or ran none of the counted code after the attach"
-        );
-    }
-    Ok(AttachRun {
-        modules,
-        words,
-        interrupted: None,
-    })
-}
-
 fn run(args: &Args) -> Result<ExitCode> {
     let say = &mut |n: String| eprintln!("{n}");
     let mut listings = Vec::new();
     let mut exit = ExitCode::SUCCESS;
     let mut interrupted = None;
     if let Some(pid) = args.pid {
-        let r = run_attached(pid, args)?;
+        let r = cprof::run_attached(pid, args, say)?;
         listings = counted_lines(r.modules, &r.words, &args.modules, args.record, say)?;
         if let Some((sig, sentence)) = r.interrupted {
             exit = ExitCode::from(128u8.wrapping_add(sig as u8));
@@ -447,7 +216,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         }
     } else {
         let program = crate::child::find_program(&args.command[0])?;
-        let is_static = crate::child::is_static_program(&program);
+        let is_static = profdev_classic::program::is_static_program(&program);
         let mut words = args.modules.clone();
         if args.exec {
             words.push(
@@ -458,9 +227,9 @@ fn run(args: &Args) -> Result<ExitCode> {
             );
         }
         let launched = if is_static {
-            run_static(&args.command, &program)?
+            cprof::run_static(&args.command, &program, say)?
         } else {
-            run_under_coverage(&args.command, &words)?
+            cprof::run_under_coverage(&args.command, &words, say)?
         };
         exit = launched.exit;
         listings = counted_lines(launched.modules, &words, &args.modules, args.record, say)?;

@@ -210,22 +210,15 @@
 
 use crate::child::{find_program, Job};
 use crate::classic;
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use profdev_classic::args::mprof::{parse, startmp_message, Args, SPEC};
 use profdev_classic::mprof;
-use profdev_classic::prof::ctl;
-use profdev_dev::engine::ReplayFactory;
-use profdev_dev::prof::Prof;
-use profdev_dev::Engine;
 use profdev_formats::dhat::DhatRun;
 use profdev_mprof::{merge, Module, Session};
-use profdev_symbolize::open::{read_bounded, Follow};
-use profdev_symbolize::ElfObject;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// The command line as data, for `--help`, the man page and completions.
 pub fn command() -> clap::Command {
@@ -267,15 +260,11 @@ fn run(args: &Args) -> Result<ExitCode> {
         return show(&modules, args, None).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
-    let own_allocator = check_reachable(&program)?;
+    let own_allocator = mprof::check_reachable(&program)?;
     let session = Session::new().context("cannot prepare the accounting library")?;
-    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
-    ctl(
-        &dev,
-        format!("module {}", module_words(args, &program)?.join(" ")).trim_end(),
-    )?;
+    let words = profdev_classic::prof::module_words(&args.modules, args.exec.then_some(&program))?;
     let startmp = startmp_message(&args.pools);
-    ctl(&dev, &startmp)?;
+    let dev = mprof::private_device(&words, &startmp)?;
     let mut job = Job::new()?;
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
@@ -306,37 +295,12 @@ fn run(args: &Args) -> Result<ExitCode> {
         // none did.
         let cmd = args.command[0].to_string_lossy();
         if let Some(i) = job.interrupted() {
-            eprintln!(
-                "{}",
-                i.sentence(
-                    "mprof",
-                    &format!(
-                        "{cmd} had not loaded the accounting library yet: nothing was counted"
-                    )
-                )
-            );
+            let why =
+                format!("{cmd} had not loaded the accounting library yet: nothing was counted");
+            eprintln!("{}", i.sentence("mprof", &why));
             return Ok(job.exit_code(status));
         }
-        if !errors.is_empty() {
-            bail!(
-                "the reports of {cmd} could not be read (the warnings above say why): nothing \
-                 was counted"
-            );
-        }
-        bail!(
-            "{cmd} never loaded the accounting library ({}): it is setuid or setgid (the \
-             loader ignores LD_PRELOAD then), or clears LD_PRELOAD before running the \
-             programs that allocate; nothing was counted",
-            match (
-                status.code(),
-                std::os::unix::process::ExitStatusExt::signal(&status)
-            ) {
-                (_, Some(sig)) =>
-                    format!("it was killed by {}", profdev_sample::job::signal_name(sig)),
-                (Some(c), _) => format!("it exited with status {c}"),
-                _ => "it ended".to_string(),
-            }
-        );
+        return Err(mprof::nothing_counted(&cmd, status, !errors.is_empty()));
     }
     let untracked: u64 = reports.iter().map(|r| r.untracked + r.table_failures).sum();
     if untracked > 0 {
@@ -346,18 +310,10 @@ fn run(args: &Args) -> Result<ExitCode> {
     if let Some(own) = &own_allocator {
         mprof::check_counted(&program, own, &merged, &mut |n| eprintln!("{n}"))?;
     }
-    for m in &merged {
-        if let Ok(md) = std::fs::metadata(&m.path) {
-            use std::os::unix::fs::MetadataExt;
-            if (md.dev(), md.ino()) != (m.dev, m.ino) {
-                eprintln!(
-                    "mprof: warning: {} was replaced while the command ran: its lines may be wrong",
-                    m.path
-                );
-            }
-        }
+    for warning in mprof::replaced(&merged) {
+        eprintln!("{warning}");
     }
-    let modules = through_device(&dev, &merged, args.options.zeros)?;
+    let modules = mprof::through_device(&dev, &merged, args.options.zeros)?;
     let cmd: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
     let dhat_run = mprof::dhat_run(&reports, cmd.join(" "));
     if let (Some(file), None) = (&args.dhat, &dhat_run) {
@@ -380,123 +336,16 @@ fn run(args: &Args) -> Result<ExitCode> {
 /// `mprof -p PID`: attach, wait for the process to exit, show its tables
 /// (and leaks) from its report, through a private device as with CMD.
 fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
-    use profdev_attach::attach_process;
-    use profdev_dev::prof::{POOL_FILE, POOL_MALLOC, POOL_MAP};
-    use profdev_dev::DevError;
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
-    ctl(
-        &dev,
-        format!("module {}", module_words(args, &exe)?.join(" ")).trim_end(),
-    )?;
-    ctl(&dev, &startmp_message(&args.pools))?;
-    let pools = args.pools.iter().fold(0, |b, p| {
-        b | match p {
-            '2' => POOL_MAP,
-            '3' => POOL_FILE,
-            _ => POOL_MALLOC,
-        }
-    });
-    // Caught from here on: a signal during the attach (which holds PID's
-    // threads) ends the wait right after it, never the attach half way.
-    // SIGINT, SIGTERM and SIGHUP, those not ignored when mprof started
-    // (nohup's stay ignored).
-    let signals = profdev_sample::job::Catcher::new().context("cannot catch signals")?;
-    profdev_mprof::sweep(
-        &std::env::temp_dir(),
-        std::fs::metadata("/proc/self").map_or(0, |m| {
-            use std::os::unix::fs::MetadataExt;
-            m.uid()
-        }),
-    );
-    let attached =
-        attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers, None).map_err(|e| {
-            anyhow::anyhow!(match e {
-                DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
-                DevError::NoProcess(p) => format!("no process {p}"),
-                e => e.to_string(),
-            })
-        })?;
-    // Kept from the sweep of other runs while this one reads it.
-    let _held = attached.hold();
-    eprintln!("mprof: attached to process {pid}; its tables are shown when it exits");
-    let mut caught = None;
-    while attached.running() {
-        if let Some(sig) = signals.caught() {
-            caught = Some(sig);
-            break;
-        }
-        signals.sleep(std::time::Duration::from_millis(50), None);
-        signals.drain();
-    }
-    // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
-    // or still runs (mprof was interrupted), its table of counts.
-    let reports = attached.reports();
-    if reports.is_empty() {
-        bail!(
-            "process {pid} left neither a report nor its table of counts in {}: the library \
-             could not write there (a full disk, or the directory was removed); nothing was \
-             counted",
-            attached.reports_dir().display()
-        );
-    }
-    let modules = through_device(&dev, &merge(&reports), args.options.zeros)?;
-    let shown = show(&modules, args, None);
-    if let Some(sig) = caught {
+    let run = mprof::run_attached(args, pid, &mut |n| eprintln!("{n}"))?;
+    let shown = show(&run.modules, args, None);
+    if let Some((sig, sentence)) = run.interrupted {
         if let Err(e) = shown {
             eprintln!("mprof: {e}");
         }
-        eprintln!(
-            "mprof: interrupted by {}; the tables show what process {pid} counted until then; \
-             it goes on counting into {} (removed once it has exited, by the next mprof)",
-            profdev_sample::job::signal_name(sig),
-            attached.reports_dir().display()
-        );
+        eprintln!("{sentence}");
         return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)));
     }
     shown.map(|()| ExitCode::SUCCESS)
-}
-
-/// Through a private prof device in memory mode, as `prof CMD` drives
-/// one for sampling: its module list selects, its histograms carry the
-/// seed's memory layout, and the tables are read back from them; blocks
-/// never freed (not in the histogram layout) from the reports. The
-/// modules with bytes, or all with `-v`.
-fn through_device(dev: &Prof, merged: &[Module], zeros: bool) -> Result<Vec<Module>> {
-    dev.memory_report(&mprof::memory_modules(merged))?;
-    ctl(dev, "stop")?;
-    let mut modules = mprof::read_dev(dev)?;
-    ctl(dev, "end")?;
-    mprof::complete(&mut modules, merged);
-    modules.retain(|m| m.high_water != 0 || zeros);
-    Ok(modules)
-}
-
-/// The -m list (and -e's executable) as `module` words, paths absolute.
-fn module_words(args: &Args, program: &Path) -> Result<Vec<String>> {
-    profdev_classic::prof::module_words(&args.modules, args.exec.then_some(program))
-}
-
-/// Refuse a program the library cannot reach; name the allocator a
-/// program carries ([`mprof::own_allocator`]), for
-/// [`mprof::check_counted`] after the run.
-fn check_reachable(program: &Path) -> Result<Option<String>> {
-    let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
-        return Ok(None); // not readable: let the exec say why
-    };
-    if !bytes.starts_with(b"\x7fELF") {
-        return Ok(None); // a script: its interpreter is what runs
-    }
-    if crate::child::is_static(&bytes) {
-        bail!(
-            "{} is statically linked: its allocations are out of reach of mprof (it preloads \
-             a library into dynamically linked programs)",
-            program.display()
-        );
-    }
-    Ok(ElfObject::parse(&bytes, program)
-        .ok()
-        .and_then(|obj| mprof::own_allocator(&obj)))
 }
 
 /// Attribute, read sources, print the tables and the leaks; write the
@@ -527,34 +376,4 @@ fn show(modules: &[Module], args: &Args, dhat_run: Option<&DhatRun>) -> Result<(
     }
     out.flush()?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn static_detection() {
-        let exe = std::env::current_exe().unwrap();
-        let bytes = std::fs::read(&exe).unwrap();
-        assert!(
-            !crate::child::is_static(&bytes),
-            "the test binary is dynamically linked"
-        );
-        assert!(!crate::child::is_static(b"#!/bin/sh\n"));
-        // Cut inside its program headers: malformed, not "static".
-        assert!(!crate::child::is_static(&bytes[..0x48]));
-        // A header and one PT_LOAD, no PT_INTERP: static.
-        let mut elf = vec![0u8; 0x40 + 0x38];
-        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        elf[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
-        elf[0x36..0x38].copy_from_slice(&0x38u16.to_le_bytes());
-        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
-        elf[0x40] = 1;
-        assert!(crate::child::is_static(&elf));
-        elf[0x40] = 3;
-        assert!(!crate::child::is_static(&elf), "PT_INTERP");
-        // A program header count that runs past the file.
-        elf[0x40] = 1;
-        elf[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
-        assert!(!crate::child::is_static(&elf));
-    }
 }

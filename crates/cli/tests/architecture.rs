@@ -74,17 +74,19 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ),
     ("fuse", &["core", "dev"]),
     // The classic commands' work between command line and output: over
-    // the device layer's readers and the engines' data, below the binary.
+    // the device layer and the engines (runs, attaches), below the binary.
     (
         "classic",
         &[
             "core",
             "formats",
             "symbolize",
+            "sample",
             "report",
             "dev",
             "mprof",
             "coverage",
+            "attach",
         ],
     ),
     // The binary: anything but profil (linked into programs) and testkit.
