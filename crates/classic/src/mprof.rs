@@ -677,4 +677,26 @@ mod tests {
         .unwrap();
         assert_eq!(notes.len(), 1, "Rust's global allocator is not noted");
     }
+
+    #[test]
+    fn reads_a_mounted_device_in_memory_mode() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("ctl"), "").unwrap();
+        let m = module("/x/libx.so");
+        for (id, path) in [("00000003", "/x/liby.so"), ("00000001", "/x/libx.so")] {
+            let r = d.path().join(id);
+            std::fs::create_dir(&r).unwrap();
+            std::fs::write(r.join("path"), format!("{path}\n")).unwrap();
+            let text: String = profdev_mprof::histogram_pairs(&m)
+                .iter()
+                .map(|(i, v)| format!("{i} {v}\n"))
+                .collect();
+            std::fs::write(r.join("histogram"), text).unwrap();
+        }
+        let modules = read_mounted(d.path()).unwrap();
+        let paths: Vec<&str> = modules.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(paths, ["/x/libx.so", "/x/liby.so"]);
+        assert_eq!(modules[0].sites[&0x1001].high_water, 64);
+        assert_eq!((modules[0].current, modules[0].high_water), (48, 64));
+    }
 }
