@@ -579,4 +579,38 @@ mod tests {
         let o = Opts::parse(&PRF, os(&["-f", "a", "-f", "b"])).unwrap();
         assert_eq!(o.get('f'), Some("b"));
     }
+
+    /// Every classic table: its clap command is well formed, lists each
+    /// option, and the parser takes each one (a value given `5`) and
+    /// refuses every other letter.
+    #[test]
+    fn the_parser_takes_exactly_the_documented_options() {
+        for spec in crate::args::ALL.iter().copied() {
+            let cmd = command(spec);
+            cmd.clone().debug_assert();
+            assert!(help(spec).starts_with(&format!("usage: {}\n", spec.synopsis)));
+            for o in spec.opts {
+                let arg = cmd.get_arguments().find(|a| a.get_id() == o.id).unwrap();
+                assert_eq!((arg.get_short(), arg.get_long()), (o.short, o.long));
+                let mut words = vec![o.written(o.short.is_none())];
+                if o.value.is_some() {
+                    words.push("5".into());
+                }
+                let mut given = Vec::new();
+                let ops = parse(spec, words.iter().map(OsString::from).collect(), |g, v| {
+                    given.push((g.id, v));
+                    Ok(())
+                })
+                .unwrap();
+                assert!(ops.is_empty(), "{} {words:?}", spec.name);
+                assert_eq!(given.len(), 1, "{} {words:?}", spec.name);
+            }
+            for c in ('a'..='z').chain('A'..='Z').chain('0'..='9') {
+                if !spec.opts.iter().any(|o| o.short == Some(c)) {
+                    let e = parse(spec, vec![OsString::from(format!("-{c}"))], |_, _| Ok(()));
+                    assert_eq!(e.unwrap_err(), format!("unknown option -{c}"));
+                }
+            }
+        }
+    }
 }

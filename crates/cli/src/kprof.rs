@@ -13,7 +13,8 @@
 //! follow the symbols, not the file: a 4 GiB sparse KPDATA costs what a
 //! small one does.
 
-use crate::classic::{self, Longs, Operand, Spec};
+use crate::classic;
+use profdev_classic::args::kprof::SPEC;
 use profdev_formats::kpdata::{self, Header, KpdataError};
 use profdev_report::kprof::{format_stream, Report};
 use profdev_symbolize::KernelSymbols;
@@ -24,22 +25,6 @@ use std::path::Path;
 use std::process::ExitCode;
 
 const USAGE: &str = "kprof: usage: kprof text data";
-
-/// kprof's command line: its operands and help.
-pub static SPEC: Spec = Spec {
-    name: "kprof",
-    synopsis: "kprof text data",
-    about: "Format a kpdata histogram (Inferno 4e layout) against the kernel symbols in \
-            text (/proc/kallsyms, a System.map or a vmlinux): total, in-text and outside \
-            ticks, then milliseconds and percentage of in-text ticks per function.",
-    longs: Longs::Any,
-    opts: &[],
-    operands: &[
-        Operand::required("text", "/proc/kallsyms, a System.map or a vmlinux").file(),
-        Operand::required("data", "A copy of the kprof device's kpdata").file(),
-    ],
-    after_help: "",
-};
 
 /// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {

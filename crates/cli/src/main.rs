@@ -238,20 +238,6 @@ const COMMANDS: &[Command] = &[
     },
 ];
 
-/// The classic commands' command-line tables (kgmon's is clap's).
-#[cfg(test)]
-const CLASSIC_SPECS: &[&classic::Spec] = &[
-    &profdev_classic::args::prof::SPEC,
-    &profdev_classic::args::cprof::SPEC,
-    &profdev_classic::args::mprof::SPEC,
-    &kprof::SPEC,
-    &prfld::SPEC,
-    &prfstat::SPEC,
-    &prfdc::SPEC,
-    &prfsnap::SPEC,
-    &prfpr::SPEC,
-];
-
 fn usage() -> String {
     let mut s = String::from("usage: profdev COMMAND [ARGS]\n\ncommands:\n");
     for c in COMMANDS {

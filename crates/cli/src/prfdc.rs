@@ -41,10 +41,11 @@
 //! creat log file`, `cannot activate profiling`. SVR4 wrote only six bytes
 //! of `"prfdc: "`, losing the space; profdev writes the space.
 
-use crate::classic::{self, Longs, Operand, Opt, Spec};
+use crate::classic;
 use crate::output;
 use crate::prfdev::{self, Access, PrfDev};
 use crate::prfsnap::{activate, now};
+use profdev_classic::args::prf::PRFDC as SPEC;
 use profdev_formats::prflog::{Header, Layout, Record};
 use profdev_safefile::AppendFile;
 use std::ffi::OsString;
@@ -73,38 +74,6 @@ impl Plan {
         self.count.is_some_and(|c| written >= c) || self.off_hour == Some(hour)
     }
 }
-
-/// prfdc's command line: its options, operands and help.
-pub static SPEC: Spec = Spec {
-    name: "prfdc",
-    synopsis: "prfdc [-f device_name] [-u seconds] [-n count] logfile [period [off_hour]]",
-    about: "Switch the prf profiler on and, in the background, append its counters to \
-            logfile now and every period minutes (default 10; -u: seconds per period \
-            unit) until a record is taken in hour off_hour, count records are written, \
-            or the collector, whose pid it prints, is killed. (SVR4's default off_hour, \
-            17, is not kept: without off_hour the collector runs until stopped.)",
-    longs: Longs::Any,
-    opts: &[
-        prfdev::DEVICE,
-        Opt::value(
-            'u',
-            "seconds",
-            "Seconds per period unit (default 60: the period counts minutes)",
-        )
-        .id("unit"),
-        Opt::value('n', "count", "Stop the collector after this many records").id("count"),
-    ],
-    operands: &[
-        Operand::required(
-            "logfile",
-            "The prf log to create (an existing file is refused)",
-        )
-        .file(),
-        Operand::optional("period", "Units between records (default 10)"),
-        Operand::optional("off_hour", "The hour of day whose record is the last"),
-    ],
-    after_help: "",
-};
 
 /// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {

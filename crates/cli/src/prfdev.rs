@@ -1,6 +1,6 @@
 //! The prf device as the profiler(1M) commands see it: where it is, how
 //! to start a device server when none is mounted, the ioctls, and the
-//! commands' shared option (`-f`, [`DEVICE`]).
+//! commands' shared option `-f` (its table is in `profdev_classic::args::prf`).
 //!
 //! `-f DEVICE` names the device: a path, or a bare file name (`prf1`)
 //! taken in the mount directory, `$PROFDEV_MOUNT` or `/run/profdev`.
@@ -9,7 +9,6 @@
 //! starts one in the background (`profdev mount -b`) and says so on
 //! standard error.
 
-use crate::classic::Opt;
 use crate::mount::DEFAULT_DIR;
 use profdev_dev::prf::{PRF_GETMAX, PRF_GETSIZE, PRF_GETSTATUS, PRF_SETSTATE, WORD};
 use profdev_report::prfpr::Tm;
@@ -41,16 +40,6 @@ pub fn device_path(cmd: &str, opt: Option<&str>) -> PathBuf {
         }
     }
 }
-
-/// The `-f DEVICE` option every prf command takes.
-pub const DEVICE: Opt = Opt::value(
-    'f',
-    "device_name",
-    "The prf device: a path, or a file name in the mount directory \
-     ($PROFDEV_MOUNT, default /run/profdev) such as prf1; prf there by default",
-)
-.id("device")
-.hint(clap::ValueHint::FilePath);
 
 /// The mount directory the commands use by default.
 pub fn mount_dir() -> PathBuf {

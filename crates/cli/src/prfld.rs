@@ -25,8 +25,9 @@
 //! error, `prfld: …`, that says what to do (for EBUSY: switch profiling
 //! off with `prfstat off` first).
 
-use crate::classic::{self, Longs, Operand, Spec};
+use crate::classic;
 use crate::prfdev::{self, Access, PrfDev};
+use profdev_classic::args::prf::PRFLD as SPEC;
 use profdev_symbolize::KernelSymbols;
 use std::ffi::OsString;
 use std::path::Path;
@@ -82,22 +83,6 @@ fn load_error(errno: Option<i32>, maxprf: usize) -> (&'static str, String) {
         ),
     }
 }
-
-/// prfld's command line: its options, operands and help.
-pub static SPEC: Spec = Spec {
-    name: "prfld",
-    synopsis: "prfld [-f device_name] [namelist]",
-    about: "Load the prf device with the sorted start addresses of the kernel's code \
-            symbols, after a 0.",
-    longs: Longs::Any,
-    opts: &[prfdev::DEVICE],
-    operands: &[Operand::optional(
-        "namelist",
-        "/proc/kallsyms (the default), or a System.map or vmlinux",
-    )
-    .file()],
-    after_help: "",
-};
 
 /// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {

@@ -23,7 +23,8 @@
 //! status is 1. (SVR4's prfpr stopped quietly at a short record and printed
 //! garbage for a foreign one, exiting 0.)
 
-use crate::classic::{self, Longs, Operand, Spec};
+use crate::classic;
+use profdev_classic::args::prf::PRFPR as SPEC;
 use profdev_formats::prflog::{self, PrfLogError};
 use profdev_report::prfpr::{self, Namelist, PrfprError, Reporter};
 use profdev_symbolize::open::{open_bounded, Follow, OpenError};
@@ -79,29 +80,6 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     }
     Ok(got)
 }
-
-/// prfpr's command line: its operands and help.
-pub static SPEC: Spec = Spec {
-    name: "prfpr",
-    synopsis: "prfpr file [cutoff [namelist]]",
-    about: "Print a prf log: per interval, each kernel function's share of the ticks above \
-            cutoff percent (default 1), named from namelist (default /proc/kallsyms).",
-    longs: Longs::Any,
-    opts: &[],
-    operands: &[
-        Operand::required("file", "A log written by prfsnap or prfdc").file(),
-        Operand::optional(
-            "cutoff",
-            "Percent of the ticks below which a function is not shown (default 1)",
-        ),
-        Operand::optional(
-            "namelist",
-            "/proc/kallsyms (the default), or a System.map or vmlinux of the boot that wrote the log",
-        )
-        .file(),
-    ],
-    after_help: "",
-};
 
 /// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {

@@ -19,9 +19,10 @@
 //! snapshot is one write(2); one that does not fit (a full disk) is an
 //! error, and its partial bytes are cut off again.
 
-use crate::classic::{self, Longs, Operand, Spec};
+use crate::classic;
 use crate::output;
 use crate::prfdev::{self, Access, PrfDev};
+use profdev_classic::args::prf::PRFSNAP as SPEC;
 use profdev_formats::prflog::{self, Header, Layout, Record};
 use profdev_report::prfpr::PRF_ON;
 use std::ffi::OsString;
@@ -32,17 +33,6 @@ fn error(msg: &str) -> ExitCode {
     eprintln!("prfsnap: {msg}");
     ExitCode::from(1)
 }
-
-/// prfsnap's command line: its options, operands and help.
-pub static SPEC: Spec = Spec {
-    name: "prfsnap",
-    synopsis: "prfsnap [-f device_name] logfile",
-    about: "Switch the prf profiler on and append a snapshot of its counters to logfile.",
-    longs: Longs::Any,
-    opts: &[prfdev::DEVICE],
-    operands: &[Operand::required("logfile", "The prf log (created 0600 if missing)").file()],
-    after_help: "",
-};
 
 /// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {

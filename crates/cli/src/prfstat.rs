@@ -10,8 +10,9 @@
 //! sampling engine cannot start), the reason goes to standard error; the
 //! report on standard output says what the device is.
 
-use crate::classic::{self, Longs, Operand, Spec};
+use crate::classic;
 use crate::prfdev::{self, Access, PrfDev};
+use profdev_classic::args::prf::PRFSTAT as SPEC;
 use profdev_report::prfpr::prfstat_report;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -22,20 +23,6 @@ fn fail(msg: &str) -> ExitCode {
     println!("{msg}");
     ExitCode::from(1)
 }
-
-/// prfstat's command line: its options, operands and help.
-pub static SPEC: Spec = Spec {
-    name: "prfstat",
-    synopsis: "prfstat [-f device_name] [on|off]",
-    about: "Switch the prf profiler on or off and report its state.",
-    longs: Longs::Any,
-    opts: &[prfdev::DEVICE],
-    operands: &[
-        Operand::optional("state", "on or off; without it, only the state is reported")
-            .choices(&["on", "off"]),
-    ],
-    after_help: "",
-};
 
 /// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {
