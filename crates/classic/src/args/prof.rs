@@ -70,7 +70,7 @@ pub static SPEC: Spec = Spec {
     after_help: SIGNALS_HELP,
 };
 
-/// Parse Inferno-style options (see [`crate::classic`]).
+/// Parse prof's command line by its table ([`crate::cmdline::parse`]).
 pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
     let mut a = Args::default();
     let command = cmdline::parse(&SPEC, args, |o, v| {
