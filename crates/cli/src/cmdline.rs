@@ -3,7 +3,7 @@
 //! usage lines, exit 2), and turn an error into one line `NAME: sentence`
 //! with exit status 1. NAME is `profdev CMD` for profdev's own commands
 //! (sample, gmon, mount, unmount); the classic commands keep their own
-//! names and spec'd messages.
+//! names and spec'd messages (see `classic`).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -54,100 +54,6 @@ pub fn finish(name: &str, result: anyhow::Result<ExitCode>) -> ExitCode {
         eprintln!("{name}: {}", sentence(&e));
         ExitCode::from(1)
     })
-}
-
-/// The `--help` of a classic command, which parses its arguments itself
-/// to keep the classic messages: the classic usage line (`usage: …`, the
-/// command's overridden usage), its text, and its options, all from the
-/// command's description as a `clap::Command` — the same description its
-/// man page and its completions are generated from, so none can drift.
-pub fn classic_help(cmd: clap::Command) -> String {
-    cmd.help_template("usage: {usage}\n\n{about-with-newline}\n{all-args}{after-help}")
-        .render_long_help()
-        .to_string()
-}
-
-/// The entry point of an Inferno-style command (`prof`, `mprof`): `-h` or
-/// `--help` prints [`classic_help`]; a bad command line prints
-/// `NAME: why` and the usage line; an error of the run one sentence; exit
-/// status 1 for either.
-pub fn classic_main<A>(
-    name: &str,
-    usage: &str,
-    args: Vec<OsString>,
-    command: fn() -> clap::Command,
-    parse: fn(Vec<OsString>) -> Result<A, String>,
-    run: fn(&A) -> anyhow::Result<ExitCode>,
-) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", classic_help(command()));
-        return ExitCode::SUCCESS;
-    }
-    let args = match parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{name}: {e}\n{usage}");
-            return ExitCode::from(1);
-        }
-    };
-    run(&args).unwrap_or_else(|e| {
-        eprintln!("{name}: {}", sentence(&e));
-        ExitCode::from(1)
-    })
-}
-
-/// The short options of `cmd` that take a value (`-f DEVICE`), for a
-/// classic command's getopt: the parser accepts exactly what the help and
-/// the page list.
-pub fn value_shorts(cmd: &clap::Command) -> Vec<char> {
-    cmd.get_arguments()
-        .filter(|a| !a.is_positional() && a.get_action().takes_values())
-        .filter_map(|a| a.get_short())
-        .collect()
-}
-
-/// For the classic commands' tests: the parser `parse` and the clap
-/// description `cmd` (whence help, page and completions) take the same
-/// options: each documented one parses (a value option given `5`, then
-/// `./cmd`, except the options in `no_command`, which take the command's
-/// place), and every other letter or digit is `unknown option -C`.
-#[cfg(test)]
-pub fn assert_parser_takes_the_documented_options<T, F>(
-    cmd: clap::Command,
-    no_command: &[char],
-    parse: F,
-) where
-    F: Fn(&[&str]) -> Result<T, String>,
-{
-    let name = cmd.get_name().to_string();
-    let documented: Vec<(char, bool)> = cmd
-        .get_arguments()
-        .filter(|a| a.get_id() != "help")
-        .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
-        .collect();
-    for &(c, value) in &documented {
-        let mut args = vec![format!("-{c}")];
-        if value {
-            args.push("5".into());
-        }
-        if !no_command.contains(&c) {
-            args.push("./cmd".into());
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        assert!(
-            parse(&args).is_ok(),
-            "{name} --help lists -{c}, the parser refuses it"
-        );
-    }
-    for c in ('a'..='z').chain('A'..='Z').chain('0'..='9') {
-        if c != 'h' && !documented.iter().any(|&(d, _)| d == c) {
-            assert_eq!(
-                parse(&[&format!("-{c}"), "./cmd"]).err(),
-                Some(format!("unknown option -{c}")),
-                "{name} -{c}"
-            );
-        }
-    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,8 @@
 //! follow the symbols, not the file: a 4 GiB sparse KPDATA costs what a
 //! small one does.
 
+use crate::classic;
+use profdev_classic::args::kprof::SPEC;
 use profdev_formats::kpdata::{self, Header, KpdataError};
 use profdev_report::kprof::{format_stream, Report};
 use profdev_symbolize::KernelSymbols;
@@ -24,34 +26,14 @@ use std::process::ExitCode;
 
 const USAGE: &str = "kprof: usage: kprof text data";
 
-/// The command line as data: `--help`, the man page and the completions
-/// come from it.
+/// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {
-    use clap::{Arg, ValueHint};
-    clap::Command::new("kprof")
-        .override_usage("kprof text data")
-        .about(
-            "Format a kpdata histogram (Inferno 4e layout) against the kernel symbols in \
-             text (/proc/kallsyms, a System.map or a vmlinux): total, in-text and outside \
-             ticks, then milliseconds and percentage of in-text ticks per function.",
-        )
-        .arg(
-            Arg::new("text")
-                .required(true)
-                .value_hint(ValueHint::FilePath)
-                .help("/proc/kallsyms, a System.map or a vmlinux"),
-        )
-        .arg(
-            Arg::new("data")
-                .required(true)
-                .value_hint(ValueHint::FilePath)
-                .help("A copy of the kprof device's kpdata"),
-        )
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", crate::cmdline::classic_help(command()));
+    if classic::help_asked(&args) {
+        print!("{}", classic::help(&SPEC));
         return ExitCode::SUCCESS;
     }
     let [text, data] = args.as_slice() else {

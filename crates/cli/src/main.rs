@@ -9,14 +9,13 @@
 //! device's by-value ioctls, clears O_NONBLOCK with fcntl and formats
 //! times with the C library's localtime_r (the zone the classic output
 //! used); `prfdc` forks into the background and calls setsid and dup2.
-//! Beside them, `cprof` and `mprof` ask sigaction whether a signal was
-//! ignored when they started (and cprof opens a pidfd, polls it and reads
-//! its own ids), and `malloc` tunes glibc's allocator for the server
+//! Beside them, `malloc` tunes glibc's allocator for the server
 //! (mallopt, malloc_trim). Every other command is safe code over the
 //! library crates.
 
 mod bar;
 mod child;
+mod classic;
 mod cmdline;
 mod completions;
 mod cprof;

@@ -209,272 +209,24 @@
 //!   `alloc` crate.
 
 use crate::child::{find_program, Job};
-use anyhow::{bail, Context as _, Result};
-use profdev_core::FileAddr;
-use profdev_dev::engine::ReplayFactory;
-use profdev_dev::prof::{MemoryModule, Prof};
-use profdev_dev::tree::walk;
-use profdev_dev::{Dev, DirEntry, Engine, OpenMode, Qid};
+use crate::classic;
+use anyhow::{Context as _, Result};
+use profdev_classic::args::mprof::{parse, startmp_message, Args, SPEC};
+use profdev_classic::mprof;
+use profdev_formats::dhat::DhatRun;
 use profdev_mprof::{merge, Module, Session};
-use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
-use profdev_report::prof::{Function, SourceMap, SrcRange};
-use profdev_symbolize::open::{read_bounded, Follow};
-use profdev_symbolize::ElfObject;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
-
-const USAGE: &str =
-    "usage: mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [-p pid | cmd arg ...]";
-
-/// Allocators that, linked into a program, take its allocations away from
-/// the C library's malloc.
-const OWN_ALLOCATORS: &[&str] = &[
-    "_rjem_malloc",
-    "_rjem_mallocx",
-    "je_malloc",
-    "je_mallocx",
-    "mi_malloc",
-    "tc_malloc",
-    "rpmalloc",
-    "snmalloc_malloc",
-];
-
-/// The command line.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Args {
-    begin: bool,
-    end: bool,
-    exec: bool,
-    pools: Vec<char>,
-    options: Options,
-    modules: Vec<String>,
-    leaks: bool,
-    wrappers: Vec<String>,
-    pprof: Option<OsString>,
-    dhat: Option<OsString>,
-    command: Vec<OsString>,
-    /// `-p PID`: attach to a running process instead of running CMD.
-    pid: Option<u32>,
-}
-
-fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
-    let mut a = Args::default();
-    let mut it = args.into_iter().peekable();
-    while let Some(arg) = it.peek() {
-        let s = arg.to_string_lossy().into_owned();
-        if s == "--" {
-            it.next();
-            break;
-        }
-        if !s.starts_with('-') || s == "-" {
-            break;
-        }
-        it.next();
-        if s == "--leaks" {
-            a.leaks = true;
-            continue;
-        }
-        for (name, slot) in [("--pprof", &mut a.pprof), ("--dhat", &mut a.dhat)] {
-            if let Some(rest) = s.strip_prefix(name) {
-                *slot = Some(match rest.strip_prefix('=') {
-                    Some(v) => v.into(),
-                    None if rest.is_empty() => it
-                        .next()
-                        .ok_or_else(|| format!("option {name} needs an argument"))?,
-                    None => return Err(format!("unknown option {s}")),
-                });
-                break;
-            }
-        }
-        if s.starts_with("--pprof") || s.starts_with("--dhat") {
-            continue;
-        }
-        if let Some(rest) = s.strip_prefix("--wrapper") {
-            let value = match rest.strip_prefix('=') {
-                Some(v) => v.to_string(),
-                None if rest.is_empty() => match it.next() {
-                    Some(v) => v.to_string_lossy().into_owned(),
-                    None => return Err("option --wrapper needs an argument".into()),
-                },
-                None => return Err(format!("unknown option {s}")),
-            };
-            if value.is_empty() || value.contains([',', ' ']) {
-                return Err(format!("bad wrapper symbol {value:?}"));
-            }
-            a.wrappers.push(value);
-            continue;
-        }
-        if s.starts_with("--") {
-            return Err(format!("unknown option {s}"));
-        }
-        let flags: Vec<char> = s[1..].chars().collect();
-        let mut i = 0;
-        while i < flags.len() {
-            match flags[i] {
-                'b' => a.begin = true,
-                'c' => a.end = true,
-                'M' => a.options.module_totals = true,
-                'f' => a.options.functions = true,
-                'l' => a.options.lines = true,
-                'n' => a.options.file_prefix = true,
-                'v' => a.options.zeros = true,
-                'e' => a.exec = true,
-                c @ ('1' | '2' | '3') => {
-                    if !a.pools.contains(&c) {
-                        a.pools.push(c);
-                    }
-                }
-                'm' => {
-                    let rest: String = flags[i + 1..].iter().collect();
-                    let value = if !rest.is_empty() {
-                        rest
-                    } else {
-                        match it.next() {
-                            Some(v) => v.to_string_lossy().into_owned(),
-                            None => return Err("option -m needs an argument".into()),
-                        }
-                    };
-                    a.modules.push(value);
-                    break;
-                }
-                'p' => {
-                    let rest: String = flags[i + 1..].iter().collect();
-                    let value = if !rest.is_empty() {
-                        rest
-                    } else {
-                        match it.next() {
-                            Some(v) => v.to_string_lossy().into_owned(),
-                            None => return Err("option -p needs a process id".into()),
-                        }
-                    };
-                    match value.parse::<u32>() {
-                        Ok(p) if p > 0 && !value.starts_with('+') => a.pid = Some(p),
-                        _ => return Err(format!("{value:?} is not a process id")),
-                    }
-                    break;
-                }
-                c => return Err(format!("unknown option -{c}")),
-            }
-            i += 1;
-        }
-    }
-    a.pools.sort_unstable();
-    a.command = it.collect();
-    if a.pid.is_some() && (!a.command.is_empty() || a.begin || a.end) {
-        return Err("-p goes with neither a command nor -b or -c".into());
-    }
-    if a.exec && a.command.is_empty() && a.pid.is_none() {
-        return Err("-e needs a command".into());
-    }
-    if (a.pprof.is_some() || a.dhat.is_some()) && a.command.is_empty() {
-        return Err(
-            "--pprof and --dhat need a command (the device keeps no allocation counts)".into(),
-        );
-    }
-    Ok(a)
-}
 
 /// The command line as data, for `--help`, the man page and completions.
 pub fn command() -> clap::Command {
-    use clap::{Arg, ArgAction, ValueHint};
-    let flag = |c: char, help: &'static str| {
-        Arg::new(c.to_string())
-            .short(c)
-            .action(ArgAction::SetTrue)
-            .help(help)
-    };
-    clap::Command::new("mprof")
-        .override_usage(USAGE.trim_start_matches("usage: "))
-        .about(
-            "Run CMD counting every allocation of the malloc family exactly, then show per \
-             source line (-l, the default with -M), per function (-f) and per module (-M) \
-             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
-             blocks never freed. Without CMD, show what the mounted prof device holds.",
-        )
-        .arg(flag(
-            'b',
-            "Put the mounted prof device in memory mode and exit",
-        ))
-        .arg(flag('c', "End the mounted prof device's session and exit"))
-        .arg(flag('M', "Show module totals"))
-        .arg(flag('f', "Show the bytes per function"))
-        .arg(flag('l', "Show the bytes per source line"))
-        .arg(flag('n', "Prefix rows with the source file"))
-        .arg(flag('v', "Show rows whose bytes are zero"))
-        .arg(flag('e', "Show CMD's own executable only"))
-        .arg(flag('1', "Pool 1: the malloc family"))
-        .arg(flag(
-            '2',
-            "Pool 2: anonymous mmap, mremap, brk and sbrk called by the program",
-        ))
-        .arg(flag('3', "Pool 3: file mappings (mmap of a file) made by the program"))
-        .arg(
-            Arg::new("m")
-                .short('m')
-                .value_name("modname")
-                .action(ArgAction::Append)
-                .help("Show this module (a basename such as libc.so.6, or a path); repeatable"),
-        )
-        .arg(
-            Arg::new("p")
-                .short('p')
-                .value_name("pid")
-                .help("Attach to running process PID instead of running CMD; show the tables when it exits"),
-        )
-        .arg(
-            Arg::new("leaks")
-                .long("leaks")
-                .action(ArgAction::SetTrue)
-                .help("List the blocks never freed, by allocating line, largest first"),
-        )
-        .arg(
-            Arg::new("pprof")
-                .long("pprof")
-                .value_name("file")
-                .value_hint(ValueHint::FilePath)
-                .help(
-                    "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
-                ),
-        )
-        .arg(
-            Arg::new("dhat")
-                .long("dhat")
-                .value_name("file")
-                .value_hint(ValueHint::FilePath)
-                .help("Also write DHAT's JSON of CMD's run to FILE (valgrind's dh_view.html opens it)"),
-        )
-        .arg(
-            Arg::new("wrapper")
-                .long("wrapper")
-                .value_name("symbol")
-                .action(ArgAction::Append)
-                .help("Treat this function as an allocation wrapper too; repeatable"),
-        )
-        .arg(
-            Arg::new("cmd")
-                .num_args(1..)
-                .trailing_var_arg(true)
-                .value_name("cmd")
-                .value_hint(ValueHint::CommandWithArguments)
-                .help("The command to run, and its arguments"),
-        )
-        .after_help(crate::child::SIGNALS_HELP)
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    crate::cmdline::classic_main("mprof", USAGE, args, command, parse_args, run)
-}
-
-/// The `startmp` message for the pools asked for (all when none is).
-fn startmp_message(pools: &[char]) -> String {
-    if pools.is_empty() {
-        "startmp123".into()
-    } else {
-        format!("startmp{}", pools.iter().collect::<String>())
-    }
+    classic::main(&SPEC, args, parse, run)
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
@@ -504,19 +256,15 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     if args.command.is_empty() {
         let dir = crate::mount::ensure_mounted()?.join("prof");
-        let modules = read_mounted(&dir)?;
+        let modules = mprof::read_mounted(&dir)?;
         return show(&modules, args, None).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
-    let own_allocator = check_reachable(&program)?;
+    let own_allocator = mprof::check_reachable(&program)?;
     let session = Session::new().context("cannot prepare the accounting library")?;
-    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
-    ctl(
-        &dev,
-        format!("module {}", module_words(args, &program)?.join(" ")).trim_end(),
-    )?;
+    let words = profdev_classic::prof::module_words(&args.modules, args.exec.then_some(&program))?;
     let startmp = startmp_message(&args.pools);
-    ctl(&dev, &startmp)?;
+    let dev = mprof::private_device(&words, &startmp)?;
     let mut job = Job::new()?;
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
@@ -547,37 +295,12 @@ fn run(args: &Args) -> Result<ExitCode> {
         // none did.
         let cmd = args.command[0].to_string_lossy();
         if let Some(i) = job.interrupted() {
-            eprintln!(
-                "{}",
-                i.sentence(
-                    "mprof",
-                    &format!(
-                        "{cmd} had not loaded the accounting library yet: nothing was counted"
-                    )
-                )
-            );
+            let why =
+                format!("{cmd} had not loaded the accounting library yet: nothing was counted");
+            eprintln!("{}", i.sentence("mprof", &why));
             return Ok(job.exit_code(status));
         }
-        if !errors.is_empty() {
-            bail!(
-                "the reports of {cmd} could not be read (the warnings above say why): nothing \
-                 was counted"
-            );
-        }
-        bail!(
-            "{cmd} never loaded the accounting library ({}): it is setuid or setgid (the \
-             loader ignores LD_PRELOAD then), or clears LD_PRELOAD before running the \
-             programs that allocate; nothing was counted",
-            match (
-                status.code(),
-                std::os::unix::process::ExitStatusExt::signal(&status)
-            ) {
-                (_, Some(sig)) =>
-                    format!("it was killed by {}", profdev_sample::job::signal_name(sig)),
-                (Some(c), _) => format!("it exited with status {c}"),
-                _ => "it ended".to_string(),
-            }
-        );
+        return Err(mprof::nothing_counted(&cmd, status, !errors.is_empty()));
     }
     let untracked: u64 = reports.iter().map(|r| r.untracked + r.table_failures).sum();
     if untracked > 0 {
@@ -585,64 +308,14 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     let merged = merge(&reports);
     if let Some(own) = &own_allocator {
-        check_counted(&program, own, &merged)?;
+        mprof::check_counted(&program, own, &merged, &mut |n| eprintln!("{n}"))?;
     }
-    for m in &merged {
-        if let Ok(md) = std::fs::metadata(&m.path) {
-            use std::os::unix::fs::MetadataExt;
-            if (md.dev(), md.ino()) != (m.dev, m.ino) {
-                eprintln!(
-                    "mprof: warning: {} was replaced while the command ran: its lines may be wrong",
-                    m.path
-                );
-            }
-        }
+    for warning in mprof::replaced(&merged) {
+        eprintln!("{warning}");
     }
-    // Through a private prof device in memory mode, as `prof CMD` drives
-    // one for sampling: its module list selects, its histograms carry the
-    // seed's memory layout, and the tables are read back from them.
-    dev.memory_report(
-        &merged
-            .iter()
-            .map(|m| MemoryModule {
-                name: module_name(&m.path),
-                path: m.path.clone(),
-                pairs: profdev_mprof::histogram_pairs(m),
-            })
-            .collect::<Vec<_>>(),
-    )?;
-    ctl(&dev, "stop")?;
-    let mut modules = read_dev(&dev)?;
-    ctl(&dev, "end")?;
-    // Blocks never freed are not in the histogram layout: from the reports.
-    for m in &mut modules {
-        if let Some(r) = merged.iter().find(|r| r.path == m.path) {
-            for (p, s) in &mut m.sites {
-                if let Some(rs) = r.sites.get(p) {
-                    s.live = rs.live;
-                    s.allocs = rs.allocs;
-                    s.bytes = rs.bytes;
-                    s.dhat = rs.dhat;
-                    s.pools = rs.pools;
-                }
-            }
-        }
-    }
-    modules.retain(|m| m.high_water != 0 || args.options.zeros);
-    let dhat_run = reports.iter().find_map(|r| {
-        let (end_us, gmax_us) = r.dhat?;
-        Some(profdev_formats::dhat::DhatRun {
-            cmd: args
-                .command
-                .iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
-            pid: r.pid,
-            end_us,
-            gmax_us,
-        })
-    });
+    let modules = mprof::through_device(&dev, &merged, args.options.zeros)?;
+    let cmd: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
+    let dhat_run = mprof::dhat_run(&reports, cmd.join(" "));
     if let (Some(file), None) = (&args.dhat, &dhat_run) {
         eprintln!(
             "mprof: warning: no process ended normally, and DHAT's figures come with a \
@@ -663,570 +336,44 @@ fn run(args: &Args) -> Result<ExitCode> {
 /// `mprof -p PID`: attach, wait for the process to exit, show its tables
 /// (and leaks) from its report, through a private device as with CMD.
 fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
-    use profdev_attach::attach_process;
-    use profdev_dev::prof::{POOL_FILE, POOL_MALLOC, POOL_MAP};
-    use profdev_dev::DevError;
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
-    ctl(
-        &dev,
-        format!("module {}", module_words(args, &exe)?.join(" ")).trim_end(),
-    )?;
-    ctl(&dev, &startmp_message(&args.pools))?;
-    let pools = args.pools.iter().fold(0, |b, p| {
-        b | match p {
-            '2' => POOL_MAP,
-            '3' => POOL_FILE,
-            _ => POOL_MALLOC,
-        }
-    });
-    // Caught from here on: a signal during the attach (which holds PID's
-    // threads) ends the wait right after it, never the attach half way.
-    // SIGINT, SIGTERM and SIGHUP, those not ignored when mprof started
-    // (nohup's stay ignored).
-    let signals = profdev_sample::job::Catcher::new().context("cannot catch signals")?;
-    profdev_mprof::sweep(
-        &std::env::temp_dir(),
-        std::fs::metadata("/proc/self").map_or(0, |m| {
-            use std::os::unix::fs::MetadataExt;
-            m.uid()
-        }),
-    );
-    let attached =
-        attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers, None).map_err(|e| {
-            anyhow::anyhow!(match e {
-                DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
-                DevError::NoProcess(p) => format!("no process {p}"),
-                e => e.to_string(),
-            })
-        })?;
-    // Kept from the sweep of other runs while this one reads it.
-    let _held = attached.hold();
-    eprintln!("mprof: attached to process {pid}; its tables are shown when it exits");
-    let mut caught = None;
-    while attached.running() {
-        if let Some(sig) = signals.caught() {
-            caught = Some(sig);
-            break;
-        }
-        signals.sleep(std::time::Duration::from_millis(50), None);
-        signals.drain();
-    }
-    // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
-    // or still runs (mprof was interrupted), its table of counts.
-    let reports = attached.reports();
-    if reports.is_empty() {
-        bail!(
-            "process {pid} left neither a report nor its table of counts in {}: the library \
-             could not write there (a full disk, or the directory was removed); nothing was \
-             counted",
-            attached.reports_dir().display()
-        );
-    }
-    let merged = merge(&reports);
-    dev.memory_report(
-        &merged
-            .iter()
-            .map(|m| MemoryModule {
-                name: module_name(&m.path),
-                path: m.path.clone(),
-                pairs: profdev_mprof::histogram_pairs(m),
-            })
-            .collect::<Vec<_>>(),
-    )?;
-    ctl(&dev, "stop")?;
-    let mut modules = read_dev(&dev)?;
-    ctl(&dev, "end")?;
-    for m in &mut modules {
-        if let Some(r) = merged.iter().find(|r| r.path == m.path) {
-            for (p, s) in &mut m.sites {
-                if let Some(rs) = r.sites.get(p) {
-                    s.live = rs.live;
-                    s.allocs = rs.allocs;
-                    s.bytes = rs.bytes;
-                }
-            }
-        }
-    }
-    modules.retain(|m| m.high_water != 0 || args.options.zeros);
-    let shown = show(&modules, args, None);
-    if let Some(sig) = caught {
+    let run = mprof::run_attached(args, pid, &mut |n| eprintln!("{n}"))?;
+    let shown = show(&run.modules, args, None);
+    if let Some((sig, sentence)) = run.interrupted {
         if let Err(e) = shown {
             eprintln!("mprof: {e}");
         }
-        eprintln!(
-            "mprof: interrupted by {}; the tables show what process {pid} counted until then; \
-             it goes on counting into {} (removed once it has exited, by the next mprof)",
-            profdev_sample::job::signal_name(sig),
-            attached.reports_dir().display()
-        );
+        eprintln!("{sentence}");
         return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)));
     }
     shown.map(|()| ExitCode::SUCCESS)
 }
 
-/// The -m list (and -e's executable) as `module` words, paths absolute.
-fn module_words(args: &Args, program: &Path) -> Result<Vec<String>> {
-    let absolute = |p: &Path| {
-        std::fs::canonicalize(p)
-            .or_else(|_| std::path::absolute(p))
-            .unwrap_or_else(|_| p.to_path_buf())
-            .to_string_lossy()
-            .into_owned()
+/// Attribute, read sources, print the tables and the leaks; write the
+/// pprof and DHAT files asked for.
+fn show(modules: &[Module], args: &Args, dhat_run: Option<&DhatRun>) -> Result<()> {
+    let extras = mprof::Extras {
+        leaks: args.leaks,
+        pprof: args.pprof.is_some(),
+        dhat: args.dhat.is_some(),
     };
-    let mut words: Vec<String> = args
-        .modules
-        .iter()
-        .map(|m| {
-            if m.contains('/') {
-                absolute(Path::new(m))
-            } else {
-                m.clone()
-            }
-        })
-        .collect();
-    if args.exec {
-        words.push(absolute(program));
-    }
-    if let Some(w) = words.iter().find(|w| w.chars().any(char::is_whitespace)) {
-        bail!("module name {w:?} contains a blank, which a control message cannot carry");
-    }
-    Ok(words)
-}
-
-/// Write one control message to the private device.
-fn ctl(dev: &Prof, msg: &str) -> Result<()> {
-    let entry = walk(dev, Qid::ROOT, "ctl").map_err(|e| anyhow::anyhow!("ctl: {e}"))?;
-    let mut chan = dev.open(entry.qid, OpenMode::Write)?;
-    let r = dev.write(&mut chan, 0, format!("{msg}\n").as_bytes());
-    dev.close(chan);
-    r.map(|_| ()).map_err(Into::into)
-}
-
-/// A memory-mode module from its record's pairs.
-fn module_of(path: String, pairs: &[(u64, u64)]) -> Module {
-    let ((current, high_water), sites) = profdev_mprof::decode_pairs(pairs);
-    let mut m = Module {
-        path,
-        current,
-        high_water,
-        ..Default::default()
-    };
-    for (p, (c, h)) in sites {
-        m.sites.insert(
-            p,
-            profdev_mprof::Site {
-                current: c,
-                high_water: h,
-                ..Default::default()
-            },
-        );
-    }
-    m
-}
-
-/// Every record of the private device, read through its files (`path`,
-/// and `histogram` one pair per read), oldest first.
-fn read_dev(dev: &Prof) -> Result<Vec<Module>> {
-    let read_file = |dir: &DirEntry, name: &str| -> Result<Vec<Vec<u8>>> {
-        let f =
-            walk(dev, dir.qid, name).map_err(|e| anyhow::anyhow!("{}/{name}: {e}", dir.name))?;
-        let mut chan = dev.open(f.qid, OpenMode::Read)?;
-        let mut reads = Vec::new();
-        let mut offset = 0;
-        loop {
-            let b = dev.read(&mut chan, offset, 4096)?;
-            if b.is_empty() {
-                break;
-            }
-            offset += b.len() as u64;
-            reads.push(b);
-        }
-        dev.close(chan);
-        Ok(reads)
-    };
-    let mut dirs: Vec<DirEntry> = dev
-        .gen(Qid::ROOT)?
-        .into_iter()
-        .filter(|e| e.qid.is_dir())
-        .collect();
-    dirs.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut out = Vec::new();
-    for dir in dirs {
-        let path = String::from_utf8_lossy(&read_file(&dir, "path")?.concat())
-            .trim_end_matches('\n')
-            .to_string();
-        let mut pairs = Vec::new();
-        for pair in read_file(&dir, "histogram")? {
-            pairs.push(
-                profdev_formats::prof_histogram::parse_pair(&pair)
-                    .with_context(|| format!("{}/histogram", dir.name))?,
-            );
-        }
-        out.push(module_of(path, &pairs));
-    }
-    Ok(out)
-}
-
-/// Refuse a program the library cannot reach; name the allocator a
-/// program carries (a symbol of [`OWN_ALLOCATORS`], its own `malloc`, or
-/// a Rust `#[global_allocator]`), for
-/// [`check_counted`] after the run.
-fn check_reachable(program: &Path) -> Result<Option<String>> {
-    let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
-        return Ok(None); // not readable: let the exec say why
-    };
-    if !bytes.starts_with(b"\x7fELF") {
-        return Ok(None); // a script: its interpreter is what runs
-    }
-    if crate::child::is_static(&bytes) {
-        bail!(
-            "{} is statically linked: its allocations are out of reach of mprof (it preloads \
-             a library into dynamically linked programs)",
-            program.display()
-        );
-    }
-    let Ok(obj) = ElfObject::parse(&bytes, program) else {
-        return Ok(None);
-    };
-    let syms: Vec<_> = obj
-        .all_symbols()
-        .into_iter()
-        .filter(|s| s.origin == profdev_symbolize::SymOrigin::Table)
-        .collect();
-    if let Some(s) = syms
-        .iter()
-        .find(|s| OWN_ALLOCATORS.contains(&s.mangled.as_str()) || s.mangled == "malloc")
-    {
-        return Ok(Some(s.mangled.clone()));
-    }
-    // Rust: the allocator shim `__rust_alloc` (plain, or v0-mangled as
-    // `__rustc::__rust_alloc`) calls std's `__rdl_alloc` (malloc) unless a
-    // `#[global_allocator]` replaces it.
-    let has = |suffix: &str| syms.iter().any(|s| s.mangled.ends_with(suffix));
-    if has("__rust_alloc") && !has("__rdl_alloc") {
-        return Ok(Some(RUST_GLOBAL_ALLOCATOR.into()));
-    }
-    Ok(None)
-}
-
-/// How [`check_reachable`] names a Rust `#[global_allocator]`.
-const RUST_GLOBAL_ALLOCATOR: &str = "a Rust #[global_allocator]";
-
-/// After the run: a program carrying its own allocator of which nothing
-/// was counted in the malloc family (pool 1) is out of reach, said in a
-/// sentence instead of an empty profile; one that was counted too (its
-/// allocator also calls malloc, or a Rust global allocator wraps it) gets a
-/// warning, except for Rust's, which is how every Rust global allocator is
-/// reached.
-fn check_counted(program: &Path, own: &str, merged: &[Module]) -> Result<()> {
-    let exe = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
-    let counted = merged.iter().any(|m| {
-        std::fs::canonicalize(&m.path).is_ok_and(|p| p == exe)
-            && m.sites.values().any(|s| s.pools & 1 != 0)
-    });
-    if !counted {
-        bail!(
-            "{} carries its own allocator ({own}): its allocations bypass the C library's \
-             malloc and are out of reach of mprof (nothing it allocated through malloc was \
-             counted)",
-            program.display()
-        );
-    }
-    if own != RUST_GLOBAL_ALLOCATOR {
-        eprintln!(
-            "mprof: {} carries its own allocator ({own}): its allocations bypass the C \
-             library's malloc and are out of reach of mprof; only allocations made through \
-             malloc are shown",
-            program.display()
-        );
-    }
-    Ok(())
-}
-
-/// A module's ELF file as mprof's source map: a site's line is the line
-/// of its function's own code (inlined code at its call site), as prof's
-/// default.
-struct ElfMap {
-    obj: Option<ElfObject>,
-}
-
-impl SourceMap for ElfMap {
-    fn lines(&self, pc: u64) -> Option<SrcRange> {
-        let obj = self.obj.as_ref().filter(|o| o.has_debug_info())?;
-        let frame = obj.frames(FileAddr(pc)).into_iter().next_back()?;
-        let line = frame.line.filter(|&l| l != 0)?;
-        Some(SrcRange {
-            file: frame.file?,
-            first: line,
-            last: line,
-        })
-    }
-
-    fn function(&self, pc: u64) -> Option<Function> {
-        let obj = self.obj.as_ref()?;
-        let (sym, _) = obj.symbol(FileAddr(pc))?;
-        let addr = sym.addr;
-        let name = obj
-            .frames(FileAddr(addr))
-            .last()
-            .and_then(|f| f.function.clone())
-            .unwrap_or_else(|| sym.name());
-        let decl = obj.function_decl(FileAddr(addr));
-        Some(Function {
-            file: decl.as_ref().map(|d| d.0.clone()),
-            line: decl.map(|d| d.1),
-            name,
-            addr: Some(addr),
-        })
-    }
-}
-
-fn module_name(path: &str) -> String {
-    Path::new(path)
-        .file_name()
-        .map(|b| b.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.to_string())
-}
-
-/// Attribute, read sources, print the tables and the leaks.
-fn show(
-    modules: &[Module],
-    args: &Args,
-    dhat_run: Option<&profdev_formats::dhat::DhatRun>,
-) -> Result<()> {
-    if modules.is_empty() {
-        return Err(crate::prof::no_profile(
-            "mprof",
-            "no profile information (no allocation was made in the modules shown)",
-            &args.modules,
-        ));
-    }
-    let mut reports = Vec::new();
-    let mut leaks = Vec::new();
-    let mut pprof_sites = Vec::new();
-    let mut dhat_sites = Vec::new();
-    for m in modules {
-        // The dynamic linker's name may be a link (/lib64/ld-linux…).
-        let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
-        let obj = match ElfObject::open(&real) {
-            Ok(o) => Some(o.with_separate_debug_info()),
-            Err(e) => {
-                eprintln!("mprof: cannot read module {}: {e}", m.path);
-                None
-            }
-        };
-        if obj.as_ref().is_some_and(|o| !o.has_debug_info()) {
-            eprintln!(
-                "mprof: {} has no debug information: functions from its symbol table, no lines",
-                m.path
-            );
-        }
-        let map = ElfMap { obj };
-        let sites: Vec<(u64, u64, u64)> = m
-            .sites
-            .iter()
-            .map(|(&p, s)| (p, s.current, s.high_water))
-            .collect();
-        let a = attribute(&sites, &map);
-        let mut r = ModuleReport::new(
-            &module_name(&m.path),
-            &m.path,
-            &a,
-            (m.current, m.high_water),
-        );
-        for f in &mut r.files {
-            f.text = crate::output::source_lines("mprof", &f.path, &m.path);
-        }
-        reports.push(r);
-        if args.dhat.is_some() {
-            for (&p, s) in &m.sites {
-                let pc = p.saturating_sub(1);
-                let function = map.function(pc).map_or_else(|| "???".into(), |f| f.name);
-                let place = match map.lines(pc) {
-                    Some(l) => format!("{}:{}", l.file, l.first),
-                    None => m.path.clone(),
-                };
-                dhat_sites.push(profdev_formats::dhat::DhatSite {
-                    frame: format!("{pc:#x}: {function} ({place})"),
-                    counts: profdev_formats::dhat::DhatCounts {
-                        total_bytes: s.bytes,
-                        total_blocks: s.allocs,
-                        total_lifetime: s.dhat.total_lifetime,
-                        max_bytes: s.high_water,
-                        max_blocks: s.dhat.max_blocks,
-                        gmax_bytes: s.dhat.gmax_bytes,
-                        gmax_blocks: s.dhat.gmax_blocks,
-                        end_bytes: s.current,
-                        end_blocks: s.live,
-                    },
-                });
-            }
-        }
-        if args.pprof.is_some() {
-            for (&p, s) in &m.sites {
-                let pc = p.saturating_sub(1);
-                let line = map.lines(pc);
-                pprof_sites.push(profdev_formats::pprof::heap::HeapSite {
-                    module: m.path.clone(),
-                    address: pc,
-                    function: map.function(pc).map_or_else(|| "??".into(), |f| f.name),
-                    file: line.as_ref().map_or_else(String::new, |l| l.file.clone()),
-                    line: line.map_or(0, |l| l.first),
-                    alloc_objects: s.allocs,
-                    alloc_space: s.bytes,
-                    inuse_objects: s.live,
-                    inuse_space: s.current,
-                });
-            }
-        }
-        if args.leaks {
-            for (&p, s) in &m.sites {
-                if s.live == 0 {
-                    continue;
-                }
-                let pc = p.saturating_sub(1);
-                let location = match map.lines(pc) {
-                    Some(r) => format!("{}:{}", r.file, r.first),
-                    None => format!("{}+{pc:#x}", module_name(&m.path)),
-                };
-                let function = map.function(pc).map_or_else(|| "??".into(), |f| f.name);
-                leaks.push(Leak {
-                    bytes: s.current,
-                    blocks: s.live,
-                    location,
-                    function,
-                });
-            }
-        }
-    }
+    let o = mprof::output(modules, &args.options, extras, &args.modules, &mut |n| {
+        eprintln!("{n}")
+    })?;
     let mut out = std::io::stdout().lock();
-    let text = format(&reports, &args.options);
-    out.write_all(text.as_bytes())?;
+    out.write_all(o.tables.as_bytes())?;
+    let write = |file: &OsString, data: &[u8]| {
+        profdev_safefile::write_file(Path::new(file), data, 0o644)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    };
     if let Some(file) = &args.pprof {
-        let data = profdev_formats::pprof::heap::encode(&pprof_sites);
-        profdev_safefile::write_file(Path::new(file), &data, 0o644)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        write(file, &profdev_formats::pprof::heap::encode(&o.pprof))?;
     }
     if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
-        let json = profdev_formats::dhat::encode(run, &dhat_sites);
-        profdev_safefile::write_file(Path::new(file), json.as_bytes(), 0o644)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        write(file, profdev_formats::dhat::encode(run, &o.dhat).as_bytes())?;
     }
-    if args.leaks {
-        if !text.ends_with("\n\n") {
-            out.write_all(b"\n")?;
-        }
-        out.write_all(format_leaks(&leaks).as_bytes())?;
+    if let Some(leaks) = o.leaks {
+        out.write_all(leaks.as_bytes())?;
     }
     out.flush()?;
     Ok(())
-}
-
-/// The records of the mounted prof device, read in the memory-mode layout.
-fn read_mounted(dir: &Path) -> Result<Vec<Module>> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    let mut out = Vec::new();
-    let mut ids = Vec::new();
-    for e in entries {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Ok(id) = u32::from_str_radix(&name, 16) else {
-            continue;
-        };
-        let path = std::fs::read_to_string(e.path().join("path"))
-            .with_context(|| format!("cannot read {}/path", e.path().display()))?
-            .trim_end_matches('\n')
-            .to_string();
-        let hist = e.path().join("histogram");
-        let text = std::fs::read_to_string(&hist)
-            .with_context(|| format!("cannot read {}", hist.display()))?;
-        let pairs = profdev_formats::prof_histogram::parse_text(&text)
-            .with_context(|| hist.display().to_string())?;
-        let m = module_of(path, &pairs);
-        ids.push(id);
-        out.push(m);
-    }
-    let mut order: Vec<usize> = (0..out.len()).collect();
-    order.sort_by_key(|&i| ids[i]);
-    Ok(order.into_iter().map(|i| out[i].clone()).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(v: &[&str]) -> Result<Args, String> {
-        parse_args(v.iter().map(OsString::from).collect())
-    }
-
-    #[test]
-    fn options() {
-        let a = parse(&[
-            "-Mfl31",
-            "-mlibc.so.6",
-            "--leaks",
-            "--wrapper",
-            "my_alloc",
-            "./x",
-            "-f",
-        ])
-        .unwrap();
-        assert!(a.options.module_totals && a.options.functions && a.options.lines);
-        assert_eq!(a.pools, ['1', '3']);
-        assert_eq!(a.modules, ["libc.so.6"]);
-        assert!(a.leaks);
-        assert_eq!(a.wrappers, ["my_alloc"]);
-        assert_eq!(a.command, ["./x", "-f"]);
-        assert_eq!(startmp_message(&a.pools), "startmp13");
-        assert_eq!(startmp_message(&[]), "startmp123");
-        assert_eq!(parse(&["-q"]).unwrap_err(), "unknown option -q");
-        assert_eq!(parse(&["--bogus"]).unwrap_err(), "unknown option --bogus");
-        assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
-        assert!(parse(&["--wrapper", "a,b", "x"]).is_err());
-        let a = parse(&["-l", "-p", "42", "-M"]).unwrap();
-        assert_eq!(
-            (a.pid, a.options.lines, a.options.module_totals),
-            (Some(42), true, true)
-        );
-        assert_eq!(parse(&["-p42", "-e"]).unwrap().pid, Some(42));
-        assert!(parse(&["-p", "x"]).is_err());
-        assert!(parse(&["-p", "0"]).is_err());
-        assert!(parse(&["-p"]).is_err());
-        assert!(parse(&["-p", "5", "./cmd"]).is_err());
-        assert!(parse(&["-b", "-p", "5"]).is_err());
-    }
-
-    #[test]
-    fn the_parser_takes_exactly_the_documented_options() {
-        crate::cmdline::assert_parser_takes_the_documented_options(command(), &['p'], parse);
-    }
-
-    #[test]
-    fn static_detection() {
-        let exe = std::env::current_exe().unwrap();
-        let bytes = std::fs::read(&exe).unwrap();
-        assert!(
-            !crate::child::is_static(&bytes),
-            "the test binary is dynamically linked"
-        );
-        assert!(!crate::child::is_static(b"#!/bin/sh\n"));
-        // Cut inside its program headers: malformed, not "static".
-        assert!(!crate::child::is_static(&bytes[..0x48]));
-        // A header and one PT_LOAD, no PT_INTERP: static.
-        let mut elf = vec![0u8; 0x40 + 0x38];
-        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        elf[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
-        elf[0x36..0x38].copy_from_slice(&0x38u16.to_le_bytes());
-        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
-        elf[0x40] = 1;
-        assert!(crate::child::is_static(&elf));
-        elf[0x40] = 3;
-        assert!(!crate::child::is_static(&elf), "PT_INTERP");
-        // A program header count that runs past the file.
-        elf[0x40] = 1;
-        elf[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
-        assert!(!crate::child::is_static(&elf));
-    }
 }

@@ -38,28 +38,3 @@ pub fn open_ctl(path: &std::path::Path) -> std::io::Result<std::fs::File> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
         .open(path)
 }
-
-/// The largest source file a listing reads.
-pub const MAX_SOURCE: u64 = 64 << 20;
-
-/// The lines (each with its newline) of `source`, a path from `module`'s
-/// debug information, for `tool`'s listing; `None` when it cannot be read
-/// (said on stderr: `TOOL: source file F not found: line numbers only`),
-/// with a warning when it is newer than the module. Another user may have
-/// written the path: a regular file only (no FIFO or device), bounded.
-pub fn source_lines(tool: &str, source: &str, module: &str) -> Option<Vec<String>> {
-    use profdev_symbolize::open::{read_bounded, Follow};
-    use std::path::Path;
-    let Ok(bytes) = read_bounded(Path::new(source), MAX_SOURCE, Follow::Yes) else {
-        eprintln!("{tool}: source file {source} not found: line numbers only");
-        return None;
-    };
-    let modified = |p: &str| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let (Some(s), Some(m)) = (modified(source), modified(module)) {
-        if s > m {
-            eprintln!("{tool}: warning: {source} is newer than {module}: lines may not match");
-        }
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    Some(text.split_inclusive('\n').map(String::from).collect())
-}

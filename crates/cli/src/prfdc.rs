@@ -41,9 +41,11 @@
 //! creat log file`, `cannot activate profiling`. SVR4 wrote only six bytes
 //! of `"prfdc: "`, losing the space; profdev writes the space.
 
+use crate::classic;
 use crate::output;
 use crate::prfdev::{self, Access, PrfDev};
 use crate::prfsnap::{activate, now};
+use profdev_classic::args::prf::PRFDC as SPEC;
 use profdev_formats::prflog::{Header, Layout, Record};
 use profdev_safefile::AppendFile;
 use std::ffi::OsString;
@@ -73,50 +75,17 @@ impl Plan {
     }
 }
 
-/// The command line as data: `--help`, the man page and the completions
-/// come from it, and the parser takes its options.
+/// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {
-    use clap::Arg;
-    clap::Command::new("prfdc")
-        .override_usage(
-            "prfdc [-f device_name] [-u seconds] [-n count] logfile [period [off_hour]]",
-        )
-        .about(
-            "Switch the prf profiler on and, in the background, append its counters to \
-             logfile now and every period minutes (default 10; -u: seconds per period \
-             unit) until a record is taken in hour off_hour, count records are written, \
-             or the collector, whose pid it prints, is killed. (SVR4's default off_hour, \
-             17, is not kept: without off_hour the collector runs until stopped.)",
-        )
-        .arg(prfdev::device_arg())
-        .arg(
-            Arg::new("unit")
-                .short('u')
-                .value_name("seconds")
-                .help("Seconds per period unit (default 60: the period counts minutes)"),
-        )
-        .arg(
-            Arg::new("count")
-                .short('n')
-                .value_name("count")
-                .help("Stop the collector after this many records"),
-        )
-        .arg(
-            Arg::new("logfile")
-                .required(true)
-                .value_hint(clap::ValueHint::FilePath)
-                .help("The prf log to create (an existing file is refused)"),
-        )
-        .arg(Arg::new("period").help("Units between records (default 10)"))
-        .arg(Arg::new("off_hour").help("The hour of day whose record is the last"))
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", crate::cmdline::classic_help(command()));
+    if classic::help_asked(&args) {
+        print!("{}", classic::help(&SPEC));
         return ExitCode::SUCCESS;
     }
-    let Ok(opts) = prfdev::getopt(args, &crate::cmdline::value_shorts(&command())) else {
+    let Ok(opts) = classic::Opts::parse(&SPEC, args) else {
         return error(USAGE);
     };
     let (log, rate, off_hour) = match opts.operands.as_slice() {

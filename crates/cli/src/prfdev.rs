@@ -1,6 +1,6 @@
 //! The prf device as the profiler(1M) commands see it: where it is, how
 //! to start a device server when none is mounted, the ioctls, and the
-//! commands' shared option parsing.
+//! commands' shared option `-f` (its table is in `profdev_classic::args::prf`).
 //!
 //! `-f DEVICE` names the device: a path, or a bare file name (`prf1`)
 //! taken in the mount directory, `$PROFDEV_MOUNT` or `/run/profdev`.
@@ -12,67 +12,11 @@
 use crate::mount::DEFAULT_DIR;
 use profdev_dev::prf::{PRF_GETMAX, PRF_GETSIZE, PRF_GETSTATUS, PRF_SETSTATE, WORD};
 use profdev_report::prfpr::Tm;
-use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-
-/// Parsed command line: option values by letter, then the operands.
-#[derive(Debug, Default)]
-pub struct Opts {
-    /// `(letter, value)` for each option given.
-    pub values: Vec<(char, String)>,
-    /// The operands after the options.
-    pub operands: Vec<String>,
-}
-
-impl Opts {
-    /// The value of option `letter`, if given (the last one wins).
-    pub fn get(&self, letter: char) -> Option<&str> {
-        self.values
-            .iter()
-            .rev()
-            .find(|(l, _)| *l == letter)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// getopt for options that all take a value (`-f DEV`, `-fDEV`), in front
-/// of the operands; `--` ends them. Err on an unknown option or a missing
-/// value.
-pub fn getopt(args: Vec<OsString>, letters: &[char]) -> Result<Opts, ()> {
-    let mut opts = Opts::default();
-    let mut args = args
-        .into_iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .peekable();
-    while let Some(a) = args.peek() {
-        if a == "--" {
-            args.next();
-            break;
-        }
-        let Some(rest) = a.strip_prefix('-') else {
-            break;
-        };
-        let mut chars = rest.chars();
-        let Some(letter) = chars.next() else { break }; // "-" is an operand
-        if !letters.contains(&letter) {
-            return Err(());
-        }
-        let attached: String = chars.collect();
-        args.next();
-        let value = if attached.is_empty() {
-            args.next().ok_or(())?
-        } else {
-            attached
-        };
-        opts.values.push((letter, value));
-    }
-    opts.operands = args.collect();
-    Ok(opts)
-}
 
 /// The device a command uses: `-f`'s path, or a file in the mount
 /// directory (`$PROFDEV_MOUNT`, or `/run/profdev`): `-f`'s bare name or
@@ -95,19 +39,6 @@ pub fn device_path(cmd: &str, opt: Option<&str>) -> PathBuf {
             mount_dir().join(name)
         }
     }
-}
-
-/// The `-f DEVICE` option every prf command takes, as its help, page and
-/// completions describe it.
-pub fn device_arg() -> clap::Arg {
-    clap::Arg::new("device")
-        .short('f')
-        .value_name("device_name")
-        .value_hint(clap::ValueHint::FilePath)
-        .help(
-            "The prf device: a path, or a file name in the mount directory \
-             ($PROFDEV_MOUNT, default /run/profdev) such as prf1; prf there by default",
-        )
 }
 
 /// The mount directory the commands use by default.
@@ -254,24 +185,6 @@ pub fn atoi(s: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn os(v: &[&str]) -> Vec<OsString> {
-        v.iter().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn getopt_takes_values_in_front() {
-        let o = getopt(os(&["-f", "/x/prf1", "-u1", "log", "-n"]), &['f', 'u']).unwrap();
-        assert_eq!(o.get('f'), Some("/x/prf1"));
-        assert_eq!(o.get('u'), Some("1"));
-        assert_eq!(o.operands, ["log", "-n"]);
-        assert!(getopt(os(&["-x"]), &['f']).is_err());
-        assert!(getopt(os(&["-f"]), &['f']).is_err());
-        let o = getopt(os(&["--", "-f"]), &['f']).unwrap();
-        assert_eq!(o.operands, ["-f"]);
-        let o = getopt(os(&["-", "on"]), &['f']).unwrap();
-        assert_eq!(o.operands, ["-", "on"]);
-    }
 
     #[test]
     fn paths_are_taken_as_they_are() {

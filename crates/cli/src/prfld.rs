@@ -25,7 +25,9 @@
 //! error, `prfld: …`, that says what to do (for EBUSY: switch profiling
 //! off with `prfstat off` first).
 
+use crate::classic;
 use crate::prfdev::{self, Access, PrfDev};
+use profdev_classic::args::prf::PRFLD as SPEC;
 use profdev_symbolize::KernelSymbols;
 use std::ffi::OsString;
 use std::path::Path;
@@ -82,29 +84,17 @@ fn load_error(errno: Option<i32>, maxprf: usize) -> (&'static str, String) {
     }
 }
 
-/// The command line as data: `--help`, the man page and the completions
-/// come from it, and the parser takes its options.
+/// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {
-    clap::Command::new("prfld")
-        .override_usage(USAGE.trim_start_matches("usage: "))
-        .about(
-            "Load the prf device with the sorted start addresses of the kernel's code \
-             symbols, after a 0.",
-        )
-        .arg(prfdev::device_arg())
-        .arg(
-            clap::Arg::new("namelist")
-                .value_hint(clap::ValueHint::FilePath)
-                .help("/proc/kallsyms (the default), or a System.map or vmlinux"),
-        )
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", crate::cmdline::classic_help(command()));
+    if classic::help_asked(&args) {
+        print!("{}", classic::help(&SPEC));
         return ExitCode::SUCCESS;
     }
-    let Ok(opts) = prfdev::getopt(args, &crate::cmdline::value_shorts(&command())) else {
+    let Ok(opts) = classic::Opts::parse(&SPEC, args) else {
         return error(USAGE);
     };
     let namelist = match opts.operands.as_slice() {

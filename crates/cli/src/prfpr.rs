@@ -23,6 +23,8 @@
 //! status is 1. (SVR4's prfpr stopped quietly at a short record and printed
 //! garbage for a foreign one, exiting 0.)
 
+use crate::classic;
+use profdev_classic::args::prf::PRFPR as SPEC;
 use profdev_formats::prflog::{self, PrfLogError};
 use profdev_report::prfpr::{self, Namelist, PrfprError, Reporter};
 use profdev_symbolize::open::{open_bounded, Follow, OpenError};
@@ -79,33 +81,14 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(got)
 }
 
-/// The command line as data: `--help`, the man page and the completions
-/// come from it.
+/// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {
-    use clap::{Arg, ValueHint};
-    clap::Command::new("prfpr")
-        .override_usage("prfpr file [cutoff [namelist]]")
-        .about(
-            "Print a prf log: per interval, each kernel function's share of the ticks above \
-             cutoff percent (default 1), named from namelist (default /proc/kallsyms).",
-        )
-        .arg(
-            Arg::new("file")
-                .required(true)
-                .value_hint(ValueHint::FilePath)
-                .help("A log written by prfsnap or prfdc"),
-        )
-        .arg(Arg::new("cutoff").help("Percent of the ticks below which a function is not shown (default 1)"))
-        .arg(
-            Arg::new("namelist")
-                .value_hint(ValueHint::FilePath)
-                .help("/proc/kallsyms (the default), or a System.map or vmlinux of the boot that wrote the log"),
-        )
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", crate::cmdline::classic_help(command()));
+    if classic::help_asked(&args) {
+        print!("{}", classic::help(&SPEC));
         return ExitCode::SUCCESS;
     }
     let args: Vec<String> = args

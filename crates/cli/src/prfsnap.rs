@@ -19,8 +19,10 @@
 //! snapshot is one write(2); one that does not fit (a full disk) is an
 //! error, and its partial bytes are cut off again.
 
+use crate::classic;
 use crate::output;
 use crate::prfdev::{self, Access, PrfDev};
+use profdev_classic::args::prf::PRFSNAP as SPEC;
 use profdev_formats::prflog::{self, Header, Layout, Record};
 use profdev_report::prfpr::PRF_ON;
 use std::ffi::OsString;
@@ -32,27 +34,17 @@ fn error(msg: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// The command line as data: `--help`, the man page and the completions
-/// come from it, and the parser takes its options.
+/// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {
-    clap::Command::new("prfsnap")
-        .override_usage("prfsnap [-f device_name] logfile")
-        .about("Switch the prf profiler on and append a snapshot of its counters to logfile.")
-        .arg(prfdev::device_arg())
-        .arg(
-            clap::Arg::new("logfile")
-                .required(true)
-                .value_hint(clap::ValueHint::FilePath)
-                .help("The prf log (created 0600 if missing)"),
-        )
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", crate::cmdline::classic_help(command()));
+    if classic::help_asked(&args) {
+        print!("{}", classic::help(&SPEC));
         return ExitCode::SUCCESS;
     }
-    let Ok(opts) = prfdev::getopt(args, &crate::cmdline::value_shorts(&command())) else {
+    let Ok(opts) = classic::Opts::parse(&SPEC, args) else {
         return error("usage: prfsnap  logfile");
     };
     let [log] = opts.operands.as_slice() else {

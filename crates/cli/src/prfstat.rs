@@ -10,7 +10,9 @@
 //! sampling engine cannot start), the reason goes to standard error; the
 //! report on standard output says what the device is.
 
+use crate::classic;
 use crate::prfdev::{self, Access, PrfDev};
+use profdev_classic::args::prf::PRFSTAT as SPEC;
 use profdev_report::prfpr::prfstat_report;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -22,26 +24,17 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// The command line as data: `--help`, the man page and the completions
-/// come from it, and the parser takes its options.
+/// The command line as data: `--help`, the man page and the completions.
 pub fn command() -> clap::Command {
-    clap::Command::new("prfstat")
-        .override_usage("prfstat [-f device_name] [on|off]")
-        .about("Switch the prf profiler on or off and report its state.")
-        .arg(prfdev::device_arg())
-        .arg(
-            clap::Arg::new("state")
-                .value_parser(["on", "off"])
-                .help("on or off; without it, only the state is reported"),
-        )
+    classic::command(&SPEC)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{}", crate::cmdline::classic_help(command()));
+    if classic::help_asked(&args) {
+        print!("{}", classic::help(&SPEC));
         return ExitCode::SUCCESS;
     }
-    let Ok(opts) = prfdev::getopt(args, &crate::cmdline::value_shorts(&command())) else {
+    let Ok(opts) = classic::Opts::parse(&SPEC, args) else {
         return fail(USAGE);
     };
     let path = prfdev::device_path("prfstat", opts.get('f'));

@@ -28,9 +28,6 @@ use std::time::{Duration, Instant};
 /// How often the progress line is redrawn.
 const PERIOD: Duration = Duration::from_millis(250);
 
-/// Most data pages per CPU `--mmap-pages` takes (the engine's limit, 2^16).
-const MAX_PAGES: u32 = 1 << 16;
-
 /// The progress line of one run.
 pub struct Progress {
     name: &'static str,
@@ -133,22 +130,7 @@ pub fn totals_line(name: &str, h: &HealthSnapshot) -> String {
     s
 }
 
-/// `--mmap-pages N`: data pages per CPU for the ring buffers, a power of
-/// two as perf's `-m` takes; its log2, or the sentence saying what to give.
-pub fn parse_mmap_pages(s: &str) -> Result<u32, String> {
-    let n: u32 = s.trim().parse().map_err(|_| {
-        format!(
-            "--mmap-pages takes a number of pages, a power of two from 1 to {MAX_PAGES}, not {s:?}"
-        )
-    })?;
-    if n == 0 || !n.is_power_of_two() || n > MAX_PAGES {
-        return Err(format!(
-            "--mmap-pages {n}: the ring must be a power of two of pages, from 1 to {MAX_PAGES} \
-             (as perf's -m)"
-        ));
-    }
-    Ok(n.trailing_zeros())
-}
+pub use profdev_classic::cmdline::parse_mmap_pages;
 
 /// The live engine with the ring `--mmap-pages` asked for (its log2), or
 /// the engine's own size.

@@ -86,6 +86,22 @@ const MAY_USE: &[(&str, &[&str])] = &[
         "record",
         &["core", "formats", "sample", "symbolize", "safefile"],
     ),
+    // The classic commands' work between command line and output: over
+    // the device layer and the engines (runs, attaches), below the binary.
+    (
+        "classic",
+        &[
+            "core",
+            "formats",
+            "symbolize",
+            "sample",
+            "report",
+            "dev",
+            "mprof",
+            "coverage",
+            "attach",
+        ],
+    ),
     // The binary: anything but profil (linked into programs) and testkit.
     (
         "cli",
@@ -106,6 +122,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "gprof",
             "man",
             "record",
+            "classic",
         ],
     ),
 ];

@@ -1,0 +1,215 @@
+//! mprof's command line: its table and the arguments it parses into.
+
+use crate::cmdline::{self, Longs, Operand, Opt, Spec, SIGNALS_HELP};
+use clap::ValueHint;
+use profdev_report::mprof::Options;
+use std::ffi::OsString;
+
+/// mprof's command line, parsed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Args {
+    /// `-b`: put the mounted device in memory mode.
+    pub begin: bool,
+    /// `-c`: end the mounted device's session.
+    pub end: bool,
+    /// `-e`: show CMD's own executable.
+    pub exec: bool,
+    /// `-1`, `-2`, `-3`: the pools asked for, sorted, once each.
+    pub pools: Vec<char>,
+    /// `-M`, `-f`, `-l`, `-n`, `-v`: what the tables show.
+    pub options: Options,
+    /// `-m`: the modules to show.
+    pub modules: Vec<String>,
+    /// `--leaks`: list the blocks never freed.
+    pub leaks: bool,
+    /// `--wrapper SYMBOL`: more allocation wrappers.
+    pub wrappers: Vec<String>,
+    /// `--pprof FILE`.
+    pub pprof: Option<OsString>,
+    /// `--dhat FILE`.
+    pub dhat: Option<OsString>,
+    /// CMD and its arguments.
+    pub command: Vec<OsString>,
+    /// `-p PID`: attach to a running process instead of running CMD.
+    pub pid: Option<u32>,
+}
+
+/// mprof's command line: its options, operands and help.
+pub static SPEC: Spec = Spec {
+    name: "mprof",
+    synopsis: "mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [-p pid | cmd arg ...]",
+    about: "Run CMD counting every allocation of the malloc family exactly, then show per \
+            source line (-l, the default with -M), per function (-f) and per module (-M) \
+            the bytes allocated and not freed and the high-water bytes; --leaks lists the \
+            blocks never freed. Without CMD, show what the mounted prof device holds.",
+    longs: Longs::Any,
+    opts: &[
+        Opt::flag('b', "Put the mounted prof device in memory mode and exit"),
+        Opt::flag('c', "End the mounted prof device's session and exit"),
+        Opt::flag('M', "Show module totals"),
+        Opt::flag('f', "Show the bytes per function"),
+        Opt::flag('l', "Show the bytes per source line"),
+        Opt::flag('n', "Prefix rows with the source file"),
+        Opt::flag('v', "Show rows whose bytes are zero"),
+        Opt::flag('e', "Show CMD's own executable only"),
+        Opt::flag('1', "Pool 1: the malloc family"),
+        Opt::flag(
+            '2',
+            "Pool 2: anonymous mmap, mremap, brk and sbrk called by the program",
+        ),
+        Opt::flag('3', "Pool 3: file mappings (mmap of a file) made by the program"),
+        Opt::value(
+            'm',
+            "modname",
+            "Show this module (a basename such as libc.so.6, or a path); repeatable",
+        )
+        .repeat(),
+        Opt::value(
+            'p',
+            "pid",
+            "Attach to running process PID instead of running CMD; show the tables when it exits",
+        )
+        .missing("option -p needs a process id"),
+        Opt::long_flag(
+            "leaks",
+            "List the blocks never freed, by allocating line, largest first",
+        ),
+        Opt::long(
+            "pprof",
+            "file",
+            "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::long(
+            "dhat",
+            "file",
+            "Also write DHAT's JSON of CMD's run to FILE (valgrind's dh_view.html opens it)",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::long(
+            "wrapper",
+            "symbol",
+            "Treat this function as an allocation wrapper too; repeatable",
+        )
+        .repeat(),
+    ],
+    operands: &[Operand::command("The command to run, and its arguments")],
+    after_help: SIGNALS_HELP,
+};
+
+/// Parse mprof's command line (the words after its name).
+pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
+    let mut a = Args::default();
+    let command = cmdline::parse(&SPEC, args, |o, v| {
+        let text = || {
+            v.as_ref()
+                .map(|v| v.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        match o.id {
+            "b" => a.begin = true,
+            "c" => a.end = true,
+            "M" => a.options.module_totals = true,
+            "f" => a.options.functions = true,
+            "l" => a.options.lines = true,
+            "n" => a.options.file_prefix = true,
+            "v" => a.options.zeros = true,
+            "e" => a.exec = true,
+            "1" | "2" | "3" => {
+                let c = o.short.unwrap_or('1');
+                if !a.pools.contains(&c) {
+                    a.pools.push(c);
+                }
+            }
+            "m" => a.modules.push(text()),
+            "p" => {
+                let value = text();
+                match value.parse::<u32>() {
+                    Ok(p) if p > 0 && !value.starts_with('+') => a.pid = Some(p),
+                    _ => return Err(format!("{value:?} is not a process id")),
+                }
+            }
+            "leaks" => a.leaks = true,
+            "pprof" => a.pprof = v,
+            "dhat" => a.dhat = v,
+            "wrapper" => {
+                let value = text();
+                if value.is_empty() || value.contains([',', ' ']) {
+                    return Err(format!("bad wrapper symbol {value:?}"));
+                }
+                a.wrappers.push(value);
+            }
+            id => unreachable!("mprof's table has no option {id}"),
+        }
+        Ok(())
+    })?;
+    a.pools.sort_unstable();
+    a.command = command;
+    if a.pid.is_some() && (!a.command.is_empty() || a.begin || a.end) {
+        return Err("-p goes with neither a command nor -b or -c".into());
+    }
+    if a.exec && a.command.is_empty() && a.pid.is_none() {
+        return Err("-e needs a command".into());
+    }
+    if (a.pprof.is_some() || a.dhat.is_some()) && a.command.is_empty() {
+        return Err(
+            "--pprof and --dhat need a command (the device keeps no allocation counts)".into(),
+        );
+    }
+    Ok(a)
+}
+
+/// The `startmp` message for the pools asked for (all when none is).
+pub fn startmp_message(pools: &[char]) -> String {
+    if pools.is_empty() {
+        "startmp123".into()
+    } else {
+        format!("startmp{}", pools.iter().collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: &[&str]) -> Result<Args, String> {
+        super::parse(v.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn options() {
+        let a = parse(&[
+            "-Mfl31",
+            "-mlibc.so.6",
+            "--leaks",
+            "--wrapper",
+            "my_alloc",
+            "./x",
+            "-f",
+        ])
+        .unwrap();
+        assert!(a.options.module_totals && a.options.functions && a.options.lines);
+        assert_eq!(a.pools, ['1', '3']);
+        assert_eq!(a.modules, ["libc.so.6"]);
+        assert!(a.leaks);
+        assert_eq!(a.wrappers, ["my_alloc"]);
+        assert_eq!(a.command, ["./x", "-f"]);
+        assert_eq!(startmp_message(&a.pools), "startmp13");
+        assert_eq!(startmp_message(&[]), "startmp123");
+        assert_eq!(parse(&["-q"]).unwrap_err(), "unknown option -q");
+        assert_eq!(parse(&["--bogus"]).unwrap_err(), "unknown option --bogus");
+        assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
+        assert!(parse(&["--wrapper", "a,b", "x"]).is_err());
+        let a = parse(&["-l", "-p", "42", "-M"]).unwrap();
+        assert_eq!(
+            (a.pid, a.options.lines, a.options.module_totals),
+            (Some(42), true, true)
+        );
+        assert_eq!(parse(&["-p42", "-e"]).unwrap().pid, Some(42));
+        assert!(parse(&["-p", "x"]).is_err());
+        assert!(parse(&["-p", "0"]).is_err());
+        assert!(parse(&["-p"]).is_err());
+        assert!(parse(&["-p", "5", "./cmd"]).is_err());
+        assert!(parse(&["-b", "-p", "5"]).is_err());
+    }
+}

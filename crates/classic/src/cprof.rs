@@ -1,0 +1,486 @@
+//! cprof's work between the counts and the listing: which counted modules
+//! the `-m` list selects ([`counted_lines`]), each one's counts placed on
+//! its source lines through its ELF file ([`lines_of`]), its `.prf`
+//! records (`-r`, and [`read_records`] without a command), and the
+//! listings with their source text ([`listings`]); and the runs that
+//! count: CMD under the coverage runtime ([`run_under_coverage`]) or,
+//! statically linked, through uprobes ([`run_static`]), and a running
+//! process attached to ([`run_attached`]).
+
+use crate::args::cprof::Args;
+use anyhow::{bail, Context as _, Result};
+use profdev_attach::CovAttached;
+use profdev_coverage::counts::{Branch, ModuleCoverage};
+use profdev_coverage::lines::{instruction_counts, map_lines, LineTable, ModuleLines};
+use profdev_coverage::listing::{self, Listing};
+use profdev_coverage::prf::{self, Prf};
+use profdev_sample::job::{Catcher, Job};
+use profdev_symbolize::ElfObject;
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// A module's name: its path's basename.
+pub fn module_name(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map_or_else(|| path.to_string(), |b| b.to_string_lossy().into_owned())
+}
+
+/// True if `path` is one of `wanted` (by basename, path or canonical path).
+pub fn wanted(wanted: &[String], path: &Path) -> bool {
+    let canon = std::fs::canonicalize(path).ok();
+    wanted.iter().any(|w| {
+        if w.contains('/') {
+            Path::new(w) == path || (canon.is_some() && std::fs::canonicalize(w).ok() == canon)
+        } else {
+            *w == module_name(&path.to_string_lossy())
+        }
+    })
+}
+
+/// A module's counts on its lines, through its file's line table; `note`
+/// gets what is said about a module without lines.
+pub fn lines_of(
+    path: &str,
+    insns: &[(u64, u64)],
+    branches: &[Branch],
+    note: &mut dyn FnMut(String),
+) -> ModuleLines {
+    let name = module_name(path);
+    match ElfObject::open(Path::new(path)) {
+        Ok(obj) => {
+            let obj = obj.with_separate_debug_info();
+            if !obj.has_debug_info() {
+                note(format!(
+                    "cprof: {path} has no debug information: no lines to mark"
+                ));
+            }
+            map_lines(&name, path, insns, branches, &obj)
+        }
+        Err(e) => {
+            note(format!(
+                "cprof: cannot read module {path}: {e}: no lines to mark"
+            ));
+            map_lines(&name, path, insns, branches, &NoLines)
+        }
+    }
+}
+
+/// A module whose file cannot be read: no lines, no functions.
+struct NoLines;
+
+impl LineTable for NoLines {
+    fn rows(&self, _: u64, _: u64) -> Vec<profdev_symbolize::LineRow> {
+        Vec::new()
+    }
+    fn functions(&self) -> Vec<(u64, String)> {
+        Vec::new()
+    }
+}
+
+/// The records of `-m MODULE` in the current directory, checked against
+/// the module file their header names.
+pub fn read_records(module: &str) -> Result<Prf> {
+    let file = prf::file_name(Path::new(module));
+    let record = prf::read(Path::new(&file))?
+        .with_context(|| format!("no records for {module}: {file} is not in the current directory (cprof -r CMD makes it)"))?;
+    let now = ElfObject::open(Path::new(&record.path))
+        .with_context(|| format!("{file} records {}, which cannot be read", record.path))?;
+    if now.build_id() != record.build_id.as_deref() {
+        bail!(
+            "{file} records build {} of {}, but that file is now build {}: its lines cannot be \
+             placed (move {file} away to start anew)",
+            record
+                .build_id
+                .as_deref()
+                .map_or_else(|| "-".into(), prf::hex),
+            record.path,
+            now.build_id().map_or_else(|| "-".into(), prf::hex)
+        );
+    }
+    Ok(record)
+}
+
+/// The most files named one per line before the rest are counted.
+pub const MAX_NOTES: usize = 5;
+
+/// One note per file of `files`, up to [`MAX_NOTES`], then one line
+/// counting the rest (a Rust program's standard library alone names
+/// hundreds of files that are not on the machine).
+pub fn notes(files: &[String], note: impl Fn(&str) -> String) -> Vec<String> {
+    let mut out: Vec<String> = files.iter().take(MAX_NOTES).map(|f| note(f)).collect();
+    if files.len() > MAX_NOTES {
+        out.push(format!(
+            "cprof: and {} more source files not found",
+            files.len() - MAX_NOTES
+        ));
+    }
+    out
+}
+
+/// The lines of the counted `modules` that `words` selects (empty: all),
+/// recorded into `MODULE.prf` in the current directory if `record`; each
+/// module's uncounted blocks noted. Err: the classic `no profile
+/// information` when none is left, naming the modules of `asked` (the -m
+/// list) that are no ELF files.
+pub fn counted_lines(
+    mut modules: Vec<ModuleCoverage>,
+    words: &[String],
+    asked: &[String],
+    record: bool,
+    note: &mut dyn FnMut(String),
+) -> Result<Vec<ModuleLines>> {
+    if !words.is_empty() {
+        modules.retain(|m| wanted(words, &m.path));
+    }
+    if modules.is_empty() {
+        return Err(crate::prof::no_profile(
+            "cprof",
+            "no profile information (no module asked for ran)",
+            asked,
+        ));
+    }
+    for m in &modules {
+        if m.uncounted > 0 {
+            note(format!(
+                "cprof: {}: {} blocks could not be counted",
+                m.path.display(),
+                m.uncounted
+            ));
+        }
+    }
+    if record {
+        for m in &modules {
+            prf::record(Path::new("."), m)?;
+        }
+    }
+    Ok(modules
+        .iter()
+        .map(|m| {
+            let mut branches = m.branches.clone();
+            branches.sort_by_key(|b| b.addr);
+            lines_of(
+                &m.path.to_string_lossy(),
+                &instruction_counts(m),
+                &branches,
+                note,
+            )
+        })
+        .collect())
+}
+
+/// Each module's lines with their source text; the files not found noted
+/// (unless `quiet`: `-r` lists nothing).
+pub fn listings(
+    lines: Vec<ModuleLines>,
+    quiet: bool,
+    note: &mut dyn FnMut(String),
+) -> Vec<Listing> {
+    lines
+        .into_iter()
+        .map(|lines| {
+            let (sources, missing) = listing::read_sources(&lines);
+            if !quiet {
+                for line in notes(&missing, |f| {
+                    format!("cprof: source file {f} not found: line numbers only")
+                }) {
+                    note(line);
+                }
+            }
+            Listing { lines, sources }
+        })
+        .collect()
+}
+
+/// What a run of CMD under the coverage engine gives: each module's
+/// counts, summed over CMD's processes, and the exit status cprof ends
+/// with (CMD's own if it failed, as `profdev prof` and `mprof` do).
+pub struct Launched {
+    /// The counts of each module.
+    pub modules: Vec<ModuleCoverage>,
+    /// The exit status cprof ends with.
+    pub exit: ExitCode,
+}
+
+/// Run `cmd` under prof's coverage mode, counting the modules `modules`
+/// names (basenames or absolute paths; empty: the executable and every
+/// library it maps): the engine's runtime is preloaded into CMD and every
+/// process it starts, which ask the engine's server to plan each module
+/// they map and report their counts when they end. CMD runs as a job
+/// (`profdev_sample::job`): SIGINT, SIGTERM and SIGHUP are passed on to it,
+/// and the runtime writes the counts of a process those end.
+pub fn run_under_coverage(
+    cmd: &[OsString],
+    modules: &[String],
+    note: &mut dyn FnMut(String),
+) -> Result<Launched> {
+    let server = profdev_coverage::launch::Server::new(modules)
+        .context("cannot prepare coverage (the runtime's private directory)")?;
+    let mut job = Job::new().context("cannot catch signals")?;
+    let mut child = std::process::Command::new(&cmd[0]);
+    child.args(&cmd[1..]);
+    for (k, v) in server.env(std::env::var_os("LD_PRELOAD")) {
+        child.env(k, v);
+    }
+    job.prepare(&mut child);
+    let spawned = child
+        .spawn()
+        .with_context(|| format!("cannot run {}", cmd[0].to_string_lossy()))?;
+    job.started(&spawned);
+    let status = job.wait();
+    let (modules, notes) = server.collect();
+    for n in &notes {
+        note(format!("cprof: {n}"));
+    }
+    Ok(Launched {
+        modules,
+        exit: job.exit_code(status),
+    })
+}
+
+/// Run the statically linked `program` (`cmd[0]`) counted through the
+/// uprobe fallback (`profdev_coverage::uprobe`): its blocks are planned,
+/// CMD is held between fork and exec until one multi-uprobe link with
+/// its pid is in place, then runs as a job like any CMD; the counts are
+/// read when it ends.
+pub fn run_static(
+    cmd: &[OsString],
+    program: &Path,
+    note: &mut dyn FnMut(String),
+) -> Result<Launched> {
+    use profdev_coverage::uprobe;
+    let canon = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    let probes = uprobe::Probes::of_file(&canon, canon.clone())?;
+    let mut job = Job::new().context("cannot catch signals")?;
+    let mut child = std::process::Command::new(&cmd[0]);
+    child.args(&cmd[1..]);
+    job.prepare(&mut child);
+    let (spawned, counter) = uprobe::spawn_counted(&mut child, probes, canon)?;
+    note(format!(
+        "cprof: {} is statically linked: counted through {} uprobes instead of the loader \
+         (slower: about 0.2-16 us per block executed; uses {})",
+        program.display(),
+        counter.probes(),
+        uprobe::FEATURE
+    ));
+    job.started(&spawned);
+    let status = job.wait();
+    counter.detach();
+    Ok(Launched {
+        modules: vec![counter.coverage()],
+        exit: job.exit_code(status),
+    })
+}
+
+/// `-p PID`: the counts, the module words they were selected by, and
+/// how the wait ended.
+pub struct AttachRun {
+    /// The counts of each module.
+    pub modules: Vec<ModuleCoverage>,
+    /// The module words they were selected by (`-m`, and `-e`'s file).
+    pub words: Vec<String>,
+    /// The signal that ended the wait, and the sentence to say after the
+    /// listing.
+    pub interrupted: Option<(i32, String)>,
+}
+
+/// A device error as cprof's one sentence.
+fn attach_sentence(e: profdev_dev::DevError) -> anyhow::Error {
+    use profdev_dev::DevError;
+    anyhow::anyhow!(match e {
+        DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
+        DevError::NoProcess(p) => format!("no process {p}: -p needs the id of a running process"),
+        e => e.to_string(),
+    })
+}
+
+/// Wait until `a`'s process has exited (None) or one of the signals
+/// `caught` catches came (Some). The process is watched through a pidfd
+/// where the kernel has them (5.3), and its `/proc` entry (start time
+/// checked) at every wake-up and at least every second.
+fn wait_attached(caught: &Catcher, a: &CovAttached) -> Option<i32> {
+    use rustix::process::{pidfd_open, Pid, PidfdFlags};
+    use std::os::fd::AsFd;
+    let pidfd =
+        Pid::from_raw(a.pid() as i32).and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).ok());
+    loop {
+        if let Some(s) = caught.caught() {
+            return Some(s);
+        }
+        if !a.running() {
+            return None;
+        }
+        let timeout = if pidfd.is_some() { 1000 } else { 50 };
+        caught.sleep(
+            std::time::Duration::from_millis(timeout),
+            pidfd.as_ref().map(|p| p.as_fd()),
+        );
+        caught.drain();
+    }
+}
+
+/// `cprof -p PID`: attach coverage to the running process (prof's
+/// `startcp` machinery, [`profdev_attach::attach_coverage`]), wait for
+/// it to exit or for a signal, and take its counts.
+pub fn run_attached(pid: u32, args: &Args, note: &mut dyn FnMut(String)) -> Result<AttachRun> {
+    // Caught from here on: a signal during the attach (which holds PID's
+    // threads) ends the wait right after it, never the attach half way.
+    let caught = Catcher::new().context("cannot catch signals")?;
+    // The kernel's ptrace rule for cprof itself, first: a process cprof may
+    // not trace is refused in its terms (kernel.yama.ptrace_scope, the
+    // credentials), not as an unreadable /proc/PID/maps.
+    let uid = rustix::process::geteuid().as_raw();
+    let gid = rustix::process::getegid().as_raw();
+    let me = profdev_dev::access::Cred {
+        uid,
+        gid,
+        pid: std::process::id(),
+    };
+    let permit = profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {
+        profdev_dev::DevError::NotPermitted(why) => {
+            anyhow::anyhow!("not permitted to ptrace {why}")
+        }
+        e => attach_sentence(e),
+    })?;
+    // The static case (no C library to load the runtime with) is counted
+    // through uprobes by the same attach: say so.
+    if profdev_attach::statically_linked(pid).map_err(attach_sentence)? {
+        note(format!(
+            "cprof: process {pid} is statically linked: counted through uprobes (one multi-uprobe \
+             BPF link, Linux 6.6 or later), about 0.2 to 16 us per block executed; its children \
+             are not counted"
+        ));
+    }
+    let mut words = args.modules.clone();
+    if args.exec {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .with_context(|| format!("cannot read process {pid}'s executable (-e)"))?;
+        words.push(
+            std::fs::canonicalize(&exe)
+                .unwrap_or(exe)
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    let attached =
+        profdev_attach::attach_coverage(pid, &words, Some(permit)).map_err(attach_sentence)?;
+    note(format!(
+        "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
+         SIGINT, SIGTERM, SIGHUP)"
+    ));
+    if let Some(sig) = wait_attached(&caught, &attached) {
+        // Its counts so far: a report now. A process gone meanwhile wrote
+        // its exit report instead.
+        let flushed = attached.flush();
+        let (modules, notes) = attached.collect();
+        for n in &notes {
+            note(format!("cprof: {n}"));
+        }
+        let name = profdev_sample::job::signal_name(sig);
+        let what = if attached.running() {
+            if let Err(e) = flushed {
+                note(format!(
+                    "cprof: process {pid} could not write its counts so far: {e}"
+                ));
+            }
+            match attached.leave_running() {
+                Some(dir) => format!(
+                    "cprof: interrupted by {name}; process {pid} runs on, still counted, with \
+                     nobody to read its later counts (in {}: remove it once process {pid} has \
+                     exited); listed: its counts up to now",
+                    dir.display()
+                ),
+                None => format!(
+                    "cprof: interrupted by {name}; process {pid} runs on, no longer counted \
+                     (its uprobes are removed with cprof); listed: its counts up to now"
+                ),
+            }
+        } else {
+            format!(
+                "cprof: interrupted by {name}; process {pid} had exited; listed: all its counts"
+            )
+        };
+        return Ok(AttachRun {
+            modules,
+            words,
+            interrupted: Some((sig, what)),
+        });
+    }
+    let (modules, notes) = attached.collect();
+    for n in &notes {
+        note(format!("cprof: {n}"));
+    }
+    let total: u64 = modules
+        .iter()
+        .flat_map(|m| &m.blocks)
+        .map(|b| b.count)
+        .fold(0, u64::saturating_add);
+    if total == 0 {
+        bail!(
+            "process {pid} reported no counts: it ended with _exit or a signal that killed it, \
+             or ran none of the counted code after the attach"
+        );
+    }
+    Ok(AttachRun {
+        modules,
+        words,
+        interrupted: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_missing_files_are_counted_not_listed() {
+        let files: Vec<String> = (0..8).map(|i| format!("/f{i}.rs")).collect();
+        let n = notes(&files, |f| format!("missing {f}"));
+        assert_eq!(n.len(), MAX_NOTES + 1);
+        assert_eq!(n[0], "missing /f0.rs");
+        assert_eq!(n[MAX_NOTES], "cprof: and 3 more source files not found");
+        assert_eq!(notes(&files[..2], |f| f.to_string()), ["/f0.rs", "/f1.rs"]);
+    }
+
+    #[test]
+    fn modules_are_wanted_by_basename_or_path() {
+        let exe = std::env::current_exe().unwrap();
+        let base = module_name(&exe.to_string_lossy());
+        assert!(wanted(std::slice::from_ref(&base), &exe));
+        assert!(wanted(&[exe.display().to_string()], &exe));
+        assert!(!wanted(&["libc.so.6".into()], &exe));
+        assert!(!wanted(&[format!("/no/such/{base}")], &exe));
+        assert_eq!(module_name("/a/b/libc.so.6"), "libc.so.6");
+        assert_eq!(module_name("/"), "/");
+    }
+
+    #[test]
+    fn a_module_that_cannot_be_read_has_no_lines() {
+        let mut said = Vec::new();
+        let m = lines_of("/no/such/module", &[(1, 2)], &[], &mut |n| said.push(n));
+        assert!(m.files.is_empty());
+        assert_eq!(said.len(), 1);
+        assert!(said[0].starts_with("cprof: cannot read module /no/such/module: "));
+        assert!(said[0].ends_with(": no lines to mark"));
+    }
+
+    #[test]
+    fn nothing_selected_is_no_profile() {
+        let e = counted_lines(Vec::new(), &[], &[], false, &mut |_| {}).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no profile information (no module asked for ran)"
+        );
+    }
+
+    #[test]
+    fn records_of_a_module_never_recorded() {
+        let e = read_records("libnosuch-module.so").unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "no records for libnosuch-module.so: libnosuch-module.so.prf is not in the current \
+             directory (cprof -r CMD makes it)"
+        );
+    }
+}

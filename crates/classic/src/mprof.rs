@@ -1,0 +1,702 @@
+//! mprof's work between the counts and the output: the modules read back
+//! from a prof device in memory mode ([`read_dev`], [`read_mounted`]),
+//! completed from the library's reports ([`complete`]); their sites
+//! attributed to lines and functions through each module's ELF file into
+//! the tables, the leaks, and pprof's and DHAT's sites ([`output`]); what
+//! a program's own allocator leaves out of mprof's reach
+//! ([`own_allocator`], [`check_counted`]); a run's private device
+//! ([`private_device`], [`through_device`]) and `-p PID`'s attach
+//! ([`run_attached`]).
+
+use crate::args::mprof::{startmp_message, Args};
+use crate::prof::{ctl, module_words, open_module, read_file, source_lines, ElfMap};
+use anyhow::{anyhow, bail, Context as _, Result};
+use profdev_attach::{attach_process, MemAttached};
+use profdev_dev::engine::ReplayFactory;
+use profdev_dev::prof::{MemoryModule, Prof, POOL_FILE, POOL_MALLOC, POOL_MAP};
+use profdev_dev::{Dev, DevError, DirEntry, Engine, Qid};
+use profdev_formats::dhat::{DhatCounts, DhatRun, DhatSite};
+use profdev_formats::pprof::heap::HeapSite;
+use profdev_mprof::{merge, Module, Report};
+use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
+use profdev_report::prof::SourceMap;
+use profdev_sample::job::{signal_name, Catcher};
+use profdev_symbolize::open::{read_bounded, Follow};
+use profdev_symbolize::ElfObject;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::Arc;
+
+/// Allocators that, linked into a program, take its allocations away from
+/// the C library's malloc.
+pub const OWN_ALLOCATORS: &[&str] = &[
+    "_rjem_malloc",
+    "_rjem_mallocx",
+    "je_malloc",
+    "je_mallocx",
+    "mi_malloc",
+    "tc_malloc",
+    "rpmalloc",
+    "snmalloc_malloc",
+];
+
+/// How [`own_allocator`] names a Rust `#[global_allocator]`.
+pub const RUST_GLOBAL_ALLOCATOR: &str = "a Rust #[global_allocator]";
+
+/// The allocator program `obj` carries, if any: a symbol of
+/// [`OWN_ALLOCATORS`], its own `malloc`, or a Rust `#[global_allocator]`
+/// ([`RUST_GLOBAL_ALLOCATOR`]); for [`check_counted`] after the run.
+pub fn own_allocator(obj: &ElfObject) -> Option<String> {
+    let syms: Vec<_> = obj
+        .all_symbols()
+        .into_iter()
+        .filter(|s| s.origin == profdev_symbolize::SymOrigin::Table)
+        .collect();
+    if let Some(s) = syms
+        .iter()
+        .find(|s| OWN_ALLOCATORS.contains(&s.mangled.as_str()) || s.mangled == "malloc")
+    {
+        return Some(s.mangled.clone());
+    }
+    // Rust: the allocator shim `__rust_alloc` (plain, or v0-mangled as
+    // `__rustc::__rust_alloc`) calls std's `__rdl_alloc` (malloc) unless a
+    // `#[global_allocator]` replaces it.
+    let has = |suffix: &str| syms.iter().any(|s| s.mangled.ends_with(suffix));
+    if has("__rust_alloc") && !has("__rdl_alloc") {
+        return Some(RUST_GLOBAL_ALLOCATOR.into());
+    }
+    None
+}
+
+/// After the run: a program carrying its own allocator of which nothing
+/// was counted in the malloc family (pool 1) is out of reach, said in a
+/// sentence instead of an empty profile; one that was counted too (its
+/// allocator also calls malloc, or a Rust global allocator wraps it) gets a
+/// note, except for Rust's, which is how every Rust global allocator is
+/// reached.
+pub fn check_counted(
+    program: &Path,
+    own: &str,
+    merged: &[Module],
+    note: &mut dyn FnMut(String),
+) -> Result<()> {
+    let exe = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    let counted = merged.iter().any(|m| {
+        std::fs::canonicalize(&m.path).is_ok_and(|p| p == exe)
+            && m.sites.values().any(|s| s.pools & 1 != 0)
+    });
+    if !counted {
+        bail!(
+            "{} carries its own allocator ({own}): its allocations bypass the C library's \
+             malloc and are out of reach of mprof (nothing it allocated through malloc was \
+             counted)",
+            program.display()
+        );
+    }
+    if own != RUST_GLOBAL_ALLOCATOR {
+        note(format!(
+            "mprof: {} carries its own allocator ({own}): its allocations bypass the C \
+             library's malloc and are out of reach of mprof; only allocations made through \
+             malloc are shown",
+            program.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Refuse a program the library cannot reach; name the allocator a
+/// program carries ([`own_allocator`]), for
+/// [`check_counted`] after the run.
+pub fn check_reachable(program: &Path) -> Result<Option<String>> {
+    let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
+        return Ok(None); // not readable: let the exec say why
+    };
+    if !bytes.starts_with(b"\x7fELF") {
+        return Ok(None); // a script: its interpreter is what runs
+    }
+    if crate::program::is_static(&bytes) {
+        bail!(
+            "{} is statically linked: its allocations are out of reach of mprof (it preloads \
+             a library into dynamically linked programs)",
+            program.display()
+        );
+    }
+    Ok(ElfObject::parse(&bytes, program)
+        .ok()
+        .and_then(|obj| own_allocator(&obj)))
+}
+
+/// A module's name: its path's basename.
+pub fn module_name(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map(|b| b.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
+}
+
+/// The merged modules as the prof device's memory mode takes them.
+pub fn memory_modules(merged: &[Module]) -> Vec<MemoryModule> {
+    merged
+        .iter()
+        .map(|m| MemoryModule {
+            name: module_name(&m.path),
+            path: m.path.clone(),
+            pairs: profdev_mprof::histogram_pairs(m),
+        })
+        .collect()
+}
+
+/// A memory-mode module from its record's pairs.
+pub fn module_of(path: String, pairs: &[(u64, u64)]) -> Module {
+    let ((current, high_water), sites) = profdev_mprof::decode_pairs(pairs);
+    let mut m = Module {
+        path,
+        current,
+        high_water,
+        ..Default::default()
+    };
+    for (p, (c, h)) in sites {
+        m.sites.insert(
+            p,
+            profdev_mprof::Site {
+                current: c,
+                high_water: h,
+                ..Default::default()
+            },
+        );
+    }
+    m
+}
+
+/// Every record of a (private) device, read through its files (`path`,
+/// and `histogram` one pair per read), oldest first.
+pub fn read_dev(dev: &dyn Dev) -> Result<Vec<Module>> {
+    let mut dirs: Vec<DirEntry> = dev
+        .gen(Qid::ROOT)?
+        .into_iter()
+        .filter(|e| e.qid.is_dir())
+        .collect();
+    dirs.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut out = Vec::new();
+    for dir in dirs {
+        let path = String::from_utf8_lossy(&read_file(dev, &dir, "path", 4096)?.concat())
+            .trim_end_matches('\n')
+            .to_string();
+        let mut pairs = Vec::new();
+        for pair in read_file(dev, &dir, "histogram", 4096)? {
+            pairs.push(
+                profdev_formats::prof_histogram::parse_pair(&pair)
+                    .with_context(|| format!("{}/histogram", dir.name))?,
+            );
+        }
+        out.push(module_of(path, &pairs));
+    }
+    Ok(out)
+}
+
+/// The records of the mounted prof device (`DIR` is its `prof/`), read in
+/// the memory-mode layout.
+pub fn read_mounted(dir: &Path) -> Result<Vec<Module>> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(id) = u32::from_str_radix(&name, 16) else {
+            continue;
+        };
+        let path = std::fs::read_to_string(e.path().join("path"))
+            .with_context(|| format!("cannot read {}/path", e.path().display()))?
+            .trim_end_matches('\n')
+            .to_string();
+        let hist = e.path().join("histogram");
+        let text = std::fs::read_to_string(&hist)
+            .with_context(|| format!("cannot read {}", hist.display()))?;
+        let pairs = profdev_formats::prof_histogram::parse_text(&text)
+            .with_context(|| hist.display().to_string())?;
+        out.push((id, module_of(path, &pairs)));
+    }
+    out.sort_by_key(|(id, _)| *id);
+    Ok(out.into_iter().map(|(_, m)| m).collect())
+}
+
+/// Complete the modules read back from the device with what its
+/// histogram layout does not carry (blocks never freed, allocation
+/// counts, DHAT's figures, pools), from the merged reports.
+pub fn complete(modules: &mut [Module], merged: &[Module]) {
+    for m in modules {
+        if let Some(r) = merged.iter().find(|r| r.path == m.path) {
+            for (p, s) in &mut m.sites {
+                if let Some(rs) = r.sites.get(p) {
+                    s.live = rs.live;
+                    s.allocs = rs.allocs;
+                    s.bytes = rs.bytes;
+                    s.dhat = rs.dhat;
+                    s.pools = rs.pools;
+                }
+            }
+        }
+    }
+}
+
+/// DHAT's run figures, from the first report of a process that ended
+/// normally (the only ones that have them); `cmd` is the command line.
+pub fn dhat_run(reports: &[Report], cmd: String) -> Option<DhatRun> {
+    reports.iter().find_map(|r| {
+        let (end_us, gmax_us) = r.dhat?;
+        Some(DhatRun {
+            cmd: cmd.clone(),
+            pid: r.pid,
+            end_us,
+            gmax_us,
+        })
+    })
+}
+
+/// A private prof device in memory mode for a run: its module list
+/// `words`, then `startmp` (the pools' message).
+pub fn private_device(words: &[String], startmp: &str) -> Result<Prof> {
+    let dev = Prof::new(Engine::new(Arc::new(ReplayFactory::new(Vec::new()))));
+    ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;
+    ctl(&dev, startmp)?;
+    Ok(dev)
+}
+
+/// Through a private prof device in memory mode, as `prof CMD` drives
+/// one for sampling: its module list selects, its histograms carry the
+/// seed's memory layout, and the tables are read back from them; blocks
+/// never freed (not in the histogram layout) from the reports. The
+/// modules with bytes, or all with `zeros` (`-v`).
+pub fn through_device(dev: &Prof, merged: &[Module], zeros: bool) -> Result<Vec<Module>> {
+    dev.memory_report(&memory_modules(merged))?;
+    ctl(dev, "stop")?;
+    let mut modules = read_dev(dev)?;
+    ctl(dev, "end")?;
+    complete(&mut modules, merged);
+    modules.retain(|m| m.high_water != 0 || zeros);
+    Ok(modules)
+}
+
+/// Why a run of `cmd` that ended with `status` left no report: none
+/// could be read (`unreadable`: the warnings said why), or no process
+/// loaded the library.
+pub fn nothing_counted(cmd: &str, status: ExitStatus, unreadable: bool) -> anyhow::Error {
+    if unreadable {
+        return anyhow!(
+            "the reports of {cmd} could not be read (the warnings above say why): nothing \
+             was counted"
+        );
+    }
+    anyhow!(
+        "{cmd} never loaded the accounting library ({}): it is setuid or setgid (the \
+         loader ignores LD_PRELOAD then), or clears LD_PRELOAD before running the \
+         programs that allocate; nothing was counted",
+        match (status.code(), status.signal()) {
+            (_, Some(sig)) => format!("it was killed by {}", signal_name(sig)),
+            (Some(c), _) => format!("it exited with status {c}"),
+            _ => "it ended".to_string(),
+        }
+    )
+}
+
+/// A warning for each merged module whose file was replaced while the
+/// command ran (another device or inode at its path).
+pub fn replaced(merged: &[Module]) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    merged
+        .iter()
+        .filter(|m| {
+            std::fs::metadata(&m.path).is_ok_and(|md| (md.dev(), md.ino()) != (m.dev, m.ino))
+        })
+        .map(|m| {
+            format!(
+                "mprof: warning: {} was replaced while the command ran: its lines may be wrong",
+                m.path
+            )
+        })
+        .collect()
+}
+
+/// `mprof -p PID`'s run: the modules to show, and, if a signal ended the
+/// wait, the signal and the sentence to say after the tables.
+pub struct AttachRun {
+    /// The modules read back through the private device.
+    pub modules: Vec<Module>,
+    /// The signal that ended the wait, and the sentence to say.
+    pub interrupted: Option<(i32, String)>,
+    /// Its reports' directory, kept from the sweep of other runs (let go
+    /// before the process below, as it was taken after it).
+    _held: Option<std::fs::File>,
+    /// The attached process, held until the tables are shown.
+    _attached: MemAttached,
+}
+
+/// `mprof -p PID`: attach, wait for the process to exit (or a signal),
+/// and read its tables from its report, through a private device as with
+/// CMD. `note` gets what is said meanwhile.
+pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Result<AttachRun> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let words = module_words(&args.modules, args.exec.then_some(exe.as_path()))?;
+    let dev = private_device(&words, &startmp_message(&args.pools))?;
+    let pools = args.pools.iter().fold(0, |b, p| {
+        b | match p {
+            '2' => POOL_MAP,
+            '3' => POOL_FILE,
+            _ => POOL_MALLOC,
+        }
+    });
+    // Caught from here on: a signal during the attach (which holds PID's
+    // threads) ends the wait right after it, never the attach half way.
+    // SIGINT, SIGTERM and SIGHUP, those not ignored when mprof started
+    // (nohup's stay ignored).
+    let signals = Catcher::new().context("cannot catch signals")?;
+    profdev_mprof::sweep(
+        &std::env::temp_dir(),
+        std::fs::metadata("/proc/self").map_or(0, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        }),
+    );
+    let attached =
+        attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers, None).map_err(|e| {
+            anyhow!(match e {
+                DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
+                DevError::NoProcess(p) => format!("no process {p}"),
+                e => e.to_string(),
+            })
+        })?;
+    // Kept from the sweep of other runs while this one reads it.
+    let held = attached.hold();
+    note(format!(
+        "mprof: attached to process {pid}; its tables are shown when it exits"
+    ));
+    let mut caught = None;
+    while attached.running() {
+        if let Some(sig) = signals.caught() {
+            caught = Some(sig);
+            break;
+        }
+        signals.sleep(std::time::Duration::from_millis(50), None);
+        signals.drain();
+    }
+    // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
+    // or still runs (mprof was interrupted), its table of counts.
+    let reports = attached.reports();
+    if reports.is_empty() {
+        bail!(
+            "process {pid} left neither a report nor its table of counts in {}: the library \
+             could not write there (a full disk, or the directory was removed); nothing was \
+             counted",
+            attached.reports_dir().display()
+        );
+    }
+    let modules = through_device(&dev, &merge(&reports), args.options.zeros)?;
+    let interrupted = caught.map(|sig| {
+        let sentence = format!(
+            "mprof: interrupted by {}; the tables show what process {pid} counted until then; \
+             it goes on counting into {} (removed once it has exited, by the next mprof)",
+            signal_name(sig),
+            attached.reports_dir().display()
+        );
+        (sig, sentence)
+    });
+    Ok(AttachRun {
+        modules,
+        interrupted,
+        _held: held,
+        _attached: attached,
+    })
+}
+
+/// What [`output`] makes besides the tables.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras {
+    /// `--leaks`: the blocks never freed.
+    pub leaks: bool,
+    /// `--pprof`: pprof's heap sites.
+    pub pprof: bool,
+    /// `--dhat`: DHAT's sites.
+    pub dhat: bool,
+}
+
+/// mprof's output for a set of modules.
+#[derive(Clone, Debug, Default)]
+pub struct Output {
+    /// The tables, as printed.
+    pub tables: String,
+    /// With `--leaks`: the leak list, as printed after the tables.
+    pub leaks: Option<String>,
+    /// With `--pprof`: the heap sites.
+    pub pprof: Vec<HeapSite>,
+    /// With `--dhat`: DHAT's sites.
+    pub dhat: Vec<DhatSite>,
+}
+
+/// Attribute each module's sites through its ELF file, read the sources,
+/// and lay out the tables (`options`) and the `extras`. `note` gets each
+/// sentence for standard error. Err: the classic `no profile information`
+/// when there is no module, naming the modules of `asked` (the -m list)
+/// that are no ELF files.
+pub fn output(
+    modules: &[Module],
+    options: &Options,
+    extras: Extras,
+    asked: &[String],
+    note: &mut dyn FnMut(String),
+) -> Result<Output> {
+    if modules.is_empty() {
+        return Err(crate::prof::no_profile(
+            "mprof",
+            "no profile information (no allocation was made in the modules shown)",
+            asked,
+        ));
+    }
+    let mut out = Output::default();
+    let mut reports = Vec::new();
+    let mut leaks = Vec::new();
+    for m in modules {
+        // The dynamic linker's name may be a link (/lib64/ld-linux…).
+        let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
+        let map = ElfMap::new(
+            open_module("mprof", &m.path, &real, None, note),
+            false,
+            false,
+        );
+        let sites: Vec<(u64, u64, u64)> = m
+            .sites
+            .iter()
+            .map(|(&p, s)| (p, s.current, s.high_water))
+            .collect();
+        let a = attribute(&sites, &map);
+        let mut r = ModuleReport::new(
+            &module_name(&m.path),
+            &m.path,
+            &a,
+            (m.current, m.high_water),
+        );
+        for f in &mut r.files {
+            f.text = source_lines("mprof", &f.path, &m.path, note);
+        }
+        reports.push(r);
+        if extras.dhat {
+            out.dhat.extend(dhat_sites(m, &map));
+        }
+        if extras.pprof {
+            out.pprof.extend(heap_sites(m, &map));
+        }
+        if extras.leaks {
+            leaks.extend(leaks_of(m, &map));
+        }
+    }
+    out.tables = format(&reports, options);
+    if extras.leaks {
+        let mut text = String::new();
+        if !out.tables.ends_with("\n\n") {
+            text.push('\n');
+        }
+        text.push_str(&format_leaks(&leaks));
+        out.leaks = Some(text);
+    }
+    Ok(out)
+}
+
+/// A module's sites as DHAT's, each frame `PC: FUNCTION (FILE:LINE)`.
+fn dhat_sites(m: &Module, map: &ElfMap) -> Vec<DhatSite> {
+    m.sites
+        .iter()
+        .map(|(&p, s)| {
+            let pc = p.saturating_sub(1);
+            let function = map.function(pc).map_or_else(|| "???".into(), |f| f.name);
+            let place = match map.lines(pc) {
+                Some(l) => format!("{}:{}", l.file, l.first),
+                None => m.path.clone(),
+            };
+            DhatSite {
+                frame: format!("{pc:#x}: {function} ({place})"),
+                counts: DhatCounts {
+                    total_bytes: s.bytes,
+                    total_blocks: s.allocs,
+                    total_lifetime: s.dhat.total_lifetime,
+                    max_bytes: s.high_water,
+                    max_blocks: s.dhat.max_blocks,
+                    gmax_bytes: s.dhat.gmax_bytes,
+                    gmax_blocks: s.dhat.gmax_blocks,
+                    end_bytes: s.current,
+                    end_blocks: s.live,
+                },
+            }
+        })
+        .collect()
+}
+
+/// A module's sites as pprof's heap samples.
+fn heap_sites(m: &Module, map: &ElfMap) -> Vec<HeapSite> {
+    m.sites
+        .iter()
+        .map(|(&p, s)| {
+            let pc = p.saturating_sub(1);
+            let line = map.lines(pc);
+            HeapSite {
+                module: m.path.clone(),
+                address: pc,
+                function: map.function(pc).map_or_else(|| "??".into(), |f| f.name),
+                file: line.as_ref().map_or_else(String::new, |l| l.file.clone()),
+                line: line.map_or(0, |l| l.first),
+                alloc_objects: s.allocs,
+                alloc_space: s.bytes,
+                inuse_objects: s.live,
+                inuse_space: s.current,
+            }
+        })
+        .collect()
+}
+
+/// A module's sites with blocks never freed.
+fn leaks_of(m: &Module, map: &ElfMap) -> Vec<Leak> {
+    m.sites
+        .iter()
+        .filter(|(_, s)| s.live != 0)
+        .map(|(&p, s)| {
+            let pc = p.saturating_sub(1);
+            let location = match map.lines(pc) {
+                Some(r) => format!("{}:{}", r.file, r.first),
+                None => format!("{}+{pc:#x}", module_name(&m.path)),
+            };
+            let function = map.function(pc).map_or_else(|| "??".into(), |f| f.name);
+            Leak {
+                bytes: s.current,
+                blocks: s.live,
+                location,
+                function,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profdev_mprof::Site;
+
+    fn module(path: &str) -> Module {
+        let mut m = Module {
+            path: path.into(),
+            current: 48,
+            high_water: 64,
+            ..Default::default()
+        };
+        m.sites.insert(
+            0x1001,
+            Site {
+                current: 48,
+                high_water: 64,
+                allocs: 3,
+                bytes: 80,
+                live: 2,
+                pools: 1,
+                ..Default::default()
+            },
+        );
+        m
+    }
+
+    #[test]
+    fn the_device_layout_round_trips_and_is_completed_from_the_reports() {
+        let merged = [module("/no/such/libx.so")];
+        let mm = memory_modules(&merged);
+        assert_eq!(mm[0].name, "libx.so");
+        let mut back = vec![module_of(mm[0].path.clone(), &mm[0].pairs)];
+        assert_eq!((back[0].current, back[0].high_water), (48, 64));
+        let s = back[0].sites[&0x1001];
+        assert_eq!((s.current, s.high_water, s.live), (48, 64, 0));
+        complete(&mut back, &merged);
+        assert_eq!(back, merged);
+    }
+
+    #[test]
+    fn output_of_a_module_that_cannot_be_read() {
+        let mut notes = Vec::new();
+        let extras = Extras {
+            leaks: true,
+            pprof: true,
+            dhat: true,
+        };
+        let out = output(
+            &[module("/no/such/libx.so")],
+            &Options::default(),
+            extras,
+            &[],
+            &mut |n| notes.push(n),
+        )
+        .unwrap();
+        assert!(notes[0].starts_with("mprof: cannot read module /no/such/libx.so: "));
+        let leaks = out.leaks.unwrap();
+        assert!(leaks.contains("libx.so+0x1000"), "{leaks}");
+        assert_eq!(out.pprof.len(), 1);
+        assert_eq!(out.pprof[0].address, 0x1000);
+        assert_eq!(out.pprof[0].function, "??");
+        assert_eq!(out.pprof[0].inuse_objects, 2);
+        assert_eq!(out.dhat.len(), 1);
+        assert_eq!(out.dhat[0].frame, "0x1000: ??? (/no/such/libx.so)");
+        assert_eq!(out.dhat[0].counts.total_blocks, 3);
+        let none = output(&[], &Options::default(), extras, &[], &mut |_| {});
+        assert_eq!(
+            none.unwrap_err().to_string(),
+            "no profile information (no allocation was made in the modules shown)"
+        );
+    }
+
+    #[test]
+    fn this_test_program_uses_the_c_librarys_malloc() {
+        let exe = std::env::current_exe().unwrap();
+        let obj = ElfObject::open(&exe).unwrap();
+        // A Rust program without #[global_allocator]: std's __rdl_alloc.
+        assert_eq!(own_allocator(&obj), None);
+    }
+
+    #[test]
+    fn a_program_with_its_own_allocator_nothing_counted_is_out_of_reach() {
+        let exe = std::env::current_exe().unwrap();
+        let mut notes = Vec::new();
+        let e = check_counted(&exe, "je_malloc", &[], &mut |n| notes.push(n)).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("carries its own allocator (je_malloc)"));
+        let mut counted = module(&exe.display().to_string());
+        counted.sites.values_mut().for_each(|s| s.pools = 1);
+        check_counted(&exe, "je_malloc", &[counted.clone()], &mut |n| {
+            notes.push(n)
+        })
+        .unwrap();
+        assert_eq!(notes.len(), 1);
+        check_counted(&exe, RUST_GLOBAL_ALLOCATOR, &[counted], &mut |n| {
+            notes.push(n)
+        })
+        .unwrap();
+        assert_eq!(notes.len(), 1, "Rust's global allocator is not noted");
+    }
+
+    #[test]
+    fn reads_a_mounted_device_in_memory_mode() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("ctl"), "").unwrap();
+        let m = module("/x/libx.so");
+        for (id, path) in [("00000003", "/x/liby.so"), ("00000001", "/x/libx.so")] {
+            let r = d.path().join(id);
+            std::fs::create_dir(&r).unwrap();
+            std::fs::write(r.join("path"), format!("{path}\n")).unwrap();
+            let text: String = profdev_mprof::histogram_pairs(&m)
+                .iter()
+                .map(|(i, v)| format!("{i} {v}\n"))
+                .collect();
+            std::fs::write(r.join("histogram"), text).unwrap();
+        }
+        let modules = read_mounted(d.path()).unwrap();
+        let paths: Vec<&str> = modules.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(paths, ["/x/libx.so", "/x/liby.so"]);
+        assert_eq!(modules[0].sites[&0x1001].high_water, 64);
+        assert_eq!((modules[0].current, modules[0].high_water), (48, 64));
+    }
+}
