@@ -175,6 +175,7 @@ mod sweep;
 mod tests;
 
 pub use bounds::MAX_FOREIGN_CONNS;
+pub use server::Area;
 pub use sweep::sweep;
 // (The submodules share this module's names: `use super::*`.)
 use bounds::*;
