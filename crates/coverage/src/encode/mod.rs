@@ -242,11 +242,11 @@ pub fn encode(plan: &Plan, bias: u64, area: u64, first_counter: u64) -> Encoded 
 /// [`area_size_with`]).
 ///
 /// In three steps: each block's trampoline as instruction lists, its
-/// branch targets still those of the original code ([`piece`]); a place
-/// in the area for each, from a bound on its size, which gives every
-/// block's entry ([`layout`]); and each encoded in its place with its
-/// branches led to the entries of the blocks they reach, and the patches
-/// that lead the module's code there ([`layout`]).
+/// branch targets still those of the original code (`encode/piece.rs`);
+/// a place in the area for each, from a bound on its size, which gives
+/// every block's entry; and each encoded in its place, its branches led
+/// to the entries of the blocks they reach, with the patches that lead
+/// the module's code there (both `encode/layout.rs`).
 pub fn encode_with(
     plan: &Plan,
     bias: u64,
