@@ -25,9 +25,15 @@
 //! # Description
 //!
 //! The C compiler is `$CC`, else `cc`, run once as `cc -O2 -g -fPIC
-//! -shared -fvisibility=hidden -ftls-model=initial-exec -Wall -Wextra -o
-//! $OUT_DIR/FILE SOURCES LIBS` (no `CFLAGS`: the object is the same
-//! whatever the environment sets, only `CC` changes it).
+//! -shared -fvisibility=hidden -ftls-model=initial-exec -Wall -Wextra -I
+//! $OUT_DIR/include -o $OUT_DIR/FILE SOURCES LIBS` (no `CFLAGS`: the
+//! object is the same whatever the environment sets, only `CC` changes
+//! it).
+//!
+//! The include directory holds the headers the runtimes share, written
+//! there from this crate's `c/`: `sigsafe_out.h`, the one
+//! async-signal-safe output buffer (write(2) of strings and of decimal
+//! and hexadecimal numbers) through which both write their reports.
 //!
 //! [`source_digest`] hashes a crate's source trees (paths and contents,
 //! in path order) into a stable 64-bit id for on-disk cache keys.
@@ -53,6 +59,10 @@ const FLAGS: [&str; 8] = [
     "-Wextra",
 ];
 
+/// The headers every shared object may include (`#include
+/// "sigsafe_out.h"`): name and contents.
+const HEADERS: [(&str, &str); 1] = [("sigsafe_out.h", include_str!("../c/sigsafe_out.h"))];
+
 /// One shared object compiled from C sources into `$OUT_DIR`.
 #[derive(Debug, Clone, Copy)]
 pub struct SharedObject<'a> {
@@ -72,8 +82,9 @@ pub struct SharedObject<'a> {
 
 impl SharedObject<'_> {
     /// Compile: print the `rerun-if-changed` of every source and the
-    /// `rerun-if-env-changed` of `CC`, run the compiler, and return the
-    /// object's path. Panics when the compiler cannot run or fails.
+    /// `rerun-if-env-changed` of `CC`, write the shared headers into
+    /// `$OUT_DIR/include`, run the compiler, and return the object's
+    /// path. Panics when the compiler cannot run or fails.
     pub fn build(&self) -> PathBuf {
         for src in self.sources {
             println!("cargo:rerun-if-changed={src}");
@@ -81,9 +92,16 @@ impl SharedObject<'_> {
         println!("cargo:rerun-if-env-changed=CC");
         let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
         let so = out.join(self.file);
+        let include = out.join("include");
+        std::fs::create_dir_all(&include).expect("OUT_DIR is writable");
+        for (name, text) in HEADERS {
+            std::fs::write(include.join(name), text).expect("OUT_DIR is writable");
+        }
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
         let status = Command::new(&cc)
             .args(FLAGS)
+            .arg("-I")
+            .arg(&include)
             .arg("-o")
             .arg(&so)
             .args(self.sources)

@@ -45,6 +45,8 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "sigsafe_out.h"
+
 #define API __attribute__((visibility("default")))
 
 /* Counters per thread array (64 MiB of address space, reserved lazily). */
@@ -271,23 +273,6 @@ static void big_free(void *p, uint64_t bytes) {
     if (p) raw6(SYS_munmap, (long)p, (long)bytes, 0, 0, 0, 0);
 }
 
-static void flush(int fd, char *buf, size_t *len) {
-    size_t off = 0;
-    while (off < *len) {
-        ssize_t w = write(fd, buf + off, *len - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += w;
-    }
-    *len = 0;
-}
-
-static void put(int fd, char *buf, size_t *len, const char *s, size_t n) {
-    if (*len + n > 65536) flush(fd, buf, len);
-    memcpy(buf + *len, s, n);
-    *len += n;
-}
-
 /* The modules mapped now, for a target's (path, link-time address). */
 struct loaded {
     uint64_t lo, hi, bias;
@@ -333,11 +318,10 @@ static int list_loaded(struct dl_phdr_info *info, size_t size, void *data) {
  * `I <module id> <block> <count> <run-time target>` for one outside every
  * such module, then `ilost <n>` (records lost: a site reached again
  * inside the recorder, from a signal handler, or a table full). */
-static void report_targets(int fd, char *buf, size_t *len, const uint64_t *tot) {
+static void report_targets(struct sigsafe_out *o, const uint64_t *tot) {
     struct loadeds l = {.cap = 1024};
     int na = __atomic_load_n(&narrays, __ATOMIC_ACQUIRE);
     if (na > MAXTHR) na = MAXTHR;
-    char line[700];
     for (int k = 0; k < na; k++) {
         uint64_t *a = __atomic_load_n(&arrays[k], __ATOMIC_ACQUIRE);
         if (!a) continue;
@@ -359,21 +343,27 @@ static void report_targets(int fd, char *buf, size_t *len, const uint64_t *tot) 
             }
             int j = 0;
             while (j < l.n && !(r->target >= l.v[j].lo && r->target < l.v[j].hi && l.v[j].path[0])) j++;
-            int w;
-            if (j < l.n)
-                w = snprintf(line, sizeof line, "I %lu %lx %lx %lx %s\n", (unsigned long)mods[m].id,
-                             (unsigned long)(idx - mods[m].cb), (unsigned long)c,
-                             (unsigned long)(r->target - l.v[j].bias), l.v[j].path);
-            else
-                w = snprintf(line, sizeof line, "I %lu %lx %lx %lx\n", (unsigned long)mods[m].id,
-                             (unsigned long)(idx - mods[m].cb), (unsigned long)c,
-                             (unsigned long)r->target);
-            if (w > 0 && w < (int)sizeof line) put(fd, buf, len, line, w);
+            sigsafe_puts(o, "I ");
+            sigsafe_putu(o, mods[m].id, 10);
+            sigsafe_puts(o, " ");
+            sigsafe_putu(o, idx - mods[m].cb, 16);
+            sigsafe_puts(o, " ");
+            sigsafe_putu(o, c, 16);
+            sigsafe_puts(o, " ");
+            if (j < l.n) {
+                sigsafe_putu(o, r->target - l.v[j].bias, 16);
+                sigsafe_puts(o, " ");
+                sigsafe_puts(o, l.v[j].path);
+            } else {
+                sigsafe_putu(o, r->target, 16);
+            }
+            sigsafe_puts(o, "\n");
         }
     }
     if (tot[SLOT_LOST]) {
-        int w = snprintf(line, sizeof line, "ilost %lu\n", (unsigned long)tot[SLOT_LOST]);
-        put(fd, buf, len, line, w);
+        sigsafe_puts(o, "ilost ");
+        sigsafe_putu(o, tot[SLOT_LOST], 10);
+        sigsafe_puts(o, "\n");
     }
     big_free(l.v, sizeof(struct loaded) * l.cap);
 }
@@ -393,26 +383,33 @@ static void report(void) {
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd >= 0) {
-        static char buf[65536 + 128];
-        size_t len = 0;
-        char line[128];
-        int k = snprintf(line, sizeof line, "profdev-coverage 1\npid %d\ntraps %lu\n", (int)getpid(),
-                         (unsigned long)traps);
-        put(fd, buf, &len, line, k);
+        static char buf[65536];
+        struct sigsafe_out o = SIGSAFE_OUT(fd, buf);
+        sigsafe_puts(&o, "profdev-coverage 1\npid ");
+        sigsafe_puti(&o, getpid());
+        sigsafe_puts(&o, "\ntraps ");
+        sigsafe_putu(&o, traps, 10);
+        sigsafe_puts(&o, "\n");
         for (int m = 0; m < nmods; m++) {
-            k = snprintf(line, sizeof line, "M %lu %lu %lu\n", (unsigned long)mods[m].id,
-                         (unsigned long)mods[m].cb, (unsigned long)mods[m].n);
-            put(fd, buf, &len, line, k);
+            sigsafe_puts(&o, "M ");
+            sigsafe_putu(&o, mods[m].id, 10);
+            sigsafe_puts(&o, " ");
+            sigsafe_putu(&o, mods[m].cb, 10);
+            sigsafe_puts(&o, " ");
+            sigsafe_putu(&o, mods[m].n, 10);
+            sigsafe_puts(&o, "\n");
             for (uint64_t i = 0; i < mods[m].n; i++) {
                 uint64_t c = tot[mods[m].cb + i];
                 if (!c) continue;
-                k = snprintf(line, sizeof line, "%lx %lx\n", (unsigned long)i, (unsigned long)c);
-                put(fd, buf, &len, line, k);
+                sigsafe_putu(&o, i, 16);
+                sigsafe_puts(&o, " ");
+                sigsafe_putu(&o, c, 16);
+                sigsafe_puts(&o, "\n");
             }
         }
-        report_targets(fd, buf, &len, tot);
-        put(fd, buf, &len, "end\n", 4);
-        flush(fd, buf, &len);
+        report_targets(&o, tot);
+        sigsafe_puts(&o, "end\n");
+        sigsafe_flush(&o);
         close(fd);
     }
     big_free(tot, n * 8 + 8);

@@ -75,6 +75,8 @@
 #include <unistd.h>
 #include <unwind.h>
 
+#include "sigsafe_out.h"
+
 /* attach.c: an attached process's settings (else the environment's). */
 const char *mprof_getenv(const char *name);
 #define getenv mprof_getenv
@@ -1597,61 +1599,24 @@ int mprof_attach_start(void)
     return enabled;
 }
 
-struct out {
-    int fd;
-    size_t n;
-    char buf[8192];
-};
-
-static void flush(struct out *o)
+/* The report goes through the runtimes' one async-signal-safe output
+ * buffer (sigsafe_out.h, from profdev-cbuild); mprof's hexadecimal
+ * numbers carry 0x. */
+static void put(struct sigsafe_out *o, const char *s)
 {
-    size_t off = 0;
-    while (off < o->n) {
-        ssize_t k = write(o->fd, o->buf + off, o->n - off);
-        if (k <= 0) {
-            if (k < 0 && errno == EINTR)
-                continue;
-            break;
-        }
-        off += k;
-    }
-    o->n = 0;
+    sigsafe_puts(o, s);
 }
 
-static void put(struct out *o, const char *s)
+static void put_u(struct sigsafe_out *o, uint64_t v, int base)
 {
-    size_t l = strlen(s);
-    if (o->n + l > sizeof o->buf)
-        flush(o);
-    if (l > sizeof o->buf)
-        l = sizeof o->buf;
-    memcpy(o->buf + o->n, s, l);
-    o->n += l;
+    if (base == 16)
+        sigsafe_puts(o, "0x");
+    sigsafe_putu(o, v, base);
 }
 
-static void put_u(struct out *o, uint64_t v, int base)
+static void put_i(struct sigsafe_out *o, int64_t v)
 {
-    char t[24];
-    int i = sizeof t;
-    t[--i] = 0;
-    do {
-        t[--i] = "0123456789abcdef"[v % base];
-        v /= base;
-    } while (v);
-    if (base == 16) {
-        t[--i] = 'x';
-        t[--i] = '0';
-    }
-    put(o, t + i);
-}
-
-static void put_i(struct out *o, int64_t v)
-{
-    if (v < 0) {
-        put(o, "-");
-        put_u(o, -(uint64_t)v, 10);
-    } else
-        put_u(o, v, 10);
+    sigsafe_puti(o, v);
 }
 
 /* Write the report: mprof.<pid>.<k>, O_EXCL|O_NOFOLLOW, 0600. final: the
@@ -1668,9 +1633,8 @@ static void report(int final)
         atomic_store(&live->report_k, k);
         atomic_store(&live->state, LIVE_WRITING);
     }
-    static struct out o;
-    o.fd = fd;
-    o.n = 0;
+    static char obuf[8192];
+    struct sigsafe_out o = SIGSAFE_OUT(fd, obuf);
     put(&o, "profdev-mprof 1\npid ");
     put_u(&o, pid, 10);
     put(&o, "\n");
@@ -1751,7 +1715,7 @@ static void report(int final)
     put(&o, " ");
     put_u(&o, table_failures, 10);
     put(&o, "\nend\n");
-    flush(&o);
+    sigsafe_flush(&o);
     close(fd);
     if (final) {
         atomic_store(&live->state, LIVE_DONE);

@@ -1,0 +1,346 @@
+//! Steps 2 and 3: a place in the area for each piece (from a bound on its
+//! size, so nothing is encoded twice), which gives every block's entry;
+//! then each piece encoded in its place, its branches led to the entries
+//! of the blocks they reach, and the patches that lead the module there.
+
+use iced_x86::{Code, FlowControl, OpKind};
+use rustc_hash::FxHashMap as HashMap;
+
+use super::piece::Piece;
+use super::seq::{bound, enc, enc_fix, jmp, SENTINEL};
+use super::{Ctx, Patch, PATCH_CALL5, PATCH_CALL6, PATCH_INT3, PATCH_JMP, PATCH_REL8};
+use crate::plan::{How, PlannedBlock};
+
+/// The least room of a stub (one holding a recording takes more).
+const STUB: u64 = 48;
+
+/// Where one piece goes in the area (run-time addresses).
+struct Place {
+    /// Its first stub, and each stub's room.
+    stub_at: u64,
+    stub_size: u64,
+    /// Its main part, and that part's room.
+    main_at: u64,
+    main_size: u64,
+    /// Where its block's trampoline is entered.
+    entry: u64,
+}
+
+/// The area laid out and encoded.
+pub(super) struct Laid {
+    pub code: Vec<u8>,
+    /// Patches by address.
+    pub patches: Vec<Patch>,
+    /// Blocks counted through a trap.
+    pub trapped: u64,
+    pub counter_fixups: Vec<u32>,
+    /// Blocks whose trampoline failed to encode (left unpatched).
+    pub failed_blocks: Vec<usize>,
+}
+
+/// The room each of `p`'s stubs gets.
+fn stub_size(p: &Piece) -> u64 {
+    p.stubs
+        .iter()
+        .map(|s| bound(s).max(STUB))
+        .max()
+        .unwrap_or(STUB)
+}
+
+/// The places of `pieces`, one after the other from the area's start;
+/// the entries of the blocks whose trampoline another one may jump into
+/// (those patched at their start) by their run-time address; and the
+/// end of the last piece.
+fn place(cx: &Ctx, pieces: &[Piece]) -> (Vec<Place>, HashMap<u64, u64>, u64) {
+    let mut entries = HashMap::default();
+    let mut at = cx.area;
+    let mut places = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        let b = &cx.plan.blocks[p.block];
+        let size = stub_size(p);
+        let stubs = size * p.stubs.len() as u64;
+        let main_size = if p.main.is_empty() { 0 } else { bound(&p.main) };
+        let (stub_at, main_at) = (at, at + stubs);
+        let entry = if matches!(b.how, How::Call { .. }) {
+            stub_at
+        } else {
+            main_at
+        };
+        // Only a block whose patch sits at its start can be entered
+        // through its trampoline from another one.
+        let at_start = match b.how {
+            How::Int3 { .. } | How::Hop { .. } | How::Fell { .. } => true,
+            How::Jmp { from, .. } => from == b.start,
+            _ => false,
+        };
+        if at_start {
+            entries.insert(b.start + cx.bias, entry);
+        }
+        places.push(Place {
+            stub_at,
+            stub_size: size,
+            main_at,
+            main_size,
+            entry,
+        });
+        at = main_at + main_size;
+    }
+    (places, entries, at)
+}
+
+/// Lay `pieces` out in the area and encode them.
+pub(super) fn lay_out(cx: &Ctx, pieces: Vec<Piece>) -> Laid {
+    let (places, entries, end) = place(cx, &pieces);
+    let redirect = |t: u64| entries.get(&t).copied().unwrap_or(t);
+    let mut out = Laid {
+        code: vec![0xCCu8; (end - cx.area) as usize],
+        patches: Vec::new(),
+        trapped: 0,
+        counter_fixups: Vec::new(),
+        failed_blocks: Vec::new(),
+    };
+    for (p, at) in pieces.into_iter().zip(&places) {
+        let b = &cx.plan.blocks[p.block];
+        let block = p.block;
+        if !emit(cx, p, at, &redirect, &mut out) {
+            // Other trampolines may lead here: go on, uncounted, in the
+            // original code (left unpatched).
+            if !matches!(b.how, How::Fell { .. }) {
+                out.failed_blocks.push(block);
+            }
+            if let Some(c) = enc(&[jmp(b.start + cx.bias)], at.entry) {
+                out.put(cx, at.entry, &c);
+            }
+            continue;
+        }
+        out.patch(b, at.entry, cx.bias);
+    }
+    out.patches.sort_by_key(|p| p.addr);
+    out
+}
+
+impl Laid {
+    /// `bytes` into the area's code at run-time address `at`.
+    fn put(&mut self, cx: &Ctx, at: u64, bytes: &[u8]) {
+        let off = (at - cx.area) as usize;
+        self.code[off..off + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// The patches leading block `b` to its trampoline entered at `entry`.
+    fn patch(&mut self, b: &PlannedBlock, entry: u64, bias: u64) {
+        let (kind, addr, len) = match b.how {
+            How::Jmp {
+                from, overwrite, ..
+            } => (PATCH_JMP, from, overwrite),
+            How::Int3 { .. } => {
+                self.trapped += 1;
+                (PATCH_INT3, b.start, 1)
+            }
+            How::Hop { slot, .. } => {
+                self.patches.push(Patch {
+                    addr: slot + bias,
+                    entry,
+                    kind: PATCH_JMP,
+                    len: 5,
+                });
+                self.patches.push(Patch {
+                    addr: b.start + bias,
+                    entry: slot + bias,
+                    kind: PATCH_REL8,
+                    len: 2,
+                });
+                return;
+            }
+            How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
+            How::Call { .. } => (PATCH_CALL6, b.start, 6),
+            How::None | How::Covered | How::Fell { .. } => return,
+        };
+        self.patches.push(Patch {
+            addr: addr + bias,
+            entry,
+            kind,
+            len,
+        });
+    }
+}
+
+/// Encode piece `p` at its place `at`, its branches redirected: whether
+/// all of it fits.
+fn emit(cx: &Ctx, p: Piece, at: &Place, redirect: &dyn Fn(u64) -> u64, out: &mut Laid) -> bool {
+    let mut ok = true;
+    for (k, mut stub) in p.stubs.into_iter().enumerate() {
+        let s_at = at.stub_at + at.stub_size * k as u64;
+        let last = stub.len() - 1;
+        if stub[last].code() == Code::Jmp_rel32_64 {
+            let t = redirect(stub[last].near_branch_target());
+            stub[last].set_near_branch64(t);
+        }
+        let mut fx = Vec::new();
+        match enc_fix(&stub, s_at, &mut fx, s_at - cx.area) {
+            Some(c) if c.len() as u64 <= at.stub_size => {
+                out.put(cx, s_at, &c);
+                out.counter_fixups.extend(fx);
+            }
+            _ => ok = false,
+        }
+    }
+    if !ok || p.main.is_empty() {
+        return ok;
+    }
+    let mut main = p.main;
+    for x in main.iter_mut() {
+        let t = x.near_branch_target();
+        if x.op0_kind() == OpKind::NearBranch64 && t >= SENTINEL {
+            x.set_near_branch64(at.stub_at + at.stub_size * (t - SENTINEL));
+        } else if matches!(
+            x.flow_control(),
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+        ) && x.op0_kind() == OpKind::NearBranch64
+        {
+            x.set_near_branch64(redirect(t));
+        }
+    }
+    let mut fx = Vec::new();
+    match enc_fix(&main, at.main_at, &mut fx, at.main_at - cx.area) {
+        Some(c) if c.len() as u64 <= at.main_size => {
+            out.put(cx, at.main_at, &c);
+            out.counter_fixups.extend(fx);
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::seq::count_seq;
+    use super::super::{encode, Options};
+    use super::*;
+    use crate::plan::Plan;
+    use iced_x86::{Decoder, DecoderOptions};
+
+    const BIAS: u64 = 0x5555_0000_0000;
+    const AREA: u64 = BIAS + 0x1000_0000;
+
+    fn plan(bytes: &[u8]) -> Plan {
+        Plan::new(vec![(0x1000, bytes.to_vec())], &[0x1000], &[], &[])
+    }
+
+    #[test]
+    fn a_jump_into_a_patched_block_enters_its_trampoline() {
+        // mov eax,1; jmp L | L: mov ecx,2; ret
+        let bytes = [0xb8, 1, 0, 0, 0, 0xeb, 0x00, 0xb9, 2, 0, 0, 0, 0xc3];
+        let plan = plan(&bytes);
+        let e = encode(&plan, BIAS, AREA, 0);
+        assert_eq!(e.failed, 0);
+        let kinds: Vec<(u64, u32)> = e.patches.iter().map(|p| (p.addr, p.kind)).collect();
+        assert_eq!(
+            kinds,
+            [(BIAS + 0x1000, PATCH_JMP), (BIAS + 0x1007, PATCH_JMP)]
+        );
+        // The copied `jmp L` leads to L's trampoline, not to L.
+        let first = (e.patches[0].entry - AREA) as usize;
+        let mut d = Decoder::with_ip(
+            64,
+            &e.code[first..],
+            e.patches[0].entry,
+            DecoderOptions::NONE,
+        );
+        let jump = std::iter::from_fn(|| Some(d.decode()))
+            .take(8)
+            .find(|x| x.code() == Code::Jmp_rel32_64 || x.code() == Code::Jmp_rel8_64)
+            .expect("the copied jump");
+        assert_eq!(jump.near_branch_target(), e.patches[1].entry);
+    }
+
+    fn laid() -> Laid {
+        Laid {
+            code: vec![0xcc; 256],
+            patches: Vec::new(),
+            trapped: 0,
+            counter_fixups: Vec::new(),
+            failed_blocks: Vec::new(),
+        }
+    }
+
+    fn block(how: How) -> PlannedBlock {
+        PlannedBlock {
+            start: 0x1000,
+            end: 0x1003,
+            insns: vec![0x1000],
+            how,
+            flags_live: false,
+            branch: None,
+        }
+    }
+
+    #[test]
+    fn each_way_of_counting_has_its_patches() {
+        let mut out = laid();
+        out.patch(
+            &block(How::Hop {
+                to: 0x1003,
+                slot: 0x1050,
+            }),
+            AREA,
+            BIAS,
+        );
+        assert_eq!(
+            out.patches,
+            [
+                Patch {
+                    addr: BIAS + 0x1050,
+                    entry: AREA,
+                    kind: PATCH_JMP,
+                    len: 5
+                },
+                Patch {
+                    addr: BIAS + 0x1000,
+                    entry: BIAS + 0x1050,
+                    kind: PATCH_REL8,
+                    len: 2
+                },
+            ]
+        );
+        let mut out = laid();
+        out.patch(&block(How::Int3 { to: 0x1003 }), AREA, BIAS);
+        out.patch(&block(How::Call { len: 6 }), AREA, BIAS);
+        out.patch(&block(How::Covered), AREA, BIAS);
+        out.patch(&block(How::Fell { branch: 0 }), AREA, BIAS);
+        let kinds: Vec<(u32, u32)> = out.patches.iter().map(|p| (p.kind, p.len)).collect();
+        assert_eq!(kinds, [(PATCH_INT3, 1), (PATCH_CALL6, 6)]);
+        assert_eq!(out.trapped, 1);
+    }
+
+    #[test]
+    fn a_piece_that_does_not_fit_its_room_fails() {
+        let plan = plan(&[0xc3]);
+        let cx = Ctx {
+            plan: &plan,
+            bias: BIAS,
+            area: AREA,
+            first_counter: 0,
+            opts: Options::default(),
+        };
+        let piece = || Piece {
+            block: 0,
+            stubs: Vec::new(),
+            main: count_seq(7, false),
+        };
+        let at = |main_size| Place {
+            stub_at: AREA,
+            stub_size: STUB,
+            main_at: AREA,
+            main_size,
+            entry: AREA,
+        };
+        let mut out = laid();
+        assert!(!emit(&cx, piece(), &at(4), &|t| t, &mut out));
+        assert!(out.counter_fixups.is_empty());
+        assert!(emit(&cx, piece(), &at(64), &|t| t, &mut out));
+        // `incq %gs:56`: its displacement's offset is listed for relocation.
+        assert_eq!(out.counter_fixups.len(), 1);
+        let o = out.counter_fixups[0] as usize;
+        assert_eq!(out.code[o..o + 4], 56u32.to_le_bytes());
+    }
+}

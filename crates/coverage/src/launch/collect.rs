@@ -1,0 +1,306 @@
+//! The reports read back: the counts per module, the call targets, and
+//! the notes on what was not counted.
+
+use super::*;
+
+impl Server {
+    /// The indirect calls and jumps recorded (with
+    /// [`Server::set_call_targets`]) in every report written so far,
+    /// summed per (module, site, target), and the records lost (see the
+    /// report format).
+    pub fn call_targets(&self) -> (Vec<CallTarget>, u64) {
+        let state = self.lock();
+        let (names, _) = report_names(&self.reports_dir());
+        let (mut traps, mut lost) = (0, 0);
+        let mut sum: std::collections::BTreeMap<(usize, u64, Target), u64> = Default::default();
+        for p in names {
+            let mut raw = Vec::new();
+            if read_report(&p, &state, &mut traps, &mut raw, &mut lost).is_err() {
+                continue; // (collect's notes name it)
+            }
+            for (id, block, target, count) in raw {
+                let Some(site) = state.entries[id]
+                    .plan
+                    .blocks
+                    .get(block)
+                    .and_then(|b| b.insns.last().copied())
+                else {
+                    continue;
+                };
+                let c = sum.entry((id, site, target)).or_insert(0);
+                *c = c.saturating_add(count);
+            }
+        }
+        let out = sum
+            .into_iter()
+            .map(|((id, site, target), count)| CallTarget {
+                module: state.entries[id].path.clone(),
+                site,
+                target,
+                count,
+            })
+            .collect();
+        (out, lost)
+    }
+
+    /// The counts of every report written so far, per module planned,
+    /// and notes (one sentence each) on what was not counted.
+    pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
+        let mut counts: HashMap<usize, Vec<u64>> = HashMap::new();
+        let mut notes = Vec::new();
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (names, more) = report_names(&self.reports_dir());
+        if more {
+            notes.push(format!(
+                "{}: more than {MAX_REPORTS} reports; the others were not read",
+                self.reports_dir().display()
+            ));
+        }
+        let mut traps = 0;
+        for p in names {
+            match read_report(&p, &state, &mut traps, &mut Vec::new(), &mut 0) {
+                Ok(r) => {
+                    for (id, idx, c) in r {
+                        let n = state.entries[id].plan.counters() as usize;
+                        let v = counts.entry(id).or_insert_with(|| vec![0; n]);
+                        v[idx] = v[idx].saturating_add(c);
+                    }
+                }
+                Err(e) => notes.push(format!("{}: {e}", p.display())),
+            }
+        }
+        let mut out = Vec::new();
+        for (id, e) in state.entries.iter().enumerate() {
+            let plan = &e.plan;
+            let zero = vec![0; plan.counters() as usize];
+            let c = counts.get(&id).unwrap_or(&zero);
+            let mut m = ModuleCoverage {
+                path: e.path.clone(),
+                build_id: plan.build_id.clone(),
+                ..ModuleCoverage::default()
+            };
+            let mut trapped = 0;
+            for (i, b) in plan.blocks.iter().enumerate() {
+                // A block derived from its predecessor's fall-throughs
+                // is lost with it.
+                let derived_lost = matches!(b.how, How::Fell { .. }) && e.lost.contains(&(i - 1));
+                if b.how == How::None || e.lost.contains(&i) || derived_lost {
+                    m.uncounted += 1;
+                    continue;
+                }
+                if matches!(b.how, How::Int3 { .. }) {
+                    trapped += 1;
+                }
+                m.blocks.push(Block {
+                    start: b.start,
+                    end: b.end,
+                    insns: b.insns.clone(),
+                    count: match b.how {
+                        How::Fell { branch } => plan.fell(branch as usize, c),
+                        _ => c[i],
+                    },
+                });
+                if let Some(j) = b.branch {
+                    // A fall-through read from the next block is lost
+                    // with it.
+                    let from = plan.fell_from[j as usize];
+                    if from.is_some_and(|k| e.lost.contains(&(k as usize))) {
+                        continue;
+                    }
+                    let not_taken = plan.fell(j as usize, c);
+                    m.branches.push(Branch {
+                        addr: plan.branches[j as usize].0,
+                        taken: c[i].saturating_sub(not_taken),
+                        not_taken,
+                    });
+                }
+            }
+            m.branches.sort_by_key(|b| b.addr);
+            if m.uncounted > 0 {
+                notes.push(format!(
+                    "{}: {} of {} blocks could not be counted",
+                    e.path.display(),
+                    m.uncounted,
+                    plan.blocks.len()
+                ));
+            }
+            if trapped > 0 {
+                notes.push(format!(
+                    "{}: {trapped} blocks shorter than a jump are counted through a breakpoint (slower)",
+                    e.path.display()
+                ));
+            }
+            out.push(m);
+        }
+        if traps > 0 {
+            notes.push(format!("{traps} breakpoints were taken"));
+        }
+        notes.extend(state.notes.iter().cloned());
+        (out, notes)
+    }
+}
+
+/// The reports in `dir` (files named `cov.*`), sorted, at most
+/// [`MAX_REPORTS`]; and whether there were more.
+pub(super) fn report_names(dir: &Path) -> (Vec<PathBuf>, bool) {
+    let mut names = Vec::new();
+    let mut more = false;
+    if let Ok(d) = std::fs::read_dir(dir) {
+        for e in d.flatten() {
+            if !e.file_name().as_encoded_bytes().starts_with(b"cov.") {
+                continue;
+            }
+            if names.len() == MAX_REPORTS {
+                more = true;
+                break;
+            }
+            names.push(e.path());
+        }
+    }
+    names.sort();
+    (names, more)
+}
+
+/// The largest report the run's processes could write: the runtime
+/// writes a header, per module load an `M` line and at most one line per
+/// counter (`<index> <count>` in hex: 24 bytes at most with its counters
+/// fewer than 2^23), `ilost` and `end`; a process makes at most 4096
+/// loads and 2^23 counters. So at most every load the server served,
+/// each with all its counters, within the runtime's own bounds. With
+/// call targets ([`Server::set_call_targets`]) the `I` lines are bounded
+/// by [`MAX_REPORT`] only.
+pub(super) fn report_bound(state: &State) -> u64 {
+    if state.options.call_targets {
+        return MAX_REPORT;
+    }
+    const HEAD: u64 = 256;
+    const M_LINE: u64 = 80;
+    const LINE: u64 = 24;
+    let served: u64 = state
+        .entries
+        .iter()
+        .map(|e| {
+            e.loads
+                .min(RT_MAXMOD)
+                .saturating_mul(M_LINE + LINE * e.plan.counters())
+        })
+        .fold(0, u64::saturating_add);
+    HEAD + served.min(RT_MAXMOD * M_LINE + RT_CAP * LINE)
+}
+
+/// A report's counters (module id, counter index, count); its call
+/// targets (module id, block index, target, count) go to `targets`, its
+/// records lost are added to `lost`.
+pub(super) fn read_report(
+    path: &Path,
+    state: &State,
+    traps: &mut u64,
+    targets: &mut Vec<(usize, usize, Target, u64)>,
+    lost: &mut u64,
+) -> Result<Vec<(usize, usize, u64)>, String> {
+    // The directory may belong to the profiled process's user (attach
+    // mode): no links, regular files only, bounded.
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a report".into());
+    }
+    // Bounded before anything is read or allocated.
+    let bound = report_bound(state);
+    if meta.len() > bound {
+        return Err(format!(
+            "not a report: {} bytes, more than the {bound} the run's modules could write",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    f.take(bound)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    let mut lines = text.lines();
+    if lines.next() != Some("profdev-coverage 1") {
+        return Err("not a coverage report (bad first line)".into());
+    }
+    let mut out = Vec::new();
+    let mut cur: Option<(usize, usize)> = None;
+    let mut ended = false;
+    for l in lines {
+        if l == "end" {
+            ended = true;
+            break;
+        }
+        if l.starts_with("pid ") {
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("traps ") {
+            *traps += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("ilost ") {
+            *lost += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
+            continue;
+        }
+        if let Some(t) = l.strip_prefix("I ") {
+            // I <id dec> <block> <count> <target> [<path>]
+            let bad = || format!("bad line {l:?}");
+            let mut w = t.splitn(5, ' ');
+            let id: usize = w.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+            let block = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let count = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let addr = hex(w.next().ok_or_else(bad)?).ok_or_else(bad)?;
+            let e = state
+                .entries
+                .get(id)
+                .ok_or(format!("unknown module {id}"))?;
+            let block = usize::try_from(block)
+                .ok()
+                .filter(|b| *b < e.plan.blocks.len())
+                .ok_or(format!("block {block:x} out of range"))?;
+            let target = match w.next() {
+                Some(p) if p.starts_with('/') => Target::Module {
+                    path: PathBuf::from(p),
+                    addr,
+                },
+                Some(_) => return Err(bad()),
+                None => Target::Outside(addr),
+            };
+            targets.push((id, block, target, count));
+            continue;
+        }
+        let w: Vec<&str> = l.split(' ').collect();
+        if w.first() == Some(&"M") && w.len() == 4 {
+            let id: usize = w[1].parse().map_err(|_| format!("bad line {l:?}"))?;
+            let n: usize = w[3].parse().map_err(|_| format!("bad line {l:?}"))?;
+            let e = state
+                .entries
+                .get(id)
+                .ok_or(format!("unknown module {id}"))?;
+            if n != e.plan.counters() as usize {
+                return Err(format!(
+                    "module {id} has {n} counters, the plan {}",
+                    e.plan.counters()
+                ));
+            }
+            cur = Some((id, n));
+            continue;
+        }
+        let (Some((id, n)), [i, c]) = (cur, w.as_slice()) else {
+            return Err(format!("bad line {l:?}"));
+        };
+        let i = usize::from_str_radix(i, 16).map_err(|_| format!("bad line {l:?}"))?;
+        let c = u64::from_str_radix(c, 16).map_err(|_| format!("bad line {l:?}"))?;
+        if i >= n {
+            return Err(format!("counter {i} out of range"));
+        }
+        out.push((id, i, c));
+    }
+    if !ended {
+        return Err("the report is incomplete (its process died while writing it)".into());
+    }
+    Ok(out)
+}

@@ -1,0 +1,188 @@
+//! One module's conversation with a runtime (the protocol in the module
+//! doc): its plan, an encoding for the area it mapped, and its patches.
+
+use super::*;
+
+/// One module's conversation.
+pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
+    let mut r = BufReader::new(conn.try_clone().ok()?);
+    let mut w = conn;
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let rest = line.trim_end_matches('\n').strip_prefix("MOD ")?;
+    let mut it = rest.splitn(7, ' ');
+    let _pid: u32 = it.next()?.parse().ok()?;
+    let dev: u64 = it.next()?.parse().ok()?;
+    let ino: u64 = it.next()?.parse().ok()?;
+    let bias = hex(it.next()?)?;
+    let lo = hex(it.next()?)?;
+    let hi = hex(it.next()?)?;
+    let path = PathBuf::from(it.next()?);
+    let peer = peer_cred(&w);
+    let id = match lookup(state, &path, peer, (dev, ino), (lo, hi)) {
+        Some(id) => id,
+        None => {
+            w.write_all(b"SKIP\n").ok()?;
+            return Some(());
+        }
+    };
+    let (plan, offer) = {
+        let s = state.lock().ok()?;
+        let e = &s.entries[id];
+        let disk = e.disk.as_ref().map(|d| d.0);
+        (e.plan.clone(), e.encoded.keys().next().copied().or(disk))
+    };
+    let opts = state.lock().ok()?.options;
+    let size = crate::encode::area_size_with(&plan, opts);
+    match offer {
+        Some(o) => writeln!(w, "SIZE {size:x} {:x} {o:x}", plan.counters()).ok()?,
+        None => writeln!(w, "SIZE {size:x} {:x}", plan.counters()).ok()?,
+    }
+    line.clear();
+    r.read_line(&mut line).ok()?;
+    let mut at = line.trim_end().strip_prefix("AT ")?.split(' ');
+    let area = hex(at.next()?)?;
+    let first = hex(at.next()?)?;
+    // An encoding serves every load with the same offset (see
+    // crate::encode's Reuse).
+    let key = offset_of(bias, area);
+    let (cached, disk) = {
+        let mut s = state.lock().ok()?;
+        let foreign_peer = match s.shared {
+            Some(u) if foreign(u) => true,
+            _ => peer.is_some_and(|(_, u)| foreign(u)),
+        };
+        let entry = &mut s.entries[id];
+        if foreign_peer
+            && !entry.encoded.contains_key(&key)
+            && entry.encoded.len() >= FOREIGN_ENCODINGS
+        {
+            // Each encoding is kept for the run: another user's process
+            // naming ever new areas would grow the server without bound.
+            let n = format!(
+                "{}: more than {FOREIGN_ENCODINGS} areas asked for by another user's processes; \
+                 a load elsewhere is not counted",
+                entry.path.display()
+            );
+            s.note(n);
+            return None;
+        }
+        let entry = &mut s.entries[id];
+        let cached = entry.encoded.get(&key).cloned();
+        let disk = match (&cached, &entry.disk) {
+            (None, Some((off, _))) if *off == key => entry.disk.take(),
+            _ => None,
+        };
+        (cached, disk)
+    };
+    let mut store = None;
+    let (bias0, area0, enc) = match (cached, disk) {
+        (Some(c), _) => {
+            state.lock().ok()?.reused += 1;
+            c
+        }
+        (None, Some((off, e))) => {
+            // The cache's encoding, moved to this load (its patches are
+            // kept at bias 0, its area at the offset).
+            let moved = Arc::new(Encoded {
+                patches: e.patches_for(0, off, bias, area),
+                ..(*e).clone()
+            });
+            let mut s = state.lock().ok()?;
+            s.from_disk += 1;
+            let entry = &mut s.entries[id];
+            entry.lost.extend(moved.failed_blocks.iter().copied());
+            entry.encoded.insert(key, (bias, area, moved.clone()));
+            (bias, area, moved)
+        }
+        (None, None) => {
+            let e = Arc::new(encode_with(&plan, bias, area, first, opts));
+            let mut s = state.lock().ok()?;
+            s.made += 1;
+            let storing = s.storing.clone();
+            let entry = &mut s.entries[id];
+            let cache = entry.cache.clone();
+            entry.lost.extend(e.failed_blocks.iter().copied());
+            entry.encoded.insert(key, (bias, area, e.clone()));
+            if let (Some(cache), Some(k), false) = (cache, entry.key, entry.stored) {
+                entry.stored = true;
+                store = Some((cache, k, Storing::new(storing)));
+            }
+            (bias, area, e)
+        }
+    };
+    let mut buf = Vec::with_capacity(enc.code.len() + 24 * enc.patches.len() + 64);
+    writeln!(
+        buf,
+        "CODE {:x} {:x} {:x}",
+        enc.code.len(),
+        enc.patches.len(),
+        id
+    )
+    .ok()?;
+    buf.extend_from_slice(&enc.code_for(first));
+    for p in enc.patches_for(bias0, area0, bias, area) {
+        buf.extend_from_slice(&p.addr.to_le_bytes());
+        buf.extend_from_slice(&p.entry.to_le_bytes());
+        buf.extend_from_slice(&p.kind.to_le_bytes());
+        buf.extend_from_slice(&p.len.to_le_bytes());
+    }
+    if let Ok(mut s) = state.lock() {
+        s.entries[id].loads += 1;
+    }
+    w.write_all(&buf).ok()?;
+    line.clear();
+    r.read_line(&mut line).ok()?;
+    let skipped = hex(line.trim_end().strip_prefix("DONE ")?)?;
+    for _ in 0..skipped {
+        line.clear();
+        r.read_line(&mut line).ok()?;
+        let a = hex(line.trim_end().strip_prefix("S ")?)?;
+        let link = a.wrapping_sub(bias);
+        let mut s = state.lock().ok()?;
+        let entry = &mut s.entries[id];
+        // The block holding the skipped patch.
+        let i = entry.plan.blocks.partition_point(|b| b.start <= link);
+        if i > 0 {
+            entry.lost.insert(i - 1);
+        }
+    }
+    drop((r, w));
+    if let Some((cache, k, _storing)) = store {
+        // Kept for later runs, once the process has its code. The
+        // patches at bias 0, the area at the offset: what a load at any
+        // bias moves them from.
+        let canonical = Encoded {
+            patches: enc.patches_for(bias0, area0, 0, key),
+            ..(*enc).clone()
+        };
+        if let Err(e) = cache.store(&k, &plan, Some((key, &canonical))) {
+            if let Ok(mut s) = state.lock() {
+                let n = format!("{e}; the plan is not kept for later runs");
+                s.note(n);
+            }
+        }
+    }
+    Some(())
+}
+
+/// One cache file being written ([`Server::wait_for_cache`] waits for
+/// none to be left): counted from when a store is decided until it ends,
+/// whether it is written or the conversation ends first (a runtime that
+/// gives up, a process that dies) and it is not.
+pub(super) struct Storing(Arc<(Mutex<usize>, std::sync::Condvar)>);
+
+impl Storing {
+    fn new(count: Arc<(Mutex<usize>, std::sync::Condvar)>) -> Storing {
+        *count.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Storing(count)
+    }
+}
+
+impl Drop for Storing {
+    fn drop(&mut self) {
+        let (m, cv) = &*self.0;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        cv.notify_all();
+    }
+}

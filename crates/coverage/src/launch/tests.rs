@@ -1,0 +1,434 @@
+//! The server's bounds and conversations, tried.
+
+use super::*;
+use std::os::fd::AsRawFd;
+
+/// Send one MOD line; the first line of the answer.
+fn ask(server: &Server, line: &str) -> String {
+    let mut c = UnixStream::connect(server.socket()).unwrap();
+    c.write_all(line.as_bytes()).unwrap();
+    let mut answer = String::new();
+    BufReader::new(c).read_line(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn a_client_gets_only_a_file_its_process_maps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let victim = tmp.path().join("victim");
+    std::fs::copy("/bin/true", &victim).unwrap();
+    let meta = std::fs::metadata(&victim).unwrap();
+    let (dev, ino) = (meta.dev(), meta.ino());
+    let server = Server::new(&[]).unwrap();
+    let me = std::process::id();
+    let line = |lo: u64, hi: u64| {
+        format!(
+            "MOD {me} {dev} {ino} 0 {lo:x} {hi:x} {}\n",
+            victim.display()
+        )
+    };
+    // Not mapped by this process: refused, whatever it claims.
+    assert_eq!(ask(&server, &line(0x10000, 0x20000)), "SKIP\n");
+    let (_, notes) = server.collect();
+    assert!(
+        notes.iter().any(|n| n.contains("maps no such file")),
+        "{notes:?}"
+    );
+    // Mapped: planned and served.
+    let f = std::fs::File::open(&victim).unwrap();
+    let len = meta.len() as usize;
+    // SAFETY: a fresh private read-only mapping of a file we opened,
+    // unmapped below; nothing else uses it.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(at, libc::MAP_FAILED);
+    let lo = at as u64;
+    let answer = ask(&server, &line(lo, lo + len as u64));
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(at, len) };
+    assert!(answer.starts_with("SIZE "), "{answer:?}");
+}
+
+#[test]
+fn a_conversation_given_up_leaves_no_store_pending() {
+    // A runtime that takes the code and goes away without DONE (it
+    // could not patch, or its process died): the store decided for
+    // the new encoding must not stay pending, or the run's end
+    // waits for it (30 s).
+    let tmp = tempfile::tempdir().unwrap();
+    let module = tmp.path().join("module");
+    std::fs::copy("/bin/true", &module).unwrap();
+    let meta = std::fs::metadata(&module).unwrap();
+    let cache = Cache::open(&tmp.path().join("cache")).unwrap();
+    let server = Server::with_cache(&[], Some(cache)).unwrap();
+    let f = std::fs::File::open(&module).unwrap();
+    let len = meta.len() as usize;
+    // SAFETY: a fresh private read-only mapping of a file we opened,
+    // unmapped below; nothing else uses it.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(at, libc::MAP_FAILED);
+    let lo = at as u64;
+    let mut c = UnixStream::connect(server.socket()).unwrap();
+    writeln!(
+        c,
+        "MOD {} {} {} {lo:x} {lo:x} {:x} {}",
+        std::process::id(),
+        meta.dev(),
+        meta.ino(),
+        lo + len as u64,
+        module.display()
+    )
+    .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut size = String::new();
+    r.read_line(&mut size).unwrap();
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(at, len) };
+    assert!(size.starts_with("SIZE "), "{size:?}");
+    // Any area: the code is never written anywhere.
+    writeln!(c, "AT {:x} 0", lo.wrapping_sub(1 << 30)).unwrap();
+    let mut code = String::new();
+    r.read_line(&mut code).unwrap();
+    assert!(code.starts_with("CODE "), "{code:?}");
+    drop((r, c));
+    let storing = server.lock().storing.clone();
+    profdev_testkit::wait_until(
+        "the conversation's end",
+        std::time::Duration::from_secs(60),
+        || *storing.0.lock().unwrap() == 0,
+    );
+}
+
+/// The tests of runs shared with another user, one at a time: they
+/// share [`MAX_FOREIGN_CONNS`].
+static SHARED_TESTS: Mutex<()> = Mutex::new(());
+
+/// A file mapped readable and executable in this process.
+struct Mapped(*mut libc::c_void, usize);
+
+impl Mapped {
+    fn new(path: &Path) -> Mapped {
+        let f = std::fs::File::open(path).unwrap();
+        let len = f.metadata().unwrap().len() as usize;
+        // SAFETY: a fresh private mapping of a file we opened, unmapped
+        // on drop; nothing reads it.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        Mapped(at, len)
+    }
+
+    /// The MOD line of this mapping of `path`.
+    fn line(&self, path: &Path) -> String {
+        let m = std::fs::metadata(path).unwrap();
+        let lo = self.0 as u64;
+        format!(
+            "MOD {} {} {} {lo:x} {lo:x} {:x} {}\n",
+            std::process::id(),
+            m.dev(),
+            m.ino(),
+            lo + self.1 as u64,
+            path.display()
+        )
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new, no longer used.
+        unsafe { libc::munmap(self.0, self.1) };
+    }
+}
+
+fn root() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        Ok(())
+    } else {
+        Err("sharing a run with user 65534 needs root (chown)".into())
+    }
+}
+
+#[test]
+fn another_users_huge_modules_are_refused_from_their_headers() {
+    if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = tmp.path().join("plain");
+    std::fs::File::create(&plain)
+        .unwrap()
+        .set_len(768 << 20)
+        .unwrap();
+    let elf = tmp.path().join("elf");
+    crate::image::sparse_elf(&elf, 768 << 20).unwrap();
+    // Root's own: only the run's bound stops it.
+    let roots = tmp.path().join("roots");
+    crate::image::sparse_elf(&roots, 768 << 20).unwrap();
+    for p in [&plain, &elf] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let server = Server::with_cache(&[], None).unwrap();
+    let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    server.share_with(65534, 65534).unwrap();
+    let t = std::time::Instant::now();
+    for p in [&plain, &elf, &roots] {
+        let m = Mapped::new(p);
+        assert_eq!(ask(&server, &m.line(p)), "SKIP\n", "{}", p.display());
+    }
+    // Refused from their headers: no time to read 1.5 GiB.
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    let (_, notes) = server.collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("plain") && n.contains("not an ELF file")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("its code (768.0 MiB) is more than the 4.0 MiB")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("roots: planning it would take") && n.contains("64 MiB")),
+        "{notes:?}"
+    );
+}
+
+/// One module's conversation for the mapping `m` of `path`, with the
+/// area `below` bytes below it (the code is never written anywhere):
+/// whether the code came.
+fn converse(server: &Server, m: &Mapped, path: &Path, below: u64) -> bool {
+    let mut c = UnixStream::connect(server.socket()).unwrap();
+    c.write_all(m.line(path).as_bytes()).unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("SIZE "), "{line:?}");
+    writeln!(c, "AT {:x} 0", (m.0 as u64).wrapping_sub(below)).unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    let Some(code) = line.trim_end().strip_prefix("CODE ") else {
+        return false;
+    };
+    let w: Vec<u64> = code.split(' ').map(|x| hex(x).unwrap()).collect();
+    let mut sink = vec![0u8; (w[0] + 24 * w[1]) as usize];
+    r.read_exact(&mut sink).unwrap();
+    writeln!(c, "DONE 0").unwrap();
+    true
+}
+
+#[test]
+fn another_users_process_gets_a_bounded_number_of_encodings() {
+    if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let module = tmp.path().join("module");
+    std::fs::copy("/bin/true", &module).unwrap();
+    let server = Server::with_cache(&[], None).unwrap();
+    let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    server.share_with(65534, 65534).unwrap();
+    let m = Mapped::new(&module);
+    for k in 0..FOREIGN_ENCODINGS as u64 {
+        assert!(converse(&server, &m, &module, (1 << 30) + (k << 12)));
+    }
+    // A distance served already still is; a new one is not.
+    assert!(converse(&server, &m, &module, 1 << 30));
+    assert!(!converse(&server, &m, &module, 1 << 29));
+    assert_eq!(server.encodings().0, FOREIGN_ENCODINGS as u64);
+    let (_, notes) = server.collect();
+    assert!(
+        notes.iter().any(|n| n.contains("more than 8 areas")),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn another_users_modules_are_cached_apart() {
+    if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let module = tmp.path().join("module");
+    std::fs::copy("/bin/true", &module).unwrap();
+    let cache_dir = tmp.path().join("cache");
+    let cache = Cache::open(&cache_dir).unwrap();
+    let server = Server::with_cache(&[], Some(cache)).unwrap();
+    let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    server.share_with(65534, 65534).unwrap();
+    let m = Mapped::new(&module);
+    assert!(converse(&server, &m, &module, 1 << 30));
+    let files = |d: &Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("mod-"))
+            .collect()
+    };
+    let theirs = cache_dir.join("65534");
+    profdev_testkit::wait_until(
+        "user 65534's cache file",
+        std::time::Duration::from_secs(60),
+        || theirs.exists() && !files(&theirs).is_empty(),
+    );
+    assert_eq!(files(&cache_dir), Vec::<String>::new());
+    let mode = std::fs::metadata(&theirs).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn a_forged_report_is_refused_from_its_size_and_reports_are_counted() {
+    let server = Server::with_cache(&[], None).unwrap();
+    let out = server.reports_dir();
+    std::fs::File::create(out.join("cov.1.0"))
+        .unwrap()
+        .set_len(128 << 20)
+        .unwrap();
+    std::fs::write(
+        out.join("cov.2.0"),
+        "profdev-coverage 1\npid 2\ntraps 0\nend\n",
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let (_, notes) = server.collect();
+    assert!(t.elapsed() < std::time::Duration::from_secs(1));
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("cov.1.0") && n.contains("134217728 bytes, more than the 256")),
+        "{notes:?}"
+    );
+    assert!(!notes.iter().any(|n| n.contains("cov.2.0")), "{notes:?}");
+    // At most MAX_REPORTS are read.
+    for i in 0..MAX_REPORTS {
+        std::fs::File::create(out.join(format!("cov.{}.1", i + 10))).unwrap();
+    }
+    let (_, notes) = server.collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("more than 10000 reports; the others were not read")),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn another_users_connections_are_bounded() {
+    if !profdev_testkit::privileged("a run shared with user 65534", root()) {
+        return;
+    }
+    let server = Server::with_cache(&[], None).unwrap();
+    let _one = SHARED_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    server.share_with(65534, 65534).unwrap();
+    let held: Vec<UnixStream> = (0..MAX_FOREIGN_CONNS)
+        .map(|_| UnixStream::connect(server.socket()).unwrap())
+        .collect();
+    // One more than the bound: closed at once.
+    let mut extra = UnixStream::connect(server.socket()).unwrap();
+    extra
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(extra.read(&mut b).unwrap(), 0);
+    // Once they go, a connection is served again.
+    drop(held);
+    let me = std::process::id();
+    let line = format!("MOD {me} 1 1 0 1000 2000 /nonexistent\n");
+    profdev_testkit::wait_until(
+        "a connection served",
+        std::time::Duration::from_secs(60),
+        || {
+            let mut c = UnixStream::connect(server.socket()).unwrap();
+            c.write_all(line.as_bytes()).unwrap();
+            let mut answer = String::new();
+            let _ = BufReader::new(c).read_line(&mut answer);
+            answer == "SKIP\n"
+        },
+    );
+}
+
+#[test]
+fn notes_are_bounded() {
+    let mut s = State::default();
+    for i in 0..MAX_NOTES + 5 {
+        s.note(format!("note {i}"));
+        s.note(format!("note {i}"));
+    }
+    assert_eq!(s.notes.len(), MAX_NOTES + 1);
+    assert!(s.notes[MAX_NOTES].contains("the others were dropped"));
+}
+
+#[test]
+fn private_directories_are_0700() {
+    let server = Server::with_cache(&[], None).unwrap();
+    let dir = server.reports_dir().parent().unwrap().to_path_buf();
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+}
+
+#[test]
+fn the_sweep_removes_only_what_nothing_uses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let made = |name: &str, runtime: bool| -> PathBuf {
+        let d = t.join(name);
+        std::fs::create_dir(&d).unwrap();
+        if runtime {
+            std::fs::copy("/bin/true", d.join(RUNTIME_NAME)).unwrap();
+            std::fs::create_dir(d.join("out")).unwrap();
+        }
+        d
+    };
+    let stale = made("profdev-cov.stale", true);
+    let locked = made("profdev-cov.locked", true);
+    let mapped = made("profdev-cov.mapped", true);
+    let fresh = made("profdev-cov.fresh", false);
+    // A run's whose runtime was removed while its process ran on.
+    let left = made("profdev-cov.left", true);
+    std::fs::remove_file(left.join(RUNTIME_NAME)).unwrap();
+    let other = made("other", true);
+    let lock = std::fs::File::open(&locked).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let m = Mapped::new(&mapped.join(RUNTIME_NAME));
+    assert_eq!(sweep(t), 2);
+    assert!(!stale.exists() && !left.exists());
+    for kept in [&locked, &mapped, &fresh, &other] {
+        assert!(kept.exists(), "{}", kept.display());
+    }
+    // Once unmapped and unlocked, they go too (not the fresh one
+    // without a runtime: a run being set up).
+    drop((m, lock));
+    assert_eq!(sweep(t), 2);
+    assert!(fresh.exists() && other.exists());
+}

@@ -1,0 +1,117 @@
+//! Pass 4, masked functions: those that may run with every signal
+//! blocked. A function that changes the signal mask or creates a thread
+//! or a process (a `syscall` with `%eax` set just before to
+//! `rt_sigprocmask`, `clone`, `fork`, `vfork` or `clone3`), and what it
+//! calls, two calls deep: a trap there would kill the process (a blocked
+//! SIGTRAP is fatal), so their short blocks get no `int3`.
+
+use iced_x86::{FlowControl, Mnemonic, OpKind, Register};
+use rustc_hash::FxHashSet as HashSet;
+
+use super::decode::{Code, Funcs};
+
+/// The system calls after which every signal may be blocked:
+/// rt_sigprocmask, clone, fork, vfork, clone3.
+const MASKING: [u64; 5] = [14, 56, 57, 58, 435];
+
+/// The functions (their starts) that may run with every signal blocked.
+pub(super) fn masked_functions(code: &Code, funcs: &Funcs) -> HashSet<u64> {
+    let mut masked: HashSet<u64> = HashSet::default();
+    let mut eax: Option<u64> = None;
+    for x in &code.insns {
+        if x.mnemonic() == Mnemonic::Syscall {
+            if eax.is_some_and(|n| MASKING.contains(&n)) {
+                masked.insert(funcs.of(x.ip()));
+            }
+        } else if x.mnemonic() == Mnemonic::Mov
+            && x.op_count() == 2
+            && matches!(x.op0_register(), Register::EAX | Register::RAX)
+            && matches!(x.op1_kind(), OpKind::Immediate32 | OpKind::Immediate32to64)
+        {
+            eax = Some(x.immediate(1));
+        }
+        if x.flow_control() != FlowControl::Next {
+            eax = None;
+        }
+    }
+    for _ in 0..2 {
+        let mut more = Vec::new();
+        for x in &code.insns {
+            if x.flow_control() == FlowControl::Call
+                && x.op0_kind() == OpKind::NearBranch64
+                && masked.contains(&funcs.of(x.ip()))
+            {
+                more.push(x.near_branch_target());
+            }
+        }
+        masked.extend(more);
+    }
+    masked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::decode::decode;
+    use super::*;
+
+    fn sorted(s: HashSet<u64>) -> Vec<u64> {
+        let mut v: Vec<u64> = s.into_iter().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Functions at 0x1000, 0x1100, 0x1200, 0x1300, 0x1400: `f` is the
+    /// first one's body, each other one calls the next (`call rel32`),
+    /// the last returns.
+    fn chain(f: &[u8]) -> (Code, Funcs) {
+        let mut bytes = f.to_vec();
+        bytes.resize(0x100, 0xcc);
+        for k in 1..5u64 {
+            let at = 0x1000 + 0x100 * k;
+            let mut g = vec![0xe8];
+            g.extend(((0x100i32 - 5) as u32).to_le_bytes()); // call the next
+            g.push(0xc3);
+            if k == 4 {
+                g = vec![0xc3];
+            }
+            g.resize(0x100, 0xcc);
+            debug_assert_eq!(at, 0x1000 + bytes.len() as u64);
+            bytes.extend(g);
+        }
+        let funcs = Funcs::new(&[0x1000, 0x1100, 0x1200, 0x1300, 0x1400]);
+        (decode(&[(0x1000, bytes)]), funcs)
+    }
+
+    /// `mov $n,%eax; syscall; call 0x1100; ret`
+    fn syscall_then_call(n: u8) -> Vec<u8> {
+        let mut f = vec![0xb8, n, 0, 0, 0, 0x0f, 0x05, 0xe8];
+        f.extend(((0x100i32 - 12) as u32).to_le_bytes());
+        f.push(0xc3);
+        f
+    }
+
+    #[test]
+    fn a_mask_change_marks_its_function_and_two_calls_deep() {
+        let (code, funcs) = chain(&syscall_then_call(14));
+        assert_eq!(
+            sorted(masked_functions(&code, &funcs)),
+            [0x1000, 0x1100, 0x1200]
+        );
+    }
+
+    #[test]
+    fn another_system_call_marks_nothing() {
+        let (code, funcs) = chain(&syscall_then_call(1)); // write
+        assert!(masked_functions(&code, &funcs).is_empty());
+    }
+
+    #[test]
+    fn the_number_must_be_set_just_before() {
+        // mov $57,%eax; jmp +0; syscall: the jump forgets %eax.
+        let (code, funcs) = chain(&[0xb8, 57, 0, 0, 0, 0xeb, 0x00, 0x0f, 0x05, 0xc3]);
+        assert!(masked_functions(&code, &funcs).is_empty());
+        // mov $435,%rax (clone3, sign-extended imm32); syscall
+        let (code, funcs) = chain(&[0x48, 0xc7, 0xc0, 0xb3, 0x01, 0, 0, 0x0f, 0x05, 0xc3]);
+        assert_eq!(sorted(masked_functions(&code, &funcs)), [0x1000]);
+    }
+}

@@ -1,0 +1,248 @@
+//! Pass 9, short blocks: the blocks left to trap get a cheaper way where
+//! there is one. A block entered only by falling through a conditional
+//! jump that a trampoline copies (so its fall-throughs are counted) takes
+//! that count, unpatched ([`How::Fell`]); else a 2-byte jump to a 5-byte
+//! one placed in the dead bytes of a block near by ([`How::Hop`]: the
+//! bytes of a block, past its patch, that its trampoline copies whole,
+//! which nothing runs any more). A block that may not trap and finds
+//! neither is not counted.
+
+use rustc_hash::FxHashSet as HashSet;
+
+use super::decode::Funcs;
+use super::{How, PlannedBlock};
+
+/// What decides whether a block is entered only by falling through the
+/// block before it.
+pub(super) struct Scope<'a> {
+    pub funcs: &'a Funcs,
+    /// Functions with an unresolved indirect jump (their leaders are not
+    /// all known).
+    pub unresolved: &'a HashSet<u64>,
+    /// Leaders entered only by falling through a conditional jump.
+    pub soft: &'a HashSet<u64>,
+}
+
+impl Scope<'_> {
+    /// Whether the function holding `addr` has unknown leaders.
+    pub fn unresolved_at(&self, addr: u64) -> bool {
+        self.unresolved.contains(&self.funcs.of(addr))
+    }
+
+    /// The branch (index into `branches`) through whose fall-through
+    /// alone `b` is entered from `p`, the block before it: `p`'s counted
+    /// conditional jump is its last instruction and `b` starts where it
+    /// falls, at a soft leader.
+    pub fn falls_only(
+        &self,
+        p: &PlannedBlock,
+        b: &PlannedBlock,
+        branches: &[(u64, bool)],
+    ) -> Option<u32> {
+        let j = p.branch?;
+        (p.end == b.start
+            && self.soft.contains(&b.start)
+            && p.insns.last() == Some(&branches[j as usize].0))
+        .then_some(j)
+    }
+}
+
+/// The dead bytes of the blocks (from past each jump's patch to the
+/// block's end, when its trampoline copies it whole and 5 bytes fit),
+/// as (first free byte, end), by address.
+pub(super) fn dead_bytes(blocks: &[PlannedBlock], scope: &Scope) -> Vec<(u64, u64)> {
+    let mut dead = Vec::new();
+    for b in blocks {
+        if let How::Jmp {
+            from,
+            to,
+            overwrite,
+        } = b.how
+        {
+            let a = from + u64::from(overwrite);
+            if to >= b.end && a + 5 <= b.end && !scope.unresolved_at(b.start) {
+                dead.push((a, b.end));
+            }
+        }
+    }
+    dead
+}
+
+/// Short blocks entered only by the fall-through of the block before it,
+/// whose conditional jump a trampoline copies: derived, no patch at all.
+pub(super) fn fell(blocks: &mut [PlannedBlock], branches: &[(u64, bool)], scope: &Scope) {
+    for bi in 1..blocks.len() {
+        let (before, rest) = blocks.split_at_mut(bi);
+        let (p, b) = (&before[bi - 1], &mut rest[0]);
+        if !matches!(b.how, How::Int3 { .. }) || scope.unresolved_at(b.start) {
+            continue;
+        }
+        if let Some(j) = scope.falls_only(p, b, branches) {
+            b.how = How::Fell { branch: j };
+        }
+    }
+}
+
+/// The blocks still left to trap hop to a slot in `dead` within reach of
+/// a `jmp rel8` (taking 5 bytes of it); those that may not trap
+/// (`forbidden`) and find none are not counted.
+pub(super) fn hop(
+    blocks: &mut [PlannedBlock],
+    mut dead: Vec<(u64, u64)>,
+    forbidden: &[bool],
+    scope: &Scope,
+) {
+    for (bi, b) in blocks.iter_mut().enumerate() {
+        let How::Int3 { to } = b.how else { continue };
+        if to - b.start < 2 || scope.unresolved_at(b.start) {
+            if forbidden[bi] {
+                b.how = How::None;
+            }
+            continue;
+        }
+        let origin = b.start + 2;
+        let lo = origin.saturating_sub(128);
+        let hi = origin + 127; // the slot's first byte, at most
+        let mut i = dead.partition_point(|d| d.1 < lo + 5);
+        let mut found = None;
+        while i < dead.len() && dead[i].0 <= hi {
+            let at = dead[i].0.max(lo);
+            if at + 5 <= dead[i].1 && at <= hi {
+                found = Some((i, at));
+                break;
+            }
+            i += 1;
+        }
+        match found {
+            Some((i, at)) => {
+                dead[i].0 = at + 5;
+                b.how = How::Hop { to, slot: at };
+            }
+            None if forbidden[bi] => b.how = How::None,
+            None => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::block;
+    use super::*;
+
+    fn scope<'a>(
+        funcs: &'a Funcs,
+        unresolved: &'a HashSet<u64>,
+        soft: &'a HashSet<u64>,
+    ) -> Scope<'a> {
+        Scope {
+            funcs,
+            unresolved,
+            soft,
+        }
+    }
+
+    #[test]
+    fn a_copied_jump_leaves_dead_bytes_behind_its_patch() {
+        let funcs = Funcs::new(&[0x1000]);
+        let (none, soft) = (HashSet::default(), HashSet::default());
+        let blocks = [
+            // 20 bytes, the first 5 patched, copied whole: 15 dead.
+            block(
+                0x1000,
+                0x1014,
+                How::Jmp {
+                    from: 0x1000,
+                    to: 0x1014,
+                    overwrite: 5,
+                },
+            ),
+            // Copied up to a final call: the call still runs there.
+            block(
+                0x1014,
+                0x1030,
+                How::Jmp {
+                    from: 0x1014,
+                    to: 0x102b,
+                    overwrite: 5,
+                },
+            ),
+            // Too short for a slot.
+            block(
+                0x1030,
+                0x1039,
+                How::Jmp {
+                    from: 0x1030,
+                    to: 0x1039,
+                    overwrite: 5,
+                },
+            ),
+        ];
+        assert_eq!(
+            dead_bytes(&blocks, &scope(&funcs, &none, &soft)),
+            [(0x1005, 0x1014)]
+        );
+        let unresolved: HashSet<u64> = [0x1000].into_iter().collect();
+        assert!(dead_bytes(&blocks, &scope(&funcs, &unresolved, &soft)).is_empty());
+    }
+
+    #[test]
+    fn a_block_entered_only_by_a_counted_fall_through_is_derived() {
+        let funcs = Funcs::new(&[0x1000]);
+        let none = HashSet::default();
+        let soft: HashSet<u64> = [0x1008].into_iter().collect();
+        let mut p = block(
+            0x1000,
+            0x1008,
+            How::Jmp {
+                from: 0x1000,
+                to: 0x1008,
+                overwrite: 5,
+            },
+        );
+        p.insns = vec![0x1000, 0x1006];
+        p.branch = Some(0);
+        let b = block(0x1008, 0x100a, How::Int3 { to: 0x100a });
+        let branches = [(0x1006, false)];
+        let mut blocks = [p.clone(), b.clone()];
+        fell(&mut blocks, &branches, &scope(&funcs, &none, &soft));
+        assert_eq!(blocks[1].how, How::Fell { branch: 0 });
+        // Not soft (a jump leads there too): left to trap.
+        let mut blocks = [p, b];
+        fell(
+            &mut blocks,
+            &branches,
+            &scope(&funcs, &none, &HashSet::default()),
+        );
+        assert_eq!(blocks[1].how, How::Int3 { to: 0x100a });
+    }
+
+    #[test]
+    fn a_short_block_hops_to_dead_bytes_within_reach() {
+        let funcs = Funcs::new(&[0x1000]);
+        let (none, soft) = (HashSet::default(), HashSet::default());
+        let s = scope(&funcs, &none, &soft);
+        let mut blocks = [
+            block(0x1100, 0x1103, How::Int3 { to: 0x1103 }),
+            block(0x1103, 0x1106, How::Int3 { to: 0x1106 }),
+            block(0x1106, 0x1107, How::Int3 { to: 0x1107 }),
+            block(0x1200, 0x1203, How::Int3 { to: 0x1203 }),
+        ];
+        // Room for one slot at 0x1090 (within 128 bytes back of 0x1102),
+        // and one far away.
+        let dead = vec![(0x1090, 0x1098), (0x5000, 0x5010)];
+        hop(&mut blocks, dead, &[false, true, true, false], &s);
+        assert_eq!(
+            blocks[0].how,
+            How::Hop {
+                to: 0x1103,
+                slot: 0x1090
+            }
+        );
+        // The slot is taken: the next one may not trap, so goes uncounted.
+        assert_eq!(blocks[1].how, How::None);
+        // One byte long: no room for the hop's jmp rel8, forbidden to trap.
+        assert_eq!(blocks[2].how, How::None);
+        // Out of reach, allowed to trap: still a trap.
+        assert_eq!(blocks[3].how, How::Int3 { to: 0x1203 });
+    }
+}

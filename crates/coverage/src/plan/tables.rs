@@ -1,0 +1,339 @@
+//! Passes 3 and 5, jump tables and computed gotos: the targets of the
+//! switches' jump tables (gcc's and clang's forms) are leaders, and the
+//! indirect jumps whose targets are known are not tail calls.
+//!
+//! Reading past a table's end only adds leaders, which splits blocks and
+//! loses nothing; a table not recognized (an indexed `jmp *` of another
+//! form) leaves its function with unknown leaders: it is unresolved, and
+//! there a patch's window is only ever a block's first instruction.
+
+use iced_x86::{FlowControl, Instruction, Mnemonic, OpKind, Register};
+use rustc_hash::FxHashSet as HashSet;
+
+use super::decode::{Code, Funcs};
+use super::is_tail_call_through_memory;
+
+/// What the jump tables show.
+#[derive(Default)]
+pub(super) struct Tables {
+    /// The recovered tables' targets: leaders.
+    pub targets: Vec<u64>,
+    /// The indirect jumps whose table was recovered.
+    pub jumps: Vec<u64>,
+    /// Functions holding an indexed `jmp *` whose table was not
+    /// recovered.
+    pub unresolved: HashSet<u64>,
+}
+
+/// The jump tables of `code`, read in `data` (the module's other
+/// sections).
+pub(super) fn jump_tables(code: &Code, funcs: &Funcs, data: &[(u64, &[u8])]) -> Tables {
+    let mut out = Tables::default();
+    let is_insn = |a: u64| code.is_insn(a);
+    for (i, x) in code.insns.iter().enumerate() {
+        if x.flow_control() != FlowControl::IndirectBranch || is_tail_call_through_memory(x) {
+            continue;
+        }
+        let f = funcs.of(x.ip());
+        let fe = funcs.end(f);
+        let in_func = |t: u64| t >= f && t < fe && is_insn(t);
+        let targets = jump_table(&code.insns, i, f, data, &in_func, &is_insn);
+        if !targets.is_empty() {
+            out.targets.extend(targets);
+            out.jumps.push(x.ip());
+        } else if x.op0_kind() != OpKind::Register {
+            out.unresolved.insert(f);
+        }
+        // `jmp *%reg` with no table: a tail call through a pointer, or
+        // a computed goto whose labels are among the code addresses
+        // stored in the module's data ([`computed_gotos`]).
+    }
+    out
+}
+
+/// The indirect jumps of functions whose inner labels are stored in data
+/// (`taken`: labels of computed gotos, `goto *labels[op]`, an
+/// interpreter's dispatch): those jumps with no recovered table are
+/// computed gotos, not tail calls.
+pub(super) fn computed_gotos(code: &Code, funcs: &Funcs, taken: &[u64]) -> Vec<u64> {
+    let gotos: HashSet<u64> = taken
+        .iter()
+        .filter(|&&a| code.is_insn(a) && !funcs.is_start(a))
+        .map(|&a| funcs.of(a))
+        .filter(|&f| f != 0)
+        .collect();
+    code.insns
+        .iter()
+        .filter(|x| {
+            x.flow_control() == FlowControl::IndirectBranch
+                && !is_tail_call_through_memory(x)
+                && gotos.contains(&funcs.of(x.ip()))
+        })
+        .map(Instruction::ip)
+        .collect()
+}
+
+/// The most entries read of one table.
+const MAX: usize = 4096;
+
+/// The targets of the jump table the indirect jump `insns[at]` reads, in
+/// function `f` (`in_func` says whether an address is an instruction of
+/// it): `jmp *table(,%idx,8)` (absolute entries), or `lea table(%rip),%rT;
+/// movslq (%rT,%idx,4),%r; add %rT,%r; jmp *%r` (entries relative to the
+/// table). Empty when the jump is not one of these. An absolute table's
+/// entries may lead out of the function (gcc sends a switch's unlikely
+/// cases to the function's cold part): they are read while they are
+/// instructions of the module.
+fn jump_table(
+    insns: &[Instruction],
+    at: usize,
+    f: u64,
+    data: &[(u64, &[u8])],
+    in_func: &dyn Fn(u64) -> bool,
+    is_insn: &dyn Fn(u64) -> bool,
+) -> Vec<u64> {
+    let x = &insns[at];
+    if x.op0_kind() == OpKind::Memory
+        && x.memory_base() == Register::None
+        && x.memory_index() != Register::None
+        && x.memory_index_scale() == 8
+    {
+        return absolute(data, x.memory_displacement64(), is_insn);
+    }
+    if x.op0_kind() != OpKind::Register {
+        return Vec::new();
+    }
+    // Back through the function for the load of the entry, then for the
+    // table's address.
+    let mut movsxd_base = None;
+    let mut k = at;
+    let mut steps = 0;
+    while k > 0 && steps < 400 {
+        k -= 1;
+        steps += 1;
+        let y = &insns[k];
+        if y.ip() < f {
+            break;
+        }
+        match movsxd_base {
+            None => {
+                // `mov table(,%idx,8),%r; jmp *%r` (computed goto).
+                if y.mnemonic() == Mnemonic::Mov
+                    && y.op0_kind() == OpKind::Register
+                    && y.op0_register() == x.op0_register()
+                    && y.op1_kind() == OpKind::Memory
+                    && y.memory_base() == Register::None
+                    && y.memory_index() != Register::None
+                    && y.memory_index_scale() == 8
+                {
+                    return absolute(data, y.memory_displacement64(), in_func);
+                }
+                if y.mnemonic() == Mnemonic::Movsxd
+                    && y.op1_kind() == OpKind::Memory
+                    && y.memory_index_scale() == 4
+                    && y.memory_base() != Register::None
+                    && y.memory_base() != Register::RIP
+                {
+                    movsxd_base = Some(y.memory_base());
+                }
+            }
+            Some(Register::None) => {}
+            Some(r) => {
+                if y.mnemonic() == Mnemonic::Lea
+                    && y.op0_register() == r
+                    && y.is_ip_rel_memory_operand()
+                {
+                    return relative(data, y.ip_rel_memory_address(), in_func);
+                }
+            }
+        }
+    }
+    Vec::new()
+}
+
+/// `n` bytes at `addr` of the data, when one section holds them all.
+fn read<'a>(data: &[(u64, &'a [u8])], addr: u64, n: usize) -> Option<&'a [u8]> {
+    let (base, bytes) = data
+        .iter()
+        .find(|(a, b)| *a <= addr && addr + n as u64 <= a + b.len() as u64)?;
+    let off = (addr - base) as usize;
+    Some(&bytes[off..off + n])
+}
+
+/// A table of 8-byte addresses at `table`, up to the first entry `ok`
+/// refuses (or the data's end).
+fn absolute(data: &[(u64, &[u8])], table: u64, ok: &dyn Fn(u64) -> bool) -> Vec<u64> {
+    let mut out = Vec::new();
+    for k in 0..MAX {
+        let Some(b) = read(data, table + 8 * k as u64, 8) else {
+            break;
+        };
+        let t = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        if !ok(t) {
+            break;
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// A table of 4-byte offsets from `table` itself, up to the first entry
+/// `ok` refuses (or the data's end).
+fn relative(data: &[(u64, &[u8])], table: u64, ok: &dyn Fn(u64) -> bool) -> Vec<u64> {
+    let mut out = Vec::new();
+    for j in 0..MAX {
+        let Some(b) = read(data, table + 4 * j as u64, 4) else {
+            break;
+        };
+        let e = i32::from_le_bytes(b.try_into().unwrap_or([0; 4]));
+        let t = table.wrapping_add(e as i64 as u64);
+        if !ok(t) {
+            break;
+        }
+        out.push(t);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::decode::decode;
+    use super::super::testing::{encode_at, op, rets};
+    use super::*;
+    use iced_x86::{Code as Op, MemoryOperand as M};
+
+    const TEXT: u64 = 0x1000;
+    const DATA: u64 = 0x8000;
+
+    /// Code at TEXT: `prefix`, padded with `nop`s to TEXT+0x40, then
+    /// `ret`s (the cases) to TEXT+0x100, a second function's `ret`.
+    fn module(prefix: &[Instruction]) -> (Code, Funcs) {
+        let mut bytes = encode_at(TEXT, prefix);
+        bytes.resize(0x40, 0x90);
+        bytes.extend(rets(0xc1));
+        (decode(&[(TEXT, bytes)]), Funcs::new(&[TEXT, TEXT + 0x100]))
+    }
+
+    fn words(v: &[u64]) -> Vec<u8> {
+        v.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn an_absolute_table_is_read_while_its_entries_are_instructions() {
+        // jmp *DATA(,%rax,8); entries: two cases, one in the next function
+        // (a cold part), then a word that is no instruction.
+        let jmp = op(Instruction::with1(
+            Op::Jmp_rm64,
+            M::new(
+                Register::None,
+                Register::RAX,
+                8,
+                DATA as i64,
+                8,
+                false,
+                Register::None,
+            ),
+        ));
+        let (code, funcs) = module(&[jmp]);
+        let table = words(&[TEXT + 0x40, TEXT + 0x41, TEXT + 0x100, 0xdead]);
+        let t = jump_tables(&code, &funcs, &[(DATA, &table)]);
+        assert_eq!(t.targets, [TEXT + 0x40, TEXT + 0x41, TEXT + 0x100]);
+        assert_eq!(t.jumps, [TEXT]);
+        assert!(t.unresolved.is_empty());
+    }
+
+    #[test]
+    fn a_relative_table_is_found_back_through_the_function() {
+        // lea DATA(%rip),%rdx; movslq (%rdx,%rax,4),%rax; add %rdx,%rax; jmp *%rax
+        let table_at = DATA as i64;
+        let prefix = [
+            op(Instruction::with2(
+                Op::Lea_r64_m,
+                Register::RDX,
+                M::with_base_displ(Register::RIP, table_at),
+            )),
+            op(Instruction::with2(
+                Op::Movsxd_r64_rm32,
+                Register::RAX,
+                M::new(Register::RDX, Register::RAX, 4, 0, 0, false, Register::None),
+            )),
+            op(Instruction::with2(
+                Op::Add_r64_rm64,
+                Register::RAX,
+                Register::RDX,
+            )),
+            op(Instruction::with1(Op::Jmp_rm64, Register::RAX)),
+        ];
+        let (code, funcs) = module(&prefix);
+        let rel = |t: u64| (t.wrapping_sub(DATA) as i64 as i32).to_le_bytes();
+        // Two cases, then one in the next function: a relative table
+        // stays in its function.
+        let table: Vec<u8> = [TEXT + 0x42, TEXT + 0x43, TEXT + 0x100]
+            .iter()
+            .flat_map(|&t| rel(t))
+            .collect();
+        let t = jump_tables(&code, &funcs, &[(DATA, &table)]);
+        assert_eq!(t.targets, [TEXT + 0x42, TEXT + 0x43]);
+        assert_eq!(t.jumps.len(), 1);
+        assert!(t.unresolved.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_indexed_jump_leaves_its_function_unresolved() {
+        // jmp *(%rbx,%rax,8): an index, but not a table recognized; and
+        // jmp *8(%rax), a tail call through memory, is not a table at all.
+        let prefix = [
+            op(Instruction::with1(
+                Op::Jmp_rm64,
+                M::new(Register::RBX, Register::RAX, 8, 0, 0, false, Register::None),
+            )),
+            op(Instruction::with1(
+                Op::Jmp_rm64,
+                M::with_base_displ(Register::RAX, 8),
+            )),
+        ];
+        let (code, funcs) = module(&prefix);
+        let t = jump_tables(&code, &funcs, &[]);
+        assert!(t.targets.is_empty() && t.jumps.is_empty());
+        assert_eq!(t.unresolved.iter().copied().collect::<Vec<_>>(), [TEXT]);
+    }
+
+    #[test]
+    fn a_computed_goto_is_known_by_its_labels_in_data() {
+        // mov DATA(,%rcx,8),%rax; jmp *%rax: a table of labels (read while
+        // they are in the function); and `jmp *%rdx` alone, which is a
+        // computed goto only because a label of its function is stored.
+        let load = op(Instruction::with2(
+            Op::Mov_r64_rm64,
+            Register::RAX,
+            M::new(
+                Register::None,
+                Register::RCX,
+                8,
+                DATA as i64,
+                8,
+                false,
+                Register::None,
+            ),
+        ));
+        let prefix = [
+            load,
+            op(Instruction::with1(Op::Jmp_rm64, Register::RAX)),
+            op(Instruction::with1(Op::Jmp_rm64, Register::RDX)),
+        ];
+        let (code, funcs) = module(&prefix);
+        let table = words(&[TEXT + 0x44, TEXT + 0x100]);
+        let t = jump_tables(&code, &funcs, &[(DATA, &table)]);
+        assert_eq!(t.targets, [TEXT + 0x44]);
+        let jmp_rax = code.insns[1].ip();
+        let jmp_rdx = code.insns[2].ip();
+        assert_eq!(t.jumps, [jmp_rax]);
+        assert!(t.unresolved.is_empty(), "a jmp *%reg is never unresolved");
+        // A stored function start is no label; a stored inner address is.
+        assert!(computed_gotos(&code, &funcs, &[TEXT + 0x100]).is_empty());
+        assert_eq!(
+            computed_gotos(&code, &funcs, &[TEXT + 0x45]),
+            [jmp_rax, jmp_rdx]
+        );
+    }
+}
