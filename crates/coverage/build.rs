@@ -15,7 +15,8 @@ fn main() {
     engine_id();
 }
 
-/// `PROFDEV_COV_ENGINE`: a digest of the engine's sources (src/ and c/),
+/// `PROFDEV_COV_ENGINE`: a digest of the engine's sources (src/ and c/,
+/// and the shared headers of profdev-cbuild the runtime includes),
 /// part of every on-disk cache key (src/cache.rs), so a plan or encoding
 /// made by another version of the planner, encoder or runtime is never
 /// reused.
@@ -24,6 +25,6 @@ fn engine_id() {
     println!(
         "cargo:rustc-env=PROFDEV_COV_ENGINE={}-{:016x}",
         std::env::var("CARGO_PKG_VERSION").unwrap_or_default(),
-        profdev_cbuild::source_digest(&["src", "c"])
+        profdev_cbuild::source_digest(&["src", "c"]) ^ profdev_cbuild::headers_digest()
     );
 }

@@ -63,6 +63,19 @@ const FLAGS: [&str; 8] = [
 /// "sigsafe_out.h"`): name and contents.
 const HEADERS: [(&str, &str); 1] = [("sigsafe_out.h", include_str!("../c/sigsafe_out.h"))];
 
+/// A digest of the shared headers every runtime built here includes: a
+/// build script that keys a cache by its runtime's sources adds this, so
+/// a change of a header is a change of the runtime.
+pub fn headers_digest() -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::hash::DefaultHasher::new();
+    for (name, text) in HEADERS {
+        h.write(name.as_bytes());
+        h.write(text.as_bytes());
+    }
+    h.finish()
+}
+
 /// One shared object compiled from C sources into `$OUT_DIR`.
 #[derive(Debug, Clone, Copy)]
 pub struct SharedObject<'a> {
