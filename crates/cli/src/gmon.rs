@@ -259,14 +259,16 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     job.prepare(&mut cmd);
+    let objects = Objects::new();
     let (child, mut source) = crate::progress::factory(args.mmap_pages)
+        .with_mapping_hook(objects.mapping_hook())
         .spawn_profiled(&mut cmd, &config)
         .map_err(|e| anyhow!("{e}"))?;
     job.started(&child);
     let health = std::sync::Arc::new(profdev_dev::health::Health::new());
     health.started(&config);
     let progress = crate::progress::Progress::start("profdev gmon", health.clone());
-    let mut builder = Builder::new(exe);
+    let mut builder = Builder::new(exe, objects);
     if counter.is_some() {
         builder.misses = Some(Vec::new());
     }
@@ -828,8 +830,8 @@ struct Builder {
 }
 
 impl Builder {
-    fn new(exe: Program) -> Self {
-        Builder::with_tasks(exe, Tasks::with_objects(Objects::shared()))
+    fn new(exe: Program, objects: Objects) -> Self {
+        Builder::with_tasks(exe, Tasks::with_objects(objects))
     }
 
     fn with_tasks(exe: Program, tasks: Tasks) -> Self {

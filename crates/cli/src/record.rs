@@ -161,9 +161,9 @@ struct Mapped {
 }
 
 impl Model {
-    fn new(stacks: bool) -> Model {
+    fn new(stacks: bool, objects: profdev_symbolize::Objects) -> Model {
         Model {
-            tasks: profdev_symbolize::Tasks::with_objects(profdev_symbolize::Objects::shared()),
+            tasks: profdev_symbolize::Tasks::with_objects(objects),
             unwinder: stacks.then(profdev_symbolize::unwind::UserUnwinder::new),
         }
     }
@@ -756,6 +756,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         track_tasks: true,
     };
     config.validate().map_err(|e| anyhow!("{e}"))?;
+    let objects = profdev_symbolize::Objects::new();
+    let factory = profdev_sample::PerfFactory::new().with_mapping_hook(objects.mapping_hook());
     let mut job = Job::new()?;
     let mut out = Partial::create(&args.output)?;
     let start_ns = std::time::SystemTime::now()
@@ -767,7 +769,7 @@ fn run(args: &Args) -> Result<ExitCode> {
             start_ns,
             period_ns: 1_000_000_000 / u64::from(args.frequency.max(1)),
         }),
-        model: Model::new(args.stacks),
+        model: Model::new(args.stacks, objects),
         symbols: !args.no_symbols,
         tasks: HashMap::new(),
         objects: HashMap::new(),
@@ -787,7 +789,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     let (mut source, has_child): (Box<dyn SampleSource>, bool) = if attach {
         let source: Box<dyn SampleSource> = if args.pid.is_empty() {
             Box::new(
-                profdev_sample::PerfFactory::new()
+                factory
                     .open_perf(&config)
                     .map_err(|e| anyhow!("{e}"))?,
             )
@@ -805,7 +807,7 @@ fn run(args: &Args) -> Result<ExitCode> {
                         },
                         ..config.clone()
                     };
-                    match profdev_sample::PerfFactory::new().open_perf(&config) {
+                    match factory.open_perf(&config) {
                         Ok(s) => sources.push(Box::new(s)),
                         // A thread that ended since it was listed.
                         Err(_)
@@ -836,7 +838,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         cmd.args(&args.command[1..]);
         job.prepare(&mut cmd);
         let (child, source) =
-            profdev_sample::spawn_profiled(&mut cmd, &config).map_err(|e| anyhow!("{e}"))?;
+            factory.spawn_profiled(&mut cmd, &config).map_err(|e| anyhow!("{e}"))?;
         job.started(&child);
         (source, true)
     };
@@ -934,7 +936,7 @@ mod tests {
     fn recorder() -> Recorder {
         Recorder {
             enc: Encoder::new(&Header::default()),
-            model: Model::new(true),
+            model: Model::new(true, profdev_symbolize::Objects::new()),
             symbols: false,
             tasks: HashMap::new(),
             objects: HashMap::new(),

@@ -117,9 +117,11 @@ fn run(args: &Args) -> Result<ExitCode> {
     let ksyms = Arc::new(KernelSymbols::running()?);
     let text = ksyms.require_text("/proc/kallsyms")?;
 
-    let collector = Arc::new(Mutex::new(Collector::new(text, args.log_bucket)));
+    let objects = profdev_symbolize::Objects::new();
+    let collector = Collector::new(text, args.log_bucket).with_objects(objects.clone());
+    let collector = Arc::new(Mutex::new(collector));
     let factory = TapFactory {
-        inner: crate::progress::factory(args.mmap_pages),
+        inner: crate::progress::factory(args.mmap_pages).with_mapping_hook(objects.mapping_hook()),
         collector: collector.clone(),
     };
     let config = KprofConfig {

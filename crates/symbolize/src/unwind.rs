@@ -50,7 +50,7 @@
 //! ```no_run
 //! use profdev_symbolize::{unwind::UserUnwinder, Objects, Tasks};
 //! # let records: Vec<profdev_core::Record> = vec![];
-//! let mut tasks = Tasks::with_objects(Objects::shared());
+//! let mut tasks = Tasks::with_objects(Objects::new());
 //! let mut unwinder = UserUnwinder::new();
 //! for r in &records {
 //!     tasks.observe(r);
