@@ -502,8 +502,8 @@ fn profile_command(
             e => anyhow!("cannot start profiling: {e}"),
         })?;
     job.started(&child);
-    let dev = Prof::new(Engine::new(Arc::new(Prepared(Mutex::new(Some(source))))))
-        .with_objects(objects);
+    let dev =
+        Prof::new(Engine::new(Arc::new(Prepared(Mutex::new(Some(source)))))).with_objects(objects);
     // On an error, dropping the job kills CMD's group.
     ctl(&dev, &format!("interval {interval}"))?;
     ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;

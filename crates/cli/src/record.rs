@@ -788,11 +788,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     let mut child_status = None;
     let (mut source, has_child): (Box<dyn SampleSource>, bool) = if attach {
         let source: Box<dyn SampleSource> = if args.pid.is_empty() {
-            Box::new(
-                factory
-                    .open_perf(&config)
-                    .map_err(|e| anyhow!("{e}"))?,
-            )
+            Box::new(factory.open_perf(&config).map_err(|e| anyhow!("{e}"))?)
         } else {
             // One session per thread of each process (an event follows
             // one task and what it starts later, not its present
@@ -837,8 +833,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         let mut cmd = std::process::Command::new(&program);
         cmd.args(&args.command[1..]);
         job.prepare(&mut cmd);
-        let (child, source) =
-            factory.spawn_profiled(&mut cmd, &config).map_err(|e| anyhow!("{e}"))?;
+        let (child, source) = factory
+            .spawn_profiled(&mut cmd, &config)
+            .map_err(|e| anyhow!("{e}"))?;
         job.started(&child);
         (source, true)
     };

@@ -400,13 +400,12 @@ fn mapped_runtimes() -> Option<BTreeSet<PathBuf>> {
         // user's, when profdev is not root; one holding capabilities
         // profdev lacks) is one profdev could not have attached to, nor
         // preloaded into (see Bugs in the module doc).
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(maps) = profdev_symbolize::maps::read_file(Path::new(&format!("/proc/{pid}/maps")))
+        else {
             continue;
         };
-        for l in maps.lines() {
-            let Some(at) = l.find(" /") else { continue };
-            let file = l[at + 1..].trim_end_matches(" (deleted)");
-            let file = Path::new(file);
+        for m in maps.iter().filter(|m| m.is_file()) {
+            let file = Path::new(m.file_path());
             if file.file_name() == Some(std::ffi::OsStr::new(RUNTIME_NAME)) {
                 if let Some(d) = file.parent() {
                     out.insert(d.to_path_buf());
@@ -611,24 +610,21 @@ impl Server {
     /// encodes. Returns how many modules were planned; a module that
     /// cannot be read now is left for the runtime's request.
     pub fn preplan(&self, pid: u32) -> usize {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(maps) = profdev_symbolize::maps::read(pid) else {
             return 0;
         };
         let mut seen = BTreeSet::new();
         let mut planned = 0;
-        for l in maps.lines() {
-            let mut f = l.split_whitespace();
-            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-                continue;
-            };
-            let path = f.nth(3).unwrap_or("");
-            if !perms.contains('x') || !path.starts_with('/') || !seen.insert(path.to_string()) {
+        for m in &maps {
+            let path = m.file_path();
+            if !m.perms.exec() || !m.is_file() || !seen.insert(path.to_string()) {
                 continue;
             }
             let path = Path::new(path);
             if !selected(&self.lock().select, path) {
                 continue;
             }
+            let range = m.map_files_name();
             let Ok(file) = std::fs::File::open(format!("/proc/{pid}/map_files/{range}")) else {
                 continue;
             };
@@ -1312,14 +1308,11 @@ fn open_mapped(
             Err("the file changed since it was mapped".into())
         }
     };
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
-    let range = maps.lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let (a, b) = f.next()?.split_once('-')?;
-        let inode: u64 = f.nth(3)?.parse().ok()?;
-        let (a, b) = (hex(a)?, hex(b)?);
-        (a >= lo && a < hi && inode == ino).then_some((a, b))
-    });
+    let maps = profdev_symbolize::maps::read(pid).map_err(|e| e.to_string())?;
+    let range = maps
+        .iter()
+        .find(|m| m.start >= lo && m.start < hi && m.inode == ino)
+        .map(|m| (m.start, m.end));
     let Some((a, b)) = range else {
         return Err(format!("process {pid} maps no such file at 0x{lo:x}"));
     };

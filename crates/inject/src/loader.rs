@@ -90,7 +90,7 @@ fn text_mapped(maps: &[Mapping], at: &Mapping, bias: u64, text: Option<(u64, u64
     let va = addr.wrapping_add(bias);
     maps.iter().any(|m| {
         m.path == at.path
-            && m.perms.contains('x')
+            && m.perms.exec()
             && m.start <= va
             && va < m.end
             && m.offset + (va - m.start) == offset

@@ -10,6 +10,8 @@
 //!   and kept open, so that samples of processes that have already exited,
 //!   or of binaries replaced since, still symbolize and unwind.
 //! * [`unwind`]: user stacks from `.eh_frame` over the tasks table.
+//! * [`maps`]: `/proc/PID/maps`, read (bounded) and parsed here for every
+//!   crate of profdev.
 //!
 //! **Where `unsafe` lives, and why.** Three blocks: [`elf`] maps an object
 //! file read-only (memmap2) rather than copying large debug files;
@@ -19,6 +21,7 @@
 
 pub mod elf;
 pub mod kernel;
+pub mod maps;
 pub mod objects;
 pub mod open;
 pub mod tasks;

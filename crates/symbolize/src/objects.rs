@@ -579,11 +579,10 @@ fn raise_nofile_limit() {
 
 /// A copy of this process's vDSO image, found in /proc/self/maps.
 pub(crate) fn own_vdso() -> Option<Vec<u8>> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (a, b) = line.split_whitespace().next()?.split_once('-')?;
-    let start = usize::from_str_radix(a, 16).ok()?;
-    let end = usize::from_str_radix(b, 16).ok()?;
+    let maps = crate::maps::read_self().ok()?;
+    let vdso = maps.iter().find(|m| m.path == "[vdso]")?;
+    let start = usize::try_from(vdso.start).ok()?;
+    let end = usize::try_from(vdso.end).ok()?;
     if start == 0 || end <= start || end - start > 1 << 20 {
         return None;
     }
