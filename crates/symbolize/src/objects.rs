@@ -22,7 +22,7 @@
 //! after it was mapped").
 //!
 //! **No SIGBUS.** Files that only root can write are memory-mapped; any
-//! other file is read (see `elf::file_bytes`), since its owner could
+//! other file is read (see `elf::ElfBytes`), since its owner could
 //! truncate it under a mapping and kill the reader.
 //!
 //! **Sharing.** [`Objects`] is a cheap handle (clone it to share one table

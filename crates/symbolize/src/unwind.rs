@@ -123,7 +123,7 @@ pub(crate) struct UnwindInfo {
 
 impl UnwindInfo {
     pub(crate) fn parse(bytes: &[u8]) -> Option<Self> {
-        let file = object::File::parse(bytes).ok()?;
+        let file = crate::elf::parse(bytes, std::path::Path::new("")).ok()?;
         let section = |name: &str| {
             let s = file.section_by_name(name)?;
             let data = s.uncompressed_data().ok()?;
