@@ -17,8 +17,9 @@ use super::ElfError;
 use crate::open::{open_bounded, Follow, MAX_OBJECT};
 use std::path::Path;
 
-/// An ELF file's bytes: read, or mapped read-only when only root can
-/// write the file (see [`file_bytes`]).
+/// An ELF file's bytes: mapped read-only when only root can write the
+/// file, else read (another user could truncate a mapped file and kill
+/// the reader with SIGBUS).
 pub struct ElfBytes(Bytes);
 
 impl std::ops::Deref for ElfBytes {

@@ -54,7 +54,7 @@ impl ElfLayout {
     }
 
     /// The link-time address of byte `file_offset` of the file, through the
-    /// load segment that contains it (as [`ElfObject::file_addr_of_offset`]).
+    /// load segment that contains it (as [`super::ElfObject::file_addr_of_offset`]).
     pub fn file_addr_of_offset(&self, file_offset: u64) -> Option<FileAddr> {
         self.loads
             .iter()
