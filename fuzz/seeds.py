@@ -49,6 +49,30 @@ put("kallsyms", "system-map",
     b"ffffffff81000000 T _stext\nffffffff81000400 T do_one\n"
     b"ffffffff81000800 D some_data\nffffffff81001000 T _etext\n")
 
+# /proc/PID/maps text: a process's ordinary lines, then odd ones (a
+# deleted file, spaces in a path, the vDSO, a huge inode, a non-UTF-8
+# name, a truncated line, garbage).
+put("maps", "process",
+    b"55d0c1a00000-55d0c1a02000 r--p 00000000 08:01 1311                       /usr/bin/cat\n"
+    b"55d0c1a02000-55d0c1a07000 r-xp 00002000 08:01 1311                       /usr/bin/cat\n"
+    b"55d0c2b3c000-55d0c2b5d000 rw-p 00000000 00:00 0                          [heap]\n"
+    b"7f1c2a400000-7f1c2a428000 r--p 00000000 08:01 1835029                    "
+    b"/usr/lib/x86_64-linux-gnu/libc.so.6\n"
+    b"7f1c2a5f0000-7f1c2a5fd000 rw-p 00000000 00:00 0 \n"
+    b"7ffd4a5d3000-7ffd4a5f4000 rw-p 00000000 00:00 0                          [stack]\n"
+    b"7ffd4a5f3000-7ffd4a5f5000 r-xp 00000000 00:00 0                          [vdso]\n"
+    b"ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]\n")
+put("maps", "odd",
+    b"7f00-7f10 r-xp 00001000 fd:1a 42   /tmp/a dir/lib x.so (deleted)\n"
+    b"7f10-7f20 rw-s 00000000 00:1a3 7 /dev/shm/x  \n"
+    b"7f20-7f30 r--p ffffffffffffffff ffffffff:ffffffff 18446744073709551615 /x\n"
+    b"7f30-7f40 r--p 0 08:01 18446744073709551616 /toobig\n"
+    b"7f40-7f50 r-xp 0 08:01 43 /tmp/\xff\xfe.so\r\n"
+    b"7f50-7f60 r-xp 0 08:01 44 /tmp/a\\012b\n"
+    b"7f60-7f70 r-xp\n"
+    b"zz-7f10 r-xp 0 08:01 42 /x\n"
+    b"garbage")
+
 # ctl messages.
 for name, msg in [("start", b"start\n"), ("module", b"module libc.so.6 /bin/true\n"),
                   ("interval", b"interval 10\n"), ("bad", b"stopwatch\n"),

@@ -230,14 +230,16 @@ fn run(args: &Args) -> Result<ExitCode> {
     );
     // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     job.prepare(&mut cmd);
+    let objects = profdev_symbolize::Objects::new();
     let (child, source) = crate::progress::factory(args.mmap_pages)
+        .with_mapping_hook(objects.mapping_hook())
         .spawn_profiled(&mut cmd, &config)
         .map_err(|e| anyhow!("{e}"))?;
     job.started(&child);
     let health = std::sync::Arc::new(profdev_dev::health::Health::new());
     health.started(&config);
     let progress = crate::progress::Progress::start("profdev gmon", health.clone());
-    let mut builder = Builder::new(exe, profdev_symbolize::Objects::shared(), args.exact);
+    let mut builder = Builder::new(exe, objects, args.exact);
     let (ended, stats) = builder.read_until_end(source, |batch, unwind| {
         health.count(batch);
         if let Some(u) = unwind {

@@ -282,12 +282,15 @@ fn prepare(dir: &Path, serving: &Serving) -> Result<PathBuf> {
 /// The device table over the running kernel, sampling with perf_event.
 fn server(serving: &Serving) -> Result<Server> {
     let ksyms = profdev_symbolize::KernelSymbols::running()?;
+    let objects = profdev_symbolize::Objects::new();
+    let factory = profdev_sample::PerfFactory::new().with_mapping_hook(objects.mapping_hook());
     let ctx = DevContext {
-        engine: Engine::new(Arc::new(profdev_sample::PerfFactory::new())),
+        engine: Engine::new(Arc::new(factory)),
         kernel_text: ksyms.require_text("/proc/kallsyms")?,
         cpus: profdev_sample::online_cpus().context("cannot list the online CPUs")?,
         kernel_functions: ksyms.text_symbols().iter().map(|s| s.addr).collect(),
         prof_engines: profdev_attach::engines(),
+        objects,
     };
     let log: profdev_fuse::Log = Arc::new(|line: &str| {
         // The log must never kill the server: a closed stderr is ignored.

@@ -256,14 +256,17 @@ fn profile_command(
     // Own process group, the terminal, signals passed on: `profdev_sample::job`.
     // Registered before spawn_profiled's own pre_exec hook, so it runs first.
     job.prepare(&mut cmd);
+    let objects = profdev_symbolize::Objects::new();
     let (child, source) = crate::progress::factory(args.mmap_pages)
+        .with_mapping_hook(objects.mapping_hook())
         .spawn_profiled(&mut cmd, &config)
         .map_err(|e| match e {
             profdev_sample::SpawnError::NotFound(_) => anyhow!("{e}"),
             e => anyhow!("cannot start profiling: {e}"),
         })?;
     job.started(&child);
-    let dev = Prof::new(Engine::new(Arc::new(Prepared(Mutex::new(Some(source))))));
+    let dev =
+        Prof::new(Engine::new(Arc::new(Prepared(Mutex::new(Some(source)))))).with_objects(objects);
     // On an error, dropping the job kills CMD's group.
     ctl(&dev, &format!("interval {interval}"))?;
     ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;

@@ -139,7 +139,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         command: args.command.clone(),
     };
     let find = |cmd: &OsString| find_program(cmd).map_err(|e| e.to_string());
-    let objects = profdev_symbolize::Objects::shared();
+    let objects = profdev_symbolize::Objects::new();
     let done = profdev_record::record(&opts, objects, &find)?;
     let wrote = done.wrote();
     eprintln!(

@@ -117,8 +117,13 @@ fn run(args: &Args) -> Result<ExitCode> {
     let ksyms = Arc::new(KernelSymbols::running()?);
     let text = ksyms.require_text("/proc/kallsyms")?;
 
-    let collector = Arc::new(Mutex::new(Collector::new(text, args.log_bucket)));
-    let factory = OutsideTap::new(crate::progress::factory(args.mmap_pages), collector.clone());
+    let objects = profdev_symbolize::Objects::new();
+    let collector = Collector::new(text, args.log_bucket).with_objects(objects.clone());
+    let collector = Arc::new(Mutex::new(collector));
+    let factory = OutsideTap::new(
+        crate::progress::factory(args.mmap_pages).with_mapping_hook(objects.mapping_hook()),
+        collector.clone(),
+    );
     let config = KprofConfig {
         text,
         log_bucket: args.log_bucket,

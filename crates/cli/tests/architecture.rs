@@ -30,17 +30,20 @@ const MAY_USE: &[(&str, &[&str])] = &[
     ("core", &[]),
     ("safefile", &[]),
     ("asuser", &[]),
-    ("inject", &[]),
     ("testkit", &[]),
     // Build-time only: compiles the C runtimes for build.rs.
     ("cbuild", &[]),
     // Pure formats; the sources of samples and symbols.
     ("formats", &["core"]),
     ("symbolize", &["core"]),
-    ("sample", &["core"]),
+    // symbolize owns the one /proc/PID/maps reader (symbolize::maps):
+    // sample synthesizes running tasks' mappings with it, inject finds the
+    // C library with it, mprof's sweep looks for its library with it.
+    ("sample", &["core", "symbolize"]),
+    ("inject", &["symbolize"]),
     ("report", &["core", "formats"]),
     // Libraries that run inside profiled processes, with their readers.
-    ("mprof", &["safefile", "cbuild"]),
+    ("mprof", &["safefile", "cbuild", "symbolize"]),
     ("profil", &["formats", "safefile"]),
     (
         "coverage",

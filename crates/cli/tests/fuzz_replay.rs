@@ -18,6 +18,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("gmon", profdev_formats::fuzzing::gmon),
     ("kallsyms", profdev_symbolize::fuzzing::kallsyms),
     ("kpdata", profdev_formats::fuzzing::kpdata),
+    ("maps", profdev_symbolize::fuzzing::maps),
     ("mon_out", profdev_formats::fuzzing::mon_out),
     ("perf_ring", profdev_sample::fuzzing::perf_ring),
     ("prf", profdev_coverage::fuzzing::prf),
@@ -109,6 +110,11 @@ fn kallsyms() {
 #[test]
 fn kpdata() {
     replay("kpdata", profdev_formats::fuzzing::kpdata);
+}
+
+#[test]
+fn maps() {
+    replay("maps", profdev_symbolize::fuzzing::maps);
 }
 
 #[test]

@@ -19,4 +19,6 @@ pub mod source;
 
 pub use addr::{FileAddr, KernelPc, KernelText, ProcessVa};
 pub use record::{CpuMode, FileId, Record, Sample, UserRegs};
-pub use source::{SampleSource, SessionConfig, SourceError, SourceFactory, SourceStats, Target};
+pub use source::{
+    MappingHook, SampleSource, SessionConfig, SourceError, SourceFactory, SourceStats, Target,
+};

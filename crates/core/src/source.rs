@@ -154,24 +154,50 @@ pub trait SourceFactory: Send + Sync {
 
 /// Called for every MMAP record the moment a live source decodes it,
 /// before any merging delay, while the process that mapped the file most
-/// likely still runs: the objects table (`profdev_symbolize::objects`)
+/// likely still runs: an objects table (`profdev_symbolize::Objects`)
 /// opens the mapped file here, through `/proc/PID/map_files`, so that a
 /// program that runs for a millisecond and is deleted at once is still the
-/// file its samples are charged to. At most one hook per process; it must
-/// be quick and must not block.
-pub type MappingHook = Box<dyn Fn(&crate::Record) + Send + Sync>;
+/// file its samples are charged to. It must be quick and must not block.
+///
+/// A value, not a process-wide setting: whoever builds a command or a
+/// server makes one table, hands its hook to the live source factory
+/// (`profdev_sample::PerfFactory::with_mapping_hook`) and the table to
+/// whatever reads the records. Clones share the function.
+///
+/// ```
+/// use profdev_core::source::MappingHook;
+/// use profdev_core::Record;
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use std::sync::Arc;
+///
+/// let seen = Arc::new(AtomicU32::new(0));
+/// let counter = seen.clone();
+/// let hook = MappingHook::new(move |_| {
+///     counter.fetch_add(1, Ordering::Relaxed);
+/// });
+/// hook.reported(&Record::Exit { pid: 1, ppid: 1, tid: 1, ptid: 1, time: 0 }); // not an MMAP
+/// assert_eq!(seen.load(Ordering::Relaxed), 0);
+/// ```
+#[derive(Clone)]
+pub struct MappingHook(std::sync::Arc<dyn Fn(&crate::Record) + Send + Sync>);
 
-static MAPPING_HOOK: std::sync::OnceLock<MappingHook> = std::sync::OnceLock::new();
+impl MappingHook {
+    /// A hook calling `f` with each MMAP record.
+    pub fn new(f: impl Fn(&crate::Record) + Send + Sync + 'static) -> Self {
+        MappingHook(std::sync::Arc::new(f))
+    }
 
-/// Install the process's mapping hook (false if one is already installed).
-pub fn set_mapping_hook(hook: MappingHook) -> bool {
-    MAPPING_HOOK.set(hook).is_ok()
+    /// Tell the hook of a freshly decoded record (live sources call this
+    /// for each record as they read it; only MMAP records reach `f`).
+    pub fn reported(&self, record: &crate::Record) {
+        if let crate::Record::Mmap { .. } = record {
+            (self.0)(record);
+        }
+    }
 }
 
-/// Tell the hook, if any, of a freshly decoded record (live sources call
-/// this for each MMAP record as they read it).
-pub fn mapping_reported(record: &crate::Record) {
-    if let (Some(hook), crate::Record::Mmap { .. }) = (MAPPING_HOOK.get(), record) {
-        hook(record);
+impl std::fmt::Debug for MappingHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MappingHook")
     }
 }

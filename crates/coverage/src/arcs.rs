@@ -41,7 +41,7 @@ use std::path::PathBuf;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, OpKind};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 use profdev_core::FileAddr;
-use profdev_symbolize::elf::{ElfObject, SymOrigin};
+use profdev_symbolize::elf::{ElfBytes, ElfObject, SymOrigin};
 
 use crate::counts::ModuleCoverage;
 
@@ -110,8 +110,8 @@ pub fn module_arcs(
         path: m.path.display().to_string(),
         why,
     };
-    let bytes = std::fs::read(&m.path).map_err(|e| err(e.to_string()))?;
-    let file = object::File::parse(&*bytes).map_err(|e| err(e.to_string()))?;
+    let bytes = ElfBytes::open_followed(&m.path).map_err(|e| err(e.reason()))?;
+    let file = profdev_symbolize::elf::parse(&*bytes, &m.path).map_err(|e| err(e.reason()))?;
     let mut sections: Vec<(u64, &[u8])> = Vec::new();
     for s in file.sections() {
         if s.kind() == object::SectionKind::Text {

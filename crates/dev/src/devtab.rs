@@ -23,6 +23,11 @@ pub struct DevContext {
     /// What prof's `startcp PID` and `startmp… PID` attach with
     /// (`profdev-attach`'s engines; none: those messages are ENXIO).
     pub prof_engines: crate::prof::Engines,
+    /// The objects table of the user-mode devices (prof): the one whose
+    /// `mapping_hook` the engine's live source calls
+    /// (`profdev_sample::PerfFactory::with_mapping_hook`), made by whoever
+    /// builds the server; no table is process-wide.
+    pub objects: profdev_symbolize::Objects,
 }
 
 /// The device table: every device profdev serves, in mount order.
@@ -43,10 +48,10 @@ pub fn devtab(ctx: &DevContext) -> Vec<Arc<dyn Dev>> {
             kgmon::KgmonConfig::new(ctx.kernel_text, &ctx.kernel_functions),
             ctx.engine.clone(),
         )),
-        Arc::new(prof::Prof::with_engines(
-            ctx.engine.clone(),
-            ctx.prof_engines.clone(),
-        )),
+        Arc::new(
+            prof::Prof::with_engines(ctx.engine.clone(), ctx.prof_engines.clone())
+                .with_objects(ctx.objects.clone()),
+        ),
     ];
     devs.push(Arc::new(stat::Stat::of(&devs)));
     devs

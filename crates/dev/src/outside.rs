@@ -72,7 +72,7 @@ impl OutsideCollector {
         OutsideCollector {
             text,
             first_bucket: text.start.0 + ((kpdata::SPECIAL_WORDS as u64) << log_bucket),
-            tasks: Tasks::with_objects(Objects::shared()),
+            tasks: Tasks::with_objects(Objects::new()),
             stats: SourceStats::default(),
             outside: HashMap::new(),
             objects: HashMap::new(),
@@ -80,6 +80,16 @@ impl OutsideCollector {
             in_text: 0,
             idle_in_text: 0,
         }
+    }
+
+    /// The collector with `objects` as its tasks' objects table: the one
+    /// whose [`Objects::mapping_hook`] the session's live source calls, so
+    /// a file is opened when its MMAP record is decoded (a collector made
+    /// by [`OutsideCollector::new`] has a table of its own, which no
+    /// source feeds).
+    pub fn with_objects(mut self, objects: Objects) -> Self {
+        self.tasks = Tasks::with_objects(objects);
+        self
     }
 
     /// Samples, lost records and throttles seen.

@@ -172,6 +172,7 @@ mod tests {
             cpus: vec![0, 1],
             kernel_functions: Arc::from(vec![0x1000u64, 0x1800]),
             prof_engines: Default::default(),
+            objects: Default::default(),
         };
         let devs = crate::devtab::devtab(&ctx);
         let stat = devs.last().unwrap();

@@ -4,6 +4,7 @@
 //! symbols, and called with [`Target::call`].
 
 use crate::{maps, InjectError, Mapping, Target};
+use profdev_symbolize::elf::{parse, ElfBytes};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -25,7 +26,7 @@ pub struct Module {
 pub(crate) fn find_module(
     pid: u32,
     matches: impl Fn(&str) -> bool,
-) -> Result<Option<(Module, Vec<u8>)>, InjectError> {
+) -> Result<Option<(Module, ElfBytes)>, InjectError> {
     let maps = maps(pid)?;
     let candidates: Vec<&Mapping> = maps
         .iter()
@@ -44,15 +45,15 @@ pub(crate) fn find_module(
     // Through /proc/PID/root: the process may live in another mount
     // namespace or chroot.
     let file = PathBuf::from(format!("/proc/{pid}/root{}", first.path));
-    let bytes = std::fs::read(&file).map_err(|e| InjectError::Io {
+    let bytes = ElfBytes::open_followed(&file).map_err(|e| InjectError::Io {
         what: format!("cannot read {} of process {pid}", first.path),
-        err: e,
+        err: e.into_io(),
     })?;
     let (seg0, text) = {
         use object::{Object, ObjectSegment, SegmentFlags};
-        let obj = object::File::parse(&*bytes).map_err(|e| InjectError::Io {
+        let obj = parse(&*bytes, &file).map_err(|e| InjectError::Io {
             what: format!("{} of process {pid} is not an ELF file", first.path),
-            err: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+            err: io::Error::new(io::ErrorKind::InvalidData, e.reason()),
         })?;
         let seg0 = obj
             .segments()
@@ -90,7 +91,7 @@ fn text_mapped(maps: &[Mapping], at: &Mapping, bias: u64, text: Option<(u64, u64
     let va = addr.wrapping_add(bias);
     maps.iter().any(|m| {
         m.path == at.path
-            && m.perms.contains('x')
+            && m.perms.exec()
             && m.start <= va
             && va < m.end
             && m.offset + (va - m.start) == offset
@@ -100,7 +101,7 @@ fn text_mapped(maps: &[Mapping], at: &Mapping, bias: u64, text: Option<(u64, u64
 /// The runtime address of the defined dynamic symbol `name` of an object.
 pub(crate) fn dynsym(bytes: &[u8], bias: u64, name: &str) -> Option<u64> {
     use object::{Object, ObjectSymbol};
-    let obj = object::File::parse(bytes).ok()?;
+    let obj = parse(bytes, Path::new("")).ok()?;
     obj.dynamic_symbols()
         .find(|s| s.name() == Ok(name) && !s.is_undefined() && s.address() != 0)
         .map(|s| s.address().wrapping_add(bias))

@@ -204,13 +204,11 @@ fn mapped_dirs() -> Vec<PathBuf> {
         {
             continue;
         }
-        let Ok(maps) = std::fs::read_to_string(p.path().join("maps")) else {
+        let Ok(maps) = profdev_symbolize::maps::read_file(&p.path().join("maps")) else {
             continue;
         };
-        for line in maps.lines() {
-            let Some(i) = line.find('/') else { continue };
-            let path = line[i..].trim_end_matches(" (deleted)");
-            if let Some(dir) = path.strip_suffix("/libprofdev_mprof.so") {
+        for m in maps.iter().filter(|m| m.is_file()) {
+            if let Some(dir) = m.file_path().strip_suffix("/libprofdev_mprof.so") {
                 if !out.iter().any(|o: &PathBuf| o.as_os_str() == dir) {
                     out.push(PathBuf::from(dir));
                 }

@@ -183,6 +183,7 @@ fn start(job: &mut Job, command: &[OsString], find: FindProgram<'_>) -> Result<(
 /// it; or on CMD, started by the session. Also whether there is a CMD.
 fn open_session(
     opts: &Options,
+    factory: &profdev_sample::PerfFactory,
     config: &SessionConfig,
     job: &mut Job,
     find: FindProgram<'_>,
@@ -193,14 +194,15 @@ fn open_session(
         let mut cmd = std::process::Command::new(&program);
         cmd.args(&opts.command[1..]);
         job.prepare(&mut cmd);
-        let (child, source) =
-            profdev_sample::spawn_profiled(&mut cmd, config).map_err(|e| Error(e.to_string()))?;
+        let (child, source) = factory
+            .spawn_profiled(&mut cmd, config)
+            .map_err(|e| Error(e.to_string()))?;
         job.started(&child);
         return Ok((source, true));
     }
     let source: Box<dyn SampleSource> = if opts.pids.is_empty() {
         Box::new(
-            profdev_sample::PerfFactory::new()
+            factory
                 .open_perf(config)
                 .map_err(|e| Error(e.to_string()))?,
         )
@@ -218,7 +220,7 @@ fn open_session(
                     },
                     ..config.clone()
                 };
-                match profdev_sample::PerfFactory::new().open_perf(&config) {
+                match factory.open_perf(&config) {
                     Ok(s) => sources.push(Box::new(s)),
                     // A thread that ended since it was listed.
                     Err(_) if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {}
@@ -266,10 +268,13 @@ pub fn record(
         only_tid: opts.tid,
     };
     let thread = symbols::SymbolThread::start();
+    // The live source opens each mapped file into `objects` the moment it
+    // decodes the mapping, while the process most likely still runs.
+    let factory = profdev_sample::PerfFactory::new().with_mapping_hook(objects.mapping_hook());
     let mut rec = Recorder::new(enc, &setup, objects, Some(thread));
     out.write(&mut rec.enc)?;
 
-    let (mut source, has_child) = open_session(opts, &config, &mut job, find)?;
+    let (mut source, has_child) = open_session(opts, &factory, &config, &mut job, find)?;
     let stopped = read_all(
         &mut *source,
         &mut rec,

@@ -64,7 +64,11 @@
 //! (with `exec` set when the name changed by exec) and FORK/EXIT records,
 //! so that samples of processes that exit before the end still symbolize.
 //! Tasks running before the session starts are described from /proc
-//! ([`synthesize_tasks`]) at time 0, at the head of the first batch.
+//! ([`synthesize_tasks`], through `profdev_symbolize::maps`) at time 0, at
+//! the head of the first batch. A factory given a mapping hook
+//! ([`PerfFactory::with_mapping_hook`], e.g. an objects table's) hands it
+//! each MMAP record the moment it is decoded or synthesized, before the
+//! merge holds it back, so the file is opened while its process runs.
 //!
 //! **The ring.** Each event has its own ring of 1 + 2^n pages, mapped
 //! read-write so the kernel never overwrites unread data: when a ring is

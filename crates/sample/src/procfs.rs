@@ -4,7 +4,8 @@
 //! session starts; tasks that were running before are described here from
 //! /proc, as records with time 0, the way `perf record` synthesizes them.
 
-use profdev_core::{FileId, Record};
+use profdev_core::Record;
+use profdev_symbolize::maps::MapsEntry;
 use std::fs;
 use std::io;
 
@@ -55,59 +56,29 @@ pub fn perf_event_paranoid() -> String {
     }
 }
 
-/// One executable mapping of a /proc/PID/maps line.
-#[derive(Debug, PartialEq, Eq)]
-pub struct MapsEntry {
-    pub start: u64,
-    pub end: u64,
-    pub offset: u64,
-    pub file: Option<FileId>,
-    pub path: String,
-}
-
-/// Parse one /proc/PID/maps line, keeping it only if executable:
-/// `start-end perms offset maj:min inode   path`. Anonymous regions become
-/// `//anon`, as the kernel names them in MMAP2 records.
-pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
-    let mut it = line.splitn(6, ' ');
-    let range = it.next()?;
-    let perms = it.next()?;
-    let offset = it.next()?;
-    let dev = it.next()?;
-    let inode = it.next()?;
-    let path = it.next().unwrap_or("").trim_start().trim_end_matches('\n');
-    if perms.as_bytes().get(2) != Some(&b'x') {
+/// The MMAP record of one `/proc/PID/maps` line of `pid`, if it is
+/// executable (the kernel's MMAP2 records are of executable mappings
+/// only). Anonymous regions become `//anon`, as the kernel names them in
+/// MMAP2 records; a named mapping with an inode carries its file id.
+pub fn mmap_record(pid: u32, e: &MapsEntry) -> Option<Record> {
+    if !e.perms.exec() {
         return None;
     }
-    let (start, end) = range.split_once('-')?;
-    let start = u64::from_str_radix(start, 16).ok()?;
-    let end = u64::from_str_radix(end, 16).ok()?;
-    let offset = u64::from_str_radix(offset, 16).ok()?;
-    let (major, minor) = dev.split_once(':')?;
-    let major = u32::from_str_radix(major, 16).ok()?;
-    let minor = u32::from_str_radix(minor, 16).ok()?;
-    let ino: u64 = inode.parse().ok()?;
-    let (path, file) = if path.is_empty() {
-        ("//anon".to_string(), None)
-    } else if ino == 0 {
-        (path.to_string(), None)
+    let path = if e.path.is_empty() {
+        "//anon".to_string()
     } else {
-        (
-            path.to_string(),
-            Some(FileId {
-                major,
-                minor,
-                ino,
-                ino_generation: 0,
-            }),
-        )
+        e.path.clone()
     };
-    Some(MapsEntry {
-        start,
-        end,
-        offset,
-        file,
+    Some(Record::Mmap {
+        pid,
+        tid: pid,
+        addr: e.start,
+        len: e.end.wrapping_sub(e.start),
+        pgoff: e.offset,
         path,
+        file: e.file_id(),
+        build_id: None,
+        time: 0,
     })
 }
 
@@ -151,22 +122,10 @@ pub fn synthesize_tasks(pid: Option<u32>) -> Vec<Record> {
         if !alive {
             continue;
         }
-        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(maps) = profdev_symbolize::maps::read(pid) else {
             continue;
         };
-        for e in maps.lines().filter_map(parse_maps_line) {
-            out.push(Record::Mmap {
-                pid,
-                tid: pid,
-                addr: e.start,
-                len: e.end - e.start,
-                pgoff: e.offset,
-                path: e.path,
-                file: e.file,
-                build_id: None,
-                time: 0,
-            });
-        }
+        out.extend(maps.iter().filter_map(|e| mmap_record(pid, e)));
     }
     out
 }
@@ -196,21 +155,35 @@ mod tests {
 
     #[test]
     fn maps_lines() {
+        let parse_maps_line = |l: &str| {
+            let e = MapsEntry::parse(l)?;
+            match mmap_record(9, &e)? {
+                Record::Mmap {
+                    addr,
+                    len,
+                    pgoff,
+                    file,
+                    path,
+                    ..
+                } => Some((addr, addr + len, pgoff, file, path)),
+                _ => None,
+            }
+        };
         let l = "55d0c1a00000-55d0c1a12000 r-xp 00002000 08:01 1311      /usr/bin/dd";
         assert_eq!(
             parse_maps_line(l),
-            Some(MapsEntry {
-                start: 0x55d0c1a00000,
-                end: 0x55d0c1a12000,
-                offset: 0x2000,
-                file: Some(FileId {
+            Some((
+                0x55d0c1a00000,
+                0x55d0c1a12000,
+                0x2000,
+                Some(profdev_core::FileId {
                     major: 8,
                     minor: 1,
                     ino: 1311,
                     ino_generation: 0
                 }),
-                path: "/usr/bin/dd".into()
-            })
+                "/usr/bin/dd".into()
+            ))
         );
         // not executable
         assert_eq!(
@@ -219,17 +192,17 @@ mod tests {
         );
         // anonymous executable region
         let e = parse_maps_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
-        assert_eq!((e.path.as_str(), e.file), ("//anon", None));
+        assert_eq!((e.4.as_str(), e.3), ("//anon", None));
         // pseudo file, path with spaces, hex device numbers
         let e = parse_maps_line(
             "ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]",
         )
         .unwrap();
-        assert_eq!(e.path, "[vsyscall]");
+        assert_eq!(e.4, "[vsyscall]");
         let e = parse_maps_line("7f00-7f10 r-xp 00000000 fd:1a 42 /tmp/a b (deleted)").unwrap();
-        assert_eq!(e.path, "/tmp/a b (deleted)");
-        assert_eq!(e.file.unwrap().major, 0xfd);
-        assert_eq!(e.file.unwrap().minor, 0x1a);
+        assert_eq!(e.4, "/tmp/a b (deleted)");
+        assert_eq!(e.3.unwrap().major, 0xfd);
+        assert_eq!(e.3.unwrap().minor, 0x1a);
         assert_eq!(parse_maps_line("garbage"), None);
     }
 

@@ -6,7 +6,8 @@ use crate::procfs::{online_cpus, perf_event_paranoid, synthesize_tasks};
 use crate::ring::MappedRing;
 use crate::sys::{self, flag, PerfEventAttr};
 use profdev_core::{
-    Record, SampleSource, SessionConfig, SourceError, SourceFactory, SourceStats, Target,
+    MappingHook, Record, SampleSource, SessionConfig, SourceError, SourceFactory, SourceStats,
+    Target,
 };
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -52,9 +53,10 @@ pub fn auto_ring_pages(config: &SessionConfig) -> usize {
 /// source.read(&mut records, Duration::from_millis(100))?;
 /// # Ok::<(), profdev_core::SourceError>(())
 /// ```
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PerfFactory {
     ring_pages_log2: Option<u32>,
+    pub(crate) mappings: Option<MappingHook>,
 }
 
 impl PerfFactory {
@@ -70,6 +72,14 @@ impl PerfFactory {
         self
     }
 
+    /// Hand every MMAP record to `hook` the moment a session of this
+    /// factory decodes it (the synthesized ones of running tasks too),
+    /// before the merge holds it back: see [`MappingHook`].
+    pub fn with_mapping_hook(mut self, hook: MappingHook) -> Self {
+        self.mappings = Some(hook);
+        self
+    }
+
     /// Data pages per CPU a session with `config` gets.
     pub fn ring_pages(&self, config: &SessionConfig) -> usize {
         match self.ring_pages_log2 {
@@ -80,7 +90,12 @@ impl PerfFactory {
 
     /// Open a session, as [`SourceFactory::open`] does, unboxed.
     pub fn open_perf(&self, config: &SessionConfig) -> Result<PerfSource, SourceError> {
-        PerfSource::open(config, self.ring_pages(config), Start::Now)
+        PerfSource::open(
+            config,
+            self.ring_pages(config),
+            Start::Now,
+            self.mappings.clone(),
+        )
     }
 }
 
@@ -131,6 +146,8 @@ pub struct PerfSource {
     scratch: Vec<u8>,
     ends_on_hangup: bool,
     malformed: u64,
+    /// Told of each MMAP record as it is decoded.
+    mappings: Option<MappingHook>,
 }
 
 impl PerfSource {
@@ -138,6 +155,7 @@ impl PerfSource {
         config: &SessionConfig,
         data_pages: usize,
         start: Start,
+        mappings: Option<MappingHook>,
     ) -> Result<PerfSource, SourceError> {
         config.validate()?;
         let invalid = |msg: String| SourceError::Io {
@@ -204,7 +222,9 @@ impl PerfSource {
                 Target::Process { pid, .. } => synthesize_tasks(Some(pid)),
             };
             for r in tasks {
-                profdev_core::source::mapping_reported(&r);
+                if let Some(hook) = &mappings {
+                    hook.reported(&r);
+                }
                 merge.push(0, r);
             }
         }
@@ -227,6 +247,7 @@ impl PerfSource {
             scratch: Vec::new(),
             ends_on_hangup: matches!(config.target, Target::Process { .. }),
             malformed: 0,
+            mappings,
         })
     }
 
@@ -257,6 +278,7 @@ impl PerfSource {
         let layout = self.layout;
         let merge = &mut self.merge;
         let malformed = &mut self.malformed;
+        let mappings = self.mappings.as_ref();
         for (i, ev) in self.events.iter_mut().enumerate() {
             let (cpu, head) = (ev.cpu, ev.head);
             let queue = 1 + i;
@@ -268,7 +290,9 @@ impl PerfSource {
                         last_time = rec.time();
                         // Now, not after the merge's delay: the mapping
                         // process may be gone by then.
-                        profdev_core::source::mapping_reported(&rec);
+                        if let Some(hook) = mappings {
+                            hook.reported(&rec);
+                        }
                         merge.push(queue, rec);
                     }
                     Ok(None) => {}

@@ -89,7 +89,7 @@ pub fn spawn_profiled(
 }
 
 impl PerfFactory {
-    /// [`spawn_profiled`] with this factory's ring size.
+    /// [`spawn_profiled`] with this factory's ring size and mapping hook.
     pub fn spawn_profiled(
         &self,
         cmd: &mut Command,
@@ -146,7 +146,7 @@ impl PerfFactory {
             });
         }
         let mut proc_config = config.clone();
-        let factory = *self;
+        let factory = self;
         let (spawned, opened) = std::thread::scope(|s| {
             let opener = s.spawn(move || -> Option<Result<PerfSource, SourceError>> {
                 let mut pid_r = std::fs::File::from(pid_r);
@@ -160,6 +160,7 @@ impl PerfFactory {
                     &proc_config,
                     factory.ring_pages(&proc_config),
                     Start::OnExec,
+                    factory.mappings.clone(),
                 );
                 let _ = go_w.write_all(&[if result.is_ok() { GO } else { ABORT }]);
                 Some(result)

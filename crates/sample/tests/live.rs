@@ -6,7 +6,7 @@ mod common;
 
 use common::{kernel_text, monotonic_ns, open_fds, open_or_skip};
 use profdev_core::{
-    CpuMode, Record, SampleSource, SessionConfig, SourceError, SourceFactory, Target,
+    CpuMode, MappingHook, Record, SampleSource, SessionConfig, SourceError, SourceFactory, Target,
 };
 use profdev_sample::{online_cpus, spawn_profiled, PerfFactory, SpawnError};
 use std::collections::BTreeSet;
@@ -192,6 +192,67 @@ fn system_wide_session_sees_dd_in_kernel_text() {
         stats.throttled
     );
     assert_eq!(open_fds(), fds_before, "descriptors leaked after drop");
+}
+
+/// A factory's mapping hook hears every MMAP record its sessions decode
+/// (each delivered one was heard first); the hook of another factory,
+/// built the same way, hears nothing: no hook is process-wide.
+#[test]
+fn the_mapping_hook_is_its_factorys_own() {
+    let _g = lock();
+    let config = SessionConfig {
+        track_tasks: true,
+        ..SessionConfig::system(1000)
+    };
+    let heard = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let h = heard.clone();
+    let factory = PerfFactory::new().with_mapping_hook(MappingHook::new(move |r| {
+        if let Record::Mmap { path, .. } = r {
+            h.lock().unwrap().push(path.clone());
+        }
+    }));
+    let other = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let o = other.clone();
+    let _other = PerfFactory::new().with_mapping_hook(MappingHook::new(move |_| {
+        o.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }));
+    let (mut child, mut src) = match factory.spawn_profiled(&mut Command::new("true"), &config) {
+        Ok(v) => v,
+        Err(SpawnError::Source(e)) => {
+            if open_or_skip::<()>("the mapping hook", Err(e)).is_none() {
+                return;
+            }
+            unreachable!()
+        }
+        Err(e) => panic!("spawn_profiled: {e}"),
+    };
+    let mut recs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match read_batch(&mut *src, &mut recs) {
+            Ok(()) => {}
+            Err(SourceError::Ended) => break,
+            Err(e) => panic!("read: {e}"),
+        }
+        assert!(Instant::now() < deadline, "the session did not end");
+    }
+    assert!(child.wait().unwrap().success());
+    let delivered: Vec<&String> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Mmap { path, .. } => Some(path),
+            _ => None,
+        })
+        .collect();
+    assert!(!delivered.is_empty(), "true's exec maps files");
+    let heard = heard.lock().unwrap();
+    for p in &delivered {
+        assert!(
+            heard.contains(p),
+            "{p} was delivered but not heard: {heard:?}"
+        );
+    }
+    assert_eq!(other.load(std::sync::atomic::Ordering::Relaxed), 0);
 }
 
 #[test]

@@ -6,11 +6,25 @@
 //! turns a mapping's file offset into a [`FileAddr`], which is how a
 //! process address loses its load bias.
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use profdev_core::FileAddr;
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+
+mod dwarf;
+mod eh_frame;
+mod file;
+mod layout;
+mod plt;
+
+use dwarf::{decl_of, load_dwarf};
+use eh_frame::eh_frame_symbols;
+use file::map_file;
+#[cfg(test)]
+pub(crate) use file::only_root_writes;
+pub(crate) use file::{file_bytes, Bytes};
+pub use file::{parse, ElfBytes};
+pub use layout::ElfLayout;
+use plt::plt_symbols;
 
 type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
 
@@ -30,6 +44,27 @@ pub enum ElfError {
     /// The ELF could not be parsed.
     #[error("{path} is a malformed ELF file: {why}")]
     Malformed { path: String, why: String },
+}
+
+impl ElfError {
+    /// The reason alone, without the file's name: the parser's own
+    /// sentence for a malformed file, the system's for one not read.
+    pub fn reason(&self) -> String {
+        match self {
+            ElfError::Read { source, .. } => source.to_string(),
+            ElfError::NotElf { .. } => "not an ELF file".into(),
+            ElfError::Malformed { why, .. } => why.clone(),
+        }
+    }
+
+    /// As an `io::Error`: a read's own error as it came, else
+    /// `InvalidData` with the [`reason`](Self::reason).
+    pub fn into_io(self) -> std::io::Error {
+        match self {
+            ElfError::Read { source, .. } => source,
+            e => std::io::Error::new(std::io::ErrorKind::InvalidData, e.reason()),
+        }
+    }
 }
 
 /// A function symbol.
@@ -126,21 +161,6 @@ pub struct ElfObject {
     eh_symbols: std::sync::OnceLock<Vec<FnSym>>,
 }
 
-pub(crate) enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-        }
-    }
-}
-
 impl std::fmt::Debug for ElfObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ElfObject")
@@ -170,14 +190,7 @@ impl ElfObject {
 
     fn from_bytes(data: Bytes, path: &Path) -> Result<Self, ElfError> {
         let bytes: &[u8] = &data;
-        let name = path.display().to_string();
-        if !bytes.starts_with(b"\x7fELF") {
-            return Err(ElfError::NotElf { path: name });
-        }
-        let file = object::File::parse(bytes).map_err(|e| ElfError::Malformed {
-            path: name.clone(),
-            why: e.to_string(),
-        })?;
+        let file = parse(bytes, path)?;
         // At an address with several names (`write`, `__write`,
         // `__GI___write`…) keep the one a user would recognize: sized before
         // unsized, global before weak before local, fewest leading
@@ -287,7 +300,7 @@ impl ElfObject {
     fn dwarf(&self) -> Option<std::sync::MutexGuard<'_, addr2line::Context<Reader>>> {
         self.dwarf
             .get_or_init(|| {
-                let file = object::File::parse(&*self.bytes).ok()?;
+                let file = parse(&*self.bytes, &self.path).ok()?;
                 load_dwarf(&file).map(std::sync::Mutex::new)
             })
             .as_ref()
@@ -306,7 +319,7 @@ impl ElfObject {
     /// all their code.
     pub fn eh_frame_symbols(&self) -> &[FnSym] {
         self.eh_symbols.get_or_init(|| {
-            let Ok(file) = object::File::parse(&*self.bytes) else {
+            let Ok(file) = parse(&*self.bytes, &self.path) else {
                 return Vec::new();
             };
             let table = |a: u64| lookup(&self.symbols, a).is_some();
@@ -474,340 +487,6 @@ fn lookup(syms: &[FnSym], addr: u64) -> Option<(&FnSym, u64)> {
     Some((s, off))
 }
 
-const R_X86_64_GLOB_DAT: u32 = 6;
-const R_X86_64_JUMP_SLOT: u32 = 7;
-const R_X86_64_IRELATIVE: u32 = 37;
-const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
-
-/// Symbols for the PLT entries of an x86-64 object, named as binutils'
-/// `elf_x86_64_get_synthetic_symtab` and perf name them: each entry's
-/// `jmp *disp(%rip)` (with or without `endbr64` and `bnd`) reads a GOT
-/// slot; the dynamic relocation of that slot (`R_X86_64_JUMP_SLOT` from
-/// `.rela.plt`, `R_X86_64_GLOB_DAT` from `.rela.dyn` for `.plt.got`) names
-/// the symbol: `NAME@plt`, or `*ABS*+0xADDR@plt` for an IFUNC resolved
-/// in place (`R_X86_64_IRELATIVE`). Layouts:
-///
-/// * `.plt`, lazy: PLT0 (16 bytes, `push GOT+8; jmp *GOT+16`), then 16-byte
-///   entries `jmp *slot; push i; jmp PLT0`;
-/// * `.plt` with IBT (`-z ibtplt`, `-z ibt`): PLT0, then 16-byte lazy stubs
-///   `endbr64; push i; jmp PLT0` that jump through no slot, while the
-///   entries calls go to are in `.plt.sec` (16 bytes, `endbr64; bnd jmp
-///   *slot; nop`);
-/// * `.plt.got`: 8-byte `jmp *slot; nop` or, with IBT, 16-byte `endbr64; bnd
-///   jmp *slot; nop` entries for functions whose address is also taken.
-///
-/// Code in `.plt` that jumps through no slot (PLT0, IBT lazy stubs) is one
-/// symbol per run, named `.plt`, as objdump labels it.
-fn plt_symbols(file: &object::File<'_>) -> Vec<FnSym> {
-    if file.architecture() != object::Architecture::X86_64 || !file.is_little_endian() {
-        return Vec::new();
-    }
-    let mut slots: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
-    if let (Some(relocs), Some(dynsym)) = (file.dynamic_relocations(), file.dynamic_symbol_table())
-    {
-        for (offset, r) in relocs {
-            let object::RelocationFlags::Elf { r_type } = r.flags() else {
-                continue;
-            };
-            let name = match (r_type, r.target()) {
-                (R_X86_64_JUMP_SLOT | R_X86_64_GLOB_DAT, object::RelocationTarget::Symbol(i)) => {
-                    match dynsym.symbol_by_index(i).ok().and_then(|s| s.name().ok()) {
-                        Some(n) if !n.is_empty() => n.to_string(),
-                        _ => continue,
-                    }
-                }
-                (R_X86_64_IRELATIVE, _) => format!("*ABS*+{:#x}", r.addend()),
-                _ => continue,
-            };
-            // `.rela.plt` first, then `.rela.dyn`: keep the first name.
-            slots.entry(offset).or_insert(name);
-        }
-    }
-    let mut out: Vec<FnSym> = Vec::new();
-    let push_plt = |out: &mut Vec<FnSym>, addr: u64, size: u64, name: String| {
-        // Merge runs of unnamed lazy-binding code into one `.plt` symbol.
-        if let Some(last) = out.last_mut() {
-            if last.mangled == ".plt" && name == ".plt" && last.addr + last.size == addr {
-                last.size += size;
-                return;
-            }
-        }
-        out.push(FnSym {
-            addr,
-            size,
-            mangled: name,
-            origin: SymOrigin::Plt,
-        });
-    };
-    for section in [".plt", ".plt.sec", ".plt.got"] {
-        let Some(sec) = file.section_by_name(section) else {
-            continue;
-        };
-        let Ok(data) = sec.data() else { continue };
-        let base = sec.address();
-        let entry = match section {
-            ".plt.got" if !data.starts_with(&ENDBR64) => 8,
-            _ => 16,
-        };
-        let mut at = 0usize;
-        while at + entry <= data.len() {
-            let bytes = &data[at..at + entry];
-            let addr = base + at as u64;
-            let name = got_jump(bytes)
-                .and_then(|(end, disp)| {
-                    let slot = (addr + end as u64).wrapping_add(disp as i64 as u64);
-                    slots.get(&slot)
-                })
-                .map(|n| format!("{n}@plt"));
-            match name {
-                Some(n) => push_plt(&mut out, addr, entry as u64, n),
-                None if section == ".plt" => push_plt(&mut out, addr, entry as u64, ".plt".into()),
-                None => {}
-            }
-            at += entry;
-        }
-    }
-    out
-}
-
-/// In a PLT entry, the first `jmp *disp32(%rip)` (`ff 25`, possibly after
-/// `endbr64` and with a `bnd` (`f2`) prefix): the offset just past it and
-/// its displacement. PLT0's `push` and `jmp` read GOT+8 and GOT+16, which no
-/// relocation names, so PLT0 stays unnamed.
-fn got_jump(entry: &[u8]) -> Option<(usize, i32)> {
-    let mut i = 0;
-    if entry.starts_with(&ENDBR64) {
-        i = 4;
-    }
-    if entry.get(i) == Some(&0xf2) {
-        i += 1;
-    }
-    if entry.get(i..i + 2)? != [0xff, 0x25] {
-        return None;
-    }
-    let disp = i32::from_le_bytes(entry.get(i + 2..i + 6)?.try_into().ok()?);
-    Some((i + 6, disp))
-}
-
-/// Symbols for the `.eh_frame` FDEs whose first byte `covered` says no
-/// symbol holds: see [`SymOrigin::EhFrame`]. `table` is the object's other
-/// symbols, sorted by address, for naming `.cold` fragments.
-fn eh_frame_symbols(
-    file: &object::File<'_>,
-    table: &[FnSym],
-    covered: &dyn Fn(u64) -> bool,
-) -> Vec<FnSym> {
-    use gimli::UnwindSection;
-    let Some(sec) = file.section_by_name(".eh_frame") else {
-        return Vec::new();
-    };
-    let Ok(data) = sec.data() else {
-        return Vec::new();
-    };
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
-    let mut eh = gimli::EhFrame::new(data, endian);
-    eh.set_address_size(if file.is_64() { 8 } else { 4 });
-    let mut bases = gimli::BaseAddresses::default().set_eh_frame(sec.address());
-    if let Some(text) = file.section_by_name(".text") {
-        bases = bases.set_text(text.address());
-    }
-    if let Some(got) = file.section_by_name(".got") {
-        bases = bases.set_got(got.address());
-    }
-    let x86_64 = file.architecture() == object::Architecture::X86_64;
-    // (start, len, entry, parent) of the FDEs no symbol covers: entry is
-    // false for a fragment whose first instruction does not see the CFA at
-    // rsp+8, as every x86-64 function entry does (the return address just
-    // pushed); parent is the start of the FDE just before it in .eh_frame.
-    // Only uncovered FDEs are evaluated: an object with a symbol table
-    // pays for a walk over its FDEs and nothing more.
-    let mut fdes: Vec<(u64, u64, bool, Option<u64>)> = Vec::new();
-    let mut ctx = gimli::UnwindContext::new();
-    let mut entries = eh.entries(&bases);
-    let mut previous: Option<u64> = None;
-    while let Ok(Some(entry)) = entries.next() {
-        let gimli::CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else {
-            continue;
-        };
-        let (start, len) = (fde.initial_address(), fde.len());
-        if start == 0 || len == 0 {
-            continue;
-        }
-        let parent = previous.replace(start);
-        if covered(start) {
-            continue;
-        }
-        let entry = !x86_64
-            || match fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) {
-                Ok(row) => matches!(
-                    row.cfa(),
-                    gimli::CfaRule::RegisterAndOffset { register, offset: 8 }
-                        if *register == gimli::X86_64::RSP
-                ),
-                Err(_) => true,
-            };
-        fdes.push((start, len, entry, parent));
-    }
-    fdes.sort_unstable_by_key(|f| f.0);
-    fdes.dedup_by_key(|f| f.0);
-    let mut out = Vec::new();
-    for &(start, len, entry, parent) in &fdes {
-        let mut name = format!("sub_{start:x}");
-        if !entry {
-            // Compilers emit a function's FDE and then its cold part's, so
-            // a fragment whose predecessor in .eh_frame is a named
-            // function's entry is that function's `.cold` part.
-            let named = parent.and_then(|p| {
-                let i = table.partition_point(|s| s.addr < p);
-                table
-                    .get(i)
-                    .filter(|s| s.addr == p && s.origin == SymOrigin::Table)
-            });
-            if let Some(s) = named {
-                name = format!("{}.cold", s.mangled);
-            }
-        }
-        out.push(FnSym {
-            addr: start,
-            size: len,
-            mangled: name,
-            origin: SymOrigin::EhFrame,
-        });
-    }
-    out
-}
-
-fn decl_of(unit: gimli::UnitRef<'_, Reader>, offset: gimli::UnitOffset) -> Option<(String, u32)> {
-    let mut offset = offset;
-    // Follow at most a few origin links: inlined → abstract → declaration.
-    for _ in 0..4 {
-        let entry = unit.entry(offset).ok()?;
-        let line = entry
-            .attr_value(gimli::DW_AT_decl_line)
-            .ok()
-            .flatten()
-            .and_then(|v| v.udata_value());
-        let file = entry
-            .attr_value(gimli::DW_AT_decl_file)
-            .ok()
-            .flatten()
-            .and_then(|v| match v {
-                gimli::AttributeValue::FileIndex(i) => Some(i),
-                other => other.udata_value(),
-            });
-        if let (Some(line), Some(file)) = (line, file) {
-            return Some((file_path(unit, file)?, u32::try_from(line).ok()?));
-        }
-        let next = [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification]
-            .into_iter()
-            .find_map(|at| match entry.attr_value(at).ok().flatten() {
-                Some(gimli::AttributeValue::UnitRef(o)) => Some(o),
-                _ => None,
-            });
-        offset = next?;
-    }
-    None
-}
-
-fn file_path(unit: gimli::UnitRef<'_, Reader>, index: u64) -> Option<String> {
-    use gimli::Reader as _;
-    let header = unit.line_program.as_ref()?.header();
-    let file = header.file(index)?;
-    let string = |v| -> Option<String> {
-        Some(
-            unit.attr_string(v)
-                .ok()?
-                .to_string_lossy()
-                .ok()?
-                .into_owned(),
-        )
-    };
-    let name = string(file.path_name())?;
-    if name.starts_with('/') {
-        return Some(name);
-    }
-    let mut path = PathBuf::new();
-    if let Some(dir) = unit.comp_dir.as_ref() {
-        path.push(dir.to_string_lossy().ok()?.as_ref());
-    }
-    if let Some(dir) = file.directory(header).and_then(string) {
-        path.push(dir);
-    }
-    path.push(name);
-    Some(path.to_string_lossy().into_owned())
-}
-
-/// The load layout of an ELF file without its symbols or DWARF: enough to
-/// turn a mapping's file offset into a [`FileAddr`] and to identify the file
-/// by build id. Cheap to open: only the headers and notes are read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ElfLayout {
-    loads: Vec<(u64, u64, u64)>,
-    build_id: Option<Vec<u8>>,
-    is_dyn: bool,
-}
-
-impl ElfLayout {
-    /// Open `path` and read its program headers and build id.
-    pub fn open(path: &Path) -> Result<Self, ElfError> {
-        Self::parse(&map_file(path)?, path)
-    }
-
-    /// Read the layout of the object open as `file`; `path` names it.
-    pub fn from_file(file: &std::fs::File, path: &Path) -> Result<Self, ElfError> {
-        Self::parse(&file_bytes(file, path)?, path)
-    }
-
-    /// Parse ELF bytes; `path` names the object in errors.
-    pub fn parse(bytes: &[u8], path: &Path) -> Result<Self, ElfError> {
-        let name = path.display().to_string();
-        if !bytes.starts_with(b"\x7fELF") {
-            return Err(ElfError::NotElf { path: name });
-        }
-        let file = object::File::parse(bytes).map_err(|e| ElfError::Malformed {
-            path: name,
-            why: e.to_string(),
-        })?;
-        Ok(ElfLayout {
-            loads: file
-                .segments()
-                .map(|seg| {
-                    let (offset, filesz) = seg.file_range();
-                    (offset, filesz, seg.address())
-                })
-                .collect(),
-            build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
-            is_dyn: matches!(file.kind(), object::ObjectKind::Dynamic),
-        })
-    }
-
-    /// The GNU build id, if the object has one.
-    pub fn build_id(&self) -> Option<&[u8]> {
-        self.build_id.as_deref()
-    }
-
-    /// True for position-independent objects (ET_DYN).
-    pub fn is_position_independent(&self) -> bool {
-        self.is_dyn
-    }
-
-    /// The link-time address of byte `file_offset` of the file, through the
-    /// load segment that contains it (as [`ElfObject::file_addr_of_offset`]).
-    pub fn file_addr_of_offset(&self, file_offset: u64) -> Option<FileAddr> {
-        self.loads
-            .iter()
-            .find(|&&(off, len, _)| file_offset >= off && file_offset - off < len)
-            .map(|&(off, _, vaddr)| FileAddr(vaddr.wrapping_add(file_offset - off)))
-    }
-}
-
 /// Where distributions install detached debug information:
 /// `/usr/lib/debug/.build-id/xx/yyyy….debug` (Debian's `-dbg` and `-dbgsym`
 /// packages, Fedora's `debuginfo`).
@@ -852,87 +531,6 @@ impl ElfObject {
         }
         Some(debug)
     }
-}
-
-fn load_dwarf(file: &object::File<'_>) -> Option<addr2line::Context<Reader>> {
-    file.section_by_name(".debug_info")?;
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
-    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-        let data: Cow<'_, [u8]> = file
-            .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
-            .unwrap_or(Cow::Borrowed(&[]));
-        Ok(gimli::EndianArcSlice::new(Arc::from(&*data), endian))
-    };
-    let dwarf = gimli::Dwarf::load(load).ok()?;
-    addr2line::Context::from_dwarf(dwarf).ok()
-}
-
-/// Open `path` (an object: no final symbolic link followed, bounded) and
-/// get its bytes as [`file_bytes`] does.
-fn map_file(path: &Path) -> Result<Bytes, ElfError> {
-    let (file, _) = crate::open::open_object(path, None).map_err(|e| ElfError::Read {
-        path: path.display().to_string(),
-        source: e.into_io(),
-    })?;
-    file_bytes(&file, path)
-}
-
-/// True when only root can change the file: owned by root, writable by
-/// nobody else. Only such a file is memory-mapped; anyone who can write a
-/// mapped file can truncate it, and a read of a truncated mapping kills
-/// the reader with SIGBUS (a root server serving other users would die).
-pub(crate) fn only_root_writes(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    meta.uid() == 0 && meta.mode() & 0o022 == 0
-}
-
-/// The bytes of an opened object file: mapped read-only when only root can
-/// write it (system libraries, debug files), else read (at most
-/// [`crate::open::MAX_OBJECT`] bytes) from offset 0 with pread, so a
-/// descriptor shared with other readers keeps its offset.
-pub(crate) fn file_bytes(file: &std::fs::File, path: &Path) -> Result<Bytes, ElfError> {
-    let read_error = |source| ElfError::Read {
-        path: path.display().to_string(),
-        source,
-    };
-    let meta = file.metadata().map_err(read_error)?;
-    if meta.len() > crate::open::MAX_OBJECT {
-        return Err(read_error(std::io::Error::other(format!(
-            "larger than {} bytes",
-            crate::open::MAX_OBJECT
-        ))));
-    }
-    if only_root_writes(&meta) {
-        // SAFETY: the map is read-only and private, and only root can write
-        // (or truncate) the file, so it cannot shrink under the map.
-        if let Ok(map) = unsafe { memmap2::Mmap::map(file) } {
-            return Ok(Bytes::Mapped(map));
-        }
-    }
-    let mut out = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    let mut chunk = vec![0u8; 1 << 20];
-    loop {
-        use std::os::unix::fs::FileExt;
-        let n = file
-            .read_at(&mut chunk, out.len() as u64)
-            .map_err(read_error)?;
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&chunk[..n]);
-        if out.len() as u64 > crate::open::MAX_OBJECT {
-            return Err(read_error(std::io::Error::other(format!(
-                "larger than {} bytes",
-                crate::open::MAX_OBJECT
-            ))));
-        }
-    }
-    Ok(Bytes::Owned(out))
 }
 
 /// Demangle a Rust or C++ symbol; other names are returned unchanged.

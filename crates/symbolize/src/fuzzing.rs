@@ -16,6 +16,25 @@ pub fn elf(data: &[u8]) {
     let _ = KernelSymbols::from_vmlinux(data, "fuzz");
 }
 
+/// `fuzz_targets/maps.rs`: a `/proc/PID/maps` text, as
+/// [`crate::maps::read`] takes it. Every line that parses prints back, in
+/// the kernel's format, to a line that parses to the same mapping.
+pub fn maps(data: &[u8]) {
+    for e in crate::maps::parse_bytes(data) {
+        assert!(e.path.starts_with(e.file_path()), "{e:?}");
+        assert_eq!(e.deleted(), e.file_path().len() < e.path.len());
+        let line = format!(
+            "{:x}-{:x} {} {:x} {:x}:{:x} {} {}",
+            e.start, e.end, e.perms, e.offset, e.major, e.minor, e.inode, e.path
+        );
+        assert_eq!(
+            crate::maps::MapsEntry::parse(&line).as_ref(),
+            Some(&e),
+            "{line:?}"
+        );
+    }
+}
+
 /// `fuzz_targets/kallsyms.rs`: a `/proc/kallsyms` or `System.map` text.
 pub fn kallsyms(data: &[u8]) {
     if let Ok(k) = KernelSymbols::from_text(data, "fuzz") {

@@ -243,7 +243,7 @@ impl KernelSymbols {
             path: path.to_string(),
             why,
         };
-        let file = object::File::parse(bytes).map_err(|e| bad(e.to_string()))?;
+        let file = crate::elf::parse(bytes, Path::new(path)).map_err(|e| bad(e.reason()))?;
         let mut syms = Vec::new();
         for s in file.symbols() {
             let Ok(name) = s.name() else { continue };

@@ -12,6 +12,8 @@
 //! * [`unwind`]: user stacks from `.eh_frame` over the tasks table.
 //! * [`symbolizer`]: the one [`Symbolizer`] that names kernel pcs and
 //!   (object, offset) places for `top` and `record`, cached.
+//! * [`maps`]: `/proc/PID/maps`, read (bounded) and parsed here for every
+//!   crate of profdev.
 //!
 //! **Where `unsafe` lives, and why.** Three blocks: [`elf`] maps an object
 //! file read-only (memmap2) rather than copying large debug files;
@@ -21,6 +23,7 @@
 
 pub mod elf;
 pub mod kernel;
+pub mod maps;
 pub mod objects;
 pub mod open;
 pub mod symbolizer;

@@ -22,7 +22,7 @@
 //! after it was mapped").
 //!
 //! **No SIGBUS.** Files that only root can write are memory-mapped; any
-//! other file is read (see `elf::file_bytes`), since its owner could
+//! other file is read (see `elf::ElfBytes`), since its owner could
 //! truncate it under a mapping and kill the reader.
 //!
 //! **Sharing.** [`Objects`] is a cheap handle (clone it to share one table
@@ -30,15 +30,18 @@
 //! object lives while a mapping of some [`crate::Tasks`] (or a device's
 //! record) holds it, and its descriptor is closed with it.
 //!
-//! **Opened at once.** [`Objects::shared`] is the process's one table,
-//! used by every device and command. The first call installs the sample
-//! sources' mapping hook (`profdev_core::source::set_mapping_hook`): a live
-//! source hands each MMAP record to [`Objects::prefetch`] the moment it
-//! decodes it, before the per-CPU merge holds it back, so the file is
-//! opened through `/proc/PID/map_files` while the process most likely
-//! still runs. The prefetched object is kept (at most [`PREFETCH_KEPT`]
-//! of them, each for at most [`PREFETCH_SECS`] s) until a tasks table
-//! observes the record and takes it.
+//! **Opened at once.** A table is a value, made by whoever builds a
+//! server or a command and handed to what reads its records (the
+//! devices, through `DevContext`; a command's tasks tables). Its
+//! [`Objects::mapping_hook`] goes to the live source factory
+//! (`profdev_sample::PerfFactory::with_mapping_hook`): the source hands
+//! each MMAP record to [`Objects::prefetch`] the moment it decodes it,
+//! before the per-CPU merge holds it back, so the file is opened through
+//! `/proc/PID/map_files` while the process most likely still runs. The
+//! prefetched object is kept (at most [`PREFETCH_KEPT`] of them, each for
+//! at most [`PREFETCH_SECS`] s) until a tasks table of the same table
+//! observes the record and takes it. Two tables share nothing: there is
+//! no process-wide table or hook.
 //!
 //! ```
 //! use profdev_symbolize::objects::Objects;
@@ -103,7 +106,8 @@ impl fmt::Debug for Object {
 }
 
 impl Object {
-    /// A number unique among the objects of this process's tables.
+    /// A number unique among the objects of every table of this process
+    /// (so objects of two tables never share an id as a cache key).
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -236,7 +240,6 @@ struct Table {
     /// The latest object per device and inode, to find it again without
     /// opening the file.
     by_inode: HashMap<(u32, u32, u64), Weak<Object>>,
-    next_id: u64,
     vdso: Option<Arc<Object>>,
     opened: u64,
     failed: u64,
@@ -304,9 +307,8 @@ impl Objects {
     }
 
     fn insert(&self, t: &mut Table, path: &str, key: ObjectKey, source: Source) -> Arc<Object> {
-        t.next_id += 1;
         let o = Arc::new(Object {
-            id: t.next_id,
+            id: next_object_id(),
             path: path.to_string(),
             key: key.clone(),
             source,
@@ -440,19 +442,18 @@ impl Objects {
         Ok(self.insert(&mut t, path, key, Source::File(f)))
     }
 
-    /// The process's one table, shared by every device and command; its
-    /// first use installs the mapping hook that opens each mapped file as
-    /// soon as a live source reads its MMAP record.
-    pub fn shared() -> Objects {
-        static SHARED: OnceLock<Objects> = OnceLock::new();
-        SHARED
-            .get_or_init(|| {
-                let objects = Objects::new();
-                let hook = objects.clone();
-                profdev_core::source::set_mapping_hook(Box::new(move |r| hook.prefetch(r)));
-                objects
-            })
-            .clone()
+    /// The hook a live source calls with each MMAP record as it decodes
+    /// it: [`Objects::prefetch`] into this table.
+    ///
+    /// ```
+    /// use profdev_symbolize::Objects;
+    /// let objects = Objects::new();
+    /// let hook = objects.mapping_hook(); // for PerfFactory::with_mapping_hook
+    /// # drop(hook);
+    /// ```
+    pub fn mapping_hook(&self) -> profdev_core::MappingHook {
+        let objects = self.clone();
+        profdev_core::MappingHook::new(move |r| objects.prefetch(r))
     }
 
     /// Open the object of an MMAP record now and keep it for a while, so
@@ -506,9 +507,8 @@ impl Objects {
             version: None,
             claimed_build_id: None,
         };
-        t.next_id += 1;
         let o = Arc::new(Object {
-            id: t.next_id,
+            id: next_object_id(),
             path: "[vdso]".into(),
             key,
             source,
@@ -519,6 +519,13 @@ impl Objects {
         t.vdso = Some(o.clone());
         o
     }
+}
+
+/// A fresh object id: a counter of the process, only so ids are unique
+/// across tables (it holds no object and no mapping).
+fn next_object_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 fn inode_of(meta: &std::fs::Metadata) -> (u32, u32, u64) {
@@ -572,11 +579,10 @@ fn raise_nofile_limit() {
 
 /// A copy of this process's vDSO image, found in /proc/self/maps.
 pub(crate) fn own_vdso() -> Option<Vec<u8>> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (a, b) = line.split_whitespace().next()?.split_once('-')?;
-    let start = usize::from_str_radix(a, 16).ok()?;
-    let end = usize::from_str_radix(b, 16).ok()?;
+    let maps = crate::maps::read_self().ok()?;
+    let vdso = maps.iter().find(|m| m.path == "[vdso]")?;
+    let start = usize::try_from(vdso.start).ok()?;
+    let end = usize::try_from(vdso.end).ok()?;
     if start == 0 || end <= start || end - start > 1 << 20 {
         return None;
     }
@@ -739,6 +745,54 @@ mod tests {
             time: 6,
         });
         assert_eq!(objects.stats().opened, 1);
+    }
+
+    /// Two tables built independently share nothing: what one's mapping
+    /// hook prefetched, the other neither holds nor finds, and the same
+    /// file is a different object (with a different id) in each. No
+    /// process-wide table or hook remains.
+    #[test]
+    fn two_tables_share_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let prog = d.path().join("prog");
+        std::fs::copy(std::env::current_exe().unwrap(), &prog).unwrap();
+        let record = profdev_core::Record::Mmap {
+            pid: u32::MAX,
+            tid: u32::MAX,
+            addr: 0x1000,
+            len: 0x1000,
+            pgoff: 0,
+            path: prog.to_str().unwrap().into(),
+            file: Some(id_of(&prog)),
+            build_id: None,
+            time: 5,
+        };
+        let (a, b) = (Objects::new(), Objects::new());
+        a.mapping_hook().reported(&record);
+        assert_eq!((a.stats().opened, a.stats().live), (1, 1));
+        assert_eq!(b.stats(), ObjectStats::default(), "b saw a's prefetch");
+        // Deleted now: a still has the file it opened at the mapping, b
+        // has nothing to open.
+        std::fs::remove_file(&prog).unwrap();
+        let observe = |objects: &Objects| {
+            let mut tasks = crate::Tasks::with_objects(objects.clone());
+            tasks.observe(&record);
+            tasks
+                .lookup(u32::MAX, profdev_core::ProcessVa(0x1800))
+                .and_then(|m| m.object.clone())
+        };
+        let from_a = observe(&a).expect("a's prefetched object");
+        assert!(observe(&b).is_none(), "b found a's object");
+        assert_eq!(b.stats().failed, 1);
+        // The same file opened by both: two objects, two ids.
+        let exe = std::env::current_exe().unwrap();
+        let (oa, ob) = (
+            a.open_path(exe.to_str().unwrap()).unwrap(),
+            b.open_path(exe.to_str().unwrap()).unwrap(),
+        );
+        assert!(!Arc::ptr_eq(&oa, &ob));
+        assert_ne!(oa.id(), ob.id());
+        assert_ne!(from_a.id(), ob.id());
     }
 
     /// A file anyone may write is read, not mapped; a root-only one may be

@@ -376,17 +376,15 @@ mod tests {
     fn map_files_are_preferred_and_followed() {
         // This test's own executable is mapped: find a mapping of it.
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let maps = crate::maps::read_self().unwrap();
         let line = maps
-            .lines()
-            .find(|l| l.ends_with(exe.to_str().unwrap()))
+            .iter()
+            .find(|l| l.path == exe.to_str().unwrap())
             .expect("the executable is mapped");
-        let range = line.split_whitespace().next().unwrap();
-        let (s, e) = range.split_once('-').unwrap();
         let m = MappedRange {
             pid: std::process::id(),
-            start: u64::from_str_radix(s, 16).unwrap(),
-            end: u64::from_str_radix(e, 16).unwrap(),
+            start: line.start,
+            end: line.end,
         };
         let want = std::fs::metadata(&exe).unwrap().len();
         // A bogus path: the map_files entry is used.

@@ -50,7 +50,7 @@
 //! ```no_run
 //! use profdev_symbolize::{unwind::UserUnwinder, Objects, Tasks};
 //! # let records: Vec<profdev_core::Record> = vec![];
-//! let mut tasks = Tasks::with_objects(Objects::shared());
+//! let mut tasks = Tasks::with_objects(Objects::new());
 //! let mut unwinder = UserUnwinder::new();
 //! for r in &records {
 //!     tasks.observe(r);
@@ -123,7 +123,7 @@ pub(crate) struct UnwindInfo {
 
 impl UnwindInfo {
     pub(crate) fn parse(bytes: &[u8]) -> Option<Self> {
-        let file = object::File::parse(bytes).ok()?;
+        let file = crate::elf::parse(bytes, std::path::Path::new("")).ok()?;
         let section = |name: &str| {
             let s = file.section_by_name(name)?;
             let data = s.uncompressed_data().ok()?;

@@ -73,14 +73,11 @@ pub(super) fn open_mapped(
             Err("the file changed since it was mapped".into())
         }
     };
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
-    let range = maps.lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let (a, b) = f.next()?.split_once('-')?;
-        let inode: u64 = f.nth(3)?.parse().ok()?;
-        let (a, b) = (hex(a)?, hex(b)?);
-        (a >= lo && a < hi && inode == ino).then_some((a, b))
-    });
+    let maps = profdev_symbolize::maps::read(pid).map_err(|e| e.to_string())?;
+    let range = maps
+        .iter()
+        .find(|m| m.start >= lo && m.start < hi && m.inode == ino)
+        .map(|m| (m.start, m.end));
     let Some((a, b)) = range else {
         return Err(format!("process {pid} maps no such file at 0x{lo:x}"));
     };

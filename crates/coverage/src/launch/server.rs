@@ -140,24 +140,21 @@ impl Server {
     /// encodes. Returns how many modules were planned; a module that
     /// cannot be read now is left for the runtime's request.
     pub fn preplan(&self, pid: u32) -> usize {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(maps) = profdev_symbolize::maps::read(pid) else {
             return 0;
         };
         let mut seen = BTreeSet::new();
         let mut planned = 0;
-        for l in maps.lines() {
-            let mut f = l.split_whitespace();
-            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
-                continue;
-            };
-            let path = f.nth(3).unwrap_or("");
-            if !perms.contains('x') || !path.starts_with('/') || !seen.insert(path.to_string()) {
+        for m in &maps {
+            let path = m.file_path();
+            if !m.perms.exec() || !m.is_file() || !seen.insert(path.to_string()) {
                 continue;
             }
             let path = Path::new(path);
             if !selected(&self.lock().select, path) {
                 continue;
             }
+            let range = m.map_files_name();
             let Ok(file) = std::fs::File::open(format!("/proc/{pid}/map_files/{range}")) else {
                 continue;
             };

@@ -95,13 +95,12 @@ pub(super) fn mapped_runtimes() -> Option<BTreeSet<PathBuf>> {
         // user's, when profdev is not root; one holding capabilities
         // profdev lacks) is one profdev could not have attached to, nor
         // preloaded into (see Bugs in the module doc).
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(maps) = profdev_symbolize::maps::read_file(Path::new(&format!("/proc/{pid}/maps")))
+        else {
             continue;
         };
-        for l in maps.lines() {
-            let Some(at) = l.find(" /") else { continue };
-            let file = l[at + 1..].trim_end_matches(" (deleted)");
-            let file = Path::new(file);
+        for m in maps.iter().filter(|m| m.is_file()) {
+            let file = Path::new(m.file_path());
             if file.file_name() == Some(std::ffi::OsStr::new(RUNTIME_NAME)) {
                 if let Some(d) = file.parent() {
                     out.insert(d.to_path_buf());

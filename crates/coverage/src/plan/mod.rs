@@ -218,7 +218,7 @@ impl Plan {
             .filter(|s| s.origin != profdev_symbolize::elf::SymOrigin::Plt)
             .map(|s| s.addr)
             .collect();
-        let file = object::File::parse(bytes).map_err(|e| err(e.to_string()))?;
+        let file = profdev_symbolize::elf::parse(bytes, path).map_err(|e| err(e.reason()))?;
         if file.architecture() != object::Architecture::X86_64 {
             return Err(err("it is not an x86-64 object".into()));
         }

@@ -194,10 +194,10 @@ impl Probes {
             .map_err(|e| io_error(format!("cannot read {}", file.display()), e))?;
         let bytes = crate::image::read(&f, file, crate::image::Limits::for_file(&meta))?;
         let plan = Plan::of_bytes(&bytes, file)?;
-        let elf = object::File::parse(&*bytes).map_err(|e| {
+        let elf = profdev_symbolize::elf::parse(&*bytes, file).map_err(|e| {
             UprobeError::Plan(PlanError::Read {
                 path: file.display().to_string(),
-                why: e.to_string(),
+                why: e.reason(),
             })
         })?;
         let segments: Vec<(u64, u64, u64)> = elf

@@ -118,17 +118,12 @@ pub fn capture() -> Option<Capture> {
 /// The executable text mapping of this binary: (start, len, pgoff, path).
 fn own_text() -> (u64, u64, u64, PathBuf) {
     let exe = std::fs::canonicalize("/proc/self/exe").expect("/proc/self/exe");
-    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
-    for line in maps.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 6 || !f[1].contains('x') || Path::new(f[5]) != exe {
+    let maps = profdev_symbolize::maps::read_self().expect("/proc/self/maps");
+    for m in maps {
+        if !m.perms.exec() || Path::new(&m.path) != exe {
             continue;
         }
-        let (a, b) = f[0].split_once('-').expect("range");
-        let start = u64::from_str_radix(a, 16).expect("hex");
-        let end = u64::from_str_radix(b, 16).expect("hex");
-        let pgoff = u64::from_str_radix(f[2], 16).expect("hex");
-        return (start, end - start, pgoff, exe);
+        return (m.start, m.end - m.start, m.offset, exe);
     }
     panic!(
         "no executable mapping of {} in /proc/self/maps",

@@ -159,7 +159,7 @@ impl Prof {
             CtlOp::End => {
                 self.stop();
                 self.session.reset(|| {
-                    *lock(&self.resolver) = super::modules::Resolver::new();
+                    lock(&self.resolver).clear();
                     *self.lock() = State::new();
                 });
                 let health = self.session.health();

@@ -263,6 +263,7 @@ use ctl::Wanted;
 use histogram::{Cursor, ModRecord};
 use modules::{Outcome, Resolver};
 use profdev_core::Record;
+use profdev_symbolize::Objects;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -427,11 +428,20 @@ impl Prof {
             .set_rate_asked(frequency_hz(DEFAULT_INTERVAL_MS));
         Prof {
             state: Arc::new(Mutex::new(State::new())),
-            resolver: Arc::new(Mutex::new(Resolver::new())),
+            resolver: Arc::new(Mutex::new(Resolver::new(Objects::new()))),
             session,
             engines,
             attached: engines::Attachments::default(),
         }
+    }
+
+    /// The device with `objects` as its objects table: the one whose
+    /// [`Objects::mapping_hook`] the engine's live source calls, so a
+    /// file is opened when its MMAP record is decoded (a device made by
+    /// [`Prof::new`] has a table of its own, which no source feeds).
+    pub fn with_objects(self, objects: Objects) -> Self {
+        *lock(&self.resolver) = Resolver::new(objects);
+        self
     }
 
     /// Account `records` as the running mode would: the entry point of the

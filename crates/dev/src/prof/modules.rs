@@ -1,6 +1,7 @@
-//! Which module a sample is in: the tasks table (with the shared objects
-//! table, which opens each mapped file when its MMAP record arrives and
-//! keeps it) and the module number of each object.
+//! Which module a sample is in: the tasks table (with the device's objects
+//! table, handed to it by whoever built it, which opens each mapped file
+//! when its MMAP record arrives and keeps it) and the module number of
+//! each object.
 //!
 //! Everything here may read files (ELF headers, `stat`, `/proc`), so it runs
 //! under its own lock, never under the device's: a reader of the device's
@@ -66,8 +67,8 @@ pub(super) struct Resolver {
 }
 
 impl Resolver {
-    pub(super) fn new() -> Self {
-        let objects = Objects::shared();
+    /// A resolver whose tasks tables open and keep files in `objects`.
+    pub(super) fn new(objects: Objects) -> Self {
         Resolver {
             tasks: Tasks::with_objects(objects.clone()),
             objects,
@@ -75,6 +76,11 @@ impl Resolver {
             by_object: HashMap::new(),
             held: HashMap::new(),
         }
+    }
+
+    /// Forget every task and module (`end`); the objects table stays.
+    pub(super) fn clear(&mut self) {
+        *self = Resolver::new(self.objects.clone());
     }
 
     /// A new session describes every task afresh.

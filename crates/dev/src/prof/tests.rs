@@ -307,6 +307,32 @@ fn real_id(path: &Path) -> Option<FileId> {
     })
 }
 
+/// A device resolves through the objects table it was given: a file its
+/// table opened when the mapping was reported (the source's mapping
+/// hook) and that was deleted since is still its module; a device with a
+/// table of its own, fed the same records, has nothing to open. No table
+/// is process-wide.
+#[test]
+fn a_device_uses_the_objects_table_it_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("prog");
+    std::fs::copy(exe(), &prog).unwrap();
+    let record = mmap(u32::MAX, &prog.to_string_lossy(), real_id(&prog), None);
+    let objects = profdev_symbolize::Objects::new();
+    objects.mapping_hook().reported(&record);
+    std::fs::remove_file(&prog).unwrap();
+    let given = idle().with_objects(objects);
+    let own = idle();
+    for p in [&given, &own] {
+        p.lock().mode = Some(Mode::Sampling);
+        p.feed(&[record.clone(), sample(u32::MAX, BASE + 0x10)]);
+    }
+    assert_eq!(dirs(&given), ["ctl", "00000001"]);
+    assert_eq!(read_all(&given, "00000001", "histogram"), "0x10 1\n");
+    assert_eq!(dirs(&own), ["ctl"]);
+    assert_eq!((own.stats().unresolved, given.stats().unresolved), (1, 0));
+}
+
 #[test]
 fn a_rebuilt_binary_gets_a_new_record() {
     let dir = tempfile::tempdir().unwrap();
