@@ -40,6 +40,7 @@ const ACTIONS: &str = r#"
       put(k + "width", r.getAttribute("width"));
       put(k + "fill", r.getAttribute("fill"));
       put(k + "label", t ? t.textContent : "");
+      put(k + "labelx", t ? t.getAttribute("x") : "");
       put(k + "class", g.getAttribute("class") || "");
     });
   }
@@ -235,6 +236,7 @@ fn check(what: &str, r: &BTreeMap<String, String>, original: &BTreeMap<String, S
         "a.shown",
         "a.width",
         "a.fill",
+        "a.labelx",
         "[unknown].shown",
         "[unknown] in prog.label",
     ] {

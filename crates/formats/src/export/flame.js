@@ -40,7 +40,8 @@
       x: rect.getAttribute("x"),
       width: rect.getAttribute("width"),
       fill: rect.getAttribute("fill"),
-      label: text ? text.textContent : null
+      label: text ? text.textContent : null,
+      labelX: text ? text.getAttribute("x") : null
     };
     frames.push(f);
     byElement.set(g, f);
@@ -142,7 +143,7 @@
           f.g.removeChild(f.text);
           f.text = null;
         } else {
-          f.text.setAttribute("x", fixed(Number(f.x) + 3));
+          f.text.setAttribute("x", f.labelX);
           f.text.textContent = f.label;
         }
       }
@@ -211,6 +212,11 @@
     }
   });
   window.addEventListener("keydown", function (ev) {
+    // Keys typed into a page's own fields (the graph inlined in HTML) are theirs.
+    var t = ev.target;
+    if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) {
+      return;
+    }
     if ((ev.ctrlKey && ev.key === "f") || ev.key === "/") {
       ev.preventDefault();
       ask();
