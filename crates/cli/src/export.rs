@@ -6,8 +6,8 @@
 //!
 //! ```text
 //! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
-//!                [-i FILE] [-o OUT] [--inverted] [--title T] [--pid PID] [--comm COMM]
-//!                [--format gnu|bsd] [--shift N] [--log-bucket N]
+//!                [-i FILE] [-o OUT [--open]] [--inverted] [--title T] [--pid PID]
+//!                [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
 //! ```
 //!
 //! # Description
@@ -19,7 +19,17 @@
 //! the recording holds.
 //!
 //! * `folded`: `a;b;c count` per stack (flamegraph.pl, inferno, speedscope).
-//! * `svg`: a flame graph; `--inverted` for an icicle graph.
+//! * `svg`: a flame graph; `--inverted` for an icicle graph. Opened in a
+//!   web browser it can be explored, as flamegraph.pl's graphs can: a
+//!   click on a frame zooms into it (it fills the width, its callers span
+//!   it at half opacity, other frames hide), "Reset Zoom" (top left) or
+//!   Escape shows the whole graph again, and "Search" (top right), Ctrl-F
+//!   or `/` asks for a regular expression: the frames whose function
+//!   names it matches turn purple and the share of the samples under them
+//!   (each sample counted once) is shown at the bottom right. The script
+//!   that does it is profdev's own, inside the file; it loads nothing.
+//!   Where no script runs (an `<img>`, an image viewer) the graph is the
+//!   same picture without the controls.
 //! * `pprof`: gzipped profile.proto (`go tool pprof`, Pyroscope, Parca).
 //! * `firefox`: the Firefox Profiler's processed JSON (profiler.firefox.com).
 //! * `perf-script`: `perf script` text (stackcollapse-perf.pl, Firefox Profiler).
@@ -39,6 +49,18 @@
 //! a stack that could not be unwound ending in `[unwind failed: REASON]`,
 //! and the idle task's samples under `[idle]`.
 //!
+//! Written to a file, the export names it on standard error in one line,
+//! `profdev export: wrote OUT (WHAT)`; for gmon the line ends with the
+//! gprof command that reads it (`read it with 'gprof EXE OUT'`). Written
+//! to standard output, only gmon says anything (EXE and the gprof line).
+//!
+//! `--open` (with `-o OUT`) hands OUT to the desktop's viewer for its
+//! type, `xdg-open OUT` (a web browser, for an SVG), when there is a
+//! display (`$DISPLAY` or `$WAYLAND_DISPLAY` set) and xdg-open is
+//! installed; otherwise one sentence on standard error says why not and
+//! where the file is. Either way the exit status is 0: the export was
+//! written, and opening it is a convenience.
+//!
 //! Files that hold kernel addresses (kpdata, proc-profile, and pprof, otlp or
 //! perf-script when the recording has kernel frames) are created 0600,
 //! others 0644, through the safe write path.
@@ -46,7 +68,8 @@
 //! # Example
 //!
 //! ```text
-//! profdev record -g -- ./prog && profdev export svg -o prog.svg
+//! profdev record -g -- ./prog && profdev export svg -o prog.svg --open
+//! profdev export: wrote prog.svg (flame graph: 212 frames, 4013 samples; in a web browser, click to zoom, Ctrl-F to search)
 //! profdev export pprof -o prog.pb.gz && go tool pprof -top prog.pb.gz
 //! ```
 //!
@@ -54,6 +77,14 @@
 //!
 //! The whole recording is read into memory (its distinct stacks once);
 //! every format but perf-script is made in memory before it is written.
+//!
+//! A flame graph leaves out frames narrower than 0.1 pixel of the whole
+//! graph (as flamegraph.pl's `--minwidth` does): zooming does not bring
+//! them back, and a search does not count them.
+//!
+//! `--open` runs xdg-open as the user profdev runs as; it does not wait
+//! for the viewer, so a viewer that fails to start says so itself, if at
+//! all.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
@@ -115,6 +146,9 @@ pub(crate) struct Args {
     /// Where to write ('-': standard output; the default, except gmon.out for gmon).
     #[arg(short = 'o', value_name = "OUT")]
     output: Option<PathBuf>,
+    /// Open OUT in the desktop's viewer (xdg-open) when there is a display.
+    #[arg(long, requires = "output")]
+    open: bool,
     /// svg: an icicle graph (roots at the top).
     #[arg(long)]
     inverted: bool,
@@ -142,6 +176,10 @@ const NAME: &str = "profdev export";
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
     match crate::cmdline::parse::<Args>(NAME, args) {
+        Ok(args) if args.open && args.output.as_deref() == Some(Path::new("-")) => {
+            eprintln!("{NAME}: --open needs -o FILE, not standard output");
+            ExitCode::from(2)
+        }
         Ok(args) => crate::cmdline::finish(NAME, run(&args)),
         Err(code) => code,
     }
@@ -232,15 +270,16 @@ impl Write for SafeWriter {
 
 fn run(args: &Args) -> Result<ExitCode> {
     let rec = read_recording(&args.input)?;
-    let (contents, binary, kernel_addrs): (Contents, bool, bool) = match args.format {
+    let (contents, binary, kernel_addrs, what) = match args.format {
         Format::PerfScript => (
             Contents::Script(perf_script::Script::new(&rec)),
             false,
             has_kernel_frames(&rec),
+            What::Other,
         ),
         _ => {
-            let (bytes, binary, kernel) = bytes(args, &rec)?;
-            (Contents::Bytes(bytes), binary, kernel)
+            let (bytes, binary, kernel, what) = bytes(args, &rec)?;
+            (Contents::Bytes(bytes), binary, kernel, what)
         }
     };
     let default_out = match args.format {
@@ -248,6 +287,104 @@ fn run(args: &Args) -> Result<ExitCode> {
         _ => Path::new("-"),
     };
     let out = args.output.as_deref().unwrap_or(default_out);
+    let len = contents.len();
+    write(args, out, &contents, binary, kernel_addrs)?;
+    let to_stdout = out == Path::new("-");
+    if let Some(line) = wrote(args.format, out, len, &what) {
+        eprintln!("{NAME}: {line}");
+    }
+    if args.open && !to_stdout {
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        let display = env("DISPLAY").is_some() || env("WAYLAND_DISPLAY").is_some();
+        eprintln!("{NAME}: {}", open(out, display, env("PATH").as_deref()));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What an export holds, for the line that names the file written.
+enum What {
+    /// A flame graph of so many frames and samples.
+    Svg { frames: usize, samples: u64 },
+    /// The gmon.out of this executable.
+    Gmon { exe: String },
+    /// Any other format.
+    Other,
+}
+
+/// The line (after `profdev export: `) that says what was written where,
+/// or None for an export to standard output that needs no word.
+fn wrote(format: Format, out: &Path, len: usize, what: &What) -> Option<String> {
+    let file = out.display();
+    if out == Path::new("-") {
+        return match what {
+            What::Gmon { exe } => Some(format!(
+                "gmon.out of {exe} on standard output: read it with 'gprof {exe} FILE', FILE where it was saved"
+            )),
+            _ => None,
+        };
+    }
+    Some(match what {
+        What::Svg { frames, samples } => format!(
+            "wrote {file} (flame graph: {frames} frames, {samples} samples; in a web browser, click to zoom, Ctrl-F to search)"
+        ),
+        What::Gmon { exe } => {
+            format!("wrote {file} (gmon.out of {exe}): read it with 'gprof {exe} {file}'")
+        }
+        What::Other => {
+            let name = format
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_string());
+            format!("wrote {file} ({name}, {len} bytes)")
+        }
+    })
+}
+
+/// Hand `file` to the desktop's viewer (xdg-open, found on `path`) when
+/// there is a `display`; the sentence that says what happened.
+fn open(file: &Path, display: bool, path: Option<&std::ffi::OsStr>) -> String {
+    let shown = file.display();
+    if !display {
+        return format!(
+            "--open: there is no display to open it on ($DISPLAY and $WAYLAND_DISPLAY are unset); the file is {shown}"
+        );
+    }
+    let xdg_open = path.and_then(|p| {
+        std::env::split_paths(p)
+            .map(|d| d.join("xdg-open"))
+            .find(|c| is_executable(c))
+    });
+    let Some(xdg_open) = xdg_open else {
+        return format!("--open: xdg-open is not installed to open it; the file is {shown}");
+    };
+    // Not waited for: xdg-open may run the viewer in the foreground.
+    match std::process::Command::new(&xdg_open)
+        .arg(file)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(_) => format!("opening {shown} with {}", xdg_open.display()),
+        Err(e) => format!(
+            "--open: cannot run {}: {e}; the file is {shown}",
+            xdg_open.display()
+        ),
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Write `contents` to `out` (`-`: standard output).
+fn write(
+    args: &Args,
+    out: &Path,
+    contents: &Contents,
+    binary: bool,
+    kernel_addrs: bool,
+) -> Result<()> {
     // Writing a big export (perf-script text of a million samples is
     // gigabytes) shows a bar on a terminal.
     let bar = crate::bar::Bar::start(NAME, "writing", contents.len() as u64);
@@ -277,14 +414,14 @@ fn run(args: &Args) -> Result<ExitCode> {
             .map_err(|e| anyhow!("{}: {e}", out.display()))?;
         w.0.commit().map_err(|e| anyhow!("{e}"))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-/// The bytes of every format but perf-script, whether they are binary, and
-/// whether they hold kernel addresses.
-fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool)> {
+/// The bytes of every format but perf-script, whether they are binary,
+/// whether they hold kernel addresses, and what they are.
+fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, What)> {
     Ok(match args.format {
-        Format::Folded => (folded::write(rec).into_bytes(), false, false),
+        Format::Folded => (folded::write(rec).into_bytes(), false, false, What::Other),
         Format::Svg => {
             let opt = svg::Options {
                 title: args.title.clone().unwrap_or_else(|| {
@@ -297,10 +434,15 @@ fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool)> {
                 inverted: args.inverted,
                 ..svg::Options::default()
             };
-            (svg::write(rec, &opt).into_bytes(), false, false)
+            let graph = svg::render(rec, &opt);
+            let what = What::Svg {
+                frames: graph.frames,
+                samples: graph.samples,
+            };
+            (graph.svg.into_bytes(), false, false, what)
         }
-        Format::Pprof => (pprof::write(rec), true, has_kernel_frames(rec)),
-        Format::Firefox => (firefox::write(rec), false, false),
+        Format::Pprof => (pprof::write(rec), true, has_kernel_frames(rec), What::Other),
+        Format::Firefox => (firefox::write(rec), false, false, What::Other),
         Format::Gmon => {
             let sel = gmon::Select {
                 pid: args.pid,
@@ -311,12 +453,21 @@ fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool)> {
                 },
             };
             let (bytes, exe) = gmon::write(rec, &sel)?;
-            eprintln!("{NAME}: gmon.out of {exe}: read it with 'gprof {exe} OUT'");
-            (bytes, true, false)
+            (bytes, true, false, What::Gmon { exe })
         }
-        Format::Kpdata => (kpdata::write(rec, args.log_bucket)?, true, true),
-        Format::ProcProfile => (proc_profile::write(rec, args.shift)?, true, true),
-        Format::Otlp => (otlp::write(rec), true, has_kernel_frames(rec)),
+        Format::Kpdata => (
+            kpdata::write(rec, args.log_bucket)?,
+            true,
+            true,
+            What::Other,
+        ),
+        Format::ProcProfile => (
+            proc_profile::write(rec, args.shift)?,
+            true,
+            true,
+            What::Other,
+        ),
+        Format::Otlp => (otlp::write(rec), true, has_kernel_frames(rec), What::Other),
         Format::PerfScript => unreachable!("streamed by run"),
     })
 }

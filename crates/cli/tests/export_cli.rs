@@ -400,3 +400,204 @@ fn gprof_reads_the_gmon_export() {
     assert!(arc(&entry("main"), "30/30", "a"), "{out}");
     assert!(arc(&entry("main"), "10/10", "d"), "{out}");
 }
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// An export to a file says so in one line on stderr: for svg the frames
+/// and samples drawn and how to explore it, for others the format and
+/// size; one to standard output says nothing.
+#[test]
+fn export_names_the_file_it_wrote() {
+    let input = synthetic();
+    let input = input.to_str().unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let svg = d.path().join("f.svg");
+    let o = export(&["svg", "-i", input, "-o", svg.to_str().unwrap()]);
+    ok(&o);
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "profdev export: wrote {} (flame graph: 9 frames, 18 samples; in a web browser, click to zoom, Ctrl-F to search)\n",
+            svg.display()
+        )
+    );
+    let graph = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(
+        graph
+            .lines()
+            .filter(|l| l.starts_with("<g data-s="))
+            .count(),
+        9
+    );
+    assert!(graph.contains("<script type=\"text/ecmascript\"><![CDATA["));
+    let pb = d.path().join("p.pb.gz");
+    let o = export(&["pprof", "-i", input, "-o", pb.to_str().unwrap()]);
+    ok(&o);
+    let size = std::fs::metadata(&pb).unwrap().len();
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "profdev export: wrote {} (pprof, {size} bytes)\n",
+            pb.display()
+        )
+    );
+    let o = export(&["svg", "-i", input]);
+    assert!(ok(&o).starts_with("<?xml"));
+    assert_eq!(stderr(&o), "");
+}
+
+/// gmon's line names the file gprof is to read, not a placeholder.
+#[test]
+fn gmon_export_names_its_file_in_the_gprof_line() {
+    let input = synthetic();
+    let d = tempfile::tempdir().unwrap();
+    let gm = d.path().join("run.gmon");
+    let o = export(&[
+        "gmon",
+        "-i",
+        input.to_str().unwrap(),
+        "-o",
+        gm.to_str().unwrap(),
+    ]);
+    ok(&o);
+    let err = stderr(&o);
+    let want = format!(
+        "profdev export: wrote {g} (gmon.out of /opt/t/prog): read it with 'gprof /opt/t/prog {g}'\n",
+        g = gm.display()
+    );
+    assert_eq!(err, want);
+    // The default file, named as the user would type it.
+    let o = profdev()
+        .current_dir(d.path())
+        .args(["export", "gmon", "-i"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(
+        stderr(&o).ends_with(" read it with 'gprof /opt/t/prog gmon.out'\n"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(d.path().join("gmon.out").is_file());
+}
+
+/// `--open` without a display: the file is written, one sentence says why
+/// it was not opened and where it is, exit status 0. Without xdg-open
+/// likewise; with both, xdg-open gets the file. `--open` needs `-o FILE`.
+#[test]
+fn open_hands_the_file_to_xdg_open_or_says_why_not() {
+    let input = synthetic();
+    let d = tempfile::tempdir().unwrap();
+    let svg = d.path().join("open.svg");
+    let args = [
+        "export",
+        "svg",
+        "-i",
+        input.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+        "--open",
+    ];
+    let o = profdev()
+        .args(args)
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .unwrap();
+    ok(&o);
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].starts_with("profdev export: wrote "), "{err}");
+    assert_eq!(
+        lines[1],
+        format!(
+            "profdev export: --open: there is no display to open it on ($DISPLAY and $WAYLAND_DISPLAY are unset); the file is {}",
+            svg.display()
+        )
+    );
+    assert!(std::fs::read_to_string(&svg).unwrap().ends_with("</svg>\n"));
+
+    // A display, but no xdg-open on PATH.
+    let empty = d.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = profdev()
+        .args(args)
+        .env("DISPLAY", ":99")
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(
+        stderr(&o).ends_with(&format!(
+            "profdev export: --open: xdg-open is not installed to open it; the file is {}\n",
+            svg.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+
+    // A display and an xdg-open (a script that notes what it was given),
+    // first on PATH.
+    let bin = d.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let opened = d.path().join("opened");
+    let script = bin.join("xdg-open");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$1\" > {o}.tmp && mv {o}.tmp {o}\n",
+            o = opened.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = profdev()
+        .args(args)
+        .env_remove("DISPLAY")
+        .env("WAYLAND_DISPLAY", "wayland-0")
+        .env(
+            "PATH",
+            std::env::join_paths(
+                std::iter::once(bin.clone())
+                    .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+            )
+            .unwrap(),
+        )
+        .output()
+        .unwrap();
+    ok(&o);
+    assert!(
+        stderr(&o).ends_with(&format!(
+            "profdev export: opening {} with {}\n",
+            svg.display(),
+            script.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // xdg-open is not waited for: wait for what it wrote.
+    profdev_testkit::wait_until(
+        "the fake xdg-open to run",
+        std::time::Duration::from_secs(30),
+        || opened.exists(),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&opened).unwrap(),
+        format!("{}\n", svg.display())
+    );
+
+    // --open needs a file to open: a usage error, status 2.
+    let o = export(&["svg", "-i", input.to_str().unwrap(), "--open"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = export(&["svg", "-i", input.to_str().unwrap(), "-o", "-", "--open"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "profdev export: --open needs -o FILE, not standard output\n"
+    );
+    assert!(o.stdout.is_empty());
+}

@@ -6,7 +6,8 @@
 //! ```text
 //! folded::write(&Recording)                  -> "a;b;c count" lines, root first
 //! otlp::write(&Recording)                    -> OpenTelemetry profiles (ProfilesData, proto v1.10.0)
-//! svg::write(&Recording, &svg::Options)      -> a flame graph (icicle with inverted)
+//! svg::write(&Recording, &svg::Options)      -> a flame graph (icicle with inverted), explorable in a browser
+//! svg::render(&Recording, &svg::Options)     -> the same, with its count of frames and samples
 //! pprof::write(&Recording)                   -> gzipped profile.proto (go tool pprof)
 //! firefox::write(&Recording)                 -> Firefox Profiler processed JSON
 //! perf_script::write(&Recording)             -> `perf script` text (stackcollapse-perf, Firefox Profiler)

@@ -4,6 +4,18 @@
 //! (shown on hover) with the name, samples and percentage; names are drawn
 //! where they fit. Colours are a hash of the name (warm for user code,
 //! blue for the kernel), so they are stable across exports.
+//!
+//! The graph can be explored in a web browser, as flamegraph.pl's graphs
+//! can, by a script of ours embedded in it (flame.js, in CDATA, using no
+//! external resource): a click zooms into a frame, "Reset Zoom" (or
+//! Escape) undoes it, and "Search" (or Ctrl-F) highlights the frames a
+//! regular expression matches and shows their share of the samples. For
+//! the script each frame's `<g>` carries its first sample in the layout
+//! (`data-s`), its samples (`data-n`) and its depth (`data-d`); the
+//! drawing itself is the same with or without a script to run it.
+//! Frames narrower than 0.1 pixel in the whole graph are left out of the
+//! file (as flamegraph.pl's `--minwidth` does), so zooming and searching
+//! do not see them either.
 
 use super::{Names, Tree};
 use crate::recording::Recording;
@@ -77,8 +89,27 @@ fn colour(name: &str, kernel: bool) -> String {
     }
 }
 
+/// The script that makes the graph explorable (see the module doc).
+const SCRIPT: &str = include_str!("flame.js");
+
+/// A drawn flame graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    /// The SVG document.
+    pub svg: String,
+    /// The frames (rectangles) drawn.
+    pub frames: usize,
+    /// The samples the graph shows.
+    pub samples: u64,
+}
+
 /// The SVG of `rec`.
 pub fn write(rec: &Recording, opt: &Options) -> String {
+    render(rec, opt).svg
+}
+
+/// The SVG of `rec`, with what it shows.
+pub fn render(rec: &Recording, opt: &Options) -> Graph {
     let names = Names::new(rec);
     let tree = Tree::new(&names);
     let total = tree.nodes[0].total;
@@ -106,7 +137,11 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
     );
     if total == 0 {
         s.push_str("</svg>\n");
-        return s;
+        return Graph {
+            svg: s,
+            frames: 0,
+            samples: 0,
+        };
     }
     // x of each node: its parent's x plus the totals of earlier siblings.
     let mut x = vec![0u64; tree.nodes.len()];
@@ -126,6 +161,7 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
         .collect();
     let mut order: Vec<usize> = (1..tree.nodes.len()).collect();
     order.sort_by_key(|&i| (depth[i], x[i]));
+    let mut frames = 0;
     for i in order {
         let n = &tree.nodes[i];
         let f = &names.funcs[n.func as usize];
@@ -144,7 +180,10 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
         let name = escape(&f.name);
         let _ = write!(
             s,
-            "<g><title>{name} ({} samples, {}%)</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" rx=\"2\"/>",
+            "<g data-s=\"{}\" data-n=\"{}\" data-d=\"{}\"><title>{name} ({} samples, {}%)</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" rx=\"2\"/>",
+            x[i],
+            n.total,
+            depth[i],
             n.total,
             Fixed(pct, 2),
             Fixed(left, 1),
@@ -170,9 +209,17 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
             );
         }
         s.push_str("</g>\n");
+        frames += 1;
     }
-    s.push_str("</svg>\n");
-    s
+    let _ = write!(
+        s,
+        "<script type=\"text/ecmascript\"><![CDATA[\nvar TOTAL = {total}, SIDE = {PAD_SIDE}, USABLE = {usable}, FRAME_H = {FRAME_H}, CHAR_W = {CHAR_W};\n{SCRIPT}]]></script>\n</svg>\n"
+    );
+    Graph {
+        svg: s,
+        frames,
+        samples: total,
+    }
 }
 
 /// `v` with `digits` decimals, as `{:.N}` prints it for the values a
@@ -193,7 +240,13 @@ impl std::fmt::Display for Fixed {
 
 #[cfg(test)]
 mod tests {
-    use super::Fixed;
+    use super::{Fixed, SCRIPT};
+
+    #[test]
+    fn the_script_fits_in_cdata() {
+        assert!(!SCRIPT.contains("]]>"));
+        assert!(SCRIPT.ends_with('\n'));
+    }
 
     #[test]
     fn fixed_prints_as_precision_formatting() {
