@@ -127,10 +127,11 @@ fn text_symbols(
     let file =
         std::fs::File::open(path).with_context(|| format!("cannot read {}", shown.display()))?;
     let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache).map_err(|e| {
+    let elf = profdev_symbolize::elf::parse(&cache, shown).map_err(|e| {
         anyhow!(
-            "{} is a malformed ELF file: {e}; give an intact executable",
-            shown.display()
+            "{} is a malformed ELF file: {}; give an intact executable",
+            shown.display(),
+            e.reason()
         )
     })?;
     let code = |i: Option<object::SectionIndex>| {
@@ -177,10 +178,11 @@ fn present_text(path: &Path, shown: &Path) -> Result<(u64, u64)> {
         .len();
     // Read what the headers name, not the whole file.
     let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache).map_err(|e| {
+    let elf = profdev_symbolize::elf::parse(&cache, shown).map_err(|e| {
         anyhow!(
-            "{} is a malformed ELF file: {e}; give an intact executable",
-            shown.display()
+            "{} is a malformed ELF file: {}; give an intact executable",
+            shown.display(),
+            e.reason()
         )
     })?;
     let malformed = |why: String| {
