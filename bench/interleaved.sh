@@ -54,9 +54,10 @@ if [[ " $only " == *" hot_path "* ]]; then
     for side in base new; do
       bin=$hb_new
       [ $side = base ] && bin=$hb_base
-      # criterion prints "NAME\n time: [lo est hi]" (or "NAME time: [...]")
+      # criterion prints "NAME\n time: [lo est hi]" (or "NAME time: [...]"),
+      # then, against its last run, "change:\n time: [-1.2% ...]": skipped
       "$bin" --bench --noplot --warm-up-time 1 --measurement-time 3 2>/dev/null |
-        awk '/^[a-z]/ && !/time:/ {name=$1} /time:/ { if ($1 != "time:") name=$1;
+        awk '/^[a-z]/ && !/time:/ {name=$1} /time:/ && !/%/ { if ($1 != "time:") name=$1;
              for (i=1;i<=NF;i++) if ($i ~ /^\[/) { v=substr($i,2); u=$(i+1); v2=$(i+2); u2=$(i+3); break }
              mult = (u2=="ns")?1:(u2=="µs"||u2=="us")?1000:(u2=="ms")?1e6:(u2=="s")?1e9:(u2=="ps")?0.001:1;
              printf "%s %.3f\n", name, v2*mult }' >"$root/target/interleaved/hp.$side.$r"
@@ -64,7 +65,7 @@ if [[ " $only " == *" hot_path "* ]]; then
     done
   done
   printf '| benchmark | base ns | new ns | new/base |\n|---|---|---|---|\n'
-  for n in $(cut -d' ' -f1 "$root/target/interleaved/hp.new.1"); do
+  for n in $(cut -d' ' -f1 "$root/target/interleaved/hp.new.1" | awk '!seen[$0]++'); do
     b=$(echo ${est[base.$n]} | tr ' ' '\n' | median)
     x=$(echo ${est[new.$n]} | tr ' ' '\n' | median)
     printf '| %s | %.1f | %.1f | %.3f |\n' "$n" "$b" "$x" "$(echo "$x / $b" | bc -l)"

@@ -132,10 +132,12 @@ pub(super) fn decode_sample(
         if abi != sys::REGS_ABI_NONE {
             let mut regs = UserRegs::default();
             let (bp, sp, ip) = sys::USER_REG_BITS.unwrap_or((u32::MAX, u32::MAX, u32::MAX));
-            for bit in 0..64 {
-                if layout.regs_user_mask & (1 << bit) == 0 {
-                    continue;
-                }
+            // The registers come in the order of the mask's set bits,
+            // lowest first: visit those bits only.
+            let mut mask = layout.regs_user_mask;
+            while mask != 0 {
+                let bit = mask.trailing_zeros();
+                mask &= mask - 1;
                 let v = c.u64("regs_user.regs")?;
                 if bit == bp {
                     regs.bp = v;
