@@ -533,3 +533,93 @@ fn every_member_takes_the_workspace_lints() {
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+/// Lines of `text` outside inline test modules (`#[cfg(test)]` followed by
+/// `mod NAME {`, up to the `}` at that line's indentation).
+fn lines_outside_tests(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut n = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        let next = lines.get(i + 1).copied().unwrap_or("");
+        let opens_mod = {
+            let t = next.trim_start();
+            let t = t
+                .strip_prefix("pub(crate) ")
+                .or(t.strip_prefix("pub "))
+                .unwrap_or(t);
+            t.starts_with("mod ") && t.ends_with('{')
+        };
+        if lines[i].trim() == "#[cfg(test)]" && opens_mod {
+            let close = format!("{}}}", &next[..next.len() - next.trim_start().len()]);
+            i += 2;
+            while i < lines.len() && lines[i] != close {
+                i += 1;
+            }
+            i += 1;
+            continue;
+        }
+        n += 1;
+        i += 1;
+    }
+    n
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("a source directory") {
+        let p = e.expect("a directory entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The binary stays thin — parse, call a library, print — and no source
+/// file grows past 1000 lines (issue 24): `crates/cli/src` holds at most
+/// 6,500 lines outside inline test modules.
+#[test]
+fn the_cli_stays_thin_and_files_stay_short() {
+    let (root, members) = workspace();
+    let mut long = Vec::new();
+    for short in members.keys() {
+        let mut files = Vec::new();
+        let src = root.join("crates").join(short).join("src");
+        if src.is_dir() {
+            rust_files(&src, &mut files);
+        }
+        for f in files {
+            let n = std::fs::read_to_string(&f)
+                .expect("readable")
+                .lines()
+                .count();
+            if n > 1000 {
+                long.push(format!(
+                    "{} has {n} lines: split it into modules",
+                    f.display()
+                ));
+            }
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+    let mut files = Vec::new();
+    rust_files(&root.join("crates/cli/src"), &mut files);
+    let total: usize = files
+        .iter()
+        .map(|f| lines_outside_tests(&std::fs::read_to_string(f).expect("readable")))
+        .sum();
+    assert!(
+        total <= 6500,
+        "crates/cli/src holds {total} lines outside test modules (at most 6,500): move the \
+         work into a library crate and keep parse, call, print here"
+    );
+}
+
+#[test]
+fn lines_outside_tests_skips_inline_test_modules() {
+    let text = "fn a() {}\n#[cfg(test)]\nmod tests {\n    fn t() {}\n}\nfn b() {}\n";
+    assert_eq!(lines_outside_tests(text), 2);
+    let nested = "mod m {\n    #[cfg(test)]\n    mod tests {\n    }\n}\n";
+    assert_eq!(lines_outside_tests(nested), 2);
+}
