@@ -238,7 +238,10 @@ fn run(args: &Args) -> Result<ExitCode> {
     job.started(&child);
     let health = std::sync::Arc::new(profdev_dev::health::Health::new());
     health.started(&config);
-    let progress = crate::progress::Progress::start("profdev gmon", health.clone());
+    // The rate is per second of CMD's CPU time (profdev_sample::cputime).
+    let pid = child.id();
+    let cpu = Box::new(move || profdev_sample::cputime::of_process(pid));
+    let progress = crate::progress::Progress::start_timed("profdev gmon", health.clone(), cpu);
     let mut builder = Builder::new(exe, objects, args.exact);
     let (ended, stats) = builder.read_until_end(source, |batch, unwind| {
         health.count(batch);
@@ -249,8 +252,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         job.poll();
     });
     health.stopped_after_end();
-    progress.finish();
     let status = job.wait();
+    progress.finish_timed(job.cpu_time());
     if let Some(e) = ended {
         bail!("sampling stopped early: {e}");
     }
