@@ -82,6 +82,15 @@
 //! were. No stack is taken or unwound. GNU gmon.out's arc counts are 32
 //! bits: a count above 4294967295 is written as 4294967295 and stderr says
 //! how many arcs were saturated (`--format bsd`, LP64, holds 64 bits).
+//! The executable's plan is kept in the coverage engine's plan cache
+//! (`$PROFDEV_CACHE_DIR/coverage`, else `/var/cache/profdev/coverage` for
+//! root and `~/.cache/profdev/coverage` for others; see profdev-cprof(1)).
+//!
+//! **Other programs.** gmon.out holds CMD's executable only. When CMD
+//! runs other programs that take the time (`gmon -- gcc …` compiles in
+//! `cc1`, a program `gcc` runs), their samples cannot go into it: gmon
+//! says how many samples were in which other programs, by command name,
+//! so that gmon can be run on the one that matters.
 //!
 //! **Signals.** CMD runs in its own process group, the terminal's
 //! foreground group while it runs. SIGINT, SIGTERM or SIGHUP sent to gmon
