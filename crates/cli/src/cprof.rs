@@ -105,6 +105,20 @@
 //! apart, per uid; see
 //! `profdev_coverage::launch`'s Bounds.
 //!
+//! **The plan cache.** Planning a module (finding its blocks, encoding
+//! its counting code) is most of what a short cprof run costs (python3:
+//! about a second per process), so cprof keeps each plan on disk, named
+//! by a digest of the module's bytes and of the engine, and reuses it
+//! while both are unchanged. The cache is `$PROFDEV_CACHE_DIR/coverage`
+//! when `PROFDEV_CACHE_DIR` is set (`PROFDEV_CACHE_DIR=off`: no cache),
+//! else `/var/cache/profdev/coverage` for root and
+//! `$XDG_CACHE_HOME/profdev/coverage` (or `~/.cache/profdev/coverage`) for
+//! other users; directories 0700, files 0600, read back only when nobody
+//! else could have written them. It is kept under 2 GiB by removing the
+//! files used least recently; one run of a big program (python3, with its
+//! libraries) adds tens of megabytes. Removing the directory at any time is
+//! safe: the next run plans again (`profdev_coverage::cache`).
+//!
 //! # Example
 //!
 //! Columns are separated by tabs; shown here with spaces.

@@ -186,20 +186,22 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 /// Read a recording file (regular files only; a FIFO is refused rather
-/// than waited on).
-pub fn read_recording(path: &Path) -> Result<Recording> {
+/// than waited on); a torn or unfinished one is said so on stderr by
+/// `name` (the command reading it: `profdev export`, `profdev report`),
+/// which `does` what with its samples (`exporting`, `reporting`).
+pub fn read_recording(path: &Path, name: &str, does: &str) -> Result<Recording> {
     use profdev_symbolize::open::{read_bounded, Follow};
     let bytes = read_bounded(path, u64::MAX, Follow::Yes).map_err(|e| anyhow!("{e}"))?;
     let rec = recording::read(&bytes).with_context(|| format!("{}", path.display()))?;
     if let Some(at) = rec.torn {
         eprintln!(
-            "{NAME}: {}: the recording ends inside a record at byte {at} (a crash or a cut?); exporting the {} samples before it",
+            "{name}: {}: the recording ends inside a record at byte {at} (a crash or a cut?); {does} the {} samples before it",
             path.display(),
             rec.samples.len()
         );
     } else if !rec.complete {
         eprintln!(
-            "{NAME}: {}: the recording has no end record (still being written, or interrupted); exporting its {} samples",
+            "{name}: {}: the recording has no end record (still being written, or interrupted); {does} its {} samples",
             path.display(),
             rec.samples.len()
         );
@@ -269,7 +271,7 @@ impl Write for SafeWriter {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let rec = read_recording(&args.input)?;
+    let rec = read_recording(&args.input, NAME, "exporting")?;
     let (contents, binary, kernel_addrs, what) = match args.format {
         Format::PerfScript => (
             Contents::Script(perf_script::Script::new(&rec)),

@@ -82,6 +82,15 @@
 //! were. No stack is taken or unwound. GNU gmon.out's arc counts are 32
 //! bits: a count above 4294967295 is written as 4294967295 and stderr says
 //! how many arcs were saturated (`--format bsd`, LP64, holds 64 bits).
+//! The executable's plan is kept in the coverage engine's plan cache
+//! (`$PROFDEV_CACHE_DIR/coverage`, else `/var/cache/profdev/coverage` for
+//! root and `~/.cache/profdev/coverage` for others; see profdev-cprof(1)).
+//!
+//! **Other programs.** gmon.out holds CMD's executable only. When CMD
+//! runs other programs that take the time (`gmon -- gcc …` compiles in
+//! `cc1`, a program `gcc` runs), their samples cannot go into it: gmon
+//! says how many samples were in which other programs, by command name,
+//! so that gmon can be run on the one that matters.
 //!
 //! **Signals.** CMD runs in its own process group, the terminal's
 //! foreground group while it runs. SIGINT, SIGTERM or SIGHUP sent to gmon
@@ -238,7 +247,10 @@ fn run(args: &Args) -> Result<ExitCode> {
     job.started(&child);
     let health = std::sync::Arc::new(profdev_dev::health::Health::new());
     health.started(&config);
-    let progress = crate::progress::Progress::start("profdev gmon", health.clone());
+    // The rate is per second of CMD's CPU time (profdev_sample::cputime).
+    let pid = child.id();
+    let cpu = Box::new(move || profdev_sample::cputime::of_process(pid));
+    let progress = crate::progress::Progress::start_timed("profdev gmon", health.clone(), cpu);
     let mut builder = Builder::new(exe, objects, args.exact);
     let (ended, stats) = builder.read_until_end(source, |batch, unwind| {
         health.count(batch);
@@ -249,8 +261,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         job.poll();
     });
     health.stopped_after_end();
-    progress.finish();
     let status = job.wait();
+    progress.finish_timed(job.cpu_time());
     if let Some(e) = ended {
         bail!("sampling stopped early: {e}");
     }

@@ -190,9 +190,7 @@ impl Files for Mounted {
 /// The kgmon device of the mounted tree, mounting one if needed (the
 /// mount says so on stderr).
 fn mounted() -> Result<Mounted> {
-    let root = std::env::var_os("PROFDEV_MOUNT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_MOUNT));
+    let root = profdev_fuse::mount_dir();
     let dir = crate::mount::ensure_mounted().map_err(|e| {
         anyhow!(
             "no device server is mounted on {} and none could be started: {}",

@@ -12,6 +12,10 @@
 //! one's (normally `_etext`), through a small buffer. Memory and time
 //! follow the symbols, not the file: a 4 GiB sparse KPDATA costs what a
 //! small one does.
+//!
+//! A KPDATA whose header is not a kpdata file's gets the original's
+//! message (`kprof: data file too short`), kept byte for byte, and a
+//! second line naming the file and its length.
 
 use crate::classic;
 use profdev_classic::args::kprof::SPEC;
@@ -89,11 +93,20 @@ fn open_kpdata(data: &Path) -> Result<KpdataFile, String> {
             KpdataError::TooLong { len: size, max }
         ));
     }
+    // The classic message, kept byte for byte, then a line of profdev's
+    // naming the file (the original never said which file it was).
+    let which = || {
+        format!(
+            "kprof: {} ({size} bytes) is not a kpdata file as the kprof device writes it \
+             (a copy of its kpdata, or profdev sample's DIR/kpdata)\n",
+            data.display()
+        )
+    };
     let header = match Header::parse(&prefix, size) {
         // The original's message already ended in a newline, and its error
         // helper added another: two newlines, as it printed.
-        Err(e @ KpdataError::SampleSize { .. }) => return Err(format!("{e}\n\n")),
-        Err(e) => return Err(format!("{e}\n")),
+        Err(e @ KpdataError::SampleSize { .. }) => return Err(format!("{e}\n\n{}", which())),
+        Err(e) => return Err(format!("{e}\n{}", which())),
         Ok(h) => h,
     };
     Ok(KpdataFile { file, header })

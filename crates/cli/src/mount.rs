@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! profdev mount [-b] [--nonempty] [--allow-user UID|NAME]... [--allow-group GID|NAME]... [DIR]
-//!                                 DIR defaults to /run/profdev (created if missing)
+//!                                 DIR defaults to $PROFDEV_MOUNT, else /run/profdev
 //! profdev unmount [DIR]
 //!
 //! DIR/kpctl     0600  kprof(3) control: start | stop | startclr
@@ -12,6 +12,15 @@
 //! ```
 //!
 //! # Description
+//!
+//! **The mount directory.** Every command that uses the devices (`mount`,
+//! `unmount`, `stat`, `kgmon`, `prof`, the prf commands) takes DIR from
+//! `$PROFDEV_MOUNT` when not given one, else `/run/profdev`
+//! (`profdev_fuse::mount_dir`), so `PROFDEV_MOUNT=DIR profdev mount -b`,
+//! `profdev stat` and `profdev unmount` all act on DIR. A missing DIR is
+//! created, 0755 less the umask, with its missing parents, without
+//! following a symbolic link another user could have planted
+//! (`profdev_safefile::create_dir`).
 //!
 //! `profdev mount` mounts every device of the device table on DIR through
 //! FUSE (as root: it calls mount(2) itself; no fusermount) and serves it,
@@ -58,8 +67,8 @@
 //!
 //! # Errors
 //!
-//! One sentence each, exit status 1: DIR does not exist (unless it is the
-//! default) or is not a directory; DIR is not empty (without
+//! One sentence each, exit status 1: DIR cannot be created or is not a
+//! directory; DIR is not empty (without
 //! `--nonempty`); DIR is already a mount point; /dev/fuse does not exist;
 //! mounting needs CAP_SYS_ADMIN; an `--allow-user` or `--allow-group` name
 //! that does not exist.
@@ -76,8 +85,8 @@ use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where the devices are mounted unless told otherwise.
-pub const DEFAULT_DIR: &str = "/run/profdev";
+/// Where the devices are mounted unless `$PROFDEV_MOUNT` says otherwise.
+pub const DEFAULT_DIR: &str = profdev_fuse::DEFAULT_MOUNT_DIR;
 
 /// How long a server that was told to stop keeps serving files still held
 /// open before it exits.
@@ -106,9 +115,10 @@ pub(crate) struct Args {
     /// mount; repeatable.
     #[arg(long = "allow-group", value_name = "GID|NAME")]
     allow_group: Vec<String>,
-    /// The mount point.
-    #[arg(value_name = "DIR", default_value = DEFAULT_DIR)]
-    dir: PathBuf,
+    /// The mount point (default $PROFDEV_MOUNT, else /run/profdev); created
+    /// if missing.
+    #[arg(value_name = "DIR")]
+    dir: Option<PathBuf>,
 }
 
 /// How to serve: what `profdev mount`'s options say beyond DIR.
@@ -210,11 +220,12 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let dir = args.dir.clone().unwrap_or_else(profdev_fuse::mount_dir);
     let result = if args.daemon {
-        daemon(&args.dir, &serving)
+        daemon(&dir, &serving)
     } else if args.background {
         let exe = std::env::current_exe().context("cannot find the profdev binary");
-        exe.and_then(|exe| background(&exe, &args.dir, &serving))
+        exe.and_then(|exe| background(&exe, &dir, &serving))
             .map(|started| {
                 eprintln!(
                     "profdev: serving {} at {} in the background (pid {}, log {})",
@@ -225,7 +236,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
                 );
             })
     } else {
-        foreground(&args.dir, &serving)
+        foreground(&dir, &serving)
     };
     crate::cmdline::finish("profdev mount", result.map(|()| ExitCode::SUCCESS))
 }
@@ -240,9 +251,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 /// std::fs::write(dir.join("kpctl"), "start\n")?;
 /// ```
 pub fn ensure_mounted() -> Result<PathBuf> {
-    let dir = std::env::var_os("PROFDEV_MOUNT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    let dir = profdev_fuse::mount_dir();
     let exe = std::env::current_exe().context("cannot find the profdev binary")?;
     ensure_mounted_with(&exe, &dir)
 }
@@ -261,8 +270,9 @@ pub fn ensure_mounted_with(exe: &Path, dir: &Path) -> Result<PathBuf> {
 }
 
 /// Clear a dead mount at `dir` (saying so), then check it can take a
-/// mount: it exists (the default is created), is a directory, has nothing
-/// mounted; and that this process may mount. Returns it resolved.
+/// mount: it exists (created if missing, through no other user's link),
+/// is a directory, has nothing mounted; and that this process may mount.
+/// Returns it resolved.
 fn prepare(dir: &Path, serving: &Serving) -> Result<PathBuf> {
     if profdev_fuse::clear_dead(dir)? {
         eprintln!(
@@ -270,8 +280,13 @@ fn prepare(dir: &Path, serving: &Serving) -> Result<PathBuf> {
             dir.display()
         );
     }
-    let create = dir == Path::new(DEFAULT_DIR);
-    let abs = profdev_fuse::check_mount_point(dir, create)?;
+    if std::fs::symlink_metadata(dir).is_err() {
+        // Create nothing that could not be mounted on.
+        profdev_fuse::check_can_mount(dir)?;
+        profdev_safefile::create_dir(dir, crate::output::DIR_MODE)
+            .map_err(|e| anyhow!("cannot create the mount point: {e}"))?;
+    }
+    let abs = profdev_fuse::check_mount_point(dir, false)?;
     if !serving.nonempty {
         profdev_fuse::check_empty(&abs)?;
     }
@@ -391,18 +406,11 @@ struct Started {
     log: PathBuf,
 }
 
-/// `DIR.log`, beside DIR.
-fn log_path(dir: &Path) -> PathBuf {
-    let mut name = dir.file_name().unwrap_or_default().to_os_string();
-    name.push(".log");
-    dir.with_file_name(name)
-}
-
 /// Start `exe mount --serve-in-background DIR` and wait for it to report
 /// the mount ready (or its error) on the pipe that is its stdout.
 fn background(exe: &Path, dir: &Path, serving: &Serving) -> Result<Started> {
     let abs = prepare(dir, serving)?;
-    let log = log_path(&abs);
+    let log = profdev_fuse::log_path(&abs);
     // The log holds kernel addresses in its messages: 0600, appended to
     // only if it is a regular file of ours (never through a link).
     let log_file = profdev_safefile::open_append(&log, crate::output::KERNEL_MODE)
@@ -475,18 +483,6 @@ fn daemon(dir: &Path, serving: &Serving) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn log_beside_dir() {
-        assert_eq!(
-            log_path(Path::new("/run/profdev")),
-            Path::new("/run/profdev.log")
-        );
-        assert_eq!(
-            log_path(Path::new("/tmp/x/mnt")),
-            Path::new("/tmp/x/mnt.log")
-        );
-    }
 
     /// ensure_mounted starts a server once, then finds it. Needs root and
     /// /dev/fuse; skips without them unless PROFDEV_REQUIRE_PRIVILEGED=1.

@@ -9,7 +9,6 @@
 //! starts one in the background (`profdev mount -b`) and says so on
 //! standard error.
 
-use crate::mount::DEFAULT_DIR;
 use profdev_dev::prf::{PRF_GETMAX, PRF_GETSIZE, PRF_GETSTATUS, PRF_SETSTATE, WORD};
 use profdev_report::prfpr::Tm;
 use std::fs::{File, OpenOptions};
@@ -43,9 +42,7 @@ pub fn device_path(cmd: &str, opt: Option<&str>) -> PathBuf {
 
 /// The mount directory the commands use by default.
 pub fn mount_dir() -> PathBuf {
-    std::env::var_os("PROFDEV_MOUNT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
+    profdev_fuse::mount_dir()
 }
 
 /// An open prf device.

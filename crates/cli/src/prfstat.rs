@@ -1,14 +1,24 @@
 //! `profdev prfstat [-f DEVICE] [on|off]`: switch the prf device and
 //! report its state (profiler(1M)).
 //!
-//! As SVR4's prfstat: the device is opened first (`cannot open …`), more
-//! than one operand prints `usage: prfstat  [ on ]  [ off ]`, a word other
-//! than `on` or `off` prints `eh?` (all on standard output, exit status 1;
-//! after `eh?`, profdev adds a line on standard error saying what to say).
+//! As SVR4's prfstat: more than one operand prints `usage: prfstat  [ on
+//! ]  [ off ]`, a word other than `on` or `off` prints `eh?`, a device
+//! that cannot be opened `cannot open …` (all on standard output, exit
+//! status 1; after `eh?`, profdev adds a line on standard error saying
+//! what to say). SVR4 opened the device before it looked at the operands;
+//! profdev looks first, since opening the device in the mount directory
+//! may start a device server (see Bugs).
 //! Then it prints `profiling enabled` or `profiling disabled`, and, when a
 //! table is loaded, `N kernel text addresses`. If switching on fails (the
 //! sampling engine cannot start), the reason goes to standard error; the
 //! report on standard output says what the device is.
+//!
+//! # Bugs
+//!
+//! A bad operand with a device that cannot be opened prints `eh?` (or the
+//! usage line), where SVR4's prfstat printed `cannot open /dev/prf`: the
+//! operands are checked first, so that `prfstat xx` starts no device
+//! server.
 
 use crate::classic;
 use crate::prfdev::{self, Access, PrfDev};
@@ -37,24 +47,28 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let Ok(opts) = classic::Opts::parse(&SPEC, args) else {
         return fail(USAGE);
     };
-    let path = prfdev::device_path("prfstat", opts.get('f'));
-    let dev = match PrfDev::open(&path, Access::ReadWrite) {
-        Ok(d) => d,
-        Err(e) => return fail(&format!("cannot open {}: {e}", path.display())),
-    };
-    match opts.operands.as_slice() {
-        [] => {}
-        [word] if word == "on" || word == "off" => {
-            if let Err(e) = dev.set_state(word == "on") {
-                eprintln!("prfstat: cannot switch profiling {word}: {e}");
-            }
-        }
+    // The operands are checked before the device is opened, which may
+    // start a device server: a bad word starts nothing.
+    let switch = match opts.operands.as_slice() {
+        [] => None,
+        [word] if word == "on" || word == "off" => Some(word == "on"),
         [word] => {
             let code = fail("eh?");
             eprintln!("prfstat: {word:?} is neither on nor off: say prfstat on, prfstat off, or prfstat alone for the state");
             return code;
         }
         _ => return fail(USAGE),
+    };
+    let path = prfdev::device_path("prfstat", opts.get('f'));
+    let dev = match PrfDev::open(&path, Access::ReadWrite) {
+        Ok(d) => d,
+        Err(e) => return fail(&format!("cannot open {}: {e}", path.display())),
+    };
+    if let Some(on) = switch {
+        if let Err(e) = dev.set_state(on) {
+            let word = if on { "on" } else { "off" };
+            eprintln!("prfstat: cannot switch profiling {word}: {e}");
+        }
     }
     let status = match dev.status() {
         Ok(s) => s,

@@ -271,9 +271,12 @@ fn profile_command(
     ctl(&dev, &format!("interval {interval}"))?;
     ctl(&dev, format!("module {}", words.join(" ")).trim_end())?;
     ctl(&dev, "start")?;
-    let progress = dev
-        .health()
-        .map(|h| crate::progress::Progress::start("prof", h));
+    // The rate is per second of CMD's CPU time (profdev_sample::cputime).
+    let pid = child.id();
+    let progress = dev.health().map(|h| {
+        let cpu = Box::new(move || profdev_sample::cputime::of_process(pid));
+        crate::progress::Progress::start_timed("prof", h, cpu)
+    });
     let status = job.wait();
     // Descendants may outlive CMD: give them a moment, not forever (and
     // no moment at all after a signal, which ended them).
@@ -286,7 +289,8 @@ fn profile_command(
         eprintln!("prof: warning: sampling ended early: {e}");
     }
     ctl(&dev, "stop")?;
-    progress.map(crate::progress::Progress::finish);
+    let cpu = job.cpu_time();
+    progress.map(|p| p.finish_timed(cpu));
     let records = read_dev(&dev)?;
     let stats = dev.stats();
     ctl(&dev, "end")?;

@@ -2,6 +2,13 @@
 //! progress line on a terminal, the totals at the end, and the ring size
 //! (`--mmap-pages`).
 //!
+//! The rate is samples per second of the CPU time sampled: for `prof`
+//! and `gmon`, which sample CMD's process tree, per second of CMD's CPU
+//! time in the modes sampled ([`Progress::start_timed`], from
+//! `profdev_sample::cputime`), so a program with two busy threads reads
+//! the rate asked, as one with a single thread does; for `sample`, system
+//! wide, per second of sampling per CPU.
+//!
 //! The numbers are a [`Health`], the same counters a mounted device shows
 //! in its `stat/` file (`profdev_dev::health`): whoever feeds the run
 //! counts into it, and [`Progress`] reads it from a thread of its own
@@ -19,6 +26,7 @@
 //! ```
 
 use profdev_dev::health::{Health, HealthSnapshot, UnwindFailure};
+use profdev_sample::cputime::CpuTime;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 use std::sync::mpsc;
@@ -28,10 +36,15 @@ use std::time::{Duration, Instant};
 /// How often the progress line is redrawn.
 const PERIOD: Duration = Duration::from_millis(250);
 
+/// Reads the CPU time of the tasks a run samples (a process tree's), for
+/// the rate: see `profdev_sample::cputime`.
+pub type CpuClock = Box<dyn Fn() -> Option<CpuTime> + Send + Sync>;
+
 /// The progress line of one run.
 pub struct Progress {
     name: &'static str,
     health: Arc<Health>,
+    cpu: Option<Arc<CpuClock>>,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -40,16 +53,35 @@ impl Progress {
     /// Show `health` as `NAME: …` on stderr while the run lasts, if stderr
     /// is a terminal (nothing otherwise).
     pub fn start(name: &'static str, health: Arc<Health>) -> Self {
-        Progress::start_on(name, health, std::io::stderr().is_terminal())
+        Progress::start_on(name, health, None, std::io::stderr().is_terminal())
     }
 
-    fn start_on(name: &'static str, health: Arc<Health>, terminal: bool) -> Self {
+    /// [`Progress::start`] for a run on a process tree whose CPU time
+    /// `cpu` reads: the rate is per second of that time (see
+    /// `profdev_dev::health`).
+    pub fn start_timed(name: &'static str, health: Arc<Health>, cpu: CpuClock) -> Self {
+        Progress::start_on(
+            name,
+            health,
+            Some(Arc::new(cpu)),
+            std::io::stderr().is_terminal(),
+        )
+    }
+
+    fn start_on(
+        name: &'static str,
+        health: Arc<Health>,
+        cpu: Option<Arc<CpuClock>>,
+        terminal: bool,
+    ) -> Self {
         let (tx, rx) = mpsc::channel::<()>();
         let thread = terminal.then(|| {
             let health = health.clone();
+            let cpu = cpu.clone();
             let started = Instant::now();
             std::thread::spawn(move || {
                 while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(PERIOD) {
+                    set_cpu(&health, cpu.as_deref());
                     let line = live_line(name, started.elapsed(), &health.snapshot());
                     eprint!("\r\x1b[K{line}");
                 }
@@ -59,14 +91,25 @@ impl Progress {
         Progress {
             name,
             health,
+            cpu,
             stop: Some(tx),
             thread,
         }
     }
 
     /// Stop the line (cleared), print the totals line, and return them.
-    pub fn finish(mut self) -> HealthSnapshot {
+    pub fn finish(self) -> HealthSnapshot {
+        self.finish_timed(None)
+    }
+
+    /// [`Progress::finish`] for a run on a process tree: its CPU time is
+    /// `cpu` (CMD's final one, once reaped) or, without it, read once more.
+    pub fn finish_timed(mut self, cpu: Option<CpuTime>) -> HealthSnapshot {
         self.stop_line();
+        match cpu {
+            Some(t) => self.health.set_cpu_time(t.user, t.system),
+            None => set_cpu(&self.health, self.cpu.as_deref()),
+        }
         let totals = self.health.snapshot();
         eprintln!("{}", totals_line(self.name, &totals));
         let _ = std::io::stderr().flush();
@@ -85,6 +128,13 @@ impl Drop for Progress {
     /// An early return (an error) still clears the line.
     fn drop(&mut self) {
         self.stop_line();
+    }
+}
+
+/// Give `health` the CPU time `cpu` reads, when it reads one.
+fn set_cpu(health: &Health, cpu: Option<&CpuClock>) {
+    if let Some(t) = cpu.and_then(|read| read()) {
+        health.set_cpu_time(t.user, t.system);
     }
 }
 
@@ -193,11 +243,11 @@ mod tests {
 
     #[test]
     fn no_line_off_a_terminal() {
-        let p = Progress::start_on("x", Arc::new(Health::new()), false);
+        let p = Progress::start_on("x", Arc::new(Health::new()), None, false);
         assert!(p.thread.is_none());
         assert_eq!(p.finish().samples, 0);
         // On a terminal the thread runs and stops when asked.
-        let mut p = Progress::start_on("x", Arc::new(Health::new()), true);
+        let mut p = Progress::start_on("x", Arc::new(Health::new()), None, true);
         assert!(p.thread.is_some());
         p.stop_line();
         assert!(p.thread.is_none());

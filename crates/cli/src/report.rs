@@ -93,7 +93,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     if keys.is_empty() {
         bail!("--sort: no key; use comm, pid, tid, dso or sym, comma separated");
     }
-    let rec = crate::export::read_recording(&args.input)?;
+    let rec = crate::export::read_recording(&args.input, NAME, "reporting")?;
     if rec.samples.is_empty() {
         bail!(
             "{} holds no samples; record some with 'profdev record'",

@@ -10,12 +10,23 @@
 //! DIR/kpdata; prints the kprof table, byte for byte, and after it how many
 //! of its ticks were the idle loop (pid 0) — on an idle machine the top row
 //! is a halt instruction such as `pv_native_safe_halt`; then explains the
-//! ticks outside kernel text — per process, per user-space function, per
-//! kernel-module symbol — which kprof could never say (the attribution is
+//! ticks outside kernel text — user space (programs and their libraries),
+//! and kernel code outside `[_stext, _etext)` (modules, BPF programs, init
+//! text) — per process, per user-space function, per kernel-module symbol,
+//! which kprof could never say (the attribution is
 //! `profdev_dev::outside`, rendered by `profdev_report::outside`); with
 //! `--ci` each of those rows also shows its share's 95% Wilson interval and
 //! marks `=` a row whose interval overlaps a neighbour's (the kprof table
 //! above stays exactly kprof's). It exits with CMD's status.
+//!
+//! On standard error: the totals (samples, the rate achieved per CPU and
+//! the rate asked, records lost, throttling), then how long CMD ran and
+//! where kpdata went:
+//!
+//! ```text
+//! profdev sample: totals: 5120 samples, 998 Hz (asked 1000), 0 lost, 0 throttled
+//! profdev sample: 2.6s; wrote profdev.out/kpdata
+//! ```
 //!
 //! DIR is created 0755 if missing (never through a symbolic link another
 //! user planted) and DIR/kpdata 0600, since it holds kernel addresses; it
@@ -211,14 +222,8 @@ fn run(args: &Args) -> Result<ExitCode> {
         interrupted(&job, &out_path, written.is_ok());
         return Ok(written_status(&job, status, written));
     }
-    eprintln!(
-        "profdev sample: {} samples in {:.1}s at {} Hz per CPU, {} lost, {} throttled; {wrote}",
-        stats.samples,
-        elapsed.as_secs_f64(),
-        args.frequency,
-        stats.lost,
-        stats.throttled,
-    );
+    // The counts are in the totals line above (crate::progress).
+    eprintln!("profdev sample: {:.1}s; {wrote}", elapsed.as_secs_f64());
     if stats.lost > 0 || stats.throttled > 0 {
         eprintln!(
             "profdev sample: warning: the kernel dropped {} records and throttled sampling {} times; \

@@ -6,7 +6,9 @@
 //! one object keyed by device, each holding its keys in the file's order,
 //! numbers as JSON numbers. The keys are the device kit's
 //! (`profdev_dev::health`). It never starts a device server: with none
-//! mounted at DIR it says so and how to start one.
+//! mounted at DIR it says so and how to start one: `profdev mount -b DIR`
+//! when that would work (a missing DIR is created), else why not and what
+//! will (never a mount that would hide a directory's files).
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -42,15 +44,12 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 type Device = (String, Vec<(String, String)>);
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let dir = args.dir.clone().unwrap_or_else(|| {
-        std::env::var_os("PROFDEV_MOUNT")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(crate::mount::DEFAULT_DIR))
-    });
+    let dir = args.dir.clone().unwrap_or_else(profdev_fuse::mount_dir);
     if profdev_fuse::state(&dir)? != (MountState::Profdev { alive: true }) {
         bail!(
-            "no device server is mounted at {0} (start one with: profdev mount -b {0})",
-            dir.display()
+            "no device server is mounted at {} ({})",
+            dir.display(),
+            profdev_fuse::how_to_mount(&dir)
         );
     }
     let devices = read_all(&dir.join("stat"))?;

@@ -275,6 +275,26 @@ fn torn_and_bad_input() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("kernel symbol table"));
 }
 
+/// `report` on a torn recording says so in its own name, not export's.
+#[test]
+fn report_warns_in_its_own_name() {
+    let whole = std::fs::read(synthetic()).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let cut = d.path().join("profdev.data.partial");
+    std::fs::write(&cut, &whole[..whole.len() - 90]).unwrap();
+    let o = profdev().args(["report", "-i"]).arg(&cut).output().unwrap();
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "profdev report: {}: the recording ends inside a record at byte ",
+            cut.display()
+        )) && err.contains("; reporting the "),
+        "{err}"
+    );
+    assert!(!err.contains("export"), "{err}");
+}
+
 /// gprof reads the gmon export against the real executable: a recording
 /// of calltree.c's functions at their link-time addresses (from nm), 30
 /// samples main;a;b;c and 10 main;d.

@@ -85,17 +85,39 @@ fn tv_k6_zero_total_prints_only_totals() {
 fn tv_k6_errors() {
     let d = tempdir();
     let map = write(d.path(), "map", SYMBOLS.as_bytes());
-    let cases: [(&str, Vec<u8>, &str); 3] = [
-        ("short", vec![0, 0, 0, 1], "kprof: data file too short\n"),
+    // The classic line byte for byte; a file that is no kpdata file is
+    // then named on a second line (issue 25: `kprof /proc/kallsyms NOTELF`).
+    let which = |name: &str, len: usize| {
+        format!(
+            "kprof: {} ({len} bytes) is not a kpdata file as the kprof device writes it \
+             (a copy of its kpdata, or profdev sample's DIR/kpdata)\n",
+            d.path().join(name).display()
+        )
+    };
+    let size8 = kpdata(&[(0, 1), (4, 8), (5, 3)], 128);
+    let cases: [(&str, Vec<u8>, String); 4] = [
+        (
+            "short",
+            vec![0, 0, 0, 1],
+            format!("kprof: data file too short\n{}", which("short", 4)),
+        ),
+        (
+            "notelf",
+            b"hello\n".to_vec(),
+            format!("kprof: data file too short\n{}", which("notelf", 6)),
+        ),
         (
             "size8",
-            kpdata(&[(0, 1), (4, 8), (5, 3)], 128),
-            "kprof: only sample size 4 supported\n\n",
+            size8.clone(),
+            format!(
+                "kprof: only sample size 4 supported\n\n{}",
+                which("size8", size8.len())
+            ),
         ),
         (
             "nocounts",
             kpdata(&[(0, 5), (1, 5), (4, 4), (5, 3)], 128),
-            "kprof: no counts\n",
+            "kprof: no counts\n".into(),
         ),
     ];
     for (name, bytes, stderr) in cases {

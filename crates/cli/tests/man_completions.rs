@@ -140,6 +140,19 @@ fn every_command_has_a_page_in_man1() {
 
 /// Every page renders under `groff -man -ww` (all warnings) with no
 /// message at all, and says something.
+/// The coverage engine's plan cache (where it is, how to move or switch
+/// it off, its bound) is in the pages of the commands that fill it.
+#[test]
+fn the_plan_cache_is_documented() {
+    let (_d, root) = manual();
+    for page in ["man1/profdev-cprof.1", "man1/profdev-gmon.1", "man4/prof.4"] {
+        let text = words(&std::fs::read_to_string(root.join(page)).unwrap());
+        for what in ["PROFDEV_CACHE_DIR", "/var/cache/profdev/coverage"] {
+            assert!(text.contains(what), "{page} does not mention {what}");
+        }
+    }
+}
+
 #[test]
 fn every_page_renders_without_a_warning() {
     if !profdev_testkit::tools("groff renders every man page", &["groff"]) {

@@ -266,7 +266,7 @@ sample 'dd if=/dev/zero of=/dev/null bs=1M count=20000 2>/dev/null'
 
     let out = run(profdev().arg("unmount").arg(&s.dir));
     assert!(out.status.success(), "{}", stderr_of(&out));
-    assert_eq!(stderr_of(&out), "");
+    assert_eq!(stderr_of(&out), log_stays(&s.dir));
     assert_eq!(mounted(&s.dir), None);
     wait_for("the server to exit", || !alive(pid));
     assert!(s.bg_log().ends_with(&format!(
@@ -347,11 +347,86 @@ fn sigkill_then_unmount_clears_the_dead_mount() {
     assert_eq!(
         stderr_of(&out),
         format!(
-            "profdev: cleared a dead mount at {} (its server had died)\n",
-            s.dir.display()
+            "profdev: cleared a dead mount at {} (its server had died)\n{}",
+            s.dir.display(),
+            log_stays(&s.dir)
         )
     );
     assert_eq!(mounted(&s.dir), None, "nothing left in /proc/mounts");
+}
+
+/// What unmount says of a background server's log, `DIR.log`.
+fn log_stays(dir: &Path) -> String {
+    format!(
+        "profdev: the server's log stays in {}.log (remove it when done)\n",
+        dir.display()
+    )
+}
+
+/// `PROFDEV_MOUNT=DIR`: mount, stat and unmount all act on DIR, which
+/// mount creates (0755, its missing parents too) as it creates
+/// /run/profdev; stat suggests only a mount that works.
+#[test]
+fn profdev_mount_names_the_directory_of_every_command() {
+    if !privileged("profdev_mount_names_the_directory", can_mount()) {
+        return;
+    }
+    let mut s = Scene::new();
+    let dir = s.tmp.path().canonicalize().unwrap().join("new/mnt");
+    s.dir = dir.clone();
+    let with_env = |args: &[&str]| run(profdev().env("PROFDEV_MOUNT", &dir).args(args));
+
+    let out = with_env(&["stat"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "profdev stat: no device server is mounted at {0} (start one with: profdev mount -b {0})\n",
+            dir.display()
+        )
+    );
+    assert!(!dir.exists(), "stat changes nothing");
+
+    let out = with_env(&["mount", "-b"]);
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    let pid = pid_in(&err);
+    s.pids.push(pid);
+    assert_eq!(
+        err,
+        format!(
+            "profdev: serving {} at {} in the background (pid {pid}, log {}.log)\n",
+            served_files(),
+            dir.display(),
+            dir.display()
+        )
+    );
+    assert_eq!(mounted(&dir).as_deref(), Some("fuse.profdev"));
+    let parent = std::fs::metadata(dir.parent().unwrap()).unwrap();
+    assert_eq!(parent.mode_bits() & !0o022, 0o755 & !0o022);
+
+    let out = with_env(&["stat"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+
+    let out = with_env(&["unmount"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(stderr_of(&out), log_stays(&dir));
+    assert_eq!(mounted(&dir), None);
+    wait_for("the server to exit", || !alive(pid));
+
+    // A directory with files: stat does not suggest hiding them.
+    let full = s.tmp.path().canonicalize().unwrap();
+    let out = run(profdev().arg("stat").arg(&full));
+    assert_eq!(
+        stderr_of(&out),
+        format!(
+            "profdev stat: no device server is mounted at {} ({} is not empty: a mount there \
+             would hide its files; start one on a new or empty directory with: profdev mount \
+             -b DIR, and set PROFDEV_MOUNT=DIR)\n",
+            full.display(),
+            full.display()
+        )
+    );
 }
 
 /// The files the device table puts at the mount root, in table order:
@@ -455,13 +530,16 @@ fn bad_mount_points_are_one_sentence() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr_of(&out));
         stderr_of(&out)
     };
-    let missing = t.join("missing");
-    assert_eq!(
-        fails(&["mount".as_ref(), missing.as_os_str()]),
-        format!("profdev mount: {} does not exist\n", missing.display())
-    );
     let file = t.join("file");
     std::fs::write(&file, b"").unwrap();
+    // A missing DIR is created; one that cannot be is one sentence.
+    let under_a_file = file.join("mnt");
+    let err = fails(&["mount".as_ref(), under_a_file.as_os_str()]);
+    assert!(
+        err.starts_with("profdev mount: cannot create the mount point: ")
+            && err.lines().count() == 1,
+        "{err}"
+    );
     assert_eq!(
         fails(&["mount".as_ref(), "-b".as_ref(), file.as_os_str()]),
         format!("profdev mount: {} is not a directory\n", file.display())

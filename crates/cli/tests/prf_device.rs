@@ -724,3 +724,28 @@ fn without_f_the_command_starts_a_device_server_and_says_so() {
     );
     assert!(unmount.status.success(), "{unmount:?}");
 }
+
+/// `prfstat xx` says `eh?` without starting a device server for the
+/// device it will not use (issue 25, item 10); so does a usage error.
+#[test]
+fn prfstat_checks_its_operands_before_starting_a_server() {
+    let d = tempdir();
+    let dir = d.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    for (args, stdout) in [
+        (&["prfstat", "xx"][..], "eh?\n"),
+        (
+            &["prfstat", "on", "off"][..],
+            "usage: prfstat  [ on ]  [ off ]\n",
+        ),
+    ] {
+        let out = run(profdev().env("PROFDEV_MOUNT", &dir).args(args));
+        // Should an old binary have started one, leave nothing mounted.
+        let _ = run(profdev().arg("unmount").arg(&dir));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), stdout, "{args:?}");
+        assert!(!err.contains("device server"), "{args:?}: {err}");
+        assert!(!dir.join("prf").exists(), "{args:?}: nothing mounted");
+    }
+}

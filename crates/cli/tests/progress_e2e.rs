@@ -161,21 +161,19 @@ fn sample_at_10_khz_shows_its_samples_rise_and_totals_agree() {
     let all = lines(&text);
     let totals = one_line(&all, "profdev sample: totals: ");
     assert!(totals.contains("(asked 10000)"), "{totals}");
-    let summary = all
-        .iter()
-        .find(|l| l.starts_with("profdev sample: ") && l.contains(" samples in "))
-        .unwrap_or_else(|| panic!("{all:#?}"));
     let samples = count(totals, "samples").unwrap();
     assert!(samples >= *counts.last().unwrap());
-    assert_eq!(
-        Some(samples),
-        count(summary, "samples"),
-        "{totals}\n{summary}"
+    // The totals are the one summary of the counts (issue 25: sample
+    // printed two near-duplicates); the last line says what was written.
+    assert!(
+        !all.iter()
+            .any(|l| l.starts_with("profdev sample: ") && l.contains(" samples in ")),
+        "{all:#?}"
     );
-    assert_eq!(
-        count(totals, "lost"),
-        count(summary, "lost"),
-        "{totals}\n{summary}"
+    assert!(
+        all.iter()
+            .any(|l| l.starts_with("profdev sample: ") && l.contains("; wrote ")),
+        "{all:#?}"
     );
 }
 

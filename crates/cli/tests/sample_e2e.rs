@@ -4,6 +4,14 @@
 mod common;
 use common::*;
 
+/// The first line of the outside-kernel-text section.
+fn outside_header(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with("outside kernel text: "))
+        .unwrap_or_else(|| panic!("no outside section:\n{stdout}"))
+}
+
 #[test]
 fn dd_zeroing_routine_is_in_the_top_three_and_dd_is_named() {
     if !privileged("profdev sample end-to-end", can_sample_system()) {
@@ -52,6 +60,23 @@ fn dd_zeroing_routine_is_in_the_top_three_and_dd_is_named() {
     assert_eq!((word(2), word(4), word(5)), (1000, 4, 3));
     assert!(word(0) > 0 && word(0) >= word(1));
     assert!(stderr.contains(" lost, "), "{stderr}");
+    // One summary of the counts (the totals), then what was written; the
+    // outside section says what "outside kernel text" is.
+    let counts: Vec<&str> = stderr.lines().filter(|l| l.contains(" samples")).collect();
+    assert_eq!(counts.len(), 1, "{stderr}");
+    assert!(
+        counts[0].starts_with("profdev sample: totals: "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.lines().any(|l| l.starts_with("profdev sample: ")
+            && l.ends_with(&format!("; wrote {}", out_dir.join("kpdata").display()))),
+        "{stderr}"
+    );
+    assert!(
+        outside_header(&stdout).contains(": user space (programs and their libraries)"),
+        "{stdout}"
+    );
 
     // And the formatter reads it back to the same table.
     let again = run(profdev()

@@ -17,7 +17,7 @@
 //! |---|---|
 //! | `state` | `on`, `off`, or `error` (kgmon's arc table overflowed) |
 //! | `rate_asked` | samples per second per CPU the device asks for (its `-F`, prof's `interval`) |
-//! | `rate_achieved` | samples delivered per second of sampling per CPU sampled: `samples / (uptime_ms / 1000) / cpus`, where `cpus` is the online CPUs for a system-wide device and 1 for a single process tree (a private run). Below `rate_asked` when the device samples one mode only (kgmon: kernel, prof: user) or the kernel lost or throttled samples |
+//! | `rate_achieved` | samples delivered per second of the CPU time sampled. For a run on a process tree whose CPU time is known (`profdev prof` and `gmon` with CMD: [`Health::set_cpu_time`]), `samples / cpu_seconds`, the CPU time the tree spent in the modes sampled (user time for prof and gmon), so one busy thread and two read the same; otherwise `samples / (uptime_ms / 1000) / cpus`, where `cpus` is the online CPUs for a system-wide device and 1 for a single process tree. Below `rate_asked` when the kernel lost or throttled samples, or, system wide, when the device samples one mode only (kgmon: kernel, prof: user) |
 //! | `samples` | samples delivered to the device |
 //! | `lost` | records the kernel dropped because a ring buffer was full |
 //! | `throttled` | times the kernel throttled sampling on a CPU |
@@ -59,6 +59,10 @@ use profdev_core::{Record, SessionConfig, Target};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The bits of `Health::modes`.
+const MODE_USER: u8 = 1;
+const MODE_KERNEL: u8 = 2;
 
 /// The device's state, as its health shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,6 +149,11 @@ pub struct Health {
     state: AtomicU8,
     rate_asked: AtomicU64,
     cpus: AtomicU64,
+    /// The modes sampled: bit 0 user, bit 1 kernel.
+    modes: AtomicU8,
+    /// CPU time the sampled tasks spent in the sampled modes, in ns; 0 when
+    /// not known.
+    cpu_ns: AtomicU64,
     samples: AtomicU64,
     lost: AtomicU64,
     throttled: AtomicU64,
@@ -166,6 +175,8 @@ impl Health {
             state: AtomicU8::new(0),
             rate_asked: AtomicU64::new(0),
             cpus: AtomicU64::new(0),
+            modes: AtomicU8::new(MODE_USER | MODE_KERNEL),
+            cpu_ns: AtomicU64::new(0),
             samples: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
@@ -217,6 +228,10 @@ impl Health {
         self.rate_asked
             .store(u64::from(config.frequency_hz), Relaxed);
         self.cpus.store(cpus, Relaxed);
+        let user = if config.user { MODE_USER } else { 0 };
+        let kernel = if config.kernel { MODE_KERNEL } else { 0 };
+        let modes = user | kernel;
+        self.modes.store(modes, Relaxed);
         self.sessions.fetch_add(1, Relaxed);
         let mut c = lock(&self.clock);
         if c.since.is_none() {
@@ -265,6 +280,7 @@ impl Health {
             a.store(0, Relaxed);
         }
         self.sessions.store(u64::from(running), Relaxed);
+        self.cpu_ns.store(0, Relaxed);
         c.past = Duration::ZERO;
         if running {
             c.since = Some(Instant::now());
@@ -280,6 +296,21 @@ impl Health {
     /// Set the rate the next session will ask for, before it starts.
     pub fn set_rate_asked(&self, hz: u32) {
         self.rate_asked.store(u64::from(hz), Relaxed);
+    }
+
+    /// The CPU time the sampled tasks (a process tree) have spent so far,
+    /// by mode: `rate_achieved` is then samples per second of the time in
+    /// the modes the session samples, instead of per second of sampling.
+    pub fn set_cpu_time(&self, user: Duration, system: Duration) {
+        let modes = self.modes.load(Relaxed);
+        let mut t = Duration::ZERO;
+        if modes & MODE_USER != 0 {
+            t += user;
+        }
+        if modes & MODE_KERNEL != 0 {
+            t += system;
+        }
+        self.cpu_ns.store(t.as_nanos() as u64, Relaxed);
     }
 
     /// Set the bytes the device's tables take.
@@ -317,7 +348,10 @@ impl Health {
         let samples = self.samples.load(Relaxed);
         let cpus = self.cpus.load(Relaxed).max(1);
         let ms = uptime.as_millis() as u64;
-        let rate_achieved = if ms == 0 {
+        let cpu_ns = self.cpu_ns.load(Relaxed);
+        let rate_achieved = if cpu_ns > 0 {
+            (u128::from(samples) * 1_000_000_000 / u128::from(cpu_ns)) as u64
+        } else if ms == 0 {
             0
         } else {
             (u128::from(samples) * 1000 / u128::from(ms) / u128::from(cpus)) as u64
@@ -358,7 +392,8 @@ pub struct HealthSnapshot {
     pub state: State,
     /// `rate_asked`, Hz per CPU.
     pub rate_asked: u64,
-    /// `rate_achieved`, Hz per CPU.
+    /// `rate_achieved`: Hz of the sampled tasks' CPU time when known, else
+    /// Hz per CPU.
     pub rate_achieved: u64,
     /// `samples`.
     pub samples: u64,
@@ -566,5 +601,29 @@ mod tests {
         h.samples.store(4000, Relaxed);
         lock(&h.clock).past = Duration::from_secs(2);
         assert_eq!(h.snapshot().rate_achieved, 1000);
+    }
+
+    #[test]
+    fn rate_of_a_process_tree_is_per_second_of_its_cpu_time() {
+        // Two threads busy for 1 s of wall time: 2000 samples of 2 s of
+        // user time at 1000 Hz, whatever the wall clock or the CPUs say.
+        let h = Health::new();
+        h.started(&crate::prof::session_config(1));
+        h.samples.store(2000, Relaxed);
+        lock(&h.clock).past = Duration::from_secs(1);
+        h.set_cpu_time(Duration::from_secs(2), Duration::from_secs(5));
+        assert_eq!(h.snapshot().rate_achieved, 1000, "user time only");
+        // A session of both modes counts both.
+        let mut both = SessionConfig::system(1000);
+        both.target = Target::Process {
+            pid: 1,
+            inherit: true,
+        };
+        h.started(&both);
+        h.set_cpu_time(Duration::from_millis(1500), Duration::from_millis(500));
+        assert_eq!(h.snapshot().rate_achieved, 1000);
+        h.reset();
+        h.samples.store(10, Relaxed);
+        assert_ne!(h.snapshot().rate_achieved, 10_000_000, "reset forgets it");
     }
 }

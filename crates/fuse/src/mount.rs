@@ -19,6 +19,70 @@ pub const SOURCE: &str = "profdev";
 /// The FUSE device.
 pub const DEV_FUSE: &str = "/dev/fuse";
 
+/// Where profdev's device server is mounted unless `$PROFDEV_MOUNT` says
+/// otherwise.
+pub const DEFAULT_MOUNT_DIR: &str = "/run/profdev";
+
+/// The variable that names the mount directory.
+pub const MOUNT_VAR: &str = "PROFDEV_MOUNT";
+
+/// The mount directory every command uses when not given one: `mount`,
+/// `unmount`, `stat`, `kgmon`, `prof` and the prf commands alike.
+/// `$PROFDEV_MOUNT` when set and not empty, else [`DEFAULT_MOUNT_DIR`].
+pub fn mount_dir() -> PathBuf {
+    mount_dir_from(std::env::var_os(MOUNT_VAR))
+}
+
+fn mount_dir_from(var: Option<std::ffi::OsString>) -> PathBuf {
+    match var {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => PathBuf::from(DEFAULT_MOUNT_DIR),
+    }
+}
+
+/// `DIR.log`, beside DIR: the log of a server started in the background
+/// on DIR.
+pub fn log_path(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".log");
+    dir.with_file_name(name)
+}
+
+/// What to tell someone who found no server mounted at `dir`: the command
+/// that will mount one there (`profdev mount -b DIR` creates a missing
+/// DIR), or, when that would be refused, why, and what will work instead.
+/// Nothing is changed.
+pub fn how_to_mount(dir: &Path) -> String {
+    let shown = dir.display();
+    let elsewhere = format!(
+        "start one on a new or empty directory with: profdev mount -b DIR, \
+         and set {MOUNT_VAR}=DIR"
+    );
+    let why = match std::fs::symlink_metadata(dir) {
+        Err(_) => None,
+        Ok(m) if !m.is_dir() && !m.file_type().is_symlink() => {
+            Some(format!("{shown} is not a directory"))
+        }
+        Ok(_) => match check_trusted(dir) {
+            Err(e) => Some(e.to_string()),
+            Ok(()) => match std::fs::metadata(dir) {
+                Ok(m) if !m.is_dir() => Some(format!("{shown} is not a directory")),
+                Ok(_) if check_empty(dir).is_err() => Some(format!(
+                    "{shown} is not empty: a mount there would hide its files"
+                )),
+                _ => None,
+            },
+        },
+    };
+    match why {
+        Some(why) => format!("{why}; {elsewhere}"),
+        None if check_can_mount(dir).is_err() => {
+            format!("as root, start one with: profdev mount -b {shown}")
+        }
+        None => format!("start one with: profdev mount -b {shown}"),
+    }
+}
+
 /// Why a mount or an unmount failed. Each reads as one sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
@@ -541,6 +605,59 @@ mod tests {
         assert_eq!(
             resolve(&missing),
             d.path().canonicalize().unwrap().join("nope")
+        );
+    }
+
+    #[test]
+    fn one_mount_dir_and_its_log() {
+        assert_eq!(mount_dir_from(None), Path::new("/run/profdev"));
+        assert_eq!(mount_dir_from(Some("".into())), Path::new("/run/profdev"));
+        assert_eq!(mount_dir_from(Some("/x/m".into())), Path::new("/x/m"));
+        assert_eq!(
+            log_path(Path::new("/run/profdev")),
+            Path::new("/run/profdev.log")
+        );
+        assert_eq!(
+            log_path(Path::new("/tmp/x/mnt")),
+            Path::new("/tmp/x/mnt.log")
+        );
+    }
+
+    /// The advice suggests only what `profdev mount -b` would do: a new or
+    /// empty directory of ours, never one whose files a mount would hide.
+    #[test]
+    fn advice_suggests_only_what_works() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let can = check_can_mount(&root).is_ok();
+        let works = |d: &Path| {
+            if can {
+                format!("start one with: profdev mount -b {}", d.display())
+            } else {
+                format!("as root, start one with: profdev mount -b {}", d.display())
+            }
+        };
+        let missing = root.join("new");
+        assert_eq!(how_to_mount(&missing), works(&missing));
+        assert!(!missing.exists(), "advice changes nothing");
+        let empty = root.join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        assert_eq!(how_to_mount(&empty), works(&empty));
+        let full = root.join("full");
+        std::fs::create_dir(&full).unwrap();
+        std::fs::write(full.join("f"), b"").unwrap();
+        assert_eq!(
+            how_to_mount(&full),
+            format!(
+                "{} is not empty: a mount there would hide its files; start one on a new or \
+                 empty directory with: profdev mount -b DIR, and set PROFDEV_MOUNT=DIR",
+                full.display()
+            )
+        );
+        let file = root.join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(
+            how_to_mount(&file).starts_with(&format!("{} is not a directory; ", file.display()))
         );
     }
 }

@@ -15,6 +15,7 @@ use profdev_formats::gmon::{self, Format, GmonOut};
 use profdev_safefile::SafeFile;
 use profdev_symbolize::unwind::{UnwindStats, UserUnwinder};
 use profdev_symbolize::{Objects, SymOrigin, Tasks};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -51,6 +52,9 @@ pub struct Builder {
     /// With `--exact`: user pcs outside every file mapping of the
     /// executable (trampolines among them), kept for [`Trampolines`].
     misses: Option<Vec<(u32, u64)>>,
+    /// Samples of processes that do not map the executable (programs CMD
+    /// ran: `gcc`'s `cc1`), by command name.
+    others: BTreeMap<String, u64>,
 }
 
 impl Builder {
@@ -69,6 +73,7 @@ impl Builder {
             refused: Refused::default(),
             frames: Vec::new(),
             misses: exact.then(Vec::new),
+            others: BTreeMap::new(),
         }
     }
 
@@ -147,6 +152,9 @@ impl Builder {
         if let (Some(misses), None) = (&mut self.misses, frames.first().copied().flatten()) {
             misses.push((s.pid, s.ip));
         }
+        if frames.first().copied().flatten().is_none() {
+            self.count_other(s.pid);
+        }
         let (elf, refused) = (&self.exe.elf, &mut self.refused);
         // Arcs only into functions gprof can name: a PLT stub jumps into a
         // shared library (the call leaves the executable), and gprof,
@@ -165,6 +173,21 @@ impl Builder {
         // An unbounded arc map never overflows.
         let _ = self.graph.sample(frames.iter().copied(), entry);
         self.frames = frames;
+    }
+
+    /// A sample outside the executable's text: counted by command name
+    /// when its process does not map the executable at all (it runs
+    /// another program).
+    fn count_other(&mut self, pid: u32) {
+        let mappings = self.tasks.mappings(pid);
+        if mappings.is_empty() || mappings.iter().any(|m| self.exe.is(m)) {
+            return;
+        }
+        let comm = match self.tasks.comm(pid) {
+            Some(c) => c.to_string(),
+            None => format!("pid {pid}"),
+        };
+        *self.others.entry(comm).or_default() += 1;
     }
 
     /// Charge the samples taken in the executable's trampolines (its code
@@ -226,6 +249,7 @@ impl Builder {
             unwind: self.unwind_stats(),
             charged,
             exact_notes: exact.map(|x| x.notes),
+            others: self.others.clone(),
         })
     }
 }
@@ -246,6 +270,8 @@ pub struct Finished {
     charged: u64,
     /// With `--exact`: what the counts said.
     exact_notes: Option<Vec<String>>,
+    /// Samples in other programs, by command name ([`Builder`]'s `others`).
+    others: BTreeMap<String, u64>,
 }
 
 impl Finished {
@@ -303,6 +329,9 @@ impl Finished {
             s.lost,
             s.throttled
         )];
+        if let Some(line) = self.others_line(program) {
+            lines.push(line);
+        }
         if let (None, Some(u)) = (&self.exact_notes, &self.unwind) {
             lines.push(u.to_string());
         }
@@ -341,6 +370,37 @@ impl Finished {
             None => lines.push(format!("note: {CALLED_NOTE}")),
         }
         lines
+    }
+}
+
+impl Finished {
+    /// Where the samples went when many (a tenth or more, or all those
+    /// outside an empty profile) were in other programs than `program`:
+    /// `gmon -- gcc` samples `cc1`, which gmon.out cannot hold.
+    fn others_line(&self, program: &Path) -> Option<String> {
+        let total: u64 = self.others.values().sum();
+        let c = self.counts;
+        if total == 0 || (total * 10 < c.samples && c.in_text > 0) {
+            return None;
+        }
+        let mut top: Vec<(&String, &u64)> = self.others.iter().collect();
+        top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let mut names: Vec<String> = top
+            .iter()
+            .take(3)
+            .map(|(n, k)| format!("{n} {k}"))
+            .collect();
+        if top.len() > 3 {
+            names.push(format!("{} more", top.len() - 3));
+        }
+        Some(format!(
+            "{total} of the {} samples were in other programs {} ran (by command name: {}); \
+             gmon.out holds only {}'s: to profile one of them, run profdev gmon -- on it",
+            c.samples,
+            program.display(),
+            names.join(", "),
+            program.display(),
+        ))
     }
 }
 
@@ -524,6 +584,52 @@ mod tests {
              (libraries, other programs), 1 arcs; 1 lost, 0 throttled"
         );
         assert_eq!(lines.last().unwrap(), &format!("note: {CALLED_NOTE}"));
+    }
+
+    /// Samples of a process running another program (`gcc`'s `cc1`) are
+    /// counted by command name, and the summary says where they went.
+    #[test]
+    fn samples_in_other_programs_are_named() {
+        let mut b = Builder::new(me(), Objects::with_loader(|_| None), false);
+        b.record(&Record::Comm {
+            pid: 7,
+            tid: 7,
+            comm: "cc1".into(),
+            exec: true,
+            time: 0,
+        });
+        b.record(&Record::Mmap {
+            pid: 7,
+            tid: 7,
+            addr: 0x40_0000,
+            len: 0x1000,
+            pgoff: 0,
+            path: "/usr/lib/gcc/cc1".into(),
+            file: None,
+            build_id: None,
+            time: 0,
+        });
+        for _ in 0..3 {
+            b.record(&Record::Sample(Sample {
+                pid: 7,
+                tid: 7,
+                ip: 0x40_0010,
+                mode: CpuMode::User,
+                ..Sample::default()
+            }));
+        }
+        let done = b.finish(None, 1000, Format::Gnu).unwrap();
+        let written = Written {
+            result: Ok(()),
+            output: "gmon.out".into(),
+            symbols: None,
+        };
+        let lines = done.summary(&written, Path::new("gcc"), &SourceStats::default());
+        assert_eq!(
+            lines[1],
+            "3 of the 3 samples were in other programs gcc ran (by command name: cc1 3); \
+             gmon.out holds only gcc's: to profile one of them, run profdev gmon -- on it"
+        );
     }
 
     /// Batches, then the end.

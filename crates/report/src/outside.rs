@@ -32,6 +32,12 @@ pub fn idle_line(idle: u64, in_text: u64) -> String {
     )
 }
 
+/// What "outside kernel text" holds, said after the section's tick count:
+/// kprof's word 1 counts every tick whose pc is not in the core kernel's
+/// text, which is mostly user space.
+pub const OUTSIDE_MEANS: &str = "user space (programs and their libraries), and kernel code \
+     outside [_stext, _etext) (modules, BPF programs, init text)";
+
 /// Where one outside tick landed.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Place {
@@ -90,7 +96,11 @@ impl Outside {
     /// not established by this many ticks).
     pub fn render_with(&self, limit: usize, ci: bool) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "outside kernel text: {} ticks", self.total);
+        let _ = writeln!(
+            out,
+            "outside kernel text: {} ticks: {OUTSIDE_MEANS}",
+            self.total
+        );
         if self.total == 0 {
             return out;
         }
@@ -247,10 +257,12 @@ mod tests {
         let text = o.render(10);
         assert_eq!(
             text,
-            "outside kernel text: 5 ticks\n\
+            format!(
+                "outside kernel text: 5 ticks: {OUTSIDE_MEANS}\n\
              \nby process\nticks\t  %\tpid\tcomm\n4\t 80.0\t42\tdd\n1\t 20.0\t7\tsh\n\
              \nby user-space function\nticks\t  %\tmodule\tsymbol\n4\t 80.0\tdd\tmain\n\
              \nby kernel-module symbol\nticks\t  %\tmodule\tsymbol\n1\t 20.0\tkvm\tvmx_run\n"
+            )
         );
     }
 }

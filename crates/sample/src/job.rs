@@ -350,6 +350,8 @@ pub struct Job {
     own_pgrp: libc::pid_t,
     pid: Option<libc::pid_t>,
     status: Option<ExitStatus>,
+    /// CMD's CPU time and its waited-for children's, once it is reaped.
+    cpu: Option<crate::cputime::CpuTime>,
     group_gone: bool,
     handed: bool,
     ending: Option<Ending>,
@@ -391,6 +393,7 @@ impl Job {
             own_pgrp: unsafe { libc::getpgrp() },
             pid: None,
             status: None,
+            cpu: None,
             group_gone: false,
             handed: false,
             ending: None,
@@ -502,6 +505,19 @@ impl Job {
         }
     }
 
+    /// CMD's CPU time, with that of the children it waited for: final
+    /// (`wait4`'s) once CMD is reaped, else so far (`/proc/PID/stat`);
+    /// `None` before CMD started. See [`crate::cputime`].
+    pub fn cpu_time(&self) -> Option<crate::cputime::CpuTime> {
+        self.cpu
+            .or_else(|| crate::cputime::of_process(u32::try_from(self.pid?).ok()?))
+    }
+
+    /// CMD's pid, once it started.
+    pub fn pid(&self) -> Option<u32> {
+        u32::try_from(self.pid?).ok()
+    }
+
     /// Is CMD reaped and, after a signal, its group and adopted processes
     /// gone?
     pub fn finished(&self) -> bool {
@@ -595,8 +611,11 @@ impl Job {
         let Some(cmd) = self.pid else { return };
         while self.status.is_none() {
             let mut st = 0;
-            // SAFETY: waitpid writes the status into our local.
-            let pid = unsafe { libc::waitpid(cmd, &mut st, libc::WNOHANG | libc::WUNTRACED) };
+            // SAFETY: an all-zero rusage is a valid value of the C struct.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: wait4 writes the status and the usage into our locals.
+            let pid =
+                unsafe { libc::wait4(cmd, &mut st, libc::WNOHANG | libc::WUNTRACED, &mut usage) };
             if pid != cmd {
                 break;
             }
@@ -604,6 +623,7 @@ impl Job {
                 self.stopped(libc::WSTOPSIG(st));
             } else {
                 self.status = Some(ExitStatus::from_raw(st));
+                self.cpu = Some(crate::cputime::CpuTime::from_rusage(&usage));
                 self.take_terminal_back();
             }
         }

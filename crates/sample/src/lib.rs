@@ -33,7 +33,9 @@
 //! histogram; the `pre_exec` hooks of [`spawn_profiled`] (a pipe that
 //! holds the child until its events exist, async-signal-safe calls only);
 //! and [`job`] for the profiled command's process group, terminal and
-//! signal dispositions (setpgid, tcsetpgrp, sigaction, waitpid). Decoding
+//! signal dispositions (setpgid, tcsetpgrp, sigaction, wait4, whose
+//! resource usage gives CMD's CPU time); [`cputime`] for sysconf's clock
+//! tick. Decoding
 //! ([`decode`]) and everything above it is safe code.
 //!
 //! **What it asks the kernel for, and why.** One software `cpu-clock` event
@@ -143,6 +145,7 @@
 //!   default) limits rings across all CPUs; use a smaller ring then.
 
 pub mod bpf;
+pub mod cputime;
 pub mod decode;
 pub mod job;
 pub mod merge;

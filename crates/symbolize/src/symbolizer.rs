@@ -175,10 +175,15 @@ impl Symbolizer {
                     return id;
                 }
                 let module = object.basename().to_string();
-                let name = object.symbols().ok().and_then(|elf| {
-                    let addr = elf.file_addr_of_offset(*offset)?;
-                    function_at(&elf, addr).map(FnSym::name)
-                });
+                // The address from the object's own load segments, the
+                // name from its symbols (its debug file's, when installed,
+                // whose segments need not describe the object's bytes).
+                let name = object
+                    .layout()
+                    .ok()
+                    .and_then(|layout| layout.file_addr_of_offset(*offset))
+                    .zip(object.symbols().ok())
+                    .and_then(|(addr, elf)| function_at(&elf, addr).map(FnSym::name));
                 let func = match name {
                     Some(name) => Func { module, name },
                     None => self.miss(&module),
@@ -274,7 +279,10 @@ impl Symbolizer {
     /// the objects table kept open), else the file at `path`. The ELF is
     /// opened for this call only, and only if its build id is `want` (the
     /// one its layout had when the addresses were taken); `None` when it
-    /// cannot be opened or is another file.
+    /// cannot be opened or is another file. Names and lines come from its
+    /// detached debug file when one is installed, as [`Symbolizer::resolve`]
+    /// names them (`Object::symbols`): a place has one name in `top`,
+    /// `record` and every export.
     pub fn object_functions(
         object: Option<&Object>,
         path: &str,
@@ -286,7 +294,7 @@ impl Symbolizer {
             None => ElfObject::open(Path::new(path)),
         };
         let elf = opened.ok().filter(|e| e.build_id() == want)?;
-        Some(name_addrs(&elf, addrs))
+        Some(name_addrs(&elf.with_separate_debug_info(), addrs))
     }
 }
 
@@ -399,6 +407,60 @@ mod tests {
         let none = Symbolizer::new(None);
         assert_eq!(none.kernel_function(0x1000), None);
         assert!(none.kernel_text_edges().is_empty());
+    }
+
+    /// A library with a detached debug file (libc, with the distribution's
+    /// debug package): a place `top` names one frame at a time
+    /// ([`Symbolizer::resolve`]) has the name `record` gives it
+    /// ([`Symbolizer::object_functions`]): the debug file's, not
+    /// `[unknown]` (the debug file's segments used as the library's) nor
+    /// `sub_ADDR` (the library's own `.eh_frame`).
+    #[test]
+    fn top_and_record_name_a_place_alike() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let Some(lib) = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libc.so"))
+        else {
+            eprintln!("skipped top_and_record_name_a_place_alike: no libc mapped");
+            return;
+        };
+        let elf = ElfObject::open(Path::new(lib)).unwrap();
+        let Some(debug) = elf.separate_debug_info() else {
+            eprintln!("skipped top_and_record_name_a_place_alike: no debug file for {lib}");
+            return;
+        };
+        // A function only the debug file names.
+        let sym = debug
+            .symbols()
+            .iter()
+            .find(|s| {
+                s.size > 16
+                    && elf
+                        .symbol(FileAddr(s.addr))
+                        .is_none_or(|(o, _)| o.origin == crate::SymOrigin::EhFrame)
+            })
+            .expect("a local function of libc")
+            .clone();
+        let len = std::fs::metadata(lib).unwrap().len();
+        let offset = (0..len)
+            .step_by(256)
+            .find_map(|off| {
+                let a = elf.file_addr_of_offset(off)?.0;
+                (sym.addr >= a && sym.addr < a + 256).then(|| off + (sym.addr - a))
+            })
+            .expect("the function's file offset");
+        let object = crate::Objects::new().open_path(lib).unwrap();
+        let mut s = Symbolizer::new(None);
+        let id = s.resolve(&Frame::User {
+            object: object.clone(),
+            offset,
+        });
+        let recorded =
+            Symbolizer::object_functions(Some(&object), lib, elf.build_id(), &[sym.addr]).unwrap();
+        assert_eq!(s.func(id).name, sym.name(), "top");
+        assert_eq!(recorded.funcs[0].name, sym.name(), "record");
     }
 
     /// This test binary names its own functions, with a line for the

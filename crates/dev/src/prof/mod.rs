@@ -176,6 +176,20 @@
 //! A program started under the engine by its caller needs no attach:
 //! `Prof::coverage_launched` puts the device in coverage mode for it.
 //!
+//! **The plan cache.** Planning a module (finding its blocks, encoding
+//! its counting code) is most of what counting a short run costs, so the
+//! engine keeps each plan on disk, named by a digest of the module's
+//! bytes and of the engine, and reuses it while both are unchanged:
+//! `$PROFDEV_CACHE_DIR/coverage` when `PROFDEV_CACHE_DIR` is set (`off`:
+//! no cache), else `/var/cache/profdev/coverage` for root (the mount's
+//! server usually runs as root) and `$XDG_CACHE_HOME/profdev/coverage`
+//! (or `~/.cache/profdev/coverage`) for other users; directories 0700,
+//! files 0600. It is kept under 2 GiB by removing the files used least
+//! recently; the plans of another user's processes (`startcp` by root)
+//! are kept apart in `coverage/UID/`, under 256 MiB each. One run of a big
+//! program (python3) adds tens of megabytes. Removing the directory at any
+//! time is safe: the next run plans again (`profdev_coverage::cache`).
+//!
 //! **Access.** Only root, the mounting user and the users and groups the
 //! mount names (`--allow-user`, `--allow-group`) may write `ctl`, list the
 //! module directories or read their files (other users' programs are
