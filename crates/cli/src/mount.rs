@@ -205,10 +205,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     };
     let serving = match Serving::from_args(&args) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("profdev: {e:#}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return crate::cmdline::finish("profdev mount", Err(e)),
     };
     let result = if args.daemon {
         daemon(&args.dir, &serving)
