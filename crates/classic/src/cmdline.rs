@@ -256,8 +256,12 @@ pub enum Longs {
 pub struct Spec {
     /// The command's name.
     pub name: &'static str,
-    /// The synopsis, without `usage: ` (`prof [-bflnvei] ...`).
+    /// The synopsis, without `usage: `: the classic command's own usage
+    /// line byte for byte (`prof [-bflnv] ...`).
     pub synopsis: &'static str,
+    /// What profdev adds to it (`[-eiH] [-F hz] ...`), printed on a second
+    /// usage line after `profdev adds: `; empty: nothing.
+    pub additions: &'static str,
     /// What the command does, for `--help`.
     pub about: &'static str,
     /// Which `--` words are long options.
@@ -348,7 +352,7 @@ pub fn parse<'a>(
 pub fn command(spec: &Spec) -> clap::Command {
     use clap::{Arg, ArgAction};
     let mut cmd = clap::Command::new(spec.name)
-        .override_usage(spec.synopsis)
+        .override_usage(usage_lines(spec))
         .about(spec.about);
     for o in spec.opts {
         let mut a = Arg::new(o.id).help(o.help);
@@ -393,6 +397,24 @@ pub fn command(spec: &Spec) -> clap::Command {
         cmd = cmd.after_help(spec.after_help);
     }
     cmd
+}
+
+/// The prefix of the second usage line, under the first's synopsis.
+pub const ADDS: &str = "       profdev adds: ";
+
+/// The synopsis and, if profdev adds options, a second line listing them:
+/// `prof [-bflnv] ...\n       profdev adds: [-eiH] ...`.
+pub fn usage_lines(spec: &Spec) -> String {
+    if spec.additions.is_empty() {
+        spec.synopsis.to_string()
+    } else {
+        format!("{}\n{ADDS}{}", spec.synopsis, spec.additions)
+    }
+}
+
+/// The usage a bad command line prints: `usage: ` and [`usage_lines`].
+pub fn usage(spec: &Spec) -> String {
+    format!("usage: {}", usage_lines(spec))
 }
 
 /// True if `args` asks for help: `-h` or `--help` anywhere.
@@ -455,6 +477,7 @@ mod tests {
     static SPEC: Spec = Spec {
         name: "t",
         synopsis: "t [-ab] [-m mod]... [--long v] [--flag] [cmd arg ...]",
+        additions: "",
         about: "A test.",
         longs: Longs::Any,
         opts: &[
@@ -556,6 +579,7 @@ mod tests {
         static PRF: Spec = Spec {
             name: "prf",
             synopsis: "",
+            additions: "",
             about: "",
             longs: Longs::Any,
             opts: &[Opt::value('f', "dev", "D"), Opt::value('u', "s", "U")],
@@ -588,7 +612,8 @@ mod tests {
         for spec in crate::args::ALL.iter().copied() {
             let cmd = command(spec);
             cmd.clone().debug_assert();
-            assert!(help(spec).starts_with(&format!("usage: {}\n", spec.synopsis)));
+            assert!(help(spec).starts_with(&format!("{}\n", usage(spec))));
+            assert!(usage(spec).starts_with(&format!("usage: {}", spec.synopsis)));
             for o in spec.opts {
                 let arg = cmd.get_arguments().find(|a| a.get_id() == o.id).unwrap();
                 assert_eq!((arg.get_short(), arg.get_long()), (o.short, o.long));

@@ -201,6 +201,27 @@ pub struct Launched {
     pub modules: Vec<ModuleCoverage>,
     /// The exit status cprof ends with.
     pub exit: ExitCode,
+    /// CMD failed or a signal ended it: its status, not 1, is cprof's
+    /// when nothing was counted.
+    pub failed: bool,
+    /// The sentence to say after the listing when a signal ended CMD
+    /// (`cprof: interrupted by SIGTERM; …`), as prof, mprof and gmon say.
+    pub interrupted: Option<String>,
+}
+
+impl Launched {
+    /// What `job` ending with `status` gives, with the counts `modules`.
+    fn new(modules: Vec<ModuleCoverage>, job: &Job, status: std::process::ExitStatus) -> Self {
+        let interrupted = job
+            .interrupted()
+            .map(|i| i.sentence("cprof", "the listing shows what was counted until then"));
+        Launched {
+            modules,
+            exit: job.exit_code(status),
+            failed: !status.success() || interrupted.is_some(),
+            interrupted,
+        }
+    }
 }
 
 /// Run `cmd` under prof's coverage mode, counting the modules `modules`
@@ -233,10 +254,7 @@ pub fn run_under_coverage(
     for n in &notes {
         note(format!("cprof: {n}"));
     }
-    Ok(Launched {
-        modules,
-        exit: job.exit_code(status),
-    })
+    Ok(Launched::new(modules, &job, status))
 }
 
 /// Run the statically linked `program` (`cmd[0]`) counted through the
@@ -267,10 +285,7 @@ pub fn run_static(
     job.started(&spawned);
     let status = job.wait();
     counter.detach();
-    Ok(Launched {
-        modules: vec![counter.coverage()],
-        exit: job.exit_code(status),
-    })
+    Ok(Launched::new(vec![counter.coverage()], &job, status))
 }
 
 /// `-p PID`: the counts, the module words they were selected by, and

@@ -434,6 +434,20 @@ pub struct Output {
     pub dhat: Vec<DhatSite>,
 }
 
+/// The classic line when the modules shown allocated nothing.
+pub const NOTHING_ALLOCATED: &str =
+    "no profile information (no allocation was made in the modules shown)";
+
+/// A run of CMD counted, and nothing was allocated in the modules shown:
+/// a result, not a failure (`mprof -- /bin/true` exits with CMD's status,
+/// 0), said with the classic line. None when there is something to show,
+/// or when a module asked for by path (`-m PATH`) is no ELF file: then
+/// [`output`]'s error names it.
+pub fn nothing_allocated(modules: &[Module], asked: &[String]) -> Option<&'static str> {
+    let bad = crate::prof::not_profilable(crate::prof::asked_by_path(asked));
+    (modules.is_empty() && bad.is_empty()).then_some(NOTHING_ALLOCATED)
+}
+
 /// Attribute each module's sites through its ELF file, read the sources,
 /// and lay out the tables (`options`) and the `extras`. `note` gets each
 /// sentence for standard error. Err: the classic `no profile information`
@@ -447,11 +461,7 @@ pub fn output(
     note: &mut dyn FnMut(String),
 ) -> Result<Output> {
     if modules.is_empty() {
-        return Err(crate::prof::no_profile(
-            "mprof",
-            "no profile information (no allocation was made in the modules shown)",
-            asked,
-        ));
+        return Err(crate::prof::no_profile("mprof", NOTHING_ALLOCATED, asked));
     }
     let mut out = Output::default();
     let mut reports = Vec::new();

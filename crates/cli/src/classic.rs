@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 /// The entry point of an Inferno-style command (`prof`, `cprof`,
 /// `mprof`): `-h` or `--help` prints [`help`]; a bad command line prints
-/// `NAME: why` and the usage line; an error of the run one sentence; exit
-/// status 1 for either.
+/// `NAME: why` and the usage lines (the classic one, then what profdev
+/// adds) and exits 2, as profdev's own commands do; an error of the run
+/// is one sentence, exit status 1 (the run's own status otherwise).
 pub fn main<A>(
     spec: &Spec,
     args: Vec<OsString>,
@@ -22,8 +23,8 @@ pub fn main<A>(
     let args = match parse(args) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{}: {e}\nusage: {}", spec.name, spec.synopsis);
-            return ExitCode::from(1);
+            eprintln!("{}: {e}\n{}", spec.name, usage(spec));
+            return ExitCode::from(2);
         }
     };
     crate::cmdline::finish(spec.name, run(&args))

@@ -5,8 +5,8 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev cprof [-fner] [-m MODULE]... [--lcov FILE] [--cobertura FILE] [CMD [ARGS]]
-//! profdev cprof [-fner] [-m MODULE]... [--lcov FILE] [--cobertura FILE] -p PID
+//! profdev cprof [-fnerH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] [CMD [ARGS]]
+//! profdev cprof [-fnerH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] -p PID
 //! ```
 //!
 //! # Description
@@ -34,6 +34,22 @@
 //! | `-p PID` | attach to the running process PID instead of running CMD, count from now until it exits (or until cprof gets SIGINT, SIGTERM or SIGHUP), then list |
 //! | `--lcov FILE` | also write an lcov tracefile (`genhtml FILE` renders it) |
 //! | `--cobertura FILE` | also write Cobertura XML |
+//! | `-o FILE` | write the listing to FILE (`-`: standard output) instead of standard error (with CMD) or standard output (with `-p` or without CMD); not in Inferno |
+//! | `-H` | head each module's lines with a line naming the columns, `line  mark  source` (`line  count  source` with `-f`); the rows are unchanged; not in Inferno |
+//!
+//! **Where the listing goes.** With CMD, to standard error, or to FILE
+//! with `-o FILE` (written whole, through a temporary renamed over it):
+//! never into CMD's standard output, so `profdev cprof -- cat f > g`
+//! leaves g a copy of f. With `-p PID` or without CMD (the `.prf`
+//! records), to standard output as in Inferno (or FILE).
+//!
+//! **Exit status.** With CMD: CMD's status if CMD failed (128 + the
+//! signal if a signal ended it; cprof then says `cprof: interrupted by
+//! SIGTERM; CMD's process group was ended; the listing shows what was
+//! counted until then`, as prof, mprof, sample and gmon do), else 0 when a
+//! listing was shown, else 1 with the classic `cprof: no profile
+//! information`. A bad command line: 2, after `cprof: why` and the usage
+//! lines.
 //!
 //! **Attach** (`-p PID`). cprof counts a process that is already running,
 //! by the same machinery as prof's `startcp PID` (`profdev_dev::prof`'s
@@ -126,32 +142,44 @@
 //! ```text
 //! % cc -O0 -g -o known known.c
 //! % profdev cprof -r -e ./known          # records known.prf
-//! % profdev cprof -f -m known
+//! % profdev cprof -H -f -m known         # no CMD: the listing goes to standard output
 //!
-//! Module: known(/home/u/known)    72% coverage
+//! Module: known(/home/u/known)    72% coverage      <- name(file), share of its instructions that ran
 //!
+//! line    count   source                 <- -H: the columns
 //! ...
-//! 5                int called(int x)
-//! 6       10       {
+//! 5                int called(int x)     <- no code on this line: no count
+//! 6       10       {                     <- the line's code ran 10 times
 //! 7       10           return x * 2;
 //! ...
-//! 19      1|11|10      for (i = 0; i < n; i++) {
+//! 19      1|11|10      for (i = 0; i < n; i++) {   <- three parts: init once, test 11, step 10
 //! 20      10               sink += called(i);
 //! 21      10               if (i % 5 == 0)
 //! 22      2                    k++;
 //! 23                   }
-//! 24      1|0          if (argc > 5) never_called();
+//! 24      1|0          if (argc > 5) never_called();  <- the test ran, the call never did
 //! ...
-//! **** module instructions 386 ****
+//! **** module instructions 386 ****      <- instructions executed in the module
 //!
 //! % profdev cprof -m known --lcov known.info && genhtml -o html known.info
+//!
+//! % profdev cprof -e -o known.cov -- ./known > known.out   # the listing in known.cov, ./known's output alone in known.out
 //!
 //! % ./server & profdev cprof -e -p $! --lcov server.info  # from now until it exits
 //! cprof: counting process 4242 from now; its lines are listed when it exits (or on SIGINT, SIGTERM, SIGHUP)
 //! ```
 //!
+//! Without `-f` the second column holds the marks (`+`, `-`, `?`, see
+//! above) and `-H` names it `mark`.
+//!
 //! # Bugs
 //!
+//! * Deviations from Inferno's cprof: with CMD the listing goes to
+//!   standard error (or `-o FILE`), not standard output, so that it never
+//!   mixes with CMD's output; its bytes are Inferno's. The usage line is
+//!   Inferno's byte for byte, followed by a second line listing profdev's
+//!   additions; a bad command line exits with status 2, and with CMD the
+//!   status is CMD's when CMD failed.
 //! * Coverage reaches a program through the dynamic loader (its runtime
 //!   is preloaded). A statically linked CMD is counted through uprobes
 //!   instead (`profdev_coverage::uprobe`; one note on stderr says so): the
@@ -192,13 +220,13 @@
 //!   condition's runs.
 
 use crate::classic;
+use crate::output::Report;
 use anyhow::Result;
 use profdev_classic::args::cprof::{parse, Args, SPEC};
 use profdev_classic::cprof::{self, counted_lines, lines_of, notes, read_records};
 use profdev_coverage::lcov;
 use profdev_coverage::listing;
 use std::ffi::OsString;
-use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -246,14 +274,23 @@ fn run(args: &Args) -> Result<ExitCode> {
             cprof::run_under_coverage(&args.command, &words, say)?
         };
         exit = launched.exit;
-        listings = counted_lines(launched.modules, &words, &args.modules, args.record, say)?;
+        interrupted = launched.interrupted;
+        listings = match counted_lines(launched.modules, &words, &args.modules, args.record, say) {
+            // Nothing counted: the classic message, and CMD's status if
+            // it failed.
+            Err(e) if launched.failed => {
+                eprintln!("cprof: {}", crate::cmdline::sentence(&e));
+                interrupted.into_iter().for_each(|s| eprintln!("{s}"));
+                return Ok(exit);
+            }
+            r => r?,
+        };
     }
     let listings = cprof::listings(listings, args.record, say);
     if !args.record {
         let text = listing::format(&listings, &args.options);
-        let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes())?;
-        out.flush()?;
+        let runs_cmd = !args.command.is_empty();
+        Report::to(args.output.as_deref(), runs_cmd).write(text.as_bytes())?;
     }
     if args.lcov.is_some() || args.cobertura.is_some() {
         let records = lcov::source_records(&listings);

@@ -125,6 +125,11 @@
 //!
 //! # Bugs
 //!
+//! gmon writes nothing to standard output: the profile goes to `-o FILE`
+//! (gmon.out), its summary to standard error, so CMD's output is left as
+//! CMD wrote it (`profdev gmon -- cat f > g` leaves g a copy of f), as
+//! `profdev prof`, `cprof`, `mprof` and `sample` do.
+//!
 //! With `--exact`, an indirect call whose target could not be recorded
 //! (`call *%rsp`; a record lost when a signal handler interrupts the
 //! recording of another and records too, or when a thread has met more

@@ -242,7 +242,7 @@ fn usage() -> String {
     for c in COMMANDS {
         s.push_str(&format!("  {:<10} {}\n", c.name, c.about));
     }
-    s.push_str("\n'profdev COMMAND --help' describes each command.\n");
+    s.push_str("\n'profdev help COMMAND' (or 'profdev COMMAND --help') describes each command.\n");
     s
 }
 
@@ -266,6 +266,20 @@ fn main() -> ExitCode {
         }
         args.remove(0).to_string_lossy().into_owned()
     };
+    if name == "help" && !args.is_empty() {
+        // `profdev help CMD`: CMD's own help, as `profdev CMD --help`.
+        let cmd = args.remove(0);
+        return match COMMANDS.iter().find(|c| cmd == c.name) {
+            Some(c) => (c.run)(vec!["--help".into()]),
+            None => {
+                eprintln!(
+                    "profdev: unknown command \"{}\"; 'profdev --help' lists them",
+                    cmd.to_string_lossy()
+                );
+                ExitCode::from(2)
+            }
+        };
+    }
     match name.as_str() {
         "-h" | "--help" | "help" => {
             print!("{}", usage());

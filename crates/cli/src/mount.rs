@@ -215,10 +215,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     };
     let serving = match Serving::from_args(&args) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("profdev: {e:#}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return crate::cmdline::finish("profdev mount", Err(e)),
     };
     let dir = args.dir.clone().unwrap_or_else(profdev_fuse::mount_dir);
     let result = if args.daemon {

@@ -4,8 +4,8 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev mprof [-bcMflnve123] [-m MODULE]... [--leaks] [--pprof FILE] [--dhat FILE] [--wrapper SYMBOL]... [CMD [ARGS]]
-//! profdev mprof [-Mflnve123] [-m MODULE]... [--leaks] [--wrapper SYMBOL]... -p PID
+//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID
 //! ```
 //!
 //! # Description
@@ -37,10 +37,24 @@
 //! | `--leaks` | after the tables, the blocks never freed, grouped by allocating line, largest first |
 //! | `--wrapper SYMBOL` | treat SYMBOL as an allocation wrapper too (repeatable) |
 //! | `--dhat FILE` | also write DHAT's JSON of the run (valgrind's `dh_view.html` opens it): per site total bytes and blocks, the sum of block lifetimes (µs), high water, bytes and blocks at the global peak (t-gmax) and at the end; accesses are not measured. Lifetimes and the peak need one global lock: slower |
+//! | `-o FILE` | write the tables (and `--leaks`' list) to FILE (`-`: standard output) instead of standard error (with CMD) or standard output (with `-p` or without CMD); not in Inferno |
+//! | `-H` | head the line and function tables with a line naming the columns (see Example); the rows are unchanged; not in Inferno |
 //! | `--pprof FILE` | also write a pprof heap profile of the run (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`; one sample per site, symbolized) for `go tool pprof` |
 //!
 //! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
 //! prof device holds, its histograms read in the memory-mode layout.
+//!
+//! **Where the tables go.** With CMD, to standard error, or to FILE with
+//! `-o FILE` (written whole, through a temporary renamed over it): never
+//! into CMD's standard output, so `profdev mprof -- cat f > g` leaves g a
+//! copy of f. With `-p PID` or without CMD, to standard output as in
+//! Inferno (or FILE).
+//!
+//! **Exit status.** With CMD: CMD's status if CMD failed (128 + the
+//! signal if a signal ended it), else 0 when the tables were shown, else
+//! 1 with the classic `mprof: no profile information` or the sentence
+//! saying why nothing was counted. A bad command line: 2, after `mprof:
+//! why` and the usage lines.
 //!
 //! **Sites.** Bytes are charged to the *allocating site*: the return
 //! address of the allocation call, or, when that call was made by a
@@ -116,21 +130,23 @@
 //!
 //! # Example
 //!
-//! Columns are separated by tabs; shown here with spaces.
+//! Columns are separated by tabs; shown here with spaces. CMD runs, so the
+//! tables go to standard error (`-o known.mem` would write them to a file).
 //!
 //! ```text
 //! % cc -g -o known known.c
-//! % profdev mprof --leaks ./known
+//! % profdev mprof -H --leaks ./known
 //!
 //! Module: known(/home/u/known)
 //!
-//! 13      0       2097152         b[i] = malloc(4096);
-//! 23      40000   100000          blocks[i] = malloc(100);
+//! line    current high-water      source          <- -H: the columns
+//! 13      0       2097152         b[i] = malloc(4096);   <- all freed; at most 2 MiB held at once
+//! 23      40000   100000          blocks[i] = malloc(100);  <- 40000 bytes never freed
 //! 26      65536   65536       char *big = malloc(65536);
 //! 28      0       10          char *r = malloc(10);
-//! 29      0       10000       r = realloc(r, 10000);
+//! 29      0       10000       r = realloc(r, 10000);  <- realloc: a free of the old block, an allocation here
 //!
-//! Module totals   105536  2202688
+//! Module totals   105536  2202688                 <- current and high water of the module as a whole
 //!
 //! Leaks: 105536 bytes in 401 blocks never freed
 //!
@@ -138,6 +154,12 @@
 //! 65536   1       /home/u/known.c:26      main()
 //! 40000   400     /home/u/known.c:23      main()
 //! ```
+//!
+//! A row reads: the source line (with `-n`, `file:line`; in the function
+//! table, the line the function is declared at), the bytes allocated
+//! there and not freed when the process ended (*current*), the most bytes
+//! its allocations held at once (*high water*), then the text of the line
+//! or the function. A row `?` sums the sites with no line information.
 //!
 //! # Errors
 //!
@@ -159,6 +181,19 @@
 //!
 //! # Bugs
 //!
+//! * Deviations from Inferno's mprof: with CMD the tables go to standard
+//!   error (or `-o FILE`), not standard output, so that they never mix
+//!   with CMD's output; their bytes are Inferno's. The usage line is
+//!   Inferno's byte for byte, followed by a second line listing profdev's
+//!   additions (`-1`, `-2`, `-3`, `-H`, `-o`, `--leaks`, `--pprof`, `--dhat`,
+//!   `--wrapper`, `-p`); a bad command line exits with status 2, and with
+//!   CMD the status is CMD's when CMD failed (`mprof -- /bin/true` exits 0).
+//! * A row's high water is the sum of the high waters of the sites
+//!   (instructions) charged to it, as Inferno's library sums a line's
+//!   instructions' (spec §2.4), not the most the row's sites held at once:
+//!   a line with several allocating calls, and above all the `?` row, which
+//!   sums every site without line information, can show a high water
+//!   above the module total's, which is the most the module held at once.
 //! * Pools share one histogram per module, as in Inferno, where every
 //!   pool's allocations were charged to the same instruction buckets: a
 //!   line shows the bytes of all pools counted (one call site calls one
@@ -210,6 +245,7 @@
 
 use crate::child::{find_program, Job};
 use crate::classic;
+use crate::output::Report;
 use anyhow::{Context as _, Result};
 use profdev_classic::args::mprof::{parse, startmp_message, Args, SPEC};
 use profdev_classic::mprof;
@@ -257,7 +293,8 @@ fn run(args: &Args) -> Result<ExitCode> {
     if args.command.is_empty() {
         let dir = crate::mount::ensure_mounted()?.join("prof");
         let modules = mprof::read_mounted(&dir)?;
-        return show(&modules, args, None).map(|()| ExitCode::SUCCESS);
+        let report = Report::to(args.output.as_deref(), false);
+        return show(&modules, args, None, &report).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
     let own_allocator = mprof::check_reachable(&program)?;
@@ -286,6 +323,41 @@ fn run(args: &Args) -> Result<ExitCode> {
         .with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
     job.started(&child);
     let status = job.wait();
+    let ran = Ran {
+        job: &job,
+        status,
+        program: &program,
+        own_allocator,
+        dev,
+    };
+    match show_run(args, &session, ran) {
+        // CMD failed: its status, after what mprof could not show.
+        Err(e) if !status.success() || job.interrupted().is_some() => {
+            eprintln!("mprof: {}", crate::cmdline::sentence(&e));
+            Ok(job.exit_code(status))
+        }
+        r => r.map(|()| job.exit_code(status)),
+    }
+}
+
+/// A run of CMD, ended.
+struct Ran<'a> {
+    job: &'a Job,
+    status: std::process::ExitStatus,
+    program: &'a Path,
+    own_allocator: Option<String>,
+    dev: profdev_dev::prof::Prof,
+}
+
+/// After CMD's run: read the session's reports and show them.
+fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
+    let Ran {
+        job,
+        status,
+        program,
+        own_allocator,
+        dev,
+    } = ran;
     let (reports, errors) = session.reports();
     for e in &errors {
         eprintln!("mprof: warning: {e}");
@@ -298,7 +370,7 @@ fn run(args: &Args) -> Result<ExitCode> {
             let why =
                 format!("{cmd} had not loaded the accounting library yet: nothing was counted");
             eprintln!("{}", i.sentence("mprof", &why));
-            return Ok(job.exit_code(status));
+            return Ok(());
         }
         return Err(mprof::nothing_counted(&cmd, status, !errors.is_empty()));
     }
@@ -308,12 +380,23 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     let merged = merge(&reports);
     if let Some(own) = &own_allocator {
-        mprof::check_counted(&program, own, &merged, &mut |n| eprintln!("{n}"))?;
+        mprof::check_counted(program, own, &merged, &mut |n| eprintln!("{n}"))?;
     }
     for warning in mprof::replaced(&merged) {
         eprintln!("{warning}");
     }
     let modules = mprof::through_device(&dev, &merged, args.options.zeros)?;
+    if let Some(line) = mprof::nothing_allocated(&modules, &args.modules) {
+        // Counted, and nothing allocated: CMD's status, not 1.
+        eprintln!("mprof: {line}");
+        if let Some(i) = job.interrupted() {
+            eprintln!(
+                "{}",
+                i.sentence("mprof", "nothing was allocated until then")
+            );
+        }
+        return Ok(());
+    }
     let cmd: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
     let dhat_run = mprof::dhat_run(&reports, cmd.join(" "));
     if let (Some(file), None) = (&args.dhat, &dhat_run) {
@@ -323,21 +406,27 @@ fn run(args: &Args) -> Result<ExitCode> {
             file.to_string_lossy()
         );
     }
-    show(&modules, args, dhat_run.as_ref())?;
+    let report = Report::to(args.output.as_deref(), true);
+    show(&modules, args, dhat_run.as_ref(), &report)?;
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
             i.sentence("mprof", "the tables show what was counted until then")
         );
     }
-    Ok(job.exit_code(status))
+    Ok(())
 }
 
 /// `mprof -p PID`: attach, wait for the process to exit, show its tables
 /// (and leaks) from its report, through a private device as with CMD.
 fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     let run = mprof::run_attached(args, pid, &mut |n| eprintln!("{n}"))?;
-    let shown = show(&run.modules, args, None);
+    let shown = show(
+        &run.modules,
+        args,
+        None,
+        &Report::to(args.output.as_deref(), false),
+    );
     if let Some((sig, sentence)) = run.interrupted {
         if let Err(e) = shown {
             eprintln!("mprof: {e}");
@@ -348,9 +437,14 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     shown.map(|()| ExitCode::SUCCESS)
 }
 
-/// Attribute, read sources, print the tables and the leaks; write the
-/// pprof and DHAT files asked for.
-fn show(modules: &[Module], args: &Args, dhat_run: Option<&DhatRun>) -> Result<()> {
+/// Attribute, read sources, write the tables and the leaks to `report`;
+/// write the pprof and DHAT files asked for.
+fn show(
+    modules: &[Module],
+    args: &Args,
+    dhat_run: Option<&DhatRun>,
+    report: &Report,
+) -> Result<()> {
     let extras = mprof::Extras {
         leaks: args.leaks,
         pprof: args.pprof.is_some(),
@@ -359,8 +453,9 @@ fn show(modules: &[Module], args: &Args, dhat_run: Option<&DhatRun>) -> Result<(
     let o = mprof::output(modules, &args.options, extras, &args.modules, &mut |n| {
         eprintln!("{n}")
     })?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(o.tables.as_bytes())?;
+    let mut text = o.tables;
+    text.push_str(o.leaks.as_deref().unwrap_or_default());
+    report.write(text.as_bytes())?;
     let write = |file: &OsString, data: &[u8]| {
         profdev_safefile::write_file(Path::new(file), data, 0o644)
             .map_err(|e| anyhow::anyhow!("{e}"))
@@ -371,9 +466,5 @@ fn show(modules: &[Module], args: &Args, dhat_run: Option<&DhatRun>) -> Result<(
     if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
         write(file, profdev_formats::dhat::encode(run, &o.dhat).as_bytes())?;
     }
-    if let Some(leaks) = o.leaks {
-        out.write_all(leaks.as_bytes())?;
-    }
-    out.flush()?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev prof [-bflnvei] [-m MODULE]... [-s MS] [CMD [ARGS]]
+//! profdev prof [-bflnveiH] [-m MODULE]... [-s MS | -F HZ] [-o FILE] [CMD [ARGS]]
 //! ```
 //!
 //! # Description
@@ -13,6 +13,13 @@
 //! process tree executes: the program, its shared libraries, the dynamic
 //! linker), or only the `-m` ones, runs CMD, stops, shows the profile and
 //! ends it. Without CMD it shows what the mounted prof device holds.
+//!
+//! **Where the listing goes.** With CMD, to standard error, or to FILE
+//! with `-o FILE` (written whole, through a temporary renamed over it):
+//! never into CMD's standard output, so `profdev prof -- xz -c big >
+//! big.xz` leaves big.xz as xz wrote it (time(1), perf stat and valgrind
+//! do the same). Without CMD, to standard output as in Inferno (or FILE).
+//! `-o -` asks for standard output.
 //!
 //! | option | meaning |
 //! |---|---|
@@ -23,6 +30,9 @@
 //! | `-m MODULE` | profile only this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-e` | profile CMD's own executable (adds it to the `-m` list) |
 //! | `-s MS` | the sampling interval in milliseconds (default 1, with CMD and with `-b`; the device's own default, for a bare `start` on `prof/ctl`, is 100) |
+//! | `-F HZ` | samples per second of CPU time, 1 to 10000, as `-F` means in every profdev command (default 1000, i.e. `-s 1`); a command's run samples at exactly HZ, `-b` writes the interval 1000/HZ ms rounded; the last of `-s` and `-F` counts; not in Inferno |
+//! | `-o FILE` | write the listing to FILE (`-`: standard output) instead of standard error (with CMD) or standard output (without); not in Inferno |
+//! | `-H` | head each table with a line naming its columns (see Example); the rows are unchanged; not in Inferno |
 //! | `-i` | charge inlined code to its own lines and functions (see Attribution); not in Inferno |
 //! | `-b` | begin: start profiling on the mounted device (and run CMD if given) and exit, leaving profiling on |
 //!
@@ -34,8 +44,13 @@
 //! (`Target::Process` with `inherit`, started at CMD's exec by
 //! `profdev_sample::spawn_profiled`). So prof needs no mount, samples
 //! nothing but CMD, and any number of prof runs coexist. prof waits for
-//! CMD, then up to a second for CMD's descendants, then stops. Its exit
-//! status is CMD's (128 + signal if CMD was killed).
+//! CMD, then up to a second for CMD's descendants, then stops.
+//!
+//! **Exit status.** With CMD: CMD's status if CMD failed (128 + the
+//! signal if a signal ended it), else 0 when a listing was shown, else 1
+//! with the classic `prof: no profile information`. Without CMD: 0, or 1
+//! after an error. A bad command line: 2, after `prof: why` and the usage
+//! lines (as every profdev command).
 //!
 //! **Signals.** CMD runs in its own process group, the terminal's
 //! foreground group while it runs, so ^C reaches CMD alone and prof shows
@@ -72,21 +87,24 @@
 //!
 //! # Example
 //!
-//! Columns are separated by tabs; shown here with spaces.
+//! Columns are separated by tabs; shown here with spaces. The listing goes
+//! to standard error (CMD runs); `-H` heads each table with its columns'
+//! names, `-o prog.prof` would write it to a file instead.
 //!
 //! ```text
 //! % cc -g -O1 -o prog prog.c
-//! % profdev prof -f -l -- ./prog
-//! 2466030419683779552
+//! % profdev prof -H -f -l -- ./prog
 //!
-//! Module: prog(/home/u/prog)
+//! Module: prog(/home/u/prog)              <- module name(its file)
 //!
-//! 6       69.72   hot()
+//! line    %time   function                <- -H: the function table's columns
+//! 6       69.72   hot()                   <- hot() starts at line 6; 69.72% of all samples
 //! 13      30.28   cold()
 //!
-//! **** module sampling points 1103 ****
+//! **** module sampling points 1103 ****   <- this module's samples (1 ms of CPU time each)
 //!
 //!
+//! line    %time   source                  <- -H: the line table's columns
 //! 9       69.72       for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + i;
 //! 16      30.28       for (unsigned long i = 0; i < n; i++) x = x * 2862933555777941757UL + i;
 //!
@@ -95,8 +113,14 @@
 //! % profdev prof -b -m libc.so.6        # start the mounted device, leave it on
 //! % …
 //! % echo stop >/run/profdev/prof/ctl
-//! % profdev prof -f                      # show what the mounted device holds
+//! % profdev prof -f                      # show what the mounted device holds (standard output)
 //! ```
+//!
+//! A row reads: the source line (for a function, the line it is declared
+//! at; with `-n`, `file:line`), then the share of all samples of all
+//! modules shown, in percent (the `%time` of gprof), then the function or
+//! the text of the line. Without `-H` the rows are the same, with no
+//! heading line.
 //!
 //! # Errors
 //!
@@ -116,6 +140,13 @@
 //!
 //! # Bugs
 //!
+//! * Deviations from Inferno's prof: with CMD the listing goes to standard
+//!   error (or `-o FILE`), not standard output, so that it never mixes
+//!   with CMD's output; its bytes are Inferno's. The usage line is
+//!   Inferno's byte for byte, followed by a second line listing profdev's
+//!   additions; a bad command line exits with status 2 (Inferno's
+//!   `fail:usage` had no number), and with CMD the status is CMD's when
+//!   CMD failed.
 //! * Time spent in the kernel on CMD's behalf is not sampled (prof profiles
 //!   modules; see `profdev sample` for the kernel).
 //! * Code in anonymous memory (JIT compilers) and in the vDSO belongs to
@@ -130,13 +161,13 @@
 
 use crate::child::{find_program, Job};
 use crate::classic;
+use crate::output::Report;
 use anyhow::{anyhow, Context as _, Result};
 use profdev_classic::args::prof::{begin_messages, parse, Args, DEFAULT_INTERVAL_MS, SPEC};
 use profdev_classic::prof::{ctl, listing, read_dev, read_mounted, Record, NO_PROFILE};
 use profdev_core::{SampleSource, SessionConfig, SourceError, SourceFactory};
 use profdev_dev::prof::{self, Prof};
 use profdev_dev::{Dev as _, Engine};
-use profdev_report::prof::Options;
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
@@ -165,12 +196,14 @@ fn run(args: &Args) -> Result<ExitCode> {
         if !args.modules.is_empty() {
             eprintln!("prof: warning: -m option ignored");
         }
-        if args.interval.is_some() {
+        if args.frequency.is_some() {
+            eprintln!("prof: warning: -F option ignored");
+        } else if args.interval.is_some() {
             eprintln!("prof: warning: -s option ignored");
         }
         let dir = crate::mount::ensure_mounted()?.join("prof");
         let records = read_mounted(&dir)?;
-        show(&records, &args.options, args.innermost)?;
+        show(&records, args, &Report::to(args.output.as_deref(), false))?;
         return Ok(ExitCode::SUCCESS);
     }
     let (job, status, records, stats) = profile_command(args)?;
@@ -188,9 +221,13 @@ fn run(args: &Args) -> Result<ExitCode> {
         for why in unprofilable(args) {
             eprintln!("prof: {why}");
         }
-        return Ok(ExitCode::from(1));
+        if let Some(i) = job.interrupted() {
+            eprintln!("{}", i.sentence("prof", "nothing was sampled"));
+        }
+        // CMD's status if it failed, else 1.
+        return Ok(crate::output::status(&job, status, false));
     }
-    show(&records, &args.options, args.innermost)?;
+    show(&records, args, &Report::to(args.output.as_deref(), true))?;
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
@@ -250,7 +287,10 @@ fn profile_command(
     let mut job = Job::new()?;
     let interval = args.interval.unwrap_or(DEFAULT_INTERVAL_MS);
     let words = module_words(args)?;
-    let config = prof::session_config(interval);
+    let mut config = prof::session_config(interval);
+    if let Some(hz) = args.frequency {
+        config.frequency_hz = hz;
+    }
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
     // Own process group, the terminal, signals passed on: `profdev_sample::job`.
@@ -331,19 +371,20 @@ fn begin(args: &Args) -> Result<ExitCode> {
     Ok(job.exit_code(status))
 }
 
-/// Attribute, read sources, print.
-fn show(records: &[Record], options: &Options, innermost: bool) -> Result<()> {
+/// Attribute, read sources, write the listing to `report`.
+fn show(records: &[Record], args: &Args, report: &Report) -> Result<()> {
     // Symbolizing a big profile takes a while: a bar on a terminal.
     let pcs = records.iter().map(|r| r.pairs.len() as u64).sum();
     let bar = crate::bar::Bar::start("prof", "symbolizing", pcs);
-    let text = listing(records, options, innermost, &|| bar.inc(1), &mut |n| {
-        eprintln!("{n}")
-    })?;
+    let text = listing(
+        records,
+        &args.options,
+        args.innermost,
+        &|| bar.inc(1),
+        &mut |n| eprintln!("{n}"),
+    )?;
     drop(bar);
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
+    report.write(text.as_bytes())
 }
 
 #[cfg(test)]

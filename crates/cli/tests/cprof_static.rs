@@ -103,7 +103,7 @@ fn cprof_counts_a_static_program_exactly_through_uprobes() {
     let info = tmp.path().join("s.info");
     let out = run(profdev()
         .current_dir(tmp.path())
-        .args(["cprof", "-f", "-e", "--lcov"])
+        .args(["cprof", "-o", "-", "-f", "-e", "--lcov"])
         .arg(&info)
         .arg(&exe));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -197,7 +197,7 @@ fn every_condition_code_is_decided_as_the_cpu_decides_it() {
     let info = tmp.path().join("j.info");
     let out = run(profdev()
         .current_dir(tmp.path())
-        .args(["cprof", "-e", "--lcov"])
+        .args(["cprof", "-o", "-", "-e", "--lcov"])
         .arg(&info)
         .arg(&exe));
     assert!(
@@ -248,7 +248,7 @@ fn cprof_passes_on_a_static_programs_exit_status() {
     // in its status and still lists what ran.
     let out = run(profdev()
         .current_dir(tmp.path())
-        .args(["cprof", "-f", "-e"])
+        .args(["cprof", "-o", "-", "-f", "-e"])
         .arg(&exe)
         .args(["3", "x", "x", "x", "x"]));
     assert!(!out.status.success());
@@ -278,7 +278,7 @@ fn without_capabilities_cprof_says_what_to_do() {
     let out = run(Command::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
         .arg(&pd)
-        .args(["cprof", "-f"])
+        .args(["cprof", "-o", "-", "-f"])
         .arg(&exe));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");

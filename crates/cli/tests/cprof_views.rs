@@ -174,7 +174,7 @@ fn measure(exe: &Path) -> ModuleCoverage {
 
 fn profdev(dir: &Path, args: &[&str]) -> (String, String, bool) {
     let out = Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .arg("cprof")
+        .args(["cprof", "-o", "-"])
         .args(args)
         .current_dir(dir)
         .output()

@@ -433,7 +433,7 @@ fn nobody_gets_eacces_and_changes_nothing() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         stderr_of(&out),
-        "profdev: --allow-user \"no-such-user-here\": no such user; give a uid or a name from /etc/passwd\n"
+        "profdev mount: --allow-user \"no-such-user-here\": no such user; give a uid or a name from /etc/passwd\n"
     );
 }
 

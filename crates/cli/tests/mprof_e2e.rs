@@ -24,7 +24,7 @@ fn compile(compiler: &str, args: &[&str], src: &str, out: &Path) {
 
 fn mprof(args: &[&str], cmd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .arg("mprof")
+        .args(["mprof", "-o", "-"])
         .args(args)
         .arg(cmd)
         .output()
@@ -178,7 +178,7 @@ fn exit_status_and_children() {
     let exe = dir.path().join("known");
     compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
     let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .args(["mprof", "-l", "-m", "known", "sh", "-c"])
+        .args(["mprof", "-o", "-", "-l", "-m", "known", "sh", "-c"])
         .arg(format!("{0}; {0}; exit 3", exe.display()))
         .output()
         .unwrap();
@@ -282,7 +282,7 @@ fn pprof_export_read_by_go_tool_pprof() {
     compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
     let file = dir.path().join("heap.pb");
     let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .args(["mprof", "-l", "--pprof"])
+        .args(["mprof", "-o", "-", "-l", "--pprof"])
         .arg(&file)
         .arg(&exe)
         .output()
@@ -395,7 +395,7 @@ fn dhat_export_passes_dh_view_checks() {
     compile("cc", &["-g", "-O0", "-pthread"], "known.c", &exe);
     let file = dir.path().join("dhat.json");
     let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .args(["mprof", "-l", "--dhat"])
+        .args(["mprof", "-o", "-", "-l", "--dhat"])
         .arg(&file)
         .arg(&exe)
         .output()
@@ -495,7 +495,7 @@ fn pools_2_and_3_count_the_programs_own_mappings() {
     // Pool 2 alone: no row for malloc's MiB, and no other module (glibc's
     // malloc maps through its internal __mmap, which is not the program's).
     let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .args(["mprof", "-2", "-l", "-M"])
+        .args(["mprof", "-o", "-", "-2", "-l", "-M"])
         .arg(&exe)
         .output()
         .unwrap();
@@ -588,7 +588,7 @@ fn counts_survive_exit_signals_and_sigkill() {
     compile("cc", &["-g", "-O0"], "lost.c", &exe);
     for (how, status) in [("_exit", Some(0)), ("segv", Some(139)), ("kill", Some(137))] {
         let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-            .args(["mprof", "-l", "-e"])
+            .args(["mprof", "-o", "-", "-l", "-e"])
             .arg(&exe)
             .arg(how)
             .output()
@@ -600,7 +600,7 @@ fn counts_survive_exit_signals_and_sigkill() {
     // dash ends with _exit: `sh -c 'echo hi'` has its tables.
     if std::fs::canonicalize("/bin/sh").is_ok_and(|p| p.ends_with("dash")) {
         let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-            .args(["mprof", "-l", "--", "sh", "-c", "echo hi"])
+            .args(["mprof", "-o", "-", "-l", "--", "sh", "-c", "echo hi"])
             .output()
             .unwrap();
         let out = stdout(&o);
@@ -638,7 +638,7 @@ fn interrupted_mprof_shows_the_counts_and_exits_128_plus_the_signal() {
             });
         }
         let mut c = cmd
-            .args(["mprof", "-l", "-e"])
+            .args(["mprof", "-o", "-", "-l", "-e"])
             .arg(&exe)
             .arg("wait")
             .env("TMPDIR", &tmp)
@@ -698,7 +698,7 @@ fn interrupted_mprof_shows_the_counts_and_exits_128_plus_the_signal() {
     assert_eq!(sessions(), left);
     // ...until the next run of the same user.
     let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .args(["mprof", "-l", "-e"])
+        .args(["mprof", "-o", "-", "-l", "-e"])
         .arg(&exe)
         .env("TMPDIR", &tmp)
         .output()
@@ -749,7 +749,7 @@ fn a_setuid_program_is_named_as_the_cause() {
     let o = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&profdev)
-        .args(["mprof", "-e"])
+        .args(["mprof", "-o", "-", "-e"])
         .arg(&exe)
         .env("TMPDIR", "/tmp")
         .output()

@@ -181,7 +181,12 @@ fn near(what: &str, got: f64, n: u64, want: f64) {
 
 /// Run `profdev prof ARGS` and return stdout, stderr.
 fn prof(dir: &Path, args: &[&str]) -> (String, String) {
-    let out = run(profdev().arg("prof").args(args).current_dir(dir));
+    // `-o -`: the listing on standard output (with CMD it goes to
+    // standard error by default).
+    let out = run(profdev()
+        .args(["prof", "-o", "-"])
+        .args(args)
+        .current_dir(dir));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
@@ -303,9 +308,10 @@ fn help_names_every_option() {
     let (usage, text) = help.split_once('\n').unwrap();
     assert_eq!(
         usage,
-        "usage: prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]"
+        "usage: prof [-bflnv] [-m modname]... [-s rate] [cmd arg ...]"
     );
-    for c in "bflnveims".chars() {
+    assert!(text.starts_with("       profdev adds: [-eiH] [-F hz] [-o file] [--mmap-pages N]\n"));
+    for c in "bflnveimsFoH".chars() {
         assert!(
             text.contains(&format!("-{c}")),
             "prof --help omits -{c}:\n{help}"
@@ -328,7 +334,8 @@ fn errors_are_sentences() {
     let out = run(profdev().args(["prof", "-s", "0", "x"]));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "prof: bad sample rate: '0'\nusage: prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]\n"
+        "prof: bad sample rate: '0'\nusage: prof [-bflnv] [-m modname]... [-s rate] [cmd arg ...]\n       \
+         profdev adds: [-eiH] [-F hz] [-o file] [--mmap-pages N]\n"
     );
     if !privileged("prof error cases", can_profile_children()) {
         return;

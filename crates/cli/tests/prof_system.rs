@@ -90,7 +90,9 @@ fn prof_command_charges_no_plt_stub_to_init() {
     }
     let d = tempdir();
     let work = compile_work(d.path(), "work-plt");
-    let out = run(profdev().args(["prof", "-f", "-s", "1", "--"]).arg(&work));
+    let out = run(profdev()
+        .args(["prof", "-f", "-s", "1", "-o", "-", "--"])
+        .arg(&work));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -156,7 +158,9 @@ fn prof_command_splits_stripped_liblzma() {
         .collect();
     std::fs::write(&input, text).unwrap();
     let out = run(profdev()
-        .args(["prof", "-f", "-s", "1", "--", "xz", "-6", "-k", "-f"])
+        .args([
+            "prof", "-f", "-s", "1", "-o", "-", "--", "xz", "-6", "-k", "-f",
+        ])
         .arg(&input));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -531,7 +531,7 @@ fn sample_on_a_full_disk_keeps_the_report_and_leaves_no_partial_file() {
     let out = fs.path().join("out");
     for (cmd, code) in [("exit 0", 1), ("exit 3", 3)] {
         let o = run(profdev()
-            .args(["sample", "-F", "100", "-o"])
+            .args(["sample", "--report", "-", "-F", "100", "-o"])
             .arg(&out)
             .args(["--", "sh", "-c", cmd]));
         let err = stderr(&o);
@@ -547,7 +547,7 @@ fn sample_on_a_full_disk_keeps_the_report_and_leaves_no_partial_file() {
         let report = String::from_utf8_lossy(&o.stdout);
         assert!(
             report.starts_with("total: "),
-            "the report still goes to stdout: {report}"
+            "the report is still written (--report -: to stdout): {report}"
         );
         assert!(
             names(&out).is_empty(),

@@ -10,7 +10,7 @@ fn bpf_dd_zeroing_routine_is_in_the_top_three() {
     let d = tempdir();
     let out_dir = d.path().join("out");
     let out = run(profdev()
-        .args(["sample", "--bpf", "-o"])
+        .args(["sample", "--report", "-", "--bpf", "-o"])
         .arg(&out_dir)
         .args([
             "--",
@@ -62,7 +62,7 @@ fn bpf_dd_zeroing_routine_is_in_the_top_three() {
 #[test]
 fn bpf_exit_status_of_cmd_is_passed_on() {
     let out = run(profdev()
-        .args(["sample", "--bpf", "-o"])
+        .args(["sample", "--report", "-", "--bpf", "-o"])
         .arg(tempdir().path())
         .args(["--", "sh", "-c", "exit 7"]));
     let stderr = String::from_utf8_lossy(&out.stderr);

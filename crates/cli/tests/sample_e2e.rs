@@ -22,7 +22,7 @@ fn dd_zeroing_routine_is_in_the_top_three_and_dd_is_named() {
     // Every process is listed (--rows): on a busy machine other processes
     // may outnumber dd's ticks outside kernel text, but never hide them.
     let out = run(profdev()
-        .args(["sample", "--rows", "100000", "-o"])
+        .args(["sample", "--report", "-", "--rows", "100000", "-o"])
         .arg(&out_dir)
         .args([
             "--",
@@ -233,7 +233,7 @@ fn ci_adds_intervals_to_the_outside_section_only() {
     }
     let d = tempdir();
     let out = run(profdev()
-        .args(["sample", "--ci", "--rows", "100000", "-o"])
+        .args(["sample", "--report", "-", "--ci", "--rows", "100000", "-o"])
         .arg(d.path().join("out"))
         .args([
             "--",

@@ -33,6 +33,10 @@ pub struct Options {
     pub frequency: bool,
     /// `-n`: prefix each line with its source file and a colon.
     pub file_prefix: bool,
+    /// `-H` (not Inferno's): head each module's rows with a line naming
+    /// the columns: `line\tmark\tsource`, or `line\tcount\tsource` with
+    /// `-f` (`file:line` with `-n`).
+    pub header: bool,
 }
 
 /// A module and the text of its source files (`None`: not found), each
@@ -59,6 +63,14 @@ pub fn format(modules: &[Listing], opts: &Options) -> String {
         }
         if m.files.is_empty() {
             out.push_str("(no line information)\n");
+        } else if opts.header {
+            let first = if opts.file_prefix {
+                "file:line"
+            } else {
+                "line"
+            };
+            let what = if opts.frequency { "count" } else { "mark" };
+            let _ = writeln!(out, "{first}\t{what}\tsource");
         }
         let headed = m.files.len() > 1 && !opts.file_prefix;
         for (file, lines) in &m.files {
@@ -179,12 +191,41 @@ mod tests {
         let opts = Options {
             frequency: true,
             file_prefix: true,
+            ..Options::default()
         };
         let text = format(&[m.clone(), m], &opts);
         assert!(text.starts_with(
             "\nModule: t(/bin/t)\t75% coverage\n\nt.c:1\t5\tint f()\nt.c:2\t \t{\nt.c:3\t10\t"
         ));
         assert!(text.ends_with("\n**** total number instructions 50 ****\n\n"));
+    }
+
+    #[test]
+    fn h_heads_the_rows_and_leaves_them_alone() {
+        let m = module();
+        let plain = format(std::slice::from_ref(&m), &Options::default());
+        let opts = Options {
+            frequency: true,
+            header: true,
+            ..Options::default()
+        };
+        let counts = Options {
+            header: false,
+            ..opts
+        };
+        assert_eq!(
+            format(std::slice::from_ref(&m), &opts),
+            format(std::slice::from_ref(&m), &counts)
+                .replace("coverage\n\n1\t5", "coverage\n\nline\tcount\tsource\n1\t5")
+        );
+        let marks = Options {
+            header: true,
+            ..Options::default()
+        };
+        assert_eq!(
+            format(&[m], &marks),
+            plain.replace("coverage\n\n1", "coverage\n\nline\tmark\tsource\n1")
+        );
     }
 
     #[test]

@@ -247,7 +247,14 @@ fn command_page(c: &Command, source: &str) -> Page {
 fn synopsis(c: &Command, cmd: &clap::Command) -> String {
     let rest = match cmd.get_overridden_usage() {
         Some(usage) => {
-            let usage = usage.to_string();
+            // A classic usage and, on a second line, what profdev adds
+            // (`       profdev adds: [-H] ...`): one synopsis.
+            let usage = usage
+                .to_string()
+                .lines()
+                .map(|l| l.trim().trim_start_matches("profdev adds: "))
+                .collect::<Vec<_>>()
+                .join(" ");
             let rest = usage.split_once(' ').map_or("", |(_, r)| r);
             escape(rest, true)
         }

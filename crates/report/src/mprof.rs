@@ -17,6 +17,10 @@
 //! more than one module: "Grand totals\t%d\t%d\n\n"
 //! ```
 //!
+//! With `-H` (not Inferno's) the line and function tables are headed by
+//! `line\tcurrent\thigh-water\tsource` and `…\tfunction` (`file:line`
+//! with `-n`); the rows are unchanged.
+//!
 //! Rows with both values zero are printed only with `-v`. The module
 //! totals are the module's own counters (its high water is the most its
 //! sites held at once, not the sum of their high waters). As in prof's
@@ -88,6 +92,9 @@ pub struct Options {
     pub file_prefix: bool,
     /// `-v`: include rows whose values are zero.
     pub zeros: bool,
+    /// `-H` (not Inferno's): head each table with a line naming its
+    /// columns (`line\tcurrent\thigh-water\tsource`).
+    pub header: bool,
 }
 
 impl Options {
@@ -140,6 +147,13 @@ impl ModuleReport {
 }
 
 fn line_rows(out: &mut String, m: &ModuleReport, opts: &Options) {
+    if opts.header {
+        out.push_str(&crate::prof::header(
+            opts.file_prefix,
+            "current\thigh-water",
+            "source",
+        ));
+    }
     let layout = crate::source::Layout {
         file_prefix: opts.file_prefix,
         zeros: opts.zeros,
@@ -158,6 +172,13 @@ fn line_rows(out: &mut String, m: &ModuleReport, opts: &Options) {
 }
 
 fn function_rows(out: &mut String, m: &ModuleReport, opts: &Options) {
+    if opts.header {
+        out.push_str(&crate::prof::header(
+            opts.file_prefix,
+            "current\thigh-water",
+            "function",
+        ));
+    }
     let mut rows: Vec<&(Function, Bytes)> = m
         .functions
         .iter()
@@ -315,6 +336,38 @@ mod tests {
             out,
             "\nModule: x(/x)\n\n1\t40005\t100015\tf()\n\nModule: x(/x)\n\n\
              1\t40005\t100015\tf()\nGrand totals\t80010\t200020\n\n"
+        );
+    }
+
+    #[test]
+    fn h_heads_the_line_and_function_tables() {
+        let a = Attribution {
+            functions: [(
+                Function {
+                    file: None,
+                    line: Some(1),
+                    name: "f".into(),
+                    addr: None,
+                },
+                (5, 10),
+            )]
+            .into(),
+            ..Attribution::default()
+        };
+        let m = ModuleReport::new("x", "/x", &a, (5, 10));
+        let out = format(
+            &[m],
+            &Options {
+                functions: true,
+                lines: true,
+                header: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            out,
+            "\nModule: x(/x)\n\nline\tcurrent\thigh-water\tsource\n\n\
+             line\tcurrent\thigh-water\tfunction\n1\t5\t10\tf()\n"
         );
     }
 

@@ -25,6 +25,10 @@
 //! after all modules, if more than one: "\n**** total sampling points %d ****\n\n"
 //! ```
 //!
+//! With `-H` (not Inferno's) each table's rows are headed by a line naming
+//! the columns, `line\t%time\tfunction` or `line\t%time\tsource`
+//! (`file:line` with `-n`); the rows are unchanged.
+//!
 //! `tot` is the samples of all modules together, so percentages add up to
 //! 100 over the whole report. Rows with a zero count are printed only with
 //! `-v` (zero lines: every line of each source file that has a sampled
@@ -137,6 +141,17 @@ pub struct Options {
     pub file_prefix: bool,
     /// `-v`: include rows whose count is zero.
     pub zeros: bool,
+    /// `-H` (not Inferno's): head each table with a line naming its
+    /// columns ([`header`]).
+    pub header: bool,
+}
+
+/// The line `-H` puts before a table's rows: its columns' names,
+/// tab-separated as the rows are; `what` names the last column
+/// (`function`, `source`). With `-n` the first column is `file:line`.
+pub fn header(file_prefix: bool, middle: &str, what: &str) -> String {
+    let first = if file_prefix { "file:line" } else { "line" };
+    format!("{first}\t{middle}\t{what}\n")
 }
 
 /// One source file of a module, with samples per line.
@@ -190,6 +205,9 @@ fn pct(count: u64, tot: u64) -> f64 {
 }
 
 fn function_rows(out: &mut String, m: &ModuleProfile, opts: &Options, tot: u64) {
+    if opts.header {
+        out.push_str(&header(opts.file_prefix, "%time", "function"));
+    }
     let mut rows: Vec<&(Function, u64)> = m
         .functions
         .iter()
@@ -224,6 +242,9 @@ fn function_rows(out: &mut String, m: &ModuleProfile, opts: &Options, tot: u64) 
 }
 
 fn line_rows(out: &mut String, m: &ModuleProfile, opts: &Options, tot: u64) {
+    if opts.header {
+        out.push_str(&header(opts.file_prefix, "%time", "source"));
+    }
     let layout = crate::source::Layout {
         file_prefix: opts.file_prefix,
         zeros: opts.zeros,
@@ -347,6 +368,36 @@ mod tests {
              **** module sampling points 10 ****\n\n\n\
              1\t30.00\ta\n2\t30.00\tb\n3\t20.00\tc\n4\t20.00\td\n\n\
              **** module sampling points 10 ****\n\n"
+        );
+    }
+
+    #[test]
+    fn h_heads_each_table_and_leaves_the_rows_alone() {
+        let opts = Options {
+            functions: true,
+            lines: true,
+            ..Default::default()
+        };
+        let plain = format(&[tv_p3_module()], &opts);
+        let headed = format(
+            &[tv_p3_module()],
+            &Options {
+                header: true,
+                ..opts
+            },
+        );
+        assert_eq!(
+            headed,
+            plain
+                .replace(
+                    "\n\n1\t30.00\tf1",
+                    "\n\nline\t%time\tfunction\n1\t30.00\tf1"
+                )
+                .replace("\n\n1\t30.00\ta", "\n\nline\t%time\tsource\n1\t30.00\ta")
+        );
+        assert_eq!(
+            header(true, "%time", "source"),
+            "file:line\t%time\tsource\n"
         );
     }
 

@@ -66,6 +66,7 @@ fn two_modules_with_prefixes_and_zeros() {
             lines: true,
             file_prefix: true,
             zeros: true,
+            header: false,
         },
     );
     golden("tv-p3-two-nv.out", &out);

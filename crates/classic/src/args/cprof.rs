@@ -20,6 +20,8 @@ pub struct Args {
     pub lcov: Option<OsString>,
     /// `--cobertura FILE`.
     pub cobertura: Option<OsString>,
+    /// `-o FILE`: where the listing goes (`-`: standard output).
+    pub output: Option<OsString>,
     /// `-p PID`: attach to this running process.
     pub pid: Option<u32>,
     /// CMD and its arguments.
@@ -39,8 +41,8 @@ fn parse_pid(word: &str) -> Result<u32, String> {
 /// cprof's command line: its options, operands and help.
 pub static SPEC: Spec = Spec {
     name: "cprof",
-    synopsis:
-        "cprof [-fner] [-m modname]... [--lcov file] [--cobertura file] [-p pid | cmd arg ...]",
+    synopsis: "cprof [-fner] [-m modname]... cmd [arg ... ]",
+    additions: "[-H] [-o file] [--lcov file] [--cobertura file] [-p pid]",
     about: "Run CMD (or attach to running process PID with -p) counting every instruction of \
             its modules exactly, then list each source line marked + (ran), - (never ran) or ? \
             (ran in part), or with -f its count, and each module's coverage; -r records the \
@@ -76,6 +78,17 @@ pub static SPEC: Spec = Spec {
         )
         .hint(ValueHint::FilePath),
         Opt::long("cobertura", "file", "Also write Cobertura XML").hint(ValueHint::FilePath),
+        Opt::value(
+            'o',
+            "file",
+            "Write the listing to FILE (- for standard output); by default it goes to \
+             standard error when cprof runs CMD, to standard output otherwise",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::flag(
+            'H',
+            "Head each module's lines with a line naming the columns",
+        ),
     ],
     operands: &[Operand::command("The command to run, and its arguments")],
     after_help: SIGNALS_HELP,
@@ -94,6 +107,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
             ("p", Some(v)) => a.pid = Some(parse_pid(&v.to_string_lossy())?),
             ("lcov", v) => a.lcov = v,
             ("cobertura", v) => a.cobertura = v,
+            ("o", v) => a.output = v,
+            ("H", _) => a.options.header = true,
             (id, _) => unreachable!("cprof's table has no option {id}"),
         }
         Ok(())
@@ -153,5 +168,8 @@ mod tests {
         assert!(parse(&["-r"]).is_err());
         assert!(parse(&[]).is_err(), "nothing to show");
         assert!(parse(&["-m", "x"]).is_ok());
+        let a = parse(&["-Ho", "r.txt", "x"]).unwrap();
+        assert!(a.options.header);
+        assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));
     }
 }

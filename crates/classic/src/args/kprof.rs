@@ -7,6 +7,7 @@ use crate::cmdline::{Longs, Operand, Spec};
 pub static SPEC: Spec = Spec {
     name: "kprof",
     synopsis: "kprof text data",
+    additions: "",
     about: "Format a kpdata histogram (Inferno 4e layout) against the kernel symbols in \
             text (/proc/kallsyms, a System.map or a vmlinux): total, in-text and outside \
             ticks, then milliseconds and percentage of in-text ticks per function.",

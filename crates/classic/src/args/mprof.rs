@@ -28,6 +28,8 @@ pub struct Args {
     pub pprof: Option<OsString>,
     /// `--dhat FILE`.
     pub dhat: Option<OsString>,
+    /// `-o FILE`: where the tables go (`-`: standard output).
+    pub output: Option<OsString>,
     /// CMD and its arguments.
     pub command: Vec<OsString>,
     /// `-p PID`: attach to a running process instead of running CMD.
@@ -37,7 +39,9 @@ pub struct Args {
 /// mprof's command line: its options, operands and help.
 pub static SPEC: Spec = Spec {
     name: "mprof",
-    synopsis: "mprof [-bcMflnve123] [-m modname]... [--leaks] [--wrapper symbol]... [-p pid | cmd arg ...]",
+    synopsis: "mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
+    additions:
+        "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--wrapper symbol]... [-p pid]",
     about: "Run CMD counting every allocation of the malloc family exactly, then show per \
             source line (-l, the default with -M), per function (-f) and per module (-M) \
             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
@@ -57,7 +61,10 @@ pub static SPEC: Spec = Spec {
             '2',
             "Pool 2: anonymous mmap, mremap, brk and sbrk called by the program",
         ),
-        Opt::flag('3', "Pool 3: file mappings (mmap of a file) made by the program"),
+        Opt::flag(
+            '3',
+            "Pool 3: file mappings (mmap of a file) made by the program",
+        ),
         Opt::value(
             'm',
             "modname",
@@ -70,6 +77,14 @@ pub static SPEC: Spec = Spec {
             "Attach to running process PID instead of running CMD; show the tables when it exits",
         )
         .missing("option -p needs a process id"),
+        Opt::value(
+            'o',
+            "file",
+            "Write the tables to FILE (- for standard output); by default they go to \
+             standard error when mprof runs CMD, to standard output otherwise",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::flag('H', "Head each table with a line naming its columns"),
         Opt::long_flag(
             "leaks",
             "List the blocks never freed, by allocating line, largest first",
@@ -130,6 +145,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
                 }
             }
             "leaks" => a.leaks = true,
+            "o" => a.output = v,
+            "H" => a.options.header = true,
             "pprof" => a.pprof = v,
             "dhat" => a.dhat = v,
             "wrapper" => {
@@ -211,5 +228,8 @@ mod tests {
         assert!(parse(&["-p"]).is_err());
         assert!(parse(&["-p", "5", "./cmd"]).is_err());
         assert!(parse(&["-b", "-p", "5"]).is_err());
+        let a = parse(&["-H", "-or.txt", "x"]).unwrap();
+        assert!(a.options.header);
+        assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));
     }
 }

@@ -19,6 +19,7 @@ pub const DEVICE: Opt = Opt::value(
 pub static PRFLD: Spec = Spec {
     name: "prfld",
     synopsis: "prfld [-f device_name] [namelist]",
+    additions: "",
     about: "Load the prf device with the sorted start addresses of the kernel's code \
             symbols, after a 0.",
     longs: Longs::Any,
@@ -35,6 +36,7 @@ pub static PRFLD: Spec = Spec {
 pub static PRFSTAT: Spec = Spec {
     name: "prfstat",
     synopsis: "prfstat [-f device_name] [on|off]",
+    additions: "",
     about: "Switch the prf profiler on or off and report its state.",
     longs: Longs::Any,
     opts: &[DEVICE],
@@ -49,6 +51,7 @@ pub static PRFSTAT: Spec = Spec {
 pub static PRFDC: Spec = Spec {
     name: "prfdc",
     synopsis: "prfdc [-f device_name] [-u seconds] [-n count] logfile [period [off_hour]]",
+    additions: "",
     about: "Switch the prf profiler on and, in the background, append its counters to \
             logfile now and every period minutes (default 10; -u: seconds per period \
             unit) until a record is taken in hour off_hour, count records are written, \
@@ -81,6 +84,7 @@ pub static PRFDC: Spec = Spec {
 pub static PRFSNAP: Spec = Spec {
     name: "prfsnap",
     synopsis: "prfsnap [-f device_name] logfile",
+    additions: "",
     about: "Switch the prf profiler on and append a snapshot of its counters to logfile.",
     longs: Longs::Any,
     opts: &[DEVICE],
@@ -92,6 +96,7 @@ pub static PRFSNAP: Spec = Spec {
 pub static PRFPR: Spec = Spec {
     name: "prfpr",
     synopsis: "prfpr file [cutoff [namelist]]",
+    additions: "",
     about: "Print a prf log: per interval, each kernel function's share of the ticks above \
             cutoff percent (default 1), named from namelist (default /proc/kallsyms).",
     longs: Longs::Any,

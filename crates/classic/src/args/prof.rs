@@ -1,11 +1,15 @@
 //! prof's command line: its table and the arguments it parses into.
 
 use crate::cmdline::{self, Longs, Operand, Opt, Spec, SIGNALS_HELP};
+use clap::ValueHint;
 use profdev_report::prof::Options;
 use std::ffi::OsString;
 
 /// The sampling interval, in ms, unless `-s` gives one (with CMD and `-b`).
 pub const DEFAULT_INTERVAL_MS: u32 = 1;
+
+/// The most samples per second `-F` takes (as `profdev sample`'s).
+pub const MAX_HZ: u32 = 10_000;
 
 /// prof's command line, parsed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -20,8 +24,14 @@ pub struct Args {
     pub options: Options,
     /// `-m`: the modules to profile.
     pub modules: Vec<String>,
-    /// `-s`: the sampling interval in ms.
+    /// `-s`: the sampling interval in ms (with `-F HZ`: 1000/HZ rounded,
+    /// for the device's `interval` message).
     pub interval: Option<u32>,
+    /// `-F HZ`: samples per second of CPU time, as every profdev command
+    /// takes it (a command's run samples at exactly HZ).
+    pub frequency: Option<u32>,
+    /// `-o FILE`: where the listing goes (`-`: standard output).
+    pub output: Option<OsString>,
     /// `--mmap-pages N`: log2 of the ring's data pages per CPU.
     pub mmap_pages: Option<u32>,
     /// CMD and its arguments.
@@ -31,7 +41,8 @@ pub struct Args {
 /// prof's command line: its options, operands and help.
 pub static SPEC: Spec = Spec {
     name: "prof",
-    synopsis: "prof [-bflnvei] [-m modname]... [-s ms] [cmd arg ...]",
+    synopsis: "prof [-bflnv] [-m modname]... [-s rate] [cmd arg ...]",
+    additions: "[-eiH] [-F hz] [-o file] [--mmap-pages N]",
     about: "Profile CMD's modules (or the -m ones) by sampling, then show the time per \
             source line (-l, the default) and per function (-f). Without CMD, show what \
             the mounted prof device holds.",
@@ -58,6 +69,20 @@ pub static SPEC: Spec = Spec {
             "ms",
             "The sampling interval in ms (default 1, also with -b)",
         ),
+        Opt::value(
+            'F',
+            "hz",
+            "Samples per second of CPU time, as -F in every profdev command (default 1000; \
+             with -b, the device's interval 1000/hz ms)",
+        ),
+        Opt::value(
+            'o',
+            "file",
+            "Write the listing to FILE (- for standard output); by default it goes to \
+             standard error when prof runs CMD, to standard output otherwise",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::flag('H', "Head each table with a line naming its columns"),
         Opt::long(
             "mmap-pages",
             "N",
@@ -73,8 +98,9 @@ pub static SPEC: Spec = Spec {
 /// Parse prof's command line by its table ([`crate::cmdline::parse`]).
 pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
     let mut a = Args::default();
-    let command = cmdline::parse(&SPEC, args, |o, v| {
-        let v = v
+    let command = cmdline::parse(&SPEC, args, |o, raw| {
+        let v = raw
+            .as_ref()
             .map(|v| v.to_string_lossy().into_owned())
             .unwrap_or_default();
         match o.id {
@@ -87,9 +113,22 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
             "i" => a.innermost = true,
             "m" => a.modules.push(v),
             "s" => match v.parse::<u32>() {
-                Ok(ms) if ms > 0 => a.interval = Some(ms),
+                Ok(ms) if ms > 0 => (a.interval, a.frequency) = (Some(ms), None),
                 _ => return Err(format!("bad sample rate: '{v}'")),
             },
+            "F" => match v.parse::<u32>() {
+                Ok(hz) if (1..=MAX_HZ).contains(&hz) => {
+                    a.interval = Some(((1000 + hz / 2) / hz).max(1));
+                    a.frequency = Some(hz);
+                }
+                _ => {
+                    return Err(format!(
+                        "bad sample rate: '{v}' (-F takes 1 to {MAX_HZ} Hz)"
+                    ))
+                }
+            },
+            "o" => a.output = raw,
+            "H" => a.options.header = true,
             "mmap-pages" => a.mmap_pages = Some(cmdline::parse_mmap_pages(&v)?),
             id => unreachable!("prof's table has no option {id}"),
         }
@@ -149,6 +188,20 @@ mod tests {
         assert_eq!(parse(&["-q"]).unwrap_err(), "unknown option -q");
         assert_eq!(parse(&["-e"]).unwrap_err(), "-e needs a command");
         assert!(parse(&[]).unwrap().command.is_empty());
+    }
+
+    #[test]
+    fn f_is_samples_per_second_and_the_last_rate_wins() {
+        let a = parse(&["-F", "250", "-H", "-o", "r.txt", "x"]).unwrap();
+        assert_eq!((a.frequency, a.interval), (Some(250), Some(4)));
+        assert!(a.options.header);
+        assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));
+        assert_eq!(parse(&["-F", "3000"]).unwrap().interval, Some(1));
+        let a = parse(&["-F", "100", "-s", "7"]).unwrap();
+        assert_eq!((a.frequency, a.interval), (None, Some(7)));
+        assert!(parse(&["-F", "0"]).is_err());
+        assert!(parse(&["-F", "10001"]).is_err());
+        assert!(parse(&["-F", "x"]).is_err());
     }
 
     #[test]
