@@ -233,7 +233,7 @@ mod tests {
     fn only_files_read_are_listed_unless_all() {
         let mut m = module();
         let gone = m.lines.files["t.c"].clone();
-        m.lines.files.insert("/build/gone.c".into(), gone);
+        m.lines.files.insert("/build/gone.c".into(), gone.clone());
         m.sources.insert("/build/gone.c".into(), None);
         let text = format(std::slice::from_ref(&m), &Options::default());
         assert!(!text.contains("gone.c"), "{text}");
