@@ -152,7 +152,7 @@ pub fn counted_lines(
             branches.sort_by_key(|b| b.addr);
             lines_of(
                 &m.path.to_string_lossy(),
-                m.file.as_ref().map(|f| &*f.0),
+                m.file.as_ref().map(|f| f.file()),
                 &instruction_counts(m),
                 &branches,
                 notes,

@@ -31,25 +31,45 @@ pub struct ModuleCoverage {
     pub file: Option<OpenFile>,
 }
 
-/// A module's file held open, shared by every copy of its counts (two are
-/// equal when they hold the same descriptor).
+/// A module's file held open, shared by every copy of its counts. Two
+/// are equal when they are the same file (device and inode), as two runs'
+/// counts of one module are.
 #[derive(Clone, Debug)]
-pub struct OpenFile(pub Arc<File>);
+pub struct OpenFile {
+    file: Arc<File>,
+    /// Device and inode (0, 0 when fstat failed).
+    id: (u64, u64),
+}
 
 impl PartialEq for OpenFile {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        self.id == other.id
     }
 }
 
 impl Eq for OpenFile {}
 
 impl OpenFile {
+    /// Hold `file`.
+    pub fn new(file: File) -> OpenFile {
+        use std::os::unix::fs::MetadataExt;
+        let id = file.metadata().map_or((0, 0), |m| (m.dev(), m.ino()));
+        OpenFile {
+            file: Arc::new(file),
+            id,
+        }
+    }
+
+    /// The open file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// The path the kernel gives the open file (`/proc/self/fd/N`): the
     /// file a link led to. None when it was removed since.
     pub fn real_path(&self) -> Option<PathBuf> {
         use std::os::fd::AsRawFd;
-        let p = std::fs::read_link(format!("/proc/self/fd/{}", self.0.as_raw_fd())).ok()?;
+        let p = std::fs::read_link(format!("/proc/self/fd/{}", self.file.as_raw_fd())).ok()?;
         let removed = p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)");
         (!removed && p.is_absolute()).then_some(p)
     }
