@@ -274,6 +274,7 @@ mod tests {
                 not_taken: 2,
             }],
             uncounted: 0,
+            file: None,
         };
         assert_eq!(
             coverage_pairs(&m),

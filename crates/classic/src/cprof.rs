@@ -5,7 +5,8 @@
 //! listings with their source text ([`listings`]); and the runs that
 //! count: CMD under the coverage runtime ([`run_under_coverage`]) or,
 //! statically linked, through uprobes ([`run_static`]), and a running
-//! process attached to ([`run_attached`]).
+//! process attached to ([`run_attached`]). What is said on the way is
+//! gathered by kind ([`notes::Notes`]), one line each.
 
 use crate::args::cprof::Args;
 use anyhow::{bail, Context as _, Result};
@@ -16,9 +17,14 @@ use profdev_coverage::listing::{self, Listing};
 use profdev_coverage::prf::{self, Prf};
 use profdev_sample::job::{Catcher, Job};
 use profdev_symbolize::ElfObject;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::path::Path;
 use std::process::ExitCode;
+
+pub mod notes;
+
+pub use notes::Notes;
 
 /// A module's name: its path's basename.
 pub fn module_name(path: &str) -> String {
@@ -39,29 +45,34 @@ pub fn wanted(wanted: &[String], path: &Path) -> bool {
     })
 }
 
-/// A module's counts on its lines, through its file's line table; `note`
-/// gets what is said about a module without lines.
+/// A module's counts on its lines, through its file's line table: the
+/// file `file` the counting engine opened when it planned the module,
+/// when there is one (the process that mapped it may be gone, and `path`
+/// may be a link: `libz.so.1`), else the file at `path` (no final
+/// symbolic link followed); `notes` gets what is said about a module
+/// without lines.
 pub fn lines_of(
     path: &str,
+    file: Option<&File>,
     insns: &[(u64, u64)],
     branches: &[Branch],
-    note: &mut dyn FnMut(String),
+    notes: &mut Notes,
 ) -> ModuleLines {
     let name = module_name(path);
-    match ElfObject::open(Path::new(path)) {
+    let opened = match file {
+        Some(f) => ElfObject::from_file(f, Path::new(path)),
+        None => ElfObject::open(Path::new(path)),
+    };
+    match opened {
         Ok(obj) => {
             let obj = obj.with_separate_debug_info();
             if !obj.has_debug_info() {
-                note(format!(
-                    "cprof: {path} has no debug information: no lines to mark"
-                ));
+                notes.no_debug_info(path);
             }
             map_lines(&name, path, insns, branches, &obj)
         }
         Err(e) => {
-            note(format!(
-                "cprof: cannot read module {path}: {e}: no lines to mark"
-            ));
+            notes.unreadable(path, &e.to_string());
             map_lines(&name, path, insns, branches, &NoLines)
         }
     }
@@ -102,23 +113,6 @@ pub fn read_records(module: &str) -> Result<Prf> {
     Ok(record)
 }
 
-/// The most files named one per line before the rest are counted.
-pub const MAX_NOTES: usize = 5;
-
-/// One note per file of `files`, up to [`MAX_NOTES`], then one line
-/// counting the rest (a Rust program's standard library alone names
-/// hundreds of files that are not on the machine).
-pub fn notes(files: &[String], note: impl Fn(&str) -> String) -> Vec<String> {
-    let mut out: Vec<String> = files.iter().take(MAX_NOTES).map(|f| note(f)).collect();
-    if files.len() > MAX_NOTES {
-        out.push(format!(
-            "cprof: and {} more source files not found",
-            files.len() - MAX_NOTES
-        ));
-    }
-    out
-}
-
 /// The lines of the counted `modules` that `words` selects (empty: all),
 /// recorded into `MODULE.prf` in the current directory if `record`; each
 /// module's uncounted blocks noted. Err: the classic `no profile
@@ -129,7 +123,7 @@ pub fn counted_lines(
     words: &[String],
     asked: &[String],
     record: bool,
-    note: &mut dyn FnMut(String),
+    notes: &mut Notes,
 ) -> Result<Vec<ModuleLines>> {
     if !words.is_empty() {
         modules.retain(|m| wanted(words, &m.path));
@@ -143,11 +137,7 @@ pub fn counted_lines(
     }
     for m in &modules {
         if m.uncounted > 0 {
-            note(format!(
-                "cprof: {}: {} blocks could not be counted",
-                m.path.display(),
-                m.uncounted
-            ));
+            notes.uncounted(&m.path.to_string_lossy(), &m.uncounted.to_string());
         }
     }
     if record {
@@ -162,9 +152,10 @@ pub fn counted_lines(
             branches.sort_by_key(|b| b.addr);
             lines_of(
                 &m.path.to_string_lossy(),
+                m.file.as_ref().map(|f| f.file()),
                 &instruction_counts(m),
                 &branches,
-                note,
+                notes,
             )
         })
         .collect())
@@ -172,25 +163,54 @@ pub fn counted_lines(
 
 /// Each module's lines with their source text; the files not found noted
 /// (unless `quiet`: `-r` lists nothing).
-pub fn listings(
-    lines: Vec<ModuleLines>,
-    quiet: bool,
-    note: &mut dyn FnMut(String),
-) -> Vec<Listing> {
+pub fn listings(lines: Vec<ModuleLines>, quiet: bool, notes: &mut Notes) -> Vec<Listing> {
     lines
         .into_iter()
         .map(|lines| {
             let (sources, missing) = listing::read_sources(&lines);
             if !quiet {
-                for line in notes(&missing, |f| {
-                    format!("cprof: source file {f} not found: line numbers only")
-                }) {
-                    note(line);
+                for f in &missing {
+                    notes.source_missing(f);
                 }
             }
             Listing { lines, sources }
         })
         .collect()
+}
+
+/// Check, before anything runs, that the file an option names (`--lcov
+/// FILE`) can be written where it is named: its directory exists and may
+/// be written, and it is not a directory itself. Err: one sentence.
+pub fn check_output(file: &OsStr, option: &str) -> Result<()> {
+    let path = Path::new(file);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let shown = path.display();
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!(
+            "cannot write {shown} ({option}): {} is not a directory",
+            dir.display()
+        ),
+        Err(e) => bail!(
+            "cannot write {shown} ({option}): directory {}: {e}",
+            dir.display()
+        ),
+    }
+    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        bail!("cannot write {shown} ({option}): it is a directory");
+    }
+    use rustix::fs::{accessat, Access, AtFlags, CWD};
+    if let Err(e) = accessat(CWD, dir, Access::WRITE_OK, AtFlags::EACCESS) {
+        bail!(
+            "cannot write {shown} ({option}): directory {}: {}",
+            dir.display(),
+            std::io::Error::from(e)
+        );
+    }
+    Ok(())
 }
 
 /// What a run of CMD under the coverage engine gives: each module's
@@ -234,7 +254,7 @@ impl Launched {
 pub fn run_under_coverage(
     cmd: &[OsString],
     modules: &[String],
-    note: &mut dyn FnMut(String),
+    notes: &mut Notes,
 ) -> Result<Launched> {
     let server = profdev_coverage::launch::Server::new(modules)
         .context("cannot prepare coverage (the runtime's private directory)")?;
@@ -250,9 +270,9 @@ pub fn run_under_coverage(
         .with_context(|| format!("cannot run {}", cmd[0].to_string_lossy()))?;
     job.started(&spawned);
     let status = job.wait();
-    let (modules, notes) = server.collect();
-    for n in &notes {
-        note(format!("cprof: {n}"));
+    let (modules, said) = server.collect();
+    for n in &said {
+        notes.engine(n);
     }
     Ok(Launched::new(modules, &job, status))
 }
@@ -337,8 +357,14 @@ fn wait_attached(caught: &Catcher, a: &CovAttached) -> Option<i32> {
 
 /// `cprof -p PID`: attach coverage to the running process (prof's
 /// `startcp` machinery, [`profdev_attach::attach_coverage`]), wait for
-/// it to exit or for a signal, and take its counts.
-pub fn run_attached(pid: u32, args: &Args, note: &mut dyn FnMut(String)) -> Result<AttachRun> {
+/// it to exit or for a signal, and take its counts. `note` gets what is
+/// said at once (the attach), `notes` the rest.
+pub fn run_attached(
+    pid: u32,
+    args: &Args,
+    note: &mut dyn FnMut(String),
+    notes: &mut Notes,
+) -> Result<AttachRun> {
     // Caught from here on: a signal during the attach (which holds PID's
     // threads) ends the wait right after it, never the attach half way.
     let caught = Catcher::new().context("cannot catch signals")?;
@@ -388,15 +414,15 @@ pub fn run_attached(pid: u32, args: &Args, note: &mut dyn FnMut(String)) -> Resu
         // Its counts so far: a report now. A process gone meanwhile wrote
         // its exit report instead.
         let flushed = attached.flush();
-        let (modules, notes) = attached.collect();
-        for n in &notes {
-            note(format!("cprof: {n}"));
+        let (modules, said) = attached.collect();
+        for n in &said {
+            notes.engine(n);
         }
         let name = profdev_sample::job::signal_name(sig);
         let what = if attached.running() {
             if let Err(e) = flushed {
-                note(format!(
-                    "cprof: process {pid} could not write its counts so far: {e}"
+                notes.other(format!(
+                    "process {pid} could not write its counts so far: {e}"
                 ));
             }
             match attached.leave_running() {
@@ -422,9 +448,9 @@ pub fn run_attached(pid: u32, args: &Args, note: &mut dyn FnMut(String)) -> Resu
             interrupted: Some((sig, what)),
         });
     }
-    let (modules, notes) = attached.collect();
-    for n in &notes {
-        note(format!("cprof: {n}"));
+    let (modules, said) = attached.collect();
+    for n in &said {
+        notes.engine(n);
     }
     let total: u64 = modules
         .iter()
@@ -449,16 +475,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn many_missing_files_are_counted_not_listed() {
-        let files: Vec<String> = (0..8).map(|i| format!("/f{i}.rs")).collect();
-        let n = notes(&files, |f| format!("missing {f}"));
-        assert_eq!(n.len(), MAX_NOTES + 1);
-        assert_eq!(n[0], "missing /f0.rs");
-        assert_eq!(n[MAX_NOTES], "cprof: and 3 more source files not found");
-        assert_eq!(notes(&files[..2], |f| f.to_string()), ["/f0.rs", "/f1.rs"]);
-    }
-
-    #[test]
     fn modules_are_wanted_by_basename_or_path() {
         let exe = std::env::current_exe().unwrap();
         let base = module_name(&exe.to_string_lossy());
@@ -472,17 +488,55 @@ mod tests {
 
     #[test]
     fn a_module_that_cannot_be_read_has_no_lines() {
-        let mut said = Vec::new();
-        let m = lines_of("/no/such/module", &[(1, 2)], &[], &mut |n| said.push(n));
+        let mut notes = Notes::default();
+        let m = lines_of("/no/such/module", None, &[(1, 2)], &[], &mut notes);
         assert!(m.files.is_empty());
+        let said = notes.lines();
         assert_eq!(said.len(), 1);
         assert!(said[0].starts_with("cprof: cannot read module /no/such/module: "));
         assert!(said[0].ends_with(": no lines to mark"));
     }
 
     #[test]
+    fn a_module_reached_through_a_link_is_read_through_its_open_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let link = dir.path().join("libsq.so.1");
+        std::os::unix::fs::symlink(&exe, &link).unwrap();
+        let link = link.to_str().unwrap();
+        let mut notes = Notes::default();
+        lines_of(link, None, &[(1, 2)], &[], &mut notes);
+        let said = notes.lines().join("\n");
+        assert!(said.contains("a symbolic link"), "by path: {said}");
+        let file = File::open(&exe).unwrap();
+        let mut notes = Notes::default();
+        let m = lines_of(link, Some(&file), &[(1, 2)], &[], &mut notes);
+        assert!(
+            !notes.lines().iter().any(|l| l.contains("cannot read")),
+            "{:?}",
+            notes.lines()
+        );
+        assert_eq!((m.name.as_str(), m.path.as_str()), ("libsq.so.1", link));
+    }
+
+    #[test]
+    fn an_output_in_no_directory_is_refused_at_once() {
+        let e = check_output(OsStr::new("/nonexistent/x"), "--lcov").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot write /nonexistent/x (--lcov): directory /nonexistent: No such file or \
+             directory (os error 2)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let e = check_output(dir.path().as_os_str(), "--cobertura").unwrap_err();
+        assert!(e.to_string().ends_with("it is a directory"), "{e}");
+        check_output(dir.path().join("x.info").as_os_str(), "--lcov").unwrap();
+        check_output(OsStr::new("x.info"), "--lcov").unwrap();
+    }
+
+    #[test]
     fn nothing_selected_is_no_profile() {
-        let e = counted_lines(Vec::new(), &[], &[], false, &mut |_| {}).unwrap_err();
+        let e = counted_lines(Vec::new(), &[], &[], false, &mut Notes::default()).unwrap_err();
         assert_eq!(
             e.to_string(),
             "no profile information (no module asked for ran)"

@@ -5,8 +5,8 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev cprof [-fnerH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] [CMD [ARGS]]
-//! profdev cprof [-fnerH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] -p PID
+//! profdev cprof [-fneraqH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] [CMD [ARGS]]
+//! profdev cprof [-fneraqH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] -p PID
 //! ```
 //!
 //! # Description
@@ -28,6 +28,8 @@
 //! |---|---|
 //! | `-f` | counts instead of marks: a line's count is the largest count of its instructions (the times its most executed part ran); `0` for code that never ran |
 //! | `-n` | prefix each line with its source file and a colon |
+//! | `-a` | list every source file of every module: headers whose code was only inlined, those whose text was not found as line numbers and marks only, and `(no line information)` for a module without lines (by default only a module's own files whose text was read are listed) |
+//! | `-q` | quiet: no notes on standard error (errors, and the sentence of an interrupted `-p`, still) |
 //! | `-e` | count CMD's own executable, or PID's with `-p` (with `-m`: as well as those modules) |
 //! | `-m MODULE` | count this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-r` | record: add the counts to `MODULE.prf` in the current directory, one per module, instead of listing |
@@ -50,6 +52,10 @@
 //! listing was shown, else 1 with the classic `cprof: no profile
 //! information`. A bad command line: 2, after `cprof: why` and the usage
 //! lines.
+//!
+//! A `--lcov` or `--cobertura` FILE whose directory does not exist or
+//! cannot be written is refused before CMD runs (one sentence, exit
+//! status 1).
 //!
 //! **Attach** (`-p PID`). cprof counts a process that is already running,
 //! by the same machinery as prof's `startcp PID` (`profdev_dev::prof`'s
@@ -85,9 +91,26 @@
 //! a module at 100% shows only that line unless `-f` is given. It ends with
 //! the number of instructions executed. Lines are read from the module's
 //! DWARF line table, so the module needs debug information (`cc -g`), and
-//! its source files where the debug information says they are: a file not
-//! found is said so on stderr (five files at most, then how many more)
-//! and listed as line numbers and marks only.
+//! its source files where the debug information says they are. By
+//! default only a module's own source files whose text was read are
+//! listed (files in which one of its functions is defined), so that the
+//! program's lines are not lost among its libraries': a module none of
+//! whose own files was found (the C library, whose line table names
+//! thousands of files of its build tree, and the compiler's intrinsic
+//! headers for code inlined from them) shows its header and totals only.
+//! `-a` lists every file: headers whose code was only inlined, and the
+//! files not found as line numbers and marks only. A module is read through the file the
+//! counting engine opened when it planned it (device and inode checked
+//! against the mapping), so a library reached through its soname link
+//! (`libz.so.1 -> libz.so.1.2.13`) is listed under the name it was loaded
+//! by, and no link is followed; `-r` records its file (the link's
+//! target) in the `.prf` header.
+//!
+//! **Notes.** What cprof says besides its errors is one line per kind on
+//! standard error, however many modules or files it concerns: source
+//! files not found (how many, the first three), modules without debug
+//! information, blocks that could not be counted, blocks counted through a
+//! breakpoint, files left out of the exports. `-q` silences them.
 //! The marks, counts and files are described in the coverage crate
 //! (`profdev_coverage::lines`, `listing`, `prf`, `lcov`) and the formats
 //! crate (`profdev_formats::lcov`, `cobertura`).
@@ -180,6 +203,13 @@
 //!   Inferno's byte for byte, followed by a second line listing profdev's
 //!   additions; a bad command line exits with status 2, and with CMD the
 //!   status is CMD's when CMD failed.
+//! * The listing's classic form is kept line for line, but by default it
+//!   leaves out the source files whose text was not found (Inferno's
+//!   modules always had theirs) and headers whose code was only inlined
+//!   (a module's own files are those its functions are defined in): a
+//!   module without any shows the header and the totals without rows.
+//!   `-a` lists them all, as profdev did before (files not found as line
+//!   numbers and marks).
 //! * Coverage reaches a program through the dynamic loader (its runtime
 //!   is preloaded). A statically linked CMD is counted through uprobes
 //!   instead (`profdev_coverage::uprobe`; one note on stderr says so): the
@@ -223,7 +253,7 @@ use crate::classic;
 use crate::output::Report;
 use anyhow::Result;
 use profdev_classic::args::cprof::{parse, Args, SPEC};
-use profdev_classic::cprof::{self, counted_lines, lines_of, notes, read_records};
+use profdev_classic::cprof::{self, counted_lines, lines_of, read_records, Notes};
 use profdev_coverage::lcov;
 use profdev_coverage::listing;
 use std::ffi::OsString;
@@ -239,14 +269,43 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     classic::main(&SPEC, args, parse, run)
 }
 
+/// The run, then its notes (one line per kind, none with `-q`), also
+/// when it fails, then the sentence of an interrupted `-p`.
 fn run(args: &Args) -> Result<ExitCode> {
-    let say = &mut |n: String| eprintln!("{n}");
+    let mut notes = Notes::new(args.options.all);
+    let result = work(args, &mut notes);
+    if !args.quiet {
+        for line in notes.lines() {
+            eprintln!("{line}");
+        }
+    }
+    let (exit, interrupted) = result?;
+    if let Some(sentence) = interrupted {
+        eprintln!("{sentence}");
+    }
+    Ok(exit)
+}
+
+/// The run: its exit status, and the sentence to end with after an
+/// interrupted `-p`.
+fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
+    let quiet = args.quiet;
+    let say = &mut |n: String| {
+        if !quiet {
+            eprintln!("{n}");
+        }
+    };
+    for (file, option) in [(&args.lcov, "--lcov"), (&args.cobertura, "--cobertura")] {
+        if let Some(f) = file {
+            cprof::check_output(f, option)?;
+        }
+    }
     let mut listings = Vec::new();
     let mut exit = ExitCode::SUCCESS;
     let mut interrupted = None;
     if let Some(pid) = args.pid {
-        let r = cprof::run_attached(pid, args, say)?;
-        listings = counted_lines(r.modules, &r.words, &args.modules, args.record, say)?;
+        let r = cprof::run_attached(pid, args, say, notes)?;
+        listings = counted_lines(r.modules, &r.words, &args.modules, args.record, notes)?;
         if let Some((sig, sentence)) = r.interrupted {
             exit = ExitCode::from(128u8.wrapping_add(sig as u8));
             interrupted = Some(sentence);
@@ -254,7 +313,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     } else if args.command.is_empty() {
         for m in &args.modules {
             let r = read_records(m)?;
-            listings.push(lines_of(&r.path, &r.insns, &r.branches, say));
+            listings.push(lines_of(&r.path, None, &r.insns, &r.branches, notes));
         }
     } else {
         let program = crate::child::find_program(&args.command[0])?;
@@ -271,22 +330,22 @@ fn run(args: &Args) -> Result<ExitCode> {
         let launched = if is_static {
             cprof::run_static(&args.command, &program, say)?
         } else {
-            cprof::run_under_coverage(&args.command, &words, say)?
+            cprof::run_under_coverage(&args.command, &words, notes)?
         };
         exit = launched.exit;
         interrupted = launched.interrupted;
-        listings = match counted_lines(launched.modules, &words, &args.modules, args.record, say) {
+        listings = match counted_lines(launched.modules, &words, &args.modules, args.record, notes)
+        {
             // Nothing counted: the classic message, and CMD's status if
             // it failed.
             Err(e) if launched.failed => {
                 eprintln!("cprof: {}", crate::cmdline::sentence(&e));
-                interrupted.into_iter().for_each(|s| eprintln!("{s}"));
-                return Ok(exit);
+                return Ok((exit, interrupted));
             }
             r => r?,
         };
     }
-    let listings = cprof::listings(listings, args.record, say);
+    let listings = cprof::listings(listings, args.record, notes);
     if !args.record {
         let text = listing::format(&listings, &args.options);
         let runs_cmd = !args.command.is_empty();
@@ -294,10 +353,8 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     if args.lcov.is_some() || args.cobertura.is_some() {
         let records = lcov::source_records(&listings);
-        for line in notes(&records.left_out, |f| {
-            format!("cprof: left out of the exports, its source was not found: {f}")
-        }) {
-            eprintln!("{line}");
+        for f in &records.left_out {
+            notes.left_out(f);
         }
         if let Some(file) = &args.lcov {
             profdev_safefile::write_file(
@@ -316,8 +373,5 @@ fn run(args: &Args) -> Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
-    if let Some(sentence) = interrupted {
-        eprintln!("{sentence}");
-    }
-    Ok(exit)
+    Ok((exit, interrupted))
 }

@@ -203,6 +203,10 @@ fn o_writes_the_listing_stdout_used_to_hold() {
             "--",
             e,
             i,
+            // 0.3 s of CPU: a system-wide session at 100 Hz takes samples
+            // on every CPU for that long, however busy the machine is, so
+            // the kprof table has rows.
+            "0.3",
         ]),
         &out,
     );
@@ -256,7 +260,7 @@ fn usage_errors_exit_2_with_the_classic_line_first() {
         (
             "cprof",
             "usage: cprof [-fner] [-m modname]... cmd [arg ... ]",
-            "[-H] [-o file] [--lcov file] [--cobertura file] [-p pid]",
+            "[-aqH] [-o file] [--lcov file] [--cobertura file] [-p pid]",
         ),
         (
             "mprof",
@@ -264,10 +268,10 @@ fn usage_errors_exit_2_with_the_classic_line_first() {
             "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--wrapper symbol]... [-p pid]",
         ),
     ] {
-        let o = run(profdev().args([cmd, "-q", "x"]));
+        let o = run(profdev().args([cmd, "-Q", "x"]));
         assert_eq!(o.status.code(), Some(2), "{cmd}");
         let err = String::from_utf8_lossy(&o.stderr);
-        let want = format!("{cmd}: unknown option -q\n{classic}\n       profdev adds: {adds}\n");
+        let want = format!("{cmd}: unknown option -Q\n{classic}\n       profdev adds: {adds}\n");
         assert!(err.starts_with(&want), "{cmd}: {err}");
         let help = run(profdev().args([cmd, "--help"]));
         let help = String::from_utf8_lossy(&help.stdout);

@@ -169,6 +169,7 @@ fn measure(exe: &Path) -> ModuleCoverage {
         blocks,
         branches,
         uncounted: 0,
+        file: None,
     }
 }
 
@@ -385,7 +386,7 @@ fn sources_not_found_are_said_and_left_out_of_the_exports() {
     std::fs::remove_file(&copy).unwrap();
     let m = measure(&exe);
     profdev_coverage::prf::record(dir.path(), &m).unwrap();
-    let (out, err, ok) = profdev(dir.path(), &["-m", "known", "--lcov", "x.info"]);
+    let (out, err, ok) = profdev(dir.path(), &["-a", "-m", "known", "--lcov", "x.info"]);
     assert!(ok, "{err}");
     assert!(
         err.contains(&format!(

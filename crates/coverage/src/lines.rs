@@ -184,6 +184,10 @@ pub struct ModuleLines {
     pub total: u64,
     /// Known instructions the line table does not place.
     pub no_line: u64,
+    /// The files (of `files`) in which the functions of `functions` are
+    /// defined: the module's own sources, not the headers whose code was
+    /// only inlined into it.
+    pub defining: std::collections::BTreeSet<String>,
 }
 
 impl ModuleLines {
@@ -204,6 +208,11 @@ pub trait LineTable {
     fn rows(&self, lo: u64, hi: u64) -> Vec<LineRow>;
     /// Function entries: (address, name), ascending.
     fn functions(&self) -> Vec<(u64, String)>;
+    /// The file the function whose entry is `addr` is defined in (its
+    /// `DW_AT_decl_file`), when known.
+    fn defined_in(&self, _addr: u64) -> Option<String> {
+        None
+    }
 }
 
 impl LineTable for ElfObject {
@@ -221,6 +230,10 @@ impl LineTable for ElfObject {
         out.sort();
         out.dedup_by_key(|f| f.0);
         out
+    }
+
+    fn defined_in(&self, addr: u64) -> Option<String> {
+        self.function_decl(FileAddr(addr)).map(|d| d.0)
     }
 }
 
@@ -275,6 +288,13 @@ pub fn map_lines(
         let (Some(count), Some(r)) = (count_at(addr), row_of(&rows, addr)) else {
             continue;
         };
+        // Where the function is defined (its out-of-line code), as the
+        // line table names that file; else the file of its entry.
+        let home = table
+            .defined_in(addr)
+            .filter(|f| m.files.contains_key(f))
+            .unwrap_or_else(|| r.file.clone());
+        m.defining.insert(home);
         m.functions.push(FunctionCoverage {
             name: fname,
             file: r.file.clone(),
@@ -368,6 +388,7 @@ mod tests {
             "a function at no known pc is left out"
         );
         assert_eq!((m.functions[0].line, m.functions[0].count), (1, 1));
+        assert_eq!(m.defining, ["t.c".to_string()].into());
         assert_eq!(m.branches[0].line, 2);
     }
 

@@ -15,12 +15,22 @@
 //!
 //! Adaptations for ELF modules, as `profdev prof`'s report makes them:
 //! a module's lines come from several files; they are listed file by file
-//! in path order, and with more than one file (and without `-n`) each
-//! file's lines are headed by `"%s:\n"`. A file whose text was not found
-//! lists only its lines with code, without text: `"%d\t" CODE "\n"`. A
-//! module with no line information prints `(no line information)` in
-//! place of the lines. Inferno's footer said "dis instructions"; these are
-//! machine instructions.
+//! in path order, and with more than one file in the module (and without
+//! `-n`) each file's lines are headed by `"%s:\n"`. Inferno's footer said
+//! "dis instructions"; these are machine instructions.
+//!
+//! By default only a module's own source files whose text was read are
+//! listed: files in which one of its functions is defined
+//! ([`ModuleLines::defining`]; all its files when it names no function),
+//! so that the lines of a program are not lost among those of its
+//! libraries' sources (the line tables of a C library name thousands of
+//! files that are not on the machine, and the compiler's intrinsic
+//! headers, which are, for code inlined from them). A module with none
+//! prints its header and footer only. With [`Options::all`] (`-a`) every
+//! file is listed: a header whose code was only inlined, and a file whose
+//! text was not found as its lines with code, without text (`"%d\t"
+//! CODE "\n"`); a module with no line information prints `(no line
+//! information)` in place of the lines.
 
 use crate::lines::ModuleLines;
 use std::collections::BTreeMap;
@@ -37,6 +47,10 @@ pub struct Options {
     /// the columns: `line\tmark\tsource`, or `line\tcount\tsource` with
     /// `-f` (`file:line` with `-n`).
     pub header: bool,
+    /// `-a`: list the files whose text was not found too (line numbers
+    /// and marks only), and say `(no line information)` for a module
+    /// without lines.
+    pub all: bool,
 }
 
 /// A module and the text of its source files (`None`: not found), each
@@ -61,7 +75,7 @@ pub fn format(modules: &[Listing], opts: &Options) -> String {
         if pct == 100 && !opts.frequency {
             continue;
         }
-        if m.files.is_empty() {
+        if m.files.is_empty() && opts.all {
             out.push_str("(no line information)\n");
         } else if opts.header {
             let first = if opts.file_prefix {
@@ -74,6 +88,11 @@ pub fn format(modules: &[Listing], opts: &Options) -> String {
         }
         let headed = m.files.len() > 1 && !opts.file_prefix;
         for (file, lines) in &m.files {
+            let text = l.sources.get(file).and_then(Option::as_ref);
+            let own = m.defining.is_empty() || m.defining.contains(file);
+            if !opts.all && (text.is_none() || !own) {
+                continue;
+            }
             if headed {
                 let _ = writeln!(out, "{file}:");
             }
@@ -82,7 +101,7 @@ pub fn format(modules: &[Listing], opts: &Options) -> String {
             } else {
                 String::new()
             };
-            match l.sources.get(file).and_then(Option::as_ref) {
+            match text {
                 Some(text) => {
                     for (i, s) in text.iter().enumerate() {
                         let n = i as u32 + 1;
@@ -232,12 +251,64 @@ mod tests {
     fn missing_sources_and_full_coverage() {
         let mut m = module();
         m.sources.insert("t.c".into(), None);
-        let text = format(std::slice::from_ref(&m), &Options::default());
+        let all = Options {
+            all: true,
+            ..Options::default()
+        };
+        let text = format(std::slice::from_ref(&m), &all);
         assert!(text.contains("\n\n1\t+\n3\t+\n4\t-\n\n****"), "{text}");
+        // By default a file not found lists no rows: header and totals.
+        assert_eq!(
+            format(std::slice::from_ref(&m), &Options::default()),
+            "\nModule: t(/bin/t)\t75% coverage\n\n\n**** module instructions 25 ****\n\n"
+        );
         m.lines.executed = 4;
         assert_eq!(
             format(&[m], &Options::default()),
             "\nModule: t(/bin/t)\t100% coverage\n\n"
         );
+    }
+
+    #[test]
+    fn only_files_read_are_listed_unless_all() {
+        let mut m = module();
+        let gone = m.lines.files["t.c"].clone();
+        m.lines.files.insert("/build/gone.c".into(), gone.clone());
+        m.sources.insert("/build/gone.c".into(), None);
+        let text = format(std::slice::from_ref(&m), &Options::default());
+        assert!(!text.contains("gone.c"), "{text}");
+        assert!(
+            text.contains("\n\nt.c:\n1\t+\tint f()\n"),
+            "still headed: the module has two files: {text}"
+        );
+        let all = Options {
+            all: true,
+            ..Options::default()
+        };
+        let text = format(std::slice::from_ref(&m), &all);
+        assert!(
+            text.contains("/build/gone.c:\n1\t+\n3\t+\n4\t-\n"),
+            "{text}"
+        );
+        // A header whose code was only inlined (no function defined in
+        // it): listed with -a only.
+        m.lines.defining.insert("t.c".into());
+        m.lines
+            .files
+            .insert("/usr/include/x.h".into(), gone.clone());
+        m.sources
+            .insert("/usr/include/x.h".into(), Some(vec!["inline\n".into()]));
+        let text = format(std::slice::from_ref(&m), &Options::default());
+        assert!(!text.contains("x.h"), "{text}");
+        assert!(text.contains("\n\nt.c:\n1\t+\tint f()\n"), "{text}");
+        assert!(
+            format(std::slice::from_ref(&m), &all).contains("/usr/include/x.h:\n1\t+\tinline\n")
+        );
+        // A module without lines: its header and totals, `(no line
+        // information)` with -a only.
+        m.lines.files.clear();
+        let text = format(std::slice::from_ref(&m), &Options::default());
+        assert!(!text.contains("no line information"), "{text}");
+        assert!(format(&[m], &all).contains("\n\n(no line information)\n\n****"));
     }
 }

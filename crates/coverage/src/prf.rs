@@ -118,14 +118,17 @@ pub fn file_name(module: &Path) -> String {
 }
 
 impl Prf {
-    /// The records of one run of `m`.
+    /// The records of one run of `m`; the header names its file without a
+    /// final symbolic link ([`ModuleCoverage::file_path`]: a library
+    /// reached through its soname link is recorded as the file the link
+    /// led to, which `cprof -m` opens again later).
     pub fn from_coverage(m: &ModuleCoverage) -> Prf {
         let mut branches = m.branches.clone();
         branches.sort_by_key(|b| b.addr);
         branches.dedup_by_key(|b| b.addr);
         Prf {
             build_id: m.build_id.clone(),
-            path: m.path.to_string_lossy().into_owned(),
+            path: m.file_path().to_string_lossy().into_owned(),
             insns: instruction_counts(m),
             branches,
         }
@@ -386,6 +389,7 @@ mod tests {
                 not_taken: 0,
             }],
             uncounted: 0,
+            file: None,
         }
     }
 

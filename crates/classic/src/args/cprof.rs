@@ -8,8 +8,10 @@ use std::ffi::OsString;
 /// cprof's command line, parsed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Args {
-    /// `-f`, `-n`: what the listing shows.
+    /// `-f`, `-n`, `-a`: what the listing shows.
     pub options: Options,
+    /// `-q`: say no notes on standard error (errors still).
+    pub quiet: bool,
     /// `-e`: count CMD's (or PID's) own executable.
     pub exec: bool,
     /// `-r`: record the counts into MODULE.prf.
@@ -42,7 +44,7 @@ fn parse_pid(word: &str) -> Result<u32, String> {
 pub static SPEC: Spec = Spec {
     name: "cprof",
     synopsis: "cprof [-fner] [-m modname]... cmd [arg ... ]",
-    additions: "[-H] [-o file] [--lcov file] [--cobertura file] [-p pid]",
+    additions: "[-aqH] [-o file] [--lcov file] [--cobertura file] [-p pid]",
     about: "Run CMD (or attach to running process PID with -p) counting every instruction of \
             its modules exactly, then list each source line marked + (ran), - (never ran) or ? \
             (ran in part), or with -f its count, and each module's coverage; -r records the \
@@ -52,6 +54,12 @@ pub static SPEC: Spec = Spec {
     opts: &[
         Opt::flag('f', "Show counts instead of marks"),
         Opt::flag('n', "Prefix lines with the source file"),
+        Opt::flag(
+            'a',
+            "List every source file: headers whose code was only inlined, and those not found \
+             as line numbers only (default: a module's own files whose text was read)",
+        ),
+        Opt::flag('q', "Quiet: no notes on standard error (errors still)"),
         Opt::flag('e', "Count CMD's own executable (PID's with -p)"),
         Opt::flag(
             'r',
@@ -101,6 +109,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
         match (o.id, v) {
             ("f", _) => a.options.frequency = true,
             ("n", _) => a.options.file_prefix = true,
+            ("a", _) => a.options.all = true,
+            ("q", _) => a.quiet = true,
             ("e", _) => a.exec = true,
             ("r", _) => a.record = true,
             ("m", Some(v)) => a.modules.push(v.to_string_lossy().into_owned()),
@@ -160,7 +170,9 @@ mod tests {
         assert_eq!(a.lcov.as_deref(), Some("x.info".as_ref()));
         assert_eq!(a.cobertura.as_deref(), Some("c.xml".as_ref()));
         assert_eq!(a.command, ["./x", "-f"]);
-        assert_eq!(parse(&["-q", "x"]).unwrap_err(), "unknown option -q");
+        assert_eq!(parse(&["-z", "x"]).unwrap_err(), "unknown option -z");
+        let a = parse(&["-aq", "x"]).unwrap();
+        assert!(a.options.all && a.quiet && !a.options.frequency);
         assert_eq!(
             parse(&["--bogus", "x"]).unwrap_err(),
             "unknown option --bogus"

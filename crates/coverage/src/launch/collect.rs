@@ -76,6 +76,7 @@ impl Server {
             let c = counts.get(&id).unwrap_or(&zero);
             let mut m = ModuleCoverage {
                 path: e.path.clone(),
+                file: e.file.clone(),
                 build_id: plan.build_id.clone(),
                 ..ModuleCoverage::default()
             };
@@ -118,22 +119,19 @@ impl Server {
             m.branches.sort_by_key(|b| b.addr);
             if m.uncounted > 0 {
                 notes.push(format!(
-                    "{}: {} of {} blocks could not be counted",
+                    "{}: {} of {}{NOTE_UNCOUNTED}",
                     e.path.display(),
                     m.uncounted,
                     plan.blocks.len()
                 ));
             }
             if trapped > 0 {
-                notes.push(format!(
-                    "{}: {trapped} blocks shorter than a jump are counted through a breakpoint (slower)",
-                    e.path.display()
-                ));
+                notes.push(format!("{}: {trapped}{NOTE_TRAPPED}", e.path.display()));
             }
             out.push(m);
         }
         if traps > 0 {
-            notes.push(format!("{traps} breakpoints were taken"));
+            notes.push(format!("{traps}{NOTE_TRAPS}"));
         }
         notes.extend(state.notes.iter().cloned());
         (out, notes)

@@ -225,9 +225,24 @@ fn offset_of(bias: u64, area: u64) -> u64 {
     area.wrapping_sub(bias)
 }
 
+/// How three kinds of [`Server::collect`]'s notes end, for a command
+/// that gathers its notes by kind (cprof): a module's blocks that could
+/// not be counted (`PATH: N of M` before it), ...
+pub const NOTE_UNCOUNTED: &str = " blocks could not be counted";
+/// ... its blocks counted through a breakpoint (`PATH: N` before it) ...
+pub const NOTE_TRAPPED: &str =
+    " blocks shorter than a jump are counted through a breakpoint (slower)";
+/// ... and the breakpoints taken (`N` before it).
+pub const NOTE_TRAPS: &str = " breakpoints were taken";
+
 /// One planned module, shared by the processes that map it.
 struct Entry {
     path: PathBuf,
+    /// The file as it was opened to be planned (device and inode checked
+    /// against the mapping), kept for whoever places the counts on lines
+    /// after the processes are gone (`ModuleCoverage::file`); None when
+    /// the descriptor could not be duplicated.
+    file: Option<crate::counts::OpenFile>,
     plan: Arc<Plan>,
     /// Its key in the on-disk cache, when there is one.
     key: Option<Key>,

@@ -174,6 +174,7 @@ pub(super) fn plan_into(
     let id = s.entries.len();
     s.entries.push(Entry {
         path: path.to_path_buf(),
+        file: file.try_clone().ok().map(crate::counts::OpenFile::new),
         plan,
         key,
         disk,
