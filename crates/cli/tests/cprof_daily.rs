@@ -131,7 +131,17 @@ fn a_library_reached_through_its_soname_link_is_counted() {
     soname_pair(dir);
     let out = run(profdev()
         .current_dir(dir)
-        .args(["cprof", "-f", "-m", "libsq.so.1", "--lcov", "sq.info", "--"])
+        .args([
+            "cprof",
+            "-o",
+            "-",
+            "-f",
+            "-m",
+            "libsq.so.1",
+            "--lcov",
+            "sq.info",
+            "--",
+        ])
         .arg(dir.join("prog")));
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
@@ -196,7 +206,9 @@ fn a_small_program_is_listed_in_few_lines() {
     )
     .unwrap();
     cc(dir, &["-g", "-O0", "-o", "small", "small.c"]);
-    let out = run(profdev().current_dir(dir).args(["cprof", "--", "./small"]));
+    let out = run(profdev()
+        .current_dir(dir)
+        .args(["cprof", "-o", "-", "--", "./small"]));
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     let all = format!("{stdout}{stderr}");
@@ -205,9 +217,11 @@ fn a_small_program_is_listed_in_few_lines() {
     assert!(lines < 400, "{lines} lines:\n{all}");
     let notes: Vec<&str> = stderr.lines().filter(|l| l.starts_with("cprof:")).collect();
     assert!(notes.len() <= 4, "{notes:#?}");
-    if stdout.contains("Module: ") {
-        assert!(stderr.lines().count() <= 4, "{stderr}");
-    }
+    assert!(
+        stdout.contains("Module: "),
+        "-o - lists on stdout: {stdout}"
+    );
+    assert!(stderr.lines().count() <= 4, "{stderr}");
     // Its own lines, with their text; the C library's header and totals.
     assert!(
         all.contains("3\t+\t{ puts(\"hello, small\"); return 0; }\n"),
@@ -217,7 +231,7 @@ fn a_small_program_is_listed_in_few_lines() {
     // -q: no notes.
     let out = run(profdev()
         .current_dir(dir)
-        .args(["cprof", "-q", "--", "./small"]));
+        .args(["cprof", "-o", "-", "-q", "--", "./small"]));
     assert!(out.status.success());
     let (_, stderr) = text(&out);
     assert!(!stderr.lines().any(|l| l.starts_with("cprof:")), "{stderr}");
@@ -252,7 +266,7 @@ fn files_not_found_are_one_note_and_listed_only_with_a() {
     }
     let out = run(profdev()
         .current_dir(dir)
-        .args(["cprof", "-f", "-e", "./prog"]));
+        .args(["cprof", "-o", "-", "-f", "-e", "./prog"]));
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(!stdout.contains("f1.c"), "{stdout}");
@@ -272,7 +286,7 @@ fn files_not_found_are_one_note_and_listed_only_with_a() {
     );
     let out = run(profdev()
         .current_dir(dir)
-        .args(["cprof", "-f", "-a", "-e", "./prog"]));
+        .args(["cprof", "-o", "-", "-f", "-a", "-e", "./prog"]));
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     let f1 = format!("{}:\n2\t1\n3\t1\n4\t1\n", dir.join("f1.c").display());
@@ -284,7 +298,7 @@ fn files_not_found_are_one_note_and_listed_only_with_a() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     let out = run(profdev()
         .current_dir(dir)
-        .args(["cprof", "-q", "-f", "-e", "./prog"]));
+        .args(["cprof", "-o", "-", "-q", "-f", "-e", "./prog"]));
     assert!(out.status.success());
     assert_eq!(text(&out).1, "", "-q says nothing");
 }
