@@ -83,9 +83,7 @@ pub mod attr;
 pub use asm::{encode, op, Insn};
 use asm::{Asm, FP, R0, R1, R2, R3, R6, R7, R8};
 pub use attr::{fd, syscall, BpfAttr};
-use attr::{
-    obj_name, MapCreate, ProgLoad, BPF_F_MMAPABLE, BPF_MAP_TYPE_ARRAY, BPF_PROG_TYPE_PERF_EVENT,
-};
+use attr::{obj_name, MapCreate, BPF_F_MMAPABLE, BPF_MAP_TYPE_ARRAY, BPF_PROG_TYPE_PERF_EVENT};
 
 /// `struct pt_regs` of the x86_64 uapi `<asm/ptrace.h>`, which is
 /// `bpf_user_pt_regs_t` on x86_64: a layout mirror, never constructed.
@@ -368,37 +366,22 @@ impl KernelHistogram {
 
         let insns = program(map.as_raw_fd(), start, end, log_bucket);
         let code = encode(&insns);
-        let license = c"GPL";
-        let mut log = vec![0u8; 1 << 16];
-        let mut attr = ProgLoad {
-            prog_type: BPF_PROG_TYPE_PERF_EVENT,
-            insn_cnt: insns.len() as u32,
-            insns: code.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            log_level: 1,
-            log_size: log.len() as u32,
-            log_buf: log.as_mut_ptr() as u64,
-            prog_name: obj_name(b"kproftck"),
-            ..ProgLoad::default()
-        };
-        let prog = match fd(&mut attr) {
-            Ok(fd) => fd,
-            Err(e) if is_permission(&e) && log.iter().all(|&b| b == 0) => {
-                return Err(permission("loading a BPF program"));
-            }
-            Err(e) => {
-                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                let text = String::from_utf8_lossy(&log[..end]);
-                let head: Vec<&str> = text.lines().take(8).collect();
-                return Err(io_error(
-                    format!(
-                        "the BPF verifier rejected the kprof program: {}",
-                        head.join(" | ")
-                    ),
-                    e,
-                ));
-            }
-        };
+        let prog =
+            match attr::load_program(BPF_PROG_TYPE_PERF_EVENT, 0, obj_name(b"kproftck"), &code) {
+                Ok(fd) => fd,
+                Err(e) if is_permission(&e.error) && e.log.is_empty() => {
+                    return Err(permission("loading a BPF program"));
+                }
+                Err(e) => {
+                    return Err(io_error(
+                        format!(
+                            "the BPF verifier rejected the kprof program: {}",
+                            e.log_head()
+                        ),
+                        e.error,
+                    ));
+                }
+            };
 
         let cpus = online_cpus().map_err(|e| io_error("cannot list the online CPUs", e))?;
         let period = 1_000_000_000 / u64::from(frequency_hz);

@@ -4,7 +4,7 @@
 use super::*;
 
 use profdev_sample::bpf::attr::{
-    obj_name, MapCreate, MapLookupElem, ProgLoad, UprobeMultiLink, BPF_MAP_TYPE_PERCPU_ARRAY,
+    load_program, obj_name, MapCreate, MapLookupElem, UprobeMultiLink, BPF_MAP_TYPE_PERCPU_ARRAY,
     BPF_PROG_TYPE_KPROBE, BPF_TRACE_UPROBE_MULTI,
 };
 use profdev_sample::bpf::{fd as bpf_fd, syscall as bpf};
@@ -113,38 +113,26 @@ impl Counter {
 
         let insns = program(map.as_raw_fd());
         let code = profdev_sample::bpf::asm::encode(&insns);
-        let license = c"GPL";
-        let mut log = vec![0u8; 1 << 16];
-        let mut attr = ProgLoad {
-            prog_type: BPF_PROG_TYPE_KPROBE,
-            insn_cnt: insns.len() as u32,
-            insns: code.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            log_level: 1,
-            log_size: log.len() as u32,
-            log_buf: log.as_mut_ptr() as u64,
-            prog_name: obj_name(b"cprofupr"),
-            expected_attach_type: BPF_TRACE_UPROBE_MULTI,
-            ..ProgLoad::default()
-        };
-        let prog = match bpf_fd(&mut attr) {
+        let prog = match load_program(
+            BPF_PROG_TYPE_KPROBE,
+            BPF_TRACE_UPROBE_MULTI,
+            obj_name(b"cprofupr"),
+            &code,
+        ) {
             Ok(fd) => fd,
-            Err(e) if refused(&e) && log.iter().all(|&b| b == 0) => {
+            Err(e) if refused(&e.error) && e.log.is_empty() => {
                 return Err(permission("loading a BPF program"));
             }
-            Err(e) if no_feature(&e) && log.iter().all(|&b| b == 0) => {
-                return Err(unsupported("a uprobe-multi BPF program", &e));
+            Err(e) if no_feature(&e.error) && e.log.is_empty() => {
+                return Err(unsupported("a uprobe-multi BPF program", &e.error));
             }
             Err(e) => {
-                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                let text = String::from_utf8_lossy(&log[..end]);
-                let head: Vec<&str> = text.lines().take(8).collect();
                 return Err(io_error(
                     format!(
                         "the BPF verifier rejected the uprobe counting program: {}",
-                        head.join(" | ")
+                        e.log_head()
                     ),
-                    e,
+                    e.error,
                 ));
             }
         };

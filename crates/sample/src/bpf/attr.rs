@@ -236,6 +236,57 @@ const _: () = {
     assert!(size_of::<ProgLoad>() == 72);
 };
 
+/// A `BPF_PROG_LOAD` the kernel refused: its error, and the verifier's
+/// log (empty when the verifier never ran: no permission, or no such
+/// program or attach type in this kernel).
+#[derive(Debug)]
+pub struct LoadError {
+    /// bpf(2)'s error.
+    pub error: io::Error,
+    /// The verifier's log, up to its first NUL.
+    pub log: String,
+}
+
+impl LoadError {
+    /// The log's first lines joined by ` | `: what one sentence can hold.
+    pub fn log_head(&self) -> String {
+        self.log.lines().take(8).collect::<Vec<_>>().join(" | ")
+    }
+}
+
+/// Load a GPL program of `prog_type` named `name` ([`obj_name`]) from
+/// its encoded instructions `code` (8 bytes each), with
+/// `expected_attach_type` (0 for none), keeping the verifier's log for the
+/// error. The kprof histogram and coverage's uprobe link load theirs here.
+pub fn load_program(
+    prog_type: u32,
+    expected_attach_type: u32,
+    name: [u8; BPF_OBJ_NAME_LEN],
+    code: &[u8],
+) -> Result<OwnedFd, LoadError> {
+    let license = c"GPL";
+    let mut log = vec![0u8; 1 << 16];
+    let mut attr = ProgLoad {
+        prog_type,
+        insn_cnt: (code.len() / 8) as u32,
+        insns: code.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level: 1,
+        log_size: log.len() as u32,
+        log_buf: log.as_mut_ptr() as u64,
+        prog_name: name,
+        expected_attach_type,
+        ..ProgLoad::default()
+    };
+    fd(&mut attr).map_err(|error| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        LoadError {
+            error,
+            log: String::from_utf8_lossy(&log[..end]).into_owned(),
+        }
+    })
+}
+
 /// `BPF_LINK_CREATE`'s attribute with its `uprobe_multi` member (attach
 /// type [`BPF_TRACE_UPROBE_MULTI`], Linux 6.6), through `pid`.
 #[repr(C)]
