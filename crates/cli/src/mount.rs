@@ -278,8 +278,10 @@ fn prepare(dir: &Path, serving: &Serving) -> Result<PathBuf> {
         );
     }
     if std::fs::symlink_metadata(dir).is_err() {
-        // Create nothing that could not be mounted on.
+        // Create nothing that could not be mounted on, and nothing at the
+        // end of another user's link.
         profdev_fuse::check_can_mount(dir)?;
+        profdev_fuse::check_ancestors(dir)?;
         profdev_safefile::create_dir(dir, crate::output::DIR_MODE)
             .map_err(|e| anyhow!("cannot create the mount point: {e}"))?;
     }

@@ -553,3 +553,30 @@ fn a_mount_point_another_user_controls_is_refused() {
     let out = run(profdev().arg("unmount").arg(&mine));
     assert!(out.status.success(), "{}", stderr_of(&out));
 }
+
+/// A mount point reached through another user's symbolic link is refused
+/// before anything is created: nobody's `/tmp/X -> DIR` must not make root
+/// create (and mount on) `DIR/mnt`.
+#[test]
+fn a_path_through_another_users_link_is_refused() {
+    if !privileged("a_path_through_another_users_link", can_mount()) {
+        return;
+    }
+    let tmp = tempdir();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let target = tmp.path().join("target");
+    std::fs::create_dir(&target).unwrap();
+    let link = tmp.path().join("link");
+    let out = as_nobody("ln -s \"$1\" \"$2\"", &[&target, &link]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let out = profdev()
+        .args(["mount", "-b"])
+        .env("PROFDEV_MOUNT", link.join("mnt"))
+        .output()
+        .unwrap();
+    let err = stderr_of(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is controlled by user"), "{err}");
+    assert!(!target.join("mnt").exists(), "created through the link");
+    assert!(!target.join("mnt.log").exists());
+}

@@ -84,8 +84,8 @@ mod server;
 
 pub use errno::errno;
 pub use mount::{
-    check_can_mount, check_empty, check_mount_point, clear_dead, how_to_mount, log_path, mount,
-    mount_dir, resolve, state, unmount, Background, MountError, MountOptions, MountState, Mounted,
-    Unmounted, DEFAULT_MOUNT_DIR, DEV_FUSE, FSTYPE, MOUNT_VAR, SOURCE,
+    check_ancestors, check_can_mount, check_empty, check_mount_point, clear_dead, how_to_mount,
+    log_path, mount, mount_dir, resolve, state, unmount, Background, MountError, MountOptions,
+    MountState, Mounted, Unmounted, DEFAULT_MOUNT_DIR, DEV_FUSE, FSTYPE, MOUNT_VAR, SOURCE,
 };
 pub use server::{Log, ServeError, Server, MAX_DEVICES};

@@ -339,6 +339,7 @@ pub fn check_mount_point(dir: &Path, create: bool) -> Result<PathBuf, MountError
 /// an output directory. A missing `dir` is left to the caller.
 fn check_trusted(dir: &Path) -> Result<(), MountError> {
     use std::os::unix::fs::MetadataExt;
+    check_ancestors(dir)?;
     let Ok(entry) = std::fs::symlink_metadata(dir) else {
         return Ok(());
     };
@@ -369,6 +370,35 @@ fn check_trusted(dir: &Path) -> Result<(), MountError> {
     // In a sticky shared directory the entry's owner can still swap it.
     if !trusted(entry.uid()) && (others_write || entry.file_type().is_symlink()) {
         return untrusted(entry.uid());
+    }
+    Ok(())
+}
+
+/// Refuse a path to a mount point that goes through another user's
+/// symbolic link: mount(2), and the creation of a missing mount point,
+/// follow every link on the way, so whoever owns one chooses where root
+/// mounts (or creates). Links owned by root or by this process's user are
+/// followed as the kernel would; the last component is [`check_trusted`]'s.
+pub fn check_ancestors(dir: &Path) -> Result<(), MountError> {
+    use std::os::unix::fs::MetadataExt;
+    let abs = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(io_error("cannot read the current directory".into()))?
+            .join(dir)
+    };
+    let euid = nix::unistd::geteuid().as_raw();
+    for ancestor in abs.ancestors().skip(1) {
+        let Ok(m) = std::fs::symlink_metadata(ancestor) else {
+            continue;
+        };
+        if m.file_type().is_symlink() && m.uid() != 0 && m.uid() != euid {
+            return Err(MountError::Untrusted {
+                dir: ancestor.to_path_buf(),
+                uid: m.uid(),
+            });
+        }
     }
     Ok(())
 }
