@@ -176,6 +176,8 @@ pub(crate) struct Recorder {
     failures: HashMap<String, (u32, u64)>,
     /// With -g, the bytes of user stack each sample copies.
     stack_bytes: u32,
+    /// The kernel's symbolizer of a recording already cut, for the next.
+    spare_kernel_names: Option<Symbolizer>,
 }
 
 impl Recorder {
@@ -202,7 +204,31 @@ impl Recorder {
             symbolizer: thread,
             failures: HashMap::new(),
             stack_bytes: setup.stack_bytes,
+            spare_kernel_names: None,
         }
+    }
+
+    /// End the recording made so far and begin the next with `enc`: the
+    /// symbol tables of every address sampled are waited for and written,
+    /// the end entry too, and the finished recording's bytes returned.
+    /// The task model, the unwinder and the objects table go on; the
+    /// next recording writes its own task, object and symbol entries.
+    pub(crate) fn cut(&mut self, enc: Encoder) -> Vec<u8> {
+        self.flush_symbols();
+        if let Some(symbolizer) = &mut self.symbolizer {
+            for (id, files, funcs) in symbolizer.wait_all() {
+                let _ = self.enc.symbols(id, &files, &funcs);
+            }
+        }
+        self.enc.end();
+        let bytes = std::mem::replace(&mut self.enc, enc).take();
+        self.tasks.clear();
+        self.objects.clear();
+        self.pending.clear();
+        self.seen.clear();
+        self.failures.clear();
+        self.spare_kernel_names = self.kernel.take().map(|k| k.names);
+        bytes
     }
 
     /// Take in one record.
@@ -336,10 +362,13 @@ impl Recorder {
                 path: "[kernel.kallsyms]".into(),
                 ..ObjectInfo::default()
             });
-            let names = Symbolizer::new(if self.symbols {
-                KernelSymbols::running().ok()
-            } else {
-                None
+            let symbols = self.symbols;
+            let names = self.spare_kernel_names.take().unwrap_or_else(|| {
+                Symbolizer::new(if symbols {
+                    KernelSymbols::running().ok()
+                } else {
+                    None
+                })
             });
             // The text range, for the proc-profile and kpdata exports.
             let edges: Vec<Function> = names
@@ -462,7 +491,7 @@ impl Recorder {
     pub(crate) fn flush_symbols(&mut self) {
         for (key, offsets) in std::mem::take(&mut self.pending) {
             let obj = &self.objects[&key];
-            let Some(symbolizer) = &self.symbolizer else {
+            let Some(symbolizer) = &mut self.symbolizer else {
                 return;
             };
             symbolizer.send(SymbolJob {
@@ -480,7 +509,7 @@ impl Recorder {
 
     /// Write the symbol tables the symbolizer has finished.
     pub(crate) fn drain_symbols(&mut self) {
-        let Some(symbolizer) = &self.symbolizer else {
+        let Some(symbolizer) = &mut self.symbolizer else {
             return;
         };
         while let Some((id, files, funcs)) = symbolizer.try_done() {

@@ -27,11 +27,14 @@ pub(crate) struct SymbolJob {
 /// its functions.
 pub(crate) type SymbolTable = (u32, Vec<String>, Vec<Function>);
 
-/// The naming thread and its two queues.
+/// The naming thread and its two queues. Every job sent is answered
+/// (`None` when the object could not be named), so the jobs still out
+/// are counted and [`SymbolThread::wait_all`] knows when it has them all.
 pub(crate) struct SymbolThread {
     jobs: Sender<SymbolJob>,
-    done: Receiver<SymbolTable>,
+    done: Receiver<Option<SymbolTable>>,
     thread: std::thread::JoinHandle<()>,
+    outstanding: usize,
 }
 
 impl SymbolThread {
@@ -41,32 +44,59 @@ impl SymbolThread {
         let (tx, done) = channel();
         let thread = std::thread::spawn(move || {
             for job in todo {
-                if let Some(table) = symbolize(job) {
-                    if tx.send(table).is_err() {
-                        return;
-                    }
+                if tx.send(symbolize(job)).is_err() {
+                    return;
                 }
             }
         });
-        SymbolThread { jobs, done, thread }
+        SymbolThread {
+            jobs,
+            done,
+            thread,
+            outstanding: 0,
+        }
     }
 
     /// Queue a job.
-    pub(crate) fn send(&self, job: SymbolJob) {
-        let _ = self.jobs.send(job);
+    pub(crate) fn send(&mut self, job: SymbolJob) {
+        if self.jobs.send(job).is_ok() {
+            self.outstanding += 1;
+        }
     }
 
     /// A finished table, if one is ready.
-    pub(crate) fn try_done(&self) -> Option<SymbolTable> {
-        self.done.try_recv().ok()
+    pub(crate) fn try_done(&mut self) -> Option<SymbolTable> {
+        while let Ok(answer) = self.done.try_recv() {
+            self.outstanding -= 1;
+            if answer.is_some() {
+                return answer;
+            }
+        }
+        None
+    }
+
+    /// Every table of the jobs sent so far, once they are all done; the
+    /// thread stays for the next ones.
+    pub(crate) fn wait_all(&mut self) -> Vec<SymbolTable> {
+        let mut tables = Vec::new();
+        while self.outstanding > 0 {
+            let Ok(answer) = self.done.recv() else {
+                break;
+            };
+            self.outstanding -= 1;
+            tables.extend(answer);
+        }
+        tables
     }
 
     /// Every table still to come, once the thread has done all it was
     /// given; then the thread is gone.
     pub(crate) fn finish(self) -> Vec<SymbolTable> {
-        let SymbolThread { jobs, done, thread } = self;
+        let SymbolThread {
+            jobs, done, thread, ..
+        } = self;
         drop(jobs);
-        let tables = done.iter().collect();
+        let tables = done.iter().flatten().collect();
         let _ = thread.join();
         tables
     }
@@ -117,7 +147,7 @@ mod tests {
             .find(|s| s.name().contains("the_thread_names_what_it_is_given"))
             .expect("the test's own symbol")
             .clone();
-        let t = SymbolThread::start();
+        let mut t = SymbolThread::start();
         t.send(SymbolJob {
             id: 9,
             path: "/nonexistent/profdev-record-test".into(),

@@ -6,6 +6,7 @@
 //! ```text
 //! folded::write(&Recording)                  -> "a;b;c count" lines, root first
 //! otlp::write(&Recording)                    -> OpenTelemetry profiles (ProfilesData, proto v1.10.0)
+//! otlp::write_with(&Recording, &Resource)    -> the same with resource attributes and a Unix time span (profdev agent)
 //! svg::write(&Recording, &svg::Options)      -> a flame graph (icicle with inverted), explorable in a browser
 //! svg::render(&Recording, &svg::Options)     -> the same, with its count of frames and samples
 //! pprof::write(&Recording)                   -> gzipped profile.proto (go tool pprof)
