@@ -357,23 +357,7 @@ pub fn write_with(rec: &Recording, resource: &Resource) -> Vec<u8> {
         profile.int(6, rec.header.period_ns);
         profile.bytes(7, &profile_id(start_ns, pid));
         out.message(1, |rp| {
-            rp.message(1, |res| {
-                res.message(1, |kv| {
-                    kv.bytes(1, b"process.pid");
-                    kv.message(2, |v| any_value(v, &Value::Int(pid.into())));
-                });
-                res.message(1, |kv| {
-                    kv.bytes(1, b"process.executable.name");
-                    kv.message(2, |v| any_value(v, &Value::Str(&comm)));
-                });
-                let own = resource.processes.get(&pid).into_iter().flatten();
-                for (k, v) in resource.common.iter().chain(own) {
-                    res.message(1, |kv| {
-                        kv.bytes(1, k.as_bytes());
-                        kv.message(2, |m| any_value(m, &Value::Str(v)));
-                    });
-                }
-            });
+            rp.message(1, |res| write_resource(res, pid, &comm, resource));
             rp.message(2, |sp| {
                 sp.message(1, |s| {
                     s.bytes(1, SCOPE.as_bytes());
@@ -402,6 +386,26 @@ pub fn write_with(rec: &Recording, resource: &Resource) -> Vec<u8> {
     }
     out.bytes(2, &dict.0);
     out.0
+}
+
+/// A process's `Resource`: `process.pid`, `process.executable.name`, then
+/// what `resource` adds to every process and to this one.
+fn write_resource(res: &mut Pb, pid: u32, comm: &str, resource: &Resource) {
+    res.message(1, |kv| {
+        kv.bytes(1, b"process.pid");
+        kv.message(2, |v| any_value(v, &Value::Int(pid.into())));
+    });
+    res.message(1, |kv| {
+        kv.bytes(1, b"process.executable.name");
+        kv.message(2, |v| any_value(v, &Value::Str(comm)));
+    });
+    let own = resource.processes.get(&pid).into_iter().flatten();
+    for (k, v) in resource.common.iter().chain(own) {
+        res.message(1, |kv| {
+            kv.bytes(1, k.as_bytes());
+            kv.message(2, |m| any_value(m, &Value::Str(v)));
+        });
+    }
 }
 
 /// A 16-byte id, not all zero, from the recording's start and the process.

@@ -1,0 +1,305 @@
+//! The continuous-profiling agent of `profdev agent`: the whole machine
+//! sampled with kernel and user stacks, one profile cut per interval,
+//! labelled, and sent to the backends a fleet already runs. The
+//! command's man page (`crates/cli/src/agent.rs`) says what it does; this
+//! crate is how.
+//!
+//! * [`run`]: the interval loop. It opens a system-wide `PerfFactory`
+//!   session (the objects table's mapping hook on it, as `record -a -g`
+//!   does), hands each record to the label table and to
+//!   `profdev_record::intervals::Intervals` (the recorder of `profdev
+//!   record`, cut into one recording per interval, its symbols named
+//!   locally and every object's build id kept), and at each cut pushes one
+//!   [`Cut`] to every destination's [`send::Sender`]. [`run_with`] is the
+//!   same loop over any `SampleSource` (tests replay records into it).
+//! * [`labels`] and [`cgroup`]: each process's executable and cgroup (its
+//!   container id, systemd unit, pod uid), read when it is first seen.
+//! * [`send`]: a thread per destination, its bounded spool, backoff with
+//!   jitter, delivery in order.
+//! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC); [`url`]:
+//!   destination addresses and the plain-http rule.
+//!
+//! Sampling never waits for a network: a destination that is down only
+//! fills its spool (oldest dropped past the cap, counted).
+
+#![forbid(unsafe_code)]
+
+pub mod cgroup;
+pub mod labels;
+pub mod otlp;
+pub mod send;
+pub mod url;
+
+use labels::{Labels, ProcessLabels};
+use profdev_core::{Record, SampleSource, SessionConfig, SourceError, Target};
+use profdev_record::intervals::{IntervalOptions, Intervals};
+use send::{Backoff, Destination, Sender, Status};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Why the agent could not run: one sentence.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Error(pub String);
+
+/// One interval's profile, as every destination gets it.
+#[derive(Clone, Debug, Default)]
+pub struct Cut {
+    /// Its number, from 0.
+    pub seq: u64,
+    /// The interval, `[start_ns, end_ns)` in Unix nanoseconds.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// What turns the recording's times (`CLOCK_MONOTONIC`) into Unix
+    /// ones, added modulo 2^64.
+    pub to_unix: u64,
+    /// The interval's recording (`profdev_formats::recording`).
+    pub recording: Vec<u8>,
+    /// The labels of the processes it samples.
+    pub processes: BTreeMap<u32, Arc<ProcessLabels>>,
+}
+
+/// An OTLP destination as the command line gives it.
+#[derive(Clone, Debug)]
+pub struct OtlpOptions {
+    pub url: String,
+    pub protocol: otlp::Protocol,
+}
+
+/// What the agent is asked to do, as `profdev agent`'s options say.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `-F`: samples per second per CPU.
+    pub frequency: u32,
+    /// `--interval`: one profile per destination this often.
+    pub interval: Duration,
+    /// Bytes of user stack each sample copies.
+    pub stack_bytes: u32,
+    /// `--label KEY=VALUE`: on every profile.
+    pub labels: Vec<(String, String)>,
+    /// `--otlp URL` with `--otlp-protocol`.
+    pub otlp: Option<OtlpOptions>,
+    /// `--insecure`: plain http to another machine is accepted.
+    pub insecure: bool,
+    /// Each destination's spool cap, in bytes of recordings.
+    pub spool_bytes: usize,
+    /// How long the end may spend sending what the spools hold.
+    pub flush: Duration,
+    /// `-v`: a health line per interval.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            frequency: 19,
+            interval: Duration::from_secs(15),
+            stack_bytes: 16384,
+            labels: Vec::new(),
+            otlp: None,
+            insecure: false,
+            spool_bytes: 64 << 20,
+            flush: Duration::from_secs(10),
+            verbose: false,
+        }
+    }
+}
+
+/// How the agent ended, for the command to print.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Profiles cut.
+    pub profiles: u64,
+    /// Samples in them.
+    pub samples: u64,
+    /// Records the kernel lost.
+    pub lost: u64,
+    /// Each destination's counts.
+    pub destinations: Vec<Status>,
+    /// Why sampling stopped, when it was not asked to.
+    pub stopped: Option<String>,
+}
+
+/// The backoff of a destination: from a tenth of the interval (at least
+/// 100 ms), doubling to eight intervals (at most five minutes).
+pub fn backoff(interval: Duration) -> Backoff {
+    Backoff {
+        first: (interval / 10).max(Duration::from_millis(100)),
+        max: (interval * 8).min(Duration::from_secs(300)),
+    }
+}
+
+/// The destinations `opts` names, checked (addresses, the plain-http
+/// rule); at least one.
+pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> {
+    let mut common = vec![("host.name".to_string(), labels::host_name())];
+    common.extend(opts.labels.iter().cloned());
+    let mut out: Vec<Box<dyn Destination>> = Vec::new();
+    if let Some(o) = &opts.otlp {
+        let port = match o.protocol {
+            otlp::Protocol::Grpc => 4317,
+            otlp::Protocol::Http => 4318,
+        };
+        let url = url::Url::parse(&o.url, port).map_err(Error)?;
+        url.check(opts.insecure).map_err(Error)?;
+        out.push(Box::new(
+            otlp::Otlp::new(url, o.protocol, common.clone()).map_err(Error)?,
+        ));
+    }
+    if out.is_empty() {
+        return Err(Error(
+            "no destination: give --otlp URL (the local store kept without one is not built yet)"
+                .into(),
+        ));
+    }
+    Ok(out)
+}
+
+/// The system-wide session the agent samples with.
+pub fn session_config(opts: &Options) -> Result<SessionConfig, Error> {
+    let config = SessionConfig {
+        target: Target::System,
+        frequency_hz: opts.frequency,
+        kernel: true,
+        user: true,
+        callchain: true,
+        user_stack_bytes: opts.stack_bytes,
+        track_tasks: true,
+    };
+    config.validate().map_err(|e| Error(e.to_string()))?;
+    Ok(config)
+}
+
+/// Run as `opts` asks until `stop` is set (or sampling fails): the whole
+/// machine, its mapped files kept in `objects`; `log` gets the health
+/// lines (with `-v`).
+pub fn run(
+    opts: &Options,
+    objects: profdev_symbolize::Objects,
+    stop: &AtomicBool,
+    log: &mut dyn FnMut(&str),
+) -> Result<Outcome, Error> {
+    let dests = destinations(opts)?;
+    let config = session_config(opts)?;
+    let factory = profdev_sample::PerfFactory::new().with_mapping_hook(objects.mapping_hook());
+    let mut source = factory
+        .open_perf(&config)
+        .map_err(|e| Error(e.to_string()))?;
+    Ok(run_with(opts, &mut source, objects, dests, stop, log))
+}
+
+/// Unix time now, in nanoseconds.
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The loop of [`run`] over `source`, sending to `dests`.
+pub fn run_with(
+    opts: &Options,
+    source: &mut dyn SampleSource,
+    objects: profdev_symbolize::Objects,
+    dests: Vec<Box<dyn Destination>>,
+    stop: &AtomicBool,
+    log: &mut dyn FnMut(&str),
+) -> Outcome {
+    let senders: Vec<Sender> = dests
+        .into_iter()
+        .map(|d| Sender::start(d, opts.spool_bytes, backoff(opts.interval)))
+        .collect();
+    let iv_opts = IntervalOptions {
+        stacks: true,
+        stack_bytes: opts.stack_bytes,
+        frequency: opts.frequency,
+        symbols: true,
+    };
+    let mut start = unix_ns();
+    let mut iv = Intervals::new(&iv_opts, objects, start);
+    let mut labels = Labels::new("/proc".into());
+    let mut out = Outcome::default();
+    let mut batch: Vec<Record> = Vec::new();
+    let mut next = Instant::now() + opts.interval;
+    let mut ticked = Instant::now();
+    let mut lost_before = 0;
+    loop {
+        let r = source.read(&mut batch, Duration::from_millis(100));
+        let stopping = stop.load(Ordering::Relaxed) || r.is_err();
+        if let Err(e) = r {
+            if !matches!(e, SourceError::Ended) {
+                out.stopped = Some(e.to_string());
+            }
+        }
+        if stopping && out.stopped.is_none() {
+            // What the rings and the merge still hold.
+            let _ = source.read(&mut batch, Duration::ZERO);
+            source.flush(&mut batch);
+        }
+        for record in batch.drain(..) {
+            labels.observe(&record);
+            if let Err(e) = iv.record(&record) {
+                out.stopped = Some(e.to_string());
+            }
+        }
+        if ticked.elapsed() >= Duration::from_secs(1) {
+            iv.tick();
+            ticked = Instant::now();
+        }
+        if Instant::now() >= next || stopping {
+            let end = unix_ns();
+            let to_unix = end.wrapping_sub(profdev_sample::sys::monotonic_ns());
+            let samples = iv.samples();
+            let cut = Arc::new(Cut {
+                seq: out.profiles,
+                start_ns: start,
+                end_ns: end,
+                to_unix,
+                recording: iv.cut(end),
+                processes: labels.cut(),
+            });
+            for s in &senders {
+                s.push(cut.clone());
+            }
+            out.profiles += 1;
+            out.samples += samples;
+            let lost = source.stats().lost;
+            if opts.verbose {
+                let statuses: Vec<Status> = senders.iter().map(Sender::status).collect();
+                log(&health_line(
+                    cut.seq,
+                    samples,
+                    lost - lost_before,
+                    &statuses,
+                ));
+            }
+            lost_before = lost;
+            start = end;
+            next = (next + opts.interval).max(Instant::now());
+        }
+        if stopping {
+            break;
+        }
+    }
+    out.lost = source.stats().lost;
+    let deadline = Instant::now() + opts.flush;
+    out.destinations = senders.into_iter().map(|s| s.finish(deadline)).collect();
+    out
+}
+
+/// The health line of interval `seq`: its samples and losses, then each
+/// destination's counts.
+pub fn health_line(seq: u64, samples: u64, lost: u64, dests: &[Status]) -> String {
+    let mut line = format!("agent: interval {seq}: {samples} samples, {lost} lost");
+    for d in dests {
+        line.push_str(&format!(
+            "; {}: {} sent, {} failed, spool {} profiles ({} bytes), {} dropped",
+            d.name, d.sent, d.failures, d.spooled, d.spool_bytes, d.dropped
+        ));
+        if let Some(e) = &d.last_error {
+            line.push_str(&format!(" (last error: {e})"));
+        }
+    }
+    line
+}
