@@ -1,9 +1,13 @@
 //! The labels of the processes sampled: executable path and cgroup (with
-//! what it reveals, [`crate::cgroup`]), read from `/proc/PID` when the
-//! process is first seen (its fork, its exec, or its first sample) so that
-//! a process that lives 200 ms between two cuts is still named; its
-//! command comes from the recording (the kernel's COMM records). Build ids
-//! come from the recording's objects, as every mapping carries one.
+//! what it reveals, [`crate::cgroup`]). A process is read from
+//! `/proc/PID` when it is first seen (its fork, or its first sample: the
+//! processes running when the agent starts), its cgroup again at its exec;
+//! the executable of an exec is the first file the kernel reports mapped
+//! after it (its MMAP record: no race with the process's end). A process
+//! that lives 200 ms between two cuts is still named; its command comes
+//! from the recording (the kernel's COMM records), and build ids from the
+//! recording's objects, as every mapping carries one. What can no longer
+//! be read keeps its last known value.
 
 use crate::cgroup::{self, Cgroup};
 use profdev_core::Record;
@@ -48,6 +52,9 @@ pub struct Labels {
     by_pid: HashMap<u32, Arc<ProcessLabels>>,
     exited: HashSet<u32>,
     sampled: HashSet<u32>,
+    /// Processes that exec'ed and whose executable's mapping is still to
+    /// come.
+    exec_pending: HashSet<u32>,
 }
 
 impl Labels {
@@ -58,12 +65,15 @@ impl Labels {
             by_pid: HashMap::new(),
             exited: HashSet::new(),
             sampled: HashSet::new(),
+            exec_pending: HashSet::new(),
         }
     }
 
     fn learn(&mut self, pid: u32) {
-        let labels = ProcessLabels::read(&self.proc, pid);
-        self.by_pid.insert(pid, Arc::new(labels));
+        let read = ProcessLabels::read(&self.proc, pid);
+        let known = Arc::make_mut(self.by_pid.entry(pid).or_default());
+        known.exe = read.exe.or(known.exe.take());
+        known.cgroup = read.cgroup.or(known.cgroup.take());
         self.exited.remove(&pid);
     }
 
@@ -74,7 +84,21 @@ impl Labels {
             Record::Fork { pid, tid, .. } if pid == tid => self.learn(*pid),
             Record::Comm {
                 pid, exec: true, ..
-            } => self.learn(*pid),
+            } => {
+                let read = ProcessLabels::read(&self.proc, *pid);
+                let known = Arc::make_mut(self.by_pid.entry(*pid).or_default());
+                known.cgroup = read.cgroup.or(known.cgroup.take());
+                self.exec_pending.insert(*pid);
+                self.exited.remove(pid);
+            }
+            Record::Mmap { pid, path, .. }
+                if path.starts_with('/')
+                    && !path.starts_with("//")
+                    && self.exec_pending.remove(pid) =>
+            {
+                let known = Arc::make_mut(self.by_pid.entry(*pid).or_default());
+                known.exe = Some(path.clone());
+            }
             Record::Exit { pid, tid, .. } if pid == tid => {
                 self.exited.insert(*pid);
             }
@@ -98,6 +122,7 @@ impl Labels {
             .collect();
         for pid in self.exited.drain() {
             self.by_pid.remove(&pid);
+            self.exec_pending.remove(&pid);
         }
         out
     }
@@ -131,7 +156,7 @@ mod tests {
         let p = d.path().join("42");
         std::fs::create_dir(&p).unwrap();
         std::os::unix::fs::symlink("/usr/bin/hot", p.join("exe")).unwrap();
-        std::fs::write(p.join("cgroup"), "0::/system.slice/hot.service\n").unwrap();
+        std::fs::write(p.join("cgroup"), "0::/user.slice/shell.scope\n").unwrap();
         d
     }
 
@@ -143,7 +168,8 @@ mod tests {
         })
     }
 
-    /// A process is read at its fork, kept through its exit for the cut of
+    /// A process is read at its fork and its exec (its executable from
+    /// the mapping after the exec), kept through its exit for the cut of
     /// its interval, then forgotten; the idle task is never read.
     #[test]
     fn a_process_is_named_in_the_interval_it_ended_in() {
@@ -156,6 +182,29 @@ mod tests {
             ptid: 1,
             time: 1,
         });
+        // Its exec: the executable is the first file mapped after it, the
+        // cgroup what /proc says now.
+        std::fs::write(d.path().join("42/cgroup"), "0::/system.slice/hot.service\n").unwrap();
+        t.observe(&Record::Comm {
+            pid: 42,
+            tid: 42,
+            comm: "hot".into(),
+            exec: true,
+            time: 2,
+        });
+        for path in ["//anon", "/usr/bin/hot-after-exec", "/lib/ld.so"] {
+            t.observe(&Record::Mmap {
+                pid: 42,
+                tid: 42,
+                addr: 0,
+                len: 0,
+                pgoff: 0,
+                path: path.into(),
+                file: None,
+                build_id: None,
+                time: 3,
+            });
+        }
         // Gone from /proc before its first sample is read.
         std::fs::remove_dir_all(d.path().join("42")).unwrap();
         t.observe(&sample(42));
@@ -170,7 +219,7 @@ mod tests {
         let cut = t.cut();
         assert_eq!(cut.len(), 1);
         let l = &cut[&42];
-        assert_eq!(l.exe.as_deref(), Some("/usr/bin/hot"));
+        assert_eq!(l.exe.as_deref(), Some("/usr/bin/hot-after-exec"));
         assert_eq!(
             l.cgroup.as_ref().unwrap().systemd_unit.as_deref(),
             Some("hot.service")

@@ -34,7 +34,7 @@ use labels::{Labels, ProcessLabels};
 use profdev_core::{Record, SampleSource, SessionConfig, SourceError, Target};
 use profdev_record::intervals::{IntervalOptions, Intervals};
 use send::{Backoff, Destination, Sender, Status};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -224,6 +224,8 @@ pub fn run_with(
     let mut next = Instant::now() + opts.interval;
     let mut ticked = Instant::now();
     let mut lost_before = 0;
+    // Intervals cut whose recordings wait for their symbols, oldest first.
+    let mut cutting: VecDeque<Cut> = VecDeque::new();
     loop {
         let r = source.read(&mut batch, Duration::from_millis(100));
         let stopping = stop.load(Ordering::Relaxed) || r.is_err();
@@ -251,24 +253,22 @@ pub fn run_with(
             let end = unix_ns();
             let to_unix = end.wrapping_sub(profdev_sample::sys::monotonic_ns());
             let samples = iv.samples();
-            let cut = Arc::new(Cut {
+            iv.cut(end);
+            cutting.push_back(Cut {
                 seq: out.profiles,
                 start_ns: start,
                 end_ns: end,
                 to_unix,
-                recording: iv.cut(end),
+                recording: Vec::new(),
                 processes: labels.cut(),
             });
-            for s in &senders {
-                s.push(cut.clone());
-            }
             out.profiles += 1;
             out.samples += samples;
             let lost = source.stats().lost;
             if opts.verbose {
                 let statuses: Vec<Status> = senders.iter().map(Sender::status).collect();
                 log(&health_line(
-                    cut.seq,
+                    out.profiles - 1,
                     samples,
                     lost - lost_before,
                     &statuses,
@@ -278,14 +278,31 @@ pub fn run_with(
             start = end;
             next = (next + opts.interval).max(Instant::now());
         }
+        hand_on(&mut cutting, iv.ready(), &senders);
         if stopping {
             break;
         }
     }
+    hand_on(&mut cutting, iv.finish(), &senders);
     out.lost = source.stats().lost;
     let deadline = Instant::now() + opts.flush;
     out.destinations = senders.into_iter().map(|s| s.finish(deadline)).collect();
     out
+}
+
+/// Give each recording ready its cut (the oldest waiting: they come in
+/// order) and hand the cut to every destination.
+fn hand_on(cutting: &mut VecDeque<Cut>, ready: Vec<Vec<u8>>, senders: &[Sender]) {
+    for recording in ready {
+        let Some(mut cut) = cutting.pop_front() else {
+            return;
+        };
+        cut.recording = recording;
+        let cut = Arc::new(cut);
+        for s in senders {
+            s.push(cut.clone());
+        }
+    }
 }
 
 /// The health line of interval `seq`: its samples and losses, then each

@@ -159,37 +159,48 @@ fn next(x: &mut u64) -> u64 {
     *x
 }
 
+/// The cut to send next, once the backoff allows it; `None` when the
+/// thread is to end (closing with the spool empty, or past the deadline).
+fn next_cut(shared: &Shared, retry_at: Option<Instant>) -> Option<Arc<Cut>> {
+    let mut st = lock(shared);
+    loop {
+        let now = Instant::now();
+        let closing_done = match st.closing {
+            Some(deadline) => now >= deadline || st.queue.is_empty(),
+            None => false,
+        };
+        if closing_done {
+            return None;
+        }
+        let retry = retry_at.filter(|&r| r > now);
+        if let (Some(c), None) = (st.queue.front(), retry) {
+            return Some(c.clone());
+        }
+        // Woken by a push or the end; else at the retry or the deadline.
+        let wake = match (retry, st.closing) {
+            (Some(r), Some(d)) => Some(r.min(d)),
+            (r, d) => r.or(d),
+        };
+        st = match wake {
+            Some(w) => {
+                shared
+                    .wake
+                    .wait_timeout(st, w.saturating_duration_since(now))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            None => shared.wake.wait(st).unwrap_or_else(|e| e.into_inner()),
+        };
+    }
+}
+
 fn run(shared: &Shared, mut dest: Box<dyn Destination>, backoff: Backoff) {
     let mut random = seed();
     let mut failures = 0u32;
     let mut retry_at: Option<Instant> = None;
     loop {
-        let cut = {
-            let mut st = lock(shared);
-            loop {
-                let now = Instant::now();
-                if st.closing.is_some_and(|d| now >= d)
-                    || (st.closing.is_some() && st.queue.is_empty())
-                {
-                    return;
-                }
-                let wait_until = match (retry_at, st.closing) {
-                    (Some(r), Some(d)) => Some(r.min(d)),
-                    (r, d) => r.or(d),
-                };
-                match (st.queue.front(), wait_until) {
-                    (Some(c), None) => break c.clone(),
-                    (Some(c), Some(w)) if now >= w => break c.clone(),
-                    (_, Some(w)) => {
-                        let (g, _) = shared
-                            .wake
-                            .wait_timeout(st, w.saturating_duration_since(now))
-                            .unwrap_or_else(|e| e.into_inner());
-                        st = g;
-                    }
-                    (None, None) => st = shared.wake.wait(st).unwrap_or_else(|e| e.into_inner()),
-                }
-            }
+        let Some(cut) = next_cut(shared, retry_at) else {
+            return;
         };
         let sent = dest.encode(&cut).and_then(|body| dest.send(&body));
         let mut st = lock(shared);

@@ -2,6 +2,9 @@
 //! hands on one profile per interval (`profdev agent`): the same recorder
 //! as `profdev record`'s (task and mapping model, unwinder, objects, the
 //! symbol thread), whose recording is ended and begun again at each cut.
+//! The cut does not wait for the symbol thread: a recording cut waits
+//! for the answers to its own jobs (answered in order, so each is routed
+//! to the recording that asked) and comes out of `ready` when it has them.
 //! Each piece is a whole recording (`profdev_formats::recording::read`
 //! reads it) with its own task, object and symbol entries; the model,
 //! the unwinder and the objects table go on across cuts, so a process
@@ -75,11 +78,25 @@ impl Intervals {
         self.rec.enc.samples()
     }
 
-    /// The recording of the interval now ending (its symbol tables waited
-    /// for); the next begins at `next_start_ns` (Unix nanoseconds).
-    pub fn cut(&mut self, next_start_ns: u64) -> Vec<u8> {
+    /// End the interval now; the next begins at `next_start_ns` (Unix
+    /// nanoseconds). Its recording comes out of [`Intervals::ready`] once
+    /// the symbol thread has named what it sampled: the caller goes on
+    /// reading meanwhile.
+    pub fn cut(&mut self, next_start_ns: u64) {
         self.header.start_ns = next_start_ns;
-        self.rec.cut(Encoder::new(&self.header))
+        self.rec.cut(Encoder::new(&self.header));
+    }
+
+    /// The recordings of the intervals cut whose symbols are done, oldest
+    /// first.
+    pub fn ready(&mut self) -> Vec<Vec<u8>> {
+        self.rec.ready()
+    }
+
+    /// The recordings of every interval cut, their symbols waited for (at
+    /// the end).
+    pub fn finish(&mut self) -> Vec<Vec<u8>> {
+        self.rec.wait_cuts()
     }
 
     /// With stacks, the unwinder's counts as a sentence.
@@ -130,10 +147,14 @@ mod tests {
         iv.record(&sample(7, 2)).unwrap();
         iv.record(&sample(7, 3)).unwrap();
         assert_eq!(iv.samples(), 2);
-        let first = read(&iv.cut(2_000)).unwrap();
+        iv.cut(2_000);
         iv.record(&sample(7, 4)).unwrap();
         assert_eq!(iv.samples(), 1);
-        let second = read(&iv.cut(3_000)).unwrap();
+        iv.cut(3_000);
+        let cuts = iv.finish();
+        assert_eq!(cuts.len(), 2);
+        let first = read(&cuts[0]).unwrap();
+        let second = read(&cuts[1]).unwrap();
         assert_eq!((first.samples.len(), second.samples.len()), (2, 1));
         assert_eq!(
             (first.header.start_ns, second.header.start_ns),

@@ -178,6 +178,9 @@ pub(crate) struct Recorder {
     stack_bytes: u32,
     /// The kernel's symbolizer of a recording already cut, for the next.
     spare_kernel_names: Option<Symbolizer>,
+    /// Recordings cut, oldest first, each with the symbol answers still
+    /// due to it.
+    waiting: std::collections::VecDeque<(Encoder, usize)>,
 }
 
 impl Recorder {
@@ -205,30 +208,72 @@ impl Recorder {
             failures: HashMap::new(),
             stack_bytes: setup.stack_bytes,
             spare_kernel_names: None,
+            waiting: std::collections::VecDeque::new(),
         }
     }
 
-    /// End the recording made so far and begin the next with `enc`: the
-    /// symbol tables of every address sampled are waited for and written,
-    /// the end entry too, and the finished recording's bytes returned.
-    /// The task model, the unwinder and the objects table go on; the
-    /// next recording writes its own task, object and symbol entries.
-    pub(crate) fn cut(&mut self, enc: Encoder) -> Vec<u8> {
+    /// End the recording made so far and begin the next with `enc`. The
+    /// ended one waits (in [`Recorder::ready`]) for the symbol tables of
+    /// the addresses it sampled; the reader of the rings does not. The
+    /// task model, the unwinder and the objects table go on; the next
+    /// recording writes its own task, object and symbol entries.
+    pub(crate) fn cut(&mut self, enc: Encoder) {
         self.flush_symbols();
-        if let Some(symbolizer) = &mut self.symbolizer {
-            for (id, files, funcs) in symbolizer.wait_all() {
-                let _ = self.enc.symbols(id, &files, &funcs);
-            }
-        }
-        self.enc.end();
-        let bytes = std::mem::replace(&mut self.enc, enc).take();
+        let due = self
+            .symbolizer
+            .as_ref()
+            .map_or(0, SymbolThread::outstanding);
+        let earlier: usize = self.waiting.iter().map(|w| w.1).sum();
+        let old = std::mem::replace(&mut self.enc, enc);
+        self.waiting.push_back((old, due - earlier));
         self.tasks.clear();
         self.objects.clear();
         self.pending.clear();
         self.seen.clear();
         self.failures.clear();
         self.spare_kernel_names = self.kernel.take().map(|k| k.names);
-        bytes
+    }
+
+    /// The recordings cut whose symbol tables have all come, oldest
+    /// first, each ended and as bytes.
+    pub(crate) fn ready(&mut self) -> Vec<Vec<u8>> {
+        self.drain_symbols();
+        let mut out = Vec::new();
+        while self.waiting.front().is_some_and(|w| w.1 == 0) {
+            let (mut enc, _) = self.waiting.pop_front().expect("checked");
+            enc.end();
+            out.push(enc.take());
+        }
+        out
+    }
+
+    /// Every recording cut, its symbol tables waited for.
+    pub(crate) fn wait_cuts(&mut self) -> Vec<Vec<u8>> {
+        while self.waiting.iter().any(|w| w.1 > 0) {
+            let Some(answer) = self.symbolizer.as_mut().and_then(SymbolThread::answer) else {
+                break;
+            };
+            self.route(answer);
+        }
+        for w in &mut self.waiting {
+            w.1 = 0;
+        }
+        self.ready()
+    }
+
+    /// Write an answer of the symbol thread into the recording whose job
+    /// it was: the oldest cut still waiting for one, else the current.
+    fn route(&mut self, answer: Option<crate::symbols::SymbolTable>) {
+        let enc = match self.waiting.iter_mut().find(|w| w.1 > 0) {
+            Some(w) => {
+                w.1 -= 1;
+                &mut w.0
+            }
+            None => &mut self.enc,
+        };
+        if let Some((id, files, funcs)) = answer {
+            let _ = enc.symbols(id, &files, &funcs);
+        }
     }
 
     /// Take in one record.
@@ -507,13 +552,11 @@ impl Recorder {
         }
     }
 
-    /// Write the symbol tables the symbolizer has finished.
+    /// Write the symbol tables the symbolizer has finished, each into
+    /// its recording.
     pub(crate) fn drain_symbols(&mut self) {
-        let Some(symbolizer) = &mut self.symbolizer else {
-            return;
-        };
-        while let Some((id, files, funcs)) = symbolizer.try_done() {
-            let _ = self.enc.symbols(id, &files, &funcs);
+        while let Some(answer) = self.symbolizer.as_mut().and_then(SymbolThread::try_answer) {
+            self.route(answer);
         }
     }
 

@@ -27,9 +27,10 @@ pub(crate) struct SymbolJob {
 /// its functions.
 pub(crate) type SymbolTable = (u32, Vec<String>, Vec<Function>);
 
-/// The naming thread and its two queues. Every job sent is answered
-/// (`None` when the object could not be named), so the jobs still out
-/// are counted and [`SymbolThread::wait_all`] knows when it has them all.
+/// The naming thread and its two queues. Every job sent is answered, in
+/// the order sent (`None` when the object could not be named), so the
+/// jobs still out are counted and each answer can be routed to the
+/// recording whose job it was.
 pub(crate) struct SymbolThread {
     jobs: Sender<SymbolJob>,
     done: Receiver<Option<SymbolTable>>,
@@ -64,29 +65,28 @@ impl SymbolThread {
         }
     }
 
-    /// A finished table, if one is ready.
-    pub(crate) fn try_done(&mut self) -> Option<SymbolTable> {
-        while let Ok(answer) = self.done.try_recv() {
-            self.outstanding -= 1;
-            if answer.is_some() {
-                return answer;
-            }
-        }
-        None
+    /// The answer to the oldest job not yet answered, if it is ready:
+    /// its table, or `None` when the object could not be named.
+    pub(crate) fn try_answer(&mut self) -> Option<Option<SymbolTable>> {
+        let answer = self.done.try_recv().ok()?;
+        self.outstanding -= 1;
+        Some(answer)
     }
 
-    /// Every table of the jobs sent so far, once they are all done; the
-    /// thread stays for the next ones.
-    pub(crate) fn wait_all(&mut self) -> Vec<SymbolTable> {
-        let mut tables = Vec::new();
-        while self.outstanding > 0 {
-            let Ok(answer) = self.done.recv() else {
-                break;
-            };
-            self.outstanding -= 1;
-            tables.extend(answer);
+    /// The answer to the oldest job not yet answered, waited for; `None`
+    /// when none is due.
+    pub(crate) fn answer(&mut self) -> Option<Option<SymbolTable>> {
+        if self.outstanding == 0 {
+            return None;
         }
-        tables
+        let answer = self.done.recv().ok()?;
+        self.outstanding -= 1;
+        Some(answer)
+    }
+
+    /// Jobs sent and not yet answered.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.outstanding
     }
 
     /// Every table still to come, once the thread has done all it was
