@@ -93,7 +93,14 @@ const MAY_USE: &[(&str, &[&str])] = &[
     // spool on disk and health file will go through safefile).
     (
         "agent",
-        &["core", "formats", "sample", "symbolize", "record", "safefile"],
+        &[
+            "core",
+            "formats",
+            "sample",
+            "symbolize",
+            "record",
+            "safefile",
+        ],
     ),
     // The classic commands' work between command line and output: over
     // the device layer and the engines (runs, attaches), below the binary.
