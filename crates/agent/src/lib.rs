@@ -16,8 +16,9 @@
 //!   container id, systemd unit, pod uid), read when it is first seen.
 //! * [`send`]: a thread per destination, its bounded spool, backoff with
 //!   jitter, delivery in order.
-//! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC); [`url`]:
-//!   destination addresses and the plain-http rule.
+//! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC);
+//!   [`pyroscope`]: Grafana Pyroscope's push API (connect protocol, pprof);
+//!   [`url`]: destination addresses and the plain-http rule.
 //!
 //! Sampling never waits for a network: a destination that is down only
 //! fills its spool (oldest dropped past the cap, counted).
@@ -27,6 +28,7 @@
 pub mod cgroup;
 pub mod labels;
 pub mod otlp;
+pub mod pyroscope;
 pub mod send;
 pub mod url;
 
@@ -81,6 +83,8 @@ pub struct Options {
     pub labels: Vec<(String, String)>,
     /// `--otlp URL` with `--otlp-protocol`.
     pub otlp: Option<OtlpOptions>,
+    /// `--pyroscope URL`.
+    pub pyroscope: Option<String>,
     /// `--insecure`: plain http to another machine is accepted.
     pub insecure: bool,
     /// Each destination's spool cap, in bytes of recordings.
@@ -99,6 +103,7 @@ impl Default for Options {
             stack_bytes: 16384,
             labels: Vec::new(),
             otlp: None,
+            pyroscope: None,
             insecure: false,
             spool_bytes: 64 << 20,
             flush: Duration::from_secs(10),
@@ -148,9 +153,14 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
             otlp::Otlp::new(url, o.protocol, common.clone()).map_err(Error)?,
         ));
     }
+    if let Some(u) = &opts.pyroscope {
+        let url = url::Url::parse(u, 4040).map_err(Error)?;
+        url.check(opts.insecure).map_err(Error)?;
+        out.push(Box::new(pyroscope::Pyroscope::new(url, common.clone())));
+    }
     if out.is_empty() {
         return Err(Error(
-            "no destination: give --otlp URL (the local store kept without one is not built yet)"
+            "no destination: give --otlp URL or --pyroscope URL (the local store kept without one is not built yet)"
                 .into(),
         ));
     }

@@ -1,4 +1,4 @@
-//! `profdev agent [-F HZ] [--interval SECS] --otlp URL [--otlp-protocol grpc|http] [--label KEY=VALUE]...`:
+//! `profdev agent [-F HZ] [--interval SECS] [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL] [--label KEY=VALUE]...`:
 //! profile the whole machine continuously and send one profile per
 //! interval to the backend a fleet already runs.
 //!
@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! profdev agent [-v] [-F HZ] [--interval SECS] [--label KEY=VALUE]... [--insecure]
-//!               --otlp URL [--otlp-protocol grpc|http]
+//!               [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL]
 //! ```
 //!
 //! # Description
@@ -39,6 +39,16 @@
 //! `process.linux.cgroup`, `container.id`, `k8s.pod.uid`), plus
 //! `profdev.systemd.unit`.
 //!
+//! `--pyroscope URL` pushes each profile to Grafana Pyroscope (default
+//! port 4040) through its push API over the connect protocol (`POST
+//! /push.v1.PusherService/Push`, `application/proto`): one series labelled
+//! `__name__=process_cpu`, `service_name` (the `--label`, else
+//! `profdev-agent`), `host_name` and the other `--label`s, holding a
+//! gzipped pprof whose time span is the interval and whose samples carry
+//! their process's labels (`pid`, `comm`, and the attributes above with
+//! `.` written `_`, as Pyroscope's label names require); Pyroscope makes
+//! each process a series of its own. Both destinations may be given.
+//!
 //! Sending runs apart from sampling, one thread per destination: a
 //! destination that is down or slow gets exponential backoff with jitter
 //! (from a tenth of the interval, doubling to eight intervals, at most
@@ -62,8 +72,8 @@
 //!
 //! # Bugs
 //!
-//! Not built yet (issue 26), and refused with a sentence: `--pyroscope`,
-//! `--parca`, `--spool DIR`, `--token-file`, `--tls-ca`, https; without a
+//! Not built yet (issue 26), and refused with a sentence: Pyroscope's
+//! `/ingest` API, `--parca`, `--spool DIR`, `--token-file`, `--tls-ca`, https; without a
 //! destination there is no local store yet. The cgroup of a process is
 //! read from `/proc` at its fork, exec or first sample: one that moves to
 //! another cgroup keeps the first. A collector's partial-success answer is
@@ -90,7 +100,7 @@ enum OtlpProtocol {
     Http,
 }
 
-/// Profile the whole machine continuously; send a profile per interval to OTLP.
+/// Profile the whole machine continuously; send a profile per interval to OTLP or Pyroscope.
 #[derive(Parser, Debug)]
 #[command(
     name = "profdev agent",
@@ -111,7 +121,7 @@ pub(crate) struct Args {
     /// OTLP over gRPC (port 4317) or HTTP (port 4318).
     #[arg(long, value_name = "PROTOCOL", default_value = "grpc")]
     otlp_protocol: OtlpProtocol,
-    /// A Pyroscope server (not built yet).
+    /// A Grafana Pyroscope server (http://HOST[:PORT][/PATH]): pprof through its push API.
     #[arg(long, value_name = "URL")]
     pyroscope: Option<String>,
     /// A Parca server (not built yet).
@@ -154,7 +164,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 /// The first option given that this build does not have yet.
 fn not_built(args: &Args) -> Option<&'static str> {
     [
-        (args.pyroscope.is_some(), "--pyroscope"),
         (args.parca.is_some(), "--parca"),
         (args.spool.is_some(), "--spool"),
         (args.token_file.is_some(), "--token-file"),
@@ -166,7 +175,7 @@ fn not_built(args: &Args) -> Option<&'static str> {
 
 fn options(args: &Args) -> Result<Options> {
     if let Some(flag) = not_built(args) {
-        bail!("{flag} is not built yet (issue 26); this build sends to an OpenTelemetry collector: --otlp URL");
+        bail!("{flag} is not built yet (issue 26); this build sends to an OpenTelemetry collector (--otlp URL) or Pyroscope (--pyroscope URL)");
     }
     Ok(Options {
         frequency: args.frequency,
@@ -179,6 +188,7 @@ fn options(args: &Args) -> Result<Options> {
                 OtlpProtocol::Http => Protocol::Http,
             },
         }),
+        pyroscope: args.pyroscope.clone(),
         insecure: args.insecure,
         verbose: args.verbose,
         ..Options::default()
@@ -227,10 +237,10 @@ mod tests {
 
     #[test]
     fn options_not_built_yet_are_refused_by_name() {
-        let e = options(&args(&["--pyroscope", "http://localhost:4040"])).unwrap_err();
+        let e = options(&args(&["--parca", "http://localhost:7070"])).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--pyroscope is not built yet (issue 26); this build sends to an OpenTelemetry collector: --otlp URL"
+            "--parca is not built yet (issue 26); this build sends to an OpenTelemetry collector (--otlp URL) or Pyroscope (--pyroscope URL)"
         );
         let e = options(&args(&["--otlp", "http://x", "--tls-ca", "ca.pem"])).unwrap_err();
         assert!(

@@ -25,17 +25,17 @@ fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn what_is_not_built_and_a_missing_destination_are_refused() {
-    let (code, err) = stderr_of(&["--pyroscope", "http://localhost:4040"]);
+    let (code, err) = stderr_of(&["--parca", "http://localhost:7070"]);
     assert_eq!(code, Some(1));
     assert_eq!(
         err,
-        "profdev agent: --pyroscope is not built yet (issue 26); this build sends to an OpenTelemetry collector: --otlp URL\n"
+        "profdev agent: --parca is not built yet (issue 26); this build sends to an OpenTelemetry collector (--otlp URL) or Pyroscope (--pyroscope URL)\n"
     );
     let (code, err) = stderr_of(&[]);
     assert_eq!(code, Some(1));
     assert_eq!(
         err,
-        "profdev agent: no destination: give --otlp URL (the local store kept without one is not built yet)\n"
+        "profdev agent: no destination: give --otlp URL or --pyroscope URL (the local store kept without one is not built yet)\n"
     );
     let (code, err) = stderr_of(&["--otlp", "https://localhost"]);
     assert_eq!(code, Some(1));

@@ -421,3 +421,49 @@ fn otlp_with_a_resource_is_an_export_request() {
         }
     }
 }
+
+/// `pprof::encode_with` labels each sample with the common attributes, its
+/// process's pid, command and own attributes, and spans the time given.
+#[test]
+fn pprof_with_a_resource_labels_samples_by_process() {
+    use profdev_formats::pprof::Profile;
+    let rec = recording();
+    let resource = otlp::Resource {
+        common: vec![("service_name".into(), "web".into())],
+        processes: BTreeMap::from([(100, vec![("container_id".into(), "c0ffee".into())])]),
+        span: Some(otlp::Span {
+            start_ns: 5_000,
+            end_ns: 20_000,
+            to_unix: 0,
+        }),
+    };
+    let p = Profile::decode(&pprof::encode_with(&rec, &resource)[..]).unwrap();
+    assert_eq!((p.time_nanos, p.duration_nanos), (5_000, 15_000));
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let mut count = 0;
+    for sample in &p.sample {
+        count += sample.value[0];
+        let labels: BTreeMap<&str, String> = sample
+            .label
+            .iter()
+            .map(|l| {
+                let v = if l.str != 0 {
+                    s(l.str).to_string()
+                } else {
+                    l.num.to_string()
+                };
+                (s(l.key), v)
+            })
+            .collect();
+        assert_eq!(labels["service_name"], "web");
+        match labels["pid"].as_str() {
+            "100" => {
+                assert_eq!(labels["container_id"], "c0ffee");
+                assert_eq!(labels["comm"], "prog");
+            }
+            "0" => assert_eq!(labels["comm"], IDLE),
+            pid => panic!("pid {pid}"),
+        }
+    }
+    assert_eq!(count as usize, rec.samples.len());
+}

@@ -157,26 +157,7 @@ struct Group {
     times: Vec<u64>,
 }
 
-/// What a sender adds to the profiles of a recording (see the module doc).
-#[derive(Clone, Debug, Default)]
-pub struct Resource {
-    /// Attributes of every resource: key, value.
-    pub common: Vec<(String, String)>,
-    /// Attributes of each process's resource, by pid.
-    pub processes: std::collections::BTreeMap<u32, Vec<(String, String)>>,
-    /// The time the profiles cover, on the Unix clock.
-    pub span: Option<Span>,
-}
-
-/// A profile's time span: `[start_ns, end_ns)` in Unix nanoseconds, and
-/// what to add to a sample's time (the recording's clock) to put it on the
-/// Unix clock (modulo 2^64).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Span {
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub to_unix: u64,
-}
+pub use super::{Resource, Span};
 
 /// The `ProfilesData` bytes of `rec`.
 pub fn write(rec: &Recording) -> Vec<u8> {
