@@ -18,6 +18,7 @@
 //!   jitter, delivery in order.
 //! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC);
 //!   [`pyroscope`]: Grafana Pyroscope's push API (connect protocol, pprof);
+//!   [`parca`]: Parca's WriteRaw (gRPC, pprof); [`grpc`]: their client;
 //!   [`url`]: destination addresses and the plain-http rule.
 //!
 //! Sampling never waits for a network: a destination that is down only
@@ -26,8 +27,10 @@
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
+pub mod grpc;
 pub mod labels;
 pub mod otlp;
+pub mod parca;
 pub mod pyroscope;
 pub mod send;
 pub mod url;
@@ -85,6 +88,8 @@ pub struct Options {
     pub otlp: Option<OtlpOptions>,
     /// `--pyroscope URL`.
     pub pyroscope: Option<String>,
+    /// `--parca URL`.
+    pub parca: Option<String>,
     /// `--insecure`: plain http to another machine is accepted.
     pub insecure: bool,
     /// Each destination's spool cap, in bytes of recordings.
@@ -104,6 +109,7 @@ impl Default for Options {
             labels: Vec::new(),
             otlp: None,
             pyroscope: None,
+            parca: None,
             insecure: false,
             spool_bytes: 64 << 20,
             flush: Duration::from_secs(10),
@@ -158,9 +164,16 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
         url.check(opts.insecure).map_err(Error)?;
         out.push(Box::new(pyroscope::Pyroscope::new(url, common.clone())));
     }
+    if let Some(u) = &opts.parca {
+        let url = url::Url::parse(u, 7070).map_err(Error)?;
+        url.check(opts.insecure).map_err(Error)?;
+        out.push(Box::new(
+            parca::Parca::new(url, common.clone()).map_err(Error)?,
+        ));
+    }
     if out.is_empty() {
         return Err(Error(
-            "no destination: give --otlp URL or --pyroscope URL (the local store kept without one is not built yet)"
+            "no destination: give --otlp URL, --pyroscope URL or --parca URL (the local store kept without one is not built yet)"
                 .into(),
         ));
     }

@@ -99,12 +99,7 @@ pub struct Otlp {
 
 enum Transport {
     Http(ureq::Agent, String),
-    Grpc(Box<Grpc>),
-}
-
-struct Grpc {
-    runtime: tokio::runtime::Runtime,
-    client: tonic::client::Grpc<tonic::transport::Channel>,
+    Grpc(Box<crate::grpc::Client>),
 }
 
 impl Otlp {
@@ -129,25 +124,7 @@ impl Otlp {
                 let target = format!("http://{}{path}", url.authority());
                 Transport::Http(config.into(), target)
             }
-            Protocol::Grpc => {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("cannot start the gRPC client: {e}"))?;
-                let endpoint =
-                    tonic::transport::Endpoint::from_shared(format!("http://{}", url.authority()))
-                        .map_err(|e| format!("{url}: not a gRPC address: {e}"))?
-                        .connect_timeout(TIMEOUT)
-                        .timeout(TIMEOUT);
-                let channel = {
-                    let _in = runtime.enter();
-                    endpoint.connect_lazy()
-                };
-                Transport::Grpc(Box::new(Grpc {
-                    runtime,
-                    client: tonic::client::Grpc::new(channel),
-                }))
-            }
+            Protocol::Grpc => Transport::Grpc(Box::new(crate::grpc::Client::new(&url)?)),
         };
         Ok(Otlp {
             url,
@@ -178,68 +155,7 @@ impl Destination for Otlp {
                 .send(body)
                 .map(drop)
                 .map_err(|e| format!("{target}: {e}")),
-            Transport::Grpc(g) => {
-                let Grpc { runtime, client } = &mut **g;
-                let body = body.to_vec();
-                let url = &self.url;
-                runtime.block_on(async move {
-                    client
-                        .ready()
-                        .await
-                        .map_err(|e| format!("{url}: cannot connect: {e}"))?;
-                    let path = tonic::codegen::http::uri::PathAndQuery::from_static(GRPC_PATH);
-                    client
-                        .unary(tonic::Request::new(body), path, RawCodec)
-                        .await
-                        .map(drop)
-                        .map_err(|s| format!("{url}: {}: {}", s.code(), s.message()))
-                })
-            }
+            Transport::Grpc(g) => g.call(GRPC_PATH, body),
         }
-    }
-}
-
-/// A gRPC codec of bytes already encoded; the response's are not read
-/// (its `partial_success` is a later slice's).
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = ();
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-    fn encoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-    fn decoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-}
-
-impl tonic::codec::Encoder for RawCodec {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(
-        &mut self,
-        item: Vec<u8>,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        use bytes::BufMut;
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for RawCodec {
-    type Item = ();
-    type Error = tonic::Status;
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<()>, tonic::Status> {
-        use bytes::Buf;
-        src.advance(src.remaining());
-        Ok(Some(()))
     }
 }

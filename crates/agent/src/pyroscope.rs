@@ -97,9 +97,13 @@ fn profile_id(cut: &Cut) -> String {
     )
 }
 
-/// The `PushRequest` bytes of `cut`; `common` are the attributes of every
-/// profile (the host, `--label`s).
-pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String> {
+/// A series' labels (name, value) and its gzipped pprof.
+pub type Series = (Vec<(String, String)>, Vec<u8>);
+
+/// The series labels and the gzipped pprof of `cut` (see the module
+/// doc), as Pyroscope and Parca take them; `common` are the attributes of
+/// every profile (the host, `--label`s).
+pub fn series(cut: &Cut, common: &[(String, String)]) -> Result<Series, String> {
     let rec = recording::read(&cut.recording)
         .map_err(|e| format!("internal error: the interval's recording does not read: {e}"))?;
     let otlp = crate::otlp::resource(cut, &rec, common);
@@ -117,27 +121,26 @@ pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String
             .collect(),
         span: otlp.span,
     };
-    let mut labels = vec![LabelPair {
-        name: "__name__".into(),
-        value: PROFILE_NAME.into(),
-    }];
-    for (k, v) in common {
-        labels.push(LabelPair {
-            name: label_name(k),
-            value: v.clone(),
-        });
+    let mut labels = vec![("__name__".to_string(), PROFILE_NAME.to_string())];
+    labels.extend(common.iter().map(|(k, v)| (label_name(k), v.clone())));
+    if !labels.iter().any(|(k, _)| k == "service_name") {
+        labels.push(("service_name".into(), DEFAULT_SERVICE.into()));
     }
-    if !labels.iter().any(|l| l.name == "service_name") {
-        labels.push(LabelPair {
-            name: "service_name".into(),
-            value: DEFAULT_SERVICE.into(),
-        });
-    }
+    Ok((labels, pprof::write_with(&rec, &resource)))
+}
+
+/// The `PushRequest` bytes of `cut`; `common` are the attributes of every
+/// profile (the host, `--label`s).
+pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String> {
+    let (labels, raw_profile) = series(cut, common)?;
     let req = PushRequest {
         series: vec![RawProfileSeries {
-            labels,
+            labels: labels
+                .into_iter()
+                .map(|(name, value)| LabelPair { name, value })
+                .collect(),
             samples: vec![RawSample {
-                raw_profile: pprof::write_with(&rec, &resource),
+                raw_profile,
                 id: profile_id(cut),
             }],
         }],

@@ -1,4 +1,4 @@
-//! `profdev agent [-F HZ] [--interval SECS] [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL] [--label KEY=VALUE]...`:
+//! `profdev agent [-F HZ] [--interval SECS] [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL] [--parca URL] [--label KEY=VALUE]...`:
 //! profile the whole machine continuously and send one profile per
 //! interval to the backend a fleet already runs.
 //!
@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! profdev agent [-v] [-F HZ] [--interval SECS] [--label KEY=VALUE]... [--insecure]
-//!               [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL]
+//!               [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL] [--parca URL]
 //! ```
 //!
 //! # Description
@@ -47,7 +47,14 @@
 //! gzipped pprof whose time span is the interval and whose samples carry
 //! their process's labels (`pid`, `comm`, and the attributes above with
 //! `.` written `_`, as Pyroscope's label names require); Pyroscope makes
-//! each process a series of its own. Both destinations may be given.
+//! each process a series of its own.
+//!
+//! `--parca URL` writes each profile to a Parca server (default port
+//! 7070) with `WriteRaw` of its profile store
+//! (`parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw`, gRPC): the
+//! same series labels and labelled pprof as Pyroscope's, `normalized` set
+//! (the addresses are the objects' own). Any of the three destinations may
+//! be given together.
 //!
 //! Sending runs apart from sampling, one thread per destination: a
 //! destination that is down or slow gets exponential backoff with jitter
@@ -73,7 +80,7 @@
 //! # Bugs
 //!
 //! Not built yet (issue 26), and refused with a sentence: Pyroscope's
-//! `/ingest` API, `--parca`, `--spool DIR`, `--token-file`, `--tls-ca`, https; without a
+//! `/ingest` API, `--spool DIR`, `--token-file`, `--tls-ca`, https; without a
 //! destination there is no local store yet. The cgroup of a process is
 //! read from `/proc` at its fork, exec or first sample: one that moves to
 //! another cgroup keeps the first. A collector's partial-success answer is
@@ -100,7 +107,7 @@ enum OtlpProtocol {
     Http,
 }
 
-/// Profile the whole machine continuously; send a profile per interval to OTLP or Pyroscope.
+/// Profile the whole machine continuously; send a profile per interval to OTLP, Pyroscope or Parca.
 #[derive(Parser, Debug)]
 #[command(
     name = "profdev agent",
@@ -124,7 +131,7 @@ pub(crate) struct Args {
     /// A Grafana Pyroscope server (http://HOST[:PORT][/PATH]): pprof through its push API.
     #[arg(long, value_name = "URL")]
     pyroscope: Option<String>,
-    /// A Parca server (not built yet).
+    /// A Parca server (http://HOST[:PORT]): pprof through WriteRaw (gRPC).
     #[arg(long, value_name = "URL")]
     parca: Option<String>,
     /// A label on every profile, KEY=VALUE (repeatable; service_name is Pyroscope's key).
@@ -164,7 +171,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 /// The first option given that this build does not have yet.
 fn not_built(args: &Args) -> Option<&'static str> {
     [
-        (args.parca.is_some(), "--parca"),
         (args.spool.is_some(), "--spool"),
         (args.token_file.is_some(), "--token-file"),
         (args.tls_ca.is_some(), "--tls-ca"),
@@ -175,7 +181,7 @@ fn not_built(args: &Args) -> Option<&'static str> {
 
 fn options(args: &Args) -> Result<Options> {
     if let Some(flag) = not_built(args) {
-        bail!("{flag} is not built yet (issue 26); this build sends to an OpenTelemetry collector (--otlp URL) or Pyroscope (--pyroscope URL)");
+        bail!("{flag} is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)");
     }
     Ok(Options {
         frequency: args.frequency,
@@ -189,6 +195,7 @@ fn options(args: &Args) -> Result<Options> {
             },
         }),
         pyroscope: args.pyroscope.clone(),
+        parca: args.parca.clone(),
         insecure: args.insecure,
         verbose: args.verbose,
         ..Options::default()
@@ -237,10 +244,10 @@ mod tests {
 
     #[test]
     fn options_not_built_yet_are_refused_by_name() {
-        let e = options(&args(&["--parca", "http://localhost:7070"])).unwrap_err();
+        let e = options(&args(&["--spool", "/var/spool/profdev"])).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--parca is not built yet (issue 26); this build sends to an OpenTelemetry collector (--otlp URL) or Pyroscope (--pyroscope URL)"
+            "--spool is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)"
         );
         let e = options(&args(&["--otlp", "http://x", "--tls-ca", "ca.pem"])).unwrap_err();
         assert!(

@@ -110,7 +110,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "agent",
-        about: "profile the whole machine continuously; send a profile per interval to OTLP or Pyroscope",
+        about: "profile the whole machine continuously; send a profile per interval to OTLP, Pyroscope or Parca",
         run: agent::main,
         cli: <agent::Args as clap::CommandFactory>::command,
         doc: include_str!("agent.rs"),

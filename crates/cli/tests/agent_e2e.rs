@@ -25,17 +25,17 @@ fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn what_is_not_built_and_a_missing_destination_are_refused() {
-    let (code, err) = stderr_of(&["--parca", "http://localhost:7070"]);
+    let (code, err) = stderr_of(&["--token-file", "/etc/profdev/token"]);
     assert_eq!(code, Some(1));
     assert_eq!(
         err,
-        "profdev agent: --parca is not built yet (issue 26); this build sends to an OpenTelemetry collector (--otlp URL) or Pyroscope (--pyroscope URL)\n"
+        "profdev agent: --token-file is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)\n"
     );
     let (code, err) = stderr_of(&[]);
     assert_eq!(code, Some(1));
     assert_eq!(
         err,
-        "profdev agent: no destination: give --otlp URL or --pyroscope URL (the local store kept without one is not built yet)\n"
+        "profdev agent: no destination: give --otlp URL, --pyroscope URL or --parca URL (the local store kept without one is not built yet)\n"
     );
     let (code, err) = stderr_of(&["--otlp", "https://localhost"]);
     assert_eq!(code, Some(1));

@@ -298,3 +298,118 @@ pub fn options() -> profdev_agent::Options {
         ..profdev_agent::Options::default()
     }
 }
+
+/// A gRPC server on 127.0.0.1 that takes any unary call of Parca's
+/// `ProfileStoreService` and keeps its method's path and request bytes (a
+/// protocol whose generated code no crate here has: the test decodes the
+/// bytes with the messages the agent defines from the published .proto).
+pub fn parca_collector() -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let capture = raw::Capture { keep: got.clone() };
+    let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = std_listener.local_addr().unwrap();
+    std_listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+            tonic::transport::Server::builder()
+                .add_service(capture)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+                .await
+                .unwrap();
+        });
+    });
+    (format!("http://{addr}"), got)
+}
+
+mod raw {
+    use std::sync::{Arc, Mutex};
+    use tonic::codegen::*;
+
+    type Kept = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+    #[derive(Clone)]
+    pub struct Capture {
+        pub keep: Kept,
+    }
+
+    impl tonic::server::NamedService for Capture {
+        const NAME: &'static str = "parca.profilestore.v1alpha1.ProfileStoreService";
+    }
+
+    struct Unary(Kept, String);
+
+    impl tonic::server::UnaryService<Vec<u8>> for Unary {
+        type Response = ();
+        type Future = std::future::Ready<Result<tonic::Response<()>, tonic::Status>>;
+        fn call(&mut self, req: tonic::Request<Vec<u8>>) -> Self::Future {
+            self.0
+                .lock()
+                .unwrap()
+                .push((self.1.clone(), req.into_inner()));
+            std::future::ready(Ok(tonic::Response::new(())))
+        }
+    }
+
+    impl Service<http::Request<tonic::body::Body>> for Capture {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            let path = req.uri().path().to_string();
+            let keep = self.keep.clone();
+            Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(ServerCodec);
+                Ok(grpc.unary(Unary(keep, path), req).await)
+            })
+        }
+    }
+
+    /// Requests as bytes, empty answers.
+    #[derive(Clone, Copy, Default)]
+    struct ServerCodec;
+
+    impl tonic::codec::Codec for ServerCodec {
+        type Encode = ();
+        type Decode = Vec<u8>;
+        type Encoder = ServerCodec;
+        type Decoder = ServerCodec;
+        fn encoder(&mut self) -> ServerCodec {
+            ServerCodec
+        }
+        fn decoder(&mut self) -> ServerCodec {
+            ServerCodec
+        }
+    }
+
+    impl tonic::codec::Encoder for ServerCodec {
+        type Item = ();
+        type Error = tonic::Status;
+        fn encode(
+            &mut self,
+            _item: (),
+            _dst: &mut tonic::codec::EncodeBuf<'_>,
+        ) -> Result<(), tonic::Status> {
+            Ok(())
+        }
+    }
+
+    impl tonic::codec::Decoder for ServerCodec {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn decode(
+            &mut self,
+            src: &mut tonic::codec::DecodeBuf<'_>,
+        ) -> Result<Option<Vec<u8>>, tonic::Status> {
+            use bytes::Buf;
+            Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+        }
+    }
+}
