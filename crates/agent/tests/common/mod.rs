@@ -299,11 +299,14 @@ pub fn options() -> profdev_agent::Options {
     }
 }
 
+/// The calls a raw gRPC collector took: method path, request bytes.
+pub type Calls = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// A gRPC server on 127.0.0.1 that takes any unary call of Parca's
 /// `ProfileStoreService` and keeps its method's path and request bytes (a
 /// protocol whose generated code no crate here has: the test decodes the
 /// bytes with the messages the agent defines from the published .proto).
-pub fn parca_collector() -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
+pub fn parca_collector() -> (String, Calls) {
     let got = Arc::new(Mutex::new(Vec::new()));
     let capture = raw::Capture { keep: got.clone() };
     let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
