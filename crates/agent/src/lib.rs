@@ -15,7 +15,8 @@
 //! * [`labels`] and [`cgroup`]: each process's executable and cgroup (its
 //!   container id, systemd unit, pod uid), read when it is first seen.
 //! * [`send`]: a thread per destination, its bounded spool, backoff with
-//!   jitter, delivery in order.
+//!   jitter, delivery in order; [`disk`]: the spool mirrored on disk
+//!   (`--spool DIR`), drained by the next start.
 //! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC);
 //!   [`pyroscope`]: Grafana Pyroscope's push API (connect protocol, pprof);
 //!   [`parca`]: Parca's WriteRaw (gRPC, pprof); [`grpc`]: their client;
@@ -27,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
+pub mod disk;
 pub mod grpc;
 pub mod labels;
 pub mod otlp;
@@ -35,6 +37,7 @@ pub mod pyroscope;
 pub mod send;
 pub mod url;
 
+use disk::DiskSpool;
 use labels::{Labels, ProcessLabels};
 use profdev_core::{Record, SampleSource, SessionConfig, SourceError, Target};
 use profdev_record::intervals::{IntervalOptions, Intervals};
@@ -94,6 +97,9 @@ pub struct Options {
     pub insecure: bool,
     /// Each destination's spool cap, in bytes of recordings.
     pub spool_bytes: usize,
+    /// `--spool DIR`: the spools mirrored on disk, drained at the next
+    /// start.
+    pub spool: Option<std::path::PathBuf>,
     /// How long the end may spend sending what the spools hold.
     pub flush: Duration,
     /// `-v`: a health line per interval.
@@ -112,6 +118,7 @@ impl Default for Options {
             parca: None,
             insecure: false,
             spool_bytes: 64 << 20,
+            spool: None,
             flush: Duration::from_secs(10),
             verbose: false,
         }
@@ -131,6 +138,28 @@ pub struct Outcome {
     pub destinations: Vec<Status>,
     /// Why sampling stopped, when it was not asked to.
     pub stopped: Option<String>,
+}
+
+impl Outcome {
+    /// The lines that say how the agent ended: profiles, samples and
+    /// losses, then each destination's counts and last error.
+    pub fn summary(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "{} profiles, {} samples, {} lost",
+            self.profiles, self.samples, self.lost
+        )];
+        for d in &self.destinations {
+            let mut line = format!(
+                "{}: {} sent, {} failed, {} dropped, {} undelivered",
+                d.name, d.sent, d.failures, d.dropped, d.undelivered
+            );
+            if let Some(e) = &d.last_error {
+                line.push_str(&format!(" (last error: {e})"));
+            }
+            lines.push(line);
+        }
+        lines
+    }
 }
 
 /// The backoff of a destination: from a tenth of the interval (at least
@@ -180,6 +209,29 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
     Ok(out)
 }
 
+/// A destination and its spool directory, if any.
+pub type Spooled = (Box<dyn Destination>, Option<DiskSpool>);
+
+/// Each destination with its spool directory under `--spool DIR`, if
+/// given.
+pub fn with_spools(
+    opts: &Options,
+    dests: Vec<Box<dyn Destination>>,
+) -> Result<Vec<Spooled>, Error> {
+    dests
+        .into_iter()
+        .map(|d| {
+            let disk = match &opts.spool {
+                Some(root) => Some(
+                    DiskSpool::open(root, &d.name()).map_err(|e| Error(format!("--spool: {e}")))?,
+                ),
+                None => None,
+            };
+            Ok((d, disk))
+        })
+        .collect()
+}
+
 /// The system-wide session the agent samples with.
 pub fn session_config(opts: &Options) -> Result<SessionConfig, Error> {
     let config = SessionConfig {
@@ -204,7 +256,7 @@ pub fn run(
     stop: &AtomicBool,
     log: &mut dyn FnMut(&str),
 ) -> Result<Outcome, Error> {
-    let dests = destinations(opts)?;
+    let dests = with_spools(opts, destinations(opts)?)?;
     let config = session_config(opts)?;
     let factory = profdev_sample::PerfFactory::new().with_mapping_hook(objects.mapping_hook());
     let mut source = factory
@@ -225,13 +277,13 @@ pub fn run_with(
     opts: &Options,
     source: &mut dyn SampleSource,
     objects: profdev_symbolize::Objects,
-    dests: Vec<Box<dyn Destination>>,
+    dests: Vec<Spooled>,
     stop: &AtomicBool,
     log: &mut dyn FnMut(&str),
 ) -> Outcome {
     let senders: Vec<Sender> = dests
         .into_iter()
-        .map(|d| Sender::start(d, opts.spool_bytes, backoff(opts.interval)))
+        .map(|(d, disk)| Sender::start(d, opts.spool_bytes, backoff(opts.interval), disk))
         .collect();
     let iv_opts = IntervalOptions {
         stacks: true,

@@ -11,6 +11,7 @@
 //! spool is empty or the deadline passes; what is left is counted as
 //! undelivered.
 
+use crate::disk::DiskSpool;
 use crate::Cut;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -79,6 +80,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    /// The spool's mirror on disk (`--spool DIR`).
+    disk: Option<DiskSpool>,
 }
 
 /// One destination's spool and thread.
@@ -88,8 +91,16 @@ pub struct Sender {
 }
 
 impl Sender {
-    /// Start the thread of `dest`, its spool capped at `cap` bytes.
-    pub fn start(dest: Box<dyn Destination>, cap: usize, backoff: Backoff) -> Sender {
+    /// Start the thread of `dest`, its spool capped at `cap` bytes and
+    /// mirrored in `disk` if given (what `disk` holds from an earlier run
+    /// is queued first, oldest first).
+    pub fn start(
+        dest: Box<dyn Destination>,
+        cap: usize,
+        backoff: Backoff,
+        disk: Option<DiskSpool>,
+    ) -> Sender {
+        let earlier = disk.as_ref().map(DiskSpool::load);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
@@ -101,7 +112,16 @@ impl Sender {
                 },
             }),
             wake: Condvar::new(),
+            disk,
         });
+        if let Some((cuts, errors)) = earlier {
+            for cut in cuts {
+                queue(&shared, Arc::new(cut));
+            }
+            if let Some(e) = errors.into_iter().last() {
+                lock(&shared).status.last_error = Some(e);
+            }
+        }
         let s = shared.clone();
         let thread = std::thread::spawn(move || run(&s, dest, backoff));
         Sender { shared, thread }
@@ -110,15 +130,12 @@ impl Sender {
     /// Queue a cut, dropping the oldest ones while the spool would hold
     /// more than its cap (the newest is always kept).
     pub fn push(&self, cut: Arc<Cut>) {
-        let mut st = lock(&self.shared);
-        st.status.spool_bytes += cut.recording.len();
-        st.queue.push_back(cut);
-        while st.status.spool_bytes > st.cap && st.queue.len() > 1 {
-            let old = st.queue.pop_front().expect("more than one");
-            st.status.spool_bytes -= old.recording.len();
-            st.status.dropped += 1;
+        if let Some(disk) = &self.shared.disk {
+            if let Err(e) = disk.save(&cut) {
+                lock(&self.shared).status.last_error = Some(format!("cannot spool: {e}"));
+            }
         }
-        st.status.spooled = st.queue.len();
+        queue(&self.shared, cut);
         self.shared.wake.notify_all();
     }
 
@@ -137,6 +154,22 @@ impl Sender {
         st.status.undelivered = st.queue.len() as u64;
         st.status.clone()
     }
+}
+
+/// Queue `cut`, dropping the oldest (and their files) past the cap.
+fn queue(shared: &Shared, cut: Arc<Cut>) {
+    let mut st = lock(shared);
+    st.status.spool_bytes += cut.recording.len();
+    st.queue.push_back(cut);
+    while st.status.spool_bytes > st.cap && st.queue.len() > 1 {
+        let old = st.queue.pop_front().expect("more than one");
+        st.status.spool_bytes -= old.recording.len();
+        st.status.dropped += 1;
+        if let Some(disk) = &shared.disk {
+            let _ = disk.remove(&old);
+        }
+    }
+    st.status.spooled = st.queue.len();
 }
 
 fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, State> {
@@ -213,6 +246,9 @@ fn run(shared: &Shared, mut dest: Box<dyn Destination>, backoff: Backoff) {
                 if st.queue.front().is_some_and(|c| Arc::ptr_eq(c, &cut)) {
                     st.queue.pop_front();
                     st.status.spool_bytes -= cut.recording.len();
+                    if let Some(disk) = &shared.disk {
+                        let _ = disk.remove(&cut);
+                    }
                 }
             }
             Err(e) => {
@@ -234,6 +270,7 @@ mod tests {
     fn cut(seq: u64, bytes: usize) -> Arc<Cut> {
         Arc::new(Cut {
             seq,
+            start_ns: 1_000 + seq,
             recording: vec![0; bytes],
             ..Cut::default()
         })
@@ -255,8 +292,11 @@ mod tests {
             Ok(cut.seq.to_le_bytes().to_vec())
         }
         fn send(&mut self, body: &[u8]) -> Result<(), String> {
+            // Whether it is down is read before the attempt is reported,
+            // so that a test that saw N attempts knows how they ended.
+            let down = *self.down.lock().unwrap();
             let _ = self.tried.send(());
-            if *self.down.lock().unwrap() {
+            if down {
                 return Err("connection refused".into());
             }
             let _ = self.got.send(u64::from_le_bytes(body.try_into().unwrap()));
@@ -294,7 +334,7 @@ mod tests {
             got: got_tx,
             tried: tried_tx,
         };
-        let s = Sender::start(Box::new(dest), 1 << 20, b);
+        let s = Sender::start(Box::new(dest), 1 << 20, b, None);
         for seq in 0..3 {
             s.push(cut(seq, 10));
         }
@@ -331,7 +371,7 @@ mod tests {
             got: got_tx,
             tried: tried_tx,
         };
-        let s = Sender::start(Box::new(dest), 250, b);
+        let s = Sender::start(Box::new(dest), 250, b, None);
         for seq in 0..5 {
             s.push(cut(seq, 100));
         }
@@ -339,5 +379,54 @@ mod tests {
         assert_eq!((st.dropped, st.spooled, st.spool_bytes), (3, 2, 200));
         let st = s.finish(Instant::now());
         assert_eq!((st.sent, st.undelivered), (0, 2));
+    }
+
+    /// With a spool on disk: an agent that ends with its destination down
+    /// leaves the cuts on disk; the next one sends them first, in order,
+    /// and removes their files. The cap drops the oldest files too.
+    #[test]
+    fn a_restarted_sender_drains_the_spool_on_disk() {
+        let d = tempfile::tempdir().unwrap();
+        let disk = || Some(DiskSpool::open(&d.path().join("spool"), "flaky").unwrap());
+        let files = || {
+            std::fs::read_dir(d.path().join("spool/flaky"))
+                .unwrap()
+                .count()
+        };
+        let down = Arc::new(Mutex::new(true));
+        let (got_tx, got) = mpsc::channel();
+        let (tried_tx, _tried) = mpsc::channel();
+        let never = Backoff {
+            first: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+        };
+        let dest = Flaky {
+            down: down.clone(),
+            got: got_tx.clone(),
+            tried: tried_tx.clone(),
+        };
+        let s = Sender::start(Box::new(dest), 250, never, disk());
+        for seq in 0..4 {
+            s.push(cut(seq, 100));
+        }
+        let st = s.finish(Instant::now());
+        assert_eq!((st.sent, st.dropped, st.undelivered), (0, 2, 2));
+        assert_eq!(files(), 2);
+        // The next run: the destination is up.
+        *down.lock().unwrap() = false;
+        let dest = Flaky {
+            down,
+            got: got_tx,
+            tried: tried_tx,
+        };
+        let s = Sender::start(Box::new(dest), 250, never, disk());
+        s.push(cut(10, 100));
+        let seen: Vec<u64> = (0..3)
+            .map(|_| got.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert_eq!(seen, vec![2, 3, 10]);
+        let st = s.finish(Instant::now() + Duration::from_secs(10));
+        assert_eq!((st.sent, st.undelivered), (3, 0));
+        assert_eq!(files(), 0);
     }
 }

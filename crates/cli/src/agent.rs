@@ -61,11 +61,17 @@
 //! (from a tenth of the interval, doubling to eight intervals, at most
 //! five minutes), while profiles wait in a spool in memory (64 MB of
 //! recordings; past it the oldest are dropped and counted) and go out in
-//! order when it returns. Plain http goes only to this machine (localhost,
+//! order when it returns. With `--spool DIR` they wait on disk too (the
+//! same cap, the same oldest dropped): a
+//! directory per destination under DIR (0700), a file per profile (0600,
+//! written whole through profdev's safe-write path, removed once sent or
+//! dropped); the next start sends what it holds first, oldest first.
+//! Plain http goes only to this machine (localhost,
 //! a loopback address) unless `--insecure` is given.
 //!
 //! SIGINT, SIGTERM or SIGHUP end the agent: the last interval is cut, and
-//! the spool is sent for up to ten seconds. The last line says how many
+//! the spool is sent for up to ten seconds (what is left stays in `--spool
+//! DIR`). The last line says how many
 //! profiles were cut and, per destination, sent, failed, dropped and left
 //! undelivered. With `-v` a line per interval on standard error: samples,
 //! lost, and per destination profiles sent, failures with the last error,
@@ -80,7 +86,7 @@
 //! # Bugs
 //!
 //! Not built yet (issue 26), and refused with a sentence: Pyroscope's
-//! `/ingest` API, `--spool DIR`, `--token-file`, `--tls-ca`, https; without a
+//! `/ingest` API, `--token-file`, `--tls-ca`, https; without a
 //! destination there is no local store yet. The cgroup of a process is
 //! read from `/proc` at its fork, exec or first sample: one that moves to
 //! another cgroup keeps the first. A collector's partial-success answer is
@@ -137,7 +143,7 @@ pub(crate) struct Args {
     /// A label on every profile, KEY=VALUE (repeatable; service_name is Pyroscope's key).
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<(String, String)>,
-    /// A directory to spool profiles in while a destination is down (not built yet).
+    /// A directory where profiles wait on disk too, sent by the next start if this one could not.
     #[arg(long, value_name = "DIR")]
     spool: Option<PathBuf>,
     /// A file holding the bearer token (not built yet).
@@ -171,7 +177,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 /// The first option given that this build does not have yet.
 fn not_built(args: &Args) -> Option<&'static str> {
     [
-        (args.spool.is_some(), "--spool"),
         (args.token_file.is_some(), "--token-file"),
         (args.tls_ca.is_some(), "--tls-ca"),
     ]
@@ -196,6 +201,7 @@ fn options(args: &Args) -> Result<Options> {
         }),
         pyroscope: args.pyroscope.clone(),
         parca: args.parca.clone(),
+        spool: args.spool.clone(),
         insecure: args.insecure,
         verbose: args.verbose,
         ..Options::default()
@@ -213,19 +219,8 @@ fn run(args: &Args) -> Result<ExitCode> {
     let out = profdev_agent::run(&opts, objects, &stop, &mut |line| {
         eprintln!("{NAME}: {line}")
     })?;
-    eprintln!(
-        "{NAME}: {} profiles, {} samples, {} lost",
-        out.profiles, out.samples, out.lost
-    );
-    for d in &out.destinations {
-        let mut line = format!(
-            "{NAME}: {}: {} sent, {} failed, {} dropped, {} undelivered",
-            d.name, d.sent, d.failures, d.dropped, d.undelivered
-        );
-        if let Some(e) = &d.last_error {
-            line.push_str(&format!(" (last error: {e})"));
-        }
-        eprintln!("{line}");
+    for line in out.summary() {
+        eprintln!("{NAME}: {line}");
     }
     if let Some(e) = &out.stopped {
         bail!("sampling stopped: {e}");
@@ -244,10 +239,10 @@ mod tests {
 
     #[test]
     fn options_not_built_yet_are_refused_by_name() {
-        let e = options(&args(&["--spool", "/var/spool/profdev"])).unwrap_err();
+        let e = options(&args(&["--tls-ca", "/etc/profdev/ca.pem"])).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--spool is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)"
+            "--tls-ca is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)"
         );
         let e = options(&args(&["--otlp", "http://x", "--tls-ca", "ca.pem"])).unwrap_err();
         assert!(

@@ -3,7 +3,8 @@
 //! is refused, inside a network namespace with no route (`unshare -n`), so
 //! that a bug sends nothing anywhere; run with `--interval 1` against a
 //! collector on 127.0.0.1, SIGTERM ends it with every profile cut
-//! delivered and counted. (What the requests hold is checked in
+//! delivered and counted; with `--spool DIR`, what an agent could not
+//! send (its collector refusing) is sent by the next one, first. (What the requests hold is checked in
 //! `crates/agent/tests/otlp.rs`, decoded with opentelemetry-proto.)
 
 mod common;
@@ -116,27 +117,14 @@ fn collector(listener: TcpListener) -> Arc<Mutex<Vec<String>>> {
     got
 }
 
-#[test]
-fn sigterm_ends_the_agent_with_every_profile_delivered() {
-    if !privileged("profdev agent system wide", can_sample_system()) {
-        return;
-    }
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let got = collector(listener);
+/// `profdev agent -v --interval 1 ARGS` until it has printed `intervals`
+/// interval lines, then SIGTERM: its standard error lines, and the total
+/// of profiles it cut.
+fn run_agent(args: &[&str], intervals: usize) -> (Vec<String>, usize) {
     let mut cmd = profdev();
-    cmd.args([
-        "agent",
-        "-v",
-        "-F",
-        "49",
-        "--interval",
-        "1",
-        "--otlp-protocol",
-        "http",
-    ])
-    .args(["--otlp", &url, "--label", "service_name=e2e"])
-    .stderr(Stdio::piped());
+    cmd.args(["agent", "-v", "-F", "49", "--interval", "1"])
+        .args(args)
+        .stderr(Stdio::piped());
     let mut child = with_default_signals(&mut cmd).spawn().unwrap();
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let reader = {
@@ -148,14 +136,14 @@ fn sigterm_ends_the_agent_with_every_profile_delivered() {
             }
         })
     };
-    profdev_testkit::wait_until("two intervals", Duration::from_secs(60), || {
+    profdev_testkit::wait_until("the intervals", Duration::from_secs(60), || {
         lines
             .lock()
             .unwrap()
             .iter()
             .filter(|l| l.contains(": interval "))
             .count()
-            >= 2
+            >= intervals
     });
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -168,6 +156,28 @@ fn sigterm_ends_the_agent_with_every_profile_delivered() {
         .find_map(|l| l.strip_prefix("profdev agent: ")?.split_once(" profiles, "))
         .map(|(n, _)| n.parse::<usize>().unwrap())
         .unwrap_or_else(|| panic!("no total in {lines:?}"));
+    (lines, total)
+}
+
+#[test]
+fn sigterm_ends_the_agent_with_every_profile_delivered() {
+    if !privileged("profdev agent system wide", can_sample_system()) {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let got = collector(listener);
+    let (lines, total) = run_agent(
+        &[
+            "--otlp-protocol",
+            "http",
+            "--otlp",
+            &url,
+            "--label",
+            "service_name=e2e",
+        ],
+        2,
+    );
     assert!(total >= 3, "{lines:?}");
     let paths = got.lock().unwrap().clone();
     assert_eq!(paths.len(), total, "{lines:?}");
@@ -182,4 +192,64 @@ fn sigterm_ends_the_agent_with_every_profile_delivered() {
             "profdev agent: otlp-http {url}: {total} sent, 0 failed, 0 dropped, 0 undelivered"
         )
     );
+}
+
+/// The first agent's collector refuses connections: its profiles stay in
+/// `--spool DIR` (0600 files). The second agent, its collector up, sends
+/// them, then its own, and leaves the spool empty.
+#[test]
+fn a_restarted_agent_drains_its_spool() {
+    if !privileged("profdev agent system wide", can_sample_system()) {
+        return;
+    }
+    let d = common::tempdir();
+    let spool = d.path().join("spool");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("http://{port}");
+    let args = [
+        "--otlp-protocol",
+        "http",
+        "--otlp",
+        &url,
+        "--spool",
+        spool.to_str().unwrap(),
+    ];
+    let (lines, first) = run_agent(&args, 2);
+    let last = lines.last().unwrap();
+    assert!(
+        last.contains(": 0 sent, ") && last.contains(&format!(", {first} undelivered")),
+        "{lines:?}"
+    );
+    let dir = std::fs::read_dir(&spool)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), first, "{files:?}");
+    use std::os::unix::fs::PermissionsExt;
+    for f in &files {
+        assert_eq!(
+            std::fs::metadata(f).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+    let got = collector(TcpListener::bind(port).unwrap());
+    let (lines, second) = run_agent(&args, 1);
+    assert_eq!(got.lock().unwrap().len(), first + second, "{lines:?}");
+    assert_eq!(
+        lines.last().unwrap(),
+        &format!(
+            "profdev agent: otlp-http {url}: {} sent, 0 failed, 0 dropped, 0 undelivered",
+            first + second
+        )
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
 }
