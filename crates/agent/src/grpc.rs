@@ -14,13 +14,14 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// again after a failure).
 pub struct Client {
     url: String,
+    token: Option<crate::token::Token>,
     runtime: tokio::runtime::Runtime,
     client: tonic::client::Grpc<tonic::transport::Channel>,
 }
 
 impl Client {
-    /// A client of the server at `url`.
-    pub fn new(url: &Url) -> Result<Client, String> {
+    /// A client of the server at `url`, each call carrying `token`.
+    pub fn new(url: &Url, token: Option<crate::token::Token>) -> Result<Client, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -36,6 +37,7 @@ impl Client {
         };
         Ok(Client {
             url: url.to_string(),
+            token,
             runtime,
             client: tonic::client::Grpc::new(channel),
         })
@@ -46,10 +48,18 @@ impl Client {
     pub fn call(&mut self, path: &'static str, body: &[u8]) -> Result<(), String> {
         let Client {
             url,
+            token,
             runtime,
             client,
         } = self;
-        let body = body.to_vec();
+        let mut request = tonic::Request::new(body.to_vec());
+        if let Some(t) = token {
+            let value = t
+                .header_value()
+                .parse()
+                .map_err(|_| "the token is not a valid header value".to_string())?;
+            request.metadata_mut().insert("authorization", value);
+        }
         runtime.block_on(async move {
             client
                 .ready()
@@ -57,7 +67,7 @@ impl Client {
                 .map_err(|e| format!("{url}: cannot connect: {e}"))?;
             let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
             client
-                .unary(tonic::Request::new(body), path, RawCodec)
+                .unary(request, path, RawCodec)
                 .await
                 .map(drop)
                 .map_err(|s| format!("{url}: {}: {}", s.code(), s.message()))

@@ -35,6 +35,7 @@ pub mod otlp;
 pub mod parca;
 pub mod pyroscope;
 pub mod send;
+pub mod token;
 pub mod url;
 
 use disk::DiskSpool;
@@ -93,8 +94,11 @@ pub struct Options {
     pub pyroscope: Option<String>,
     /// `--parca URL`.
     pub parca: Option<String>,
-    /// `--insecure`: plain http to another machine is accepted.
+    /// `--insecure`: plain http to another machine is accepted (never
+    /// with a token).
     pub insecure: bool,
+    /// `--token-file`: the bearer token every request carries.
+    pub token: Option<token::Token>,
     /// Each destination's spool cap, in bytes of recordings.
     pub spool_bytes: usize,
     /// `--spool DIR`: the spools mirrored on disk, drained at the next
@@ -117,6 +121,7 @@ impl Default for Options {
             pyroscope: None,
             parca: None,
             insecure: false,
+            token: None,
             spool_bytes: 64 << 20,
             spool: None,
             flush: Duration::from_secs(10),
@@ -176,29 +181,29 @@ pub fn backoff(interval: Duration) -> Backoff {
 pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> {
     let mut common = vec![("host.name".to_string(), labels::host_name())];
     common.extend(opts.labels.iter().cloned());
+    let token = opts.token.clone();
     let mut out: Vec<Box<dyn Destination>> = Vec::new();
     if let Some(o) = &opts.otlp {
         let port = match o.protocol {
             otlp::Protocol::Grpc => 4317,
             otlp::Protocol::Http => 4318,
         };
-        let url = url::Url::parse(&o.url, port).map_err(Error)?;
-        url.check(opts.insecure).map_err(Error)?;
-        out.push(Box::new(
-            otlp::Otlp::new(url, o.protocol, common.clone()).map_err(Error)?,
-        ));
+        let url = checked(&o.url, port, opts)?;
+        let d = otlp::Otlp::new(url, o.protocol, common.clone(), token.clone()).map_err(Error)?;
+        out.push(Box::new(d));
     }
     if let Some(u) = &opts.pyroscope {
-        let url = url::Url::parse(u, 4040).map_err(Error)?;
-        url.check(opts.insecure).map_err(Error)?;
-        out.push(Box::new(pyroscope::Pyroscope::new(url, common.clone())));
+        let url = checked(u, 4040, opts)?;
+        out.push(Box::new(pyroscope::Pyroscope::new(
+            url,
+            common.clone(),
+            token.clone(),
+        )));
     }
     if let Some(u) = &opts.parca {
-        let url = url::Url::parse(u, 7070).map_err(Error)?;
-        url.check(opts.insecure).map_err(Error)?;
-        out.push(Box::new(
-            parca::Parca::new(url, common.clone()).map_err(Error)?,
-        ));
+        let url = checked(u, 7070, opts)?;
+        let d = parca::Parca::new(url, common.clone(), token.clone()).map_err(Error)?;
+        out.push(Box::new(d));
     }
     if out.is_empty() {
         return Err(Error(
@@ -207,6 +212,20 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
         ));
     }
     Ok(out)
+}
+
+/// The address `text` (`port` when it names none), checked: not https
+/// (not built yet), plain http only to this machine unless `--insecure`,
+/// and never a token over plain http to another machine.
+fn checked(text: &str, port: u16, opts: &Options) -> Result<url::Url, Error> {
+    let url = url::Url::parse(text, port).map_err(Error)?;
+    if opts.token.is_some() && url.scheme == "http" && !url.is_loopback() {
+        return Err(Error(format!(
+            "{url}: refusing to send the --token-file token over plain http to another machine, even with --insecure; use https"
+        )));
+    }
+    url.check(opts.insecure).map_err(Error)?;
+    Ok(url)
 }
 
 /// A destination and its spool directory, if any.

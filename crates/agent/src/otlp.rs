@@ -93,6 +93,7 @@ pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String
 /// An OTLP collector.
 pub struct Otlp {
     url: Url,
+    token: Option<crate::token::Token>,
     common: Vec<(String, String)>,
     transport: Transport,
 }
@@ -109,6 +110,7 @@ impl Otlp {
         url: Url,
         protocol: Protocol,
         common: Vec<(String, String)>,
+        token: Option<crate::token::Token>,
     ) -> Result<Otlp, String> {
         let transport = match protocol {
             Protocol::Http => {
@@ -124,10 +126,13 @@ impl Otlp {
                 let target = format!("http://{}{path}", url.authority());
                 Transport::Http(config.into(), target)
             }
-            Protocol::Grpc => Transport::Grpc(Box::new(crate::grpc::Client::new(&url)?)),
+            Protocol::Grpc => {
+                Transport::Grpc(Box::new(crate::grpc::Client::new(&url, token.clone())?))
+            }
         };
         Ok(Otlp {
             url,
+            token,
             common,
             transport,
         })
@@ -149,12 +154,17 @@ impl Destination for Otlp {
 
     fn send(&mut self, body: &[u8]) -> Result<(), String> {
         match &mut self.transport {
-            Transport::Http(agent, target) => agent
-                .post(target.as_str())
-                .header("Content-Type", "application/x-protobuf")
-                .send(body)
-                .map(drop)
-                .map_err(|e| format!("{target}: {e}")),
+            Transport::Http(agent, target) => {
+                let mut req = agent
+                    .post(target.as_str())
+                    .header("Content-Type", "application/x-protobuf");
+                if let Some(t) = &self.token {
+                    req = req.header("Authorization", t.header_value());
+                }
+                req.send(body)
+                    .map(drop)
+                    .map_err(|e| format!("{target}: {e}"))
+            }
             Transport::Grpc(g) => g.call(GRPC_PATH, body),
         }
     }

@@ -97,8 +97,12 @@ pub struct Parca {
 impl Parca {
     /// A destination at `url`; `common` are the attributes of every
     /// profile.
-    pub fn new(url: Url, common: Vec<(String, String)>) -> Result<Parca, String> {
-        let client = crate::grpc::Client::new(&url)?;
+    pub fn new(
+        url: Url,
+        common: Vec<(String, String)>,
+        token: Option<crate::token::Token>,
+    ) -> Result<Parca, String> {
+        let client = crate::grpc::Client::new(&url, token)?;
         Ok(Parca {
             url,
             common,

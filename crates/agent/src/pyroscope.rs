@@ -151,6 +151,7 @@ pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String
 /// A Pyroscope server.
 pub struct Pyroscope {
     url: Url,
+    token: Option<crate::token::Token>,
     target: String,
     common: Vec<(String, String)>,
     agent: ureq::Agent,
@@ -159,7 +160,11 @@ pub struct Pyroscope {
 impl Pyroscope {
     /// A destination at `url` (its path, if any, goes before the
     /// method's); `common` are the attributes of every profile.
-    pub fn new(url: Url, common: Vec<(String, String)>) -> Pyroscope {
+    pub fn new(
+        url: Url,
+        common: Vec<(String, String)>,
+        token: Option<crate::token::Token>,
+    ) -> Pyroscope {
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(TIMEOUT))
             .http_status_as_error(true)
@@ -168,6 +173,7 @@ impl Pyroscope {
         let target = format!("http://{}{base}{PUSH_PATH}", url.authority());
         Pyroscope {
             url,
+            token,
             target,
             common,
             agent: config.into(),
@@ -185,11 +191,15 @@ impl Destination for Pyroscope {
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), String> {
-        self.agent
+        let mut req = self
+            .agent
             .post(self.target.as_str())
             .header("Content-Type", "application/proto")
-            .header("Connect-Protocol-Version", "1")
-            .send(body)
+            .header("Connect-Protocol-Version", "1");
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", t.header_value());
+        }
+        req.send(body)
             .map(drop)
             .map_err(|e| format!("{}: {e}", self.target))
     }

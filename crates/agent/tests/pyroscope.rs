@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const LONG: Duration = Duration::from_secs(60);
+const LONG: Duration = Duration::from_secs(180);
 
 #[test]
 fn pyroscope_push_names_the_hot_function_for_go_tool_pprof() {
@@ -73,7 +73,8 @@ fn pyroscope_push_names_the_hot_function_for_go_tool_pprof() {
             .read_to_end(&mut pb)
             .unwrap();
         let p = profdev_formats::pprof::Profile::decode(&pb[..]).unwrap();
-        assert!(p.duration_nanos > 500_000_000 && p.duration_nanos < 5_000_000_000);
+        // One second, but the last (cut when the agent is stopped).
+        assert!(p.duration_nanos > 0 && p.duration_nanos < 5_000_000_000);
         let file = d.path().join(format!("cut{i}.pb.gz"));
         std::fs::write(&file, raw).unwrap();
         let o = std::process::Command::new("go")

@@ -66,8 +66,12 @@
 //! directory per destination under DIR (0700), a file per profile (0600,
 //! written whole through profdev's safe-write path, removed once sent or
 //! dropped); the next start sends what it holds first, oldest first.
+//! `--token-file F` gives the bearer token every request carries
+//! (`Authorization: Bearer …`, over gRPC the `authorization` metadata):
+//! read from a file, never taken on the command line, never printed.
 //! Plain http goes only to this machine (localhost,
-//! a loopback address) unless `--insecure` is given.
+//! a loopback address) unless `--insecure` is given, and a token never
+//! goes over plain http to another machine.
 //!
 //! SIGINT, SIGTERM or SIGHUP end the agent: the last interval is cut, and
 //! the spool is sent for up to ten seconds (what is left stays in `--spool
@@ -86,7 +90,7 @@
 //! # Bugs
 //!
 //! Not built yet (issue 26), and refused with a sentence: Pyroscope's
-//! `/ingest` API, `--token-file`, `--tls-ca`, https; without a
+//! `/ingest` API, `--tls-ca`, https, basic auth; without a
 //! destination there is no local store yet. The cgroup of a process is
 //! read from `/proc` at its fork, exec or first sample: one that moves to
 //! another cgroup keeps the first. A collector's partial-success answer is
@@ -146,7 +150,7 @@ pub(crate) struct Args {
     /// A directory where profiles wait on disk too, sent by the next start if this one could not.
     #[arg(long, value_name = "DIR")]
     spool: Option<PathBuf>,
-    /// A file holding the bearer token (not built yet).
+    /// A file holding the bearer token every request carries (never give it on the command line).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// A CA certificate file for TLS (not built yet).
@@ -174,19 +178,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     }
 }
 
-/// The first option given that this build does not have yet.
-fn not_built(args: &Args) -> Option<&'static str> {
-    [
-        (args.token_file.is_some(), "--token-file"),
-        (args.tls_ca.is_some(), "--tls-ca"),
-    ]
-    .into_iter()
-    .find_map(|(given, name)| given.then_some(name))
-}
-
 fn options(args: &Args) -> Result<Options> {
-    if let Some(flag) = not_built(args) {
-        bail!("{flag} is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)");
+    if args.tls_ca.is_some() {
+        bail!("--tls-ca is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)");
     }
     Ok(Options {
         frequency: args.frequency,
@@ -202,6 +196,10 @@ fn options(args: &Args) -> Result<Options> {
         pyroscope: args.pyroscope.clone(),
         parca: args.parca.clone(),
         spool: args.spool.clone(),
+        token: match &args.token_file {
+            Some(f) => Some(profdev_agent::token::Token::read(f).map_err(|e| anyhow!(e))?),
+            None => None,
+        },
         insecure: args.insecure,
         verbose: args.verbose,
         ..Options::default()
@@ -244,9 +242,15 @@ mod tests {
             e.to_string(),
             "--tls-ca is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)"
         );
-        let e = options(&args(&["--otlp", "http://x", "--tls-ca", "ca.pem"])).unwrap_err();
+        let e = options(&args(&[
+            "--otlp",
+            "http://x",
+            "--token-file",
+            "/nonexistent/t",
+        ]));
+        let e = e.unwrap_err().to_string();
         assert!(
-            e.to_string().starts_with("--tls-ca is not built yet"),
+            e.starts_with("--token-file /nonexistent/t: cannot read it"),
             "{e}"
         );
     }

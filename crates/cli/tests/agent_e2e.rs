@@ -26,11 +26,11 @@ fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn what_is_not_built_and_a_missing_destination_are_refused() {
-    let (code, err) = stderr_of(&["--token-file", "/etc/profdev/token"]);
+    let (code, err) = stderr_of(&["--tls-ca", "/etc/profdev/ca.pem"]);
     assert_eq!(code, Some(1));
     assert_eq!(
         err,
-        "profdev agent: --token-file is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)\n"
+        "profdev agent: --tls-ca is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)\n"
     );
     let (code, err) = stderr_of(&[]);
     assert_eq!(code, Some(1));
@@ -204,7 +204,9 @@ fn a_restarted_agent_drains_its_spool() {
     }
     let d = common::tempdir();
     let spool = d.path().join("spool");
-    let port = TcpListener::bind("127.0.0.1:0")
+    // A loopback address of this test's own: the port it frees there
+    // cannot be taken by another test's collector (on 127.0.0.1).
+    let port = TcpListener::bind("127.0.0.8:0")
         .unwrap()
         .local_addr()
         .unwrap();

@@ -7,7 +7,8 @@
 
 use profdev_formats::recording::{Function, Line};
 use profdev_symbolize::symbolizer::ObjectFunction;
-use profdev_symbolize::{Object, Symbolizer};
+use profdev_symbolize::{ElfObject, Object, Symbolizer};
+use std::collections::HashMap;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
@@ -44,8 +45,9 @@ impl SymbolThread {
         let (jobs, todo) = channel::<SymbolJob>();
         let (tx, done) = channel();
         let thread = std::thread::spawn(move || {
+            let mut cache = Cache::default();
             for job in todo {
-                if tx.send(symbolize(job)).is_err() {
+                if tx.send(cache.answer(job)).is_err() {
                     return;
                 }
             }
@@ -99,6 +101,135 @@ impl SymbolThread {
         let tables = done.iter().flatten().collect();
         let _ = thread.join();
         tables
+    }
+}
+
+/// What one address of an object was named: its function's start, length
+/// and name, and its source file and line.
+#[derive(Clone)]
+struct Named {
+    start: u64,
+    len: u64,
+    name: String,
+    line: Option<(String, u32)>,
+}
+
+/// The most addresses the cache keeps (then it starts again empty).
+const MAX_CACHED: usize = 200_000;
+
+/// The names already made, by object (path and build id) and address: a
+/// recorder cut into intervals (`crate::intervals`) asks for the same hot
+/// addresses at every cut, and a large object's DWARF is slow to open. An
+/// object without a build id is not cached (its file could be another by
+/// the next job).
+#[derive(Default)]
+struct Cache {
+    by_object: HashMap<(String, Vec<u8>), HashMap<u64, Option<Named>>>,
+    entries: usize,
+    /// The objects named most recently, kept open (their DWARF parsed
+    /// once, not at each new address), least recently used first.
+    open: Vec<((String, Vec<u8>), ElfObject)>,
+}
+
+/// How many objects the cache keeps open.
+const KEEP_OPEN: usize = 4;
+
+impl Cache {
+    /// The job's symbol table, from the cache where it can.
+    fn answer(&mut self, job: SymbolJob) -> Option<SymbolTable> {
+        let Some(want) = job.want.clone() else {
+            return symbolize(job);
+        };
+        if self.entries > MAX_CACHED {
+            *self = Cache::default();
+        }
+        let known = self.by_object.entry((job.path.clone(), want)).or_default();
+        let missing: Vec<u64> = job
+            .offsets
+            .iter()
+            .copied()
+            .filter(|o| !known.contains_key(o))
+            .collect();
+        let (id, offsets) = (job.id, job.offsets.clone());
+        if !missing.is_empty() {
+            self.entries += missing.len();
+            let key = (job.path.clone(), job.want.clone().unwrap_or_default());
+            let named = match self.open.iter().position(|(k, _)| *k == key) {
+                Some(i) => {
+                    // Most recently used last.
+                    let e = self.open.remove(i);
+                    self.open.push(e);
+                    Some(Symbolizer::name_in(
+                        &self.open[self.open.len() - 1].1,
+                        &missing,
+                    ))
+                }
+                None => {
+                    let elf = Symbolizer::open_object(
+                        job.object.as_deref(),
+                        &job.path,
+                        job.want.as_deref(),
+                    );
+                    elf.map(|elf| {
+                        let named = Symbolizer::name_in(&elf, &missing);
+                        if self.open.len() >= KEEP_OPEN {
+                            self.open.remove(0);
+                        }
+                        self.open.push((key, elf));
+                        named
+                    })
+                }
+            };
+            let Some(named) = named else {
+                // Not the file sampled, or not readable: ask again next
+                // time rather than remember a miss.
+                return None;
+            };
+            // One entry per address a symbol holds: each address's own is
+            // the one holding it with its line, else any holding it.
+            for &o in &missing {
+                let f = named
+                    .funcs
+                    .iter()
+                    .filter(|f| f.start <= o && o < f.start.saturating_add(f.len.max(1)))
+                    .max_by_key(|f| (f.line.is_some_and(|l| l.0 == o), f.start));
+                let n = f.map(|f| Named {
+                    start: f.start,
+                    len: f.len,
+                    name: f.name.clone(),
+                    line: f.line.filter(|l| l.0 == o).map(|(_, file, line)| {
+                        let file = named.files.get(file as usize).cloned().unwrap_or_default();
+                        (file, line)
+                    }),
+                });
+                known.insert(o, n);
+            }
+        }
+        let mut files: Vec<String> = Vec::new();
+        let mut funcs = Vec::new();
+        for o in offsets {
+            let Some(Some(n)) = known.get(&o) else {
+                continue;
+            };
+            let lines = n.line.iter().map(|(file, line)| {
+                let i = files.iter().position(|f| f == file).unwrap_or_else(|| {
+                    files.push(file.clone());
+                    files.len() - 1
+                });
+                Line {
+                    addr: o,
+                    file: i as u32,
+                    line: *line,
+                }
+            });
+            funcs.push(Function {
+                start: n.start,
+                len: n.len,
+                name: n.name.clone(),
+                lines: lines.collect(),
+            });
+        }
+        Some((id, files, funcs))
     }
 }
 
@@ -175,5 +306,35 @@ mod tests {
             assert_eq!(l.addr, sym.addr);
             assert!(files[l.file as usize].ends_with("symbols.rs"), "{files:?}");
         }
+    }
+
+    /// Asked twice for the same addresses, the thread answers the same
+    /// table (the second time from its cache).
+    #[test]
+    fn the_cache_answers_as_the_object_did() {
+        let exe = std::env::current_exe().unwrap();
+        let elf = profdev_symbolize::ElfObject::open(&exe).unwrap();
+        let sym = elf
+            .symbols()
+            .iter()
+            .find(|s| s.name().contains("the_cache_answers_as_the_object_did"))
+            .expect("the test's own symbol")
+            .clone();
+        let job = || SymbolJob {
+            id: 3,
+            path: exe.to_str().unwrap().into(),
+            object: None,
+            want: elf.build_id().map(<[u8]>::to_vec),
+            offsets: vec![sym.addr, sym.addr + 1],
+        };
+        let mut t = SymbolThread::start();
+        t.send(job());
+        let first = t.answer().unwrap().unwrap();
+        t.send(job());
+        let second = t.answer().unwrap().unwrap();
+        assert_eq!(first, second);
+        assert_eq!(first.2.len(), 2);
+        assert!(first.2.iter().all(|f| f.start == sym.addr));
+        assert_eq!(t.finish().len(), 0);
     }
 }

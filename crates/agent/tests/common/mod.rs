@@ -124,6 +124,7 @@ impl Drop for Cgroup {
 pub struct Taken {
     pub path: String,
     pub content_type: String,
+    pub authorization: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -150,7 +151,7 @@ fn serve(stream: std::net::TcpStream, keep: &Mutex<Vec<Taken>>) {
             return;
         }
         let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-        let (mut len, mut content_type) = (0usize, String::new());
+        let (mut len, mut content_type, mut authorization) = (0usize, String::new(), None);
         loop {
             let mut h = String::new();
             r.read_line(&mut h).unwrap();
@@ -162,6 +163,7 @@ fn serve(stream: std::net::TcpStream, keep: &Mutex<Vec<Taken>>) {
             match k.to_ascii_lowercase().as_str() {
                 "content-length" => len = v.trim().parse().unwrap(),
                 "content-type" => content_type = v.trim().to_string(),
+                "authorization" => authorization = Some(v.trim().to_string()),
                 _ => {}
             }
         }
@@ -170,6 +172,7 @@ fn serve(stream: std::net::TcpStream, keep: &Mutex<Vec<Taken>>) {
         keep.lock().unwrap().push(Taken {
             path,
             content_type,
+            authorization,
             body,
         });
         w.write_all(
