@@ -119,17 +119,19 @@ const MAX_CACHED: usize = 200_000;
 
 /// The names already made, by object (path and build id) and address: a
 /// recorder cut into intervals (`crate::intervals`) asks for the same hot
-/// addresses at every cut, and a large object's DWARF is slow to open. An
-/// object without a build id is not cached (its file could be another by
-/// the next job).
+/// addresses at every cut, and a large object's DWARF is slow to open.
 #[derive(Default)]
 struct Cache {
-    by_object: HashMap<(String, Vec<u8>), HashMap<u64, Option<Named>>>,
+    by_object: HashMap<ObjectKey, HashMap<u64, Option<Named>>>,
     entries: usize,
     /// The objects named most recently, kept open (their DWARF parsed
     /// once, not at each new address), least recently used first.
-    open: Vec<((String, Vec<u8>), ElfObject)>,
+    open: Vec<(ObjectKey, ElfObject)>,
 }
+
+/// An object of the cache: path, build id (empty if none), and the
+/// objects table's id of the open file (0 if none).
+type ObjectKey = (String, Vec<u8>, u64);
 
 /// How many objects the cache keeps open.
 const KEEP_OPEN: usize = 4;
@@ -137,13 +139,22 @@ const KEEP_OPEN: usize = 4;
 impl Cache {
     /// The job's symbol table, from the cache where it can.
     fn answer(&mut self, job: SymbolJob) -> Option<SymbolTable> {
-        let Some(want) = job.want.clone() else {
+        // An object is its build id, else the file the objects table
+        // holds open (its id); with neither it could be another file by
+        // the next job, and is not cached.
+        let object_id = job.object.as_ref().map_or(0, |o| o.id());
+        if job.want.is_none() && object_id == 0 {
             return symbolize(job);
-        };
+        }
+        let key: ObjectKey = (
+            job.path.clone(),
+            job.want.clone().unwrap_or_default(),
+            object_id,
+        );
         if self.entries > MAX_CACHED {
             *self = Cache::default();
         }
-        let known = self.by_object.entry((job.path.clone(), want)).or_default();
+        let known = self.by_object.entry(key.clone()).or_default();
         let missing: Vec<u64> = job
             .offsets
             .iter()
@@ -153,7 +164,6 @@ impl Cache {
         let (id, offsets) = (job.id, job.offsets.clone());
         if !missing.is_empty() {
             self.entries += missing.len();
-            let key = (job.path.clone(), job.want.clone().unwrap_or_default());
             let named = match self.open.iter().position(|(k, _)| *k == key) {
                 Some(i) => {
                     // Most recently used last.
