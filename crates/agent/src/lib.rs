@@ -24,6 +24,27 @@
 //!
 //! Sampling never waits for a network: a destination that is down only
 //! fills its spool (oldest dropped past the cap, counted).
+//!
+//! # Not built yet (issue 26), and where each goes
+//!
+//! * TLS: ureq's rustls and tonic's `tls-ring` in [`otlp`], [`pyroscope`]
+//!   and [`grpc`], system roots plus `--tls-ca`; [`url::Url::check`] then
+//!   accepts https. Basic auth beside [`token`].
+//! * Health: a file in the stat format written each interval (through
+//!   safefile) in the agent's state directory from [`send::Status`] and
+//!   the interval's counts ([`health_line`]'s facts), read by `profdev
+//!   stat --agent`.
+//! * The local rolling store without a destination: a [`send::Destination`]
+//!   whose `send` writes the cut's recording (already a `profdev.data`)
+//!   into a directory pruned by size and age, read by `report` and
+//!   `export --since`.
+//! * Pyroscope's `/ingest` API (`--pyroscope-api ingest`), gzip for OTLP
+//!   over HTTP and gRPC, OTLP's `partial_success` read and logged.
+//! * A process's cgroup from the kernel (`PERF_RECORD_CGROUP`) rather than
+//!   from `/proc` when first seen.
+//! * `deploy/` (systemd unit, DaemonSet) with the capabilities a non-root
+//!   agent needs, a fuzz target for [`disk::decode`], the pid-churn memory
+//!   test and `bench/agent_overhead.sh`.
 
 #![forbid(unsafe_code)]
 
