@@ -5,7 +5,8 @@
 //! opentelemetry-proto crate's types (v1.10.0) and checked for what a
 //! backend needs: the hot function's name, the labels, the time range,
 //! the sample type and unit; the `--token-file` token in every HTTP
-//! request and in none of the agent's lines. A collector that refuses connections for
+//! request and gRPC call (that collector refuses a call without it) and
+//! in none of the agent's lines. A collector that refuses connections for
 //! three intervals, then listens, gets every profile in order.
 
 mod common;
@@ -198,9 +199,12 @@ fn otlp_grpc_names_the_hot_function() {
     }
     let d = tempfile::tempdir().unwrap();
     let hot = build_hot(d.path());
-    let (url, got) = grpc_collector();
+    let (url, got) = grpc_collector(TOKEN);
+    let token_file = d.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
     let agent = start(Options {
         otlp: otlp(url, Protocol::Grpc),
+        token: Some(profdev_agent::token::Token::read(&token_file).unwrap()),
         ..options()
     });
     profdev_testkit::wait_until("the agent's first interval", LONG, || {
@@ -211,7 +215,9 @@ fn otlp_grpc_names_the_hot_function() {
     assert!(profdev_testkit::wait_exit("hot", &mut child, LONG).success());
     let (out, log) = agent.finish();
     let reqs = got.lock().unwrap().clone();
+    // Every call carried the token (the collector refuses one without).
     assert_eq!(reqs.len() as u64, out.profiles, "{log:?}");
+    assert_eq!(out.destinations[0].failures, 0, "{log:?}");
     let mine: Vec<Seen> = reqs
         .iter()
         .filter_map(|r| profiles(r).remove(&pid))

@@ -184,19 +184,26 @@ fn serve(stream: std::net::TcpStream, keep: &Mutex<Vec<Taken>>) {
 
 /// A gRPC collector on 127.0.0.1 (a port of its own), built from the
 /// opentelemetry-proto crate's generated ProfilesService: its address
-/// and what it took.
-pub fn grpc_collector() -> (String, Arc<Mutex<Vec<ExportProfilesServiceRequest>>>) {
+/// and what it took. It refuses (unauthenticated) a call whose
+/// `authorization` is not `Bearer TOKEN`.
+pub fn grpc_collector(
+    token: &'static str,
+) -> (String, Arc<Mutex<Vec<ExportProfilesServiceRequest>>>) {
     use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_server::{
         ProfilesService, ProfilesServiceServer,
     };
     use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
-    struct Keep(Arc<Mutex<Vec<ExportProfilesServiceRequest>>>);
+    struct Keep(Arc<Mutex<Vec<ExportProfilesServiceRequest>>>, &'static str);
     #[tonic::async_trait]
     impl ProfilesService for Keep {
         async fn export(
             &self,
             request: tonic::Request<ExportProfilesServiceRequest>,
         ) -> Result<tonic::Response<ExportProfilesServiceResponse>, tonic::Status> {
+            let auth = request.metadata().get("authorization");
+            if auth.and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {}", self.1)) {
+                return Err(tonic::Status::unauthenticated("no token"));
+            }
             self.0.lock().unwrap().push(request.into_inner());
             Ok(tonic::Response::new(
                 ExportProfilesServiceResponse::default(),
@@ -204,7 +211,7 @@ pub fn grpc_collector() -> (String, Arc<Mutex<Vec<ExportProfilesServiceRequest>>
         }
     }
     let got = Arc::new(Mutex::new(Vec::new()));
-    let keep = Keep(got.clone());
+    let keep = Keep(got.clone(), token);
     let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = std_listener.local_addr().unwrap();
     std_listener.set_nonblocking(true).unwrap();
