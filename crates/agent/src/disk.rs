@@ -290,4 +290,15 @@ mod tests {
         s.remove(&a).unwrap();
         assert_eq!(s.load().0.len(), 1);
     }
+
+    /// The fuzz target's seeds are this test's cut, whole and torn
+    /// (`PROFDEV_BLESS=1` rewrites them).
+    #[test]
+    fn the_fuzz_seeds_are_a_cut_whole_and_torn() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/agent_cut");
+        let b = encode(&cut());
+        profdev_testkit::golden(&dir.join("whole"), &b);
+        profdev_testkit::golden(&dir.join("torn"), &b[..b.len() - 5]);
+        crate::fuzzing::agent_cut(&b);
+    }
 }

@@ -43,13 +43,14 @@
 //! * A process's cgroup from the kernel (`PERF_RECORD_CGROUP`) rather than
 //!   from `/proc` when first seen.
 //! * `deploy/` (systemd unit, DaemonSet) with the capabilities a non-root
-//!   agent needs, a fuzz target for [`disk::decode`], the pid-churn memory
-//!   test and `bench/agent_overhead.sh`.
+//!   agent needs, the pid-churn memory test and `bench/agent_overhead.sh`.
 
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
 pub mod disk;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod grpc;
 pub mod labels;
 pub mod otlp;
