@@ -436,3 +436,43 @@ pub fn health_line(seq: u64, samples: u64, lost: u64, dests: &[Status]) -> Strin
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(url: &str, insecure: bool, token: bool) -> Options {
+        let token = token.then(|| {
+            let d = tempfile::tempdir().unwrap();
+            let f = d.path().join("t");
+            std::fs::write(&f, "tok").unwrap();
+            token::Token::read(&f).unwrap()
+        });
+        Options {
+            pyroscope: Some(url.into()),
+            insecure,
+            token,
+            ..Options::default()
+        }
+    }
+
+    /// Plain http to another machine needs --insecure, and with a token
+    /// is refused even then; to this machine both are fine.
+    #[test]
+    fn a_token_never_goes_over_plain_http_to_another_machine() {
+        let far = "http://collector.example:4040";
+        assert!(destinations(&opts(far, false, false)).is_err());
+        assert!(destinations(&opts(far, true, false)).is_ok());
+        let e = destinations(&opts(far, true, true))
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            e,
+            "http://collector.example:4040: refusing to send the --token-file token over plain http to another machine, even with --insecure; use https"
+        );
+        assert!(destinations(&opts("http://127.0.0.1:4040", false, true)).is_ok());
+        let none = destinations(&Options::default()).err().unwrap().to_string();
+        assert!(none.starts_with("no destination: "), "{none}");
+    }
+}
