@@ -13,6 +13,7 @@
 //! (mallopt, malloc_trim). Every other command is safe code over the
 //! library crates.
 
+mod agent;
 mod bar;
 mod child;
 mod classic;
@@ -105,6 +106,14 @@ const COMMANDS: &[Command] = &[
         run: record::main,
         cli: <record::Args as clap::CommandFactory>::command,
         doc: include_str!("record.rs"),
+        classic: false,
+    },
+    Command {
+        name: "agent",
+        about: "profile the whole machine continuously; send a profile per interval to OTLP, Pyroscope or Parca",
+        run: agent::main,
+        cli: <agent::Args as clap::CommandFactory>::command,
+        doc: include_str!("agent.rs"),
         classic: false,
     },
     Command {

@@ -89,6 +89,19 @@ const MAY_USE: &[(&str, &[&str])] = &[
         "record",
         &["core", "formats", "sample", "symbolize", "safefile"],
     ),
+    // profdev agent: the recorder cut per interval, labels, senders (its
+    // spool on disk and health file will go through safefile).
+    (
+        "agent",
+        &[
+            "core",
+            "formats",
+            "sample",
+            "symbolize",
+            "record",
+            "safefile",
+        ],
+    ),
     // The classic commands' work between command line and output: over
     // the device layer and the engines (runs, attaches), below the binary.
     (
@@ -126,6 +139,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "man",
             "record",
             "classic",
+            "agent",
         ],
     ),
 ];

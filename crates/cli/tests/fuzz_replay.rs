@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 type Entry = fn(&[u8]);
 
 const TARGETS: &[(&str, Entry)] = &[
+    ("agent_cut", profdev_agent::fuzzing::agent_cut),
     ("coverage_cache", profdev_coverage::fuzzing::coverage_cache),
     ("ctl", profdev_dev::fuzzing::ctl),
     ("elf", profdev_symbolize::fuzzing::elf),
@@ -80,6 +81,11 @@ fn every_target_has_a_fuzz_target_file() {
             "fuzz/fuzz_targets/{name}.rs does not call fuzzing::{name}"
         );
     }
+}
+
+#[test]
+fn agent_cut() {
+    replay("agent_cut", profdev_agent::fuzzing::agent_cut);
 }
 
 #[test]

@@ -364,3 +364,106 @@ fn otlp_decodes_with_the_pinned_release() {
         .unwrap();
     assert_eq!(idle.mapping_index, 0);
 }
+
+/// `write_with` decodes as the collector's `ExportProfilesServiceRequest`:
+/// every resource carries the common attributes, a process its own, and
+/// the profile spans the time given, its samples' times moved onto the
+/// Unix clock.
+#[test]
+fn otlp_with_a_resource_is_an_export_request() {
+    use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+    let rec = recording();
+    let t0 = rec.samples.first().unwrap().time;
+    let span = otlp::Span {
+        start_ns: 2_000_000_000_000,
+        end_ns: 2_000_000_000_000 + 15_000_000_000,
+        to_unix: 2_000_000_000_000 - t0 + 1,
+    };
+    let resource = otlp::Resource {
+        common: vec![("host.name".into(), "box".into())],
+        processes: BTreeMap::from([(100, vec![("container.id".into(), "c0ffee".into())])]),
+        span: Some(span),
+    };
+    let bytes = otlp::write_with(&rec, &resource);
+    let req = ExportProfilesServiceRequest::decode(&bytes[..]).expect("request of proto v1.10.0");
+    assert_eq!(req.resource_profiles.len(), 2);
+    for rp in &req.resource_profiles {
+        let attrs: BTreeMap<&str, String> = rp
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes
+            .iter()
+            .map(|kv| {
+                let v = match kv.value.as_ref().unwrap().value.as_ref().unwrap() {
+                    Value::IntValue(i) => i.to_string(),
+                    Value::StringValue(s) => s.clone(),
+                    v => panic!("{v:?}"),
+                };
+                (kv.key.as_str(), v)
+            })
+            .collect();
+        assert_eq!(attrs["host.name"], "box");
+        let container = attrs.get("container.id").map(String::as_str);
+        match attrs["process.pid"].as_str() {
+            "100" => assert_eq!(container, Some("c0ffee")),
+            _ => assert_eq!(container, None),
+        }
+        let p = &rp.scope_profiles[0].profiles[0];
+        assert_eq!(
+            (p.time_unix_nano, p.duration_nano),
+            (span.start_ns, 15_000_000_000)
+        );
+        for s in &p.samples {
+            for &t in &s.timestamps_unix_nano {
+                assert!(t > span.start_ns && t < span.end_ns, "{t}");
+            }
+        }
+    }
+}
+
+/// `pprof::encode_with` labels each sample with the common attributes, its
+/// process's pid, command and own attributes, and spans the time given.
+#[test]
+fn pprof_with_a_resource_labels_samples_by_process() {
+    use profdev_formats::pprof::Profile;
+    let rec = recording();
+    let resource = otlp::Resource {
+        common: vec![("service_name".into(), "web".into())],
+        processes: BTreeMap::from([(100, vec![("container_id".into(), "c0ffee".into())])]),
+        span: Some(otlp::Span {
+            start_ns: 5_000,
+            end_ns: 20_000,
+            to_unix: 0,
+        }),
+    };
+    let p = Profile::decode(&pprof::encode_with(&rec, &resource)[..]).unwrap();
+    assert_eq!((p.time_nanos, p.duration_nanos), (5_000, 15_000));
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let mut count = 0;
+    for sample in &p.sample {
+        count += sample.value[0];
+        let labels: BTreeMap<&str, String> = sample
+            .label
+            .iter()
+            .map(|l| {
+                let v = if l.str != 0 {
+                    s(l.str).to_string()
+                } else {
+                    l.num.to_string()
+                };
+                (s(l.key), v)
+            })
+            .collect();
+        assert_eq!(labels["service_name"], "web");
+        match labels["pid"].as_str() {
+            "100" => {
+                assert_eq!(labels["container_id"], "c0ffee");
+                assert_eq!(labels["comm"], "prog");
+            }
+            "0" => assert_eq!(labels["comm"], IDLE),
+            pid => panic!("pid {pid}"),
+        }
+    }
+    assert_eq!(count as usize, rec.samples.len());
+}

@@ -17,12 +17,15 @@
 //!   second through the one `profdev_symbolize::Symbolizer` (the one `top`
 //!   uses), so the ring reader never waits for ELF and DWARF.
 //! * `partial`: `FILE.partial`, its sync and rename.
+//! * [`intervals`]: the same recorder cut into one recording per interval,
+//!   for a sampler that runs for days (`profdev agent`).
 //!
 //! The recorder and the symbol thread take records and addresses, not a
 //! live session: their unit tests feed them synthetic samples.
 
 #![forbid(unsafe_code)]
 
+pub mod intervals;
 mod partial;
 mod recorder;
 mod symbols;

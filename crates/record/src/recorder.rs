@@ -176,6 +176,11 @@ pub(crate) struct Recorder {
     failures: HashMap<String, (u32, u64)>,
     /// With -g, the bytes of user stack each sample copies.
     stack_bytes: u32,
+    /// The kernel's symbolizer of a recording already cut, for the next.
+    spare_kernel_names: Option<Symbolizer>,
+    /// Recordings cut, oldest first, each with the symbol answers still
+    /// due to it.
+    waiting: std::collections::VecDeque<(Encoder, usize)>,
 }
 
 impl Recorder {
@@ -202,6 +207,72 @@ impl Recorder {
             symbolizer: thread,
             failures: HashMap::new(),
             stack_bytes: setup.stack_bytes,
+            spare_kernel_names: None,
+            waiting: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// End the recording made so far and begin the next with `enc`. The
+    /// ended one waits (in [`Recorder::ready`]) for the symbol tables of
+    /// the addresses it sampled; the reader of the rings does not. The
+    /// task model, the unwinder and the objects table go on; the next
+    /// recording writes its own task, object and symbol entries.
+    pub(crate) fn cut(&mut self, enc: Encoder) {
+        self.flush_symbols();
+        let due = self
+            .symbolizer
+            .as_ref()
+            .map_or(0, SymbolThread::outstanding);
+        let earlier: usize = self.waiting.iter().map(|w| w.1).sum();
+        let old = std::mem::replace(&mut self.enc, enc);
+        self.waiting.push_back((old, due - earlier));
+        self.tasks.clear();
+        self.objects.clear();
+        self.pending.clear();
+        self.seen.clear();
+        self.failures.clear();
+        self.spare_kernel_names = self.kernel.take().map(|k| k.names);
+    }
+
+    /// The recordings cut whose symbol tables have all come, oldest
+    /// first, each ended and as bytes.
+    pub(crate) fn ready(&mut self) -> Vec<Vec<u8>> {
+        self.drain_symbols();
+        let mut out = Vec::new();
+        while self.waiting.front().is_some_and(|w| w.1 == 0) {
+            let (mut enc, _) = self.waiting.pop_front().expect("checked");
+            enc.end();
+            out.push(enc.take());
+        }
+        out
+    }
+
+    /// Every recording cut, its symbol tables waited for.
+    pub(crate) fn wait_cuts(&mut self) -> Vec<Vec<u8>> {
+        while self.waiting.iter().any(|w| w.1 > 0) {
+            let Some(answer) = self.symbolizer.as_mut().and_then(SymbolThread::answer) else {
+                break;
+            };
+            self.route(answer);
+        }
+        for w in &mut self.waiting {
+            w.1 = 0;
+        }
+        self.ready()
+    }
+
+    /// Write an answer of the symbol thread into the recording whose job
+    /// it was: the oldest cut still waiting for one, else the current.
+    fn route(&mut self, answer: Option<crate::symbols::SymbolTable>) {
+        let enc = match self.waiting.iter_mut().find(|w| w.1 > 0) {
+            Some(w) => {
+                w.1 -= 1;
+                &mut w.0
+            }
+            None => &mut self.enc,
+        };
+        if let Some((id, files, funcs)) = answer {
+            let _ = enc.symbols(id, &files, &funcs);
         }
     }
 
@@ -336,10 +407,13 @@ impl Recorder {
                 path: "[kernel.kallsyms]".into(),
                 ..ObjectInfo::default()
             });
-            let names = Symbolizer::new(if self.symbols {
-                KernelSymbols::running().ok()
-            } else {
-                None
+            let symbols = self.symbols;
+            let names = self.spare_kernel_names.take().unwrap_or_else(|| {
+                Symbolizer::new(if symbols {
+                    KernelSymbols::running().ok()
+                } else {
+                    None
+                })
             });
             // The text range, for the proc-profile and kpdata exports.
             let edges: Vec<Function> = names
@@ -462,7 +536,7 @@ impl Recorder {
     pub(crate) fn flush_symbols(&mut self) {
         for (key, offsets) in std::mem::take(&mut self.pending) {
             let obj = &self.objects[&key];
-            let Some(symbolizer) = &self.symbolizer else {
+            let Some(symbolizer) = &mut self.symbolizer else {
                 return;
             };
             symbolizer.send(SymbolJob {
@@ -478,13 +552,11 @@ impl Recorder {
         }
     }
 
-    /// Write the symbol tables the symbolizer has finished.
+    /// Write the symbol tables the symbolizer has finished, each into
+    /// its recording.
     pub(crate) fn drain_symbols(&mut self) {
-        let Some(symbolizer) = &self.symbolizer else {
-            return;
-        };
-        while let Some((id, files, funcs)) = symbolizer.try_done() {
-            let _ = self.enc.symbols(id, &files, &funcs);
+        while let Some(answer) = self.symbolizer.as_mut().and_then(SymbolThread::try_answer) {
+            self.route(answer);
         }
     }
 

@@ -289,12 +289,31 @@ impl Symbolizer {
         want: Option<&[u8]>,
         addrs: &[u64],
     ) -> Option<ObjectFunctions> {
+        let elf = Symbolizer::open_object(object, path, want)?;
+        Some(Symbolizer::name_in(&elf, addrs))
+    }
+
+    /// The ELF that [`Symbolizer::object_functions`] names from (with its
+    /// detached debug file when one is installed), for a caller that keeps
+    /// it open across calls of [`Symbolizer::name_in`]; `None` when it
+    /// cannot be opened or its build id is not `want`.
+    pub fn open_object(
+        object: Option<&Object>,
+        path: &str,
+        want: Option<&[u8]>,
+    ) -> Option<ElfObject> {
         let opened = match object.and_then(|o| o.file()) {
             Some(f) => ElfObject::from_file(f, Path::new(path)),
             None => ElfObject::open(Path::new(path)),
         };
         let elf = opened.ok().filter(|e| e.build_id() == want)?;
-        Some(name_addrs(&elf.with_separate_debug_info(), addrs))
+        Some(elf.with_separate_debug_info())
+    }
+
+    /// Name link-time addresses `addrs` of an object opened by
+    /// [`Symbolizer::open_object`], as [`Symbolizer::object_functions`] does.
+    pub fn name_in(elf: &ElfObject, addrs: &[u64]) -> ObjectFunctions {
+        name_addrs(elf, addrs)
     }
 }
 

@@ -6,9 +6,11 @@
 //! ```text
 //! folded::write(&Recording)                  -> "a;b;c count" lines, root first
 //! otlp::write(&Recording)                    -> OpenTelemetry profiles (ProfilesData, proto v1.10.0)
+//! otlp::write_with(&Recording, &Resource)    -> the same with resource attributes and a Unix time span (profdev agent)
 //! svg::write(&Recording, &svg::Options)      -> a flame graph (icicle with inverted), explorable in a browser
 //! svg::render(&Recording, &svg::Options)     -> the same, with its count of frames and samples
 //! pprof::write(&Recording)                   -> gzipped profile.proto (go tool pprof)
+//! pprof::encode_with(&Recording, &Resource)  -> profile.proto, samples labelled by process, a Unix time span (profdev agent)
 //! firefox::write(&Recording)                 -> Firefox Profiler processed JSON
 //! perf_script::write(&Recording)             -> `perf script` text (stackcollapse-perf, Firefox Profiler)
 //! proc_profile::write(&Recording, shift)     -> Linux /proc/profile words (readprofile)
@@ -55,6 +57,31 @@ pub mod perf_script;
 pub mod pprof;
 pub mod proc_profile;
 pub mod svg;
+
+/// What a sender adds to the profiles of a recording (`profdev agent`):
+/// attributes of every resource or profile (the host, static labels), of
+/// each process's, and the profile's time span on the Unix clock. The
+/// OTLP writer makes them resource attributes ([`otlp::write_with`]), the
+/// pprof writer sample labels ([`pprof::encode_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct Resource {
+    /// Attributes of every resource: key, value.
+    pub common: Vec<(String, String)>,
+    /// Attributes of each process's resource, by pid.
+    pub processes: std::collections::BTreeMap<u32, Vec<(String, String)>>,
+    /// The time the profiles cover, on the Unix clock.
+    pub span: Option<Span>,
+}
+
+/// A profile's time span: `[start_ns, end_ns)` in Unix nanoseconds, and
+/// what to add to a sample's time (the recording's clock) to put it on the
+/// Unix clock (modulo 2^64).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub to_unix: u64,
+}
 
 /// Why a recording cannot be exported in a format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

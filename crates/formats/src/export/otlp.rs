@@ -32,6 +32,14 @@
 //! `[idle]` and `[unwind failed: REASON]` are functions of locations
 //! without a mapping), one `Stack` per distinct stack (location indices
 //! innermost first).
+//!
+//! [`write_with`] adds what a sender knows beyond the recording (`profdev
+//! agent`): attributes of every resource (the host, static labels), of
+//! each process's resource (executable path, cgroup, container...), and
+//! the profile's time span on the Unix clock, its samples' times moved
+//! onto that clock. `ProfilesData` and the collector's
+//! `ExportProfilesServiceRequest` have the same fields (1: resource
+//! profiles, 2: dictionary), so these bytes are that request too.
 
 use super::{Names, IDLE};
 use crate::pprof::Strings;
@@ -149,8 +157,16 @@ struct Group {
     times: Vec<u64>,
 }
 
+pub use super::{Resource, Span};
+
 /// The `ProfilesData` bytes of `rec`.
 pub fn write(rec: &Recording) -> Vec<u8> {
+    write_with(rec, &Resource::default())
+}
+
+/// The `ProfilesData` (and `ExportProfilesServiceRequest`) bytes of `rec`,
+/// with what `resource` adds.
+pub fn write_with(rec: &Recording, resource: &Resource) -> Vec<u8> {
     let names = Names::new(rec);
     let mut st = Strings::new();
     let mut attrs = Attributes {
@@ -159,7 +175,14 @@ pub fn write(rec: &Recording) -> Vec<u8> {
     };
     let t0 = rec.samples.first().map_or(0, |s| s.time);
     let t1 = rec.samples.last().map_or(0, |s| s.time);
-    let unix = |t: u64| rec.header.start_ns.wrapping_add(t.wrapping_sub(t0));
+    let unix = |t: u64| match resource.span {
+        Some(span) => t.wrapping_add(span.to_unix),
+        None => rec.header.start_ns.wrapping_add(t.wrapping_sub(t0)),
+    };
+    let (start_ns, duration) = match resource.span {
+        Some(span) => (span.start_ns, span.end_ns.saturating_sub(span.start_ns)),
+        None => (rec.header.start_ns, t1.saturating_sub(t0)),
+    };
 
     // Samples by (stack, thread), in the order they first came; processes
     // in the order of their first sample.
@@ -306,25 +329,16 @@ pub fn write(rec: &Recording) -> Vec<u8> {
             sample.bytes(5, &times);
             profile.bytes(2, &sample.0);
         }
-        profile.fixed64(3, rec.header.start_ns);
-        profile.int(4, t1.saturating_sub(t0));
+        profile.fixed64(3, start_ns);
+        profile.int(4, duration);
         profile.message(5, |p| {
             p.int(1, cpu);
             p.int(2, ns);
         });
         profile.int(6, rec.header.period_ns);
-        profile.bytes(7, &profile_id(rec.header.start_ns, pid));
+        profile.bytes(7, &profile_id(start_ns, pid));
         out.message(1, |rp| {
-            rp.message(1, |res| {
-                res.message(1, |kv| {
-                    kv.bytes(1, b"process.pid");
-                    kv.message(2, |v| any_value(v, &Value::Int(pid.into())));
-                });
-                res.message(1, |kv| {
-                    kv.bytes(1, b"process.executable.name");
-                    kv.message(2, |v| any_value(v, &Value::Str(&comm)));
-                });
-            });
+            rp.message(1, |res| write_resource(res, pid, &comm, resource));
             rp.message(2, |sp| {
                 sp.message(1, |s| {
                     s.bytes(1, SCOPE.as_bytes());
@@ -353,6 +367,26 @@ pub fn write(rec: &Recording) -> Vec<u8> {
     }
     out.bytes(2, &dict.0);
     out.0
+}
+
+/// A process's `Resource`: `process.pid`, `process.executable.name`, then
+/// what `resource` adds to every process and to this one.
+fn write_resource(res: &mut Pb, pid: u32, comm: &str, resource: &Resource) {
+    res.message(1, |kv| {
+        kv.bytes(1, b"process.pid");
+        kv.message(2, |v| any_value(v, &Value::Int(pid.into())));
+    });
+    res.message(1, |kv| {
+        kv.bytes(1, b"process.executable.name");
+        kv.message(2, |v| any_value(v, &Value::Str(comm)));
+    });
+    let own = resource.processes.get(&pid).into_iter().flatten();
+    for (k, v) in resource.common.iter().chain(own) {
+        res.message(1, |kv| {
+            kv.bytes(1, k.as_bytes());
+            kv.message(2, |m| any_value(m, &Value::Str(v)));
+        });
+    }
 }
 
 /// A 16-byte id, not all zero, from the recording's start and the process.

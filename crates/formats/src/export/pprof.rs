@@ -12,14 +12,89 @@
 //! protobuf is encoded with [`crate::pprof`]'s encoder, the one every
 //! pprof file profdev writes goes through.
 
-use super::Names;
-use crate::pprof::{value_type, Function, Line, Location, Mapping, Profile, Sample, Strings};
+use super::{Names, Resource};
+use crate::pprof::{
+    value_type, Function, Label, Line, Location, Mapping, Profile, Sample, Strings,
+};
 use crate::recording::{Frame, ObjectKind, Recording};
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 
 /// The uncompressed profile.proto bytes of `rec`.
 pub fn encode(rec: &Recording) -> Vec<u8> {
+    encode_with(rec, &Resource::default())
+}
+
+/// The samples of `rec` labelled by process: one per distinct (stack,
+/// process), its labels `resource`'s common ones and the process's own,
+/// then `pid` and `comm` (its main thread's) (none at all when `resource` has neither).
+fn labelled_samples(
+    rec: &Recording,
+    names: &Names,
+    resource: &Resource,
+    st: &mut Strings,
+    loc_of: &HashMap<Frame, u64>,
+) -> Vec<Sample> {
+    let by_process = !resource.common.is_empty() || !resource.processes.is_empty();
+    if !by_process {
+        // One per distinct stack, its values summed, in the order each
+        // stack first came.
+        return names
+            .stack_counts
+            .iter()
+            .enumerate()
+            .map(|(u, &(count, weight))| Sample {
+                location_id: names.stack_frames(u).map(|f| loc_of[f]).collect(),
+                value: vec![count as i64, weight as i64],
+                label: Vec::new(),
+            })
+            .collect();
+    }
+    let mut index: HashMap<(u32, u32), usize> = HashMap::default();
+    let mut out: Vec<Sample> = Vec::new();
+    for (s, &u) in rec.samples.iter().zip(&names.sample_stack) {
+        let i = *index.entry((u, s.pid)).or_insert_with(|| {
+            let mut label: Vec<Label> = Vec::new();
+            let own = resource.processes.get(&s.pid).into_iter().flatten();
+            for (k, v) in resource.common.iter().chain(own) {
+                label.push(Label {
+                    key: st.ix(k),
+                    str: st.ix(v),
+                    ..Label::default()
+                });
+            }
+            label.push(Label {
+                key: st.ix("pid"),
+                num: s.pid.into(),
+                ..Label::default()
+            });
+            // The process's command: its main thread's, else this one's.
+            let comm = match rec.tasks.iter().rev().find(|t| t.tid == s.pid) {
+                Some(t) if !super::is_idle(s) => t.comm.as_str(),
+                _ => super::comm(rec, s),
+            };
+            label.push(Label {
+                key: st.ix("comm"),
+                str: st.ix(comm),
+                ..Label::default()
+            });
+            out.push(Sample {
+                location_id: names.stack_frames(u as usize).map(|f| loc_of[f]).collect(),
+                value: vec![0, 0],
+                label,
+            });
+            out.len() - 1
+        });
+        out[i].value[0] += 1;
+        out[i].value[1] += s.weight as i64;
+    }
+    out
+}
+
+/// The uncompressed profile.proto bytes of `rec`, with what `resource`
+/// adds: each sample labelled with the common attributes, its process's
+/// (`pid`, `comm` and its own), and the time span.
+pub fn encode_with(rec: &Recording, resource: &Resource) -> Vec<u8> {
     let names = Names::new(rec);
     let mut st = Strings::new();
     let mut out = Profile {
@@ -47,15 +122,7 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
             });
         }
     }
-    // Samples: one per distinct stack, its values summed, in the order
-    // each stack first came.
-    for (u, &(count, weight)) in names.stack_counts.iter().enumerate() {
-        out.sample.push(Sample {
-            location_id: names.stack_frames(u).map(|f| loc_of[f]).collect(),
-            value: vec![count as i64, weight as i64],
-            label: Vec::new(),
-        });
-    }
+    out.sample = labelled_samples(rec, &names, resource, &mut st, &loc_of);
     // Mappings: one per object (id = object id); object 0 is mapping 0 (none).
     for o in rec
         .objects
@@ -109,8 +176,16 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
     let first = rec.samples.first().map_or(0, |s| s.time);
     let last = rec.samples.last().map_or(0, |s| s.time);
     out.period_type = Some(value_type(&mut st, "cpu", "nanoseconds"));
-    out.time_nanos = rec.header.start_ns as i64;
-    out.duration_nanos = last.saturating_sub(first) as i64;
+    match resource.span {
+        Some(span) => {
+            out.time_nanos = span.start_ns as i64;
+            out.duration_nanos = span.end_ns.saturating_sub(span.start_ns) as i64;
+        }
+        None => {
+            out.time_nanos = rec.header.start_ns as i64;
+            out.duration_nanos = last.saturating_sub(first) as i64;
+        }
+    }
     out.period = rec.header.period_ns as i64;
     // The string table last: every string is known now.
     out.string_table = st.list;
@@ -120,8 +195,17 @@ pub fn encode(rec: &Recording) -> Vec<u8> {
 /// The gzipped profile of `rec`, as pprof files are (at gzip's fastest
 /// level, as Go's runtime/pprof writes them).
 pub fn write(rec: &Recording) -> Vec<u8> {
-    let raw = encode(rec);
+    gzip(&encode(rec))
+}
+
+/// The gzipped profile of `rec` with what `resource` adds
+/// ([`encode_with`]).
+pub fn write_with(rec: &Recording, resource: &Resource) -> Vec<u8> {
+    gzip(&encode_with(rec, resource))
+}
+
+fn gzip(raw: &[u8]) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(&raw).expect("writing to memory");
+    gz.write_all(raw).expect("writing to memory");
     gz.finish().expect("writing to memory")
 }

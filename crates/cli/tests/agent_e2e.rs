@@ -1,0 +1,257 @@
+//! `profdev agent` end to end: options not built yet and a missing
+//! destination are refused with a sentence; plain http to another machine
+//! is refused, inside a network namespace with no route (`unshare -n`), so
+//! that a bug sends nothing anywhere; run with `--interval 1` against a
+//! collector on 127.0.0.1, SIGTERM ends it with every profile cut
+//! delivered and counted; with `--spool DIR`, what an agent could not
+//! send (its collector refusing) is sent by the next one, first. (What the requests hold is checked in
+//! `crates/agent/tests/otlp.rs`, decoded with opentelemetry-proto.)
+
+mod common;
+
+use common::{can_sample_system, privileged, profdev, with_default_signals};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
+    let o = profdev().arg("agent").args(args).output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn what_is_not_built_and_a_missing_destination_are_refused() {
+    let (code, err) = stderr_of(&["--tls-ca", "/etc/profdev/ca.pem"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err,
+        "profdev agent: --tls-ca is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)\n"
+    );
+    let (code, err) = stderr_of(&[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err,
+        "profdev agent: no destination: give --otlp URL, --pyroscope URL or --parca URL (the local store kept without one is not built yet)\n"
+    );
+    let (code, err) = stderr_of(&["--otlp", "https://localhost"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("https is not built yet"), "{err}");
+}
+
+#[test]
+fn plain_http_to_another_machine_is_refused_in_a_namespace_with_no_route() {
+    let unshare = std::process::Command::new("unshare")
+        .args(["-n", "true"])
+        .status()
+        .map_err(|e| e.to_string())
+        .and_then(|s| {
+            s.success()
+                .then_some(())
+                .ok_or_else(|| "unshare -n needs root (CAP_SYS_ADMIN)".to_string())
+        });
+    if !privileged("profdev agent's plain-http refusal", unshare) {
+        return;
+    }
+    let o = std::process::Command::new("unshare")
+        .arg("-n")
+        .arg(env!("CARGO_BIN_EXE_profdev"))
+        .args([
+            "agent",
+            "--otlp-protocol",
+            "http",
+            "--otlp",
+            "http://192.0.2.1:4318",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "profdev agent: http://192.0.2.1:4318: refusing to send profiles over plain http to another machine; use https, or --insecure to accept it\n"
+    );
+}
+
+/// A collector answering every POST with 200: the paths it was sent.
+fn collector(listener: TcpListener) -> Arc<Mutex<Vec<String>>> {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let keep = got.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let keep = keep.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                let mut w = stream;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut len = 0;
+                    loop {
+                        let mut h = String::new();
+                        r.read_line(&mut h).unwrap();
+                        let h = h.trim_end().to_ascii_lowercase();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    r.read_exact(&mut body).unwrap();
+                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    keep.lock().unwrap().push(path);
+                    w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                        .unwrap();
+                }
+            });
+        }
+    });
+    got
+}
+
+/// `profdev agent -v --interval 1 ARGS` until it has printed `intervals`
+/// interval lines, then SIGTERM: its standard error lines, and the total
+/// of profiles it cut.
+fn run_agent(args: &[&str], intervals: usize) -> (Vec<String>, usize) {
+    let mut cmd = profdev();
+    cmd.args(["agent", "-v", "-F", "49", "--interval", "1"])
+        .args(args)
+        .stderr(Stdio::piped());
+    let mut child = with_default_signals(&mut cmd).spawn().unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines() {
+                lines.lock().unwrap().push(l.unwrap());
+            }
+        })
+    };
+    profdev_testkit::wait_until("the intervals", Duration::from_secs(60), || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(": interval "))
+            .count()
+            >= intervals
+    });
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = profdev_testkit::wait_exit("profdev agent", &mut child, Duration::from_secs(60));
+    reader.join().unwrap();
+    let lines = lines.lock().unwrap().clone();
+    assert!(status.success(), "{lines:?}");
+    let total = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("profdev agent: ")?.split_once(" profiles, "))
+        .map(|(n, _)| n.parse::<usize>().unwrap())
+        .unwrap_or_else(|| panic!("no total in {lines:?}"));
+    (lines, total)
+}
+
+#[test]
+fn sigterm_ends_the_agent_with_every_profile_delivered() {
+    if !privileged("profdev agent system wide", can_sample_system()) {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let got = collector(listener);
+    let (lines, total) = run_agent(
+        &[
+            "--otlp-protocol",
+            "http",
+            "--otlp",
+            &url,
+            "--label",
+            "service_name=e2e",
+        ],
+        2,
+    );
+    assert!(total >= 3, "{lines:?}");
+    let paths = got.lock().unwrap().clone();
+    assert_eq!(paths.len(), total, "{lines:?}");
+    assert!(
+        paths.iter().all(|p| p == "/v1development/profiles"),
+        "{paths:?}"
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(
+        last,
+        &format!(
+            "profdev agent: otlp-http {url}: {total} sent, 0 failed, 0 dropped, 0 undelivered"
+        )
+    );
+}
+
+/// The first agent's collector refuses connections: its profiles stay in
+/// `--spool DIR` (0600 files). The second agent, its collector up, sends
+/// them, then its own, and leaves the spool empty.
+#[test]
+fn a_restarted_agent_drains_its_spool() {
+    if !privileged("profdev agent system wide", can_sample_system()) {
+        return;
+    }
+    let d = common::tempdir();
+    let spool = d.path().join("spool");
+    // A loopback address of this test's own: the port it frees there
+    // cannot be taken by another test's collector (on 127.0.0.1).
+    let port = TcpListener::bind("127.0.0.8:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("http://{port}");
+    let args = [
+        "--otlp-protocol",
+        "http",
+        "--otlp",
+        &url,
+        "--spool",
+        spool.to_str().unwrap(),
+    ];
+    let (lines, first) = run_agent(&args, 2);
+    let last = lines.last().unwrap();
+    assert!(
+        last.contains(": 0 sent, ") && last.contains(&format!(", {first} undelivered")),
+        "{lines:?}"
+    );
+    let dir = std::fs::read_dir(&spool)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), first, "{files:?}");
+    use std::os::unix::fs::PermissionsExt;
+    for f in &files {
+        assert_eq!(
+            std::fs::metadata(f).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+    let got = collector(TcpListener::bind(port).unwrap());
+    let (lines, second) = run_agent(&args, 1);
+    assert_eq!(got.lock().unwrap().len(), first + second, "{lines:?}");
+    assert_eq!(
+        lines.last().unwrap(),
+        &format!(
+            "profdev agent: otlp-http {url}: {} sent, 0 failed, 0 dropped, 0 undelivered",
+            first + second
+        )
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
