@@ -75,22 +75,17 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::SigSet;
 use profdev_dev::{devtab, DevContext, Engine};
-use profdev_fuse::{MountOptions, MountState, Server};
+use profdev_fuse::{block_stop_signals, group_id, user_id, MountState, Server, Serving};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Where the devices are mounted unless `$PROFDEV_MOUNT` says otherwise.
 pub const DEFAULT_DIR: &str = profdev_fuse::DEFAULT_MOUNT_DIR;
-
-/// How long a server that was told to stop keeps serving files still held
-/// open before it exits.
-const GRACE: Duration = Duration::from_secs(1);
 
 /// Serve the profiling devices as files on DIR.
 #[derive(Parser, Debug)]
@@ -121,91 +116,14 @@ pub(crate) struct Args {
     dir: Option<PathBuf>,
 }
 
-/// How to serve: what `profdev mount`'s options say beyond DIR.
-#[derive(Clone, Debug, Default)]
-pub struct Serving {
-    /// Mount on a non-empty directory.
-    pub nonempty: bool,
-    /// Users allowed besides root and the mounting user.
-    pub users: Vec<u32>,
-    /// Groups whose members are allowed.
-    pub groups: Vec<u32>,
-}
-
-impl Serving {
-    fn from_args(args: &Args) -> Result<Serving> {
-        let users = args
-            .allow_user
-            .iter()
-            .map(|u| user_id(u))
-            .collect::<Result<_>>()?;
-        let groups = args
-            .allow_group
-            .iter()
-            .map(|g| group_id(g))
-            .collect::<Result<_>>()?;
-        Ok(Serving {
-            nonempty: args.nonempty,
-            users,
-            groups,
-        })
-    }
-
-    /// The options again, for the background server's command line.
-    fn to_args(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        if self.nonempty {
-            v.push("--nonempty".to_string());
-        }
-        for u in &self.users {
-            v.push(format!("--allow-user={u}"));
-        }
-        for g in &self.groups {
-            v.push(format!("--allow-group={g}"));
-        }
-        v
-    }
-
-    fn rules(&self) -> profdev_dev::AccessRules {
-        let owner = nix::unistd::geteuid().as_raw();
-        let mut rules = profdev_dev::AccessRules::owner_only(owner);
-        for &u in &self.users {
-            rules = rules.allow_user(u);
-        }
-        for &g in &self.groups {
-            rules = rules.allow_group(g);
-        }
-        rules
-    }
-
-    fn options(&self) -> MountOptions {
-        MountOptions {
-            nonempty: self.nonempty,
-            ..MountOptions::default()
-        }
-    }
-}
-
-/// A uid, given as a number or a user name.
-fn user_id(s: &str) -> Result<u32> {
-    if let Ok(n) = s.parse::<u32>() {
-        return Ok(n);
-    }
-    match nix::unistd::User::from_name(s) {
-        Ok(Some(u)) => Ok(u.uid.as_raw()),
-        _ => bail!("--allow-user {s:?}: no such user; give a uid or a name from /etc/passwd"),
-    }
-}
-
-/// A gid, given as a number or a group name.
-fn group_id(s: &str) -> Result<u32> {
-    if let Ok(n) = s.parse::<u32>() {
-        return Ok(n);
-    }
-    match nix::unistd::Group::from_name(s) {
-        Ok(Some(g)) => Ok(g.gid.as_raw()),
-        _ => bail!("--allow-group {s:?}: no such group; give a gid or a name from /etc/group"),
-    }
+fn serving(args: &Args) -> Result<Serving> {
+    let users = args.allow_user.iter().map(|u| user_id(u));
+    let groups = args.allow_group.iter().map(|g| group_id(g));
+    Ok(Serving {
+        nonempty: args.nonempty,
+        users: users.collect::<Result<_, _>>().map_err(|e| anyhow!(e))?,
+        groups: groups.collect::<Result<_, _>>().map_err(|e| anyhow!(e))?,
+    })
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -213,7 +131,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
-    let serving = match Serving::from_args(&args) {
+    let serving = match serving(&args) {
         Ok(s) => s,
         Err(e) => return crate::cmdline::finish("profdev mount", Err(e)),
     };
@@ -266,31 +184,15 @@ pub fn ensure_mounted_with(exe: &Path, dir: &Path) -> Result<PathBuf> {
     Ok(started.dir)
 }
 
-/// Clear a dead mount at `dir` (saying so), then check it can take a
-/// mount: it exists (created if missing, through no other user's link),
-/// is a directory, has nothing mounted; and that this process may mount.
-/// Returns it resolved.
+/// [`profdev_fuse::prepare`], its notes on stderr.
 fn prepare(dir: &Path, serving: &Serving) -> Result<PathBuf> {
-    if profdev_fuse::clear_dead(dir)? {
-        eprintln!(
-            "profdev: cleared a dead mount at {} (its server had died)",
-            dir.display()
-        );
-    }
-    if std::fs::symlink_metadata(dir).is_err() {
-        // Create nothing that could not be mounted on, and nothing at the
-        // end of another user's link.
-        profdev_fuse::check_can_mount(dir)?;
-        profdev_fuse::check_ancestors(dir)?;
-        profdev_safefile::create_dir(dir, crate::output::DIR_MODE)
-            .map_err(|e| anyhow!("cannot create the mount point: {e}"))?;
-    }
-    let abs = profdev_fuse::check_mount_point(dir, false)?;
-    if !serving.nonempty {
-        profdev_fuse::check_empty(&abs)?;
-    }
-    profdev_fuse::check_can_mount(dir)?;
-    Ok(abs)
+    let mut note = |l: &str| eprintln!("profdev: {l}");
+    Ok(profdev_fuse::prepare(
+        dir,
+        serving,
+        crate::output::DIR_MODE,
+        &mut note,
+    )?)
 }
 
 /// The device table over the running kernel, sampling with perf_event.
@@ -324,60 +226,12 @@ fn file_names(server: &Server) -> String {
         .join(" ")
 }
 
-/// Block the signals that stop the server, in this thread and every thread
-/// it starts, so that only [`serve`]'s sigwait sees them. Called before any
-/// thread is started.
-fn block_stop_signals() -> Result<SigSet> {
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(s);
-    }
-    set.thread_block().context("cannot block signals")?;
-    Ok(set)
-}
-
-/// Serve until unmounted from outside or told to stop by a signal; then
-/// detach the mount (lazily: files held open get a short grace) and return.
+/// [`profdev_fuse::serve`], its last line on stderr.
 fn serve(mounted: profdev_fuse::Mounted, signals: SigSet) -> Result<()> {
-    let dir = mounted.dir().to_path_buf();
-    let running = mounted.spawn().context("cannot start the file server")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("profdev-signals".into())
-        .spawn(move || {
-            while let Ok(sig) = signals.wait() {
-                if tx.send(sig).is_err() {
-                    break;
-                }
-            }
-        })
-        .context("cannot start the signal thread")?;
-    loop {
-        if let Some(result) = running.wait(Duration::from_millis(100)) {
-            result.with_context(|| format!("the file server at {} failed", dir.display()))?;
-            let _ = writeln!(
-                std::io::stderr(),
-                "profdev: {} was unmounted; server exiting",
-                dir.display()
-            );
-            return Ok(());
-        }
-        if let Ok(sig) = rx.try_recv() {
-            let done = running.unmount(GRACE)?;
-            let _ = writeln!(
-                std::io::stderr(),
-                "profdev: {}: unmounted {}{}",
-                sig.as_str(),
-                dir.display(),
-                if done {
-                    ""
-                } else {
-                    " (files still open there will fail)"
-                }
-            );
-            return Ok(());
-        }
-    }
+    let mut note = |l: &str| {
+        let _ = writeln!(std::io::stderr(), "profdev: {l}");
+    };
+    Ok(profdev_fuse::serve(mounted, signals, &mut note)?)
 }
 
 fn foreground(dir: &Path, serving: &Serving) -> Result<()> {
