@@ -20,16 +20,14 @@
 //! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC);
 //!   [`pyroscope`]: Grafana Pyroscope's push API (connect protocol, pprof);
 //!   [`parca`]: Parca's WriteRaw (gRPC, pprof); [`grpc`]: their client;
-//!   [`url`]: destination addresses and the plain-http rule.
+//!   [`url`]: destination addresses and the plain-http rule; [`tls`]: the
+//!   roots https is checked against; [`token`]: the credentials.
 //!
 //! Sampling never waits for a network: a destination that is down only
 //! fills its spool (oldest dropped past the cap, counted).
 //!
 //! # Not built yet (issue 26), and where each goes
 //!
-//! * TLS: ureq's rustls and tonic's `tls-ring` in [`otlp`], [`pyroscope`]
-//!   and [`grpc`], system roots plus `--tls-ca`; [`url::Url::check`] then
-//!   accepts https. Basic auth beside [`token`].
 //! * Health: a file in the stat format written each interval (through
 //!   safefile) in the agent's state directory from [`send::Status`] and
 //!   the interval's counts ([`health_line`]'s facts), read by `profdev
@@ -38,8 +36,6 @@
 //!   whose `send` writes the cut's recording (already a `profdev.data`)
 //!   into a directory pruned by size and age, read by `report` and
 //!   `export --since`.
-//! * Pyroscope's `/ingest` API (`--pyroscope-api ingest`), gzip for OTLP
-//!   over HTTP and gRPC, OTLP's `partial_success` read and logged.
 //! * A process's cgroup from the kernel (`PERF_RECORD_CGROUP`) rather than
 //!   from `/proc` when first seen.
 //! * `deploy/` (systemd unit, DaemonSet) with the capabilities a non-root
@@ -57,6 +53,7 @@ pub mod otlp;
 pub mod parca;
 pub mod pyroscope;
 pub mod send;
+pub mod tls;
 pub mod token;
 pub mod url;
 
@@ -114,13 +111,19 @@ pub struct Options {
     pub otlp: Option<OtlpOptions>,
     /// `--pyroscope URL`.
     pub pyroscope: Option<String>,
+    /// `--pyroscope-api`: push (default) or ingest.
+    pub pyroscope_api: pyroscope::Api,
     /// `--parca URL`.
     pub parca: Option<String>,
     /// `--insecure`: plain http to another machine is accepted (never
     /// with a token).
     pub insecure: bool,
-    /// `--token-file`: the bearer token every request carries.
+    /// `--token-file` or `--basic-auth-file`: the credential every
+    /// request carries.
     pub token: Option<token::Token>,
+    /// `--tls-ca`: the CA certificates https destinations are checked
+    /// against instead of the system's roots.
+    pub tls_ca: Option<std::path::PathBuf>,
     /// Each destination's spool cap, in bytes of recordings.
     pub spool_bytes: usize,
     /// `--spool DIR`: the spools mirrored on disk, drained at the next
@@ -141,9 +144,11 @@ impl Default for Options {
             labels: Vec::new(),
             otlp: None,
             pyroscope: None,
+            pyroscope_api: pyroscope::Api::Push,
             parca: None,
             insecure: false,
             token: None,
+            tls_ca: None,
             spool_bytes: 64 << 20,
             spool: None,
             flush: Duration::from_secs(10),
@@ -204,6 +209,10 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
     let mut common = vec![("host.name".to_string(), labels::host_name())];
     common.extend(opts.labels.iter().cloned());
     let token = opts.token.clone();
+    let tls = match &opts.tls_ca {
+        Some(f) => tls::Tls::with_ca(f).map_err(Error)?,
+        None => tls::Tls::system(),
+    };
     let mut out: Vec<Box<dyn Destination>> = Vec::new();
     if let Some(o) = &opts.otlp {
         let port = match o.protocol {
@@ -211,20 +220,27 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
             otlp::Protocol::Http => 4318,
         };
         let url = checked(&o.url, port, opts)?;
-        let d = otlp::Otlp::new(url, o.protocol, common.clone(), token.clone()).map_err(Error)?;
+        let d =
+            otlp::Otlp::new(url, o.protocol, common.clone(), token.clone(), &tls).map_err(Error)?;
         out.push(Box::new(d));
     }
     if let Some(u) = &opts.pyroscope {
         let url = checked(u, 4040, opts)?;
-        out.push(Box::new(pyroscope::Pyroscope::new(
-            url,
-            common.clone(),
-            token.clone(),
-        )));
+        out.push(Box::new(
+            pyroscope::Pyroscope::new(
+                url,
+                opts.pyroscope_api,
+                opts.frequency,
+                common.clone(),
+                token.clone(),
+                &tls,
+            )
+            .map_err(Error)?,
+        ));
     }
     if let Some(u) = &opts.parca {
         let url = checked(u, 7070, opts)?;
-        let d = parca::Parca::new(url, common.clone(), token.clone()).map_err(Error)?;
+        let d = parca::Parca::new(url, common.clone(), token.clone(), &tls).map_err(Error)?;
         out.push(Box::new(d));
     }
     if out.is_empty() {
@@ -236,15 +252,18 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
     Ok(out)
 }
 
-/// The address `text` (`port` when it names none), checked: not https
-/// (not built yet), plain http only to this machine unless `--insecure`,
-/// and never a token over plain http to another machine.
+/// The address `text` (`port` when it names none), checked: plain http
+/// only to this machine unless `--insecure`, and never a credential over
+/// plain http to another machine.
 fn checked(text: &str, port: u16, opts: &Options) -> Result<url::Url, Error> {
     let url = url::Url::parse(text, port).map_err(Error)?;
-    if opts.token.is_some() && url.scheme == "http" && !url.is_loopback() {
-        return Err(Error(format!(
-            "{url}: refusing to send the --token-file token over plain http to another machine, even with --insecure; use https"
-        )));
+    if let Some(t) = &opts.token {
+        if url.scheme == "http" && !url.is_loopback() {
+            return Err(Error(format!(
+                "{url}: refusing to send the {} credential over plain http to another machine, even with --insecure; use https",
+                t.flag()
+            )));
+        }
     }
     url.check(opts.insecure).map_err(Error)?;
     Ok(url)
@@ -469,7 +488,7 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "http://collector.example:4040: refusing to send the --token-file token over plain http to another machine, even with --insecure; use https"
+            "http://collector.example:4040: refusing to send the --token-file credential over plain http to another machine, even with --insecure; use https"
         );
         assert!(destinations(&opts("http://127.0.0.1:4040", false, true)).is_ok());
         let none = destinations(&Options::default()).err().unwrap().to_string();

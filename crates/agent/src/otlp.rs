@@ -4,7 +4,12 @@
 //! otlp`), sent over HTTP (`POST /v1development/profiles`, `Content-Type:
 //! application/x-protobuf`, a path given in the URL used instead) or gRPC
 //! (`opentelemetry.proto.collector.profiles.v1development.ProfilesService/
-//! Export`, the request's bytes passed through a codec of our own).
+//! Export`, the request's bytes passed through a codec of our own). Both
+//! send the request gzipped (HTTP `Content-Encoding: gzip`, gRPC
+//! `grpc-encoding: gzip`), as every OTLP receiver accepts, and read the
+//! answer's `partial_success`: profiles the collector took but rejected
+//! are not sent again, and its sentence becomes the destination's last
+//! error.
 //!
 //! Resource attributes: `host.name` and each `--label` on every resource;
 //! per process `process.pid` and `process.executable.name` (the encoder's),
@@ -18,6 +23,8 @@ use crate::url::Url;
 use crate::Cut;
 use profdev_formats::export::otlp::{self, Resource, Span};
 use profdev_formats::recording::{self, Recording};
+use prost::Message;
+use std::io::Write;
 use std::time::Duration;
 
 /// The gRPC method.
@@ -83,6 +90,44 @@ pub fn resource(cut: &Cut, rec: &Recording, common: &[(String, String)]) -> Reso
     r
 }
 
+/// `ExportProfilesServiceResponse` of opentelemetry-proto v1.10.0
+/// (`collector/profiles/v1development/profiles_service.proto`): its one
+/// field.
+#[derive(Clone, PartialEq, Message)]
+pub struct Response {
+    #[prost(message, optional, tag = "1")]
+    pub partial_success: Option<PartialSuccess>,
+}
+
+/// `ExportProfilesPartialSuccess`.
+#[derive(Clone, PartialEq, Message)]
+pub struct PartialSuccess {
+    #[prost(int64, tag = "1")]
+    pub rejected_profiles: i64,
+    #[prost(string, tag = "2")]
+    pub error_message: String,
+}
+
+/// What a collector's answer says beyond success: the sentence of a
+/// partial success (profiles rejected, or a warning), if any.
+pub fn partial_success(answer: &[u8]) -> Option<String> {
+    let p = Response::decode(answer).ok()?.partial_success?;
+    let msg = p.error_message.trim();
+    match (p.rejected_profiles, msg.is_empty()) {
+        (0, true) => None,
+        (0, false) => Some(format!("the collector warns: {msg}")),
+        (n, true) => Some(format!("the collector rejected {n} profiles")),
+        (n, false) => Some(format!("the collector rejected {n} profiles: {msg}")),
+    }
+}
+
+/// `body` gzipped.
+pub fn gzip(body: &[u8]) -> Vec<u8> {
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(body).expect("writing to memory");
+    z.finish().expect("writing to memory")
+}
+
 /// The request body of `cut`.
 pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String> {
     let rec = recording::read(&cut.recording)
@@ -96,6 +141,8 @@ pub struct Otlp {
     token: Option<crate::token::Token>,
     common: Vec<(String, String)>,
     transport: Transport,
+    /// The last answer's partial success, not yet taken.
+    note: Option<String>,
 }
 
 enum Transport {
@@ -111,30 +158,31 @@ impl Otlp {
         protocol: Protocol,
         common: Vec<(String, String)>,
         token: Option<crate::token::Token>,
+        tls: &crate::tls::Tls,
     ) -> Result<Otlp, String> {
         let transport = match protocol {
             Protocol::Http => {
-                let config = ureq::Agent::config_builder()
-                    .timeout_global(Some(TIMEOUT))
-                    .http_status_as_error(true)
-                    .build();
                 let path = if url.path.is_empty() || url.path == "/" {
                     HTTP_PATH
                 } else {
                     &url.path
                 };
-                let target = format!("http://{}{path}", url.authority());
-                Transport::Http(config.into(), target)
+                let target = format!("{}://{}{path}", url.scheme, url.authority());
+                Transport::Http(tls.http_agent(TIMEOUT)?, target)
             }
-            Protocol::Grpc => {
-                Transport::Grpc(Box::new(crate::grpc::Client::new(&url, token.clone())?))
-            }
+            Protocol::Grpc => Transport::Grpc(Box::new(crate::grpc::Client::new(
+                &url,
+                token.clone(),
+                tls,
+                true,
+            )?)),
         };
         Ok(Otlp {
             url,
             token,
             common,
             transport,
+            note: None,
         })
     }
 }
@@ -149,23 +197,71 @@ impl Destination for Otlp {
     }
 
     fn encode(&self, cut: &Cut) -> Result<Vec<u8>, String> {
-        request(cut, &self.common)
+        let body = request(cut, &self.common)?;
+        Ok(match self.transport {
+            // gRPC compresses each message itself.
+            Transport::Http(..) => gzip(&body),
+            Transport::Grpc(..) => body,
+        })
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), String> {
-        match &mut self.transport {
+        let answer = match &mut self.transport {
             Transport::Http(agent, target) => {
                 let mut req = agent
                     .post(target.as_str())
-                    .header("Content-Type", "application/x-protobuf");
+                    .header("Content-Type", "application/x-protobuf")
+                    .header("Content-Encoding", "gzip");
                 if let Some(t) = &self.token {
                     req = req.header("Authorization", t.header_value());
                 }
-                req.send(body)
-                    .map(drop)
-                    .map_err(|e| format!("{target}: {e}"))
+                let mut resp = req.send(body).map_err(|e| format!("{target}: {e}"))?;
+                // An answer that does not read is no failure: the
+                // collector took the profile.
+                resp.body_mut()
+                    .with_config()
+                    .limit(1 << 20)
+                    .read_to_vec()
+                    .unwrap_or_default()
             }
-            Transport::Grpc(g) => g.call(GRPC_PATH, body),
-        }
+            Transport::Grpc(g) => g.call(GRPC_PATH, body)?,
+        };
+        self.note = partial_success(&answer);
+        Ok(())
+    }
+
+    fn note(&mut self) -> Option<String> {
+        self.note.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_success_is_said_in_one_sentence() {
+        let answer = |n: i64, m: &str| {
+            Response {
+                partial_success: Some(PartialSuccess {
+                    rejected_profiles: n,
+                    error_message: m.into(),
+                }),
+            }
+            .encode_to_vec()
+        };
+        assert_eq!(partial_success(&[]), None);
+        assert_eq!(partial_success(&answer(0, "")), None);
+        assert_eq!(
+            partial_success(&answer(2, "too old")).as_deref(),
+            Some("the collector rejected 2 profiles: too old")
+        );
+        assert_eq!(
+            partial_success(&answer(0, "slow down")).as_deref(),
+            Some("the collector warns: slow down")
+        );
+        assert_eq!(partial_success(b"\xff\xff"), None);
+        let z = gzip(b"profile");
+        assert_eq!(&z[..2], &[0x1f, 0x8b]);
     }
 }

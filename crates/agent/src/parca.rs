@@ -101,8 +101,10 @@ impl Parca {
         url: Url,
         common: Vec<(String, String)>,
         token: Option<crate::token::Token>,
+        tls: &crate::tls::Tls,
     ) -> Result<Parca, String> {
-        let client = crate::grpc::Client::new(&url, token)?;
+        // The pprof inside is gzipped already.
+        let client = crate::grpc::Client::new(&url, token, tls, false)?;
         Ok(Parca {
             url,
             common,
@@ -121,6 +123,6 @@ impl Destination for Parca {
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), String> {
-        self.client.call(WRITE_RAW_PATH, body)
+        self.client.call(WRITE_RAW_PATH, body).map(drop)
     }
 }

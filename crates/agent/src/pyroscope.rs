@@ -13,6 +13,14 @@
 //! `[^A-Za-z0-9_]`, written `_`). Pyroscope splits a pushed profile into
 //! series by its sample labels, so each process is a series of its own.
 //!
+//! With `--pyroscope-api ingest` the same pprof goes to the older HTTP
+//! API every Pyroscope release keeps: `POST /ingest?name=…&from=…&until=…
+//! &format=pprof&sampleRate=HZ&spyName=profdev`, the series labels in
+//! `name` (`SERVICE{key=value,…}`, the syntax of Pyroscope's server API
+//! page), the body `multipart/form-data` with the gzipped pprof in the
+//! form file `profile` and a `sample_type_config` naming its `samples`
+//! type as CPU samples (the form fields of Pyroscope's pprof ingestion).
+//!
 //! The messages below are those of grafana/pyroscope's
 //! `api/push/v1/push.proto` (read at commit 0ed69a0b06a0) and
 //! `api/types/v1/types.proto` (`LabelPair`, commit 06206ad74307): the
@@ -29,6 +37,12 @@ use std::time::Duration;
 
 /// The push method's path.
 pub const PUSH_PATH: &str = "/push.v1.PusherService/Push";
+/// The ingest API's path.
+pub const INGEST_PATH: &str = "/ingest";
+/// The `sample_type_config` of an ingested pprof: its `samples/count`
+/// values are CPU samples (the `cpu/nanoseconds` ones are left out).
+pub const SAMPLE_TYPE_CONFIG: &str =
+    r#"{"samples":{"units":"samples","aggregation":"sum","display-name":"cpu","sampled":true}}"#;
 /// The profile name of CPU profiles in Pyroscope.
 pub const PROFILE_NAME: &str = "process_cpu";
 /// `service_name` when no `--label` gives one.
@@ -148,35 +162,169 @@ pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String
     Ok(req.encode_to_vec())
 }
 
+/// `text` with every byte but RFC 3986's unreserved ones percent-encoded,
+/// for a query value.
+fn query_value(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The ingest API's `name`: `SERVICE{key=value,…}`, the series labels
+/// but `__name__` and `service_name`; a value's `{},=` written `_`, as
+/// the syntax has no escape.
+pub fn ingest_name(labels: &[(String, String)]) -> String {
+    let clean = |v: &str| v.replace(['{', '}', ',', '='], "_");
+    let service = labels
+        .iter()
+        .find(|(k, _)| k == "service_name")
+        .map_or(DEFAULT_SERVICE, |(_, v)| v.as_str());
+    let rest: Vec<String> = labels
+        .iter()
+        .filter(|(k, _)| k != "__name__" && k != "service_name")
+        .map(|(k, v)| format!("{k}={}", clean(v)))
+        .collect();
+    format!("{}{{{}}}", clean(service), rest.join(","))
+}
+
+/// The ingest request of `cut` at `frequency` Hz: the query (after `?`),
+/// the multipart boundary, and the body.
+pub fn ingest_request(
+    cut: &Cut,
+    common: &[(String, String)],
+    frequency: u32,
+) -> Result<(String, String, Vec<u8>), String> {
+    let (labels, profile) = series(cut, common)?;
+    let query = format!(
+        "name={}&from={}&until={}&format=pprof&sampleRate={frequency}&spyName=profdev",
+        query_value(&ingest_name(&labels)),
+        cut.start_ns / 1_000_000_000,
+        cut.end_ns.div_ceil(1_000_000_000),
+    );
+    // A boundary that occurs in no part.
+    let mut n = cut.start_ns ^ cut.seq.rotate_left(32);
+    let boundary = loop {
+        let b = format!("profdev-{n:016x}");
+        let found = |hay: &[u8]| hay.windows(b.len()).any(|w| w == b.as_bytes());
+        if !found(&profile) && !found(SAMPLE_TYPE_CONFIG.as_bytes()) {
+            break b;
+        }
+        n = n.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+    };
+    let mut body = Vec::new();
+    for (field, file, bytes) in [
+        ("profile", "profile.pprof", &profile[..]),
+        (
+            "sample_type_config",
+            "config.json",
+            SAMPLE_TYPE_CONFIG.as_bytes(),
+        ),
+    ] {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{file}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    Ok((query, boundary, body))
+}
+
+/// Pyroscope's two ingestion APIs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `/push.v1.PusherService/Push` (connect protocol), the default.
+    Push,
+    /// `/ingest?format=pprof`, multipart.
+    Ingest,
+}
+
 /// A Pyroscope server.
 pub struct Pyroscope {
     url: Url,
     token: Option<crate::token::Token>,
+    /// The API's address, the query left out.
     target: String,
+    api: Api,
+    frequency: u32,
     common: Vec<(String, String)>,
     agent: ureq::Agent,
 }
 
 impl Pyroscope {
     /// A destination at `url` (its path, if any, goes before the
-    /// method's); `common` are the attributes of every profile.
+    /// method's) through `api`; `common` are the attributes of every
+    /// profile, sampled at `frequency` Hz.
     pub fn new(
         url: Url,
+        api: Api,
+        frequency: u32,
         common: Vec<(String, String)>,
         token: Option<crate::token::Token>,
-    ) -> Pyroscope {
-        let config = ureq::Agent::config_builder()
-            .timeout_global(Some(TIMEOUT))
-            .http_status_as_error(true)
-            .build();
+        tls: &crate::tls::Tls,
+    ) -> Result<Pyroscope, String> {
         let base = url.path.trim_end_matches('/');
-        let target = format!("http://{}{base}{PUSH_PATH}", url.authority());
-        Pyroscope {
+        let path = match api {
+            Api::Push => PUSH_PATH,
+            Api::Ingest => INGEST_PATH,
+        };
+        let target = format!("{}://{}{base}{path}", url.scheme, url.authority());
+        Ok(Pyroscope {
             url,
             token,
             target,
+            api,
+            frequency,
             common,
-            agent: config.into(),
+            agent: tls.http_agent(TIMEOUT)?,
+        })
+    }
+}
+
+/// How a body is sent: its query and content type.
+struct Body {
+    query: Option<String>,
+    content_type: String,
+}
+
+/// The body of a request, with what `send` needs beyond the bytes: the
+/// ingest API's query and boundary ride in front of the body, on one
+/// line, as `encode` hands `send` one byte string.
+fn split_body(api: Api, body: &[u8]) -> Result<(Body, &[u8]), String> {
+    match api {
+        Api::Push => Ok((
+            Body {
+                query: None,
+                content_type: "application/proto".into(),
+            },
+            body,
+        )),
+        Api::Ingest => {
+            let nl = body
+                .iter()
+                .position(|&b| b == b'\n')
+                .ok_or("internal error: an ingest body without its query line")?;
+            let head = std::str::from_utf8(&body[..nl])
+                .map_err(|_| "internal error: an ingest query that is not text")?;
+            let (query, boundary) = head
+                .split_once(' ')
+                .ok_or("internal error: an ingest query without its boundary")?;
+            Ok((
+                Body {
+                    query: Some(query.to_string()),
+                    content_type: format!("multipart/form-data; boundary={boundary}"),
+                },
+                &body[nl + 1..],
+            ))
         }
     }
 }
@@ -187,15 +335,30 @@ impl Destination for Pyroscope {
     }
 
     fn encode(&self, cut: &Cut) -> Result<Vec<u8>, String> {
-        request(cut, &self.common)
+        match self.api {
+            Api::Push => request(cut, &self.common),
+            Api::Ingest => {
+                let (query, boundary, body) = ingest_request(cut, &self.common, self.frequency)?;
+                let mut out = format!("{query} {boundary}\n").into_bytes();
+                out.extend_from_slice(&body);
+                Ok(out)
+            }
+        }
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), String> {
+        let (how, body) = split_body(self.api, body)?;
+        let target = match &how.query {
+            Some(q) => format!("{}?{q}", self.target),
+            None => self.target.clone(),
+        };
         let mut req = self
             .agent
-            .post(self.target.as_str())
-            .header("Content-Type", "application/proto")
-            .header("Connect-Protocol-Version", "1");
+            .post(target.as_str())
+            .header("Content-Type", how.content_type.as_str());
+        if self.api == Api::Push {
+            req = req.header("Connect-Protocol-Version", "1");
+        }
         if let Some(t) = &self.token {
             req = req.header("Authorization", t.header_value());
         }
@@ -253,5 +416,40 @@ mod tests {
         let s = &req.series[0].samples[0];
         assert_eq!(s.id.len(), 36);
         assert_eq!(&s.raw_profile[..2], &[0x1f, 0x8b]);
+
+        let (query, boundary, body) = ingest_request(&cut, &common, 19).unwrap();
+        assert_eq!(
+            query,
+            "name=profdev-agent%7Bhost_name%3Dbox%7D&from=1700000000&until=1700000015&format=pprof&sampleRate=19&spyName=profdev"
+        );
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.starts_with(&format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"profile\""
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(SAMPLE_TYPE_CONFIG) && text.ends_with(&format!("--{boundary}--\r\n"))
+        );
+    }
+
+    #[test]
+    fn the_ingest_name_has_the_series_labels() {
+        let labels = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            ingest_name(&labels(&[
+                ("__name__", "process_cpu"),
+                ("service_name", "web"),
+                ("host_name", "a,b"),
+                ("env", "x{=}")
+            ])),
+            "web{host_name=a_b,env=x___}"
+        );
+        assert_eq!(query_value("a{b=c}"), "a%7Bb%3Dc%7D");
     }
 }

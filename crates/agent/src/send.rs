@@ -26,6 +26,11 @@ pub trait Destination: Send {
     fn encode(&self, cut: &Cut) -> Result<Vec<u8>, String>;
     /// Send a body; an error is one sentence.
     fn send(&mut self, body: &[u8]) -> Result<(), String>;
+    /// What the last successful send's answer said beyond success (an
+    /// OTLP partial success), once: it becomes the status's last error.
+    fn note(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// The backoff after the first failure, and its cap.
@@ -242,6 +247,9 @@ fn run(shared: &Shared, mut dest: Box<dyn Destination>, backoff: Backoff) {
                 failures = 0;
                 retry_at = None;
                 st.status.sent += 1;
+                if let Some(n) = dest.note() {
+                    st.status.last_error = Some(n);
+                }
                 // The cut may have been dropped for the cap meanwhile.
                 if st.queue.front().is_some_and(|c| Arc::ptr_eq(c, &cut)) {
                     st.queue.pop_front();

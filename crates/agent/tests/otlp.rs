@@ -121,6 +121,7 @@ fn otlp_http_names_the_hot_function_and_the_cgroup_labels() {
         assert_eq!(t.authorization, Some(format!("Bearer {TOKEN}")));
         assert_eq!(t.path, "/v1development/profiles");
         assert_eq!(t.content_type, "application/x-protobuf");
+        assert_eq!(t.content_encoding.as_deref(), Some("gzip"));
         let req = decode(&t.body);
         let ps = profiles(&req);
         // Every profile of a request covers the interval; intervals follow

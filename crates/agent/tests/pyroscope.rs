@@ -1,13 +1,14 @@
-//! The agent end to end against a Pyroscope push endpoint on 127.0.0.1:
-//! the request decoded with the push.v1 messages (from Pyroscope's
-//! published .proto), its pprof read by `go tool pprof`: the hot
-//! function, the series labels, each process's sample labels (its cgroup
-//! named like a docker container), the time span, the sample types.
+//! The agent end to end against Pyroscope on 127.0.0.1, through its push
+//! API (the request decoded with the push.v1 messages from Pyroscope's
+//! published .proto) and through `/ingest` (the multipart form's
+//! profile), the pprof read by `go tool pprof`: the hot function, the
+//! series labels, each process's sample labels (its cgroup named like a
+//! docker container), the time span, the sample types.
 
 mod common;
 
 use common::*;
-use profdev_agent::pyroscope::PushRequest;
+use profdev_agent::pyroscope::{Api, PushRequest};
 use profdev_agent::Options;
 use prost::Message;
 use std::io::Read;
@@ -20,6 +21,69 @@ const LONG: Duration = Duration::from_secs(180);
 
 #[test]
 fn pyroscope_push_names_the_hot_function_for_go_tool_pprof() {
+    hot_function_through(Api::Push);
+}
+
+#[test]
+fn pyroscope_ingest_names_the_hot_function_for_go_tool_pprof() {
+    hot_function_through(Api::Ingest);
+}
+
+/// The series labels and gzipped pprof of a request `t` through `api`.
+fn series_of(api: Api, t: &Taken) -> (std::collections::BTreeMap<String, String>, Vec<u8>) {
+    match api {
+        Api::Push => {
+            assert_eq!(t.path, "/push.v1.PusherService/Push");
+            assert_eq!(t.content_type, "application/proto");
+            let req = PushRequest::decode(&t.body[..]).unwrap();
+            assert_eq!(req.series.len(), 1);
+            let labels = req.series[0]
+                .labels
+                .iter()
+                .map(|l| (l.name.clone(), l.value.clone()))
+                .collect();
+            (labels, req.series[0].samples[0].raw_profile.clone())
+        }
+        Api::Ingest => {
+            let query = t.path.strip_prefix("/ingest?").expect("the ingest path");
+            let name = query
+                .split('&')
+                .next()
+                .unwrap()
+                .strip_prefix("name=")
+                .unwrap();
+            let name = name
+                .replace("%7B", "{")
+                .replace("%7D", "}")
+                .replace("%3D", "=")
+                .replace("%2C", ",");
+            let (service, rest) = name.split_once('{').unwrap();
+            let mut labels: std::collections::BTreeMap<String, String> = rest
+                .trim_end_matches('}')
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            labels.insert("service_name".into(), service.into());
+            labels.insert("__name__".into(), "process_cpu".into());
+            assert!(query.contains("&format=pprof&sampleRate=99&"), "{query}");
+            let boundary = t
+                .content_type
+                .strip_prefix("multipart/form-data; boundary=")
+                .unwrap();
+            let head = b"name=\"profile\"; filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n";
+            let at = t.body.windows(head.len()).position(|w| w == head).unwrap() + head.len();
+            let end = format!("\r\n--{boundary}");
+            let len = t.body[at..]
+                .windows(end.len())
+                .position(|w| w == end.as_bytes())
+                .unwrap();
+            (labels, t.body[at..at + len].to_vec())
+        }
+    }
+}
+
+fn hot_function_through(api: Api) {
     if !ready("profdev agent --pyroscope") || !profdev_testkit::tools("go tool pprof", &["go"]) {
         return;
     }
@@ -32,6 +96,7 @@ fn pyroscope_push_names_the_hot_function_for_go_tool_pprof() {
     let log = Arc::new(Mutex::new(Vec::<String>::new()));
     let opts = Options {
         pyroscope: Some(url),
+        pyroscope_api: api,
         ..options()
     };
     let agent = {
@@ -55,19 +120,10 @@ fn pyroscope_push_names_the_hot_function_for_go_tool_pprof() {
     assert_eq!(taken.len() as u64, out.profiles);
     let mut traces = String::new();
     for (i, t) in taken.iter().enumerate() {
-        assert_eq!(t.path, "/push.v1.PusherService/Push");
-        assert_eq!(t.content_type, "application/proto");
-        let req = PushRequest::decode(&t.body[..]).unwrap();
-        assert_eq!(req.series.len(), 1);
-        let labels: std::collections::BTreeMap<&str, &str> = req.series[0]
-            .labels
-            .iter()
-            .map(|l| (l.name.as_str(), l.value.as_str()))
-            .collect();
+        let (labels, raw) = series_of(api, t);
         assert_eq!(labels["__name__"], "process_cpu");
         assert_eq!(labels["service_name"], "hot-test");
         assert!(labels.contains_key("host_name"), "{labels:?}");
-        let raw = &req.series[0].samples[0].raw_profile;
         let mut pb = Vec::new();
         flate2::read::GzDecoder::new(&raw[..])
             .read_to_end(&mut pb)
@@ -76,7 +132,7 @@ fn pyroscope_push_names_the_hot_function_for_go_tool_pprof() {
         // One second, but the last (cut when the agent is stopped).
         assert!(p.duration_nanos > 0 && p.duration_nanos < 5_000_000_000);
         let file = d.path().join(format!("cut{i}.pb.gz"));
-        std::fs::write(&file, raw).unwrap();
+        std::fs::write(&file, &raw).unwrap();
         let o = std::process::Command::new("go")
             .args(["tool", "pprof", "-traces", "-symbolize=none"])
             .arg(&file)

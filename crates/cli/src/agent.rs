@@ -1,4 +1,4 @@
-//! `profdev agent [-F HZ] [--interval SECS] [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL] [--parca URL] [--label KEY=VALUE]...`:
+//! `profdev agent [-F HZ] [--interval SECS] [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL [--pyroscope-api push|ingest]] [--parca URL] [--label KEY=VALUE]...`:
 //! profile the whole machine continuously and send one profile per
 //! interval to the backend a fleet already runs.
 //!
@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! profdev agent [-v] [-F HZ] [--interval SECS] [--label KEY=VALUE]... [--insecure]
-//!               [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL] [--parca URL]
+//!               [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL [--pyroscope-api push|ingest]]
+//!               [--parca URL] [--token-file F | --basic-auth-file F] [--tls-ca F] [--spool DIR]
 //! ```
 //!
 //! # Description
@@ -34,7 +35,8 @@
 //! (`ProfilesService/Export`, default port 4317) or with
 //! `--otlp-protocol http` as `POST /v1development/profiles`
 //! (`application/x-protobuf`, default port 4318; a path in URL replaces
-//! it). Resource attributes follow OpenTelemetry's conventions
+//! it), gzipped either way; a partial success the collector answers
+//! (profiles rejected) is the destination's last error. Resource attributes follow OpenTelemetry's conventions
 //! (`process.executable.path`, `process.executable.build_id.gnu`,
 //! `process.linux.cgroup`, `container.id`, `k8s.pod.uid`), plus
 //! `profdev.systemd.unit`.
@@ -47,7 +49,10 @@
 //! gzipped pprof whose time span is the interval and whose samples carry
 //! their process's labels (`pid`, `comm`, and the attributes above with
 //! `.` written `_`, as Pyroscope's label names require); Pyroscope makes
-//! each process a series of its own.
+//! each process a series of its own. `--pyroscope-api ingest` sends the
+//! same pprof to the older `POST /ingest?format=pprof` instead (multipart,
+//! the series labels in `name=SERVICE{key=value,…}`, `from`/`until` the
+//! interval in Unix seconds).
 //!
 //! `--parca URL` writes each profile to a Parca server (default port
 //! 7070) with `WriteRaw` of its profile store
@@ -67,10 +72,13 @@
 //! written whole through profdev's safe-write path, removed once sent or
 //! dropped); the next start sends what it holds first, oldest first.
 //! `--token-file F` gives the bearer token every request carries
-//! (`Authorization: Bearer …`, over gRPC the `authorization` metadata):
-//! read from a file, never taken on the command line, never printed.
-//! Plain http goes only to this machine (localhost,
-//! a loopback address) unless `--insecure` is given, and a token never
+//! (`Authorization: Bearer …`, over gRPC the `authorization` metadata),
+//! `--basic-auth-file F` a `USER:PASSWORD` line for HTTP basic auth
+//! instead: read from a file, never taken on the command line, never
+//! printed. `https://` URLs are checked against the system's root
+//! certificates, or with `--tls-ca F` against the CA certificates of that
+//! PEM file only. Plain http goes only to this machine (localhost, a
+//! loopback address) unless `--insecure` is given, and a credential never
 //! goes over plain http to another machine.
 //!
 //! SIGINT, SIGTERM or SIGHUP end the agent: the last interval is cut, and
@@ -89,17 +97,16 @@
 //!
 //! # Bugs
 //!
-//! Not built yet (issue 26), and refused with a sentence: Pyroscope's
-//! `/ingest` API, `--tls-ca`, https, basic auth; without a
-//! destination there is no local store yet. The cgroup of a process is
+//! Without a destination there is no local store yet (issue 26). No
+//! client certificate (mutual TLS) is offered. The cgroup of a process is
 //! read from `/proc` at its fork, exec or first sample: one that moves to
-//! another cgroup keeps the first. A collector's partial-success answer is
-//! not read. Samples are put in the interval whose cut the merge of the
+//! another cgroup keeps the first. Samples are put in the interval whose cut the merge of the
 //! CPUs' rings has released them to (up to about 10 ms late).
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Parser, ValueEnum};
 use profdev_agent::otlp::Protocol;
+use profdev_agent::pyroscope::Api;
 use profdev_agent::{Options, OtlpOptions};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -115,6 +122,13 @@ const NAME: &str = "profdev agent";
 enum OtlpProtocol {
     Grpc,
     Http,
+}
+
+/// Pyroscope's APIs.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PyroscopeApi {
+    Push,
+    Ingest,
 }
 
 /// Profile the whole machine continuously; send a profile per interval to OTLP, Pyroscope or Parca.
@@ -141,6 +155,9 @@ pub(crate) struct Args {
     /// A Grafana Pyroscope server (http://HOST[:PORT][/PATH]): pprof through its push API.
     #[arg(long, value_name = "URL")]
     pyroscope: Option<String>,
+    /// Pyroscope's push API (connect protocol) or its older /ingest.
+    #[arg(long, value_name = "API", default_value = "push")]
+    pyroscope_api: PyroscopeApi,
     /// A Parca server (http://HOST[:PORT]): pprof through WriteRaw (gRPC).
     #[arg(long, value_name = "URL")]
     parca: Option<String>,
@@ -151,9 +168,12 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DIR")]
     spool: Option<PathBuf>,
     /// A file holding the bearer token every request carries (never give it on the command line).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "basic_auth_file")]
     token_file: Option<PathBuf>,
-    /// A CA certificate file for TLS (not built yet).
+    /// A file holding USER:PASSWORD for HTTP basic auth (never give it on the command line).
+    #[arg(long, value_name = "FILE")]
+    basic_auth_file: Option<PathBuf>,
+    /// The CA certificates (PEM) https servers are checked against, instead of the system's.
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
     /// Accept sending over plain http to another machine.
@@ -179,9 +199,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 fn options(args: &Args) -> Result<Options> {
-    if args.tls_ca.is_some() {
-        bail!("--tls-ca is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)");
-    }
+    let token = match (&args.token_file, &args.basic_auth_file) {
+        (Some(f), _) => Some(profdev_agent::token::Token::read(f)),
+        (None, Some(f)) => Some(profdev_agent::token::Token::read_basic(f)),
+        (None, None) => None,
+    };
     Ok(Options {
         frequency: args.frequency,
         interval: Duration::from_secs(args.interval),
@@ -194,12 +216,14 @@ fn options(args: &Args) -> Result<Options> {
             },
         }),
         pyroscope: args.pyroscope.clone(),
+        pyroscope_api: match args.pyroscope_api {
+            PyroscopeApi::Push => Api::Push,
+            PyroscopeApi::Ingest => Api::Ingest,
+        },
         parca: args.parca.clone(),
         spool: args.spool.clone(),
-        token: match &args.token_file {
-            Some(f) => Some(profdev_agent::token::Token::read(f).map_err(|e| anyhow!(e))?),
-            None => None,
-        },
+        token: token.transpose().map_err(|e| anyhow!(e))?,
+        tls_ca: args.tls_ca.clone(),
         insecure: args.insecure,
         verbose: args.verbose,
         ..Options::default()
@@ -236,12 +260,25 @@ mod tests {
     }
 
     #[test]
-    fn options_not_built_yet_are_refused_by_name() {
-        let e = options(&args(&["--tls-ca", "/etc/profdev/ca.pem"])).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "--tls-ca is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)"
-        );
+    fn credential_files_are_read_and_exclusive() {
+        assert!(Args::try_parse_from([
+            "profdev agent",
+            "--token-file",
+            "a",
+            "--basic-auth-file",
+            "b"
+        ])
+        .is_err());
+        let e = options(&args(&[
+            "--otlp",
+            "http://x",
+            "--basic-auth-file",
+            "/nonexistent/b",
+        ]));
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .starts_with("--basic-auth-file /nonexistent/b: cannot read it"));
         let e = options(&args(&[
             "--otlp",
             "http://x",

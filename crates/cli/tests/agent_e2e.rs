@@ -1,5 +1,5 @@
-//! `profdev agent` end to end: options not built yet and a missing
-//! destination are refused with a sentence; plain http to another machine
+//! `profdev agent` end to end: bad options and a missing destination are
+//! refused with a sentence; plain http to another machine
 //! is refused, inside a network namespace with no route (`unshare -n`), so
 //! that a bug sends nothing anywhere; run with `--interval 1` against a
 //! collector on 127.0.0.1, SIGTERM ends it with every profile cut
@@ -25,12 +25,17 @@ fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
 }
 
 #[test]
-fn what_is_not_built_and_a_missing_destination_are_refused() {
-    let (code, err) = stderr_of(&["--tls-ca", "/etc/profdev/ca.pem"]);
+fn bad_options_and_a_missing_destination_are_refused() {
+    let (code, err) = stderr_of(&[
+        "--otlp",
+        "https://localhost",
+        "--tls-ca",
+        "/nonexistent/ca.pem",
+    ]);
     assert_eq!(code, Some(1));
     assert_eq!(
         err,
-        "profdev agent: --tls-ca is not built yet (issue 26); this build sends to OpenTelemetry (--otlp URL), Pyroscope (--pyroscope URL) or Parca (--parca URL)\n"
+        "profdev agent: --tls-ca /nonexistent/ca.pem: cannot read it: No such file or directory (os error 2)\n"
     );
     let (code, err) = stderr_of(&[]);
     assert_eq!(code, Some(1));
@@ -38,9 +43,22 @@ fn what_is_not_built_and_a_missing_destination_are_refused() {
         err,
         "profdev agent: no destination: give --otlp URL, --pyroscope URL or --parca URL (the local store kept without one is not built yet)\n"
     );
-    let (code, err) = stderr_of(&["--otlp", "https://localhost"]);
+    let d = tempfile::tempdir().unwrap();
+    let basic = d.path().join("basic");
+    std::fs::write(&basic, "user:hunter2\n").unwrap();
+    let b = basic.to_str().unwrap();
+    let (code, err) = stderr_of(&[
+        "--pyroscope",
+        "http://192.0.2.1",
+        "--insecure",
+        "--basic-auth-file",
+        b,
+    ]);
     assert_eq!(code, Some(1));
-    assert!(err.contains("https is not built yet"), "{err}");
+    assert_eq!(
+        err,
+        "profdev agent: http://192.0.2.1:4040: refusing to send the --basic-auth-file credential over plain http to another machine, even with --insecure; use https\n"
+    );
 }
 
 #[test]

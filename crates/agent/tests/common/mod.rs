@@ -124,11 +124,14 @@ impl Drop for Cgroup {
 pub struct Taken {
     pub path: String,
     pub content_type: String,
+    /// The request's Content-Encoding, if any (the body is kept decoded).
+    pub content_encoding: Option<String>,
     pub authorization: Option<String>,
     pub body: Vec<u8>,
 }
 
-/// An HTTP collector on `listener`: each POST answered 200 and kept.
+/// An HTTP/1.1 collector on `listener` answering every request with 200
+/// and keeping it (a gzipped body decoded).
 pub fn http_collector(listener: TcpListener) -> Arc<Mutex<Vec<Taken>>> {
     let got = Arc::new(Mutex::new(Vec::new()));
     let keep = got.clone();
@@ -142,16 +145,80 @@ pub fn http_collector(listener: TcpListener) -> Arc<Mutex<Vec<Taken>>> {
     got
 }
 
-fn serve(stream: std::net::TcpStream, keep: &Mutex<Vec<Taken>>) {
-    let mut r = BufReader::new(stream.try_clone().unwrap());
-    let mut w = stream;
+/// A test CA and a server certificate it signed for `localhost` and
+/// 127.0.0.1.
+pub struct TestCa {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: Vec<u8>,
+    pub key_der: Vec<u8>,
+}
+
+/// A new [`TestCa`].
+pub fn test_ca() -> TestCa {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "profdev test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let server =
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = server.signed_by(&key, &issuer).unwrap();
+    TestCa {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        cert_der: cert.der().to_vec(),
+        key_der: key.serialize_der(),
+    }
+}
+
+/// [`http_collector`] over TLS with `ca`'s server certificate.
+pub fn https_collector(listener: TcpListener, ca: &TestCa) -> Arc<Mutex<Vec<Taken>>> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(ca.cert_der.clone())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ca.key_der.clone())),
+        )
+        .unwrap();
+    let config = Arc::new(config);
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let keep = got.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let (keep, config) = (keep.clone(), config.clone());
+            std::thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(config).unwrap();
+                serve(rustls::StreamOwned::new(conn, stream), &keep)
+            });
+        }
+    });
+    got
+}
+
+fn serve<S: Read + Write>(stream: S, keep: &Mutex<Vec<Taken>>) {
+    let mut r = BufReader::new(stream);
     loop {
         let mut line = String::new();
+        // A client that gave up on the handshake (a certificate it does
+        // not trust) ends here too.
         if r.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
         let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
         let (mut len, mut content_type, mut authorization) = (0usize, String::new(), None);
+        let mut content_encoding = None;
         loop {
             let mut h = String::new();
             r.read_line(&mut h).unwrap();
@@ -163,22 +230,33 @@ fn serve(stream: std::net::TcpStream, keep: &Mutex<Vec<Taken>>) {
             match k.to_ascii_lowercase().as_str() {
                 "content-length" => len = v.trim().parse().unwrap(),
                 "content-type" => content_type = v.trim().to_string(),
+                "content-encoding" => content_encoding = Some(v.trim().to_string()),
                 "authorization" => authorization = Some(v.trim().to_string()),
                 _ => {}
             }
         }
         let mut body = vec![0; len];
         r.read_exact(&mut body).unwrap();
+        if content_encoding.as_deref() == Some("gzip") {
+            let mut plain = Vec::new();
+            flate2::read::GzDecoder::new(&body[..])
+                .read_to_end(&mut plain)
+                .expect("a gzipped body");
+            body = plain;
+        }
         keep.lock().unwrap().push(Taken {
             path,
             content_type,
+            content_encoding,
             authorization,
             body,
         });
+        let w = r.get_mut();
         w.write_all(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
         )
         .unwrap();
+        w.flush().unwrap();
     }
 }
 
@@ -189,11 +267,33 @@ fn serve(stream: std::net::TcpStream, keep: &Mutex<Vec<Taken>>) {
 pub fn grpc_collector(
     token: &'static str,
 ) -> (String, Arc<Mutex<Vec<ExportProfilesServiceRequest>>>) {
+    let (url, got, _) = grpc_collector_with(&format!("Bearer {token}"), None);
+    (url, got)
+}
+
+/// Each request's `grpc-encoding`, as a gRPC collector took it.
+pub type Encodings = Arc<Mutex<Vec<Option<String>>>>;
+
+/// [`grpc_collector`] whose calls must carry `authorization`, over TLS
+/// with `tls`'s server certificate if given (its URL then `https://`),
+/// with each request's `grpc-encoding` too.
+pub fn grpc_collector_with(
+    authorization: &str,
+    tls: Option<&TestCa>,
+) -> (
+    String,
+    Arc<Mutex<Vec<ExportProfilesServiceRequest>>>,
+    Encodings,
+) {
     use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_server::{
         ProfilesService, ProfilesServiceServer,
     };
     use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceResponse;
-    struct Keep(Arc<Mutex<Vec<ExportProfilesServiceRequest>>>, &'static str);
+    struct Keep(
+        Arc<Mutex<Vec<ExportProfilesServiceRequest>>>,
+        String,
+        Encodings,
+    );
     #[tonic::async_trait]
     impl ProfilesService for Keep {
         async fn export(
@@ -201,9 +301,14 @@ pub fn grpc_collector(
             request: tonic::Request<ExportProfilesServiceRequest>,
         ) -> Result<tonic::Response<ExportProfilesServiceResponse>, tonic::Status> {
             let auth = request.metadata().get("authorization");
-            if auth.and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {}", self.1)) {
+            if auth.and_then(|v| v.to_str().ok()) != Some(self.1.as_str()) {
                 return Err(tonic::Status::unauthenticated("no token"));
             }
+            let enc = request.metadata().get("grpc-encoding");
+            self.2
+                .lock()
+                .unwrap()
+                .push(enc.and_then(|v| v.to_str().ok()).map(str::to_string));
             self.0.lock().unwrap().push(request.into_inner());
             Ok(tonic::Response::new(
                 ExportProfilesServiceResponse::default(),
@@ -211,10 +316,13 @@ pub fn grpc_collector(
         }
     }
     let got = Arc::new(Mutex::new(Vec::new()));
-    let keep = Keep(got.clone(), token);
+    let encodings = Arc::new(Mutex::new(Vec::new()));
+    let keep = Keep(got.clone(), authorization.to_string(), encodings.clone());
     let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = std_listener.local_addr().unwrap();
     std_listener.set_nonblocking(true).unwrap();
+    let identity = tls.map(|ca| tonic::transport::Identity::from_pem(&ca.cert_pem, &ca.key_pem));
+    let scheme = if tls.is_some() { "https" } else { "http" };
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -222,14 +330,22 @@ pub fn grpc_collector(
             .unwrap();
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
-            tonic::transport::Server::builder()
-                .add_service(ProfilesServiceServer::new(keep))
+            let mut server = tonic::transport::Server::builder();
+            if let Some(id) = identity {
+                server = server
+                    .tls_config(tonic::transport::ServerTlsConfig::new().identity(id))
+                    .unwrap();
+            }
+            let service = ProfilesServiceServer::new(keep)
+                .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+            server
+                .add_service(service)
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await
                 .unwrap();
         });
     });
-    (format!("http://{addr}"), got)
+    (format!("{scheme}://{addr}"), got, encodings)
 }
 
 pub fn decode(body: &[u8]) -> ExportProfilesServiceRequest {
