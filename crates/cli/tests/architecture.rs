@@ -75,7 +75,7 @@ const MAY_USE: &[(&str, &[&str])] = &[
         "attach",
         &["dev", "coverage", "inject", "mprof", "safefile", "asuser"],
     ),
-    ("fuse", &["core", "dev"]),
+    ("fuse", &["core", "dev", "safefile"]),
     // gmon's and kgmon's profiles, and the symbols files gprof reads.
     (
         "gprof",
