@@ -8,6 +8,7 @@
 //! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
 //!                [-i FILE] [-o OUT [--open]] [--inverted] [--title T] [--pid PID]
 //!                [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
+//! profdev export svg --diff BASE NEW [-o OUT [--open]] [--inverted] [--title T]
 //! ```
 //!
 //! # Description
@@ -29,7 +30,13 @@
 //!   (each sample counted once) is shown at the bottom right. The script
 //!   that does it is profdev's own, inside the file; it loads nothing.
 //!   Where no script runs (an `<img>`, an image viewer) the graph is the
-//!   same picture without the controls.
+//!   same picture without the controls. With `--diff BASE NEW` (instead
+//!   of `-i`), a differential flame graph: NEW's graph, each frame
+//!   coloured by how the share of samples of its call path changed from
+//!   BASE (red: grew, slower; blue: shrank, faster; the deeper, the
+//!   larger the change; grey: not significant, as `profdev report --diff`
+//!   judges it, over all frames at once), its title saying the change in
+//!   points. Paths only BASE has are not drawn.
 //! * `pprof`: gzipped profile.proto (`go tool pprof`, Pyroscope, Parca).
 //! * `firefox`: the Firefox Profiler's processed JSON (profiler.firefox.com).
 //! * `perf-script`: `perf script` text (stackcollapse-perf.pl, Firefox Profiler).
@@ -155,6 +162,9 @@ pub(crate) struct Args {
     /// svg: the title.
     #[arg(long, value_name = "T")]
     title: Option<String>,
+    /// svg: NEW's flame graph coloured by the change from BASE (red slower, blue faster, grey not significant).
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "input")]
+    diff: Vec<PathBuf>,
     /// gmon: the samples of this process.
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
@@ -271,7 +281,10 @@ impl Write for SafeWriter {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let rec = read_recording(&args.input, NAME, "exporting")?;
+    if !args.diff.is_empty() && args.format != Format::Svg {
+        bail!("--diff draws a differential flame graph: give the format svg");
+    }
+    let rec = read_recording(args.diff.get(1).unwrap_or(&args.input), NAME, "exporting")?;
     let (contents, binary, kernel_addrs, what) = match args.format {
         Format::PerfScript => (
             Contents::Script(perf_script::Script::new(&rec)),
@@ -419,6 +432,27 @@ fn write(
     Ok(())
 }
 
+/// `profdev_report::diff`'s judgment of a differential graph's frames.
+fn judge(frames: &[svg::PathCounts]) -> Vec<svg::Shift> {
+    use profdev_report::diff::{judge, Counts};
+    let counts: Vec<Counts> = frames
+        .iter()
+        .map(|&[base, base_total, new, new_total]| Counts {
+            base,
+            base_total,
+            new,
+            new_total,
+        })
+        .collect();
+    judge(&counts)
+        .iter()
+        .map(|c| svg::Shift {
+            delta: c.delta,
+            significant: c.significant,
+        })
+        .collect()
+}
+
 /// The bytes of every format but perf-script, whether they are binary,
 /// whether they hold kernel addresses, and what they are.
 fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, What)> {
@@ -436,7 +470,13 @@ fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, What)> {
                 inverted: args.inverted,
                 ..svg::Options::default()
             };
-            let graph = svg::render(rec, &opt);
+            let graph = match &args.diff[..] {
+                [base, _] => {
+                    let base = read_recording(base, NAME, "comparing")?;
+                    svg::render_diff(&base, rec, &opt, &judge)
+                }
+                _ => svg::render(rec, &opt),
+            };
             let what = What::Svg {
                 frames: graph.frames,
                 samples: graph.samples,

@@ -1,11 +1,13 @@
 //! `profdev report [-i FILE] [--sort KEYS] [--children] [--ci]`: a
 //! recording's samples as a text table, by any of command, process,
-//! thread, object and function, self and children, with 95% intervals.
+//! thread, object and function, self and children, with 95% intervals;
+//! with `--diff BASE NEW`, how two recordings' shares differ.
 //!
 //! # Synopsis
 //!
 //! ```text
 //! profdev report [-i FILE] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
+//! profdev report --diff BASE NEW [--sort comm,pid,tid,dso,sym] [--children]
 //! ```
 //!
 //! # Description
@@ -32,10 +34,25 @@
 //! sampling clock breaks it). The table is computed by
 //! `profdev_report::samples`.
 //!
+//! With `--diff BASE NEW`, one row per key found in either recording:
+//! its share in BASE and in NEW, the change in percentage points (NEW −
+//! BASE) with its 95% interval (Newcombe's hybrid score interval, built
+//! from the two Wilson intervals `--ci` shows), and `*` where the change
+//! is significant at a false discovery rate of 5% across all the rows
+//! (Benjamini–Hochberg on two-proportion z-tests, and the interval
+//! excludes zero), so that among many unchanged rows none is starred by
+//! chance. Significant changes come first, largest first. The measure is
+//! the share of samples, not time per run: a function whose own time did
+//! not change loses share when another grows, and two runs of different
+//! lengths compare by shares alone. `--children` compares the shares of
+//! samples with the key anywhere in their stack. Computed by
+//! `profdev_report::diff`; `profdev export svg --diff` draws it.
+//!
 //! # Example
 //!
 //! ```text
 //! profdev record -g -- ./prog && profdev report --children --ci --sort sym
+//! profdev report --diff before.data after.data --sort sym
 //! ```
 //!
 //! # Bugs
@@ -46,7 +63,7 @@
 use anyhow::{bail, Result};
 use clap::Parser;
 use profdev_formats::export::Names;
-use profdev_formats::recording::ObjectKind;
+use profdev_formats::recording::{ObjectKind, Recording};
 use profdev_report::samples::{table, Key, Options, SampleRow};
 use std::ffi::OsString;
 use std::io::Write;
@@ -69,6 +86,9 @@ pub(crate) struct Args {
     /// Show each share's 95% Wilson interval and mark ties.
     #[arg(long)]
     ci: bool,
+    /// Compare two recordings: each row's share in both, the change, its interval, '*' where significant.
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["input", "ci"])]
+    diff: Vec<PathBuf>,
 }
 
 const NAME: &str = "profdev report";
@@ -93,6 +113,30 @@ fn run(args: &Args) -> Result<ExitCode> {
     if keys.is_empty() {
         bail!("--sort: no key; use comm, pid, tid, dso or sym, comma separated");
     }
+    if let [base, new] = &args.diff[..] {
+        let read = |p: &PathBuf| crate::export::read_recording(p, NAME, "comparing");
+        let (base_rec, new_rec) = (read(base)?, read(new)?);
+        if let Some(p) = [(base, &base_rec), (new, &new_rec)]
+            .iter()
+            .find(|(_, r)| r.samples.is_empty())
+        {
+            bail!(
+                "{} holds no samples; record some with 'profdev record'",
+                p.0.display()
+            );
+        }
+        let (bn, nn) = (Names::new(&base_rec), Names::new(&new_rec));
+        let text = profdev_report::diff::table(
+            &sample_rows(&base_rec, &bn),
+            &sample_rows(&new_rec, &nn),
+            (&base.display().to_string(), &new.display().to_string()),
+            &profdev_report::diff::Options {
+                keys,
+                children: args.children,
+            },
+        );
+        return print(&text);
+    }
     let rec = crate::export::read_recording(&args.input, NAME, "reporting")?;
     if rec.samples.is_empty() {
         bail!(
@@ -101,6 +145,21 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
     }
     let names = Names::new(&rec);
+    let rows = sample_rows(&rec, &names);
+    let mut text = table(
+        &rows,
+        &Options {
+            keys,
+            children: args.children,
+            ci: args.ci,
+        },
+    );
+    text.push_str(&labels(&names, rec.samples.len() as u64));
+    print(&text)
+}
+
+/// Each sample of `rec` as the tables take it.
+fn sample_rows<'a>(rec: &'a Recording, names: &'a Names) -> Vec<SampleRow<'a>> {
     let dso = |object: u32| -> &str {
         match rec.object(object) {
             Some(o) if o.info.kind == ObjectKind::Kernel => "[kernel]",
@@ -110,12 +169,11 @@ fn run(args: &Args) -> Result<ExitCode> {
             None => "[unknown]",
         }
     };
-    let rows: Vec<SampleRow> = rec
-        .samples
+    rec.samples
         .iter()
         .enumerate()
         .map(|(i, s)| SampleRow {
-            comm: profdev_formats::export::comm(&rec, s),
+            comm: profdev_formats::export::comm(rec, s),
             pid: s.pid,
             tid: s.tid,
             frames: names
@@ -127,16 +185,12 @@ fn run(args: &Args) -> Result<ExitCode> {
                 })
                 .collect(),
         })
-        .collect();
-    let mut text = table(
-        &rows,
-        &Options {
-            keys,
-            children: args.children,
-            ci: args.ci,
-        },
-    );
-    text.push_str(&labels(&names, rec.samples.len() as u64));
+        .collect()
+}
+
+/// Write `text` to standard output (a reader that has seen enough is no
+/// error).
+fn print(text: &str) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(ExitCode::SUCCESS),

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod diff;
 pub mod kprof;
 pub mod mprof;
 pub mod outside;

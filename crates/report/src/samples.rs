@@ -59,7 +59,8 @@ impl Key {
         })
     }
 
-    fn title(self) -> &'static str {
+    /// The column's title.
+    pub fn title(self) -> &'static str {
         match self {
             Key::Comm => "Command",
             Key::Pid => "Pid",
@@ -111,7 +112,12 @@ pub fn wilson(k: u64, n: u64) -> (f64, f64) {
     ((center - half).max(0.0), (center + half).min(1.0))
 }
 
-fn key_of<'a>(keys: &[Key], s: &SampleRow<'a>, frame: Option<(&'a str, &'a str)>) -> Vec<String> {
+/// The row key of sample `s` with `frame` as its frame.
+pub(crate) fn key_of<'a>(
+    keys: &[Key],
+    s: &SampleRow<'a>,
+    frame: Option<(&'a str, &'a str)>,
+) -> Vec<String> {
     keys.iter()
         .map(|k| match k {
             Key::Comm => s.comm.to_string(),

@@ -16,6 +16,14 @@
 //! Frames narrower than 0.1 pixel in the whole graph are left out of the
 //! file (as flamegraph.pl's `--minwidth` does), so zooming and searching
 //! do not see them either.
+//!
+//! [`render_diff`] draws a differential graph: NEW's frames, each
+//! coloured by how its share of the samples (the same call path, matched
+//! by function names from the root) changed from BASE: red where it grew
+//! (slower), blue where it shrank (faster), deeper the larger the change,
+//! grey where the change is not significant; its title says the change
+//! in points. Which changes are significant is the caller's judgment
+//! (`profdev_report::diff::judge`), made over all frames at once.
 
 use super::{Names, Tree};
 use crate::recording::Recording;
@@ -112,6 +120,108 @@ pub fn write(rec: &Recording, opt: &Options) -> String {
 pub fn render(rec: &Recording, opt: &Options) -> Graph {
     let names = Names::new(rec);
     let tree = Tree::new(&names);
+    let colours: Vec<String> = names
+        .funcs
+        .iter()
+        .map(|f| colour(&f.name, f.kernel))
+        .collect();
+    draw(&names, &tree, opt, &|i| {
+        (colours[tree.nodes[i].func as usize].clone(), String::new())
+    })
+}
+
+/// A frame's change in a differential graph: NEW's share less BASE's, in
+/// percentage points, and whether it is significant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shift {
+    pub delta: f64,
+    pub significant: bool,
+}
+
+/// The counts of one frame of a differential graph: its samples in BASE
+/// (0 where BASE has no such path) and all of BASE's, its samples in NEW
+/// and all of NEW's.
+pub type PathCounts = [u64; 4];
+
+/// The differential flame graph of `new` against `base` (see the module
+/// doc); `judge` gets every frame's counts at once and says how each
+/// changed.
+pub fn render_diff(
+    base: &Recording,
+    new: &Recording,
+    opt: &Options,
+    judge: &dyn Fn(&[PathCounts]) -> Vec<Shift>,
+) -> Graph {
+    let (bn, nn) = (Names::new(base), Names::new(new));
+    let (bt, nt) = (Tree::new(&bn), Tree::new(&nn));
+    // BASE's node of each (parent, function name).
+    let mut child: std::collections::HashMap<(u32, &str), u32> = Default::default();
+    for (i, n) in bt.nodes.iter().enumerate().skip(1) {
+        child.insert(
+            (n.parent, bn.funcs[n.func as usize].name.as_str()),
+            i as u32,
+        );
+    }
+    // NEW's nodes come parents first: each one's BASE node, if any.
+    let mut in_base: Vec<Option<u32>> = vec![Some(0); nt.nodes.len()];
+    for i in 1..nt.nodes.len() {
+        let n = &nt.nodes[i];
+        let name = nn.funcs[n.func as usize].name.as_str();
+        in_base[i] = in_base[n.parent as usize].and_then(|p| child.get(&(p, name)).copied());
+    }
+    let (b_total, n_total) = (bt.nodes[0].total, nt.nodes[0].total);
+    let counts: Vec<PathCounts> = nt
+        .nodes
+        .iter()
+        .zip(&in_base)
+        .map(|(n, b)| {
+            [
+                b.map_or(0, |b| bt.nodes[b as usize].total),
+                b_total,
+                n.total,
+                n_total,
+            ]
+        })
+        .collect();
+    let shifts = judge(&counts);
+    let largest = shifts
+        .iter()
+        .filter(|s| s.significant)
+        .map(|s| s.delta.abs())
+        .fold(0.0, f64::max);
+    draw(&nn, &nt, opt, &|i| {
+        let s = shifts[i];
+        let title = format!(
+            ", {:+.2} points{}",
+            s.delta,
+            if s.significant {
+                ""
+            } else {
+                ", not significant"
+            }
+        );
+        if !s.significant || largest == 0.0 {
+            return ("rgb(210,210,210)".into(), title);
+        }
+        // From a pale tint to full colour with the size of the change.
+        let fade = (200.0 * (1.0 - s.delta.abs() / largest)) as u32 + 30;
+        let colour = if s.delta > 0.0 {
+            format!("rgb(255,{fade},{fade})")
+        } else {
+            format!("rgb({fade},{fade},255)")
+        };
+        (colour, title)
+    })
+}
+
+/// The SVG of `tree`, each node `i`'s colour and the words added to its
+/// title given by `paint(i)`.
+fn draw(
+    names: &Names,
+    tree: &Tree,
+    opt: &Options,
+    paint: &dyn Fn(usize) -> (String, String),
+) -> Graph {
     let total = tree.nodes[0].total;
     // Depth of each node; nodes are created parents first.
     let mut depth = vec![0usize; tree.nodes.len()];
@@ -154,11 +264,6 @@ pub fn render(rec: &Recording, opt: &Options) -> Graph {
             stack.push(c);
         }
     }
-    let colours: Vec<String> = names
-        .funcs
-        .iter()
-        .map(|f| colour(&f.name, f.kernel))
-        .collect();
     let mut order: Vec<usize> = (1..tree.nodes.len()).collect();
     order.sort_by_key(|&i| (depth[i], x[i]));
     let mut frames = 0;
@@ -178,9 +283,10 @@ pub fn render(rec: &Recording, opt: &Options) -> Graph {
         };
         let pct = 100.0 * n.total as f64 / total as f64;
         let name = escape(&f.name);
+        let (fill, more) = paint(i);
         let _ = write!(
             s,
-            "<g data-s=\"{}\" data-n=\"{}\" data-d=\"{}\"><title>{name} ({} samples, {}%)</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" rx=\"2\"/>",
+            "<g data-s=\"{}\" data-n=\"{}\" data-d=\"{}\"><title>{name} ({} samples, {}%{more})</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" rx=\"2\"/>",
             x[i],
             n.total,
             depth[i],
@@ -190,7 +296,7 @@ pub fn render(rec: &Recording, opt: &Options) -> Graph {
             Fixed(y, 1),
             Fixed(width, 1),
             Fixed(FRAME_H - 1.0, 1),
-            colours[n.func as usize],
+            fill,
         );
         let fits = ((width - 6.0) / CHAR_W).floor() as usize;
         if fits >= 3 {

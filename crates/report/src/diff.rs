@@ -1,0 +1,327 @@
+//! `profdev report --diff BASE NEW`: how each row's share of samples
+//! changed between two recordings, with a 95% interval of the change and
+//! a mark where the change is significant across all rows.
+//!
+//! For a row with `k1` of `n1` samples in BASE and `k2` of `n2` in NEW,
+//! the change is `d = k2/n2 − k1/n1`, in percentage points. Its interval
+//! is Newcombe's hybrid score interval (Newcombe 1998, method 10), built
+//! from the two Wilson score intervals `report --ci` shows:
+//! `d − √((p2−l2)² + (u1−p1)²)` to `d + √((u2−p2)² + (p1−l1)²)`.
+//! Each row's p-value is the two-sided pooled two-proportion z-test's;
+//! rows are marked significant by the Benjamini–Hochberg procedure at a
+//! false discovery rate of 5% over all rows compared, and only where
+//! Newcombe's interval excludes zero too, so the mark and the interval
+//! never disagree. As in `--ci`, samples are treated as independent
+//! draws, which periodic sampling only approximates.
+//!
+//! The measure is the share of samples, not time per run: a function
+//! whose own time did not change loses share when another one grows.
+//!
+//! ```
+//! use profdev_report::diff::{judge, Counts};
+//! // 700 of 1000 samples, then 300 of 1000: a significant drop.
+//! let c = judge(&[Counts { base: 700, base_total: 1000, new: 300, new_total: 1000 }]);
+//! assert!(c[0].significant && (c[0].delta + 40.0).abs() < 1e-9);
+//! ```
+
+use crate::samples::{key_of, wilson, Key, SampleRow};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// A row's counts in the two recordings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Samples of the row in BASE, and all of BASE's.
+    pub base: u64,
+    pub base_total: u64,
+    /// Samples of the row in NEW, and all of NEW's.
+    pub new: u64,
+    pub new_total: u64,
+}
+
+/// What [`judge`] says of a row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Change {
+    /// The shares, in percent.
+    pub base_share: f64,
+    pub new_share: f64,
+    /// NEW's share less BASE's, in percentage points.
+    pub delta: f64,
+    /// Newcombe's 95% interval of `delta`, in points.
+    pub lo: f64,
+    pub hi: f64,
+    /// The two-proportion z-test's two-sided p-value.
+    pub p: f64,
+    /// Significant after Benjamini–Hochberg over all rows judged
+    /// together (and the interval excludes zero).
+    pub significant: bool,
+}
+
+/// The false discovery rate the marks control.
+pub const FDR: f64 = 0.05;
+
+fn share(k: u64, n: u64) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        k as f64 / n as f64
+    }
+}
+
+/// The two-sided p-value of the pooled two-proportion z-test.
+fn p_value(c: &Counts) -> f64 {
+    let (n1, n2) = (c.base_total as f64, c.new_total as f64);
+    if n1 == 0.0 || n2 == 0.0 {
+        return 1.0;
+    }
+    let pooled = (c.base + c.new) as f64 / (n1 + n2);
+    let se = (pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2)).sqrt();
+    if se == 0.0 {
+        return 1.0;
+    }
+    let z = (share(c.new, c.new_total) - share(c.base, c.base_total)) / se;
+    // 2 (1 − Φ(|z|)) = erfc(|z| / √2).
+    libm::erfc(z.abs() / std::f64::consts::SQRT_2)
+}
+
+/// Each row's change, interval, p-value and mark (see the module doc);
+/// the rows are judged together, as the false discovery rate is over
+/// all of them.
+pub fn judge(rows: &[Counts]) -> Vec<Change> {
+    let mut out: Vec<Change> = rows
+        .iter()
+        .map(|c| {
+            let (p1, p2) = (share(c.base, c.base_total), share(c.new, c.new_total));
+            let (l1, u1) = wilson(c.base, c.base_total);
+            let (l2, u2) = wilson(c.new, c.new_total);
+            let d = p2 - p1;
+            let lo = d - ((p2 - l2).powi(2) + (u1 - p1).powi(2)).sqrt();
+            let hi = d + ((u2 - p2).powi(2) + (p1 - l1).powi(2)).sqrt();
+            Change {
+                base_share: 100.0 * p1,
+                new_share: 100.0 * p2,
+                delta: 100.0 * d,
+                lo: 100.0 * lo,
+                hi: 100.0 * hi,
+                p: p_value(c),
+                significant: false,
+            }
+        })
+        .collect();
+    // Benjamini–Hochberg: the largest rank i with p(i) <= i/m * FDR; every
+    // row up to it is a discovery.
+    let m = out.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| out[a].p.total_cmp(&out[b].p));
+    let cut = order
+        .iter()
+        .enumerate()
+        .filter(|&(i, &r)| out[r].p <= (i + 1) as f64 / m as f64 * FDR)
+        .map(|(i, _)| i + 1)
+        .max()
+        .unwrap_or(0);
+    for &r in &order[..cut] {
+        let c = &mut out[r];
+        c.significant = c.lo > 0.0 || c.hi < 0.0;
+    }
+    out
+}
+
+/// What to compare.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The row keys, in column order.
+    pub keys: Vec<Key>,
+    /// Compare each row's samples anywhere in the stack rather than its
+    /// own.
+    pub children: bool,
+}
+
+/// Each row's count in `samples` (self, or children: once per sample).
+fn counts(samples: &[SampleRow], opts: &Options) -> BTreeMap<Vec<String>, u64> {
+    let mut rows: BTreeMap<Vec<String>, u64> = BTreeMap::new();
+    for s in samples {
+        if !opts.children || s.frames.is_empty() {
+            *rows
+                .entry(key_of(&opts.keys, s, s.frames.first().copied()))
+                .or_default() += 1;
+            continue;
+        }
+        let mut seen: Vec<Vec<String>> = Vec::new();
+        for f in &s.frames {
+            let k = key_of(&opts.keys, s, Some(*f));
+            if !seen.contains(&k) {
+                seen.push(k);
+            }
+        }
+        for k in seen {
+            *rows.entry(k).or_default() += 1;
+        }
+    }
+    rows
+}
+
+/// The comparison's text: a header naming both recordings (`names`) and
+/// the model, then one row per key found in either, significant changes
+/// first, largest change first.
+pub fn table(base: &[SampleRow], new: &[SampleRow], names: (&str, &str), opts: &Options) -> String {
+    let (b, n) = (counts(base, opts), counts(new, opts));
+    let (bt, nt) = (base.len() as u64, new.len() as u64);
+    let mut keys: Vec<&Vec<String>> = b.keys().chain(n.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let rows: Vec<Counts> = keys
+        .iter()
+        .map(|k| Counts {
+            base: b.get(*k).copied().unwrap_or(0),
+            base_total: bt,
+            new: n.get(*k).copied().unwrap_or(0),
+            new_total: nt,
+        })
+        .collect();
+    let changes = judge(&rows);
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|&x, &y| {
+        let (cx, cy) = (&changes[x], &changes[y]);
+        cy.significant
+            .cmp(&cx.significant)
+            .then(cy.delta.abs().total_cmp(&cx.delta.abs()))
+            .then(keys[x].cmp(keys[y]))
+    });
+    let what = if opts.children {
+        "anywhere in the stack"
+    } else {
+        "as the innermost frame"
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# BASE {}: {bt} samples; NEW {}: {nt} samples",
+        names.0, names.1
+    );
+    let _ = writeln!(
+        out,
+        "# share of samples {what} (not time per run); change in points, NEW - BASE, with its 95% \
+         Newcombe interval; '*': significant at a false discovery rate of 5% over these {} rows \
+         (Benjamini-Hochberg), samples treated as independent draws",
+        keys.len()
+    );
+    let mut head = String::from("#    Base      New   Change  [lo, hi]           ");
+    for k in &opts.keys {
+        let _ = write!(head, "  {}", k.title());
+    }
+    let _ = writeln!(out, "{}", head.trim_end());
+    for i in order {
+        let c = &changes[i];
+        let mut line = format!(
+            "{:8.2}% {:8.2}% {:+8.2}  [{:+7.2}, {:+7.2}] {}",
+            c.base_share,
+            c.new_share,
+            c.delta,
+            c.lo,
+            c.hi,
+            if c.significant { '*' } else { ' ' }
+        );
+        for v in keys[i] {
+            let _ = write!(line, "  {v}");
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Newcombe (1998), table II, example (a): 56/70 vs 48/80, the
+    /// difference 0.2 with method 10's interval 0.0524 to 0.3339.
+    #[test]
+    fn newcombe_matches_the_paper() {
+        let c = judge(&[Counts {
+            base: 48,
+            base_total: 80,
+            new: 56,
+            new_total: 70,
+        }]);
+        assert!((c[0].delta - 20.0).abs() < 1e-9);
+        assert!((c[0].lo - 5.24).abs() < 0.01, "{:?}", c[0]);
+        assert!((c[0].hi - 33.39).abs() < 0.01, "{:?}", c[0]);
+        // Pooled 104/150, z = 0.2 / 0.07547 = 2.650: p = 0.00805.
+        assert!((c[0].p - 0.00805).abs() < 0.00005, "{:?}", c[0]);
+        assert!(c[0].significant);
+    }
+
+    /// Benjamini–Hochberg on p-values whose adjusted cut is known: of 20
+    /// rows with the same small change, none passes alone at 5%/20, and
+    /// an unchanged row is never marked.
+    #[test]
+    fn the_marks_control_the_false_discovery_rate() {
+        let same = Counts {
+            base: 100,
+            base_total: 1000,
+            new: 100,
+            new_total: 1000,
+        };
+        let c = judge(&[same]);
+        assert!(!c[0].significant && c[0].p > 0.99);
+        // 100 vs 130 of 1000: p about 0.03, significant alone...
+        let small = Counts { new: 130, ..same };
+        assert!(judge(&[small])[0].significant);
+        // ...but not as one of 20 rows where only it changed (0.03 > 0.05/20).
+        let mut rows = vec![same; 19];
+        rows.push(small);
+        assert!(judge(&rows).iter().all(|c| !c.significant));
+        // A big change stays significant among them.
+        rows.push(Counts { new: 300, ..same });
+        let c = judge(&rows);
+        assert!(c[20].significant && !c[19].significant);
+    }
+
+    #[test]
+    fn the_table_puts_significant_changes_first() {
+        let row = |sym: &'static str| SampleRow {
+            comm: "p",
+            pid: 1,
+            tid: 1,
+            frames: vec![("p", sym), ("p", "main")],
+        };
+        let mut base = Vec::new();
+        let mut new = Vec::new();
+        base.extend((0..700).map(|_| row("hot")));
+        base.extend((0..200).map(|_| row("steady")));
+        base.extend((0..100).map(|_| row("warm")));
+        new.extend((0..300).map(|_| row("hot")));
+        new.extend((0..200).map(|_| row("steady")));
+        new.extend((0..500).map(|_| row("warm")));
+        let opts = Options {
+            keys: vec![Key::Sym],
+            children: false,
+        };
+        let t = table(&base, &new, ("a.data", "b.data"), &opts);
+        let rows: Vec<&str> = t.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rows.len(), 3, "{t}");
+        assert!(
+            rows[0].ends_with("*  hot") || rows[0].ends_with("*  warm"),
+            "{t}"
+        );
+        assert!(
+            rows[0].contains("-40.00") || rows[0].contains("+40.00"),
+            "{t}"
+        );
+        assert!(rows[2].starts_with("   20.00%    20.00%    +0.00"), "{t}");
+        assert!(rows[2].ends_with("   steady"), "{t}");
+        assert!(t.starts_with("# BASE a.data: 1000 samples; NEW b.data: 1000 samples\n"));
+        // With children, main is in every sample of both: unchanged.
+        let t = table(
+            &base,
+            &new,
+            ("a", "b"),
+            &Options {
+                children: true,
+                ..opts
+            },
+        );
+        assert!(t.contains("  100.00%   100.00%    +0.00"), "{t}");
+    }
+}
