@@ -41,6 +41,23 @@
 //! mapped) and closed, so memory stays bounded however many objects a
 //! system-wide recording meets; they are written as they are done.
 //!
+//! Code a runtime generated (a JIT compiler, an interpreter's trampolines)
+//! is named as perf names it: from the jitdump the process mapped (a file
+//! `jit-N.dump` anywhere: node's `--perf-prof`, JVM and .NET agents; its
+//! functions, their moves and their source lines), else from
+//! `/tmp/perf-N.map` (`node --perf-basic-prof`, CPython 3.12+ `-X perf`),
+//! N the process's pid in its own namespace and the path inside its own
+//! root. The file is read when a sample first lands in the process's
+//! anonymous memory and read on as the runtime adds to it; each function
+//! sampled is written into the recording at once, as a function of an
+//! object named after the file, so its name outlives the process. A
+//! sample is named by the function loaded at its address at its time; an
+//! address given to another function later makes a second object of the
+//! same name. Only a regular file owned by the process's user is read,
+//! never through a link at its end or out of the process's root, and at
+//! most 256 MiB of it. Stacks go through JIT frames by the frame pointers
+//! the runtimes keep, so the callers of JIT code are named.
+//!
 //! FILE (default `profdev.data`) is written progressively as
 //! `FILE.partial` (created 0600, never through a link; an existing
 //! `.partial` is refused rather than overwritten), then renamed to FILE
@@ -62,6 +79,13 @@
 //! the functions of its last second's new addresses. System-wide with
 //! `-g` on a busy machine, the 16 KB stack copies can overflow the rings
 //! (the loss count is printed).
+//!
+//! A perf map has no times: a sample is named by the lines written up to
+//! when the sample is read (within milliseconds), not to when it was
+//! taken. The JIT files of a process that has ended before its first
+//! sample in anonymous memory was read cannot be read (its root is gone):
+//! its JIT frames stay `[anon]`. A jitdump is read again whole each time
+//! it grows (its records are kept in memory while the process lives).
 
 use crate::child::find_program;
 use anyhow::{bail, Result};

@@ -163,7 +163,8 @@ fn sample_rows<'a>(rec: &'a Recording, names: &'a Names) -> Vec<SampleRow<'a>> {
     let dso = |object: u32| -> &str {
         match rec.object(object) {
             Some(o) if o.info.kind == ObjectKind::Kernel => "[kernel]",
-            Some(o) if o.info.kind == ObjectKind::Anon => "[anon]",
+            // A JIT object is named after its perf map or jitdump.
+            Some(o) if o.info.kind == ObjectKind::Anon && !o.info.path.starts_with('/') => "[anon]",
             Some(o) if o.info.kind == ObjectKind::Label => "[label]",
             Some(o) => o.short_name(),
             None => "[unknown]",

@@ -17,6 +17,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("ctl", profdev_dev::fuzzing::ctl),
     ("elf", profdev_symbolize::fuzzing::elf),
     ("gmon", profdev_formats::fuzzing::gmon),
+    ("jit", profdev_symbolize::fuzzing::jit),
     ("kallsyms", profdev_symbolize::fuzzing::kallsyms),
     ("kpdata", profdev_formats::fuzzing::kpdata),
     ("maps", profdev_symbolize::fuzzing::maps),

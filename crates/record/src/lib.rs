@@ -16,6 +16,8 @@
 //! * `symbols`: the thread that names the addresses first sampled in each
 //!   second through the one `profdev_symbolize::Symbolizer` (the one `top`
 //!   uses), so the ring reader never waits for ELF and DWARF.
+//! * `jit`: frames in code a runtime generated, named from its perf map
+//!   or jitdump (`profdev_symbolize::jit`) as they are sampled.
 //! * `partial`: `FILE.partial`, its sync and rename.
 //! * [`intervals`]: the same recorder cut into one recording per interval,
 //!   for a sampler that runs for days (`profdev agent`).
@@ -26,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod intervals;
+mod jit;
 mod partial;
 mod recorder;
 mod symbols;

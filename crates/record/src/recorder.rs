@@ -181,6 +181,8 @@ pub(crate) struct Recorder {
     /// Recordings cut, oldest first, each with the symbol answers still
     /// due to it.
     waiting: std::collections::VecDeque<(Encoder, usize)>,
+    /// The names of JIT code, by process.
+    jit: crate::jit::Jit,
 }
 
 impl Recorder {
@@ -209,6 +211,7 @@ impl Recorder {
             stack_bytes: setup.stack_bytes,
             spare_kernel_names: None,
             waiting: std::collections::VecDeque::new(),
+            jit: crate::jit::Jit::default(),
         }
     }
 
@@ -231,6 +234,7 @@ impl Recorder {
         self.pending.clear();
         self.seen.clear();
         self.failures.clear();
+        self.jit.cut();
         self.spare_kernel_names = self.kernel.take().map(|k| k.names);
     }
 
@@ -302,6 +306,7 @@ impl Recorder {
                 lost: *count,
             }),
             Record::Sample(s) => self.sample(s)?,
+            Record::Exit { pid, tid, time, .. } if pid == tid => self.jit.exited(*pid, *time),
             _ => {}
         }
         Ok(())
@@ -358,7 +363,7 @@ impl Recorder {
         addrs.clear();
         let failed = self.model.user_frames(s, &mut addrs, self.stack_bytes);
         for &va in &addrs {
-            let f = self.user_frame(s.pid, va);
+            let f = self.user_frame(s.pid, va, s.time);
             self.frames.push(f);
         }
         self.addrs = addrs;
@@ -505,13 +510,24 @@ impl Recorder {
         &self.objects[key]
     }
 
-    fn user_frame(&mut self, pid: u32, va: u64) -> Frame {
+    fn user_frame(&mut self, pid: u32, va: u64, time: u64) -> Frame {
         let Some(m) = self.model.lookup(pid, va) else {
             return Frame {
                 object: 0,
                 offset: va,
             };
         };
+        if !m.is_file && self.symbols {
+            let paths = self
+                .model
+                .tasks
+                .mappings(pid)
+                .iter()
+                .map(|m| m.path.as_str());
+            if let Some(f) = self.jit.frame(&mut self.enc, pid, va, time, paths) {
+                return f;
+            }
+        }
         let key = (m.path.clone(), m.dev, m.inode, m.build_id.clone());
         let obj = self.object(&m, &key);
         let id = obj.id;

@@ -152,3 +152,24 @@ pub fn unwind_input(data: &[u8]) -> Option<[UserStack; 2]> {
     assert_eq!(unwinder.stats().samples, 2);
     Some(stacks)
 }
+
+/// `fuzz_targets/jit.rs`: a jitdump and a perf map, as the recorder reads
+/// another user's. The input's first byte picks which; whatever parses
+/// keeps no more functions than its bytes could describe.
+pub fn jit(data: &[u8]) {
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    if which & 1 == 0 {
+        if let Ok(d) = crate::jit::parse_jitdump(rest) {
+            assert!(d.consumed <= rest.len());
+            assert!(d.functions.len() <= rest.len() / 16);
+        }
+    } else {
+        let f = crate::jit::parse_perf_map(rest);
+        assert!(f.len() <= rest.len() / 6 + 1);
+        assert!(f
+            .iter()
+            .all(|f| f.size > 0 && f.start.checked_add(f.size).is_some()));
+    }
+}

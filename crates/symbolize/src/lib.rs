@@ -22,6 +22,7 @@
 //! the range the kernel maps it at and raises the open-files limit. Each carries a `SAFETY:` comment.
 
 pub mod elf;
+pub mod jit;
 pub mod kernel;
 pub mod maps;
 pub mod objects;
