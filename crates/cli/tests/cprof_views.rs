@@ -13,10 +13,13 @@
 //! over `k++`), `never_called` never runs, the `MARK:partly` line runs its
 //! test and not its call.
 
-use profdev_coverage::counts::{Block, Branch, ModuleCoverage};
+#[path = "cprof/stepper.rs"]
+mod stepper;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use stepper::measure;
 
 fn source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cprof/known.c")
@@ -44,133 +47,6 @@ fn build(dir: &Path, extra: &[&str]) -> PathBuf {
         .expect("cc runs");
     assert!(st.success(), "cc failed");
     exe
-}
-
-/// (address, mnemonic) of every instruction of `exe`'s .text.
-fn instructions(exe: &Path) -> Vec<(u64, String)> {
-    let out = Command::new("objdump")
-        .args(["-d", "--no-show-raw-insn", "-j", ".text"])
-        .arg(exe)
-        .output()
-        .expect("objdump runs");
-    assert!(out.status.success());
-    let mut v = Vec::new();
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
-        let Some((addr, rest)) = l.trim_start().split_once(":\t") else {
-            continue;
-        };
-        let Ok(a) = u64::from_str_radix(addr, 16) else {
-            continue;
-        };
-        let mnemonic = rest.split_whitespace().next().unwrap_or("").to_string();
-        v.push((a, mnemonic));
-    }
-    assert!(v.len() > 20, "objdump listed too few instructions");
-    v
-}
-
-/// Run `exe` one instruction at a time under ptrace: the number of stops
-/// at each pc of `insns` (ascending), and for each conditional jump among
-/// them whether the next stop was the instruction after it (fallen
-/// through) or elsewhere (taken).
-fn step(exe: &Path, insns: &[(u64, String)]) -> (HashMap<u64, u64>, Vec<Branch>) {
-    use std::ffi::CString;
-    let lo = insns[0].0;
-    let hi = insns.last().unwrap().0 + 1;
-    let next: HashMap<u64, u64> = insns.windows(2).map(|w| (w[0].0, w[1].0)).collect();
-    let mut branches: Vec<Branch> = insns
-        .iter()
-        .filter(|(_, m)| m.starts_with('j') && m != "jmp")
-        .map(|(a, _)| Branch {
-            addr: *a,
-            taken: 0,
-            not_taken: 0,
-        })
-        .collect();
-    let jcc: HashMap<u64, usize> = branches
-        .iter()
-        .enumerate()
-        .map(|(i, b)| (b.addr, i))
-        .collect();
-    let path = CString::new(exe.as_os_str().as_encoded_bytes()).unwrap();
-    let argv = [path.as_ptr(), std::ptr::null()];
-    // SAFETY: the child only calls async-signal-safe functions (ptrace,
-    // execv, _exit) between fork and exec.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork");
-    if pid == 0 {
-        // SAFETY: in the forked child: async-signal-safe calls only, on
-        // `path` and `argv`, which the fork copied and which stay live
-        // until execv replaces the image.
-        unsafe {
-            libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
-            libc::execv(path.as_ptr(), argv.as_ptr());
-            libc::_exit(127);
-        }
-    }
-    let mut counts = HashMap::new();
-    let mut prev: Option<u64> = None;
-    let mut status = 0;
-    loop {
-        // SAFETY: plain system calls on our own traced child.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(r, pid, "waitpid");
-        if libc::WIFEXITED(status) {
-            assert_eq!(libc::WEXITSTATUS(status), 0, "known.c exits 0 when k == 2");
-            break;
-        }
-        assert!(libc::WIFSTOPPED(status), "the child stops or exits");
-        // SAFETY: user_regs_struct is plain integers; all zeros is a value.
-        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-        // SAFETY: GETREGS writes one user_regs_struct into `regs`, ours and
-        // live; `pid` is our stopped tracee.
-        let r = unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs) };
-        assert_eq!(r, 0, "PTRACE_GETREGS");
-        if let Some(p) = prev {
-            if let Some(&i) = jcc.get(&p) {
-                if next.get(&p) == Some(&regs.rip) {
-                    branches[i].not_taken += 1;
-                } else {
-                    branches[i].taken += 1;
-                }
-            }
-        }
-        prev = (lo..hi).contains(&regs.rip).then_some(regs.rip);
-        if let Some(pc) = prev {
-            *counts.entry(pc).or_insert(0u64) += 1;
-        }
-        // SAFETY: SINGLESTEP takes no pointer; `pid` is our stopped tracee.
-        let r = unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, pid, 0, 0) };
-        assert_eq!(r, 0, "PTRACE_SINGLESTEP");
-    }
-    (counts, branches)
-}
-
-/// The exact counts of one run of `exe`.
-fn measure(exe: &Path) -> ModuleCoverage {
-    let insns = instructions(exe);
-    let hi = insns.last().unwrap().0 + 1;
-    let (counts, branches) = step(exe, &insns);
-    let ends: Vec<u64> = insns.iter().skip(1).map(|i| i.0).chain([hi]).collect();
-    let blocks = insns
-        .iter()
-        .zip(ends)
-        .map(|((a, _), end)| Block {
-            start: *a,
-            end,
-            insns: vec![*a],
-            count: counts.get(a).copied().unwrap_or(0),
-        })
-        .collect();
-    let obj = profdev_symbolize::ElfObject::open(exe).unwrap();
-    ModuleCoverage {
-        path: exe.to_path_buf(),
-        build_id: obj.build_id().map(<[u8]>::to_vec),
-        blocks,
-        branches,
-        uncounted: 0,
-        file: None,
-    }
 }
 
 fn profdev(dir: &Path, args: &[&str]) -> (String, String, bool) {
