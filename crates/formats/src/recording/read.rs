@@ -276,7 +276,7 @@ pub fn read(bytes: &[u8]) -> Result<Recording, ReadError> {
 /// records (a recorder appends one as each of its addresses is first
 /// seen) becomes one, with the longest length and every line row; file
 /// names given more than once become one.
-fn merge_functions(o: &mut Object) {
+pub(crate) fn merge_functions(o: &mut Object) {
     let mut index: HashMap<&str, u32> = HashMap::new();
     let mut remap = Vec::with_capacity(o.files.len());
     let mut files: Vec<String> = Vec::new();
