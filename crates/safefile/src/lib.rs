@@ -741,6 +741,11 @@ pub fn write_file(path: impl AsRef<Path>, bytes: &[u8], mode_bits: u32) -> Resul
     f.commit()
 }
 
+/// The effective user id, the owner the rules above trust besides root.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
 /// Create `path` with `mode` (see [`Dir::create`]).
 pub fn create_dir(path: impl AsRef<Path>, mode_bits: u32) -> Result<Dir> {
     Dir::create(path.as_ref(), mode_bits)
