@@ -199,8 +199,8 @@ impl Health {
 pub type Column = (String, Vec<(String, String)>);
 
 /// The health file of the state directory `dir` as `profdev stat`'s
-/// columns: `agent` (the agent's keys), then one per destination (its
-/// keys without their prefix); `Ok(None)` when `dir` holds no health
+/// columns: `agent` (the agent's keys), then one per destination named
+/// `agent.KIND` (its keys without their prefix); `Ok(None)` when `dir` holds no health
 /// file. Read only if it and `dir` belong to root or the caller (no
 /// symbolic link followed, at most 1 MiB). A `running` agent whose
 /// process is gone reads `state gone`.
@@ -222,19 +222,36 @@ pub fn read(dir: &Path) -> Result<Option<Vec<Column>>, String> {
     Ok(Some(columns(&String::from_utf8_lossy(&bytes))))
 }
 
+/// The agent's columns for `profdev stat`: with `--agent STATE`, those of
+/// STATE's health file, an error when it has none; without, those of the
+/// default state directory's if it has one that can be read, else none.
+pub fn for_stat(state: Option<&Path>) -> Result<Option<Vec<Column>>, String> {
+    match state {
+        Some(dir) => match read(dir)? {
+            Some(c) => Ok(Some(c)),
+            None => Err(format!(
+                "no health file in {}: is profdev agent running (with --state-dir {})?",
+                dir.display(),
+                dir.display()
+            )),
+        },
+        None => Ok(read(Path::new(DEFAULT_STATE_DIR)).ok().flatten()),
+    }
+}
+
 /// The columns of a health file's text (see [`read`]).
 pub fn columns(text: &str) -> Vec<Column> {
     let mut out: Vec<Column> = vec![("agent".into(), Vec::new())];
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let (k, v) = line.split_once(' ').unwrap_or((line, ""));
         let (column, key) = match k.split_once('.') {
-            Some((c, k)) => (c, k),
-            None => ("agent", k),
+            Some((c, k)) => (format!("agent.{c}"), k),
+            None => ("agent".into(), k),
         };
-        let i = match out.iter().position(|(c, _)| c == column) {
+        let i = match out.iter().position(|(c, _)| *c == column) {
             Some(i) => i,
             None => {
-                out.push((column.to_string(), Vec::new()));
+                out.push((column, Vec::new()));
                 out.len() - 1
             }
         };
@@ -299,7 +316,7 @@ mod tests {
         assert!(t.contains("\notlp-grpc.last_error -\n"), "{t}");
         let c = columns(&t);
         let names: Vec<&str> = c.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["agent", "otlp-grpc", "pyroscope"]);
+        assert_eq!(names, ["agent", "agent.otlp-grpc", "agent.pyroscope"]);
         assert_eq!(c[0].1[0], ("state".into(), "running".into()));
         assert!(c[2].1.contains(&("failures".into(), "3".into())));
         assert!(c[2]

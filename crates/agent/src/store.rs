@@ -169,8 +169,8 @@ pub struct Window {
 /// Only regular files (no symbolic link followed) with one name, owned by
 /// root or the caller and writable by nobody else, in a directory
 /// likewise, each at most 256 MiB; one that is refused or is not a
-/// recording is skipped with a note. An empty window is an error that
-/// says where the agent should be.
+/// recording is skipped with a note. A window with no sample is an error
+/// that says where the agent should be.
 pub fn read_window(dir: &Path, since: Duration, now: SystemTime) -> Result<Window, String> {
     let nothing = || {
         format!(
@@ -223,8 +223,15 @@ pub fn read_window(dir: &Path, since: Duration, now: SystemTime) -> Result<Windo
             Err(e) => w.notes.push(format!("{}: {e}; skipped", path.display())),
         }
     }
-    if recs.is_empty() {
+    if recs.iter().all(|r| r.samples.is_empty()) {
         let mut e = nothing();
+        if !recs.is_empty() {
+            e = e.replacen(
+                "no profile",
+                &format!("no sample ({} profiles)", recs.len()),
+                1,
+            );
+        }
         for n in &w.notes {
             e.push_str(&format!("\n{n}"));
         }
@@ -232,6 +239,13 @@ pub fn read_window(dir: &Path, since: Duration, now: SystemTime) -> Result<Windo
     }
     w.recording = recording::merge(recs);
     Ok(w)
+}
+
+/// [`read_window`] of the store `dir` (default `STATE/store` of the
+/// default state directory) over the last `since`, now.
+pub fn read_since(dir: Option<&Path>, since: Duration) -> Result<Window, String> {
+    let default = Path::new(crate::health::DEFAULT_STATE_DIR).join("store");
+    read_window(dir.unwrap_or(&default), since, SystemTime::now())
 }
 
 #[cfg(test)]

@@ -147,7 +147,7 @@ fn with_no_destination_the_store_keeps_every_interval_and_reads_back_as_one() {
     assert_eq!(agent["lost"], out.lost.to_string());
     assert_eq!(out.lost, 6);
     assert_eq!(agent["interval_s"], "0");
-    assert_eq!(h[1].0, "store");
+    assert_eq!(h[1].0, "agent.store");
     assert_eq!(h[1].1["sent"], out.profiles.to_string());
     assert_eq!(h[1].1["last_error"], "-");
 }
@@ -179,7 +179,7 @@ fn a_failing_destination_shows_its_failures_and_last_error() {
     assert_eq!(got.lock().unwrap().len() as u64, out.profiles);
     let h = health_of(&state);
     let names: Vec<&str> = h.iter().map(|(c, _)| c.as_str()).collect();
-    assert_eq!(names, ["agent", "otlp-http", "pyroscope"]);
+    assert_eq!(names, ["agent", "agent.otlp-http", "agent.pyroscope"]);
     assert_eq!(h[0].1["profiles"], out.profiles.to_string());
     assert_eq!(h[0].1["samples"], out.samples.to_string());
     assert_eq!(h[1].1["destination"], up);

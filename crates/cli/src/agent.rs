@@ -150,6 +150,18 @@ pub(crate) struct Args {
     /// A directory where profiles wait on disk too, sent by the next start if this one could not.
     #[arg(long, value_name = "DIR")]
     spool: Option<PathBuf>,
+    /// The agent's state: its health file, and the local store without a destination.
+    #[arg(long, value_name = "DIR", default_value = profdev_agent::health::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// Keep each profile in this local store (default without a destination: STATE/store).
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// The store's size bound in bytes; the oldest profiles go first.
+    #[arg(long, value_name = "BYTES", default_value_t = profdev_agent::store::DEFAULT_MAX_BYTES)]
+    store_max_bytes: u64,
+    /// The store's age bound (e.g. 24h, 7d).
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = profdev_agent::store::parse_duration)]
+    store_max_age: Duration,
     /// A file holding the bearer token every request carries (never give it on the command line).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
@@ -196,6 +208,10 @@ fn options(args: &Args) -> Result<Options> {
         pyroscope: args.pyroscope.clone(),
         parca: args.parca.clone(),
         spool: args.spool.clone(),
+        state_dir: Some(args.state_dir.clone()),
+        store: args.store.clone(),
+        store_max_bytes: args.store_max_bytes,
+        store_max_age: args.store_max_age,
         token: match &args.token_file {
             Some(f) => Some(profdev_agent::token::Token::read(f).map_err(|e| anyhow!(e))?),
             None => None,

@@ -143,6 +143,8 @@ pub(crate) struct Args {
     /// The recording.
     #[arg(short = 'i', value_name = "FILE", default_value = "profdev.data")]
     input: PathBuf,
+    #[command(flatten)]
+    since: Since,
     /// Where to write ('-': standard output; the default, except gmon.out for gmon).
     #[arg(short = 'o', value_name = "OUT")]
     output: Option<PathBuf>,
@@ -182,6 +184,31 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         }
         Ok(args) => crate::cmdline::finish(NAME, run(&args)),
         Err(code) => code,
+    }
+}
+
+/// `--since DURATION [--store DIR]` of report and export.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Since {
+    /// The agent's local store's profiles of the last DURATION (10m, 2h, 1d) as one, not FILE.
+    #[arg(long, value_name = "DURATION", value_parser = profdev_agent::store::parse_duration, conflicts_with = "input")]
+    since: Option<std::time::Duration>,
+    /// The store --since reads (default /var/lib/profdev-agent/store).
+    #[arg(long, value_name = "DIR", requires = "since")]
+    store: Option<PathBuf>,
+}
+
+impl Since {
+    /// FILE's recording or, with `--since`, the store's recordings of that
+    /// window as one (their notes said on stderr).
+    pub fn read(&self, input: &Path, name: &str, does: &str) -> Result<Recording> {
+        let Some(since) = self.since else {
+            return read_recording(input, name, does);
+        };
+        let w = profdev_agent::store::read_since(self.store.as_deref(), since)
+            .map_err(|e| anyhow!(e))?;
+        w.notes.iter().for_each(|n| eprintln!("{name}: {n}"));
+        Ok(w.recording)
     }
 }
 
@@ -271,7 +298,7 @@ impl Write for SafeWriter {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let rec = read_recording(&args.input, NAME, "exporting")?;
+    let rec = args.since.read(&args.input, NAME, "exporting")?;
     let (contents, binary, kernel_addrs, what) = match args.format {
         Format::PerfScript => (
             Contents::Script(perf_script::Script::new(&rec)),

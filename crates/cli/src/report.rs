@@ -60,6 +60,8 @@ pub(crate) struct Args {
     /// The recording.
     #[arg(short = 'i', value_name = "FILE", default_value = "profdev.data")]
     input: PathBuf,
+    #[command(flatten)]
+    since: crate::export::Since,
     /// The row keys, comma separated: comm, pid, tid, dso, sym.
     #[arg(long, value_name = "KEYS", default_value = "comm,dso,sym")]
     sort: String,
@@ -93,7 +95,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     if keys.is_empty() {
         bail!("--sort: no key; use comm, pid, tid, dso or sym, comma separated");
     }
-    let rec = crate::export::read_recording(&args.input, NAME, "reporting")?;
+    let rec = args.since.read(&args.input, NAME, "reporting")?;
     if rec.samples.is_empty() {
         bail!(
             "{} holds no samples; record some with 'profdev record'",

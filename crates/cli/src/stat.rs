@@ -10,7 +10,7 @@
 //! when that would work (a missing DIR is created), else why not and what
 //! will (never a mount that would hide a directory's files).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use profdev_fuse::MountState;
 use std::ffi::OsString;
@@ -31,6 +31,9 @@ pub(crate) struct Args {
     /// The mount (default $PROFDEV_MOUNT, else /run/profdev).
     #[arg(value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Only the agent's health, from its state directory (default /var/lib/profdev-agent).
+    #[arg(long, value_name = "STATE", num_args = 0..=1, default_missing_value = profdev_agent::health::DEFAULT_STATE_DIR)]
+    agent: Option<PathBuf>,
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -44,15 +47,23 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 type Device = (String, Vec<(String, String)>);
 
 fn run(args: &Args) -> Result<ExitCode> {
+    let agent = profdev_agent::health::for_stat(args.agent.as_deref()).map_err(|e| anyhow!(e))?;
     let dir = args.dir.clone().unwrap_or_else(profdev_fuse::mount_dir);
-    if profdev_fuse::state(&dir)? != (MountState::Profdev { alive: true }) {
+    let mounted =
+        args.agent.is_none() && profdev_fuse::state(&dir)? == MountState::Profdev { alive: true };
+    if !mounted && agent.is_none() {
         bail!(
             "no device server is mounted at {} ({})",
             dir.display(),
             profdev_fuse::how_to_mount(&dir)
         );
     }
-    let devices = read_all(&dir.join("stat"))?;
+    let mut devices = if mounted {
+        read_all(&dir.join("stat"))?
+    } else {
+        Vec::new()
+    };
+    devices.extend(agent.unwrap_or_default());
     let text = if args.json {
         json(&devices)
     } else {
