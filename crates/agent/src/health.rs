@@ -223,9 +223,10 @@ pub fn read(dir: &Path) -> Result<Option<Vec<Column>>, String> {
 }
 
 /// The agent's columns for `profdev stat`: with `--agent STATE`, those of
-/// STATE's health file, an error when it has none; without, those of the
-/// default state directory's if it has one that can be read, else none.
-pub fn for_stat(state: Option<&Path>) -> Result<Option<Vec<Column>>, String> {
+/// STATE's health file, an error when it has none; without, when `plain`
+/// (no mount named either), those of the default state directory's if it
+/// has one that can be read; else none.
+pub fn for_stat(state: Option<&Path>, plain: bool) -> Result<Option<Vec<Column>>, String> {
     match state {
         Some(dir) => match read(dir)? {
             Some(c) => Ok(Some(c)),
@@ -235,7 +236,8 @@ pub fn for_stat(state: Option<&Path>) -> Result<Option<Vec<Column>>, String> {
                 dir.display()
             )),
         },
-        None => Ok(read(Path::new(DEFAULT_STATE_DIR)).ok().flatten()),
+        None if plain => Ok(read(Path::new(DEFAULT_STATE_DIR)).ok().flatten()),
+        None => Ok(None),
     }
 }
 

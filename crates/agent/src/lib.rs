@@ -242,7 +242,10 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
     }
     let store = match (&opts.store, &opts.state_dir) {
         (Some(d), _) => Some(d.clone()),
-        (None, Some(state)) if out.is_empty() => Some(state.join("store")),
+        (None, Some(state)) if out.is_empty() => {
+            health::open_state(state).map_err(|e| Error(format!("--state-dir: {e}")))?;
+            Some(state.join("store"))
+        }
         _ => None,
     };
     if let Some(d) = store {
@@ -319,10 +322,10 @@ pub fn run(
     stop: &AtomicBool,
     log: &mut dyn FnMut(&str),
 ) -> Result<Outcome, Error> {
+    let dests = with_spools(opts, destinations(opts)?)?;
     if let Some(d) = &opts.state_dir {
         health::open_state(d).map_err(|e| Error(format!("--state-dir: {e}")))?;
     }
-    let dests = with_spools(opts, destinations(opts)?)?;
     let config = session_config(opts)?;
     let factory = profdev_sample::PerfFactory::new().with_mapping_hook(objects.mapping_hook());
     let mut source = factory

@@ -7,6 +7,7 @@
 //! ```text
 //! profdev agent [-v] [-F HZ] [--interval SECS] [--label KEY=VALUE]... [--insecure]
 //!               [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL] [--parca URL]
+//!               [--state-dir DIR] [--store DIR] [--store-max-bytes BYTES] [--store-max-age DURATION]
 //! ```
 //!
 //! # Description
@@ -73,6 +74,19 @@
 //! a loopback address) unless `--insecure` is given, and a token never
 //! goes over plain http to another machine.
 //!
+//! With no destination (or with `--store DIR`) each interval's recording
+//! (a `profdev.data`) is kept in a local store, `STATE/store`: one 0600
+//! file per interval named by its UTC times, pruned after each write by
+//! age (`--store-max-age`, default 24h) then size (`--store-max-bytes`,
+//! default 256 MiB), oldest first, the newest kept; `profdev report
+//! --since 10m` and `profdev export FORMAT --since 2h` read it.
+//!
+//! Every interval the agent writes `health` in its state directory
+//! (`--state-dir DIR`, default /var/lib/profdev-agent, made 0700), in the
+//! devices' stat format: samples, lost, and per destination sent,
+//! failures, last error, spool, dropped, undelivered; 0644, as it holds
+//! no token and no kernel address. `profdev stat --agent` prints it.
+//!
 //! SIGINT, SIGTERM or SIGHUP end the agent: the last interval is cut, and
 //! the spool is sent for up to ten seconds (what is left stays in `--spool
 //! DIR`). The last line says how many
@@ -85,13 +99,15 @@
 //!
 //! ```text
 //! profdev agent -v --interval 15 --otlp http://127.0.0.1:4317 --label service_name=web
+//! profdev agent &  profdev report --since 10m  # the local store, no backend
 //! ```
 //!
 //! # Bugs
 //!
 //! Not built yet (issue 26), and refused with a sentence: Pyroscope's
-//! `/ingest` API, `--tls-ca`, https, basic auth; without a
-//! destination there is no local store yet. The cgroup of a process is
+//! `/ingest` API, `--tls-ca`, https, basic auth. The store's recordings
+//! carry no process labels (the cgroup-derived ones go only to
+//! destinations). The cgroup of a process is
 //! read from `/proc` at its fork, exec or first sample: one that moves to
 //! another cgroup keeps the first. A collector's partial-success answer is
 //! not read. Samples are put in the interval whose cut the merge of the

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
-//!                [-i FILE] [-o OUT [--open]] [--inverted] [--title T] [--pid PID]
+//!                [-i FILE | --since DURATION [--store DIR]] [-o OUT [--open]] [--inverted] [--title T] [--pid PID]
 //!                [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
 //! ```
 //!
@@ -17,6 +17,9 @@
 //! (default: standard output, except `gmon` to `gmon.out`). The writers
 //! are `profdev_formats::export`; every name comes from the symbol tables
 //! the recording holds.
+//!
+//! `--since DURATION [--store DIR]` reads the agent's store as `profdev
+//! report --since` does.
 //!
 //! * `folded`: `a;b;c count` per stack (flamegraph.pl, inferno, speedscope).
 //! * `svg`: a flame graph; `--inverted` for an icicle graph. Opened in a
@@ -71,6 +74,7 @@
 //! profdev record -g -- ./prog && profdev export svg -o prog.svg --open
 //! profdev export: wrote prog.svg (flame graph: 212 frames, 4013 samples; in a web browser, click to zoom, Ctrl-F to search)
 //! profdev export pprof -o prog.pb.gz && go tool pprof -top prog.pb.gz
+//! profdev export svg --since 1h -o last-hour.svg
 //! ```
 //!
 //! # Bugs

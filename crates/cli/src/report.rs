@@ -5,7 +5,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev report [-i FILE] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
+//! profdev report [-i FILE | --since DURATION [--store DIR]] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
 //! ```
 //!
 //! # Description
@@ -24,6 +24,10 @@
 //! (object `[label]`). After the table, the count of samples with each of
 //! those labels (`[idle]`, `[unwind failed: …]`, `[anon]`, `[unknown]…`).
 //!
+//! With `--since DURATION` (`10m`, `2h`, `1d`), the recordings of `profdev
+//! agent`'s store (`--store DIR`, default /var/lib/profdev-agent/store)
+//! of the last DURATION are read as one instead of FILE.
+//!
 //! With `--ci`, each share is followed by its 95% Wilson score interval,
 //! and rows whose interval overlaps the interval of the row next to them
 //! are marked `=`: that many samples do not tell their order apart. The
@@ -36,6 +40,7 @@
 //!
 //! ```text
 //! profdev record -g -- ./prog && profdev report --children --ci --sort sym
+//! profdev report --since 10m --sort comm,sym
 //! ```
 //!
 //! # Bugs

@@ -1,5 +1,5 @@
-//! `profdev stat [--json] [DIR]`: every device's health, from the mount's
-//! `stat/` files.
+//! `profdev stat [--json] [DIR] [--agent [STATE]]`: every device's health,
+//! from the mount's `stat/` files, and the agent's.
 //!
 //! Reads each file of DIR/stat (DIR: `$PROFDEV_MOUNT`, else /run/profdev)
 //! and prints one row per key and one column per device; with `--json`,
@@ -9,6 +9,10 @@
 //! mounted at DIR it says so and how to start one: `profdev mount -b DIR`
 //! when that would work (a missing DIR is created), else why not and what
 //! will (never a mount that would hide a directory's files).
+//!
+//! Without DIR, the health of `profdev agent` (/var/lib/profdev-agent/health)
+//! is added as columns `agent` and `agent.DESTINATION` when present; `--agent
+//! [STATE]` shows only it, from the state directory STATE.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -47,7 +51,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 type Device = (String, Vec<(String, String)>);
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let agent = profdev_agent::health::for_stat(args.agent.as_deref()).map_err(|e| anyhow!(e))?;
+    let agent = profdev_agent::health::for_stat(args.agent.as_deref(), args.dir.is_none())
+        .map_err(|e| anyhow!(e))?;
     let dir = args.dir.clone().unwrap_or_else(profdev_fuse::mount_dir);
     let mounted =
         args.agent.is_none() && profdev_fuse::state(&dir)? == MountState::Profdev { alive: true };

@@ -139,6 +139,11 @@ fn run_agent_and(
     cmd.args(["agent", "-v", "-F", "49", "--interval", "1"])
         .args(args)
         .stderr(Stdio::piped());
+    // Never the machine's state directory.
+    let state = common::tempdir();
+    if !args.contains(&"--state-dir") {
+        cmd.arg("--state-dir").arg(state.path());
+    }
     let mut child = with_default_signals(&mut cmd).spawn().unwrap();
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let reader = {
