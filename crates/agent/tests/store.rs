@@ -195,3 +195,37 @@ fn a_failing_destination_shows_its_failures_and_last_error() {
     // No store beside a destination unless --store is given.
     assert!(!state.join("store").exists());
 }
+
+/// A state directory that cannot be made costs the health file only: the
+/// profiles still go to the destination, and the log says why.
+#[test]
+fn without_its_state_directory_the_agent_still_sends() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = format!("http://{}", listener.local_addr().unwrap());
+    let got = common::http_collector(listener);
+    let opts = Options {
+        interval: Duration::from_millis(100),
+        state_dir: Some(file.clone()),
+        otlp: Some(profdev_agent::OtlpOptions {
+            url: up,
+            protocol: profdev_agent::otlp::Protocol::Http,
+        }),
+        ..Options::default()
+    };
+    let (out, log) = run(&opts);
+    assert_eq!(got.lock().unwrap().len() as u64, out.profiles);
+    assert_eq!(out.destinations[0].sent, out.profiles);
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.starts_with(&format!(
+                "no health file: --state-dir: cannot write in {}",
+                file.display()
+            )))
+            .count(),
+        1,
+        "{log:?}"
+    );
+}
