@@ -17,6 +17,11 @@
 //! * [`send`]: a thread per destination, its bounded spool, backoff with
 //!   jitter, delivery in order; [`disk`]: the spool mirrored on disk
 //!   (`--spool DIR`), drained by the next start.
+//! * [`store`]: the local rolling store kept without a destination (a
+//!   [`send::Destination`] writing each cut's recording in a directory
+//!   pruned by size and age), read by `profdev report` and `export
+//!   --since`; [`health`]: the state directory and its health file, read
+//!   by `profdev stat --agent`.
 //! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC);
 //!   [`pyroscope`]: Grafana Pyroscope's push API (connect protocol, pprof);
 //!   [`parca`]: Parca's WriteRaw (gRPC, pprof); [`grpc`]: their client;
@@ -28,14 +33,6 @@
 //!
 //! # Not built yet (issue 26), and where each goes
 //!
-//! * Health: a file in the stat format written each interval (through
-//!   safefile) in the agent's state directory from [`send::Status`] and
-//!   the interval's counts ([`health_line`]'s facts), read by `profdev
-//!   stat --agent`.
-//! * The local rolling store without a destination: a [`send::Destination`]
-//!   whose `send` writes the cut's recording (already a `profdev.data`)
-//!   into a directory pruned by size and age, read by `report` and
-//!   `export --since`.
 //! * A process's cgroup from the kernel (`PERF_RECORD_CGROUP`) rather than
 //!   from `/proc` when first seen.
 //! * `deploy/` (systemd unit, DaemonSet) with the capabilities a non-root
@@ -48,11 +45,13 @@ pub mod disk;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod grpc;
+pub mod health;
 pub mod labels;
 pub mod otlp;
 pub mod parca;
 pub mod pyroscope;
 pub mod send;
+pub mod store;
 pub mod tls;
 pub mod token;
 pub mod url;
@@ -133,6 +132,15 @@ pub struct Options {
     pub flush: Duration,
     /// `-v`: a health line per interval.
     pub verbose: bool,
+    /// `--state-dir`: where the health file is written each interval
+    /// (and the store kept, under `store/`); none: no health file.
+    pub state_dir: Option<std::path::PathBuf>,
+    /// `--store DIR`: the local store, kept even beside destinations;
+    /// without it and without a destination, `STATE/store`.
+    pub store: Option<std::path::PathBuf>,
+    /// `--store-max-bytes` and `--store-max-age`: the store's bounds.
+    pub store_max_bytes: u64,
+    pub store_max_age: Duration,
 }
 
 impl Default for Options {
@@ -153,6 +161,10 @@ impl Default for Options {
             spool: None,
             flush: Duration::from_secs(10),
             verbose: false,
+            state_dir: None,
+            store: None,
+            store_max_bytes: store::DEFAULT_MAX_BYTES,
+            store_max_age: store::DEFAULT_MAX_AGE,
         }
     }
 }
@@ -204,7 +216,8 @@ pub fn backoff(interval: Duration) -> Backoff {
 }
 
 /// The destinations `opts` names, checked (addresses, the plain-http
-/// rule); at least one.
+/// rule); at least one: without a network destination, the local store
+/// (`--store DIR`, else `STATE/store`).
 pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> {
     let mut common = vec![("host.name".to_string(), labels::host_name())];
     common.extend(opts.labels.iter().cloned());
@@ -243,9 +256,21 @@ pub fn destinations(opts: &Options) -> Result<Vec<Box<dyn Destination>>, Error> 
         let d = parca::Parca::new(url, common.clone(), token.clone(), &tls).map_err(Error)?;
         out.push(Box::new(d));
     }
+    let store = match (&opts.store, &opts.state_dir) {
+        (Some(d), _) => Some(d.clone()),
+        (None, Some(state)) if out.is_empty() => {
+            health::open_state(state).map_err(|e| Error(format!("--state-dir: {e}")))?;
+            Some(state.join("store"))
+        }
+        _ => None,
+    };
+    if let Some(d) = store {
+        let s = store::Store::open(&d, opts.store_max_bytes, opts.store_max_age).map_err(Error)?;
+        out.push(Box::new(s));
+    }
     if out.is_empty() {
         return Err(Error(
-            "no destination: give --otlp URL, --pyroscope URL or --parca URL (the local store kept without one is not built yet)"
+            "no destination: give --otlp URL, --pyroscope URL, --parca URL, or a state directory for the local store"
                 .into(),
         ));
     }
@@ -353,6 +378,7 @@ pub fn run_with(
     };
     let mut start = unix_ns();
     let mut iv = Intervals::new(&iv_opts, objects, start);
+    let mut health = Health::new(opts, log);
     let mut labels = Labels::new("/proc".into());
     let mut out = Outcome::default();
     let mut batch: Vec<Record> = Vec::new();
@@ -400,8 +426,10 @@ pub fn run_with(
             out.profiles += 1;
             out.samples += samples;
             let lost = source.stats().lost;
+            let statuses: Vec<Status> = senders.iter().map(Sender::status).collect();
+            out.lost = lost;
+            health.write(&out, &statuses, false, log);
             if opts.verbose {
-                let statuses: Vec<Status> = senders.iter().map(Sender::status).collect();
                 log(&health_line(
                     out.profiles - 1,
                     samples,
@@ -422,7 +450,60 @@ pub fn run_with(
     out.lost = source.stats().lost;
     let deadline = Instant::now() + opts.flush;
     out.destinations = senders.into_iter().map(|s| s.finish(deadline)).collect();
+    health.write(&out, &out.destinations, true, log);
     out
+}
+
+/// The health file of a run, if it has a state directory.
+struct Health {
+    dir: Option<profdev_safefile::Dir>,
+    file: health::Health,
+    /// A failure was said already (it is said once).
+    failed: bool,
+}
+
+impl Health {
+    fn new(opts: &Options, log: &mut dyn FnMut(&str)) -> Health {
+        let dir = opts
+            .state_dir
+            .as_deref()
+            .and_then(|d| match health::open_state(d) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    // Sending goes on; only the health file is missing.
+                    log(&format!("no health file: --state-dir: {e}"));
+                    None
+                }
+            });
+        let now = std::time::SystemTime::now();
+        let file = health::Health {
+            pid: std::process::id(),
+            started: Some(now),
+            interval: opts.interval,
+            frequency: opts.frequency,
+            ..health::Health::default()
+        };
+        Health {
+            dir,
+            file,
+            failed: false,
+        }
+    }
+
+    /// Write the counts of `out` and `dests`.
+    fn write(&mut self, out: &Outcome, dests: &[Status], ended: bool, log: &mut dyn FnMut(&str)) {
+        let Some(dir) = &self.dir else { return };
+        let f = &mut self.file;
+        f.ended = ended;
+        f.updated = Some(std::time::SystemTime::now());
+        (f.profiles, f.samples, f.lost) = (out.profiles, out.samples, out.lost);
+        f.destinations = dests.to_vec();
+        if let Err(e) = f.write(dir) {
+            if !std::mem::replace(&mut self.failed, true) {
+                log(&format!("cannot write the health file: {e}"));
+            }
+        }
+    }
 }
 
 /// Give each recording ready its cut (the oldest waiting: they come in
@@ -493,5 +574,16 @@ mod tests {
         assert!(destinations(&opts("http://127.0.0.1:4040", false, true)).is_ok());
         let none = destinations(&Options::default()).err().unwrap().to_string();
         assert!(none.starts_with("no destination: "), "{none}");
+        // With a state directory, the store is the destination.
+        let d = tempfile::tempdir().unwrap();
+        let o = Options {
+            state_dir: Some(d.path().into()),
+            ..Options::default()
+        };
+        let names: Vec<String> = destinations(&o).unwrap().iter().map(|d| d.name()).collect();
+        assert_eq!(
+            names,
+            [format!("store {}", d.path().join("store").display())]
+        );
     }
 }

@@ -31,6 +31,12 @@ pub trait Destination: Send {
     fn note(&mut self) -> Option<String> {
         None
     }
+    /// Deliver `cut`: by default its body encoded and sent (the local
+    /// store writes the cut itself).
+    fn deliver(&mut self, cut: &Cut) -> Result<(), String> {
+        let body = self.encode(cut)?;
+        self.send(&body)
+    }
 }
 
 /// The backoff after the first failure, and its cap.
@@ -240,7 +246,7 @@ fn run(shared: &Shared, mut dest: Box<dyn Destination>, backoff: Backoff) {
         let Some(cut) = next_cut(shared, retry_at) else {
             return;
         };
-        let sent = dest.encode(&cut).and_then(|body| dest.send(&body));
+        let sent = dest.deliver(&cut);
         let mut st = lock(shared);
         match sent {
             Ok(()) => {

@@ -8,6 +8,7 @@
 //! profdev agent [-v] [-F HZ] [--interval SECS] [--label KEY=VALUE]... [--insecure]
 //!               [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL [--pyroscope-api push|ingest]]
 //!               [--parca URL] [--token-file F | --basic-auth-file F] [--tls-ca F] [--spool DIR]
+//!               [--state-dir DIR] [--store DIR] [--store-max-bytes BYTES] [--store-max-age DURATION]
 //! ```
 //!
 //! # Description
@@ -81,6 +82,19 @@
 //! loopback address) unless `--insecure` is given, and a credential never
 //! goes over plain http to another machine.
 //!
+//! With no destination (or with `--store DIR`) each interval's recording
+//! (a `profdev.data`) is kept in a local store, `STATE/store`: one 0600
+//! file per interval named by its UTC times, pruned after each write by
+//! age (`--store-max-age`, default 24h) then size (`--store-max-bytes`,
+//! default 256 MiB), oldest first, the newest kept; `profdev report
+//! --since 10m` and `profdev export FORMAT --since 2h` read it.
+//!
+//! Every interval the agent writes `health` in its state directory
+//! (`--state-dir DIR`, default /var/lib/profdev-agent, made 0700), in the
+//! devices' stat format: samples, lost, and per destination sent,
+//! failures, last error, spool, dropped, undelivered; 0644, as it holds
+//! no token and no kernel address. `profdev stat --agent` prints it.
+//!
 //! SIGINT, SIGTERM or SIGHUP end the agent: the last interval is cut, and
 //! the spool is sent for up to ten seconds (what is left stays in `--spool
 //! DIR`). The last line says how many
@@ -93,12 +107,14 @@
 //!
 //! ```text
 //! profdev agent -v --interval 15 --otlp http://127.0.0.1:4317 --label service_name=web
+//! profdev agent &  profdev report --since 10m  # the local store, no backend
 //! ```
 //!
 //! # Bugs
 //!
-//! Without a destination there is no local store yet (issue 26). No
-//! client certificate (mutual TLS) is offered. The cgroup of a process is
+//! The store's recordings carry no process labels (the cgroup-derived
+//! ones go only to destinations). No client certificate (mutual TLS) is
+//! offered. The cgroup of a process is
 //! read from `/proc` at its fork, exec or first sample: one that moves to
 //! another cgroup keeps the first. Samples are put in the interval whose cut the merge of the
 //! CPUs' rings has released them to (up to about 10 ms late).
@@ -167,6 +183,18 @@ pub(crate) struct Args {
     /// A directory where profiles wait on disk too, sent by the next start if this one could not.
     #[arg(long, value_name = "DIR")]
     spool: Option<PathBuf>,
+    /// The agent's state: its health file, and the local store without a destination.
+    #[arg(long, value_name = "DIR", default_value = profdev_agent::health::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// Keep each profile in this local store (default without a destination: STATE/store).
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// The store's size bound in bytes; the oldest profiles go first.
+    #[arg(long, value_name = "BYTES", default_value_t = profdev_agent::store::DEFAULT_MAX_BYTES)]
+    store_max_bytes: u64,
+    /// The store's age bound (e.g. 24h, 7d).
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = profdev_agent::store::parse_duration)]
+    store_max_age: Duration,
     /// A file holding the bearer token every request carries (never give it on the command line).
     #[arg(long, value_name = "FILE", conflicts_with = "basic_auth_file")]
     token_file: Option<PathBuf>,
@@ -224,6 +252,10 @@ fn options(args: &Args) -> Result<Options> {
         spool: args.spool.clone(),
         token: token.transpose().map_err(|e| anyhow!(e))?,
         tls_ca: args.tls_ca.clone(),
+        state_dir: Some(args.state_dir.clone()),
+        store: args.store.clone(),
+        store_max_bytes: args.store_max_bytes,
+        store_max_age: args.store_max_age,
         insecure: args.insecure,
         verbose: args.verbose,
         ..Options::default()

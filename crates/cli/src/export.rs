@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
-//!                [-i FILE] [-o OUT [--open]] [--inverted] [--title T] [--pid PID]
+//!                [-i FILE | --since DURATION [--store DIR]] [-o OUT [--open]] [--inverted] [--title T] [--pid PID]
 //!                [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
 //! profdev export svg --diff BASE NEW [-o OUT [--open]] [--inverted] [--title T]
 //! ```
@@ -18,6 +18,9 @@
 //! (default: standard output, except `gmon` to `gmon.out`). The writers
 //! are `profdev_formats::export`; every name comes from the symbol tables
 //! the recording holds.
+//!
+//! `--since DURATION [--store DIR]` reads the agent's store as `profdev
+//! report --since` does.
 //!
 //! * `folded`: `a;b;c count` per stack (flamegraph.pl, inferno, speedscope).
 //! * `svg`: a flame graph; `--inverted` for an icicle graph. Opened in a
@@ -78,6 +81,7 @@
 //! profdev record -g -- ./prog && profdev export svg -o prog.svg --open
 //! profdev export: wrote prog.svg (flame graph: 212 frames, 4013 samples; in a web browser, click to zoom, Ctrl-F to search)
 //! profdev export pprof -o prog.pb.gz && go tool pprof -top prog.pb.gz
+//! profdev export svg --since 1h -o last-hour.svg
 //! ```
 //!
 //! # Bugs
@@ -96,9 +100,9 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use profdev_formats::export::{
-    firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg,
+    firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg, wrote, Written,
 };
-use profdev_formats::recording::{self, ObjectKind, Recording};
+use profdev_formats::recording::{self, Recording};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -150,6 +154,8 @@ pub(crate) struct Args {
     /// The recording.
     #[arg(short = 'i', value_name = "FILE", default_value = "profdev.data")]
     input: PathBuf,
+    #[command(flatten)]
+    since: Since,
     /// Where to write ('-': standard output; the default, except gmon.out for gmon).
     #[arg(short = 'o', value_name = "OUT")]
     output: Option<PathBuf>,
@@ -163,7 +169,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "T")]
     title: Option<String>,
     /// svg: NEW's flame graph coloured by the change from BASE (red slower, blue faster, grey not significant).
-    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "input")]
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["input", "since"])]
     diff: Vec<PathBuf>,
     /// gmon: the samples of this process.
     #[arg(long, value_name = "PID")]
@@ -195,6 +201,31 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     }
 }
 
+/// `--since DURATION [--store DIR]` of report and export.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Since {
+    /// The agent's local store's profiles of the last DURATION (10m, 2h, 1d) as one, not FILE.
+    #[arg(long, value_name = "DURATION", value_parser = profdev_agent::store::parse_duration, conflicts_with = "input")]
+    since: Option<std::time::Duration>,
+    /// The store --since reads (default /var/lib/profdev-agent/store).
+    #[arg(long, value_name = "DIR", requires = "since")]
+    store: Option<PathBuf>,
+}
+
+impl Since {
+    /// FILE's recording or, with `--since`, the store's recordings of that
+    /// window as one (their notes said on stderr).
+    pub fn read(&self, input: &Path, name: &str, does: &str) -> Result<Recording> {
+        let Some(since) = self.since else {
+            return read_recording(input, name, does);
+        };
+        let w = profdev_agent::store::read_since(self.store.as_deref(), since)
+            .map_err(|e| anyhow!(e))?;
+        w.notes.iter().for_each(|n| eprintln!("{name}: {n}"));
+        Ok(w.recording)
+    }
+}
+
 /// Read a recording file (regular files only; a FIFO is refused rather
 /// than waited on); a torn or unfinished one is said so on stderr by
 /// `name` (the command reading it: `profdev export`, `profdev report`),
@@ -217,16 +248,6 @@ pub fn read_recording(path: &Path, name: &str, does: &str) -> Result<Recording> 
         );
     }
     Ok(rec)
-}
-
-fn has_kernel_frames(rec: &Recording) -> bool {
-    let kernel: Vec<u32> = rec
-        .objects
-        .iter()
-        .filter(|o| o.info.kind == ObjectKind::Kernel)
-        .map(|o| o.id)
-        .collect();
-    !kernel.is_empty() && rec.frames.iter().any(|f| kernel.contains(&f.object))
 }
 
 /// An export's contents: bytes made in memory, or the perf-script text,
@@ -265,32 +286,20 @@ impl Contents<'_> {
     }
 }
 
-/// A [`profdev_safefile::SafeFile`] as a writer.
-struct SafeWriter(profdev_safefile::SafeFile);
-
-impl Write for SafeWriter {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .write_bytes(b)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn run(args: &Args) -> Result<ExitCode> {
     if !args.diff.is_empty() && args.format != Format::Svg {
         bail!("--diff draws a differential flame graph: give the format svg");
     }
-    let rec = read_recording(args.diff.get(1).unwrap_or(&args.input), NAME, "exporting")?;
+    let rec = match args.diff.get(1) {
+        Some(new) => read_recording(new, NAME, "exporting")?,
+        None => args.since.read(&args.input, NAME, "exporting")?,
+    };
     let (contents, binary, kernel_addrs, what) = match args.format {
         Format::PerfScript => (
             Contents::Script(perf_script::Script::new(&rec)),
             false,
-            has_kernel_frames(&rec),
-            What::Other,
+            rec.has_kernel_frames(),
+            Written::Other,
         ),
         _ => {
             let (bytes, binary, kernel, what) = bytes(args, &rec)?;
@@ -305,7 +314,9 @@ fn run(args: &Args) -> Result<ExitCode> {
     let len = contents.len();
     write(args, out, &contents, binary, kernel_addrs)?;
     let to_stdout = out == Path::new("-");
-    if let Some(line) = wrote(args.format, out, len, &what) {
+    let format = args.format.to_possible_value();
+    let format = format.as_ref().map_or("", |v| v.get_name());
+    if let Some(line) = wrote(format, out, len, &what) {
         eprintln!("{NAME}: {line}");
     }
     if args.open && !to_stdout {
@@ -314,44 +325,6 @@ fn run(args: &Args) -> Result<ExitCode> {
         eprintln!("{NAME}: {}", open(out, display, env("PATH").as_deref()));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// What an export holds, for the line that names the file written.
-enum What {
-    /// A flame graph of so many frames and samples.
-    Svg { frames: usize, samples: u64 },
-    /// The gmon.out of this executable.
-    Gmon { exe: String },
-    /// Any other format.
-    Other,
-}
-
-/// The line (after `profdev export: `) that says what was written where,
-/// or None for an export to standard output that needs no word.
-fn wrote(format: Format, out: &Path, len: usize, what: &What) -> Option<String> {
-    let file = out.display();
-    if out == Path::new("-") {
-        return match what {
-            What::Gmon { exe } => Some(format!(
-                "gmon.out of {exe} on standard output: read it with 'gprof {exe} FILE', FILE where it was saved"
-            )),
-            _ => None,
-        };
-    }
-    Some(match what {
-        What::Svg { frames, samples } => format!(
-            "wrote {file} (flame graph: {frames} frames, {samples} samples; in a web browser, click to zoom, Ctrl-F to search)"
-        ),
-        What::Gmon { exe } => {
-            format!("wrote {file} (gmon.out of {exe}): read it with 'gprof {exe} {file}'")
-        }
-        What::Other => {
-            let name = format
-                .to_possible_value()
-                .map_or_else(String::new, |v| v.get_name().to_string());
-            format!("wrote {file} ({name}, {len} bytes)")
-        }
-    })
 }
 
 /// Hand `file` to the desktop's viewer (xdg-open, found on `path`) when
@@ -422,42 +395,32 @@ fn write(
         } else {
             crate::output::USER_MODE
         };
-        let f = profdev_safefile::SafeFile::create(out, mode).map_err(|e| anyhow!("{e}"))?;
-        let mut w = SafeWriter(f);
+        let mut f = profdev_safefile::SafeFile::create(out, mode).map_err(|e| anyhow!("{e}"))?;
         contents
-            .write_to(&mut w, &bar)
+            .write_to(&mut f, &bar)
             .map_err(|e| anyhow!("{}: {e}", out.display()))?;
-        w.0.commit().map_err(|e| anyhow!("{e}"))?;
+        f.commit().map_err(|e| anyhow!("{e}"))?;
     }
     Ok(())
 }
 
 /// `profdev_report::diff`'s judgment of a differential graph's frames.
 fn judge(frames: &[svg::PathCounts]) -> Vec<svg::Shift> {
-    use profdev_report::diff::{judge, Counts};
-    let counts: Vec<Counts> = frames
-        .iter()
-        .map(|&[base, base_total, new, new_total]| Counts {
-            base,
-            base_total,
-            new,
-            new_total,
-        })
-        .collect();
-    judge(&counts)
-        .iter()
-        .map(|c| svg::Shift {
-            delta: c.delta,
-            significant: c.significant,
-        })
-        .collect()
+    let judged = profdev_report::diff::judge_paths(frames);
+    let shift = |(delta, significant)| svg::Shift { delta, significant };
+    judged.into_iter().map(shift).collect()
 }
 
 /// The bytes of every format but perf-script, whether they are binary,
 /// whether they hold kernel addresses, and what they are.
-fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, What)> {
+fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, Written)> {
     Ok(match args.format {
-        Format::Folded => (folded::write(rec).into_bytes(), false, false, What::Other),
+        Format::Folded => (
+            folded::write(rec).into_bytes(),
+            false,
+            false,
+            Written::Other,
+        ),
         Format::Svg => {
             let opt = svg::Options {
                 title: args.title.clone().unwrap_or_else(|| {
@@ -477,14 +440,19 @@ fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, What)> {
                 }
                 _ => svg::render(rec, &opt),
             };
-            let what = What::Svg {
+            let what = Written::Svg {
                 frames: graph.frames,
                 samples: graph.samples,
             };
             (graph.svg.into_bytes(), false, false, what)
         }
-        Format::Pprof => (pprof::write(rec), true, has_kernel_frames(rec), What::Other),
-        Format::Firefox => (firefox::write(rec), false, false, What::Other),
+        Format::Pprof => (
+            pprof::write(rec),
+            true,
+            rec.has_kernel_frames(),
+            Written::Other,
+        ),
+        Format::Firefox => (firefox::write(rec), false, false, Written::Other),
         Format::Gmon => {
             let sel = gmon::Select {
                 pid: args.pid,
@@ -495,21 +463,26 @@ fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, What)> {
                 },
             };
             let (bytes, exe) = gmon::write(rec, &sel)?;
-            (bytes, true, false, What::Gmon { exe })
+            (bytes, true, false, Written::Gmon { exe })
         }
         Format::Kpdata => (
             kpdata::write(rec, args.log_bucket)?,
             true,
             true,
-            What::Other,
+            Written::Other,
         ),
         Format::ProcProfile => (
             proc_profile::write(rec, args.shift)?,
             true,
             true,
-            What::Other,
+            Written::Other,
         ),
-        Format::Otlp => (otlp::write(rec), true, has_kernel_frames(rec), What::Other),
+        Format::Otlp => (
+            otlp::write(rec),
+            true,
+            rec.has_kernel_frames(),
+            Written::Other,
+        ),
         Format::PerfScript => unreachable!("streamed by run"),
     })
 }

@@ -73,15 +73,15 @@
 //! mounting needs CAP_SYS_ADMIN; an `--allow-user` or `--allow-group` name
 //! that does not exist.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use nix::sys::signal::SigSet;
 use profdev_dev::{devtab, DevContext, Engine};
 use profdev_fuse::{block_stop_signals, group_id, user_id, MountState, Server, Serving};
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 
 /// Where the devices are mounted unless `$PROFDEV_MOUNT` says otherwise.
@@ -251,55 +251,12 @@ fn foreground(dir: &Path, serving: &Serving) -> Result<()> {
     serve(mounted, signals)
 }
 
-/// A server started in the background.
-struct Started {
-    dir: PathBuf,
-    files: String,
-    pid: u32,
-    log: PathBuf,
-}
-
-/// Start `exe mount --serve-in-background DIR` and wait for it to report
-/// the mount ready (or its error) on the pipe that is its stdout.
-fn background(exe: &Path, dir: &Path, serving: &Serving) -> Result<Started> {
+/// [`profdev_fuse::start_background`]: `exe mount --serve-in-background
+/// DIR`, its log 0600 (kernel addresses in its messages).
+fn background(exe: &Path, dir: &Path, serving: &Serving) -> Result<profdev_fuse::Started> {
     let abs = prepare(dir, serving)?;
-    let log = profdev_fuse::log_path(&abs);
-    // The log holds kernel addresses in its messages: 0600, appended to
-    // only if it is a regular file of ours (never through a link).
-    let log_file = profdev_safefile::open_append(&log, crate::output::KERNEL_MODE)
-        .map_err(|e| anyhow!("cannot open the log: {e}"))?
-        .into_file();
-    let mut child = std::process::Command::new(exe)
-        .arg("mount")
-        .arg("--serve-in-background")
-        .args(serving.to_args())
-        .arg(&abs)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log_file)
-        .current_dir("/")
-        .spawn()
-        .with_context(|| format!("cannot start {}", exe.display()))?;
-    let mut line = String::new();
-    let stdout = child.stdout.take().expect("stdout is piped");
-    BufReader::new(stdout).read_line(&mut line)?;
-    if let Some(files) = line.strip_prefix("ready ") {
-        return Ok(Started {
-            dir: abs,
-            files: files.trim_end().to_string(),
-            pid: child.id(),
-            log,
-        });
-    }
-    if let Some(e) = line.strip_prefix("error: ") {
-        let _ = child.wait();
-        bail!("{}", e.trim_end());
-    }
-    let status = child.wait()?;
-    Err(anyhow!(
-        "the device server exited ({status}) before its mount was ready; see {}",
-        log.display()
-    ))
+    let log = crate::output::KERNEL_MODE;
+    profdev_fuse::start_background(exe, &abs, serving, log).map_err(|e| anyhow!(e))
 }
 
 /// The background server: a session of its own, readiness or the error

@@ -6,7 +6,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev report [-i FILE] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
+//! profdev report [-i FILE | --since DURATION [--store DIR]] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
 //! profdev report --diff BASE NEW [--sort comm,pid,tid,dso,sym] [--children]
 //! ```
 //!
@@ -25,6 +25,10 @@
 //! recorder could not unwind to its root ends in `[unwind failed: REASON]`
 //! (object `[label]`). After the table, the count of samples with each of
 //! those labels (`[idle]`, `[unwind failed: …]`, `[anon]`, `[unknown]…`).
+//!
+//! With `--since DURATION` (`10m`, `2h`, `1d`), the recordings of `profdev
+//! agent`'s store (`--store DIR`, default /var/lib/profdev-agent/store)
+//! of the last DURATION are read as one instead of FILE.
 //!
 //! With `--ci`, each share is followed by its 95% Wilson score interval,
 //! and rows whose interval overlaps the interval of the row next to them
@@ -53,6 +57,7 @@
 //! ```text
 //! profdev record -g -- ./prog && profdev report --children --ci --sort sym
 //! profdev report --diff before.data after.data --sort sym
+//! profdev report --since 10m --sort comm,sym
 //! ```
 //!
 //! # Bugs
@@ -77,6 +82,8 @@ pub(crate) struct Args {
     /// The recording.
     #[arg(short = 'i', value_name = "FILE", default_value = "profdev.data")]
     input: PathBuf,
+    #[command(flatten)]
+    since: crate::export::Since,
     /// The row keys, comma separated: comm, pid, tid, dso, sym.
     #[arg(long, value_name = "KEYS", default_value = "comm,dso,sym")]
     sort: String,
@@ -87,7 +94,7 @@ pub(crate) struct Args {
     #[arg(long)]
     ci: bool,
     /// Compare two recordings: each row's share in both, the change, its interval, '*' where significant.
-    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["input", "ci"])]
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["input", "ci", "since"])]
     diff: Vec<PathBuf>,
 }
 
@@ -137,7 +144,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         );
         return print(&text);
     }
-    let rec = crate::export::read_recording(&args.input, NAME, "reporting")?;
+    let rec = args.since.read(&args.input, NAME, "reporting")?;
     if rec.samples.is_empty() {
         bail!(
             "{} holds no samples; record some with 'profdev record'",

@@ -1,5 +1,5 @@
-//! `profdev stat [--json] [DIR]`: every device's health, from the mount's
-//! `stat/` files.
+//! `profdev stat [--json] [DIR] [--agent [STATE]]`: every device's health,
+//! from the mount's `stat/` files, and the agent's.
 //!
 //! Reads each file of DIR/stat (DIR: `$PROFDEV_MOUNT`, else /run/profdev)
 //! and prints one row per key and one column per device; with `--json`,
@@ -9,8 +9,12 @@
 //! mounted at DIR it says so and how to start one: `profdev mount -b DIR`
 //! when that would work (a missing DIR is created), else why not and what
 //! will (never a mount that would hide a directory's files).
+//!
+//! Without DIR, the health of `profdev agent` (/var/lib/profdev-agent/health)
+//! is added as columns `agent` and `agent.DESTINATION` when present; `--agent
+//! [STATE]` shows only it, from the state directory STATE.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use profdev_fuse::MountState;
 use std::ffi::OsString;
@@ -31,6 +35,9 @@ pub(crate) struct Args {
     /// The mount (default $PROFDEV_MOUNT, else /run/profdev).
     #[arg(value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Only the agent's health, from its state directory (default /var/lib/profdev-agent).
+    #[arg(long, value_name = "STATE", num_args = 0..=1, default_missing_value = profdev_agent::health::DEFAULT_STATE_DIR)]
+    agent: Option<PathBuf>,
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -44,15 +51,24 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 type Device = (String, Vec<(String, String)>);
 
 fn run(args: &Args) -> Result<ExitCode> {
+    let agent = profdev_agent::health::for_stat(args.agent.as_deref(), args.dir.is_none())
+        .map_err(|e| anyhow!(e))?;
     let dir = args.dir.clone().unwrap_or_else(profdev_fuse::mount_dir);
-    if profdev_fuse::state(&dir)? != (MountState::Profdev { alive: true }) {
+    let mounted =
+        args.agent.is_none() && profdev_fuse::state(&dir)? == MountState::Profdev { alive: true };
+    if !mounted && agent.is_none() {
         bail!(
             "no device server is mounted at {} ({})",
             dir.display(),
             profdev_fuse::how_to_mount(&dir)
         );
     }
-    let devices = read_all(&dir.join("stat"))?;
+    let mut devices = if mounted {
+        read_all(&dir.join("stat"))?
+    } else {
+        Vec::new()
+    };
+    devices.extend(agent.unwrap_or_default());
     let text = if args.json {
         json(&devices)
     } else {

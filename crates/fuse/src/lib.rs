@@ -89,5 +89,8 @@ pub use mount::{
     log_path, mount, mount_dir, resolve, state, unmount, Background, MountError, MountOptions,
     MountState, Mounted, Unmounted, DEFAULT_MOUNT_DIR, DEV_FUSE, FSTYPE, MOUNT_VAR, SOURCE,
 };
-pub use serve::{block_stop_signals, group_id, prepare, serve, user_id, Serving, GRACE};
+pub use serve::{
+    block_stop_signals, group_id, prepare, serve, start_background, user_id, Serving, Started,
+    GRACE,
+};
 pub use server::{Log, ServeError, Server, MAX_DEVICES};

@@ -194,3 +194,67 @@ pub fn serve(
         }
     }
 }
+
+/// A server started in the background.
+#[derive(Clone, Debug)]
+pub struct Started {
+    /// The mount point, resolved.
+    pub dir: PathBuf,
+    /// The files it serves, as its readiness line named them.
+    pub files: String,
+    pub pid: u32,
+    /// Its log, `DIR.log`.
+    pub log: PathBuf,
+}
+
+/// Start `exe mount --serve-in-background [OPTIONS] DIR` (`dir` already
+/// [`prepare`]d), its standard error appended to `DIR.log` (created with
+/// `log_mode`, appended to only if it is a regular file of ours, never
+/// through a link), and wait for it to report the mount ready (`ready
+/// FILES`) or its error (`error: SENTENCE`) on the pipe that is its
+/// standard output.
+pub fn start_background(
+    exe: &Path,
+    dir: &Path,
+    serving: &Serving,
+    log_mode: u32,
+) -> Result<Started, String> {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let log = crate::log_path(dir);
+    let log_file = profdev_safefile::open_append(&log, log_mode)
+        .map_err(|e| format!("cannot open the log: {e}"))?
+        .into_file();
+    let mut child = std::process::Command::new(exe)
+        .arg("mount")
+        .arg("--serve-in-background")
+        .args(serving.to_args())
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .current_dir("/")
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let read = io::BufReader::new(stdout).read_line(&mut line);
+    if let Some(files) = line.strip_prefix("ready ") {
+        return Ok(Started {
+            dir: dir.to_path_buf(),
+            files: files.trim_end().to_string(),
+            pid: child.id(),
+            log,
+        });
+    }
+    if let Some(e) = line.strip_prefix("error: ") {
+        let _ = child.wait();
+        return Err(e.trim_end().to_string());
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let why = read.err().map_or_else(String::new, |e| format!(" ({e})"));
+    Err(format!(
+        "the device server exited ({status}) before its mount was ready{why}; see {}",
+        log.display()
+    ))
+}

@@ -127,6 +127,25 @@ pub fn judge(rows: &[Counts]) -> Vec<Change> {
     out
 }
 
+/// [`judge`] of a differential flame graph's frames, each given as
+/// `[base, base_total, new, new_total]`: each one's change in points and
+/// whether it is significant.
+pub fn judge_paths(frames: &[[u64; 4]]) -> Vec<(f64, bool)> {
+    let counts: Vec<Counts> = frames
+        .iter()
+        .map(|&[base, base_total, new, new_total]| Counts {
+            base,
+            base_total,
+            new,
+            new_total,
+        })
+        .collect();
+    judge(&counts)
+        .iter()
+        .map(|c| (c.delta, c.significant))
+        .collect()
+}
+
 /// What to compare.
 #[derive(Clone, Debug)]
 pub struct Options {

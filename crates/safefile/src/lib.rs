@@ -417,12 +417,24 @@ impl Dir {
     /// symbolic link) of at most `max` bytes. `Ok(None)` when there is no
     /// such name.
     pub fn read_own(&self, name: impl AsRef<Path>, max: u64) -> Result<Option<Vec<u8>>> {
+        self.read_checked(name.as_ref(), max, false)
+    }
+
+    /// Read back `name` in this directory as [`Dir::read_own`] does, but
+    /// accepting root as the owner too (of the file and the directory):
+    /// what a root daemon wrote for any user who may read it (the agent's
+    /// health file and store).
+    pub fn read_trusted(&self, name: impl AsRef<Path>, max: u64) -> Result<Option<Vec<u8>>> {
+        self.read_checked(name.as_ref(), max, true)
+    }
+
+    fn read_checked(&self, name: &Path, max: u64, root_too: bool) -> Result<Option<Vec<u8>>> {
         use std::io::Read;
-        let name = self.name_of(name.as_ref())?;
+        let name = self.name_of(name)?;
         let path = self.path.join(&name);
         let euid = rustix::process::geteuid().as_raw();
         let trusted = |st: &rfs::Stat, what: &str| -> Result<()> {
-            let why = if st.st_uid != euid {
+            let why = if st.st_uid != euid && !(root_too && st.st_uid == 0) {
                 format!("{what} belongs to uid {}, not to uid {euid}", st.st_uid)
             } else if st.st_mode & 0o022 != 0 {
                 format!("{what} is writable by group or others")
@@ -727,6 +739,11 @@ pub fn write_file(path: impl AsRef<Path>, bytes: &[u8], mode_bits: u32) -> Resul
     let mut f = SafeFile::create(path, mode_bits)?;
     f.write_bytes(bytes)?;
     f.commit()
+}
+
+/// The effective user id, the owner the rules above trust besides root.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
 }
 
 /// Create `path` with `mode` (see [`Dir::create`]).

@@ -341,3 +341,25 @@ fn read_own_reads_only_what_nobody_else_could_have_written() {
         assert!(e.contains("belongs to uid 65534"), "{e}");
     }
 }
+
+/// read_trusted keeps read_own's rules (no link followed, bounded, one
+/// name, nobody else's file); it only adds root as an owner it accepts.
+#[test]
+fn read_trusted_reads_what_root_or_the_caller_wrote() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = Dir::create(&d.path().join("store"), 0o700).unwrap();
+    assert!(dir.read_trusted("absent", 100).unwrap().is_none());
+    dir.write_file("mine", b"kept", 0o600).unwrap();
+    assert_eq!(dir.read_trusted("mine", 100).unwrap().unwrap(), b"kept");
+    assert!(dir.read_trusted("mine", 3).is_err());
+    std::os::unix::fs::symlink(dir.path().join("mine"), dir.path().join("link")).unwrap();
+    assert!(dir.read_trusted("link", 100).is_err());
+    std::fs::hard_link(dir.path().join("mine"), dir.path().join("alias")).unwrap();
+    assert!(dir.read_trusted("alias", 100).is_err());
+    if privileged("read_trusted's other-user half (chown)") {
+        std::os::unix::fs::chown(dir.path().join("mine"), Some(65534), None).unwrap();
+        std::fs::remove_file(dir.path().join("alias")).unwrap();
+        let e = dir.read_trusted("mine", 100).unwrap_err().to_string();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
+    }
+}

@@ -433,3 +433,37 @@ impl Tree {
         out
     }
 }
+
+/// What an export holds, for the line that names the file written.
+pub enum Written {
+    /// A flame graph of so many frames and samples.
+    Svg { frames: usize, samples: u64 },
+    /// The gmon.out of this executable.
+    Gmon { exe: String },
+    /// Any other format.
+    Other,
+}
+
+/// The line (after `profdev export: `) that says what was written to
+/// `out` (`-`: standard output) in `format`, `len` bytes; None for an
+/// export to standard output that needs no word.
+pub fn wrote(format: &str, out: &std::path::Path, len: usize, what: &Written) -> Option<String> {
+    let file = out.display();
+    if out == std::path::Path::new("-") {
+        return match what {
+            Written::Gmon { exe } => Some(format!(
+                "gmon.out of {exe} on standard output: read it with 'gprof {exe} FILE', FILE where it was saved"
+            )),
+            _ => None,
+        };
+    }
+    Some(match what {
+        Written::Svg { frames, samples } => format!(
+            "wrote {file} (flame graph: {frames} frames, {samples} samples; in a web browser, click to zoom, Ctrl-F to search)"
+        ),
+        Written::Gmon { exe } => {
+            format!("wrote {file} (gmon.out of {exe}): read it with 'gprof {exe} {file}'")
+        }
+        Written::Other => format!("wrote {file} ({format}, {len} bytes)"),
+    })
+}

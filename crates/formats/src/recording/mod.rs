@@ -7,6 +7,7 @@
 //! Encoder::new(&Header)        -> bytes of the header, then one record per call
 //! Encoder::{task, object, symbols, sample, loss, end}; Encoder::take() -> bytes to append
 //! read(&[u8])                  -> Recording { header, tasks, objects, samples, frames, stacks, losses, torn }
+//! merge(Vec<Recording>)        -> one Recording (the agent's store: one recording per interval)
 //! ```
 //!
 //! # Description
@@ -88,12 +89,14 @@
 //! * Strings are read lossily: a comm or path that is not UTF-8 comes back
 //!   with U+FFFD in place of the bad bytes.
 
+mod merge;
 mod read;
 mod write;
 
 #[cfg(test)]
 mod tests;
 
+pub use merge::merge;
 pub use read::{read, ReadError, Recording, Sample};
 pub use write::{EncodeError, Encoder, SampleInfo};
 
@@ -193,7 +196,7 @@ impl ObjectKind {
 }
 
 /// An object as the Object record describes it.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct ObjectInfo {
     /// User ELF, kernel, anonymous.
     pub kind: ObjectKind,

@@ -61,6 +61,18 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// Whether any sample has a kernel frame (its exports hold kernel
+    /// addresses: files of them are 0600).
+    pub fn has_kernel_frames(&self) -> bool {
+        let kernel: Vec<u32> = self
+            .objects
+            .iter()
+            .filter(|o| o.info.kind == ObjectKind::Kernel)
+            .map(|o| o.id)
+            .collect();
+        !kernel.is_empty() && self.frames.iter().any(|f| kernel.contains(&f.object))
+    }
+
     /// The frames of `s`, innermost first.
     pub fn stack(&self, s: &Sample) -> &[Frame] {
         &self.frames[s.first..s.first + s.depth as usize]
@@ -276,7 +288,7 @@ pub fn read(bytes: &[u8]) -> Result<Recording, ReadError> {
 /// records (a recorder appends one as each of its addresses is first
 /// seen) becomes one, with the longest length and every line row; file
 /// names given more than once become one.
-fn merge_functions(o: &mut Object) {
+pub(crate) fn merge_functions(o: &mut Object) {
     let mut index: HashMap<&str, u32> = HashMap::new();
     let mut remap = Vec::with_capacity(o.files.len());
     let mut files: Vec<String> = Vec::new();
