@@ -132,6 +132,8 @@ pub struct Options {
     pub flush: Duration,
     /// `-v`: a health line per interval.
     pub verbose: bool,
+    /// `--lines`: name source lines too (DWARF read: memory and time).
+    pub lines: bool,
     /// `--state-dir`: where the health file is written each interval
     /// (and the store kept, under `store/`); none: no health file.
     pub state_dir: Option<std::path::PathBuf>,
@@ -161,6 +163,7 @@ impl Default for Options {
             spool: None,
             flush: Duration::from_secs(10),
             verbose: false,
+            lines: false,
             state_dir: None,
             store: None,
             store_max_bytes: store::DEFAULT_MAX_BYTES,
@@ -375,6 +378,12 @@ pub fn run_with(
         stack_bytes: opts.stack_bytes,
         frequency: opts.frequency,
         symbols: true,
+        // Memory over speed: functions come from the symbol tables alone
+        // (with --lines a large object's DWARF is parsed too), the object
+        // named last kept parsed: a large library sampled in many
+        // processes (a compiler's) is not parsed again for each address.
+        keep_open: 1,
+        lines: opts.lines,
     };
     let mut start = unix_ns();
     let mut iv = Intervals::new(&iv_opts, objects, start);

@@ -17,9 +17,11 @@
 //! cpu-clock), kernel and user stacks (the kernel's callchain, the user
 //! stack unwound as `profdev record -g` unwinds it), and every
 //! `--interval` seconds (default 15) cuts one profile: the recorder of
-//! `profdev record`, its functions and lines named locally from each
-//! object's ELF and DWARF by a thread of their own, every mapping's build
-//! id kept so that a backend can symbolize again.
+//! `profdev record`, its functions named locally from each object's
+//! symbol tables by a thread of their own (with `--lines`, source lines
+//! too, from DWARF: a large object's costs a hundred MB while it is
+//! parsed), every mapping's build id kept so that a backend can symbolize
+//! again.
 //!
 //! Every profile carries `host.name` and each `--label KEY=VALUE`
 //! (`service_name` is Pyroscope's key); each process its pid, command,
@@ -210,6 +212,9 @@ pub(crate) struct Args {
     /// A line per interval on standard error: samples, lost, each destination's counts.
     #[arg(short = 'v')]
     verbose: bool,
+    /// Name source lines too (reads each object's DWARF: more memory and time).
+    #[arg(long)]
+    lines: bool,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -258,6 +263,7 @@ fn options(args: &Args) -> Result<Options> {
         store_max_age: args.store_max_age,
         insecure: args.insecure,
         verbose: args.verbose,
+        lines: args.lines,
         ..Options::default()
     })
 }
@@ -269,6 +275,16 @@ fn run(args: &Args) -> Result<ExitCode> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| anyhow!("cannot catch signal {sig}: {e}"))?;
     }
+    // Freed memory goes back to the kernel, each interval: names and
+    // stacks are made and freed all the time.
+    crate::malloc::bound_for_server();
+    let trim = (stop.clone(), opts.interval);
+    std::thread::spawn(move || {
+        while !trim.0.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(trim.1);
+            crate::malloc::release_free();
+        }
+    });
     let objects = profdev_symbolize::Objects::new();
     let out = profdev_agent::run(&opts, objects, &stop, &mut |line| {
         eprintln!("{NAME}: {line}")

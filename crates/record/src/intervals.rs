@@ -28,6 +28,13 @@ pub struct IntervalOptions {
     pub frequency: u32,
     /// Name the functions and lines sampled.
     pub symbols: bool,
+    /// Objects whose DWARF the naming thread keeps parsed between
+    /// addresses (each can be a hundred MB for a large binary with debug
+    /// information; 0: each is parsed for its new addresses and freed).
+    pub keep_open: usize,
+    /// Name source lines too (the objects' DWARF read); else functions
+    /// from the symbol tables alone.
+    pub lines: bool,
 }
 
 /// The recorder whose recording is cut at each interval (see the module
@@ -53,7 +60,9 @@ impl Intervals {
             symbols: opts.symbols,
             only_tid: None,
         };
-        let thread = opts.symbols.then(SymbolThread::start);
+        let thread = opts
+            .symbols
+            .then(|| SymbolThread::keeping(opts.keep_open, opts.lines));
         Intervals {
             rec: Recorder::new(Encoder::new(&header), &setup, objects, thread),
             header,
@@ -134,6 +143,8 @@ mod tests {
             stack_bytes: 8192,
             frequency: 19,
             symbols: false,
+            keep_open: 0,
+            lines: false,
         };
         let mut iv = Intervals::new(&opts, Objects::new(), 1_000);
         iv.record(&Record::Comm {

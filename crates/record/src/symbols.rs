@@ -40,12 +40,25 @@ pub(crate) struct SymbolThread {
 }
 
 impl SymbolThread {
-    /// Start the thread.
+    /// Start the thread, keeping the [`KEEP_OPEN`] objects named last
+    /// open.
     pub(crate) fn start() -> SymbolThread {
+        SymbolThread::keeping(KEEP_OPEN, true)
+    }
+
+    /// Start the thread, keeping the `keep_open` objects named last open
+    /// (their DWARF parsed: fast for the next addresses, memory held);
+    /// without `lines`, functions come from the symbol tables alone and
+    /// no DWARF is read.
+    pub(crate) fn keeping(keep_open: usize, lines: bool) -> SymbolThread {
         let (jobs, todo) = channel::<SymbolJob>();
         let (tx, done) = channel();
         let thread = std::thread::spawn(move || {
-            let mut cache = Cache::default();
+            let mut cache = Cache {
+                keep_open,
+                lines,
+                ..Cache::default()
+            };
             for job in todo {
                 if tx.send(cache.answer(job)).is_err() {
                     return;
@@ -127,6 +140,10 @@ struct Cache {
     /// The objects named most recently, kept open (their DWARF parsed
     /// once, not at each new address), least recently used first.
     open: Vec<(ObjectKey, ElfObject)>,
+    /// How many of them are kept.
+    keep_open: usize,
+    /// Whether lines are named (from DWARF).
+    lines: bool,
 }
 
 /// An object of the cache: path, build id (empty if none), and the
@@ -135,6 +152,19 @@ type ObjectKey = (String, Vec<u8>, u64);
 
 /// How many objects the cache keeps open.
 const KEEP_OPEN: usize = 4;
+
+/// The functions (and with `lines`, lines) of `addrs` in `elf`.
+fn name(
+    lines: bool,
+    elf: &ElfObject,
+    addrs: &[u64],
+) -> profdev_symbolize::symbolizer::ObjectFunctions {
+    if lines {
+        Symbolizer::name_in(elf, addrs)
+    } else {
+        Symbolizer::name_only_in(elf, addrs)
+    }
+}
 
 impl Cache {
     /// The job's symbol table, from the cache where it can.
@@ -152,7 +182,11 @@ impl Cache {
             object_id,
         );
         if self.entries > MAX_CACHED {
-            *self = Cache::default();
+            *self = Cache {
+                keep_open: self.keep_open,
+                lines: self.lines,
+                ..Cache::default()
+            };
         }
         let known = self.by_object.entry(key.clone()).or_default();
         let missing: Vec<u64> = job
@@ -169,7 +203,8 @@ impl Cache {
                     // Most recently used last.
                     let e = self.open.remove(i);
                     self.open.push(e);
-                    Some(Symbolizer::name_in(
+                    Some(name(
+                        self.lines,
                         &self.open[self.open.len() - 1].1,
                         &missing,
                     ))
@@ -181,11 +216,13 @@ impl Cache {
                         job.want.as_deref(),
                     );
                     elf.map(|elf| {
-                        let named = Symbolizer::name_in(&elf, &missing);
-                        if self.open.len() >= KEEP_OPEN {
-                            self.open.remove(0);
+                        let named = name(self.lines, &elf, &missing);
+                        if self.keep_open > 0 {
+                            if self.open.len() >= self.keep_open {
+                                self.open.remove(0);
+                            }
+                            self.open.push((key, elf));
                         }
-                        self.open.push((key, elf));
                         named
                     })
                 }

@@ -313,7 +313,14 @@ impl Symbolizer {
     /// Name link-time addresses `addrs` of an object opened by
     /// [`Symbolizer::open_object`], as [`Symbolizer::object_functions`] does.
     pub fn name_in(elf: &ElfObject, addrs: &[u64]) -> ObjectFunctions {
-        name_addrs(elf, addrs)
+        name_addrs(elf, addrs, true)
+    }
+
+    /// [`Symbolizer::name_in`] with functions from the symbol tables
+    /// only: no DWARF is read (a large object's is a hundred MB parsed),
+    /// so no lines.
+    pub fn name_only_in(elf: &ElfObject, addrs: &[u64]) -> ObjectFunctions {
+        name_addrs(elf, addrs, false)
     }
 }
 
@@ -322,8 +329,8 @@ fn function_at(elf: &ElfObject, addr: FileAddr) -> Option<&FnSym> {
     elf.symbol(addr).map(|(s, _)| s)
 }
 
-/// Each address's function and innermost source line.
-fn name_addrs(elf: &ElfObject, addrs: &[u64]) -> ObjectFunctions {
+/// Each address's function and, with `lines`, innermost source line.
+fn name_addrs(elf: &ElfObject, addrs: &[u64], lines: bool) -> ObjectFunctions {
     let mut out = ObjectFunctions::default();
     for &offset in addrs {
         let addr = FileAddr(offset);
@@ -331,8 +338,8 @@ fn name_addrs(elf: &ElfObject, addrs: &[u64]) -> ObjectFunctions {
             continue;
         };
         let files = &mut out.files;
-        let line = elf
-            .frames(addr)
+        let frames = if lines { elf.frames(addr) } else { Vec::new() };
+        let line = frames
             .last()
             .and_then(|f| Some((f.file.clone()?, f.line?)))
             .map(|(file, line)| {
