@@ -62,7 +62,9 @@ SPIN=
 AGENT=
 PERF=
 cleanup() {
-	for p in $AGENT $PERF $SINK; do kill -INT "$p" 2>/dev/null || true; done
+	# (TERM: a background job of sh starts with SIGINT ignored.)
+	for p in $AGENT $SINK; do kill -TERM "$p" 2>/dev/null || true; done
+	[ -n "$PERF" ] && kill -INT "$PERF" 2>/dev/null || true
 	[ -n "$SPIN" ] && kill -TERM "-$SPIN" 2>/dev/null || true
 	rm -f "$OUT"/perf-*.data "$OUT"/perf-*.data.old
 }
@@ -149,7 +151,8 @@ for HZ in $RATES; do
 	p_rss=$(kib $PERF VmRSS)
 	p_hwm=$(kib $PERF VmHWM)
 	p_anon=$(kib $PERF RssAnon)
-	kill -INT $AGENT $PERF
+	kill -TERM $AGENT
+	kill -INT $PERF
 	wait $AGENT || echo "$0: the agent ended with status $? (see $OUT/agent-$HZ.log)" >&2
 	wait $PERF || true
 	AGENT=
