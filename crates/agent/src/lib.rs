@@ -35,8 +35,6 @@
 //!
 //! * A process's cgroup from the kernel (`PERF_RECORD_CGROUP`) rather than
 //!   from `/proc` when first seen.
-//! * `deploy/` (systemd unit, DaemonSet) with the capabilities a non-root
-//!   agent needs, the pid-churn memory test and `bench/agent_overhead.sh`.
 
 #![forbid(unsafe_code)]
 

@@ -83,6 +83,8 @@
 //! PEM file only. Plain http goes only to this machine (localhost, a
 //! loopback address) unless `--insecure` is given, and a credential never
 //! goes over plain http to another machine.
+//! `deploy/` runs it as a non-root user with only the capabilities it needs
+//! (a systemd unit, a Kubernetes DaemonSet; `deploy/README.md` says why).
 //!
 //! With no destination (or with `--store DIR`) each interval's recording
 //! (a `profdev.data`) is kept in a local store, `STATE/store`: one 0600
@@ -97,13 +99,12 @@
 //! failures, last error, spool, dropped, undelivered; 0644, as it holds
 //! no token and no kernel address. `profdev stat --agent` prints it.
 //!
-//! SIGINT, SIGTERM or SIGHUP end the agent: the last interval is cut, and
-//! the spool is sent for up to ten seconds (what is left stays in `--spool
-//! DIR`). The last line says how many
-//! profiles were cut and, per destination, sent, failed, dropped and left
-//! undelivered. With `-v` a line per interval on standard error: samples,
-//! lost, and per destination profiles sent, failures with the last error,
-//! spool size and dropped profiles.
+//! SIGINT, SIGTERM or SIGHUP end the agent: the last interval is cut, and the
+//! spool is sent for up to ten seconds (what is left stays in `--spool DIR`).
+//! The last line says how many profiles were cut and, per destination, sent,
+//! failed, dropped and left undelivered. With `-v` a line per interval on
+//! standard error: samples, lost, and per destination profiles sent, failures
+//! with the last error, spool size and dropped profiles.
 //!
 //! # Example
 //!

@@ -37,6 +37,20 @@ pub struct IntervalOptions {
     pub lines: bool,
 }
 
+/// What an [`Intervals`] holds from one cut to the next, that pid churn
+/// must not grow (the tables of a cut's recording start empty at each).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Processes of the task model (exited ones are kept a second).
+    pub processes: usize,
+    /// Thread names of the task model.
+    pub thread_names: usize,
+    /// Processes whose unwind modules the unwinder keeps.
+    pub unwinder_processes: usize,
+    /// Objects the unwinder remembers as having no unwind information.
+    pub unwinder_missing: usize,
+}
+
 /// The recorder whose recording is cut at each interval (see the module
 /// doc).
 pub struct Intervals {
@@ -106,6 +120,11 @@ impl Intervals {
     /// the end).
     pub fn finish(&mut self) -> Vec<Vec<u8>> {
         self.rec.wait_cuts()
+    }
+
+    /// What is held across cuts (see [`Held`]).
+    pub fn held(&self) -> Held {
+        self.rec.held()
     }
 
     /// With stacks, the unwinder's counts as a sentence.

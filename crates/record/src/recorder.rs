@@ -115,6 +115,17 @@ impl Model {
     fn unwind_stats(&self) -> Option<String> {
         self.unwinder.as_ref().map(|u| u.stats().to_string())
     }
+    fn held(&self) -> crate::intervals::Held {
+        let (processes, thread_names) = self.tasks.held();
+        let (unwinder_processes, unwinder_missing) =
+            self.unwinder.as_ref().map_or((0, 0), |u| u.held());
+        crate::intervals::Held {
+            processes,
+            thread_names,
+            unwinder_processes,
+            unwinder_missing,
+        }
+    }
 }
 
 /// An object of the recording: its load layout (small, kept while
@@ -315,6 +326,11 @@ impl Recorder {
     /// The unwinder's counts, with -g.
     pub(crate) fn unwind_stats(&self) -> Option<String> {
         self.model.unwind_stats()
+    }
+
+    /// What the model and the unwinder hold across cuts.
+    pub(crate) fn held(&self) -> crate::intervals::Held {
+        self.model.held()
     }
 
     /// The unwind failures by reason, most frequent first.

@@ -85,7 +85,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 use profdev_core::{ProcessVa, Sample};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::{Deref, Range};
 use std::sync::Arc;
@@ -308,8 +308,10 @@ pub struct UserUnwinder {
     procs: HashMap<u32, Proc>,
     cache: CacheX86_64,
     stats: UnwindStats,
-    /// Objects whose unwind information is missing, counted once each.
-    missing: HashSet<u64>,
+    /// Objects whose unwind information is missing, counted once each;
+    /// those no longer alive are dropped now and then, so that a machine
+    /// that keeps starting and ending processes does not grow it.
+    missing: HashMap<u64, std::sync::Weak<crate::objects::Object>>,
     /// Buffers reused from sample to sample.
     scratch: Scratch,
     unwinds: u64,
@@ -345,7 +347,7 @@ impl UserUnwinder {
             procs: HashMap::new(),
             cache: CacheX86_64::new(),
             stats: UnwindStats::default(),
-            missing: HashSet::new(),
+            missing: HashMap::new(),
             scratch: Scratch::default(),
             unwinds: 0,
         }
@@ -354,6 +356,12 @@ impl UserUnwinder {
     /// Counts so far.
     pub fn stats(&self) -> UnwindStats {
         self.stats
+    }
+
+    /// Processes whose modules are kept, and objects remembered as
+    /// missing unwind information: what forgetting bounds.
+    pub fn held(&self) -> (usize, usize) {
+        (self.procs.len(), self.missing.len())
     }
 
     /// Process `pid`'s modules, (re)built from `tasks` if its mappings
@@ -378,7 +386,11 @@ impl UserUnwinder {
                 p.maps.push(m.start..m.end);
                 let Some(object) = &m.object else { continue };
                 let Some(info) = object.unwind_info() else {
-                    if self.missing.insert(object.id()) {
+                    if self.missing.len() >= 64 && self.missing.len().is_power_of_two() {
+                        self.missing.retain(|_, o| o.strong_count() > 0);
+                    }
+                    let weak = std::sync::Arc::downgrade(object);
+                    if self.missing.insert(object.id(), weak).is_none() {
                         self.stats.objects_missing += 1;
                     }
                     continue;

@@ -204,3 +204,57 @@ pub fn profdev_copy(dir: &Path) -> PathBuf {
     assert!(st.success(), "cp of the profdev binary failed");
     exe
 }
+
+/// What a [`collector`] was sent: each request's path and body.
+pub type Requests = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// An HTTP collector on `listener` (127.0.0.1) answering every POST with
+/// 200, keeping each request's path and body (a gzipped one decoded).
+pub fn collector(listener: std::net::TcpListener) -> Requests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let got = Requests::default();
+    let keep = got.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let keep = keep.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                let mut w = stream;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let (mut len, mut gzip) = (0, false);
+                    loop {
+                        let mut h = String::new();
+                        r.read_line(&mut h).unwrap();
+                        let h = h.trim_end().to_ascii_lowercase();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                        gzip |= h == "content-encoding: gzip";
+                    }
+                    let mut body = vec![0; len];
+                    r.read_exact(&mut body).unwrap();
+                    if gzip {
+                        let mut plain = Vec::new();
+                        flate2::read::GzDecoder::new(&body[..])
+                            .read_to_end(&mut plain)
+                            .unwrap();
+                        body = plain;
+                    }
+                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    keep.lock().unwrap().push((path, body));
+                    w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                        .unwrap();
+                }
+            });
+        }
+    });
+    got
+}
