@@ -433,7 +433,9 @@ mod tests {
             got: got_tx,
             tried: tried_tx,
         };
-        let s = Sender::start(Box::new(dest), 250, never, disk());
+        // A cap that holds the two left and the new one: with 250 the
+        // push could drop the oldest before the thread sent it.
+        let s = Sender::start(Box::new(dest), 1000, never, disk());
         s.push(cut(10, 100));
         let seen: Vec<u64> = (0..3)
             .map(|_| got.recv_timeout(Duration::from_secs(10)).unwrap())

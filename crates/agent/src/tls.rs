@@ -19,6 +19,9 @@ const MAX_CA: u64 = 4 << 20;
 pub struct Tls {
     /// `--tls-ca`: the file and its certificates (DER), PEM kept for tonic.
     ca: Option<Ca>,
+    /// The system's roots, loaded at the first https destination that
+    /// needs them (shared by the clones of this value).
+    system: Arc<OnceLock<Result<Vec<Vec<u8>>, String>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -31,7 +34,7 @@ struct Ca {
 impl Tls {
     /// The system's roots.
     pub fn system() -> Tls {
-        Tls { ca: None }
+        Tls::default()
     }
 
     /// The certificates of the PEM file `path` (`--tls-ca`): read whole
@@ -65,6 +68,7 @@ impl Tls {
                 pem,
                 certs,
             }),
+            ..Tls::default()
         })
     }
 
@@ -80,7 +84,11 @@ impl Tls {
     fn ureq_roots(&self) -> Result<Vec<ureq::tls::Certificate<'static>>, String> {
         let ders: &[Vec<u8>] = match &self.ca {
             Some(ca) => &ca.certs,
-            None => system_roots()?,
+            None => self
+                .system
+                .get_or_init(system_roots)
+                .as_ref()
+                .map_err(Clone::clone)?,
         };
         Ok(ders
             .iter()
@@ -112,27 +120,20 @@ impl Tls {
     }
 }
 
-/// The system's roots, loaded once; an error when there are none.
-fn system_roots() -> Result<&'static [Vec<u8>], String> {
-    static ROOTS: OnceLock<Result<Vec<Vec<u8>>, String>> = OnceLock::new();
-    ROOTS
-        .get_or_init(|| {
-            let found = rustls_native_certs::load_native_certs();
-            let certs: Vec<Vec<u8>> = found.certs.iter().map(|c| c.to_vec()).collect();
-            if certs.is_empty() {
-                let why = found
-                    .errors
-                    .first()
-                    .map_or_else(String::new, |e| format!(" ({e})"));
-                return Err(format!(
-                    "no system root certificates found{why}; install ca-certificates or give --tls-ca FILE"
-                ));
-            }
-            Ok(certs)
-        })
-        .as_ref()
-        .map(Vec::as_slice)
-        .map_err(Clone::clone)
+/// The system's roots; an error when there are none.
+fn system_roots() -> Result<Vec<Vec<u8>>, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let certs: Vec<Vec<u8>> = found.certs.iter().map(|c| c.to_vec()).collect();
+    if certs.is_empty() {
+        let why = found
+            .errors
+            .first()
+            .map_or_else(String::new, |e| format!(" ({e})"));
+        return Err(format!(
+            "no system root certificates found{why}; install ca-certificates or give --tls-ca FILE"
+        ));
+    }
+    Ok(certs)
 }
 
 #[cfg(test)]
