@@ -131,7 +131,7 @@ MD=$OUT/agent_overhead.md
 
 for HZ in $RATES; do
 	"$PROFDEV" agent -v -F "$HZ" --interval 15 --otlp-protocol http --otlp "$URL" \
-		--label service_name=bench 2>"$OUT/agent-$HZ.log" &
+		--label service_name=bench --state-dir "$OUT/state-$HZ" 2>"$OUT/agent-$HZ.log" &
 	AGENT=$!
 	perf record -q -a -g -F "$HZ" -o "$OUT/perf-$HZ.data" 2>"$OUT/perf-$HZ.log" &
 	PERF=$!

@@ -10,9 +10,10 @@
 //! when that would work (a missing DIR is created), else why not and what
 //! will (never a mount that would hide a directory's files).
 //!
-//! Without DIR, the health of `profdev agent` (/var/lib/profdev-agent/health)
-//! is added as columns `agent` and `agent.DESTINATION` when present; `--agent
-//! [STATE]` shows only it, from the state directory STATE.
+//! Without DIR (and without `$PROFDEV_MOUNT`), the health of `profdev
+//! agent` (/var/lib/profdev-agent/health) is added as columns `agent` and
+//! `agent.DESTINATION` when present; `--agent [STATE]` shows only it, from
+//! the state directory STATE.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -51,8 +52,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 type Device = (String, Vec<(String, String)>);
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let agent = profdev_agent::health::for_stat(args.agent.as_deref(), args.dir.is_none())
-        .map_err(|e| anyhow!(e))?;
+    let default = args.dir.is_none() && std::env::var_os(profdev_fuse::MOUNT_VAR).is_none();
+    let agent =
+        profdev_agent::health::for_stat(args.agent.as_deref(), default).map_err(|e| anyhow!(e))?;
     let dir = args.dir.clone().unwrap_or_else(profdev_fuse::mount_dir);
     let mounted =
         args.agent.is_none() && profdev_fuse::state(&dir)? == MountState::Profdev { alive: true };
