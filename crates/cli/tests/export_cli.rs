@@ -365,6 +365,7 @@ fn gprof_reads_the_gmon_export() {
             tid: 5,
             weight: 10_000_000,
             kernel: false,
+            off_cpu: None,
         };
         let stack = if i % 4 == 3 {
             vec![f("d", 4), f("main", 1)]

@@ -128,6 +128,7 @@ fn main() {
                 tid,
                 weight: 1_000_000,
                 kernel,
+                off_cpu: None,
             },
             &frames,
         )

@@ -130,6 +130,7 @@ fn synthetic() -> Vec<u8> {
             tid,
             weight: 1_000_000,
             kernel,
+            off_cpu: None,
         };
         e.sample(&s, frames).unwrap();
     };

@@ -111,6 +111,7 @@ fn recording() -> Recording {
                 tid,
                 weight: 1_000_000,
                 kernel,
+                off_cpu: None,
             },
             frames,
         )

@@ -394,6 +394,7 @@ impl Recorder {
             tid: s.tid,
             weight: s.period,
             kernel: s.mode == CpuMode::Kernel,
+            off_cpu: None,
         };
         let frames = std::mem::take(&mut self.frames);
         let r = self.enc.sample(&info, &frames);

@@ -23,7 +23,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `"PDRECORD"` |
-//! | 8 | 2 | version, u16: 1 |
+//! | 8 | 2 | version, u16: 2 (1: before off-CPU samples; read alike, its flags bits 1–3 are zero) |
 //! | 10 | 2 | header length, u16: 40 (a later version may add fields; a reader skips them) |
 //! | 12 | 4 | flags, u32: bit 0 stacks were recorded (`-g`) |
 //! | 16 | 8 | start time, u64 nanoseconds since the Unix epoch |
@@ -41,9 +41,17 @@
 //! | 1 | Task | pid v, tid v, exec generation v, time v (ns), comm string |
 //! | 2 | Object | id v (1, 2, 3… in order), kind u8 (0 user ELF, 1 kernel, 2 anonymous/JIT, 3 label), device v, inode v, build id (v length ≤ 64, bytes), path string |
 //! | 3 | Symbols | object id v, file count v, file strings, function count v, then per function: start (`z` delta from the previous function of this record, the first from 0), length v, name string, line count v, per line: address offset from the function's start v, file index (into this record's files) v, line v |
-//! | 4 | Sample | time (`z` delta from the previous sample, the first from 0), cpu v, pid v, tid v, weight v (ns of CPU time or events), flags u8 (bit 0 kernel mode), frame count v, per frame innermost first: object id v (0: unknown, the offset is then a raw address), offset (`z` delta from the previous frame's offset, the first from 0) |
+//! | 4 | Sample | time (`z` delta from the previous sample, the first from 0), cpu v, pid v, tid v, weight v (ns of CPU time or events; of an off-CPU sample, ns off the CPU), flags u8 (bit 0 kernel mode; bit 1 off-CPU; bits 2–3 the off-CPU state: 0 other, 1 sleep, 2 I/O wait), frame count v, per frame innermost first: object id v (0: unknown, the offset is then a raw address), offset (`z` delta from the previous frame's offset, the first from 0) |
 //! | 5 | Loss | time v, cpu v, lost samples v |
 //! | 6 | End | samples v, lost v (the totals; absent from a `.partial` file) |
+//!
+//! An **off-CPU sample** (flags bit 1, version 2) is an interval a thread
+//! spent off the CPU: its time is when the thread left the CPU, its
+//! weight the nanoseconds until it came back, its stack where it blocked
+//! (kernel frames first), its state why ([`OffCpu`]). On-CPU samples
+//! (bit 1 clear) are the sampling clock's, each standing for the period.
+//! [`Recording::view`] keeps the kind a report or export asks for
+//! ([`SampleType`]).
 //!
 //! A **label** object (kind 3) is no memory: its path is a name for the
 //! frames that name it (offset 0), `[unwind failed: REASON]`, which a
@@ -75,7 +83,7 @@
 //! enc.task(&Task { pid: 7, tid: 7, generation: 0, time: 0, comm: "a.out".into() });
 //! let obj = enc.object(&ObjectInfo { kind: ObjectKind::User, dev: 1, inode: 2,
 //!     build_id: vec![0xab], path: "/bin/a.out".into() });
-//! let s = SampleInfo { time: 5, cpu: 0, pid: 7, tid: 7, weight: 1_000_000, kernel: false };
+//! let s = SampleInfo { time: 5, cpu: 0, pid: 7, tid: 7, weight: 1_000_000, kernel: false, off_cpu: None };
 //! enc.sample(&s, &[Frame { object: obj, offset: 0x1130 }]).unwrap();
 //! let bytes = enc.take();
 //! let rec = recording::read(&bytes).unwrap();
@@ -102,8 +110,8 @@ pub use write::{EncodeError, Encoder, SampleInfo};
 
 /// The first 8 bytes of every recording.
 pub const MAGIC: [u8; 8] = *b"PDRECORD";
-/// The version this module writes and reads.
-pub const VERSION: u16 = 1;
+/// The version this module writes; it reads this and every earlier one.
+pub const VERSION: u16 = 2;
 /// Bytes of the version-1 header.
 pub const HEADER_LEN: usize = 40;
 /// The largest record payload any reader accepts (16 MiB): a kernel's
@@ -117,6 +125,89 @@ pub const MAX_STRING: usize = 4096;
 pub const MAX_BUILD_ID: usize = 64;
 /// Header flag: samples carry stacks (`-g`).
 pub const FLAG_STACKS: u32 = 1;
+/// Header flag: off-CPU intervals were recorded (`--off-cpu`).
+pub const FLAG_OFF_CPU: u32 = 2;
+
+/// Why a thread was off the CPU (an off-CPU sample's state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OffCpu {
+    /// Runnable but not running (preempted, or yielded), or a state the
+    /// recorder did not tell apart.
+    Other,
+    /// Waiting for an event: a sleep, a lock, a read of a pipe or socket.
+    Sleep,
+    /// Waiting for block I/O (the kernel's `io_schedule`, counted as
+    /// iowait).
+    Io,
+}
+
+impl OffCpu {
+    /// The state's label: `other`, `sleep`, `io`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OffCpu::Other => "other",
+            OffCpu::Sleep => "sleep",
+            OffCpu::Io => "io",
+        }
+    }
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            OffCpu::Other => 0,
+            OffCpu::Sleep => 1,
+            OffCpu::Io => 2,
+        }
+    }
+    pub(crate) fn from_code(c: u8) -> Option<OffCpu> {
+        Some(match c {
+            0 => OffCpu::Other,
+            1 => OffCpu::Sleep,
+            2 => OffCpu::Io,
+            _ => return None,
+        })
+    }
+}
+
+/// Which samples a report or export takes (`--type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SampleType {
+    /// The sampling clock's samples, as before off-CPU recording existed.
+    #[default]
+    Cpu,
+    /// The off-CPU intervals, weighted by their nanoseconds.
+    OffCpu,
+    /// Both: each on-CPU sample weighted by its period, each off-CPU
+    /// interval by its length, so that a thread's weights add up to its
+    /// time.
+    Wall,
+}
+
+impl SampleType {
+    /// Parse `cpu`, `off-cpu` or `wall`.
+    pub fn parse(s: &str) -> Option<SampleType> {
+        Some(match s {
+            "cpu" => SampleType::Cpu,
+            "off-cpu" => SampleType::OffCpu,
+            "wall" => SampleType::Wall,
+            _ => return None,
+        })
+    }
+    /// The name `--type` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SampleType::Cpu => "cpu",
+            SampleType::OffCpu => "off-cpu",
+            SampleType::Wall => "wall",
+        }
+    }
+    /// Whether a sample of kind `off_cpu` belongs to this type.
+    pub fn takes(self, off_cpu: Option<OffCpu>) -> bool {
+        match self {
+            SampleType::Cpu => off_cpu.is_none(),
+            SampleType::OffCpu => off_cpu.is_some(),
+            SampleType::Wall => true,
+        }
+    }
+}
 
 /// Record kinds.
 pub(crate) mod kind {

@@ -1,8 +1,8 @@
 //! The reader: a whole recording (or a torn `.partial`) into tables.
 
 use super::{
-    kind, unzig, End, Frame, Function, Header, Line, Loss, Object, ObjectInfo, ObjectKind, Task,
-    HEADER_LEN, MAGIC, MAX_BUILD_ID, MAX_RECORD, MAX_STRING, VERSION,
+    kind, unzig, End, Frame, Function, Header, Line, Loss, Object, ObjectInfo, ObjectKind, OffCpu,
+    SampleType, Task, HEADER_LEN, MAGIC, MAX_BUILD_ID, MAX_RECORD, MAX_STRING, VERSION,
 };
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
@@ -24,6 +24,9 @@ pub struct Sample {
     pub weight: u64,
     /// Taken in kernel mode.
     pub kernel: bool,
+    /// An off-CPU interval (its weight the ns off the CPU) and its state;
+    /// `None` for a sample of the sampling clock.
+    pub off_cpu: Option<OffCpu>,
     /// First frame in [`Recording::frames`].
     pub first: usize,
     /// Number of frames.
@@ -58,6 +61,9 @@ pub struct Recording {
     pub end: Option<End>,
     /// Byte offset of a partial last record (a cut file), if any.
     pub torn: Option<u64>,
+    /// The samples it holds ([`Recording::view`]): as read, every sample
+    /// is there, and exports count the clock's samples ([`SampleType::Cpu`]).
+    pub view: SampleType,
 }
 
 impl Recording {
@@ -71,6 +77,24 @@ impl Recording {
             .map(|o| o.id)
             .collect();
         !kernel.is_empty() && self.frames.iter().any(|f| kernel.contains(&f.object))
+    }
+
+    /// The recording with only the samples of type `ty`, weighted as
+    /// that type says (an on-CPU sample by its period, an off-CPU one by
+    /// its ns off the CPU), and `view` set: exports of a `Cpu` view count
+    /// samples, as they always did; of an `OffCpu` or `Wall` view, they
+    /// weigh time.
+    pub fn view(mut self, ty: SampleType) -> Recording {
+        if ty != SampleType::Wall {
+            self.samples.retain(|s| ty.takes(s.off_cpu));
+        }
+        self.view = ty;
+        self
+    }
+
+    /// Whether any sample is an off-CPU interval.
+    pub fn has_off_cpu(&self) -> bool {
+        self.samples.iter().any(|s| s.off_cpu.is_some())
     }
 
     /// The frames of `s`, innermost first.
@@ -104,7 +128,7 @@ pub enum ReadError {
     #[error("not a profdev recording (the file does not begin with \"PDRECORD\"); record one with 'profdev record'")]
     Magic,
     /// A version this reader does not know.
-    #[error("recording version {found}; this profdev reads version {VERSION} (use the profdev that recorded it)")]
+    #[error("recording version {found} is newer than this profdev, which reads versions 1 to {VERSION}: read it with the profdev that recorded it, or a newer one")]
     Version { found: u16 },
     /// A header length below the version-1 header.
     #[error("recording header length {found} is below {HEADER_LEN}")]
@@ -210,7 +234,7 @@ fn header(b: &[u8]) -> Result<(Header, usize, usize), ReadError> {
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
     let version = u16_at(8);
-    if version != VERSION {
+    if version == 0 || version > VERSION {
         return Err(ReadError::Version { found: version });
     }
     let hlen = u16_at(10);
@@ -474,6 +498,14 @@ fn record<'a>(k: u8, p: &mut Cur<'a>, rec: &mut Recording, st: &mut State<'a>) -
             let tid = p.v32("tid")?;
             let weight = p.v()?;
             let flags = p.u8()?;
+            let off_cpu = if flags & 2 != 0 {
+                match OffCpu::from_code((flags >> 2) & 3) {
+                    Some(s) => Some(s),
+                    None => return Err(format!("off-CPU sample with state {}", (flags >> 2) & 3)),
+                }
+            } else {
+                None
+            };
             let Some(&task) = st.tasks.get(&tid) else {
                 return Err(format!("sample of thread {tid} before its Task record"));
             };
@@ -495,6 +527,7 @@ fn record<'a>(k: u8, p: &mut Cur<'a>, rec: &mut Recording, st: &mut State<'a>) -
                 task,
                 weight,
                 kernel: flags & 1 != 0,
+                off_cpu,
                 first,
                 depth: depth as u32,
                 stack,

@@ -89,6 +89,7 @@ pub(crate) fn sample_bytes() -> Vec<u8> {
         tid,
         weight: 1_000_000,
         kernel,
+        off_cpu: None,
     };
     e.sample(
         &s(1000, 10, false),
@@ -289,8 +290,10 @@ fn reader_bounds_memory() {
     b[0] = b'X';
     assert_eq!(read(&b), Err(ReadError::Magic));
     let mut b = Encoder::new(&Header::default()).take();
-    b[8] = 2;
-    assert_eq!(read(&b), Err(ReadError::Version { found: 2 }));
+    b[8] = 3;
+    assert_eq!(read(&b), Err(ReadError::Version { found: 3 }));
+    b[8] = 0;
+    assert_eq!(read(&b), Err(ReadError::Version { found: 0 }));
 }
 
 #[test]
@@ -370,4 +373,110 @@ fn functions_given_twice_merge() {
     assert_eq!(o.line_at(func, 0x103), Some(("f.c", 2)));
     assert_eq!(o.line_at(func, 0x110), Some(("f.c", 3)));
     assert_eq!(o.line_at(func, 0x11f), Some(("g.h", 9)));
+}
+
+/// Off-CPU samples keep their state and weight; a view keeps the type it
+/// asks for, weighted as the type says.
+#[test]
+fn off_cpu_samples_round_trip_and_views_select_them() {
+    let mut e = Encoder::new(&Header {
+        flags: FLAG_STACKS | FLAG_OFF_CPU,
+        start_ns: 0,
+        period_ns: 1_000_000,
+    });
+    e.task(&Task {
+        pid: 5,
+        tid: 5,
+        generation: 0,
+        time: 0,
+        comm: "p".into(),
+    });
+    let s = |time, weight, off_cpu: Option<OffCpu>| SampleInfo {
+        time,
+        cpu: 0,
+        pid: 5,
+        tid: 5,
+        weight,
+        kernel: off_cpu.is_some(),
+        off_cpu,
+    };
+    for (t, w, o) in [
+        (10, 1_000_000, None),
+        (20, 7_000_000_000, Some(OffCpu::Sleep)),
+        (30, 5, Some(OffCpu::Io)),
+        (40, 9, Some(OffCpu::Other)),
+    ] {
+        e.sample(&s(t, w, o), &[]).unwrap();
+    }
+    let rec = read(&e.take()).unwrap();
+    let states: Vec<_> = rec.samples.iter().map(|s| (s.weight, s.off_cpu)).collect();
+    assert_eq!(
+        states,
+        [
+            (1_000_000, None),
+            (7_000_000_000, Some(OffCpu::Sleep)),
+            (5, Some(OffCpu::Io)),
+            (9, Some(OffCpu::Other)),
+        ]
+    );
+    assert!(rec.has_off_cpu());
+    assert_eq!(rec.view, SampleType::Cpu);
+    let cpu = rec.clone().view(SampleType::Cpu);
+    assert_eq!(cpu.samples.len(), 1);
+    assert!(!cpu.has_off_cpu());
+    let off = rec.clone().view(SampleType::OffCpu);
+    assert_eq!(off.samples.len(), 3);
+    assert_eq!(off.view, SampleType::OffCpu);
+    assert_eq!(rec.view(SampleType::Wall).samples.len(), 4);
+}
+
+/// A version-1 recording (before off-CPU samples) reads as before; a
+/// version newer than this reader's is refused with a sentence.
+#[test]
+fn version_one_reads_and_a_newer_version_is_refused() {
+    let mut b = sample_bytes();
+    let now = read(&b).unwrap();
+    b[8..10].copy_from_slice(&1u16.to_le_bytes());
+    let old = read(&b).unwrap();
+    assert_eq!(old, now);
+    b[8..10].copy_from_slice(&(VERSION + 1).to_le_bytes());
+    let e = read(&b).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "recording version {} is newer than this profdev, which reads versions 1 to {VERSION}: read it with the profdev that recorded it, or a newer one",
+            VERSION + 1
+        )
+    );
+    let s = SampleType::parse("off-cpu").unwrap();
+    assert_eq!((s.name(), SampleType::parse("idle")), ("off-cpu", None));
+}
+
+/// An off-CPU sample with a state this version does not define is
+/// refused, not read as another state.
+#[test]
+fn an_unknown_off_cpu_state_is_refused() {
+    let mut e = Encoder::new(&Header::default());
+    e.task(&Task {
+        pid: 1,
+        tid: 1,
+        ..Task::default()
+    });
+    e.sample(
+        &SampleInfo {
+            pid: 1,
+            tid: 1,
+            off_cpu: Some(OffCpu::Io),
+            ..SampleInfo::default()
+        },
+        &[],
+    )
+    .unwrap();
+    let mut b = e.take();
+    // The flags byte: the last but one of the sample (frame count 0 last).
+    let at = b.len() - 2;
+    assert_eq!(b[at], 2 | (2 << 2));
+    b[at] = 2 | (3 << 2);
+    let e = read(&b).unwrap_err().to_string();
+    assert!(e.contains("off-CPU sample with state 3"), "{e}");
 }

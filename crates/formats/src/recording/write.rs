@@ -1,7 +1,7 @@
 //! The encoder: records appended to a buffer the caller drains and writes.
 
 use super::{
-    kind, put_v, put_z, Frame, Function, Header, Loss, ObjectInfo, Task, HEADER_LEN, MAGIC,
+    kind, put_v, put_z, Frame, Function, Header, Loss, ObjectInfo, OffCpu, Task, HEADER_LEN, MAGIC,
     MAX_BUILD_ID, MAX_RECORD, MAX_STRING, SYMBOLS_CHUNK, VERSION,
 };
 use std::collections::HashMap;
@@ -21,6 +21,8 @@ pub struct SampleInfo {
     pub weight: u64,
     /// Taken in kernel mode.
     pub kernel: bool,
+    /// An off-CPU interval (`weight` its ns) and the state it was in.
+    pub off_cpu: Option<OffCpu>,
 }
 
 /// Why the encoder refuses a record: each breaks a rule of the format.
@@ -209,7 +211,7 @@ impl Encoder {
         put_v(p, s.pid.into());
         put_v(p, s.tid.into());
         put_v(p, s.weight);
-        p.push(u8::from(s.kernel));
+        p.push(u8::from(s.kernel) | s.off_cpu.map_or(0, |o| 2 | (o.code() << 2)));
         put_v(p, frames.len() as u64);
         let mut prev = 0u64;
         for f in frames {
