@@ -328,6 +328,7 @@ pub fn session_config(opts: &Options) -> Result<SessionConfig, Error> {
         callchain: true,
         user_stack_bytes: opts.stack_bytes,
         track_tasks: true,
+        off_cpu: false,
     };
     config.validate().map_err(|e| Error(e.to_string()))?;
     Ok(config)

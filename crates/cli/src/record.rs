@@ -5,7 +5,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev record [-g] [-F HZ] [--no-symbols] [--stack-bytes N] [-o FILE] -- CMD [ARGS]
+//! profdev record [-g] [--off-cpu] [-F HZ] [--no-symbols] [--stack-bytes N] [-o FILE] -- CMD [ARGS]
 //! profdev record [-g] [-F HZ] (-a | -p PID[,PID] | -t TID) [-o FILE] [-- CMD [ARGS]]
 //! ```
 //!
@@ -26,6 +26,16 @@
 //! anonymous memory or outside any mapping, a stack deeper than the copy,
 //! or no caller found from an object), which every export shows; the
 //! counts by reason are printed at the end.
+//!
+//! With `--off-cpu` (implies `-g`), also every interval each thread spends
+//! off the CPU, from the moment it leaves (a software context-switch
+//! event sampled at every switch, whose stack is where it blocked) to
+//! the moment it comes back (the kernel's switch records), weighted in
+//! nanoseconds, with its state: `io` (entered the scheduler through
+//! `io_schedule`), `sleep`, or `other` (preempted: runnable, counted in
+//! `--type wall` but not in `off-cpu`, the time spent waiting). A thread
+//! still away at the end counts until the end. It needs kernel
+//! samples (root, CAP_PERFMON, or kernel.perf_event_paranoid ≤ 1).
 //!
 //! The recording (`crates/formats/src/recording/`) holds the Task entry of
 //! every sampled thread and the Object entry of every sampled file
@@ -112,6 +122,9 @@ pub(crate) struct Args {
     /// Record stacks: the kernel callchain and the user stack, unwound while recording.
     #[arg(short = 'g')]
     stacks: bool,
+    /// Also record each thread's time off the CPU and where it blocked (implies -g).
+    #[arg(long)]
+    off_cpu: bool,
     /// Samples per second per CPU (software cpu-clock), at most 10000.
     #[arg(short = 'F', value_name = "HZ", default_value_t = 1000)]
     frequency: u32,
@@ -152,7 +165,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 
 fn run(args: &Args) -> Result<ExitCode> {
     let opts = Options {
-        stacks: args.stacks,
+        stacks: args.stacks || args.off_cpu,
+        off_cpu: args.off_cpu,
         frequency: args.frequency,
         all: args.all,
         pids: args.pid.clone(),

@@ -97,6 +97,7 @@ fn unwind_run(exe: &Path, args: &[&str]) -> (u64, u64, Vec<String>) {
         callchain: true,
         user_stack_bytes: 16384,
         track_tasks: true,
+        off_cpu: false,
     };
     let mut cmd = Command::new(exe);
     cmd.args(args).stdout(std::process::Stdio::null());

@@ -70,6 +70,11 @@ pub struct Sample {
     pub user_regs: Option<UserRegs>,
     /// A copy of the user stack starting at `user_regs.sp`, when requested.
     pub user_stack: Vec<u8>,
+    /// Taken as the thread left the CPU (a context switch, with
+    /// [`SessionConfig::off_cpu`](crate::SessionConfig::off_cpu)), not by
+    /// the sampling clock: its stack is where the thread blocked, and the
+    /// [`Record::Switch`] that brings it back ends its time off the CPU.
+    pub switch_out: bool,
 }
 
 impl Sample {
@@ -128,6 +133,18 @@ pub enum Record {
         ptid: u32,
         time: u64,
     },
+    /// A thread left the CPU (`out`) or came back to it, with
+    /// [`SessionConfig::off_cpu`](crate::SessionConfig::off_cpu).
+    /// `preempt`: it left still runnable (preempted or yielding), not to
+    /// wait.
+    Switch {
+        pid: u32,
+        tid: u32,
+        cpu: u32,
+        out: bool,
+        preempt: bool,
+        time: u64,
+    },
     /// The kernel dropped `count` records because a ring buffer was full.
     Lost { cpu: u32, count: u64, time: u64 },
     /// The kernel throttled (`throttled == true`) or unthrottled sampling on
@@ -149,6 +166,7 @@ impl Record {
             | Record::Fork { time, .. }
             | Record::Exit { time, .. }
             | Record::Lost { time, .. }
+            | Record::Switch { time, .. }
             | Record::Throttle { time, .. } => *time,
         }
     }

@@ -35,6 +35,12 @@ pub struct SessionConfig {
     /// Deliver task events (comm, mmap, fork, exit) so user addresses can be
     /// symbolized, and synthesize them for tasks already running.
     pub track_tasks: bool,
+    /// Also take a sample each time a thread leaves the CPU (its stack
+    /// where it blocked, [`Sample::switch_out`](crate::Sample::switch_out))
+    /// and report each switch ([`Record::Switch`](crate::Record::Switch)),
+    /// so that the time off the CPU can be measured. Needs kernel
+    /// samples.
+    pub off_cpu: bool,
 }
 
 impl SessionConfig {
@@ -52,6 +58,7 @@ impl SessionConfig {
             callchain: false,
             user_stack_bytes: 0,
             track_tasks: false,
+            off_cpu: false,
         }
     }
 

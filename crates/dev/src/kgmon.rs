@@ -491,6 +491,7 @@ impl Kgmon {
             callchain: true,
             user_stack_bytes: 0,
             track_tasks: false,
+            off_cpu: false,
         }
     }
 

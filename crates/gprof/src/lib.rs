@@ -60,6 +60,7 @@ pub fn session_config(hz: u32, stack_bytes: u32, exact: bool) -> anyhow::Result<
         callchain: !exact,
         user_stack_bytes: if exact { 0 } else { stack_bytes },
         track_tasks: true,
+        off_cpu: false,
     };
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(config)

@@ -38,7 +38,7 @@ pub use profdev_sample::job::Job;
 
 use partial::Partial;
 use profdev_core::{SampleSource, SessionConfig, SourceError, SourceStats, Target};
-use profdev_formats::recording::{Encoder, Header, FLAG_STACKS};
+use profdev_formats::recording::{Encoder, Header, FLAG_OFF_CPU, FLAG_STACKS};
 use recorder::{Recorder, Setup};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -76,6 +76,9 @@ pub struct Options {
     pub stack_bytes: u32,
     /// CMD and its arguments (with -a, -p or -t only the duration).
     pub command: Vec<OsString>,
+    /// `--off-cpu`: also the time each thread spends off the CPU, with
+    /// the stack it blocked in (needs `stacks`).
+    pub off_cpu: bool,
 }
 
 /// How a recording ended, for the command to report.
@@ -144,7 +147,14 @@ fn session_config(opts: &Options) -> Result<SessionConfig, Error> {
         callchain: opts.stacks,
         user_stack_bytes: if opts.stacks { opts.stack_bytes } else { 0 },
         track_tasks: true,
+        off_cpu: opts.off_cpu,
     };
+    if opts.off_cpu && !opts.stacks {
+        return Err(Error(
+            "--off-cpu records where each thread blocked: add -g (profdev record -g --off-cpu)"
+                .into(),
+        ));
+    }
     config.validate().map_err(|e| Error(e.to_string()))?;
     Ok(config)
 }
@@ -263,7 +273,8 @@ pub fn record(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let enc = Encoder::new(&Header {
-        flags: if opts.stacks { FLAG_STACKS } else { 0 },
+        flags: if opts.stacks { FLAG_STACKS } else { 0 }
+            | if opts.off_cpu { FLAG_OFF_CPU } else { 0 },
         start_ns,
         period_ns: 1_000_000_000 / u64::from(opts.frequency.max(1)),
     });
@@ -292,6 +303,8 @@ pub fn record(
     let stats = source.stats();
     drop(source);
     let child = has_child.then(|| job.wait());
+    // Threads still waiting (attached) waited until now.
+    rec.close_off_cpu(profdev_sample::sys::monotonic_ns())?;
     rec.finish_symbols();
     rec.enc.end();
     out.write(&mut rec.enc)?;
@@ -379,6 +392,7 @@ mod tests {
             symbols: true,
             stack_bytes: 16384,
             command: vec![],
+            off_cpu: false,
         }
     }
 

@@ -10,7 +10,8 @@ use crate::symbols::{SymbolJob, SymbolThread};
 use crate::Error;
 use profdev_core::{CpuMode, ProcessVa, Record, Sample};
 use profdev_formats::recording::{
-    unwind_failed_label, Encoder, Frame, Function, Loss, ObjectInfo, ObjectKind, SampleInfo, Task,
+    unwind_failed_label, Encoder, Frame, Function, Loss, ObjectInfo, ObjectKind, OffCpu,
+    SampleInfo, Task,
 };
 use profdev_symbolize::{ElfLayout, KernelSymbols, Objects, Symbolizer};
 use std::collections::{HashMap, HashSet};
@@ -194,6 +195,16 @@ pub(crate) struct Recorder {
     waiting: std::collections::VecDeque<(Encoder, usize)>,
     /// The names of JIT code, by process.
     jit: crate::jit::Jit,
+    /// Threads off the CPU now, by tid (`--off-cpu`).
+    off_cpu: HashMap<u32, Away>,
+    /// Threads that exited: their last switch out is no wait.
+    exited: HashSet<u32>,
+}
+
+/// A thread off the CPU: since when, why, and where it blocked.
+struct Away {
+    info: SampleInfo,
+    frames: Vec<Frame>,
 }
 
 impl Recorder {
@@ -223,6 +234,8 @@ impl Recorder {
             spare_kernel_names: None,
             waiting: std::collections::VecDeque::new(),
             jit: crate::jit::Jit::default(),
+            off_cpu: HashMap::new(),
+            exited: HashSet::new(),
         }
     }
 
@@ -246,6 +259,8 @@ impl Recorder {
         self.seen.clear();
         self.failures.clear();
         self.jit.cut();
+        // Their stacks name the ended recording's objects.
+        self.off_cpu.clear();
         self.spare_kernel_names = self.kernel.take().map(|k| k.names);
     }
 
@@ -317,8 +332,63 @@ impl Recorder {
                 lost: *count,
             }),
             Record::Sample(s) => self.sample(s)?,
-            Record::Exit { pid, tid, time, .. } if pid == tid => self.jit.exited(*pid, *time),
+            Record::Switch {
+                tid,
+                out: true,
+                preempt: true,
+                ..
+            } => {
+                if let Some(a) = self.off_cpu.get_mut(tid) {
+                    a.info.off_cpu = Some(OffCpu::Other);
+                }
+            }
+            Record::Switch {
+                tid,
+                out: false,
+                time,
+                ..
+            } => {
+                if let Some(a) = self.off_cpu.remove(tid) {
+                    self.back(a, *time)?;
+                }
+            }
+            Record::Exit { pid, tid, time, .. } => {
+                self.off_cpu.remove(tid);
+                self.exited.insert(*tid);
+                if pid == tid {
+                    self.jit.exited(*pid, *time);
+                }
+            }
+            Record::Fork { tid, .. } => {
+                self.exited.remove(tid);
+            }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A thread that was off the CPU since `a` came back at `time`: its
+    /// off-CPU sample, at `time`, weighing the interval.
+    fn back(&mut self, a: Away, time: u64) -> Result<(), Error> {
+        let info = SampleInfo {
+            time,
+            weight: time.saturating_sub(a.info.time),
+            ..a.info
+        };
+        self.enc
+            .sample(&info, &a.frames)
+            .map_err(|e| Error(format!("internal error: {e}")))
+    }
+
+    /// The end of the recording at `time`: threads still off the CPU are
+    /// written with their time so far (a thread that waited through the
+    /// whole recording shows it), in the order of their tids.
+    pub(crate) fn close_off_cpu(&mut self, time: u64) -> Result<(), Error> {
+        let mut away: Vec<(u32, Away)> = self.off_cpu.drain().collect();
+        away.sort_by_key(|(tid, _)| *tid);
+        for (_, a) in away {
+            let time = time.max(a.info.time);
+            self.back(a, time)?;
         }
         Ok(())
     }
@@ -387,7 +457,7 @@ impl Recorder {
             let f = self.label_frame(reason);
             self.frames.push(f);
         }
-        let info = SampleInfo {
+        let mut info = SampleInfo {
             time: s.time,
             cpu: s.cpu,
             pid: s.pid,
@@ -396,10 +466,46 @@ impl Recorder {
             kernel: s.mode == CpuMode::Kernel,
             off_cpu: None,
         };
+        if s.switch_out {
+            // Held until the thread comes back; the idle task and a thread
+            // leaving for good do not wait.
+            if !s.is_idle() && !self.exited.contains(&s.tid) {
+                info.off_cpu = Some(self.waiting_state());
+                self.off_cpu.insert(
+                    s.tid,
+                    Away {
+                        info,
+                        frames: self.frames.clone(),
+                    },
+                );
+            }
+            return Ok(());
+        }
         let frames = std::mem::take(&mut self.frames);
         let r = self.enc.sample(&info, &frames);
         self.frames = frames;
         r.map_err(|e| Error(format!("internal error: {e}")))
+    }
+
+    /// Why the thread whose kernel frames are `self.frames` left the CPU
+    /// to wait: I/O where the scheduler was entered through
+    /// `io_schedule` (what the kernel counts as iowait), else a sleep
+    /// (a preemption, told by its Switch record, makes it `Other`).
+    fn waiting_state(&self) -> OffCpu {
+        let Some(k) = &self.kernel else {
+            return OffCpu::Sleep;
+        };
+        let io = self
+            .frames
+            .iter()
+            .take_while(|f| f.object == k.id)
+            .filter_map(|f| k.names.kernel_function(f.offset))
+            .any(|f| f.name.starts_with("io_schedule"));
+        if io {
+            OffCpu::Io
+        } else {
+            OffCpu::Sleep
+        }
     }
 
     /// The frame `[unwind failed: REASON]`, the outermost of a stack the
@@ -778,5 +884,79 @@ mod tests {
             .map(|f| f.offset)
             .collect();
         assert_eq!(offsets, vec![0xffff_ffff_8100_0010, 0xffff_ffff_8100_00ff]);
+    }
+
+    /// A switch-out sample is held until its thread comes back, then
+    /// written at that time weighing the interval; a preemption makes it
+    /// `other`; a thread that exited is not waiting; one still away at the
+    /// end counts until the end; the idle task never waits.
+    #[test]
+    fn off_cpu_intervals_pair_a_switch_out_with_the_switch_back() {
+        let mut r = recorder(Setup {
+            stacks: false,
+            ..stacks()
+        });
+        let out = |tid: u32, time: u64| {
+            Record::Sample(Sample {
+                switch_out: true,
+                period: 1,
+                ..user(7, tid, time)
+            })
+        };
+        let switch = |tid: u32, out: bool, preempt: bool, time: u64| Record::Switch {
+            pid: 7,
+            tid,
+            cpu: 0,
+            out,
+            preempt,
+            time,
+        };
+        let exit = |tid: u32, time: u64| Record::Exit {
+            pid: 7,
+            ppid: 1,
+            tid,
+            ptid: 7,
+            time,
+        };
+        let idle = Record::Sample(Sample {
+            switch_out: true,
+            ..Sample::default()
+        });
+        for rec in [
+            out(7, 100),
+            switch(7, true, false, 101),
+            Record::Sample(user(8, 8, 150)),
+            switch(7, false, false, 1_000),
+            out(8, 2_000),
+            switch(8, true, true, 2_001),
+            switch(8, false, false, 2_500),
+            // Thread 9 leaves for good: its exit comes first.
+            exit(9, 3_000),
+            out(9, 3_001),
+            idle,
+            // A switch back with no switch out seen: nothing.
+            switch(10, false, false, 3_500),
+            out(7, 4_000),
+        ] {
+            r.record(&rec).unwrap();
+        }
+        r.close_off_cpu(5_000).unwrap();
+        let rec = read(&r.enc.take()).unwrap();
+        let got: Vec<_> = rec
+            .samples
+            .iter()
+            .map(|s| (s.tid, s.time, s.weight, s.off_cpu))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (8, 150, 1_000_000, None),
+                (7, 1_000, 900, Some(OffCpu::Sleep)),
+                (8, 2_500, 500, Some(OffCpu::Other)),
+                (7, 5_000, 1_000, Some(OffCpu::Sleep)),
+            ]
+        );
+        // Every off-CPU sample has the stack it left with.
+        assert!(rec.samples.iter().all(|s| s.depth == 1));
     }
 }

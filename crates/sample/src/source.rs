@@ -117,6 +117,9 @@ pub(crate) enum Start {
 
 struct Event {
     cpu: u32,
+    /// The context-switch event of `SessionConfig::off_cpu`: its samples
+    /// are taken as a thread leaves the CPU.
+    switches: bool,
     ring: MappedRing,
     fd: OwnedFd,
     hung_up: bool,
@@ -189,20 +192,31 @@ impl PerfSource {
             Target::Process { pid, .. } => i32::try_from(pid)
                 .map_err(|_| invalid(format!("process id {pid} is out of range")))?,
         };
-        let mut events = Vec::with_capacity(cpus.len());
-        for &cpu in &cpus {
-            let fd = sys::perf_event_open(&attr, pid, cpu as i32)
-                .map_err(|e| open_error(e, cpu, cpus.len(), config))?;
-            let ring =
-                MappedRing::map(&fd, data_pages).map_err(|e| map_error(e, cpu, data_pages))?;
-            events.push(Event {
-                cpu,
-                ring,
-                fd,
-                hung_up: false,
-                head: 0,
-                last_time: 0,
-            });
+        if config.off_cpu && !config.kernel {
+            return Err(invalid(
+                "off-CPU samples are taken in the kernel's scheduler: a session that excludes kernel mode cannot take them".into(),
+            ));
+        }
+        let switches = config.off_cpu.then(|| attr_for_switches(&attr));
+        let mut events = Vec::with_capacity(cpus.len() * (1 + usize::from(config.off_cpu)));
+        for (attr, is_switches) in
+            std::iter::once((&attr, false)).chain(switches.iter().map(|a| (a, true)))
+        {
+            for &cpu in &cpus {
+                let fd = sys::perf_event_open(attr, pid, cpu as i32)
+                    .map_err(|e| open_error(e, cpu, cpus.len(), config))?;
+                let ring =
+                    MappedRing::map(&fd, data_pages).map_err(|e| map_error(e, cpu, data_pages))?;
+                events.push(Event {
+                    cpu,
+                    switches: is_switches,
+                    ring,
+                    fd,
+                    hung_up: false,
+                    head: 0,
+                    last_time: 0,
+                });
+            }
         }
         if start == Start::Now {
             for ev in &events {
@@ -280,13 +294,16 @@ impl PerfSource {
         let malformed = &mut self.malformed;
         let mappings = self.mappings.as_ref();
         for (i, ev) in self.events.iter_mut().enumerate() {
-            let (cpu, head) = (ev.cpu, ev.head);
+            let (cpu, head, switches) = (ev.cpu, ev.head, ev.switches);
             let queue = 1 + i;
             let mut bad = 0u64;
             let mut last_time = ev.last_time;
             let result = ev.ring.consume(head, &mut self.scratch, |bytes| {
                 match decode_record(bytes, &layout, cpu) {
-                    Ok(Some(rec)) => {
+                    Ok(Some(mut rec)) => {
+                        if let (true, Record::Sample(s)) = (switches, &mut rec) {
+                            s.switch_out = true;
+                        }
                         last_time = rec.time();
                         // Now, not after the merge's delay: the mapping
                         // process may be gone by then.
@@ -442,6 +459,22 @@ pub(crate) fn attr_for(
     }
 }
 
+/// The attr of the context-switch event beside the clock's `clock` (same
+/// samples, so one decoder reads both rings): a sample at every switch
+/// out (`PERF_COUNT_SW_CONTEXT_SWITCHES`, period 1, counted in the
+/// scheduler with the leaving task's registers, so its callchain is where
+/// it blocked), and a SWITCH record at every switch out and in
+/// (`context_switch`). The clock's event tracks the tasks.
+pub(crate) fn attr_for_switches(clock: &PerfEventAttr) -> PerfEventAttr {
+    let tasks = flag::MMAP | flag::MMAP2 | flag::COMM | flag::COMM_EXEC | flag::TASK;
+    PerfEventAttr {
+        config: sys::PERF_COUNT_SW_CONTEXT_SWITCHES,
+        sample_period: 1,
+        flags: (clock.flags & !tasks) | flag::CONTEXT_SWITCH,
+        ..*clock
+    }
+}
+
 fn open_error(e: io::Error, cpu: u32, ncpus: usize, config: &SessionConfig) -> SourceError {
     let what = match config.target {
         Target::System => format!("system-wide sampling on CPU {cpu}"),
@@ -538,6 +571,22 @@ mod tests {
         assert_eq!(a.flags & (flag::EXCLUDE_KERNEL | flag::EXCLUDE_USER), 0);
         assert_eq!(a.sample_stack_user, 0);
         assert_eq!(a.wakeup_watermark as usize, 64 * sys::page_size() / 4);
+    }
+
+    #[test]
+    fn the_switch_event_samples_every_switch_out_and_reports_switches() {
+        let c = SessionConfig {
+            off_cpu: true,
+            ..config()
+        };
+        let clock = attr_for(&c, &RecordLayout::for_config(&c), 64, Start::OnExec);
+        let a = attr_for_switches(&clock);
+        assert_eq!((a.type_, a.config, a.sample_period), (1, 3, 1));
+        assert_eq!(a.sample_type, clock.sample_type);
+        assert_ne!(a.flags & flag::CONTEXT_SWITCH, 0);
+        assert_ne!(a.flags & flag::ENABLE_ON_EXEC, 0);
+        assert_eq!(a.flags & (flag::MMAP | flag::COMM | flag::TASK), 0);
+        assert_eq!(clock.flags & flag::CONTEXT_SWITCH, 0);
     }
 
     #[test]

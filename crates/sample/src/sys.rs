@@ -10,6 +10,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
 /// `PERF_COUNT_SW_CPU_CLOCK`.
 pub const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+/// `PERF_COUNT_SW_CONTEXT_SWITCHES`: counted as a task leaves a CPU, in
+/// the scheduler, with the leaving task's registers.
+pub const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
 
 /// `enum perf_event_sample_format` bits.
 pub mod sample {
@@ -48,6 +51,7 @@ pub mod flag {
     pub const MMAP2: u64 = 1 << 23;
     pub const COMM_EXEC: u64 = 1 << 24;
     pub const USE_CLOCKID: u64 = 1 << 25;
+    pub const CONTEXT_SWITCH: u64 = 1 << 26;
 }
 
 /// `enum perf_event_type`.
@@ -62,6 +66,8 @@ pub mod record {
     pub const SAMPLE: u32 = 9;
     pub const MMAP2: u32 = 10;
     pub const LOST_SAMPLES: u32 = 13;
+    pub const SWITCH: u32 = 14;
+    pub const SWITCH_CPU_WIDE: u32 = 15;
 }
 
 /// `PERF_RECORD_MISC_*` bits of the record header.
@@ -75,6 +81,10 @@ pub mod misc {
     pub const MMAP_DATA: u16 = 1 << 13;
     /// On MMAP2 records: the union holds a build id, not dev/inode.
     pub const MMAP_BUILD_ID: u16 = 1 << 14;
+    /// On SWITCH records: the task left the CPU (else it came back).
+    pub const SWITCH_OUT: u16 = 1 << 13;
+    /// On SWITCH records leaving: the task was still runnable.
+    pub const SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 }
 
 /// Callchain context markers (`enum perf_callchain_context`), as u64.

@@ -42,6 +42,7 @@ pub fn session(frequency: u32, callgraph: bool) -> SessionConfig {
         callchain: callgraph,
         user_stack_bytes: if callgraph { STACK_BYTES } else { 0 },
         track_tasks: true,
+        off_cpu: false,
     }
 }
 

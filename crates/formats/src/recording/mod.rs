@@ -46,9 +46,10 @@
 //! | 6 | End | samples v, lost v (the totals; absent from a `.partial` file) |
 //!
 //! An **off-CPU sample** (flags bit 1, version 2) is an interval a thread
-//! spent off the CPU: its time is when the thread left the CPU, its
-//! weight the nanoseconds until it came back, its stack where it blocked
-//! (kernel frames first), its state why ([`OffCpu`]). On-CPU samples
+//! spent off the CPU: its time is when the thread came back (the end of
+//! the interval, so samples stay in time order), its weight the
+//! nanoseconds it was away, its stack where it blocked (kernel frames
+//! first), its state why ([`OffCpu`]). On-CPU samples
 //! (bit 1 clear) are the sampling clock's, each standing for the period.
 //! [`Recording::view`] keeps the kind a report or export asks for
 //! ([`SampleType`]).
@@ -131,8 +132,8 @@ pub const FLAG_OFF_CPU: u32 = 2;
 /// Why a thread was off the CPU (an off-CPU sample's state).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OffCpu {
-    /// Runnable but not running (preempted, or yielded), or a state the
-    /// recorder did not tell apart.
+    /// Runnable but not running: preempted, or yielded (in `wall`, not
+    /// in `off-cpu`, which is the time spent waiting).
     Other,
     /// Waiting for an event: a sleep, a lock, a read of a pipe or socket.
     Sleep,
@@ -173,11 +174,13 @@ pub enum SampleType {
     /// The sampling clock's samples, as before off-CPU recording existed.
     #[default]
     Cpu,
-    /// The off-CPU intervals, weighted by their nanoseconds.
+    /// The intervals threads spent waiting (states `sleep` and `io`),
+    /// weighted by their nanoseconds: as perf's `--off-cpu` counts,
+    /// without the time a runnable thread waited for a CPU.
     OffCpu,
-    /// Both: each on-CPU sample weighted by its period, each off-CPU
-    /// interval by its length, so that a thread's weights add up to its
-    /// time.
+    /// Everything: each on-CPU sample weighted by its period, each
+    /// off-CPU interval (preempted ones, state `other`, too) by its
+    /// length, so that a thread's weights add up to its elapsed time.
     Wall,
 }
 
@@ -203,7 +206,7 @@ impl SampleType {
     pub fn takes(self, off_cpu: Option<OffCpu>) -> bool {
         match self {
             SampleType::Cpu => off_cpu.is_none(),
-            SampleType::OffCpu => off_cpu.is_some(),
+            SampleType::OffCpu => off_cpu.is_some_and(|s| s != OffCpu::Other),
             SampleType::Wall => true,
         }
     }

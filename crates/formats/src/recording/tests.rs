@@ -424,8 +424,9 @@ fn off_cpu_samples_round_trip_and_views_select_them() {
     let cpu = rec.clone().view(SampleType::Cpu);
     assert_eq!(cpu.samples.len(), 1);
     assert!(!cpu.has_off_cpu());
+    // Waiting, not the preempted interval (state other).
     let off = rec.clone().view(SampleType::OffCpu);
-    assert_eq!(off.samples.len(), 3);
+    assert_eq!(off.samples.len(), 2);
     assert_eq!(off.view, SampleType::OffCpu);
     assert_eq!(rec.view(SampleType::Wall).samples.len(), 4);
 }

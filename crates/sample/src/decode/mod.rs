@@ -18,6 +18,8 @@
 //! LOST     id, lost, sample_id
 //! LOST_SAMPLES lost, sample_id
 //! (UN)THROTTLE time, id, stream_id, sample_id
+//! SWITCH   sample_id                          (misc SWITCH_OUT: leaving; SWITCH_OUT_PREEMPT: runnable)
+//! SWITCH_CPU_WIDE next_prev_pid, next_prev_tid, sample_id
 //! sample_id = pid/tid, time, cpu/res          (sample_id_all, the fields of sample_type)
 //! ```
 
@@ -158,6 +160,8 @@ impl<'a> Cursor<'a> {
 /// The `sample_id` trailer of a non-sample record.
 #[derive(Default)]
 struct SampleId {
+    pid: u32,
+    tid: u32,
     time: u64,
     cpu: Option<u32>,
 }
@@ -185,7 +189,7 @@ fn trailer(bytes: &[u8], ty: u32, layout: &RecordLayout) -> Result<(SampleId, us
     };
     let mut id = SampleId::default();
     if layout.has(sample::TID) {
-        c.pair("sample_id.pid/tid")?;
+        (id.pid, id.tid) = c.pair("sample_id.pid/tid")?;
     }
     if layout.has(sample::TIME) {
         id.time = c.u64("sample_id.time")?;
@@ -249,6 +253,8 @@ pub fn decode_record(
             | record::LOST_SAMPLES
             | record::THROTTLE
             | record::UNTHROTTLE
+            | record::SWITCH
+            | record::SWITCH_CPU_WIDE
     ) {
         return Ok(None);
     }
@@ -348,6 +354,22 @@ pub fn decode_record(
             Record::Lost {
                 cpu,
                 count,
+                time: id.time,
+            }
+        }
+        record::SWITCH | record::SWITCH_CPU_WIDE => {
+            // The sample id names the task leaving or coming; a CPU-wide
+            // record also names the other task, which its own record
+            // (on the same CPU) describes.
+            if ty == record::SWITCH_CPU_WIDE {
+                c.pair("next_prev_pid/tid")?;
+            }
+            Record::Switch {
+                pid: id.pid,
+                tid: id.tid,
+                cpu,
+                out: misc_bits & misc::SWITCH_OUT != 0,
+                preempt: misc_bits & misc::SWITCH_OUT_PREEMPT != 0,
                 time: id.time,
             }
         }

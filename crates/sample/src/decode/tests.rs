@@ -57,6 +57,7 @@ fn layout(callchain: bool, stack: u32) -> RecordLayout {
         callchain,
         user_stack_bytes: stack,
         track_tasks: true,
+        off_cpu: false,
     })
 }
 
@@ -532,8 +533,44 @@ fn truncated_and_garbage_records_never_panic() {
 
 #[test]
 fn unknown_types_are_skipped() {
-    let b = B::new(14 /* SWITCH */, 0).id(1, 1, 1, 0).done();
+    let b = B::new(16 /* NAMESPACES */, 0).id(1, 1, 1, 0).done();
     assert_eq!(decode_record(&b, &layout(false, 0), 0), Ok(None));
+}
+
+#[test]
+fn switches_name_the_task_direction_and_preemption() {
+    let out = B::new(record::SWITCH, misc::SWITCH_OUT | misc::SWITCH_OUT_PREEMPT)
+        .id(7, 8, 900, 1)
+        .done();
+    assert_eq!(
+        decode_record(&out, &layout(false, 0), 0),
+        Ok(Some(Record::Switch {
+            pid: 7,
+            tid: 8,
+            cpu: 1,
+            out: true,
+            preempt: true,
+            time: 900,
+        }))
+    );
+    // CPU wide: the other task's pid/tid come first; the sample id names
+    // the task coming in.
+    let back = B::new(record::SWITCH_CPU_WIDE, 0)
+        .u32(3)
+        .u32(3)
+        .id(7, 8, 950, 0)
+        .done();
+    assert_eq!(
+        decode_record(&back, &layout(false, 0), 0),
+        Ok(Some(Record::Switch {
+            pid: 7,
+            tid: 8,
+            cpu: 0,
+            out: false,
+            preempt: false,
+            time: 950,
+        }))
+    );
 }
 
 #[test]
