@@ -101,7 +101,10 @@ fn napper_sleeps_off_cpu_and_the_wall_view_splits_nap_and_burn() {
     for &i in &napping {
         assert_eq!(off.samples[i].off_cpu, Some(OffCpu::Sleep));
         let stack = names.stack(i);
-        assert!(names.funcs[stack[0] as usize].kernel, "innermost is the kernel's");
+        assert!(
+            names.funcs[stack[0] as usize].kernel,
+            "innermost is the kernel's"
+        );
     }
 
     let wall = rec.view(SampleType::Wall);

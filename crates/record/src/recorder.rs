@@ -199,7 +199,14 @@ pub(crate) struct Recorder {
     off_cpu: HashMap<u32, Away>,
     /// Threads that exited: their last switch out is no wait.
     exited: HashSet<u32>,
+    /// The frame of each file-backed user address met, by (pid,
+    /// address): forgotten at every change of any mapping (a new
+    /// mapping, an exec, a process's exit), bounded.
+    frame_cache: rustc_hash::FxHashMap<(u32, u64), Frame>,
 }
+
+/// The most frames [`Recorder`]'s cache holds before it starts again.
+const FRAME_CACHE_MAX: usize = 1 << 20;
 
 /// A thread off the CPU: since when, why, and where it blocked.
 struct Away {
@@ -236,6 +243,7 @@ impl Recorder {
             jit: crate::jit::Jit::default(),
             off_cpu: HashMap::new(),
             exited: HashSet::new(),
+            frame_cache: Default::default(),
         }
     }
 
@@ -261,6 +269,7 @@ impl Recorder {
         self.jit.cut();
         // Their stacks name the ended recording's objects.
         self.off_cpu.clear();
+        self.frame_cache.clear();
         self.spare_kernel_names = self.kernel.take().map(|k| k.names);
     }
 
@@ -309,6 +318,14 @@ impl Recorder {
     /// Take in one record.
     pub(crate) fn record(&mut self, r: &Record) -> Result<(), Error> {
         self.model.observe(r);
+        let remapped = match r {
+            Record::Mmap { .. } | Record::Comm { exec: true, .. } => true,
+            Record::Exit { pid, tid, .. } => pid == tid,
+            _ => false,
+        };
+        if remapped || self.frame_cache.len() >= FRAME_CACHE_MAX {
+            self.frame_cache.clear();
+        }
         match r {
             Record::Comm {
                 pid,
@@ -634,6 +651,9 @@ impl Recorder {
     }
 
     fn user_frame(&mut self, pid: u32, va: u64, time: u64) -> Frame {
+        if let Some(f) = self.frame_cache.get(&(pid, va)) {
+            return *f;
+        }
         let Some(m) = self.model.lookup(pid, va) else {
             return Frame {
                 object: 0,
@@ -665,7 +685,11 @@ impl Recorder {
         if self.symbols && named && self.seen.insert((id, offset)) {
             self.pending.entry(key).or_default().push(offset);
         }
-        Frame { object: id, offset }
+        let f = Frame { object: id, offset };
+        if m.is_file {
+            self.frame_cache.insert((pid, va), f);
+        }
+        f
     }
 
     /// Hand the new addresses of each object to the symbolizer thread:

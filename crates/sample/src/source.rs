@@ -139,6 +139,8 @@ pub struct PerfSource {
     events: Vec<Event>,
     pollfds: Vec<libc::pollfd>,
     layout: RecordLayout,
+    /// The layout of the switch events' samples (a shorter stack copy).
+    switch_layout: RecordLayout,
     /// Queue 0: synthesized tasks; queue 1 + i: the ring of `events[i]`.
     merge: Merge,
     /// Reads so far: the first does not wait when tasks were synthesized.
@@ -197,11 +199,34 @@ impl PerfSource {
                 "off-CPU samples are taken in the kernel's scheduler: a session that excludes kernel mode cannot take them".into(),
             ));
         }
-        let switches = config.off_cpu.then(|| attr_for_switches(&attr));
+        // A switch's stack copy is at most SWITCH_STACK_BYTES: switches
+        // come at up to tens of thousands a second, and a thread blocked
+        // in a system call is usually shallow there.
+        let switch_config = SessionConfig {
+            user_stack_bytes: config.user_stack_bytes.min(SWITCH_STACK_BYTES),
+            ..config.clone()
+        };
+        let switch_layout = RecordLayout::for_config(&switch_config);
+        let switches = config.off_cpu.then(|| {
+            attr_for_switches(&attr_for(&switch_config, &switch_layout, data_pages, start))
+        });
         let mut events = Vec::with_capacity(cpus.len() * (1 + usize::from(config.off_cpu)));
+        // Switches come faster than the clock's samples (10,000 a second
+        // on a busy server, each with its stack copy): their rings are
+        // sized for the highest clock rate.
+        let switch_pages = auto_ring_pages(&SessionConfig {
+            frequency_hz: SessionConfig::MAX_FREQUENCY_HZ,
+            ..switch_config
+        })
+        .max(data_pages);
         for (attr, is_switches) in
             std::iter::once((&attr, false)).chain(switches.iter().map(|a| (a, true)))
         {
+            let data_pages = if is_switches {
+                switch_pages
+            } else {
+                data_pages
+            };
             for &cpu in &cpus {
                 let fd = sys::perf_event_open(attr, pid, cpu as i32)
                     .map_err(|e| open_error(e, cpu, cpus.len(), config))?;
@@ -254,6 +279,7 @@ impl PerfSource {
             events,
             pollfds,
             layout,
+            switch_layout,
             merge,
             reads: 0,
             drained_at: 0,
@@ -289,12 +315,17 @@ impl PerfSource {
         for ev in &mut self.events {
             ev.head = ev.ring.head();
         }
-        let layout = self.layout;
+        let (clock_layout, switch_layout) = (self.layout, self.switch_layout);
         let merge = &mut self.merge;
         let malformed = &mut self.malformed;
         let mappings = self.mappings.as_ref();
         for (i, ev) in self.events.iter_mut().enumerate() {
             let (cpu, head, switches) = (ev.cpu, ev.head, ev.switches);
+            let layout = if switches {
+                switch_layout
+            } else {
+                clock_layout
+            };
             let queue = 1 + i;
             let mut bad = 0u64;
             let mut last_time = ev.last_time;
@@ -458,6 +489,9 @@ pub(crate) fn attr_for(
         ..PerfEventAttr::default()
     }
 }
+
+/// The most user stack a switch's sample copies (`SessionConfig::off_cpu`).
+pub const SWITCH_STACK_BYTES: u32 = 8192;
 
 /// The attr of the context-switch event beside the clock's `clock` (same
 /// samples, so one decoder reads both rings): a sample at every switch
