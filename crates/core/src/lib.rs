@@ -10,12 +10,15 @@
 //! * [`source`]: the [`SampleSource`](source::SampleSource) trait behind which
 //!   the live perf_event engine, a replayed stream and a synthetic stream in
 //!   tests are interchangeable.
+//! * [`waits`]: the intervals threads spend off the CPU, paired from a
+//!   session's switch samples and records.
 
 #![forbid(unsafe_code)]
 
 pub mod addr;
 pub mod record;
 pub mod source;
+pub mod waits;
 
 pub use addr::{FileAddr, KernelPc, KernelText, ProcessVa};
 pub use record::{CpuMode, FileId, Record, Sample, UserRegs};

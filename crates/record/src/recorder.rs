@@ -8,6 +8,7 @@
 
 use crate::symbols::{SymbolJob, SymbolThread};
 use crate::Error;
+use profdev_core::waits::{Wait, Waits};
 use profdev_core::{CpuMode, ProcessVa, Record, Sample};
 use profdev_formats::recording::{
     unwind_failed_label, Encoder, Frame, Function, Loss, ObjectInfo, ObjectKind, OffCpu,
@@ -195,10 +196,9 @@ pub(crate) struct Recorder {
     waiting: std::collections::VecDeque<(Encoder, usize)>,
     /// The names of JIT code, by process.
     jit: crate::jit::Jit,
-    /// Threads off the CPU now, by tid (`--off-cpu`).
-    off_cpu: HashMap<u32, Away>,
-    /// Threads that exited: their last switch out is no wait.
-    exited: HashSet<u32>,
+    /// Threads off the CPU now (`--off-cpu`), each with its sample as
+    /// it left.
+    off_cpu: Waits<Away>,
     /// The frame of each file-backed user address met, by (pid,
     /// address): forgotten at every change of any mapping (a new
     /// mapping, an exec, a process's exit), bounded.
@@ -208,9 +208,11 @@ pub(crate) struct Recorder {
 /// The most frames [`Recorder`]'s cache holds before it starts again.
 const FRAME_CACHE_MAX: usize = 1 << 20;
 
-/// A thread off the CPU: since when, why, and where it blocked.
+/// A thread off the CPU as it left: its sample, why it waits, and where
+/// it blocked.
 struct Away {
     info: SampleInfo,
+    state: OffCpu,
     frames: Vec<Frame>,
 }
 
@@ -241,8 +243,7 @@ impl Recorder {
             spare_kernel_names: None,
             waiting: std::collections::VecDeque::new(),
             jit: crate::jit::Jit::default(),
-            off_cpu: HashMap::new(),
-            exited: HashSet::new(),
+            off_cpu: Waits::new(),
             frame_cache: Default::default(),
         }
     }
@@ -349,51 +350,30 @@ impl Recorder {
                 lost: *count,
             }),
             Record::Sample(s) => self.sample(s)?,
-            Record::Switch {
-                tid,
-                out: true,
-                preempt: true,
-                ..
-            } => {
-                if let Some(a) = self.off_cpu.get_mut(tid) {
-                    a.info.off_cpu = Some(OffCpu::Other);
-                }
-            }
-            Record::Switch {
-                tid,
-                out: false,
-                time,
-                ..
-            } => {
-                if let Some(a) = self.off_cpu.remove(tid) {
-                    self.back(a, *time)?;
-                }
-            }
-            Record::Exit { pid, tid, time, .. } => {
-                self.off_cpu.remove(tid);
-                self.exited.insert(*tid);
-                if pid == tid {
-                    self.jit.exited(*pid, *time);
-                }
-            }
-            Record::Fork { tid, .. } => {
-                self.exited.remove(tid);
-            }
+            Record::Exit { pid, tid, time, .. } if pid == tid => self.jit.exited(*pid, *time),
             _ => {}
+        }
+        if let Some(w) = self.off_cpu.observe(r) {
+            self.back(w)?;
         }
         Ok(())
     }
 
-    /// A thread that was off the CPU since `a` came back at `time`: its
-    /// off-CPU sample, at `time`, weighing the interval.
-    fn back(&mut self, a: Away, time: u64) -> Result<(), Error> {
+    /// A thread back on the CPU: its off-CPU sample, at the time it came
+    /// back, weighing the interval.
+    fn back(&mut self, w: Wait<Away>) -> Result<(), Error> {
         let info = SampleInfo {
-            time,
-            weight: time.saturating_sub(a.info.time),
-            ..a.info
+            time: w.until,
+            weight: w.until - w.since,
+            off_cpu: Some(if w.preempted {
+                OffCpu::Other
+            } else {
+                w.what.state
+            }),
+            ..w.what.info
         };
         self.enc
-            .sample(&info, &a.frames)
+            .sample(&info, &w.what.frames)
             .map_err(|e| Error(format!("internal error: {e}")))
     }
 
@@ -401,11 +381,8 @@ impl Recorder {
     /// written with their time so far (a thread that waited through the
     /// whole recording shows it), in the order of their tids.
     pub(crate) fn close_off_cpu(&mut self, time: u64) -> Result<(), Error> {
-        let mut away: Vec<(u32, Away)> = self.off_cpu.drain().collect();
-        away.sort_by_key(|(tid, _)| *tid);
-        for (_, a) in away {
-            let time = time.max(a.info.time);
-            self.back(a, time)?;
+        for w in self.off_cpu.close(time) {
+            self.back(w)?;
         }
         Ok(())
     }
@@ -474,7 +451,7 @@ impl Recorder {
             let f = self.label_frame(reason);
             self.frames.push(f);
         }
-        let mut info = SampleInfo {
+        let info = SampleInfo {
             time: s.time,
             cpu: s.cpu,
             pid: s.pid,
@@ -484,18 +461,14 @@ impl Recorder {
             off_cpu: None,
         };
         if s.switch_out {
-            // Held until the thread comes back; the idle task and a thread
-            // leaving for good do not wait.
-            if !s.is_idle() && !self.exited.contains(&s.tid) {
-                info.off_cpu = Some(self.waiting_state());
-                self.off_cpu.insert(
-                    s.tid,
-                    Away {
-                        info,
-                        frames: self.frames.clone(),
-                    },
-                );
-            }
+            // Held until the thread comes back.
+            let state = self.waiting_state();
+            let frames = &self.frames;
+            self.off_cpu.left(s, || Away {
+                info,
+                state,
+                frames: frames.clone(),
+            });
             return Ok(());
         }
         let frames = std::mem::take(&mut self.frames);
