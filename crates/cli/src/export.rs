@@ -102,7 +102,7 @@ use clap::{Parser, ValueEnum};
 use profdev_formats::export::{
     firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg, wrote, Written,
 };
-use profdev_formats::recording::{self, Recording};
+use profdev_formats::recording::{self, Recording, SampleType};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -171,6 +171,9 @@ pub(crate) struct Args {
     /// svg: NEW's flame graph coloured by the change from BASE (red slower, blue faster, grey not significant).
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["input", "since"])]
     diff: Vec<PathBuf>,
+    /// Which samples: cpu (the sampling clock's), off-cpu (time off the CPU), wall (both); the latter two weigh time.
+    #[arg(long = "type", value_name = "TYPE", default_value = "cpu", value_parser = types())]
+    ty: SampleType,
     /// gmon: the samples of this process.
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
@@ -212,18 +215,31 @@ pub(crate) struct Since {
     store: Option<PathBuf>,
 }
 
+/// `--type`'s parser: cpu, off-cpu, wall.
+pub(crate) fn types() -> impl clap::builder::TypedValueParser<Value = SampleType> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["cpu", "off-cpu", "wall"])
+        .map(|s| SampleType::parse(&s).unwrap_or_default())
+}
+
 impl Since {
     /// FILE's recording or, with `--since`, the store's recordings of that
-    /// window as one (their notes said on stderr).
-    pub fn read(&self, input: &Path, name: &str, does: &str) -> Result<Recording> {
+    /// window as one (their notes said on stderr), viewed as `ty`.
+    pub fn read(&self, input: &Path, name: &str, does: &str, ty: SampleType) -> Result<Recording> {
         let Some(since) = self.since else {
-            return read_recording(input, name, does);
+            return read_view(input, name, does, ty);
         };
         let w = profdev_agent::store::read_since(self.store.as_deref(), since)
             .map_err(|e| anyhow!(e))?;
         w.notes.iter().for_each(|n| eprintln!("{name}: {n}"));
-        Ok(w.recording)
+        Ok(profdev_formats::export::view(w.recording, ty, "the store's window")?)
     }
+}
+
+/// [`read_recording`] viewed as `ty` (refused where it has no off-CPU samples to view).
+pub fn read_view(path: &Path, name: &str, does: &str, ty: SampleType) -> Result<Recording> {
+    let rec = read_recording(path, name, does)?;
+    Ok(profdev_formats::export::view(rec, ty, &path.display().to_string())?)
 }
 
 /// Read a recording file (regular files only; a FIFO is refused rather
@@ -290,9 +306,12 @@ fn run(args: &Args) -> Result<ExitCode> {
     if !args.diff.is_empty() && args.format != Format::Svg {
         bail!("--diff draws a differential flame graph: give the format svg");
     }
+    let format = args.format.to_possible_value();
+    let format = format.as_ref().map_or("", |v| v.get_name());
+    profdev_formats::export::check_type(format, args.ty)?;
     let rec = match args.diff.get(1) {
-        Some(new) => read_recording(new, NAME, "exporting")?,
-        None => args.since.read(&args.input, NAME, "exporting")?,
+        Some(new) => read_view(new, NAME, "exporting", args.ty)?,
+        None => args.since.read(&args.input, NAME, "exporting", args.ty)?,
     };
     let (contents, binary, kernel_addrs, what) = match args.format {
         Format::PerfScript => (
@@ -314,8 +333,6 @@ fn run(args: &Args) -> Result<ExitCode> {
     let len = contents.len();
     write(args, out, &contents, binary, kernel_addrs)?;
     let to_stdout = out == Path::new("-");
-    let format = args.format.to_possible_value();
-    let format = format.as_ref().map_or("", |v| v.get_name());
     if let Some(line) = wrote(format, out, len, &what) {
         eprintln!("{NAME}: {line}");
     }
@@ -435,7 +452,7 @@ fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, Written)>
             };
             let graph = match &args.diff[..] {
                 [base, _] => {
-                    let base = read_recording(base, NAME, "comparing")?;
+                    let base = read_view(base, NAME, "comparing", args.ty)?;
                     svg::render_diff(&base, rec, &opt, &judge)
                 }
                 _ => svg::render(rec, &opt),

@@ -67,12 +67,11 @@
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use profdev_formats::export::Names;
-use profdev_formats::recording::{ObjectKind, Recording};
-use profdev_report::samples::{table, Key, Options, SampleRow};
+use profdev_report::samples::{Key, Options};
+use profdev_report::view;
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Print a recording's samples by command, process, thread, object and function.
@@ -90,6 +89,9 @@ pub(crate) struct Args {
     /// Also show each row's share of samples anywhere in the stack.
     #[arg(long)]
     children: bool,
+    /// Which samples: cpu (the sampling clock's), off-cpu (time off the CPU), wall (both); the latter two weigh time.
+    #[arg(long = "type", value_name = "TYPE", default_value = "cpu", value_parser = crate::export::types())]
+    ty: profdev_formats::recording::SampleType,
     /// Show each share's 95% Wilson interval and mark ties.
     #[arg(long)]
     ci: bool,
@@ -120,80 +122,33 @@ fn run(args: &Args) -> Result<ExitCode> {
     if keys.is_empty() {
         bail!("--sort: no key; use comm, pid, tid, dso or sym, comma separated");
     }
+    let empty = |p: &Path| format!("{} holds no samples; record some with 'profdev record'", p.display());
     if let [base, new] = &args.diff[..] {
-        let read = |p: &PathBuf| crate::export::read_recording(p, NAME, "comparing");
+        let read = |p: &PathBuf| crate::export::read_view(p, NAME, "comparing", args.ty);
         let (base_rec, new_rec) = (read(base)?, read(new)?);
         if let Some(p) = [(base, &base_rec), (new, &new_rec)]
             .iter()
             .find(|(_, r)| r.samples.is_empty())
         {
-            bail!(
-                "{} holds no samples; record some with 'profdev record'",
-                p.0.display()
-            );
+            bail!(empty(p.0));
         }
-        let (bn, nn) = (Names::new(&base_rec), Names::new(&new_rec));
-        let text = profdev_report::diff::table(
-            &sample_rows(&base_rec, &bn),
-            &sample_rows(&new_rec, &nn),
-            (&base.display().to_string(), &new.display().to_string()),
-            &profdev_report::diff::Options {
-                keys,
-                children: args.children,
-            },
-        );
-        return print(&text);
-    }
-    let rec = args.since.read(&args.input, NAME, "reporting")?;
-    if rec.samples.is_empty() {
-        bail!(
-            "{} holds no samples; record some with 'profdev record'",
-            args.input.display()
-        );
-    }
-    let names = Names::new(&rec);
-    let rows = sample_rows(&rec, &names);
-    let mut text = table(
-        &rows,
-        &Options {
+        let files = (base.display().to_string(), new.display().to_string());
+        let opts = profdev_report::diff::Options {
             keys,
             children: args.children,
-            ci: args.ci,
-        },
-    );
-    text.push_str(&labels(&names, rec.samples.len() as u64));
-    print(&text)
-}
-
-/// Each sample of `rec` as the tables take it.
-fn sample_rows<'a>(rec: &'a Recording, names: &'a Names) -> Vec<SampleRow<'a>> {
-    let dso = |object: u32| -> &str {
-        match rec.object(object) {
-            Some(o) if o.info.kind == ObjectKind::Kernel => "[kernel]",
-            // A JIT object is named after its perf map or jitdump.
-            Some(o) if o.info.kind == ObjectKind::Anon && !o.info.path.starts_with('/') => "[anon]",
-            Some(o) if o.info.kind == ObjectKind::Label => "[label]",
-            Some(o) => o.short_name(),
-            None => "[unknown]",
-        }
+        };
+        return print(&view::diff(&base_rec, &new_rec, (&files.0, &files.1), &opts));
+    }
+    let rec = args.since.read(&args.input, NAME, "reporting", args.ty)?;
+    if rec.samples.is_empty() {
+        bail!(empty(&args.input));
+    }
+    let opts = Options {
+        keys,
+        children: args.children,
+        ci: args.ci,
     };
-    rec.samples
-        .iter()
-        .enumerate()
-        .map(|(i, s)| SampleRow {
-            comm: profdev_formats::export::comm(rec, s),
-            pid: s.pid,
-            tid: s.tid,
-            frames: names
-                .stack(i)
-                .iter()
-                .map(|&f| {
-                    let f = &names.funcs[f as usize];
-                    (dso(f.object), f.name.as_str())
-                })
-                .collect(),
-        })
-        .collect()
+    print(&view::report(&rec, &opts))
 }
 
 /// Write `text` to standard output (a reader that has seen enough is no
@@ -206,25 +161,4 @@ fn print(text: &str) -> Result<ExitCode> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
         Err(e) => bail!("cannot write the report: {e}"),
     }
-}
-
-/// The labelled frames' counts: the samples with each label anywhere in
-/// their stack (none: an empty string).
-fn labels(names: &Names, total: u64) -> String {
-    use std::fmt::Write as _;
-    let counts = names.label_counts();
-    if counts.is_empty() {
-        return String::new();
-    }
-    let mut s = format!(
-        "\n# Labelled frames: samples with the label anywhere in their stack, of {total}\n"
-    );
-    for (label, n) in counts {
-        let _ = writeln!(
-            s,
-            "{n:>10} {:>7.2}%  {label}",
-            100.0 * n as f64 / total.max(1) as f64
-        );
-    }
-    s
 }

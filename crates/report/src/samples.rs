@@ -100,10 +100,15 @@ const Z: f64 = 1.959_963_984_540_054;
 
 /// The Wilson score interval (95%) of `k` successes out of `n`, as shares.
 pub fn wilson(k: u64, n: u64) -> (f64, f64) {
-    if n == 0 {
+    wilson_f(k as f64, n as f64)
+}
+
+/// [`wilson`] of a fractional count `k` out of `n` (a weighted share
+/// times Kish's effective sample size, [`kish`]).
+pub fn wilson_f(k: f64, n: f64) -> (f64, f64) {
+    if n == 0.0 {
         return (0.0, 1.0);
     }
-    let (k, n) = (k as f64, n as f64);
     let p = k / n;
     let z2 = Z * Z;
     let denom = 1.0 + z2 / n;
@@ -129,14 +134,26 @@ pub(crate) fn key_of<'a>(
         .collect()
 }
 
+/// Kish's effective sample size of samples with weights `w`,
+/// `(Σw)² / Σw²`: as many equally weighted draws as would give a share
+/// the same variance (an approximation that treats the weights as fixed).
+pub fn kish(w: &[u64]) -> f64 {
+    profdev_formats::export::kish(w.iter().copied())
+}
+
 /// The report's text.
 pub fn table(samples: &[SampleRow], opts: &Options) -> String {
-    let n = samples.len() as u64;
-    // Row -> (children, self).
+    table_weighted(samples, None, opts)
+}
+
+/// Each row's (children, self) units: samples, or the weights of
+/// `weights` (one per sample).
+fn units(samples: &[SampleRow], weights: Option<&[u64]>, opts: &Options) -> Vec<(Vec<String>, (u64, u64))> {
     let mut rows: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
-    for s in samples {
+    for (i, s) in samples.iter().enumerate() {
+        let unit = weights.map_or(1, |w| w[i]);
         let own = key_of(&opts.keys, s, s.frames.first().copied());
-        rows.entry(own.clone()).or_default().1 += 1;
+        rows.entry(own.clone()).or_default().1 += unit;
         if opts.children {
             let mut seen: Vec<Vec<String>> = Vec::new();
             if s.frames.is_empty() {
@@ -149,32 +166,66 @@ pub fn table(samples: &[SampleRow], opts: &Options) -> String {
                 }
             }
             for k in seen {
-                rows.entry(k).or_default().0 += 1;
+                rows.entry(k).or_default().0 += unit;
             }
         }
     }
-    let mut rows: Vec<(Vec<String>, (u64, u64))> = rows.into_iter().collect();
+    rows.into_iter().collect()
+}
+
+/// [`table`] of weighted samples when `weights` (ns, one per sample) is
+/// given (`report --type off-cpu|wall`): each share is of the summed
+/// weight and is followed by its seconds, and `--ci`'s intervals take
+/// Kish's effective sample size ([`kish`]) for the count of draws.
+pub fn table_weighted(samples: &[SampleRow], weights: Option<&[u64]>, opts: &Options) -> String {
+    let n: u64 = weights.map_or(samples.len() as u64, |w| w.iter().sum());
+    // The draws an interval is of: the samples, or Kish's n_eff.
+    let draws = weights.map_or(n as f64, kish);
+    let mut rows = units(samples, weights, opts);
     let rank = |r: &(u64, u64)| if opts.children { r.0 } else { r.1 };
     rows.sort_by(|a, b| rank(&b.1).cmp(&rank(&a.1)).then(a.0.cmp(&b.0)));
 
     let mut out = String::new();
-    let _ = writeln!(out, "# {n} samples");
-    if opts.ci {
+    match weights {
+        None => {
+            let _ = writeln!(out, "# {n} samples");
+        }
+        Some(_) => {
+            let _ = writeln!(
+                out,
+                "# {} samples, {:.3} s; shares of time (their weights), not of samples",
+                samples.len(),
+                n as f64 / 1e9
+            );
+        }
+    }
+    if opts.ci && weights.is_none() {
         let _ = writeln!(
             out,
             "# [lo, hi]: 95% Wilson score interval of the share, treating samples as \
              independent draws (periodic sampling only approximates this); '=' marks a row \
              whose interval overlaps a neighbour's: their order is not established"
         );
+    } else if opts.ci {
+        let _ = writeln!(
+            out,
+            "# [lo, hi]: 95% Wilson score interval of the share of time, of Kish's effective \
+             sample size n_eff = (sum w)^2 / sum w^2 = {draws:.1} draws in place of the samples \
+             (an approximation: samples treated as independent draws of fixed weights); '=' \
+             marks a row whose interval overlaps a neighbour's: their order is not established"
+        );
     }
+    let secs_head = if weights.is_some() { "   Seconds" } else { "" };
     let mut head = String::from("#");
     if opts.children {
         head.push_str(" Children");
+        head.push_str(secs_head);
         if opts.ci {
             head.push_str("  [lo, hi]        ");
         }
     }
     head.push_str("     Self");
+    head.push_str(secs_head);
     if opts.ci {
         head.push_str("  [lo, hi]         ");
     }
@@ -189,24 +240,32 @@ pub fn table(samples: &[SampleRow], opts: &Options) -> String {
             100.0 * k as f64 / n as f64
         }
     };
-    let intervals: Vec<(f64, f64)> = rows.iter().map(|r| wilson(rank(&r.1), n)).collect();
+    // A row's interval: of its count, or of its share times n_eff.
+    let interval = |k: u64| match weights {
+        None => wilson(k, n),
+        Some(_) if n == 0 => (0.0, 1.0),
+        Some(_) => wilson_f(k as f64 / n as f64 * draws, draws),
+    };
+    let share = |line: &mut String, k: u64| {
+        let _ = write!(line, "{:8.2}%", pct(k));
+        if weights.is_some() {
+            let _ = write!(line, " {:8.3}s", k as f64 / 1e9);
+        }
+        if opts.ci {
+            let (lo, hi) = interval(k);
+            let _ = write!(line, "  [{:6.2}, {:6.2}]", 100.0 * lo, 100.0 * hi);
+        }
+    };
+    let intervals: Vec<(f64, f64)> = rows.iter().map(|r| interval(rank(&r.1))).collect();
     let overlaps = |a: (f64, f64), b: (f64, f64)| a.0 <= b.1 && b.0 <= a.1;
     for (i, (key, (children, own))) in rows.iter().enumerate() {
         let mut line = String::new();
-        let ci = |k: u64| {
-            let (lo, hi) = wilson(k, n);
-            format!("  [{:6.2}, {:6.2}]", 100.0 * lo, 100.0 * hi)
-        };
         if opts.children {
-            let _ = write!(line, "{:8.2}%", pct(*children));
-            if opts.ci {
-                line.push_str(&ci(*children));
-            }
+            share(&mut line, *children);
             line.push(' ');
         }
-        let _ = write!(line, "{:8.2}%", pct(*own));
+        share(&mut line, *own);
         if opts.ci {
-            line.push_str(&ci(*own));
             let tie = (i > 0 && overlaps(intervals[i], intervals[i - 1]))
                 || (i + 1 < rows.len() && overlaps(intervals[i], intervals[i + 1]));
             line.push_str(if tie { " =" } else { "  " });
