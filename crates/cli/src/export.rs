@@ -232,14 +232,22 @@ impl Since {
         let w = profdev_agent::store::read_since(self.store.as_deref(), since)
             .map_err(|e| anyhow!(e))?;
         w.notes.iter().for_each(|n| eprintln!("{name}: {n}"));
-        Ok(profdev_formats::export::view(w.recording, ty, "the store's window")?)
+        Ok(profdev_formats::export::view(
+            w.recording,
+            ty,
+            "the store's window",
+        )?)
     }
 }
 
 /// [`read_recording`] viewed as `ty` (refused where it has no off-CPU samples to view).
 pub fn read_view(path: &Path, name: &str, does: &str, ty: SampleType) -> Result<Recording> {
     let rec = read_recording(path, name, does)?;
-    Ok(profdev_formats::export::view(rec, ty, &path.display().to_string())?)
+    Ok(profdev_formats::export::view(
+        rec,
+        ty,
+        &path.display().to_string(),
+    )?)
 }
 
 /// Read a recording file (regular files only; a FIFO is refused rather

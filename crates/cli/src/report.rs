@@ -122,7 +122,12 @@ fn run(args: &Args) -> Result<ExitCode> {
     if keys.is_empty() {
         bail!("--sort: no key; use comm, pid, tid, dso or sym, comma separated");
     }
-    let empty = |p: &Path| format!("{} holds no samples; record some with 'profdev record'", p.display());
+    let empty = |p: &Path| {
+        format!(
+            "{} holds no samples; record some with 'profdev record'",
+            p.display()
+        )
+    };
     if let [base, new] = &args.diff[..] {
         let read = |p: &PathBuf| crate::export::read_view(p, NAME, "comparing", args.ty);
         let (base_rec, new_rec) = (read(base)?, read(new)?);
@@ -137,7 +142,12 @@ fn run(args: &Args) -> Result<ExitCode> {
             keys,
             children: args.children,
         };
-        return print(&view::diff(&base_rec, &new_rec, (&files.0, &files.1), &opts));
+        return print(&view::diff(
+            &base_rec,
+            &new_rec,
+            (&files.0, &files.1),
+            &opts,
+        ));
     }
     let rec = args.since.read(&args.input, NAME, "reporting", args.ty)?;
     if rec.samples.is_empty() {

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The functions of the synthetic executable, each 0x100 bytes from 0x1000.
-const FUNCS: &[&str] = &["main", "napper", "burner", "waiter", "hot", "warm", "steady"];
+const FUNCS: &[&str] = &[
+    "main", "napper", "burner", "waiter", "hot", "warm", "steady",
+];
 
 fn offset(name: &str) -> u64 {
     0x1000 + 0x100 * FUNCS.iter().position(|f| *f == name).unwrap() as u64 + 0x10
@@ -97,7 +99,11 @@ fn ok(o: &Output) -> String {
 }
 
 fn fails(o: &Output) -> String {
-    assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
@@ -128,7 +134,9 @@ fn folded_weighs_off_cpu_and_wall_time_in_microseconds() {
     assert_eq!(cpu, "main;burner 1\n");
     let same = ok(&profdev(&["export", "folded", "--type", "cpu", "-i", p]));
     assert_eq!(same, cpu);
-    let off = ok(&profdev(&["export", "folded", "--type", "off-cpu", "-i", p]));
+    let off = ok(&profdev(&[
+        "export", "folded", "--type", "off-cpu", "-i", p,
+    ]));
     // 2_000_400 + 1_000_000 ns = 3000.4 µs; 1_499 ns = 1.499 µs.
     assert_eq!(off, "main;napper 3000\nmain;waiter 1\n");
     let wall = ok(&profdev(&["export", "folded", "--type", "wall", "-i", p]));
@@ -144,9 +152,15 @@ fn wall_view_of_one_ms_on_cpu_and_three_asleep_is_25_and_75() {
         &[("burner", 1_000_000, None), ("napper", 3_000_000, SLEEP)],
     );
     let p = p.to_str().unwrap();
-    let t = ok(&profdev(&["report", "--type", "wall", "--sort", "sym", "-i", p]));
+    let t = ok(&profdev(&[
+        "report", "--type", "wall", "--sort", "sym", "-i", p,
+    ]));
     let rows: Vec<&str> = t.lines().filter(|l| !l.starts_with('#')).collect();
-    assert_eq!(rows, ["   75.00%    0.003s  napper", "   25.00%    0.001s  burner"], "{t}");
+    assert_eq!(
+        rows,
+        ["   75.00%    0.003s  napper", "   25.00%    0.001s  burner"],
+        "{t}"
+    );
     assert!(t.starts_with("# 2 samples, 0.004 s; shares of time"), "{t}");
     let f = ok(&profdev(&["export", "folded", "--type", "wall", "-i", p]));
     assert_eq!(f, "main;burner 1000\nmain;napper 3000\n");
@@ -162,7 +176,15 @@ fn report_off_cpu_shares_time_not_samples_with_seconds() {
     let p = recording(d.path(), "off.data", &s);
     let p = p.to_str().unwrap();
     let t = ok(&profdev(&[
-        "report", "--type", "off-cpu", "--sort", "sym", "--children", "--ci", "-i", p,
+        "report",
+        "--type",
+        "off-cpu",
+        "--sort",
+        "sym",
+        "--children",
+        "--ci",
+        "-i",
+        p,
     ]));
     let rows: Vec<&str> = t.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(rows.len(), 3, "{t}");
@@ -212,7 +234,10 @@ fn report_diff_off_cpu_stars_a_moved_share_only() {
             .unwrap_or_else(|| panic!("{sym}: {t}"))
             .to_string()
     };
-    assert!(row("hot").contains("-40.00") && row("hot").ends_with("*  hot"), "{t}");
+    assert!(
+        row("hot").contains("-40.00") && row("hot").ends_with("*  hot"),
+        "{t}"
+    );
     assert!(row("steady").ends_with("   steady"), "{t}");
     assert!(t.contains("share of time"), "{t}");
     // A cpu diff of recordings without on-CPU samples is no table.
@@ -232,21 +257,35 @@ fn cpu_only_formats_and_recordings_refuse_other_views() {
     let p = p.to_str().unwrap();
     let out = d.path().join("gmon.out");
     let e = fails(&profdev(&[
-        "export", "gmon", "--type", "off-cpu", "-i", p, "-o", out.to_str().unwrap(),
+        "export",
+        "gmon",
+        "--type",
+        "off-cpu",
+        "-i",
+        p,
+        "-o",
+        out.to_str().unwrap(),
     ]));
     assert!(
         e.contains("gmon holds CPU samples only and takes no --type off-cpu: --type off-cpu and wall are for folded, svg, pprof, firefox, perf-script and otlp"),
         "{e}"
     );
     assert_eq!(e.lines().count(), 1, "{e}");
-    let e = fails(&profdev(&["export", "proc-profile", "--type", "wall", "-i", p]));
+    let e = fails(&profdev(&[
+        "export",
+        "proc-profile",
+        "--type",
+        "wall",
+        "-i",
+        p,
+    ]));
     assert!(e.contains("proc-profile holds CPU samples only"), "{e}");
     // A recording without off-CPU samples (version 1, the golden one).
-    let v1 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../formats/tests/golden/export/synthetic.pdrec");
+    let v1 = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../formats/tests/golden/export/synthetic.pdrec");
     let v1 = v1.to_str().unwrap();
-    let sentence = format!(
-        "{v1} holds no off-CPU samples: record them with 'profdev record -g --off-cpu'"
-    );
+    let sentence =
+        format!("{v1} holds no off-CPU samples: record them with 'profdev record -g --off-cpu'");
     for args in [
         vec!["export", "folded", "--type", "off-cpu", "-i", v1],
         vec!["report", "--type", "wall", "-i", v1],
@@ -255,7 +294,9 @@ fn cpu_only_formats_and_recordings_refuse_other_views() {
         assert!(e.contains(&sentence), "{args:?}: {e}");
     }
     // It still exports as it did.
-    assert!(ok(&profdev(&["export", "folded", "--type", "cpu", "-i", v1])).contains("main;a;b;c 10\n"));
+    assert!(
+        ok(&profdev(&["export", "folded", "--type", "cpu", "-i", v1])).contains("main;a;b;c 10\n")
+    );
 }
 
 #[test]
@@ -295,14 +336,24 @@ fn firefox_marks_off_cpu_time() {
 
 #[test]
 fn go_pprof_reads_off_cpu_time() {
-    if !profdev_testkit::tools("go tool pprof reads profdev export pprof --type off-cpu", &["go"]) {
+    if !profdev_testkit::tools(
+        "go tool pprof reads profdev export pprof --type off-cpu",
+        &["go"],
+    ) {
         return;
     }
     let d = tempfile::tempdir().unwrap();
     let p = mixed(d.path());
     let out = d.path().join("off.pb.gz");
     ok(&profdev(&[
-        "export", "pprof", "--type", "wall", "-i", p.to_str().unwrap(), "-o", out.to_str().unwrap(),
+        "export",
+        "pprof",
+        "--type",
+        "wall",
+        "-i",
+        p.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
     ]));
     let top = |args: &[&str]| {
         let o = Command::new("go")
@@ -322,7 +373,10 @@ fn go_pprof_reads_off_cpu_time() {
         .skip(1)
         .collect();
     // napper 3.0004 ms of 3.0019 ms (waiter's 1.5 µs is dropped).
-    assert!(rows[0].ends_with(" napper") && rows[0].contains("3ms"), "{text}");
+    assert!(
+        rows[0].ends_with(" napper") && rows[0].contains("3ms"),
+        "{text}"
+    );
     assert!(!text.contains("burner"), "{text}");
     assert!(text.contains("Type: off_cpu"), "{text}");
     let text = top(&["-sample_index=off_cpu", "-tagfocus=state=io", "-top"]);

@@ -37,8 +37,12 @@ fn recording() -> Recording {
         name: name.into(),
         lines: Vec::new(),
     };
-    e.symbols(id, &[], &[f("main", 0x100), f("burner", 0x200), f("napper", 0x300)])
-        .unwrap();
+    e.symbols(
+        id,
+        &[],
+        &[f("main", 0x100), f("burner", 0x200), f("napper", 0x300)],
+    )
+    .unwrap();
     let at = |o| Frame {
         object: id,
         offset: o,
@@ -100,11 +104,17 @@ fn pprof_has_off_cpu_and_wall_sample_types_and_state_labels() {
     let rec = recording();
     let cpu = decode(&rec.clone().view(SampleType::Cpu));
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
-    assert_eq!(types(&cpu), [pair("samples", "count"), pair("cpu", "nanoseconds")]);
+    assert_eq!(
+        types(&cpu),
+        [pair("samples", "count"), pair("cpu", "nanoseconds")]
+    );
     assert_eq!(cpu.sample.len(), 1);
 
     let off = decode(&rec.clone().view(SampleType::OffCpu));
-    assert_eq!(types(&off), [pair("samples", "count"), pair("off_cpu", "nanoseconds")]);
+    assert_eq!(
+        types(&off),
+        [pair("samples", "count"), pair("off_cpu", "nanoseconds")]
+    );
     // napper's two states are two samples of one stack.
     assert_eq!(
         samples(&off),
@@ -166,19 +176,39 @@ fn flame_graph_widths_and_labels_weigh_time() {
     let rec = recording().view(SampleType::Wall);
     let g = svg::render(&rec, &svg::Options::default());
     // 4.5 ms of which napper 3 ms: two thirds of the width.
-    assert!(g.svg.contains("<title>napper (3000 µs, 66.67%)</title>"), "{}", g.svg);
-    assert!(g.svg.contains("<title>main (4500 µs, 100.00%)</title>"), "{}", g.svg);
+    assert!(
+        g.svg.contains("<title>napper (3000 µs, 66.67%)</title>"),
+        "{}",
+        g.svg
+    );
+    assert!(
+        g.svg.contains("<title>main (4500 µs, 100.00%)</title>"),
+        "{}",
+        g.svg
+    );
     assert!(g.svg.contains(">4500 µs</text>"), "{}", g.svg);
     assert!(g.svg.contains(" ns of time)\""), "the search counts ns");
     let drawn = g.svg.split("<script").next().unwrap();
-    assert!(drawn.split("<title>").skip(1).all(|t| !t.split("</title>").next().unwrap().contains("samples")));
+    assert!(drawn.split("<title>").skip(1).all(|t| !t
+        .split("</title>")
+        .next()
+        .unwrap()
+        .contains("samples")));
     assert_eq!(g.samples, 4);
-    let cpu = svg::render(&recording(), &svg::Options::default());
-    assert!(cpu.svg.contains("<title>burner (1 samples, 100.00%)</title>"), "{}", cpu.svg);
+    let cpu = svg::render(&recording().view(SampleType::Cpu), &svg::Options::default());
+    assert!(
+        cpu.svg
+            .contains("<title>burner (1 samples, 100.00%)</title>"),
+        "{}",
+        cpu.svg
+    );
     // Label counts are ns of a time view.
     let names = Names::new(&rec);
     assert_eq!(names.label_counts(), [("[unknown] in p", 500_000)]);
-    assert_eq!(folded::write(&rec), "main;[unknown] in p 500\nmain;burner 1000\nmain;napper 3000\n");
+    assert_eq!(
+        folded::write(&rec),
+        "main;[unknown] in p 500\nmain;burner 1000\nmain;napper 3000\n"
+    );
 }
 
 #[test]

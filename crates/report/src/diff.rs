@@ -244,7 +244,14 @@ pub fn table_weighted(base: Side, new: Side, names: (&str, &str), opts: &Options
         let scaled = |k: u64, t: u64, d: f64| if t == 0 { 0.0 } else { k as f64 / t as f64 * d };
         let rows: Vec<[f64; 4]> = keys
             .iter()
-            .map(|k| [scaled(get(&b, k), bt, bd), bd, scaled(get(&n, k), nt, nd), nd])
+            .map(|k| {
+                [
+                    scaled(get(&b, k), bt, bd),
+                    bd,
+                    scaled(get(&n, k), nt, nd),
+                    nd,
+                ]
+            })
             .collect();
         judge_f(&rows)
     };

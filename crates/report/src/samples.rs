@@ -148,7 +148,11 @@ pub fn table(samples: &[SampleRow], opts: &Options) -> String {
 
 /// Each row's (children, self) units: samples, or the weights of
 /// `weights` (one per sample).
-fn units(samples: &[SampleRow], weights: Option<&[u64]>, opts: &Options) -> Vec<(Vec<String>, (u64, u64))> {
+fn units(
+    samples: &[SampleRow],
+    weights: Option<&[u64]>,
+    opts: &Options,
+) -> Vec<(Vec<String>, (u64, u64))> {
     let mut rows: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
     for (i, s) in samples.iter().enumerate() {
         let unit = weights.map_or(1, |w| w[i]);

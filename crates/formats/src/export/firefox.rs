@@ -155,7 +155,9 @@ pub fn write(rec: &Recording) -> Vec<u8> {
                 h
             }
         };
-        let weight = (s.weight as f64 / period as f64).round().clamp(1.0, i32::MAX as f64);
+        let weight = (s.weight as f64 / period as f64)
+            .round()
+            .clamp(1.0, i32::MAX as f64);
         p.add_sample(
             thread,
             ts(s.time),

@@ -152,12 +152,10 @@ pub const TIMED_FORMATS: &str = "folded, svg, pprof, firefox, perf-script and ot
 /// `ty`: a CPU-only format refuses `off-cpu` and `wall`.
 pub fn check_type(format: &str, ty: SampleType) -> Result<(), ExportError> {
     match format {
-        "gmon" | "kpdata" | "proc-profile" if ty != SampleType::Cpu => {
-            Err(ExportError::CpuOnly {
-                format: format.to_string(),
-                ty: ty.name(),
-            })
-        }
+        "gmon" | "kpdata" | "proc-profile" if ty != SampleType::Cpu => Err(ExportError::CpuOnly {
+            format: format.to_string(),
+            ty: ty.name(),
+        }),
         _ => Ok(()),
     }
 }
