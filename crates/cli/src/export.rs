@@ -99,9 +99,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use profdev_formats::export::{
-    firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg, wrote, Written,
-};
+use profdev_formats::export::{gmon, perf_script, request, svg, wrote, Written};
 use profdev_formats::recording::{self, Recording, SampleType};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -329,8 +327,8 @@ fn run(args: &Args) -> Result<ExitCode> {
             Written::Other,
         ),
         _ => {
-            let (bytes, binary, kernel, what) = bytes(args, &rec)?;
-            (Contents::Bytes(bytes), binary, kernel, what)
+            let m = bytes(args, format, &rec)?;
+            (Contents::Bytes(m.bytes), m.binary, m.kernel_addrs, m.what)
         }
     };
     let default_out = match args.format {
@@ -436,78 +434,30 @@ fn judge(frames: &[svg::PathCounts]) -> Vec<svg::Shift> {
     judged.into_iter().map(shift).collect()
 }
 
-/// The bytes of every format but perf-script, whether they are binary,
-/// whether they hold kernel addresses, and what they are.
-fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, Written)> {
-    Ok(match args.format {
-        Format::Folded => (
-            folded::write(rec).into_bytes(),
-            false,
-            false,
-            Written::Other,
-        ),
-        Format::Svg => {
-            let opt = svg::Options {
-                title: args.title.clone().unwrap_or_else(|| {
-                    if args.inverted {
-                        "Icicle Graph".into()
-                    } else {
-                        "Flame Graph".into()
-                    }
-                }),
-                inverted: args.inverted,
-                ..svg::Options::default()
-            };
-            let graph = match &args.diff[..] {
-                [base, _] => {
-                    let base = read_view(base, NAME, "comparing", args.ty)?;
-                    svg::render_diff(&base, rec, &opt, &judge)
-                }
-                _ => svg::render(rec, &opt),
-            };
-            let what = Written::Svg {
-                frames: graph.frames,
-                samples: graph.samples,
-            };
-            (graph.svg.into_bytes(), false, false, what)
-        }
-        Format::Pprof => (
-            pprof::write(rec),
-            true,
-            rec.has_kernel_frames(),
-            Written::Other,
-        ),
-        Format::Firefox => (firefox::write(rec), false, false, Written::Other),
-        Format::Gmon => {
-            let sel = gmon::Select {
-                pid: args.pid,
-                comm: args.comm.clone(),
-                format: match args.gmon_format {
-                    GmonFormat::Gnu => profdev_formats::gmon::Format::Gnu,
-                    GmonFormat::Bsd => profdev_formats::gmon::Format::Bsd,
-                },
-            };
-            let (bytes, exe) = gmon::write(rec, &sel)?;
-            (bytes, true, false, Written::Gmon { exe })
-        }
-        Format::Kpdata => (
-            kpdata::write(rec, args.log_bucket)?,
-            true,
-            true,
-            Written::Other,
-        ),
-        Format::ProcProfile => (
-            proc_profile::write(rec, args.shift)?,
-            true,
-            true,
-            Written::Other,
-        ),
-        Format::Otlp => (
-            otlp::write(rec),
-            true,
-            rec.has_kernel_frames(),
-            Written::Other,
-        ),
-        Format::PerfScript => unreachable!("streamed by run"),
-    })
+/// The bytes of every format but perf-script (`format`, its name), made
+/// by `profdev_formats::export::request`.
+fn bytes(args: &Args, format: &str, rec: &Recording) -> Result<request::Made> {
+    let base = match &args.diff[..] {
+        [base, _] => Some(read_view(base, NAME, "comparing", args.ty)?),
+        _ => None,
+    };
+    let req = request::Request {
+        format,
+        title: args.title.clone(),
+        inverted: args.inverted,
+        diff: base
+            .as_ref()
+            .map(|b| (b, &judge as &dyn Fn(&[svg::PathCounts]) -> _)),
+        gmon: gmon::Select {
+            pid: args.pid,
+            comm: args.comm.clone(),
+            format: match args.gmon_format {
+                GmonFormat::Gnu => profdev_formats::gmon::Format::Gnu,
+                GmonFormat::Bsd => profdev_formats::gmon::Format::Bsd,
+            },
+        },
+        shift: args.shift,
+        log_bucket: args.log_bucket,
+    };
+    Ok(request::make(rec, &req)?)
 }

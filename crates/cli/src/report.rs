@@ -65,7 +65,7 @@
 //! Shares are of sample counts, not of their weights (every sample of one
 //! recording stands for the same period).
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Parser;
 use profdev_report::samples::{Key, Options};
 use profdev_report::view;
@@ -110,48 +110,32 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let mut keys = Vec::new();
-    for k in args.sort.split(',').filter(|k| !k.is_empty()) {
-        match Key::parse(k) {
-            Some(k) => keys.push(k),
-            None => {
-                bail!("--sort: unknown key {k:?}; use comm, pid, tid, dso or sym, comma separated")
-            }
-        }
-    }
-    if keys.is_empty() {
-        bail!("--sort: no key; use comm, pid, tid, dso or sym, comma separated");
-    }
+    let keys = Key::parse_list(&args.sort).map_err(anyhow::Error::msg)?;
     let empty = |p: &Path| {
-        format!(
+        anyhow!(
             "{} holds no samples; record some with 'profdev record'",
             p.display()
         )
     };
     if let [base, new] = &args.diff[..] {
         let read = |p: &PathBuf| crate::export::read_view(p, NAME, "comparing", args.ty);
-        let (base_rec, new_rec) = (read(base)?, read(new)?);
-        if let Some(p) = [(base, &base_rec), (new, &new_rec)]
+        let (b, n) = (read(base)?, read(new)?);
+        if let Some(p) = [(base, &b), (new, &n)]
             .iter()
             .find(|(_, r)| r.samples.is_empty())
         {
-            bail!(empty(p.0));
+            return Err(empty(p.0));
         }
         let files = (base.display().to_string(), new.display().to_string());
         let opts = profdev_report::diff::Options {
             keys,
             children: args.children,
         };
-        return print(&view::diff(
-            &base_rec,
-            &new_rec,
-            (&files.0, &files.1),
-            &opts,
-        ));
+        return print(&view::diff(&b, &n, (&files.0, &files.1), &opts));
     }
     let rec = args.since.read(&args.input, NAME, "reporting", args.ty)?;
     if rec.samples.is_empty() {
-        bail!(empty(&args.input));
+        return Err(empty(&args.input));
     }
     let opts = Options {
         keys,

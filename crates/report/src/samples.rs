@@ -59,6 +59,22 @@ impl Key {
         })
     }
 
+    /// Parse `--sort`'s comma-separated keys; the error is a sentence.
+    pub fn parse_list(s: &str) -> Result<Vec<Key>, String> {
+        let keys = s.split(',').filter(|k| !k.is_empty());
+        let keys = keys
+            .map(|k| {
+                Key::parse(k).ok_or_else(|| {
+                    format!("--sort: unknown key {k:?}; use comm, pid, tid, dso or sym, comma separated")
+                })
+            })
+            .collect::<Result<Vec<Key>, String>>()?;
+        if keys.is_empty() {
+            return Err("--sort: no key; use comm, pid, tid, dso or sym, comma separated".into());
+        }
+        Ok(keys)
+    }
+
     /// The column's title.
     pub fn title(self) -> &'static str {
         match self {

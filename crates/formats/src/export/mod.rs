@@ -64,6 +64,7 @@ pub mod otlp;
 pub mod perf_script;
 pub mod pprof;
 pub mod proc_profile;
+pub mod request;
 pub mod svg;
 
 /// What a sender adds to the profiles of a recording (`profdev agent`):
