@@ -6,9 +6,9 @@
 //!
 //! ```text
 //! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
-//!                [-i FILE | --since DURATION [--store DIR]] [-o OUT [--open]] [--inverted] [--title T] [--pid PID]
-//!                [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
-//! profdev export svg --diff BASE NEW [-o OUT [--open]] [--inverted] [--title T]
+//!                [-i FILE | --since DURATION [--store DIR]] [-o OUT [--open]] [--type cpu|off-cpu|wall]
+//!                [--inverted] [--title T] [--pid PID] [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
+//! profdev export svg --diff BASE NEW [-o OUT [--open]] [--type cpu|off-cpu|wall] [--inverted] [--title T]
 //! ```
 //!
 //! # Description
@@ -21,6 +21,24 @@
 //!
 //! `--since DURATION [--store DIR]` reads the agent's store as `profdev
 //! report --since` does.
+//!
+//! `--type` chooses the samples: `cpu` (the default) the sampling clock's,
+//! each counted once, exactly as before off-CPU recording existed;
+//! `off-cpu` the intervals threads spent off the CPU (sleeping, waiting for
+//! a lock or I/O, preempted), recorded by `profdev record -g --off-cpu`,
+//! each weighed by its time; `wall` both, each on-CPU sample weighed by
+//! the sampling period, so a thread's weights add up to its wall-clock
+//! time. Of `off-cpu` and `wall`: folded counts are microseconds (each
+//! line's ns summed, rounded); a flame graph's widths are time (titles in
+//! µs); pprof has the sample types `samples/count` and `off_cpu/nanoseconds`
+//! (wall: also `cpu/nanoseconds` and `wall/nanoseconds`, the default), and
+//! a `state` label (`sleep`, `io`, `other`) on off-CPU samples; Firefox an
+//! `Off-CPU` category whose innermost frame `[off-CPU: STATE]` ends each
+//! interval's stack, one sample of no CPU time weighing its periods; otlp
+//! the sample type `off_cpu` (wall: `wall`), in ns; perf-script the event
+//! `offcpu-time:` with the ns as weight. gmon, kpdata and proc-profile
+//! hold CPU samples only and refuse them, as does a recording without
+//! off-CPU samples, each in one sentence.
 //!
 //! * `folded`: `a;b;c count` per stack (flamegraph.pl, inferno, speedscope).
 //! * `svg`: a flame graph; `--inverted` for an icicle graph. Opened in a

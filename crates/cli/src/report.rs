@@ -6,8 +6,8 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev report [-i FILE | --since DURATION [--store DIR]] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
-//! profdev report --diff BASE NEW [--sort comm,pid,tid,dso,sym] [--children]
+//! profdev report [-i FILE | --since DURATION [--store DIR]] [--type cpu|off-cpu|wall] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
+//! profdev report --diff BASE NEW [--type cpu|off-cpu|wall] [--sort comm,pid,tid,dso,sym] [--children]
 //! ```
 //!
 //! # Description
@@ -46,11 +46,25 @@
 //! (Benjamini–Hochberg on two-proportion z-tests, and the interval
 //! excludes zero), so that among many unchanged rows none is starred by
 //! chance. Significant changes come first, largest first. The measure is
-//! the share of samples, not time per run: a function whose own time did
-//! not change loses share when another grows, and two runs of different
-//! lengths compare by shares alone. `--children` compares the shares of
+//! the share of samples (of time, with `--type off-cpu` or `wall`), not
+//! time per run: a function whose own time did not change loses share
+//! when another grows, and two runs of different lengths compare by
+//! shares alone. `--children` compares the shares of
 //! samples with the key anywhere in their stack. Computed by
 //! `profdev_report::diff`; `profdev export svg --diff` draws it.
+//!
+//! `--type off-cpu` reports the intervals threads spent off the CPU
+//! (recorded by `profdev record -g --off-cpu`; a recording without them
+//! is refused in one sentence), `--type wall` those and the on-CPU
+//! samples, each weighed by the sampling period (`cpu`, the default: the
+//! clock's samples as before). Of these two, shares are of time (the
+//! samples' weights in ns), not of samples, each followed by its seconds
+//! (self, and children with `--children`): `97.57%  2.010s  napper`.
+//! Their `--ci` and `--diff` intervals and tests take Kish's effective
+//! sample size, n_eff = (Σw)²/Σw², in place of the count of samples: a
+//! share of time is treated as a share of n_eff independent draws. This
+//! is an approximation (weights are treated as fixed, and one long
+//! interval is one draw); the header states it and n_eff.
 //!
 //! # Example
 //!
@@ -62,8 +76,8 @@
 //!
 //! # Bugs
 //!
-//! Shares are of sample counts, not of their weights (every sample of one
-//! recording stands for the same period).
+//! Of `--type cpu`, shares are of sample counts, not of their weights
+//! (every sample of one recording stands for the same period).
 
 use anyhow::{anyhow, bail, Result};
 use clap::Parser;

@@ -17,6 +17,12 @@
 //! The measure is the share of samples, not time per run: a function
 //! whose own time did not change loses share when another one grows.
 //!
+//! [`table_weighted`] compares shares of time (`--type off-cpu|wall`):
+//! each row's `k` is its share of the summed weight times its recording's
+//! Kish effective sample size `n_eff = (Σw)² / Σw²`
+//! ([`crate::samples::kish`]), and `n` is n_eff, in the same interval and
+//! test ([`judge_f`]); an approximation, as [`crate::samples`] says.
+//!
 //! ```
 //! use profdev_report::diff::{judge, Counts};
 //! // 700 of 1000 samples, then 300 of 1000: a significant drop.
@@ -420,5 +426,53 @@ mod tests {
             },
         );
         assert!(t.contains("  100.00%   100.00%    +0.00"), "{t}");
+    }
+
+    #[test]
+    fn weighted_tables_compare_shares_of_time_with_kish_draws() {
+        let row = |sym: &'static str| SampleRow {
+            comm: "p",
+            pid: 1,
+            tid: 1,
+            frames: vec![("p", sym)],
+        };
+        // 100 intervals each side; BASE's hot ones weigh 7 ms and its cold
+        // ones 3 ms (70% of the time), NEW's the other way round.
+        let mut rows = Vec::new();
+        rows.extend((0..50).map(|_| row("hot")));
+        rows.extend((0..50).map(|_| row("cold")));
+        let heavy_hot: Vec<u64> = (0..100).map(|i| if i < 50 { 7 } else { 3 }).collect();
+        let light_hot: Vec<u64> = (0..100).map(|i| if i < 50 { 3 } else { 7 }).collect();
+        let opts = Options {
+            keys: vec![Key::Sym],
+            children: false,
+        };
+        let t = table_weighted(
+            (&rows, Some(&heavy_hot)),
+            (&rows, Some(&light_hot)),
+            ("a", "b"),
+            &opts,
+        );
+        assert!(t.contains("share of time"), "{t}");
+        let hot = t.lines().find(|l| l.ends_with("  hot")).unwrap();
+        assert!(hot.starts_with("   70.00%    30.00%   -40.00"), "{t}");
+        assert!(hot.ends_with("*  hot"), "{t}");
+        // By counts nothing moved.
+        let t = table(&rows, &rows, ("a", "b"), &opts);
+        let rows = t.lines().filter(|l| !l.starts_with('#'));
+        assert!(
+            rows.clone().count() == 2 && rows.clone().all(|l| !l.contains('*')),
+            "{t}"
+        );
+        // Kish's n_eff of 7s and 3s: 100² · 25 / (50 · 49 + 50 · 9) = 86.2 draws,
+        // so an interval wider than of 100 samples.
+        let c = judge_f(&[[70.0 * 0.862, 86.2, 30.0 * 0.862, 86.2]]);
+        let d = judge(&[Counts {
+            base: 70,
+            base_total: 100,
+            new: 30,
+            new_total: 100,
+        }]);
+        assert!(c[0].hi - c[0].lo > d[0].hi - d[0].lo);
     }
 }

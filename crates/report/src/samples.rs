@@ -16,6 +16,16 @@
 //! samples are treated as independent draws, which periodic sampling only
 //! approximates (a workload in phase with the clock breaks it).
 //!
+//! [`table_weighted`] weighs each sample (`report --type off-cpu|wall`,
+//! weights in ns): a row's share is of the summed weight, followed by its
+//! seconds, and its interval is the Wilson interval of that share with
+//! Kish's effective sample size `n_eff = (Σw)² / Σw²` ([`kish`]) in place
+//! of the number of samples. The model: the share of time is treated as
+//! the share of n_eff independent, equally weighted draws. It is an
+//! approximation: the weights are treated as fixed, not drawn, and a
+//! long off-CPU interval is one draw however long it is (a few long
+//! intervals give a small n_eff, so wide intervals).
+//!
 //! ```
 //! use profdev_report::samples::{table, Key, SampleRow, Options};
 //! let s = |sym: &'static str| SampleRow {
@@ -395,5 +405,53 @@ mod tests {
             },
         );
         assert_eq!(t.matches(" =").count(), 2, "{t}");
+    }
+
+    #[test]
+    fn kish_counts_equal_weights_as_samples() {
+        assert_eq!(kish(&[5, 5, 5, 5]), 4.0);
+        // (1 + 3)² / (1 + 9) = 1.6.
+        assert!((kish(&[1, 3]) - 1.6).abs() < 1e-12);
+        assert_eq!(kish(&[]), 0.0);
+    }
+
+    #[test]
+    fn weighted_shares_are_of_time_with_seconds() {
+        let samples = vec![
+            s("p", 1, &[("p", "burner"), ("p", "main")]),
+            s("p", 1, &[("p", "napper"), ("p", "main")]),
+        ];
+        let opts = Options {
+            keys: vec![Key::Sym],
+            children: true,
+            ci: false,
+        };
+        let t = table_weighted(&samples, Some(&[1_000_000, 3_000_000]), &opts);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "# 2 samples, 0.004 s; shares of time (their weights), not of samples",
+                "# Children   Seconds     Self   Seconds  Symbol",
+                "  100.00%    0.004s     0.00%    0.000s  main",
+                "   75.00%    0.003s    75.00%    0.003s  napper",
+                "   25.00%    0.001s    25.00%    0.001s  burner",
+            ]
+        );
+        // Without weights: the counts, as `table`.
+        assert_eq!(
+            table_weighted(&samples, None, &opts),
+            table(&samples, &opts)
+        );
+        // --ci: Kish's n_eff = 16 / 10 = 1.6 draws, so wide intervals.
+        let t = table_weighted(
+            &samples,
+            Some(&[1_000_000, 3_000_000]),
+            &Options { ci: true, ..opts },
+        );
+        assert!(t.contains("n_eff = (sum w)^2 / sum w^2 = 1.6 draws"), "{t}");
+        let (lo, hi) = wilson_f(0.75 * 1.6, 1.6);
+        let want = format!("[{:6.2}, {:6.2}]", 100.0 * lo, 100.0 * hi);
+        assert!(t.contains(&want), "{want}: {t}");
     }
 }
