@@ -463,9 +463,7 @@ fn bytes(args: &Args, format: &str, rec: &Recording) -> Result<request::Made> {
         format,
         title: args.title.clone(),
         inverted: args.inverted,
-        diff: base
-            .as_ref()
-            .map(|b| (b, &judge as &dyn Fn(&[svg::PathCounts]) -> _)),
+        diff: base.as_ref().map(|b| (b, &judge as &request::Judge)),
         gmon: gmon::Select {
             pid: args.pid,
             comm: args.comm.clone(),

@@ -6,6 +6,9 @@ use super::{firefox, folded, gmon, kpdata, otlp, pprof, proc_profile, svg};
 use super::{ExportError, Written};
 use crate::recording::Recording;
 
+/// The judge of a differential flame graph's frames ([`svg::render_diff`]).
+pub type Judge = dyn Fn(&[svg::PathCounts]) -> Vec<svg::Shift>;
+
 /// What an export asks of a writer besides the recording.
 pub struct Request<'a> {
     /// The format, as `profdev export` names it (`folded`, `svg`, `pprof`,
@@ -17,10 +20,7 @@ pub struct Request<'a> {
     pub inverted: bool,
     /// svg: the BASE of a differential graph, and the judge of its frames'
     /// changes.
-    pub diff: Option<(
-        &'a Recording,
-        &'a dyn Fn(&[svg::PathCounts]) -> Vec<svg::Shift>,
-    )>,
+    pub diff: Option<(&'a Recording, &'a Judge)>,
     /// gmon: the executable's samples and the layout.
     pub gmon: gmon::Select,
     /// proc-profile: log2 of the bytes per counter.
