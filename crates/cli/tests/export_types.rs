@@ -240,6 +240,32 @@ fn report_diff_off_cpu_stars_a_moved_share_only() {
     );
     assert!(row("steady").ends_with("   steady"), "{t}");
     assert!(t.contains("share of time"), "{t}");
+    // The differential flame graph of the same views: hot blue, steady grey.
+    let svg = d.path().join("diff.svg");
+    ok(&profdev(&[
+        "export",
+        "svg",
+        "--type",
+        "off-cpu",
+        "--diff",
+        base.to_str().unwrap(),
+        new.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    let title = |f: &str| {
+        let at = svg
+            .find(&format!("<title>{f} ("))
+            .unwrap_or_else(|| panic!("{f}: {svg}"));
+        svg[at..].split("</title>").next().unwrap().to_string()
+    };
+    assert_eq!(
+        title("hot"),
+        "<title>hot (450000 µs, 30.00%, -40.00 points)",
+        "{svg}"
+    );
+    assert!(title("steady").ends_with(", not significant"), "{svg}");
     // A cpu diff of recordings without on-CPU samples is no table.
     let e = fails(&profdev(&[
         "report",
