@@ -265,7 +265,7 @@ fn report_diff_off_cpu_stars_a_moved_share_only() {
         "<title>hot (450000 µs, 30.00%, -40.00 points)",
         "{svg}"
     );
-    assert!(title("steady").ends_with(", not significant"), "{svg}");
+    assert!(title("steady").ends_with(", not significant)"), "{svg}");
     // A cpu diff of recordings without on-CPU samples is no table.
     let e = fails(&profdev(&[
         "report",
