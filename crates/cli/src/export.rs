@@ -6,9 +6,9 @@
 //!
 //! ```text
 //! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
-//!                [-i FILE | --since DURATION [--store DIR]] [-o OUT [--open]] [--inverted] [--title T] [--pid PID]
-//!                [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
-//! profdev export svg --diff BASE NEW [-o OUT [--open]] [--inverted] [--title T]
+//!                [-i FILE | --since DURATION [--store DIR]] [-o OUT [--open]] [--type cpu|off-cpu|wall]
+//!                [--inverted] [--title T] [--pid PID] [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
+//! profdev export svg --diff BASE NEW [-o OUT [--open]] [--type cpu|off-cpu|wall] [--inverted] [--title T]
 //! ```
 //!
 //! # Description
@@ -21,6 +21,24 @@
 //!
 //! `--since DURATION [--store DIR]` reads the agent's store as `profdev
 //! report --since` does.
+//!
+//! `--type` chooses the samples: `cpu` (the default) the sampling clock's,
+//! each counted once, exactly as before off-CPU recording existed;
+//! `off-cpu` the intervals threads spent off the CPU (sleeping, waiting for
+//! a lock or I/O, preempted), recorded by `profdev record -g --off-cpu`,
+//! each weighed by its time; `wall` both, each on-CPU sample weighed by
+//! the sampling period, so a thread's weights add up to its wall-clock
+//! time. Of `off-cpu` and `wall`: folded counts are microseconds (each
+//! line's ns summed, rounded); a flame graph's widths are time (titles in
+//! µs); pprof has the sample types `samples/count` and `off_cpu/nanoseconds`
+//! (wall: also `cpu/nanoseconds` and `wall/nanoseconds`, the default), and
+//! a `state` label (`sleep`, `io`, `other`) on off-CPU samples; Firefox an
+//! `Off-CPU` category whose innermost frame `[off-CPU: STATE]` ends each
+//! interval's stack, one sample of no CPU time weighing its periods; otlp
+//! the sample type `off_cpu` (wall: `wall`), in ns; perf-script the event
+//! `offcpu-time:` with the ns as weight. gmon, kpdata and proc-profile
+//! hold CPU samples only and refuse them, as does a recording without
+//! off-CPU samples, each in one sentence.
 //!
 //! * `folded`: `a;b;c count` per stack (flamegraph.pl, inferno, speedscope).
 //! * `svg`: a flame graph; `--inverted` for an icicle graph. Opened in a
@@ -99,10 +117,8 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use profdev_formats::export::{
-    firefox, folded, gmon, kpdata, otlp, perf_script, pprof, proc_profile, svg, wrote, Written,
-};
-use profdev_formats::recording::{self, Recording};
+use profdev_formats::export::{gmon, perf_script, request, svg, wrote, Written};
+use profdev_formats::recording::{self, Recording, SampleType};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -171,6 +187,9 @@ pub(crate) struct Args {
     /// svg: NEW's flame graph coloured by the change from BASE (red slower, blue faster, grey not significant).
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["input", "since"])]
     diff: Vec<PathBuf>,
+    /// Which samples: cpu (the sampling clock's), off-cpu (time off the CPU), wall (both); the latter two weigh time.
+    #[arg(long = "type", value_name = "TYPE", default_value = "cpu", value_parser = types())]
+    ty: SampleType,
     /// gmon: the samples of this process.
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
@@ -212,18 +231,39 @@ pub(crate) struct Since {
     store: Option<PathBuf>,
 }
 
+/// `--type`'s parser: cpu, off-cpu, wall.
+pub(crate) fn types() -> impl clap::builder::TypedValueParser<Value = SampleType> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["cpu", "off-cpu", "wall"])
+        .map(|s| SampleType::parse(&s).unwrap_or_default())
+}
+
 impl Since {
     /// FILE's recording or, with `--since`, the store's recordings of that
-    /// window as one (their notes said on stderr).
-    pub fn read(&self, input: &Path, name: &str, does: &str) -> Result<Recording> {
+    /// window as one (their notes said on stderr), viewed as `ty`.
+    pub fn read(&self, input: &Path, name: &str, does: &str, ty: SampleType) -> Result<Recording> {
         let Some(since) = self.since else {
-            return read_recording(input, name, does);
+            return read_view(input, name, does, ty);
         };
         let w = profdev_agent::store::read_since(self.store.as_deref(), since)
             .map_err(|e| anyhow!(e))?;
         w.notes.iter().for_each(|n| eprintln!("{name}: {n}"));
-        Ok(w.recording)
+        Ok(profdev_formats::export::view(
+            w.recording,
+            ty,
+            "the store's window",
+        )?)
     }
+}
+
+/// [`read_recording`] viewed as `ty` (refused where it has no off-CPU samples to view).
+pub fn read_view(path: &Path, name: &str, does: &str, ty: SampleType) -> Result<Recording> {
+    let rec = read_recording(path, name, does)?;
+    Ok(profdev_formats::export::view(
+        rec,
+        ty,
+        &path.display().to_string(),
+    )?)
 }
 
 /// Read a recording file (regular files only; a FIFO is refused rather
@@ -290,9 +330,12 @@ fn run(args: &Args) -> Result<ExitCode> {
     if !args.diff.is_empty() && args.format != Format::Svg {
         bail!("--diff draws a differential flame graph: give the format svg");
     }
+    let format = args.format.to_possible_value();
+    let format = format.as_ref().map_or("", |v| v.get_name());
+    profdev_formats::export::check_type(format, args.ty)?;
     let rec = match args.diff.get(1) {
-        Some(new) => read_recording(new, NAME, "exporting")?,
-        None => args.since.read(&args.input, NAME, "exporting")?,
+        Some(new) => read_view(new, NAME, "exporting", args.ty)?,
+        None => args.since.read(&args.input, NAME, "exporting", args.ty)?,
     };
     let (contents, binary, kernel_addrs, what) = match args.format {
         Format::PerfScript => (
@@ -302,8 +345,8 @@ fn run(args: &Args) -> Result<ExitCode> {
             Written::Other,
         ),
         _ => {
-            let (bytes, binary, kernel, what) = bytes(args, &rec)?;
-            (Contents::Bytes(bytes), binary, kernel, what)
+            let m = bytes(args, format, &rec)?;
+            (Contents::Bytes(m.bytes), m.binary, m.kernel_addrs, m.what)
         }
     };
     let default_out = match args.format {
@@ -314,8 +357,6 @@ fn run(args: &Args) -> Result<ExitCode> {
     let len = contents.len();
     write(args, out, &contents, binary, kernel_addrs)?;
     let to_stdout = out == Path::new("-");
-    let format = args.format.to_possible_value();
-    let format = format.as_ref().map_or("", |v| v.get_name());
     if let Some(line) = wrote(format, out, len, &what) {
         eprintln!("{NAME}: {line}");
     }
@@ -411,78 +452,28 @@ fn judge(frames: &[svg::PathCounts]) -> Vec<svg::Shift> {
     judged.into_iter().map(shift).collect()
 }
 
-/// The bytes of every format but perf-script, whether they are binary,
-/// whether they hold kernel addresses, and what they are.
-fn bytes(args: &Args, rec: &Recording) -> Result<(Vec<u8>, bool, bool, Written)> {
-    Ok(match args.format {
-        Format::Folded => (
-            folded::write(rec).into_bytes(),
-            false,
-            false,
-            Written::Other,
-        ),
-        Format::Svg => {
-            let opt = svg::Options {
-                title: args.title.clone().unwrap_or_else(|| {
-                    if args.inverted {
-                        "Icicle Graph".into()
-                    } else {
-                        "Flame Graph".into()
-                    }
-                }),
-                inverted: args.inverted,
-                ..svg::Options::default()
-            };
-            let graph = match &args.diff[..] {
-                [base, _] => {
-                    let base = read_recording(base, NAME, "comparing")?;
-                    svg::render_diff(&base, rec, &opt, &judge)
-                }
-                _ => svg::render(rec, &opt),
-            };
-            let what = Written::Svg {
-                frames: graph.frames,
-                samples: graph.samples,
-            };
-            (graph.svg.into_bytes(), false, false, what)
-        }
-        Format::Pprof => (
-            pprof::write(rec),
-            true,
-            rec.has_kernel_frames(),
-            Written::Other,
-        ),
-        Format::Firefox => (firefox::write(rec), false, false, Written::Other),
-        Format::Gmon => {
-            let sel = gmon::Select {
-                pid: args.pid,
-                comm: args.comm.clone(),
-                format: match args.gmon_format {
-                    GmonFormat::Gnu => profdev_formats::gmon::Format::Gnu,
-                    GmonFormat::Bsd => profdev_formats::gmon::Format::Bsd,
-                },
-            };
-            let (bytes, exe) = gmon::write(rec, &sel)?;
-            (bytes, true, false, Written::Gmon { exe })
-        }
-        Format::Kpdata => (
-            kpdata::write(rec, args.log_bucket)?,
-            true,
-            true,
-            Written::Other,
-        ),
-        Format::ProcProfile => (
-            proc_profile::write(rec, args.shift)?,
-            true,
-            true,
-            Written::Other,
-        ),
-        Format::Otlp => (
-            otlp::write(rec),
-            true,
-            rec.has_kernel_frames(),
-            Written::Other,
-        ),
-        Format::PerfScript => unreachable!("streamed by run"),
-    })
+/// The bytes of every format but perf-script (`format`, its name), made
+/// by `profdev_formats::export::request`.
+fn bytes(args: &Args, format: &str, rec: &Recording) -> Result<request::Made> {
+    let base = match &args.diff[..] {
+        [base, _] => Some(read_view(base, NAME, "comparing", args.ty)?),
+        _ => None,
+    };
+    let req = request::Request {
+        format,
+        title: args.title.clone(),
+        inverted: args.inverted,
+        diff: base.as_ref().map(|b| (b, &judge as &request::Judge)),
+        gmon: gmon::Select {
+            pid: args.pid,
+            comm: args.comm.clone(),
+            format: match args.gmon_format {
+                GmonFormat::Gnu => profdev_formats::gmon::Format::Gnu,
+                GmonFormat::Bsd => profdev_formats::gmon::Format::Bsd,
+            },
+        },
+        shift: args.shift,
+        log_bucket: args.log_bucket,
+    };
+    Ok(request::make(rec, &req)?)
 }

@@ -6,8 +6,8 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev report [-i FILE | --since DURATION [--store DIR]] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
-//! profdev report --diff BASE NEW [--sort comm,pid,tid,dso,sym] [--children]
+//! profdev report [-i FILE | --since DURATION [--store DIR]] [--type cpu|off-cpu|wall] [--sort comm,pid,tid,dso,sym] [--children] [--ci]
+//! profdev report --diff BASE NEW [--type cpu|off-cpu|wall] [--sort comm,pid,tid,dso,sym] [--children]
 //! ```
 //!
 //! # Description
@@ -46,11 +46,25 @@
 //! (Benjamini–Hochberg on two-proportion z-tests, and the interval
 //! excludes zero), so that among many unchanged rows none is starred by
 //! chance. Significant changes come first, largest first. The measure is
-//! the share of samples, not time per run: a function whose own time did
-//! not change loses share when another grows, and two runs of different
-//! lengths compare by shares alone. `--children` compares the shares of
+//! the share of samples (of time, with `--type off-cpu` or `wall`), not
+//! time per run: a function whose own time did not change loses share
+//! when another grows, and two runs of different lengths compare by
+//! shares alone. `--children` compares the shares of
 //! samples with the key anywhere in their stack. Computed by
 //! `profdev_report::diff`; `profdev export svg --diff` draws it.
+//!
+//! `--type off-cpu` reports the intervals threads spent off the CPU
+//! (recorded by `profdev record -g --off-cpu`; a recording without them
+//! is refused in one sentence), `--type wall` those and the on-CPU
+//! samples, each weighed by the sampling period (`cpu`, the default: the
+//! clock's samples as before). Of these two, shares are of time (the
+//! samples' weights in ns), not of samples, each followed by its seconds
+//! (self, and children with `--children`): `97.57%  2.010s  napper`.
+//! Their `--ci` and `--diff` intervals and tests take Kish's effective
+//! sample size, n_eff = (Σw)²/Σw², in place of the count of samples: a
+//! share of time is treated as a share of n_eff independent draws. This
+//! is an approximation (weights are treated as fixed, and one long
+//! interval is one draw); the header states it and n_eff.
 //!
 //! # Example
 //!
@@ -62,17 +76,16 @@
 //!
 //! # Bugs
 //!
-//! Shares are of sample counts, not of their weights (every sample of one
-//! recording stands for the same period).
+//! Of `--type cpu`, shares are of sample counts, not of their weights
+//! (every sample of one recording stands for the same period).
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Parser;
-use profdev_formats::export::Names;
-use profdev_formats::recording::{ObjectKind, Recording};
-use profdev_report::samples::{table, Key, Options, SampleRow};
+use profdev_report::samples::{Key, Options};
+use profdev_report::view;
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Print a recording's samples by command, process, thread, object and function.
@@ -90,6 +103,9 @@ pub(crate) struct Args {
     /// Also show each row's share of samples anywhere in the stack.
     #[arg(long)]
     children: bool,
+    /// Which samples: cpu (the sampling clock's), off-cpu (time off the CPU), wall (both); the latter two weigh time.
+    #[arg(long = "type", value_name = "TYPE", default_value = "cpu", value_parser = crate::export::types())]
+    ty: profdev_formats::recording::SampleType,
     /// Show each share's 95% Wilson interval and mark ties.
     #[arg(long)]
     ci: bool,
@@ -108,92 +124,39 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let mut keys = Vec::new();
-    for k in args.sort.split(',').filter(|k| !k.is_empty()) {
-        match Key::parse(k) {
-            Some(k) => keys.push(k),
-            None => {
-                bail!("--sort: unknown key {k:?}; use comm, pid, tid, dso or sym, comma separated")
-            }
-        }
-    }
-    if keys.is_empty() {
-        bail!("--sort: no key; use comm, pid, tid, dso or sym, comma separated");
-    }
+    let keys = Key::parse_list(&args.sort).map_err(anyhow::Error::msg)?;
+    let empty = |p: &Path| {
+        anyhow!(
+            "{} holds no samples; record some with 'profdev record'",
+            p.display()
+        )
+    };
     if let [base, new] = &args.diff[..] {
-        let read = |p: &PathBuf| crate::export::read_recording(p, NAME, "comparing");
-        let (base_rec, new_rec) = (read(base)?, read(new)?);
-        if let Some(p) = [(base, &base_rec), (new, &new_rec)]
+        let read = |p: &PathBuf| crate::export::read_view(p, NAME, "comparing", args.ty);
+        let (b, n) = (read(base)?, read(new)?);
+        if let Some(p) = [(base, &b), (new, &n)]
             .iter()
             .find(|(_, r)| r.samples.is_empty())
         {
-            bail!(
-                "{} holds no samples; record some with 'profdev record'",
-                p.0.display()
-            );
+            return Err(empty(p.0));
         }
-        let (bn, nn) = (Names::new(&base_rec), Names::new(&new_rec));
-        let text = profdev_report::diff::table(
-            &sample_rows(&base_rec, &bn),
-            &sample_rows(&new_rec, &nn),
-            (&base.display().to_string(), &new.display().to_string()),
-            &profdev_report::diff::Options {
-                keys,
-                children: args.children,
-            },
-        );
-        return print(&text);
-    }
-    let rec = args.since.read(&args.input, NAME, "reporting")?;
-    if rec.samples.is_empty() {
-        bail!(
-            "{} holds no samples; record some with 'profdev record'",
-            args.input.display()
-        );
-    }
-    let names = Names::new(&rec);
-    let rows = sample_rows(&rec, &names);
-    let mut text = table(
-        &rows,
-        &Options {
+        let files = (base.display().to_string(), new.display().to_string());
+        let opts = profdev_report::diff::Options {
             keys,
             children: args.children,
-            ci: args.ci,
-        },
-    );
-    text.push_str(&labels(&names, rec.samples.len() as u64));
-    print(&text)
-}
-
-/// Each sample of `rec` as the tables take it.
-fn sample_rows<'a>(rec: &'a Recording, names: &'a Names) -> Vec<SampleRow<'a>> {
-    let dso = |object: u32| -> &str {
-        match rec.object(object) {
-            Some(o) if o.info.kind == ObjectKind::Kernel => "[kernel]",
-            // A JIT object is named after its perf map or jitdump.
-            Some(o) if o.info.kind == ObjectKind::Anon && !o.info.path.starts_with('/') => "[anon]",
-            Some(o) if o.info.kind == ObjectKind::Label => "[label]",
-            Some(o) => o.short_name(),
-            None => "[unknown]",
-        }
+        };
+        return print(&view::diff(&b, &n, (&files.0, &files.1), &opts));
+    }
+    let rec = args.since.read(&args.input, NAME, "reporting", args.ty)?;
+    if rec.samples.is_empty() {
+        return Err(empty(&args.input));
+    }
+    let opts = Options {
+        keys,
+        children: args.children,
+        ci: args.ci,
     };
-    rec.samples
-        .iter()
-        .enumerate()
-        .map(|(i, s)| SampleRow {
-            comm: profdev_formats::export::comm(rec, s),
-            pid: s.pid,
-            tid: s.tid,
-            frames: names
-                .stack(i)
-                .iter()
-                .map(|&f| {
-                    let f = &names.funcs[f as usize];
-                    (dso(f.object), f.name.as_str())
-                })
-                .collect(),
-        })
-        .collect()
+    print(&view::report(&rec, &opts))
 }
 
 /// Write `text` to standard output (a reader that has seen enough is no
@@ -206,25 +169,4 @@ fn print(text: &str) -> Result<ExitCode> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
         Err(e) => bail!("cannot write the report: {e}"),
     }
-}
-
-/// The labelled frames' counts: the samples with each label anywhere in
-/// their stack (none: an empty string).
-fn labels(names: &Names, total: u64) -> String {
-    use std::fmt::Write as _;
-    let counts = names.label_counts();
-    if counts.is_empty() {
-        return String::new();
-    }
-    let mut s = format!(
-        "\n# Labelled frames: samples with the label anywhere in their stack, of {total}\n"
-    );
-    for (label, n) in counts {
-        let _ = writeln!(
-            s,
-            "{n:>10} {:>7.2}%  {label}",
-            100.0 * n as f64 / total.max(1) as f64
-        );
-    }
-    s
 }

@@ -17,6 +17,12 @@
 //! The measure is the share of samples, not time per run: a function
 //! whose own time did not change loses share when another one grows.
 //!
+//! [`table_weighted`] compares shares of time (`--type off-cpu|wall`):
+//! each row's `k` is its share of the summed weight times its recording's
+//! Kish effective sample size `n_eff = (Σw)² / Σw²`
+//! ([`crate::samples::kish`]), and `n` is n_eff, in the same interval and
+//! test ([`judge_f`]); an approximation, as [`crate::samples`] says.
+//!
 //! ```
 //! use profdev_report::diff::{judge, Counts};
 //! // 700 of 1000 samples, then 300 of 1000: a significant drop.
@@ -24,7 +30,7 @@
 //! assert!(c[0].significant && (c[0].delta + 40.0).abs() < 1e-9);
 //! ```
 
-use crate::samples::{key_of, wilson, Key, SampleRow};
+use crate::samples::{key_of, kish, wilson_f, Key, SampleRow};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -60,26 +66,26 @@ pub struct Change {
 /// The false discovery rate the marks control.
 pub const FDR: f64 = 0.05;
 
-fn share(k: u64, n: u64) -> f64 {
-    if n == 0 {
+fn share(k: f64, n: f64) -> f64 {
+    if n == 0.0 {
         0.0
     } else {
-        k as f64 / n as f64
+        k / n
     }
 }
 
-/// The two-sided p-value of the pooled two-proportion z-test.
-fn p_value(c: &Counts) -> f64 {
-    let (n1, n2) = (c.base_total as f64, c.new_total as f64);
+/// The two-sided p-value of the pooled two-proportion z-test of `k1` of
+/// `n1` against `k2` of `n2`.
+fn p_value([k1, n1, k2, n2]: [f64; 4]) -> f64 {
     if n1 == 0.0 || n2 == 0.0 {
         return 1.0;
     }
-    let pooled = (c.base + c.new) as f64 / (n1 + n2);
+    let pooled = (k1 + k2) / (n1 + n2);
     let se = (pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2)).sqrt();
     if se == 0.0 {
         return 1.0;
     }
-    let z = (share(c.new, c.new_total) - share(c.base, c.base_total)) / se;
+    let z = (share(k2, n2) - share(k1, n1)) / se;
     // 2 (1 − Φ(|z|)) = erfc(|z| / √2).
     libm::erfc(z.abs() / std::f64::consts::SQRT_2)
 }
@@ -88,12 +94,31 @@ fn p_value(c: &Counts) -> f64 {
 /// the rows are judged together, as the false discovery rate is over
 /// all of them.
 pub fn judge(rows: &[Counts]) -> Vec<Change> {
-    let mut out: Vec<Change> = rows
+    let rows: Vec<[f64; 4]> = rows
         .iter()
         .map(|c| {
-            let (p1, p2) = (share(c.base, c.base_total), share(c.new, c.new_total));
-            let (l1, u1) = wilson(c.base, c.base_total);
-            let (l2, u2) = wilson(c.new, c.new_total);
+            [
+                c.base as f64,
+                c.base_total as f64,
+                c.new as f64,
+                c.new_total as f64,
+            ]
+        })
+        .collect();
+    judge_f(&rows)
+}
+
+/// [`judge`] of rows given as `[k1, n1, k2, n2]` where the counts may be
+/// fractional: a weighted share times Kish's effective sample size
+/// ([`crate::samples::kish`]) of its recording, for `n`.
+pub fn judge_f(rows: &[[f64; 4]]) -> Vec<Change> {
+    let mut out: Vec<Change> = rows
+        .iter()
+        .map(|&c| {
+            let [k1, n1, k2, n2] = c;
+            let (p1, p2) = (share(k1, n1), share(k2, n2));
+            let (l1, u1) = wilson_f(k1, n1);
+            let (l2, u2) = wilson_f(k2, n2);
             let d = p2 - p1;
             let lo = d - ((p2 - l2).powi(2) + (u1 - p1).powi(2)).sqrt();
             let hi = d + ((u2 - p2).powi(2) + (p1 - l1).powi(2)).sqrt();
@@ -156,14 +181,20 @@ pub struct Options {
     pub children: bool,
 }
 
-/// Each row's count in `samples` (self, or children: once per sample).
-fn counts(samples: &[SampleRow], opts: &Options) -> BTreeMap<Vec<String>, u64> {
+/// Each row's count in `samples` (self, or children: once per sample),
+/// or its summed weight where `weights` (one per sample) is given.
+fn counts(
+    samples: &[SampleRow],
+    weights: Option<&[u64]>,
+    opts: &Options,
+) -> BTreeMap<Vec<String>, u64> {
     let mut rows: BTreeMap<Vec<String>, u64> = BTreeMap::new();
-    for s in samples {
+    for (i, s) in samples.iter().enumerate() {
+        let unit = weights.map_or(1, |w| w[i]);
         if !opts.children || s.frames.is_empty() {
             *rows
                 .entry(key_of(&opts.keys, s, s.frames.first().copied()))
-                .or_default() += 1;
+                .or_default() += unit;
             continue;
         }
         let mut seen: Vec<Vec<String>> = Vec::new();
@@ -174,7 +205,7 @@ fn counts(samples: &[SampleRow], opts: &Options) -> BTreeMap<Vec<String>, u64> {
             }
         }
         for k in seen {
-            *rows.entry(k).or_default() += 1;
+            *rows.entry(k).or_default() += unit;
         }
     }
     rows
@@ -184,21 +215,52 @@ fn counts(samples: &[SampleRow], opts: &Options) -> BTreeMap<Vec<String>, u64> {
 /// the model, then one row per key found in either, significant changes
 /// first, largest change first.
 pub fn table(base: &[SampleRow], new: &[SampleRow], names: (&str, &str), opts: &Options) -> String {
-    let (b, n) = (counts(base, opts), counts(new, opts));
-    let (bt, nt) = (base.len() as u64, new.len() as u64);
+    table_weighted((base, None), (new, None), names, opts)
+}
+
+/// One side of a comparison: its samples and, for shares of time
+/// (`--type off-cpu|wall`), their weights in ns.
+pub type Side<'s, 'a> = (&'s [SampleRow<'a>], Option<&'s [u64]>);
+
+/// [`table`] of weighted samples where a side has weights: shares of the
+/// summed weight, and each recording's Kish effective sample size
+/// ([`kish`]) as its number of draws for the interval and the test.
+pub fn table_weighted(base: Side, new: Side, names: (&str, &str), opts: &Options) -> String {
+    let (b, n) = (counts(base.0, base.1, opts), counts(new.0, new.1, opts));
+    let total = |s: &Side| s.1.map_or(s.0.len() as u64, |w| w.iter().sum());
+    let (bt, nt) = (total(&base), total(&new));
     let mut keys: Vec<&Vec<String>> = b.keys().chain(n.keys()).collect();
     keys.sort();
     keys.dedup();
-    let rows: Vec<Counts> = keys
-        .iter()
-        .map(|k| Counts {
-            base: b.get(*k).copied().unwrap_or(0),
-            base_total: bt,
-            new: n.get(*k).copied().unwrap_or(0),
-            new_total: nt,
-        })
-        .collect();
-    let changes = judge(&rows);
+    let get = |m: &BTreeMap<Vec<String>, u64>, k: &Vec<String>| m.get(k).copied().unwrap_or(0);
+    let changes = if base.1.is_none() && new.1.is_none() {
+        let rows: Vec<Counts> = keys
+            .iter()
+            .map(|k| Counts {
+                base: get(&b, k),
+                base_total: bt,
+                new: get(&n, k),
+                new_total: nt,
+            })
+            .collect();
+        judge(&rows)
+    } else {
+        let draws = |s: &Side| s.1.map_or(s.0.len() as f64, kish);
+        let (bd, nd) = (draws(&base), draws(&new));
+        let scaled = |k: u64, t: u64, d: f64| if t == 0 { 0.0 } else { k as f64 / t as f64 * d };
+        let rows: Vec<[f64; 4]> = keys
+            .iter()
+            .map(|k| {
+                [
+                    scaled(get(&b, k), bt, bd),
+                    bd,
+                    scaled(get(&n, k), nt, nd),
+                    nd,
+                ]
+            })
+            .collect();
+        judge_f(&rows)
+    };
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by(|&x, &y| {
         let (cx, cy) = (&changes[x], &changes[y]);
@@ -213,18 +275,40 @@ pub fn table(base: &[SampleRow], new: &[SampleRow], names: (&str, &str), opts: &
         "as the innermost frame"
     };
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# BASE {}: {bt} samples; NEW {}: {nt} samples",
-        names.0, names.1
-    );
-    let _ = writeln!(
-        out,
-        "# share of samples {what} (not time per run); change in points, NEW - BASE, with its 95% \
-         Newcombe interval; '*': significant at a false discovery rate of 5% over these {} rows \
-         (Benjamini-Hochberg), samples treated as independent draws",
-        keys.len()
-    );
+    if base.1.is_none() && new.1.is_none() {
+        let _ = writeln!(
+            out,
+            "# BASE {}: {bt} samples; NEW {}: {nt} samples",
+            names.0, names.1
+        );
+        let _ = writeln!(
+            out,
+            "# share of samples {what} (not time per run); change in points, NEW - BASE, with its 95% \
+             Newcombe interval; '*': significant at a false discovery rate of 5% over these {} rows \
+             (Benjamini-Hochberg), samples treated as independent draws",
+            keys.len()
+        );
+    } else {
+        let secs = |t: u64| t as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "# BASE {}: {} samples, {:.3} s; NEW {}: {} samples, {:.3} s",
+            names.0,
+            base.0.len(),
+            secs(bt),
+            names.1,
+            new.0.len(),
+            secs(nt)
+        );
+        let _ = writeln!(
+            out,
+            "# share of time {what} (not time per run); change in points, NEW - BASE, with its 95% \
+             Newcombe interval; '*': significant at a false discovery rate of 5% over these {} rows \
+             (Benjamini-Hochberg), samples treated as independent draws, each recording's count \
+             taken as Kish's effective sample size (sum w)^2 / sum w^2 (an approximation)",
+            keys.len()
+        );
+    }
     let mut head = String::from("#    Base      New   Change  [lo, hi]           ");
     for k in &opts.keys {
         let _ = write!(head, "  {}", k.title());
@@ -342,5 +426,53 @@ mod tests {
             },
         );
         assert!(t.contains("  100.00%   100.00%    +0.00"), "{t}");
+    }
+
+    #[test]
+    fn weighted_tables_compare_shares_of_time_with_kish_draws() {
+        let row = |sym: &'static str| SampleRow {
+            comm: "p",
+            pid: 1,
+            tid: 1,
+            frames: vec![("p", sym)],
+        };
+        // 100 intervals each side; BASE's hot ones weigh 7 ms and its cold
+        // ones 3 ms (70% of the time), NEW's the other way round.
+        let mut rows = Vec::new();
+        rows.extend((0..50).map(|_| row("hot")));
+        rows.extend((0..50).map(|_| row("cold")));
+        let heavy_hot: Vec<u64> = (0..100).map(|i| if i < 50 { 7 } else { 3 }).collect();
+        let light_hot: Vec<u64> = (0..100).map(|i| if i < 50 { 3 } else { 7 }).collect();
+        let opts = Options {
+            keys: vec![Key::Sym],
+            children: false,
+        };
+        let t = table_weighted(
+            (&rows, Some(&heavy_hot)),
+            (&rows, Some(&light_hot)),
+            ("a", "b"),
+            &opts,
+        );
+        assert!(t.contains("share of time"), "{t}");
+        let hot = t.lines().find(|l| l.ends_with("  hot")).unwrap();
+        assert!(hot.starts_with("   70.00%    30.00%   -40.00"), "{t}");
+        assert!(hot.ends_with("*  hot"), "{t}");
+        // By counts nothing moved.
+        let t = table(&rows, &rows, ("a", "b"), &opts);
+        let rows = t.lines().filter(|l| !l.starts_with('#'));
+        assert!(
+            rows.clone().count() == 2 && rows.clone().all(|l| !l.contains('*')),
+            "{t}"
+        );
+        // Kish's n_eff of 7s and 3s: 100² · 25 / (50 · 49 + 50 · 9) = 86.2 draws,
+        // so an interval wider than of 100 samples.
+        let c = judge_f(&[[70.0 * 0.862, 86.2, 30.0 * 0.862, 86.2]]);
+        let d = judge(&[Counts {
+            base: 70,
+            base_total: 100,
+            new: 30,
+            new_total: 100,
+        }]);
+        assert!(c[0].hi - c[0].lo > d[0].hi - d[0].lo);
     }
 }

@@ -13,3 +13,4 @@ pub mod prfpr;
 pub mod prof;
 pub mod samples;
 pub mod source;
+pub mod view;

@@ -16,6 +16,16 @@
 //! samples are treated as independent draws, which periodic sampling only
 //! approximates (a workload in phase with the clock breaks it).
 //!
+//! [`table_weighted`] weighs each sample (`report --type off-cpu|wall`,
+//! weights in ns): a row's share is of the summed weight, followed by its
+//! seconds, and its interval is the Wilson interval of that share with
+//! Kish's effective sample size `n_eff = (Σw)² / Σw²` ([`kish`]) in place
+//! of the number of samples. The model: the share of time is treated as
+//! the share of n_eff independent, equally weighted draws. It is an
+//! approximation: the weights are treated as fixed, not drawn, and a
+//! long off-CPU interval is one draw however long it is (a few long
+//! intervals give a small n_eff, so wide intervals).
+//!
 //! ```
 //! use profdev_report::samples::{table, Key, SampleRow, Options};
 //! let s = |sym: &'static str| SampleRow {
@@ -59,6 +69,22 @@ impl Key {
         })
     }
 
+    /// Parse `--sort`'s comma-separated keys; the error is a sentence.
+    pub fn parse_list(s: &str) -> Result<Vec<Key>, String> {
+        let keys = s.split(',').filter(|k| !k.is_empty());
+        let keys = keys
+            .map(|k| {
+                Key::parse(k).ok_or_else(|| {
+                    format!("--sort: unknown key {k:?}; use comm, pid, tid, dso or sym, comma separated")
+                })
+            })
+            .collect::<Result<Vec<Key>, String>>()?;
+        if keys.is_empty() {
+            return Err("--sort: no key; use comm, pid, tid, dso or sym, comma separated".into());
+        }
+        Ok(keys)
+    }
+
     /// The column's title.
     pub fn title(self) -> &'static str {
         match self {
@@ -100,10 +126,15 @@ const Z: f64 = 1.959_963_984_540_054;
 
 /// The Wilson score interval (95%) of `k` successes out of `n`, as shares.
 pub fn wilson(k: u64, n: u64) -> (f64, f64) {
-    if n == 0 {
+    wilson_f(k as f64, n as f64)
+}
+
+/// [`wilson`] of a fractional count `k` out of `n` (a weighted share
+/// times Kish's effective sample size, [`kish`]).
+pub fn wilson_f(k: f64, n: f64) -> (f64, f64) {
+    if n == 0.0 {
         return (0.0, 1.0);
     }
-    let (k, n) = (k as f64, n as f64);
     let p = k / n;
     let z2 = Z * Z;
     let denom = 1.0 + z2 / n;
@@ -129,14 +160,30 @@ pub(crate) fn key_of<'a>(
         .collect()
 }
 
+/// Kish's effective sample size of samples with weights `w`,
+/// `(Σw)² / Σw²`: as many equally weighted draws as would give a share
+/// the same variance (an approximation that treats the weights as fixed).
+pub fn kish(w: &[u64]) -> f64 {
+    profdev_formats::export::kish(w.iter().copied())
+}
+
 /// The report's text.
 pub fn table(samples: &[SampleRow], opts: &Options) -> String {
-    let n = samples.len() as u64;
-    // Row -> (children, self).
+    table_weighted(samples, None, opts)
+}
+
+/// Each row's (children, self) units: samples, or the weights of
+/// `weights` (one per sample).
+fn units(
+    samples: &[SampleRow],
+    weights: Option<&[u64]>,
+    opts: &Options,
+) -> Vec<(Vec<String>, (u64, u64))> {
     let mut rows: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
-    for s in samples {
+    for (i, s) in samples.iter().enumerate() {
+        let unit = weights.map_or(1, |w| w[i]);
         let own = key_of(&opts.keys, s, s.frames.first().copied());
-        rows.entry(own.clone()).or_default().1 += 1;
+        rows.entry(own.clone()).or_default().1 += unit;
         if opts.children {
             let mut seen: Vec<Vec<String>> = Vec::new();
             if s.frames.is_empty() {
@@ -149,32 +196,66 @@ pub fn table(samples: &[SampleRow], opts: &Options) -> String {
                 }
             }
             for k in seen {
-                rows.entry(k).or_default().0 += 1;
+                rows.entry(k).or_default().0 += unit;
             }
         }
     }
-    let mut rows: Vec<(Vec<String>, (u64, u64))> = rows.into_iter().collect();
+    rows.into_iter().collect()
+}
+
+/// [`table`] of weighted samples when `weights` (ns, one per sample) is
+/// given (`report --type off-cpu|wall`): each share is of the summed
+/// weight and is followed by its seconds, and `--ci`'s intervals take
+/// Kish's effective sample size ([`kish`]) for the count of draws.
+pub fn table_weighted(samples: &[SampleRow], weights: Option<&[u64]>, opts: &Options) -> String {
+    let n: u64 = weights.map_or(samples.len() as u64, |w| w.iter().sum());
+    // The draws an interval is of: the samples, or Kish's n_eff.
+    let draws = weights.map_or(n as f64, kish);
+    let mut rows = units(samples, weights, opts);
     let rank = |r: &(u64, u64)| if opts.children { r.0 } else { r.1 };
     rows.sort_by(|a, b| rank(&b.1).cmp(&rank(&a.1)).then(a.0.cmp(&b.0)));
 
     let mut out = String::new();
-    let _ = writeln!(out, "# {n} samples");
-    if opts.ci {
+    match weights {
+        None => {
+            let _ = writeln!(out, "# {n} samples");
+        }
+        Some(_) => {
+            let _ = writeln!(
+                out,
+                "# {} samples, {:.3} s; shares of time (their weights), not of samples",
+                samples.len(),
+                n as f64 / 1e9
+            );
+        }
+    }
+    if opts.ci && weights.is_none() {
         let _ = writeln!(
             out,
             "# [lo, hi]: 95% Wilson score interval of the share, treating samples as \
              independent draws (periodic sampling only approximates this); '=' marks a row \
              whose interval overlaps a neighbour's: their order is not established"
         );
+    } else if opts.ci {
+        let _ = writeln!(
+            out,
+            "# [lo, hi]: 95% Wilson score interval of the share of time, of Kish's effective \
+             sample size n_eff = (sum w)^2 / sum w^2 = {draws:.1} draws in place of the samples \
+             (an approximation: samples treated as independent draws of fixed weights); '=' \
+             marks a row whose interval overlaps a neighbour's: their order is not established"
+        );
     }
+    let secs_head = if weights.is_some() { "   Seconds" } else { "" };
     let mut head = String::from("#");
     if opts.children {
         head.push_str(" Children");
+        head.push_str(secs_head);
         if opts.ci {
             head.push_str("  [lo, hi]        ");
         }
     }
     head.push_str("     Self");
+    head.push_str(secs_head);
     if opts.ci {
         head.push_str("  [lo, hi]         ");
     }
@@ -189,24 +270,32 @@ pub fn table(samples: &[SampleRow], opts: &Options) -> String {
             100.0 * k as f64 / n as f64
         }
     };
-    let intervals: Vec<(f64, f64)> = rows.iter().map(|r| wilson(rank(&r.1), n)).collect();
+    // A row's interval: of its count, or of its share times n_eff.
+    let interval = |k: u64| match weights {
+        None => wilson(k, n),
+        Some(_) if n == 0 => (0.0, 1.0),
+        Some(_) => wilson_f(k as f64 / n as f64 * draws, draws),
+    };
+    let share = |line: &mut String, k: u64| {
+        let _ = write!(line, "{:8.2}%", pct(k));
+        if weights.is_some() {
+            let _ = write!(line, " {:8.3}s", k as f64 / 1e9);
+        }
+        if opts.ci {
+            let (lo, hi) = interval(k);
+            let _ = write!(line, "  [{:6.2}, {:6.2}]", 100.0 * lo, 100.0 * hi);
+        }
+    };
+    let intervals: Vec<(f64, f64)> = rows.iter().map(|r| interval(rank(&r.1))).collect();
     let overlaps = |a: (f64, f64), b: (f64, f64)| a.0 <= b.1 && b.0 <= a.1;
     for (i, (key, (children, own))) in rows.iter().enumerate() {
         let mut line = String::new();
-        let ci = |k: u64| {
-            let (lo, hi) = wilson(k, n);
-            format!("  [{:6.2}, {:6.2}]", 100.0 * lo, 100.0 * hi)
-        };
         if opts.children {
-            let _ = write!(line, "{:8.2}%", pct(*children));
-            if opts.ci {
-                line.push_str(&ci(*children));
-            }
+            share(&mut line, *children);
             line.push(' ');
         }
-        let _ = write!(line, "{:8.2}%", pct(*own));
+        share(&mut line, *own);
         if opts.ci {
-            line.push_str(&ci(*own));
             let tie = (i > 0 && overlaps(intervals[i], intervals[i - 1]))
                 || (i + 1 < rows.len() && overlaps(intervals[i], intervals[i + 1]));
             line.push_str(if tie { " =" } else { "  " });
@@ -316,5 +405,53 @@ mod tests {
             },
         );
         assert_eq!(t.matches(" =").count(), 2, "{t}");
+    }
+
+    #[test]
+    fn kish_counts_equal_weights_as_samples() {
+        assert_eq!(kish(&[5, 5, 5, 5]), 4.0);
+        // (1 + 3)² / (1 + 9) = 1.6.
+        assert!((kish(&[1, 3]) - 1.6).abs() < 1e-12);
+        assert_eq!(kish(&[]), 0.0);
+    }
+
+    #[test]
+    fn weighted_shares_are_of_time_with_seconds() {
+        let samples = vec![
+            s("p", 1, &[("p", "burner"), ("p", "main")]),
+            s("p", 1, &[("p", "napper"), ("p", "main")]),
+        ];
+        let opts = Options {
+            keys: vec![Key::Sym],
+            children: true,
+            ci: false,
+        };
+        let t = table_weighted(&samples, Some(&[1_000_000, 3_000_000]), &opts);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "# 2 samples, 0.004 s; shares of time (their weights), not of samples",
+                "# Children   Seconds     Self   Seconds  Symbol",
+                "  100.00%    0.004s     0.00%    0.000s  main",
+                "   75.00%    0.003s    75.00%    0.003s  napper",
+                "   25.00%    0.001s    25.00%    0.001s  burner",
+            ]
+        );
+        // Without weights: the counts, as `table`.
+        assert_eq!(
+            table_weighted(&samples, None, &opts),
+            table(&samples, &opts)
+        );
+        // --ci: Kish's n_eff = 16 / 10 = 1.6 draws, so wide intervals.
+        let t = table_weighted(
+            &samples,
+            Some(&[1_000_000, 3_000_000]),
+            &Options { ci: true, ..opts },
+        );
+        assert!(t.contains("n_eff = (sum w)^2 / sum w^2 = 1.6 draws"), "{t}");
+        let (lo, hi) = wilson_f(0.75 * 1.6, 1.6);
+        let want = format!("[{:6.2}, {:6.2}]", 100.0 * lo, 100.0 * hi);
+        assert!(t.contains(&want), "{want}: {t}");
     }
 }

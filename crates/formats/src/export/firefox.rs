@@ -6,6 +6,15 @@
 //! weight as CPU delta, frames as labels already symbolized, in two
 //! categories, `User` (yellow) and `Kernel` (orange). Open it at
 //! <https://profiler.firefox.com/> ("Load a profile from file").
+//!
+//! Of an `off-cpu` or `wall` view ([`Recording::view`]) off-CPU time is
+//! marked as such: a third category, `Off-CPU` (blue), holds an innermost
+//! label frame `[off-CPU: STATE]` (`sleep`, `io`, `other`) under each
+//! interval's stack; an interval is one sample at the time its thread left
+//! the CPU, with a CPU delta of 0 and a weight of its time in sampling
+//! periods (rounded, at least 1; a period of 1 ms when the header has
+//! none), so the profiler's sample counts are proportional to time, an
+//! on-CPU sample weighing 1 as before.
 
 use super::{Names, Tree};
 use crate::recording::Recording;
@@ -32,6 +41,17 @@ pub fn write(rec: &Recording) -> Vec<u8> {
     p.set_symbolicated(true);
     let user = CategoryPairHandle::from(p.add_category("User", CategoryColor::Yellow));
     let kernel = CategoryPairHandle::from(p.add_category("Kernel", CategoryColor::Orange));
+    // Only a time view has the third category: a cpu view is as before.
+    let off_cpu = names
+        .timed()
+        .then(|| CategoryPairHandle::from(p.add_category("Off-CPU", CategoryColor::Blue)));
+    let period = match rec.header.period_ns {
+        0 => 1_000_000,
+        n => n,
+    };
+    // (thread index, state) -> its label frame; (tid, node, state) -> stack.
+    let mut state_frames: HashMap<(usize, u8), FrameHandle> = HashMap::default();
+    let mut state_stacks: HashMap<(u32, u32, u8), StackHandle> = HashMap::default();
     let t0 = rec.samples.first().map_or(0, |s| s.time);
     let ts = |t: u64| Timestamp::from_nanos_since_reference(t.saturating_sub(t0));
     let tree = Tree::new(&names);
@@ -104,12 +124,46 @@ pub fn write(rec: &Recording) -> Vec<u8> {
             stacks.insert((s.tid, n), h);
             parent = Some(h);
         }
+        let (Some(state), Some(cat)) = (s.off_cpu, off_cpu) else {
+            p.add_sample(
+                thread,
+                ts(s.time),
+                parent,
+                CpuDelta::from_nanos(s.weight),
+                1,
+            );
+            continue;
+        };
+        let code = state as u8;
+        let key = (s.tid, tree.leaf[i], code);
+        let stack = match state_stacks.get(&key) {
+            Some(&h) => h,
+            None => {
+                let frame = *state_frames.entry((ti, code)).or_insert_with(|| {
+                    let label = p.intern_string(&format!("[off-CPU: {}]", state.name()));
+                    p.intern_frame(
+                        thread,
+                        FrameInfo {
+                            frame: Frame::Label(label),
+                            category_pair: cat,
+                            flags: FrameFlags::empty(),
+                        },
+                    )
+                });
+                let h = p.intern_stack(thread, parent, frame);
+                state_stacks.insert(key, h);
+                h
+            }
+        };
+        let weight = (s.weight as f64 / period as f64)
+            .round()
+            .clamp(1.0, i32::MAX as f64);
         p.add_sample(
             thread,
             ts(s.time),
-            parent,
-            CpuDelta::from_nanos(s.weight),
-            1,
+            Some(stack),
+            CpuDelta::from_nanos(0),
+            weight as i32,
         );
     }
     serde_json::to_vec(&p).expect("a profile serializes")

@@ -3,6 +3,10 @@
 //! (what `stackcollapse-perf.pl` prints). Lines are sorted; counts are
 //! samples. A `;` inside a name is replaced by `:`, so that it cannot
 //! split a frame.
+//!
+//! Of an `off-cpu` or `wall` view ([`Recording::view`]) the counts are
+//! microseconds instead: the ns of the line's samples summed, divided by
+//! 1000 and rounded (a line that rounds to 0 µs is left out).
 
 use super::{Names, Tree};
 use crate::recording::Recording;
@@ -13,13 +17,17 @@ pub fn write(rec: &Recording) -> String {
     let tree = Tree::new(&names);
     let mut lines: Vec<String> = Vec::new();
     for (i, n) in tree.nodes.iter().enumerate().skip(1) {
-        if n.self_count > 0 {
+        let count = match names.timed() {
+            true => (n.self_count + 500) / 1000,
+            false => n.self_count,
+        };
+        if count > 0 {
             let path: Vec<String> = tree
                 .path(&names, i as u32)
                 .iter()
                 .map(|s| s.replace(';', ":"))
                 .collect();
-            lines.push(format!("{} {}\n", path.join(";"), n.self_count));
+            lines.push(format!("{} {count}\n", path.join(";")));
         }
     }
     // Samples without frames have no line (they have nothing to show).

@@ -41,11 +41,19 @@
 //! Counts are samples; weights (ns) where the format has a unit for them
 //! (pprof's `cpu/nanoseconds`, Firefox's CPU delta).
 //!
+//! A recording's view ([`Recording::view`], `profdev export --type`)
+//! says what they count: a `cpu` view (the default) the sampling clock's
+//! samples, exactly as before off-CPU recording existed; an `off-cpu` view
+//! the intervals threads spent off the CPU, a `wall` view both, and these
+//! two weigh time, not samples ([`Names::units`]): folded weights are µs,
+//! flame graph widths time, pprof, Firefox and OTLP values nanoseconds of
+//! their own sample types (see each writer).
+//!
 //! The SVG is profdev's own (no `inferno`: that crate is CDDL-1.0, a
 //! file-level copyleft licence that profdev's MIT OR Apache-2.0 terms do
 //! not carry, so it would impose its terms on every binary distribution).
 
-use crate::recording::{Frame, ObjectKind, Recording};
+use crate::recording::{Frame, ObjectKind, Recording, SampleType};
 use rustc_hash::FxHashMap as FastMap;
 
 pub mod firefox;
@@ -56,6 +64,7 @@ pub mod otlp;
 pub mod perf_script;
 pub mod pprof;
 pub mod proc_profile;
+pub mod request;
 pub mod svg;
 
 /// What a sender adds to the profiles of a recording (`profdev agent`):
@@ -92,6 +101,12 @@ pub enum ExportError {
     /// No executable matches the selection.
     #[error("{0}")]
     NoExecutable(String),
+    /// An off-CPU or wall view was asked of a recording without off-CPU samples.
+    #[error("{0} holds no off-CPU samples: record them with 'profdev record -g --off-cpu'")]
+    NoOffCpu(String),
+    /// A CPU-only format was asked for another view.
+    #[error("{format} holds CPU samples only and takes no --type {ty}: --type off-cpu and wall are for {TIMED_FORMATS}")]
+    CpuOnly { format: String, ty: &'static str },
     /// The underlying writer refused.
     #[error("{0}")]
     Write(String),
@@ -102,6 +117,48 @@ pub enum ExportError {
         what: &'static str,
         words: u64,
     },
+}
+
+/// Kish's effective sample size of samples with weights `w`,
+/// `(Σw)² / Σw²` (0 for none): as many equally weighted independent
+/// draws as would give a weighted share the same variance. An
+/// approximation: it treats the weights as fixed, not drawn.
+pub fn kish(w: impl Iterator<Item = u64>) -> f64 {
+    let (sum, sq) = w.fold((0.0, 0.0), |(s, q), w| {
+        let w = w as f64;
+        (s + w, q + w * w)
+    });
+    if sq == 0.0 {
+        0.0
+    } else {
+        sum * sum / sq
+    }
+}
+
+/// The view of type `ty` of `rec`, read from `file` (`--type`): an
+/// `off-cpu` or `wall` view of a recording without off-CPU samples is
+/// refused with the sentence that says how to record them.
+pub fn view(rec: Recording, ty: SampleType, file: &str) -> Result<Recording, ExportError> {
+    if ty != SampleType::Cpu && !rec.has_off_cpu() {
+        return Err(ExportError::NoOffCpu(file.to_string()));
+    }
+    Ok(rec.view(ty))
+}
+
+/// The formats that take `--type off-cpu|wall`; the others (gmon,
+/// kpdata, proc-profile) are histograms of CPU samples by nature.
+pub const TIMED_FORMATS: &str = "folded, svg, pprof, firefox, perf-script and otlp";
+
+/// Whether `format` (its `profdev export` name) can show a view of type
+/// `ty`: a CPU-only format refuses `off-cpu` and `wall`.
+pub fn check_type(format: &str, ty: SampleType) -> Result<(), ExportError> {
+    match format {
+        "gmon" | "kpdata" | "proc-profile" if ty != SampleType::Cpu => Err(ExportError::CpuOnly {
+            format: format.to_string(),
+            ty: ty.name(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The most counters a histogram export allocates (2^28: 1 GiB of u32
@@ -260,6 +317,23 @@ impl<'a> Names<'a> {
         &self.stack_funcs[a..a + n]
     }
 
+    /// What distinct stack `u` counts for in the call tree, the folded
+    /// lines, the flame graph and [`Names::label_counts`]: its samples in
+    /// a `cpu` view (as exports always counted), its summed weight in ns
+    /// in an `off-cpu` or `wall` view ([`Recording::view`]).
+    pub fn units(&self, u: usize) -> u64 {
+        match self.rec.view {
+            SampleType::Cpu => self.stack_counts[u].0,
+            SampleType::OffCpu | SampleType::Wall => self.stack_counts[u].1,
+        }
+    }
+
+    /// Whether the recording's view weighs time (ns) rather than
+    /// counting samples ([`Names::units`]).
+    pub fn timed(&self) -> bool {
+        self.rec.view != SampleType::Cpu
+    }
+
     /// Function indices of sample `i`'s stack, innermost first.
     pub fn stack(&self, i: usize) -> &[u32] {
         self.stack_funcs(self.sample_stack[i] as usize)
@@ -272,7 +346,8 @@ impl<'a> Names<'a> {
 
     /// For each label (`[idle]`, `[unwind failed: REASON]`, `[anon]`,
     /// `[unknown] in OBJECT`, `[unknown]`), the samples with it anywhere in
-    /// their stack, largest first, then by name.
+    /// their stack (of a time view, their ns: [`Names::units`]), largest
+    /// first, then by name.
     pub fn label_counts(&self) -> Vec<(&str, u64)> {
         let mut counts: Vec<u64> = vec![0; self.funcs.len()];
         let mut seen: Vec<u32> = Vec::new();
@@ -281,7 +356,7 @@ impl<'a> Names<'a> {
             for &f in self.stack_funcs(u) {
                 if !self.funcs[f as usize].resolved && !seen.contains(&f) {
                     seen.push(f);
-                    counts[f as usize] += self.stack_counts[u].0;
+                    counts[f as usize] += self.units(u);
                 }
             }
         }
@@ -362,9 +437,9 @@ pub struct Node {
     pub func: u32,
     /// Parent node (0 for the root's children and the root).
     pub parent: u32,
-    /// Samples in this node and below.
+    /// Samples in this node and below ([`Names::units`]: of a time view, ns).
     pub total: u64,
-    /// Samples whose innermost frame is this node.
+    /// Samples whose innermost frame is this node (of a time view, ns).
     pub self_count: u64,
     /// Children, sorted by function name.
     pub children: Vec<u32>,
@@ -392,7 +467,7 @@ impl Tree {
                     next
                 });
             }
-            nodes[at as usize].self_count += names.stack_counts[u].0;
+            nodes[at as usize].self_count += names.units(u);
             stack_leaf.push(at);
         }
         let leaf = names

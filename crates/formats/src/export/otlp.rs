@@ -40,10 +40,17 @@
 //! onto that clock. `ProfilesData` and the collector's
 //! `ExportProfilesServiceRequest` have the same fields (1: resource
 //! profiles, 2: dictionary), so these bytes are that request too.
+//!
+//! Of an `off-cpu` view ([`Recording::view`]) the sample type is
+//! `off_cpu`/`nanoseconds`, each value an interval's time off the CPU; of
+//! a `wall` view `wall`/`nanoseconds`, on-CPU samples' periods and
+//! off-CPU intervals alike (a v1.10 profile has one sample type; export
+//! `--type off-cpu` beside `--type cpu` to tell them apart). The period
+//! type stays `cpu`/`nanoseconds`. The off-CPU state is not carried.
 
 use super::{Names, IDLE};
 use crate::pprof::Strings;
-use crate::recording::{Frame, ObjectKind, Recording};
+use crate::recording::{Frame, ObjectKind, Recording, SampleType};
 use rustc_hash::FxHashMap as HashMap;
 
 /// The opentelemetry-proto release this module writes.
@@ -285,6 +292,12 @@ pub fn write_with(rec: &Recording, resource: &Resource) -> Vec<u8> {
     let mut out = Pb::default();
     let cpu = st.id("cpu");
     let ns = st.id("nanoseconds");
+    // The sample type of a time view: off_cpu or wall (period type: cpu).
+    let ty = match rec.view {
+        SampleType::Cpu => cpu,
+        SampleType::OffCpu => st.id("off_cpu"),
+        SampleType::Wall => st.id("wall"),
+    };
     let mut by_pid: HashMap<u32, Vec<usize>> = HashMap::default();
     for (i, g) in groups.iter().enumerate() {
         by_pid.entry(g.pid).or_default().push(i);
@@ -303,7 +316,7 @@ pub fn write_with(rec: &Recording, resource: &Resource) -> Vec<u8> {
         };
         let mut profile = Pb::default();
         profile.message(1, |p| {
-            p.int(1, cpu);
+            p.int(1, ty);
             p.int(2, ns);
         });
         let mut sample = Pb::default();

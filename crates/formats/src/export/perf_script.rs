@@ -19,6 +19,13 @@
 //! the numbers of the header lines formatted by hand; [`Script`] streams it
 //! in 1 MiB chunks (a million samples of 20 frames are 1.6 GB of text,
 //! which `profdev export` writes without holding it).
+//!
+//! Of an `off-cpu` or `wall` view ([`Recording::view`]) an off-CPU
+//! interval's header line names the event `offcpu-time:` instead of
+//! `cpu-clock:`, as perf's own `--off-cpu` output does, its WEIGHT the ns
+//! off the CPU, its time when the thread left the CPU. A consumer that
+//! counts header lines (stackcollapse-perf.pl) counts intervals, not
+//! time: `profdev export folded --type off-cpu` weighs them.
 
 use super::Names;
 use crate::recording::{Frame, ObjectKind, Recording};
@@ -146,7 +153,7 @@ fn header_len(sample: &crate::recording::Sample, comms: &[String]) -> usize {
         + 6
         + 2
         + num_len(sample.weight, 0)
-        + " cpu-clock: \n".len()
+        + event(sample).len()
 }
 
 /// A sample's header line.
@@ -164,7 +171,15 @@ fn header(s: &mut Vec<u8>, sample: &crate::recording::Sample, comms: &[String]) 
     num(s, sample.time % 1_000_000_000 / 1000, 6);
     s.extend_from_slice(b": ");
     num(s, sample.weight, 0);
-    s.extend_from_slice(b" cpu-clock: \n");
+    s.extend_from_slice(event(sample).as_bytes());
+}
+
+/// The end of a sample's header line: its event.
+fn event(sample: &crate::recording::Sample) -> &'static str {
+    match sample.off_cpu {
+        None => " cpu-clock: \n",
+        Some(_) => " offcpu-time: \n",
+    }
 }
 
 /// `v` in decimal, zero-padded to `width` digits.

@@ -11,12 +11,20 @@
 //! failed: REASON]`) are functions of locations without a mapping. The
 //! protobuf is encoded with [`crate::pprof`]'s encoder, the one every
 //! pprof file profdev writes goes through.
+//!
+//! Of an `off-cpu` view ([`Recording::view`]) the values are
+//! `samples/count` and `off_cpu/nanoseconds` (the intervals' time off the
+//! CPU); of a `wall` view `samples/count`, `cpu/nanoseconds` (on-CPU
+//! samples' periods), `off_cpu/nanoseconds` and `wall/nanoseconds` (both),
+//! `wall` the default sample type. Off-CPU samples carry the string label
+//! `state`: `sleep`, `io` or `other` (`go tool pprof -sample_index=off_cpu
+//! -tagfocus state=io`).
 
 use super::{Names, Resource};
 use crate::pprof::{
     value_type, Function, Label, Line, Location, Mapping, Profile, Sample, Strings,
 };
-use crate::recording::{Frame, ObjectKind, Recording};
+use crate::recording::{Frame, ObjectKind, OffCpu, Recording, SampleType};
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 
@@ -36,7 +44,7 @@ fn labelled_samples(
     loc_of: &HashMap<Frame, u64>,
 ) -> Vec<Sample> {
     let by_process = !resource.common.is_empty() || !resource.processes.is_empty();
-    if !by_process {
+    if !by_process && rec.view == SampleType::Cpu {
         // One per distinct stack, its values summed, in the order each
         // stack first came.
         return names
@@ -50,11 +58,28 @@ fn labelled_samples(
             })
             .collect();
     }
-    let mut index: HashMap<(u32, u32), usize> = HashMap::default();
+    let mut index: HashMap<(u32, u32, Option<OffCpu>), usize> = HashMap::default();
     let mut out: Vec<Sample> = Vec::new();
+    let width = value_types(rec.view).len();
     for (s, &u) in rec.samples.iter().zip(&names.sample_stack) {
-        let i = *index.entry((u, s.pid)).or_insert_with(|| {
+        let pid = if by_process { s.pid } else { 0 };
+        let i = *index.entry((u, pid, s.off_cpu)).or_insert_with(|| {
             let mut label: Vec<Label> = Vec::new();
+            if let Some(state) = s.off_cpu {
+                label.push(Label {
+                    key: st.ix("state"),
+                    str: st.ix(state.name()),
+                    ..Label::default()
+                });
+            }
+            if !by_process {
+                out.push(Sample {
+                    location_id: names.stack_frames(u as usize).map(|f| loc_of[f]).collect(),
+                    value: vec![0; width],
+                    label,
+                });
+                return out.len() - 1;
+            }
             let own = resource.processes.get(&s.pid).into_iter().flatten();
             for (k, v) in resource.common.iter().chain(own) {
                 label.push(Label {
@@ -80,15 +105,41 @@ fn labelled_samples(
             });
             out.push(Sample {
                 location_id: names.stack_frames(u as usize).map(|f| loc_of[f]).collect(),
-                value: vec![0, 0],
+                value: vec![0; width],
                 label,
             });
             out.len() - 1
         });
-        out[i].value[0] += 1;
-        out[i].value[1] += s.weight as i64;
+        add(rec.view, s, &mut out[i].value);
     }
     out
+}
+
+/// The sample types of a view: (type, unit) of each value.
+fn value_types(view: SampleType) -> &'static [(&'static str, &'static str)] {
+    match view {
+        SampleType::Cpu => &[("samples", "count"), ("cpu", "nanoseconds")],
+        SampleType::OffCpu => &[("samples", "count"), ("off_cpu", "nanoseconds")],
+        SampleType::Wall => &[
+            ("samples", "count"),
+            ("cpu", "nanoseconds"),
+            ("off_cpu", "nanoseconds"),
+            ("wall", "nanoseconds"),
+        ],
+    }
+}
+
+/// Add sample `s` to the values of its pprof sample ([`value_types`]).
+fn add(view: SampleType, s: &crate::recording::Sample, v: &mut [i64]) {
+    let w = s.weight as i64;
+    v[0] += 1;
+    match view {
+        SampleType::Cpu | SampleType::OffCpu => v[1] += w,
+        SampleType::Wall => {
+            v[if s.off_cpu.is_some() { 2 } else { 1 }] += w;
+            v[3] += w;
+        }
+    }
 }
 
 /// The uncompressed profile.proto bytes of `rec`, with what `resource`
@@ -98,12 +149,15 @@ pub fn encode_with(rec: &Recording, resource: &Resource) -> Vec<u8> {
     let names = Names::new(rec);
     let mut st = Strings::new();
     let mut out = Profile {
-        sample_type: vec![
-            value_type(&mut st, "samples", "count"),
-            value_type(&mut st, "cpu", "nanoseconds"),
-        ],
+        sample_type: value_types(rec.view)
+            .iter()
+            .map(|(ty, unit)| value_type(&mut st, ty, unit))
+            .collect(),
         ..Profile::default()
     };
+    if rec.view == SampleType::Wall {
+        out.default_sample_type = st.ix("wall");
+    }
 
     // Locations: one per distinct frame; ids from 1.
     let mut loc_of: HashMap<Frame, u64> = HashMap::default();

@@ -24,6 +24,12 @@
 //! grey where the change is not significant; its title says the change
 //! in points. Which changes are significant is the caller's judgment
 //! (`profdev_report::diff::judge`), made over all frames at once.
+//!
+//! Of an `off-cpu` or `wall` view ([`Recording::view`]) widths are time,
+//! not samples: each frame's width is its share of the summed weights,
+//! its title says its time in µs, the search its share of ns, and a
+//! differential graph judges shares of time with each recording's
+//! Kish effective sample size ([`super::kish`]) for its count of samples.
 
 use super::{Names, Tree};
 use crate::recording::Recording;
@@ -107,7 +113,7 @@ pub struct Graph {
     pub svg: String,
     /// The frames (rectangles) drawn.
     pub frames: usize,
-    /// The samples the graph shows.
+    /// The samples the graph shows (of a time view too: samples, not ns).
     pub samples: u64,
 }
 
@@ -170,16 +176,25 @@ pub fn render_diff(
         in_base[i] = in_base[n.parent as usize].and_then(|p| child.get(&(p, name)).copied());
     }
     let (b_total, n_total) = (bt.nodes[0].total, nt.nodes[0].total);
+    // Of a time view, shares of ns scaled to Kish's effective samples.
+    let scale = |rec: &Recording, total: u64| -> Box<dyn Fn(u64) -> u64> {
+        if rec.view == crate::recording::SampleType::Cpu || total == 0 {
+            return Box::new(|k| k);
+        }
+        let draws = super::kish(rec.samples.iter().map(|s| s.weight));
+        Box::new(move |k| (k as f64 / total as f64 * draws).round() as u64)
+    };
+    let (sb, sn) = (scale(base, b_total), scale(new, n_total));
     let counts: Vec<PathCounts> = nt
         .nodes
         .iter()
         .zip(&in_base)
         .map(|(n, b)| {
             [
-                b.map_or(0, |b| bt.nodes[b as usize].total),
-                b_total,
-                n.total,
-                n_total,
+                sb(b.map_or(0, |b| bt.nodes[b as usize].total)),
+                sb(b_total),
+                sn(n.total),
+                sn(n_total),
             ]
         })
         .collect();
@@ -223,6 +238,15 @@ fn draw(
     paint: &dyn Fn(usize) -> (String, String),
 ) -> Graph {
     let total = tree.nodes[0].total;
+    // A count of samples, or (a time view) of ns shown as µs.
+    let timed = names.timed();
+    let amount = |n: u64| {
+        if timed {
+            format!("{} µs", n.div_ceil(1000))
+        } else {
+            format!("{n} samples")
+        }
+    };
     // Depth of each node; nodes are created parents first.
     let mut depth = vec![0usize; tree.nodes.len()];
     for i in 1..tree.nodes.len() {
@@ -239,11 +263,12 @@ fn draw(
 <style>text {{ font-family: monospace; font-size: 12px; fill: rgb(0,0,0); }} rect:hover {{ stroke: black; }}</style>
 <rect x="0" y="0" width="{w}" height="{height}" fill="rgb(250,250,240)"/>
 <text x="{cx}" y="24" text-anchor="middle" style="font-size:17px">{title}</text>
-<text x="{PAD_SIDE}" y="{fy}">{total} samples</text>"#,
+<text x="{PAD_SIDE}" y="{fy}">{amount}</text>"#,
         w = opt.width,
         cx = opt.width / 2.0,
         title = escape(&opt.title),
         fy = height - 5.0,
+        amount = amount(total),
     );
     if total == 0 {
         s.push_str("</svg>\n");
@@ -286,11 +311,11 @@ fn draw(
         let (fill, more) = paint(i);
         let _ = write!(
             s,
-            "<g data-s=\"{}\" data-n=\"{}\" data-d=\"{}\"><title>{name} ({} samples, {}%{more})</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" rx=\"2\"/>",
+            "<g data-s=\"{}\" data-n=\"{}\" data-d=\"{}\"><title>{name} ({}, {}%{more})</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" rx=\"2\"/>",
             x[i],
             n.total,
             depth[i],
-            n.total,
+            amount(n.total),
             Fixed(pct, 2),
             Fixed(left, 1),
             Fixed(y, 1),
@@ -317,14 +342,19 @@ fn draw(
         s.push_str("</g>\n");
         frames += 1;
     }
+    // The search counts what data-n holds: ns in a time view.
+    let script = match timed {
+        true => std::borrow::Cow::Owned(SCRIPT.replace(" samples)\"", " ns of time)\"")),
+        false => std::borrow::Cow::Borrowed(SCRIPT),
+    };
     let _ = write!(
         s,
-        "<script type=\"text/ecmascript\"><![CDATA[\nvar TOTAL = {total}, SIDE = {PAD_SIDE}, USABLE = {usable}, FRAME_H = {FRAME_H}, CHAR_W = {CHAR_W};\n{SCRIPT}]]></script>\n</svg>\n"
+        "<script type=\"text/ecmascript\"><![CDATA[\nvar TOTAL = {total}, SIDE = {PAD_SIDE}, USABLE = {usable}, FRAME_H = {FRAME_H}, CHAR_W = {CHAR_W};\n{script}]]></script>\n</svg>\n"
     );
     Graph {
         svg: s,
         frames,
-        samples: total,
+        samples: names.stack_counts.iter().map(|c| c.0).sum(),
     }
 }
 
