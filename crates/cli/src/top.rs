@@ -30,6 +30,13 @@
 //! function no symbol names (symbol misses). The counts are of everything
 //! sampled, `-p` or not.
 //!
+//! `--wall` (implies `-g`) shows where the threads' time goes, on the CPU
+//! and off it: beside each sample, every interval a thread spends off the
+//! CPU (asleep, blocked, waiting for I/O or for a CPU), from the switch
+//! out to the switch back, with the stack it blocked in, weighed in
+//! sampling periods (the idle task is left out); shares are of thread
+//! time. It takes a sample at every context switch of the machine.
+//!
 //! `-p PID` keeps the samples of process PID alone (all its threads; the
 //! machine is still sampled on every CPU, so it needs the same privilege
 //! as `-a`). `-a`, every process, is the default.
@@ -79,7 +86,7 @@
 use anyhow::{anyhow, bail, Result};
 use clap::{Parser, ValueEnum};
 use profdev_dev::top::text::{batch_text, batch_title, run_title};
-use profdev_dev::top::{check_process, session, Live, Sort, View, Wake, Zoom};
+use profdev_dev::top::{check_process, session, wall_session, Live, Sort, View, Wake, Zoom};
 use profdev_symbolize::KernelSymbols;
 use std::ffi::OsString;
 use std::io::{IsTerminal as _, Write as _};
@@ -113,6 +120,9 @@ pub(crate) struct Args {
     /// Take callchains (kernel and user stacks) and show total shares.
     #[arg(short = 'g')]
     callgraph: bool,
+    /// Wall-clock view: time off the CPU too, where threads wait (implies -g).
+    #[arg(long)]
+    wall: bool,
     /// The order of the rows.
     #[arg(long, value_enum, default_value_t = SortArg::Own)]
     sort: SortArg,
@@ -144,7 +154,10 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
-    let config = session(args.frequency, args.callgraph);
+    let config = match args.wall {
+        true => wall_session(args.frequency),
+        false => session(args.frequency, args.callgraph),
+    };
     config.validate().map_err(|e| anyhow!("{e}"))?;
     if let Some(pid) = args.pid {
         check_process(pid).map_err(|e| anyhow!(e))?;
@@ -183,7 +196,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         crate::topui::interactive(
             args_title(args),
             args.delay,
-            args.callgraph,
+            config.callchain,
             &mut live,
             view,
             &signal,
@@ -202,7 +215,11 @@ fn run(args: &Args) -> Result<ExitCode> {
 
 /// What the title says about the run.
 fn args_title(args: &Args) -> String {
-    run_title(args.pid, args.frequency, args.callgraph)
+    let title = run_title(args.pid, args.frequency, args.callgraph || args.wall);
+    if args.wall {
+        return title + ", wall";
+    }
+    title
 }
 
 /// `--batch`: N snapshots as text on stdout. Returns the signal that ended
@@ -224,7 +241,7 @@ fn batch(args: &Args, live: &mut Live, view: View, signal: &AtomicUsize) -> Resu
             &title,
             &live.health(),
             &live.snapshot(&view),
-            args.callgraph,
+            args.callgraph || args.wall,
         );
         if out
             .write_all(text.as_bytes())

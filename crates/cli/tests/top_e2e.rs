@@ -26,11 +26,16 @@ struct Spin(Child);
 
 impl Spin {
     fn start(dir: &Path) -> Spin {
-        let exe = dir.join("topspin");
+        Spin::program(dir, "topspin", "spinning")
+    }
+
+    /// Fixture NAME.c, started, once it said `says` as it enters its loop.
+    fn program(dir: &Path, name: &str, says: &str) -> Spin {
+        let exe = dir.join(name);
         let o = Command::new("cc")
-            .args(["-O1", "-fno-inline", "-o"])
+            .args(["-O1", "-fno-inline", "-g", "-o"])
             .arg(&exe)
-            .arg(fixture("topspin.c"))
+            .arg(fixture(&format!("{name}.c")))
             .output()
             .unwrap();
         assert!(o.status.success(), "cc: {o:?}");
@@ -40,7 +45,7 @@ impl Spin {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        assert_eq!(line, "spinning\n");
+        assert_eq!(line, format!("{says}\n"));
         Spin(child)
     }
 
@@ -191,6 +196,41 @@ fn callgraph_shows_total_shares_of_main() {
             .unwrap_or_else(|| panic!("no {f} row:\n{stdout}"))
     };
     assert!(total_of("main") >= total_of("profdev_top_spin"), "{stdout}");
+}
+
+/// `--wall`: a process that only sleeps, 10 ms at a time in a known
+/// function, has that function in (nearly) all of its thread time,
+/// though it is hardly ever on the CPU: each wait is counted from the
+/// switch out to the switch back, with the stack it blocked in.
+#[test]
+fn the_wall_view_shows_where_a_sleeping_process_waits() {
+    let what = "the_wall_view_shows_where_a_sleeping_process_waits";
+    if !ready(what) {
+        return;
+    }
+    let d = tempdir();
+    let nap = Spin::program(d.path(), "topnap", "napping");
+    let pid = nap.pid().to_string();
+    let out = run(profdev().args([
+        "top", "--batch", "-n", "1", "-d", "1", "--wall", "--sort", "total", "-p", &pid,
+    ]));
+    drop(nap);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let snap = &snapshots(&stdout)[0];
+    assert!(snap[0].contains(", wall, by total"), "{stdout}");
+    let row = snap[3..]
+        .iter()
+        .find(|l| l.ends_with(" profdev_top_nap"))
+        .unwrap_or_else(|| panic!("no profdev_top_nap row:\n{stdout}"));
+    let total: f64 = row
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .trim_end_matches('%')
+        .parse()
+        .unwrap();
+    assert!(total >= 50.0, "{stdout}");
 }
 
 fn one_sentence(args: &[&str], code: i32, says: &str) {

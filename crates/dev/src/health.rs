@@ -199,7 +199,8 @@ impl Health {
         let (mut samples, mut lost, mut throttled) = (0, 0, 0);
         for r in batch {
             match r {
-                Record::Sample(_) => samples += 1,
+                // A switch's sample is no tick of the clock.
+                Record::Sample(s) if !s.switch_out => samples += 1,
                 Record::Lost { count, .. } => lost += count,
                 Record::Throttle {
                     throttled: true, ..

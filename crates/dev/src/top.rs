@@ -33,8 +33,8 @@
 //!
 //! let mut w = Window::new();
 //! let (f, g) = (FuncId(0), FuncId(1));
-//! w.add(7, "spin", &[f, g]);
-//! w.add(7, "spin", &[g]);
+//! w.add(7, "spin", &[f, g], 1.0);
+//! w.add(7, "spin", &[g], 1.0);
 //! let s = w.snapshot(&View { sort: Sort::Total, zoom: None }, |id| {
 //!     (if id == f { "f" } else { "g" }.into(), "a.out".into())
 //! });
@@ -45,7 +45,7 @@
 mod live;
 pub mod text;
 
-pub use live::{check_process, session, Live, Wake, DECAY, STACK_BYTES};
+pub use live::{check_process, session, wall_session, Live, Wake, DECAY, STACK_BYTES};
 pub use profdev_symbolize::symbolizer::{Frame, Func, FuncId, Symbolizer, UNKNOWN};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -126,21 +126,22 @@ impl Window {
         Window::default()
     }
 
-    /// Count one sample of process `pid` (named `comm`) whose stack is
-    /// `stack`, leaf first.
-    pub fn add(&mut self, pid: u32, comm: &str, stack: &[FuncId]) {
+    /// Count `weight` (a sample: 1; time off the CPU: in sampling
+    /// periods) for process `pid` (named `comm`) whose stack is `stack`,
+    /// leaf first.
+    pub fn add(&mut self, pid: u32, comm: &str, stack: &[FuncId], weight: f64) {
         let Some(&leaf) = stack.first() else {
             return;
         };
         if self.comms.get(&pid).is_none_or(|c| **c != *comm) {
             self.comms.insert(pid, Arc::from(comm));
         }
-        self.rows.entry((pid, leaf)).or_default().own += 1.0;
+        self.rows.entry((pid, leaf)).or_default().own += weight;
         self.seen.clear();
         for &f in stack {
             if !self.seen.contains(&f) {
                 self.seen.push(f);
-                self.rows.entry((pid, f)).or_default().total += 1.0;
+                self.rows.entry((pid, f)).or_default().total += weight;
             }
         }
     }
@@ -236,11 +237,11 @@ mod tests {
         let mut w = Window::new();
         let (leaf, mid, root) = (FuncId(1), FuncId(2), FuncId(3));
         for _ in 0..3 {
-            w.add(10, "spin", &[leaf, mid, root]);
+            w.add(10, "spin", &[leaf, mid, root], 1.0);
         }
-        w.add(10, "spin", &[mid, root]);
+        w.add(10, "spin", &[mid, root], 1.0);
         // Recursion counts once in total.
-        w.add(11, "other", &[root, root, root]);
+        w.add(11, "other", &[root, root, root], 1.0);
         let s = w.snapshot(&all(Sort::SelfShare), names);
         assert_eq!(s.weight, 5.0);
         let first = &s.rows[0];
@@ -272,11 +273,11 @@ mod tests {
         let mut w = Window::new();
         let (old, new) = (FuncId(1), FuncId(2));
         for _ in 0..8 {
-            w.add(1, "a", &[old]);
+            w.add(1, "a", &[old], 1.0);
         }
         w.decay(0.5);
         for _ in 0..6 {
-            w.add(1, "a", &[new]);
+            w.add(1, "a", &[new], 1.0);
         }
         let s = w.snapshot(&all(Sort::SelfShare), names);
         assert_eq!(s.weight, 10.0);
@@ -284,7 +285,7 @@ mod tests {
         assert_eq!(s.rows[0].self_share, 0.6);
         assert_eq!(s.rows[1].self_share, 0.4);
         // Decayed far enough, a row goes, and its process's name with it.
-        w.add(2, "gone", &[old]);
+        w.add(2, "gone", &[old], 1.0);
         for _ in 0..10 {
             w.decay(0.5);
         }
@@ -295,10 +296,10 @@ mod tests {
     #[test]
     fn zoom_keeps_one_process_or_module_and_renormalizes() {
         let mut w = Window::new();
-        w.add(1, "a", &[FuncId(1)]);
-        w.add(1, "a", &[FuncId(10)]);
-        w.add(1, "a", &[FuncId(10)]);
-        w.add(2, "b", &[FuncId(10)]);
+        w.add(1, "a", &[FuncId(1)], 1.0);
+        w.add(1, "a", &[FuncId(10)], 1.0);
+        w.add(1, "a", &[FuncId(10)], 1.0);
+        w.add(2, "b", &[FuncId(10)], 1.0);
         let s = w.snapshot(
             &View {
                 sort: Sort::SelfShare,

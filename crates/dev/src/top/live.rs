@@ -11,6 +11,7 @@
 
 use super::{Frame, Snapshot, Symbolizer, View, Window};
 use crate::health::{Health, HealthSnapshot};
+use profdev_core::waits::Waits;
 use profdev_core::{
     CpuMode, ProcessVa, Record, Sample, SampleSource, SessionConfig, SourceError, Target,
 };
@@ -46,6 +47,16 @@ pub fn session(frequency: u32, callgraph: bool) -> SessionConfig {
     }
 }
 
+/// The session of top's wall view (`--wall`): [`session`] with stacks,
+/// and every switch of every thread, so that time off the CPU is counted
+/// beside the samples.
+pub fn wall_session(frequency: u32) -> SessionConfig {
+    SessionConfig {
+        off_cpu: true,
+        ..session(frequency, true)
+    }
+}
+
 /// Is `pid` a running process (a thread group leader)? One sentence if not.
 pub fn check_process(pid: u32) -> Result<(), String> {
     let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
@@ -73,6 +84,9 @@ struct Event {
     pid: u32,
     comm: Arc<str>,
     frames: Vec<Frame>,
+    /// In sampling periods: 1 for a sample, an interval off the CPU its
+    /// length over the period.
+    weight: f64,
 }
 
 /// What the sampling thread sends: samples, or why it stopped.
@@ -88,12 +102,15 @@ fn sample(
     health: Arc<Health>,
     stop: Arc<AtomicBool>,
     filter: Option<u32>,
-    callgraph: bool,
+    config: SessionConfig,
     tx: mpsc::Sender<Batch>,
 ) {
+    let (callgraph, wall, period) = (config.callchain, config.off_cpu, config.period_ns() as f64);
     let mut tasks = Tasks::with_objects(Objects::new());
     let mut unwinder = UserUnwinder::new();
     let mut comms: HashMap<u32, Arc<str>> = HashMap::new();
+    // With --wall, the threads off the CPU: each its process and stack.
+    let mut waits: Waits<Event> = Waits::new();
     let mut records = Vec::new();
     let mut user = Vec::new();
     while !stop.load(Ordering::Relaxed) {
@@ -102,21 +119,38 @@ fn sample(
         let mut events = Vec::new();
         for rec in records.drain(..) {
             tasks.observe(&rec);
+            if let Some(w) = waits.observe(&rec) {
+                events.push(Event {
+                    weight: (w.until - w.since) as f64 / period,
+                    ..w.what
+                });
+            }
             match &rec {
                 Record::Comm { pid, .. } | Record::Exit { pid, .. } => {
                     comms.remove(pid);
                 }
-                Record::Sample(s) if filter.is_none_or(|p| p == s.pid) => {
+                // The wall view is of threads: the idle task's time is
+                // no thread's.
+                Record::Sample(s)
+                    if filter.is_none_or(|p| p == s.pid)
+                        && (s.switch_out || !(wall && s.is_idle())) =>
+                {
                     let comm = comms
                         .entry(s.pid)
                         .or_insert_with(|| Arc::from(comm_of(&tasks, s.pid)))
                         .clone();
                     let frames = place(&tasks, &mut unwinder, s, callgraph, &mut user);
-                    events.push(Event {
+                    let event = Event {
                         pid: s.pid,
                         comm,
                         frames,
-                    });
+                        weight: 1.0,
+                    };
+                    if s.switch_out {
+                        waits.left(s, || event);
+                    } else {
+                        events.push(event);
+                    }
                 }
                 _ => {}
             }
@@ -237,8 +271,8 @@ impl Live {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
         let sampler = {
-            let (health, stop, callgraph) = (health.clone(), stop.clone(), config.callchain);
-            std::thread::spawn(move || sample(source, health, stop, filter, callgraph, tx))
+            let (health, stop, config) = (health.clone(), stop.clone(), config.clone());
+            std::thread::spawn(move || sample(source, health, stop, filter, config, tx))
         };
         Live {
             rx,
@@ -310,7 +344,7 @@ impl Live {
             {
                 self.health.symbol_miss();
             }
-            self.window.add(e.pid, &e.comm, &ids);
+            self.window.add(e.pid, &e.comm, &ids, e.weight);
         }
     }
 
@@ -440,6 +474,50 @@ mod tests {
         });
         assert_eq!(snap.rows.len(), 1);
         assert_eq!(snap.rows[0].pid, 7);
+    }
+
+    /// The wall view counts a thread's time off the CPU, from its switch
+    /// out to its switch back, in sampling periods beside the samples,
+    /// and leaves the idle task out; a switch's sample is no clock tick
+    /// in the health line.
+    #[test]
+    fn the_wall_view_weighs_time_off_the_cpu_beside_the_samples() {
+        let out = Record::Sample(Sample {
+            pid: 8,
+            tid: 8,
+            ip: 0x40_3000,
+            mode: CpuMode::User,
+            time: 1_000_000,
+            switch_out: true,
+            ..Sample::default()
+        });
+        let back = Record::Switch {
+            pid: 8,
+            tid: 8,
+            cpu: 0,
+            out: false,
+            preempt: false,
+            time: 4_000_000,
+        };
+        let records = vec![
+            sample_of(7, 0x40_1000, CpuMode::User),
+            out,
+            sample_of(0, 0xffff_ffff_8100_0010, CpuMode::Kernel),
+            back,
+        ];
+        // 1000 Hz: a period is 1 ms, the wait 3 ms.
+        let config = wall_session(1000);
+        assert!(config.off_cpu && config.callchain);
+        let mut live = Live::start(replay(records), &config, None, None);
+        while live.drain_until(Instant::now() + Duration::from_secs(60)) {}
+        let snap = live.snapshot(&View {
+            sort: super::super::Sort::SelfShare,
+            zoom: None,
+        });
+        let rows: Vec<(u32, f64)> = snap.rows.iter().map(|r| (r.pid, r.self_share)).collect();
+        assert_eq!(rows, vec![(8, 0.75), (7, 0.25)]);
+        assert_eq!(snap.weight, 4.0);
+        assert_eq!(live.health().samples, 2);
     }
 
     /// With -g a kernel sample's chain (markers dropped, callers one byte

@@ -113,9 +113,9 @@ mod tests {
     fn batch_text_has_the_health_line_and_the_rows_above_a_tenth_of_a_percent() {
         let mut w = Window::new();
         for _ in 0..999 {
-            w.add(42, "spin", &[FuncId(1), FuncId(2)]);
+            w.add(42, "spin", &[FuncId(1), FuncId(2)], 1.0);
         }
-        w.add(7, "rare", &[FuncId(3)]);
+        w.add(7, "rare", &[FuncId(3)], 1.0);
         let names = |id: FuncId| (format!("fn{}", id.0), "spin".to_string());
         let view = View {
             sort: Sort::SelfShare,
