@@ -111,7 +111,7 @@ const SLEEP: Option<OffCpu> = Some(OffCpu::Sleep);
 const IO: Option<OffCpu> = Some(OffCpu::Io);
 
 /// One on-CPU sample in burner, napper off the CPU 2_000_400 ns asleep
-/// and 1 ms in I/O, waiter 1_499 ns.
+/// and 1 ms in I/O, waiter preempted (runnable) 1_499 ns.
 fn mixed(dir: &Path) -> PathBuf {
     recording(
         dir,
@@ -137,8 +137,9 @@ fn folded_weighs_off_cpu_and_wall_time_in_microseconds() {
     let off = ok(&profdev(&[
         "export", "folded", "--type", "off-cpu", "-i", p,
     ]));
-    // 2_000_400 + 1_000_000 ns = 3000.4 µs; 1_499 ns = 1.499 µs.
-    assert_eq!(off, "main;napper 3000\nmain;waiter 1\n");
+    // 2_000_400 + 1_000_000 ns = 3000.4 µs; the preempted waiter was
+    // not waiting: in wall, 1_499 ns = 1.499 µs, not in off-cpu.
+    assert_eq!(off, "main;napper 3000\n");
     let wall = ok(&profdev(&["export", "folded", "--type", "wall", "-i", p]));
     assert_eq!(wall, "main;burner 1000\nmain;napper 3000\nmain;waiter 1\n");
 }

@@ -115,12 +115,12 @@ fn pprof_has_off_cpu_and_wall_sample_types_and_state_labels() {
         types(&off),
         [pair("samples", "count"), pair("off_cpu", "nanoseconds")]
     );
-    // napper's two states are two samples of one stack.
+    // napper's two states are two samples of one stack; the preempted
+    // interval (other) is wall time, not time waiting.
     assert_eq!(
         samples(&off),
         [
             ("io".to_string(), vec![1, 1_000_000]),
-            ("other".to_string(), vec![1, 500_000]),
             ("sleep".to_string(), vec![1, 2_000_000]),
         ]
     );
@@ -164,7 +164,7 @@ fn otlp_names_the_view_as_its_sample_type() {
         let total: i64 = p.samples.iter().flat_map(|s| s.values.iter()).sum();
         let want = match ty {
             SampleType::Cpu => 1_000_000,
-            SampleType::OffCpu => 3_500_000,
+            SampleType::OffCpu => 3_000_000,
             SampleType::Wall => 4_500_000,
         };
         assert_eq!(total, want, "{name}");
