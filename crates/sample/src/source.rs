@@ -501,10 +501,17 @@ pub const SWITCH_STACK_BYTES: u32 = 8192;
 /// (`context_switch`). The clock's event tracks the tasks.
 pub(crate) fn attr_for_switches(clock: &PerfEventAttr) -> PerfEventAttr {
     let tasks = flag::MMAP | flag::MMAP2 | flag::COMM | flag::COMM_EXEC | flag::TASK;
+    // With a stack copy the user stack is unwound from it: the kernel's
+    // walk of the user frame pointers would be paid for at every switch.
+    let user_chain = if clock.sample_stack_user > 0 {
+        flag::EXCLUDE_CALLCHAIN_USER
+    } else {
+        0
+    };
     PerfEventAttr {
         config: sys::PERF_COUNT_SW_CONTEXT_SWITCHES,
         sample_period: 1,
-        flags: (clock.flags & !tasks) | flag::CONTEXT_SWITCH,
+        flags: (clock.flags & !tasks) | flag::CONTEXT_SWITCH | user_chain,
         ..*clock
     }
 }
@@ -621,6 +628,18 @@ mod tests {
         assert_ne!(a.flags & flag::ENABLE_ON_EXEC, 0);
         assert_eq!(a.flags & (flag::MMAP | flag::COMM | flag::TASK), 0);
         assert_eq!(clock.flags & flag::CONTEXT_SWITCH, 0);
+        // No stack copy: the kernel's walk of the user frame pointers is
+        // the user stack; with one, the copy is unwound instead.
+        assert_eq!(a.flags & flag::EXCLUDE_CALLCHAIN_USER, 0);
+        let c = SessionConfig {
+            user_stack_bytes: 8192,
+            ..c
+        };
+        let clock = attr_for(&c, &RecordLayout::for_config(&c), 64, Start::OnExec);
+        assert_ne!(
+            attr_for_switches(&clock).flags & flag::EXCLUDE_CALLCHAIN_USER,
+            0
+        );
     }
 
     #[test]

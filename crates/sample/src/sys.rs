@@ -48,6 +48,7 @@ pub mod flag {
     pub const WATERMARK: u64 = 1 << 14;
     pub const MMAP_DATA: u64 = 1 << 17;
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    pub const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
     pub const MMAP2: u64 = 1 << 23;
     pub const COMM_EXEC: u64 = 1 << 24;
     pub const USE_CLOCKID: u64 = 1 << 25;
