@@ -3,8 +3,9 @@
 # `profdev record -g --off-cpu` against `perf sched record` (Debian's
 # linux-perf: the scheduler's tracepoints, system wide) and libbpf-tools'
 # `offcputime` (Debian's libbpf-tools: in-kernel aggregation by BPF), and
-# `profdev record -g` without off-CPU for reference, each against the
-# native run, measured in one run. (This perf is built without BPF
+# for reference the on-CPU sampling alone, `profdev record -g` and `perf
+# record -F 1000 -g` (both sample the command's threads at 1000 Hz), each
+# against the native run, measured in one run. (This perf is built without BPF
 # skeletons, so its own `record --off-cpu` records nothing here.)
 #
 # Usage: bench/offcpu_overhead.sh [ROUNDS] [WORK]    (as root; default 5 rounds, WORK 430000)
@@ -47,13 +48,14 @@ offcpu() {
 }
 
 now() { date +%s%N; }
-variants="native profdev-cpu profdev-offcpu perf-sched offcputime"
+variants="native perf-record profdev-cpu profdev-offcpu perf-sched offcputime"
 declare -A inner outer rate lost
 for r in $(seq "$rounds"); do
   for v in $variants; do
     s=$(now)
     case $v in
       native) "${run[@]}" 2>"$work/t" ;;
+      perf-record) perf record -q -e cpu-clock -F 1000 -g -o "$work/perf.data" -- "${run[@]}" 2>"$work/t.all" >/dev/null ;;
       profdev-cpu) "$profdev" record -g -o "$work/cpu.data" -- "${run[@]}" 2>"$work/t.all" ;;
       profdev-offcpu) "$profdev" record --off-cpu -o "$work/off.data" -- "${run[@]}" 2>"$work/t.all" ;;
       perf-sched) perf sched record -o "$work/sched.data" -- "${run[@]}" 2>"$work/t.all" >/dev/null ;;
@@ -85,5 +87,7 @@ for v in $variants; do
   printf '%-16s %12s %10s %12s %14s %8s %8s\n' "$v" "${mi[$v]}" "$(ratio "${mi[$v]}" "${mi[native]}")" \
     "$(echo "${rate[$v]}" | median)" "$mo" "$(ratio "$mo" "$mo_native")" "$(echo "${lost[$v]:-}" | median)"
 done
+echo "profdev --off-cpu / profdev -g (what off-CPU adds), rounds time: $(ratio "${mi[profdev-offcpu]}" "${mi[profdev-cpu]}")"
+echo "profdev -g / perf record -g (the on-CPU sampling), rounds time: $(ratio "${mi[profdev-cpu]}" "${mi[perf-record]}")"
 echo "profdev --off-cpu / perf sched record, rounds time: $(ratio "${mi[profdev-offcpu]}" "${mi[perf-sched]}")"
 echo "profdev --off-cpu / offcputime, rounds time: $(ratio "${mi[profdev-offcpu]}" "${mi[offcputime]}")"

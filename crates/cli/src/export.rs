@@ -24,11 +24,11 @@
 //!
 //! `--type` chooses the samples: `cpu` (the default) the sampling clock's,
 //! each counted once, exactly as before off-CPU recording existed;
-//! `off-cpu` the intervals threads spent off the CPU (sleeping, waiting for
-//! a lock or I/O, preempted), recorded by `profdev record -g --off-cpu`,
-//! each weighed by its time; `wall` both, each on-CPU sample weighed by
-//! the sampling period, so a thread's weights add up to its wall-clock
-//! time. Of `off-cpu` and `wall`: folded counts are microseconds (each
+//! `off-cpu` the intervals threads spent waiting off the CPU (asleep, for
+//! a lock or for I/O), recorded by `profdev record -g --off-cpu`, each
+//! weighed by its time; `wall` both, and the time threads were preempted,
+//! each on-CPU sample weighed by the sampling period, so a thread's
+//! weights add up to its wall-clock time. Of `off-cpu` and `wall`: folded counts are microseconds (each
 //! line's ns summed, rounded); a flame graph's widths are time (titles in
 //! µs); pprof has the sample types `samples/count` and `off_cpu/nanoseconds`
 //! (wall: also `cpu/nanoseconds` and `wall/nanoseconds`, the default), and

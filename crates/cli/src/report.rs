@@ -53,11 +53,11 @@
 //! samples with the key anywhere in their stack. Computed by
 //! `profdev_report::diff`; `profdev export svg --diff` draws it.
 //!
-//! `--type off-cpu` reports the intervals threads spent off the CPU
-//! (recorded by `profdev record -g --off-cpu`; a recording without them
-//! is refused in one sentence), `--type wall` those and the on-CPU
-//! samples, each weighed by the sampling period (`cpu`, the default: the
-//! clock's samples as before). Of these two, shares are of time (the
+//! `--type off-cpu` reports the intervals threads spent waiting off the
+//! CPU (recorded by `profdev record -g --off-cpu`; a recording without
+//! them is refused in one sentence), `--type wall` those, the time they
+//! were preempted, and the on-CPU samples, each weighed by the sampling
+//! period (`cpu`, the default: the clock's samples as before). Of these two, shares are of time (the
 //! samples' weights in ns), not of samples, each followed by its seconds
 //! (self, and children with `--children`): `97.57%  2.010s  napper`.
 //! Their `--ci` and `--diff` intervals and tests take Kish's effective
@@ -103,7 +103,7 @@ pub(crate) struct Args {
     /// Also show each row's share of samples anywhere in the stack.
     #[arg(long)]
     children: bool,
-    /// Which samples: cpu (the sampling clock's), off-cpu (time off the CPU), wall (both); the latter two weigh time.
+    /// Which samples: cpu (the sampling clock's), off-cpu (time waiting off the CPU), wall (all); the latter two weigh time.
     #[arg(long = "type", value_name = "TYPE", default_value = "cpu", value_parser = crate::export::types())]
     ty: profdev_formats::recording::SampleType,
     /// Show each share's 95% Wilson interval and mark ties.
