@@ -90,6 +90,12 @@
 //! `-g` on a busy machine, the 16 KB stack copies can overflow the rings
 //! (the loss count is printed).
 //!
+//! `--off-cpu` copies at most 8 KiB of user stack at a switch: a deeper
+//! stack ends in `[unwind failed: …]`. Above about 13,000 switches a
+//! second the reader falls behind and the kernel drops switch samples
+//! (counted as lost). A thread's first wait, begun before recording
+//! started, is not seen.
+//!
 //! A perf map has no times: a sample is named by the lines written up to
 //! when the sample is read (within milliseconds), not to when it was
 //! taken. The JIT files of a process that has ended before its first
