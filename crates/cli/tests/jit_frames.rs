@@ -35,8 +35,12 @@ fn ok(o: Output) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+/// Record CMD with -g into `data`, run in `data`'s directory (node's
+/// `--perf-basic-prof` leaves an `isolate-*-v8.log` in its working
+/// directory).
 fn record(data: &Path, cmd: &[&std::ffi::OsStr]) {
     ok(profdev()
+        .current_dir(data.parent().unwrap())
         .args(["record", "-g", "-o"])
         .arg(data)
         .arg("--")
