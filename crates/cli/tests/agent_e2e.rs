@@ -12,8 +12,8 @@
 
 mod common;
 
-use common::{can_sample_system, privileged, profdev, with_default_signals};
-use std::io::{BufRead, BufReader, Read, Write};
+use common::{can_sample_system, collector, privileged, profdev, with_default_signals};
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -99,47 +99,6 @@ fn plain_http_to_another_machine_is_refused_in_a_namespace_with_no_route() {
     );
 }
 
-/// A collector answering every POST with 200: the paths it was sent.
-fn collector(listener: TcpListener) -> Arc<Mutex<Vec<String>>> {
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let keep = got.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let keep = keep.clone();
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(stream.try_clone().unwrap());
-                let mut w = stream;
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut len = 0;
-                    loop {
-                        let mut h = String::new();
-                        r.read_line(&mut h).unwrap();
-                        let h = h.trim_end().to_ascii_lowercase();
-                        if h.is_empty() {
-                            break;
-                        }
-                        if let Some(v) = h.strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap();
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    r.read_exact(&mut body).unwrap();
-                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-                    keep.lock().unwrap().push(path);
-                    w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-                        .unwrap();
-                }
-            });
-        }
-    });
-    got
-}
-
 /// `profdev agent -v --interval 1 ARGS` until it has printed `intervals`
 /// interval lines, then SIGTERM: its standard error lines, and the total
 /// of profiles it cut.
@@ -217,7 +176,7 @@ fn sigterm_ends_the_agent_with_every_profile_delivered() {
         2,
     );
     assert!(total >= 3, "{lines:?}");
-    let paths = got.lock().unwrap().clone();
+    let paths: Vec<String> = got.lock().unwrap().iter().map(|r| r.0.clone()).collect();
     assert_eq!(paths.len(), total, "{lines:?}");
     assert!(
         paths.iter().all(|p| p == "/v1development/profiles"),
