@@ -12,6 +12,11 @@
 //!   through. If anything fails (a full disk, a quota, an I/O error) the
 //!   temporary is removed: `NAME` is complete or untouched, never partial.
 //!   Two runs never share a temporary: `O_EXCL` makes a clash a retry.
+//!   A `NAME` that is a character device or a FIFO (`-o /dev/null`, a
+//!   pipe) is written in place, opened `O_NOFOLLOW` without `O_CREAT` and
+//!   checked to be what was found, never replaced: a rename would put a
+//!   regular file in place of `/dev/null`. A block device, a socket or a
+//!   directory is refused.
 //! - **Directories** are opened once and every name is resolved relative to
 //!   that descriptor, so nobody can move the target between the checks and
 //!   the writes. A directory writable by other users and not sticky is
@@ -78,6 +83,8 @@ enum Kind {
     Linked { nlink: u64 },
     /// The file must be new and exists.
     Exists,
+    /// A target that is neither a file, a character device nor a FIFO.
+    Special { what: &'static str },
     /// A file or directory read back that someone other than the
     /// effective user could have written.
     Untrusted { why: String },
@@ -179,6 +186,11 @@ impl fmt::Display for Error {
                  file's alias; remove it or choose another file"
             ),
             Kind::Exists => write!(f, "refusing to create {p}: it already exists"),
+            Kind::Special { what } => write!(
+                f,
+                "refusing to write {p}: it is {what}; give a file's name, a character device \
+                 such as /dev/null, or a FIFO"
+            ),
             Kind::Untrusted { why } => write!(
                 f,
                 "refusing to read {p}: {why}, so another user could have written it; remove it"
@@ -371,6 +383,9 @@ impl Dir {
             .fd
             .try_clone()
             .map_err(|e| Error::io("cannot write", &path, e))?;
+        if let Some(f) = in_place(&dir, &name, &path)? {
+            return Ok(f);
+        }
         // Keep the temporary's name within NAME_MAX whatever `name` is.
         let stem: Vec<u8> = name.as_bytes().iter().copied().take(200).collect();
         let flags = OFlags::WRONLY
@@ -660,6 +675,50 @@ fn random_u64() -> u64 {
     nanos ^ (u64::from(std::process::id()) << 40) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// A `name` in `dir` that is a character device or a FIFO, opened to be
+/// written in place (none for a name that is absent, a regular file or a
+/// symbolic link: those are replaced); other kinds refused.
+fn in_place(dir: &OwnedFd, name: &OsStr, path: &Path) -> Result<Option<SafeFile>> {
+    let st = match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(Error::io("cannot write", path, e)),
+    };
+    let what = match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile | FileType::Symlink => return Ok(None),
+        FileType::CharacterDevice | FileType::Fifo => None,
+        FileType::BlockDevice => Some("a block device"),
+        FileType::Socket => Some("a socket"),
+        FileType::Directory => Some("a directory"),
+        FileType::Unknown => Some("of an unknown kind"),
+    };
+    if let Some(what) = what {
+        return Err(Error::new(path, Kind::Special { what }));
+    }
+    let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = rfs::openat(dir, name, flags, Mode::empty())
+        .map_err(|e| Error::io("cannot write", path, e))?;
+    // What was opened is what was examined, not something swapped in.
+    let now = rfs::fstat(&fd).map_err(|e| Error::io("cannot write", path, e))?;
+    if (now.st_dev, now.st_ino, now.st_mode) != (st.st_dev, st.st_ino, st.st_mode) {
+        return Err(Error::io(
+            "cannot write",
+            path,
+            io::Error::other("it changed while it was opened"),
+        ));
+    }
+    Ok(Some(SafeFile {
+        dir: dir
+            .try_clone()
+            .map_err(|e| Error::io("cannot write", path, e))?,
+        tmp: OsString::new(),
+        name: name.to_os_string(),
+        path: path.to_path_buf(),
+        file: Some(File::from(fd)),
+        done: true,
+    }))
+}
+
 /// A file being written under a temporary name; [`SafeFile::commit`]
 /// fsyncs it and renames it over its final name. Dropped without a commit,
 /// the temporary is removed and the final name is untouched.
@@ -699,10 +758,16 @@ impl SafeFile {
     /// Flush to the disk and rename over the final name. On an error the
     /// temporary is removed and the final name is as it was.
     pub fn commit(mut self) -> Result<()> {
-        let file = self
+        let mut file = self
             .file
             .take()
             .expect("a SafeFile holds its file until commit");
+        if self.tmp.is_empty() {
+            // A device or FIFO written in place: nothing to rename.
+            return file
+                .flush()
+                .map_err(|e| Error::io("cannot write", &self.path, e));
+        }
         file.sync_all()
             .map_err(|e| Error::io("cannot write", &self.path, e))?;
         drop(file);

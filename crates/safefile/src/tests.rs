@@ -363,3 +363,53 @@ fn read_trusted_reads_what_root_or_the_caller_wrote() {
         assert!(e.contains("belongs to uid 65534"), "{e}");
     }
 }
+
+/// `-o /dev/null` writes into the device, never renames a regular file
+/// over it (as root, the rename would succeed: /dev is root's).
+#[test]
+fn a_character_device_is_written_in_place_never_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    write_file("/dev/null", b"discarded", 0o644).unwrap();
+    let mut f = SafeFile::create("/dev/null", 0o644).unwrap();
+    f.write_bytes(b"more").unwrap();
+    f.commit().unwrap();
+    let md = std::fs::symlink_metadata("/dev/null").unwrap();
+    assert!(md.file_type().is_char_device(), "{md:?}");
+    assert!(!entries(Path::new("/dev")).iter().any(|e| e.starts_with(".null.")));
+}
+
+/// A FIFO gets the bytes through itself, and stays a FIFO; a socket (or
+/// a directory) is refused in one sentence.
+#[test]
+fn a_fifo_is_written_through_and_a_socket_refused() {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("pipe");
+    rfs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_bits_truncate(0o600), 0).unwrap();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            File::open(fifo).unwrap().read_to_end(&mut s).unwrap();
+            s
+        })
+    };
+    write_file(&fifo, b"through the pipe", 0o644).unwrap();
+    assert_eq!(reader.join().unwrap(), b"through the pipe");
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(entries(d.path()), ["pipe"]);
+
+    let sock = d.path().join("sock");
+    let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let e = write_file(&sock, b"x", 0o644).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "refusing to write {}: it is a socket; give a file's name, a character device such as /dev/null, or a FIFO",
+            sock.display()
+        )
+    );
+    let e = write_file(d.path(), b"x", 0o644).unwrap_err().to_string();
+    assert!(e.contains("does not name a file") || e.contains("is a directory"), "{e}");
+}
