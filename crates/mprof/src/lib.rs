@@ -93,11 +93,13 @@ mod merge;
 mod read;
 mod report;
 mod session;
+mod stacks;
 
 pub use merge::{decode_pairs, histogram_pairs, merge, Module, Site};
 pub use read::{read_dir_reports, read_live, read_report, read_reports, Limits, Live, LiveState};
-pub use report::{DhatSite, Report, ReportModule, ReportSite};
+pub use report::{DhatSite, Report, ReportModule, ReportSite, ReportStack};
 pub use session::{hold, sweep, Session, ATTACH_PREFIX, LAUNCH_PREFIX, SWEEP_GRACE};
+pub use stacks::{merge_stacks, Stack};
 
 /// The environment variable naming the pools the library counts, as
 /// `startmp`'s digits (`1` the malloc family, `2` anonymous mappings and
@@ -113,14 +115,26 @@ pub const MAX_MODULES: usize = 1024;
 /// See [`MAX_MODULES`].
 pub const MAX_SITES: usize = 1 << 16;
 
+/// The library's limits on whole stacks: stacks per process (its
+/// table's slots; at most three quarters are used), frames per stack.
+pub const MAX_STACKS: usize = 1 << 14;
+/// See [`MAX_STACKS`].
+pub const MAX_DEPTH: usize = 64;
+
+/// The environment variable that turns whole stacks on (`1`; `1,N`
+/// keeps at most N stacks, the rest charged to the overflow entry).
+pub const STACKS_ENV: &str = "PROFDEV_MPROF_STACKS";
+
 /// The longest report the library can write, from its longest lines: the
 /// head (`profdev-mprof 1`, `pid`, `dhat`), a `module` line (index,
 /// bias, device, inode, two signed counts and a 511-byte path), a `site`
-/// line with DHAT's four numbers and its `pools` line, and the tail. A
-/// larger file is refused before anything is read (about 15 MB).
+/// line with DHAT's four numbers and its `pools` line, the `stack` lines
+/// (each of 64 frames), and the tail. A
+/// larger file is refused before anything is read (about 43 MB).
 pub const MAX_REPORT: u64 = (16 + 15 + 47)
     + MAX_MODULES as u64 * (7 + 4 + 3 + 16 + 4 * 21 + 1 + 511 + 1)
     + MAX_SITES as u64 * ((7 + 16 + 1 + 4 + 5 * 21 + 4 * 21 + 1) + 8)
+    + MAX_STACKS as u64 * (6 + 4 * 21 + MAX_DEPTH as u64 * (1 + 5 + 1 + 18) + 1)
     + (73 + 4);
 
 /// The shared table's size is checked against the header it starts with,
