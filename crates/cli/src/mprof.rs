@@ -250,7 +250,7 @@ use anyhow::{Context as _, Result};
 use profdev_classic::args::mprof::{parse, startmp_message, Args, SPEC};
 use profdev_classic::mprof;
 use profdev_formats::dhat::DhatRun;
-use profdev_mprof::{merge, Module, Session};
+use profdev_mprof::{merge, merge_stacks, Module, Session, Stack};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
@@ -294,7 +294,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         let dir = crate::mount::ensure_mounted()?.join("prof");
         let modules = mprof::read_mounted(&dir)?;
         let report = Report::to(args.output.as_deref(), false);
-        return show(&modules, args, None, &report).map(|()| ExitCode::SUCCESS);
+        return show(&modules, args, None, &[], &report).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
     let own_allocator = mprof::check_reachable(&program)?;
@@ -317,6 +317,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         profdev_mprof::POOLS_ENV,
         startmp.trim_start_matches("startmp"),
     );
+    if args.stacks() {
+        cmd.env(profdev_mprof::STACKS_ENV, "1");
+    }
     job.prepare(&mut cmd);
     let child = cmd
         .spawn()
@@ -407,7 +410,8 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
         );
     }
     let report = Report::to(args.output.as_deref(), true);
-    show(&modules, args, dhat_run.as_ref(), &report)?;
+    let stacks = merge_stacks(&reports);
+    show(&modules, args, dhat_run.as_ref(), &stacks, &report)?;
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
@@ -425,6 +429,7 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
         &run.modules,
         args,
         None,
+        &[],
         &Report::to(args.output.as_deref(), false),
     );
     if let Some((sig, sentence)) = run.interrupted {
@@ -438,11 +443,12 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
 }
 
 /// Attribute, read sources, write the tables and the leaks to `report`;
-/// write the pprof and DHAT files asked for.
+/// write the pprof, folded and DHAT files asked for.
 fn show(
     modules: &[Module],
     args: &Args,
     dhat_run: Option<&DhatRun>,
+    stacks: &[Stack],
     report: &Report,
 ) -> Result<()> {
     let extras = mprof::Extras {
@@ -460,8 +466,18 @@ fn show(
         profdev_safefile::write_file(Path::new(file), data, 0o644)
             .map_err(|e| anyhow::anyhow!("{e}"))
     };
+    let (pprof, folded) = mprof::stack_files(
+        stacks,
+        &o.pprof,
+        args.stacks(),
+        args.folded_inuse,
+        &mut |n| eprintln!("{n}"),
+    );
     if let Some(file) = &args.pprof {
-        write(file, &profdev_formats::pprof::heap::encode(&o.pprof))?;
+        write(file, &pprof)?;
+    }
+    if let Some(file) = &args.folded {
+        write(file, folded.as_bytes())?;
     }
     if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
         write(file, profdev_formats::dhat::encode(run, &o.dhat).as_bytes())?;
