@@ -206,15 +206,19 @@ static struct site *sites;
 #define NSTACKS (1u << STACK_BITS)
 #define NFRAMES (1u << 19)
 #define STACK_PROBES 64
+/* A stack's key (read by every lookup) and its counters (written by every
+ * call) are on two cache lines: threads looking stacks up do not take
+ * the line another thread writes. */
 struct stack {
     _Atomic uint64_t key;   /* the frames' hash (never 0); 0 free */
     _Atomic uint32_t ready; /* frames written */
     uint32_t depth, first, site;
+    char pad0[64 - 24];
     uint64_t nalloc, bytes, nlive;
     int64_t cur;
-    char pad[8];
+    char pad1[64 - 32];
 };
-_Static_assert(sizeof(struct stack) == 64, "a stack is a cache line");
+_Static_assert(sizeof(struct stack) == 128, "a stack is two cache lines");
 struct frame {
     uint64_t pc;
     int32_t module; /* index, -1 none */
