@@ -565,19 +565,19 @@ fn heap_sites(m: &Module, map: &ElfMap) -> Vec<HeapSite> {
 
 /// The `--pprof` file's bytes and `--folded`'s text: with `stacks` (the
 /// merged stacks of a run that captured them) a pprof sample per stack
-/// and the folded lines (bytes allocated, or with `inuse` live at the
-/// end); without, `sites`' samples (one frame each) and no line. `want`:
-/// stacks were captured; none came back (no process ended normally) is
-/// said through `note`.
+/// and the folded lines (bytes allocated, or with `--folded-type inuse`
+/// live at the end); without, `sites`' samples (one frame each) and no
+/// line. Stacks asked for (`args.stacks()`) and none came back (no
+/// process ended normally) is said through `note`.
 pub fn stack_files(
     stacks: &[Stack],
     sites: &[HeapSite],
-    want: bool,
-    inuse: bool,
+    args: &Args,
     note: &mut dyn FnMut(String),
 ) -> (Vec<u8>, String) {
+    let inuse = args.folded_inuse;
     if stacks.is_empty() {
-        if want {
+        if args.stacks() {
             note(
                 "mprof: warning: no process ended normally, and stacks come with a normal end \
                   only: --pprof has one frame per site, --folded nothing"

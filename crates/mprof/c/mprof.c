@@ -49,6 +49,10 @@
  * exec: LD_PRELOAD stays in the environment and the new image loads this
  * library afresh; each image writes its own report.
  *
+ * Whole stacks (PROFDEV_MPROF_STACKS=1): each block of pool 1 is also
+ * charged to its call stack, the site then the callers a checked
+ * frame-pointer walk finds (see "stacks" below).
+ *
  * Pools (PROFDEV_MPROF_POOLS, startmp's digits, pool 1 when unset): 1 the
  * malloc family; 2 anonymous mappings and the break the program makes
  * itself; 3 file mappings it makes (see "pools 2 and 3" below). All pools
@@ -1055,7 +1059,9 @@ static inline uint32_t stack_of(const uintptr_t *pcs, int n, uint32_t si, int cr
 {
     uint64_t h = stack_hash(pcs, n, si);
     for (unsigned i = 0; i < STACK_PROBES; i++) {
-        uint32_t j = 1 + (uint32_t)((h + i) & (NSTACKS - 2)); /* 1..NSTACKS-1 */
+        uint32_t j = (uint32_t)((h + i) & (NSTACKS - 1));
+        if (UNLIKELY(!j))
+            continue; /* the overflow entry's */
         struct stack *st = &stacks[j];
         uint64_t k = atomic_load_explicit(&st->key, memory_order_acquire);
         if (k == h) {

@@ -32,6 +32,30 @@
 //!   `g_malloc`, `g_malloc0`, `g_realloc`, `g_try_*`, `g_*_n`, `g_strdup`,
 //!   `g_strndup`, `g_memdup*`, `g_slice_alloc*`; more with
 //!   `PROFDEV_MPROF_WRAPPERS=sym1,sym2` (`mprof --wrapper SYMBOL`).
+//! * **Whole stacks** ([`STACKS_ENV`]`=1`, `mprof --folded`/`--pprof`):
+//!   each allocation of pool 1 is also charged to its call stack: its
+//!   site (found as above, wrappers skipped) followed by the callers found
+//!   by walking frame pointers from the site's frame (for a wrapper's
+//!   site, the frame `_Unwind_Backtrace` found), at most [`MAX_DEPTH`]
+//!   frames. Each frame pointer is checked before it is read: 8-aligned,
+//!   strictly above the one before, and below the thread's stack top
+//!   (`__libc_stack_end` for the main thread, the thread descriptor glibc
+//!   puts at the top of every other thread's stack: found once per thread,
+//!   without malloc or `/proc`); a call made on another stack (a signal's
+//!   alternate stack, a coroutine's) has its site alone. No lock is taken
+//!   and nothing allocated on the way; the walk ends at the first caller
+//!   built without frame pointers (the stack is shorter there, not wrong
+//!   by a read; unwind tables are a later step). Stacks merge per unique
+//!   stack in a table of the shared mapping ([`MAX_STACKS`] slots, three
+//!   quarters used; a stack met when it is full, or after `1,N`'s N, is
+//!   charged to one overflow entry the report names), each with blocks
+//!   and bytes allocated and live; a block keeps its stack's index beside
+//!   its entry (one more word), and its free credits that stack. A
+//!   stack's counters change under its site's module lock with the
+//!   site's (its first frame is the site: one module). New stacks (and
+//!   their frames' modules, through `dladdr`) are made on the slow path.
+//!   The stacks are in the text report ([`ReportStack`], [`merge_stacks`]);
+//!   a table left by a process that ended without its report has none.
 //! * **Bookkeeping beside the blocks**: a map keyed by block address (a
 //!   page map: one 8-byte entry per 16-byte granule where blocks are, no
 //!   lock: a block's entry is written by its allocating thread and cleared
