@@ -579,8 +579,8 @@ pub fn stack_files(
     if stacks.is_empty() {
         if args.stacks() {
             note(
-                "mprof: warning: no process ended normally, and stacks come with a normal end \
-                  only: --pprof has one frame per site, --folded nothing"
+                "mprof: warning: no process left stacks: --pprof has one frame per site, \
+                 --folded nothing"
                     .into(),
             );
         }

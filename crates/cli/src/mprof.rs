@@ -224,8 +224,8 @@
 //!   mode (`startmp… PID`).
 //! * Stacks come from frame pointers alone (no unwind tables yet): code
 //!   built without them (most distributions' libc) ends a stack there, a
-//!   frame that calls by a tail call is missing, and stacks come with a
-//!   normal exit only (a table has none) and not with `-p PID`.
+//!   frame that calls by a tail call is missing, and stacks do not come
+//!   with `-p PID`.
 //! * Counts taken from a table (a process that ended without its exit
 //!   report) have no DHAT figures (`--dhat` then warns and writes no
 //!   file if no process ended normally), and leave out a site whose

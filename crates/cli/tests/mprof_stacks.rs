@@ -94,6 +94,39 @@ fn folded_tells_the_two_callers_apart() {
     }
 }
 
+/// A process killed by SIGKILL leaves no report: its stacks are read
+/// from its shared table.
+#[test]
+fn stacks_of_a_killed_process_come_from_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("-O2", dir.path());
+    let file = dir.path().join("killed.folded");
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-o", "-", "--folded-type", "inuse", "--folded"])
+        .arg(&file)
+        .arg(&exe)
+        .arg("kill")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(137),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        ending(&lines, "main;other;leaf_alloc 50000").len(),
+        1,
+        "{lines:?}"
+    );
+}
+
 /// Four threads at once: each stack's bytes exactly four times one
 /// thread's (what lies above thread_body may differ between threads: the
 /// lines ending the same are added up).

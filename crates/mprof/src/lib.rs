@@ -54,8 +54,8 @@
 //!   stack's counters change under its site's module lock with the
 //!   site's (its first frame is the site: one module). New stacks (and
 //!   their frames' modules, through `dladdr`) are made on the slow path.
-//!   The stacks are in the text report ([`ReportStack`], [`merge_stacks`]);
-//!   a table left by a process that ended without its report has none.
+//!   The stacks are in the text report and in the table (for a process
+//!   that ended without its report): [`ReportStack`], [`merge_stacks`].
 //! * **Bookkeeping beside the blocks**: a map keyed by block address (a
 //!   page map: one 8-byte entry per 16-byte granule where blocks are, no
 //!   lock: a block's entry is written by its allocating thread and cleared

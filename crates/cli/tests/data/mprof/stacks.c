@@ -1,8 +1,10 @@
 /* mprof's whole stacks: build() and other() call one leaf_alloc(), 4096
  * and 500 times, 100 bytes each: 409,600 and 50,000 bytes. Argument
- * "keep": other()'s blocks are never freed; "threads": four threads do
- * it all at once (each frees everything). */
+ * "keep": other()'s blocks are never freed; "kill": nor are they, and the
+ * program ends by SIGKILL; "threads": four threads do it all at once
+ * (each frees everything). */
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <stdlib.h>
 
@@ -60,6 +62,8 @@ int main(int argc, char **argv)
     build(blocks[0]);
     release(blocks[0], 4096);
     other(blocks[0]);
+    if (!strcmp(mode, "kill"))
+        raise(SIGKILL);
     if (strcmp(mode, "keep"))
         release(blocks[0], 500);
     return 0;
