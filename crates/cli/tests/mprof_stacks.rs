@@ -203,4 +203,17 @@ fn pprof_traces_show_both_stacks() {
             .unwrap_or_else(|| panic!("no trace through {caller}: {out}"));
         assert_eq!(values[i], value, "{out}");
     }
+    // --no-stacks: today's one frame per site.
+    mprof(&["--no-stacks", "--pprof"], &[&file], &[exe.as_os_str()]);
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-traces"])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("leaf_alloc") && !out.contains("build"),
+        "{out}"
+    );
 }
