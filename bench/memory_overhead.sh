@@ -9,6 +9,8 @@
 #                              (bench/interleaved.sh): adds the variant
 #                              mprof@base, interleaved with the rest
 #   MEMORY_BENCH_VARIANTS="native mprof"   only these variants
+#                              (mprof-stacks: mprof capturing whole
+#                              stacks, as --folded asks)
 #
 # Workloads:
 #   micro   bench/alloc_micro.c (cc -O2): two threads, each 10,000,000
@@ -45,7 +47,7 @@ print("elapsed %.3f" % (time.monotonic() - t0), file=sys.stderr)
 print(len(d))
 P
 
-variants=(native mprof)
+variants=(native mprof mprof-stacks)
 command -v heaptrack >/dev/null && variants+=(heaptrack) || echo "bench: heaptrack not found: skipped" >&2
 command -v valgrind >/dev/null && variants+=(massif dhat) || echo "bench: valgrind not found: skipped" >&2
 base=${MEMORY_BENCH_BASE:-}
@@ -59,6 +61,7 @@ run() { # variant, command...
   case $v in
     native) "$@" ;;
     mprof) "$profdev" mprof -l "$@" ;;
+    mprof-stacks) "$profdev" mprof -l --folded "$work/folded" "$@" ;;
     mprof@base) "$base/profdev" mprof -l "$@" ;;
     heaptrack) heaptrack -o "$work/ht" "$@" ;;
     massif) valgrind -q --tool=massif --massif-out-file="$work/massif.out" "$@" ;;

@@ -16,8 +16,8 @@ use profdev_dev::engine::ReplayFactory;
 use profdev_dev::prof::{MemoryModule, Prof, POOL_FILE, POOL_MALLOC, POOL_MAP};
 use profdev_dev::{Dev, DevError, DirEntry, Engine, Qid};
 use profdev_formats::dhat::{DhatCounts, DhatRun, DhatSite};
-use profdev_formats::pprof::heap::HeapSite;
-use profdev_mprof::{merge, Module, Report};
+use profdev_formats::pprof::heap::{self, HeapFrame, HeapSite, HeapStack};
+use profdev_mprof::{merge, Module, Report, Stack};
 use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
 use profdev_report::prof::SourceMap;
 use profdev_sample::job::{signal_name, Catcher};
@@ -561,6 +561,87 @@ fn heap_sites(m: &Module, map: &ElfMap) -> Vec<HeapSite> {
             }
         })
         .collect()
+}
+
+/// The `--pprof` file's bytes and `--folded`'s text: with `stacks` (the
+/// merged stacks of a run that captured them) a pprof sample per stack
+/// and the folded lines (bytes allocated, or with `--folded-type inuse`
+/// live at the end); without, `sites`' samples (one frame each) and no
+/// line. Stacks asked for (`args.stacks()`) and none came back (no
+/// process ended normally) is said through `note`.
+pub fn stack_files(
+    stacks: &[Stack],
+    sites: &[HeapSite],
+    args: &Args,
+    note: &mut dyn FnMut(String),
+) -> (Vec<u8>, String) {
+    let inuse = args.folded_inuse;
+    if stacks.is_empty() {
+        if args.stacks() {
+            note(
+                "mprof: warning: no process left stacks: --pprof has one frame per site, \
+                 --folded nothing"
+                    .into(),
+            );
+        }
+        return (heap::encode(sites), String::new());
+    }
+    let heap = heap_stacks(stacks);
+    (heap::encode_stacks(&heap), heap::folded(&heap, inuse))
+}
+
+/// The stacks symbolized through their modules' ELF files (each opened
+/// once): a frame is its return address minus one (the call).
+pub fn heap_stacks(stacks: &[Stack]) -> Vec<HeapStack> {
+    let mut maps: std::collections::HashMap<&str, ElfMap> = Default::default();
+    let mut out = Vec::with_capacity(stacks.len());
+    for st in stacks {
+        let mut frames = Vec::with_capacity(st.frames.len().max(1));
+        if st.overflow {
+            frames.push(HeapFrame {
+                function: "[mprof: stack table full]".into(),
+                ..Default::default()
+            });
+        }
+        for (path, pc) in &st.frames {
+            let pc = pc.saturating_sub(1);
+            if path.is_empty() {
+                frames.push(HeapFrame {
+                    address: pc,
+                    function: format!("{pc:#x}"),
+                    ..Default::default()
+                });
+                continue;
+            }
+            let map = maps.entry(path).or_insert_with(|| {
+                let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
+                // What a module lacks was said with the tables.
+                ElfMap::new(
+                    open_module("mprof", path, &real, None, &mut |_| {}),
+                    false,
+                    false,
+                )
+            });
+            let line = map.lines(pc);
+            frames.push(HeapFrame {
+                module: path.clone(),
+                address: pc,
+                function: map
+                    .function(pc)
+                    .map_or_else(|| format!("{}+{pc:#x}", module_name(path)), |f| f.name),
+                file: line.as_ref().map_or_else(String::new, |l| l.file.clone()),
+                line: line.map_or(0, |l| l.first),
+            });
+        }
+        out.push(HeapStack {
+            frames,
+            alloc_objects: st.allocs,
+            alloc_space: st.bytes,
+            inuse_objects: st.live,
+            inuse_space: st.current,
+        });
+    }
+    out
 }
 
 /// A module's sites with blocks never freed.

@@ -4,7 +4,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--wrapper SYMBOL]... [CMD [ARGS]]
 //! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID
 //! ```
 //!
@@ -39,7 +39,10 @@
 //! | `--dhat FILE` | also write DHAT's JSON of the run (valgrind's `dh_view.html` opens it): per site total bytes and blocks, the sum of block lifetimes (µs), high water, bytes and blocks at the global peak (t-gmax) and at the end; accesses are not measured. Lifetimes and the peak need one global lock: slower |
 //! | `-o FILE` | write the tables (and `--leaks`' list) to FILE (`-`: standard output) instead of standard error (with CMD) or standard output (with `-p` or without CMD); not in Inferno |
 //! | `-H` | head the line and function tables with a line naming the columns (see Example); the rows are unchanged; not in Inferno |
-//! | `--pprof FILE` | also write a pprof heap profile of the run (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`; one sample per site, symbolized) for `go tool pprof` |
+//! | `--pprof FILE` | also write a pprof heap profile of the run (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`; one sample per allocation stack, symbolized; per site with `--no-stacks`) for `go tool pprof` |
+//! | `--folded FILE` | also write the allocation stacks as folded lines, `root;…;caller;function BYTES` (bytes allocated per stack) for flame graphs |
+//! | `--folded-type inuse` | `--folded`'s BYTES are those live at exit (`alloc`, the default: allocated) |
+//! | `--no-stacks` | capture no stacks (`--pprof` then has one frame per site): the cost of stacks saved |
 //!
 //! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
 //! prof device holds, its histograms read in the memory-mode layout.
@@ -68,6 +71,15 @@
 //! `profdev prof` does by default). A free subtracts the block's bytes from
 //! the site that allocated it; high water rises on allocation only. Blocks
 //! allocated before the library was loaded are never subtracted.
+//!
+//! **Stacks.** With `--folded` or `--pprof` (unless `--no-stacks`) each
+//! allocation is charged to its whole call stack too: its site (as above)
+//! and the callers found by walking frame pointers from the site's frame
+//! (at most 64 frames, each checked before it is read); the stack ends at
+//! the first caller built without frame pointers (`-fno-omit-frame-pointer`
+//! keeps them). Stacks merge per unique stack (16,384 at most per process,
+//! the rest as one `[mprof: stack table full]` stack). The tables are
+//! unchanged. Cost: `bench/README.md`.
 //!
 //! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
 //! above; pool 2 is anonymous memory the program itself maps or takes
@@ -186,7 +198,7 @@
 //!   with CMD's output; their bytes are Inferno's. The usage line is
 //!   Inferno's byte for byte, followed by a second line listing profdev's
 //!   additions (`-1`, `-2`, `-3`, `-H`, `-o`, `--leaks`, `--pprof`, `--dhat`,
-//!   `--wrapper`, `-p`); a bad command line exits with status 2, and with
+//!   `--folded`, `--folded-type`, `--no-stacks`, `--wrapper`, `-p`); a bad command line exits with status 2, and with
 //!   CMD the status is CMD's when CMD failed (`mprof -- /bin/true` exits 0).
 //! * A row's high water is the sum of the high waters of the sites
 //!   (instructions) charged to it, as Inferno's library sums a line's
@@ -210,6 +222,10 @@
 //!   execs are not counted, and children it forks only if they end
 //!   first. The limits of attaching are in `profdev_dev::prof`'s memory
 //!   mode (`startmp… PID`).
+//! * Stacks come from frame pointers alone (no unwind tables yet): code
+//!   built without them (most distributions' libc) ends a stack there, a
+//!   frame that calls by a tail call is missing, and stacks do not come
+//!   with `-p PID`.
 //! * Counts taken from a table (a process that ended without its exit
 //!   report) have no DHAT figures (`--dhat` then warns and writes no
 //!   file if no process ended normally), and leave out a site whose
@@ -250,7 +266,7 @@ use anyhow::{Context as _, Result};
 use profdev_classic::args::mprof::{parse, startmp_message, Args, SPEC};
 use profdev_classic::mprof;
 use profdev_formats::dhat::DhatRun;
-use profdev_mprof::{merge, Module, Session};
+use profdev_mprof::{merge, merge_stacks, Module, Session, Stack};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
@@ -294,7 +310,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         let dir = crate::mount::ensure_mounted()?.join("prof");
         let modules = mprof::read_mounted(&dir)?;
         let report = Report::to(args.output.as_deref(), false);
-        return show(&modules, args, None, &report).map(|()| ExitCode::SUCCESS);
+        return show(&modules, args, None, &[], &report).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
     let own_allocator = mprof::check_reachable(&program)?;
@@ -317,6 +333,9 @@ fn run(args: &Args) -> Result<ExitCode> {
         profdev_mprof::POOLS_ENV,
         startmp.trim_start_matches("startmp"),
     );
+    if args.stacks() {
+        cmd.env(profdev_mprof::STACKS_ENV, "1");
+    }
     job.prepare(&mut cmd);
     let child = cmd
         .spawn()
@@ -407,7 +426,8 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
         );
     }
     let report = Report::to(args.output.as_deref(), true);
-    show(&modules, args, dhat_run.as_ref(), &report)?;
+    let stacks = merge_stacks(&reports);
+    show(&modules, args, dhat_run.as_ref(), &stacks, &report)?;
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
@@ -425,6 +445,7 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
         &run.modules,
         args,
         None,
+        &[],
         &Report::to(args.output.as_deref(), false),
     );
     if let Some((sig, sentence)) = run.interrupted {
@@ -438,11 +459,12 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
 }
 
 /// Attribute, read sources, write the tables and the leaks to `report`;
-/// write the pprof and DHAT files asked for.
+/// write the pprof, folded and DHAT files asked for.
 fn show(
     modules: &[Module],
     args: &Args,
     dhat_run: Option<&DhatRun>,
+    stacks: &[Stack],
     report: &Report,
 ) -> Result<()> {
     let extras = mprof::Extras {
@@ -460,8 +482,12 @@ fn show(
         profdev_safefile::write_file(Path::new(file), data, 0o644)
             .map_err(|e| anyhow::anyhow!("{e}"))
     };
+    let (pprof, folded) = mprof::stack_files(stacks, &o.pprof, args, &mut |n| eprintln!("{n}"));
     if let Some(file) = &args.pprof {
-        write(file, &profdev_formats::pprof::heap::encode(&o.pprof))?;
+        write(file, &pprof)?;
+    }
+    if let Some(file) = &args.folded {
+        write(file, folded.as_bytes())?;
     }
     if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
         write(file, profdev_formats::dhat::encode(run, &o.dhat).as_bytes())?;

@@ -307,7 +307,8 @@ fn pprof_export_read_by_go_tool_pprof() {
         "{raw}"
     );
     let src = data("known.c").canonicalize().unwrap();
-    // Each site: its sample's four values and its location's line.
+    // Each site: its sample's four values and its location's line (the
+    // sample's first location: its callers' follow, whole stacks on).
     for (values, line) in [
         ("512    2097152          0          0", 13),
         ("1000     100000        400      40000", 23),
@@ -325,7 +326,7 @@ fn pprof_export_read_by_go_tool_pprof() {
         let id = loc.trim().split(':').next().unwrap();
         assert!(
             raw.lines().any(|l| l.trim_start().starts_with(values)
-                && l.trim_end().ends_with(&format!(": {id}"))),
+                && (l.trim_end().ends_with(&format!(": {id}")) || l.contains(&format!(": {id} ")))),
             "line {line}: {values}: {raw}"
         );
     }

@@ -49,6 +49,10 @@
  * exec: LD_PRELOAD stays in the environment and the new image loads this
  * library afresh; each image writes its own report.
  *
+ * Whole stacks (PROFDEV_MPROF_STACKS=1): each block of pool 1 is also
+ * charged to its call stack, the site then the callers a checked
+ * frame-pointer walk finds (see "stacks" below).
+ *
  * Pools (PROFDEV_MPROF_POOLS, startmp's digits, pool 1 when unset): 1 the
  * malloc family; 2 anonymous mappings and the break the program makes
  * itself; 3 file mappings it makes (see "pools 2 and 3" below). All pools
@@ -69,6 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -186,6 +191,47 @@ struct site {
     char pad2[64 - 6 * sizeof(uint64_t)];
 };
 static struct site *sites;
+
+/* Stacks: each allocation's whole call stack (with PROFDEV_MPROF_STACKS=1),
+ * merged per unique stack. A stack is its site (found as above, past the
+ * wrappers) followed by the callers found by walking frame pointers from
+ * the site's frame (walk_fp): at most MAX_DEPTH frames, each frame
+ * pointer checked before it is read (8-aligned, strictly above the one
+ * before, below the thread's stack top); the walk ends where a caller
+ * keeps no frame pointer (the stack is then shorter, never wrong by a
+ * read). Open addressing by the frames' hash; slot 0 is the overflow
+ * entry: a stack met when the table is full (max_stacks in use, or
+ * STACK_PROBES slots taken) is charged there. A stack's counters change
+ * under its site's module lock, with the site's (a stack's first frame
+ * is its site: one module); the overflow entry's by atomics. Frames are
+ * appended to a shared array of (pc, module) pairs. */
+#define MAX_DEPTH 64
+#define STACK_BITS 14
+#define NSTACKS (1u << STACK_BITS)
+#define NFRAMES (1u << 19)
+#define STACK_PROBES 64
+/* A stack's key (read by every lookup) and its counters (written by every
+ * call) are on two cache lines: threads looking stacks up do not take
+ * the line another thread writes. */
+struct stack {
+    _Atomic uint64_t key;   /* the frames' hash (never 0); 0 free */
+    _Atomic uint32_t ready; /* frames written */
+    uint32_t depth, first, site;
+    char pad0[64 - 24];
+    uint64_t nalloc, bytes, nlive;
+    int64_t cur;
+    char pad1[64 - 32];
+};
+_Static_assert(sizeof(struct stack) == 128, "a stack is two cache lines");
+struct frame {
+    uint64_t pc;
+    int32_t module; /* index, -1 none */
+    uint32_t pad;
+};
+static int stacks_on;
+static uint32_t max_stacks = NSTACKS - NSTACKS / 4;
+static struct stack *stacks;
+static struct frame *frames;
 static uint32_t *used; /* indices of created sites (DHAT's snapshots, the table's reader) */
 
 /* ---- the shared table -------------------------------------------------
@@ -224,6 +270,11 @@ struct live_header {
     _Atomic int h_nmodules;
     _Atomic uint32_t h_nused;
     _Atomic uint64_t h_untracked, h_unknown_frees, h_table_failures;
+    /* Whole stacks (see "stacks"): the table's place, its size, the
+     * stacks and frames in use (slot 0 the overflow entry). */
+    uint64_t stacks_off, frames_off;
+    uint32_t nstacks, nframes, stack_size, frame_size;
+    _Atomic uint32_t h_nstacks, h_nframes;
 };
 _Static_assert(sizeof(struct live_header) <= 4096, "the header is one page");
 _Static_assert(offsetof(struct counters, cur) == 0 && offsetof(struct counters, hw) == 8 &&
@@ -240,7 +291,9 @@ static char live_path[4200]; /* the shared table's file, if any */
 #define MODULES_OFF ((size_t)4096)
 #define USED_OFF (MODULES_OFF + PAGE_ROUND(sizeof(struct module) * (MAX_MODULES + 1)))
 #define SITES_OFF (USED_OFF + PAGE_ROUND(sizeof(uint32_t) * NSITES))
-#define AREA_SIZE (SITES_OFF + PAGE_ROUND(sizeof(struct site) * NSITES))
+#define STACKS_OFF (SITES_OFF + PAGE_ROUND(sizeof(struct site) * NSITES))
+#define FRAMES_OFF (STACKS_OFF + PAGE_ROUND(sizeof(struct stack) * NSTACKS))
+#define AREA_SIZE (FRAMES_OFF + PAGE_ROUND(sizeof(struct frame) * NFRAMES))
 #define AREA_PAGES (AREA_SIZE / 4096)
 
 /* The file is sparse, and a hole touched on a full filesystem would be
@@ -325,13 +378,14 @@ static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
  * (it must hand the pointer over), and the allocator orders the clearing
  * before the address's next allocation. Only a leaf's creation is shared
  * (a compare-and-swap of its top-level pointer). In DHAT mode each entry
- * is followed by the block's birth time. */
+ * is followed by the block's birth time; with stacks, by its stack. */
 #define LEAF_SHIFT 26
 #define LEAF_SLOTS (1u << (LEAF_SHIFT - 4))
 #define TOP_SLOTS (1u << (47 - LEAF_SHIFT))
 #define SIZE_LIMIT (1ULL << 47)
 static _Atomic(_Atomic uint64_t *) *top;
-static unsigned entry_shift; /* 1 in DHAT mode: two words an entry */
+static unsigned entry_shift; /* 1 in DHAT mode or with stacks, 2 with both */
+static unsigned stack_word;  /* the entry's word holding its stack, 0 none */
 #define MAX_LEAVES 4096
 static uint32_t leaves[MAX_LEAVES]; /* top indices in use, for fork */
 static _Atomic uint32_t nleaves;
@@ -411,7 +465,43 @@ static inline struct module *module_of_site(struct site *s)
 
 /* raise: an allocation (counted, and high water may rise); else a block
  * put back (a failed realloc's). born: DHAT's birth time. */
-static inline void charge(struct site *s, int64_t size, int raise, uint64_t born)
+/* A stack's counters, under its site's module lock (the overflow entry,
+ * shared by all modules, by atomics). raise: an allocation. */
+static inline void stack_add(uint32_t stk, int64_t size, int raise)
+{
+    struct stack *st = &stacks[stk];
+    if (UNLIKELY(!stk)) {
+        if (raise) {
+            atomic_fetch_add_explicit((_Atomic uint64_t *)&st->nalloc, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit((_Atomic uint64_t *)&st->bytes, size, memory_order_relaxed);
+        }
+        atomic_fetch_add_explicit((_Atomic uint64_t *)&st->nlive, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit((_Atomic int64_t *)&st->cur, size, memory_order_relaxed);
+        return;
+    }
+    if (raise) {
+        st->nalloc++;
+        st->bytes += size;
+    }
+    st->nlive++;
+    st->cur += size;
+}
+
+static inline void stack_sub(uint32_t stk, int64_t size)
+{
+    struct stack *st = &stacks[stk];
+    if (UNLIKELY(!stk)) {
+        atomic_fetch_sub_explicit((_Atomic uint64_t *)&st->nlive, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit((_Atomic int64_t *)&st->cur, size, memory_order_relaxed);
+        return;
+    }
+    st->nlive--;
+    st->cur -= size;
+}
+
+/* stk: the block's stack (with stacks on and pool 1; else NO_STACK). */
+#define NO_STACK UINT32_MAX
+static inline void charge(struct site *s, int64_t size, int raise, uint64_t born, uint32_t stk)
 {
     struct module *m = module_of_site(s);
     atomic_flag *l = dhat ? &global_lock : &m->lock;
@@ -439,11 +529,13 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
         if (m->cur > m->hw)
             m->hw = m->cur;
     }
+    if (stk != NO_STACK)
+        stack_add(stk, size, raise);
     unspin(l);
 }
 
 /* Never below 0, though each free matches an allocation. */
-static inline void discharge(struct site *s, int64_t size, uint64_t born, int whole)
+static inline void discharge(struct site *s, int64_t size, uint64_t born, int whole, uint32_t stk)
 {
     struct module *m = module_of_site(s);
     atomic_flag *l = dhat ? &global_lock : &m->lock;
@@ -462,6 +554,8 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
         s->c->nlive--;
     s->c->cur = s->c->cur > size ? s->c->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
+    if (stk != NO_STACK)
+        stack_sub(stk, size);
     unspin(l);
 }
 
@@ -773,7 +867,8 @@ static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
 
 /* Enter a block; 0 (counted as a table failure) if it cannot be: the
  * caller then charges nothing. */
-static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t)
+static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t,
+                               uint32_t stk)
 {
     _Atomic uint64_t *e = entry_of(addr, 1);
     if (UNLIKELY(!e)) {
@@ -781,13 +876,16 @@ static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uin
         return 0;
     }
     atomic_store_explicit(e, size << 17 | (uint64_t)site << 1 | 1, memory_order_relaxed);
-    if (entry_shift)
+    if (dhat)
         atomic_store_explicit(e + 1, t, memory_order_relaxed);
+    if (stack_word)
+        atomic_store_explicit(e + stack_word, stk, memory_order_relaxed);
     return 1;
 }
 
 /* Remove addr; 1 and its size and site if it was there. */
-static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t)
+static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t,
+                               uint32_t *stk)
 {
     _Atomic uint64_t *e = entry_of(addr, 0);
     if (UNLIKELY(!e))
@@ -798,7 +896,8 @@ static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, u
     atomic_store_explicit(e, 0, memory_order_relaxed);
     *size = v >> 17;
     *site = (v >> 1) & 0xffff;
-    *t = entry_shift ? atomic_load_explicit(e + 1, memory_order_relaxed) : 0;
+    *t = dhat ? atomic_load_explicit(e + 1, memory_order_relaxed) : 0;
+    *stk = stack_word ? (uint32_t)atomic_load_explicit(e + stack_word, memory_order_relaxed) : 0;
     return 1;
 }
 
@@ -810,6 +909,7 @@ struct walk {
     uintptr_t ra;
     int found;
     uintptr_t site;
+    uintptr_t fp; /* the site's frame's frame pointer (rbp) */
 };
 
 static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg)
@@ -826,16 +926,19 @@ static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg)
     if (is_wrapper(ip))
         return _URC_NO_REASON;
     w->site = ip;
+    w->fp = _Unwind_GetGR(ctx, 6); /* DWARF register 6: rbp */
     return _URC_END_OF_STACK;
 }
 
-/* The site for a call whose return address is ra. */
-static uintptr_t resolve_site(uintptr_t ra)
+/* The site for a call whose return address is ra; *fp becomes the frame
+ * pointer to walk on from (that of the site's function). */
+static uintptr_t resolve_site(uintptr_t ra, uintptr_t *fp)
 {
     if (LIKELY(!is_wrapper(ra)))
         return ra;
-    struct walk w = {ra, 0, ra};
+    struct walk w = {ra, 0, ra, 0};
     _Unwind_Backtrace(walk_cb, &w);
+    *fp = w.fp;
     return w.site;
 }
 
@@ -848,13 +951,13 @@ struct rcache {
 };
 static __thread struct rcache rcache[RC] __attribute__((tls_model("initial-exec")));
 
-static inline uint32_t site_for(uintptr_t ra)
+static inline uint32_t site_for(uintptr_t ra, uintptr_t *fp)
 {
     struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
     if (LIKELY(c->ra == ra))
         return c->si;
     if (is_wrapper(ra))
-        return site_of(resolve_site(ra));
+        return site_of(resolve_site(ra, fp));
     uint32_t si = site_of(ra);
     if (si != NSITES) {
         c->ra = ra;
@@ -863,40 +966,179 @@ static inline uint32_t site_for(uintptr_t ra)
     return si;
 }
 
-static void account_alloc(void *p, uint64_t size, uintptr_t ra)
+/* ---- stacks: the frame-pointer walk and the stack table ---------------
+ *
+ * The thread's stack: [stk_lo, stk_hi), found once per thread without
+ * malloc or /proc: the main thread's top is __libc_stack_end (ld.so's),
+ * another thread's its descriptor (glibc puts struct pthread at the top
+ * of the thread's stack, its own or one the program gave), and the low
+ * end that much below it as RLIMIT_STACK says (8 MiB when unlimited).
+ * A walk starts only when the current frame lies in [stk_lo, stk_hi): a
+ * call on another stack (a signal's alternate stack, a coroutine's) has
+ * only its site. Above the current frame and below stk_hi the thread's
+ * stack is mapped, so no check-passing read can fault. */
+extern void *__libc_stack_end;
+static __thread uintptr_t stk_lo __attribute__((tls_model("initial-exec")));
+static __thread uintptr_t stk_hi __attribute__((tls_model("initial-exec")));
+
+static __attribute__((noinline)) void stack_bounds(void)
 {
-    uint32_t si = site_for(ra);
+    uintptr_t size = 8 << 20, hi;
+    struct rlimit r;
+    if (!getrlimit(RLIMIT_STACK, &r) && r.rlim_cur != RLIM_INFINITY && r.rlim_cur >= 65536 &&
+        r.rlim_cur < (1ULL << 32))
+        size = r.rlim_cur;
+    if (syscall(SYS_gettid) == getpid())
+        hi = (uintptr_t)__libc_stack_end;
+    else
+        hi = (uintptr_t)pthread_self();
+    stk_lo = hi > size ? hi - size : 1;
+    stk_hi = hi;
+}
+
+/* pcs[0] is the site; the callers follow from the frame pointer fp on:
+ * fp[1] is its function's return address, fp[0] the caller's fp. here:
+ * the current frame (the walk's lower bound). The depth. */
+static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here)
+{
+    if (UNLIKELY(!stk_hi))
+        stack_bounds();
+    uintptr_t hi = stk_hi;
+    int n = 1;
+    if (UNLIKELY(here < stk_lo || here >= hi))
+        return n;
+    uintptr_t prev = here;
+    while (n < MAX_DEPTH && fp > prev && !(fp & 7) && fp < hi - 16) {
+        uintptr_t pc = ((const uintptr_t *)fp)[1];
+        if (pc < 4096)
+            break;
+        pcs[n++] = pc;
+        prev = fp;
+        fp = ((const uintptr_t *)fp)[0];
+    }
+    return n;
+}
+
+static inline uint64_t stack_hash(const uintptr_t *pcs, int n, uint32_t si)
+{
+    uint64_t h = si * 0x9e3779b97f4a7c15ULL + n;
+    for (int i = 0; i < n; i++)
+        h = (h ^ pcs[i]) * 0x100000001b3ULL + (h >> 29);
+    h = hash(h);
+    return h ? h : 1;
+}
+
+static int frame_module(uintptr_t pc)
+{
+    /* Most frames are in a module a site already named. */
+    return module_index(pc);
+}
+
+/* A new stack in slot j (its key h already ours), or 0 (overflow). */
+static __attribute__((noinline)) uint32_t stack_create(uint32_t j, const uintptr_t *pcs, int n,
+                                                       uint32_t si)
+{
+    struct stack *st = &stacks[j];
+    uint32_t f = atomic_fetch_add(&live->h_nframes, (uint32_t)n);
+    if (f > NFRAMES - (uint32_t)n || !ensure(&frames[f], sizeof(struct frame) * n))
+        return 0; /* st stays not ready: its key leads nowhere */
+    for (int i = 0; i < n; i++) {
+        frames[f + i].pc = pcs[i];
+        frames[f + i].module = frame_module(pcs[i]);
+    }
+    st->depth = n;
+    st->first = f;
+    st->site = si;
+    atomic_store_explicit(&st->ready, 1, memory_order_release);
+    return j;
+}
+
+/* The stack of pcs[0..n) (site si): its slot, created if create (else
+ * NO_STACK when new), 0 when the table is full. */
+static inline uint32_t stack_of(const uintptr_t *pcs, int n, uint32_t si, int create)
+{
+    uint64_t h = stack_hash(pcs, n, si);
+    for (unsigned i = 0; i < STACK_PROBES; i++) {
+        uint32_t j = (uint32_t)((h + i) & (NSTACKS - 1));
+        if (UNLIKELY(!j))
+            continue; /* the overflow entry's */
+        struct stack *st = &stacks[j];
+        uint64_t k = atomic_load_explicit(&st->key, memory_order_acquire);
+        if (k == h) {
+            for (int w = 0; w < 100000 && !atomic_load_explicit(&st->ready, memory_order_acquire);
+                 w++)
+                __builtin_ia32_pause();
+            if (!atomic_load_explicit(&st->ready, memory_order_acquire))
+                continue;
+            if (LIKELY(st->depth == (uint32_t)n && st->site == si)) {
+                const struct frame *fr = &frames[st->first];
+                int d = 0;
+                while (d < n && fr[d].pc == pcs[d])
+                    d++;
+                if (d == n)
+                    return j;
+            }
+            continue;
+        }
+        if (k)
+            continue;
+        if (!create)
+            return NO_STACK;
+        if (atomic_load(&live->h_nstacks) >= max_stacks || !ensure(st, sizeof *st))
+            return 0;
+        uint64_t zero = 0;
+        if (atomic_compare_exchange_strong(&st->key, &zero, h)) {
+            atomic_fetch_add(&live->h_nstacks, 1);
+            return stack_create(j, pcs, n, si);
+        }
+        if (zero == h)
+            i--; /* another thread's, maybe this very stack: look again */
+    }
+    return create ? 0 : NO_STACK;
+}
+
+static void account_alloc(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
+{
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    uint32_t si = site_for(ra, &fp);
     if (UNLIKELY(si == NSITES || size >= SIZE_LIMIT)) {
         atomic_fetch_add(&untracked_allocs, 1);
         return;
     }
+    uint32_t stk = NO_STACK;
+    if (stacks_on) {
+        uintptr_t pcs[MAX_DEPTH];
+        pcs[0] = sites[si].pc;
+        int n = walk_fp(pcs, fp, here);
+        stk = stack_of(pcs, n, si, 1);
+    }
     uint64_t born = dhat ? now_us() : 0;
-    if (!table_insert((uintptr_t)p, size, si, born))
+    if (!table_insert((uintptr_t)p, size, si, born, stk))
         return;
-    charge(&sites[si], size, 1, born);
+    charge(&sites[si], size, 1, born, stk);
     if (UNLIKELY(!(atomic_load_explicit(&sites[si].pools, memory_order_relaxed) & POOL1)))
         atomic_fetch_or_explicit(&sites[si].pools, POOL1, memory_order_relaxed);
 }
 
-/* Take p out of the books; 1 (and its size and site) if it was in them. */
-static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t)
+/* Take p out of the books; 1 (and its size, site, stack) if it was in them. */
+static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t, uint32_t *stk)
 {
-    if (!table_remove((uintptr_t)p, size, si, t)) {
+    if (!table_remove((uintptr_t)p, size, si, t, stk)) {
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return 0;
     }
-    discharge(&sites[*si], *size, *t, 1);
+    discharge(&sites[*si], *size, *t, 1, stacks_on ? *stk : NO_STACK);
     return 1;
 }
 
 /* Put back a block a failed realloc left in place (no high-water change:
  * its bytes were counted before). */
-static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t)
+static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t, uint32_t stk)
 {
     if (dhat) /* its lifetime so far was counted at the failed realloc */
         t = now_us();
-    if (table_insert((uintptr_t)p, size, si, t))
-        charge(&sites[si], size, 0, t);
+    if (table_insert((uintptr_t)p, size, si, t, stk))
+        charge(&sites[si], size, 0, t, stacks_on ? stk : NO_STACK);
 }
 
 #define ENTER()                                                                                    \
@@ -904,22 +1146,36 @@ static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t)
     if (UNLIKELY(!inited))                                                                         \
         init(), track = heap && !busy;                                                             \
     if (track)                                                                                     \
-        busy = 1
+    busy = 1
 #define LEAVE()                                                                                    \
     if (track)                                                                                     \
     busy = 0
 
+/* The caller's frame pointer, as saved by this function's prologue (the
+ * exported functions keep a frame: __builtin_frame_address). */
+#define CALLER_FP() (*(const uintptr_t *)__builtin_frame_address(0))
+
 /* The common case, inline and without the guard's writes: counting on
- * (not DHAT), not inside the library, and a return address this thread
- * has met before (so no wrapper, and its site exists). Nothing here can
- * call malloc. 1 if it counted the block. */
-static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra)
+ * (not DHAT), not inside the library, a return address this thread has
+ * met before (so no wrapper, and its site exists) and, with stacks, a
+ * stack already in the table. Nothing here can call malloc. 1 if it
+ * counted the block. */
+static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra, uintptr_t fp, uintptr_t here)
 {
     struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
     if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
         return 0;
     uint32_t si = c->si;
-    if (UNLIKELY(!table_insert((uintptr_t)p, n, si, 0)))
+    uint32_t stk = 0;
+    if (stacks_on) {
+        uintptr_t pcs[MAX_DEPTH];
+        pcs[0] = ra;
+        int d = walk_fp(pcs, fp, here);
+        stk = stack_of(pcs, d, si, 0);
+        if (UNLIKELY(stk == NO_STACK))
+            return 0; /* a new stack: the slow path makes it */
+    }
+    if (UNLIKELY(!table_insert((uintptr_t)p, n, si, 0, stk)))
         return 1;
     struct site *s = &sites[si];
     struct module *m = s->mod;
@@ -937,6 +1193,8 @@ static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra)
     m->cur = v;
     if (v > m->hw)
         m->hw = v;
+    if (stacks_on)
+        stack_add(stk, n, 1);
     if (mt)
         unspin(&m->lock);
     return 1;
@@ -945,8 +1203,8 @@ static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra)
 static inline void fast_free(void *p)
 {
     uint64_t size, t;
-    uint32_t si;
-    if (UNLIKELY(!table_remove((uintptr_t)p, &size, &si, &t))) {
+    uint32_t si, stk;
+    if (UNLIKELY(!table_remove((uintptr_t)p, &size, &si, &t, &stk))) {
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return;
     }
@@ -958,6 +1216,8 @@ static inline void fast_free(void *p)
     s->c->cur = s->c->cur > (int64_t)size ? s->c->cur - (int64_t)size : 0;
     m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
     s->c->nlive--;
+    if (stacks_on)
+        stack_sub(stk, size);
     if (mt)
         unspin(&m->lock);
 }
@@ -967,17 +1227,18 @@ EXPORT void *malloc(size_t n)
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     if (LIKELY(fast) && LIKELY(!busy)) {
         void *p = __libc_malloc(n);
-        if (UNLIKELY(!p) || LIKELY(fast_alloc(p, n, ra)))
+        if (UNLIKELY(!p) ||
+            LIKELY(fast_alloc(p, n, ra, CALLER_FP(), (uintptr_t)__builtin_frame_address(0))))
             return p;
         busy = 1;
-        account_alloc(p, n, ra);
+        account_alloc(p, n, ra, CALLER_FP());
         busy = 0;
         return p;
     }
     ENTER();
     void *p = __libc_malloc(n);
     if (track && p)
-        account_alloc(p, n, ra);
+        account_alloc(p, n, ra, CALLER_FP());
     else if (p && heap)
         atomic_fetch_add_explicit(&untracked_allocs, 1, memory_order_relaxed);
     LEAVE();
@@ -995,9 +1256,9 @@ EXPORT void free(void *p)
     }
     ENTER();
     uint64_t size, t;
-    uint32_t si;
+    uint32_t si, stk;
     if (track)
-        account_free(p, &size, &si, &t);
+        account_free(p, &size, &si, &t, &stk);
     __libc_free(p);
     LEAVE();
 }
@@ -1008,23 +1269,23 @@ EXPORT void *calloc(size_t a, size_t b)
     ENTER();
     void *p = __libc_calloc(a, b);
     if (track && p)
-        account_alloc(p, (uint64_t)a * b, ra);
+        account_alloc(p, (uint64_t)a * b, ra, CALLER_FP());
     LEAVE();
     return p;
 }
 
-static void *realloc_at(void *old, size_t n, uintptr_t ra)
+static void *realloc_at(void *old, size_t n, uintptr_t ra, uintptr_t fp)
 {
     ENTER();
     uint64_t size = 0, t = 0;
-    uint32_t si = 0;
-    int had = track && old && account_free(old, &size, &si, &t);
+    uint32_t si = 0, stk = 0;
+    int had = track && old && account_free(old, &size, &si, &t, &stk);
     void *p = __libc_realloc(old, n);
     if (track) {
         if (p)
-            account_alloc(p, n, ra);
+            account_alloc(p, n, ra, fp);
         else if (old && n && had)
-            account_restore(old, size, si, t); /* failed: the old block stays */
+            account_restore(old, size, si, t, stk); /* failed: the old block stays */
     }
     LEAVE();
     return p;
@@ -1032,7 +1293,7 @@ static void *realloc_at(void *old, size_t n, uintptr_t ra)
 
 EXPORT void *realloc(void *old, size_t n)
 {
-    return realloc_at(old, n, (uintptr_t)__builtin_return_address(0));
+    return realloc_at(old, n, (uintptr_t)__builtin_return_address(0), CALLER_FP());
 }
 
 EXPORT void *reallocarray(void *old, size_t a, size_t b)
@@ -1043,27 +1304,27 @@ EXPORT void *reallocarray(void *old, size_t a, size_t b)
         errno = ENOMEM;
         return 0;
     }
-    return realloc_at(old, n, ra);
+    return realloc_at(old, n, ra, CALLER_FP());
 }
 
-static void *aligned_at(size_t align, size_t n, uintptr_t ra)
+static void *aligned_at(size_t align, size_t n, uintptr_t ra, uintptr_t fp)
 {
     ENTER();
     void *p = __libc_memalign(align, n);
     if (track && p)
-        account_alloc(p, n, ra);
+        account_alloc(p, n, ra, fp);
     LEAVE();
     return p;
 }
 
 EXPORT void *memalign(size_t align, size_t n)
 {
-    return aligned_at(align, n, (uintptr_t)__builtin_return_address(0));
+    return aligned_at(align, n, (uintptr_t)__builtin_return_address(0), CALLER_FP());
 }
 
 EXPORT void *aligned_alloc(size_t align, size_t n)
 {
-    return aligned_at(align, n, (uintptr_t)__builtin_return_address(0));
+    return aligned_at(align, n, (uintptr_t)__builtin_return_address(0), CALLER_FP());
 }
 
 EXPORT int posix_memalign(void **out, size_t align, size_t n)
@@ -1071,7 +1332,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t n)
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     if (align < sizeof(void *) || (align & (align - 1)))
         return EINVAL;
-    void *p = aligned_at(align, n, ra);
+    void *p = aligned_at(align, n, ra, CALLER_FP());
     if (!p)
         return ENOMEM;
     *out = p;
@@ -1080,13 +1341,15 @@ EXPORT int posix_memalign(void **out, size_t align, size_t n)
 
 EXPORT void *valloc(size_t n)
 {
-    return aligned_at(sysconf(_SC_PAGESIZE), n, (uintptr_t)__builtin_return_address(0));
+    return aligned_at(sysconf(_SC_PAGESIZE), n, (uintptr_t)__builtin_return_address(0),
+                      CALLER_FP());
 }
 
 EXPORT void *pvalloc(size_t n)
 {
     size_t pg = sysconf(_SC_PAGESIZE);
-    return aligned_at(pg, (n + pg - 1) & ~(pg - 1), (uintptr_t)__builtin_return_address(0));
+    return aligned_at(pg, (n + pg - 1) & ~(pg - 1), (uintptr_t)__builtin_return_address(0),
+                      CALLER_FP());
 }
 
 /* ---- pools 2 and 3: mappings the program makes itself ----------------- */
@@ -1147,7 +1410,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
         uintptr_t a = r->lo > lo ? r->lo : lo, b = r->hi < hi ? r->hi : hi;
         int left = r->lo < lo, right = r->hi > hi;
         struct site *s = &sites[r->site];
-        discharge(s, b - a, r->born, !left && !right);
+        discharge(s, b - a, r->born, !left && !right, NO_STACK);
         if (left && right) {
             if (nregions < regcap) { /* split: the right part is a region of its own */
                 regions[nregions] = *r;
@@ -1155,7 +1418,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
                 nregions++;
                 split_piece(s, r->born);
             } else { /* no room: credit the right part too */
-                discharge(s, r->hi - hi, r->born, 0);
+                discharge(s, r->hi - hi, r->born, 0, NO_STACK);
             }
             r->hi = lo;
             i++;
@@ -1187,13 +1450,14 @@ static void region_add(uintptr_t lo, uintptr_t hi, uintptr_t ra, uint32_t pool)
         regions = n;
         regcap = ncap;
     }
-    uint32_t si = site_for(ra);
+    uintptr_t fp = 0;
+    uint32_t si = site_for(ra, &fp);
     if (si == NSITES || hi - lo >= SIZE_LIMIT) {
         atomic_fetch_add(&untracked_allocs, 1);
         return;
     }
     uint64_t born = dhat ? now_us() : 0;
-    charge(&sites[si], hi - lo, 1, born);
+    charge(&sites[si], hi - lo, 1, born, NO_STACK);
     atomic_fetch_or_explicit(&sites[si].pools, pool, memory_order_relaxed);
     regions[nregions++] = (struct region){lo, hi, si, pool, born};
 }
@@ -1381,6 +1645,8 @@ static void use_area(char *a)
     modules = (struct module *)(a + MODULES_OFF);
     used = (uint32_t *)(a + USED_OFF);
     sites = (struct site *)(a + SITES_OFF);
+    stacks = (struct stack *)(a + STACKS_OFF);
+    frames = (struct frame *)(a + FRAMES_OFF);
 }
 
 /* A fresh, empty area for the tables: a shared mapping of live.PID.K in
@@ -1412,7 +1678,8 @@ static char *new_area(void)
                      * no module; none to be had: no file at all. */
                     if (ensure(p, 4096) &&
                         ensure(p + MODULES_OFF + MAX_MODULES * sizeof(struct module),
-                               sizeof(struct module))) {
+                               sizeof(struct module)) &&
+                        ensure(p + STACKS_OFF, sizeof(struct stack))) {
                         a = p;
                         strcpy(live_path, path);
                     } else {
@@ -1458,6 +1725,13 @@ static char *new_area(void)
     h->s_resident = offsetof(struct site, resident);
     h->s_own = offsetof(struct site, own);
     h->counters_size = sizeof(struct counters);
+    h->stacks_off = STACKS_OFF;
+    h->frames_off = FRAMES_OFF;
+    h->nstacks = NSTACKS;
+    h->nframes = NFRAMES;
+    h->stack_size = sizeof(struct stack);
+    h->frame_size = sizeof(struct frame);
+    h->h_nstacks = 1; /* the overflow entry */
     atomic_thread_fence(memory_order_release);
     memcpy(h->magic, "profdev-mlive 1", 16);
     return a;
@@ -1577,7 +1851,20 @@ static void init(void)
         t0 = now_us();
     }
     ranges = map(sizeof(struct range) * MAX_RANGES);
-    entry_shift = dhat ? 1 : 0;
+    /* PROFDEV_MPROF_STACKS=1: whole stacks (pool 1); =1,N keeps at most
+     * N stacks (tests of the overflow entry). */
+    const char *sk = getenv("PROFDEV_MPROF_STACKS");
+    stacks_on = sk && sk[0] == '1' && (pools & POOL1);
+    max_stacks = NSTACKS - NSTACKS / 4;
+    if (stacks_on && sk[1] == ',') {
+        uint32_t v = 0;
+        for (const char *q = sk + 2; *q >= '0' && *q <= '9' && v < NSTACKS; q++)
+            v = v * 10 + (*q - '0');
+        if (v >= 1 && v < max_stacks)
+            max_stacks = v + 1; /* and the overflow entry */
+    }
+    entry_shift = stacks_on ? (dhat ? 2 : 1) : (dhat ? 1 : 0);
+    stack_word = stacks_on ? (dhat ? 2 : 1) : 0;
     top = map_noreserve(sizeof(*top) * TOP_SLOTS);
     if (outdir[0] && area && cls && ranges && top) {
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
@@ -1707,6 +1994,28 @@ static void report(int final)
             put_u(&o, s->pools, 10);
             put(&o, "\n");
         }
+    }
+    for (uint32_t j = 0; stacks_on && j < NSTACKS; j++) {
+        struct stack *st = &stacks[j];
+        if (!page_known(st) || !st->nalloc || (j && !st->ready))
+            continue;
+        put(&o, "stack ");
+        put_u(&o, st->nalloc, 10);
+        put(&o, " ");
+        put_u(&o, st->bytes, 10);
+        put(&o, " ");
+        put_u(&o, st->nlive, 10);
+        put(&o, " ");
+        put_i(&o, st->cur);
+        if (!j)
+            put(&o, " overflow");
+        for (uint32_t d = 0; j && d < st->depth; d++) {
+            put(&o, " ");
+            put_i(&o, frames[st->first + d].module);
+            put(&o, ":");
+            put_u(&o, frames[st->first + d].pc, 16);
+        }
+        put(&o, "\n");
     }
     put(&o, "untracked ");
     put_u(&o, untracked_allocs, 10);

@@ -32,6 +32,30 @@
 //!   `g_malloc`, `g_malloc0`, `g_realloc`, `g_try_*`, `g_*_n`, `g_strdup`,
 //!   `g_strndup`, `g_memdup*`, `g_slice_alloc*`; more with
 //!   `PROFDEV_MPROF_WRAPPERS=sym1,sym2` (`mprof --wrapper SYMBOL`).
+//! * **Whole stacks** ([`STACKS_ENV`]`=1`, `mprof --folded`/`--pprof`):
+//!   each allocation of pool 1 is also charged to its call stack: its
+//!   site (found as above, wrappers skipped) followed by the callers found
+//!   by walking frame pointers from the site's frame (for a wrapper's
+//!   site, the frame `_Unwind_Backtrace` found), at most [`MAX_DEPTH`]
+//!   frames. Each frame pointer is checked before it is read: 8-aligned,
+//!   strictly above the one before, and below the thread's stack top
+//!   (`__libc_stack_end` for the main thread, the thread descriptor glibc
+//!   puts at the top of every other thread's stack: found once per thread,
+//!   without malloc or `/proc`); a call made on another stack (a signal's
+//!   alternate stack, a coroutine's) has its site alone. No lock is taken
+//!   and nothing allocated on the way; the walk ends at the first caller
+//!   built without frame pointers (the stack is shorter there, not wrong
+//!   by a read; unwind tables are a later step). Stacks merge per unique
+//!   stack in a table of the shared mapping ([`MAX_STACKS`] slots, three
+//!   quarters used; a stack met when it is full, or after `1,N`'s N, is
+//!   charged to one overflow entry the report names), each with blocks
+//!   and bytes allocated and live; a block keeps its stack's index beside
+//!   its entry (one more word), and its free credits that stack. A
+//!   stack's counters change under its site's module lock with the
+//!   site's (its first frame is the site: one module). New stacks (and
+//!   their frames' modules, through `dladdr`) are made on the slow path.
+//!   The stacks are in the text report and in the table (for a process
+//!   that ended without its report): [`ReportStack`], [`merge_stacks`].
 //! * **Bookkeeping beside the blocks**: a map keyed by block address (a
 //!   page map: one 8-byte entry per 16-byte granule where blocks are, no
 //!   lock: a block's entry is written by its allocating thread and cleared
@@ -93,11 +117,13 @@ mod merge;
 mod read;
 mod report;
 mod session;
+mod stacks;
 
 pub use merge::{decode_pairs, histogram_pairs, merge, Module, Site};
 pub use read::{read_dir_reports, read_live, read_report, read_reports, Limits, Live, LiveState};
-pub use report::{DhatSite, Report, ReportModule, ReportSite};
+pub use report::{DhatSite, Report, ReportModule, ReportSite, ReportStack};
 pub use session::{hold, sweep, Session, ATTACH_PREFIX, LAUNCH_PREFIX, SWEEP_GRACE};
+pub use stacks::{merge_stacks, Stack};
 
 /// The environment variable naming the pools the library counts, as
 /// `startmp`'s digits (`1` the malloc family, `2` anonymous mappings and
@@ -113,14 +139,26 @@ pub const MAX_MODULES: usize = 1024;
 /// See [`MAX_MODULES`].
 pub const MAX_SITES: usize = 1 << 16;
 
+/// The library's limits on whole stacks: stacks per process (its
+/// table's slots; at most three quarters are used), frames per stack.
+pub const MAX_STACKS: usize = 1 << 14;
+/// See [`MAX_STACKS`].
+pub const MAX_DEPTH: usize = 64;
+
+/// The environment variable that turns whole stacks on (`1`; `1,N`
+/// keeps at most N stacks, the rest charged to the overflow entry).
+pub const STACKS_ENV: &str = "PROFDEV_MPROF_STACKS";
+
 /// The longest report the library can write, from its longest lines: the
 /// head (`profdev-mprof 1`, `pid`, `dhat`), a `module` line (index,
 /// bias, device, inode, two signed counts and a 511-byte path), a `site`
-/// line with DHAT's four numbers and its `pools` line, and the tail. A
-/// larger file is refused before anything is read (about 15 MB).
+/// line with DHAT's four numbers and its `pools` line, the `stack` lines
+/// (each of 64 frames), and the tail. A
+/// larger file is refused before anything is read (about 43 MB).
 pub const MAX_REPORT: u64 = (16 + 15 + 47)
     + MAX_MODULES as u64 * (7 + 4 + 3 + 16 + 4 * 21 + 1 + 511 + 1)
     + MAX_SITES as u64 * ((7 + 16 + 1 + 4 + 5 * 21 + 4 * 21 + 1) + 8)
+    + MAX_STACKS as u64 * (6 + 4 * 21 + MAX_DEPTH as u64 * (1 + 5 + 1 + 18) + 1)
     + (73 + 4);
 
 /// The shared table's size is checked against the header it starts with,

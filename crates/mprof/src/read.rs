@@ -259,8 +259,9 @@ pub struct Live {
 /// Read a shared table (`live.PID.K`, c/mprof.c's "the shared table"):
 /// its header first (magic, layout, sizes), the file's size must be the
 /// one the header names and at most [`MAX_LIVE`]; then only the modules
-/// and the sites in use. Sites whose module was not yet known when the
-/// process ended are left out.
+/// and the sites in use, and with whole stacks on the stacks and their
+/// frames. Sites whose module was not yet known when the process ended
+/// are left out.
 pub fn read_live(path: &Path) -> Result<Live, String> {
     use std::os::unix::fs::FileExt;
     let (f, len) = open_report_file(path)?;
@@ -420,9 +421,85 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
             },
         });
     }
+    if header_size >= 208 {
+        read += read_live_stacks(&f, &head, total, &mut report).map_err(io)?;
+    }
     Ok(Live {
         state,
         report,
         read,
     })
+}
+
+/// The stacks of a shared table (c/mprof.c's "stacks": a stack is 128
+/// bytes, its key, depth, first frame and site, then its counters on the
+/// next line; a frame 16, its pc and module), when its header names a
+/// table of that layout within the file; the bytes read.
+fn read_live_stacks(
+    f: &std::fs::File,
+    head: &[u8],
+    total: u64,
+    report: &mut Report,
+) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let u32_at = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().unwrap_or([0; 4]));
+    let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap_or([0; 8]));
+    let (stacks_off, frames_off) = (u64_at(168), u64_at(176));
+    // The frames in use (the table's size when that is nonsense).
+    let (nstacks, nframes) = (u32_at(184) as u64, u32_at(188).min(u32_at(204)) as u64);
+    let fits = |off: u64, size: u64| off.checked_add(size).is_some_and(|e| e <= total);
+    if u32_at(200) <= 1 {
+        return Ok(0); // stacks off: the overflow entry alone, never used
+    }
+    if u32_at(192) != 128
+        || u32_at(196) != 16
+        || nstacks > crate::MAX_STACKS as u64
+        || nframes > 1 << 20
+        || !fits(stacks_off, nstacks * 128)
+        || !fits(frames_off, nframes * 16)
+    {
+        return Ok(0);
+    }
+    let mut stacks = vec![0u8; (nstacks * 128) as usize];
+    f.read_exact_at(&mut stacks, stacks_off)?;
+    let mut frames = vec![0u8; (nframes * 16) as usize];
+    f.read_exact_at(&mut frames, frames_off)?;
+    let le = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    let nmodules = report.modules.len();
+    for (j, st) in stacks.chunks_exact(128).enumerate() {
+        let (depth, first) = (le(st, 8) >> 32, le(st, 16) & 0xffff_ffff);
+        let ready = le(st, 8) & 0xffff_ffff != 0;
+        let (allocs, bytes, live, current) = (le(st, 64), le(st, 72), le(st, 80), le(st, 88));
+        let overflow = j == 0;
+        if allocs == 0
+            || (!overflow
+                && (!ready
+                    || depth == 0
+                    || depth > crate::MAX_DEPTH as u64
+                    || first + depth > nframes))
+        {
+            continue;
+        }
+        let frames = if overflow {
+            Vec::new()
+        } else {
+            (first..first + depth)
+                .map(|i| {
+                    let fr = &frames[(i * 16) as usize..(i * 16 + 16) as usize];
+                    let m = le(fr, 8) as u32 as i32;
+                    let m = usize::try_from(m).ok().filter(|&m| m < nmodules);
+                    (m, le(fr, 0))
+                })
+                .collect()
+        };
+        report.stacks.push(crate::ReportStack {
+            allocs,
+            bytes,
+            live,
+            current: current as i64,
+            frames,
+            overflow,
+        });
+    }
+    Ok(stacks.len() as u64 + frames.len() as u64)
 }

@@ -57,6 +57,25 @@ pub struct DhatSite {
     pub gmax_blocks: u64,
 }
 
+/// One allocation stack (with whole stacks on: `PROFDEV_MPROF_STACKS=1`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReportStack {
+    /// Blocks allocated with this stack.
+    pub allocs: u64,
+    /// Bytes allocated with it.
+    pub bytes: u64,
+    /// Its blocks not freed at the end.
+    pub live: u64,
+    /// Its bytes not freed at the end.
+    pub current: i64,
+    /// Its frames, the site first then its callers: each a module (an
+    /// index into `modules`, None when in none) and a return address.
+    pub frames: Vec<(Option<usize>, u64)>,
+    /// The overflow entry: stacks met when the library's table was full
+    /// (no frames).
+    pub overflow: bool,
+}
+
 /// One process image's report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
@@ -77,6 +96,8 @@ pub struct Report {
     /// With `PROFDEV_MPROF_DHAT=1`: the run's end and its global peak's
     /// time (t-gmax), in microseconds since the library started.
     pub dhat: Option<(u64, u64)>,
+    /// With whole stacks on: the allocation stacks.
+    pub stacks: Vec<ReportStack>,
 }
 
 impl Report {
@@ -91,6 +112,8 @@ impl Report {
     ///                                                          (MODULE -1: none)
     /// pools MASK                  (the site above's pools when not pool 1 alone: 1, 2, 4 = pools 1, 2, 3;
     ///                              ALLOCS then counts mappings too, LIVE mappings never unmapped)
+    /// stack ALLOCS BYTES LIVE CURRENT MODULE:0xPC...   (whole stacks: the site first; MODULE -1: none)
+    /// stack ALLOCS BYTES LIVE CURRENT overflow         (stacks met when the table was full)
     /// untracked ALLOCS UNKNOWN_FREES TABLE_FAILURES
     /// end
     /// ```
@@ -185,6 +208,37 @@ impl Report {
                         Some(s) if mask > 0 && mask < 8 => s.pools = mask as u8,
                         _ => return Err(bad()),
                     }
+                }
+                "stack" => {
+                    if r.stacks.len() > crate::MAX_STACKS {
+                        return Err(format!("more than {} stacks: refused", crate::MAX_STACKS));
+                    }
+                    let mut f = rest.split(' ');
+                    let mut st = ReportStack {
+                        allocs: num(f.next())?,
+                        bytes: num(f.next())?,
+                        live: num(f.next())?,
+                        current: int(f.next())?,
+                        ..Default::default()
+                    };
+                    for w in f {
+                        if w == "overflow" && st.frames.is_empty() {
+                            st.overflow = true;
+                            continue;
+                        }
+                        let (m, pc) = w.split_once(':').ok_or_else(bad)?;
+                        let m = int(Some(m))?;
+                        let m = match usize::try_from(m) {
+                            Ok(m) if m < r.modules.len() => Some(m),
+                            Err(_) if m == -1 => None,
+                            _ => return Err(bad()),
+                        };
+                        if st.overflow || st.frames.len() >= crate::MAX_DEPTH {
+                            return Err(bad());
+                        }
+                        st.frames.push((m, num(Some(pc))?));
+                    }
+                    r.stacks.push(st);
                 }
                 "untracked" => {
                     let mut f = rest.split(' ');

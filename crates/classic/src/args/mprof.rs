@@ -28,6 +28,12 @@ pub struct Args {
     pub pprof: Option<OsString>,
     /// `--dhat FILE`.
     pub dhat: Option<OsString>,
+    /// `--folded FILE`.
+    pub folded: Option<OsString>,
+    /// `--folded-type inuse`: bytes live at the end (else allocated).
+    pub folded_inuse: bool,
+    /// `--no-stacks`: one site per allocation (`--pprof`'s samples too).
+    pub no_stacks: bool,
     /// `-o FILE`: where the tables go (`-`: standard output).
     pub output: Option<OsString>,
     /// CMD and its arguments.
@@ -40,8 +46,8 @@ pub struct Args {
 pub static SPEC: Spec = Spec {
     name: "mprof",
     synopsis: "mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
-    additions:
-        "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--wrapper symbol]... [-p pid]",
+    additions: "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--folded file] \
+         [--folded-type alloc|inuse] [--no-stacks] [--wrapper symbol]... [-p pid]",
     about: "Run CMD counting every allocation of the malloc family exactly, then show per \
             source line (-l, the default with -M), per function (-f) and per module (-M) \
             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
@@ -102,6 +108,22 @@ pub static SPEC: Spec = Spec {
         )
         .hint(ValueHint::FilePath),
         Opt::long(
+            "folded",
+            "file",
+            "Also write the allocation stacks of CMD's run to FILE as folded lines, \
+             root;...;site BYTES (flame graphs)",
+        )
+        .hint(ValueHint::FilePath),
+        Opt::long(
+            "folded-type",
+            "type",
+            "What --folded's BYTES are: alloc (allocated, the default) or inuse (live at exit)",
+        ),
+        Opt::long_flag(
+            "no-stacks",
+            "Capture no stacks: --pprof gets one frame per site (faster)",
+        ),
+        Opt::long(
             "wrapper",
             "symbol",
             "Treat this function as an allocation wrapper too; repeatable",
@@ -149,6 +171,13 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
             "H" => a.options.header = true,
             "pprof" => a.pprof = v,
             "dhat" => a.dhat = v,
+            "folded" => a.folded = v,
+            "folded-type" => match text().as_str() {
+                "alloc" => a.folded_inuse = false,
+                "inuse" => a.folded_inuse = true,
+                t => return Err(format!("--folded-type is alloc or inuse, not {t:?}")),
+            },
+            "no-stacks" => a.no_stacks = true,
             "wrapper" => {
                 let value = text();
                 if value.is_empty() || value.contains([',', ' ']) {
@@ -168,12 +197,24 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
     if a.exec && a.command.is_empty() && a.pid.is_none() {
         return Err("-e needs a command".into());
     }
-    if (a.pprof.is_some() || a.dhat.is_some()) && a.command.is_empty() {
+    if (a.pprof.is_some() || a.dhat.is_some() || a.folded.is_some()) && a.command.is_empty() {
         return Err(
-            "--pprof and --dhat need a command (the device keeps no allocation counts)".into(),
+            "--pprof, --dhat and --folded need a command (the device keeps no allocation counts)"
+                .into(),
         );
     }
+    if a.folded.is_some() && a.no_stacks {
+        return Err("--folded needs stacks: not with --no-stacks".into());
+    }
     Ok(a)
+}
+
+impl Args {
+    /// Whether the library captures whole stacks: when an output needs
+    /// them (`--folded`, `--pprof`) and not `--no-stacks`.
+    pub fn stacks(&self) -> bool {
+        !self.no_stacks && (self.folded.is_some() || self.pprof.is_some())
+    }
 }
 
 /// The `startmp` message for the pools asked for (all when none is).
@@ -228,6 +269,15 @@ mod tests {
         assert!(parse(&["-p"]).is_err());
         assert!(parse(&["-p", "5", "./cmd"]).is_err());
         assert!(parse(&["-b", "-p", "5"]).is_err());
+        let a = parse(&["--folded", "f", "--folded-type", "inuse", "x"]).unwrap();
+        assert!(a.folded_inuse && a.stacks());
+        assert!(!parse(&["--pprof", "f", "--no-stacks", "x"])
+            .unwrap()
+            .stacks());
+        assert!(!parse(&["x"]).unwrap().stacks());
+        assert!(parse(&["--folded-type", "peak", "x"]).is_err());
+        assert!(parse(&["--folded", "f", "--no-stacks", "x"]).is_err());
+        assert!(parse(&["--folded", "f", "-p", "5"]).is_err());
         let a = parse(&["-H", "-or.txt", "x"]).unwrap();
         assert!(a.options.header);
         assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));

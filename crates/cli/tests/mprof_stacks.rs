@@ -1,0 +1,219 @@
+//! `profdev mprof`'s whole stacks: `--folded`, `--folded-type inuse` and
+//! `--pprof` of a program whose `build()` and `other()` call one
+//! `leaf_alloc()` (tests/data/mprof/stacks.c), at -O0 and -O2 with frame
+//! pointers: the two callers are told apart, with exact bytes, in one
+//! thread or four at once.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn compile(opt: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/stacks.c");
+    let exe = dir.join(format!("stacks{opt}"));
+    let status = Command::new("cc")
+        .args(["-g", opt, "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("cannot run cc");
+    assert!(status.success(), "cc failed on stacks.c");
+    exe
+}
+
+/// mprof with `args`, then CMD; the tables go to standard output.
+fn mprof(args: &[&str], files: &[&Path], cmd: &[&std::ffi::OsStr]) {
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-o", "-"])
+        .args(args)
+        .args(files)
+        .args(cmd)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "mprof failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The folded file's lines.
+fn folded(dir: &Path, exe: &Path, arg: &str, inuse: bool) -> Vec<String> {
+    let file = dir.join("stacks.folded");
+    let kind: &[&str] = if inuse {
+        &["--folded-type", "inuse"]
+    } else {
+        &[]
+    };
+    let mut args = kind.to_vec();
+    args.push("--folded");
+    mprof(&args, &[&file], &[exe.as_os_str(), arg.as_ref()]);
+    let text = std::fs::read_to_string(&file).unwrap();
+    text.lines().map(String::from).collect()
+}
+
+/// The lines ending with `suffix`, the frames above it left out.
+fn ending<'a>(lines: &'a [String], suffix: &str) -> Vec<&'a str> {
+    lines
+        .iter()
+        .filter(|l| {
+            l.ends_with(suffix)
+                && (l.len() == suffix.len() || l[..l.len() - suffix.len()].ends_with(';'))
+        })
+        .map(|l| l.as_str())
+        .collect()
+}
+
+#[test]
+fn folded_tells_the_two_callers_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    for opt in ["-O0", "-O2"] {
+        let exe = compile(opt, dir.path());
+        let lines = folded(dir.path(), &exe, "", false);
+        // Exactly two stacks, whatever is above main.
+        assert_eq!(lines.len(), 2, "{opt}: {lines:?}");
+        assert_eq!(
+            ending(&lines, "main;build;leaf_alloc 409600").len(),
+            1,
+            "{opt}: {lines:?}"
+        );
+        assert_eq!(
+            ending(&lines, "main;other;leaf_alloc 50000").len(),
+            1,
+            "{opt}: {lines:?}"
+        );
+        // Bytes live at exit: other()'s, kept.
+        let lines = folded(dir.path(), &exe, "keep", true);
+        assert_eq!(lines.len(), 1, "{opt}: {lines:?}");
+        assert_eq!(
+            ending(&lines, "main;other;leaf_alloc 50000").len(),
+            1,
+            "{opt}: {lines:?}"
+        );
+        // Everything freed: nothing in use.
+        assert!(folded(dir.path(), &exe, "", true).is_empty());
+    }
+}
+
+/// A process killed by SIGKILL leaves no report: its stacks are read
+/// from its shared table.
+#[test]
+fn stacks_of_a_killed_process_come_from_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("-O2", dir.path());
+    let file = dir.path().join("killed.folded");
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-o", "-", "--folded-type", "inuse", "--folded"])
+        .arg(&file)
+        .arg(&exe)
+        .arg("kill")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(137),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        ending(&lines, "main;other;leaf_alloc 50000").len(),
+        1,
+        "{lines:?}"
+    );
+}
+
+/// Four threads at once: each stack's bytes exactly four times one
+/// thread's (what lies above thread_body may differ between threads: the
+/// lines ending the same are added up).
+#[test]
+fn threads_keep_exact_totals_per_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    for opt in ["-O0", "-O2"] {
+        let exe = compile(opt, dir.path());
+        let lines = folded(dir.path(), &exe, "threads", false);
+        for (suffix, total) in [
+            ("thread_body;build;leaf_alloc", 4 * 409600u64),
+            ("thread_body;other;leaf_alloc", 4 * 50000),
+        ] {
+            let sum: u64 = lines
+                .iter()
+                .filter_map(|l| l.rsplit_once(' '))
+                .filter(|(k, _)| k.ends_with(suffix))
+                .map(|(_, v)| v.parse::<u64>().unwrap())
+                .sum();
+            assert_eq!(sum, total, "{opt} {suffix}: {lines:?}");
+        }
+        assert!(folded(dir.path(), &exe, "threads", true)
+            .iter()
+            .all(|l| !l.contains("leaf_alloc")));
+    }
+}
+
+/// `go tool pprof -traces` of `--pprof` shows both stacks, with their
+/// bytes under `-sample_index=alloc_space`.
+#[test]
+fn pprof_traces_show_both_stacks() {
+    if !profdev_testkit::tools("mprof's pprof stacks", &["go"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("-O2", dir.path());
+    let file = dir.path().join("heap.pb");
+    mprof(&["--pprof"], &[&file], &[exe.as_os_str()]);
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-traces", "-sample_index=alloc_space"])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Each trace: its value and its frames, the site first.
+    let traces: Vec<Vec<&str>> = out
+        .split("-----------+")
+        .map(|t| {
+            t.lines()
+                .skip(1)
+                .map(|l| l.split_whitespace().last().unwrap_or(""))
+                .collect()
+        })
+        .collect();
+    let values: Vec<&str> = out
+        .split("-----------+")
+        .map(|t| {
+            t.lines()
+                .nth(1)
+                .and_then(|l| l.split_whitespace().next())
+                .unwrap_or("")
+        })
+        .collect();
+    for (caller, value) in [("build", "400kB"), ("other", "48.83kB")] {
+        let i = traces
+            .iter()
+            .position(|t| t.starts_with(&["leaf_alloc", caller, "main"]))
+            .unwrap_or_else(|| panic!("no trace through {caller}: {out}"));
+        assert_eq!(values[i], value, "{out}");
+    }
+    // --no-stacks: today's one frame per site.
+    mprof(&["--no-stacks", "--pprof"], &[&file], &[exe.as_os_str()]);
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-traces"])
+        .arg(&file)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("leaf_alloc") && !out.contains("build"),
+        "{out}"
+    );
+}

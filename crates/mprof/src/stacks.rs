@@ -1,0 +1,95 @@
+//! Whole allocation stacks merged across processes ([`merge_stacks`]).
+
+use crate::Report;
+use std::collections::BTreeMap;
+
+/// A stack of the merged profile: the same frames (module file and
+/// link-time return address) in several processes, added up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stack {
+    /// Its frames, the site first then its callers: the module's path
+    /// (empty when in none) and the return address, link-time within
+    /// the module (as the process saw it when in none).
+    pub frames: Vec<(String, u64)>,
+    /// Stacks met when a process's stack table was full (no frames).
+    pub overflow: bool,
+    /// Blocks allocated.
+    pub allocs: u64,
+    /// Bytes allocated.
+    pub bytes: u64,
+    /// Blocks not freed at the end.
+    pub live: u64,
+    /// Bytes not freed at the end.
+    pub current: u64,
+}
+
+/// The reports' stacks merged by their frames, in the frames' order.
+pub fn merge_stacks(reports: &[Report]) -> Vec<Stack> {
+    let mut out: BTreeMap<(bool, Vec<(String, u64)>), Stack> = BTreeMap::new();
+    for r in reports {
+        for s in &r.stacks {
+            let frames: Vec<(String, u64)> = s
+                .frames
+                .iter()
+                .map(|&(m, pc)| match m.and_then(|m| r.modules.get(m)) {
+                    Some(m) => (m.path.clone(), pc.wrapping_sub(m.bias)),
+                    None => (String::new(), pc),
+                })
+                .collect();
+            let e = out
+                .entry((s.overflow, frames.clone()))
+                .or_insert_with(|| Stack {
+                    frames,
+                    overflow: s.overflow,
+                    ..Default::default()
+                });
+            e.allocs += s.allocs;
+            e.bytes += s.bytes;
+            e.live += s.live;
+            e.current += s.current.max(0) as u64;
+        }
+    }
+    out.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_parse_and_merge_by_link_time_frames() {
+        let a = "profdev-mprof 1\npid 7\nmodule 0 0x1000 1 2 0 0 /bin/x\n\
+                 site 0x1139 0 0 100 1 100 0\n\
+                 stack 1 100 0 0 0:0x1139 0:0x1200 -1:0x77\n\
+                 stack 2 30 1 10 overflow\nuntracked 0 0 0\nend\n";
+        let r = Report::parse(a).unwrap();
+        assert_eq!(
+            r.stacks[0].frames,
+            [(Some(0), 0x1139), (Some(0), 0x1200), (None, 0x77)]
+        );
+        assert!(r.stacks[1].overflow && r.stacks[1].frames.is_empty());
+        let b = a.replace("0x1000", "0x5000").replace("0:0x1", "0:0x5");
+        let m = merge_stacks(&[r, Report::parse(&b).unwrap()]);
+        assert_eq!(m.len(), 2);
+        let s = m.iter().find(|s| !s.overflow).unwrap();
+        assert_eq!(
+            s.frames,
+            [
+                ("/bin/x".into(), 0x139),
+                ("/bin/x".into(), 0x200),
+                (String::new(), 0x77)
+            ]
+        );
+        assert_eq!((s.allocs, s.bytes, s.live, s.current), (2, 200, 0, 0));
+        let o = m.iter().find(|s| s.overflow).unwrap();
+        assert_eq!((o.allocs, o.bytes, o.live, o.current), (4, 60, 2, 20));
+        for bad in [
+            "stack 1 1 0 0 5:0x10",
+            "stack 1 1 0 0 0x10",
+            "stack 1 1 0 0 0:0x1 overflow",
+        ] {
+            let t = a.replace("stack 2 30 1 10 overflow", bad);
+            assert!(Report::parse(&t).is_err(), "{bad}");
+        }
+    }
+}
