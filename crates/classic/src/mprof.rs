@@ -419,6 +419,48 @@ pub struct Extras {
     pub pprof: bool,
     /// `--dhat`: DHAT's sites.
     pub dhat: bool,
+    /// `--sample-bytes N`: the counts are estimates; a line after the
+    /// tables says so, with their error.
+    pub sample_bytes: Option<u64>,
+}
+
+/// The environment of CMD's run for the library (beside the session's):
+/// the pools counted (startmp's digits), whole stacks, sampling.
+pub fn library_env(args: &Args, startmp: &str) -> Vec<(&'static str, String)> {
+    let mut env = vec![(
+        profdev_mprof::POOLS_ENV,
+        startmp.trim_start_matches("startmp").to_string(),
+    )];
+    if args.stacks() {
+        env.push((profdev_mprof::STACKS_ENV, "1".into()));
+    }
+    if let Some(n) = args.sample_bytes {
+        env.push((profdev_mprof::sample::SAMPLE_BYTES_ENV, n.to_string()));
+    }
+    env
+}
+
+/// The line after the tables of a sampled run: the counts are estimates,
+/// and the error of one (profdev_mprof::sample's bound), with the total
+/// of bytes allocated in `modules` and its error.
+pub fn sampling_note(modules: &[Module], n: u64) -> String {
+    let bytes: u64 = modules
+        .iter()
+        .flat_map(|m| m.sites.values())
+        .map(|s| s.bytes)
+        .sum();
+    let allocs: u64 = modules
+        .iter()
+        .flat_map(|m| m.sites.values())
+        .map(|s| s.allocs)
+        .sum();
+    let se = profdev_mprof::sample::std_error(bytes, n);
+    format!(
+        "mprof: estimates from sampling every {n} bytes on average (each sampled allocation \
+         of s bytes stands for s/(1-e^(-s/{n})) bytes); the standard error of an estimate of \
+         B bytes is at most sqrt({n}*B) (variance: the sum of w(w-s) over its samples, each \
+         w-s at most {n}); allocated in all: {bytes} bytes +- {se:.0}, {allocs} blocks\n"
+    )
 }
 
 /// mprof's output for a set of modules.
@@ -501,6 +543,9 @@ pub fn output(
         }
     }
     out.tables = format(&reports, options);
+    if let Some(n) = extras.sample_bytes {
+        out.tables.push_str(&sampling_note(modules, n));
+    }
     if extras.leaks {
         let mut text = String::new();
         if !out.tables.ends_with("\n\n") {

@@ -328,14 +328,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     ) {
         cmd.env(k, v);
     }
-    // The pools the library counts: startmp's digits.
-    cmd.env(
-        profdev_mprof::POOLS_ENV,
-        startmp.trim_start_matches("startmp"),
-    );
-    if args.stacks() {
-        cmd.env(profdev_mprof::STACKS_ENV, "1");
-    }
+    cmd.envs(mprof::library_env(args, &startmp));
     job.prepare(&mut cmd);
     let child = cmd
         .spawn()
@@ -471,6 +464,7 @@ fn show(
         leaks: args.leaks,
         pprof: args.pprof.is_some(),
         dhat: args.dhat.is_some(),
+        sample_bytes: args.sample_bytes,
     };
     let o = mprof::output(modules, &args.options, extras, &args.modules, &mut |n| {
         eprintln!("{n}")

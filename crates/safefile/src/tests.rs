@@ -375,7 +375,9 @@ fn a_character_device_is_written_in_place_never_replaced() {
     f.commit().unwrap();
     let md = std::fs::symlink_metadata("/dev/null").unwrap();
     assert!(md.file_type().is_char_device(), "{md:?}");
-    assert!(!entries(Path::new("/dev")).iter().any(|e| e.starts_with(".null.")));
+    assert!(!entries(Path::new("/dev"))
+        .iter()
+        .any(|e| e.starts_with(".null.")));
 }
 
 /// A FIFO gets the bytes through itself, and stays a FIFO; a socket (or
@@ -386,7 +388,14 @@ fn a_fifo_is_written_through_and_a_socket_refused() {
     use std::os::unix::fs::FileTypeExt;
     let d = tempfile::tempdir().unwrap();
     let fifo = d.path().join("pipe");
-    rfs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_bits_truncate(0o600), 0).unwrap();
+    rfs::mknodat(
+        CWD,
+        &fifo,
+        FileType::Fifo,
+        Mode::from_bits_truncate(0o600),
+        0,
+    )
+    .unwrap();
     let reader = {
         let fifo = fifo.clone();
         std::thread::spawn(move || {
@@ -397,7 +406,10 @@ fn a_fifo_is_written_through_and_a_socket_refused() {
     };
     write_file(&fifo, b"through the pipe", 0o644).unwrap();
     assert_eq!(reader.join().unwrap(), b"through the pipe");
-    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
     assert_eq!(entries(d.path()), ["pipe"]);
 
     let sock = d.path().join("sock");
@@ -411,5 +423,8 @@ fn a_fifo_is_written_through_and_a_socket_refused() {
         )
     );
     let e = write_file(d.path(), b"x", 0o644).unwrap_err().to_string();
-    assert!(e.contains("does not name a file") || e.contains("is a directory"), "{e}");
+    assert!(
+        e.contains("does not name a file") || e.contains("is a directory"),
+        "{e}"
+    );
 }
