@@ -69,6 +69,31 @@ pub fn own_allocator(obj: &ElfObject) -> Option<String> {
     None
 }
 
+/// After the run: the reports merged, with a warning through `note` for
+/// allocations not charged to a site and for a module replaced while CMD
+/// ran, and [`check_counted`] when the program carries its own allocator.
+pub fn merge_checked(
+    reports: &[Report],
+    program: &Path,
+    own_allocator: Option<&str>,
+    note: &mut dyn FnMut(String),
+) -> Result<Vec<Module>> {
+    let untracked: u64 = reports.iter().map(|r| r.untracked + r.table_failures).sum();
+    if untracked > 0 {
+        note(format!(
+            "mprof: warning: {untracked} allocations could not be charged to a site"
+        ));
+    }
+    let merged = merge(reports);
+    if let Some(own) = own_allocator {
+        check_counted(program, own, &merged, note)?;
+    }
+    for warning in replaced(&merged) {
+        note(warning);
+    }
+    Ok(merged)
+}
+
 /// After the run: a program carrying its own allocator of which nothing
 /// was counted in the malloc family (pool 1) is out of reach, said in a
 /// sentence instead of an empty profile; one that was counted too (its
