@@ -783,6 +783,7 @@ mod tests {
             leaks: true,
             pprof: true,
             dhat: true,
+            sample_bytes: None,
         };
         let out = output(
             &[module("/no/such/libx.so")],
