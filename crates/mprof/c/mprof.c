@@ -1939,6 +1939,8 @@ static void after_fork_child(void)
     }
     nleaves = 0;
     memset(rcache, 0, sizeof rcache); /* site indices of the parent's table */
+    if (sample_n) /* no sampled block is in the child's books */
+        memset((void *)sample_filter, 0, sizeof sample_filter);
     char *old = (char *)live;
     int n = nmodules;
     char *fresh = new_area();
