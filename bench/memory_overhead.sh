@@ -10,7 +10,8 @@
 #                              mprof@base, interleaved with the rest
 #   MEMORY_BENCH_VARIANTS="native mprof"   only these variants
 #                              (mprof-stacks: mprof capturing whole
-#                              stacks, as --folded asks)
+#                              stacks, as --folded asks; mprof-sample:
+#                              mprof --sample-bytes 524288)
 #
 # Workloads:
 #   micro   bench/alloc_micro.c (cc -O2): two threads, each 10,000,000
@@ -47,7 +48,7 @@ print("elapsed %.3f" % (time.monotonic() - t0), file=sys.stderr)
 print(len(d))
 P
 
-variants=(native mprof mprof-stacks)
+variants=(native mprof mprof-stacks mprof-sample)
 command -v heaptrack >/dev/null && variants+=(heaptrack) || echo "bench: heaptrack not found: skipped" >&2
 command -v valgrind >/dev/null && variants+=(massif dhat) || echo "bench: valgrind not found: skipped" >&2
 base=${MEMORY_BENCH_BASE:-}
@@ -62,6 +63,7 @@ run() { # variant, command...
     native) "$@" ;;
     mprof) "$profdev" mprof -l "$@" ;;
     mprof-stacks) "$profdev" mprof -l --folded "$work/folded" "$@" ;;
+    mprof-sample) "$profdev" mprof -l --sample-bytes 524288 "$@" ;;
     mprof@base) "$base/profdev" mprof -l "$@" ;;
     heaptrack) heaptrack -o "$work/ht" "$@" ;;
     massif) valgrind -q --tool=massif --massif-out-file="$work/massif.out" "$@" ;;

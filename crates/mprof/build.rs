@@ -6,7 +6,7 @@ fn main() {
     profdev_cbuild::SharedObject {
         file: "libprofdev_mprof.so",
         sources: &["c/mprof.c", "c/attach.c"],
-        libs: &["-lgcc_s", "-ldl", "-lpthread"],
+        libs: &["-lgcc_s", "-ldl", "-lpthread", "-lm"],
         what: "mprof's library",
         sources_named: "crates/mprof/c/mprof.c and attach.c",
     }

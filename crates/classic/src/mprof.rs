@@ -69,6 +69,31 @@ pub fn own_allocator(obj: &ElfObject) -> Option<String> {
     None
 }
 
+/// After the run: the reports merged, with a warning through `note` for
+/// allocations not charged to a site and for a module replaced while CMD
+/// ran, and [`check_counted`] when the program carries its own allocator.
+pub fn merge_checked(
+    reports: &[Report],
+    program: &Path,
+    own_allocator: Option<&str>,
+    note: &mut dyn FnMut(String),
+) -> Result<Vec<Module>> {
+    let untracked: u64 = reports.iter().map(|r| r.untracked + r.table_failures).sum();
+    if untracked > 0 {
+        note(format!(
+            "mprof: warning: {untracked} allocations could not be charged to a site"
+        ));
+    }
+    let merged = merge(reports);
+    if let Some(own) = own_allocator {
+        check_counted(program, own, &merged, note)?;
+    }
+    for warning in replaced(&merged) {
+        note(warning);
+    }
+    Ok(merged)
+}
+
 /// After the run: a program carrying its own allocator of which nothing
 /// was counted in the malloc family (pool 1) is out of reach, said in a
 /// sentence instead of an empty profile; one that was counted too (its
@@ -419,6 +444,48 @@ pub struct Extras {
     pub pprof: bool,
     /// `--dhat`: DHAT's sites.
     pub dhat: bool,
+    /// `--sample-bytes N`: the counts are estimates; a line after the
+    /// tables says so, with their error.
+    pub sample_bytes: Option<u64>,
+}
+
+/// The environment of CMD's run for the library (beside the session's):
+/// the pools counted (startmp's digits), whole stacks, sampling.
+pub fn library_env(args: &Args, startmp: &str) -> Vec<(&'static str, String)> {
+    let mut env = vec![(
+        profdev_mprof::POOLS_ENV,
+        startmp.trim_start_matches("startmp").to_string(),
+    )];
+    if args.stacks() {
+        env.push((profdev_mprof::STACKS_ENV, "1".into()));
+    }
+    if let Some(n) = args.sample_bytes {
+        env.push((profdev_mprof::sample::SAMPLE_BYTES_ENV, n.to_string()));
+    }
+    env
+}
+
+/// The line after the tables of a sampled run: the counts are estimates,
+/// and the error of one (profdev_mprof::sample's bound), with the total
+/// of bytes allocated in `modules` and its error.
+pub fn sampling_note(modules: &[Module], n: u64) -> String {
+    let bytes: u64 = modules
+        .iter()
+        .flat_map(|m| m.sites.values())
+        .map(|s| s.bytes)
+        .sum();
+    let allocs: u64 = modules
+        .iter()
+        .flat_map(|m| m.sites.values())
+        .map(|s| s.allocs)
+        .sum();
+    let se = profdev_mprof::sample::std_error(bytes, n);
+    format!(
+        "mprof: estimates from sampling every {n} bytes on average (each sampled allocation \
+         of s bytes stands for s/(1-e^(-s/{n})) bytes); the standard error of an estimate of \
+         B bytes is at most sqrt({n}*B) (variance: the sum of w(w-s) over its samples, each \
+         w-s at most {n}); allocated in all: {bytes} bytes +- {se:.0}, {allocs} blocks\n"
+    )
 }
 
 /// mprof's output for a set of modules.
@@ -501,6 +568,9 @@ pub fn output(
         }
     }
     out.tables = format(&reports, options);
+    if let Some(n) = extras.sample_bytes {
+        out.tables.push_str(&sampling_note(modules, n));
+    }
     if extras.leaks {
         let mut text = String::new();
         if !out.tables.ends_with("\n\n") {
@@ -713,6 +783,7 @@ mod tests {
             leaks: true,
             pprof: true,
             dhat: true,
+            sample_bytes: None,
         };
         let out = output(
             &[module("/no/such/libx.so")],

@@ -4,7 +4,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--wrapper SYMBOL]... [CMD [ARGS]]
 //! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID
 //! ```
 //!
@@ -43,6 +43,7 @@
 //! | `--folded FILE` | also write the allocation stacks as folded lines, `root;…;caller;function BYTES` (bytes allocated per stack) for flame graphs |
 //! | `--folded-type inuse` | `--folded`'s BYTES are those live at exit (`alloc`, the default: allocated) |
 //! | `--no-stacks` | capture no stacks (`--pprof` then has one frame per site): the cost of stacks saved |
+//! | `--sample-bytes N` | sample allocations every N bytes on average (1 to 2^40) and show estimates (see Sampling); not with `-p` or `--dhat` |
 //!
 //! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
 //! prof device holds, its histograms read in the memory-mode layout.
@@ -80,6 +81,16 @@
 //! keeps them). Stacks merge per unique stack (16,384 at most per process,
 //! the rest as one `[mprof: stack table full]` stack). The tables are
 //! unchanged. Cost: `bench/README.md`.
+//!
+//! **Sampling.** With `--sample-bytes N`, each thread counts down bytes
+//! drawn from an exponential distribution of mean N (a Poisson process);
+//! the allocation that crosses zero is sampled (one of s bytes with
+//! probability p = 1−e^(−s/N)) and stands for s/p bytes and 1/p blocks
+//! (Go's unbiased weights); its free credits the same back. The others
+//! cost a countdown and are not in the books. Every count shown (tables,
+//! `--pprof`, `--folded`) is then an estimate, and a line after the tables
+//! says so: an estimate of B bytes has a standard error of at most
+//! √(N·B) (its variance is Σ w(w−s) over its samples, each w−s ≤ N).
 //!
 //! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
 //! above; pool 2 is anonymous memory the program itself maps or takes
@@ -198,7 +209,7 @@
 //!   with CMD's output; their bytes are Inferno's. The usage line is
 //!   Inferno's byte for byte, followed by a second line listing profdev's
 //!   additions (`-1`, `-2`, `-3`, `-H`, `-o`, `--leaks`, `--pprof`, `--dhat`,
-//!   `--folded`, `--folded-type`, `--no-stacks`, `--wrapper`, `-p`); a bad command line exits with status 2, and with
+//!   `--folded`, `--folded-type`, `--no-stacks`, `--sample-bytes`, `--wrapper`, `-p`); a bad command line exits with status 2, and with
 //!   CMD the status is CMD's when CMD failed (`mprof -- /bin/true` exits 0).
 //! * A row's high water is the sum of the high waters of the sites
 //!   (instructions) charged to it, as Inferno's library sums a line's
@@ -247,6 +258,11 @@
 //!   whose cache line then moves between CPUs on every call (see
 //!   `bench/memory_overhead.sh` for the measured slowdown). A process with
 //!   a single thread takes no lock.
+//! * `--sample-bytes`: pools 2 and 3 stay exact; high waters are those of
+//!   the weighted sums (noisy, and biased upward); block counts are kept
+//!   in 1/256ths, bytes rounded per sample; not with `-p` (attaching with
+//!   sampling is not built yet) nor `--dhat`; a thread's first countdown
+//!   is seeded from the clock (`PROFDEV_MPROF_SAMPLE_SEED` fixes it).
 //! * The accounting's own memory: an 8-byte entry per 16 bytes of heap
 //!   where blocks are (a page map touched only there: about half the size
 //!   of a heap of small blocks, a page per large block), 192 bytes per
@@ -266,7 +282,7 @@ use anyhow::{Context as _, Result};
 use profdev_classic::args::mprof::{parse, startmp_message, Args, SPEC};
 use profdev_classic::mprof;
 use profdev_formats::dhat::DhatRun;
-use profdev_mprof::{merge, merge_stacks, Module, Session, Stack};
+use profdev_mprof::{merge_stacks, Module, Session, Stack};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
@@ -328,14 +344,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     ) {
         cmd.env(k, v);
     }
-    // The pools the library counts: startmp's digits.
-    cmd.env(
-        profdev_mprof::POOLS_ENV,
-        startmp.trim_start_matches("startmp"),
-    );
-    if args.stacks() {
-        cmd.env(profdev_mprof::STACKS_ENV, "1");
-    }
+    cmd.envs(mprof::library_env(args, &startmp));
     job.prepare(&mut cmd);
     let child = cmd
         .spawn()
@@ -393,17 +402,8 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
         }
         return Err(mprof::nothing_counted(&cmd, status, !errors.is_empty()));
     }
-    let untracked: u64 = reports.iter().map(|r| r.untracked + r.table_failures).sum();
-    if untracked > 0 {
-        eprintln!("mprof: warning: {untracked} allocations could not be charged to a site");
-    }
-    let merged = merge(&reports);
-    if let Some(own) = &own_allocator {
-        mprof::check_counted(program, own, &merged, &mut |n| eprintln!("{n}"))?;
-    }
-    for warning in mprof::replaced(&merged) {
-        eprintln!("{warning}");
-    }
+    let own = own_allocator.as_deref();
+    let merged = mprof::merge_checked(&reports, program, own, &mut |n| eprintln!("{n}"))?;
     let modules = mprof::through_device(&dev, &merged, args.options.zeros)?;
     if let Some(line) = mprof::nothing_allocated(&modules, &args.modules) {
         // Counted, and nothing allocated: CMD's status, not 1.
@@ -471,6 +471,7 @@ fn show(
         leaks: args.leaks,
         pprof: args.pprof.is_some(),
         dhat: args.dhat.is_some(),
+        sample_bytes: args.sample_bytes,
     };
     let o = mprof::output(modules, &args.options, extras, &args.modules, &mut |n| {
         eprintln!("{n}")

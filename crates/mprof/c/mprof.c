@@ -78,6 +78,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <math.h>
 #include <unwind.h>
 
 #include "sigsafe_out.h"
@@ -275,6 +276,8 @@ struct live_header {
     uint64_t stacks_off, frames_off;
     uint32_t nstacks, nframes, stack_size, frame_size;
     _Atomic uint32_t h_nstacks, h_nframes;
+    /* Sampling: objects are counted in units of 1/2^obj_shift (0: exact). */
+    uint32_t obj_shift;
 };
 _Static_assert(sizeof(struct live_header) <= 4096, "the header is one page");
 _Static_assert(offsetof(struct counters, cur) == 0 && offsetof(struct counters, hw) == 8 &&
@@ -467,41 +470,44 @@ static inline struct module *module_of_site(struct site *s)
  * put back (a failed realloc's). born: DHAT's birth time. */
 /* A stack's counters, under its site's module lock (the overflow entry,
  * shared by all modules, by atomics). raise: an allocation. */
-static inline void stack_add(uint32_t stk, int64_t size, int raise)
+static inline void stack_add(uint32_t stk, int64_t size, int raise, uint64_t k)
 {
     struct stack *st = &stacks[stk];
     if (UNLIKELY(!stk)) {
         if (raise) {
-            atomic_fetch_add_explicit((_Atomic uint64_t *)&st->nalloc, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit((_Atomic uint64_t *)&st->nalloc, k, memory_order_relaxed);
             atomic_fetch_add_explicit((_Atomic uint64_t *)&st->bytes, size, memory_order_relaxed);
         }
-        atomic_fetch_add_explicit((_Atomic uint64_t *)&st->nlive, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit((_Atomic uint64_t *)&st->nlive, k, memory_order_relaxed);
         atomic_fetch_add_explicit((_Atomic int64_t *)&st->cur, size, memory_order_relaxed);
         return;
     }
     if (raise) {
-        st->nalloc++;
+        st->nalloc += k;
         st->bytes += size;
     }
-    st->nlive++;
+    st->nlive += k;
     st->cur += size;
 }
 
-static inline void stack_sub(uint32_t stk, int64_t size)
+static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k)
 {
     struct stack *st = &stacks[stk];
     if (UNLIKELY(!stk)) {
-        atomic_fetch_sub_explicit((_Atomic uint64_t *)&st->nlive, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit((_Atomic uint64_t *)&st->nlive, k, memory_order_relaxed);
         atomic_fetch_sub_explicit((_Atomic int64_t *)&st->cur, size, memory_order_relaxed);
         return;
     }
-    st->nlive--;
+    st->nlive -= k;
     st->cur -= size;
 }
 
-/* stk: the block's stack (with stacks on and pool 1; else NO_STACK). */
+/* stk: the block's stack (with stacks on and pool 1; else NO_STACK).
+ * k: the objects it counts for (1, or a sampled block's weight in
+ * 1/2^obj_shift units, see "sampling"). */
 #define NO_STACK UINT32_MAX
-static inline void charge(struct site *s, int64_t size, int raise, uint64_t born, uint32_t stk)
+static inline void charge(struct site *s, int64_t size, int raise, uint64_t born, uint32_t stk,
+                          uint64_t k)
 {
     struct module *m = module_of_site(s);
     atomic_flag *l = dhat ? &global_lock : &m->lock;
@@ -520,9 +526,9 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
     }
     s->c->cur += size;
     m->cur += size;
-    s->c->nlive++;
+    s->c->nlive += k;
     if (raise) {
-        s->c->nalloc++;
+        s->c->nalloc += k;
         s->c->bytes += size;
         if (s->c->cur > s->c->hw)
             s->c->hw = s->c->cur;
@@ -530,12 +536,13 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
             m->hw = m->cur;
     }
     if (stk != NO_STACK)
-        stack_add(stk, size, raise);
+        stack_add(stk, size, raise, k);
     unspin(l);
 }
 
 /* Never below 0, though each free matches an allocation. */
-static inline void discharge(struct site *s, int64_t size, uint64_t born, int whole, uint32_t stk)
+static inline void discharge(struct site *s, int64_t size, uint64_t born, int whole, uint32_t stk,
+                             uint64_t k)
 {
     struct module *m = module_of_site(s);
     atomic_flag *l = dhat ? &global_lock : &m->lock;
@@ -551,11 +558,11 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
         }
     }
     if (whole)
-        s->c->nlive--;
+        s->c->nlive -= k;
     s->c->cur = s->c->cur > size ? s->c->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
     if (stk != NO_STACK)
-        stack_sub(stk, size);
+        stack_sub(stk, size, k);
     unspin(l);
 }
 
@@ -901,6 +908,113 @@ static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, u
     return 1;
 }
 
+/* ---- sampling ---------------------------------------------------------
+ *
+ * PROFDEV_MPROF_SAMPLE_BYTES=N (mprof --sample-bytes N): pool 1's
+ * allocations are sampled by bytes, as a Poisson process of mean N: each
+ * thread counts down a number of bytes drawn from an exponential
+ * distribution of mean N (a per-thread xorshift64 generator, seeded from
+ * PROFDEV_MPROF_SAMPLE_SEED and the thread's order, else the clock and
+ * the thread's TLS address: no malloc, no lock); the allocation that
+ * takes the countdown to 0 or below is sampled, and a fresh countdown
+ * starts after it (the process is memoryless). An allocation of s bytes
+ * is thus sampled with probability p = 1 - e^(-s/N), and a sampled one
+ * is charged s/p bytes (rounded to the byte) and 1/p objects (in fixed
+ * point: units of 1/2^OBJ_SHIFT, the report divides), Go's unbiased
+ * weights; its free credits back the same, recomputed from its size.
+ * Unsampled blocks are not in the block table: a free is first checked
+ * against a counting filter of sampled addresses (sample_filter: one
+ * byte per hash, stuck once it reaches 255), and only a possible sampled
+ * block is looked up. crates/mprof/src/sample.rs is this algorithm in
+ * Rust, which its tests drive on a seeded synthetic stream. */
+#define OBJ_SHIFT 8
+static uint64_t sample_n;
+static double sample_nd;
+static uint64_t sample_seed;
+static _Atomic uint64_t sample_threads;
+static __thread int64_t sample_left __attribute__((tls_model("initial-exec")));
+static __thread uint64_t sample_rng __attribute__((tls_model("initial-exec")));
+#define FILTER_BITS 16
+static _Atomic uint8_t sample_filter[1u << FILTER_BITS];
+
+static inline uint32_t filter_slot(const void *p)
+{
+    return (uint32_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> (64 - FILTER_BITS));
+}
+
+static inline int filter_maybe(const void *p)
+{
+    return atomic_load_explicit(&sample_filter[filter_slot(p)], memory_order_relaxed) != 0;
+}
+
+/* up: a sampled block entered (else left). A slot at 255 stays there. */
+static void filter_move(const void *p, int up)
+{
+    _Atomic uint8_t *f = &sample_filter[filter_slot(p)];
+    uint8_t v = atomic_load_explicit(f, memory_order_relaxed);
+    while (v != 255 && (up || v) &&
+           !atomic_compare_exchange_weak_explicit(f, &v, up ? v + 1 : v - 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+static inline uint64_t xorshift(uint64_t *x)
+{
+    uint64_t v = *x;
+    v ^= v << 13;
+    v ^= v >> 7;
+    v ^= v << 17;
+    return *x = v;
+}
+
+/* A countdown: exponential of mean N, at least 1 byte. */
+static int64_t sample_draw(void)
+{
+    double u = ((double)(xorshift(&sample_rng) >> 11) + 0.5) * 0x1p-53; /* in (0, 1) */
+    double v = -log(u) * sample_nd;
+    return v < 1 ? 1 : v > 0x1p62 ? (int64_t)1 << 62 : (int64_t)v + 1;
+}
+
+static __attribute__((noinline)) int sample_cross(uint64_t n)
+{
+    if (UNLIKELY(!sample_rng)) { /* this thread's first allocation */
+        uint64_t i = atomic_fetch_add_explicit(&sample_threads, 1, memory_order_relaxed);
+        uint64_t x = sample_seed ? sample_seed + i * 0x9E3779B97F4A7C15ull
+                                 : (now_us() + t0) ^ (uintptr_t)&sample_rng ^ i << 32;
+        for (int r = 0; r < 4; r++)
+            x = hash(x + r);
+        sample_rng = x ? x : 1;
+        sample_left = sample_draw() - (int64_t)n;
+        if (sample_left > 0)
+            return 0;
+    }
+    sample_left = sample_draw();
+    return 1;
+}
+
+/* 1 if an allocation of n bytes is sampled (the countdown crosses 0). */
+static inline int sample_hit(uint64_t n)
+{
+    if (LIKELY(n < SIZE_LIMIT) && LIKELY((sample_left -= (int64_t)n) > 0))
+        return 0;
+    return sample_cross(n);
+}
+
+/* What a block of s bytes is charged: bytes, and objects in 1/2^obj_shift
+ * units (exact mode: s and 1). */
+static inline void weigh(uint64_t s, int64_t *w, uint64_t *k)
+{
+    *w = (int64_t)s;
+    *k = 1;
+    if (!sample_n)
+        return;
+    double p = -expm1(-(double)s / sample_nd);
+    if (p < 0x1p-60)
+        p = 0x1p-60;
+    *w = (int64_t)((double)s / p + 0.5);
+    *k = (uint64_t)((double)(1u << OBJ_SHIFT) / p + 0.5);
+}
+
 /* ---- accounting ------------------------------------------------------- */
 
 static void init(void);
@@ -1097,7 +1211,8 @@ static inline uint32_t stack_of(const uintptr_t *pcs, int n, uint32_t si, int cr
     return create ? 0 : NO_STACK;
 }
 
-static void account_alloc(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
+/* A block the sampler (if on) took: into the table and the books. */
+static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
 {
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
     uint32_t si = site_for(ra, &fp);
@@ -1115,19 +1230,40 @@ static void account_alloc(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
     uint64_t born = dhat ? now_us() : 0;
     if (!table_insert((uintptr_t)p, size, si, born, stk))
         return;
-    charge(&sites[si], size, 1, born, stk);
+    if (sample_n)
+        filter_move(p, 1);
+    int64_t w;
+    uint64_t k;
+    weigh(size, &w, &k);
+    charge(&sites[si], w, 1, born, stk, k);
     if (UNLIKELY(!(atomic_load_explicit(&sites[si].pools, memory_order_relaxed) & POOL1)))
         atomic_fetch_or_explicit(&sites[si].pools, POOL1, memory_order_relaxed);
 }
 
-/* Take p out of the books; 1 (and its size, site, stack) if it was in them. */
+static void account_alloc(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
+{
+    if (sample_n && !sample_hit(size))
+        return;
+    account_block(p, size, ra, fp);
+}
+
+/* Take p out of the books; 1 (and its size, site, stack) if it was in them.
+ * Sampling: a block not sampled is no unknown free. */
 static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t, uint32_t *stk)
 {
+    if (sample_n && !filter_maybe(p))
+        return 0;
     if (!table_remove((uintptr_t)p, size, si, t, stk)) {
-        atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
+        if (!sample_n)
+            atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return 0;
     }
-    discharge(&sites[*si], *size, *t, 1, stacks_on ? *stk : NO_STACK);
+    if (sample_n)
+        filter_move(p, 0);
+    int64_t w;
+    uint64_t k;
+    weigh(*size, &w, &k);
+    discharge(&sites[*si], w, *t, 1, stacks_on ? *stk : NO_STACK, k);
     return 1;
 }
 
@@ -1137,8 +1273,14 @@ static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t, uin
 {
     if (dhat) /* its lifetime so far was counted at the failed realloc */
         t = now_us();
-    if (table_insert((uintptr_t)p, size, si, t, stk))
-        charge(&sites[si], size, 0, t, stacks_on ? stk : NO_STACK);
+    if (!table_insert((uintptr_t)p, size, si, t, stk))
+        return;
+    if (sample_n)
+        filter_move(p, 1);
+    int64_t w;
+    uint64_t k;
+    weigh(size, &w, &k);
+    charge(&sites[si], w, 0, t, stacks_on ? stk : NO_STACK, k);
 }
 
 #define ENTER()                                                                                    \
@@ -1194,7 +1336,7 @@ static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra, uintptr_t fp, ui
     if (v > m->hw)
         m->hw = v;
     if (stacks_on)
-        stack_add(stk, n, 1);
+        stack_add(stk, n, 1, 1);
     if (mt)
         unspin(&m->lock);
     return 1;
@@ -1217,7 +1359,7 @@ static inline void fast_free(void *p)
     m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
     s->c->nlive--;
     if (stacks_on)
-        stack_sub(stk, size);
+        stack_sub(stk, size, 1);
     if (mt)
         unspin(&m->lock);
 }
@@ -1227,6 +1369,14 @@ EXPORT void *malloc(size_t n)
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     if (LIKELY(fast) && LIKELY(!busy)) {
         void *p = __libc_malloc(n);
+        if (sample_n) { /* only the countdown, unless it crosses 0 */
+            if (UNLIKELY(!p) || LIKELY(!sample_hit(n)))
+                return p;
+            busy = 1;
+            account_block(p, n, ra, CALLER_FP());
+            busy = 0;
+            return p;
+        }
         if (UNLIKELY(!p) ||
             LIKELY(fast_alloc(p, n, ra, CALLER_FP(), (uintptr_t)__builtin_frame_address(0))))
             return p;
@@ -1250,7 +1400,15 @@ EXPORT void free(void *p)
     if (!p)
         return;
     if (LIKELY(fast) && LIKELY(!busy)) {
-        fast_free(p);
+        if (!sample_n)
+            fast_free(p);
+        else if (UNLIKELY(filter_maybe(p))) {
+            uint64_t size, t;
+            uint32_t si, stk;
+            busy = 1;
+            account_free(p, &size, &si, &t, &stk);
+            busy = 0;
+        }
         __libc_free(p);
         return;
     }
@@ -1410,7 +1568,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
         uintptr_t a = r->lo > lo ? r->lo : lo, b = r->hi < hi ? r->hi : hi;
         int left = r->lo < lo, right = r->hi > hi;
         struct site *s = &sites[r->site];
-        discharge(s, b - a, r->born, !left && !right, NO_STACK);
+        discharge(s, b - a, r->born, !left && !right, NO_STACK, 1);
         if (left && right) {
             if (nregions < regcap) { /* split: the right part is a region of its own */
                 regions[nregions] = *r;
@@ -1418,7 +1576,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
                 nregions++;
                 split_piece(s, r->born);
             } else { /* no room: credit the right part too */
-                discharge(s, r->hi - hi, r->born, 0, NO_STACK);
+                discharge(s, r->hi - hi, r->born, 0, NO_STACK, 1);
             }
             r->hi = lo;
             i++;
@@ -1457,7 +1615,7 @@ static void region_add(uintptr_t lo, uintptr_t hi, uintptr_t ra, uint32_t pool)
         return;
     }
     uint64_t born = dhat ? now_us() : 0;
-    charge(&sites[si], hi - lo, 1, born, NO_STACK);
+    charge(&sites[si], hi - lo, 1, born, NO_STACK, 1);
     atomic_fetch_or_explicit(&sites[si].pools, pool, memory_order_relaxed);
     regions[nregions++] = (struct region){lo, hi, si, pool, born};
 }
@@ -1702,6 +1860,7 @@ static char *new_area(void)
         return 0;
     struct live_header *h = (struct live_header *)a;
     h->header_size = sizeof *h;
+    h->obj_shift = sample_n ? OBJ_SHIFT : 0;
     h->pid = getpid();
     h->total_size = AREA_SIZE;
     h->modules_off = MODULES_OFF;
@@ -1780,6 +1939,8 @@ static void after_fork_child(void)
     }
     nleaves = 0;
     memset(rcache, 0, sizeof rcache); /* site indices of the parent's table */
+    if (sample_n) /* no sampled block is in the child's books */
+        memset((void *)sample_filter, 0, sizeof sample_filter);
     char *old = (char *)live;
     int n = nmodules;
     char *fresh = new_area();
@@ -1844,8 +2005,18 @@ static void init(void)
             if (*pl >= '1' && *pl <= '3')
                 pools |= 1 << (*pl - '1');
     }
+    /* PROFDEV_MPROF_SAMPLE_BYTES=N: sampling (see "sampling"); not with DHAT. */
+    const char *sb = getenv("PROFDEV_MPROF_SAMPLE_BYTES");
+    const char *ss = getenv("PROFDEV_MPROF_SAMPLE_SEED");
+    sample_n = sample_seed = 0;
+    for (const char *q = sb; q && *q >= '0' && *q <= '9' && sample_n < (1ull << 40); q++)
+        sample_n = sample_n * 10 + (*q - '0');
+    for (const char *q = ss; q && *q >= '0' && *q <= '9'; q++)
+        sample_seed = sample_seed * 10 + (*q - '0');
+    sample_nd = (double)sample_n;
+    live->obj_shift = sample_n ? OBJ_SHIFT : 0;
     const char *dh = getenv("PROFDEV_MPROF_DHAT");
-    dhat = dh && dh[0] == '1';
+    dhat = dh && dh[0] == '1' && !sample_n;
     if (dhat) {
         t0 = 0;
         t0 = now_us();
@@ -1899,6 +2070,12 @@ static void put_u(struct sigsafe_out *o, uint64_t v, int base)
     if (base == 16)
         sigsafe_puts(o, "0x");
     sigsafe_putu(o, v, base);
+}
+
+/* A count of objects, in units of 1/2^obj_shift when sampling. */
+static void put_k(struct sigsafe_out *o, uint64_t v)
+{
+    put_u(o, sample_n ? (v + (1u << (OBJ_SHIFT - 1))) >> OBJ_SHIFT : v, 10);
 }
 
 static void put_i(struct sigsafe_out *o, int64_t v)
@@ -1972,11 +2149,11 @@ static void report(int final)
         put(&o, " ");
         put_i(&o, s->c->hw);
         put(&o, " ");
-        put_u(&o, s->c->nalloc, 10);
+        put_k(&o, s->c->nalloc);
         put(&o, " ");
         put_u(&o, s->c->bytes, 10);
         put(&o, " ");
-        put_u(&o, s->c->nlive, 10);
+        put_k(&o, s->c->nlive);
         if (dhat) {
             /* Lifetimes of blocks still live count up to the end. */
             put(&o, " ");
@@ -2000,11 +2177,11 @@ static void report(int final)
         if (!page_known(st) || !st->nalloc || (j && !st->ready))
             continue;
         put(&o, "stack ");
-        put_u(&o, st->nalloc, 10);
+        put_k(&o, st->nalloc);
         put(&o, " ");
         put_u(&o, st->bytes, 10);
         put(&o, " ");
-        put_u(&o, st->nlive, 10);
+        put_k(&o, st->nlive);
         put(&o, " ");
         put_i(&o, st->cur);
         if (!j)

@@ -116,6 +116,7 @@
 mod merge;
 mod read;
 mod report;
+pub mod sample;
 mod session;
 mod stacks;
 

@@ -343,6 +343,9 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
         });
     }
     let io = |e: std::io::Error| format!("cannot read it: {e}");
+    // Sampling: objects in units of 1/2^shift (c/mprof.c's "sampling").
+    let shift = if header_size >= 212 { u32_at(208) } else { 0 };
+    let objs = |v: u64| crate::sample::objects(v, shift);
     let le64 = |b: &[u8], o: u64| {
         let o = o as usize;
         u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
@@ -401,6 +404,7 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
         };
         let (current, high_water) = (le64(counters, 0) as i64, le64(counters, 8) as i64);
         let (allocs, bytes, live) = (le64(counters, 16), le64(counters, 24), le64(counters, 32));
+        let (allocs, live) = (objs(allocs), objs(live));
         if allocs == 0 {
             continue;
         }
@@ -422,7 +426,7 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
         });
     }
     if header_size >= 208 {
-        read += read_live_stacks(&f, &head, total, &mut report).map_err(io)?;
+        read += read_live_stacks(&f, &head, total, shift, &mut report).map_err(io)?;
     }
     Ok(Live {
         state,
@@ -439,6 +443,7 @@ fn read_live_stacks(
     f: &std::fs::File,
     head: &[u8],
     total: u64,
+    shift: u32,
     report: &mut Report,
 ) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
@@ -493,9 +498,9 @@ fn read_live_stacks(
                 .collect()
         };
         report.stacks.push(crate::ReportStack {
-            allocs,
+            allocs: crate::sample::objects(allocs, shift),
             bytes,
-            live,
+            live: crate::sample::objects(live, shift),
             current: current as i64,
             frames,
             overflow,

@@ -40,6 +40,8 @@ pub struct Args {
     pub command: Vec<OsString>,
     /// `-p PID`: attach to a running process instead of running CMD.
     pub pid: Option<u32>,
+    /// `--sample-bytes N`: sample allocations every N bytes on average.
+    pub sample_bytes: Option<u64>,
 }
 
 /// mprof's command line: its options, operands and help.
@@ -47,7 +49,8 @@ pub static SPEC: Spec = Spec {
     name: "mprof",
     synopsis: "mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
     additions: "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--folded file] \
-         [--folded-type alloc|inuse] [--no-stacks] [--wrapper symbol]... [-p pid]",
+         [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--wrapper symbol]... \
+         [-p pid]",
     about: "Run CMD counting every allocation of the malloc family exactly, then show per \
             source line (-l, the default with -M), per function (-f) and per module (-M) \
             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
@@ -124,6 +127,11 @@ pub static SPEC: Spec = Spec {
             "Capture no stacks: --pprof gets one frame per site (faster)",
         ),
         Opt::long(
+            "sample-bytes",
+            "n",
+            "Sample allocations every N bytes on average and show estimates (cheaper)",
+        ),
+        Opt::long(
             "wrapper",
             "symbol",
             "Treat this function as an allocation wrapper too; repeatable",
@@ -178,6 +186,15 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
                 t => return Err(format!("--folded-type is alloc or inuse, not {t:?}")),
             },
             "no-stacks" => a.no_stacks = true,
+            "sample-bytes" => match text().parse::<u64>() {
+                Ok(n) if (1..=1 << 40).contains(&n) => a.sample_bytes = Some(n),
+                _ => {
+                    return Err(format!(
+                        "--sample-bytes is 1 to 2^40 bytes, not {:?}",
+                        text()
+                    ))
+                }
+            },
             "wrapper" => {
                 let value = text();
                 if value.is_empty() || value.contains([',', ' ']) {
@@ -202,6 +219,11 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
             "--pprof, --dhat and --folded need a command (the device keeps no allocation counts)"
                 .into(),
         );
+    }
+    if a.sample_bytes.is_some() && (a.command.is_empty() || a.dhat.is_some()) {
+        return Err("--sample-bytes needs a command, and not --dhat \
+                    (attaching with -p samples nothing yet; DHAT's lifetimes are exact only)"
+            .into());
     }
     if a.folded.is_some() && a.no_stacks {
         return Err("--folded needs stacks: not with --no-stacks".into());
@@ -278,6 +300,15 @@ mod tests {
         assert!(parse(&["--folded-type", "peak", "x"]).is_err());
         assert!(parse(&["--folded", "f", "--no-stacks", "x"]).is_err());
         assert!(parse(&["--folded", "f", "-p", "5"]).is_err());
+        assert_eq!(
+            parse(&["--sample-bytes", "524288", "x"])
+                .unwrap()
+                .sample_bytes,
+            Some(524288)
+        );
+        assert!(parse(&["--sample-bytes", "0", "x"]).is_err());
+        assert!(parse(&["--sample-bytes", "512", "-p", "5"]).is_err());
+        assert!(parse(&["--sample-bytes", "512", "--dhat", "d", "x"]).is_err());
         let a = parse(&["-H", "-or.txt", "x"]).unwrap();
         assert!(a.options.header);
         assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));
