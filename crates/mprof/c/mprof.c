@@ -706,8 +706,18 @@ static int in_wrapper_ranges(uintptr_t pc)
     return 0;
 }
 
+/* glibc 2.35's lock-free lookup of the object holding an address (weak:
+ * absent on an older glibc, where dladdr1 serves). dladdr1 also finds
+ * the nearest symbol, a linear walk of the object's symbol table: a new
+ * site in bash cost about 20 us, most of mprof's start-up in a shell. */
+extern int _dl_find_object(void *, struct dl_find_object *) __attribute__((weak));
+
 static const struct link_map *link_map_of(uintptr_t pc)
 {
+    if (_dl_find_object) {
+        struct dl_find_object fo;
+        return _dl_find_object((void *)pc, &fo) == 0 ? fo.dlfo_link_map : 0;
+    }
     Dl_info info;
     struct link_map *lm = 0;
     if (!dladdr1((void *)pc, &info, (void **)&lm, RTLD_DL_LINKMAP))

@@ -15,20 +15,24 @@ pub struct Session {
 }
 
 impl Session {
-    /// A fresh private directory (0700, a unique name under `$TMPDIR` or
-    /// /tmp, locked while the session lives) holding the library (written
+    /// A fresh private directory (0700, a unique name under [`base_dir`],
+    /// locked while the session lives) holding the library (written
     /// through profdev-safefile: `O_EXCL|O_NOFOLLOW`, then renamed) and an
     /// empty `out/` for reports. Directories earlier sessions of this user
     /// left behind are removed first ([`sweep`]).
     pub fn new() -> std::io::Result<Session> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let base = base_dir();
         let dir = tempfile::Builder::new()
             .prefix(LAUNCH_PREFIX)
             .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir()?;
+            .tempdir_in(&base)?;
         let held = hold(dir.path())?;
         let uid = std::fs::symlink_metadata(dir.path())?.uid();
-        sweep(&std::env::temp_dir(), uid);
+        sweep(&base, uid);
+        if base != std::env::temp_dir() {
+            sweep(&std::env::temp_dir(), uid);
+        }
         profdev_safefile::write_file(dir.path().join("libprofdev_mprof.so"), LIBRARY, 0o500)
             .map_err(profdev_safefile::Error::into_os_error)?;
         profdev_safefile::create_dir(dir.path().join("out"), 0o700)
@@ -91,6 +95,62 @@ impl Session {
     pub fn reports(&self) -> (Vec<Report>, Vec<String>) {
         read_reports(&self.reports_dir())
     }
+}
+
+/// Where `mprof CMD`'s private directory goes: `$TMPDIR` when it is set;
+/// else the first memory-backed (tmpfs) directory that can hold an
+/// executable library: `$XDG_RUNTIME_DIR` (when it is this user's, mode
+/// 0700), then /dev/shm; else /tmp. Every process of the command creates
+/// a table file there, writes its report and removes the file: on a
+/// disk filesystem (ext4 mounted with `discard`, as here) the inode
+/// churn cost about 30 ms a process, most of mprof's fixed cost on a
+/// command that runs a chain of shell scripts.
+pub fn base_dir() -> PathBuf {
+    choose_base(
+        std::env::var_os("TMPDIR"),
+        std::env::var_os("XDG_RUNTIME_DIR"),
+        Path::new("/dev/shm"),
+        rustix::process::getuid().as_raw(),
+    )
+}
+
+/// [`base_dir`] given `$TMPDIR`, `$XDG_RUNTIME_DIR`, the shared memory
+/// directory and the user.
+fn choose_base(
+    tmpdir: Option<OsString>,
+    runtime: Option<OsString>,
+    shm: &Path,
+    uid: u32,
+) -> PathBuf {
+    if let Some(t) = tmpdir.filter(|t| !t.is_empty()) {
+        return PathBuf::from(t);
+    }
+    let runtime = runtime
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && owned_private(d, uid));
+    runtime
+        .into_iter()
+        .chain([shm.to_path_buf()])
+        .find(|d| memory_backed_exec(d))
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// Is `dir` a directory (not a link) of `uid`'s that no one else may
+/// enter or write?
+fn owned_private(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
+}
+
+/// Is `dir` on a tmpfs that allows executable mappings (not `noexec`)?
+fn memory_backed_exec(dir: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let tmpfs = rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == TMPFS_MAGIC);
+    tmpfs
+        && rustix::fs::statvfs(dir)
+            .is_ok_and(|s| !s.f_flag.contains(rustix::fs::StatVfsMountFlags::NOEXEC))
+        && std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
 }
 
 /// The name prefix of `mprof CMD`'s private directories.
@@ -216,4 +276,61 @@ fn mapped_dirs() -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn is_tmpfs(d: &Path) -> bool {
+        rustix::fs::statfs(d).is_ok_and(|s| s.f_type as i64 == 0x0102_1994)
+    }
+
+    #[test]
+    fn an_explicit_tmpdir_is_kept() {
+        let uid = rustix::process::getuid().as_raw();
+        let got = choose_base(Some("/var/tmp".into()), None, Path::new("/dev/shm"), uid);
+        assert_eq!(got, Path::new("/var/tmp"));
+    }
+
+    #[test]
+    fn a_disk_directory_is_not_taken_for_memory() {
+        let uid = rustix::process::getuid().as_raw();
+        let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        if is_tmpfs(disk.path()) {
+            eprintln!("skipped: the source tree is on a tmpfs here");
+            return;
+        }
+        // Neither a runtime directory on disk nor a "shared memory" one
+        // on disk: /tmp.
+        let got = choose_base(None, Some(disk.path().into()), disk.path(), uid);
+        assert_eq!(got, Path::new("/tmp"));
+    }
+
+    #[test]
+    fn a_runtime_directory_must_be_the_users_own_and_private() {
+        let uid = rustix::process::getuid().as_raw();
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(owned_private(d.path(), uid));
+        assert!(!owned_private(d.path(), uid + 1), "another user's");
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!owned_private(d.path(), uid), "open to others");
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(d.path(), &link).unwrap();
+        assert!(!owned_private(&link, uid), "a symbolic link");
+    }
+
+    #[test]
+    fn shared_memory_is_used_when_it_is_a_tmpfs() {
+        let shm = Path::new("/dev/shm");
+        if !is_tmpfs(shm) {
+            eprintln!("skipped: /dev/shm is not a tmpfs here");
+            return;
+        }
+        let uid = rustix::process::getuid().as_raw();
+        let got = choose_base(None, None, shm, uid);
+        assert_eq!(got, shm);
+    }
 }

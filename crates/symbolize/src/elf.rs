@@ -26,7 +26,7 @@ pub use file::{parse, ElfBytes};
 pub use layout::ElfLayout;
 use plt::plt_symbols;
 
-type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+type Reader = gimli::EndianReader<gimli::RunTimeEndian, dwarf::Section>;
 
 /// Why an object could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +151,7 @@ pub struct ElfObject {
     is_dyn: bool,
     /// The file's bytes (mapped), kept to build the DWARF context lazily:
     /// symbol lookups never pay for it.
-    bytes: Bytes,
+    bytes: std::sync::Arc<Bytes>,
     has_dwarf: bool,
     /// Behind a lock: addr2line's context fills its caches lazily and is
     /// not `Sync`, and an object is shared between threads.
@@ -258,7 +258,7 @@ impl ElfObject {
             text,
             entry,
             is_dyn,
-            bytes: data,
+            bytes: std::sync::Arc::new(data),
             has_dwarf,
             dwarf: std::sync::OnceLock::new(),
             eh_symbols: std::sync::OnceLock::new(),
@@ -300,8 +300,8 @@ impl ElfObject {
     fn dwarf(&self) -> Option<std::sync::MutexGuard<'_, addr2line::Context<Reader>>> {
         self.dwarf
             .get_or_init(|| {
-                let file = parse(&*self.bytes, &self.path).ok()?;
-                load_dwarf(&file).map(std::sync::Mutex::new)
+                let file = parse(&**self.bytes, &self.path).ok()?;
+                load_dwarf(&file, &self.bytes).map(std::sync::Mutex::new)
             })
             .as_ref()
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
@@ -319,7 +319,7 @@ impl ElfObject {
     /// all their code.
     pub fn eh_frame_symbols(&self) -> &[FnSym] {
         self.eh_symbols.get_or_init(|| {
-            let Ok(file) = parse(&*self.bytes, &self.path) else {
+            let Ok(file) = parse(&**self.bytes, &self.path) else {
                 return Vec::new();
             };
             let table = |a: u64| lookup(&self.symbols, a).is_some();
