@@ -143,10 +143,16 @@ fn owned_private(dir: &Path, uid: u32) -> bool {
         .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
 }
 
+/// Is a filesystem type (`statfs`'s `f_type`, whose integer type varies
+/// between architectures) tmpfs's?
+#[allow(clippy::unnecessary_cast)] // an i64 on x86_64 only
+fn is_tmpfs_magic(f_type: rustix::fs::FsWord) -> bool {
+    f_type as i64 == 0x0102_1994
+}
+
 /// Is `dir` on a tmpfs that allows executable mappings (not `noexec`)?
 fn memory_backed_exec(dir: &Path) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    let tmpfs = rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == TMPFS_MAGIC);
+    let tmpfs = rustix::fs::statfs(dir).is_ok_and(|s| is_tmpfs_magic(s.f_type));
     tmpfs
         && rustix::fs::statvfs(dir)
             .is_ok_and(|s| !s.f_flag.contains(rustix::fs::StatVfsMountFlags::NOEXEC))
@@ -284,7 +290,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn is_tmpfs(d: &Path) -> bool {
-        rustix::fs::statfs(d).is_ok_and(|s| s.f_type as i64 == 0x0102_1994)
+        rustix::fs::statfs(d).is_ok_and(|s| is_tmpfs_magic(s.f_type))
     }
 
     #[test]
