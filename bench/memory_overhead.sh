@@ -22,6 +22,15 @@
 #   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
 #           entries (most of its small objects come from pymalloc's
 #           arenas; its large and medium blocks from malloc).
+#   start   /usr/bin/python3 -c pass: next to nothing but start-up, so the
+#           whole command's time over the native one is each tool's
+#           fixed cost (start, load, report), shown in its own table.
+#   chain   a shell script running 20 short processes (as a pyenv shim or
+#           a build's wrapper scripts do): the fixed cost per process.
+#   MEMORY_BENCH_OPS=N         malloc/free pairs per thread of micro (one
+#                              thread does 2N in micro1); default 10000000
+#                              (0.2 s natively here; 200000000 makes each
+#                              native run take over 2 s)
 # Each variant is timed twice: the program's own work (the time it
 # reports itself, "elapsed SECONDS" on stderr: alloc_micro from main's
 # start to its threads' end, dict.py its loop; under each tool, without
@@ -46,6 +55,12 @@ for i in range(1000000):
     d[str(i)] = [i]
 print("elapsed %.3f" % (time.monotonic() - t0), file=sys.stderr)
 print(len(d))
+P
+
+ops=${MEMORY_BENCH_OPS:-10000000}
+cat >"$work/chain.sh" <<'P'
+i=0
+while [ $i -lt 20 ]; do /usr/bin/env true; i=$((i + 1)); done
 P
 
 variants=(native mprof mprof-stacks mprof-sample)
@@ -74,11 +89,14 @@ run() { # variant, command...
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 declare -A secs prog rss
-for w in micro micro1 python; do
+workloads=(micro micro1 python start chain)
+for w in "${workloads[@]}"; do
   case $w in
-    micro) cmd=("$work/micro" 10000000) ;;
-    micro1) cmd=("$work/micro" 20000000 1) ;;
+    micro) cmd=("$work/micro" "$ops") ;;
+    micro1) cmd=("$work/micro" $((2 * ops)) 1) ;;
     python) cmd=("$python" "$work/dict.py") ;;
+    start) cmd=("$python" -c pass) ;;
+    chain) cmd=(/bin/sh "$work/chain.sh") ;;
   esac
   for r in $(seq "$rounds"); do
     for v in "${variants[@]}"; do
@@ -104,6 +122,19 @@ for w in micro micro1 python; do
     printf '| %s | %s | %.2f | %.2fx | %.2f | %.2fx | %.1f |\n' "$w" "$v" "$p" "$(echo "$p / $pbase" | bc -l)" \
       "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$m / 1024" | bc -l)"
   done
+done
+printf '\n| fixed cost: whole command s over native (median of %s) | start: python3 -c pass | chain: per process of 20 |\n|---|---|---|\n' "$rounds"
+for v in "${variants[@]}"; do
+  [ "$v" = native ] && continue
+  row="| $v"
+  for w in start chain; do
+    n=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
+    t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
+    d=$(echo "$t - $n" | bc -l)
+    [ $w = chain ] && d=$(echo "$d / 20" | bc -l)
+    row+=$(printf ' | %.3f' "$d")
+  done
+  echo "$row |"
 done
 echo
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
