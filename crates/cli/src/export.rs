@@ -1,12 +1,12 @@
 //! `profdev export FORMAT [-i FILE] [-o OUT]`: a recording (`profdev
 //! record`'s `profdev.data`, or a `.partial` a crash left) in the format
-//! another tool opens.
+//! another tool opens; an allocation profile as an allocation flame graph.
 //!
 //! # Synopsis
 //!
 //! ```text
 //! profdev export folded|svg|pprof|firefox|perf-script|gmon|kpdata|proc-profile|otlp
-//!                [-i FILE | --since DURATION [--store DIR]] [-o OUT [--open]] [--type cpu|off-cpu|wall]
+//!                [-i FILE | --since DURATION [--store DIR]] [-o OUT [--open]] [--type cpu|off-cpu|wall|alloc|inuse]
 //!                [--inverted] [--title T] [--pid PID] [--comm COMM] [--format gnu|bsd] [--shift N] [--log-bucket N]
 //! profdev export svg --diff BASE NEW [-o OUT [--open]] [--type cpu|off-cpu|wall] [--inverted] [--title T]
 //! ```
@@ -21,6 +21,13 @@
 //!
 //! `--since DURATION [--store DIR]` reads the agent's store as `profdev
 //! report --since` does.
+//!
+//! **Allocation profiles.** A FILE that is a pprof heap profile (`profdev
+//! mprof --pprof FILE`'s, raw or gzipped, or Go's) exports as `svg`, an
+//! allocation flame graph whose widths and titles are bytes, or `folded`,
+//! bytes per stack: `--type alloc` (the default) bytes allocated, `--type
+//! inuse` bytes still live at the end; other formats and types are
+//! refused in one sentence (`go tool pprof` reads the file itself).
 //!
 //! `--type` chooses the samples: `cpu` (the default) the sampling clock's,
 //! each counted once, exactly as before off-CPU recording existed;
@@ -100,6 +107,7 @@
 //! profdev export: wrote prog.svg (flame graph: 212 frames, 4013 samples; in a web browser, click to zoom, Ctrl-F to search)
 //! profdev export pprof -o prog.pb.gz && go tool pprof -top prog.pb.gz
 //! profdev export svg --since 1h -o last-hour.svg
+//! profdev mprof --pprof heap.pb ./prog && profdev export svg -i heap.pb -o heap.svg
 //! ```
 //!
 //! # Bugs
@@ -187,9 +195,9 @@ pub(crate) struct Args {
     /// svg: NEW's flame graph coloured by the change from BASE (red slower, blue faster, grey not significant).
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["input", "since"])]
     diff: Vec<PathBuf>,
-    /// Which samples: cpu (the sampling clock's), off-cpu (time off the CPU), wall (both); the latter two weigh time.
-    #[arg(long = "type", value_name = "TYPE", default_value = "cpu", value_parser = types())]
-    ty: SampleType,
+    /// Which samples: cpu (the sampling clock's), off-cpu (time off the CPU), wall (both); the latter two weigh time. Of an allocation profile: alloc (bytes allocated) or inuse (bytes live at the end).
+    #[arg(long = "type", value_name = "TYPE", default_value = "cpu", value_parser = ["cpu", "off-cpu", "wall", "alloc", "inuse"])]
+    ty: String,
     /// gmon: the samples of this process.
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
@@ -332,20 +340,16 @@ fn run(args: &Args) -> Result<ExitCode> {
     }
     let format = args.format.to_possible_value();
     let format = format.as_ref().map_or("", |v| v.get_name());
-    profdev_formats::export::check_type(format, args.ty)?;
-    let rec = match args.diff.get(1) {
-        Some(new) => read_view(new, NAME, "exporting", args.ty)?,
-        None => args.since.read(&args.input, NAME, "exporting", args.ty)?,
-    };
-    let (contents, binary, kernel_addrs, what) = match args.format {
-        Format::PerfScript => (
-            Contents::Script(perf_script::Script::new(&rec)),
-            false,
-            rec.has_kernel_frames(),
-            Written::Other,
-        ),
-        _ => {
-            let m = bytes(args, format, &rec)?;
+    let rec;
+    let (contents, binary, kernel_addrs, what) = match heap(args, format)? {
+        Some(m) => (Contents::Bytes(m.bytes), m.binary, m.kernel_addrs, m.what),
+        None if args.format == Format::PerfScript => {
+            rec = recording(args, format)?;
+            let (script, k) = (perf_script::Script::new(&rec), rec.has_kernel_frames());
+            (Contents::Script(script), false, k, Written::Other)
+        }
+        None => {
+            let m = bytes(args, format, &recording(args, format)?)?;
             (Contents::Bytes(m.bytes), m.binary, m.kernel_addrs, m.what)
         }
     };
@@ -366,6 +370,47 @@ fn run(args: &Args) -> Result<ExitCode> {
         eprintln!("{NAME}: {}", open(out, display, env("PATH").as_deref()));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The recording to export (NEW of `--diff`, FILE, or the store's window), viewed as `--type`.
+fn recording(args: &Args, format: &str) -> Result<Recording> {
+    let ty = args.sample_type()?;
+    profdev_formats::export::check_type(format, ty)?;
+    match args.diff.get(1) {
+        Some(new) => read_view(new, NAME, "exporting", ty),
+        None => args.since.read(&args.input, NAME, "exporting", ty),
+    }
+}
+
+impl Args {
+    /// `--type` of a recording.
+    fn sample_type(&self) -> Result<SampleType> {
+        let why = "is for an allocation profile ('profdev mprof --pprof FILE' writes one), not a recording";
+        SampleType::parse(&self.ty).ok_or_else(|| anyhow!("--type {} {why}", self.ty))
+    }
+}
+
+/// FILE's export when it is an allocation profile (a pprof heap profile)
+/// rather than a recording.
+fn heap(args: &Args, format: &str) -> Result<Option<request::Made>> {
+    use profdev_formats::export::heap;
+    use profdev_symbolize::open::{open_bounded, Follow};
+    if !args.diff.is_empty() || args.since.since.is_some() {
+        return Ok(None);
+    }
+    let (file, _) = open_bounded(&args.input, u64::MAX, Follow::Yes).map_err(|e| anyhow!("{e}"))?;
+    let what = |e| anyhow!("{}: {e}", args.input.display());
+    let Some(stacks) = heap::read(file).map_err(what)? else {
+        return Ok(None);
+    };
+    let (space, title) = (heap::Space::of_type(&args.ty)?, args.title.clone());
+    Ok(Some(heap::make(
+        &stacks,
+        format,
+        space,
+        title,
+        args.inverted,
+    )?))
 }
 
 /// Hand `file` to the desktop's viewer (xdg-open, found on `path`) when
@@ -456,7 +501,7 @@ fn judge(frames: &[svg::PathCounts]) -> Vec<svg::Shift> {
 /// by `profdev_formats::export::request`.
 fn bytes(args: &Args, format: &str, rec: &Recording) -> Result<request::Made> {
     let base = match &args.diff[..] {
-        [base, _] => Some(read_view(base, NAME, "comparing", args.ty)?),
+        [base, _] => Some(read_view(base, NAME, "comparing", args.sample_type()?)?),
         _ => None,
     };
     let req = request::Request {

@@ -25,9 +25,8 @@
 //! profdev gmon: totals: 3204 samples, 998 Hz (asked 1000), 0 lost, 0 throttled, 3190 stacks unwound, 14 unwind failures (no_stack 0, truncated 14, unresolved 0)
 //! ```
 
-use profdev_dev::health::{Health, HealthSnapshot, UnwindFailure};
+use profdev_dev::health::{Health, HealthSnapshot};
 use profdev_sample::cputime::CpuTime;
-use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -82,7 +81,7 @@ impl Progress {
             std::thread::spawn(move || {
                 while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(PERIOD) {
                     set_cpu(&health, cpu.as_deref());
-                    let line = live_line(name, started.elapsed(), &health.snapshot());
+                    let line = health.snapshot().live_line(name, started.elapsed());
                     eprint!("\r\x1b[K{line}");
                 }
                 eprint!("\r\x1b[K");
@@ -111,7 +110,7 @@ impl Progress {
             None => set_cpu(&self.health, self.cpu.as_deref()),
         }
         let totals = self.health.snapshot();
-        eprintln!("{}", totals_line(self.name, &totals));
+        eprintln!("{}", totals.totals_line(self.name));
         let _ = std::io::stderr().flush();
         totals
     }
@@ -136,48 +135,6 @@ fn set_cpu(health: &Health, cpu: Option<&CpuClock>) {
     if let Some(t) = cpu.and_then(|read| read()) {
         health.set_cpu_time(t.user, t.system);
     }
-}
-
-/// The live line.
-fn live_line(name: &str, elapsed: Duration, h: &HealthSnapshot) -> String {
-    let mut s = format!(
-        "{name}: {:.1}s, {} Hz, {} samples, {} lost",
-        elapsed.as_secs_f64(),
-        h.rate_achieved,
-        h.samples,
-        h.lost
-    );
-    if h.throttled > 0 {
-        let _ = write!(s, ", {} throttled", h.throttled);
-    }
-    if h.unwind_ok + h.unwind_failures() > 0 {
-        let _ = write!(s, ", {} unwind failures", h.unwind_failures());
-    }
-    s
-}
-
-/// The totals line: `NAME: totals: N samples, R Hz (asked A), L lost, T
-/// throttled`, and the unwinding when stacks were walked.
-pub fn totals_line(name: &str, h: &HealthSnapshot) -> String {
-    let mut s = format!(
-        "{name}: totals: {} samples, {} Hz (asked {}), {} lost, {} throttled",
-        h.samples, h.rate_achieved, h.rate_asked, h.lost, h.throttled
-    );
-    if h.unwind_ok + h.unwind_failures() > 0 {
-        let reasons: Vec<String> = UnwindFailure::ALL
-            .iter()
-            .zip(h.unwind_failed)
-            .map(|(why, n)| format!("{} {n}", why.key()))
-            .collect();
-        let _ = write!(
-            s,
-            ", {} stacks unwound, {} unwind failures ({})",
-            h.unwind_ok,
-            h.unwind_failures(),
-            reasons.join(", ")
-        );
-    }
-    s
 }
 
 pub use profdev_classic::cmdline::parse_mmap_pages;
@@ -226,17 +183,19 @@ mod tests {
             },
         ]);
         let s = h.snapshot();
-        let live = live_line("profdev sample", Duration::from_millis(1500), &s);
+        let live = s.live_line("profdev sample", Duration::from_millis(1500));
         assert!(live.starts_with("profdev sample: 1.5s, "), "{live}");
         assert!(live.ends_with(" Hz, 1 samples, 4 lost"), "{live}");
-        let t = totals_line("profdev sample", &s);
+        let t = s.totals_line("profdev sample");
         assert!(t.contains(": totals: 1 samples, "), "{t}");
         assert!(t.contains("(asked 500), 4 lost, 0 throttled"), "{t}");
         assert!(!t.contains("unwind"), "{t}");
         h.set_unwind(7, [0, 2, 0]);
         let s = h.snapshot();
-        assert!(live_line("x", Duration::ZERO, &s).ends_with(", 2 unwind failures"));
-        assert!(totals_line("x", &s).ends_with(
+        assert!(s
+            .live_line("x", Duration::ZERO)
+            .ends_with(", 2 unwind failures"));
+        assert!(s.totals_line("x").ends_with(
             ", 7 stacks unwound, 2 unwind failures (no_stack 0, truncated 2, unresolved 0)"
         ));
     }

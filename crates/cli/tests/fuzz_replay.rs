@@ -17,6 +17,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("ctl", profdev_dev::fuzzing::ctl),
     ("elf", profdev_symbolize::fuzzing::elf),
     ("gmon", profdev_formats::fuzzing::gmon),
+    ("heap_profile", profdev_formats::fuzzing::heap_profile),
     ("jit", profdev_symbolize::fuzzing::jit),
     ("kallsyms", profdev_symbolize::fuzzing::kallsyms),
     ("kpdata", profdev_formats::fuzzing::kpdata),
@@ -137,6 +138,11 @@ fn perf_ring() {
 #[test]
 fn prflog() {
     replay("prflog", profdev_formats::fuzzing::prflog);
+}
+
+#[test]
+fn heap_profile() {
+    replay("heap_profile", profdev_formats::fuzzing::heap_profile);
 }
 
 #[test]

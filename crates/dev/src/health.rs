@@ -56,6 +56,7 @@
 
 use crate::kit::lock;
 use profdev_core::{Record, SessionConfig, Target};
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -417,6 +418,52 @@ pub struct HealthSnapshot {
 }
 
 impl HealthSnapshot {
+    /// The live line of a private run's progress (`profdev sample`,
+    /// `gmon`, `prof` on a terminal): `NAME: 3.2s, 998 Hz, N samples, L lost`,
+    /// throttling and unwind failures when there were any.
+    pub fn live_line(&self, name: &str, elapsed: Duration) -> String {
+        let h = self;
+        let mut s = format!(
+            "{name}: {:.1}s, {} Hz, {} samples, {} lost",
+            elapsed.as_secs_f64(),
+            h.rate_achieved,
+            h.samples,
+            h.lost
+        );
+        if h.throttled > 0 {
+            let _ = write!(s, ", {} throttled", h.throttled);
+        }
+        if h.unwind_ok + h.unwind_failures() > 0 {
+            let _ = write!(s, ", {} unwind failures", h.unwind_failures());
+        }
+        s
+    }
+
+    /// The totals line: `NAME: totals: N samples, R Hz (asked A), L lost, T
+    /// throttled`, and the unwinding when stacks were walked.
+    pub fn totals_line(&self, name: &str) -> String {
+        let h = self;
+        let mut s = format!(
+            "{name}: totals: {} samples, {} Hz (asked {}), {} lost, {} throttled",
+            h.samples, h.rate_achieved, h.rate_asked, h.lost, h.throttled
+        );
+        if h.unwind_ok + h.unwind_failures() > 0 {
+            let reasons: Vec<String> = UnwindFailure::ALL
+                .iter()
+                .zip(h.unwind_failed)
+                .map(|(why, n)| format!("{} {n}", why.key()))
+                .collect();
+            let _ = write!(
+                s,
+                ", {} stacks unwound, {} unwind failures ({})",
+                h.unwind_ok,
+                h.unwind_failures(),
+                reasons.join(", ")
+            );
+        }
+        s
+    }
+
     /// Every unwind failure, whatever the reason.
     pub fn unwind_failures(&self) -> u64 {
         self.unwind_failed.iter().sum()

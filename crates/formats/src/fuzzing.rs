@@ -149,3 +149,27 @@ pub fn recording(data: &[u8]) {
         assert!(before.torn.is_none());
     }
 }
+
+/// `fuzz_targets/heap_profile.rs`: a file given to `profdev export -i`
+/// that is no recording, read as an allocation profile (raw or gzipped
+/// profile.proto). Whatever reads draws: the flame graph's bytes are the
+/// stacks' (each stack's bytes counted once, saturating), and the folded
+/// lines add up to no more.
+#[cfg(feature = "export")]
+pub fn heap_profile(data: &[u8]) {
+    use crate::export::heap::{self, Space};
+    let Ok(Some(stacks)) = heap::read(data) else {
+        return;
+    };
+    let want = stacks
+        .iter()
+        .fold(0u64, |a, s| a.saturating_add(s.alloc_space))
+        .min(heap::MAX_BYTES);
+    let m = heap::make(&stacks, "svg", Space::Alloc, None, false).expect("svg");
+    let crate::export::Written::Alloc { bytes, .. } = m.what else {
+        panic!("an allocation graph says what it drew");
+    };
+    assert_eq!(bytes, want, "the graph's bytes are the stacks'");
+    let folded = heap::make(&stacks, "folded", Space::Inuse, None, true).expect("folded");
+    assert!(std::str::from_utf8(&folded.bytes).is_ok());
+}

@@ -59,6 +59,7 @@ use rustc_hash::FxHashMap as FastMap;
 pub mod firefox;
 pub mod folded;
 pub mod gmon;
+pub mod heap;
 pub mod kpdata;
 pub mod otlp;
 pub mod perf_script;
@@ -110,6 +111,12 @@ pub enum ExportError {
     /// The underlying writer refused.
     #[error("{0}")]
     Write(String),
+    /// A heap profile was asked for in a format that holds CPU samples.
+    #[error("an allocation profile exports as svg (an allocation flame graph) or folded, not {0}; 'go tool pprof' reads the file itself")]
+    HeapFormat(String),
+    /// A view of a recording was asked of a heap profile.
+    #[error("an allocation profile has the types alloc (bytes allocated, the default) and inuse (bytes live at the end), not --type {0}")]
+    HeapType(String),
     /// A table the format needs would be larger than [`MAX_TABLE_WORDS`].
     #[error("{format}: {what} would need {words} counters, more than the {MAX_TABLE_WORDS} an export makes (a larger bucket size, --shift or --log-bucket, needs fewer)")]
     TooLarge {
@@ -515,6 +522,12 @@ pub enum Written {
     Svg { frames: usize, samples: u64 },
     /// The gmon.out of this executable.
     Gmon { exe: String },
+    /// An allocation flame graph of so many frames, stacks and bytes.
+    Alloc {
+        frames: usize,
+        stacks: usize,
+        bytes: u64,
+    },
     /// Any other format.
     Other,
 }
@@ -539,6 +552,13 @@ pub fn wrote(format: &str, out: &std::path::Path, len: usize, what: &Written) ->
         Written::Gmon { exe } => {
             format!("wrote {file} (gmon.out of {exe}): read it with 'gprof {exe} {file}'")
         }
+        Written::Alloc {
+            frames,
+            stacks,
+            bytes,
+        } => format!(
+            "wrote {file} (allocation flame graph: {frames} frames, {stacks} stacks, {bytes} bytes; in a web browser, click to zoom, Ctrl-F to search)"
+        ),
         Written::Other => format!("wrote {file} ({format}, {len} bytes)"),
     })
 }

@@ -44,6 +44,9 @@ pub struct Options {
     pub inverted: bool,
     /// Width in pixels.
     pub width: f64,
+    /// The weights are bytes (an allocation flame graph, [`super::heap`]):
+    /// titles say bytes, and so does the search.
+    pub bytes: bool,
 }
 
 impl Default for Options {
@@ -52,6 +55,7 @@ impl Default for Options {
             title: "Flame Graph".into(),
             inverted: false,
             width: 1200.0,
+            bytes: false,
         }
     }
 }
@@ -241,7 +245,9 @@ fn draw(
     // A count of samples, or (a time view) of ns shown as µs.
     let timed = names.timed();
     let amount = |n: u64| {
-        if timed {
+        if opt.bytes {
+            format!("{n} bytes")
+        } else if timed {
             format!("{} µs", n.div_ceil(1000))
         } else {
             format!("{n} samples")
@@ -343,9 +349,10 @@ fn draw(
         frames += 1;
     }
     // The search counts what data-n holds: ns in a time view.
-    let script = match timed {
-        true => std::borrow::Cow::Owned(SCRIPT.replace(" samples)\"", " ns of time)\"")),
-        false => std::borrow::Cow::Borrowed(SCRIPT),
+    let script = match (opt.bytes, timed) {
+        (true, _) => std::borrow::Cow::Owned(SCRIPT.replace(" samples)\"", " bytes)\"")),
+        (false, true) => std::borrow::Cow::Owned(SCRIPT.replace(" samples)\"", " ns of time)\"")),
+        (false, false) => std::borrow::Cow::Borrowed(SCRIPT),
     };
     let _ = write!(
         s,

@@ -10,6 +10,7 @@
 //! profile, not compressed). `Strings` builds a string table (OTLP's
 //! dictionary uses it too).
 
+pub mod decode;
 pub mod heap;
 
 /// A whole profile (`Profile`). The string table's entry 0 must be "".
