@@ -194,6 +194,14 @@ impl Attached for MemWatched {
     fn collect(&self) -> Vec<ModuleCounts> {
         memory::modules_of(&self.a.reports())
     }
+
+    /// After `stop` (its last report taken): the process goes on, no
+    /// longer counted.
+    fn release(&self) {
+        if self.a.running() {
+            let _ = self.a.detach();
+        }
+    }
 }
 
 #[cfg(test)]

@@ -305,6 +305,55 @@ impl MemAttached {
     }
 }
 
+impl MemAttached {
+    /// Let the process go on uncounted: its GOT slots get back what they
+    /// held before the attach (the library's `profdev_mprof_detach`,
+    /// called with every thread stopped), then its reporter thread is
+    /// woken to end. Ask for a report first ([`MemAttached::request_report`]):
+    /// what was counted since is not reported. The library stays mapped
+    /// (a thread may be inside it), so the directory stays until the
+    /// process exits; the next sweep removes it. The number of slots
+    /// restored.
+    ///
+    /// # Errors
+    ///
+    /// The process is gone, cannot be stopped (another tracer holds it),
+    /// or was patching a module just then (a second try works).
+    pub fn detach(&self) -> Result<u32, DevError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if !self.running() {
+            return Err(DevError::NoProcess(self.pid));
+        }
+        let lib = self.dir.path().join("libprofdev_mprof.so");
+        let lib_s = lib.to_string_lossy().into_owned();
+        let pid = self.pid;
+        let r = profdev_inject::on_tracer_thread(|| {
+            let mut t = profdev_inject::Target::attach(pid)?;
+            // Loaded already: dlopen hands back its handle.
+            let handle = t.dlopen(&lib_s)?;
+            let entry = t.dlsym(handle, "profdev_mprof_detach")?;
+            let tid = t.main_thread();
+            Ok::<_, profdev_inject::InjectError>(t.call(tid, entry, &[])? as u32 as i32)
+        })
+        .map_err(|e| inject_error(pid, e))?;
+        // Its reporter thread waits on the FIFO: one more open wakes it
+        // to see the detach and end (a failure leaves a thread asleep).
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(self.reports_dir().join("request"));
+        match r {
+            n if n >= 0 => Ok(n as u32),
+            -2 => Err(DevError::Busy(format!(
+                "process {pid} was loading a library just then: detach again"
+            ))),
+            _ => Err(DevError::NoDevice(format!(
+                "process {pid} was not counted (detached already?)"
+            ))),
+        }
+    }
+}
+
 /// Dropped while its process still runs (the device went, or `mprof -p`
 /// was interrupted), the directory stays: the process counts into it and
 /// maps the library from it. The next sweep (`profdev_mprof::sweep`, at

@@ -394,17 +394,38 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
         })?;
     // Kept from the sweep of other runs while this one reads it.
     let held = attached.hold();
-    note(format!(
-        "mprof: attached to process {pid}; its tables are shown when it exits"
-    ));
+    note(match args.snapshot {
+        Some(t) => format!(
+            "mprof: attached to process {pid}; its tables are shown in {:.1} s, or when it exits",
+            t.as_secs_f64()
+        ),
+        None => format!("mprof: attached to process {pid}; its tables are shown when it exits"),
+    });
     let mut caught = None;
+    let until = args.snapshot.map(|t| std::time::Instant::now() + t);
+    let mut due = false;
     while attached.running() {
         if let Some(sig) = signals.caught() {
             caught = Some(sig);
             break;
         }
+        if until.is_some_and(|u| std::time::Instant::now() >= u) {
+            due = true;
+            break;
+        }
         signals.sleep(std::time::Duration::from_millis(50), None);
         signals.drain();
+    }
+    // Still running (interrupted, or the snapshot is due): its report
+    // now, then the process goes on uncounted.
+    let detached = (caught.is_some() || due)
+        && attached.running()
+        && attached.request_report(profdev_attach::REPORT_TIMEOUT)
+        && attached.detach().is_ok();
+    if due && detached {
+        note(format!(
+            "mprof: process {pid} detached: it runs on, no longer counted"
+        ));
     }
     // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
     // or still runs (mprof was interrupted), its table of counts.
@@ -419,12 +440,21 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     }
     let modules = through_device(&dev, &merge(&reports), args.options.zeros)?;
     let interrupted = caught.map(|sig| {
-        let sentence = format!(
-            "mprof: interrupted by {}; the tables show what process {pid} counted until then; \
-             it goes on counting into {} (removed once it has exited, by the next mprof)",
-            signal_name(sig),
-            attached.reports_dir().display()
-        );
+        let sentence = if detached {
+            format!(
+                "mprof: interrupted by {}; the tables show what process {pid} counted until \
+                 then; it was detached and runs on, no longer counted",
+                signal_name(sig)
+            )
+        } else {
+            format!(
+                "mprof: interrupted by {}; the tables show what process {pid} counted until \
+                 then; it goes on counting into {} (removed once it has exited, by the next \
+                 mprof)",
+                signal_name(sig),
+                attached.reports_dir().display()
+            )
+        };
         (sig, sentence)
     });
     Ok(AttachRun {

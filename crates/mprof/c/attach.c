@@ -54,6 +54,7 @@
 /* mprof.c's hooks. */
 int mprof_attach_start(void);
 void mprof_report_now(void);
+void mprof_stop(void);
 const char *mprof_getenv(const char *name);
 
 /* ---- the settings ---------------------------------------------------- */
@@ -88,6 +89,19 @@ static void *(*real_dlmopen)(Lmid_t, const char *, int);
 static uintptr_t self_base;
 static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
 static int npatched;
+/* Every slot patched and what it held, for the detach: at most MAX_SAVED
+ * (a module past that is left unpatched, uncounted, rather than kept
+ * hooked for ever). */
+#define MAX_SAVED 8192
+static struct saved {
+    void **slot;
+    void *old;
+    int relro;
+} saved[MAX_SAVED];
+static int nsaved;
+/* Set by profdev_mprof_detach: nothing is patched again, the reporter
+ * thread ends at its next wake-up. */
+static volatile int detached;
 
 static void patch_all(void);
 
@@ -125,13 +139,14 @@ static uintptr_t dyn_addr(uintptr_t base, uintptr_t v)
 static void patch_slot(uintptr_t slot, void *to, uintptr_t relro_lo, uintptr_t relro_hi)
 {
     void **p = (void **)slot;
-    if (*p == to)
+    if (*p == to || nsaved >= MAX_SAVED)
         return;
     long pg = sysconf(_SC_PAGESIZE);
     uintptr_t page = slot & ~(uintptr_t)(pg - 1);
     int in_relro = slot >= relro_lo && slot < relro_hi;
     if (mprotect((void *)page, pg, PROT_READ | PROT_WRITE))
         return;
+    saved[nsaved++] = (struct saved){p, *p, in_relro};
     __atomic_store_n(p, to, __ATOMIC_RELEASE);
     if (in_relro)
         mprotect((void *)page, pg, PROT_READ);
@@ -222,7 +237,8 @@ static int patch_module(struct dl_phdr_info *info, size_t size, void *arg)
 static void patch_all(void)
 {
     pthread_mutex_lock(&patch_lock);
-    dl_iterate_phdr(patch_module, 0);
+    if (!detached)
+        dl_iterate_phdr(patch_module, 0);
     pthread_mutex_unlock(&patch_lock);
 }
 
@@ -249,6 +265,8 @@ static void *reporter(void *arg)
         while (read(fd, b, sizeof b) > 0)
             ;
         close(fd);
+        if (detached)
+            return 0;
         mprof_report_now();
     }
 }
@@ -324,4 +342,46 @@ EXPORT int profdev_mprof_attach(const char *cfg)
     patch_all();
     start_reporter();
     return npatched;
+}
+
+/* ---- the detach ------------------------------------------------------- */
+
+/* Stop counting and give every GOT slot back what it held before the
+ * attach (a slot something else rewrote since is left alone), so the
+ * process runs on as if never attached; the number of slots restored,
+ * or -1 if not attached, or -2 if a patch is under way (try again).
+ * Called through profdev-inject, all other threads stopped: no lock is
+ * waited for. The library stays loaded (a thread may be inside it, and
+ * its fork handlers are registered), counting nothing; blocks allocated
+ * while attached are freed by the C library as any other (the counts
+ * are kept beside the blocks, never in them). The reporter thread ends
+ * at its next wake-up (profdev opens the FIFO once more). */
+EXPORT int profdev_mprof_detach(void)
+{
+    if (!attached || detached)
+        return -1;
+    if (pthread_mutex_trylock(&patch_lock))
+        return -2;
+    detached = 1;
+    mprof_stop();
+    long pg = sysconf(_SC_PAGESIZE);
+    int restored = 0;
+    for (int i = nsaved - 1; i >= 0; i--) {
+        struct saved *v = &saved[i];
+        uintptr_t page = (uintptr_t)v->slot & ~(uintptr_t)(pg - 1);
+        if (mprotect((void *)page, pg, PROT_READ | PROT_WRITE))
+            continue;
+        void *cur = __atomic_load_n(v->slot, __ATOMIC_ACQUIRE);
+        int ours_now = 0;
+        for (unsigned k = 0; k < NNAMES; k++)
+            ours_now |= ours[k] && cur == ours[k];
+        if (ours_now) {
+            __atomic_store_n(v->slot, v->old, __ATOMIC_RELEASE);
+            restored++;
+        }
+        if (v->relro)
+            mprotect((void *)page, pg, PROT_READ);
+    }
+    pthread_mutex_unlock(&patch_lock);
+    return restored;
 }

@@ -1908,8 +1908,16 @@ static char *new_area(void)
 
 /* ---- fork, init, report ----------------------------------------------- */
 
+/* Whether this thread's fork took the locks: none are taken once counting
+ * stopped (detached); a detach between the two halves of a fork finds
+ * them taken and lets them go. */
+static __thread int fork_locked __attribute__((tls_model("initial-exec")));
+
 static void before_fork(void)
 {
+    fork_locked = enabled;
+    if (!fork_locked)
+        return;
     pthread_mutex_lock(&region_lock);
     pthread_mutex_lock(&module_lock);
     pthread_mutex_lock(&scan_lock);
@@ -1921,6 +1929,8 @@ static void before_fork(void)
 
 static void after_fork_parent(void)
 {
+    if (!fork_locked)
+        return;
     unspin(&global_lock);
     unspin(&nomodule.lock);
     for (int i = 0; i < nmodules; i++)
@@ -1932,6 +1942,12 @@ static void after_fork_parent(void)
 
 static void after_fork_child(void)
 {
+    if (!fork_locked)
+        return;
+    if (!enabled) { /* stopped (detached) since: the child counts nothing either */
+        after_fork_parent();
+        return;
+    }
     /* The child starts from zero: empty tables and counters, in a table
      * of its own (the parent's area is shared with the parent). */
     uint32_t nl = atomic_load(&nleaves);
@@ -2240,6 +2256,15 @@ __attribute__((destructor)) static void dtor(void)
     enabled = 0;
     heap = fast = 0;
     busy = 0;
+}
+
+/* attach.c's detach: count nothing from now on (no report at exit, none
+ * for a forked child); what was counted stays in the table and the last
+ * report. Takes no lock: every other thread is stopped. */
+void mprof_stop(void)
+{
+    enabled = 0;
+    heap = fast = 0;
 }
 
 /* attach.c: a report now, while the process goes on (its reporter thread

@@ -42,6 +42,8 @@ pub struct Args {
     pub pid: Option<u32>,
     /// `--sample-bytes N`: sample allocations every N bytes on average.
     pub sample_bytes: Option<u64>,
+    /// `--snapshot SECONDS` (with `-p`): count that long, show, detach.
+    pub snapshot: Option<std::time::Duration>,
 }
 
 /// mprof's command line: its options, operands and help.
@@ -50,7 +52,7 @@ pub static SPEC: Spec = Spec {
     synopsis: "mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
     additions: "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--folded file] \
          [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--wrapper symbol]... \
-         [-p pid]",
+         [-p pid [--snapshot seconds]]",
     about: "Run CMD counting every allocation of the malloc family exactly, then show per \
             source line (-l, the default with -M), per function (-f) and per module (-M) \
             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
@@ -132,6 +134,11 @@ pub static SPEC: Spec = Spec {
             "Sample allocations every N bytes on average and show estimates (cheaper)",
         ),
         Opt::long(
+            "snapshot",
+            "seconds",
+            "With -p: count for SECONDS, then show the tables and detach (the process runs on)",
+        ),
+        Opt::long(
             "wrapper",
             "symbol",
             "Treat this function as an allocation wrapper too; repeatable",
@@ -195,6 +202,12 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
                     ))
                 }
             },
+            "snapshot" => match text().parse::<f64>() {
+                Ok(t) if (0.0..=1e9).contains(&t) => {
+                    a.snapshot = Some(std::time::Duration::from_secs_f64(t))
+                }
+                _ => return Err(format!("--snapshot is seconds, not {:?}", text())),
+            },
             "wrapper" => {
                 let value = text();
                 if value.is_empty() || value.contains([',', ' ']) {
@@ -224,6 +237,9 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
         return Err("--sample-bytes needs a command, and not --dhat \
                     (attaching with -p samples nothing yet; DHAT's lifetimes are exact only)"
             .into());
+    }
+    if a.snapshot.is_some() && a.pid.is_none() {
+        return Err("--snapshot goes with -p PID (a running process to show and detach)".into());
     }
     if a.folded.is_some() && a.no_stacks {
         return Err("--folded needs stacks: not with --no-stacks".into());

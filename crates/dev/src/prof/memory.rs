@@ -262,7 +262,7 @@ impl Prof {
     /// Before `stop`: ask every process this device attached and that
     /// still runs for a report now (the engine waits a bounded time), and
     /// fill the histograms from them, merged (a module several processes
-    /// map is summed).
+    /// map is summed); then let each go on uncounted (detached).
     pub(super) fn memory_snapshot(&self) {
         if !matches!(self.mode(), Some(Mode::Memory { .. })) {
             return;
@@ -274,6 +274,7 @@ impl Prof {
                 let _ = a.flush();
                 modules.extend(a.collect());
                 any = true;
+                a.release();
             }
         }
         if any {
