@@ -28,6 +28,8 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::Arc;
 
+pub mod system;
+
 /// Allocators that, linked into a program, take its allocations away from
 /// the C library's malloc.
 pub const OWN_ALLOCATORS: &[&str] = &[
@@ -449,20 +451,44 @@ pub struct Extras {
     pub sample_bytes: Option<u64>,
 }
 
-/// The environment of CMD's run for the library (beside the session's):
-/// the pools counted (startmp's digits), whole stacks, sampling.
-pub fn library_env(args: &Args, startmp: &str) -> Vec<(&'static str, String)> {
-    let mut env = vec![(
+/// The environment of CMD's run: the session's (the library preloaded,
+/// its directory, `--wrapper`s, `--dhat`), the pools counted (startmp's
+/// digits), whole stacks, sampling, and the file of system code
+/// ([`system`]) of `program` and of the modules `-m` names by path.
+pub fn launch_env(
+    args: &Args,
+    startmp: &str,
+    session: &profdev_mprof::Session,
+    program: &Path,
+) -> Result<Vec<(String, std::ffi::OsString)>> {
+    let mut env = session.env(
+        std::env::var_os("LD_PRELOAD"),
+        &args.wrappers,
+        args.dhat.is_some(),
+    );
+    let mut push = |k: &str, v: String| env.push((k.to_string(), v.into()));
+    push(
         profdev_mprof::POOLS_ENV,
         startmp.trim_start_matches("startmp").to_string(),
-    )];
+    );
     if args.stacks() {
-        env.push((profdev_mprof::STACKS_ENV, "1".into()));
+        push(profdev_mprof::STACKS_ENV, "1".into());
     }
     if let Some(n) = args.sample_bytes {
-        env.push((profdev_mprof::sample::SAMPLE_BYTES_ENV, n.to_string()));
+        push(profdev_mprof::sample::SAMPLE_BYTES_ENV, n.to_string());
     }
-    env
+    let mut paths = vec![program.to_path_buf()];
+    paths.extend(
+        args.modules
+            .iter()
+            .filter(|m| m.contains('/'))
+            .map(std::path::PathBuf::from),
+    );
+    let (k, v) = session
+        .system_env(&system::system_modules(&paths))
+        .context("cannot write the file of system code")?;
+    env.push((k.to_string(), v));
+    Ok(env)
 }
 
 /// The line after the tables of a sampled run: the counts are estimates,

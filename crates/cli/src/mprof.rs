@@ -337,14 +337,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     let mut job = Job::new()?;
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    for (k, v) in session.env(
-        std::env::var_os("LD_PRELOAD"),
-        &args.wrappers,
-        args.dhat.is_some(),
-    ) {
-        cmd.env(k, v);
-    }
-    cmd.envs(mprof::library_env(args, &startmp));
+    cmd.envs(mprof::launch_env(args, &startmp, &session, &program)?);
     job.prepare(&mut cmd);
     let child = cmd
         .spawn()

@@ -116,6 +116,32 @@ fn cplusplus_new_is_charged_to_the_users_line() {
     assert!(!out.contains("libstdc++"), "{out}");
 }
 
+/// At -O0 `new std::vector<int>(25000)` allocates in the allocator
+/// template of bits/new_allocator.h, instantiated in the program: system
+/// code, walked past to the user's line (module totals unchanged).
+#[test]
+fn a_vector_made_in_system_headers_is_charged_to_the_users_line() {
+    if !profdev_testkit::tools("mprof's C++ test", &["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("vector");
+    compile("g++", &["-g", "-O0"], "vector.cpp", &exe);
+    let out = stdout(&mprof(&["-l", "-n", "-M", "-e"], &exe));
+    let src = data("vector.cpp").canonicalize().unwrap();
+    let rows = section(&out, "vector");
+    assert_eq!(
+        numbers(&rows),
+        [
+            format!("{}:10 100024 100024", src.display()),
+            format!("{}:11 0 400", src.display())
+        ],
+        "{out}"
+    );
+    assert!(out.contains("Module totals\t100024\t100424\n"), "{out}");
+    assert!(!out.contains("new_allocator.h"), "{out}");
+}
+
 #[test]
 fn rust_vec_growth_is_charged_to_the_users_line() {
     if !profdev_testkit::tools("mprof's Rust test", &["rustc"]) {

@@ -58,61 +58,11 @@
  * itself; 3 file mappings it makes (see "pools 2 and 3" below). All pools
  * charge the same sites and modules: Inferno's histogram mixes its pools.
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <link.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-#include <math.h>
-#include <unwind.h>
+#include "mprof.h"
 
-#include "sigsafe_out.h"
-
-/* attach.c: an attached process's settings (else the environment's). */
-const char *mprof_getenv(const char *name);
-#define getenv mprof_getenv
-
-extern void *__libc_malloc(size_t);
-extern void __libc_free(void *);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-
-extern void *__sbrk(intptr_t);
-extern void *__curbrk;
-
-/* The library's own mappings go straight to the kernel: its exported mmap
- * and munmap are the program's (pools 2 and 3). */
-static inline void *sys_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
-{
-    return (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
-}
-static inline int sys_munmap(void *a, size_t n)
-{
-    return (int)syscall(SYS_munmap, a, n);
-}
-
-#define EXPORT __attribute__((visibility("default")))
 #define POOL1 1 /* the malloc family */
 #define POOL2 2 /* anonymous mappings and the break, made by the program */
 #define POOL3 4 /* file mappings made by the program */
-#define LIKELY(x) __builtin_expect(!!(x), 1)
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -131,7 +81,6 @@ static uint64_t t0, tg;
 static int peak_pending;
 static int64_t gcur, ghw;
 static char outdir[4096];
-static char extra_wrappers[1024];
 
 static void *map(size_t n)
 {
@@ -354,17 +303,6 @@ struct cls {
 };
 static struct cls *cls;
 
-/* Wrapper ranges found in the modules' symbol tables. */
-#define MAX_RANGES 65536
-struct range {
-    uintptr_t lo, hi;
-};
-static struct range *ranges;
-static _Atomic int nranges;
-#define MAX_SCANNED 1024
-static const void *scanned[MAX_SCANNED];
-static int nscanned;
-static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Blocks: a two-level map from a block's address to its entry, as a page
  * map: the top level has one pointer per 64 MiB of the 47-bit address
@@ -566,146 +504,6 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
     unspin(l);
 }
 
-/* ---- symbol tables: which return addresses are wrappers -------------- */
-
-static int is_wrapper_name(const char *n)
-{
-    static const char *exact[] = {
-        "strdup", "strndup", "__strdup", "__strndup", "wcsdup", "asprintf", "vasprintf",
-        "__asprintf", "__vasprintf_internal", "open_memstream", "getline", "getdelim",
-        "xmalloc", "xcalloc", "xrealloc", "xstrdup", "xstrndup", "xmemdup", "xzalloc",
-        "g_malloc", "g_malloc0", "g_realloc", "g_try_malloc", "g_try_malloc0",
-        "g_try_realloc", "g_malloc_n", "g_malloc0_n", "g_realloc_n", "g_strdup",
-        "g_strndup", "g_memdup", "g_memdup2", "g_slice_alloc", "g_slice_alloc0",
-        "__rust_alloc", "__rust_alloc_zeroed", "__rust_realloc", "__rdl_alloc",
-        "__rdl_alloc_zeroed", "__rdl_realloc", "__rg_alloc", "__rg_alloc_zeroed",
-        "__rg_realloc", 0};
-    for (int i = 0; exact[i]; i++)
-        if (!strcmp(n, exact[i]))
-            return 1;
-    /* C++ operator new / new[] (all variants): _Znwm, _Znam, _ZnwmRKSt9nothrow_t... */
-    if (!strncmp(n, "_Znw", 4) || !strncmp(n, "_Zna", 4))
-        return 1;
-    /* Rust's alloc crate (RawVec growth, finish_grow, Vec, String, Box...)
-     * and std's System allocator, legacy mangling. */
-    if (!strncmp(n, "_ZN5alloc", 9))
-        return 1;
-    if (!strncmp(n, "_ZN3std3sys", 11) && strstr(n, "alloc"))
-        return 1;
-    if (!strncmp(n, "_ZN4core3ptr", 12) && strstr(n, "alloc"))
-        return 1;
-    /* v0 mangling of the alloc crate: _RNv...5alloc... */
-    if (!strncmp(n, "_R", 2) && strstr(n, "5alloc") && !strstr(n, "3std"))
-        return 1;
-    /* v0 mangling of the allocator shims (`__rustc::__rust_alloc`...). */
-    if (!strncmp(n, "_R", 2)) {
-        static const char *shims[] = {"___rust_alloc", "___rust_alloc_zeroed", "___rust_realloc",
-                                      "___rdl_alloc", "___rdl_alloc_zeroed", "___rdl_realloc",
-                                      "___rg_alloc", "___rg_alloc_zeroed", "___rg_realloc", 0};
-        size_t l = strlen(n);
-        for (int i = 0; shims[i]; i++) {
-            size_t k = strlen(shims[i]);
-            if (l > k && !strcmp(n + l - k, shims[i]) && n[l - k - 1] >= '0' && n[l - k - 1] <= '9')
-                return 1;
-        }
-    }
-    if (extra_wrappers[0]) {
-        const char *p = extra_wrappers;
-        size_t len = strlen(n);
-        while (*p) {
-            const char *e = strchr(p, ',');
-            size_t l = e ? (size_t)(e - p) : strlen(p);
-            if (l == len && !strncmp(p, n, l))
-                return 1;
-            if (!e)
-                break;
-            p = e + 1;
-        }
-    }
-    return 0;
-}
-
-static void add_range(uintptr_t lo, uintptr_t hi)
-{
-    int n = atomic_load(&nranges);
-    if (n >= MAX_RANGES)
-        return;
-    ranges[n].lo = lo;
-    ranges[n].hi = hi;
-    atomic_store_explicit(&nranges, n + 1, memory_order_release);
-}
-
-static void scan_symtab(const unsigned char *img, size_t len, const Elf64_Shdr *sh, int nsh,
-                        int idx, uintptr_t base)
-{
-    const Elf64_Shdr *s = &sh[idx];
-    if (s->sh_link >= (unsigned)nsh || s->sh_entsize != sizeof(Elf64_Sym))
-        return;
-    const Elf64_Shdr *str = &sh[s->sh_link];
-    if (s->sh_offset + s->sh_size > len || str->sh_offset + str->sh_size > len)
-        return;
-    const Elf64_Sym *sym = (const Elf64_Sym *)(img + s->sh_offset);
-    size_t n = s->sh_size / sizeof(Elf64_Sym);
-    const char *names = (const char *)img + str->sh_offset;
-    for (size_t i = 0; i < n; i++) {
-        if (ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC || !sym[i].st_size || !sym[i].st_value)
-            continue;
-        if (sym[i].st_name >= str->sh_size)
-            continue;
-        const char *nm = names + sym[i].st_name;
-        if (!memchr(nm, 0, str->sh_size - sym[i].st_name))
-            continue;
-        if (is_wrapper_name(nm))
-            add_range(base + sym[i].st_value, base + sym[i].st_value + sym[i].st_size);
-    }
-}
-
-/* Scan a module's .symtab and .dynsym once for wrapper functions. */
-static void scan_module(const struct link_map *lm)
-{
-    pthread_mutex_lock(&scan_lock);
-    for (int i = 0; i < nscanned; i++)
-        if (scanned[i] == lm)
-            goto out;
-    if (nscanned < MAX_SCANNED)
-        scanned[nscanned++] = lm;
-    const char *path = lm->l_name && lm->l_name[0] ? lm->l_name : "/proc/self/exe";
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        goto out;
-    struct stat st;
-    if (fstat(fd, &st) || st.st_size < (off_t)sizeof(Elf64_Ehdr)) {
-        close(fd);
-        goto out;
-    }
-    size_t len = st.st_size;
-    const unsigned char *img = sys_mmap(0, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (img == MAP_FAILED)
-        goto out;
-    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
-    if (!memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
-        eh->e_shentsize == sizeof(Elf64_Shdr) &&
-        eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) <= len) {
-        const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
-        for (int i = 0; i < eh->e_shnum; i++)
-            if (sh[i].sh_type == SHT_SYMTAB || sh[i].sh_type == SHT_DYNSYM)
-                scan_symtab(img, len, sh, eh->e_shnum, i, lm->l_addr);
-    }
-    sys_munmap((void *)img, len);
-out:
-    pthread_mutex_unlock(&scan_lock);
-}
-
-static int in_wrapper_ranges(uintptr_t pc)
-{
-    int n = atomic_load_explicit(&nranges, memory_order_acquire);
-    for (int i = 0; i < n; i++)
-        if (pc >= ranges[i].lo && pc < ranges[i].hi)
-            return 1;
-    return 0;
-}
-
 static const struct link_map *link_map_of(uintptr_t pc)
 {
     Dl_info info;
@@ -733,8 +531,8 @@ static int is_wrapper(uintptr_t pc)
     }
     const struct link_map *lm = link_map_of(pc);
     if (lm)
-        scan_module(lm);
-    int v = in_wrapper_ranges(pc - 1) ? 2 : 1;
+        mprof_scan_module(lm);
+    int v = mprof_skipped(pc - 1) ? 2 : 1;
     for (unsigned i = 0; i < 8; i++) {
         struct cls *c = &cls[(h + i) & (NCLS - 1)];
         uintptr_t zero = 0;
@@ -1902,7 +1700,7 @@ static void before_fork(void)
 {
     pthread_mutex_lock(&region_lock);
     pthread_mutex_lock(&module_lock);
-    pthread_mutex_lock(&scan_lock);
+    mprof_scan_lock(1);
     for (int i = 0; i < nmodules; i++)
         spin(&modules[i].lock);
     spin(&nomodule.lock);
@@ -1915,7 +1713,7 @@ static void after_fork_parent(void)
     unspin(&nomodule.lock);
     for (int i = 0; i < nmodules; i++)
         unspin(&modules[i].lock);
-    pthread_mutex_unlock(&scan_lock);
+    mprof_scan_lock(0);
     pthread_mutex_unlock(&module_lock);
     pthread_mutex_unlock(&region_lock);
 }
@@ -1974,7 +1772,7 @@ static void after_fork_child(void)
         t0 += now_us(); /* the child's times start at its fork */
     atomic_flag_clear(&global_lock);
     nregions = 0; /* inherited mappings are not the child's */
-    pthread_mutex_unlock(&scan_lock);
+    mprof_scan_lock(0);
     pthread_mutex_unlock(&module_lock);
     pthread_mutex_unlock(&region_lock);
 }
@@ -1987,8 +1785,6 @@ static void init(void)
     busy = 1;
     const char *d = getenv("PROFDEV_MPROF_DIR");
     const char *w = getenv("PROFDEV_MPROF_WRAPPERS");
-    if (w)
-        strncpy(extra_wrappers, w, sizeof extra_wrappers - 1);
     outdir[0] = 0;
     if (d && d[0] && strlen(d) < sizeof outdir - 64)
         strcpy(outdir, d);
@@ -2021,7 +1817,7 @@ static void init(void)
         t0 = 0;
         t0 = now_us();
     }
-    ranges = map(sizeof(struct range) * MAX_RANGES);
+    int ranges = mprof_wrappers_init(w, getenv("PROFDEV_MPROF_SYSTEM"));
     /* PROFDEV_MPROF_STACKS=1: whole stacks (pool 1); =1,N keeps at most
      * N stacks (tests of the overflow entry). */
     const char *sk = getenv("PROFDEV_MPROF_STACKS");

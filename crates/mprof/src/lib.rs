@@ -119,6 +119,7 @@ mod report;
 pub mod sample;
 mod session;
 mod stacks;
+pub mod system;
 
 pub use merge::{decode_pairs, histogram_pairs, merge, Module, Site};
 pub use read::{read_dir_reports, read_live, read_report, read_reports, Limits, Live, LiveState};
