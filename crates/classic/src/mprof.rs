@@ -18,7 +18,9 @@ use profdev_dev::{Dev, DevError, DirEntry, Engine, Qid};
 use profdev_formats::dhat::{DhatCounts, DhatRun, DhatSite};
 use profdev_formats::pprof::heap::{self, HeapFrame, HeapSite, HeapStack};
 use profdev_mprof::{merge, Module, Report, Stack};
-use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
+use profdev_report::mprof::{
+    attribute, format, format_leaks, format_temporary, Leak, ModuleReport, Options, Temporary,
+};
 use profdev_report::prof::SourceMap;
 use profdev_sample::job::{signal_name, Catcher};
 use profdev_symbolize::open::{read_bounded, Follow};
@@ -28,6 +30,7 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::Arc;
 
+pub mod show;
 pub mod system;
 
 /// Allocators that, linked into a program, take its allocations away from
@@ -262,6 +265,8 @@ pub fn complete(modules: &mut [Module], merged: &[Module]) {
                     s.bytes = rs.bytes;
                     s.dhat = rs.dhat;
                     s.pools = rs.pools;
+                    s.temporary = rs.temporary;
+                    s.at_peak = rs.at_peak;
                 }
             }
         }
@@ -449,11 +454,15 @@ pub struct Extras {
     /// `--sample-bytes N`: the counts are estimates; a line after the
     /// tables says so, with their error.
     pub sample_bytes: Option<u64>,
+    /// `--temporary`: the temporary blocks per site.
+    pub temporary: bool,
+    /// `--peak --no-stacks`: what each site held at the global peak.
+    pub peak_sites: bool,
 }
 
 /// The environment of CMD's run: the session's (the library preloaded,
 /// its directory, `--wrapper`s, `--dhat`), the pools counted (startmp's
-/// digits), whole stacks, sampling, and the file of system code
+/// digits), whole stacks, sampling, `--peak`, and the file of system code
 /// ([`system`]) of `program` and of the modules `-m` names by path.
 pub fn launch_env(
     args: &Args,
@@ -476,6 +485,9 @@ pub fn launch_env(
     }
     if let Some(n) = args.sample_bytes {
         push(profdev_mprof::sample::SAMPLE_BYTES_ENV, n.to_string());
+    }
+    if args.peak {
+        push(profdev_mprof::PEAK_ENV, "1".into());
     }
     let mut paths = vec![program.to_path_buf()];
     paths.extend(
@@ -525,6 +537,11 @@ pub struct Output {
     pub pprof: Vec<HeapSite>,
     /// With `--dhat`: DHAT's sites.
     pub dhat: Vec<DhatSite>,
+    /// With `--temporary`: its section, as printed after the leaks.
+    pub temporary: Option<String>,
+    /// With `--peak --no-stacks`: each site's bytes and blocks at the
+    /// global peak, and its `site\tfunction`.
+    pub peak_sites: Vec<(u64, u64, String)>,
 }
 
 /// The classic line when the modules shown allocated nothing.
@@ -559,6 +576,7 @@ pub fn output(
     let mut out = Output::default();
     let mut reports = Vec::new();
     let mut leaks = Vec::new();
+    let mut temporary = Vec::new();
     for m in modules {
         // The dynamic linker's name may be a link (/lib64/ld-linux…).
         let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
@@ -592,6 +610,25 @@ pub fn output(
         if extras.leaks {
             leaks.extend(leaks_of(m, &map));
         }
+        for (&p, s) in &m.sites {
+            if extras.temporary && s.pools & 1 != 0 {
+                let (location, function) = place(m, &map, p);
+                temporary.push(Temporary {
+                    temporary: s.temporary,
+                    blocks: s.allocs,
+                    location,
+                    function,
+                });
+            }
+            if extras.peak_sites && s.at_peak != (0, 0) {
+                let (location, function) = place(m, &map, p);
+                let what = format!("{location}\t{function}()");
+                out.peak_sites.push((s.at_peak.0, s.at_peak.1, what));
+            }
+        }
+    }
+    if extras.temporary {
+        out.temporary = Some(format_temporary(&temporary));
     }
     out.tables = format(&reports, options);
     if let Some(n) = extras.sample_bytes {
@@ -740,18 +777,25 @@ pub fn heap_stacks(stacks: &[Stack]) -> Vec<HeapStack> {
     out
 }
 
+/// Where site `p` of `m` is: `file:line` (else the module and address),
+/// and its function.
+fn place(m: &Module, map: &ElfMap, p: u64) -> (String, String) {
+    let pc = p.saturating_sub(1);
+    let location = match map.lines(pc) {
+        Some(r) => format!("{}:{}", r.file, r.first),
+        None => format!("{}+{pc:#x}", module_name(&m.path)),
+    };
+    let function = map.function(pc).map_or_else(|| "??".into(), |f| f.name);
+    (location, function)
+}
+
 /// A module's sites with blocks never freed.
 fn leaks_of(m: &Module, map: &ElfMap) -> Vec<Leak> {
     m.sites
         .iter()
         .filter(|(_, s)| s.live != 0)
         .map(|(&p, s)| {
-            let pc = p.saturating_sub(1);
-            let location = match map.lines(pc) {
-                Some(r) => format!("{}:{}", r.file, r.first),
-                None => format!("{}+{pc:#x}", module_name(&m.path)),
-            };
-            let function = map.function(pc).map_or_else(|| "??".into(), |f| f.name);
+            let (location, function) = place(m, map, p);
             Leak {
                 bytes: s.current,
                 blocks: s.live,
@@ -810,6 +854,7 @@ mod tests {
             pprof: true,
             dhat: true,
             sample_bytes: None,
+            ..Default::default()
         };
         let out = output(
             &[module("/no/such/libx.so")],

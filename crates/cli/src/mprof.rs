@@ -281,8 +281,7 @@ use crate::output::Report;
 use anyhow::{Context as _, Result};
 use profdev_classic::args::mprof::{parse, startmp_message, Args, SPEC};
 use profdev_classic::mprof;
-use profdev_formats::dhat::DhatRun;
-use profdev_mprof::{merge_stacks, Module, Session, Stack};
+use profdev_mprof::{Module, Session};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
@@ -326,7 +325,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         let dir = crate::mount::ensure_mounted()?.join("prof");
         let modules = mprof::read_mounted(&dir)?;
         let report = Report::to(args.output.as_deref(), false);
-        return show(&modules, args, None, &[], &report).map(|()| ExitCode::SUCCESS);
+        return show(&modules, args, &Default::default(), &report).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
     let own_allocator = mprof::check_reachable(&program)?;
@@ -410,17 +409,13 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
         return Ok(());
     }
     let cmd: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-    let dhat_run = mprof::dhat_run(&reports, cmd.join(" "));
-    if let (Some(file), None) = (&args.dhat, &dhat_run) {
-        eprintln!(
-            "mprof: warning: no process ended normally, and DHAT's figures come with a \
-             normal end only: {} was not written",
-            file.to_string_lossy()
-        );
-    }
-    let report = Report::to(args.output.as_deref(), true);
-    let stacks = merge_stacks(&reports);
-    show(&modules, args, dhat_run.as_ref(), &stacks, &report)?;
+    let run = mprof::show::Run::of(&reports, cmd.join(" "));
+    show(
+        &modules,
+        args,
+        &run,
+        &Report::to(args.output.as_deref(), true),
+    )?;
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
@@ -434,13 +429,8 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
 /// (and leaks) from its report, through a private device as with CMD.
 fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     let run = mprof::run_attached(args, pid, &mut |n| eprintln!("{n}"))?;
-    let shown = show(
-        &run.modules,
-        args,
-        None,
-        &[],
-        &Report::to(args.output.as_deref(), false),
-    );
+    let to = Report::to(args.output.as_deref(), false);
+    let shown = show(&run.modules, args, &Default::default(), &to);
     if let Some((sig, sentence)) = run.interrupted {
         if let Err(e) = shown {
             eprintln!("mprof: {e}");
@@ -451,40 +441,14 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     shown.map(|()| ExitCode::SUCCESS)
 }
 
-/// Attribute, read sources, write the tables and the leaks to `report`;
-/// write the pprof, folded and DHAT files asked for.
-fn show(
-    modules: &[Module],
-    args: &Args,
-    dhat_run: Option<&DhatRun>,
-    stacks: &[Stack],
-    report: &Report,
-) -> Result<()> {
-    let extras = mprof::Extras {
-        leaks: args.leaks,
-        pprof: args.pprof.is_some(),
-        dhat: args.dhat.is_some(),
-        sample_bytes: args.sample_bytes,
-    };
-    let o = mprof::output(modules, &args.options, extras, &args.modules, &mut |n| {
-        eprintln!("{n}")
-    })?;
-    let mut text = o.tables;
-    text.push_str(o.leaks.as_deref().unwrap_or_default());
+/// Write the tables and their sections to `report`, and the files asked
+/// for (`mprof::show::render`).
+fn show(modules: &[Module], args: &Args, run: &mprof::show::Run, report: &Report) -> Result<()> {
+    let (text, files) = mprof::show::render(modules, args, run, &mut |n| eprintln!("{n}"))?;
     report.write(text.as_bytes())?;
-    let write = |file: &OsString, data: &[u8]| {
-        profdev_safefile::write_file(Path::new(file), data, 0o644)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-    };
-    let (pprof, folded) = mprof::stack_files(stacks, &o.pprof, args, &mut |n| eprintln!("{n}"));
-    if let Some(file) = &args.pprof {
-        write(file, &pprof)?;
-    }
-    if let Some(file) = &args.folded {
-        write(file, folded.as_bytes())?;
-    }
-    if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
-        write(file, profdev_formats::dhat::encode(run, &o.dhat).as_bytes())?;
+    for (file, data) in files {
+        profdev_safefile::write_file(Path::new(&file), &data, 0o644)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     Ok(())
 }

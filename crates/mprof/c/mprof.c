@@ -67,6 +67,10 @@
 /* ---- state ------------------------------------------------------------ */
 
 static __thread int busy __attribute__((tls_model("initial-exec")));
+/* The block this thread allocated last: freed before the thread's next
+ * allocation, it is temporary (heaptrack's definition), counted per site
+ * and stack (ntemp). Set at every allocation of pool 1, counted or not. */
+static __thread uintptr_t last_block __attribute__((tls_model("initial-exec")));
 static int inited;
 static int enabled;
 /* enabled and not DHAT: malloc and free may take their inline path. */
@@ -77,6 +81,11 @@ static int heap;
  * site, and every site's bytes at the global peak (t-gmax), under one
  * global lock. Times are microseconds of CLOCK_MONOTONIC since start. */
 static int dhat;
+/* PROFDEV_MPROF_PEAK=1 (mprof --peak): what each site and stack held at
+ * the global peak (DHAT's t-gmax), under the same global lock (see
+ * "the peak"). global: dhat or peak, the global lock taken. */
+static int peak, global;
+static uint64_t peak_epoch;
 static uint64_t t0, tg;
 static int peak_pending;
 static int64_t gcur, ghw;
@@ -136,10 +145,12 @@ struct site {
     char pad0[64 - 2 * sizeof(uintptr_t) - 2 * sizeof(void *) - 2 * sizeof(uint32_t)];
     struct counters own;
     char pad1[64 - sizeof(struct counters)];
-    int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
+    int64_t curbk, hwbk, gb, gbk; /* DHAT and --peak: under the global lock */
     uint64_t tl, sumborn;         /* the same: lifetimes ended, births of the live */
-    char pad2[64 - 6 * sizeof(uint64_t)];
+    uint64_t pepoch;              /* --peak: the snapshot gb and gbk hold ("the peak") */
+    uint64_t ntemp;               /* temporary blocks, under the counters' lock */
 };
+_Static_assert(sizeof(struct site) == 192, "a site is three cache lines");
 static struct site *sites;
 
 /* Stacks: each allocation's whole call stack (with PROFDEV_MPROF_STACKS=1),
@@ -170,7 +181,9 @@ struct stack {
     char pad0[64 - 24];
     uint64_t nalloc, bytes, nlive;
     int64_t cur;
-    char pad1[64 - 32];
+    uint64_t ntemp;            /* temporary blocks */
+    uint64_t pepoch, plive;    /* --peak: the snapshot pcur and plive hold */
+    int64_t pcur;
 };
 _Static_assert(sizeof(struct stack) == 128, "a stack is two cache lines");
 struct frame {
@@ -398,6 +411,45 @@ static void snapshot_peak(void)
     peak_pending = 0;
 }
 
+#define NO_STACK UINT32_MAX
+
+/* ---- the peak ---------------------------------------------------------
+ *
+ * --peak keeps what each site and stack held at the global peak without
+ * copying every table at each new peak: a copy on write. peak_epoch
+ * counts the pictures taken; one is taken (peak_passed) at the first
+ * free after a new global high water, when what is live is exactly what
+ * was live at the peak. Before a site's or stack's counters change, if
+ * its saved picture is older than the last one taken (pepoch), its
+ * counters have not changed since that picture and are saved as its
+ * part of it (peak_keep). At the end its part of the last picture is the
+ * saved one if taken in that epoch, else its counters as they are. All
+ * under the global lock: exact in the program's order, one lock. */
+static void peak_passed(void)
+{
+    if (dhat)
+        snapshot_peak();
+    peak_epoch++;
+    peak_pending = 0;
+}
+
+static inline void peak_keep(struct site *s, uint32_t stk)
+{
+    if (s->pepoch != peak_epoch) {
+        s->gb = s->c->cur;
+        s->gbk = dhat ? s->curbk : (int64_t)s->c->nlive;
+        s->pepoch = peak_epoch;
+    }
+    if (stk != NO_STACK) {
+        struct stack *st = &stacks[stk];
+        if (st->pepoch != peak_epoch) {
+            st->pcur = st->cur;
+            st->plive = st->nlive;
+            st->pepoch = peak_epoch;
+        }
+    }
+}
+
 /* Bytes charged to or taken from a site and its module, together. */
 static inline struct module *module_of_site(struct site *s)
 {
@@ -428,37 +480,46 @@ static inline void stack_add(uint32_t stk, int64_t size, int raise, uint64_t k)
     st->cur += size;
 }
 
-static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k)
+/* temp: the block was temporary (freed before its thread's next
+ * allocation). */
+static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t temp)
 {
     struct stack *st = &stacks[stk];
     if (UNLIKELY(!stk)) {
         atomic_fetch_sub_explicit((_Atomic uint64_t *)&st->nlive, k, memory_order_relaxed);
         atomic_fetch_sub_explicit((_Atomic int64_t *)&st->cur, size, memory_order_relaxed);
+        if (temp)
+            atomic_fetch_add_explicit((_Atomic uint64_t *)&st->ntemp, temp, memory_order_relaxed);
         return;
     }
     st->nlive -= k;
     st->cur -= size;
+    st->ntemp += temp;
 }
 
 /* stk: the block's stack (with stacks on and pool 1; else NO_STACK).
  * k: the objects it counts for (1, or a sampled block's weight in
  * 1/2^obj_shift units, see "sampling"). */
-#define NO_STACK UINT32_MAX
 static inline void charge(struct site *s, int64_t size, int raise, uint64_t born, uint32_t stk,
                           uint64_t k)
 {
     struct module *m = module_of_site(s);
-    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
-    if (dhat) {
-        s->curbk++;
-        s->sumborn += born;
+    if (global) {
+        if (peak)
+            peak_keep(s, stk);
         gcur += size;
         if (raise && gcur > ghw) {
             ghw = gcur;
-            tg = now_us();
+            if (dhat)
+                tg = now_us();
             peak_pending = 1;
         }
+    }
+    if (dhat) {
+        s->curbk++;
+        s->sumborn += born;
         if (raise && s->c->cur + size > s->c->hw)
             s->hwbk = s->curbk;
     }
@@ -478,17 +539,22 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
     unspin(l);
 }
 
-/* Never below 0, though each free matches an allocation. */
+/* Never below 0, though each free matches an allocation. temp: the
+ * block was temporary (k of them, else 0). */
 static inline void discharge(struct site *s, int64_t size, uint64_t born, int whole, uint32_t stk,
-                             uint64_t k)
+                             uint64_t k, uint64_t temp)
 {
     struct module *m = module_of_site(s);
-    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
-    if (dhat) {
+    if (global) {
         if (peak_pending) /* the peak is behind us: keep its picture */
-            snapshot_peak();
+            peak_passed();
+        if (peak)
+            peak_keep(s, stk);
         gcur -= size;
+    }
+    if (dhat) {
         if (whole) { /* a block ends (not a mapping's part) */
             s->curbk--;
             s->sumborn -= born;
@@ -497,10 +563,11 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
     }
     if (whole)
         s->c->nlive -= k;
+    s->ntemp += temp;
     s->c->cur = s->c->cur > size ? s->c->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
     if (stk != NO_STACK)
-        stack_sub(stk, size, k);
+        stack_sub(stk, size, k, temp);
     unspin(l);
 }
 
@@ -1040,6 +1107,7 @@ static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
 
 static void account_alloc(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
 {
+    last_block = (uintptr_t)p;
     if (sample_n && !sample_hit(size))
         return;
     account_block(p, size, ra, fp);
@@ -1061,7 +1129,12 @@ static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t, uint
     int64_t w;
     uint64_t k;
     weigh(*size, &w, &k);
-    discharge(&sites[*si], w, *t, 1, stacks_on ? *stk : NO_STACK, k);
+    uint64_t temp = 0;
+    if ((uintptr_t)p == last_block) {
+        temp = k;
+        last_block = 0;
+    }
+    discharge(&sites[*si], w, *t, 1, stacks_on ? *stk : NO_STACK, k, temp);
     return 1;
 }
 
@@ -1150,14 +1223,19 @@ static inline void fast_free(void *p)
     }
     struct site *s = &sites[si];
     struct module *m = s->mod;
+    uint64_t temp = (uintptr_t)p == last_block;
+    if (temp)
+        last_block = 0;
     int mt = !__libc_single_threaded;
     if (mt)
         spin_raw(&m->lock);
     s->c->cur = s->c->cur > (int64_t)size ? s->c->cur - (int64_t)size : 0;
     m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
     s->c->nlive--;
+    if (UNLIKELY(temp))
+        s->ntemp++;
     if (stacks_on)
-        stack_sub(stk, size, 1);
+        stack_sub(stk, size, 1, temp);
     if (mt)
         unspin(&m->lock);
 }
@@ -1167,6 +1245,7 @@ EXPORT void *malloc(size_t n)
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     if (LIKELY(fast) && LIKELY(!busy)) {
         void *p = __libc_malloc(n);
+        last_block = (uintptr_t)p;
         if (sample_n) { /* only the countdown, unless it crosses 0 */
             if (UNLIKELY(!p) || LIKELY(!sample_hit(n)))
                 return p;
@@ -1344,8 +1423,10 @@ static uintptr_t page_up(uintptr_t n)
 static void split_piece(struct site *s, uint64_t born)
 {
     struct module *m = module_of_site(s);
-    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
+    if (peak)
+        peak_keep(s, NO_STACK);
     s->c->nlive++;
     if (dhat) {
         s->curbk++;
@@ -1366,7 +1447,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
         uintptr_t a = r->lo > lo ? r->lo : lo, b = r->hi < hi ? r->hi : hi;
         int left = r->lo < lo, right = r->hi > hi;
         struct site *s = &sites[r->site];
-        discharge(s, b - a, r->born, !left && !right, NO_STACK, 1);
+        discharge(s, b - a, r->born, !left && !right, NO_STACK, 1, 0);
         if (left && right) {
             if (nregions < regcap) { /* split: the right part is a region of its own */
                 regions[nregions] = *r;
@@ -1374,7 +1455,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
                 nregions++;
                 split_piece(s, r->born);
             } else { /* no room: credit the right part too */
-                discharge(s, r->hi - hi, r->born, 0, NO_STACK, 1);
+                discharge(s, r->hi - hi, r->born, 0, NO_STACK, 1, 0);
             }
             r->hi = lo;
             i++;
@@ -1767,6 +1848,7 @@ static void after_fork_child(void)
         enabled = heap = fast = 0;
     gcur = ghw = 0;
     peak_pending = 0;
+    peak_epoch = 0;
     tg = 0;
     if (dhat)
         t0 += now_us(); /* the child's times start at its fork */
@@ -1813,6 +1895,9 @@ static void init(void)
     live->obj_shift = sample_n ? OBJ_SHIFT : 0;
     const char *dh = getenv("PROFDEV_MPROF_DHAT");
     dhat = dh && dh[0] == '1' && !sample_n;
+    const char *pk = getenv("PROFDEV_MPROF_PEAK");
+    peak = pk && pk[0] == '1' && !sample_n;
+    global = dhat || peak;
     if (dhat) {
         t0 = 0;
         t0 = now_us();
@@ -1837,7 +1922,7 @@ static void init(void)
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
         enabled = 1;
         heap = (pools & POOL1) != 0;
-        fast = heap && !dhat;
+        fast = heap && !global;
     }
     busy = 0;
 }
@@ -1879,6 +1964,18 @@ static void put_i(struct sigsafe_out *o, int64_t v)
     sigsafe_puti(o, v);
 }
 
+/* --peak: a site's or stack's part of the global peak, when it has one. */
+static void put_at_peak(struct sigsafe_out *o, int64_t bytes, uint64_t blocks)
+{
+    if (bytes <= 0 && !blocks)
+        return;
+    put(o, "atpeak ");
+    put_i(o, bytes);
+    put(o, " ");
+    put_k(o, blocks);
+    put(o, "\n");
+}
+
 /* Write the report: mprof.<pid>.<k>, O_EXCL|O_NOFOLLOW, 0600. final: the
  * exit's, after which the shared table is no longer the report. */
 static void report(int final)
@@ -1898,11 +1995,18 @@ static void report(int final)
     put(&o, "profdev-mprof 1\npid ");
     put_u(&o, pid, 10);
     put(&o, "\n");
-    if (dhat) {
+    if (global) {
         spin(&global_lock);
         if (peak_pending)
-            snapshot_peak();
+            peak_passed();
         unspin(&global_lock);
+    }
+    if (peak) {
+        put(&o, "peak ");
+        put_i(&o, ghw);
+        put(&o, "\n");
+    }
+    if (dhat) {
         put(&o, "dhat ");
         put_u(&o, now_us(), 10);
         put(&o, " ");
@@ -1967,6 +2071,15 @@ static void report(int final)
             put_u(&o, s->pools, 10);
             put(&o, "\n");
         }
+        if (s->ntemp) {
+            put(&o, "temp ");
+            put_k(&o, s->ntemp);
+            put(&o, "\n");
+        }
+        if (peak) {
+            int then = s->pepoch == peak_epoch;
+            put_at_peak(&o, then ? s->gb : s->c->cur, then ? (uint64_t)s->gbk : s->c->nlive);
+        }
     }
     for (uint32_t j = 0; stacks_on && j < NSTACKS; j++) {
         struct stack *st = &stacks[j];
@@ -1989,6 +2102,15 @@ static void report(int final)
             put_u(&o, frames[st->first + d].pc, 16);
         }
         put(&o, "\n");
+        if (st->ntemp) {
+            put(&o, "temp ");
+            put_k(&o, st->ntemp);
+            put(&o, "\n");
+        }
+        if (peak) {
+            int then = st->pepoch == peak_epoch;
+            put_at_peak(&o, then ? st->pcur : st->cur, then ? st->plive : st->nlive);
+        }
     }
     put(&o, "untracked ");
     put_u(&o, untracked_allocs, 10);

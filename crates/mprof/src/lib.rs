@@ -147,6 +147,10 @@ pub const MAX_STACKS: usize = 1 << 14;
 /// See [`MAX_STACKS`].
 pub const MAX_DEPTH: usize = 64;
 
+/// The environment variable that keeps, for `--peak`, what each site and
+/// stack held at the process's global peak (`1`), under one global lock.
+pub const PEAK_ENV: &str = "PROFDEV_MPROF_PEAK";
+
 /// The environment variable that turns whole stacks on (`1`; `1,N`
 /// keeps at most N stacks, the rest charged to the overflow entry).
 pub const STACKS_ENV: &str = "PROFDEV_MPROF_STACKS";
@@ -155,13 +159,17 @@ pub const STACKS_ENV: &str = "PROFDEV_MPROF_STACKS";
 /// head (`profdev-mprof 1`, `pid`, `dhat`), a `module` line (index,
 /// bias, device, inode, two signed counts and a 511-byte path), a `site`
 /// line with DHAT's four numbers and its `pools` line, the `stack` lines
-/// (each of 64 frames), and the tail. A
-/// larger file is refused before anything is read (about 43 MB).
-pub const MAX_REPORT: u64 = (16 + 15 + 47)
+/// (each of 64 frames), each site's and stack's `temp` and `atpeak`,
+/// the `peak` line, and the tail. A larger file is refused before
+/// anything is read (about 50 MB).
+pub const MAX_REPORT: u64 = (16 + 15 + 47 + 26)
     + MAX_MODULES as u64 * (7 + 4 + 3 + 16 + 4 * 21 + 1 + 511 + 1)
-    + MAX_SITES as u64 * ((7 + 16 + 1 + 4 + 5 * 21 + 4 * 21 + 1) + 8)
-    + MAX_STACKS as u64 * (6 + 4 * 21 + MAX_DEPTH as u64 * (1 + 5 + 1 + 18) + 1)
+    + MAX_SITES as u64 * ((7 + 16 + 1 + 4 + 5 * 21 + 4 * 21 + 1) + 8 + TEMP_PEAK_LINES)
+    + MAX_STACKS as u64 * (6 + 4 * 21 + MAX_DEPTH as u64 * (1 + 5 + 1 + 18) + 1 + TEMP_PEAK_LINES)
     + (73 + 4);
+
+/// A site's or stack's `temp` and `atpeak` lines, at their longest.
+const TEMP_PEAK_LINES: u64 = (5 + 20 + 1) + (7 + 2 * 21 + 1);
 
 /// The shared table's size is checked against the header it starts with,
 /// and refused above this (the library's is 13 MiB).
@@ -376,6 +384,41 @@ mod tests {
         let (r, e) = read_dir_reports(d.path(), &few);
         assert_eq!(r.len(), 2);
         assert!(e[0].contains("more reports than are read"), "{e:?}");
+    }
+
+    #[test]
+    fn temporary_and_peak_lines_follow_their_site_or_stack() {
+        let t = "profdev-mprof 1\npid 7\npeak 160\nmodule 0 0x0 1 2 0 0 /x\n\
+                 site 0x10 0 0 100 3 300 0\ntemp 2\natpeak 100 1\n\
+                 site 0x20 0 60 60 1 60 1\natpeak 60 1\n\
+                 stack 3 300 0 0 0:0x10\ntemp 2\natpeak 100 1\nend\n";
+        let r = Report::parse(t).unwrap();
+        assert_eq!(r.peak, Some(160));
+        assert_eq!(
+            (r.sites[0].temporary, r.sites[0].at_peak),
+            (2, Some((100, 1)))
+        );
+        assert_eq!(
+            (r.sites[1].temporary, r.sites[1].at_peak),
+            (0, Some((60, 1)))
+        );
+        assert_eq!(
+            (r.stacks[0].temporary, r.stacks[0].at_peak),
+            (2, Some((100, 1)))
+        );
+        let m = merge(&[r.clone(), r.clone()]);
+        assert_eq!(
+            (m[0].sites[&0x10].temporary, m[0].sites[&0x10].at_peak),
+            (4, (200, 2))
+        );
+        let s = merge_stacks(&[r.clone(), r]);
+        assert_eq!((s[0].temporary, s[0].at_peak), (4, (200, 2)));
+        assert!(Report::parse("profdev-mprof 1\ntemp 1\nend\n").is_err());
+        assert!(Report::parse(
+            "profdev-mprof 1\nmodule 0 0x0 1 2 0 0 /x\n\
+                               site 0x10 0 0 1 1 1 0\natpeak 1\nend\n"
+        )
+        .is_err());
     }
 
     #[test]
