@@ -462,7 +462,7 @@ pub struct Extras {
 
 /// The environment of CMD's run: the session's (the library preloaded,
 /// its directory, `--wrapper`s, `--dhat`), the pools counted (startmp's
-/// digits), whole stacks, sampling, `--peak`, and the file of system code
+/// digits), whole stacks, sampling, `--peak`, `--temporary`, and the file of system code
 /// ([`system`]) of `program` and of the modules `-m` names by path.
 pub fn launch_env(
     args: &Args,
@@ -488,6 +488,9 @@ pub fn launch_env(
     }
     if args.peak {
         push(profdev_mprof::PEAK_ENV, "1".into());
+    }
+    if args.temporary {
+        push(profdev_mprof::TEMPORARY_ENV, "1".into());
     }
     let mut paths = vec![program.to_path_buf()];
     paths.extend(

@@ -4,7 +4,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--temporary] [--peak] [--wrapper SYMBOL]... [CMD [ARGS]]
 //! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID
 //! ```
 //!
@@ -44,6 +44,8 @@
 //! | `--folded-type inuse` | `--folded`'s BYTES are those live at exit (`alloc`, the default: allocated) |
 //! | `--no-stacks` | capture no stacks (`--pprof` then has one frame per site): the cost of stacks saved |
 //! | `--sample-bytes N` | sample allocations every N bytes on average (1 to 2^40) and show estimates (see Sampling); not with `-p` or `--dhat` |
+//! | `--temporary` | after the tables, per site the *temporary* blocks: freed by their thread before its next allocation (heaptrack's definition), and all blocks |
+//! | `--peak` | after the tables, what was live at the global high-water mark (DHAT's t-gmax), per stack (per site with `--no-stacks`); exact, under one global lock (slower); not with `--sample-bytes` |
 //!
 //! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
 //! prof device holds, its histograms read in the memory-mode layout.
@@ -66,14 +68,20 @@
 //! `alloc::raw_vec` growth and `finish_grow`, `strdup`, `xmalloc`,
 //! `g_malloc` and the list in `profdev_mprof`'s documentation), the first
 //! return address outside the wrappers: a `new` or a Rust `Vec` growing is
-//! charged to the user's line. A site is shown at the line of its call
+//! charged to the user's line. So is *system code*: a function declared
+//! under a system include directory (`/usr/include`, `/usr/local/include`,
+//! gcc's and clang's under `/usr/lib`, Rust's `/rustc/…`; any other file
+//! is the user's own), found before the run in the DWARF of CMD's
+//! executable and of the modules `-m` names by path (then their own lines
+//! are the user's): at -O0, `new std::vector<int>(25000)` is charged to
+//! its line, not to `bits/new_allocator.h`. A site is shown at the line of its call
 //! instruction (the return address minus one) within the function that
 //! made it (inlined code is charged to the line it was inlined at, as
 //! `profdev prof` does by default). A free subtracts the block's bytes from
 //! the site that allocated it; high water rises on allocation only. Blocks
 //! allocated before the library was loaded are never subtracted.
 //!
-//! **Stacks.** With `--folded` or `--pprof` (unless `--no-stacks`) each
+//! **Stacks.** With `--folded`, `--pprof` or `--peak` (unless `--no-stacks`) each
 //! allocation is charged to its whole call stack too: its site (as above)
 //! and the callers found by walking frame pointers from the site's frame
 //! (at most 64 frames, each checked before it is read); the stack ends at
@@ -91,6 +99,12 @@
 //! `--pprof`, `--folded`) is then an estimate, and a line after the tables
 //! says so: an estimate of B bytes has a standard error of at most
 //! √(N·B) (its variance is Σ w(w−s) over its samples, each w−s ≤ N).
+//!
+//! **Temporary blocks and the peak.** `--temporary` and `--peak` come
+//! from each process's exit report, added up over processes. The peak is
+//! exact: at the first free after each new global high water the library
+//! keeps what every site and stack holds (a copy made as each changes
+//! next), under one global lock, as `--dhat`'s.
 //!
 //! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
 //! above; pool 2 is anonymous memory the program itself maps or takes
@@ -209,7 +223,7 @@
 //!   with CMD's output; their bytes are Inferno's. The usage line is
 //!   Inferno's byte for byte, followed by a second line listing profdev's
 //!   additions (`-1`, `-2`, `-3`, `-H`, `-o`, `--leaks`, `--pprof`, `--dhat`,
-//!   `--folded`, `--folded-type`, `--no-stacks`, `--sample-bytes`, `--wrapper`, `-p`); a bad command line exits with status 2, and with
+//!   `--folded`, `--folded-type`, `--no-stacks`, `--sample-bytes`, `--temporary`, `--peak`, `--wrapper`, `-p`); a bad command line exits with status 2, and with
 //!   CMD the status is CMD's when CMD failed (`mprof -- /bin/true` exits 0).
 //! * A row's high water is the sum of the high waters of the sites
 //!   (instructions) charged to it, as Inferno's library sums a line's
@@ -274,6 +288,12 @@
 //!   reads them; a module replaced while CMD ran is named in a warning.
 //! * Rust symbols in v0 mangling are recognized as wrappers only in the
 //!   `alloc` crate.
+//! * System code is found only in CMD's executable and the `-m` modules
+//!   given by path, with DWARF (read before the run: the larger their
+//!   debug information, the longer), not with `-p`; other modules' sites
+//!   stay where the call was made.
+//! * `--temporary` and `--peak` have nothing from a process that ended
+//!   without its report (`_exit`, a signal), nor with `-p` yet.
 
 use crate::child::{find_program, Job};
 use crate::classic;

@@ -67,9 +67,13 @@
 /* ---- state ------------------------------------------------------------ */
 
 static __thread int busy __attribute__((tls_model("initial-exec")));
-/* The block this thread allocated last: freed before the thread's next
- * allocation, it is temporary (heaptrack's definition), counted per site
- * and stack (ntemp). Set at every allocation of pool 1, counted or not. */
+/* PROFDEV_MPROF_TEMPORARY=1 (mprof --temporary): the block this thread
+ * allocated last; freed before the thread's next allocation, it is
+ * temporary (heaptrack's definition), counted per site and stack (ntemp).
+ * Set at every allocation of pool 1, counted or not. Off, it costs a
+ * well-predicted branch (on: about 7% more CPU on alloc_micro's one
+ * thread, bench/README.md). */
+static int temps;
 static __thread uintptr_t last_block __attribute__((tls_model("initial-exec")));
 static int inited;
 static int enabled;
@@ -1107,7 +1111,8 @@ static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
 
 static void account_alloc(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
 {
-    last_block = (uintptr_t)p;
+    if (temps)
+        last_block = (uintptr_t)p;
     if (sample_n && !sample_hit(size))
         return;
     account_block(p, size, ra, fp);
@@ -1130,7 +1135,7 @@ static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t, uint
     uint64_t k;
     weigh(*size, &w, &k);
     uint64_t temp = 0;
-    if ((uintptr_t)p == last_block) {
+    if (temps && (uintptr_t)p == last_block) {
         temp = k;
         last_block = 0;
     }
@@ -1223,8 +1228,8 @@ static inline void fast_free(void *p)
     }
     struct site *s = &sites[si];
     struct module *m = s->mod;
-    uint64_t temp = (uintptr_t)p == last_block;
-    if (temp)
+    uint64_t temp = temps && (uintptr_t)p == last_block;
+    if (UNLIKELY(temp))
         last_block = 0;
     int mt = !__libc_single_threaded;
     if (mt)
@@ -1245,7 +1250,8 @@ EXPORT void *malloc(size_t n)
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     if (LIKELY(fast) && LIKELY(!busy)) {
         void *p = __libc_malloc(n);
-        last_block = (uintptr_t)p;
+        if (UNLIKELY(temps))
+            last_block = (uintptr_t)p;
         if (sample_n) { /* only the countdown, unless it crosses 0 */
             if (UNLIKELY(!p) || LIKELY(!sample_hit(n)))
                 return p;
@@ -1897,6 +1903,8 @@ static void init(void)
     dhat = dh && dh[0] == '1' && !sample_n;
     const char *pk = getenv("PROFDEV_MPROF_PEAK");
     peak = pk && pk[0] == '1' && !sample_n;
+    const char *tp = getenv("PROFDEV_MPROF_TEMPORARY");
+    temps = tp && tp[0] == '1';
     global = dhat || peak;
     if (dhat) {
         t0 = 0;

@@ -31,7 +31,18 @@
 //!   `xcalloc`, `xrealloc`, `xstrdup`, `xmemdup`, `xzalloc`, glib's
 //!   `g_malloc`, `g_malloc0`, `g_realloc`, `g_try_*`, `g_*_n`, `g_strdup`,
 //!   `g_strndup`, `g_memdup*`, `g_slice_alloc*`; more with
-//!   `PROFDEV_MPROF_WRAPPERS=sym1,sym2` (`mprof --wrapper SYMBOL`).
+//!   `PROFDEV_MPROF_WRAPPERS=sym1,sym2` (`mprof --wrapper SYMBOL`). System
+//!   code is walked past the same way: the functions profdev found
+//!   declared in system headers, in the file [`system::SYSTEM_ENV`] names
+//!   (`c/wrappers.c`; the rule: [`system`]).
+//! * **Temporary blocks** ([`TEMPORARY_ENV`]`=1`, `mprof --temporary`): a
+//!   block freed by the thread that allocated it before that thread's next
+//!   allocation (a thread-local "last block", compared at each free) is
+//!   counted per site and stack.
+//! * **The peak** ([`PEAK_ENV`]`=1`, `mprof --peak`): under one global
+//!   lock (DHAT's), what each site and stack held at the process's global
+//!   high water, kept by a copy on write (the head of `c/mprof.c`'s "the
+//!   peak").
 //! * **Whole stacks** ([`STACKS_ENV`]`=1`, `mprof --folded`/`--pprof`):
 //!   each allocation of pool 1 is also charged to its call stack: its
 //!   site (found as above, wrappers skipped) followed by the callers found
@@ -150,6 +161,10 @@ pub const MAX_DEPTH: usize = 64;
 /// The environment variable that keeps, for `--peak`, what each site and
 /// stack held at the process's global peak (`1`), under one global lock.
 pub const PEAK_ENV: &str = "PROFDEV_MPROF_PEAK";
+
+/// The environment variable that counts temporary blocks, for
+/// `--temporary` (`1`).
+pub const TEMPORARY_ENV: &str = "PROFDEV_MPROF_TEMPORARY";
 
 /// The environment variable that turns whole stacks on (`1`; `1,N`
 /// keeps at most N stacks, the rest charged to the overflow entry).
