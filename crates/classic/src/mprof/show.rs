@@ -34,6 +34,10 @@ impl Run {
     }
 }
 
+/// What [`render`] lays out: the text to show, and the files to write,
+/// each (file, bytes).
+pub type Rendered = (String, Vec<(OsString, Vec<u8>)>);
+
 /// Append `section` to `text`, a blank line between them.
 fn push_section(text: &mut String, section: &str) {
     if !text.is_empty() && !text.ends_with("\n\n") {
@@ -50,7 +54,7 @@ pub fn render(
     args: &Args,
     run: &Run,
     note: &mut dyn FnMut(String),
-) -> Result<(String, Vec<(OsString, Vec<u8>)>)> {
+) -> Result<Rendered> {
     let extras = Extras {
         leaks: args.leaks,
         pprof: args.pprof.is_some(),
