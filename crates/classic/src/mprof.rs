@@ -499,10 +499,13 @@ pub fn launch_env(
             .filter(|m| m.contains('/'))
             .map(std::path::PathBuf::from),
     );
-    let (k, v) = session
-        .system_env(&system::system_modules(&paths))
-        .context("cannot write the file of system code")?;
-    env.push((k.to_string(), v));
+    let system = system::system_modules(&paths);
+    if system.iter().any(|m| !m.ranges.is_empty()) {
+        let (k, v) = session
+            .system_env(&system)
+            .context("cannot write the file of system code")?;
+        env.push((k.to_string(), v));
+    }
     Ok(env)
 }
 
