@@ -567,7 +567,8 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
     }
     if (whole)
         s->c->nlive -= k;
-    s->ntemp += temp;
+    if (temp)
+        s->ntemp += temp;
     s->c->cur = s->c->cur > size ? s->c->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
     if (stk != NO_STACK)
