@@ -327,6 +327,8 @@ mod tests {
                     live: 1,
                     dhat: None,
                     pools: 1,
+                    temporary: 0,
+                    at_peak: None,
                 })
                 .collect(),
             ..Default::default()

@@ -18,7 +18,9 @@ use profdev_dev::{Dev, DevError, DirEntry, Engine, Qid};
 use profdev_formats::dhat::{DhatCounts, DhatRun, DhatSite};
 use profdev_formats::pprof::heap::{self, HeapFrame, HeapSite, HeapStack};
 use profdev_mprof::{merge, Module, Report, Stack};
-use profdev_report::mprof::{attribute, format, format_leaks, Leak, ModuleReport, Options};
+use profdev_report::mprof::{
+    attribute, format, format_leaks, format_temporary, Leak, ModuleReport, Options, Temporary,
+};
 use profdev_report::prof::SourceMap;
 use profdev_sample::job::{signal_name, Catcher};
 use profdev_symbolize::open::{read_bounded, Follow};
@@ -27,6 +29,9 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::Arc;
+
+pub mod show;
+pub mod system;
 
 /// Allocators that, linked into a program, take its allocations away from
 /// the C library's malloc.
@@ -260,6 +265,8 @@ pub fn complete(modules: &mut [Module], merged: &[Module]) {
                     s.bytes = rs.bytes;
                     s.dhat = rs.dhat;
                     s.pools = rs.pools;
+                    s.temporary = rs.temporary;
+                    s.at_peak = rs.at_peak;
                 }
             }
         }
@@ -477,22 +484,59 @@ pub struct Extras {
     /// `--sample-bytes N`: the counts are estimates; a line after the
     /// tables says so, with their error.
     pub sample_bytes: Option<u64>,
+    /// `--temporary`: the temporary blocks per site.
+    pub temporary: bool,
+    /// `--peak --no-stacks`: what each site held at the global peak.
+    pub peak_sites: bool,
 }
 
-/// The environment of CMD's run for the library (beside the session's):
-/// the pools counted (startmp's digits), whole stacks, sampling.
-pub fn library_env(args: &Args, startmp: &str) -> Vec<(&'static str, String)> {
-    let mut env = vec![(
+/// The environment of CMD's run: the session's (the library preloaded,
+/// its directory, `--wrapper`s, `--dhat`), the pools counted (startmp's
+/// digits), whole stacks, sampling, `--peak`, `--temporary`, and the file of system code
+/// ([`system`]) of `program` and of the modules `-m` names by path.
+pub fn launch_env(
+    args: &Args,
+    startmp: &str,
+    session: &profdev_mprof::Session,
+    program: &Path,
+) -> Result<Vec<(String, std::ffi::OsString)>> {
+    let mut env = session.env(
+        std::env::var_os("LD_PRELOAD"),
+        &args.wrappers,
+        args.dhat.is_some(),
+    );
+    let mut push = |k: &str, v: String| env.push((k.to_string(), v.into()));
+    push(
         profdev_mprof::POOLS_ENV,
         startmp.trim_start_matches("startmp").to_string(),
-    )];
+    );
     if args.stacks() {
-        env.push((profdev_mprof::STACKS_ENV, "1".into()));
+        push(profdev_mprof::STACKS_ENV, "1".into());
     }
     if let Some(n) = args.sample_bytes {
-        env.push((profdev_mprof::sample::SAMPLE_BYTES_ENV, n.to_string()));
+        push(profdev_mprof::sample::SAMPLE_BYTES_ENV, n.to_string());
     }
-    env
+    if args.peak {
+        push(profdev_mprof::PEAK_ENV, "1".into());
+    }
+    if args.temporary {
+        push(profdev_mprof::TEMPORARY_ENV, "1".into());
+    }
+    let mut paths = vec![program.to_path_buf()];
+    paths.extend(
+        args.modules
+            .iter()
+            .filter(|m| m.contains('/'))
+            .map(std::path::PathBuf::from),
+    );
+    let system = system::system_modules(&paths);
+    if system.iter().any(|m| !m.ranges.is_empty()) {
+        let (k, v) = session
+            .system_env(&system)
+            .context("cannot write the file of system code")?;
+        env.push((k.to_string(), v));
+    }
+    Ok(env)
 }
 
 /// The line after the tables of a sampled run: the counts are estimates,
@@ -529,6 +573,11 @@ pub struct Output {
     pub pprof: Vec<HeapSite>,
     /// With `--dhat`: DHAT's sites.
     pub dhat: Vec<DhatSite>,
+    /// With `--temporary`: its section, as printed after the leaks.
+    pub temporary: Option<String>,
+    /// With `--peak --no-stacks`: each site's bytes and blocks at the
+    /// global peak, and its `site\tfunction`.
+    pub peak_sites: Vec<(u64, u64, String)>,
 }
 
 /// The classic line when the modules shown allocated nothing.
@@ -563,6 +612,7 @@ pub fn output(
     let mut out = Output::default();
     let mut reports = Vec::new();
     let mut leaks = Vec::new();
+    let mut temporary = Vec::new();
     for m in modules {
         // The dynamic linker's name may be a link (/lib64/ld-linux…).
         let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
@@ -596,6 +646,25 @@ pub fn output(
         if extras.leaks {
             leaks.extend(leaks_of(m, &map));
         }
+        for (&p, s) in &m.sites {
+            if extras.temporary && s.pools & 1 != 0 {
+                let (location, function) = place(m, &map, p);
+                temporary.push(Temporary {
+                    temporary: s.temporary,
+                    blocks: s.allocs,
+                    location,
+                    function,
+                });
+            }
+            if extras.peak_sites && s.at_peak != (0, 0) {
+                let (location, function) = place(m, &map, p);
+                let what = format!("{location}\t{function}()");
+                out.peak_sites.push((s.at_peak.0, s.at_peak.1, what));
+            }
+        }
+    }
+    if extras.temporary {
+        out.temporary = Some(format_temporary(&temporary));
     }
     out.tables = format(&reports, options);
     if let Some(n) = extras.sample_bytes {
@@ -744,18 +813,25 @@ pub fn heap_stacks(stacks: &[Stack]) -> Vec<HeapStack> {
     out
 }
 
+/// Where site `p` of `m` is: `file:line` (else the module and address),
+/// and its function.
+fn place(m: &Module, map: &ElfMap, p: u64) -> (String, String) {
+    let pc = p.saturating_sub(1);
+    let location = match map.lines(pc) {
+        Some(r) => format!("{}:{}", r.file, r.first),
+        None => format!("{}+{pc:#x}", module_name(&m.path)),
+    };
+    let function = map.function(pc).map_or_else(|| "??".into(), |f| f.name);
+    (location, function)
+}
+
 /// A module's sites with blocks never freed.
 fn leaks_of(m: &Module, map: &ElfMap) -> Vec<Leak> {
     m.sites
         .iter()
         .filter(|(_, s)| s.live != 0)
         .map(|(&p, s)| {
-            let pc = p.saturating_sub(1);
-            let location = match map.lines(pc) {
-                Some(r) => format!("{}:{}", r.file, r.first),
-                None => format!("{}+{pc:#x}", module_name(&m.path)),
-            };
-            let function = map.function(pc).map_or_else(|| "??".into(), |f| f.name);
+            let (location, function) = place(m, map, p);
             Leak {
                 bytes: s.current,
                 blocks: s.live,
@@ -814,6 +890,7 @@ mod tests {
             pprof: true,
             dhat: true,
             sample_bytes: None,
+            ..Default::default()
         };
         let out = output(
             &[module("/no/such/libx.so")],

@@ -4,7 +4,7 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--wrapper SYMBOL]... [CMD [ARGS]]
+//! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--temporary] [--peak] [--wrapper SYMBOL]... [CMD [ARGS]]
 //! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID
 //! ```
 //!
@@ -44,6 +44,8 @@
 //! | `--folded-type inuse` | `--folded`'s BYTES are those live at exit (`alloc`, the default: allocated) |
 //! | `--no-stacks` | capture no stacks (`--pprof` then has one frame per site): the cost of stacks saved |
 //! | `--sample-bytes N` | sample allocations every N bytes on average (1 to 2^40) and show estimates (see Sampling); not with `-p` or `--dhat` |
+//! | `--temporary` | after the tables, per site the *temporary* blocks: freed by their thread before its next allocation (heaptrack's definition), and all blocks |
+//! | `--peak` | after the tables, what was live at the global high-water mark (DHAT's t-gmax), per stack (per site with `--no-stacks`); exact, under one global lock (slower); not with `--sample-bytes` |
 //!
 //! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
 //! prof device holds, its histograms read in the memory-mode layout.
@@ -66,14 +68,20 @@
 //! `alloc::raw_vec` growth and `finish_grow`, `strdup`, `xmalloc`,
 //! `g_malloc` and the list in `profdev_mprof`'s documentation), the first
 //! return address outside the wrappers: a `new` or a Rust `Vec` growing is
-//! charged to the user's line. A site is shown at the line of its call
+//! charged to the user's line. So is *system code*: a function declared
+//! under a system include directory (`/usr/include`, `/usr/local/include`,
+//! gcc's and clang's under `/usr/lib`, Rust's `/rustc/…`; any other file
+//! is the user's own), found before the run in the DWARF of CMD's
+//! executable and of the modules `-m` names by path (then their own lines
+//! are the user's): at -O0, `new std::vector<int>(25000)` is charged to
+//! its line, not to `bits/new_allocator.h`. A site is shown at the line of its call
 //! instruction (the return address minus one) within the function that
 //! made it (inlined code is charged to the line it was inlined at, as
 //! `profdev prof` does by default). A free subtracts the block's bytes from
 //! the site that allocated it; high water rises on allocation only. Blocks
 //! allocated before the library was loaded are never subtracted.
 //!
-//! **Stacks.** With `--folded` or `--pprof` (unless `--no-stacks`) each
+//! **Stacks.** With `--folded`, `--pprof` or `--peak` (unless `--no-stacks`) each
 //! allocation is charged to its whole call stack too: its site (as above)
 //! and the callers found by walking frame pointers from the site's frame
 //! (at most 64 frames, each checked before it is read); the stack ends at
@@ -91,6 +99,12 @@
 //! `--pprof`, `--folded`) is then an estimate, and a line after the tables
 //! says so: an estimate of B bytes has a standard error of at most
 //! √(N·B) (its variance is Σ w(w−s) over its samples, each w−s ≤ N).
+//!
+//! **Temporary blocks and the peak.** `--temporary` and `--peak` come
+//! from each process's exit report, added up over processes. The peak is
+//! exact: at the first free after each new global high water the library
+//! keeps what every site and stack holds (a copy made as each changes
+//! next), under one global lock, as `--dhat`'s.
 //!
 //! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
 //! above; pool 2 is anonymous memory the program itself maps or takes
@@ -209,7 +223,7 @@
 //!   with CMD's output; their bytes are Inferno's. The usage line is
 //!   Inferno's byte for byte, followed by a second line listing profdev's
 //!   additions (`-1`, `-2`, `-3`, `-H`, `-o`, `--leaks`, `--pprof`, `--dhat`,
-//!   `--folded`, `--folded-type`, `--no-stacks`, `--sample-bytes`, `--wrapper`, `-p`); a bad command line exits with status 2, and with
+//!   `--folded`, `--folded-type`, `--no-stacks`, `--sample-bytes`, `--temporary`, `--peak`, `--wrapper`, `-p`); a bad command line exits with status 2, and with
 //!   CMD the status is CMD's when CMD failed (`mprof -- /bin/true` exits 0).
 //! * A row's high water is the sum of the high waters of the sites
 //!   (instructions) charged to it, as Inferno's library sums a line's
@@ -274,6 +288,12 @@
 //!   reads them; a module replaced while CMD ran is named in a warning.
 //! * Rust symbols in v0 mangling are recognized as wrappers only in the
 //!   `alloc` crate.
+//! * System code is found only in CMD's executable and the `-m` modules
+//!   given by path, with DWARF (read before the run: the larger their
+//!   debug information, the longer), not with `-p`; other modules' sites
+//!   stay where the call was made.
+//! * `--temporary` and `--peak` have nothing from a process that ended
+//!   without its report (`_exit`, a signal), nor with `-p` yet.
 
 use crate::child::{find_program, Job};
 use crate::classic;
@@ -281,8 +301,7 @@ use crate::output::Report;
 use anyhow::{Context as _, Result};
 use profdev_classic::args::mprof::{parse, startmp_message, Args, SPEC};
 use profdev_classic::mprof;
-use profdev_formats::dhat::DhatRun;
-use profdev_mprof::{merge_stacks, Module, Session, Stack};
+use profdev_mprof::{Module, Session};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
@@ -326,7 +345,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         let dir = crate::mount::ensure_mounted()?.join("prof");
         let modules = mprof::read_mounted(&dir)?;
         let report = Report::to(args.output.as_deref(), false);
-        return show(&modules, args, None, &[], &report).map(|()| ExitCode::SUCCESS);
+        return show(&modules, args, &Default::default(), &report).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
     let own_allocator = mprof::check_reachable(&program)?;
@@ -337,14 +356,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     let mut job = Job::new()?;
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    for (k, v) in session.env(
-        std::env::var_os("LD_PRELOAD"),
-        &args.wrappers,
-        args.dhat.is_some(),
-    ) {
-        cmd.env(k, v);
-    }
-    cmd.envs(mprof::library_env(args, &startmp));
+    cmd.envs(mprof::launch_env(args, &startmp, &session, &program)?);
     job.prepare(&mut cmd);
     let child = cmd
         .spawn()
@@ -417,17 +429,13 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
         return Ok(());
     }
     let cmd: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-    let dhat_run = mprof::dhat_run(&reports, cmd.join(" "));
-    if let (Some(file), None) = (&args.dhat, &dhat_run) {
-        eprintln!(
-            "mprof: warning: no process ended normally, and DHAT's figures come with a \
-             normal end only: {} was not written",
-            file.to_string_lossy()
-        );
-    }
-    let report = Report::to(args.output.as_deref(), true);
-    let stacks = merge_stacks(&reports);
-    show(&modules, args, dhat_run.as_ref(), &stacks, &report)?;
+    let run = mprof::show::Run::of(&reports, cmd.join(" "));
+    show(
+        &modules,
+        args,
+        &run,
+        &Report::to(args.output.as_deref(), true),
+    )?;
     if let Some(i) = job.interrupted() {
         eprintln!(
             "{}",
@@ -441,13 +449,8 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
 /// (and leaks) from its report, through a private device as with CMD.
 fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     let run = mprof::run_attached(args, pid, &mut |n| eprintln!("{n}"))?;
-    let shown = show(
-        &run.modules,
-        args,
-        None,
-        &[],
-        &Report::to(args.output.as_deref(), false),
-    );
+    let to = Report::to(args.output.as_deref(), false);
+    let shown = show(&run.modules, args, &Default::default(), &to);
     if let Some((sig, sentence)) = run.interrupted {
         if let Err(e) = shown {
             eprintln!("mprof: {e}");
@@ -458,40 +461,14 @@ fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     shown.map(|()| ExitCode::SUCCESS)
 }
 
-/// Attribute, read sources, write the tables and the leaks to `report`;
-/// write the pprof, folded and DHAT files asked for.
-fn show(
-    modules: &[Module],
-    args: &Args,
-    dhat_run: Option<&DhatRun>,
-    stacks: &[Stack],
-    report: &Report,
-) -> Result<()> {
-    let extras = mprof::Extras {
-        leaks: args.leaks,
-        pprof: args.pprof.is_some(),
-        dhat: args.dhat.is_some(),
-        sample_bytes: args.sample_bytes,
-    };
-    let o = mprof::output(modules, &args.options, extras, &args.modules, &mut |n| {
-        eprintln!("{n}")
-    })?;
-    let mut text = o.tables;
-    text.push_str(o.leaks.as_deref().unwrap_or_default());
+/// Write the tables and their sections to `report`, and the files asked
+/// for (`mprof::show::render`).
+fn show(modules: &[Module], args: &Args, run: &mprof::show::Run, report: &Report) -> Result<()> {
+    let (text, files) = mprof::show::render(modules, args, run, &mut |n| eprintln!("{n}"))?;
     report.write(text.as_bytes())?;
-    let write = |file: &OsString, data: &[u8]| {
-        profdev_safefile::write_file(Path::new(file), data, 0o644)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-    };
-    let (pprof, folded) = mprof::stack_files(stacks, &o.pprof, args, &mut |n| eprintln!("{n}"));
-    if let Some(file) = &args.pprof {
-        write(file, &pprof)?;
-    }
-    if let Some(file) = &args.folded {
-        write(file, folded.as_bytes())?;
-    }
-    if let (Some(file), Some(run)) = (&args.dhat, dhat_run) {
-        write(file, profdev_formats::dhat::encode(run, &o.dhat).as_bytes())?;
+    for (file, data) in files {
+        profdev_safefile::write_file(Path::new(&file), &data, 0o644)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     Ok(())
 }

@@ -273,8 +273,8 @@ fn usage_errors_exit_2_with_the_classic_line_first() {
             "mprof",
             "usage: mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
             "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--folded file] \
-             [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--wrapper symbol]... \
-             [-p pid]",
+             [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--temporary] [--peak] \
+             [--wrapper symbol]... [-p pid]",
         ),
     ] {
         let o = run(profdev().args([cmd, "-Q", "x"]));

@@ -116,6 +116,71 @@ fn cplusplus_new_is_charged_to_the_users_line() {
     assert!(!out.contains("libstdc++"), "{out}");
 }
 
+/// At -O0 `new std::vector<int>(25000)` allocates in the allocator
+/// template of bits/new_allocator.h, instantiated in the program: system
+/// code, walked past to the user's line (module totals unchanged).
+#[test]
+fn a_vector_made_in_system_headers_is_charged_to_the_users_line() {
+    if !profdev_testkit::tools("mprof's C++ test", &["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("vector");
+    compile("g++", &["-g", "-O0"], "vector.cpp", &exe);
+    let out = stdout(&mprof(&["-l", "-n", "-M", "-e"], &exe));
+    let src = data("vector.cpp").canonicalize().unwrap();
+    let rows = section(&out, "vector");
+    assert_eq!(
+        numbers(&rows),
+        [
+            format!("{}:10 100024 100024", src.display()),
+            format!("{}:11 0 400", src.display())
+        ],
+        "{out}"
+    );
+    assert!(out.contains("Module totals\t100024\t100424\n"), "{out}");
+    assert!(!out.contains("new_allocator.h"), "{out}");
+}
+
+/// With `-m LIB` (by path) the user's source is LIB's: its system code is
+/// walked past to its own line; named by basename, LIB's system code is
+/// not known before the run and keeps the header's line.
+#[test]
+fn with_m_lib_the_users_line_is_the_librarys() {
+    if !profdev_testkit::tools("mprof's C++ test", &["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libvec.so");
+    compile(
+        "g++",
+        &["-g", "-O0", "-shared", "-fPIC"],
+        "vector_lib.cpp",
+        &lib,
+    );
+    let exe = dir.path().join("vmain");
+    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
+    let l = format!("-L{}", dir.path().display());
+    let status = Command::new("cc")
+        .args(["-g", "-O0", "-o"])
+        .arg(&exe)
+        .arg(data("vector_main.c"))
+        .args([l.as_str(), "-lvec", rpath.as_str()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let by_path = lib.display().to_string();
+    let out = stdout(&mprof(&["-n", "-m", &by_path], &exe));
+    let src = data("vector_lib.cpp").canonicalize().unwrap();
+    assert_eq!(
+        numbers(&section(&out, "libvec.so")),
+        [format!("{}:8 20024 20024", src.display())],
+        "{out}"
+    );
+    let out = stdout(&mprof(&["-n", "-m", "libvec.so"], &exe));
+    assert!(out.contains("bits/new_allocator.h:"), "{out}");
+}
+
 #[test]
 fn rust_vec_growth_is_charged_to_the_users_line() {
     if !profdev_testkit::tools("mprof's Rust test", &["rustc"]) {

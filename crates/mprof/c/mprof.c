@@ -58,65 +58,23 @@
  * itself; 3 file mappings it makes (see "pools 2 and 3" below). All pools
  * charge the same sites and modules: Inferno's histogram mixes its pools.
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <link.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-#include <math.h>
-#include <unwind.h>
+#include "mprof.h"
 
-#include "sigsafe_out.h"
-
-/* attach.c: an attached process's settings (else the environment's). */
-const char *mprof_getenv(const char *name);
-#define getenv mprof_getenv
-
-extern void *__libc_malloc(size_t);
-extern void __libc_free(void *);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-
-extern void *__sbrk(intptr_t);
-extern void *__curbrk;
-
-/* The library's own mappings go straight to the kernel: its exported mmap
- * and munmap are the program's (pools 2 and 3). */
-static inline void *sys_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
-{
-    return (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
-}
-static inline int sys_munmap(void *a, size_t n)
-{
-    return (int)syscall(SYS_munmap, a, n);
-}
-
-#define EXPORT __attribute__((visibility("default")))
 #define POOL1 1 /* the malloc family */
 #define POOL2 2 /* anonymous mappings and the break, made by the program */
 #define POOL3 4 /* file mappings made by the program */
-#define LIKELY(x) __builtin_expect(!!(x), 1)
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* ---- state ------------------------------------------------------------ */
 
 static __thread int busy __attribute__((tls_model("initial-exec")));
+/* PROFDEV_MPROF_TEMPORARY=1 (mprof --temporary): the block this thread
+ * allocated last; freed before the thread's next allocation, it is
+ * temporary (heaptrack's definition), counted per site and stack (ntemp).
+ * Set at every allocation of pool 1, counted or not. Off, it costs a
+ * well-predicted branch (on: about 7% more CPU on alloc_micro's one
+ * thread, bench/README.md). */
+static int temps;
+static __thread uintptr_t last_block __attribute__((tls_model("initial-exec")));
 static int inited;
 static int enabled;
 /* enabled and not DHAT: malloc and free may take their inline path. */
@@ -127,11 +85,15 @@ static int heap;
  * site, and every site's bytes at the global peak (t-gmax), under one
  * global lock. Times are microseconds of CLOCK_MONOTONIC since start. */
 static int dhat;
+/* PROFDEV_MPROF_PEAK=1 (mprof --peak): what each site and stack held at
+ * the global peak (DHAT's t-gmax), under the same global lock (see
+ * "the peak"). global: dhat or peak, the global lock taken. */
+static int peak, global;
+static uint64_t peak_epoch;
 static uint64_t t0, tg;
 static int peak_pending;
 static int64_t gcur, ghw;
 static char outdir[4096];
-static char extra_wrappers[1024];
 
 static void *map(size_t n)
 {
@@ -187,10 +149,12 @@ struct site {
     char pad0[64 - 2 * sizeof(uintptr_t) - 2 * sizeof(void *) - 2 * sizeof(uint32_t)];
     struct counters own;
     char pad1[64 - sizeof(struct counters)];
-    int64_t curbk, hwbk, gb, gbk; /* DHAT: under the global lock */
+    int64_t curbk, hwbk, gb, gbk; /* DHAT and --peak: under the global lock */
     uint64_t tl, sumborn;         /* the same: lifetimes ended, births of the live */
-    char pad2[64 - 6 * sizeof(uint64_t)];
+    uint64_t pepoch;              /* --peak: the snapshot gb and gbk hold ("the peak") */
+    uint64_t ntemp;               /* temporary blocks, under the counters' lock */
 };
+_Static_assert(sizeof(struct site) == 192, "a site is three cache lines");
 static struct site *sites;
 
 /* Stacks: each allocation's whole call stack (with PROFDEV_MPROF_STACKS=1),
@@ -221,7 +185,9 @@ struct stack {
     char pad0[64 - 24];
     uint64_t nalloc, bytes, nlive;
     int64_t cur;
-    char pad1[64 - 32];
+    uint64_t ntemp;            /* temporary blocks */
+    uint64_t pepoch, plive;    /* --peak: the snapshot pcur and plive hold */
+    int64_t pcur;
 };
 _Static_assert(sizeof(struct stack) == 128, "a stack is two cache lines");
 struct frame {
@@ -354,17 +320,6 @@ struct cls {
 };
 static struct cls *cls;
 
-/* Wrapper ranges found in the modules' symbol tables. */
-#define MAX_RANGES 65536
-struct range {
-    uintptr_t lo, hi;
-};
-static struct range *ranges;
-static _Atomic int nranges;
-#define MAX_SCANNED 1024
-static const void *scanned[MAX_SCANNED];
-static int nscanned;
-static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Blocks: a two-level map from a block's address to its entry, as a page
  * map: the top level has one pointer per 64 MiB of the 47-bit address
@@ -460,6 +415,45 @@ static void snapshot_peak(void)
     peak_pending = 0;
 }
 
+#define NO_STACK UINT32_MAX
+
+/* ---- the peak ---------------------------------------------------------
+ *
+ * --peak keeps what each site and stack held at the global peak without
+ * copying every table at each new peak: a copy on write. peak_epoch
+ * counts the pictures taken; one is taken (peak_passed) at the first
+ * free after a new global high water, when what is live is exactly what
+ * was live at the peak. Before a site's or stack's counters change, if
+ * its saved picture is older than the last one taken (pepoch), its
+ * counters have not changed since that picture and are saved as its
+ * part of it (peak_keep). At the end its part of the last picture is the
+ * saved one if taken in that epoch, else its counters as they are. All
+ * under the global lock: exact in the program's order, one lock. */
+static void peak_passed(void)
+{
+    if (dhat)
+        snapshot_peak();
+    peak_epoch++;
+    peak_pending = 0;
+}
+
+static inline void peak_keep(struct site *s, uint32_t stk)
+{
+    if (s->pepoch != peak_epoch) {
+        s->gb = s->c->cur;
+        s->gbk = dhat ? s->curbk : (int64_t)s->c->nlive;
+        s->pepoch = peak_epoch;
+    }
+    if (stk != NO_STACK) {
+        struct stack *st = &stacks[stk];
+        if (st->pepoch != peak_epoch) {
+            st->pcur = st->cur;
+            st->plive = st->nlive;
+            st->pepoch = peak_epoch;
+        }
+    }
+}
+
 /* Bytes charged to or taken from a site and its module, together. */
 static inline struct module *module_of_site(struct site *s)
 {
@@ -490,37 +484,46 @@ static inline void stack_add(uint32_t stk, int64_t size, int raise, uint64_t k)
     st->cur += size;
 }
 
-static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k)
+/* temp: the block was temporary (freed before its thread's next
+ * allocation). */
+static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t temp)
 {
     struct stack *st = &stacks[stk];
     if (UNLIKELY(!stk)) {
         atomic_fetch_sub_explicit((_Atomic uint64_t *)&st->nlive, k, memory_order_relaxed);
         atomic_fetch_sub_explicit((_Atomic int64_t *)&st->cur, size, memory_order_relaxed);
+        if (temp)
+            atomic_fetch_add_explicit((_Atomic uint64_t *)&st->ntemp, temp, memory_order_relaxed);
         return;
     }
     st->nlive -= k;
     st->cur -= size;
+    st->ntemp += temp;
 }
 
 /* stk: the block's stack (with stacks on and pool 1; else NO_STACK).
  * k: the objects it counts for (1, or a sampled block's weight in
  * 1/2^obj_shift units, see "sampling"). */
-#define NO_STACK UINT32_MAX
 static inline void charge(struct site *s, int64_t size, int raise, uint64_t born, uint32_t stk,
                           uint64_t k)
 {
     struct module *m = module_of_site(s);
-    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
-    if (dhat) {
-        s->curbk++;
-        s->sumborn += born;
+    if (global) {
+        if (peak)
+            peak_keep(s, stk);
         gcur += size;
         if (raise && gcur > ghw) {
             ghw = gcur;
-            tg = now_us();
+            if (dhat)
+                tg = now_us();
             peak_pending = 1;
         }
+    }
+    if (dhat) {
+        s->curbk++;
+        s->sumborn += born;
         if (raise && s->c->cur + size > s->c->hw)
             s->hwbk = s->curbk;
     }
@@ -540,17 +543,22 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
     unspin(l);
 }
 
-/* Never below 0, though each free matches an allocation. */
+/* Never below 0, though each free matches an allocation. temp: the
+ * block was temporary (k of them, else 0). */
 static inline void discharge(struct site *s, int64_t size, uint64_t born, int whole, uint32_t stk,
-                             uint64_t k)
+                             uint64_t k, uint64_t temp)
 {
     struct module *m = module_of_site(s);
-    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
-    if (dhat) {
+    if (global) {
         if (peak_pending) /* the peak is behind us: keep its picture */
-            snapshot_peak();
+            peak_passed();
+        if (peak)
+            peak_keep(s, stk);
         gcur -= size;
+    }
+    if (dhat) {
         if (whole) { /* a block ends (not a mapping's part) */
             s->curbk--;
             s->sumborn -= born;
@@ -559,151 +567,13 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
     }
     if (whole)
         s->c->nlive -= k;
+    if (temp)
+        s->ntemp += temp;
     s->c->cur = s->c->cur > size ? s->c->cur - size : 0;
     m->cur = m->cur > size ? m->cur - size : 0;
     if (stk != NO_STACK)
-        stack_sub(stk, size, k);
+        stack_sub(stk, size, k, temp);
     unspin(l);
-}
-
-/* ---- symbol tables: which return addresses are wrappers -------------- */
-
-static int is_wrapper_name(const char *n)
-{
-    static const char *exact[] = {
-        "strdup", "strndup", "__strdup", "__strndup", "wcsdup", "asprintf", "vasprintf",
-        "__asprintf", "__vasprintf_internal", "open_memstream", "getline", "getdelim",
-        "xmalloc", "xcalloc", "xrealloc", "xstrdup", "xstrndup", "xmemdup", "xzalloc",
-        "g_malloc", "g_malloc0", "g_realloc", "g_try_malloc", "g_try_malloc0",
-        "g_try_realloc", "g_malloc_n", "g_malloc0_n", "g_realloc_n", "g_strdup",
-        "g_strndup", "g_memdup", "g_memdup2", "g_slice_alloc", "g_slice_alloc0",
-        "__rust_alloc", "__rust_alloc_zeroed", "__rust_realloc", "__rdl_alloc",
-        "__rdl_alloc_zeroed", "__rdl_realloc", "__rg_alloc", "__rg_alloc_zeroed",
-        "__rg_realloc", 0};
-    for (int i = 0; exact[i]; i++)
-        if (!strcmp(n, exact[i]))
-            return 1;
-    /* C++ operator new / new[] (all variants): _Znwm, _Znam, _ZnwmRKSt9nothrow_t... */
-    if (!strncmp(n, "_Znw", 4) || !strncmp(n, "_Zna", 4))
-        return 1;
-    /* Rust's alloc crate (RawVec growth, finish_grow, Vec, String, Box...)
-     * and std's System allocator, legacy mangling. */
-    if (!strncmp(n, "_ZN5alloc", 9))
-        return 1;
-    if (!strncmp(n, "_ZN3std3sys", 11) && strstr(n, "alloc"))
-        return 1;
-    if (!strncmp(n, "_ZN4core3ptr", 12) && strstr(n, "alloc"))
-        return 1;
-    /* v0 mangling of the alloc crate: _RNv...5alloc... */
-    if (!strncmp(n, "_R", 2) && strstr(n, "5alloc") && !strstr(n, "3std"))
-        return 1;
-    /* v0 mangling of the allocator shims (`__rustc::__rust_alloc`...). */
-    if (!strncmp(n, "_R", 2)) {
-        static const char *shims[] = {"___rust_alloc", "___rust_alloc_zeroed", "___rust_realloc",
-                                      "___rdl_alloc", "___rdl_alloc_zeroed", "___rdl_realloc",
-                                      "___rg_alloc", "___rg_alloc_zeroed", "___rg_realloc", 0};
-        size_t l = strlen(n);
-        for (int i = 0; shims[i]; i++) {
-            size_t k = strlen(shims[i]);
-            if (l > k && !strcmp(n + l - k, shims[i]) && n[l - k - 1] >= '0' && n[l - k - 1] <= '9')
-                return 1;
-        }
-    }
-    if (extra_wrappers[0]) {
-        const char *p = extra_wrappers;
-        size_t len = strlen(n);
-        while (*p) {
-            const char *e = strchr(p, ',');
-            size_t l = e ? (size_t)(e - p) : strlen(p);
-            if (l == len && !strncmp(p, n, l))
-                return 1;
-            if (!e)
-                break;
-            p = e + 1;
-        }
-    }
-    return 0;
-}
-
-static void add_range(uintptr_t lo, uintptr_t hi)
-{
-    int n = atomic_load(&nranges);
-    if (n >= MAX_RANGES)
-        return;
-    ranges[n].lo = lo;
-    ranges[n].hi = hi;
-    atomic_store_explicit(&nranges, n + 1, memory_order_release);
-}
-
-static void scan_symtab(const unsigned char *img, size_t len, const Elf64_Shdr *sh, int nsh,
-                        int idx, uintptr_t base)
-{
-    const Elf64_Shdr *s = &sh[idx];
-    if (s->sh_link >= (unsigned)nsh || s->sh_entsize != sizeof(Elf64_Sym))
-        return;
-    const Elf64_Shdr *str = &sh[s->sh_link];
-    if (s->sh_offset + s->sh_size > len || str->sh_offset + str->sh_size > len)
-        return;
-    const Elf64_Sym *sym = (const Elf64_Sym *)(img + s->sh_offset);
-    size_t n = s->sh_size / sizeof(Elf64_Sym);
-    const char *names = (const char *)img + str->sh_offset;
-    for (size_t i = 0; i < n; i++) {
-        if (ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC || !sym[i].st_size || !sym[i].st_value)
-            continue;
-        if (sym[i].st_name >= str->sh_size)
-            continue;
-        const char *nm = names + sym[i].st_name;
-        if (!memchr(nm, 0, str->sh_size - sym[i].st_name))
-            continue;
-        if (is_wrapper_name(nm))
-            add_range(base + sym[i].st_value, base + sym[i].st_value + sym[i].st_size);
-    }
-}
-
-/* Scan a module's .symtab and .dynsym once for wrapper functions. */
-static void scan_module(const struct link_map *lm)
-{
-    pthread_mutex_lock(&scan_lock);
-    for (int i = 0; i < nscanned; i++)
-        if (scanned[i] == lm)
-            goto out;
-    if (nscanned < MAX_SCANNED)
-        scanned[nscanned++] = lm;
-    const char *path = lm->l_name && lm->l_name[0] ? lm->l_name : "/proc/self/exe";
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        goto out;
-    struct stat st;
-    if (fstat(fd, &st) || st.st_size < (off_t)sizeof(Elf64_Ehdr)) {
-        close(fd);
-        goto out;
-    }
-    size_t len = st.st_size;
-    const unsigned char *img = sys_mmap(0, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (img == MAP_FAILED)
-        goto out;
-    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
-    if (!memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
-        eh->e_shentsize == sizeof(Elf64_Shdr) &&
-        eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) <= len) {
-        const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
-        for (int i = 0; i < eh->e_shnum; i++)
-            if (sh[i].sh_type == SHT_SYMTAB || sh[i].sh_type == SHT_DYNSYM)
-                scan_symtab(img, len, sh, eh->e_shnum, i, lm->l_addr);
-    }
-    sys_munmap((void *)img, len);
-out:
-    pthread_mutex_unlock(&scan_lock);
-}
-
-static int in_wrapper_ranges(uintptr_t pc)
-{
-    int n = atomic_load_explicit(&nranges, memory_order_acquire);
-    for (int i = 0; i < n; i++)
-        if (pc >= ranges[i].lo && pc < ranges[i].hi)
-            return 1;
-    return 0;
 }
 
 /* glibc 2.35's lock-free lookup of the object holding an address (weak:
@@ -743,8 +613,8 @@ static int is_wrapper(uintptr_t pc)
     }
     const struct link_map *lm = link_map_of(pc);
     if (lm)
-        scan_module(lm);
-    int v = in_wrapper_ranges(pc - 1) ? 2 : 1;
+        mprof_scan_module(lm);
+    int v = mprof_skipped(pc - 1) ? 2 : 1;
     for (unsigned i = 0; i < 8; i++) {
         struct cls *c = &cls[(h + i) & (NCLS - 1)];
         uintptr_t zero = 0;
@@ -1252,6 +1122,8 @@ static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
 
 static void account_alloc(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
 {
+    if (temps)
+        last_block = (uintptr_t)p;
     if (sample_n && !sample_hit(size))
         return;
     account_block(p, size, ra, fp);
@@ -1273,7 +1145,12 @@ static int account_free(void *p, uint64_t *size, uint32_t *si, uint64_t *t, uint
     int64_t w;
     uint64_t k;
     weigh(*size, &w, &k);
-    discharge(&sites[*si], w, *t, 1, stacks_on ? *stk : NO_STACK, k);
+    uint64_t temp = 0;
+    if (temps && (uintptr_t)p == last_block) {
+        temp = k;
+        last_block = 0;
+    }
+    discharge(&sites[*si], w, *t, 1, stacks_on ? *stk : NO_STACK, k, temp);
     return 1;
 }
 
@@ -1362,14 +1239,19 @@ static inline void fast_free(void *p)
     }
     struct site *s = &sites[si];
     struct module *m = s->mod;
+    uint64_t temp = temps && (uintptr_t)p == last_block;
+    if (UNLIKELY(temp))
+        last_block = 0;
     int mt = !__libc_single_threaded;
     if (mt)
         spin_raw(&m->lock);
     s->c->cur = s->c->cur > (int64_t)size ? s->c->cur - (int64_t)size : 0;
     m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
     s->c->nlive--;
+    if (UNLIKELY(temp))
+        s->ntemp++;
     if (stacks_on)
-        stack_sub(stk, size, 1);
+        stack_sub(stk, size, 1, temp);
     if (mt)
         unspin(&m->lock);
 }
@@ -1379,6 +1261,8 @@ EXPORT void *malloc(size_t n)
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
     if (LIKELY(fast) && LIKELY(!busy)) {
         void *p = __libc_malloc(n);
+        if (UNLIKELY(temps))
+            last_block = (uintptr_t)p;
         if (sample_n) { /* only the countdown, unless it crosses 0 */
             if (UNLIKELY(!p) || LIKELY(!sample_hit(n)))
                 return p;
@@ -1556,8 +1440,10 @@ static uintptr_t page_up(uintptr_t n)
 static void split_piece(struct site *s, uint64_t born)
 {
     struct module *m = module_of_site(s);
-    atomic_flag *l = dhat ? &global_lock : &m->lock;
+    atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
+    if (peak)
+        peak_keep(s, NO_STACK);
     s->c->nlive++;
     if (dhat) {
         s->curbk++;
@@ -1578,7 +1464,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
         uintptr_t a = r->lo > lo ? r->lo : lo, b = r->hi < hi ? r->hi : hi;
         int left = r->lo < lo, right = r->hi > hi;
         struct site *s = &sites[r->site];
-        discharge(s, b - a, r->born, !left && !right, NO_STACK, 1);
+        discharge(s, b - a, r->born, !left && !right, NO_STACK, 1, 0);
         if (left && right) {
             if (nregions < regcap) { /* split: the right part is a region of its own */
                 regions[nregions] = *r;
@@ -1586,7 +1472,7 @@ static void region_cut(uintptr_t lo, uintptr_t hi)
                 nregions++;
                 split_piece(s, r->born);
             } else { /* no room: credit the right part too */
-                discharge(s, r->hi - hi, r->born, 0, NO_STACK, 1);
+                discharge(s, r->hi - hi, r->born, 0, NO_STACK, 1, 0);
             }
             r->hi = lo;
             i++;
@@ -1920,7 +1806,7 @@ static void before_fork(void)
         return;
     pthread_mutex_lock(&region_lock);
     pthread_mutex_lock(&module_lock);
-    pthread_mutex_lock(&scan_lock);
+    mprof_scan_lock(1);
     for (int i = 0; i < nmodules; i++)
         spin(&modules[i].lock);
     spin(&nomodule.lock);
@@ -1935,7 +1821,7 @@ static void after_fork_parent(void)
     unspin(&nomodule.lock);
     for (int i = 0; i < nmodules; i++)
         unspin(&modules[i].lock);
-    pthread_mutex_unlock(&scan_lock);
+    mprof_scan_lock(0);
     pthread_mutex_unlock(&module_lock);
     pthread_mutex_unlock(&region_lock);
 }
@@ -1995,12 +1881,13 @@ static void after_fork_child(void)
         enabled = heap = fast = 0;
     gcur = ghw = 0;
     peak_pending = 0;
+    peak_epoch = 0;
     tg = 0;
     if (dhat)
         t0 += now_us(); /* the child's times start at its fork */
     atomic_flag_clear(&global_lock);
     nregions = 0; /* inherited mappings are not the child's */
-    pthread_mutex_unlock(&scan_lock);
+    mprof_scan_lock(0);
     pthread_mutex_unlock(&module_lock);
     pthread_mutex_unlock(&region_lock);
 }
@@ -2013,8 +1900,6 @@ static void init(void)
     busy = 1;
     const char *d = getenv("PROFDEV_MPROF_DIR");
     const char *w = getenv("PROFDEV_MPROF_WRAPPERS");
-    if (w)
-        strncpy(extra_wrappers, w, sizeof extra_wrappers - 1);
     outdir[0] = 0;
     if (d && d[0] && strlen(d) < sizeof outdir - 64)
         strcpy(outdir, d);
@@ -2043,11 +1928,16 @@ static void init(void)
     live->obj_shift = sample_n ? OBJ_SHIFT : 0;
     const char *dh = getenv("PROFDEV_MPROF_DHAT");
     dhat = dh && dh[0] == '1' && !sample_n;
+    const char *pk = getenv("PROFDEV_MPROF_PEAK");
+    peak = pk && pk[0] == '1' && !sample_n;
+    const char *tp = getenv("PROFDEV_MPROF_TEMPORARY");
+    temps = tp && tp[0] == '1';
+    global = dhat || peak;
     if (dhat) {
         t0 = 0;
         t0 = now_us();
     }
-    ranges = map(sizeof(struct range) * MAX_RANGES);
+    int ranges = mprof_wrappers_init(w, getenv("PROFDEV_MPROF_SYSTEM"));
     /* PROFDEV_MPROF_STACKS=1: whole stacks (pool 1); =1,N keeps at most
      * N stacks (tests of the overflow entry). */
     const char *sk = getenv("PROFDEV_MPROF_STACKS");
@@ -2067,7 +1957,7 @@ static void init(void)
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
         enabled = 1;
         heap = (pools & POOL1) != 0;
-        fast = heap && !dhat;
+        fast = heap && !global;
     }
     busy = 0;
 }
@@ -2109,6 +1999,18 @@ static void put_i(struct sigsafe_out *o, int64_t v)
     sigsafe_puti(o, v);
 }
 
+/* --peak: a site's or stack's part of the global peak, when it has one. */
+static void put_at_peak(struct sigsafe_out *o, int64_t bytes, uint64_t blocks)
+{
+    if (bytes <= 0 && !blocks)
+        return;
+    put(o, "atpeak ");
+    put_i(o, bytes);
+    put(o, " ");
+    put_k(o, blocks);
+    put(o, "\n");
+}
+
 /* Write the report: mprof.<pid>.<k>, O_EXCL|O_NOFOLLOW, 0600. final: the
  * exit's, after which the shared table is no longer the report. */
 static void report(int final)
@@ -2128,11 +2030,18 @@ static void report(int final)
     put(&o, "profdev-mprof 1\npid ");
     put_u(&o, pid, 10);
     put(&o, "\n");
-    if (dhat) {
+    if (global) {
         spin(&global_lock);
         if (peak_pending)
-            snapshot_peak();
+            peak_passed();
         unspin(&global_lock);
+    }
+    if (peak) {
+        put(&o, "peak ");
+        put_i(&o, ghw);
+        put(&o, "\n");
+    }
+    if (dhat) {
         put(&o, "dhat ");
         put_u(&o, now_us(), 10);
         put(&o, " ");
@@ -2197,6 +2106,15 @@ static void report(int final)
             put_u(&o, s->pools, 10);
             put(&o, "\n");
         }
+        if (s->ntemp) {
+            put(&o, "temp ");
+            put_k(&o, s->ntemp);
+            put(&o, "\n");
+        }
+        if (peak) {
+            int then = s->pepoch == peak_epoch;
+            put_at_peak(&o, then ? s->gb : s->c->cur, then ? (uint64_t)s->gbk : s->c->nlive);
+        }
     }
     for (uint32_t j = 0; stacks_on && j < NSTACKS; j++) {
         struct stack *st = &stacks[j];
@@ -2219,6 +2137,15 @@ static void report(int final)
             put_u(&o, frames[st->first + d].pc, 16);
         }
         put(&o, "\n");
+        if (st->ntemp) {
+            put(&o, "temp ");
+            put_k(&o, st->ntemp);
+            put(&o, "\n");
+        }
+        if (peak) {
+            int then = st->pepoch == peak_epoch;
+            put_at_peak(&o, then ? st->pcur : st->cur, then ? st->plive : st->nlive);
+        }
     }
     put(&o, "untracked ");
     put_u(&o, untracked_allocs, 10);

@@ -31,7 +31,18 @@
 //!   `xcalloc`, `xrealloc`, `xstrdup`, `xmemdup`, `xzalloc`, glib's
 //!   `g_malloc`, `g_malloc0`, `g_realloc`, `g_try_*`, `g_*_n`, `g_strdup`,
 //!   `g_strndup`, `g_memdup*`, `g_slice_alloc*`; more with
-//!   `PROFDEV_MPROF_WRAPPERS=sym1,sym2` (`mprof --wrapper SYMBOL`).
+//!   `PROFDEV_MPROF_WRAPPERS=sym1,sym2` (`mprof --wrapper SYMBOL`). System
+//!   code is walked past the same way: the functions profdev found
+//!   declared in system headers, in the file [`system::SYSTEM_ENV`] names
+//!   (`c/wrappers.c`; the rule: [`system`]).
+//! * **Temporary blocks** ([`TEMPORARY_ENV`]`=1`, `mprof --temporary`): a
+//!   block freed by the thread that allocated it before that thread's next
+//!   allocation (a thread-local "last block", compared at each free) is
+//!   counted per site and stack.
+//! * **The peak** ([`PEAK_ENV`]`=1`, `mprof --peak`): under one global
+//!   lock (DHAT's), what each site and stack held at the process's global
+//!   high water, kept by a copy on write (the head of `c/mprof.c`'s "the
+//!   peak").
 //! * **Whole stacks** ([`STACKS_ENV`]`=1`, `mprof --folded`/`--pprof`):
 //!   each allocation of pool 1 is also charged to its call stack: its
 //!   site (found as above, wrappers skipped) followed by the callers found
@@ -119,6 +130,7 @@ mod report;
 pub mod sample;
 mod session;
 mod stacks;
+pub mod system;
 
 pub use merge::{decode_pairs, histogram_pairs, merge, Module, Site};
 pub use read::{read_dir_reports, read_live, read_report, read_reports, Limits, Live, LiveState};
@@ -146,6 +158,14 @@ pub const MAX_STACKS: usize = 1 << 14;
 /// See [`MAX_STACKS`].
 pub const MAX_DEPTH: usize = 64;
 
+/// The environment variable that keeps, for `--peak`, what each site and
+/// stack held at the process's global peak (`1`), under one global lock.
+pub const PEAK_ENV: &str = "PROFDEV_MPROF_PEAK";
+
+/// The environment variable that counts temporary blocks, for
+/// `--temporary` (`1`).
+pub const TEMPORARY_ENV: &str = "PROFDEV_MPROF_TEMPORARY";
+
 /// The environment variable that turns whole stacks on (`1`; `1,N`
 /// keeps at most N stacks, the rest charged to the overflow entry).
 pub const STACKS_ENV: &str = "PROFDEV_MPROF_STACKS";
@@ -154,13 +174,17 @@ pub const STACKS_ENV: &str = "PROFDEV_MPROF_STACKS";
 /// head (`profdev-mprof 1`, `pid`, `dhat`), a `module` line (index,
 /// bias, device, inode, two signed counts and a 511-byte path), a `site`
 /// line with DHAT's four numbers and its `pools` line, the `stack` lines
-/// (each of 64 frames), and the tail. A
-/// larger file is refused before anything is read (about 43 MB).
-pub const MAX_REPORT: u64 = (16 + 15 + 47)
+/// (each of 64 frames), each site's and stack's `temp` and `atpeak`,
+/// the `peak` line, and the tail. A larger file is refused before
+/// anything is read (about 50 MB).
+pub const MAX_REPORT: u64 = (16 + 15 + 47 + 26)
     + MAX_MODULES as u64 * (7 + 4 + 3 + 16 + 4 * 21 + 1 + 511 + 1)
-    + MAX_SITES as u64 * ((7 + 16 + 1 + 4 + 5 * 21 + 4 * 21 + 1) + 8)
-    + MAX_STACKS as u64 * (6 + 4 * 21 + MAX_DEPTH as u64 * (1 + 5 + 1 + 18) + 1)
+    + MAX_SITES as u64 * ((7 + 16 + 1 + 4 + 5 * 21 + 4 * 21 + 1) + 8 + TEMP_PEAK_LINES)
+    + MAX_STACKS as u64 * (6 + 4 * 21 + MAX_DEPTH as u64 * (1 + 5 + 1 + 18) + 1 + TEMP_PEAK_LINES)
     + (73 + 4);
+
+/// A site's or stack's `temp` and `atpeak` lines, at their longest.
+const TEMP_PEAK_LINES: u64 = (5 + 20 + 1) + (7 + 2 * 21 + 1);
 
 /// The shared table's size is checked against the header it starts with,
 /// and refused above this (the library's is 13 MiB).
@@ -375,6 +399,41 @@ mod tests {
         let (r, e) = read_dir_reports(d.path(), &few);
         assert_eq!(r.len(), 2);
         assert!(e[0].contains("more reports than are read"), "{e:?}");
+    }
+
+    #[test]
+    fn temporary_and_peak_lines_follow_their_site_or_stack() {
+        let t = "profdev-mprof 1\npid 7\npeak 160\nmodule 0 0x0 1 2 0 0 /x\n\
+                 site 0x10 0 0 100 3 300 0\ntemp 2\natpeak 100 1\n\
+                 site 0x20 0 60 60 1 60 1\natpeak 60 1\n\
+                 stack 3 300 0 0 0:0x10\ntemp 2\natpeak 100 1\nend\n";
+        let r = Report::parse(t).unwrap();
+        assert_eq!(r.peak, Some(160));
+        assert_eq!(
+            (r.sites[0].temporary, r.sites[0].at_peak),
+            (2, Some((100, 1)))
+        );
+        assert_eq!(
+            (r.sites[1].temporary, r.sites[1].at_peak),
+            (0, Some((60, 1)))
+        );
+        assert_eq!(
+            (r.stacks[0].temporary, r.stacks[0].at_peak),
+            (2, Some((100, 1)))
+        );
+        let m = merge(&[r.clone(), r.clone()]);
+        assert_eq!(
+            (m[0].sites[&0x10].temporary, m[0].sites[&0x10].at_peak),
+            (4, (200, 2))
+        );
+        let s = merge_stacks(&[r.clone(), r]);
+        assert_eq!((s[0].temporary, s[0].at_peak), (4, (200, 2)));
+        assert!(Report::parse("profdev-mprof 1\ntemp 1\nend\n").is_err());
+        assert!(Report::parse(
+            "profdev-mprof 1\nmodule 0 0x0 1 2 0 0 /x\n\
+                               site 0x10 0 0 1 1 1 0\natpeak 1\nend\n"
+        )
+        .is_err());
     }
 
     #[test]

@@ -40,6 +40,11 @@ pub struct Site {
     pub dhat: DhatSite,
     /// The pools charged here (bits 1, 2, 4 = pools 1, 2, 3).
     pub pools: u8,
+    /// Temporary blocks (freed by their thread before its next allocation).
+    pub temporary: u64,
+    /// With `--peak`: bytes and blocks live at each process's global peak,
+    /// summed over processes.
+    pub at_peak: (u64, u64),
 }
 
 /// The reports merged by module file and link-time pc, modules in the order
@@ -80,6 +85,11 @@ pub fn merge(reports: &[Report]) -> Vec<Module> {
             site.bytes += s.bytes;
             site.live += s.live;
             site.pools |= s.pools;
+            site.temporary += s.temporary;
+            if let Some((b, k)) = s.at_peak {
+                site.at_peak.0 += b.max(0) as u64;
+                site.at_peak.1 += k;
+            }
             if let Some(d) = s.dhat {
                 site.dhat.total_lifetime += d.total_lifetime;
                 site.dhat.max_blocks += d.max_blocks;

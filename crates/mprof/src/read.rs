@@ -423,6 +423,8 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
             } else {
                 1
             },
+            temporary: 0,
+            at_peak: None,
         });
     }
     if header_size >= 208 {
@@ -504,6 +506,7 @@ fn read_live_stacks(
             current: current as i64,
             frames,
             overflow,
+            ..Default::default()
         });
     }
     Ok(stacks.len() as u64 + frames.len() as u64)

@@ -41,6 +41,12 @@ pub struct ReportSite {
     pub dhat: Option<DhatSite>,
     /// The pools charged here, bits 1 (pool 1), 2 (pool 2), 4 (pool 3).
     pub pools: u8,
+    /// Its temporary blocks: freed by their thread before its next
+    /// allocation (heaptrack's definition).
+    pub temporary: u64,
+    /// With `PROFDEV_MPROF_PEAK=1`: its bytes and blocks live at the
+    /// process's global peak (None: nothing).
+    pub at_peak: Option<(i64, u64)>,
 }
 
 /// What a site's report adds for DHAT (times in microseconds).
@@ -74,6 +80,11 @@ pub struct ReportStack {
     /// The overflow entry: stacks met when the library's table was full
     /// (no frames).
     pub overflow: bool,
+    /// Its temporary blocks (see [`ReportSite::temporary`]).
+    pub temporary: u64,
+    /// With `PROFDEV_MPROF_PEAK=1`: its bytes and blocks live at the
+    /// global peak.
+    pub at_peak: Option<(i64, u64)>,
 }
 
 /// One process image's report.
@@ -98,6 +109,9 @@ pub struct Report {
     pub dhat: Option<(u64, u64)>,
     /// With whole stacks on: the allocation stacks.
     pub stacks: Vec<ReportStack>,
+    /// With `PROFDEV_MPROF_PEAK=1`: the process's global high water, the
+    /// bytes live at its peak.
+    pub peak: Option<u64>,
 }
 
 impl Report {
@@ -107,6 +121,7 @@ impl Report {
     /// profdev-mprof 1
     /// pid PID
     /// module INDEX 0xBIAS DEV INO CURRENT HIGHWATER PATH
+    /// peak BYTES                                                (only with PROFDEV_MPROF_PEAK=1: the global high water)
     /// dhat END_US GMAX_US                                       (only with PROFDEV_MPROF_DHAT=1)
     /// site 0xPC MODULE CURRENT HIGHWATER ALLOCS BYTES LIVE [LIFETIMES_US MAXBLOCKS GMAXBYTES GMAXBLOCKS]
     ///                                                          (MODULE -1: none)
@@ -114,6 +129,8 @@ impl Report {
     ///                              ALLOCS then counts mappings too, LIVE mappings never unmapped)
     /// stack ALLOCS BYTES LIVE CURRENT MODULE:0xPC...   (whole stacks: the site first; MODULE -1: none)
     /// stack ALLOCS BYTES LIVE CURRENT overflow         (stacks met when the table was full)
+    /// temp BLOCKS                 (after a site or stack: its temporary blocks, when any)
+    /// atpeak BYTES BLOCKS         (after a site or stack, with PROFDEV_MPROF_PEAK=1: live at the peak)
     /// untracked ALLOCS UNKNOWN_FREES TABLE_FAILURES
     /// end
     /// ```
@@ -127,6 +144,8 @@ impl Report {
         }
         let mut r = Report::default();
         let mut ended = false;
+        // Whether `temp` and `atpeak` lines follow a stack (else a site).
+        let mut after_stack = false;
         for (n, line) in lines.enumerate() {
             let bad = || format!("line {}: cannot parse {line:?}", n + 2);
             let num = |s: Option<&str>| -> Result<u64, String> {
@@ -143,6 +162,25 @@ impl Report {
             let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
             match word {
                 "pid" => r.pid = rest.parse().map_err(|_| bad())?,
+                "peak" => r.peak = Some(num(Some(rest))?),
+                "temp" | "atpeak" => {
+                    let mut f = rest.split(' ');
+                    let (temp, at) = match word {
+                        "temp" => (Some(num(f.next())?), None),
+                        _ => (None, Some((int(f.next())?, num(f.next())?))),
+                    };
+                    let (t, a) = match (after_stack, r.sites.last_mut(), r.stacks.last_mut()) {
+                        (true, _, Some(st)) => (&mut st.temporary, &mut st.at_peak),
+                        (false, Some(s), _) => (&mut s.temporary, &mut s.at_peak),
+                        _ => return Err(bad()),
+                    };
+                    if let Some(temp) = temp {
+                        *t = temp;
+                    }
+                    if at.is_some() {
+                        *a = at;
+                    }
+                }
                 "dhat" => {
                     let mut f = rest.split(' ');
                     r.dhat = Some((num(f.next())?, num(f.next())?));
@@ -200,7 +238,10 @@ impl Report {
                         live,
                         dhat,
                         pools: 1,
+                        temporary: 0,
+                        at_peak: None,
                     });
+                    after_stack = false;
                 }
                 "pools" => {
                     let mask = num(Some(rest))?;
@@ -239,6 +280,7 @@ impl Report {
                         st.frames.push((m, num(Some(pc))?));
                     }
                     r.stacks.push(st);
+                    after_stack = true;
                 }
                 "untracked" => {
                     let mut f = rest.split(' ');

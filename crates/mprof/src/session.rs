@@ -55,6 +55,20 @@ impl Session {
         self.dir.path().join("out")
     }
 
+    /// The file of system code of `modules` (the library walks past
+    /// their functions declared in system headers: [`crate::system`]),
+    /// written into the directory, and the variable that names it.
+    pub fn system_env(
+        &self,
+        modules: &[crate::system::SystemModule],
+    ) -> std::io::Result<(&'static str, OsString)> {
+        let file = self.dir.path().join("system");
+        let bytes = crate::system::encode(modules);
+        profdev_safefile::write_file(&file, &bytes, 0o400)
+            .map_err(profdev_safefile::Error::into_os_error)?;
+        Ok((crate::system::SYSTEM_ENV, file.into_os_string()))
+    }
+
     /// The environment a profiled command gets: `LD_PRELOAD` (the library
     /// first, then whatever `current` held), `PROFDEV_MPROF_DIR`, and
     /// `PROFDEV_MPROF_WRAPPERS` when `wrappers` is not empty, and

@@ -21,6 +21,11 @@ pub struct Stack {
     pub live: u64,
     /// Bytes not freed at the end.
     pub current: u64,
+    /// Temporary blocks (freed by their thread before its next allocation).
+    pub temporary: u64,
+    /// With `--peak`: bytes and blocks live at each process's global
+    /// peak, summed over processes.
+    pub at_peak: (u64, u64),
 }
 
 /// The reports' stacks merged by their frames, in the frames' order.
@@ -47,6 +52,11 @@ pub fn merge_stacks(reports: &[Report]) -> Vec<Stack> {
             e.bytes += s.bytes;
             e.live += s.live;
             e.current += s.current.max(0) as u64;
+            e.temporary += s.temporary;
+            if let Some((b, k)) = s.at_peak {
+                e.at_peak.0 += b.max(0) as u64;
+                e.at_peak.1 += k;
+            }
         }
     }
     out.into_values().collect()

@@ -44,6 +44,10 @@ pub struct Args {
     pub sample_bytes: Option<u64>,
     /// `--snapshot SECONDS` (with `-p`): count that long, show, detach.
     pub snapshot: Option<std::time::Duration>,
+    /// `--temporary`: list the temporary blocks per site.
+    pub temporary: bool,
+    /// `--peak`: list what was live at the global high-water mark.
+    pub peak: bool,
 }
 
 /// mprof's command line: its options, operands and help.
@@ -51,8 +55,8 @@ pub static SPEC: Spec = Spec {
     name: "mprof",
     synopsis: "mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
     additions: "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--folded file] \
-         [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--wrapper symbol]... \
-         [-p pid [--snapshot seconds]]",
+         [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--temporary] [--peak] \
+         [--wrapper symbol]... [-p pid [--snapshot seconds]]",
     about: "Run CMD counting every allocation of the malloc family exactly, then show per \
             source line (-l, the default with -M), per function (-f) and per module (-M) \
             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
@@ -133,6 +137,15 @@ pub static SPEC: Spec = Spec {
             "n",
             "Sample allocations every N bytes on average and show estimates (cheaper)",
         ),
+        Opt::long_flag(
+            "temporary",
+            "List the temporary blocks (freed before their thread's next allocation) per site",
+        ),
+        Opt::long_flag(
+            "peak",
+            "List what was live at the global high-water mark, per stack (per site with \
+             --no-stacks)",
+        ),
         Opt::long(
             "snapshot",
             "seconds",
@@ -193,6 +206,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
                 t => return Err(format!("--folded-type is alloc or inuse, not {t:?}")),
             },
             "no-stacks" => a.no_stacks = true,
+            "temporary" => a.temporary = true,
+            "peak" => a.peak = true,
             "sample-bytes" => match text().parse::<u64>() {
                 Ok(n) if (1..=1 << 40).contains(&n) => a.sample_bytes = Some(n),
                 _ => {
@@ -241,6 +256,16 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
     if a.snapshot.is_some() && a.pid.is_none() {
         return Err("--snapshot goes with -p PID (a running process to show and detach)".into());
     }
+    if (a.temporary || a.peak) && a.command.is_empty() {
+        return Err(
+            "--temporary and --peak need a command (the device keeps no such counts; \
+                    an attached process's report has them not yet)"
+                .into(),
+        );
+    }
+    if a.peak && a.sample_bytes.is_some() {
+        return Err("--peak is exact only: not with --sample-bytes".into());
+    }
     if a.folded.is_some() && a.no_stacks {
         return Err("--folded needs stacks: not with --no-stacks".into());
     }
@@ -249,9 +274,9 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
 
 impl Args {
     /// Whether the library captures whole stacks: when an output needs
-    /// them (`--folded`, `--pprof`) and not `--no-stacks`.
+    /// them (`--folded`, `--pprof`, `--peak`) and not `--no-stacks`.
     pub fn stacks(&self) -> bool {
-        !self.no_stacks && (self.folded.is_some() || self.pprof.is_some())
+        !self.no_stacks && (self.folded.is_some() || self.pprof.is_some() || self.peak)
     }
 }
 
@@ -313,6 +338,12 @@ mod tests {
             .unwrap()
             .stacks());
         assert!(!parse(&["x"]).unwrap().stacks());
+        let a = parse(&["--temporary", "--peak", "x"]).unwrap();
+        assert!(a.temporary && a.peak && a.stacks());
+        assert!(!parse(&["--peak", "--no-stacks", "x"]).unwrap().stacks());
+        assert!(parse(&["--peak", "-p", "5"]).is_err());
+        assert!(parse(&["--temporary"]).is_err());
+        assert!(parse(&["--peak", "--sample-bytes", "9", "x"]).is_err());
         assert!(parse(&["--folded-type", "peak", "x"]).is_err());
         assert!(parse(&["--folded", "f", "--no-stacks", "x"]).is_err());
         assert!(parse(&["--folded", "f", "-p", "5"]).is_err());

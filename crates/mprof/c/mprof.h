@@ -1,0 +1,77 @@
+/*
+ * mprof.h: what the files of libprofdev_mprof.so share (mprof.c, the
+ * accounting; wrappers.c, the return addresses a site is found past;
+ * attach.c, loading into a running process). One shared object: these
+ * names are hidden (-fvisibility=hidden), EXPORT ones are the program's.
+ */
+#ifndef PROFDEV_MPROF_H
+#define PROFDEV_MPROF_H
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <math.h>
+#include <unwind.h>
+
+#include "sigsafe_out.h"
+
+/* attach.c: an attached process's settings (else the environment's). */
+const char *mprof_getenv(const char *name);
+#define getenv mprof_getenv
+
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+
+extern void *__sbrk(intptr_t);
+extern void *__curbrk;
+
+/* The library's own mappings go straight to the kernel: its exported mmap
+ * and munmap are the program's (pools 2 and 3). */
+static inline void *sys_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
+{
+    return (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
+}
+static inline int sys_munmap(void *a, size_t n)
+{
+    return (int)syscall(SYS_munmap, a, n);
+}
+
+#define EXPORT __attribute__((visibility("default")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* wrappers.c: the allocator wrappers (by symbol, from each module's
+ * .symtab and .dynsym) and system code (the functions profdev found
+ * declared in system headers: crates/mprof/src/system.rs), which a site
+ * is found past. Init: extra wrappers (PROFDEV_MPROF_WRAPPERS, comma
+ * separated, may be 0) and the file of system code (may be 0); 0 if the
+ * tables cannot be had. */
+int mprof_wrappers_init(const char *extra, const char *system_file);
+/* Read a module's symbols (and find its system code) once. */
+void mprof_scan_module(const struct link_map *lm);
+/* Whether the instruction at pc lies in a wrapper or in system code. */
+int mprof_skipped(uintptr_t pc);
+/* Take (1) or release (0) the scan's lock (fork). */
+void mprof_scan_lock(int take);
+
+#endif
