@@ -8,13 +8,12 @@
 //! ([`private_device`], [`through_device`]) and `-p PID`'s attach
 //! ([`run_attached`]).
 
-use crate::args::mprof::{startmp_message, Args};
-use crate::prof::{ctl, module_words, open_module, read_file, source_lines, ElfMap};
+use crate::args::mprof::Args;
+use crate::prof::{ctl, open_module, read_file, source_lines, ElfMap};
 use anyhow::{anyhow, bail, Context as _, Result};
-use profdev_attach::{attach_process, MemAttached};
 use profdev_dev::engine::ReplayFactory;
-use profdev_dev::prof::{MemoryModule, Prof, POOL_FILE, POOL_MALLOC, POOL_MAP};
-use profdev_dev::{Dev, DevError, DirEntry, Engine, Qid};
+use profdev_dev::prof::{MemoryModule, Prof};
+use profdev_dev::{Dev, DirEntry, Engine, Qid};
 use profdev_formats::dhat::{DhatCounts, DhatRun, DhatSite};
 use profdev_formats::pprof::heap::{self, HeapFrame, HeapSite, HeapStack};
 use profdev_mprof::{merge, Module, Report, Stack};
@@ -22,7 +21,7 @@ use profdev_report::mprof::{
     attribute, format, format_leaks, format_temporary, Leak, ModuleReport, Options, Temporary,
 };
 use profdev_report::prof::SourceMap;
-use profdev_sample::job::{signal_name, Catcher};
+use profdev_sample::job::signal_name;
 use profdev_symbolize::open::{read_bounded, Follow};
 use profdev_symbolize::ElfObject;
 use std::os::unix::process::ExitStatusExt as _;
@@ -30,8 +29,11 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::Arc;
 
+mod attach;
 pub mod show;
 pub mod system;
+
+pub use attach::{run_attached, AttachRun};
 
 /// Allocators that, linked into a program, take its allocations away from
 /// the C library's malloc.
@@ -349,127 +351,6 @@ pub fn replaced(merged: &[Module]) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// `mprof -p PID`'s run: the modules to show, and, if a signal ended the
-/// wait, the signal and the sentence to say after the tables.
-pub struct AttachRun {
-    /// The modules read back through the private device.
-    pub modules: Vec<Module>,
-    /// The signal that ended the wait, and the sentence to say.
-    pub interrupted: Option<(i32, String)>,
-    /// Its reports' directory, kept from the sweep of other runs (let go
-    /// before the process below, as it was taken after it).
-    _held: Option<std::fs::File>,
-    /// The attached process, held until the tables are shown.
-    _attached: MemAttached,
-}
-
-/// `mprof -p PID`: attach, wait for the process to exit (or a signal),
-/// and read its tables from its report, through a private device as with
-/// CMD. `note` gets what is said meanwhile.
-pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Result<AttachRun> {
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-    let words = module_words(&args.modules, args.exec.then_some(exe.as_path()))?;
-    let dev = private_device(&words, &startmp_message(&args.pools))?;
-    let pools = args.pools.iter().fold(0, |b, p| {
-        b | match p {
-            '2' => POOL_MAP,
-            '3' => POOL_FILE,
-            _ => POOL_MALLOC,
-        }
-    });
-    // Caught from here on: a signal during the attach (which holds PID's
-    // threads) ends the wait right after it, never the attach half way.
-    // SIGINT, SIGTERM and SIGHUP, those not ignored when mprof started
-    // (nohup's stay ignored).
-    let signals = Catcher::new().context("cannot catch signals")?;
-    profdev_mprof::sweep(
-        &std::env::temp_dir(),
-        std::fs::metadata("/proc/self").map_or(0, |m| {
-            use std::os::unix::fs::MetadataExt;
-            m.uid()
-        }),
-    );
-    let attached =
-        attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers, None).map_err(|e| {
-            anyhow!(match e {
-                DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
-                DevError::NoProcess(p) => format!("no process {p}"),
-                e => e.to_string(),
-            })
-        })?;
-    // Kept from the sweep of other runs while this one reads it.
-    let held = attached.hold();
-    note(match args.snapshot {
-        Some(t) => format!(
-            "mprof: attached to process {pid}; its tables are shown in {:.1} s, or when it exits",
-            t.as_secs_f64()
-        ),
-        None => format!("mprof: attached to process {pid}; its tables are shown when it exits"),
-    });
-    let mut caught = None;
-    let until = args.snapshot.map(|t| std::time::Instant::now() + t);
-    let mut due = false;
-    while attached.running() {
-        if let Some(sig) = signals.caught() {
-            caught = Some(sig);
-            break;
-        }
-        if until.is_some_and(|u| std::time::Instant::now() >= u) {
-            due = true;
-            break;
-        }
-        signals.sleep(std::time::Duration::from_millis(50), None);
-        signals.drain();
-    }
-    // Still running (interrupted, or the snapshot is due): its report
-    // now, then the process goes on uncounted.
-    let detached = (caught.is_some() || due)
-        && attached.running()
-        && attached.request_report(profdev_attach::REPORT_TIMEOUT)
-        && attached.detach().is_ok();
-    if due && detached {
-        note(format!(
-            "mprof: process {pid} detached: it runs on, no longer counted"
-        ));
-    }
-    // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
-    // or still runs (mprof was interrupted), its table of counts.
-    let reports = attached.reports();
-    if reports.is_empty() {
-        bail!(
-            "process {pid} left neither a report nor its table of counts in {}: the library \
-             could not write there (a full disk, or the directory was removed); nothing was \
-             counted",
-            attached.reports_dir().display()
-        );
-    }
-    let modules = through_device(&dev, &merge(&reports), args.options.zeros)?;
-    let interrupted = caught.map(|sig| {
-        let sentence = if detached {
-            format!(
-                "mprof: interrupted by {}; the tables show what process {pid} counted until \
-                 then; it was detached and runs on, no longer counted",
-                signal_name(sig)
-            )
-        } else {
-            format!(
-                "mprof: interrupted by {}; the tables show what process {pid} counted until \
-                 then; it goes on counting into {} (removed once it has exited, by the next \
-                 mprof)",
-                signal_name(sig),
-                attached.reports_dir().display()
-            )
-        };
-        (sig, sentence)
-    });
-    Ok(AttachRun {
-        modules,
-        interrupted,
-        _held: held,
-        _attached: attached,
-    })
 }
 
 /// What [`output`] makes besides the tables.

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--temporary] [--peak] [--wrapper SYMBOL]... [CMD [ARGS]]
-//! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID
+//! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID [--snapshot SECONDS]
 //! ```
 //!
 //! # Description
@@ -31,7 +31,8 @@
 //! | `-m MODULE` | show only this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-e` | show CMD's own executable only |
 //! | `-1` `-2` `-3` | pools to count (default all three): 1 the malloc family; 2 anonymous memory the program maps itself (`mmap` with `MAP_ANONYMOUS`, `mremap`, `brk`, `sbrk`); 3 files the program maps (`mmap` of a file descriptor) |
-//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits. Blocks it allocated before are never subtracted. Needs the right to ptrace PID |
+//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits, or at SIGINT, SIGTERM or SIGHUP, after which it is detached and runs on (see Nothing lost). Blocks it allocated before are never subtracted. Needs the right to ptrace PID |
+//! | `--snapshot SECONDS` | with `-p`: count for SECONDS (a decimal), then show the tables and detach: the process runs on, its allocation calls going straight to the C library again, as before the attach |
 //! | `-b` | begin: put the mounted prof device in memory mode (`startmp…`) and exit |
 //! | `-c` | end the mounted device's session (`end`) and exit |
 //! | `--leaks` | after the tables, the blocks never freed, grouped by allocating line, largest first |
@@ -141,15 +142,18 @@
 //! execs another program is shown with what it had counted until then,
 //! from its table. SIGINT, SIGTERM or SIGHUP sent to mprof: with CMD, the
 //! signal is passed on as the Signals paragraph of `--help` says and the
-//! tables of what was counted are shown; with `-p`, the tables of what
-//! the process counted so far are shown (it runs on); either way mprof
+//! tables of what was counted are shown; with `-p`, the process is asked
+//! for a report, then detached (every GOT slot the attach redirected gets
+//! back what it held; the library stays mapped, counting nothing), and
+//! the tables of what it counted are shown (it runs on); either way mprof
 //! says so in one sentence and exits with 128 + the signal. When no
 //! process loaded the library at all, the sentence says why it can be
 //! (a setuid program, LD_PRELOAD cleared, or interrupted before), with
 //! CMD's status.
 //!
 //! **Directories.** mprof's private directory (`profdev-mprof.*` under
-//! `$TMPDIR` or /tmp) is removed when mprof ends; an attach's
+//! `$TMPDIR` if set, else a tmpfs: `$XDG_RUNTIME_DIR` when it is the user's
+//! own, or /dev/shm; else /tmp) is removed when mprof ends; an attach's
 //! (`profdev-attach.*`) when its process has exited. One left behind (a
 //! SIGKILLed mprof, a process still counting after `mprof -p` was
 //! interrupted) is removed by the next mprof or attach of the same user,
@@ -241,9 +245,13 @@
 //!   libraries through their own system calls (not the exported `mmap`),
 //!   and pages a MAP_FIXED mapping or an mremap made by glibc itself
 //!   replaces, are not seen.
-//! * `-p PID` shows the tables when the process exits; interrupted, mprof
-//!   shows what it counted so far and leaves it counting into its
-//!   directory (removed by a later run once it has exited). Programs it
+//! * `-p PID` shows the tables when the process exits; interrupted (or at
+//!   `--snapshot`'s time), mprof shows what it counted so far and detaches
+//!   it; its directory stays while it runs (it maps the library from
+//!   there) and is removed by a later run once it has exited. A process
+//!   detached cannot be attached again (the library stays loaded in it).
+//!   A detach that fails (the process was loading a library just then)
+//!   leaves it counting into its directory, as the sentence says. Programs it
 //!   execs are not counted, and children it forks only if they end
 //!   first. The limits of attaching are in `profdev_dev::prof`'s memory
 //!   mode (`startmp… PID`).
