@@ -118,6 +118,7 @@ mod read;
 mod report;
 pub mod sample;
 mod session;
+pub mod scan;
 mod stacks;
 
 pub use merge::{decode_pairs, histogram_pairs, merge, Module, Site};

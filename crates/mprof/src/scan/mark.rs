@@ -1,0 +1,117 @@
+//! The conservative mark: the roots, and every block reachable from them.
+
+use super::heap::{mapping_of, Chunk, Heap};
+use super::{words, Reader, ScanError, ThreadRoots, RED_ZONE};
+use profdev_symbolize::maps::MapsEntry;
+
+/// The memory ranges that are roots, [start, end), before the registers.
+pub(crate) fn roots(maps: &[MapsEntry], threads: &[ThreadRoots], heap: &Heap) -> Vec<(u64, u64)> {
+    let in_heap = |m: &MapsEntry| heap.ranges.iter().any(|&(s, e)| s < m.end && m.start < e);
+    let writable = |m: &MapsEntry| m.perms.read() && m.perms.write() && !m.perms.shared();
+    let mut out = Vec::new();
+    let mut stacks = Vec::new();
+    for t in threads {
+        if let Some(m) = mapping_of(maps, t.sp.saturating_sub(RED_ZONE))
+            .or_else(|| mapping_of(maps, t.sp))
+            .filter(|m| writable(m) && !in_heap(m))
+        {
+            out.push((t.sp.saturating_sub(RED_ZONE).max(m.start), m.end));
+            stacks.push(m.start);
+        }
+    }
+    for t in threads {
+        if let Some(m) = mapping_of(maps, t.fs_base)
+            .filter(|m| writable(m) && !in_heap(m) && !stacks.contains(&m.start))
+        {
+            out.push((m.start, m.end));
+        }
+    }
+    for (i, m) in maps.iter().enumerate() {
+        if m.is_file() && writable(m) && !in_heap(m) {
+            out.push((m.start, m.end));
+            if let Some(n) = maps.get(i + 1).filter(|n| {
+                n.start == m.end && n.path.is_empty() && writable(n) && !in_heap(n)
+            }) {
+                out.push((n.start, n.end));
+            }
+        }
+    }
+    // Each byte once: a stack may also be a module's bss, and so on.
+    out.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in out {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+}
+
+/// The blocks reached, and the bytes of roots scanned.
+pub(crate) struct Marked {
+    pub(crate) reached: Vec<bool>,
+    pub(crate) root_bytes: u64,
+}
+
+/// The block holding `v`: its index in `blocks` (by address).
+fn holding(blocks: &[Chunk], v: u64) -> Option<usize> {
+    let i = blocks.partition_point(|b| b.mem() <= v);
+    let b = blocks.get(i.checked_sub(1)?)?;
+    (v < b.end()).then_some(i - 1)
+}
+
+/// Mark the block holding `v`, if any and not yet, and queue it.
+fn visit(blocks: &[Chunk], reached: &mut [bool], work: &mut Vec<usize>, v: u64) {
+    if let Some(i) = holding(blocks, v) {
+        if !reached[i] {
+            reached[i] = true;
+            work.push(i);
+        }
+    }
+}
+
+/// Mark every block of `blocks` (by address) reachable from `roots` and
+/// the threads' registers, transitively.
+pub(crate) fn mark(
+    r: &Reader,
+    heap: &Heap,
+    blocks: &[Chunk],
+    roots: &[(u64, u64)],
+    threads: &[ThreadRoots],
+) -> Result<Marked, ScanError> {
+    let mut reached = vec![false; blocks.len()];
+    let mut work = Vec::new();
+    for t in threads {
+        for &v in &t.registers {
+            visit(blocks, &mut reached, &mut work, v);
+        }
+    }
+    let mut root_bytes = 0;
+    for &(s, e) in roots {
+        root_bytes += r.each_word(s, e, &mut |v| visit(blocks, &mut reached, &mut work, v))?;
+    }
+    let mut done = 0u64;
+    while let Some(i) = work.pop() {
+        done += 1;
+        if done % 4096 == 0 && r.mem.expired() {
+            return Err(ScanError::Expired);
+        }
+        let b = blocks[i];
+        let mut f = |v| visit(blocks, &mut reached, &mut work, v);
+        match b.seg {
+            Some(s) => {
+                if let Some(bytes) = heap.segments[s].slice(b.mem(), b.end()) {
+                    words(bytes, &mut f);
+                }
+            }
+            None => {
+                r.each_word(b.mem(), b.end(), &mut f)?;
+            }
+        }
+    }
+    Ok(Marked {
+        reached,
+        root_bytes,
+    })
+}
