@@ -298,6 +298,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
+    if let Some(pid) = args.pid.filter(|_| args.scan) {
+        let text = profdev_classic::mprof_scan::scan(pid)?;
+        Report::to(args.output.as_deref(), false).write(text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(pid) = args.pid {
         return run_attached(args, pid);
     }

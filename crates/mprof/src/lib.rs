@@ -117,8 +117,8 @@ mod merge;
 mod read;
 mod report;
 pub mod sample;
-mod session;
 pub mod scan;
+mod session;
 mod stacks;
 
 pub use merge::{decode_pairs, histogram_pairs, merge, Module, Site};

@@ -42,6 +42,8 @@ pub struct Args {
     pub pid: Option<u32>,
     /// `--sample-bytes N`: sample allocations every N bytes on average.
     pub sample_bytes: Option<u64>,
+    /// `--scan` (with `-p`): list PID's unreachable heap blocks.
+    pub scan: bool,
 }
 
 /// mprof's command line: its options, operands and help.
@@ -50,7 +52,7 @@ pub static SPEC: Spec = Spec {
     synopsis: "mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
     additions: "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--folded file] \
          [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--wrapper symbol]... \
-         [-p pid]",
+         [-p pid [--scan]]",
     about: "Run CMD counting every allocation of the malloc family exactly, then show per \
             source line (-l, the default with -M), per function (-f) and per module (-M) \
             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
@@ -131,6 +133,11 @@ pub static SPEC: Spec = Spec {
             "n",
             "Sample allocations every N bytes on average and show estimates (cheaper)",
         ),
+        Opt::long_flag(
+            "scan",
+            "With -p: stop PID briefly and list its heap blocks that nothing points to \
+             (leaks, also those allocated before any attach)",
+        ),
         Opt::long(
             "wrapper",
             "symbol",
@@ -186,6 +193,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
                 t => return Err(format!("--folded-type is alloc or inuse, not {t:?}")),
             },
             "no-stacks" => a.no_stacks = true,
+            "scan" => a.scan = true,
             "sample-bytes" => match text().parse::<u64>() {
                 Ok(n) if (1..=1 << 40).contains(&n) => a.sample_bytes = Some(n),
                 _ => {
@@ -224,6 +232,9 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
         return Err("--sample-bytes needs a command, and not --dhat \
                     (attaching with -p samples nothing yet; DHAT's lifetimes are exact only)"
             .into());
+    }
+    if a.scan && (a.pid.is_none() || a.leaks) {
+        return Err("--scan needs -p PID, and not --leaks".into());
     }
     if a.folded.is_some() && a.no_stacks {
         return Err("--folded needs stacks: not with --no-stacks".into());
@@ -309,6 +320,10 @@ mod tests {
         assert!(parse(&["--sample-bytes", "0", "x"]).is_err());
         assert!(parse(&["--sample-bytes", "512", "-p", "5"]).is_err());
         assert!(parse(&["--sample-bytes", "512", "--dhat", "d", "x"]).is_err());
+        assert!(parse(&["-p", "5", "--scan"]).unwrap().scan);
+        assert!(parse(&["--scan"]).is_err());
+        assert!(parse(&["--scan", "x"]).is_err());
+        assert!(parse(&["--scan", "-p", "5", "--leaks"]).is_err());
         let a = parse(&["-H", "-or.txt", "x"]).unwrap();
         assert!(a.options.header);
         assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));

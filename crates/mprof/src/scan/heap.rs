@@ -153,7 +153,10 @@ pub(crate) fn find_main_arena(r: &Reader, maps: &[MapsEntry]) -> Result<u64, Sca
             continue;
         }
         let mut end = m.end;
-        if let Some(n) = maps.get(i + 1).filter(|n| n.start == m.end && anonymous_rw(n)) {
+        if let Some(n) = maps
+            .get(i + 1)
+            .filter(|n| n.start == m.end && anonymous_rw(n))
+        {
             end = n.end;
         }
         let b = r.load(m.start, end)?;
@@ -301,7 +304,10 @@ impl Heap {
                 return Err(corrupt(next, "more arenas than the scan follows"));
             }
             if arenas.iter().any(|a| a.addr == next) {
-                return Err(corrupt(next, "the arenas' list does not lead back to main_arena"));
+                return Err(corrupt(
+                    next,
+                    "the arenas' list does not lead back to main_arena",
+                ));
             }
             if !mapping_of(maps, next).is_some_and(anonymous_rw) {
                 return Err(corrupt(next, "an arena outside anonymous memory"));

@@ -29,9 +29,10 @@ pub(crate) fn roots(maps: &[MapsEntry], threads: &[ThreadRoots], heap: &Heap) ->
     for (i, m) in maps.iter().enumerate() {
         if m.is_file() && writable(m) && !in_heap(m) {
             out.push((m.start, m.end));
-            if let Some(n) = maps.get(i + 1).filter(|n| {
-                n.start == m.end && n.path.is_empty() && writable(n) && !in_heap(n)
-            }) {
+            if let Some(n) = maps
+                .get(i + 1)
+                .filter(|n| n.start == m.end && n.path.is_empty() && writable(n) && !in_heap(n))
+            {
                 out.push((n.start, n.end));
             }
         }

@@ -112,7 +112,12 @@ struct Layout {
 /// mmapped chunk is held by the stack, another by nothing.
 fn process() -> (Image, Layout, Vec<ThreadRoots>) {
     let mut im = Image::default();
-    im.map(LIBC - 0x1000, 0x1000, "r-xp", "/usr/lib/x86_64-linux-gnu/libc.so.6");
+    im.map(
+        LIBC - 0x1000,
+        0x1000,
+        "r-xp",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    );
     im.map(LIBC, 0x2000, "rw-p", "/usr/lib/x86_64-linux-gnu/libc.so.6");
     im.map(LIBC + 0x2000, 0x1000, "rw-p", "");
     im.map(DATA, 0x1000, "rw-p", "/usr/bin/prog");
@@ -204,9 +209,18 @@ fn the_unreachable_blocks_of_a_synthetic_heap() {
     assert_eq!(s.cached_free, 2);
     assert_eq!((s.arenas, s.threads), (1, 1));
     let g = s.groups();
-    assert_eq!(g[0], Group { size: 0x1ff0, count: 1 });
+    assert_eq!(
+        g[0],
+        Group {
+            size: 0x1ff0,
+            count: 1
+        }
+    );
     let text = render(&s, 7, std::time::Duration::from_millis(3));
-    assert!(text.starts_with("Unreachable: 12304 bytes in 3 blocks"), "{text}");
+    assert!(
+        text.starts_with("Unreachable: 12304 bytes in 3 blocks"),
+        "{text}"
+    );
     assert!(text.contains("\n1\t4088\t4088\n"), "{text}");
     assert!(text.contains("held 3 ms"), "{text}");
 }
@@ -250,7 +264,10 @@ fn other_allocators_are_refused() {
     // No glibc mapped (static, or musl).
     im.maps.retain(|m| !m.contains("libc.so"));
     let e = run(&im, &threads).unwrap_err();
-    assert!(matches!(e, ScanError::NotGlibc(ref s) if s.contains("maps no glibc")), "{e}");
+    assert!(
+        matches!(e, ScanError::NotGlibc(ref s) if s.contains("maps no glibc")),
+        "{e}"
+    );
     // glibc mapped, no main_arena in its data (its malloc unused, or
     // another layout).
     let (mut im, _, threads) = process();
@@ -286,7 +303,10 @@ fn corrupt_headers_are_refused() {
     // A fastbin pointing at a chunk of another size.
     let mut bad = im.clone();
     bad.put(ARENA + 16, l.fast);
-    assert!(run(&bad, &threads).unwrap_err().to_string().contains("fastbin 0"));
+    assert!(run(&bad, &threads)
+        .unwrap_err()
+        .to_string()
+        .contains("fastbin 0"));
     // A fastbin list that loops.
     let mut bad = im.clone();
     bad.put(l.fast + 16, ((l.fast + 16) >> 12) ^ l.fast);
