@@ -6,14 +6,13 @@ use profdev_symbolize::maps::MapsEntry;
 
 /// The memory ranges that are roots, [start, end), before the registers.
 pub(crate) fn roots(maps: &[MapsEntry], threads: &[ThreadRoots], heap: &Heap) -> Vec<(u64, u64)> {
-    let in_heap = |m: &MapsEntry| heap.ranges.iter().any(|&(s, e)| s < m.end && m.start < e);
     let writable = |m: &MapsEntry| m.perms.read() && m.perms.write() && !m.perms.shared();
     let mut out = Vec::new();
     let mut stacks = Vec::new();
     for t in threads {
         if let Some(m) = mapping_of(maps, t.sp.saturating_sub(RED_ZONE))
             .or_else(|| mapping_of(maps, t.sp))
-            .filter(|m| writable(m) && !in_heap(m))
+            .filter(|m| writable(m))
         {
             out.push((t.sp.saturating_sub(RED_ZONE).max(m.start), m.end));
             stacks.push(m.start);
@@ -21,23 +20,24 @@ pub(crate) fn roots(maps: &[MapsEntry], threads: &[ThreadRoots], heap: &Heap) ->
     }
     for t in threads {
         if let Some(m) = mapping_of(maps, t.fs_base)
-            .filter(|m| writable(m) && !in_heap(m) && !stacks.contains(&m.start))
+            .filter(|m| writable(m) && m.path != "[heap]" && !stacks.contains(&m.start))
         {
             out.push((m.start, m.end));
         }
     }
     for (i, m) in maps.iter().enumerate() {
-        if m.is_file() && writable(m) && !in_heap(m) {
+        if m.is_file() && writable(m) {
             out.push((m.start, m.end));
             if let Some(n) = maps
                 .get(i + 1)
-                .filter(|n| n.start == m.end && n.path.is_empty() && writable(n) && !in_heap(n))
+                .filter(|n| n.start == m.end && n.path.is_empty() && writable(n))
             {
                 out.push((n.start, n.end));
             }
         }
     }
-    // Each byte once: a stack may also be a module's bss, and so on.
+    // Each byte once (a stack may also be a module's bss...), and never
+    // a heap's: a mapping merged with an mmapped chunk keeps the rest.
     out.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::new();
     for (s, e) in out {
@@ -46,7 +46,24 @@ pub(crate) fn roots(maps: &[MapsEntry], threads: &[ThreadRoots], heap: &Heap) ->
             _ => merged.push((s, e)),
         }
     }
-    merged
+    let mut holes = heap.ranges.clone();
+    holes.sort_unstable();
+    let mut roots = Vec::new();
+    for (mut s, e) in merged {
+        for &(hs, he) in &holes {
+            if he <= s || hs >= e {
+                continue;
+            }
+            if hs > s {
+                roots.push((s, hs));
+            }
+            s = s.max(he);
+        }
+        if s < e {
+            roots.push((s, e));
+        }
+    }
+    roots
 }
 
 /// The blocks reached, and the bytes of roots scanned.
@@ -57,6 +74,10 @@ pub(crate) struct Marked {
 
 /// The block holding `v`: its index in `blocks` (by address).
 fn holding(blocks: &[Chunk], v: u64) -> Option<usize> {
+    // Most words are no pointer into the heap: out at once.
+    if blocks.first().is_none_or(|b| v < b.mem()) || blocks.last().is_none_or(|b| v >= b.end()) {
+        return None;
+    }
     let i = blocks.partition_point(|b| b.mem() <= v);
     let b = blocks.get(i.checked_sub(1)?)?;
     (v < b.end()).then_some(i - 1)
