@@ -4,10 +4,12 @@
 //! through `/proc/PID/mem` by `profdev_mprof::scan` (read-only), and the
 //! process let go as it was (registers untouched, detached).
 //!
-//! The pause is bounded: reads stop [`MAX_PAUSE`] after the first thread
-//! was stopped (the scan then gives up and the process is let go), so the
-//! process is held at most [`MAX_PAUSE`] plus one read of at most 1 MiB
-//! and the detach. The pause is measured and returned.
+//! The process is held only while the heap is walked and copied
+//! (`profdev_mprof::scan::copy`); the mark runs on the copy after the
+//! detach. The pause is bounded: reads stop [`MAX_PAUSE`] after the first
+//! thread was stopped (the scan then gives up and the process is let
+//! go), so the process is held at most [`MAX_PAUSE`] plus one read of at
+//! most 1 MiB and the detach. The pause is measured and returned.
 
 use crate::memory::{inject_error, recheck};
 use profdev_dev::access::Permit;
@@ -86,14 +88,16 @@ pub fn scan_process(pid: u32, permit: Option<Permit>) -> Result<Scanned, DevErro
             target: &t,
             deadline: started + MAX_PAUSE,
         };
-        let scan = profdev_mprof::scan::scan(&live, &maps, &threads, Limits::DEFAULT);
+        let copied = profdev_mprof::scan::copy(&live, &maps, &threads, Limits::DEFAULT);
         drop(t);
-        Ok::<_, profdev_inject::InjectError>((scan, started.elapsed()))
+        Ok::<_, profdev_inject::InjectError>((copied, started.elapsed()))
     })
     .map_err(|e| inject_error(pid, e))?;
-    let (scan, pause) = r;
+    let (copied, pause) = r;
+    let copied = copied.map_err(|e| scan_error(pid, e))?;
+    // Let go: the mark works on the copy.
     Ok(Scanned {
-        scan: scan.map_err(|e| scan_error(pid, e))?,
+        scan: profdev_mprof::scan::scan_copy(&copied),
         pause,
     })
 }

@@ -55,7 +55,7 @@ pub(crate) struct Chunk {
     pub(crate) in_use: bool,
     /// An mmapped chunk (its own mapping).
     pub(crate) mmapped: bool,
-    /// The segment holding its bytes (heap chunks).
+    /// The segment holding its bytes.
     pub(crate) seg: Option<usize>,
 }
 
@@ -84,7 +84,7 @@ impl Chunk {
 pub(crate) struct Heap {
     /// Every chunk, by address.
     pub(crate) chunks: Vec<Chunk>,
-    /// The heaps' bytes.
+    /// The bytes of the heaps and mmapped chunks.
     pub(crate) segments: Vec<Segment>,
     /// Chunks (header addresses) in a tcache or a fastbin.
     pub(crate) free: HashSet<u64>,
@@ -335,7 +335,14 @@ impl Heap {
                 let from = heap.chunks.len();
                 mmapped(r, m, &mut heap.chunks)?;
                 if let (Some(f), Some(l)) = (heap.chunks.get(from), heap.chunks.last()) {
-                    heap.ranges.push((f.addr, l.end()));
+                    let (start, end) = (f.addr, l.end());
+                    heap.ranges.push((start, end));
+                    let idx = heap.segments.len();
+                    heap.segments.push(Segment {
+                        start,
+                        bytes: r.load(start, end)?,
+                    });
+                    heap.chunks[from..].iter_mut().for_each(|c| c.seg = Some(idx));
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! The conservative mark: the roots, and every block reachable from them.
 
-use super::heap::{mapping_of, Chunk, Heap};
-use super::{words, Reader, ScanError, ThreadRoots, RED_ZONE};
+use super::heap::{mapping_of, Chunk, Heap, Segment};
+use super::{words, ThreadRoots, RED_ZONE};
 use profdev_symbolize::maps::MapsEntry;
 
 /// The memory ranges that are roots, [start, end), before the registers.
@@ -66,12 +66,6 @@ pub(crate) fn roots(maps: &[MapsEntry], threads: &[ThreadRoots], heap: &Heap) ->
     roots
 }
 
-/// The blocks reached, and the bytes of roots scanned.
-pub(crate) struct Marked {
-    pub(crate) reached: Vec<bool>,
-    pub(crate) root_bytes: u64,
-}
-
 /// The block holding `v`: its index in `blocks` (by address).
 fn holding(blocks: &[Chunk], v: u64) -> Option<usize> {
     // Most words are no pointer into the heap: out at once.
@@ -93,15 +87,15 @@ fn visit(blocks: &[Chunk], reached: &mut [bool], work: &mut Vec<usize>, v: u64) 
     }
 }
 
-/// Mark every block of `blocks` (by address) reachable from `roots` and
-/// the threads' registers, transitively.
+/// Mark every block of `blocks` (by address) reachable from the roots'
+/// bytes and the threads' registers, transitively: a pure function of
+/// what was copied.
 pub(crate) fn mark(
-    r: &Reader,
     heap: &Heap,
     blocks: &[Chunk],
-    roots: &[(u64, u64)],
+    roots: &[Segment],
     threads: &[ThreadRoots],
-) -> Result<Marked, ScanError> {
+) -> Vec<bool> {
     let mut reached = vec![false; blocks.len()];
     let mut work = Vec::new();
     for t in threads {
@@ -109,31 +103,16 @@ pub(crate) fn mark(
             visit(blocks, &mut reached, &mut work, v);
         }
     }
-    let mut root_bytes = 0;
-    for &(s, e) in roots {
-        root_bytes += r.each_word(s, e, &mut |v| visit(blocks, &mut reached, &mut work, v))?;
+    for seg in roots {
+        words(&seg.bytes, &mut |v| visit(blocks, &mut reached, &mut work, v));
     }
-    let mut done = 0u64;
     while let Some(i) = work.pop() {
-        done += 1;
-        if done % 4096 == 0 && r.mem.expired() {
-            return Err(ScanError::Expired);
-        }
         let b = blocks[i];
-        let mut f = |v| visit(blocks, &mut reached, &mut work, v);
-        match b.seg {
-            Some(s) => {
-                if let Some(bytes) = heap.segments[s].slice(b.mem(), b.end()) {
-                    words(bytes, &mut f);
-                }
-            }
-            None => {
-                r.each_word(b.mem(), b.end(), &mut f)?;
-            }
-        }
+        let bytes = b
+            .seg
+            .and_then(|s| heap.segments[s].slice(b.mem(), b.end()))
+            .unwrap_or_default();
+        words(bytes, &mut |v| visit(blocks, &mut reached, &mut work, v));
     }
-    Ok(Marked {
-        reached,
-        root_bytes,
-    })
+    reached
 }

@@ -4,10 +4,12 @@
 //! attached.
 //!
 //! Everything here is a pure function of what a [`Memory`] reader returns,
-//! the process's mappings and its threads' registers ([`ThreadRoots`]):
-//! the caller (`profdev_attach::scan`) stops the process, hands over a
-//! reader of `/proc/PID/mem`, and lets the process go afterwards. Tests
-//! hand over synthetic memory images.
+//! the process's mappings and its threads' registers ([`ThreadRoots`]),
+//! in two phases: [`copy`], while the caller (`profdev_attach::scan`)
+//! holds the process stopped, walks the heap and copies the heaps, the
+//! mmapped chunks and the roots through a reader of `/proc/PID/mem`;
+//! [`scan_copy`], after the process is let go, marks and reports. The
+//! pause is the copy. Tests hand over synthetic memory images.
 //!
 //! **The heap** (`heap`), walked read-only:
 //!
@@ -51,7 +53,8 @@
 //!
 //! **Bounds.** Every walk is bounded by the sizes of the mappings it lies
 //! in; every list by the number of chunks walked; every read by
-//! [`Limits::max_bytes`] in all (refused beyond, before it is made); a
+//! [`Limits::max_bytes`] in all (refused beyond, before it is made: the
+//! copy is at most that large); a
 //! header that does not parse ends the scan with the address where it
 //! did not ([`ScanError::Corrupt`]), never a loop.
 
@@ -83,8 +86,8 @@ pub trait Memory {
     /// be read (or the reader gave up: [`Memory::expired`]).
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
 
-    /// Whether the reader's time is up: the scan then stops with
-    /// [`ScanError::Expired`]. Checked between reads and in the mark.
+    /// Whether the reader's time is up: the copy then stops with
+    /// [`ScanError::Expired`]. Checked before every read.
     fn expired(&self) -> bool {
         false
     }
@@ -251,30 +254,27 @@ impl<'a> Reader<'a> {
         Ok(self.mem.read(addr, &mut b).then(|| u64::from_le_bytes(b)))
     }
 
-    /// Each 8-aligned word of [start, end) to `f`, read in pieces; an
-    /// unreadable piece is skipped (a root that cannot be read holds
-    /// nothing the scan can see). Returns the bytes scanned.
-    pub(crate) fn each_word(
+    /// The readable bytes of [start, end) (8-aligned), in pieces of at
+    /// most 1 MiB; an unreadable piece is left out (a root that cannot be
+    /// read holds nothing the scan can see).
+    pub(crate) fn load_pieces(
         &self,
         start: u64,
         end: u64,
-        f: &mut dyn FnMut(u64),
-    ) -> Result<u64, ScanError> {
-        let start = (start + 7) & !7;
+        out: &mut Vec<heap::Segment>,
+    ) -> Result<(), ScanError> {
+        let mut at = (start + 7) & !7;
         let end = end & !7;
-        let mut buf = vec![0u8; PIECE.min(end.saturating_sub(start) as usize)];
-        let mut at = start;
-        let mut scanned = 0;
         while at < end {
             let n = ((end - at) as usize).min(PIECE);
             self.charge(n as u64)?;
-            if self.mem.read(at, &mut buf[..n]) {
-                words(&buf[..n], f);
-                scanned += n as u64;
+            let mut bytes = vec![0u8; n];
+            if self.mem.read(at, &mut bytes) {
+                out.push(heap::Segment { start: at, bytes });
             }
             at += n as u64;
         }
-        Ok(scanned)
+        Ok(())
     }
 }
 
@@ -285,34 +285,74 @@ pub(crate) fn words(bytes: &[u8], f: &mut dyn FnMut(u64)) {
     }
 }
 
-/// Scan the stopped process whose memory `mem` reads, mapped as `maps`,
-/// with `threads`' registers: glibc's heap walked, the mark from the
-/// roots, the unreachable blocks.
-pub fn scan(
+/// What a scan needs of the process, copied while it is stopped
+/// ([`copy`]); [`scan_copy`] works on it after the process is let go.
+pub struct Copied {
+    heap: heap::Heap,
+    roots: Vec<heap::Segment>,
+    threads: Vec<ThreadRoots>,
+    read_bytes: u64,
+}
+
+impl Copied {
+    /// Bytes read from the process.
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes
+    }
+}
+
+/// While the process is stopped: find glibc's arenas, walk their heaps,
+/// and copy the heaps, the mmapped chunks and the roots, through `mem`
+/// (the process mapped as `maps`, with `threads`' registers).
+pub fn copy(
     mem: &dyn Memory,
     maps: &[MapsEntry],
     threads: &[ThreadRoots],
     limits: Limits,
-) -> Result<Scan, ScanError> {
+) -> Result<Copied, ScanError> {
     let reader = Reader::new(mem, limits);
     let heap = heap::Heap::walk(&reader, maps, threads)?;
-    let blocks = heap.blocks();
-    let roots = mark::roots(maps, threads, &heap);
-    let marked = mark::mark(&reader, &heap, &blocks, &roots, threads)?;
+    let mut roots = Vec::new();
+    for (s, e) in mark::roots(maps, threads, &heap) {
+        reader.load_pieces(s, e, &mut roots)?;
+    }
+    Ok(Copied {
+        heap,
+        roots,
+        threads: threads.to_vec(),
+        read_bytes: reader.read.get(),
+    })
+}
+
+/// The mark over what [`copy`] copied, and the unreachable blocks: no
+/// reading of the process.
+pub fn scan_copy(c: &Copied) -> Scan {
+    let blocks = c.heap.blocks();
+    let reached = mark::mark(&c.heap, &blocks, &c.roots, &c.threads);
     let mut scan = Scan {
-        arenas: heap.arenas,
-        cached_free: heap.free.len() as u64,
-        threads: threads.len(),
-        root_bytes: marked.root_bytes,
+        arenas: c.heap.arenas,
+        cached_free: c.heap.free.len() as u64,
+        threads: c.threads.len(),
+        root_bytes: c.roots.iter().map(|s| s.bytes.len() as u64).sum(),
+        read_bytes: c.read_bytes,
         ..Scan::default()
     };
-    for (b, &reached) in blocks.iter().zip(&marked.reached) {
+    for (b, &reached) in blocks.iter().zip(&reached) {
         scan.blocks += 1;
         scan.bytes += b.usable();
         if !reached {
             scan.unreachable.push((b.mem(), b.usable()));
         }
     }
-    scan.read_bytes = reader.read.get();
-    Ok(scan)
+    scan
+}
+
+/// [`copy`] then [`scan_copy`].
+pub fn scan(
+    mem: &dyn Memory,
+    maps: &[MapsEntry],
+    threads: &[ThreadRoots],
+    limits: Limits,
+) -> Result<Scan, ScanError> {
+    copy(mem, maps, threads, limits).map(|c| scan_copy(&c))
 }
