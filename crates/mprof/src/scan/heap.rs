@@ -342,7 +342,9 @@ impl Heap {
                         start,
                         bytes: r.load(start, end)?,
                     });
-                    heap.chunks[from..].iter_mut().for_each(|c| c.seg = Some(idx));
+                    heap.chunks[from..]
+                        .iter_mut()
+                        .for_each(|c| c.seg = Some(idx));
                 }
             }
         }

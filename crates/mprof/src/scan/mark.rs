@@ -104,7 +104,9 @@ pub(crate) fn mark(
         }
     }
     for seg in roots {
-        words(&seg.bytes, &mut |v| visit(blocks, &mut reached, &mut work, v));
+        words(&seg.bytes, &mut |v| {
+            visit(blocks, &mut reached, &mut work, v)
+        });
     }
     while let Some(i) = work.pop() {
         let b = blocks[i];

@@ -380,7 +380,8 @@ fn a_tls_block_merged_with_an_mmapped_chunk_is_still_a_root() {
     // The kernel merges an mmapped chunk with the anonymous mapping above
     // it (the main thread's TLS): the chunk is not a root, the rest is.
     let (mut im, l, mut threads) = process();
-    im.maps.retain(|m| !m.starts_with(&format!("{:x}-", MMAP + 0x10000)));
+    im.maps
+        .retain(|m| !m.starts_with(&format!("{:x}-", MMAP + 0x10000)));
     im.map(MMAP + 0x10000, 0x4000, "rw-p", "");
     im.chunk(MMAP + 0x10000, 0x3000 | 2, false);
     // The TLS block holds the leak; the stack no longer holds the chunk.
@@ -391,5 +392,8 @@ fn a_tls_block_merged_with_an_mmapped_chunk_is_still_a_root() {
     assert!(!s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
     // The chunk is a block, unreachable: its mapping's tail was scanned,
     // not the chunk itself.
-    assert!(s.unreachable.contains(&(MMAP + 0x10000 + 16, 0x3000 - 16)), "{s:?}");
+    assert!(
+        s.unreachable.contains(&(MMAP + 0x10000 + 16, 0x3000 - 16)),
+        "{s:?}"
+    );
 }
