@@ -94,10 +94,10 @@
 //! √(N·B) (its variance is Σ w(w−s) over its samples, each w−s ≤ N).
 //!
 //! **Scan.** `-p PID --scan` stops PID (ptrace, the right checked as the
-//! kernel would) while glibc's heap is walked and copied (PAUSE), lets it
-//! go, and lists by usable size the blocks nothing reachable points into
-//! (interior pointers count; roots: registers, stacks, TLS, modules' data
-//! and bss: `profdev_mprof::scan`), those allocated before any attach too.
+//! kernel would) while glibc's heap is walked and copied (at most 5 s; 0.4 s
+//! for 190 MB), then lists by usable size the blocks nothing reachable
+//! points into (interior pointers count; roots: registers, stacks, TLS,
+//! modules' data and bss: `profdev_mprof::scan`), from before any attach too.
 //!
 //! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
 //! above; pool 2 is anonymous memory the program itself maps or takes

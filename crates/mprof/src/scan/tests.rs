@@ -355,7 +355,7 @@ fn random_corruption_never_loops_or_panics() {
         2 => rng(seed),
         3 => u64::MAX,
         4 => ((near >> 12) ^ near).wrapping_add(rng(seed) % 64),
-        _ => rng(seed) % 0x2000 | (rng(seed) & 7),
+        _ => (rng(seed) % 0x2000) | (rng(seed) & 7),
     };
     for round in 0..3000 {
         let mut bad = im.clone();
