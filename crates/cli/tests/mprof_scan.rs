@@ -182,3 +182,35 @@ fn scan_needs_a_pid() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--scan needs -p PID"));
 }
+
+#[test]
+fn a_process_it_may_not_trace_is_refused_in_one_sentence() {
+    if !ready() || !profdev_testkit::tools("mprof --scan as nobody", &["setpriv"]) {
+        return;
+    }
+    let tmp = tempdir();
+    // nobody must reach the binary.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let pd = profdev_copy(tmp.path());
+    let exe = tmp.path().join("leaky");
+    compile("leaky.c", &["-O0", "-pthread"], &exe);
+    // root's program: nobody may neither trace nor read it.
+    let (child, out) = start(&exe, &[], &[]);
+    let pid = child.id();
+    let o = as_nobody(&format!("exec \"$1\" mprof -p {pid} --scan"), &[&pd]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "mprof: not permitted to ptrace process {pid}: uid 65534 may not trace a process of uid 0"
+        )),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(o.stdout.is_empty());
+    finish(child, out);
+}
