@@ -113,6 +113,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod fuzzing;
 mod merge;
 mod read;
 mod report;
