@@ -14,7 +14,7 @@
 use crate::memory::{inject_error, recheck};
 use profdev_dev::access::Permit;
 use profdev_dev::DevError;
-use profdev_mprof::scan::{Limits, Memory, Scan, ScanError, ThreadRoots};
+use profdev_mprof::scan::{Copied, Limits, Memory, Scan, ScanError, ThreadRoots};
 use std::time::{Duration, Instant};
 
 /// The longest a scan holds the process (see the module doc).
@@ -66,12 +66,44 @@ fn scan_error(pid: u32, e: ScanError) -> DevError {
 /// a process that exec'd a set-id program since is let go untouched.
 /// Refused: ESRCH no such process, EPERM not allowed, EBUSY traced by
 /// another, ENXIO a process without glibc's malloc or whose heap does not
-/// parse (the sentence says which).
+/// parse in [`ATTEMPTS`] stops (the sentence says which). The pause
+/// returned is the last stop's.
 pub fn scan_process(pid: u32, permit: Option<Permit>) -> Result<Scanned, DevError> {
-    let r = profdev_inject::on_tracer_thread(|| {
+    let mut attempt = 1;
+    loop {
+        let (copied, pause) = copy_stopped(pid, permit.as_ref())?;
+        match copied {
+            // A thread stopped inside malloc may leave a list or a header
+            // half updated: once running on, it finishes; try again.
+            Err(ScanError::Corrupt { .. }) if attempt < ATTEMPTS => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(scan_error(pid, e)),
+            // Let go: the mark works on the copy.
+            Ok(copied) => {
+                return Ok(Scanned {
+                    scan: profdev_mprof::scan::scan_copy(&copied),
+                    pause,
+                })
+            }
+        }
+    }
+}
+
+/// A heap that does not parse is copied again, this many times in all.
+pub const ATTEMPTS: u32 = 3;
+
+/// Stop `pid`, check `permit` again, copy what the scan needs, let go;
+/// the copy (or why not) and how long the process was held.
+fn copy_stopped(
+    pid: u32,
+    permit: Option<&Permit>,
+) -> Result<(Result<Copied, ScanError>, Duration), DevError> {
+    profdev_inject::on_tracer_thread(|| {
         let started = Instant::now();
         let mut t = profdev_inject::Target::attach(pid)?;
-        recheck(permit.as_ref(), pid)?;
+        recheck(permit, pid)?;
         // Read while it is stopped: its mappings cannot change now.
         let maps = profdev_inject::maps(pid)?;
         let mut threads = Vec::new();
@@ -92,14 +124,7 @@ pub fn scan_process(pid: u32, permit: Option<Permit>) -> Result<Scanned, DevErro
         drop(t);
         Ok::<_, profdev_inject::InjectError>((copied, started.elapsed()))
     })
-    .map_err(|e| inject_error(pid, e))?;
-    let (copied, pause) = r;
-    let copied = copied.map_err(|e| scan_error(pid, e))?;
-    // Let go: the mark works on the copy.
-    Ok(Scanned {
-        scan: profdev_mprof::scan::scan_copy(&copied),
-        pause,
-    })
+    .map_err(|e| inject_error(pid, e))
 }
 
 #[cfg(test)]

@@ -397,3 +397,48 @@ fn a_tls_block_merged_with_an_mmapped_chunk_is_still_a_root() {
         "{s:?}"
     );
 }
+
+#[test]
+fn a_thread_arena_of_two_heaps() {
+    let (mut im, _, threads) = process();
+    let h = 0x7e00_0400_0000u64;
+    let h2 = h + HEAP_MAX_SIZE;
+    im.map(h, 0x21000, "rw-p", "");
+    im.map(h2, 0x10000, "rw-p", "");
+    let a = h + 48;
+    let first = (a + STATE_SIZE + 15) & !15;
+    // The first heap: a tcache, a leak, the old top (free), fenceposts.
+    let leak = first + 0x290;
+    let old_top = leak + 0x100;
+    let fence = h + 0x21000 - 32;
+    im.put(h, a);
+    im.put(h + 16, 0x21000);
+    im.chunk(first, 0x290, true);
+    im.chunk(leak, 0x100 | 4, true);
+    im.chunk(old_top, (fence - old_top) | 4, true);
+    im.chunk(fence, 16, false);
+    im.chunk(fence + 16, 0, true);
+    // The second heap, the arena's top one: a leak and the top chunk.
+    let leak2 = h2 + 48;
+    let top = leak2 + 0x200;
+    im.put(h2, a);
+    im.put(h2 + 8, h);
+    im.put(h2 + 16, 0x10000);
+    im.chunk(leak2, 0x200 | 4, true);
+    im.chunk(top, (h2 + 0x10000 - top) | 4, true);
+    im.arena(a, top, ARENA);
+    im.put(ARENA + NEXT, a);
+    im.put(LIBC + 0x2000 + 16, first + 16);
+    let s = run(&im, &threads).unwrap();
+    assert_eq!(s.arenas, 2);
+    assert!(s.unreachable.contains(&(leak + 16, 0x100 - 8)), "{s:?}");
+    assert!(s.unreachable.contains(&(leak2 + 16, 0x200 - 8)), "{s:?}");
+    assert!(
+        !s.unreachable.iter().any(|&(m, _)| m == old_top + 16),
+        "{s:?}"
+    );
+    // A heap_info naming another arena is refused.
+    im.put(h2, a + 16);
+    let e = run(&im, &threads).unwrap_err();
+    assert!(e.to_string().contains("heap_info"), "{e}");
+}
