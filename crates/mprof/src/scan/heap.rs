@@ -6,7 +6,7 @@ use super::{Reader, ScanError, ThreadRoots, HEAP_MAX_SIZE, MAX_ARENAS, MAX_HEAPS
 use profdev_symbolize::maps::MapsEntry;
 use std::collections::HashSet;
 
-/// `sizeof(struct malloc_state)` (glibc 2.26 and later, 64-bit).
+/// `sizeof(struct malloc_state)` (glibc 2.27 and later, 64-bit).
 pub(crate) const STATE_SIZE: u64 = 2200;
 /// Offsets in `struct malloc_state`.
 pub(crate) const FASTBINS: u64 = 16;
@@ -183,7 +183,7 @@ pub(crate) fn find_main_arena(r: &Reader, maps: &[MapsEntry]) -> Result<u64, Sca
     best.map(|(_, a)| a).ok_or_else(|| {
         ScanError::NotGlibc(
             "glibc's main_arena was not found in libc's data: not a glibc malloc the scan \
-             knows (2.26 or later, 64-bit)"
+             knows (2.27 or later, 64-bit)"
                 .into(),
         )
     })
