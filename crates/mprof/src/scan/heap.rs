@@ -65,9 +65,12 @@ impl Chunk {
         self.addr + 16
     }
 
-    /// The end of its bytes (an interior pointer lies in [mem, end)).
+    /// The end of its bytes, [`Chunk::mem`] plus [`Chunk::usable`]: an
+    /// interior pointer lies in [mem, end). A heap chunk's last 8 bytes
+    /// are the next chunk's `prev_size` field, which holds data while
+    /// this chunk is in use.
     pub(crate) fn end(&self) -> u64 {
-        self.addr + self.size
+        self.mem() + self.usable()
     }
 
     /// `malloc_usable_size`.

@@ -112,7 +112,8 @@ pub(crate) fn mark(
         let b = blocks[i];
         let bytes = b
             .seg
-            .and_then(|s| heap.segments[s].slice(b.mem(), b.end()))
+            .map(|s| &heap.segments[s])
+            .and_then(|s| s.slice(b.mem(), b.end().min(s.end())))
             .unwrap_or_default();
         words(bytes, &mut |v| visit(blocks, &mut reached, &mut work, v));
     }

@@ -442,3 +442,20 @@ fn a_thread_arena_of_two_heaps() {
     let e = run(&im, &threads).unwrap_err();
     assert!(e.to_string().contains("heap_info"), "{e}");
 }
+
+#[test]
+fn a_blocks_last_word_is_the_next_chunks_prev_size() {
+    // An in-use chunk's last 8 usable bytes lie in the next header's
+    // prev_size field: a pointer kept there counts (bash keeps its hash
+    // tables' pointers so).
+    let (mut im, l, threads) = process();
+    assert_eq!(l.chained, l.global + 0x60);
+    im.put(l.chained, l.leak + 16);
+    let s = run(&im, &threads).unwrap();
+    assert_eq!(s.unreachable, [(MMAP + 16, 0x2000 - 16)]);
+    // And a pointer to a block's last usable byte is an interior one.
+    let (mut im, l, threads) = process();
+    im.put(DATA + 0x18, l.leak + 16 + 0x1000 - 8 - 1);
+    let s = run(&im, &threads).unwrap();
+    assert_eq!(s.unreachable, [(MMAP + 16, 0x2000 - 16)]);
+}
