@@ -31,7 +31,7 @@
 //! | `-m MODULE` | show only this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-e` | show CMD's own executable only |
 //! | `-1` `-2` `-3` | pools to count (default all three): 1 the malloc family; 2 anonymous memory the program maps itself (`mmap` with `MAP_ANONYMOUS`, `mremap`, `brk`, `sbrk`); 3 files the program maps (`mmap` of a file descriptor) |
-//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits. Blocks it allocated before are never subtracted. Needs the right to ptrace PID |
+//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits. Blocks it allocated before are never subtracted. Needs the right to ptrace PID. With `--scan`, PID's unreachable heap blocks instead (see Scan; not with `--leaks`) |
 //! | `-b` | begin: put the mounted prof device in memory mode (`startmp…`) and exit |
 //! | `-c` | end the mounted device's session (`end`) and exit |
 //! | `--leaks` | after the tables, the blocks never freed, grouped by allocating line, largest first |
@@ -44,7 +44,6 @@
 //! | `--folded-type inuse` | `--folded`'s BYTES are those live at exit (`alloc`, the default: allocated) |
 //! | `--no-stacks` | capture no stacks (`--pprof` then has one frame per site): the cost of stacks saved |
 //! | `--sample-bytes N` | sample allocations every N bytes on average (1 to 2^40) and show estimates (see Sampling); not with `-p` or `--dhat` |
-//! | `--scan` | with `-p PID`: list PID's unreachable heap blocks instead of attaching (see Scan); not with `--leaks` |
 //!
 //! Without CMD (and without `-b` or `-c`), mprof shows what the mounted
 //! prof device holds, its histograms read in the memory-mode layout.
@@ -280,8 +279,9 @@
 //! * Sites are symbolized from the module files as they are when mprof
 //!   reads them; a module replaced while CMD ran is named in a warning.
 //! * `--scan` is conservative: a stale or look-alike word hides a leak; a
-//!   pointer kept xor'ed or tagged, in a vector register or off the roots
-//!   shows a live block as leaked. No sites yet; other mallocs refused.
+//!   pointer kept xor'ed or tagged, in a vector register or only in pools
+//!   the program maps itself (Python's object arenas) shows a live block
+//!   as leaked. No sites yet; other mallocs are refused.
 //! * Rust symbols in v0 mangling are recognized as wrappers only in the
 //!   `alloc` crate.
 

@@ -49,7 +49,11 @@
 //! which glibc's loader maps apart) unless it is a stack or a heap; every
 //! module's data and bss: each private writable file mapping, and the
 //! anonymous writable mapping right after it. Shared writable mappings,
-//! other anonymous mappings and vector registers are not roots.
+//! other anonymous mappings and vector registers are not roots: a block
+//! held only from memory a program maps itself (Python's object arenas:
+//! 143 of 1,501 blocks of an idle `python3` show so) counts as
+//! unreachable; glibc's cache of dead threads' stacks, which would hide
+//! leaks with stale values, is not scanned either.
 //!
 //! **Bounds.** Every walk is bounded by the sizes of the mappings it lies
 //! in; every list by the number of chunks walked; every read by
