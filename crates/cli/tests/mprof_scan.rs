@@ -214,3 +214,59 @@ fn a_process_it_may_not_trace_is_refused_in_one_sentence() {
     assert!(o.stdout.is_empty());
     finish(child, out);
 }
+
+/// The children of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+#[test]
+fn a_process_counted_by_mprof_is_scanned_too() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("leaky");
+    compile("leaky.c", &["-O0", "-pthread"], &exe);
+    // Launched under mprof: its library (a malloc of its own, by name)
+    // is in the process, and is not refused.
+    let mprof = tmp.path().join("tables");
+    let mut run = profdev();
+    run.arg("mprof").arg("-o").arg(&mprof).arg("--").arg(&exe);
+    let (child, out) = {
+        let mut child = run
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        (child, out)
+    };
+    let pid = children(child.id())[0];
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(maps.contains("libprofdev_mprof.so"), "{maps}");
+    let o = scan(pid);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let leak = usable(77777);
+    assert!(
+        text.contains(&format!("\n5\t{leak}\t{}\n", 5 * leak)),
+        "{text}"
+    );
+    finish(child, out);
+    assert!(std::fs::read_to_string(&mprof)
+        .unwrap()
+        .contains("Module: leaky"));
+}
