@@ -212,3 +212,30 @@ def cache_file(with_encoding=True, cut=0):
 put("coverage_cache", "valid", cache_file())
 put("coverage_cache", "plan-only", cache_file(with_encoding=False))
 put("coverage_cache", "cut", cache_file(cut=9))
+
+
+# heap_scan (profdev_mprof::fuzzing::heap_scan): 8 words (main_arena's
+# top, fastbin 1's head, arena next, an mmapped chunk's header, a stack
+# word, the fs base, two registers: offsets into the heap), then the heap:
+# a tcache_perthread_struct, a block the stack holds, a fastbin chunk, a
+# block a register points into, the top chunk.
+def heap_scan(corrupt=False):
+    heap_base = 0x5555_0000_0000
+    heap = bytearray(0x2000)
+
+    def chunk(at, size):
+        struct.pack_into("<Q", heap, at + 8, size)
+
+    chunk(0, 0x291)
+    chunk(0x290, 0x61)
+    chunk(0x2f0, 0x31)
+    struct.pack_into("<Q", heap, 0x300, (heap_base + 0x300) >> 12)
+    chunk(0x320, 0x1001 if not corrupt else 0x1009)
+    chunk(0x1320, (0x2000 - 0x1320) | 1)
+    words = struct.pack("<8Q", 0x1320, 0x2f0, 0, 0x2002, 0x2a0, 0, 0x420, 0)
+    return words + bytes(heap)
+
+
+put("heap_scan", "heap", heap_scan())
+put("heap_scan", "corrupt-size", heap_scan(corrupt=True))
+put("heap_scan", "zeros", bytes(64))

@@ -8,6 +8,7 @@
 //! Prof::with_engines(engine, engines)             // startcp PID, startmp… PID
 //! profdev_attach::attach_coverage(pid, &select, permit)   // profdev cprof -p
 //! profdev_attach::attach_process(pid, pools, &wrappers, permit) // profdev mprof -p
+//! profdev_attach::scan_process(pid, permit)       // profdev mprof -p PID --scan
 //! ```
 //!
 //! # Description
@@ -25,7 +26,10 @@
 //!   one multi-uprobe link ([`attach_coverage`], [`statically_linked`],
 //!   [`CovAttached`]);
 //! * [`memory`]: the accounting library of `profdev_mprof` injected with
-//!   ptrace ([`attach_process`], [`MemAttached`]).
+//!   ptrace ([`attach_process`], [`MemAttached`]);
+//! * [`scan`]: a running process stopped, its glibc heap scanned for
+//!   unreachable blocks (`profdev_mprof::scan`) read-only, and let go
+//!   ([`scan_process`]); nothing is loaded into it.
 //!
 //! Each engine stops every thread of the process, checks the permit
 //! again ([`Permit::check_again`](profdev_dev::access::Permit::check_again))
@@ -40,11 +44,13 @@
 
 pub mod coverage;
 pub mod memory;
+pub mod scan;
 
 pub use coverage::{
     attach_coverage, coverage_pairs, statically_linked, CovAttached, ATTACH_TIMEOUT,
 };
 pub use memory::{attach_process, MemAttached, REPORT_TIMEOUT};
+pub use scan::{scan_process, Scanned, MAX_PAUSE};
 
 use profdev_dev::access::Permit;
 use profdev_dev::prof::{Attached, CoverageEngine, Engines, MemoryEngine, ModuleCounts};

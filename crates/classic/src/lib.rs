@@ -25,5 +25,6 @@ pub mod args;
 pub mod cmdline;
 pub mod cprof;
 pub mod mprof;
+pub mod mprof_scan;
 pub mod prof;
 pub mod program;

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--temporary] [--peak] [--wrapper SYMBOL]... [CMD [ARGS]]
-//! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID [--snapshot SECONDS]
+//! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID [--snapshot SECONDS | --scan]
 //! ```
 //!
 //! # Description
@@ -31,7 +31,7 @@
 //! | `-m MODULE` | show only this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-e` | show CMD's own executable only |
 //! | `-1` `-2` `-3` | pools to count (default all three): 1 the malloc family; 2 anonymous memory the program maps itself (`mmap` with `MAP_ANONYMOUS`, `mremap`, `brk`, `sbrk`); 3 files the program maps (`mmap` of a file descriptor) |
-//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits, or at SIGINT, SIGTERM or SIGHUP, after which it is detached and runs on (see Nothing lost). Blocks it allocated before are never subtracted. Needs the right to ptrace PID |
+//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits, or at SIGINT, SIGTERM or SIGHUP, after which it is detached and runs on (see Nothing lost). Blocks it allocated before are never subtracted. Needs the right to ptrace PID. With `--scan`, PID's unreachable heap blocks instead (see Scan; not with `--leaks`) |
 //! | `--snapshot SECONDS` | with `-p`: count for SECONDS (a decimal), then show the tables and detach: the process runs on, its allocation calls going straight to the C library again, as before the attach |
 //! | `-b` | begin: put the mounted prof device in memory mode (`startmp…`) and exit |
 //! | `-c` | end the mounted device's session (`end`) and exit |
@@ -106,6 +106,12 @@
 //! exact: at the first free after each new global high water the library
 //! keeps what every site and stack holds (a copy made as each changes
 //! next), under one global lock, as `--dhat`'s.
+//!
+//! **Scan.** `-p PID --scan` stops PID (ptrace, the right checked as the
+//! kernel would) while glibc's heap is walked and copied (at most 5 s; 0.4 s
+//! for 190 MB), then lists by usable size the blocks nothing reachable
+//! points into (interior pointers count; roots: registers, stacks, TLS,
+//! modules' data and bss: `profdev_mprof::scan`), from before any attach too.
 //!
 //! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
 //! above; pool 2 is anonymous memory the program itself maps or takes
@@ -294,6 +300,10 @@
 //!   reach.
 //! * Sites are symbolized from the module files as they are when mprof
 //!   reads them; a module replaced while CMD ran is named in a warning.
+//! * `--scan` is conservative: a stale or look-alike word hides a leak; a
+//!   pointer kept xor'ed or tagged, in a vector register or only in pools
+//!   the program maps itself (Python's object arenas) shows a live block
+//!   as leaked. No sites yet; other mallocs are refused.
 //! * Rust symbols in v0 mangling are recognized as wrappers only in the
 //!   `alloc` crate.
 //! * System code is found only in CMD's executable and the `-m` modules
@@ -325,6 +335,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<ExitCode> {
+    if let Some(pid) = args.pid.filter(|_| args.scan) {
+        let text = profdev_classic::mprof_scan::scan(pid)?;
+        return (Report::to(args.output.as_deref(), false).write(text.as_bytes()))
+            .map(|()| ExitCode::SUCCESS);
+    }
     if let Some(pid) = args.pid {
         return run_attached(args, pid);
     }

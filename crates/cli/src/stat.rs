@@ -18,6 +18,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use profdev_fuse::MountState;
+use profdev_report::stat::{json, parse, table, Device};
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -46,8 +47,6 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Err(code) => code,
     }
 }
-
-use profdev_dev::stat::{json, parse_lines as parse, table, Device};
 
 fn run(args: &Args) -> Result<ExitCode> {
     let default = args.dir.is_none() && std::env::var_os(profdev_fuse::MOUNT_VAR).is_none();

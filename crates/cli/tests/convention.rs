@@ -274,7 +274,7 @@ fn usage_errors_exit_2_with_the_classic_line_first() {
             "usage: mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
             "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--folded file] \
              [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--temporary] [--peak] \
-             [--wrapper symbol]... [-p pid]",
+             [--wrapper symbol]... [-p pid [--snapshot seconds] [--scan]]",
         ),
     ] {
         let o = run(profdev().args([cmd, "-Q", "x"]));

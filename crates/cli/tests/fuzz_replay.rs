@@ -18,6 +18,7 @@ const TARGETS: &[(&str, Entry)] = &[
     ("elf", profdev_symbolize::fuzzing::elf),
     ("gmon", profdev_formats::fuzzing::gmon),
     ("heap_profile", profdev_formats::fuzzing::heap_profile),
+    ("heap_scan", profdev_mprof::fuzzing::heap_scan),
     ("jit", profdev_symbolize::fuzzing::jit),
     ("kallsyms", profdev_symbolize::fuzzing::kallsyms),
     ("kpdata", profdev_formats::fuzzing::kpdata),
@@ -186,4 +187,9 @@ fn unwind_seeds_are_complete_stacks() {
         assert_eq!(got, want, "{seed}");
         assert_eq!(with_copy.method, UnwindMethod::Cfi, "{seed}");
     }
+}
+
+#[test]
+fn heap_scan() {
+    replay("heap_scan", profdev_mprof::fuzzing::heap_scan);
 }

@@ -34,6 +34,8 @@
 //!   through `/proc/PID/mem`; [`Target::write_bytes`] and
 //!   [`Target::write_string`] place data on the thread's stack, below the
 //!   red zone, for the calls that follow (it is gone after the detach).
+//! * [`Target::registers`]: a stopped thread's general registers, stack
+//!   pointer and `fs` base, read at the stop (a leak scan's roots).
 //! * [`Target::dlopen`], [`Target::dlsym`]: `dlopen`/`dlsym`/`dlerror`
 //!   found in the process's C library (glibc >= 2.34 exports them from
 //!   libc.so.6; older ones from libdl.so.2 when it is loaded, else
@@ -69,7 +71,7 @@ use std::time::Duration;
 pub use error::InjectError;
 pub use loader::Module;
 pub use maps::{maps, Mapping};
-pub use ptrace::Target;
+pub use ptrace::{Registers, Target};
 
 /// How long a thread may take to stop after `PTRACE_INTERRUPT`.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);

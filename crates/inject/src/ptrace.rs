@@ -65,6 +65,17 @@ fn list_tasks(pid: u32) -> Result<Vec<u32>, InjectError> {
 #[cfg(target_arch = "x86_64")]
 pub(crate) type Regs = libc::user_regs_struct;
 
+/// A stopped thread's registers ([`Target::registers`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Registers {
+    /// The stack pointer.
+    pub sp: u64,
+    /// The `fs` base: the thread pointer (TLS).
+    pub fs_base: u64,
+    /// Every general register.
+    pub words: Vec<u64>,
+}
+
 /// One seized thread of the target.
 pub(crate) struct Thread {
     pub(crate) tid: u32,
@@ -308,6 +319,23 @@ impl Target {
     /// The pc thread `tid` was stopped at.
     pub fn pc(&mut self, tid: u32) -> Result<u64, InjectError> {
         Ok(self.regs(tid)?.rip)
+    }
+
+    /// Thread `tid`'s general registers at the stop, as words (every
+    /// field of `user_regs_struct`: a leak scan's candidate pointers),
+    /// its stack pointer and its `fs` base (the thread pointer).
+    pub fn registers(&mut self, tid: u32) -> Result<Registers, InjectError> {
+        let r = self.regs(tid)?;
+        let words = vec![
+            r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx,
+            r.rdx, r.rsi, r.rdi, r.orig_rax, r.rip, r.cs, r.eflags, r.rsp, r.ss, r.fs_base,
+            r.gs_base, r.ds, r.es, r.fs, r.gs,
+        ];
+        Ok(Registers {
+            sp: r.rsp,
+            fs_base: r.fs_base,
+            words,
+        })
     }
 
     pub(crate) fn regs(&mut self, tid: u32) -> Result<Regs, InjectError> {

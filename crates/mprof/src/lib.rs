@@ -108,6 +108,11 @@
 //!   so that modules loaded later are redirected too. It returns the
 //!   number of entries redirected.
 //!
+//! **The leak scan** ([`scan`], `mprof -p PID --scan`) needs no library
+//! in the process: a pure walk of glibc's heap and a conservative mark
+//! over a memory reader, fed by `profdev_attach::scan_process` while the
+//! process is stopped.
+//!
 //! **Why C, built at build time and embedded.** The interposer runs inside
 //! malloc, before and after any Rust runtime, in processes of any language:
 //! it must not allocate, must not unwind through a panic, and must use
@@ -124,10 +129,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod fuzzing;
 mod merge;
 mod read;
 mod report;
 pub mod sample;
+pub mod scan;
 mod session;
 mod stacks;
 pub mod system;

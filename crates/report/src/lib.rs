@@ -13,4 +13,5 @@ pub mod prfpr;
 pub mod prof;
 pub mod samples;
 pub mod source;
+pub mod stat;
 pub mod view;

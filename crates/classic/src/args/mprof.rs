@@ -48,6 +48,8 @@ pub struct Args {
     pub temporary: bool,
     /// `--peak`: list what was live at the global high-water mark.
     pub peak: bool,
+    /// `--scan` (with `-p`): list PID's unreachable heap blocks.
+    pub scan: bool,
 }
 
 /// mprof's command line: its options, operands and help.
@@ -56,7 +58,7 @@ pub static SPEC: Spec = Spec {
     synopsis: "mprof [-bcMflnve] [-m modname]... [cmd arg ...]",
     additions: "[-123H] [-o file] [--leaks] [--pprof file] [--dhat file] [--folded file] \
          [--folded-type alloc|inuse] [--no-stacks] [--sample-bytes n] [--temporary] [--peak] \
-         [--wrapper symbol]... [-p pid [--snapshot seconds]]",
+         [--wrapper symbol]... [-p pid [--snapshot seconds] [--scan]]",
     about: "Run CMD counting every allocation of the malloc family exactly, then show per \
             source line (-l, the default with -M), per function (-f) and per module (-M) \
             the bytes allocated and not freed and the high-water bytes; --leaks lists the \
@@ -151,6 +153,11 @@ pub static SPEC: Spec = Spec {
             "seconds",
             "With -p: count for SECONDS, then show the tables and detach (the process runs on)",
         ),
+        Opt::long_flag(
+            "scan",
+            "With -p: stop PID briefly and list its heap blocks that nothing points to \
+             (leaks, also those allocated before any attach)",
+        ),
         Opt::long(
             "wrapper",
             "symbol",
@@ -208,6 +215,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
             "no-stacks" => a.no_stacks = true,
             "temporary" => a.temporary = true,
             "peak" => a.peak = true,
+            "scan" => a.scan = true,
             "sample-bytes" => match text().parse::<u64>() {
                 Ok(n) if (1..=1 << 40).contains(&n) => a.sample_bytes = Some(n),
                 _ => {
@@ -265,6 +273,12 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
     }
     if a.peak && a.sample_bytes.is_some() {
         return Err("--peak is exact only: not with --sample-bytes".into());
+    }
+    if a.scan && a.snapshot.is_some() {
+        return Err("--scan shows unreachable blocks now: not with --snapshot".into());
+    }
+    if a.scan && (a.pid.is_none() || a.leaks) {
+        return Err("--scan needs -p PID, and not --leaks".into());
     }
     if a.folded.is_some() && a.no_stacks {
         return Err("--folded needs stacks: not with --no-stacks".into());
@@ -356,6 +370,10 @@ mod tests {
         assert!(parse(&["--sample-bytes", "0", "x"]).is_err());
         assert!(parse(&["--sample-bytes", "512", "-p", "5"]).is_err());
         assert!(parse(&["--sample-bytes", "512", "--dhat", "d", "x"]).is_err());
+        assert!(parse(&["-p", "5", "--scan"]).unwrap().scan);
+        assert!(parse(&["--scan"]).is_err());
+        assert!(parse(&["--scan", "x"]).is_err());
+        assert!(parse(&["--scan", "-p", "5", "--leaks"]).is_err());
         let a = parse(&["-H", "-or.txt", "x"]).unwrap();
         assert!(a.options.header);
         assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));

@@ -1,0 +1,272 @@
+//! `profdev mprof -p PID --scan`: a running program
+//! (tests/data/mprof/leaky.c) that leaked 5 blocks of 77,777 bytes before
+//! anything attached, holds one of 55,555 in a global and has small blocks
+//! in its tcache and a fastbin is scanned: the 5 blocks are reported, the
+//! held one is not, and the program runs on to a clean end. A static
+//! program and one with its own malloc (preloaded) are refused.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn compile(src: &str, args: &[&str], out: &Path) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/mprof")
+        .join(src);
+    let status = Command::new("cc")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .status()
+        .expect("cc runs");
+    assert!(status.success(), "cc failed");
+}
+
+fn can_attach() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("scanning a process that is not profdev's child needs root".into());
+    }
+    Ok(())
+}
+
+fn ready() -> bool {
+    privileged("mprof -p PID --scan", can_attach())
+        && profdev_testkit::tools("mprof -p PID --scan", &["cc"])
+}
+
+/// Start `exe` with `args` (and `env`), wait for its "ready" (bounded by
+/// the reading end: it exits if the program dies).
+fn start(
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> (Child, BufReader<std::process::ChildStdout>) {
+    let mut child = Command::new(exe)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    (child, out)
+}
+
+/// Send "go"; the program must say "done" and exit 0.
+fn finish(mut child: Child, mut out: BufReader<std::process::ChildStdout>) {
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "done\n", "the program went on after the scan");
+    let status = profdev_testkit::wait_exit("the program", &mut child, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
+}
+
+fn scan(pid: u32) -> std::process::Output {
+    profdev()
+        .args(["mprof", "-p", &pid.to_string(), "--scan"])
+        .output()
+        .unwrap()
+}
+
+/// malloc_usable_size of a heap block of `n` bytes (64-bit glibc).
+fn usable(n: u64) -> u64 {
+    ((n + 8 + 15) & !15) - 8
+}
+
+fn scanned_leaks(args: &[&str], arenas: &str) {
+    let tmp = tempdir();
+    let exe = tmp.path().join("leaky");
+    compile("leaky.c", &["-O0", "-pthread"], &exe);
+    let (child, out) = start(&exe, args, &[]);
+    let o = scan(child.id());
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let leak = usable(77777);
+    assert!(
+        text.contains(&format!("\n5\t{leak}\t{}\n", 5 * leak)),
+        "5 x 77,777 unreachable: {text}"
+    );
+    let held = usable(55555);
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.split('\t').nth(1) == Some(&held.to_string())),
+        "the held block is reachable: {text}"
+    );
+    assert!(text.contains(arenas), "{text}");
+    // The pause, stated: "held N ms", within the bound.
+    let ms: u64 = text
+        .split("held ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .expect(&text);
+    assert!(ms <= 5000, "{text}");
+    finish(child, out);
+}
+
+#[test]
+fn a_scan_finds_the_blocks_leaked_before_it() {
+    if ready() {
+        scanned_leaks(&[], "1 arenas, 1 threads");
+    }
+}
+
+#[test]
+fn a_scan_finds_the_leaks_of_a_thread_arena() {
+    if ready() {
+        scanned_leaks(&["thread"], "2 arenas, 2 threads");
+    }
+}
+
+#[test]
+fn a_static_program_is_refused_and_runs_on() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("leaky_static");
+    compile("leaky.c", &["-O0", "-pthread", "-static"], &exe);
+    let (child, out) = start(&exe, &[], &[]);
+    let o = scan(child.id());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "process {} cannot be scanned: it maps no glibc",
+            child.id()
+        )),
+        "{err}"
+    );
+    finish(child, out);
+}
+
+#[test]
+fn another_malloc_is_refused_and_runs_on() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempdir();
+    let lib = tmp.path().join("libbump.so");
+    compile("bump_malloc.c", &["-O0", "-shared", "-fPIC"], &lib);
+    let exe = tmp.path().join("leaky");
+    compile("leaky.c", &["-O0", "-pthread"], &exe);
+    let (child, out) = start(&exe, &[], &[("LD_PRELOAD", &lib)]);
+    let o = scan(child.id());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("libbump.so carries its own allocator (malloc)"),
+        "{err}"
+    );
+    finish(child, out);
+}
+
+#[test]
+fn scan_needs_a_pid() {
+    let o = profdev()
+        .args(["mprof", "--scan", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--scan needs -p PID"));
+}
+
+#[test]
+fn a_process_it_may_not_trace_is_refused_in_one_sentence() {
+    if !ready() || !profdev_testkit::tools("mprof --scan as nobody", &["setpriv"]) {
+        return;
+    }
+    let tmp = tempdir();
+    // nobody must reach the binary.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let pd = profdev_copy(tmp.path());
+    let exe = tmp.path().join("leaky");
+    compile("leaky.c", &["-O0", "-pthread"], &exe);
+    // root's program: nobody may neither trace nor read it.
+    let (child, out) = start(&exe, &[], &[]);
+    let pid = child.id();
+    let o = as_nobody(&format!("exec \"$1\" mprof -p {pid} --scan"), &[&pd]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "mprof: not permitted to ptrace process {pid}: uid 65534 may not trace a process of uid 0"
+        )),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(o.stdout.is_empty());
+    finish(child, out);
+}
+
+/// The children of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+#[test]
+fn a_process_counted_by_mprof_is_scanned_too() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("leaky");
+    compile("leaky.c", &["-O0", "-pthread"], &exe);
+    // Launched under mprof: its library (a malloc of its own, by name)
+    // is in the process, and is not refused.
+    let mprof = tmp.path().join("tables");
+    let mut run = profdev();
+    run.arg("mprof").arg("-o").arg(&mprof).arg("--").arg(&exe);
+    let (child, out) = {
+        let mut child = run
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        (child, out)
+    };
+    let pid = children(child.id())[0];
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(maps.contains("libprofdev_mprof.so"), "{maps}");
+    let o = scan(pid);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let leak = usable(77777);
+    assert!(
+        text.contains(&format!("\n5\t{leak}\t{}\n", 5 * leak)),
+        "{text}"
+    );
+    finish(child, out);
+    assert!(std::fs::read_to_string(&mprof)
+        .unwrap()
+        .contains("Module: leaky"));
+}

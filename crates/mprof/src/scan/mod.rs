@@ -1,0 +1,362 @@
+//! The live leak scan (`profdev mprof -p PID --scan`): the blocks of
+//! glibc's malloc that nothing reachable points to, found in a stopped
+//! process's memory, including blocks allocated before anything was
+//! attached.
+//!
+//! Everything here is a pure function of what a [`Memory`] reader returns,
+//! the process's mappings and its threads' registers ([`ThreadRoots`]),
+//! in two phases: [`copy`], while the caller (`profdev_attach::scan`)
+//! holds the process stopped, walks the heap and copies the heaps, the
+//! mmapped chunks and the roots through a reader of `/proc/PID/mem`;
+//! [`scan_copy`], after the process is let go, marks and reports. The
+//! pause is the copy. Tests hand over synthetic memory images.
+//!
+//! **The heap** (`heap`), walked read-only:
+//!
+//! * `main_arena` is found in libc's writable data (its file-backed
+//!   writable mappings and the anonymous one right after them) by its
+//!   shape: at least half of its 127 bins empty, each an empty bin's `fd`
+//!   and `bk` pointing at the bin itself, and a non-null `next`. Its `top`
+//!   names the main heap's top chunk.
+//! * The main heap (`[heap]`): chunk headers from the mapping's start to
+//!   that top chunk, each size checked (a multiple of 16, at least 32, not
+//!   past the mapping, no `IS_MMAPPED` bit) before the walk moves on.
+//! * The other arenas, from `main_arena.next` (at most [`MAX_ARENAS`]):
+//!   each lies in a heap aligned to [`HEAP_MAX_SIZE`] whose `heap_info`
+//!   names it; its heaps are its top chunk's and their `prev` chain (at
+//!   most [`MAX_HEAPS`] each), each walked from its first chunk (after the
+//!   `malloc_state` in the arena's first heap, after the `heap_info` in
+//!   the others) to the top chunk or to `heap_info.size`.
+//! * Mmapped chunks: an anonymous writable mapping that starts with a
+//!   chunk header of `IS_MMAPPED` whose size is whole pages within the
+//!   mapping (and the chunks following it, mappings being merged).
+//! * A chunk is in use when the next header's `PREV_INUSE` bit says so;
+//!   those in a tcache or a fastbin are free all the same: every in-use
+//!   chunk of the size of a `tcache_perthread_struct` (0x290, glibc
+//!   2.30 and later; 0x250 before) whose 64 lists each lead through chunks
+//!   of that list's size is a thread's tcache, and its lists' chunks are
+//!   free; each arena's ten fastbins likewise. Links are read with glibc
+//!   2.32's safe-linking (`(address >> 12) ^ next`), else as they are.
+//!
+//! **The mark** (`mark`), conservative: every 8-byte aligned word of the
+//! roots that points into a block (its first byte up to its chunk's end:
+//! interior pointers count) marks it; a marked block's words mark others,
+//! transitively. The roots: every thread's general registers; its stack,
+//! from its stack pointer less the 128-byte red zone to the end of the
+//! mapping holding it (a thread's stack mapping also holds its TLS and
+//! thread control block: glibc places them at the top); the mapping
+//! holding each thread's `fs` base (the TLS block of the main thread,
+//! which glibc's loader maps apart) unless it is a stack or a heap; every
+//! module's data and bss: each private writable file mapping, and the
+//! anonymous writable mapping right after it. Shared writable mappings,
+//! other anonymous mappings and vector registers are not roots: a block
+//! held only from memory a program maps itself (Python's object arenas:
+//! 143 of 1,501 blocks of an idle `python3` show so) counts as
+//! unreachable; glibc's cache of dead threads' stacks, which would hide
+//! leaks with stale values, is not scanned either.
+//!
+//! **Bounds.** Every walk is bounded by the sizes of the mappings it lies
+//! in; every list by the number of chunks walked; every read by
+//! [`Limits::max_bytes`] in all (refused beyond, before it is made: the
+//! copy is at most that large); a
+//! header that does not parse ends the scan with the address where it
+//! did not ([`ScanError::Corrupt`]), never a loop.
+
+mod heap;
+mod mark;
+mod report;
+
+#[cfg(test)]
+mod tests;
+
+pub use report::{render, Group};
+
+use profdev_symbolize::maps::MapsEntry;
+use std::cell::Cell;
+
+/// glibc's `HEAP_MAX_SIZE` on 64-bit machines: a non-main arena's heaps
+/// are this size and aligned to it.
+pub const HEAP_MAX_SIZE: u64 = 64 << 20;
+/// At most this many arenas are followed from `main_arena.next`.
+pub const MAX_ARENAS: usize = 1024;
+/// At most this many heaps per arena.
+pub const MAX_HEAPS: usize = 1024;
+/// The red zone below a thread's stack pointer (x86-64 SysV ABI).
+pub const RED_ZONE: u64 = 128;
+
+/// The memory of the stopped process.
+pub trait Memory {
+    /// Fill `buf` with the bytes at `addr`; false when any of them cannot
+    /// be read (or the reader gave up: [`Memory::expired`]).
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
+
+    /// Whether the reader's time is up: the copy then stops with
+    /// [`ScanError::Expired`]. Checked before every read.
+    fn expired(&self) -> bool {
+        false
+    }
+}
+
+/// A stopped thread's roots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadRoots {
+    /// Its id.
+    pub tid: u32,
+    /// Its stack pointer.
+    pub sp: u64,
+    /// Its `fs` base (the thread pointer: TLS).
+    pub fs_base: u64,
+    /// Its general registers, each a candidate pointer.
+    pub registers: Vec<u64>,
+}
+
+/// What a scan may read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes read from the process in all (heaps, roots, block contents).
+    pub max_bytes: u64,
+}
+
+impl Limits {
+    /// 1 GiB.
+    pub const DEFAULT: Limits = Limits { max_bytes: 1 << 30 };
+}
+
+/// Why a scan gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanError {
+    /// The process does not allocate with glibc's malloc, or glibc's
+    /// state was not found: the sentence says which.
+    NotGlibc(String),
+    /// A heap header or list does not parse.
+    Corrupt {
+        /// Where.
+        at: u64,
+        /// What was wrong.
+        what: String,
+    },
+    /// More than [`Limits::max_bytes`] would be read.
+    TooLarge {
+        /// The limit.
+        max: u64,
+    },
+    /// A read the heap's own headers asked for failed.
+    Unreadable {
+        /// Its address.
+        at: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// The reader's time ran out ([`Memory::expired`]).
+    Expired,
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanError::NotGlibc(why) => write!(f, "{why}"),
+            ScanError::Corrupt { at, what } => write!(
+                f,
+                "glibc's heap does not parse at 0x{at:x}: {what} (a corrupt heap, an allocator \
+                 other than glibc's, or a thread stopped inside malloc: try again)"
+            ),
+            ScanError::TooLarge { max } => write!(
+                f,
+                "the heap and roots need more than {} MiB read: larger than the scan's bound",
+                max >> 20
+            ),
+            ScanError::Unreadable { at, len } => {
+                write!(f, "cannot read {len} bytes at 0x{at:x} of the process")
+            }
+            ScanError::Expired => write!(f, "the scan ran out of time"),
+        }
+    }
+}
+
+impl std::error::Error for ScanError {}
+
+/// What a scan found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Blocks in use (tcache and fastbin chunks left out).
+    pub blocks: u64,
+    /// Their usable bytes.
+    pub bytes: u64,
+    /// The unreachable blocks: (user address, usable size), by address.
+    pub unreachable: Vec<(u64, u64)>,
+    /// Arenas walked (the main one included).
+    pub arenas: usize,
+    /// Chunks found free in tcaches and fastbins.
+    pub cached_free: u64,
+    /// Threads whose registers and stacks were roots.
+    pub threads: usize,
+    /// Bytes of roots scanned (stacks, TLS, data and bss).
+    pub root_bytes: u64,
+    /// Bytes read from the process in all.
+    pub read_bytes: u64,
+}
+
+impl Scan {
+    /// The unreachable blocks grouped by usable size, most bytes first.
+    pub fn groups(&self) -> Vec<Group> {
+        report::groups(&self.unreachable)
+    }
+}
+
+/// Reads through a [`Memory`], counting against the limit.
+pub(crate) struct Reader<'a> {
+    mem: &'a dyn Memory,
+    read: Cell<u64>,
+    max: u64,
+}
+
+/// The size of one piece of a streamed read.
+const PIECE: usize = 1 << 20;
+
+impl<'a> Reader<'a> {
+    fn new(mem: &'a dyn Memory, limits: Limits) -> Self {
+        Reader {
+            mem,
+            read: Cell::new(0),
+            max: limits.max_bytes,
+        }
+    }
+
+    fn charge(&self, len: u64) -> Result<(), ScanError> {
+        if self.mem.expired() {
+            return Err(ScanError::Expired);
+        }
+        let total = self.read.get().saturating_add(len);
+        if total > self.max {
+            return Err(ScanError::TooLarge { max: self.max });
+        }
+        self.read.set(total);
+        Ok(())
+    }
+
+    /// The bytes of [start, end), whole (charged before it is allocated).
+    pub(crate) fn load(&self, start: u64, end: u64) -> Result<Vec<u8>, ScanError> {
+        let len = end.saturating_sub(start);
+        self.charge(len)?;
+        let mut v = vec![0u8; len as usize];
+        for (i, piece) in v.chunks_mut(PIECE).enumerate() {
+            let at = start + (i * PIECE) as u64;
+            if self.mem.expired() {
+                return Err(ScanError::Expired);
+            }
+            if !self.mem.read(at, piece) {
+                return Err(ScanError::Unreadable { at, len });
+            }
+        }
+        Ok(v)
+    }
+
+    /// One little-endian word at `addr`, if readable (charged).
+    pub(crate) fn word(&self, addr: u64) -> Result<Option<u64>, ScanError> {
+        self.charge(8)?;
+        let mut b = [0u8; 8];
+        Ok(self.mem.read(addr, &mut b).then(|| u64::from_le_bytes(b)))
+    }
+
+    /// The readable bytes of [start, end) (8-aligned), in pieces of at
+    /// most 1 MiB; an unreadable piece is left out (a root that cannot be
+    /// read holds nothing the scan can see).
+    pub(crate) fn load_pieces(
+        &self,
+        start: u64,
+        end: u64,
+        out: &mut Vec<heap::Segment>,
+    ) -> Result<(), ScanError> {
+        let mut at = (start + 7) & !7;
+        let end = end & !7;
+        while at < end {
+            let n = ((end - at) as usize).min(PIECE);
+            self.charge(n as u64)?;
+            let mut bytes = vec![0u8; n];
+            if self.mem.read(at, &mut bytes) {
+                out.push(heap::Segment { start: at, bytes });
+            }
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Each little-endian 8-byte word of `bytes` to `f`.
+pub(crate) fn words(bytes: &[u8], f: &mut dyn FnMut(u64)) {
+    for w in bytes.chunks_exact(8) {
+        f(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+    }
+}
+
+/// What a scan needs of the process, copied while it is stopped
+/// ([`copy`]); [`scan_copy`] works on it after the process is let go.
+pub struct Copied {
+    heap: heap::Heap,
+    roots: Vec<heap::Segment>,
+    threads: Vec<ThreadRoots>,
+    read_bytes: u64,
+}
+
+impl Copied {
+    /// Bytes read from the process.
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes
+    }
+}
+
+/// While the process is stopped: find glibc's arenas, walk their heaps,
+/// and copy the heaps, the mmapped chunks and the roots, through `mem`
+/// (the process mapped as `maps`, with `threads`' registers).
+pub fn copy(
+    mem: &dyn Memory,
+    maps: &[MapsEntry],
+    threads: &[ThreadRoots],
+    limits: Limits,
+) -> Result<Copied, ScanError> {
+    let reader = Reader::new(mem, limits);
+    let heap = heap::Heap::walk(&reader, maps, threads)?;
+    let mut roots = Vec::new();
+    for (s, e) in mark::roots(maps, threads, &heap) {
+        reader.load_pieces(s, e, &mut roots)?;
+    }
+    Ok(Copied {
+        heap,
+        roots,
+        threads: threads.to_vec(),
+        read_bytes: reader.read.get(),
+    })
+}
+
+/// The mark over what [`copy`] copied, and the unreachable blocks: no
+/// reading of the process.
+pub fn scan_copy(c: &Copied) -> Scan {
+    let blocks = c.heap.blocks();
+    let reached = mark::mark(&c.heap, &blocks, &c.roots, &c.threads);
+    let mut scan = Scan {
+        arenas: c.heap.arenas,
+        cached_free: c.heap.free.len() as u64,
+        threads: c.threads.len(),
+        root_bytes: c.roots.iter().map(|s| s.bytes.len() as u64).sum(),
+        read_bytes: c.read_bytes,
+        ..Scan::default()
+    };
+    for (b, &reached) in blocks.iter().zip(&reached) {
+        scan.blocks += 1;
+        scan.bytes += b.usable();
+        if !reached {
+            scan.unreachable.push((b.mem(), b.usable()));
+        }
+    }
+    scan
+}
+
+/// [`copy`] then [`scan_copy`].
+pub fn scan(
+    mem: &dyn Memory,
+    maps: &[MapsEntry],
+    threads: &[ThreadRoots],
+    limits: Limits,
+) -> Result<Scan, ScanError> {
+    copy(mem, maps, threads, limits).map(|c| scan_copy(&c))
+}
