@@ -129,7 +129,8 @@ pub fn attach_process(
         .any(|m| m.path.ends_with("/libprofdev_mprof.so"))
     {
         return Err(DevError::Busy(format!(
-            "process {pid} is counted already (by profdev mprof or an earlier startmp)"
+            "process {pid} has profdev's accounting library loaded already (it is counted by \
+             profdev mprof or a startmp, or was detached: a process is attached once)"
         )));
     }
     let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
@@ -270,12 +271,25 @@ impl MemAttached {
                 .max()
         };
         let before = last(&out);
-        let Ok(mut fifo) = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-            .open(out.join("request"))
-        else {
-            return false;
+        let deadline = std::time::Instant::now() + timeout;
+        // The reporter thread is not always waiting in open(2) (it may be
+        // starting, or writing the last report): ENXIO until it is.
+        let mut fifo = loop {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(out.join("request"))
+            {
+                Ok(f) => break f,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENXIO)
+                        && std::time::Instant::now() < deadline
+                        && self.running() =>
+                {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(_) => return false,
+            }
         };
         // The process's own FIFO, in its own directory: a FIFO of anyone
         // else's (a hard link to another program's) is not written.
@@ -288,7 +302,6 @@ impl MemAttached {
             return false;
         }
         drop(fifo);
-        let deadline = std::time::Instant::now() + timeout;
         loop {
             // A new report, complete (it parses only once "end" is there).
             if let Some(k) = last(&out).filter(|&k| Some(k) > before) {
@@ -337,11 +350,20 @@ impl MemAttached {
         })
         .map_err(|e| inject_error(pid, e))?;
         // Its reporter thread waits on the FIFO: one more open wakes it
-        // to see the detach and end (a failure leaves a thread asleep).
-        let _ = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-            .open(self.reports_dir().join("request"));
+        // to see the detach and end (ENXIO while it is not in open(2) yet,
+        // for at most a second; then it sleeps on, harmless).
+        for _ in 0..200 {
+            let woke = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(self.reports_dir().join("request"));
+            match woke {
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) && self.running() => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => break,
+            }
+        }
         match r {
             n if n >= 0 => Ok(n as u32),
             -2 => Err(DevError::Busy(format!(

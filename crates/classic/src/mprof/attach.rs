@@ -86,14 +86,16 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     }
     // Still running (interrupted, or the snapshot is due): its report
     // now, then the process goes on uncounted.
-    let detached = (caught.is_some() || due)
-        && attached.running()
-        && attached.request_report(profdev_attach::REPORT_TIMEOUT)
-        && attached.detach().is_ok();
-    if due && detached {
-        note(format!(
-            "mprof: process {pid} detached: it runs on, no longer counted"
-        ));
+    let detached = if (caught.is_some() || due) && attached.running() {
+        detach(&attached)
+    } else {
+        Err("it ended".to_string())
+    };
+    if due {
+        note(match &detached {
+            Ok(()) => format!("mprof: process {pid} detached: it runs on, no longer counted"),
+            Err(why) => format!("mprof: process {pid} could not be detached ({why})"),
+        });
     }
     // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
     // or still runs (mprof was interrupted), its table of counts.
@@ -108,7 +110,7 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     }
     let modules = through_device(&dev, &merge(&reports), args.options.zeros)?;
     let interrupted = caught.map(|sig| {
-        let sentence = if detached {
+        let sentence = if detached.is_ok() {
             format!(
                 "mprof: interrupted by {}; the tables show what process {pid} counted until \
                  then; it was detached and runs on, no longer counted",
@@ -117,9 +119,10 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
         } else {
             format!(
                 "mprof: interrupted by {}; the tables show what process {pid} counted until \
-                 then; it goes on counting into {} (removed once it has exited, by the next \
-                 mprof)",
+                 then; it could not be detached ({}) and goes on counting into {} (removed \
+                 once it has exited, by the next mprof)",
                 signal_name(sig),
+                detached.as_ref().err().map_or("", String::as_str),
                 attached.reports_dir().display()
             )
         };
@@ -131,4 +134,15 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
         _held: held,
         _attached: attached,
     })
+}
+
+/// Its report now, then let it go on uncounted; why not, if not.
+fn detach(attached: &MemAttached) -> std::result::Result<(), String> {
+    if !attached.request_report(profdev_attach::REPORT_TIMEOUT) {
+        return Err(format!(
+            "no report came within {} s",
+            profdev_attach::REPORT_TIMEOUT.as_secs()
+        ));
+    }
+    attached.detach().map(|_| ()).map_err(|e| e.to_string())
 }

@@ -1,0 +1,253 @@
+//! `profdev mprof -p PID` lets the process go on uncounted: interrupted,
+//! or at `--snapshot SECONDS`, it shows what was counted, then detaches
+//! (tests/data/mprof/detach.c: its GOT's malloc is the library's while
+//! attached and the C library's again after; it forks and allocates
+//! normally after the detach, and ends with status 0). A process once
+//! attached is not attached again (its library stays loaded), in one
+//! sentence. The prof device's `stop` detaches a `startmp1 PID` alike.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+fn build(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/detach.c");
+    let exe = dir.join("detach");
+    let ok = Command::new("cc")
+        .args(["-g", "-O0", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .expect("cc runs")
+        .success();
+    assert!(ok, "cc failed on detach.c");
+    exe
+}
+
+/// The program, driven one command at a time.
+struct Prog {
+    child: Child,
+    out: BufReader<ChildStdout>,
+    pid: u32,
+}
+
+impl Prog {
+    fn start(exe: &Path) -> Prog {
+        let mut child = Command::new(exe)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let pid = line
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{line:?}"));
+        Prog { child, out, pid }
+    }
+
+    /// Send `c`, return its answer line.
+    fn ask(&mut self, c: &str) -> String {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(c.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+
+    fn quit(mut self) {
+        self.child.stdin.as_mut().unwrap().write_all(b"q").unwrap();
+        let status =
+            profdev_testkit::wait_exit("the program", &mut self.child, Duration::from_secs(60));
+        assert_eq!(status.code(), Some(0), "the detached program ends normally");
+    }
+}
+
+/// `profdev mprof -l -o - -p PID EXTRA...`, started; its first stderr
+/// line (the attach) read.
+fn attach(pid: u32, extra: &[&str]) -> (Child, String) {
+    let mut m = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-l", "-o", "-", "-p", &pid.to_string()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(m.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (m, line)
+}
+
+/// Root, to attach to a process that is not mprof's child (whatever
+/// ptrace_scope says), and a C compiler.
+fn attachable() -> bool {
+    let root = if profdev_testkit::is_root() {
+        Ok(())
+    } else {
+        Err("attaching to a process that is not mprof's child needs root".to_string())
+    };
+    profdev_testkit::privileged("mprof -p's detach", root)
+        && profdev_testkit::tools("mprof -p's detach", &["cc"])
+}
+
+/// The rest of mprof's output once it has exited: (status, stdout, stderr).
+fn finish(mut m: Child) -> (Option<i32>, String, String) {
+    let status = profdev_testkit::wait_exit("mprof", &mut m, Duration::from_secs(120));
+    let mut out = String::new();
+    std::io::Read::read_to_string(m.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(m.stderr.as_mut().unwrap(), &mut err).unwrap();
+    (status.code(), out, err)
+}
+
+/// The names of `pid`'s threads.
+fn threads(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn interrupted_mprof_shows_the_counts_and_detaches() {
+    if !attachable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Prog::start(&build(dir.path()));
+    assert_eq!(p.ask("w"), "malloc in libc.so.6");
+    let (m, first) = attach(p.pid, &[]);
+    assert!(first.contains("attached to process"), "{first}");
+    assert_eq!(
+        p.ask("w"),
+        "malloc in libprofdev_mprof.so",
+        "its GOT redirected"
+    );
+    let reporter = |c: &String| c == "profdev-mprof";
+    assert!(threads(p.pid).iter().any(reporter), "the reporter runs");
+    assert_eq!(p.ask("a"), "allocated 3");
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(m.id() as i32, libc::SIGINT) }, 0);
+    let (code, out, err) = finish(m);
+    assert_eq!(code, Some(130), "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("the allocating line"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let cols: Vec<&str> = row.split('\t').collect();
+    assert_eq!(&cols[1..3], ["233331", "233331"], "3 x 77,777 bytes: {row}");
+    assert!(err.contains("it was detached and runs on"), "{err}");
+    // Unhooked: the C library's malloc again; it allocates and forks;
+    // the library's reporter thread has ended.
+    assert_eq!(p.ask("w"), "malloc in libc.so.6", "its GOT given back");
+    profdev_testkit::wait_until("the reporter thread's end", Duration::from_secs(60), || {
+        !threads(p.pid).iter().any(|c| c == "profdev-mprof")
+    });
+    assert_eq!(p.ask("a"), "allocated 6");
+    assert_eq!(p.ask("f"), "forked 7");
+    // Attached once: a second attach is refused in one sentence.
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-o", "-", "-p", &p.pid.to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("was detached: a process is attached once"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    p.quit();
+}
+
+#[test]
+fn a_snapshot_shows_what_was_counted_and_detaches() {
+    if !attachable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Prog::start(&build(dir.path()));
+    // Long enough for one command on a busy machine; the wait for it is
+    // mprof's own.
+    let (m, first) = attach(p.pid, &["--snapshot", "10"]);
+    assert!(first.contains("its tables are shown in 10.0 s"), "{first}");
+    assert_eq!(p.ask("a"), "allocated 3");
+    let (code, out, err) = finish(m);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("the allocating line") && l.contains("\t233331\t")),
+        "{out}"
+    );
+    assert!(
+        err.contains("detached: it runs on, no longer counted"),
+        "{err}"
+    );
+    assert_eq!(p.ask("w"), "malloc in libc.so.6");
+    assert_eq!(p.ask("f"), "forked 7");
+    p.quit();
+}
+
+#[test]
+fn the_devices_stop_detaches_the_process() {
+    if !common::privileged("startmp1 PID through the mount", common::can_mount())
+        || !profdev_testkit::tools("startmp1 PID through the mount", &["cc"])
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Prog::start(&build(dir.path()));
+    let m = common::Mount::new();
+    m.ctl("module detach\n").unwrap();
+    m.ctl(format!("startmp1 {}\n", p.pid)).unwrap();
+    assert_eq!(p.ask("w"), "malloc in libprofdev_mprof.so");
+    assert_eq!(p.ask("a"), "allocated 3");
+    m.ctl("stop\n").unwrap();
+    let rec = m.record("detach").expect("stop filled the histogram");
+    // One pair per read, as the seed's layout has it.
+    let mut f = std::fs::File::open(rec.join("histogram")).unwrap();
+    let mut pairs = Vec::new();
+    loop {
+        let mut buf = [0u8; 64];
+        let n = std::io::Read::read(&mut f, &mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        pairs.push(profdev_formats::prof_histogram::parse_pair(&buf[..n]).unwrap());
+        assert!(pairs.len() < 100_000, "the histogram ends");
+    }
+    let (module, _) = profdev_mprof::decode_pairs(&pairs);
+    assert_eq!(module, (233_331, 233_331), "3 x 77,777 bytes: {pairs:?}");
+    assert_eq!(p.ask("w"), "malloc in libc.so.6", "detached at stop");
+    assert_eq!(p.ask("f"), "forked 7");
+    p.quit();
+    m.ctl("end\n").unwrap();
+}
+
+#[test]
+fn snapshot_needs_p_and_a_number() {
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "--snapshot", "5", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--snapshot goes with -p PID"));
+    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["mprof", "-p", "1", "--snapshot", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--snapshot is seconds"));
+}
