@@ -319,6 +319,14 @@ impl MemAttached {
 }
 
 impl MemAttached {
+    /// Whether the process maps the library still (it has not exec'd
+    /// another program since the attach).
+    pub fn maps_library(&self) -> bool {
+        let lib = self.dir.path().join("libprofdev_mprof.so");
+        profdev_inject::maps(self.pid)
+            .is_ok_and(|maps| maps.iter().any(|m| Path::new(&m.path) == lib))
+    }
+
     /// Let the process go on uncounted: its GOT slots get back what they
     /// held before the attach (the library's `profdev_mprof_detach`,
     /// called with every thread stopped), then its reporter thread is
@@ -326,7 +334,8 @@ impl MemAttached {
     /// what was counted since is not reported. The library stays mapped
     /// (a thread may be inside it), so the directory stays until the
     /// process exits; the next sweep removes it. The number of slots
-    /// restored.
+    /// restored (0 for a process that exec'd since: its new image was
+    /// never counted, and nothing is done to it).
     ///
     /// # Errors
     ///
@@ -342,8 +351,14 @@ impl MemAttached {
         let pid = self.pid;
         let r = profdev_inject::on_tracer_thread(|| {
             let mut t = profdev_inject::Target::attach(pid)?;
-            // Loaded already: dlopen hands back its handle.
-            let handle = t.dlopen(&lib_s)?;
+            // Stopped. A process that exec'd since (a set-id program,
+            // perhaps) maps no library of ours: nothing to give back, and
+            // nothing is loaded into it (RTLD_NOLOAD).
+            let maps = profdev_inject::maps(pid)?;
+            if !maps.iter().any(|m| Path::new(&m.path) == lib) {
+                return Ok(0);
+            }
+            let handle = t.dlopen_loaded(&lib_s)?;
             let entry = t.dlsym(handle, "profdev_mprof_detach")?;
             let tid = t.main_thread();
             Ok::<_, profdev_inject::InjectError>(t.call(tid, entry, &[])? as u32 as i32)

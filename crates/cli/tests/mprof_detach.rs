@@ -192,7 +192,7 @@ fn a_snapshot_shows_what_was_counted_and_detaches() {
         "{out}"
     );
     assert!(
-        err.contains("detached: it runs on, no longer counted"),
+        err.contains("it was detached and runs on, no longer counted"),
         "{err}"
     );
     assert_eq!(p.ask("w"), "malloc in libc.so.6");
@@ -234,6 +234,42 @@ fn the_devices_stop_detaches_the_process() {
     assert_eq!(p.ask("f"), "forked 7");
     p.quit();
     m.ctl("end\n").unwrap();
+}
+
+#[test]
+fn a_process_that_execd_is_left_alone() {
+    if !attachable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Prog::start(&build(dir.path()));
+    let (m, first) = attach(p.pid, &[]);
+    assert!(first.contains("attached to process"), "{first}");
+    assert_eq!(p.ask("a"), "allocated 3");
+    assert_eq!(p.ask("x"), "exec");
+    // cat now: it echoes a line, so the exec is done.
+    assert_eq!(p.ask("echoed\n"), "echoed");
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(m.id() as i32, libc::SIGINT) }, 0);
+    let (code, out, err) = finish(m);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("the allocating line") && l.contains("\t233331\t")),
+        "the counts up to the exec: {out}"
+    );
+    assert!(
+        err.contains("it exec'd another program, which was never counted"),
+        "{err}"
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", p.pid)).unwrap();
+    assert!(
+        !maps.contains("libprofdev_mprof"),
+        "nothing loaded into cat: {maps}"
+    );
+    drop(p.child.stdin.take());
+    let status = profdev_testkit::wait_exit("cat", &mut p.child, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0));
 }
 
 #[test]

@@ -203,10 +203,21 @@ impl Target {
     /// `RTLD_NOW`, in the main thread; its handle. Its constructors have
     /// run when this returns.
     pub fn dlopen(&mut self, path: &str) -> Result<u64, InjectError> {
+        self.dlopen_flags(path, libc::RTLD_NOW)
+    }
+
+    /// The handle of the shared library `path` if the target has it
+    /// loaded already (`RTLD_NOLOAD`: nothing is ever loaded, no
+    /// constructor runs); an error naming dlerror's words if not.
+    pub fn dlopen_loaded(&mut self, path: &str) -> Result<u64, InjectError> {
+        self.dlopen_flags(path, libc::RTLD_NOW | libc::RTLD_NOLOAD)
+    }
+
+    fn dlopen_flags(&mut self, path: &str, flags: i32) -> Result<u64, InjectError> {
         let l = self.loader()?;
         let tid = self.main_thread();
         let s = self.write_string(tid, path)?;
-        let h = self.call(tid, l.dlopen, &[s, libc::RTLD_NOW as u64])?;
+        let h = self.call(tid, l.dlopen, &[s, flags as u64])?;
         if h == 0 {
             let why = self.dlerror_text(tid, l);
             return Err(InjectError::Dlopen {

@@ -91,11 +91,18 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     } else {
         Err("it ended".to_string())
     };
+    // What became of it, for the last sentence.
+    let fate = match &detached {
+        Ok(true) => "it was detached and runs on, no longer counted".to_string(),
+        Ok(false) => "it runs on: it exec'd another program, which was never counted".into(),
+        Err(why) => format!(
+            "it could not be detached ({why}) and goes on counting into {} (removed once it \
+             has exited, by the next mprof)",
+            attached.reports_dir().display()
+        ),
+    };
     if due {
-        note(match &detached {
-            Ok(()) => format!("mprof: process {pid} detached: it runs on, no longer counted"),
-            Err(why) => format!("mprof: process {pid} could not be detached ({why})"),
-        });
+        note(format!("mprof: process {pid}: {fate}"));
     }
     // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
     // or still runs (mprof was interrupted), its table of counts.
@@ -110,22 +117,11 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     }
     let modules = through_device(&dev, &merge(&reports), args.options.zeros)?;
     let interrupted = caught.map(|sig| {
-        let sentence = if detached.is_ok() {
-            format!(
-                "mprof: interrupted by {}; the tables show what process {pid} counted until \
-                 then; it was detached and runs on, no longer counted",
-                signal_name(sig)
-            )
-        } else {
-            format!(
-                "mprof: interrupted by {}; the tables show what process {pid} counted until \
-                 then; it could not be detached ({}) and goes on counting into {} (removed \
-                 once it has exited, by the next mprof)",
-                signal_name(sig),
-                detached.as_ref().err().map_or("", String::as_str),
-                attached.reports_dir().display()
-            )
-        };
+        let sentence = format!(
+            "mprof: interrupted by {}; the tables show what process {pid} counted until then; \
+             {fate}",
+            signal_name(sig)
+        );
         (sig, sentence)
     });
     Ok(AttachRun {
@@ -136,13 +132,18 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     })
 }
 
-/// Its report now, then let it go on uncounted; why not, if not.
-fn detach(attached: &MemAttached) -> std::result::Result<(), String> {
+/// Its report now, then let it go on uncounted: true when detached,
+/// false when it exec'd since (its new image was never counted: nothing
+/// to do); why not, if not.
+fn detach(attached: &MemAttached) -> std::result::Result<bool, String> {
+    if !attached.maps_library() {
+        return Ok(false);
+    }
     if !attached.request_report(profdev_attach::REPORT_TIMEOUT) {
         return Err(format!(
             "no report came within {} s",
             profdev_attach::REPORT_TIMEOUT.as_secs()
         ));
     }
-    attached.detach().map(|_| ()).map_err(|e| e.to_string())
+    attached.detach().map(|_| true).map_err(|e| e.to_string())
 }

@@ -3,6 +3,7 @@
  *   w  which object the malloc its GOT holds lives in (dladdr's file)
  *   a  allocate 3 blocks of 77,777 bytes at one line, kept
  *   f  fork a child that allocates and frees, wait for it: its status
+ *   x  exec cat (which echoes the rest of stdin), after saying "exec"
  *   q  free what it kept and exit 0
  * It starts by printing "ready PID". */
 #define _GNU_SOURCE
@@ -44,6 +45,10 @@ int main(void)
             int st = 0;
             waitpid(p, &st, 0);
             printf("forked %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        } else if (c == 'x') {
+            printf("exec\n");
+            execl("/bin/cat", "cat", (char *)0);
+            return 2;
         } else if (c == 'q') {
             for (int i = 0; i < nkept; i++)
                 free(kept[i]);
