@@ -473,7 +473,7 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
 fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     let run = mprof::run_attached(args, pid, &mut |n| eprintln!("{n}"))?;
     let to = Report::to(args.output.as_deref(), false);
-    let shown = show(&run.modules, args, &Default::default(), &to);
+    let shown = show(&run.modules, args, &run.run, &to);
     if let Some((sig, sentence)) = run.interrupted {
         if let Err(e) = shown {
             eprintln!("mprof: {e}");
