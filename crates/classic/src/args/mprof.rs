@@ -109,7 +109,7 @@ pub static SPEC: Spec = Spec {
         Opt::long(
             "pprof",
             "file",
-            "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
+            "Also write a pprof heap profile of the run to FILE (go tool pprof reads it)",
         )
         .hint(ValueHint::FilePath),
         Opt::long(
@@ -121,7 +121,7 @@ pub static SPEC: Spec = Spec {
         Opt::long(
             "folded",
             "file",
-            "Also write the allocation stacks of CMD's run to FILE as folded lines, \
+            "Also write the allocation stacks of the run to FILE as folded lines, \
              root;...;site BYTES (flame graphs)",
         )
         .hint(ValueHint::FilePath),
