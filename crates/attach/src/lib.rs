@@ -7,7 +7,7 @@
 //! let engines = profdev_attach::engines();        // for DevContext::prof_engines
 //! Prof::with_engines(engine, engines)             // startcp PID, startmp… PID
 //! profdev_attach::attach_coverage(pid, &select, permit)   // profdev cprof -p
-//! profdev_attach::attach_process(pid, pools, &wrappers, permit) // profdev mprof -p
+//! profdev_attach::attach_process(pid, &options, permit) // profdev mprof -p
 //! profdev_attach::scan_process(pid, permit)       // profdev mprof -p PID --scan
 //! ```
 //!
@@ -49,7 +49,7 @@ pub mod scan;
 pub use coverage::{
     attach_coverage, coverage_pairs, statically_linked, CovAttached, ATTACH_TIMEOUT,
 };
-pub use memory::{attach_process, MemAttached, REPORT_TIMEOUT};
+pub use memory::{attach_process, AttachOptions, MemAttached, REPORT_TIMEOUT};
 pub use scan::{scan_process, Scanned, MAX_PAUSE};
 
 use profdev_dev::access::Permit;
@@ -166,7 +166,11 @@ impl MemoryEngine for Memory {
         pools: u8,
         permit: Option<Permit>,
     ) -> Result<Box<dyn Attached>, DevError> {
-        let a = attach_process(pid, pools, &[], permit)?;
+        let options = AttachOptions {
+            pools,
+            ..Default::default()
+        };
+        let a = attach_process(pid, &options, permit)?;
         // Directories of earlier attaches that are over (their process
         // gone, their watcher too) go now; this one is held while watched.
         let held = a.hold();

@@ -93,9 +93,69 @@ pub(crate) fn io_dev(what: &str, e: impl std::fmt::Display) -> DevError {
     DevError::NoDevice(format!("{what}: {e}"))
 }
 
+/// What the accounting library counts in an attached process: the
+/// settings a launched one gets through its environment (`mprof`'s
+/// options), given to the library as its config lines. The default:
+/// pool 1 alone, exact, single sites (prof's `startmp1 PID`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AttachOptions {
+    /// The pools counted ([`POOL_MALLOC`]...; none: pool 1).
+    pub pools: u8,
+    /// More allocation wrappers (`mprof --wrapper`).
+    pub wrappers: Vec<String>,
+    /// Whole stacks ([`profdev_mprof::STACKS_ENV`]).
+    pub stacks: bool,
+    /// Sample every N bytes on average
+    /// ([`profdev_mprof::sample::SAMPLE_BYTES_ENV`]).
+    pub sample_bytes: Option<u64>,
+    /// The seed of each thread's first countdown
+    /// ([`profdev_mprof::sample::SAMPLE_SEED_ENV`]; else the clock's).
+    pub sample_seed: Option<u64>,
+    /// Temporary blocks per site ([`profdev_mprof::TEMPORARY_ENV`]).
+    pub temporary: bool,
+    /// What was live at the global peak ([`profdev_mprof::PEAK_ENV`]).
+    pub peak: bool,
+}
+
+impl AttachOptions {
+    /// The library's config: one `NAME=VALUE` line per setting, the
+    /// names of the launched run's environment, reports going to `out`.
+    /// A wrapper with a newline (which would end its line) is left out.
+    pub fn config(&self, out: &Path) -> String {
+        use profdev_mprof::sample::{SAMPLE_BYTES_ENV, SAMPLE_SEED_ENV};
+        let digits: String = [(POOL_MALLOC, '1'), (POOL_MAP, '2'), (POOL_FILE, '3')]
+            .iter()
+            .filter(|(b, _)| self.pools.max(POOL_MALLOC) & b != 0)
+            .map(|&(_, c)| c)
+            .collect();
+        let mut lines = vec![
+            format!("PROFDEV_MPROF_DIR={}", out.display()),
+            format!("{}={digits}", profdev_mprof::POOLS_ENV),
+        ];
+        let wrappers: Vec<&str> = self
+            .wrappers
+            .iter()
+            .map(String::as_str)
+            .filter(|w| !w.contains('\n'))
+            .collect();
+        if !wrappers.is_empty() {
+            lines.push(format!("PROFDEV_MPROF_WRAPPERS={}", wrappers.join(",")));
+        }
+        let flags = [
+            (self.stacks, profdev_mprof::STACKS_ENV),
+            (self.temporary, profdev_mprof::TEMPORARY_ENV),
+            (self.peak, profdev_mprof::PEAK_ENV),
+        ];
+        lines.extend(flags.iter().filter(|f| f.0).map(|f| format!("{}=1", f.1)));
+        lines.extend(self.sample_bytes.map(|n| format!("{SAMPLE_BYTES_ENV}={n}")));
+        lines.extend(self.sample_seed.map(|n| format!("{SAMPLE_SEED_ENV}={n}")));
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+}
+
 /// Load the accounting library into the running process `pid` and start
-/// it counting `pools` ([`POOL_MALLOC`]...), with `wrappers` as more
-/// allocation wrappers (`mprof --wrapper`). Refused: ESRCH no such
+/// it counting as `options` say (the pools, `mprof --wrapper`s, stacks,
+/// sampling, temporary blocks, the peak). Refused: ESRCH no such
 /// process, EPERM not allowed to ptrace it (profdev's own credentials: a
 /// device checks its writer's first), EBUSY another tracer holds it or it
 /// is counted already, ENXIO a static program ("process N is out of reach:
@@ -110,8 +170,7 @@ pub(crate) fn io_dev(what: &str, e: impl std::fmt::Display) -> DevError {
 /// than the requester.
 pub fn attach_process(
     pid: u32,
-    pools: u8,
-    wrappers: &[String],
+    options: &AttachOptions,
     permit: Option<Permit>,
 ) -> Result<MemAttached, DevError> {
     let maps = profdev_inject::maps(pid).map_err(|e| inject_error(pid, e))?;
@@ -153,18 +212,7 @@ pub fn attach_process(
         .map_err(|e| io_dev("cannot make the report directory", e))?;
     std::os::unix::fs::chown(&out, Some(uid), Some(gid))
         .map_err(|e| io_dev("cannot give the report directory to the process's user", e))?;
-    let digits: String = [(POOL_MALLOC, '1'), (POOL_MAP, '2'), (POOL_FILE, '3')]
-        .iter()
-        .filter(|(b, _)| pools & b != 0)
-        .map(|&(_, c)| c)
-        .collect();
-    let mut config = format!(
-        "PROFDEV_MPROF_DIR={}\nPROFDEV_MPROF_POOLS={digits}\n",
-        out.display()
-    );
-    if !wrappers.is_empty() {
-        config.push_str(&format!("PROFDEV_MPROF_WRAPPERS={}\n", wrappers.join(",")));
-    }
+    let config = options.config(&out);
     let lib_s = lib.to_string_lossy().into_owned();
     // On a thread of its own: when it ends, the kernel releases any thread
     // of PID the injector could not detach.
@@ -327,6 +375,25 @@ impl MemAttached {
             .is_ok_and(|maps| maps.iter().any(|m| Path::new(&m.path) == lib))
     }
 
+    /// The latest complete report the process itself wrote (the last
+    /// [`MemAttached::request_report`]'s, or its exit's), if any: unlike
+    /// its table of counts, which [`MemAttached::reports`] prefers while it
+    /// runs, it has the temporary blocks and the peak.
+    pub fn latest_report(&self) -> Option<profdev_mprof::Report> {
+        let out = self.dir.path().join("out");
+        let k = std::fs::read_dir(&out)
+            .ok()?
+            .take(MAX_REPORTS)
+            .filter_map(|e| report_name(&e.ok()?.file_name().to_string_lossy()))
+            .filter(|&(p, _)| p == self.pid)
+            .map(|(_, k)| k)
+            .max()?;
+        let path = out.join(format!("mprof.{}.{k}", self.pid));
+        read_reports_at(&[path]).pop()
+    }
+}
+
+impl MemAttached {
     /// Let the process go on uncounted: its GOT slots get back what they
     /// held before the attach (the library's `profdev_mprof_detach`,
     /// called with every thread stopped), then its reporter thread is
@@ -427,4 +494,34 @@ pub const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// This process's filesystem user id (whom its directories belong to).
 pub(crate) fn fs_uid() -> u32 {
     fs_ids(std::process::id()).map_or(0, |(u, _)| u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_names_the_launched_runs_settings() {
+        let out = Path::new("/t/out");
+        assert_eq!(
+            AttachOptions::default().config(out),
+            "PROFDEV_MPROF_DIR=/t/out\nPROFDEV_MPROF_POOLS=1\n"
+        );
+        let all = AttachOptions {
+            pools: POOL_MALLOC | POOL_FILE,
+            wrappers: vec!["my_alloc".into(), "bad\nPROFDEV_MPROF_DIR=/x".into()],
+            stacks: true,
+            sample_bytes: Some(524288),
+            sample_seed: Some(7),
+            temporary: true,
+            peak: true,
+        };
+        assert_eq!(
+            all.config(out),
+            "PROFDEV_MPROF_DIR=/t/out\nPROFDEV_MPROF_POOLS=13\n\
+             PROFDEV_MPROF_WRAPPERS=my_alloc\nPROFDEV_MPROF_STACKS=1\n\
+             PROFDEV_MPROF_TEMPORARY=1\nPROFDEV_MPROF_PEAK=1\n\
+             PROFDEV_MPROF_SAMPLE_BYTES=524288\nPROFDEV_MPROF_SAMPLE_SEED=7\n"
+        );
+    }
 }

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! profdev mprof [-bcMflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--dhat FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--temporary] [--peak] [--wrapper SYMBOL]... [CMD [ARGS]]
-//! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--wrapper SYMBOL]... -p PID [--snapshot SECONDS | --scan]
+//! profdev mprof [-Mflnve123H] [-m MODULE]... [-o FILE] [--leaks] [--pprof FILE] [--folded FILE [--folded-type alloc|inuse]] [--no-stacks] [--sample-bytes N] [--temporary] [--peak] [--wrapper SYMBOL]... -p PID [--snapshot SECONDS]
+//! profdev mprof [-o FILE] -p PID --scan
 //! ```
 //!
 //! # Description
@@ -31,20 +32,20 @@
 //! | `-m MODULE` | show only this module (a basename such as `libc.so.6`, or a path); repeatable |
 //! | `-e` | show CMD's own executable only |
 //! | `-1` `-2` `-3` | pools to count (default all three): 1 the malloc family; 2 anonymous memory the program maps itself (`mmap` with `MAP_ANONYMOUS`, `mremap`, `brk`, `sbrk`); 3 files the program maps (`mmap` of a file descriptor) |
-//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits, or at SIGINT, SIGTERM or SIGHUP, after which it is detached and runs on (see Nothing lost). Blocks it allocated before are never subtracted. Needs the right to ptrace PID. With `--scan`, PID's unreachable heap blocks instead (see Scan; not with `--leaks`) |
+//! | `-p PID` | attach to running process PID instead of running CMD (as `heaptrack -p`: its threads are stopped with ptrace while the library loads and its malloc family is redirected); the tables are shown when it exits, or at SIGINT, SIGTERM or SIGHUP, after which it is detached and runs on (see Nothing lost). Takes the options CMD does but `--dhat` (see Attached); blocks it allocated before are never subtracted. Needs the right to ptrace PID. With `--scan`, PID's unreachable heap blocks instead (see Scan; with none of the counts' outputs) |
 //! | `--snapshot SECONDS` | with `-p`: count for SECONDS (a decimal), then show the tables and detach: the process runs on, its allocation calls going straight to the C library again, as before the attach |
 //! | `-b` | begin: put the mounted prof device in memory mode (`startmp…`) and exit |
 //! | `-c` | end the mounted device's session (`end`) and exit |
 //! | `--leaks` | after the tables, the blocks never freed, grouped by allocating line, largest first |
 //! | `--wrapper SYMBOL` | treat SYMBOL as an allocation wrapper too (repeatable) |
-//! | `--dhat FILE` | also write DHAT's JSON of the run (valgrind's `dh_view.html` opens it): per site total bytes and blocks, the sum of block lifetimes (µs), high water, bytes and blocks at the global peak (t-gmax) and at the end; accesses are not measured. Lifetimes and the peak need one global lock: slower |
+//! | `--dhat FILE` | also write DHAT's JSON of the run (valgrind's `dh_view.html` opens it): per site total bytes and blocks, the sum of block lifetimes (µs), high water, bytes and blocks at the global peak (t-gmax) and at the end; accesses are not measured. Lifetimes and the peak need one global lock: slower. Not with `-p` (see Attached) |
 //! | `-o FILE` | write the tables (and `--leaks`' list) to FILE (`-`: standard output) instead of standard error (with CMD) or standard output (with `-p` or without CMD); not in Inferno |
 //! | `-H` | head the line and function tables with a line naming the columns (see Example); the rows are unchanged; not in Inferno |
 //! | `--pprof FILE` | also write a pprof heap profile of the run (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`; one sample per allocation stack, symbolized; per site with `--no-stacks`) for `go tool pprof` |
 //! | `--folded FILE` | also write the allocation stacks as folded lines, `root;…;caller;function BYTES` (bytes allocated per stack) for flame graphs |
 //! | `--folded-type inuse` | `--folded`'s BYTES are those live at exit (`alloc`, the default: allocated) |
 //! | `--no-stacks` | capture no stacks (`--pprof` then has one frame per site): the cost of stacks saved |
-//! | `--sample-bytes N` | sample allocations every N bytes on average (1 to 2^40) and show estimates (see Sampling); not with `-p` or `--dhat` |
+//! | `--sample-bytes N` | sample allocations every N bytes on average (1 to 2^40) and show estimates (see Sampling); not with `--dhat` |
 //! | `--temporary` | after the tables, per site the *temporary* blocks: freed by their thread before its next allocation (heaptrack's definition), and all blocks |
 //! | `--peak` | after the tables, what was live at the global high-water mark (DHAT's t-gmax), per stack (per site with `--no-stacks`); exact, under one global lock (slower); not with `--sample-bytes` |
 //!
@@ -106,6 +107,16 @@
 //! exact: at the first free after each new global high water the library
 //! keeps what every site and stack holds (a copy made as each changes
 //! next), under one global lock, as `--dhat`'s.
+//!
+//! **Attached.** `-p` gives the library mprof's settings (and
+//! `PROFDEV_MPROF_SAMPLE_SEED`) as config lines; it counts from the attach
+//! on, and the free of an older block subtracts nothing. So each output is
+//! of the blocks allocated since: the tables and `--leaks`; `--pprof` and
+//! `--folded`'s whole stacks; `--sample-bytes`' estimates and error line;
+//! `--temporary` (an older block's free makes none); `--peak`, the high
+//! water of those blocks, not of the heap. `--dhat` is refused: its
+//! lifetimes and peak of older blocks are unknown. A run ended by the
+//! detach (a signal, `--snapshot`) shows the report asked for before it.
 //!
 //! **Scan.** `-p PID --scan` stops PID (ptrace, the right checked as the
 //! kernel would) while glibc's heap is walked and copied (at most 5 s; 0.4 s
@@ -262,9 +273,8 @@
 //!   first. The limits of attaching are in `profdev_dev::prof`'s memory
 //!   mode (`startmp… PID`).
 //! * Stacks come from frame pointers alone (no unwind tables yet): code
-//!   built without them (most distributions' libc) ends a stack there, a
-//!   frame that calls by a tail call is missing, and stacks do not come
-//!   with `-p PID`.
+//!   built without them (most distributions' libc) ends a stack there, and
+//!   a frame that calls by a tail call is missing.
 //! * Counts taken from a table (a process that ended without its exit
 //!   report) have no DHAT figures (`--dhat` then warns and writes no
 //!   file if no process ended normally), and leave out a site whose
@@ -288,9 +298,9 @@
 //!   a single thread takes no lock.
 //! * `--sample-bytes`: pools 2 and 3 stay exact; high waters are those of
 //!   the weighted sums (noisy, and biased upward); block counts are kept
-//!   in 1/256ths, bytes rounded per sample; not with `-p` (attaching with
-//!   sampling is not built yet) nor `--dhat`; a thread's first countdown
-//!   is seeded from the clock (`PROFDEV_MPROF_SAMPLE_SEED` fixes it).
+//!   in 1/256ths, bytes rounded per sample; not with `--dhat`; a thread's
+//!   first countdown is seeded from the clock (`PROFDEV_MPROF_SAMPLE_SEED`
+//!   fixes it, with `-p` too).
 //! * The accounting's own memory: an 8-byte entry per 16 bytes of heap
 //!   where blocks are (a page map touched only there: about half the size
 //!   of a heap of small blocks, a page per large block), 192 bytes per
@@ -311,7 +321,9 @@
 //!   debug information, the longer), not with `-p`; other modules' sites
 //!   stay where the call was made.
 //! * `--temporary` and `--peak` have nothing from a process that ended
-//!   without its report (`_exit`, a signal), nor with `-p` yet.
+//!   without its report (`_exit`, a signal), nor, with `-p`, when the
+//!   report asked for before the detach did not come (its table is
+//!   shown).
 
 use crate::child::{find_program, Job};
 use crate::classic;
@@ -473,7 +485,7 @@ fn show_run(args: &Args, session: &Session, ran: Ran) -> Result<()> {
 fn run_attached(args: &Args, pid: u32) -> Result<ExitCode> {
     let run = mprof::run_attached(args, pid, &mut |n| eprintln!("{n}"))?;
     let to = Report::to(args.output.as_deref(), false);
-    let shown = show(&run.modules, args, &Default::default(), &to);
+    let shown = show(&run.modules, args, &run.run, &to);
     if let Some((sig, sentence)) = run.interrupted {
         if let Err(e) = shown {
             eprintln!("mprof: {e}");

@@ -109,7 +109,7 @@ pub static SPEC: Spec = Spec {
         Opt::long(
             "pprof",
             "file",
-            "Also write a pprof heap profile of CMD's run to FILE (go tool pprof reads it)",
+            "Also write a pprof heap profile of the run to FILE (go tool pprof reads it)",
         )
         .hint(ValueHint::FilePath),
         Opt::long(
@@ -121,7 +121,7 @@ pub static SPEC: Spec = Spec {
         Opt::long(
             "folded",
             "file",
-            "Also write the allocation stacks of CMD's run to FILE as folded lines, \
+            "Also write the allocation stacks of the run to FILE as folded lines, \
              root;...;site BYTES (flame graphs)",
         )
         .hint(ValueHint::FilePath),
@@ -250,24 +250,33 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
     if a.exec && a.command.is_empty() && a.pid.is_none() {
         return Err("-e needs a command".into());
     }
-    if (a.pprof.is_some() || a.dhat.is_some() || a.folded.is_some()) && a.command.is_empty() {
+    // Counts of a run: CMD's, or PID's (attached); the device keeps none.
+    let run = !a.command.is_empty() || a.pid.is_some();
+    if (a.pprof.is_some() || a.dhat.is_some() || a.folded.is_some()) && !run {
         return Err(
-            "--pprof, --dhat and --folded need a command (the device keeps no allocation counts)"
+            "--pprof, --dhat and --folded need a command or -p PID (the device keeps \
+                    no allocation counts)"
                 .into(),
         );
     }
-    if a.sample_bytes.is_some() && (a.command.is_empty() || a.dhat.is_some()) {
-        return Err("--sample-bytes needs a command, and not --dhat \
-                    (attaching with -p samples nothing yet; DHAT's lifetimes are exact only)"
+    if a.dhat.is_some() && a.pid.is_some() {
+        return Err(
+            "--dhat is not with -p: the lifetimes and the peak of blocks allocated \
+                    before the attach are unknown, and DHAT's figures are of a whole run"
+                .into(),
+        );
+    }
+    if a.sample_bytes.is_some() && (!run || a.dhat.is_some()) {
+        return Err("--sample-bytes needs a command or -p PID, and not --dhat \
+                    (DHAT's lifetimes are exact only)"
             .into());
     }
     if a.snapshot.is_some() && a.pid.is_none() {
         return Err("--snapshot goes with -p PID (a running process to show and detach)".into());
     }
-    if (a.temporary || a.peak) && a.command.is_empty() {
+    if (a.temporary || a.peak) && !run {
         return Err(
-            "--temporary and --peak need a command (the device keeps no such counts; \
-                    an attached process's report has them not yet)"
+            "--temporary and --peak need a command or -p PID (the device keeps no such counts)"
                 .into(),
         );
     }
@@ -277,8 +286,14 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
     if a.scan && a.snapshot.is_some() {
         return Err("--scan shows unreachable blocks now: not with --snapshot".into());
     }
-    if a.scan && (a.pid.is_none() || a.leaks) {
-        return Err("--scan needs -p PID, and not --leaks".into());
+    let counts = a.leaks || a.pprof.is_some() || a.folded.is_some() || a.dhat.is_some();
+    let counts = counts || a.sample_bytes.is_some() || a.temporary || a.peak;
+    if a.scan && (a.pid.is_none() || counts) {
+        return Err(
+            "--scan needs -p PID, and none of the counts' outputs (--leaks, --pprof, \
+                    --folded, --sample-bytes, --temporary, --peak)"
+                .into(),
+        );
     }
     if a.folded.is_some() && a.no_stacks {
         return Err("--folded needs stacks: not with --no-stacks".into());
@@ -355,12 +370,19 @@ mod tests {
         let a = parse(&["--temporary", "--peak", "x"]).unwrap();
         assert!(a.temporary && a.peak && a.stacks());
         assert!(!parse(&["--peak", "--no-stacks", "x"]).unwrap().stacks());
-        assert!(parse(&["--peak", "-p", "5"]).is_err());
+        let a = parse(&["--peak", "--temporary", "-p", "5"]).unwrap();
+        assert!(a.peak && a.temporary && a.stacks());
+        assert!(parse(&["--peak", "-p", "5", "--scan"]).is_err());
         assert!(parse(&["--temporary"]).is_err());
         assert!(parse(&["--peak", "--sample-bytes", "9", "x"]).is_err());
         assert!(parse(&["--folded-type", "peak", "x"]).is_err());
         assert!(parse(&["--folded", "f", "--no-stacks", "x"]).is_err());
-        assert!(parse(&["--folded", "f", "-p", "5"]).is_err());
+        assert!(parse(&["--folded", "f", "-p", "5"]).unwrap().stacks());
+        assert!(parse(&["--pprof", "f", "-p", "5"]).unwrap().stacks());
+        assert!(parse(&["--folded", "f"]).is_err());
+        assert!(parse(&["--dhat", "d", "-p", "5"])
+            .unwrap_err()
+            .starts_with("--dhat is not with -p"));
         assert_eq!(
             parse(&["--sample-bytes", "524288", "x"])
                 .unwrap()
@@ -368,7 +390,9 @@ mod tests {
             Some(524288)
         );
         assert!(parse(&["--sample-bytes", "0", "x"]).is_err());
-        assert!(parse(&["--sample-bytes", "512", "-p", "5"]).is_err());
+        let a = parse(&["--sample-bytes", "512", "-p", "5"]).unwrap();
+        assert_eq!(a.sample_bytes, Some(512));
+        assert!(parse(&["--sample-bytes", "512"]).is_err());
         assert!(parse(&["--sample-bytes", "512", "--dhat", "d", "x"]).is_err());
         assert!(parse(&["-p", "5", "--scan"]).unwrap().scan);
         assert!(parse(&["--scan"]).is_err());

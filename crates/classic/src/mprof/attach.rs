@@ -6,7 +6,7 @@ use super::{private_device, through_device};
 use crate::args::mprof::{startmp_message, Args};
 use crate::prof::module_words;
 use anyhow::{anyhow, bail, Context as _, Result};
-use profdev_attach::{attach_process, MemAttached};
+use profdev_attach::{attach_process, AttachOptions, MemAttached};
 use profdev_dev::prof::{POOL_FILE, POOL_MALLOC, POOL_MAP};
 use profdev_dev::DevError;
 use profdev_mprof::{merge, Module};
@@ -17,6 +17,9 @@ use profdev_sample::job::{signal_name, Catcher};
 pub struct AttachRun {
     /// The modules read back through the private device.
     pub modules: Vec<Module>,
+    /// Its reports' stacks and peak, for `--pprof`, `--folded` and
+    /// `--peak`.
+    pub run: super::show::Run,
     /// The signal that ended the wait, and the sentence to say.
     pub interrupted: Option<(i32, String)>,
     /// Its reports' directory, kept from the sweep of other runs (let go
@@ -52,14 +55,13 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
             m.uid()
         }),
     );
-    let attached =
-        attach_process(pid, pools.max(POOL_MALLOC), &args.wrappers, None).map_err(|e| {
-            anyhow!(match e {
-                DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
-                DevError::NoProcess(p) => format!("no process {p}"),
-                e => e.to_string(),
-            })
-        })?;
+    let attached = attach_process(pid, &options(args, pools), None).map_err(|e| {
+        anyhow!(match e {
+            DevError::NoDevice(s) | DevError::NotPermitted(s) | DevError::Busy(s) => s,
+            DevError::NoProcess(p) => format!("no process {p}"),
+            e => e.to_string(),
+        })
+    })?;
     // Kept from the sweep of other runs while this one reads it.
     let held = attached.hold();
     note(match args.snapshot {
@@ -86,10 +88,10 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     }
     // Still running (interrupted, or the snapshot is due): its report
     // now, then the process goes on uncounted.
-    let detached = if (caught.is_some() || due) && attached.running() {
+    let (requested, detached) = if (caught.is_some() || due) && attached.running() {
         detach(&attached)
     } else {
-        Err("it ended".to_string())
+        (false, Err("it ended".to_string()))
     };
     // What became of it, for the last sentence.
     let fate = match &detached {
@@ -106,7 +108,13 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     }
     // Its report, or, if it ended without one (_exit, a signal, SIGKILL)
     // or still runs (mprof was interrupted), its table of counts.
-    let reports = attached.reports();
+    let mut reports = attached.reports();
+    // Asked for: that report is the snapshot (its table, which reports()
+    // prefers while the process runs, has no temporary blocks nor peak).
+    if let Some(r) = attached.latest_report().filter(|_| requested) {
+        reports.retain(|t| t.pid != pid);
+        reports.push(r);
+    }
     if reports.is_empty() {
         bail!(
             "process {pid} left neither a report nor its table of counts in {}: the library \
@@ -126,24 +134,46 @@ pub fn run_attached(args: &Args, pid: u32, note: &mut dyn FnMut(String)) -> Resu
     });
     Ok(AttachRun {
         modules,
+        run: super::show::Run::of(&reports, String::new()),
         interrupted,
         _held: held,
         _attached: attached,
     })
 }
 
-/// Its report now, then let it go on uncounted: true when detached,
-/// false when it exec'd since (its new image was never counted: nothing
-/// to do); why not, if not.
-fn detach(attached: &MemAttached) -> std::result::Result<bool, String> {
+/// Its report now, then let it go on uncounted: whether the report came,
+/// and true when detached, false when it exec'd since (its new image was
+/// never counted: nothing to do), or why not.
+fn detach(attached: &MemAttached) -> (bool, std::result::Result<bool, String>) {
     if !attached.maps_library() {
-        return Ok(false);
+        return (false, Ok(false));
     }
     if !attached.request_report(profdev_attach::REPORT_TIMEOUT) {
-        return Err(format!(
+        let why = format!(
             "no report came within {} s",
             profdev_attach::REPORT_TIMEOUT.as_secs()
-        ));
+        );
+        return (false, Err(why));
     }
-    attached.detach().map(|_| true).map_err(|e| e.to_string())
+    (
+        true,
+        attached.detach().map(|_| true).map_err(|e| e.to_string()),
+    )
+}
+
+/// The library's settings for `args` (as [`super::launch_env`] gives a
+/// launched run's): the pools, wrappers, stacks, sampling (with
+/// `PROFDEV_MPROF_SAMPLE_SEED` from mprof's own environment), temporary
+/// blocks and the peak.
+fn options(args: &Args, pools: u8) -> AttachOptions {
+    let seed = std::env::var(profdev_mprof::sample::SAMPLE_SEED_ENV).ok();
+    AttachOptions {
+        pools: pools.max(POOL_MALLOC),
+        wrappers: args.wrappers.clone(),
+        stacks: args.stacks(),
+        sample_bytes: args.sample_bytes,
+        sample_seed: seed.and_then(|s| s.parse().ok()),
+        temporary: args.temporary,
+        peak: args.peak,
+    }
 }
