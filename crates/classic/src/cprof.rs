@@ -250,14 +250,18 @@ impl Launched {
 /// process it starts, which ask the engine's server to plan each module
 /// they map and report their counts when they end. CMD runs as a job
 /// (`profdev_sample::job`): SIGINT, SIGTERM and SIGHUP are passed on to it,
-/// and the runtime writes the counts of a process those end.
+/// and the runtime writes the counts of a process those end. In
+/// [`Mode::Hits`](profdev_coverage::plan::Mode::Hits) (the marks alone,
+/// [`Args::mode`]) each block's count is 1 if it ran, else 0.
 pub fn run_under_coverage(
     cmd: &[OsString],
     modules: &[String],
+    mode: profdev_coverage::plan::Mode,
     notes: &mut Notes,
 ) -> Result<Launched> {
     let server = profdev_coverage::launch::Server::new(modules)
         .context("cannot prepare coverage (the runtime's private directory)")?;
+    server.set_mode(mode);
     let mut job = Job::new().context("cannot catch signals")?;
     let mut child = std::process::Command::new(&cmd[0]);
     child.args(&cmd[1..]);

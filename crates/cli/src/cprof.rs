@@ -330,7 +330,7 @@ fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
         let launched = if is_static {
             cprof::run_static(&args.command, &program, say)?
         } else {
-            cprof::run_under_coverage(&args.command, &words, notes)?
+            cprof::run_under_coverage(&args.command, &words, args.mode(), notes)?
         };
         exit = launched.exit;
         interrupted = launched.interrupted;

@@ -190,7 +190,7 @@ pub fn area_size_with(plan: &Plan, opts: Options) -> u64 {
             How::Int3 { to } | How::Hop { to, .. } => 96 + 5 * (to - b.start),
             How::Call { .. } => 48,
             How::Covered => 48,
-            How::None | How::Fell { .. } => 0,
+            How::None | How::Fell { .. } | How::Implied { .. } => 0,
         };
         if b.branch.is_some() {
             n += 48;
@@ -293,6 +293,11 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Whether the probes record hits only ([`crate::plan::Mode::Hits`]).
+    fn hits(&self) -> bool {
+        self.plan.mode == crate::plan::Mode::Hits
+    }
+
     /// The recording of the site `x` (at its run-time address) ending a
     /// block, when call targets are wanted and it is a site.
     fn record(&self, x: &Instruction) -> Option<Vec<Instruction>> {
