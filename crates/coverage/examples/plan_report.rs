@@ -41,6 +41,7 @@ fn main() {
             How::Covered => "covered",
             How::Fell { .. } => "fell",
             How::Implied { .. } => "implied",
+            How::Branches { .. } => "branches",
             How::None => "uncounted",
         };
         *by_how.entry(name).or_default() += 1;

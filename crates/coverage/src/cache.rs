@@ -4,10 +4,13 @@
 //! covered run costs (python3's 220,000 blocks: about 0.9 s, cc1's
 //! 700,000 more, per process that maps it). Both depend only on the
 //! module's bytes and on the engine, so profdev keeps them: one file per
-//! module content, named by the SHA-256 of the engine's identity and the
-//! module's bytes ([`Key`]). A file changed in any byte, or a profdev built
-//! from other engine sources, gets another name; nothing stale is ever
-//! reused. The encoding kept is the one the module's first load in the run
+//! module content and plan mode, named by the SHA-256 of the engine's
+//! identity, the mode and the module's bytes ([`Key`]). A file changed in
+//! any byte, or a profdev built from other engine sources, gets another
+//! name; nothing stale is ever reused; a hit-mode plan
+//! ([`crate::plan::Mode::Hits`]) is never found where a counting plan is
+//! looked for, nor the other way round (the mode is stored too, and an
+//! implied block in a counting plan refused). The encoding kept is the one the module's first load in the run
 //! that wrote the file got: a later load is offered the same distance
 //! between module and area ([`crate::encode`]'s reuse) and, when its
 //! runtime can map the area there, gets the kept code with its counters
@@ -35,7 +38,7 @@
 //! of another user; the cache as a whole holds at most [`MAX_TOTAL`]
 //! plus [`USER_TOTAL`] per such user.
 //!
-//! **Format** (little-endian): the line `profdev-coverage-cache 1\n`, the
+//! **Format** (little-endian): the line `profdev-coverage-cache 2\n`, the
 //! 32-byte key, then the plan and the encoding as length-prefixed
 //! sequences (see [`write`]). The reader checks every length against the
 //! bytes left before it allocates, and every index the plan holds, so a
@@ -260,6 +263,11 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
                 w.u8(7);
                 w.u64(by.into());
             }
+            How::Branches { taken, fell } => {
+                w.u8(8);
+                w.u64(taken.into());
+                w.u64(fell.into());
+            }
         }
         w.u8(b.flags_live.into());
         w.u64(b.branch.map_or(u64::MAX, u64::from));
@@ -354,6 +362,10 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
             5 => How::Covered,
             6 => How::Fell { branch: r.u32()? },
             7 => How::Implied { by: r.u32()? },
+            8 => How::Branches {
+                taken: r.u32()?,
+                fell: r.u32()?,
+            },
             t => return Err(format!("unknown block kind {t}")),
         };
         let flags_live = r.u8()? != 0;
@@ -493,18 +505,25 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
     {
         return Err("its first block derives from none".into());
     }
-    // An implied block: only in a hit-mode plan, implied by a block in
-    // range that has a probe (or a count) of its own.
+    // An implied or branching block: only in a hit-mode plan, derived
+    // from blocks in range that are counted (implied) or patched at their
+    // start (a branching block's two).
+    let how = |k: u32| plan.blocks.get(k as usize).map(|a| a.how);
+    let counted = |k: u32| !matches!(how(k), None | Some(How::Implied { .. } | How::None));
+    let own = |k: u32| {
+        matches!(
+            how(k),
+            Some(How::Jmp { .. } | How::Int3 { .. } | How::Hop { .. } | How::Call { .. })
+        )
+    };
     for b in &plan.blocks {
-        if let How::Implied { by } = b.how {
-            let ok = plan.mode == Mode::Hits
-                && plan
-                    .blocks
-                    .get(by as usize)
-                    .is_some_and(|a| !matches!(a.how, How::Implied { .. } | How::None));
-            if !ok {
-                return Err("an implied block derives from none".into());
-            }
+        let ok = match b.how {
+            How::Implied { by } => counted(by),
+            How::Branches { taken, fell } => own(taken) && own(fell),
+            _ => continue,
+        };
+        if !ok || plan.mode != Mode::Hits {
+            return Err("an implied block derives from none".into());
         }
     }
     if let Some(e) = enc {

@@ -47,7 +47,11 @@ pub(super) fn pieces(cx: &Ctx) -> Pieces {
             b.how
         };
         let piece = match how {
-            How::None | How::Fell { .. } | How::Covered | How::Implied { .. } => continue,
+            How::None
+            | How::Fell { .. }
+            | How::Covered
+            | How::Implied { .. }
+            | How::Branches { .. } => continue,
             How::Call { .. } => call_piece(cx, i, b, counter),
             How::Jmp { to, .. } | How::Int3 { to } | How::Hop { to, .. } => {
                 let from = match how {
@@ -129,7 +133,10 @@ fn copy_piece(
             // A block the window runs into: count it here (unless another
             // block's probe implies it).
             if let Some(c) = plan.block_at(link) {
-                if !matches!(plan.blocks[c].how, How::Implied { .. }) {
+                if !matches!(
+                    plan.blocks[c].how,
+                    How::Implied { .. } | How::Branches { .. }
+                ) {
                     main.extend(count_seq(
                         cx.first_counter + c as u64,
                         plan.blocks[c].flags_live,

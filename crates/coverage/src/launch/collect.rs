@@ -90,8 +90,8 @@ impl Server {
                         || (matches!(plan.blocks[k].how, How::Fell { .. })
                             && e.lost.contains(&(k - 1)))
                 };
-                let counted_by = plan.counted_by(i);
-                if b.how == How::None || lost(i) || lost(counted_by) {
+                let by = plan.counted_by(i);
+                if b.how == How::None || lost(i) || by.into_iter().any(lost) {
                     m.uncounted += 1;
                     continue;
                 }

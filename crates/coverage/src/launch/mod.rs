@@ -40,6 +40,12 @@
 //! a new one. The code sent is always for the area and first counter the
 //! runtime named.
 //!
+//! **Hit mode** ([`Server::set_mode`], [`launch_in`]): the plans and
+//! encodings are made for [`Mode::Hits`] (cprof's marks): each block's
+//! count is then 1 if it ran, in any process, else 0, and no branch is
+//! reported. The runtime is the same: a probe stores 1 in its counter's
+//! low byte instead of adding 1.
+//!
 //! The runtime's counter indices start at
 //! [`crate::encode::RESERVED_SLOTS`]: the slots below are its own (the
 //! recorder's address, the thread's table of call targets).

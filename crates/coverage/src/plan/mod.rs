@@ -43,6 +43,13 @@
 //! * [`How::Call`]: a block that is one call (`call rel32`, or `call
 //!   *disp(%rip)`) is counted by retargeting the call to a stub that counts
 //!   and jumps on; the return address does not change.
+//! * [`How::Implied`] (hit mode only, [`Mode::Hits`]): not patched; the
+//!   block before it in a chain always jumps or falls into it and is its
+//!   only way in, so it ran exactly when the chain's first block did
+//!   (`plan/hits.rs` states the rules and their one limit).
+//! * [`How::Branches`] (hit mode only): not patched; a block ending in a
+//!   conditional jump that is the only way into both blocks it leads to
+//!   ran exactly when one of them did.
 //! * [`How::None`]: anything else (a lone register-indirect call, code that
 //!   does not decode): not counted, and reported in `uncounted`.
 //!
@@ -115,6 +122,11 @@ pub enum How {
     /// chain that reaches this block, its only way in (see `hits.rs`).
     /// `by` is the chain's first block, counted itself.
     Implied { by: u32 },
+    /// Hit mode only: not patched; it ends in a conditional jump with no
+    /// call before it, and is the only way into both blocks the jump
+    /// leads to (`taken`, and `fell`, the next one), each with a probe of
+    /// its own: it ran exactly when one of them did.
+    Branches { taken: u32, fell: u32 },
     /// Not counted.
     None,
 }
@@ -202,7 +214,12 @@ impl Plan {
     pub fn probes(&self) -> usize {
         self.blocks
             .iter()
-            .filter(|b| !matches!(b.how, How::None | How::Fell { .. } | How::Implied { .. }))
+            .filter(|b| {
+                !matches!(
+                    b.how,
+                    How::None | How::Fell { .. } | How::Implied { .. } | How::Branches { .. }
+                )
+            })
             .count()
     }
 
@@ -438,24 +455,27 @@ impl Plan {
     /// fall-throughs it is derived from, or the count of the block that
     /// implies it.
     pub fn count(&self, i: usize, c: &[u64]) -> u64 {
+        // (What an implied or branching block reads has a probe of its
+        // own, or implies by its branches' probes: `hits.rs`, and the
+        // cache's check.)
         match self.blocks[i].how {
             How::Fell { branch } => self.fell(branch as usize, c),
-            // (The implying block is never implied itself: `hits.rs`, and
-            // the cache's check.)
             How::Implied { by } => match self.blocks[by as usize].how {
                 How::Implied { .. } => 0,
                 _ => self.count(by as usize, c),
             },
+            How::Branches { taken, fell } => c[taken as usize].max(c[fell as usize]),
             _ => c[i],
         }
     }
 
-    /// The block whose count block `i` has: `i` itself, or the block
-    /// implying it.
-    pub fn counted_by(&self, i: usize) -> usize {
+    /// The blocks whose probes block `i`'s count comes from: `i` itself,
+    /// or those of the block implying it, or the two its branches lead to.
+    pub fn counted_by(&self, i: usize) -> Vec<usize> {
         match self.blocks[i].how {
-            How::Implied { by } => by as usize,
-            _ => i,
+            How::Implied { by } => self.counted_by(by as usize),
+            How::Branches { taken, fell } => vec![taken as usize, fell as usize],
+            _ => vec![i],
         }
     }
 
