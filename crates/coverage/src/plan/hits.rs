@@ -83,7 +83,7 @@ pub(super) fn hits(blocks: &mut [PlannedBlock], f: &Facts) {
 }
 
 /// The instruction at `addr`.
-fn insn_at<'a>(code: &'a Code, addr: u64) -> Option<&'a Instruction> {
+fn insn_at(code: &Code, addr: u64) -> Option<&Instruction> {
     let k = code
         .insns
         .binary_search_by_key(&addr, Instruction::ip)
@@ -229,7 +229,7 @@ fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
     }
     // Each chain to its first block, which must be counted (by a probe of
     // its own or a fork's two); a cycle (no way in) stays probed.
-    for i in 0..n {
+    for (i, o) in out.iter_mut().enumerate() {
         let mut r = i;
         let mut steps = 0;
         while let Some(p) = by[r] {
@@ -241,7 +241,7 @@ fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
         }
         let counted = !matches!(blocks[r].how, How::None);
         if r != i && by[r].is_none() && counted {
-            out[i] = Some(How::Implied { by: r as u32 });
+            *o = Some(How::Implied { by: r as u32 });
         }
     }
     out
