@@ -1,6 +1,7 @@
 //! Hit mode (cprof's marks): a chain of blocks, each entered only by the
 //! jump before it, has one probe, and every block of the program is
-//! marked run exactly when the counting run counts it.
+//! marked run exactly when the counting run counts it (also a block
+//! whose conditional jump leads where another block jumps too).
 
 use profdev_coverage::counts::ModuleCoverage;
 use profdev_coverage::launch::launch_in;
@@ -69,6 +70,13 @@ fn a_chain_has_fewer_probes_than_blocks_and_exact_marks() {
             assert_eq!(probed(&c), 3, "{opt} {f}: counts {c:?}");
             assert_eq!(probed(&h), 1, "{opt} {f}: hits {h:?}");
         }
+        // forkx's jump leads where forky jumps too: it keeps its probe.
+        let (fx, _) = sym(&prog, "forkx");
+        let x = plan.block_at(fx).unwrap();
+        assert!(!matches!(
+            plan.blocks[x].how,
+            How::Branches { .. } | How::Implied { .. }
+        ));
         assert!(plan.probes() < counts.probes());
         let hits = run(&prog, Mode::Hits);
         let exact = run(&prog, Mode::Counts);
@@ -90,6 +98,7 @@ fn a_chain_has_fewer_probes_than_blocks_and_exact_marks() {
         };
         assert_eq!(ran("chainfn"), [1, 1, 1], "{opt}");
         assert_eq!(ran("nochain"), [0, 0, 0], "{opt}");
+        assert_eq!(ran("forkx"), [0, 0], "{opt}");
         assert!(hits.branches.is_empty(), "no branch in hit mode");
     }
 }
