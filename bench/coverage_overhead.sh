@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: the slowdown of coverage mode (launch: every module of the
-# program counted, block by block, exactly; attach: the same counting
+# program counted, block by block, exactly; marks: launch in hit mode,
+# what `profdev cprof CMD` without -f runs, recording only whether each
+# block ran; attach: the same counting
 # injected into the running program, as `startcp PID` does) against the
 # native run, next to valgrind's cachegrind (--cache-sim=no) and
 # callgrind, on CPU-bound real programs, in one script run, with the
@@ -25,7 +27,7 @@
 # Each variant is timed as a whole command (for coverage: planning every
 # module, the run, and collecting the counts). The launch variant is the
 # engine's harness (target/release/profdev-coverage-run, what `profdev
-# cprof CMD` runs); valgrind is Debian's (apt-get install valgrind), skipped
+# cprof -f CMD` runs; with --hits for marks); valgrind is Debian's (apt-get install valgrind), skipped
 # when missing. Rounds interleave the variants; medians are shown.
 #
 # Plans and trampolines are kept on disk between runs (crate::cache): the
@@ -69,7 +71,7 @@ for i in $(seq 1 400); do
 done >"$work/gen.c"
 
 export PROFDEV_CACHE_DIR="$work/cache"
-variants=(native cold launch attach)
+variants=(native cold launch marks attach)
 command -v valgrind >/dev/null && variants+=(cachegrind callgrind) || echo "bench: valgrind not found: skipped" >&2
 [ -n "$base" ] && variants+=(launch@base attach@base)
 if [ -n "${COVERAGE_BENCH_VARIANTS:-}" ]; then
@@ -83,6 +85,7 @@ run() { # variant, command...
   case $v in
     native) "$@" ;;
     launch) "$launch" -- "$@" 2>>"$work/launch.log" ;;
+    marks) "$launch" --hits -- "$@" 2>>"$work/launch.log" ;;
     launch@base) PROFDEV_CACHE_DIR="$work/cache-base" "$base/profdev-coverage-run" -- "$@" 2>>"$work/launch.log" ;;
     cold) PROFDEV_CACHE_DIR=off "$launch" -- "$@" 2>>"$work/launch.log" ;;
     cachegrind) valgrind -q --trace-children=yes --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null "$@" ;;
@@ -150,9 +153,11 @@ one() { # variant workload -> seconds
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-# The cache filled: one untimed launch run per workload.
+# The cache filled: one untimed launch run per workload (and one in hit
+# mode, whose plans are kept apart).
 for w in "${workloads[@]}"; do
   workload launch "$w"
+  [[ " ${variants[*]} " != *" marks "* ]] || workload marks "$w"
   [ -z "$base" ] || workload launch@base "$w"
 done
 

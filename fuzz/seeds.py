@@ -189,10 +189,11 @@ for name in sorted(os.listdir(g)):
 # magic line, 32-byte key, then little-endian u64 fields and length-prefixed
 # sequences; one plan of two blocks (a jump-counted one ending in a
 # conditional jump, one derived from its fall-through), one jump whose table
-# was recovered (Plan::tables), and an encoding.
+# was recovered (Plan::tables), the plan's mode (0: counts, 1: hits), and an
+# encoding.
 def cache_file(with_encoding=True, cut=0):
     q = lambda *v: struct.pack("<%dQ" % len(v), *v)
-    b = b"profdev-coverage-cache 1\n" + bytes(range(32))
+    b = b"profdev-coverage-cache 2\n" + bytes(range(32))
     b += q(2)
     b += q(0x1000, 0x1008, 2, 0, 4) + b"\x01" + q(0x1000, 0x1008, 5) + b"\x01" + q(0)
     b += q(0x1008, 0x100a, 1, 0) + b"\x06" + q(0) + b"\x00" + q(2**64 - 1)
@@ -200,6 +201,7 @@ def cache_file(with_encoding=True, cut=0):
     b += b"\x01" + q(3) + b"\x01\x02\x03"
     b += q(1, 0x1000, 16) + b"\x90" * 16
     b += q(1, 0x1004)
+    b += b"\x00"  # the plan's mode: counts
     if with_encoding:
         b += b"\x01" + q(0x6000, 64) + b"\xcc" * 64
         b += q(1, 0x1000, 0x7000, 1, 5)

@@ -178,6 +178,32 @@ pub fn listings(lines: Vec<ModuleLines>, quiet: bool, notes: &mut Notes) -> Vec<
         .collect()
 }
 
+/// The files `--lcov FILE` and `--cobertura FILE` ask for, made from
+/// `listings`: each file's name and bytes (the cli writes them); the
+/// source files left out of them noted.
+pub fn exports(listings: &[Listing], args: &Args, notes: &mut Notes) -> Vec<(OsString, Vec<u8>)> {
+    let mut out = Vec::new();
+    if args.lcov.is_none() && args.cobertura.is_none() {
+        return out;
+    }
+    let records = profdev_coverage::lcov::source_records(listings);
+    for f in &records.left_out {
+        notes.left_out(f);
+    }
+    if let Some(file) = &args.lcov {
+        let text = profdev_formats::lcov::lcov(&records);
+        out.push((file.clone(), text.into_bytes()));
+    }
+    if let Some(file) = &args.cobertura {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let xml = profdev_formats::cobertura::cobertura(&records, now);
+        out.push((file.clone(), xml.into_bytes()));
+    }
+    out
+}
+
 /// Check, before anything runs, that the file an option names (`--lcov
 /// FILE`) can be written where it is named: its directory exists and may
 /// be written, and it is not a directory itself. Err: one sentence.
@@ -250,14 +276,18 @@ impl Launched {
 /// process it starts, which ask the engine's server to plan each module
 /// they map and report their counts when they end. CMD runs as a job
 /// (`profdev_sample::job`): SIGINT, SIGTERM and SIGHUP are passed on to it,
-/// and the runtime writes the counts of a process those end.
+/// and the runtime writes the counts of a process those end. In
+/// [`Mode::Hits`](profdev_coverage::plan::Mode::Hits) (the marks alone,
+/// [`Args::mode`]) each block's count is 1 if it ran, else 0.
 pub fn run_under_coverage(
     cmd: &[OsString],
     modules: &[String],
+    mode: profdev_coverage::plan::Mode,
     notes: &mut Notes,
 ) -> Result<Launched> {
     let server = profdev_coverage::launch::Server::new(modules)
         .context("cannot prepare coverage (the runtime's private directory)")?;
+    server.set_mode(mode);
     let mut job = Job::new().context("cannot catch signals")?;
     let mut child = std::process::Command::new(&cmd[0]);
     child.args(&cmd[1..]);

@@ -39,6 +39,13 @@
 //! | `-o FILE` | write the listing to FILE (`-`: standard output) instead of standard error (with CMD) or standard output (with `-p` or without CMD); not in Inferno |
 //! | `-H` | head each module's lines with a line naming the columns, `line  mark  source` (`line  count  source` with `-f`); the rows are unchanged; not in Inferno |
 //!
+//! **Marks at the cost of a flag.** When only the marks are wanted (no
+//! `-f`, `-r`, `--lcov` or `--cobertura`), CMD runs in the engine's hit
+//! mode (`profdev_coverage::plan::Mode`): a block records only that it
+//! ran (a byte stored, no flags saved), and a block that another's run
+//! implies gets no probe. The marks are the counting run's; the last
+//! line then gives the instructions that ran, each once. `-p` counts.
+//!
 //! **Where the listing goes.** With CMD, to standard error, or to FILE
 //! with `-o FILE` (written whole, through a temporary renamed over it):
 //! never into CMD's standard output, so `profdev cprof -- cat f > g`
@@ -242,6 +249,9 @@
 //!   statically linked process is counted through uprobes (as a static
 //!   CMD is, and said so on standard error); an interrupted `-p` then
 //!   stops counting it (the probes go with cprof).
+//! * Hit mode (marks with CMD): a fault or asynchronous signal whose
+//!   handler never returns may mark wrongly the block cut short or its
+//!   successors when probes were pruned there (`plan/hits.rs`).
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.
@@ -254,7 +264,6 @@ use crate::output::Report;
 use anyhow::Result;
 use profdev_classic::args::cprof::{parse, Args, SPEC};
 use profdev_classic::cprof::{self, counted_lines, lines_of, read_records, Notes};
-use profdev_coverage::lcov;
 use profdev_coverage::listing;
 use std::ffi::OsString;
 use std::path::Path;
@@ -330,7 +339,7 @@ fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
         let launched = if is_static {
             cprof::run_static(&args.command, &program, say)?
         } else {
-            cprof::run_under_coverage(&args.command, &words, notes)?
+            cprof::run_under_coverage(&args.command, &words, args.mode(), notes)?
         };
         exit = launched.exit;
         interrupted = launched.interrupted;
@@ -351,27 +360,9 @@ fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
         let runs_cmd = !args.command.is_empty();
         Report::to(args.output.as_deref(), runs_cmd).write(text.as_bytes())?;
     }
-    if args.lcov.is_some() || args.cobertura.is_some() {
-        let records = lcov::source_records(&listings);
-        for f in &records.left_out {
-            notes.left_out(f);
-        }
-        if let Some(file) = &args.lcov {
-            profdev_safefile::write_file(
-                Path::new(file),
-                profdev_formats::lcov::lcov(&records).as_bytes(),
-                0o644,
-            )
+    for (file, bytes) in cprof::exports(&listings, args, notes) {
+        profdev_safefile::write_file(Path::new(&file), &bytes, 0o644)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-        if let Some(file) = &args.cobertura {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            let xml = profdev_formats::cobertura::cobertura(&records, now);
-            profdev_safefile::write_file(Path::new(file), xml.as_bytes(), 0o644)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
     }
     Ok((exit, interrupted))
 }

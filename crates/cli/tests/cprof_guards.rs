@@ -5,10 +5,13 @@
 //! the single-stepper (`cprof/stepper.rs`), and every instruction's count
 //! and every conditional jump's outcomes compared; then the default
 //! listing's marks (`+`, `-`, `?`) of the engine's run against those of
-//! the stepper's counts, line by line. The programs (`cprof/guards/`):
-//! longjmp out of recursion, `exit()` from a callee, C++ exceptions
-//! across frames, a signal handler that siglongjmps, a jump table, computed
-//! gotos, and tail calls (`-O2` sibling calls).
+//! the stepper's counts, line by line; and the marks of a run in hit mode
+//! (`profdev cprof CMD` without `-f`: whether each block ran, pruned
+//! probes, issue 28 item 1) against the same, its total the instructions
+//! that ran. The programs (`cprof/guards/`), at -O0 and -O2: longjmp out
+//! of recursion, `exit()` from a callee, C++ exceptions across frames, a
+//! signal handler that siglongjmps, a jump table, computed gotos, and tail
+//! calls (sibling calls at `-O2`).
 
 #[path = "cprof/stepper.rs"]
 mod stepper;
@@ -127,6 +130,43 @@ fn compare(compiler: &str, src: &str, opt: &str) {
     let (e, o) = (rows(&engine_marks), rows(&oracle_marks));
     assert!(e.len() > 5, "{src}: {engine_marks}");
     assert_eq!(e, o, "{src}: the marks differ from the stepper's");
+
+    // Hit mode: the listing of a run without -f, through a plan cache of
+    // its own, which then holds the program's hit-mode plan.
+    let cache = dir.path().join("cache");
+    let hit = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["cprof", "-a", "-e", "-q", "-o", "-"])
+        .arg(&exe)
+        .env("PROFDEV_CACHE_DIR", &cache)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let hit_marks = String::from_utf8(hit.stdout).unwrap();
+    assert!(hit.status.success(), "{src}: {hit_marks}");
+    assert_eq!(
+        rows(&hit_marks),
+        o,
+        "{src} {opt}: hit mode's marks differ from the stepper's"
+    );
+    // Its total: the instructions that ran, each once.
+    let ran = got.insns.iter().filter(|(_, n)| *n > 0).count();
+    let total = format!("\n**** module instructions {ran} ****\n");
+    assert!(
+        hit_marks.contains(&total),
+        "{src}: {total:?} in {hit_marks}"
+    );
+    // The one plan cached (of the executable, -e) is a hit-mode plan.
+    let files: Vec<PathBuf> = std::fs::read_dir(cache.join("coverage"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("mod-"))
+        .collect();
+    assert_eq!(files.len(), 1, "{src}: {files:?}");
+    let bytes = std::fs::read(&files[0]).unwrap();
+    let at = b"profdev-coverage-cache 2\n".len();
+    let key = profdev_coverage::cache::Key(bytes[at..at + 32].try_into().unwrap());
+    let kept = profdev_coverage::cache::read(&bytes, &key).unwrap();
+    assert_eq!(kept.plan.mode, profdev_coverage::plan::Mode::Hits, "{src}");
 }
 
 #[test]
@@ -162,4 +202,39 @@ fn computed_gotos() {
 #[test]
 fn tail_calls_at_o2() {
     compare("cc", "tailcall.c", "-O2");
+}
+
+#[test]
+fn longjmp_out_of_recursion_at_o2() {
+    compare("cc", "longjmp.c", "-O2");
+}
+
+#[test]
+fn exit_from_a_callee_at_o2() {
+    compare("cc", "exit.c", "-O2");
+}
+
+#[test]
+fn cpp_exceptions_across_frames_at_o2() {
+    compare("c++", "throw.cpp", "-O2");
+}
+
+#[test]
+fn a_signal_handler_that_siglongjmps_at_o2() {
+    compare("cc", "siglongjmp.c", "-O2");
+}
+
+#[test]
+fn a_jump_table_at_o2() {
+    compare("cc", "switch.c", "-O2");
+}
+
+#[test]
+fn computed_gotos_at_o2() {
+    compare("cc", "goto.c", "-O2");
+}
+
+#[test]
+fn tail_calls_at_o0() {
+    compare("cc", "tailcall.c", "-O0");
 }

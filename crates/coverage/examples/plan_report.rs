@@ -1,10 +1,11 @@
 //! How the coverage planner would count a module: `cargo run -p
-//! profdev-coverage --example plan_report -- FILE [--all]` prints how many
-//! blocks each method counts (a jump, a hop, a breakpoint, ...) and every
-//! block left uncounted (with `--all`, every block), for looking into a
-//! module whose blocks trap or go uncounted.
+//! profdev-coverage --example plan_report -- FILE [--all] [--hits]` prints
+//! how many blocks each method counts (a jump, a hop, a breakpoint, ...)
+//! and every block left uncounted (with `--all`, every block), for looking
+//! into a module whose blocks trap or go uncounted; with `--hits`, the
+//! hit-mode plan (cprof's marks: implied blocks have no probe).
 
-use profdev_coverage::plan::{How, Plan};
+use profdev_coverage::plan::{How, Mode, Plan};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -15,7 +16,15 @@ fn main() {
         std::process::exit(2);
     };
     let all = args.iter().any(|a| a == "--all");
-    let plan = match Plan::of_file(Path::new(file)) {
+    let mode = if args.iter().any(|a| a == "--hits") {
+        Mode::Hits
+    } else {
+        Mode::Counts
+    };
+    let planned = std::fs::read(file)
+        .map_err(|e| e.to_string())
+        .and_then(|b| Plan::of_bytes_in(&b, Path::new(file), mode).map_err(|e| e.to_string()));
+    let plan = match planned {
         Ok(p) => p,
         Err(e) => {
             eprintln!("plan_report: {e}");
@@ -31,6 +40,8 @@ fn main() {
             How::Call { .. } => "call",
             How::Covered => "covered",
             How::Fell { .. } => "fell",
+            How::Implied { .. } => "implied",
+            How::Branches { .. } => "branches",
             How::None => "uncounted",
         };
         *by_how.entry(name).or_default() += 1;
@@ -41,7 +52,11 @@ fn main() {
             );
         }
     }
-    eprintln!("{file}: {} blocks", plan.blocks.len());
+    eprintln!(
+        "{file}: {} blocks, {} probes",
+        plan.blocks.len(),
+        plan.probes()
+    );
     eprintln!(
         "  branches: {} ({} with the flags live where they fall through)",
         plan.branches.len(),

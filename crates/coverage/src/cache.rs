@@ -4,10 +4,13 @@
 //! covered run costs (python3's 220,000 blocks: about 0.9 s, cc1's
 //! 700,000 more, per process that maps it). Both depend only on the
 //! module's bytes and on the engine, so profdev keeps them: one file per
-//! module content, named by the SHA-256 of the engine's identity and the
-//! module's bytes ([`Key`]). A file changed in any byte, or a profdev built
-//! from other engine sources, gets another name; nothing stale is ever
-//! reused. The encoding kept is the one the module's first load in the run
+//! module content and plan mode, named by the SHA-256 of the engine's
+//! identity, the mode and the module's bytes ([`Key`]). A file changed in
+//! any byte, or a profdev built from other engine sources, gets another
+//! name; nothing stale is ever reused; a hit-mode plan
+//! ([`crate::plan::Mode::Hits`]) is never found where a counting plan is
+//! looked for, nor the other way round (the mode is stored too, and an
+//! implied block in a counting plan refused). The encoding kept is the one the module's first load in the run
 //! that wrote the file got: a later load is offered the same distance
 //! between module and area ([`crate::encode`]'s reuse) and, when its
 //! runtime can map the area there, gets the kept code with its counters
@@ -35,7 +38,7 @@
 //! of another user; the cache as a whole holds at most [`MAX_TOTAL`]
 //! plus [`USER_TOTAL`] per such user.
 //!
-//! **Format** (little-endian): the line `profdev-coverage-cache 1\n`, the
+//! **Format** (little-endian): the line `profdev-coverage-cache 2\n`, the
 //! 32-byte key, then the plan and the encoding as length-prefixed
 //! sequences (see [`write`]). The reader checks every length against the
 //! bytes left before it allocates, and every index the plan holds, so a
@@ -46,13 +49,13 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::encode::{Encoded, Patch};
-use crate::plan::{How, Plan, PlannedBlock};
+use crate::plan::{How, Mode, Plan, PlannedBlock};
 
 /// The engine's identity: the crate version and a digest of its sources
 /// (build.rs).
 pub const ENGINE: &str = env!("PROFDEV_COV_ENGINE");
 
-const MAGIC: &[u8] = b"profdev-coverage-cache 1\n";
+const MAGIC: &[u8] = b"profdev-coverage-cache 2\n";
 
 /// A cache file larger than this is refused.
 const MAX_FILE: u64 = 1 << 30;
@@ -67,16 +70,24 @@ pub const USER_TOTAL: u64 = 256 << 20;
 /// Cache files' names start so.
 const PREFIX: &str = "mod-";
 
-/// A module's key: SHA-256 of [`ENGINE`] and the module's bytes.
+/// A module's key: SHA-256 of [`ENGINE`], the plan's [`Mode`] and the
+/// module's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Key(pub [u8; 32]);
 
 impl Key {
-    /// The key of a module whose file holds `bytes`.
-    pub fn of(bytes: &[u8]) -> Key {
+    /// The key of the plan for `mode` of a module whose file holds
+    /// `bytes`: a hit-mode plan is never found under a counting plan's
+    /// key, nor the other way round, and a key made before modes existed
+    /// (the engine's identity, a zero byte, the bytes) is neither.
+    pub fn of(bytes: &[u8], mode: Mode) -> Key {
         let mut h = Sha256::new();
         h.update(ENGINE.as_bytes());
         h.update([0]);
+        h.update(match mode {
+            Mode::Counts => b"mode counts\0".as_slice(),
+            Mode::Hits => b"mode hits\0".as_slice(),
+        });
         h.update(bytes);
         Key(h.finalize().into())
     }
@@ -248,6 +259,15 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
                 w.u8(6);
                 w.u64(branch.into());
             }
+            How::Implied { by } => {
+                w.u8(7);
+                w.u64(by.into());
+            }
+            How::Branches { taken, fell } => {
+                w.u8(8);
+                w.u64(taken.into());
+                w.u64(fell.into());
+            }
         }
         w.u8(b.flags_live.into());
         w.u64(b.branch.map_or(u64::MAX, u64::from));
@@ -274,6 +294,10 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
     for &a in &plan.tables {
         w.u64(a);
     }
+    w.u8(match plan.mode {
+        Mode::Counts => 0,
+        Mode::Hits => 1,
+    });
     match encoded {
         None => w.u8(0),
         Some((offset, e)) => {
@@ -337,6 +361,11 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
             4 => How::Call { len: r.u32()? },
             5 => How::Covered,
             6 => How::Fell { branch: r.u32()? },
+            7 => How::Implied { by: r.u32()? },
+            8 => How::Branches {
+                taken: r.u32()?,
+                fell: r.u32()?,
+            },
             t => return Err(format!("unknown block kind {t}")),
         };
         let flags_live = r.u8()? != 0;
@@ -377,12 +406,18 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     for _ in 0..n {
         tables.push(r.u64()?);
     }
+    let mode = match r.u8()? {
+        0 => Mode::Counts,
+        1 => Mode::Hits,
+        m => return Err(format!("unknown plan mode {m}")),
+    };
     let plan = Plan {
         blocks,
         branches,
         fell_from,
         build_id,
         tables,
+        mode,
         sections,
     };
     let encoded = match r.u8()? {
@@ -469,6 +504,27 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
         .is_some_and(|b| matches!(b.how, How::Fell { .. }))
     {
         return Err("its first block derives from none".into());
+    }
+    // An implied or branching block: only in a hit-mode plan, derived
+    // from blocks in range that are counted (implied) or patched at their
+    // start (a branching block's two).
+    let how = |k: u32| plan.blocks.get(k as usize).map(|a| a.how);
+    let counted = |k: u32| !matches!(how(k), None | Some(How::Implied { .. } | How::None));
+    let own = |k: u32| {
+        matches!(
+            how(k),
+            Some(How::Jmp { .. } | How::Int3 { .. } | How::Hop { .. } | How::Call { .. })
+        )
+    };
+    for b in &plan.blocks {
+        let ok = match b.how {
+            How::Implied { by } => counted(by),
+            How::Branches { taken, fell } => own(taken) && own(fell),
+            _ => continue,
+        };
+        if !ok || plan.mode != Mode::Hits {
+            return Err("an implied block derives from none".into());
+        }
     }
     if let Some(e) = enc {
         if e.failed_blocks.iter().any(|&i| i >= plan.blocks.len()) {
@@ -571,6 +627,7 @@ mod tests {
             fell_from: vec![None],
             build_id: Some(vec![1, 2, 3]),
             tables: vec![0x1004],
+            mode: Mode::Counts,
             sections: vec![(0x1000, vec![0x90; 16])],
         };
         let enc = Encoded {
@@ -593,7 +650,7 @@ mod tests {
     #[test]
     fn an_entry_reads_back_as_written() {
         let (plan, enc) = sample();
-        let key = Key::of(b"module bytes");
+        let key = Key::of(b"module bytes", Mode::Counts);
         let bytes = write(&key, &plan, Some((0x6000, &enc)));
         let e = read(&bytes, &key).unwrap();
         assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
@@ -623,14 +680,14 @@ mod tests {
     #[test]
     fn a_damaged_file_is_refused_not_trusted() {
         let (plan, enc) = sample();
-        let key = Key::of(b"module bytes");
+        let key = Key::of(b"module bytes", Mode::Counts);
         let bytes = write(&key, &plan, Some((0x6000, &enc)));
         // Every truncation is refused.
         for n in 0..bytes.len() {
             assert!(read(&bytes[..n], &key).is_err(), "cut at {n}");
         }
         // Another key, another engine or module.
-        assert!(read(&bytes, &Key::of(b"other")).is_err());
+        assert!(read(&bytes, &Key::of(b"other", Mode::Counts)).is_err());
         // An index out of range.
         let mut bad = plan.clone();
         bad.blocks[1].how = How::Fell { branch: 5 };
@@ -647,11 +704,62 @@ mod tests {
     }
 
     #[test]
+    fn a_hit_mode_plan_is_never_found_under_a_counting_key() {
+        let bytes = b"module bytes";
+        let (counts, hits) = (Key::of(bytes, Mode::Counts), Key::of(bytes, Mode::Hits));
+        assert_ne!(counts, hits);
+        // The key of the engine before plans had modes: neither.
+        let mut h = Sha256::new();
+        h.update(ENGINE.as_bytes());
+        h.update([0]);
+        h.update(bytes);
+        let before = Key(h.finalize().into());
+        assert_ne!(before, counts);
+        assert_ne!(before, hits);
+        // A hit-mode plan kept under its key reads back as one, and is
+        // refused under the counting key.
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let (mut plan, _) = sample();
+        plan.mode = Mode::Hits;
+        plan.blocks.push(PlannedBlock {
+            start: 0x1010,
+            end: 0x1012,
+            insns: vec![0x1010],
+            how: How::Implied { by: 0 },
+            flags_live: false,
+            branch: None,
+        });
+        cache.store(&hits, &plan, None).unwrap();
+        assert!(cache.load(&counts).unwrap().is_none());
+        let back = cache.load(&hits).unwrap().unwrap().plan;
+        assert_eq!(
+            (back.mode, back.blocks[2].how),
+            (Mode::Hits, How::Implied { by: 0 })
+        );
+        // Under another key's name, the file is refused.
+        std::fs::rename(
+            cache.path().join(hits.name()),
+            cache.path().join(counts.name()),
+        )
+        .unwrap();
+        let err = cache.load(&counts).err().unwrap();
+        assert!(err.ends_with("it holds another module's entry"), "{err}");
+        // An implied block in a counting plan is refused.
+        plan.mode = Mode::Counts;
+        let b = write(&counts, &plan, None);
+        assert_eq!(
+            read(&b, &counts).err().unwrap(),
+            "an implied block derives from none"
+        );
+    }
+
+    #[test]
     fn the_cache_keeps_an_entry_and_refuses_a_foreign_file() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(&dir.path().join("coverage")).unwrap();
         let (plan, enc) = sample();
-        let key = Key::of(b"module bytes");
+        let key = Key::of(b"module bytes", Mode::Counts);
         assert!(cache.load(&key).unwrap().is_none());
         cache.store(&key, &plan, Some((0x6000, &enc))).unwrap();
         assert!(cache.load(&key).unwrap().is_some());
@@ -668,7 +776,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
         let (plan, _) = sample();
-        let keys: Vec<Key> = (0..3u8).map(|i| Key::of(&[i])).collect();
+        let keys: Vec<Key> = (0..3u8).map(|i| Key::of(&[i], Mode::Counts)).collect();
         for (i, k) in keys.iter().enumerate() {
             cache.store(k, &plan, None).unwrap();
             let t =

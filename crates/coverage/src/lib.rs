@@ -16,7 +16,15 @@
 //! preload through, is counted by [`uprobe`] instead: the same plan's
 //! blocks, one multi-uprobe BPF link, the same [`counts::ModuleCoverage`].
 //! [`cache`] keeps plans and encodings on disk between runs, keyed by the
-//! module's bytes and the engine's sources. [`image`] reads of a module's
+//! module's bytes, the engine's sources and the plan's mode.
+//!
+//! **Hit mode** ([`plan::Mode::Hits`], cprof's marks without `-f`):
+//! the same blocks and trampolines, but a probe only records that its
+//! block ran (`movb $1,%gs:8*i` instead of `incq`: no flag written, so
+//! none saved), a block whose run another block's implies has no probe
+//! ([`plan::How::Implied`]), and no branch edge is stored but those a
+//! derived block reads; each block's count is then 1 or 0. The device's
+//! histograms, `-f`, `.prf`, lcov and `gmon --exact` always count. [`image`] reads of a module's
 //! file only what its ELF headers name, within stated bounds (the planning
 //! server may be root, reading for another user's process: see
 //! [`launch`]'s Bounds).

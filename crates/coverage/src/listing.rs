@@ -4,7 +4,8 @@
 //! ```text
 //! "\nModule: %s(%s)\t%d%% coverage\n\n"        name, path, coverage
 //! per source line: ["%s:" file] "%d\t" CODE "\t%s"   line, mark, text with its newline
-//! "\n**** module instructions %d ****\n\n"      instructions executed (the sum of the counts)
+//! "\n**** module instructions %d ****\n\n"      instructions executed (the sum of the counts;
+//!                                              in hit mode, 1 per block that ran: those that ran)
 //! more than one module: "\n**** total number instructions %d ****\n\n"
 //! ```
 //!

@@ -48,6 +48,8 @@ fn check(path: &Path) {
             How::Covered => "covered",
             How::Hop { .. } => "hop",
             How::Fell { .. } => "fell",
+            // (Hit mode only: this plan counts.)
+            How::Implied { .. } | How::Branches { .. } => panic!("a counting plan derives a hit"),
         };
         *hist.entry(k).or_insert(0u64) += 1;
     }

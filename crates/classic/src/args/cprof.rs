@@ -30,6 +30,24 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
+impl Args {
+    /// What the run's probes record: hits when only the marks are shown
+    /// (no `-f`, `-r`, `--lcov` or `--cobertura`, which show counts),
+    /// else counts.
+    pub fn mode(&self) -> profdev_coverage::plan::Mode {
+        use profdev_coverage::plan::Mode;
+        let counts = self.options.frequency
+            || self.record
+            || self.lcov.is_some()
+            || self.cobertura.is_some();
+        if counts {
+            Mode::Counts
+        } else {
+            Mode::Hits
+        }
+    }
+}
+
 /// `-p`'s argument: a process id in decimal, not 0.
 fn parse_pid(word: &str) -> Result<u32, String> {
     word.bytes()

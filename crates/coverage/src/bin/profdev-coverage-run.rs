@@ -1,6 +1,8 @@
-//! Internal harness: `profdev-coverage-run [-m MODULE]... -- CMD [ARGS]`
-//! runs CMD under coverage and prints, per module, the blocks executed,
-//! the blocks counted, and the notes; with `-v`, every block's count.
+//! Internal harness: `profdev-coverage-run [-v] [--hits] [-m MODULE]... --
+//! CMD [ARGS]` runs CMD under coverage and prints, per module, the blocks
+//! executed, the blocks counted, and the notes; with `-v`, every block's
+//! count; with `--hits`, in hit mode (what `profdev cprof CMD` without
+//! `-f` runs: whether each block ran, not how often).
 //! The user command is `profdev cprof`.
 
 use std::process::{Command, ExitCode};
@@ -9,11 +11,13 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mut select = Vec::new();
     let mut verbose = false;
+    let mut mode = profdev_coverage::plan::Mode::Counts;
     let mut cmd = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
             "-m" => select.extend(args.next()),
             "-v" => verbose = true,
+            "--hits" => mode = profdev_coverage::plan::Mode::Hits,
             "--" => {
                 cmd.extend(args.by_ref());
             }
@@ -24,13 +28,13 @@ fn main() -> ExitCode {
         }
     }
     let Some((prog, rest)) = cmd.split_first() else {
-        eprintln!("usage: profdev-coverage-run [-v] [-m MODULE]... -- CMD [ARGS]");
+        eprintln!("usage: profdev-coverage-run [-v] [--hits] [-m MODULE]... -- CMD [ARGS]");
         return ExitCode::from(2);
     };
     let mut c = Command::new(prog);
     c.args(rest);
     let t = std::time::Instant::now();
-    let run = match profdev_coverage::launch::launch(c, &select) {
+    let run = match profdev_coverage::launch::launch_in(c, &select, mode) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("profdev-coverage-run: {e}");

@@ -153,7 +153,11 @@ impl Laid {
             }
             How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
             How::Call { .. } => (PATCH_CALL6, b.start, 6),
-            How::None | How::Covered | How::Fell { .. } => return,
+            How::None
+            | How::Covered
+            | How::Fell { .. }
+            | How::Implied { .. }
+            | How::Branches { .. } => return,
         };
         self.patches.push(Patch {
             addr: addr + bias,
@@ -325,7 +329,7 @@ mod tests {
         let piece = || Piece {
             block: 0,
             stubs: Vec::new(),
-            main: count_seq(7, false),
+            main: count_seq(7, false, false),
         };
         let at = |main_size| Place {
             stub_at: AREA,

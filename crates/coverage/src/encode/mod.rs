@@ -7,7 +7,12 @@
 //! thread's GS base is its own counter array (set by the runtime), so a
 //! count is one unlocked instruction and no count is lost between threads.
 //! Where the flags are live the count saves and restores them with
-//! `lahf`/`seto` and `add`/`sahf` around it, below the red zone.
+//! `lahf`/`seto` and `add`/`sahf` around it, below the red zone. A plan in
+//! hit mode ([`crate::plan::Mode::Hits`]) records with `movb $1,%gs:8*INDEX`
+//! instead (the counter's low byte: no flag written, none saved, no read
+//! that one execution's store must wait for), and has no probe for a
+//! block another one implies ([`How::Implied`]: no trampoline, its bytes
+//! run in place).
 //!
 //! **Reuse.** The code holds no absolute address: branches back into the
 //! module and its RIP-relative operands are relative, and an emulated
@@ -190,7 +195,7 @@ pub fn area_size_with(plan: &Plan, opts: Options) -> u64 {
             How::Int3 { to } | How::Hop { to, .. } => 96 + 5 * (to - b.start),
             How::Call { .. } => 48,
             How::Covered => 48,
-            How::None | How::Fell { .. } => 0,
+            How::None | How::Fell { .. } | How::Implied { .. } | How::Branches { .. } => 0,
         };
         if b.branch.is_some() {
             n += 48;
@@ -293,6 +298,11 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Whether the probes record hits only ([`crate::plan::Mode::Hits`]).
+    fn hits(&self) -> bool {
+        self.plan.mode == crate::plan::Mode::Hits
+    }
+
     /// The recording of the site `x` (at its run-time address) ending a
     /// block, when call targets are wanted and it is a site.
     fn record(&self, x: &Instruction) -> Option<Vec<Instruction>> {

@@ -47,7 +47,11 @@ pub(super) fn pieces(cx: &Ctx) -> Pieces {
             b.how
         };
         let piece = match how {
-            How::None | How::Fell { .. } | How::Covered => continue,
+            How::None
+            | How::Fell { .. }
+            | How::Covered
+            | How::Implied { .. }
+            | How::Branches { .. } => continue,
             How::Call { .. } => call_piece(cx, i, b, counter),
             How::Jmp { to, .. } | How::Int3 { to } | How::Hop { to, .. } => {
                 let from = match how {
@@ -74,7 +78,7 @@ pub(super) fn pieces(cx: &Ctx) -> Pieces {
 /// original one: the patch is the call itself, retargeted).
 fn call_piece(cx: &Ctx, i: usize, b: &PlannedBlock, counter: u64) -> Option<Piece> {
     let x = cx.decode(b.start, b.end)?.pop()?;
-    let mut stub = count_seq(counter, false);
+    let mut stub = count_seq(counter, false, cx.hits());
     stub.extend(cx.record(&x).into_iter().flatten());
     if x.code() == Code::Call_rel32_64 {
         stub.push(jmp(x.near_branch_target()));
@@ -122,16 +126,23 @@ fn copy_piece(
         v.extend(emulate_call(&call)?);
         emulated = Some(v);
     }
-    let mut main = count_seq(counter, b.flags_live);
+    let mut main = count_seq(counter, b.flags_live, cx.hits());
     for x in copied {
         let link = x.ip() - cx.bias;
         if link != from {
-            // A block the window runs into: count it here.
+            // A block the window runs into: count it here (unless another
+            // block's probe implies it).
             if let Some(c) = plan.block_at(link) {
-                main.extend(count_seq(
-                    cx.first_counter + c as u64,
-                    plan.blocks[c].flags_live,
-                ));
+                if !matches!(
+                    plan.blocks[c].how,
+                    How::Implied { .. } | How::Branches { .. }
+                ) {
+                    main.extend(count_seq(
+                        cx.first_counter + c as u64,
+                        plan.blocks[c].flags_live,
+                        cx.hits(),
+                    ));
+                }
             }
         }
         let fell = fall_count(cx, &x, link);
@@ -176,7 +187,11 @@ fn fall_count(cx: &Ctx, x: &Instruction, link: u64) -> Option<Vec<Instruction>> 
     }
     let (_, live) = plan.branches[j as usize];
     let nblocks = plan.blocks.len() as u64;
-    Some(count_seq(cx.first_counter + nblocks + u64::from(j), live))
+    Some(count_seq(
+        cx.first_counter + nblocks + u64::from(j),
+        live,
+        cx.hits(),
+    ))
 }
 
 /// The recording of the indirect call at `to`, the final call of a block

@@ -261,3 +261,66 @@ fn the_recorded_target_is_the_real_one() {
     // SAFETY: the mapping made above, no longer used.
     unsafe { libc::munmap(map, 8192) };
 }
+
+/// Every instruction of an area's code, decoded from its start (the
+/// pieces are packed, their gaps `int3`).
+fn area_insns(code: &[u8], area: u64) -> Vec<Instruction> {
+    let mut d = Decoder::with_ip(64, code, area, DecoderOptions::NONE);
+    std::iter::from_fn(|| d.can_decode().then(|| d.decode())).collect()
+}
+
+#[test]
+fn hit_mode_stores_a_byte_and_saves_no_flags() {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let bytes = std::fs::read(&exe).unwrap();
+    let counts = Plan::of_bytes(&bytes, &exe).unwrap();
+    let hits = Plan::of_bytes_in(&bytes, &exe, crate::plan::Mode::Hits).unwrap();
+    assert!(
+        hits.blocks.iter().any(|b| b.flags_live),
+        "flags live somewhere"
+    );
+    let (bias, area) = (0x5555_0000_0000u64, 0x5555_4000_0000u64);
+    let kinds = |p: &Plan| {
+        let e = encode(p, bias, area, RESERVED_SLOTS);
+        let x = area_insns(&e.code, area);
+        let gs = |c: Code| {
+            x.iter()
+                .filter(|i| i.code() == c && i.segment_prefix() == Register::GS)
+                .count()
+        };
+        // A save: `lahf; seto %al` (the copied code's own `lahf`, if any,
+        // is not followed so).
+        let saves = x
+            .windows(2)
+            .filter(|w| w[0].code() == Code::Lahf && w[1].code() == Code::Seto_rm8)
+            .count();
+        (gs(Code::Inc_rm64), gs(Code::Mov_rm8_imm8), saves, e)
+    };
+    let (inc, set, saves, _) = kinds(&counts);
+    assert!(
+        inc > 1000 && set == 0 && saves > 0,
+        "counts: {inc} incq, {set} movb, {saves} saves"
+    );
+    let (inc, set, saves, e) = kinds(&hits);
+    assert_eq!(
+        (inc, saves),
+        (0, 0),
+        "hit mode: no increment, no flag saved"
+    );
+    assert!(set > 1000, "{set} stores");
+    // `movb $1,%gs:DISP32` through a SIB byte, its displacement relocated
+    // as a count's.
+    let x = area_insns(&e.code, area);
+    let store = x.iter().find(|i| i.code() == Code::Mov_rm8_imm8).unwrap();
+    assert_eq!(store.immediate8(), 1);
+    assert_eq!(e.counter_fixups.len(), set);
+    let moved = e.code_for(RESERVED_SLOTS + 10);
+    let first = area_insns(&moved, area)
+        .into_iter()
+        .find(|i| i.code() == Code::Mov_rm8_imm8)
+        .unwrap();
+    assert_eq!(
+        first.memory_displacement64(),
+        store.memory_displacement64() + 80
+    );
+}

@@ -81,27 +81,32 @@ impl Server {
                 ..ModuleCoverage::default()
             };
             let mut trapped = 0;
+            let hits = plan.mode == Mode::Hits;
             for (i, b) in plan.blocks.iter().enumerate() {
-                // A block derived from its predecessor's fall-throughs
-                // is lost with it.
-                let derived_lost = matches!(b.how, How::Fell { .. }) && e.lost.contains(&(i - 1));
-                if b.how == How::None || e.lost.contains(&i) || derived_lost {
+                // A block derived from its predecessor's fall-throughs,
+                // or implied by another block, is lost with it.
+                let lost = |k: usize| {
+                    e.lost.contains(&k)
+                        || (matches!(plan.blocks[k].how, How::Fell { .. })
+                            && e.lost.contains(&(k - 1)))
+                };
+                let by = plan.counted_by(i);
+                if b.how == How::None || lost(i) || by.into_iter().any(lost) {
                     m.uncounted += 1;
                     continue;
                 }
                 if matches!(b.how, How::Int3 { .. }) {
                     trapped += 1;
                 }
+                let count = plan.count(i, c);
                 m.blocks.push(Block {
                     start: b.start,
                     end: b.end,
                     insns: b.insns.clone(),
-                    count: match b.how {
-                        How::Fell { branch } => plan.fell(branch as usize, c),
-                        _ => c[i],
-                    },
+                    // Hit mode: ran or not (each thread's array adds its 1).
+                    count: if hits { count.min(1) } else { count },
                 });
-                if let Some(j) = b.branch {
+                if let (Some(j), false) = (b.branch, hits) {
                     // A fall-through read from the next block is lost
                     // with it.
                     let from = plan.fell_from[j as usize];

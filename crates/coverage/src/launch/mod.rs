@@ -40,6 +40,12 @@
 //! a new one. The code sent is always for the area and first counter the
 //! runtime named.
 //!
+//! **Hit mode** ([`Server::set_mode`], [`launch_in`]): the plans and
+//! encodings are made for [`Mode::Hits`] (cprof's marks): each block's
+//! count is then 1 if it ran, in any process, else 0, and no branch is
+//! reported. The runtime is the same: a probe stores 1 in its counter's
+//! low byte instead of adding 1.
+//!
 //! The runtime's counter indices start at
 //! [`crate::encode::RESERVED_SLOTS`]: the slots below are its own (the
 //! recorder's address, the thread's table of call targets).
@@ -157,7 +163,7 @@ use crate::arcs::{CallTarget, Target};
 use crate::cache::{Cache, Key};
 use crate::counts::{Block, Branch, ModuleCoverage};
 use crate::encode::{encode_with, Encoded};
-use crate::plan::{How, Plan};
+use crate::plan::{How, Mode, Plan};
 
 // The server's life, its directory and listening thread.
 mod server;
@@ -270,6 +276,8 @@ struct State {
     select: Vec<String>,
     /// What the trampolines do beyond counting (call targets).
     options: crate::encode::Options,
+    /// What the probes record: counts, or hits (cprof's marks).
+    mode: Mode,
     entries: Vec<Entry>,
     by_file: HashMap<(u64, u64), usize>,
     notes: Vec<String>,
@@ -364,8 +372,15 @@ pub struct Launched {
 /// executable and every library it maps, the runtime excepted), wait for
 /// it and every process that inherited it (the run ends when the last
 /// one exits), and return the counts. `cmd`'s stdio is the caller's.
-pub fn launch(mut cmd: Command, select: &[String]) -> Result<Launched, LaunchError> {
+pub fn launch(cmd: Command, select: &[String]) -> Result<Launched, LaunchError> {
+    launch_in(cmd, select, Mode::Counts)
+}
+
+/// [`launch`], its probes recording `mode` ([`Server::set_mode`]: in
+/// [`Mode::Hits`] each block's count is 1 if it ran, else 0).
+pub fn launch_in(mut cmd: Command, select: &[String], mode: Mode) -> Result<Launched, LaunchError> {
     let server = Server::new(select).map_err(LaunchError::Setup)?;
+    server.set_mode(mode);
     for (k, v) in server.env(std::env::var_os("LD_PRELOAD")) {
         cmd.env(k, v);
     }

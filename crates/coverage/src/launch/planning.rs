@@ -130,7 +130,8 @@ pub(super) fn plan_into(
             }
         }
     };
-    let key = cache.as_ref().map(|_| Key::of(&bytes));
+    let mode = state.lock().ok()?.mode;
+    let key = cache.as_ref().map(|_| Key::of(&bytes, mode));
     let kept = match (&cache, &key) {
         (Some(c), Some(k)) => match c.load(k) {
             Ok(e) => e,
@@ -150,7 +151,7 @@ pub(super) fn plan_into(
                 stored,
             )
         }
-        None => match Plan::of_bytes(&bytes, path) {
+        None => match Plan::of_bytes_in(&bytes, path, mode) {
             Ok(p) => (Arc::new(p), None, false),
             Err(e) => {
                 note(format!("{e}; not counted"));

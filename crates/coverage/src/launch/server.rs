@@ -97,7 +97,22 @@ impl Server {
     /// on-disk cache's encodings (plain counting code) are neither used
     /// nor written; its plans are.
     pub fn set_call_targets(&self, on: bool) {
-        self.lock().options.call_targets = on;
+        let mut s = self.lock();
+        s.options.call_targets = on;
+        if on {
+            s.mode = Mode::Counts;
+        }
+    }
+
+    /// Record only whether each block ran ([`Mode::Hits`]: cprof's marks),
+    /// or (the default) count ([`Mode::Counts`]). Set it before the first
+    /// process asks for a module. In hit mode a block's count is 1 when
+    /// it ran (in any thread or process), 0 when it did not, and no
+    /// branch is reported; plans and encodings are cached apart from the
+    /// counting ones ([`crate::cache::Key`]). Not with call targets,
+    /// which need every count: those turn it off.
+    pub fn set_mode(&self, mode: Mode) {
+        self.lock().mode = mode;
     }
 
     /// The runtime's path.

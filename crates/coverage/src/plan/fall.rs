@@ -18,7 +18,7 @@ pub(super) fn fell_from(
         let counted = match b.how {
             How::Jmp { from, .. } => from == b.start,
             How::Hop { .. } | How::Int3 { .. } | How::Call { .. } | How::Covered => true,
-            How::Fell { .. } | How::None => false,
+            How::Fell { .. } | How::Implied { .. } | How::Branches { .. } | How::None => false,
         };
         if !counted || scope.unresolved_at(b.start) {
             continue;

@@ -43,6 +43,13 @@
 //! * [`How::Call`]: a block that is one call (`call rel32`, or `call
 //!   *disp(%rip)`) is counted by retargeting the call to a stub that counts
 //!   and jumps on; the return address does not change.
+//! * [`How::Implied`] (hit mode only, [`Mode::Hits`]): not patched; the
+//!   block before it in a chain always jumps or falls into it and is its
+//!   only way in, so it ran exactly when the chain's first block did
+//!   (`plan/hits.rs` states the rules and their one limit).
+//! * [`How::Branches`] (hit mode only): not patched; a block ending in a
+//!   conditional jump that is the only way into both blocks it leads to
+//!   ran exactly when one of them did.
 //! * [`How::None`]: anything else (a lone register-indirect call, code that
 //!   does not decode): not counted, and reported in `uncounted`.
 //!
@@ -70,6 +77,7 @@ mod choose;
 mod decode;
 mod fall;
 mod flags;
+mod hits;
 mod leaders;
 mod masked;
 mod short;
@@ -79,6 +87,7 @@ use std::path::Path;
 
 use iced_x86::{FlowControl, Instruction, Mnemonic, Register, RflagsBits};
 use object::{Object, ObjectSection, SectionFlags, SectionKind};
+use rustc_hash::FxHashSet as HashSet;
 
 /// The flags `inc` writes (not CF): a count may clobber them only where
 /// they are dead.
@@ -108,8 +117,32 @@ pub enum How {
     /// counts its fall-throughs (branch `branch`): that is its count,
     /// exactly. (A short block there would otherwise trap.)
     Fell { branch: u32 },
+    /// Hit mode only ([`Mode::Hits`]): not patched; it ran exactly when
+    /// block `by` ran, which always ends by jumping (or falling) into the
+    /// chain that reaches this block, its only way in (see `hits.rs`).
+    /// `by` is the chain's first block, counted itself.
+    Implied { by: u32 },
+    /// Hit mode only: not patched; it ends in a conditional jump with no
+    /// call before it, and is the only way into both blocks the jump
+    /// leads to (`taken`, and `fell`, the next one), each with a probe of
+    /// its own: it ran exactly when one of them did.
+    Branches { taken: u32, fell: u32 },
     /// Not counted.
     None,
+}
+
+/// What a plan's probes record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Every block's exact count (`incq %gs:8*i`), every counted branch's
+    /// fall-throughs.
+    #[default]
+    Counts,
+    /// Whether each block ran (`movb $1,%gs:8*i`: no flag written, so no
+    /// flag saved), probes only where another block's does not imply
+    /// them ([`How::Implied`]), no branch edges but those a derived block
+    /// reads ([`How::Fell`]). For cprof's marks; never for counts.
+    Hits,
 }
 
 /// One planned block.
@@ -155,6 +188,9 @@ pub struct Plan {
     /// may be a tail call through a pointer, and its targets are recorded
     /// when call targets are wanted ([`crate::encode::Options`]).
     pub tables: Vec<u64>,
+    /// What its probes record: counts, or hits (then some blocks are
+    /// [`How::Implied`] and its counters read 0 or 1 per thread).
+    pub mode: Mode,
     /// The executable sections' addresses and bytes.
     pub(crate) sections: Vec<(u64, Vec<u8>)>,
 }
@@ -171,6 +207,20 @@ impl Plan {
     /// Counters the module needs: one per block, one per branch.
     pub fn counters(&self) -> u64 {
         (self.blocks.len() + self.branches.len()) as u64
+    }
+
+    /// Blocks with a probe of their own (patched, or counted in a
+    /// trampoline): neither derived nor uncounted.
+    pub fn probes(&self) -> usize {
+        self.blocks
+            .iter()
+            .filter(|b| {
+                !matches!(
+                    b.how,
+                    How::None | How::Fell { .. } | How::Implied { .. } | How::Branches { .. }
+                )
+            })
+            .count()
     }
 
     /// Blocks that cannot be counted.
@@ -206,6 +256,11 @@ impl Plan {
 
     /// Plan the module whose file (at `path`, for messages) holds `bytes`.
     pub fn of_bytes(bytes: &[u8], path: &Path) -> Result<Plan, PlanError> {
+        Plan::of_bytes_in(bytes, path, Mode::Counts)
+    }
+
+    /// [`Plan::of_bytes`] for the probes of `mode`.
+    pub fn of_bytes_in(bytes: &[u8], path: &Path, mode: Mode) -> Result<Plan, PlanError> {
         let err = |why: String| PlanError::Read {
             path: path.display().to_string(),
             why,
@@ -277,7 +332,10 @@ impl Plan {
                 }
             }
         }
-        let mut plan = Plan::new(sections, &starts, &data, &taken);
+        // C++ landing pads are entered by the unwinder, from no jump:
+        // where there may be some, no block is implied by another.
+        let prune = file.section_by_name(".gcc_except_table").is_none();
+        let mut plan = Plan::build(sections, &starts, &data, &taken, mode, prune);
         plan.build_id = elf.build_id().map(<[u8]>::to_vec);
         Ok(plan)
     }
@@ -299,6 +357,30 @@ impl Plan {
         data: &[(u64, &[u8])],
         taken: &[u64],
     ) -> Plan {
+        Plan::build(sections, function_starts, data, taken, Mode::Counts, false)
+    }
+
+    /// [`Plan::new`] for the probes of `mode`; in [`Mode::Hits`], the
+    /// blocks other blocks imply are left without a probe (the last pass,
+    /// `hits`).
+    pub fn new_in(
+        mode: Mode,
+        sections: Vec<(u64, Vec<u8>)>,
+        function_starts: &[u64],
+        data: &[(u64, &[u8])],
+        taken: &[u64],
+    ) -> Plan {
+        Plan::build(sections, function_starts, data, taken, mode, true)
+    }
+
+    fn build(
+        sections: Vec<(u64, Vec<u8>)>,
+        function_starts: &[u64],
+        data: &[(u64, &[u8])],
+        taken: &[u64],
+        mode: Mode,
+        prune: bool,
+    ) -> Plan {
         let code = decode::decode(&sections);
         let funcs = decode::Funcs::new(function_starts);
         let mut hard = leaders::direct(&code, function_starts);
@@ -307,6 +389,13 @@ impl Plan {
             jumps: mut tables,
             unresolved,
         } = tables::jump_tables(&code, &funcs, data);
+        // Where control may arrive from no instruction of the module's
+        // own: function and section starts, jump tables' targets, code
+        // addresses stored in data.
+        let mut entered: HashSet<u64> = function_starts.iter().copied().collect();
+        entered.extend(code.section_starts.iter().copied());
+        entered.extend(targets.iter().copied());
+        entered.extend(taken.iter().copied());
         hard.extend(targets);
         let masked = masked::masked_functions(&code, &funcs);
         // Code addresses stored in data (labels of computed gotos,
@@ -341,13 +430,52 @@ impl Plan {
         tables.sort_unstable();
         tables.dedup();
         let fell_from = fall::fell_from(&blocks, &branches, &scope);
+        if mode == Mode::Hits {
+            let facts = hits::Facts {
+                code: &code,
+                entered: &entered,
+                scope: &scope,
+                prune,
+            };
+            hits::hits(&mut blocks, &facts);
+        }
         Plan {
             blocks,
             branches,
             fell_from,
             build_id: None,
             tables,
+            mode,
             sections,
+        }
+    }
+
+    /// The count of block `i` from the module's counters `c` (in
+    /// [`Mode::Hits`], not 0 when it ran): its own counter, the
+    /// fall-throughs it is derived from, or the count of the block that
+    /// implies it.
+    pub fn count(&self, i: usize, c: &[u64]) -> u64 {
+        // (What an implied or branching block reads has a probe of its
+        // own, or implies by its branches' probes: `hits.rs`, and the
+        // cache's check.)
+        match self.blocks[i].how {
+            How::Fell { branch } => self.fell(branch as usize, c),
+            How::Implied { by } => match self.blocks[by as usize].how {
+                How::Implied { .. } => 0,
+                _ => self.count(by as usize, c),
+            },
+            How::Branches { taken, fell } => c[taken as usize].max(c[fell as usize]),
+            _ => c[i],
+        }
+    }
+
+    /// The blocks whose probes block `i`'s count comes from: `i` itself,
+    /// or those of the block implying it, or the two its branches lead to.
+    pub fn counted_by(&self, i: usize) -> Vec<usize> {
+        match self.blocks[i].how {
+            How::Implied { by } => self.counted_by(by as usize),
+            How::Branches { taken, fell } => vec![taken as usize, fell as usize],
+            _ => vec![i],
         }
     }
 

@@ -1,0 +1,360 @@
+//! Pass 11, hit mode only ([`Mode::Hits`](super::Mode::Hits)): the
+//! blocks whose having run other blocks' probes imply, left without a
+//! probe, and the branch edges no derived block reads, left uncounted.
+//!
+//! **The rules** (the simplest sound ones over Agrawal's superblocks):
+//!
+//! * **Chains** ([`How::Implied`]): block B is implied by block A when A's
+//!   last instruction is a direct `jmp` to B, or A simply falls into B,
+//!   and that is B's only way in. Then B ran exactly when A did.
+//! * **Forks** ([`How::Branches`]): block X ending in a conditional jump
+//!   is the only way into both blocks the jump leads to, and each has a
+//!   probe at its start. Then X ran exactly when one of them did.
+//!
+//! Both hold because:
+//!
+//! * A (or X, up to its jump) holds no call (calls end blocks) and no
+//!   instruction that may not go on (`syscall`, `int`, `hlt`), so once
+//!   entered it reaches its jump: a callee that exits or longjmps ends a
+//!   *call* block, never such an A;
+//! * nothing else enters B (or X's two): no other jump, call or
+//!   fall-through of the module leads there, it is no function or
+//!   section start, no jump table's target, no code address stored in
+//!   data (computed gotos, function pointers), and its function has no
+//!   indirect jump whose targets are unknown. A module with C++ exception
+//!   tables (`.gcc_except_table`) is not pruned at all: its landing pads
+//!   are entered by the unwinder, from no jump.
+//!
+//! Chains are followed to their first block, which is counted (it may be
+//! a fork); a cycle (code no one enters) is left probed. A fork's two
+//! keep their probes (neither is made a fork or implied itself). What the
+//! encoder needs of a block is kept: a block hosting another's hop slot,
+//! running its window on into the next block ([`How::Covered`]), or whose
+//! branch a derived block ([`How::Fell`]) reads keeps its trampoline;
+//! only blocks patched at their start (a jump, a trap, a hop) are left
+//! unpatched, so their bytes run in place.
+//!
+//! The one way the rules can err is the one a block's count already
+//! shares: a fault or an asynchronous signal whose handler does not
+//! return, inside A (or X), leaves A counted as run whole, and so B (and
+//! a fork interrupted before its jump is marked as not run).
+
+use iced_x86::{FlowControl, Instruction, Mnemonic, OpKind};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use super::decode::Code;
+use super::short::Scope;
+use super::{ends_flow, How, PlannedBlock};
+
+/// What the pass reads of the earlier ones.
+pub(super) struct Facts<'a> {
+    pub code: &'a Code,
+    /// Addresses control may reach from outside the module's own
+    /// instructions (function and section starts, jump tables' targets,
+    /// stored code addresses).
+    pub entered: &'a HashSet<u64>,
+    pub scope: &'a Scope<'a>,
+    /// Whether blocks may be implied at all (no exception tables).
+    pub prune: bool,
+}
+
+/// Leave implied blocks without a probe, and the branches no derived
+/// block reads uncounted.
+pub(super) fn hits(blocks: &mut [PlannedBlock], f: &Facts) {
+    if f.prune {
+        for (i, how) in derived(blocks, f).into_iter().enumerate() {
+            if let Some(how) = how {
+                blocks[i].how = how;
+            }
+        }
+    }
+    let read: HashSet<u32> = blocks
+        .iter()
+        .filter_map(|b| match b.how {
+            How::Fell { branch } => Some(branch),
+            _ => None,
+        })
+        .collect();
+    for b in blocks.iter_mut() {
+        if b.branch.is_some_and(|j| !read.contains(&j)) {
+            b.branch = None;
+        }
+    }
+}
+
+/// The instruction at `addr`.
+fn insn_at(code: &Code, addr: u64) -> Option<&Instruction> {
+    let k = code
+        .insns
+        .binary_search_by_key(&addr, Instruction::ip)
+        .ok()?;
+    Some(&code.insns[k])
+}
+
+/// Whether `x` may not go on although it does not branch (a system
+/// call, a software interrupt, `hlt`).
+fn stops(x: &Instruction) -> bool {
+    matches!(
+        x.mnemonic(),
+        Mnemonic::Syscall
+            | Mnemonic::Sysenter
+            | Mnemonic::Int
+            | Mnemonic::Int1
+            | Mnemonic::Into
+            | Mnemonic::Hlt
+    )
+}
+
+/// Whether `x` is a direct branch (or call) and where it leads.
+fn direct_target(x: &Instruction) -> Option<u64> {
+    let branches = matches!(
+        x.flow_control(),
+        FlowControl::UnconditionalBranch
+            | FlowControl::ConditionalBranch
+            | FlowControl::Call
+            | FlowControl::XbeginXabortXend
+    );
+    (branches && x.op0_kind() == OpKind::NearBranch64).then(|| x.near_branch_target())
+}
+
+/// Per block, how its hit derives from other blocks' probes, if it does.
+fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
+    let n = blocks.len();
+    // The ways into each address: every direct branch or call to it, and
+    // the fall-through of the block before it.
+    let mut ways: HashMap<u64, u32> = HashMap::default();
+    // Per block, the block it always goes on to, when it goes on to one
+    // only (a direct jump, or falling through) and runs to its end.
+    let mut next: Vec<Option<u64>> = vec![None; n];
+    // Per block ending in a conditional jump with nothing before it that
+    // may not go on, where the jump leads (taken, fallen through).
+    let mut forks: Vec<Option<(u64, u64)>> = vec![None; n];
+    for (i, b) in blocks.iter().enumerate() {
+        let Some(last) = b.insns.last().and_then(|&a| insn_at(f.code, a)) else {
+            continue;
+        };
+        if let Some(t) = direct_target(last) {
+            *ways.entry(t).or_default() += 1;
+        }
+        if !ends_flow(last) {
+            *ways.entry(b.end).or_default() += 1;
+        }
+        let goes_on = b.insns.iter().all(|&a| {
+            insn_at(f.code, a).is_some_and(|x| {
+                let plain = x.flow_control() == FlowControl::Next && !stops(x);
+                plain || (a == last.ip() && x.flow_control() == FlowControl::UnconditionalBranch)
+            })
+        });
+        let plain_before = b.insns[..b.insns.len() - 1].iter().all(|&a| {
+            insn_at(f.code, a).is_some_and(|x| x.flow_control() == FlowControl::Next && !stops(x))
+        });
+        if plain_before && last.flow_control() == FlowControl::ConditionalBranch {
+            forks[i] = direct_target(last).map(|t| (t, b.end));
+        }
+        if !goes_on {
+            continue;
+        }
+        next[i] = match last.flow_control() {
+            FlowControl::Next => Some(b.end),
+            _ => direct_target(last),
+        };
+    }
+    // What the encoder needs of each block.
+    let slots: Vec<u64> = blocks
+        .iter()
+        .filter_map(|b| match b.how {
+            How::Hop { slot, .. } => Some(slot),
+            _ => None,
+        })
+        .collect();
+    let read: HashSet<u32> = blocks
+        .iter()
+        .filter_map(|b| match b.how {
+            How::Fell { branch } => Some(branch),
+            _ => None,
+        })
+        .collect();
+    let free = |b: &PlannedBlock| {
+        let patched_at_start = match b.how {
+            How::Jmp { from, to, .. } => from == b.start && to <= b.end,
+            How::Int3 { .. } | How::Hop { .. } => true,
+            _ => false,
+        };
+        patched_at_start
+            && !slots.iter().any(|&s| b.start <= s && s < b.end)
+            && b.branch.is_none_or(|j| !read.contains(&j))
+    };
+    // Where nothing but the block at `from` leads: the block starting at
+    // `t`, when it is one.
+    let only_from = |t: u64, from: usize| {
+        let k = blocks.binary_search_by_key(&t, |b| b.start).ok()?;
+        let alone = k != from
+            && ways.get(&t) == Some(&1)
+            && !f.entered.contains(&t)
+            && !f.scope.unresolved_at(t);
+        alone.then_some(k)
+    };
+    let mut out: Vec<Option<How>> = vec![None; n];
+    // A fork both of whose ways lead to blocks entered from it alone,
+    // each patched at its start: one of the two ran exactly when it did.
+    // (Those two keep their probes: a fork is never the way into one.)
+    let mut kept = vec![false; n];
+    for (x, fork) in forks.iter().enumerate() {
+        let Some((t, fl)) = *fork else { continue };
+        if kept[x] || !free(&blocks[x]) || f.scope.unresolved_at(blocks[x].start) {
+            continue;
+        }
+        let (Some(kt), Some(kf)) = (only_from(t, x), only_from(fl, x)) else {
+            continue;
+        };
+        let own = |k: usize| free(&blocks[k]) || matches!(blocks[k].how, How::Call { .. });
+        if kt == kf || out[kt].is_some() || out[kf].is_some() || !own(kt) || !own(kf) {
+            continue;
+        }
+        kept[kt] = true;
+        kept[kf] = true;
+        out[x] = Some(How::Branches {
+            taken: kt as u32,
+            fell: kf as u32,
+        });
+    }
+    // A chain: each block implied by the one before it.
+    let mut by: Vec<Option<usize>> = vec![None; n];
+    for (a, t) in next.iter().enumerate() {
+        let Some(t) = *t else { continue };
+        let Some(bi) = only_from(t, a) else { continue };
+        if free(&blocks[bi]) && !kept[bi] && out[bi].is_none() {
+            by[bi] = Some(a);
+        }
+    }
+    // Each chain to its first block, which must be counted (by a probe of
+    // its own or a fork's two); a cycle (no way in) stays probed.
+    for (i, o) in out.iter_mut().enumerate() {
+        let mut r = i;
+        let mut steps = 0;
+        while let Some(p) = by[r] {
+            r = p;
+            steps += 1;
+            if r == i || steps > n {
+                break;
+            }
+        }
+        let counted = !matches!(blocks[r].how, How::None);
+        if r != i && by[r].is_none() && counted {
+            *o = Some(How::Implied { by: r as u32 });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::plan::testing::asm;
+    use crate::plan::{How, Mode, Plan};
+
+    /// A chain of three blocks laid out out of order, each entered only by
+    /// the jump before it: `a: mov; jmp b | c: add; ret | b: mov; jmp c`.
+    fn chain() -> Vec<u8> {
+        asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut b = a.create_label();
+            let mut c = a.create_label();
+            a.mov(eax, 1).unwrap();
+            a.jmp(b).unwrap();
+            a.set_label(&mut c).unwrap();
+            a.add(eax, ecx).unwrap();
+            a.add(eax, edx).unwrap();
+            a.add(eax, esi).unwrap();
+            a.ret().unwrap();
+            a.set_label(&mut b).unwrap();
+            a.mov(ecx, 2).unwrap();
+            a.jmp(c).unwrap();
+        })
+    }
+
+    #[test]
+    fn a_chain_has_one_probe_in_hit_mode() {
+        let bytes = chain();
+        let counts = Plan::new(vec![(0x1000, bytes.clone())], &[0x1000], &[], &[]);
+        let hits = Plan::new_in(Mode::Hits, vec![(0x1000, bytes)], &[0x1000], &[], &[]);
+        assert_eq!(counts.blocks.len(), 3);
+        assert_eq!(counts.probes(), 3);
+        assert_eq!(hits.mode, Mode::Hits);
+        assert_eq!(hits.blocks.len(), 3);
+        assert_eq!(hits.probes(), 1, "{:?}", hits.blocks);
+        // Blocks by address: a, c, b; both later ones implied by a.
+        assert!(!matches!(hits.blocks[0].how, How::Implied { .. }));
+        assert_eq!(hits.blocks[1].how, How::Implied { by: 0 });
+        assert_eq!(hits.blocks[2].how, How::Implied { by: 0 });
+        // Each block ran exactly when the first did.
+        for ran in [0, 1] {
+            let c = [ran, 0, 0];
+            let marks: Vec<u64> = (0..3).map(|i| hits.count(i, &c)).collect();
+            assert_eq!(marks, [ran; 3]);
+        }
+    }
+
+    #[test]
+    fn a_fork_ran_when_one_of_its_two_ways_did() {
+        // x: cmp; je t | f: mov; ret | t: mov; ret
+        let bytes = asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut t = a.create_label();
+            a.cmp(eax, ecx).unwrap();
+            a.add(eax, 7).unwrap();
+            a.je(t).unwrap();
+            a.mov(eax, 1).unwrap();
+            a.ret().unwrap();
+            a.set_label(&mut t).unwrap();
+            a.mov(eax, 2).unwrap();
+            a.ret().unwrap();
+        });
+        let hits = Plan::new_in(Mode::Hits, vec![(0x1000, bytes)], &[0x1000], &[], &[]);
+        assert_eq!(hits.blocks.len(), 3);
+        assert_eq!(hits.blocks[0].how, How::Branches { taken: 2, fell: 1 });
+        assert_eq!(hits.probes(), 2);
+        // No branch edge stored: nothing derives from it.
+        assert_eq!(hits.blocks[0].branch, None);
+        for (c, ran) in [
+            ([0, 0, 0], 0),
+            ([0, 1, 0], 1),
+            ([0, 0, 1], 1),
+            ([0, 1, 1], 1),
+        ] {
+            assert_eq!(hits.count(0, &c), ran, "{c:?}");
+        }
+        // A call before the jump may not return: then the block keeps
+        // its probe.
+        let bytes = asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut t = a.create_label();
+            a.cmp(eax, ecx).unwrap();
+            a.syscall().unwrap();
+            a.je(t).unwrap();
+            a.mov(eax, 1).unwrap();
+            a.ret().unwrap();
+            a.set_label(&mut t).unwrap();
+            a.mov(eax, 2).unwrap();
+            a.ret().unwrap();
+        });
+        let hits = Plan::new_in(Mode::Hits, vec![(0x1000, bytes)], &[0x1000], &[], &[]);
+        assert!(hits
+            .blocks
+            .iter()
+            .all(|b| !matches!(b.how, How::Branches { .. })));
+    }
+
+    #[test]
+    fn a_block_entered_another_way_keeps_its_probe() {
+        let counts = Plan::new(vec![(0x1000, chain())], &[0x1000], &[], &[]);
+        let c = counts.blocks[1].start; // the `add` block
+        let hits = |funcs: &[u64], taken: &[u64]| {
+            Plan::new_in(Mode::Hits, vec![(0x1000, chain())], funcs, &[], taken).probes()
+        };
+        assert_eq!(hits(&[0x1000], &[]), 1);
+        // c is a function too: entered from elsewhere.
+        assert_eq!(hits(&[0x1000, c], &[]), 2);
+        // c's address is stored in data.
+        assert_eq!(hits(&[0x1000], &[c]), 2);
+    }
+}
