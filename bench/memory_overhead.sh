@@ -27,6 +27,7 @@
 #           fixed cost (start, load, report), shown in its own table.
 #   chain   a shell script running 20 short processes (as a pyenv shim or
 #           a build's wrapper scripts do): the fixed cost per process.
+#   MEMORY_BENCH_WORKLOADS="start chain"   only these workloads
 #   MEMORY_BENCH_OPS=N         malloc/free pairs per thread of micro (one
 #                              thread does 2N in micro1); default 10000000
 #                              (0.2 s natively here; 200000000 makes each
@@ -90,6 +91,9 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 
 declare -A secs prog rss
 workloads=(micro micro1 python start chain)
+if [ -n "${MEMORY_BENCH_WORKLOADS:-}" ]; then
+  read -r -a workloads <<<"$MEMORY_BENCH_WORKLOADS"
+fi
 for w in "${workloads[@]}"; do
   case $w in
     micro) cmd=("$work/micro" "$ops") ;;
@@ -112,7 +116,8 @@ for w in "${workloads[@]}"; do
 done
 
 printf '\n| workload | tool | program s (median of %s) | slowdown | whole command s | slowdown | max RSS (MiB) |\n|---|---|---|---|---|---|---|\n' "$rounds"
-for w in micro micro1 python; do
+for w in "${workloads[@]}"; do
+  case $w in start | chain) continue ;; esac
   base=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
   pbase=$(echo ${prog[$w.native]} | tr ' ' '\n' | median)
   for v in "${variants[@]}"; do
@@ -128,6 +133,7 @@ for v in "${variants[@]}"; do
   [ "$v" = native ] && continue
   row="| $v"
   for w in start chain; do
+    if [ -z "${secs[$w.native]:-}" ]; then row+=" | -"; continue; fi
     n=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
     t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
     d=$(echo "$t - $n" | bc -l)
