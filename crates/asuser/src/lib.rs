@@ -108,10 +108,11 @@ pub enum AsUserError {
 }
 
 /// Run `f` with `user`'s ids and no capability: on a fresh thread that
-/// takes them (per thread), or, for root, here. Errors if the thread
+/// takes them (per thread), or here for root and for a process that
+/// already is the user ([`is_already`]). Errors if the thread
 /// cannot take the ids or would keep a capability; `f` then does not run.
 pub fn run_as<R: Send>(user: &User, f: impl FnOnce() -> R + Send) -> Result<R, AsUserError> {
-    if user.is_root() {
+    if user.is_root() || is_already(user) {
         return Ok(f());
     }
     std::thread::scope(|s| {
@@ -128,6 +129,21 @@ pub fn run_as<R: Send>(user: &User, f: impl FnOnce() -> R + Send) -> Result<R, A
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
+}
+
+/// Whether this process already is `user` and nothing more: its real and
+/// effective uid and gid are the user's and it holds no capability (profdev
+/// run by that user, `mprof -p` or `cprof -p` of their own process). It
+/// has no power of its own to lend, so `f` runs here: taking the ids again
+/// would need CAP_SETUID for nothing.
+fn is_already(user: &User) -> bool {
+    use rustix::process::{getegid, geteuid, getgid, getuid};
+    let ids = getuid().as_raw() == user.uid
+        && geteuid().as_raw() == user.uid
+        && getgid().as_raw() == user.gid
+        && getegid().as_raw() == user.gid;
+    ids && rustix::thread::capabilities(None)
+        .is_ok_and(|c| c.effective.is_empty() && c.permitted.is_empty())
 }
 
 /// Take `user`'s ids on this thread, for good, and check that no

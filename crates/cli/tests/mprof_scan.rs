@@ -270,3 +270,42 @@ fn a_process_counted_by_mprof_is_scanned_too() {
         .unwrap()
         .contains("Module: leaky"));
 }
+
+/// A user scans a process of their own, profdev running as them (no
+/// privilege of profdev's to lend: the kernel's ptrace check is theirs).
+#[test]
+fn a_user_scans_their_own_process() {
+    if !ready() || !profdev_testkit::tools("mprof --scan as nobody", &["setpriv", "mkfifo"]) {
+        return;
+    }
+    let tmp = tempdir();
+    // nobody must reach the binaries and make its FIFOs there.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let pd = profdev_copy(tmp.path());
+    let exe = tmp.path().join("leaky");
+    compile("leaky.c", &["-O0", "-pthread"], &exe);
+    let script = r#"
+        mkfifo "$3/in" "$3/out" || exit 90
+        "$2" <"$3/in" >"$3/out" & p=$!
+        exec 3>"$3/in" 4<"$3/out"
+        read r <&4
+        "$1" mprof -p "$p" --scan; rc=$?
+        echo go >&3
+        read r <&4
+        wait "$p" || exit 91
+        exit "$rc"
+    "#;
+    let o = as_nobody(script, &[&pd, &exe, tmp.path()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let leak = usable(77777);
+    assert!(
+        text.contains(&format!("\n5\t{leak}\t{}\n", 5 * leak)),
+        "5 x 77,777 unreachable: {text} {err}"
+    );
+}
