@@ -19,17 +19,7 @@ fn compile(args: &[&str], out: &Path) {
 }
 
 fn compile_src(name: &str, args: &[&str], out: &Path) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/mprof")
-        .join(name);
-    let status = Command::new("cc")
-        .args(args)
-        .arg("-o")
-        .arg(out)
-        .arg(src)
-        .status()
-        .expect("cc runs");
-    assert!(status.success(), "cc failed");
+    cc_mprof_fixture(name, args, out)
 }
 
 /// The histogram's pairs, one read(2) of 64 bytes each, until end of file.
@@ -241,11 +231,7 @@ fn a_library_loaded_after_the_attach_is_counted() {
 }
 
 fn can_attach() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("attaching to a process that is not mprof's child needs root".into());
-    }
-    Ok(())
+    can_attach_any()
 }
 
 /// `profdev mprof ARGS -p PID` for `child`: started, its "attached" line

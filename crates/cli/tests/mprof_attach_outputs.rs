@@ -14,24 +14,14 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn can_attach() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("attaching to a process that is not mprof's child needs root".into());
-    }
-    Ok(())
+    can_attach_any()
 }
 
 /// attach_outputs.c compiled at -O0 with frame pointers into `dir`.
 fn compile(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/attach_outputs.c");
     let exe = dir.join("attach_outputs");
-    let status = Command::new("cc")
-        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("cannot run cc");
-    assert!(status.success(), "cc failed on attach_outputs.c");
+    let flags = ["-g", "-O0", "-fno-omit-frame-pointer", "-pthread"];
+    cc_mprof_fixture("attach_outputs.c", &flags, &exe);
     exe
 }
 
@@ -277,13 +267,8 @@ fn outputs_of_a_run_ended_by_the_detach() {
     let tmp = tempdir();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/known_attach.c");
     let exe = tmp.path().join("known_attach");
-    let status = Command::new("cc")
-        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("cannot run cc");
-    assert!(status.success(), "cc failed on known_attach.c");
+    let flags = ["-g", "-O0", "-fno-omit-frame-pointer", "-pthread"];
+    cc_mprof_fixture("known_attach.c", &flags, &exe);
     let mut child = Command::new(&exe)
         .arg("wait")
         .stdin(Stdio::piped())

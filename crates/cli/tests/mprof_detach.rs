@@ -14,17 +14,8 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 fn build(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/detach.c");
     let exe = dir.join("detach");
-    let ok = Command::new("cc")
-        .args(["-g", "-O0", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-ldl")
-        .status()
-        .expect("cc runs")
-        .success();
-    assert!(ok, "cc failed on detach.c");
+    common::cc_mprof_fixture("detach.c", &["-g", "-O0", "-ldl"], &exe);
     exe
 }
 
@@ -90,12 +81,7 @@ fn attach(pid: u32, extra: &[&str]) -> (Child, String) {
 /// Root, to attach to a process that is not mprof's child (whatever
 /// ptrace_scope says), and a C compiler.
 fn attachable() -> bool {
-    let root = if profdev_testkit::is_root() {
-        Ok(())
-    } else {
-        Err("attaching to a process that is not mprof's child needs root".to_string())
-    };
-    profdev_testkit::privileged("mprof -p's detach", root)
+    profdev_testkit::privileged("mprof -p's detach", common::can_attach_any())
         && profdev_testkit::tools("mprof -p's detach", &["cc"])
 }
 

@@ -14,29 +14,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn compile(src: &str, args: &[&str], out: &Path) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/mprof")
-        .join(src);
-    let status = Command::new("cc")
-        .args(args)
-        .arg("-o")
-        .arg(out)
-        .arg(src)
-        .status()
-        .expect("cc runs");
-    assert!(status.success(), "cc failed");
-}
-
-fn can_attach() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("scanning a process that is not profdev's child needs root".into());
-    }
-    Ok(())
+    cc_mprof_fixture(src, args, out)
 }
 
 fn ready() -> bool {
-    privileged("mprof -p PID --scan", can_attach())
+    privileged("mprof -p PID --scan", can_attach_any())
         && profdev_testkit::tools("mprof -p PID --scan", &["cc"])
 }
 

@@ -258,3 +258,29 @@ pub fn collector(listener: std::net::TcpListener) -> Requests {
     });
     got
 }
+
+/// Compile the C file `tests/data/mprof/NAME` with `cc FLAGS` into `out`
+/// (the memory tests' fixtures); panics if cc fails.
+pub fn cc_mprof_fixture(name: &str, flags: &[&str], out: &Path) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/mprof")
+        .join(name);
+    let status = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(&src)
+        .status()
+        .expect("cc runs");
+    assert!(status.success(), "cc failed on {name}");
+}
+
+/// Root, to attach to a process that is not profdev's child (whatever
+/// ptrace's scope says): the gate of the `-p PID` memory tests.
+pub fn can_attach_any() -> Result<(), String> {
+    if profdev_testkit::is_root() {
+        Ok(())
+    } else {
+        Err("attaching to a process that is not profdev's child needs root".into())
+    }
+}
