@@ -18,7 +18,8 @@ use profdev_formats::dhat::{DhatCounts, DhatRun, DhatSite};
 use profdev_formats::pprof::heap::{self, HeapFrame, HeapSite, HeapStack};
 use profdev_mprof::{merge, Module, Report, Stack};
 use profdev_report::mprof::{
-    attribute, format, format_leaks, format_temporary, Leak, ModuleReport, Options, Temporary,
+    attribute, format, format_estimates, format_leaks, format_temporary, Estimate, Leak,
+    ModuleReport, Options, Temporary,
 };
 use profdev_report::prof::SourceMap;
 use profdev_sample::job::signal_name;
@@ -443,6 +444,9 @@ pub fn sampling_note(modules: &[Module], n: u64) -> String {
     )
 }
 
+/// The most sites a sampled run's estimates list (the rest on one line).
+pub const MAX_ESTIMATES: usize = 50;
+
 /// mprof's output for a set of modules.
 #[derive(Clone, Debug, Default)]
 pub struct Output {
@@ -494,6 +498,7 @@ pub fn output(
     let mut reports = Vec::new();
     let mut leaks = Vec::new();
     let mut temporary = Vec::new();
+    let mut estimates = Vec::new();
     for m in modules {
         // The dynamic linker's name may be a link (/lib64/ld-linux…).
         let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
@@ -537,6 +542,15 @@ pub fn output(
                     function,
                 });
             }
+            if extras.sample_bytes.is_some() && s.bytes > 0 {
+                let (location, function) = place(m, &map, p);
+                estimates.push(Estimate {
+                    allocated: s.bytes,
+                    current: s.current,
+                    location,
+                    function,
+                });
+            }
             if extras.peak_sites && s.at_peak != (0, 0) {
                 let (location, function) = place(m, &map, p);
                 let what = format!("{location}\t{function}()");
@@ -549,6 +563,9 @@ pub fn output(
     }
     out.tables = format(&reports, options);
     if let Some(n) = extras.sample_bytes {
+        let se = profdev_mprof::sample::std_error;
+        out.tables
+            .push_str(&format_estimates(&estimates, n, MAX_ESTIMATES, &se));
         out.tables.push_str(&sampling_note(modules, n));
     }
     if extras.leaks {

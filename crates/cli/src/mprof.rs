@@ -101,6 +101,10 @@
 //! `--pprof`, `--folded`) is then an estimate, and a line after the tables
 //! says so: an estimate of B bytes has a standard error of at most
 //! √(N·B) (its variance is Σ w(w−s) over its samples, each w−s ≤ N).
+//! Before it, an `Estimates` section lists each site's bytes allocated and
+//! live at the end, each with `±` that bound, most allocated first (at
+//! most 50 rows, the rest on one line); a site that allocated under N
+//! bytes may not be sampled at all and then shows 0.
 //!
 //! **Temporary blocks and the peak.** `--temporary` and `--peak` come
 //! from each process's exit report, added up over processes. The peak is

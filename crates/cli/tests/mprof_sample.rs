@@ -105,8 +105,9 @@ fn known_pattern_estimates() {
         .expect("cannot run cc");
     assert!(status.success());
     let (alloc, inuse) = (dir.path().join("a.folded"), dir.path().join("i.folded"));
+    let mut tables = Vec::new();
     for (file, kind) in [(&alloc, "alloc"), (&inuse, "inuse")] {
-        mprof(
+        tables.push(mprof(
             &[
                 "--sample-bytes".as_ref(),
                 N.as_ref(),
@@ -116,7 +117,7 @@ fn known_pattern_estimates() {
                 file.as_os_str(),
             ],
             &[exe.as_os_str()],
-        );
+        ));
     }
     let near = |got: u64, want: f64, tol: f64, what: &str| {
         let rel = (got as f64 - want).abs() / want;
@@ -129,6 +130,29 @@ fn known_pattern_estimates() {
         200.0 * 1048576.0,
         0.15,
         "kept",
+    );
+    // The estimates' section: a row per site, each value with its
+    // standard error, at most sqrt(N*B).
+    let row = |f: &str| -> Vec<f64> {
+        let l = tables[0]
+            .lines()
+            .find(|l| l.ends_with(&format!("\t{f}()")))
+            .unwrap_or_else(|| panic!("{f}: {}", tables[0]));
+        l.split('\t').take(4).map(|v| v.parse().unwrap()).collect()
+    };
+    assert!(tables[0].contains("\nallocated\t\u{b1}\tcurrent\t\u{b1}\tsite\tfunction\n"));
+    let n: f64 = N.parse().unwrap();
+    let small = row("small");
+    near(small[0] as u64, 600e6, 0.15, "small's row");
+    assert!(
+        small[1] > 0.0 && small[1] <= (n * small[0]).sqrt() + 1.0,
+        "{small:?}"
+    );
+    let kept = row("kept");
+    near(kept[2] as u64, 200.0 * 1048576.0, 0.15, "kept's current");
+    assert!(
+        kept[3] > 0.0 && kept[3] <= (n * kept[2]).sqrt() + 1.0,
+        "{kept:?}"
     );
     assert_eq!(folded_bytes(&inuse, ";small"), 0);
     assert_eq!(folded_bytes(&inuse, ";big"), 0);

@@ -283,6 +283,73 @@ pub fn format_leaks(leaks: &[Leak]) -> String {
     out
 }
 
+/// A site's estimates in a sampled run (`--sample-bytes N`): bytes
+/// allocated there and still live at the end, each with its standard
+/// error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Estimate {
+    /// Bytes allocated (estimated).
+    pub allocated: u64,
+    /// Bytes live at the end (estimated).
+    pub current: u64,
+    /// `file:line`, or the module and link-time address.
+    pub location: String,
+    /// The function.
+    pub function: String,
+}
+
+/// The estimates of a sampled run, one row per site, most allocated first
+/// (ties by location), at most `max` rows and a line for the rest: each
+/// value with `±` its standard error, bounded by `sqrt(n*B)` for an
+/// estimate of B bytes (`std_error`).
+///
+/// ```text
+/// Estimates (sampling every 524288 bytes; ± one standard error):
+///
+/// allocated       ±       current ±       site    function
+/// 600234496       17739   0       0       /home/u/s.c:12  small()
+/// ```
+pub fn format_estimates(
+    sites: &[Estimate],
+    n: u64,
+    max: usize,
+    std_error: &dyn Fn(u64, u64) -> f64,
+) -> String {
+    let mut rows: Vec<&Estimate> = sites.iter().filter(|e| e.allocated > 0).collect();
+    rows.sort_by(|a, b| {
+        b.allocated
+            .cmp(&a.allocated)
+            .then_with(|| a.location.cmp(&b.location))
+    });
+    let mut out = format!(
+        "Estimates (sampling every {n} bytes; \u{b1} one standard error; a site that \
+         allocated under {n} bytes may show 0):\n\n\
+         allocated\t\u{b1}\tcurrent\t\u{b1}\tsite\tfunction\n"
+    );
+    for e in rows.iter().take(max) {
+        let _ = writeln!(
+            out,
+            "{}\t{:.0}\t{}\t{:.0}\t{}\t{}()",
+            e.allocated,
+            std_error(e.allocated, n),
+            e.current,
+            std_error(e.current, n),
+            e.location,
+            e.function
+        );
+    }
+    if rows.len() > max {
+        let rest: u64 = rows[max..].iter().map(|e| e.allocated).sum();
+        let _ = writeln!(
+            out,
+            "({} more sites, {rest} bytes allocated together)",
+            rows.len() - max
+        );
+    }
+    out.push('\n');
+    out
+}
+
 /// A site's temporary blocks for `--temporary`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Temporary {
@@ -359,6 +426,37 @@ pub fn format_peak(peak: u64, column: &str, rows: &[(u64, u64, String)]) -> Stri
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn estimates_are_listed_most_first_with_their_errors() {
+        let e = |allocated, current, location: &str| Estimate {
+            allocated,
+            current,
+            location: location.into(),
+            function: "f".into(),
+        };
+        let sites = [
+            e(100, 100, "a.c:1"),
+            e(0, 0, "never.c:1"),
+            e(400, 0, "b.c:2"),
+            e(100, 0, "c.c:3"),
+        ];
+        let se = |b: u64, n: u64| ((b * n) as f64).sqrt();
+        let text = format_estimates(&sites, 4, 2, &se);
+        let rows: Vec<&str> = text.lines().skip(3).collect();
+        assert_eq!(
+            rows,
+            [
+                "400\t40\t0\t0\tb.c:2\tf()",
+                "100\t20\t100\t20\ta.c:1\tf()",
+                "(1 more sites, 100 bytes allocated together)",
+                "",
+            ],
+            "{text}"
+        );
+        assert!(text.starts_with("Estimates (sampling every 4 bytes;"), "{text}");
+    }
+
     use super::*;
     use crate::prof::SrcRange;
 
