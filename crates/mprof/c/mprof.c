@@ -36,6 +36,30 @@
  * return address this thread has met: a per-thread cache of 16) is
  * inline in malloc and free, without the recursion guard's writes.
  *
+ * What threads cost, measured (issue 29, bench/README.md "Threads"):
+ * uncontended (a process with threads, one of them allocating) the lock
+ * adds one atomic exchange per call, about 5 ns per malloc/free pair on
+ * the 2-vCPU VM; contended (two threads at one line) perf puts two thirds
+ * of the library's samples on that exchange, waiting for the line, and
+ * the rest of the waiting in sched_yield (a holder that lost its CPU).
+ * Tried and dropped: a fetch-and-add per counter without the lock (five
+ * atomics on the contended line per allocation, each of which can take
+ * the line away: 2x slower than the lock), waiting by reading before the
+ * exchange (no difference beyond the noise). Both keep every count
+ * exact; so does the lock. What could remove the shared line and stay
+ * exact is an exact limit counter (McKenney, "Is Parallel Programming
+ * Hard", 5.4): each thread's slot per site holds its own delta and an
+ * allowance (the slots' allowances sum to at most high water minus
+ * current bytes, for the site and its module), changed by a
+ * compare-and-swap on the thread's own line; a call past its allowance
+ * takes the lock, freezes every slot of the module (an exchange each),
+ * folds them, which gives the exact bytes at that instant, then hands
+ * out new allowances. Its fast path is still one atomic per call (the
+ * uncontended cost above), its slow path comes every few dozen calls
+ * where current bytes stay near the high water (alloc_micro's), slots'
+ * counts missing from the shared table until folded (a SIGKILLed
+ * process): not done.
+ *
  * The real allocator is glibc's, reached through its exported
  * __libc_malloc family (no dlsym, which itself allocates). The counters
  * live in a file shared with profdev (see "the shared table"), so they
