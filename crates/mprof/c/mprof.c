@@ -778,8 +778,8 @@ static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
 
 /* Enter a block; 0 (counted as a table failure) if it cannot be: the
  * caller then charges nothing. */
-static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t,
-                               uint32_t stk)
+static inline int table_insert_dh(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t,
+                                  uint32_t stk, int dh)
 {
     _Atomic uint64_t *e = entry_of(addr, 1);
     if (UNLIKELY(!e)) {
@@ -787,7 +787,7 @@ static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uin
         return 0;
     }
     atomic_store_explicit(e, size << 17 | (uint64_t)site << 1 | 1, memory_order_relaxed);
-    if (dhat)
+    if (dh)
         atomic_store_explicit(e + 1, t, memory_order_relaxed);
     if (stack_word)
         atomic_store_explicit(e + stack_word, stk, memory_order_relaxed);
@@ -795,8 +795,8 @@ static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uin
 }
 
 /* Remove addr; 1 and its size and site if it was there. */
-static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t,
-                               uint32_t *stk)
+static inline int table_remove_dh(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t,
+                                  uint32_t *stk, int dh)
 {
     _Atomic uint64_t *e = entry_of(addr, 0);
     if (UNLIKELY(!e))
@@ -807,10 +807,14 @@ static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, u
     atomic_store_explicit(e, 0, memory_order_relaxed);
     *size = v >> 17;
     *site = (v >> 1) & 0xffff;
-    *t = dhat ? atomic_load_explicit(e + 1, memory_order_relaxed) : 0;
+    *t = dh ? atomic_load_explicit(e + 1, memory_order_relaxed) : 0;
     *stk = stack_word ? (uint32_t)atomic_load_explicit(e + stack_word, memory_order_relaxed) : 0;
     return 1;
 }
+
+/* dh: DHAT mode (dhat; the fast paths, never in DHAT mode, pass 0). */
+#define table_insert(a, s, si, t, stk) table_insert_dh(a, s, si, t, stk, dhat)
+#define table_remove(a, s, si, t, stk) table_remove_dh(a, s, si, t, stk, dhat)
 
 /* ---- sampling ---------------------------------------------------------
  *
@@ -1213,7 +1217,8 @@ static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t, uin
  * met before (so no wrapper, and its site exists) and, with stacks, a
  * stack already in the table. Nothing here can call malloc. 1 if it
  * counted the block. */
-static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra, uintptr_t fp, uintptr_t here)
+static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n, uintptr_t ra,
+                                                             uintptr_t fp, uintptr_t here)
 {
     struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
     if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
@@ -1228,7 +1233,7 @@ static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra, uintptr_t fp, ui
         if (UNLIKELY(stk == NO_STACK))
             return 0; /* a new stack: the slow path makes it */
     }
-    if (UNLIKELY(!table_insert((uintptr_t)p, n, si, 0, stk)))
+    if (UNLIKELY(!table_insert_dh((uintptr_t)p, n, si, 0, stk, 0)))
         return 1;
     struct site *s = &sites[si];
     struct module *m = s->mod;
@@ -1257,7 +1262,7 @@ static inline void fast_free(void *p)
 {
     uint64_t size, t;
     uint32_t si, stk;
-    if (UNLIKELY(!table_remove((uintptr_t)p, &size, &si, &t, &stk))) {
+    if (UNLIKELY(!table_remove_dh((uintptr_t)p, &size, &si, &t, &stk, 0))) {
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return;
     }
@@ -1269,8 +1274,9 @@ static inline void fast_free(void *p)
     int mt = !__libc_single_threaded;
     if (mt)
         spin_raw(&m->lock);
-    s->c->cur = s->c->cur > (int64_t)size ? s->c->cur - (int64_t)size : 0;
-    m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
+    /* The block's bytes are in both (charged when it was entered). */
+    s->c->cur -= (int64_t)size;
+    m->cur -= (int64_t)size;
     s->c->nlive--;
     if (UNLIKELY(temp))
         s->ntemp++;
