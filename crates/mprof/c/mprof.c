@@ -767,9 +767,10 @@ static __attribute__((noinline)) _Atomic uint64_t *new_leaf(uintptr_t t)
  * create, when its leaf does not exist). */
 static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
 {
-    uintptr_t t = addr >> LEAF_SHIFT;
-    if (UNLIKELY(t >= TOP_SLOTS || (addr & 15)))
+    /* Out of the map (t >= TOP_SLOTS) or not 16-aligned: one test. */
+    if (UNLIKELY(addr & (~(((uintptr_t)TOP_SLOTS << LEAF_SHIFT) - 1) | 15)))
         return 0;
+    uintptr_t t = addr >> LEAF_SHIFT;
     _Atomic uint64_t *leaf = atomic_load_explicit(&top[t], memory_order_acquire);
     if (UNLIKELY(!leaf) && (!create || !(leaf = new_leaf(t))))
         return 0;
