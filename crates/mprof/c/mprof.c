@@ -36,6 +36,30 @@
  * return address this thread has met: a per-thread cache of 16) is
  * inline in malloc and free, without the recursion guard's writes.
  *
+ * What threads cost, measured (issue 29, bench/README.md "Threads"):
+ * uncontended (a process with threads, one of them allocating) the lock
+ * adds one atomic exchange per call, about 5 ns per malloc/free pair on
+ * the 2-vCPU VM; contended (two threads at one line) perf puts two thirds
+ * of the library's samples on that exchange, waiting for the line, and
+ * the rest of the waiting in sched_yield (a holder that lost its CPU).
+ * Tried and dropped: a fetch-and-add per counter without the lock (five
+ * atomics on the contended line per allocation, each of which can take
+ * the line away: 2x slower than the lock), waiting by reading before the
+ * exchange (no difference beyond the noise). Both keep every count
+ * exact; so does the lock. What could remove the shared line and stay
+ * exact is an exact limit counter (McKenney, "Is Parallel Programming
+ * Hard", 5.4): each thread's slot per site holds its own delta and an
+ * allowance (the slots' allowances sum to at most high water minus
+ * current bytes, for the site and its module), changed by a
+ * compare-and-swap on the thread's own line; a call past its allowance
+ * takes the lock, freezes every slot of the module (an exchange each),
+ * folds them, which gives the exact bytes at that instant, then hands
+ * out new allowances. Its fast path is still one atomic per call (the
+ * uncontended cost above), its slow path comes every few dozen calls
+ * where current bytes stay near the high water (alloc_micro's), slots'
+ * counts missing from the shared table until folded (a SIGKILLed
+ * process): not done.
+ *
  * The real allocator is glibc's, reached through its exported
  * __libc_malloc family (no dlsym, which itself allocates). The counters
  * live in a file shared with profdev (see "the shared table"), so they
@@ -743,9 +767,10 @@ static __attribute__((noinline)) _Atomic uint64_t *new_leaf(uintptr_t t)
  * create, when its leaf does not exist). */
 static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
 {
-    uintptr_t t = addr >> LEAF_SHIFT;
-    if (UNLIKELY(t >= TOP_SLOTS || (addr & 15)))
+    /* Out of the map (t >= TOP_SLOTS) or not 16-aligned: one test. */
+    if (UNLIKELY(addr & (~(((uintptr_t)TOP_SLOTS << LEAF_SHIFT) - 1) | 15)))
         return 0;
+    uintptr_t t = addr >> LEAF_SHIFT;
     _Atomic uint64_t *leaf = atomic_load_explicit(&top[t], memory_order_acquire);
     if (UNLIKELY(!leaf) && (!create || !(leaf = new_leaf(t))))
         return 0;
@@ -754,8 +779,8 @@ static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
 
 /* Enter a block; 0 (counted as a table failure) if it cannot be: the
  * caller then charges nothing. */
-static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t,
-                               uint32_t stk)
+static inline int table_insert_dh(uintptr_t addr, uint64_t size, uint32_t site, uint64_t t,
+                                  uint32_t stk, int dh)
 {
     _Atomic uint64_t *e = entry_of(addr, 1);
     if (UNLIKELY(!e)) {
@@ -763,7 +788,7 @@ static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uin
         return 0;
     }
     atomic_store_explicit(e, size << 17 | (uint64_t)site << 1 | 1, memory_order_relaxed);
-    if (dhat)
+    if (dh)
         atomic_store_explicit(e + 1, t, memory_order_relaxed);
     if (stack_word)
         atomic_store_explicit(e + stack_word, stk, memory_order_relaxed);
@@ -771,8 +796,8 @@ static inline int table_insert(uintptr_t addr, uint64_t size, uint32_t site, uin
 }
 
 /* Remove addr; 1 and its size and site if it was there. */
-static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t,
-                               uint32_t *stk)
+static inline int table_remove_dh(uintptr_t addr, uint64_t *size, uint32_t *site, uint64_t *t,
+                                  uint32_t *stk, int dh)
 {
     _Atomic uint64_t *e = entry_of(addr, 0);
     if (UNLIKELY(!e))
@@ -783,10 +808,14 @@ static inline int table_remove(uintptr_t addr, uint64_t *size, uint32_t *site, u
     atomic_store_explicit(e, 0, memory_order_relaxed);
     *size = v >> 17;
     *site = (v >> 1) & 0xffff;
-    *t = dhat ? atomic_load_explicit(e + 1, memory_order_relaxed) : 0;
+    *t = dh ? atomic_load_explicit(e + 1, memory_order_relaxed) : 0;
     *stk = stack_word ? (uint32_t)atomic_load_explicit(e + stack_word, memory_order_relaxed) : 0;
     return 1;
 }
+
+/* dh: DHAT mode (dhat; the fast paths, never in DHAT mode, pass 0). */
+#define table_insert(a, s, si, t, stk) table_insert_dh(a, s, si, t, stk, dhat)
+#define table_remove(a, s, si, t, stk) table_remove_dh(a, s, si, t, stk, dhat)
 
 /* ---- sampling ---------------------------------------------------------
  *
@@ -1189,7 +1218,8 @@ static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t, uin
  * met before (so no wrapper, and its site exists) and, with stacks, a
  * stack already in the table. Nothing here can call malloc. 1 if it
  * counted the block. */
-static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra, uintptr_t fp, uintptr_t here)
+static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n, uintptr_t ra,
+                                                             uintptr_t fp, uintptr_t here)
 {
     struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
     if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
@@ -1204,7 +1234,7 @@ static inline int fast_alloc(void *p, uint64_t n, uintptr_t ra, uintptr_t fp, ui
         if (UNLIKELY(stk == NO_STACK))
             return 0; /* a new stack: the slow path makes it */
     }
-    if (UNLIKELY(!table_insert((uintptr_t)p, n, si, 0, stk)))
+    if (UNLIKELY(!table_insert_dh((uintptr_t)p, n, si, 0, stk, 0)))
         return 1;
     struct site *s = &sites[si];
     struct module *m = s->mod;
@@ -1233,7 +1263,7 @@ static inline void fast_free(void *p)
 {
     uint64_t size, t;
     uint32_t si, stk;
-    if (UNLIKELY(!table_remove((uintptr_t)p, &size, &si, &t, &stk))) {
+    if (UNLIKELY(!table_remove_dh((uintptr_t)p, &size, &si, &t, &stk, 0))) {
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return;
     }
@@ -1245,8 +1275,9 @@ static inline void fast_free(void *p)
     int mt = !__libc_single_threaded;
     if (mt)
         spin_raw(&m->lock);
-    s->c->cur = s->c->cur > (int64_t)size ? s->c->cur - (int64_t)size : 0;
-    m->cur = m->cur > (int64_t)size ? m->cur - (int64_t)size : 0;
+    /* The block's bytes are in both (charged when it was entered). */
+    s->c->cur -= (int64_t)size;
+    m->cur -= (int64_t)size;
     s->c->nlive--;
     if (UNLIKELY(temp))
         s->ntemp++;
