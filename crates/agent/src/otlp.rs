@@ -196,16 +196,45 @@ impl Destination for Otlp {
         format!("{kind} {}", self.url)
     }
 
+    /// The CPU request, then the heap one (`--heap`), each after its
+    /// length (8 bytes, little-endian).
     fn encode(&self, cut: &Cut) -> Result<Vec<u8>, String> {
-        let body = request(cut, &self.common)?;
-        Ok(match self.transport {
-            // gRPC compresses each message itself.
-            Transport::Http(..) => gzip(&body),
-            Transport::Grpc(..) => body,
-        })
+        let cpu = request(cut, &self.common)?;
+        let heap = crate::otlp_heap::request(cut, &self.common);
+        let mut out = Vec::new();
+        for body in std::iter::once(cpu).chain(heap) {
+            let body = match self.transport {
+                // gRPC compresses each message itself.
+                Transport::Http(..) => gzip(&body),
+                Transport::Grpc(..) => body,
+            };
+            out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            out.extend_from_slice(&body);
+        }
+        Ok(out)
     }
 
-    fn send(&mut self, body: &[u8]) -> Result<(), String> {
+    fn send(&mut self, mut bodies: &[u8]) -> Result<(), String> {
+        while bodies.len() >= 8 {
+            let (len, rest) = bodies.split_at(8);
+            let len = u64::from_le_bytes(len.try_into().expect("8 bytes")) as usize;
+            let body = rest
+                .get(..len)
+                .ok_or("internal error: a truncated OTLP body")?;
+            self.send_one(body)?;
+            bodies = &rest[len..];
+        }
+        Ok(())
+    }
+
+    fn note(&mut self) -> Option<String> {
+        self.note.take()
+    }
+}
+
+impl Otlp {
+    /// Send one request; its answer's partial success kept for `note`.
+    fn send_one(&mut self, body: &[u8]) -> Result<(), String> {
         let answer = match &mut self.transport {
             Transport::Http(agent, target) => {
                 let mut req = agent
@@ -226,12 +255,10 @@ impl Destination for Otlp {
             }
             Transport::Grpc(g) => g.call(GRPC_PATH, body)?,
         };
-        self.note = partial_success(&answer);
+        if let Some(n) = partial_success(&answer) {
+            self.note = Some(n);
+        }
         Ok(())
-    }
-
-    fn note(&mut self) -> Option<String> {
-        self.note.take()
     }
 }
 

@@ -97,10 +97,10 @@ pub fn label_name(key: &str) -> String {
     s
 }
 
-/// A UUID-shaped id of a cut, from its number and start.
-fn profile_id(cut: &Cut) -> String {
+/// A UUID-shaped id of a cut's `n`-th series, from its number and start.
+fn profile_id(cut: &Cut, n: u64) -> String {
     let a = cut.start_ns;
-    let b = cut.seq ^ 0x9e37_79b9_7f4a_7c15;
+    let b = (cut.seq ^ 0x9e37_79b9_7f4a_7c15).wrapping_add(n << 40);
     format!(
         "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
         a >> 32,
@@ -143,21 +143,48 @@ pub fn series(cut: &Cut, common: &[(String, String)]) -> Result<Series, String> 
     Ok((labels, pprof::write_with(&rec, &resource)))
 }
 
-/// The `PushRequest` bytes of `cut`; `common` are the attributes of every
-/// profile (the host, `--label`s).
+/// The heap series of `cut` (`--heap`), one per process: labelled
+/// `__name__` = `memory`, the series labels of the CPU one, `pid` and
+/// `comm`; the gzipped pprof of Go's heap sample types.
+pub fn heap_series(cut: &Cut, common: &[(String, String)]) -> Vec<Series> {
+    cut.heap
+        .iter()
+        .map(|h| {
+            let mut labels = vec![(
+                "__name__".to_string(),
+                crate::heap::PROFILE_NAME.to_string(),
+            )];
+            labels.extend(common.iter().map(|(k, v)| (label_name(k), v.clone())));
+            if !labels.iter().any(|(k, _)| k == "service_name") {
+                labels.push(("service_name".into(), DEFAULT_SERVICE.into()));
+            }
+            labels.push(("pid".into(), h.pid.to_string()));
+            labels.push(("comm".into(), h.comm.clone()));
+            let pprof = h.pprof(cut.start_ns, cut.end_ns);
+            (labels, crate::otlp::gzip(&pprof))
+        })
+        .collect()
+}
+
+/// The `PushRequest` bytes of `cut`: its CPU series, then its heap ones;
+/// `common` are the attributes of every profile (the host, `--label`s).
 pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String> {
-    let (labels, raw_profile) = series(cut, common)?;
+    let cpu = series(cut, common)?;
     let req = PushRequest {
-        series: vec![RawProfileSeries {
-            labels: labels
-                .into_iter()
-                .map(|(name, value)| LabelPair { name, value })
-                .collect(),
-            samples: vec![RawSample {
-                raw_profile,
-                id: profile_id(cut),
-            }],
-        }],
+        series: std::iter::once(cpu)
+            .chain(heap_series(cut, common))
+            .enumerate()
+            .map(|(i, (labels, raw_profile))| RawProfileSeries {
+                labels: labels
+                    .into_iter()
+                    .map(|(name, value)| LabelPair { name, value })
+                    .collect(),
+                samples: vec![RawSample {
+                    raw_profile,
+                    id: profile_id(cut, i as u64),
+                }],
+            })
+            .collect(),
     };
     Ok(req.encode_to_vec())
 }

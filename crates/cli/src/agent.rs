@@ -216,6 +216,12 @@ pub(crate) struct Args {
     /// Name source lines too (reads each object's DWARF: more memory and time).
     #[arg(long)]
     lines: bool,
+    /// Attach mprof to process PID and send its heap profile each interval too (repeatable).
+    #[arg(long = "heap", value_name = "PID")]
+    heap: Vec<u32>,
+    /// The heap profiles' sampling: an allocation per N bytes on average (0: every one, exact).
+    #[arg(long, value_name = "N", default_value_t = profdev_agent::heap::DEFAULT_SAMPLE_BYTES)]
+    heap_sample_bytes: u64,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -265,6 +271,11 @@ fn options(args: &Args) -> Result<Options> {
         insecure: args.insecure,
         verbose: args.verbose,
         lines: args.lines,
+        heap: profdev_agent::heap::HeapOptions {
+            pids: args.heap.clone(),
+            sample_bytes: args.heap_sample_bytes,
+            seed: None,
+        },
         ..Options::default()
     })
 }
