@@ -41,6 +41,9 @@ pub const DEFAULT_SAMPLE_BYTES: u64 = 524_288;
 pub struct HeapOptions {
     /// `--heap PID`: the processes attached.
     pub pids: Vec<u32>,
+    /// `--heap-comm NAME`: the processes running these commands (their
+    /// `/proc/PID/comm`) attached when seen, at the start and each cut.
+    pub comms: Vec<String>,
     /// `--heap-sample-bytes N`: the mean of the sampling (0: every
     /// allocation counted exactly).
     pub sample_bytes: u64,
@@ -110,6 +113,11 @@ struct Watched {
 pub struct Heap {
     watched: Vec<Watched>,
     sample_bytes: u64,
+    options: AttachOptions,
+    /// `--heap-comm`: commands whose processes are attached when seen.
+    comms: Vec<String>,
+    /// Each process tried (pid, start time): attached or refused once.
+    tried: HashMap<u32, u64>,
 }
 
 /// The command name of `pid`.
@@ -136,10 +144,35 @@ fn refused(pid: u32) -> Option<String> {
         .then(|| format!("process {pid} runs profdev itself"))
 }
 
+/// The start time of `pid` (/proc/PID/stat field 22): a reused pid is
+/// another process.
+fn start_of(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// Whether `pid` is dumpable: its /proc directory belongs to its real
+/// user (the kernel gives a non-dumpable process's to root).
+fn dumpable(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next()?.parse::<u32>().ok());
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| Some(m.uid()) == uid)
+}
+
 impl Heap {
-    /// Attach every process `opts` names, each said to `log` in one line
-    /// (`heap: attached to process PID (COMM) …`, or why not: the agent
-    /// goes on without it).
+    /// Attach every process `opts` names, and those running a command it
+    /// names; each said to `log` in one line (`heap: attached to process
+    /// PID (COMM) …`, or why not: the agent goes on without it).
     pub fn start(opts: &HeapOptions, log: &mut dyn FnMut(&str)) -> Heap {
         let options = AttachOptions {
             stacks: true,
@@ -150,39 +183,86 @@ impl Heap {
             }),
             ..AttachOptions::default()
         };
-        let mut watched = Vec::new();
-        if !opts.pids.is_empty() {
+        if !opts.pids.is_empty() || !opts.comms.is_empty() {
             // Directories of earlier runs whose processes are gone.
             use std::os::unix::fs::MetadataExt;
             let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
             profdev_mprof::sweep(&std::env::temp_dir(), uid);
         }
-        for &pid in &opts.pids {
-            if let Some(why) = refused(pid) {
-                log(&format!("heap: {why}: not profiled"));
-                continue;
-            }
-            match attach_process(pid, &options, None) {
-                Ok(attached) => {
-                    let comm = comm_of(pid);
-                    let how = match opts.sample_bytes {
-                        0 => "every allocation counted".to_string(),
-                        n => format!("sampling every {n} bytes"),
-                    };
-                    log(&format!("heap: attached to process {pid} ({comm}), {how}"));
-                    watched.push(Watched {
-                        _held: attached.hold(),
-                        attached,
-                        comm,
-                        before: HashMap::new(),
-                    });
-                }
-                Err(e) => log(&format!("heap: process {pid}: {e}: not profiled")),
-            }
-        }
-        Heap {
-            watched,
+        let mut heap = Heap {
+            watched: Vec::new(),
             sample_bytes: opts.sample_bytes,
+            options,
+            comms: opts.comms.clone(),
+            tried: HashMap::new(),
+        };
+        for &pid in &opts.pids {
+            heap.attach(pid, log);
+        }
+        heap.discover(log);
+        heap
+    }
+
+    /// Attach `pid` (once: a process refused is not tried again).
+    fn attach(&mut self, pid: u32, log: &mut dyn FnMut(&str)) {
+        let Some(start) = start_of(pid) else {
+            log(&format!("heap: no process {pid}: not profiled"));
+            return;
+        };
+        if self.tried.insert(pid, start) == Some(start) {
+            return;
+        }
+        if let Some(why) = refused(pid) {
+            log(&format!("heap: {why}: not profiled"));
+            return;
+        }
+        match attach_process(pid, &self.options, None) {
+            Ok(attached) => {
+                let comm = comm_of(pid);
+                let how = match self.sample_bytes {
+                    0 => "every allocation counted".to_string(),
+                    n => format!("sampling every {n} bytes"),
+                };
+                log(&format!("heap: attached to process {pid} ({comm}), {how}"));
+                self.watched.push(Watched {
+                    _held: attached.hold(),
+                    attached,
+                    comm,
+                    before: HashMap::new(),
+                });
+            }
+            Err(e) => log(&format!("heap: process {pid}: {e}: not profiled")),
+        }
+    }
+
+    /// Attach the processes that run a command of `--heap-comm` and were
+    /// not tried yet, but non-dumpable ones (not named by root: their
+    /// pids never were).
+    fn discover(&mut self, log: &mut dyn FnMut(&str)) {
+        if self.comms.is_empty() {
+            return;
+        }
+        // Processes gone are forgotten.
+        self.tried
+            .retain(|&pid, start| start_of(pid) == Some(*start));
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        let pids: Vec<u32> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|&pid| self.comms.contains(&comm_of(pid)))
+            .filter(|&pid| self.tried.get(&pid).copied() != start_of(pid))
+            .collect();
+        for pid in pids {
+            if dumpable(pid) {
+                self.attach(pid, log);
+            } else if let Some(start) = start_of(pid) {
+                self.tried.insert(pid, start);
+                log(&format!(
+                    "heap: process {pid} ({}) is not dumpable: not profiled (name it with --heap PID)",
+                    comm_of(pid)
+                ));
+            }
         }
     }
 
@@ -221,6 +301,7 @@ impl Heap {
             }
             true
         });
+        self.discover(log);
         out
     }
 

@@ -219,6 +219,9 @@ pub(crate) struct Args {
     /// Attach mprof to process PID and send its heap profile each interval too (repeatable).
     #[arg(long = "heap", value_name = "PID")]
     heap: Vec<u32>,
+    /// Attach mprof to every process running command NAME (its comm), when seen (repeatable).
+    #[arg(long = "heap-comm", value_name = "NAME")]
+    heap_comm: Vec<String>,
     /// The heap profiles' sampling: an allocation per N bytes on average (0: every one, exact).
     #[arg(long, value_name = "N", default_value_t = profdev_agent::heap::DEFAULT_SAMPLE_BYTES)]
     heap_sample_bytes: u64,
@@ -273,6 +276,7 @@ fn options(args: &Args) -> Result<Options> {
         lines: args.lines,
         heap: profdev_agent::heap::HeapOptions {
             pids: args.heap.clone(),
+            comms: args.heap_comm.clone(),
             sample_bytes: args.heap_sample_bytes,
             seed: None,
         },

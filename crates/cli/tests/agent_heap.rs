@@ -8,6 +8,8 @@
 //! alloc_space within 15% of the 200,000,000 bytes it allocated, summed
 //! over the intervals. SIGTERM ends the agent: the program is detached
 //! (its GOT's malloc is the C library's again), runs on and exits 0.
+//! With `--heap-comm NAME` a program started after the agent is attached
+//! at a cut, and the agent refuses itself (`--heap-comm profdev`).
 
 mod common;
 
@@ -24,9 +26,10 @@ use std::time::Duration;
 /// What the program allocates at its churning line.
 const CHURNED: f64 = 200_000_000.0;
 
-fn build(dir: &Path) -> PathBuf {
+/// The program, built as `dir/NAME` (its command name).
+fn build(dir: &Path, name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/agent/heap.c");
-    let exe = dir.join("heap");
+    let exe = dir.join(name);
     let ok = Command::new("cc")
         .args(["-g", "-O0", "-fno-omit-frame-pointer", "-o"])
         .arg(&exe)
@@ -165,72 +168,128 @@ fn churned_in_otlp(bodies: &[(String, Vec<u8>)]) -> (u64, Vec<i64>) {
     (total, pids)
 }
 
-#[test]
-fn the_agent_sends_a_heap_profile_and_detaches_at_sigterm() {
+/// Root (to attach to a process that is not the agent's child), system
+/// sampling, and a C compiler.
+fn ready() -> bool {
     let root = if profdev_testkit::is_root() {
         can_sample_system()
     } else {
         Err("attaching to a process that is not the agent's child needs root".to_string())
     };
-    if !privileged("profdev agent --heap", root)
-        || !profdev_testkit::tools("profdev agent --heap", &["cc"])
-    {
+    privileged("profdev agent --heap", root)
+        && profdev_testkit::tools("profdev agent --heap", &["cc"])
+}
+
+/// `profdev agent -v --interval 1 ARGS` (`PROFDEV_MPROF_SAMPLE_SEED=7`),
+/// its standard error lines gathered as they come.
+struct Agent {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: std::thread::JoinHandle<()>,
+    _state: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(args: &[&str]) -> Agent {
+        let state = common::tempdir();
+        let mut cmd = profdev();
+        cmd.args(["agent", "-v", "-F", "19", "--interval", "1"])
+            .args(args)
+            .arg("--state-dir")
+            .arg(state.path())
+            .env("PROFDEV_MPROF_SAMPLE_SEED", "7")
+            .stderr(Stdio::piped());
+        let mut child = with_default_signals(&mut cmd).spawn().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let reader = {
+            let lines = lines.clone();
+            let err = child.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                for l in BufReader::new(err).lines() {
+                    lines.lock().unwrap().push(l.unwrap());
+                }
+            })
+        };
+        Agent {
+            child,
+            lines,
+            reader,
+            _state: state,
+        }
+    }
+
+    fn said(&self, what: &str) -> bool {
+        self.lines.lock().unwrap().iter().any(|l| l.contains(what))
+    }
+
+    fn intervals(&self) -> usize {
+        let l = self.lines.lock().unwrap();
+        l.iter().filter(|l| l.contains(": interval ")).count()
+    }
+
+    /// Wait until it has said `what` (or ended, or refused `pid`).
+    fn wait_for(&mut self, what: &str, pid: u32) {
+        let refused =
+            |l: &String| l.contains(&format!("process {pid}")) && l.contains("not profiled");
+        profdev_testkit::wait_until(what, Duration::from_secs(120), || {
+            self.said(what)
+                || self.lines.lock().unwrap().iter().any(refused)
+                || self.child.try_wait().unwrap().is_some()
+        });
+        assert!(self.said(what), "{:?}", self.lines.lock().unwrap());
+    }
+
+    /// SIGTERM, then its lines once it has ended well.
+    fn stop(mut self) -> Vec<String> {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(sent, 0);
+        let status =
+            profdev_testkit::wait_exit("profdev agent", &mut self.child, Duration::from_secs(120));
+        self.reader.join().unwrap();
+        let lines = self.lines.lock().unwrap().clone();
+        assert!(status.success(), "{lines:?}");
+        lines
+    }
+}
+
+#[test]
+fn the_agent_sends_a_heap_profile_and_detaches_at_sigterm() {
+    if !ready() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut p = Prog::start(&build(dir.path()));
+    let mut p = Prog::start(&build(dir.path(), "heap"));
     let pyro = TcpListener::bind("127.0.0.1:0").unwrap();
     let pyro_url = format!("http://{}", pyro.local_addr().unwrap());
     let pushed = collector(pyro);
     let otlp = TcpListener::bind("127.0.0.1:0").unwrap();
     let otlp_url = format!("http://{}", otlp.local_addr().unwrap());
     let exported = collector(otlp);
-    let state = common::tempdir();
-    let mut cmd = profdev();
-    cmd.args(["agent", "-v", "-F", "19", "--interval", "1"])
-        .args(["--pyroscope", &pyro_url, "--otlp-protocol", "http"])
-        .args(["--otlp", &otlp_url, "--heap", &p.pid.to_string()])
-        .arg("--state-dir")
-        .arg(state.path())
-        .env("PROFDEV_MPROF_SAMPLE_SEED", "7")
-        .stderr(Stdio::piped());
-    let mut agent = with_default_signals(&mut cmd).spawn().unwrap();
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let reader = {
-        let lines = lines.clone();
-        let err = agent.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines() {
-                lines.lock().unwrap().push(l.unwrap());
-            }
-        })
-    };
-    let said = |what: &str| lines.lock().unwrap().iter().any(|l| l.contains(what));
-    let intervals = || {
-        let l = lines.lock().unwrap();
-        l.iter().filter(|l| l.contains(": interval ")).count()
-    };
+    let mut agent = Agent::start(&[
+        "--pyroscope",
+        &pyro_url,
+        "--otlp-protocol",
+        "http",
+        "--otlp",
+        &otlp_url,
+        "--heap",
+        &p.pid.to_string(),
+    ]);
     let attached = format!(
         "heap: attached to process {} (heap), sampling every 524288 bytes",
         p.pid
     );
-    profdev_testkit::wait_until("the attach", Duration::from_secs(120), || {
-        said(&attached) || said("not profiled") || agent.try_wait().unwrap().is_some()
-    });
-    assert!(said(&attached), "{:?}", lines.lock().unwrap());
+    agent.wait_for(&attached, p.pid);
     assert_eq!(p.ask("w"), "malloc in libprofdev_mprof.so", "counted");
     assert_eq!(p.ask("g"), "done");
     // The cut after the next began after the churn: its report has it.
-    let seen = intervals();
+    let seen = agent.intervals();
     profdev_testkit::wait_until("two more intervals", Duration::from_secs(120), || {
-        intervals() >= seen + 2
+        agent.intervals() >= seen + 2
     });
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) }, 0);
-    let status = profdev_testkit::wait_exit("profdev agent", &mut agent, Duration::from_secs(120));
-    reader.join().unwrap();
-    let lines = lines.lock().unwrap().clone();
-    assert!(status.success(), "{lines:?}");
+    let lines = agent.stop();
     let detached = format!("heap: process {} detached: it runs on", p.pid);
     assert!(lines.iter().any(|l| l.contains(&detached)), "{lines:?}");
 
@@ -250,6 +309,47 @@ fn the_agent_sends_a_heap_profile_and_detaches_at_sigterm() {
         );
     }
     // Detached: the C library's malloc again; it runs on and ends well.
+    assert_eq!(p.ask("w"), "malloc in libc.so.6", "its GOT given back");
+    p.quit();
+}
+
+/// `--heap-comm heapcomm`: the program, started once the agent runs, is
+/// attached at a cut; `--heap-comm profdev` finds the agent, refused.
+#[test]
+fn heap_comm_attaches_a_program_seen_later_and_never_the_agent() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "heapcomm");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let _pushed = collector(listener);
+    let mut agent = Agent::start(&[
+        "--pyroscope",
+        &url,
+        "--heap-comm",
+        "heapcomm",
+        "--heap-comm",
+        "profdev",
+    ]);
+    let me = format!(
+        "heap: process {} is the agent itself: not profiled",
+        agent.child.id()
+    );
+    profdev_testkit::wait_until("the first interval", Duration::from_secs(120), || {
+        agent.intervals() >= 1
+    });
+    assert!(agent.said(&me), "{:?}", agent.lines.lock().unwrap());
+    let mut p = Prog::start(&exe);
+    agent.wait_for(
+        &format!("heap: attached to process {} (heapcomm)", p.pid),
+        p.pid,
+    );
+    assert_eq!(p.ask("w"), "malloc in libprofdev_mprof.so", "counted");
+    let lines = agent.stop();
+    let detached = format!("heap: process {} detached: it runs on", p.pid);
+    assert!(lines.iter().any(|l| l.contains(&detached)), "{lines:?}");
     assert_eq!(p.ask("w"), "malloc in libc.so.6", "its GOT given back");
     p.quit();
 }
