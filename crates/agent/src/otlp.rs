@@ -196,33 +196,23 @@ impl Destination for Otlp {
         format!("{kind} {}", self.url)
     }
 
-    /// The CPU request, then the heap one (`--heap`), each after its
-    /// length (8 bytes, little-endian).
+    /// The CPU request, then the heap one (`--heap`), framed
+    /// ([`crate::send::frames`]).
     fn encode(&self, cut: &Cut) -> Result<Vec<u8>, String> {
         let cpu = request(cut, &self.common)?;
         let heap = crate::otlp_heap::request(cut, &self.common);
-        let mut out = Vec::new();
-        for body in std::iter::once(cpu).chain(heap) {
-            let body = match self.transport {
+        Ok(crate::send::frames(std::iter::once(cpu).chain(heap).map(
+            |body| match self.transport {
                 // gRPC compresses each message itself.
                 Transport::Http(..) => gzip(&body),
                 Transport::Grpc(..) => body,
-            };
-            out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-            out.extend_from_slice(&body);
-        }
-        Ok(out)
+            },
+        )))
     }
 
-    fn send(&mut self, mut bodies: &[u8]) -> Result<(), String> {
-        while bodies.len() >= 8 {
-            let (len, rest) = bodies.split_at(8);
-            let len = u64::from_le_bytes(len.try_into().expect("8 bytes")) as usize;
-            let body = rest
-                .get(..len)
-                .ok_or("internal error: a truncated OTLP body")?;
+    fn send(&mut self, bodies: &[u8]) -> Result<(), String> {
+        for body in crate::send::unframe(bodies)? {
             self.send_one(body)?;
-            bodies = &rest[len..];
         }
         Ok(())
     }
