@@ -22,6 +22,11 @@
 //!   pruned by size and age), read by `profdev report` and `export
 //!   --since`; [`health`]: the state directory and its health file, read
 //!   by `profdev stat --agent`.
+//! * [`heap`]: `--heap PID`, `--heap-comm NAME`: mprof's library
+//!   attached to chosen processes, a report asked of each at every cut,
+//!   turned into heap profiles ([`heap::HeapProfile`], in the [`Cut`]),
+//!   the processes detached at the end; [`otlp_heap`]: their OTLP
+//!   request.
 //! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC);
 //!   [`pyroscope`]: Grafana Pyroscope's push API (connect protocol, pprof);
 //!   [`parca`]: Parca's WriteRaw (gRPC, pprof); [`grpc`]: their client;

@@ -11,6 +11,9 @@
 //! are not sent again, and its sentence becomes the destination's last
 //! error.
 //!
+//! A cut's heap profiles (`--heap`) go in a request of their own, sent
+//! after the CPU one ([`crate::otlp_heap`]).
+//!
 //! Resource attributes: `host.name` and each `--label` on every resource;
 //! per process `process.pid` and `process.executable.name` (the encoder's),
 //! `process.executable.path`, `process.executable.build_id.gnu` (the

@@ -21,6 +21,12 @@
 //! form file `profile` and a `sample_type_config` naming its `samples`
 //! type as CPU samples (the form fields of Pyroscope's pprof ingestion).
 //!
+//! A cut's heap profiles (`--heap`) are series of their own
+//! ([`heap_series`]): `__name__` = `memory`, the series labels above,
+//! `pid` and `comm`; a pprof of Go's heap sample types. The push request
+//! holds them after the CPU series; `/ingest` gets one request each, its
+//! `sample_type_config` [`HEAP_SAMPLE_TYPE_CONFIG`].
+//!
 //! The messages below are those of grafana/pyroscope's
 //! `api/push/v1/push.proto` (read at commit 0ed69a0b06a0) and
 //! `api/types/v1/types.proto` (`LabelPair`, commit 06206ad74307): the
