@@ -22,6 +22,11 @@
 //!   pruned by size and age), read by `profdev report` and `export
 //!   --since`; [`health`]: the state directory and its health file, read
 //!   by `profdev stat --agent`.
+//! * [`heap`]: `--heap PID`, `--heap-comm NAME`: mprof's library
+//!   attached to chosen processes, a report asked of each at every cut,
+//!   turned into heap profiles ([`heap::HeapProfile`], in the [`Cut`]),
+//!   the processes detached at the end; [`otlp_heap`]: their OTLP
+//!   request.
 //! * [`otlp`]: the OpenTelemetry destination (HTTP and gRPC);
 //!   [`pyroscope`]: Grafana Pyroscope's push API (connect protocol, pprof);
 //!   [`parca`]: Parca's WriteRaw (gRPC, pprof); [`grpc`]: their client;
@@ -44,8 +49,10 @@ pub mod disk;
 pub mod fuzzing;
 pub mod grpc;
 pub mod health;
+pub mod heap;
 pub mod labels;
 pub mod otlp;
+pub mod otlp_heap;
 pub mod parca;
 pub mod pyroscope;
 pub mod send;
@@ -84,6 +91,9 @@ pub struct Cut {
     pub recording: Vec<u8>,
     /// The labels of the processes it samples.
     pub processes: BTreeMap<u32, Arc<ProcessLabels>>,
+    /// The heap profiles of the `--heap` processes (none in the disk
+    /// spool).
+    pub heap: Vec<heap::HeapProfile>,
 }
 
 /// An OTLP destination as the command line gives it.
@@ -141,6 +151,8 @@ pub struct Options {
     /// `--store-max-bytes` and `--store-max-age`: the store's bounds.
     pub store_max_bytes: u64,
     pub store_max_age: Duration,
+    /// `--heap PID`, `--heap-sample-bytes`: heap profiles too.
+    pub heap: heap::HeapOptions,
 }
 
 impl Default for Options {
@@ -166,6 +178,10 @@ impl Default for Options {
             store: None,
             store_max_bytes: store::DEFAULT_MAX_BYTES,
             store_max_age: store::DEFAULT_MAX_AGE,
+            heap: heap::HeapOptions {
+                sample_bytes: heap::DEFAULT_SAMPLE_BYTES,
+                ..heap::HeapOptions::default()
+            },
         }
     }
 }
@@ -387,6 +403,7 @@ pub fn run_with(
     let mut start = unix_ns();
     let mut iv = Intervals::new(&iv_opts, objects, start);
     let mut health = Health::new(opts, log);
+    let mut heap = Some(heap::Heap::start(&opts.heap, log));
     let mut labels = Labels::new("/proc".into());
     let mut out = Outcome::default();
     let mut batch: Vec<Record> = Vec::new();
@@ -423,6 +440,11 @@ pub fn run_with(
             let to_unix = end.wrapping_sub(profdev_sample::sys::monotonic_ns());
             let samples = iv.samples();
             iv.cut(end);
+            let heap = match (stopping, &mut heap) {
+                (true, h) => h.take().map_or_else(Vec::new, |h| h.finish(log)),
+                (false, Some(h)) => h.cut(log),
+                (false, None) => Vec::new(),
+            };
             cutting.push_back(Cut {
                 seq: out.profiles,
                 start_ns: start,
@@ -430,6 +452,7 @@ pub fn run_with(
                 to_unix,
                 recording: Vec::new(),
                 processes: labels.cut(),
+                heap,
             });
             out.profiles += 1;
             out.samples += samples;

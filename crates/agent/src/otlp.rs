@@ -11,6 +11,9 @@
 //! are not sent again, and its sentence becomes the destination's last
 //! error.
 //!
+//! A cut's heap profiles (`--heap`) go in a request of their own, sent
+//! after the CPU one ([`crate::otlp_heap`]).
+//!
 //! Resource attributes: `host.name` and each `--label` on every resource;
 //! per process `process.pid` and `process.executable.name` (the encoder's),
 //! `process.executable.path`, `process.executable.build_id.gnu` (the
@@ -196,16 +199,35 @@ impl Destination for Otlp {
         format!("{kind} {}", self.url)
     }
 
+    /// The CPU request, then the heap one (`--heap`), framed
+    /// ([`crate::send::frames`]).
     fn encode(&self, cut: &Cut) -> Result<Vec<u8>, String> {
-        let body = request(cut, &self.common)?;
-        Ok(match self.transport {
-            // gRPC compresses each message itself.
-            Transport::Http(..) => gzip(&body),
-            Transport::Grpc(..) => body,
-        })
+        let cpu = request(cut, &self.common)?;
+        let heap = crate::otlp_heap::request(cut, &self.common);
+        Ok(crate::send::frames(std::iter::once(cpu).chain(heap).map(
+            |body| match self.transport {
+                // gRPC compresses each message itself.
+                Transport::Http(..) => gzip(&body),
+                Transport::Grpc(..) => body,
+            },
+        )))
     }
 
-    fn send(&mut self, body: &[u8]) -> Result<(), String> {
+    fn send(&mut self, bodies: &[u8]) -> Result<(), String> {
+        for body in crate::send::unframe(bodies)? {
+            self.send_one(body)?;
+        }
+        Ok(())
+    }
+
+    fn note(&mut self) -> Option<String> {
+        self.note.take()
+    }
+}
+
+impl Otlp {
+    /// Send one request; its answer's partial success kept for `note`.
+    fn send_one(&mut self, body: &[u8]) -> Result<(), String> {
         let answer = match &mut self.transport {
             Transport::Http(agent, target) => {
                 let mut req = agent
@@ -226,12 +248,10 @@ impl Destination for Otlp {
             }
             Transport::Grpc(g) => g.call(GRPC_PATH, body)?,
         };
-        self.note = partial_success(&answer);
+        if let Some(n) = partial_success(&answer) {
+            self.note = Some(n);
+        }
         Ok(())
-    }
-
-    fn note(&mut self) -> Option<String> {
-        self.note.take()
     }
 }
 

@@ -67,21 +67,26 @@ pub struct RawSample {
     pub raw_profile: Vec<u8>,
 }
 
-/// The `WriteRawRequest` bytes of `cut`; `common` are the attributes of
+/// The `WriteRawRequest` bytes of `cut` (its CPU series, then a heap
+/// series per `--heap` process, `__name__` = `memory`, as Parca names Go's
+/// heap profiles); `common` are the attributes of
 /// every profile (the host, `--label`s).
 pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String> {
-    let (labels, raw_profile) = crate::pyroscope::series(cut, common)?;
+    let cpu = crate::pyroscope::series(cut, common)?;
     let req = WriteRawRequest {
         tenant: String::new(),
-        series: vec![RawProfileSeries {
-            labels: Some(LabelSet {
-                labels: labels
-                    .into_iter()
-                    .map(|(name, value)| Label { name, value })
-                    .collect(),
-            }),
-            samples: vec![RawSample { raw_profile }],
-        }],
+        series: std::iter::once(cpu)
+            .chain(crate::pyroscope::heap_series(cut, common))
+            .map(|(labels, raw_profile)| RawProfileSeries {
+                labels: Some(LabelSet {
+                    labels: labels
+                        .into_iter()
+                        .map(|(name, value)| Label { name, value })
+                        .collect(),
+                }),
+                samples: vec![RawSample { raw_profile }],
+            })
+            .collect(),
         normalized: true,
     };
     Ok(req.encode_to_vec())

@@ -21,6 +21,12 @@
 //! form file `profile` and a `sample_type_config` naming its `samples`
 //! type as CPU samples (the form fields of Pyroscope's pprof ingestion).
 //!
+//! A cut's heap profiles (`--heap`) are series of their own
+//! ([`heap_series`]): `__name__` = `memory`, the series labels above,
+//! `pid` and `comm`; a pprof of Go's heap sample types. The push request
+//! holds them after the CPU series; `/ingest` gets one request each, its
+//! `sample_type_config` [`HEAP_SAMPLE_TYPE_CONFIG`].
+//!
 //! The messages below are those of grafana/pyroscope's
 //! `api/push/v1/push.proto` (read at commit 0ed69a0b06a0) and
 //! `api/types/v1/types.proto` (`LabelPair`, commit 06206ad74307): the
@@ -43,6 +49,14 @@ pub const INGEST_PATH: &str = "/ingest";
 /// values are CPU samples (the `cpu/nanoseconds` ones are left out).
 pub const SAMPLE_TYPE_CONFIG: &str =
     r#"{"samples":{"units":"samples","aggregation":"sum","display-name":"cpu","sampled":true}}"#;
+/// The `sample_type_config` of an ingested heap pprof (`--heap`):
+/// Pyroscope's own for Go's heap profiles, but none cumulative (the
+/// agent's `alloc_*` values are the interval's already).
+pub const HEAP_SAMPLE_TYPE_CONFIG: &str = concat!(
+    r#"{"alloc_objects":{"units":"objects"},"alloc_space":{"units":"bytes"},"#,
+    r#""inuse_objects":{"units":"objects","aggregation":"average"},"#,
+    r#""inuse_space":{"units":"bytes","aggregation":"average"}}"#
+);
 /// The profile name of CPU profiles in Pyroscope.
 pub const PROFILE_NAME: &str = "process_cpu";
 /// `service_name` when no `--label` gives one.
@@ -97,10 +111,10 @@ pub fn label_name(key: &str) -> String {
     s
 }
 
-/// A UUID-shaped id of a cut, from its number and start.
-fn profile_id(cut: &Cut) -> String {
+/// A UUID-shaped id of a cut's `n`-th series, from its number and start.
+fn profile_id(cut: &Cut, n: u64) -> String {
     let a = cut.start_ns;
-    let b = cut.seq ^ 0x9e37_79b9_7f4a_7c15;
+    let b = (cut.seq ^ 0x9e37_79b9_7f4a_7c15).wrapping_add(n << 40);
     format!(
         "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
         a >> 32,
@@ -143,21 +157,48 @@ pub fn series(cut: &Cut, common: &[(String, String)]) -> Result<Series, String> 
     Ok((labels, pprof::write_with(&rec, &resource)))
 }
 
-/// The `PushRequest` bytes of `cut`; `common` are the attributes of every
-/// profile (the host, `--label`s).
+/// The heap series of `cut` (`--heap`), one per process: labelled
+/// `__name__` = `memory`, the series labels of the CPU one, `pid` and
+/// `comm`; the gzipped pprof of Go's heap sample types.
+pub fn heap_series(cut: &Cut, common: &[(String, String)]) -> Vec<Series> {
+    cut.heap
+        .iter()
+        .map(|h| {
+            let mut labels = vec![(
+                "__name__".to_string(),
+                crate::heap::PROFILE_NAME.to_string(),
+            )];
+            labels.extend(common.iter().map(|(k, v)| (label_name(k), v.clone())));
+            if !labels.iter().any(|(k, _)| k == "service_name") {
+                labels.push(("service_name".into(), DEFAULT_SERVICE.into()));
+            }
+            labels.push(("pid".into(), h.pid.to_string()));
+            labels.push(("comm".into(), h.comm.clone()));
+            let pprof = h.pprof(cut.start_ns, cut.end_ns);
+            (labels, crate::otlp::gzip(&pprof))
+        })
+        .collect()
+}
+
+/// The `PushRequest` bytes of `cut`: its CPU series, then its heap ones;
+/// `common` are the attributes of every profile (the host, `--label`s).
 pub fn request(cut: &Cut, common: &[(String, String)]) -> Result<Vec<u8>, String> {
-    let (labels, raw_profile) = series(cut, common)?;
+    let cpu = series(cut, common)?;
     let req = PushRequest {
-        series: vec![RawProfileSeries {
-            labels: labels
-                .into_iter()
-                .map(|(name, value)| LabelPair { name, value })
-                .collect(),
-            samples: vec![RawSample {
-                raw_profile,
-                id: profile_id(cut),
-            }],
-        }],
+        series: std::iter::once(cpu)
+            .chain(heap_series(cut, common))
+            .enumerate()
+            .map(|(i, (labels, raw_profile))| RawProfileSeries {
+                labels: labels
+                    .into_iter()
+                    .map(|(name, value)| LabelPair { name, value })
+                    .collect(),
+                samples: vec![RawSample {
+                    raw_profile,
+                    id: profile_id(cut, i as u64),
+                }],
+            })
+            .collect(),
     };
     Ok(req.encode_to_vec())
 }
@@ -201,9 +242,41 @@ pub fn ingest_request(
     frequency: u32,
 ) -> Result<(String, String, Vec<u8>), String> {
     let (labels, profile) = series(cut, common)?;
+    let rate = format!("&sampleRate={frequency}");
+    Ok(ingest_part(
+        cut,
+        &labels,
+        &profile,
+        &rate,
+        SAMPLE_TYPE_CONFIG,
+    ))
+}
+
+/// The ingest requests of `cut`'s heap profiles (`--heap`), as
+/// [`ingest_request`]'s: each series' labels but `__name__` in `name`,
+/// its pprof with [`HEAP_SAMPLE_TYPE_CONFIG`].
+pub fn heap_ingest_requests(
+    cut: &Cut,
+    common: &[(String, String)],
+) -> Vec<(String, String, Vec<u8>)> {
+    heap_series(cut, common)
+        .iter()
+        .map(|(labels, profile)| ingest_part(cut, labels, profile, "", HEAP_SAMPLE_TYPE_CONFIG))
+        .collect()
+}
+
+/// One ingest request: the series `labels`, the gzipped pprof `profile`,
+/// `rate` (`&sampleRate=HZ` or nothing) and the `sample_type_config`.
+fn ingest_part(
+    cut: &Cut,
+    labels: &[(String, String)],
+    profile: &[u8],
+    rate: &str,
+    config: &str,
+) -> (String, String, Vec<u8>) {
     let query = format!(
-        "name={}&from={}&until={}&format=pprof&sampleRate={frequency}&spyName=profdev",
-        query_value(&ingest_name(&labels)),
+        "name={}&from={}&until={}&format=pprof{rate}&spyName=profdev",
+        query_value(&ingest_name(labels)),
         cut.start_ns / 1_000_000_000,
         cut.end_ns.div_ceil(1_000_000_000),
     );
@@ -212,19 +285,15 @@ pub fn ingest_request(
     let boundary = loop {
         let b = format!("profdev-{n:016x}");
         let found = |hay: &[u8]| hay.windows(b.len()).any(|w| w == b.as_bytes());
-        if !found(&profile) && !found(SAMPLE_TYPE_CONFIG.as_bytes()) {
+        if !found(profile) && !found(config.as_bytes()) {
             break b;
         }
         n = n.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
     };
     let mut body = Vec::new();
     for (field, file, bytes) in [
-        ("profile", "profile.pprof", &profile[..]),
-        (
-            "sample_type_config",
-            "config.json",
-            SAMPLE_TYPE_CONFIG.as_bytes(),
-        ),
+        ("profile", "profile.pprof", profile),
+        ("sample_type_config", "config.json", config.as_bytes()),
     ] {
         body.extend_from_slice(
             format!(
@@ -236,7 +305,7 @@ pub fn ingest_request(
         body.extend_from_slice(b"\r\n");
     }
     body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    Ok((query, boundary, body))
+    (query, boundary, body)
 }
 
 /// Pyroscope's two ingestion APIs.
@@ -334,19 +403,36 @@ impl Destination for Pyroscope {
         format!("pyroscope {}", self.url)
     }
 
+    /// One push request (CPU and heap series), or an ingest request per
+    /// profile, framed ([`crate::send::frames`]).
     fn encode(&self, cut: &Cut) -> Result<Vec<u8>, String> {
-        match self.api {
-            Api::Push => request(cut, &self.common),
+        Ok(crate::send::frames(match self.api {
+            Api::Push => vec![request(cut, &self.common)?],
             Api::Ingest => {
-                let (query, boundary, body) = ingest_request(cut, &self.common, self.frequency)?;
-                let mut out = format!("{query} {boundary}\n").into_bytes();
-                out.extend_from_slice(&body);
-                Ok(out)
+                let cpu = ingest_request(cut, &self.common, self.frequency)?;
+                std::iter::once(cpu)
+                    .chain(heap_ingest_requests(cut, &self.common))
+                    .map(|(query, boundary, body)| {
+                        let mut out = format!("{query} {boundary}\n").into_bytes();
+                        out.extend_from_slice(&body);
+                        out
+                    })
+                    .collect()
             }
-        }
+        }))
     }
 
-    fn send(&mut self, body: &[u8]) -> Result<(), String> {
+    fn send(&mut self, bodies: &[u8]) -> Result<(), String> {
+        for body in crate::send::unframe(bodies)? {
+            self.send_one(body)?;
+        }
+        Ok(())
+    }
+}
+
+impl Pyroscope {
+    /// Send one request.
+    fn send_one(&mut self, body: &[u8]) -> Result<(), String> {
         let (how, body) = split_body(self.api, body)?;
         let target = match &how.query {
             Some(q) => format!("{}?{q}", self.target),
@@ -432,6 +518,83 @@ mod tests {
         assert!(
             text.contains(SAMPLE_TYPE_CONFIG) && text.ends_with(&format!("--{boundary}--\r\n"))
         );
+    }
+
+    /// A cut with a heap profile: a second push series, `memory`, with
+    /// the process's pid and comm; an ingest request of its own with
+    /// Go's heap sample types.
+    #[test]
+    fn heap_profiles_are_series_of_their_own() {
+        let mut enc = profdev_formats::recording::Encoder::new(&Default::default());
+        enc.end();
+        let stack = profdev_formats::pprof::heap::HeapStack {
+            frames: vec![profdev_formats::pprof::heap::HeapFrame {
+                function: "churn".into(),
+                ..Default::default()
+            }],
+            alloc_objects: 2,
+            alloc_space: 2048,
+            ..Default::default()
+        };
+        let cut = Cut {
+            start_ns: 1_700_000_000_000_000_000,
+            end_ns: 1_700_000_015_000_000_000,
+            recording: enc.take(),
+            heap: vec![crate::heap::HeapProfile {
+                pid: 42,
+                comm: "svc".into(),
+                sample_bytes: 524288,
+                stacks: vec![stack],
+            }],
+            ..Cut::default()
+        };
+        let req = PushRequest::decode(&request(&cut, &[]).unwrap()[..]).unwrap();
+        assert_eq!(req.series.len(), 2);
+        let labels: Vec<(&str, &str)> = req.series[1]
+            .labels
+            .iter()
+            .map(|l| (l.name.as_str(), l.value.as_str()))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("__name__", "memory"),
+                ("service_name", "profdev-agent"),
+                ("pid", "42"),
+                ("comm", "svc")
+            ]
+        );
+        assert_ne!(req.series[0].samples[0].id, req.series[1].samples[0].id);
+        let heap =
+            profdev_formats::pprof::decode::heap_stacks(&req.series[1].samples[0].raw_profile)
+                .unwrap();
+        assert_eq!(
+            (heap[0].frames[0].function.as_str(), heap[0].alloc_space),
+            ("churn", 2048)
+        );
+
+        let parts = heap_ingest_requests(&cut, &[]);
+        assert_eq!(parts.len(), 1);
+        let (query, _, body) = &parts[0];
+        assert_eq!(
+            query,
+            "name=profdev-agent%7Bpid%3D42%2Ccomm%3Dsvc%7D&from=1700000000&until=1700000015&format=pprof&spyName=profdev"
+        );
+        assert!(String::from_utf8_lossy(body).contains(HEAP_SAMPLE_TYPE_CONFIG));
+        // Both go out, the CPU request first, framed.
+        let d = Pyroscope::new(
+            crate::url::Url::parse("http://127.0.0.1:1", 4040).unwrap(),
+            Api::Ingest,
+            19,
+            Vec::new(),
+            None,
+            &crate::tls::Tls::system(),
+        )
+        .unwrap();
+        let framed = d.encode(&cut).unwrap();
+        let bodies = crate::send::unframe(&framed).unwrap();
+        assert_eq!(bodies.len(), 2);
+        assert!(bodies[1].starts_with(format!("{query} ").as_bytes()));
     }
 
     #[test]

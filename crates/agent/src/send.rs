@@ -39,6 +39,35 @@ pub trait Destination: Send {
     }
 }
 
+/// Several request bodies as one (each after its length, 8 bytes
+/// little-endian), for a destination that sends a cut in several
+/// requests (the heap profiles' after the CPU one's).
+pub fn frames(bodies: impl IntoIterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for body in bodies {
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+/// The bodies of [`frames`].
+pub fn unframe(mut bytes: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (len, rest) = bytes
+            .split_first_chunk::<8>()
+            .ok_or("internal error: a truncated request body")?;
+        let len = usize::try_from(u64::from_le_bytes(*len)).unwrap_or(usize::MAX);
+        if len > rest.len() {
+            return Err("internal error: a truncated request body".into());
+        }
+        out.push(&rest[..len]);
+        bytes = &rest[len..];
+    }
+    Ok(out)
+}
+
 /// The backoff after the first failure, and its cap.
 #[derive(Clone, Copy, Debug)]
 pub struct Backoff {
@@ -279,6 +308,15 @@ fn run(shared: &Shared, mut dest: Box<dyn Destination>, backoff: Backoff) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_come_back_whole() {
+        let f = frames([b"ab".to_vec(), Vec::new(), b"c".to_vec()]);
+        assert_eq!(unframe(&f).unwrap(), [&b"ab"[..], b"", b"c"]);
+        assert!(unframe(&f[..f.len() - 1]).is_err());
+        assert!(unframe(&f[..3]).is_err());
+        assert_eq!(unframe(&[]).unwrap(), Vec::<&[u8]>::new());
+    }
     use std::sync::mpsc;
 
     fn cut(seq: u64, bytes: usize) -> Arc<Cut> {

@@ -9,6 +9,7 @@
 //!               [--otlp URL [--otlp-protocol grpc|http]] [--pyroscope URL [--pyroscope-api push|ingest]]
 //!               [--parca URL] [--token-file F | --basic-auth-file F] [--tls-ca F] [--spool DIR]
 //!               [--state-dir DIR] [--store DIR] [--store-max-bytes BYTES] [--store-max-age DURATION]
+//!               [--heap PID]... [--heap-comm NAME]... [--heap-sample-bytes N]
 //! ```
 //!
 //! # Description
@@ -64,6 +65,27 @@
 //! (the addresses are the objects' own). Any of the three destinations may
 //! be given together.
 //!
+//! `--heap PID` (repeatable) profiles PID's heap too: mprof's library is
+//! attached as `mprof -p PID --sample-bytes N` attaches it (whole stacks,
+//! sampled every N = `--heap-sample-bytes` bytes on average, default
+//! 524288; 0 counts all), asked for a report at each cut. Per allocation
+//! stack: bytes and blocks allocated in the interval (`alloc_space`,
+//! `alloc_objects`; unbiased estimates, standard error at most √(N·B) for
+//! B bytes) and in use at its end (`inuse_space`, `inuse_objects`).
+//! `--heap-comm NAME` (repeatable) attaches the processes whose
+//! `/proc/PID/comm` is NAME when first seen (at the start, at each cut),
+//! but non-dumpable ones. Each attach, or why not, is a line on standard
+//! error (`heap: attached to process PID (COMM), …`). Refused: the agent,
+//! any profdev, and what `mprof -p` refuses (static, counted or detached
+//! before, traced); root attaches any other process it names, as `mprof
+//! -p` run by root does. Pyroscope gets a series `__name__=memory`
+//! (labels `pid`, `comm`) in the push request, or with `ingest` a request
+//! of its own (Go's heap `sample_type_config`, none cumulative); Parca a
+//! series `__name__=memory`; OTLP a request of its own after the CPU one
+//! (four `Profile`s per process, one per sample type). A process that
+//! exits is dropped; when the agent ends each gives a last report and is
+//! detached (its GOT given back): it runs on uncounted.
+//!
 //! Sending runs apart from sampling, one thread per destination: a
 //! destination that is down or slow gets exponential backoff with jitter
 //! (from a tenth of the interval, doubling to eight intervals, at most
@@ -110,6 +132,7 @@
 //!
 //! ```text
 //! profdev agent -v --interval 15 --otlp http://127.0.0.1:4317 --label service_name=web
+//! profdev agent --pyroscope http://127.0.0.1:4040 --heap "$(pidof web)"  # its heap too
 //! profdev agent &  profdev report --since 10m  # the local store, no backend
 //! ```
 //!
@@ -121,6 +144,14 @@
 //! read from `/proc` at its fork, exec or first sample: one that moves to
 //! another cgroup keeps the first. Samples are put in the interval whose cut the merge of the
 //! CPUs' rings has released them to (up to about 10 ms late).
+//!
+//! Heap profiles go only to network destinations (not the store, not
+//! `--spool DIR`). Reports are asked for and symbolized on the sampling
+//! thread (up to 5 s for a process that does not answer), the ELF files
+//! read at each cut by their paths in the agent's mount namespace. The
+//! process must see the agent's temporary directory and the agent needs
+//! root: no container in another mount namespace, nor `deploy/`'s units.
+//! A process once detached is not attached again.
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Parser, ValueEnum};
@@ -216,6 +247,15 @@ pub(crate) struct Args {
     /// Name source lines too (reads each object's DWARF: more memory and time).
     #[arg(long)]
     lines: bool,
+    /// Attach mprof to process PID and send its heap profile each interval too (repeatable).
+    #[arg(long = "heap", value_name = "PID")]
+    heap: Vec<u32>,
+    /// Attach mprof to every process running command NAME (its comm), when seen (repeatable).
+    #[arg(long = "heap-comm", value_name = "NAME")]
+    heap_comm: Vec<String>,
+    /// The heap profiles' sampling: an allocation per N bytes on average (0: every one, exact).
+    #[arg(long, value_name = "N", default_value_t = profdev_agent::heap::DEFAULT_SAMPLE_BYTES)]
+    heap_sample_bytes: u64,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -265,6 +305,12 @@ fn options(args: &Args) -> Result<Options> {
         insecure: args.insecure,
         verbose: args.verbose,
         lines: args.lines,
+        heap: profdev_agent::heap::HeapOptions {
+            pids: args.heap.clone(),
+            comms: args.heap_comm.clone(),
+            sample_bytes: args.heap_sample_bytes,
+            seed: None,
+        },
         ..Options::default()
     })
 }

@@ -90,7 +90,8 @@ const MAY_USE: &[(&str, &[&str])] = &[
         &["core", "formats", "sample", "symbolize", "safefile"],
     ),
     // profdev agent: the recorder cut per interval, labels, senders (its
-    // spool on disk and health file will go through safefile).
+    // spool on disk and health file will go through safefile); --heap's
+    // attach (attach, mprof) and symbols (classic, as mprof --pprof's).
     (
         "agent",
         &[
@@ -100,6 +101,9 @@ const MAY_USE: &[(&str, &[&str])] = &[
             "symbolize",
             "record",
             "safefile",
+            "attach",
+            "mprof",
+            "classic",
         ],
     ),
     // The classic commands' work between command line and output: over
