@@ -403,6 +403,12 @@ pub fn launch_env(
     if args.temporary {
         push(profdev_mprof::TEMPORARY_ENV, "1".into());
     }
+    if args.stacks() {
+        let dir = session.path().join("unwind");
+        let (k, v) = profdev_mprof::unwind::write_tables(&dir, program)
+            .context("cannot write the unwind tables")?;
+        env.push((k.to_string(), v));
+    }
     let mut paths = vec![program.to_path_buf()];
     paths.extend(
         args.modules

@@ -138,6 +138,7 @@ pub mod scan;
 mod session;
 mod stacks;
 pub mod system;
+pub mod unwind;
 
 pub use merge::{decode_pairs, histogram_pairs, merge, Module, Site};
 pub use read::{read_dir_reports, read_live, read_report, read_reports, Limits, Live, LiveState};
