@@ -405,7 +405,8 @@ pub fn launch_env(
     }
     if args.stacks() {
         let dir = session.path().join("unwind");
-        let (k, v) = profdev_mprof::unwind::write_tables(&dir, program)
+        let modules = profdev_mprof::unwind::modules(program);
+        let (k, v) = profdev_mprof::unwind::write_tables(&dir, &modules)
             .context("cannot write the unwind tables")?;
         env.push((k.to_string(), v));
     }

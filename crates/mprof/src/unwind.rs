@@ -36,6 +36,8 @@ pub const VERSION: u32 = 1;
 pub const HEADER: usize = 32;
 /// An entry's size in bytes.
 pub const ENTRY: usize = 16;
+/// Larger modules get no table (their frames are walked by frame pointer).
+pub const MAX_MODULE: u64 = 1 << 30;
 
 /// How a frame whose pc lies in a range is unwound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,14 +287,20 @@ fn dynamic(data: &[u8]) -> Option<(Vec<String>, Vec<String>)> {
     Some((needed, rpaths))
 }
 
-/// Writes the tables of `program` and its libraries into `dir` (created,
-/// private), through profdev-safefile; the variable and its value.
-/// Modules whose table cannot be built are left out (their frames are
-/// walked by frame pointer).
-pub fn write_tables(dir: &Path, program: &Path) -> std::io::Result<(&'static str, OsString)> {
+/// Writes the tables of `modules` (paths of ELF files; see [`modules`])
+/// into `dir` (created, private), through profdev-safefile; the variable
+/// and its value. Modules whose table cannot be built are left out
+/// (their frames are walked by frame pointer).
+pub fn write_tables(dir: &Path, modules: &[PathBuf]) -> std::io::Result<(&'static str, OsString)> {
     profdev_safefile::create_dir(dir, 0o700).map_err(profdev_safefile::Error::into_os_error)?;
-    for m in modules(program) {
-        let (Ok(meta), Ok(data)) = (std::fs::metadata(&m), std::fs::read(&m)) else {
+    for m in modules {
+        let Ok(meta) = std::fs::metadata(m) else {
+            continue;
+        };
+        if !meta.is_file() || meta.len() > MAX_MODULE {
+            continue;
+        }
+        let Ok(data) = std::fs::read(m) else {
             continue;
         };
         let Ok(table) = build(&data) else {
