@@ -212,7 +212,10 @@ pub fn attach_process(
         .map_err(|e| io_dev("cannot make the report directory", e))?;
     std::os::unix::fs::chown(&out, Some(uid), Some(gid))
         .map_err(|e| io_dev("cannot give the report directory to the process's user", e))?;
-    let config = options.config(&out);
+    let mut config = options.config(&out);
+    if options.stacks {
+        config.push_str(&unwind_tables(pid, dir.path(), &maps, uid, gid)?);
+    }
     let lib_s = lib.to_string_lossy().into_owned();
     // On a thread of its own: when it ends, the kernel releases any thread
     // of PID the injector could not detach.
@@ -241,6 +244,41 @@ pub fn attach_process(
             out.display()
         ))),
     }
+}
+
+/// The unwind tables of the modules `maps` (process `pid`'s) holds (all
+/// it has loaded, dlopen'd ones too), in `dir/unwind`, which becomes the
+/// process's user's (`uid`, `gid`), with its files: the config line that
+/// names it.
+fn unwind_tables(
+    pid: u32,
+    dir: &Path,
+    maps: &[profdev_inject::Mapping],
+    uid: u32,
+    gid: u32,
+) -> Result<String, DevError> {
+    // Each executable file mapping once, opened through map_files: the
+    // very file mapped, whatever its path names now.
+    let mut seen = std::collections::BTreeSet::new();
+    let paths: Vec<std::path::PathBuf> = maps
+        .iter()
+        .filter(|m| m.path.starts_with('/') && m.perms.exec() && m.inode != 0)
+        .filter(|m| seen.insert((m.major, m.minor, m.inode)))
+        .map(|m| format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end).into())
+        .collect();
+    let udir = dir.join("unwind");
+    let (k, v) = profdev_mprof::unwind::write_tables(&udir, &paths)
+        .map_err(|e| io_dev("cannot write the unwind tables", e))?;
+    let chown = |p: &Path| std::os::unix::fs::chown(p, Some(uid), Some(gid));
+    chown(&udir).map_err(|e| io_dev("cannot give the unwind tables to the process's user", e))?;
+    for e in std::fs::read_dir(&udir)
+        .map_err(|e| io_dev("cannot list the unwind tables", e))?
+        .flatten()
+    {
+        chown(&e.path())
+            .map_err(|e| io_dev("cannot give the unwind tables to the process's user", e))?;
+    }
+    Ok(format!("{k}={}\n", v.to_string_lossy()))
 }
 
 /// At most this many entries of an attached process's report directory

@@ -404,6 +404,13 @@ pub fn launch_env(
     if args.temporary {
         push(profdev_mprof::TEMPORARY_ENV, "1".into());
     }
+    if args.stacks() {
+        let dir = session.path().join("unwind");
+        let modules = profdev_mprof::unwind::modules(program);
+        let (k, v) = profdev_mprof::unwind::write_tables(&dir, &modules)
+            .context("cannot write the unwind tables")?;
+        env.push((k.to_string(), v));
+    }
     let mut paths = vec![program.to_path_buf()];
     paths.extend(
         args.modules

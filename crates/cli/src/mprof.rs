@@ -85,10 +85,17 @@
 //!
 //! **Stacks.** With `--folded`, `--pprof` or `--peak` (unless `--no-stacks`) each
 //! allocation is charged to its whole call stack too: its site (as above)
-//! and the callers found by walking frame pointers from the site's frame
-//! (at most 64 frames, each checked before it is read); the stack ends at
-//! the first caller built without frame pointers (`-fno-omit-frame-pointer`
-//! keeps them). Stacks merge per unique stack (16,384 at most per process,
+//! and its callers (at most 64 frames). Before the run, profdev builds
+//! from `.eh_frame` an unwind table for the program and the libraries it
+//! needs (`DT_NEEDED`, found as the loader would; with `-p PID`, for every
+//! module the process has mapped): address ranges and their rule (the
+//! CFA at `rsp` or `rbp` plus an offset, the return address below it, `rbp`
+//! saved or unchanged), shared read-only with the library, which keeps
+//! each return address's rule in a lock-free hash. A frame no table
+//! covers (a library `dlopen`'d later) is walked by its frame pointer; a
+//! frame whose CFI is of another kind ends the stack. Every address read
+//! is checked first (8-aligned, within the thread's stack, each frame
+//! above the one before). Stacks merge per unique stack (16,384 at most per process,
 //! the rest as one `[mprof: stack table full]` stack). The tables are
 //! unchanged. Cost: `bench/README.md`.
 //!
@@ -276,9 +283,14 @@
 //!   execs are not counted, and children it forks only if they end
 //!   first. The limits of attaching are in `profdev_dev::prof`'s memory
 //!   mode (`startmp… PID`).
-//! * Stacks come from frame pointers alone (no unwind tables yet): code
-//!   built without them (most distributions' libc) ends a stack there, and
-//!   a frame that calls by a tail call is missing.
+//! * Unwind tables cover the launched program and its `DT_NEEDED`
+//!   libraries only: a library `dlopen`'d later, and the programs a
+//!   script or shim execs (`python3` behind a pyenv shim), are walked by
+//!   frame pointers, and a stack ends at their first frame built without
+//!   them. Frames whose CFI is not the common case (signal frames, a
+//!   CFA computed by an expression, as in PLT stubs) end a stack. A frame
+//!   that calls by a tail call is missing. Building the tables adds to
+//!   the fixed cost of a run with stacks (`bench/README.md`).
 //! * Counts taken from a table (a process that ended without its exit
 //!   report) have no DHAT figures (`--dhat` then warns and writes no
 //!   file if no process ended normally), and leave out a site whose

@@ -19,8 +19,18 @@ fn can_attach() -> Result<(), String> {
 
 /// attach_outputs.c compiled at -O0 with frame pointers into `dir`.
 fn compile(dir: &Path) -> PathBuf {
+    compile_with(dir, &["-O0", "-fno-omit-frame-pointer"])
+}
+
+/// attach_outputs.c compiled with `opts` into `dir`.
+fn compile_with(dir: &Path, opts: &[&str]) -> PathBuf {
     let exe = dir.join("attach_outputs");
-    let flags = ["-g", "-O0", "-fno-omit-frame-pointer", "-pthread"];
+    let flags: Vec<&str> = ["-g"]
+        .iter()
+        .chain(opts)
+        .chain(&["-pthread"])
+        .copied()
+        .collect();
     cc_mprof_fixture("attach_outputs.c", &flags, &exe);
     exe
 }
@@ -119,6 +129,40 @@ fn folded_of_an_attached_process_has_exact_stacks() {
         1,
         "{lines:?}"
     );
+}
+
+/// The same without frame pointers (-O2 -fomit-frame-pointer): the walk
+/// follows the unwind tables profdev built for the process's modules.
+#[test]
+fn folded_of_an_attached_process_without_frame_pointers() {
+    if !privileged("mprof -p --folded", can_attach())
+        || !profdev_testkit::tools("mprof -p --folded", &["cc"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let opts = [
+        "-O2",
+        "-fomit-frame-pointer",
+        "-fno-optimize-sibling-calls",
+        "-fno-inline",
+    ];
+    let exe = compile_with(tmp.path(), &opts);
+    let file = tmp.path().join("attach.folded");
+    let (_, err) = mprof_p(
+        &exe,
+        "stacks",
+        &["--folded".as_ref(), file.as_os_str()],
+        tmp.path(),
+    );
+    let text = std::fs::read_to_string(&file).expect(&err);
+    let lines: Vec<&str> = text.lines().collect();
+    for want in [
+        "main;stacks_main;build;leaf_alloc 409600",
+        "main;stacks_main;other;leaf_alloc 50000",
+    ] {
+        assert_eq!(ending(&lines, want).len(), 1, "{want}: {lines:?} {err}");
+    }
 }
 
 /// `go tool pprof -traces` reads `--pprof` of an attached process and

@@ -933,6 +933,7 @@ struct walk {
     int found;
     uintptr_t site;
     uintptr_t fp; /* the site's frame's frame pointer (rbp) */
+    uintptr_t sp; /* the site frame's sp (libgcc's CFA of a context is the sp its callee returned to) */
 };
 
 static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg)
@@ -950,6 +951,7 @@ static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg)
         return _URC_NO_REASON;
     w->site = ip;
     w->fp = _Unwind_GetGR(ctx, 6); /* DWARF register 6: rbp */
+    w->sp = _Unwind_GetCFA(ctx);
     return _URC_END_OF_STACK;
 }
 
@@ -959,9 +961,10 @@ static uintptr_t resolve_site(uintptr_t ra, uintptr_t *fp)
 {
     if (LIKELY(!is_wrapper(ra)))
         return ra;
-    struct walk w = {ra, 0, ra, 0};
+    struct walk w = {ra, 0, ra, 0, 0};
     _Unwind_Backtrace(walk_cb, &w);
     *fp = w.fp;
+    mprof_site_sp = w.sp; /* for unwind.c */
     return w.site;
 }
 
@@ -1030,6 +1033,8 @@ static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here)
     int n = 1;
     if (UNLIKELY(here < stk_lo || here >= hi))
         return n;
+    if (mprof_unwind_ready())
+        return mprof_unwind_walk(pcs, MAX_DEPTH, mprof_site_sp, fp, here, hi);
     uintptr_t prev = here;
     while (n < MAX_DEPTH && fp > prev && !(fp & 7) && fp < hi - 16) {
         uintptr_t pc = ((const uintptr_t *)fp)[1];
@@ -1211,7 +1216,12 @@ static void account_restore(void *p, uint64_t size, uint32_t si, uint64_t t, uin
 
 /* The caller's frame pointer, as saved by this function's prologue (the
  * exported functions keep a frame: __builtin_frame_address). */
-#define CALLER_FP() (*(const uintptr_t *)__builtin_frame_address(0))
+#define CALLER_FP() caller_fp((uintptr_t)__builtin_frame_address(0))
+static inline uintptr_t caller_fp(uintptr_t f)
+{
+    mprof_site_sp = f + 16; /* for unwind.c: the site's sp, above the return address */
+    return *(const uintptr_t *)f;
+}
 
 /* The common case, inline and without the guard's writes: counting on
  * (not DHAT), not inside the library, a return address this thread has

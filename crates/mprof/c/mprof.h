@@ -74,4 +74,16 @@ int mprof_skipped(uintptr_t pc);
 /* Take (1) or release (0) the scan's lock (fork). */
 void mprof_scan_lock(int take);
 
+/* unwind.c: the walk with unwind tables (PROFDEV_MPROF_UNWIND_DIR).
+ * The stack pointer of the site's frame, as the exported function that
+ * took the call saw it (0: unknown). */
+extern __thread uintptr_t mprof_site_sp __attribute__((tls_model("initial-exec")));
+/* Whether tables were given (looked up once). */
+int mprof_unwind_ready(void);
+/* pcs[0] is the site (a return address), sp and fp its frame's stack and
+ * frame pointers; callers follow, at most max in all, every read checked
+ * to lie in [here, hi). The depth. */
+int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,
+                      uintptr_t hi);
+
 #endif

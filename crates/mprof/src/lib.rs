@@ -54,9 +54,13 @@
 //!   puts at the top of every other thread's stack: found once per thread,
 //!   without malloc or `/proc`); a call made on another stack (a signal's
 //!   alternate stack, a coroutine's) has its site alone. No lock is taken
-//!   and nothing allocated on the way; the walk ends at the first caller
-//!   built without frame pointers (the stack is shorter there, not wrong
-//!   by a read; unwind tables are a later step). Stacks merge per unique
+//!   and nothing allocated on the way. With unwind tables ([`unwind`],
+//!   named by [`unwind::UNWIND_ENV`]; `c/unwind.c`) each frame is unwound
+//!   by its table's rule where one covers it (the site frame's stack
+//!   pointer is the exported function's frame plus 16, or the CFA
+//!   libgcc gives for a wrapper's site), by its frame pointer elsewhere;
+//!   without, the walk ends at the first caller built without frame
+//!   pointers (the stack is shorter there, not wrong by a read). Stacks merge per unique
 //!   stack in a table of the shared mapping ([`MAX_STACKS`] slots, three
 //!   quarters used; a stack met when it is full, or after `1,N`'s N, is
 //!   charged to one overflow entry the report names), each with blocks
@@ -138,6 +142,7 @@ pub mod scan;
 mod session;
 mod stacks;
 pub mod system;
+pub mod unwind;
 
 pub use merge::{decode_pairs, histogram_pairs, merge, Module, Site};
 pub use read::{read_dir_reports, read_live, read_report, read_reports, Limits, Live, LiveState};

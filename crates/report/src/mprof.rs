@@ -454,7 +454,10 @@ mod tests {
             ],
             "{text}"
         );
-        assert!(text.starts_with("Estimates (sampling every 4 bytes;"), "{text}");
+        assert!(
+            text.starts_with("Estimates (sampling every 4 bytes;"),
+            "{text}"
+        );
     }
 
     use super::*;

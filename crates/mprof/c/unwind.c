@@ -1,0 +1,305 @@
+/*
+ * unwind.c: the stack walk with unwind tables (issue 29). profdev builds,
+ * before the run, one table per module it knows (the program and its
+ * DT_NEEDED libraries) from the module's .eh_frame
+ * (crates/mprof/src/unwind.rs: the format is described there) into the
+ * directory PROFDEV_MPROF_UNWIND_DIR names, as DEV-INO.unw. The library
+ * maps a module's table read-only when a walk first meets the module,
+ * checks its header (magic, version, count against the file's size, the
+ * module's size and mtime), and keeps each return address's rule in a
+ * lock-free hash: a frame seen before costs one lookup.
+ *
+ * At each frame the rule for its pc gives the CFA (rsp+N or rbp+N), the
+ * return address at CFA-8 and rbp (saved at CFA+K or unchanged); where
+ * no table covers the pc (a module without a table: dlopen'd ones, code
+ * outside any FDE) the frame pointer is followed as before; a rule of
+ * another kind ends the walk. Every read is checked: 8-aligned, at or
+ * above the frame below it and below the thread's stack top, and the
+ * stack pointer strictly increases from frame to frame (so the walk
+ * ends). No lock is taken on a cached frame and nothing is allocated.
+ */
+#include "mprof.h"
+
+__thread uintptr_t mprof_site_sp __attribute__((tls_model("initial-exec")));
+
+struct uentry {
+    uint64_t start;
+    int32_t cfa_off;
+    int16_t rbp_off;
+    uint8_t kind; /* 0 none (frame pointer), 1 CFA=rsp+N, 2 CFA=rbp+N, 3 unknown */
+    uint8_t pad;
+};
+_Static_assert(sizeof(struct uentry) == 16, "an entry is 16 bytes");
+
+#define UMAGIC "PDMPUNW\0"
+#define UVERSION 1
+#define UHEADER 32
+#define UMODS 256
+
+struct umod {
+    _Atomic(const void *) lm;
+    uintptr_t bias;
+    const struct uentry *e; /* 0: no table */
+    uint32_t n;
+};
+static struct umod umods[UMODS];
+static _Atomic int numods;
+static pthread_mutex_t ulock = PTHREAD_MUTEX_INITIALIZER;
+static char udir[400];
+static _Atomic int ustate; /* 0 not looked, 1 no directory, 2 tables */
+
+int mprof_unwind_ready(void)
+{
+    int s = atomic_load_explicit(&ustate, memory_order_acquire);
+    if (LIKELY(s))
+        return s == 2;
+    const char *d = getenv("PROFDEV_MPROF_UNWIND_DIR");
+    pthread_mutex_lock(&ulock);
+    if (!atomic_load(&ustate)) {
+        s = 1;
+        if (d && d[0] == '/' && strlen(d) < sizeof udir - 64) {
+            strcpy(udir, d);
+            s = 2;
+        }
+        atomic_store_explicit(&ustate, s, memory_order_release);
+    }
+    pthread_mutex_unlock(&ulock);
+    return atomic_load(&ustate) == 2;
+}
+
+static char *put_hex(char *o, uint64_t v)
+{
+    char t[17];
+    int k = 0;
+    do {
+        t[k++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    while (k)
+        *o++ = t[--k];
+    return o;
+}
+
+/* Map the table of the module lm (whose file is path) into m, checked;
+ * m->e stays 0 when there is none or it is bad. */
+static void load_table(struct umod *m, const char *path)
+{
+    struct stat ms, ts;
+    if (stat(path, &ms))
+        return;
+    char f[sizeof udir + 48];
+    size_t dl = strlen(udir);
+    memcpy(f, udir, dl);
+    char *o = f + dl;
+    *o++ = '/';
+    o = put_hex(o, (uint64_t)ms.st_dev);
+    *o++ = '-';
+    o = put_hex(o, (uint64_t)ms.st_ino);
+    memcpy(o, ".unw", 5);
+    int fd = open(f, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return;
+    if (fstat(fd, &ts) || !S_ISREG(ts.st_mode) || ts.st_size < UHEADER ||
+        ts.st_size > (1 << 30) || (ts.st_size - UHEADER) % sizeof(struct uentry)) {
+        close(fd);
+        return;
+    }
+    size_t size = (size_t)ts.st_size;
+    const unsigned char *b = sys_mmap(0, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (b == MAP_FAILED)
+        return;
+    uint32_t version, count;
+    uint64_t msize, mtime;
+    memcpy(&version, b + 8, 4);
+    memcpy(&count, b + 12, 4);
+    memcpy(&msize, b + 16, 8);
+    memcpy(&mtime, b + 24, 8);
+    uint64_t want = (uint64_t)ms.st_mtim.tv_sec * 1000000000u + (uint64_t)ms.st_mtim.tv_nsec;
+    if (memcmp(b, UMAGIC, 8) || version != UVERSION ||
+        (uint64_t)count * sizeof(struct uentry) != size - UHEADER ||
+        msize != (uint64_t)ms.st_size || mtime != want) {
+        sys_munmap((void *)b, size);
+        return;
+    }
+    m->e = (const struct uentry *)(b + UHEADER);
+    m->n = count;
+}
+
+/* The module lm's entry, its table mapped on first meeting. */
+static const struct umod *umod_of(const struct link_map *lm)
+{
+    int n = atomic_load_explicit(&numods, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (atomic_load_explicit(&umods[i].lm, memory_order_relaxed) == lm)
+            return &umods[i];
+    const struct umod *r = 0;
+    pthread_mutex_lock(&ulock);
+    n = atomic_load(&numods);
+    for (int i = 0; i < n && !r; i++)
+        if (umods[i].lm == lm)
+            r = &umods[i];
+    if (!r && n < UMODS) {
+        struct umod *m = &umods[n];
+        m->bias = lm->l_addr;
+        char exe[512];
+        const char *path = lm->l_name;
+        if (!path || !path[0]) {
+            ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            exe[k > 0 ? k : 0] = 0;
+            path = exe;
+        }
+        if (path[0])
+            load_table(m, path);
+        atomic_store_explicit(&m->lm, lm, memory_order_relaxed);
+        atomic_store_explicit(&numods, n + 1, memory_order_release);
+        r = m;
+    }
+    pthread_mutex_unlock(&ulock);
+    return r;
+}
+
+extern int _dl_find_object(void *, struct dl_find_object *) __attribute__((weak));
+
+static const struct link_map *lm_of(uintptr_t pc)
+{
+    if (_dl_find_object) {
+        struct dl_find_object fo;
+        return _dl_find_object((void *)pc, &fo) == 0 ? fo.dlfo_link_map : 0;
+    }
+    Dl_info info;
+    struct link_map *lm = 0;
+    if (!dladdr1((void *)pc, &info, (void **)&lm, RTLD_DL_LINKMAP))
+        return 0;
+    return lm;
+}
+
+/* A rule packed in 64 bits: bit 63 set, kind in bits 0-7, cfa_off in
+ * 8-39, rbp_off in 40-55. */
+#define RULE(kind, cfa, rbp)                                                                \
+    ((1ULL << 63) | (uint64_t)(kind) | ((uint64_t)(uint32_t)(cfa) << 8) |                 \
+     ((uint64_t)(uint16_t)(rbp) << 40))
+
+/* The rule of the frame whose return address is pc (binary search). */
+static uint64_t rule_lookup(uintptr_t pc)
+{
+    const struct link_map *lm = lm_of(pc - 1);
+    if (!lm)
+        return RULE(0, 0, 0);
+    const struct umod *m = umod_of(lm);
+    if (!m || !m->e || !m->n)
+        return RULE(0, 0, 0);
+    uint64_t a = (uint64_t)(pc - 1 - m->bias);
+    const struct uentry *e = m->e;
+    if (a < e[0].start)
+        return RULE(0, 0, 0);
+    uint32_t lo = 0, hi = m->n; /* e[lo].start <= a; the answer in [lo, hi) */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (e[mid].start <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const struct uentry *u = &e[lo];
+    if (u->kind > 3)
+        return RULE(3, 0, 0);
+    return RULE(u->kind, u->cfa_off, u->rbp_off);
+}
+
+#define UCACHE (1u << 13)
+struct ucache {
+    _Atomic uintptr_t pc;
+    _Atomic uint64_t rule;
+};
+static struct ucache ucache[UCACHE];
+
+static inline uint64_t uhash(uintptr_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* The rule for pc, cached per return address. */
+static inline uint64_t rule_for(uintptr_t pc)
+{
+    uint64_t h = uhash(pc);
+    for (unsigned i = 0; i < 8; i++) {
+        struct ucache *c = &ucache[(h + i) & (UCACHE - 1)];
+        uintptr_t k = atomic_load_explicit(&c->pc, memory_order_acquire);
+        if (k == pc) {
+            uint64_t r = atomic_load_explicit(&c->rule, memory_order_acquire);
+            if (LIKELY(r))
+                return r;
+            break;
+        }
+        if (!k)
+            break;
+    }
+    uint64_t r = rule_lookup(pc);
+    for (unsigned i = 0; i < 8; i++) {
+        struct ucache *c = &ucache[(h + i) & (UCACHE - 1)];
+        uintptr_t zero = 0;
+        if (atomic_compare_exchange_strong(&c->pc, &zero, pc) || zero == pc) {
+            atomic_store_explicit(&c->rule, r, memory_order_release);
+            break;
+        }
+    }
+    return r;
+}
+
+/* Is [a, a+8) a readable word of the stack: 8-aligned, at or above
+ * floor, below hi. */
+static inline int ok_word(uintptr_t a, uintptr_t floor, uintptr_t hi)
+{
+    return !(a & 7) && a >= floor && a < hi && hi - a >= 8;
+}
+
+int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,
+                      uintptr_t hi)
+{
+    int n = 1;
+    uintptr_t pc = pcs[0];
+    if (sp && (sp < here || sp >= hi))
+        sp = 0;
+    while (n < max) {
+        uint64_t r = rule_for(pc);
+        unsigned kind = r & 0xff;
+        int32_t cfa_off = (int32_t)(uint32_t)(r >> 8);
+        int16_t rbp_off = (int16_t)(uint16_t)(r >> 40);
+        uintptr_t floor = sp ? sp : here, ra, nsp, nfp;
+        if (kind == 3)
+            break;
+        if (kind == 0 || !sp) {
+            /* the frame pointer: fp[0] the caller's, fp[1] the return address */
+            if (!ok_word(fp, floor, hi) || !ok_word(fp + 8, floor, hi) || fp + 16 <= floor)
+                break;
+            ra = ((const uintptr_t *)fp)[1];
+            nfp = ((const uintptr_t *)fp)[0];
+            nsp = fp + 16;
+        } else {
+            uintptr_t base = kind == 1 ? sp : fp;
+            uintptr_t cfa = base + (intptr_t)cfa_off;
+            if (cfa <= floor || !ok_word(cfa - 8, floor, hi))
+                break;
+            ra = ((const uintptr_t *)cfa)[-1];
+            nfp = fp;
+            if (rbp_off) {
+                uintptr_t a = cfa + (intptr_t)rbp_off;
+                if (!ok_word(a, floor, hi))
+                    break;
+                nfp = *(const uintptr_t *)a;
+            }
+            nsp = cfa;
+        }
+        if (ra < 4096 || nsp <= floor)
+            break;
+        pcs[n++] = ra;
+        pc = ra;
+        sp = nsp;
+        fp = nfp;
+    }
+    return n;
+}

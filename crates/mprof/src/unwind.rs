@@ -1,0 +1,317 @@
+//! Unwind tables for the library's stack walk (issue 29): for each module
+//! profdev knows before the run (the program and its `DT_NEEDED`
+//! libraries, found as the loader would), a compact sorted table of
+//! address ranges and the x86-64 rule that unwinds a frame there, built
+//! from the module's `.eh_frame` and written into the session's
+//! directory, one file per module, named by the module's device and inode
+//! (`{dev:x}-{ino:x}.unw`: the library `stat`s each module it meets).
+//!
+//! The rules kept are the common case: the CFA is `rsp+N` or `rbp+N`,
+//! the return address at `CFA-8`, `rbp` saved at `CFA+K` or unchanged.
+//! A range whose CFI is anything else is [`Rule::Unknown`] (the walk
+//! stops there); a range no FDE covers is [`Rule::None`] (the walk falls
+//! back to the frame pointer there).
+//!
+//! The file (little-endian): a 32-byte header (the magic
+//! [`MAGIC`], the version [`VERSION`] as u32, the entry count as u32, the
+//! module's size and modification time in ns as u64, checked against the
+//! module's `stat` by the reader), then `count` entries of 16 bytes
+//! (`start` u64, the module's virtual address; `cfa_off` i32; `rbp_off`
+//! i16, 0 for unchanged; `kind` u8; a pad byte), sorted by `start`; an
+//! entry holds up to the next one's start. The C reader
+//! (`c/unwind.c`) checks the header, the size and every index.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The environment variable naming the directory of unwind tables.
+pub const UNWIND_ENV: &str = "PROFDEV_MPROF_UNWIND_DIR";
+/// A table file's first 8 bytes.
+pub const MAGIC: &[u8; 8] = b"PDMPUNW\0";
+/// The table format's version.
+pub const VERSION: u32 = 1;
+/// The header's size in bytes.
+pub const HEADER: usize = 32;
+/// An entry's size in bytes.
+pub const ENTRY: usize = 16;
+/// Larger modules get no table (their frames are walked by frame pointer).
+pub const MAX_MODULE: u64 = 1 << 30;
+
+/// How a frame whose pc lies in a range is unwound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// No FDE covers the range: the frame pointer is followed.
+    None,
+    /// CFA = rsp + cfa_off; rbp saved at CFA + rbp_off (0: unchanged).
+    Rsp {
+        /// The CFA's offset from rsp.
+        cfa_off: i32,
+        /// Where rbp is saved, from the CFA (0: unchanged).
+        rbp_off: i16,
+    },
+    /// CFA = rbp + cfa_off; rbp saved at CFA + rbp_off (0: unchanged).
+    Rbp {
+        /// The CFA's offset from rbp.
+        cfa_off: i32,
+        /// Where rbp is saved, from the CFA (0: unchanged).
+        rbp_off: i16,
+    },
+    /// CFI of another kind: the walk stops.
+    Unknown,
+}
+
+impl Rule {
+    fn encode(self) -> (u8, i32, i16) {
+        match self {
+            Rule::None => (0, 0, 0),
+            Rule::Rsp { cfa_off, rbp_off } => (1, cfa_off, rbp_off),
+            Rule::Rbp { cfa_off, rbp_off } => (2, cfa_off, rbp_off),
+            Rule::Unknown => (3, 0, 0),
+        }
+    }
+}
+
+/// A module's table: `(start, rule)` sorted by start, each rule holding
+/// to the next start; consecutive equal rules merged.
+pub fn build(data: &[u8]) -> Result<Vec<(u64, Rule)>, String> {
+    use gimli::UnwindSection;
+    use object::{Object, ObjectSection};
+    let file = object::File::parse(data).map_err(|e| e.to_string())?;
+    if file.architecture() != object::Architecture::X86_64 {
+        return Err("not an x86-64 object".into());
+    }
+    let Some(sec) = file.section_by_name(".eh_frame") else {
+        return Ok(Vec::new());
+    };
+    let bytes = sec.data().map_err(|e| e.to_string())?;
+    let eh = gimli::EhFrame::new(bytes, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(sec.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    if let Some(got) = file.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+    // (start, end, rule) of every row.
+    let mut rows: Vec<(u64, u64, Rule)> = Vec::new();
+    let mut ctx = gimli::UnwindContext::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else {
+            continue;
+        };
+        if fde.initial_address() == 0 || fde.len() == 0 {
+            continue;
+        }
+        let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else {
+            rows.push((fde.initial_address(), fde.end_address(), Rule::Unknown));
+            continue;
+        };
+        loop {
+            match table.next_row() {
+                Ok(Some(row)) => {
+                    rows.push((row.start_address(), row.end_address(), rule_of_row(row)))
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    rows.push((fde.initial_address(), fde.end_address(), Rule::Unknown));
+                    break;
+                }
+            }
+        }
+    }
+    rows.sort_by_key(|r| r.0);
+    let mut out: Vec<(u64, Rule)> = Vec::new();
+    let mut end = 0u64;
+    for (s, e, r) in rows {
+        if s < end {
+            continue; // overlapping FDEs: the first one's rows stand
+        }
+        if s > end && !out.is_empty() {
+            out.push((end, Rule::None));
+        }
+        if out.last().map(|l| l.1) != Some(r) {
+            out.push((s, r));
+        }
+        end = e;
+    }
+    if !out.is_empty() {
+        out.push((end, Rule::None));
+    }
+    Ok(out)
+}
+
+fn rule_of_row<T: gimli::ReaderOffset>(row: &gimli::UnwindTableRow<T, gimli::StoreOnHeap>) -> Rule {
+    use gimli::{CfaRule, RegisterRule, X86_64};
+    let (reg, off) = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => (*register, *offset),
+        _ => return Rule::Unknown,
+    };
+    let Ok(cfa_off) = i32::try_from(off) else {
+        return Rule::Unknown;
+    };
+    match row.register(X86_64::RA) {
+        RegisterRule::Offset(-8) => {}
+        _ => return Rule::Unknown,
+    }
+    let rbp_off = match row.register(X86_64::RBP) {
+        RegisterRule::Undefined | RegisterRule::SameValue => 0,
+        RegisterRule::Offset(k) if k != 0 => match i16::try_from(k) {
+            Ok(k) => k,
+            Err(_) => return Rule::Unknown,
+        },
+        _ => return Rule::Unknown,
+    };
+    if reg == X86_64::RSP {
+        Rule::Rsp { cfa_off, rbp_off }
+    } else if reg == X86_64::RBP {
+        Rule::Rbp { cfa_off, rbp_off }
+    } else {
+        Rule::Unknown
+    }
+}
+
+/// The file of a table, for a module of `size` bytes modified at
+/// `mtime_ns`.
+pub fn encode(table: &[(u64, Rule)], size: u64, mtime_ns: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(HEADER + ENTRY * table.len());
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&(table.len() as u32).to_le_bytes());
+    b.extend_from_slice(&size.to_le_bytes());
+    b.extend_from_slice(&mtime_ns.to_le_bytes());
+    for &(start, rule) in table {
+        let (kind, cfa, rbp) = rule.encode();
+        b.extend_from_slice(&start.to_le_bytes());
+        b.extend_from_slice(&cfa.to_le_bytes());
+        b.extend_from_slice(&rbp.to_le_bytes());
+        b.push(kind);
+        b.push(0);
+    }
+    b
+}
+
+/// The file name of the table of the module `meta` describes.
+pub fn file_name(meta: &std::fs::Metadata) -> String {
+    format!("{:x}-{:x}.unw", meta.dev(), meta.ino())
+}
+
+/// `program` and the libraries it needs, found as the loader would
+/// (`DT_RPATH`/`DT_RUNPATH` with `$ORIGIN`, `LD_LIBRARY_PATH`, the system
+/// directories), transitively; those that cannot be found are left out.
+pub fn modules(program: &Path) -> Vec<PathBuf> {
+    let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut out = Vec::new();
+    let mut todo = vec![program.to_path_buf()];
+    let ld_path: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    const SYSTEM: &[&str] = &[
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib64",
+        "/usr/lib64",
+        "/lib",
+        "/usr/lib",
+        "/usr/local/lib",
+    ];
+    while let Some(p) = todo.pop() {
+        let Ok(real) = std::fs::canonicalize(&p) else {
+            continue;
+        };
+        if !seen.insert(real.clone()) || out.len() >= 256 {
+            continue;
+        }
+        let Ok(data) = std::fs::read(&real) else {
+            continue;
+        };
+        out.push(real.clone());
+        let Some((needed, rpaths)) = dynamic(&data) else {
+            continue;
+        };
+        let origin = p.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dirs: Vec<PathBuf> = rpaths
+            .iter()
+            .flat_map(|r| r.split(':').map(|d| d.to_string()).collect::<Vec<_>>())
+            .map(|d| {
+                PathBuf::from(
+                    d.replace("${ORIGIN}", &origin.to_string_lossy())
+                        .replace("$ORIGIN", &origin.to_string_lossy()),
+                )
+            })
+            .chain(ld_path.iter().cloned())
+            .chain(SYSTEM.iter().map(PathBuf::from))
+            .collect();
+        for n in needed {
+            if n.contains('/') {
+                todo.push(PathBuf::from(n));
+            } else if let Some(f) = dirs.iter().map(|d| d.join(&n)).find(|f| f.is_file()) {
+                todo.push(f);
+            }
+        }
+    }
+    out
+}
+
+/// A shared object's `DT_NEEDED` names and its `DT_RPATH`/`DT_RUNPATH`.
+fn dynamic(data: &[u8]) -> Option<(Vec<String>, Vec<String>)> {
+    use object::read::elf::{Dyn, FileHeader};
+    let header = object::elf::FileHeader64::<object::LittleEndian>::parse(data).ok()?;
+    let e = header.endian().ok()?;
+    let sections = header.sections(e, data).ok()?;
+    let (dynamic, link) = sections.dynamic(e, data).ok()??;
+    let strings = sections.strings(e, data, link).ok()?;
+    let (mut needed, mut rpaths) = (Vec::new(), Vec::new());
+    for d in dynamic {
+        let tag = d.d_tag(e) as u32;
+        let s = || {
+            d.string(e, strings)
+                .ok()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+        };
+        match tag {
+            object::elf::DT_NEEDED => needed.extend(s()),
+            object::elf::DT_RPATH | object::elf::DT_RUNPATH => rpaths.extend(s()),
+            _ => {}
+        }
+    }
+    Some((needed, rpaths))
+}
+
+/// Writes the tables of `modules` (paths of ELF files; see [`modules`])
+/// into `dir` (created, private), through profdev-safefile; the variable
+/// and its value. Modules whose table cannot be built are left out
+/// (their frames are walked by frame pointer).
+pub fn write_tables(dir: &Path, modules: &[PathBuf]) -> std::io::Result<(&'static str, OsString)> {
+    profdev_safefile::create_dir(dir, 0o700).map_err(profdev_safefile::Error::into_os_error)?;
+    for m in modules {
+        let Ok(meta) = std::fs::metadata(m) else {
+            continue;
+        };
+        if !meta.is_file() || meta.len() > MAX_MODULE {
+            continue;
+        }
+        let Ok(data) = std::fs::read(m) else {
+            continue;
+        };
+        let Ok(table) = build(&data) else {
+            continue;
+        };
+        let mtime = (meta.mtime() as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(meta.mtime_nsec() as u64);
+        let bytes = encode(&table, meta.size(), mtime);
+        profdev_safefile::write_file(dir.join(file_name(&meta)), &bytes, 0o400)
+            .map_err(profdev_safefile::Error::into_os_error)?;
+    }
+    Ok((UNWIND_ENV, dir.as_os_str().to_owned()))
+}
