@@ -14,13 +14,13 @@
 
 mod common;
 
-use common::{can_sample_system, collector, privileged, profdev, with_default_signals};
+use common::{can_sample_system, collector, privileged, profdev, with_default_signals, Prog};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use prost::Message;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,48 +41,6 @@ fn build(dir: &Path, name: &str) -> PathBuf {
         .success();
     assert!(ok, "cc failed on heap.c");
     exe
-}
-
-/// The program, driven one command at a time.
-struct Prog {
-    child: Child,
-    out: BufReader<ChildStdout>,
-    pid: u32,
-}
-
-impl Prog {
-    fn start(exe: &Path) -> Prog {
-        let mut child = Command::new(exe)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let pid = line
-            .strip_prefix("ready ")
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{line:?}"));
-        Prog { child, out, pid }
-    }
-
-    /// Send `c`, return its answer line.
-    fn ask(&mut self, c: &str) -> String {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        stdin.write_all(c.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-        let mut line = String::new();
-        self.out.read_line(&mut line).unwrap();
-        line.trim().to_string()
-    }
-
-    fn quit(mut self) {
-        self.child.stdin.as_mut().unwrap().write_all(b"q").unwrap();
-        let status =
-            profdev_testkit::wait_exit("the program", &mut self.child, Duration::from_secs(60));
-        assert_eq!(status.code(), Some(0), "the detached program ends normally");
-    }
 }
 
 /// The alloc_space of the stacks through `churn` (called by `main`) in a

@@ -8,57 +8,17 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use common::Prog;
+
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn build(dir: &Path) -> PathBuf {
     let exe = dir.join("detach");
     common::cc_mprof_fixture("detach.c", &["-g", "-O0", "-ldl"], &exe);
     exe
-}
-
-/// The program, driven one command at a time.
-struct Prog {
-    child: Child,
-    out: BufReader<ChildStdout>,
-    pid: u32,
-}
-
-impl Prog {
-    fn start(exe: &Path) -> Prog {
-        let mut child = Command::new(exe)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let pid = line
-            .strip_prefix("ready ")
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{line:?}"));
-        Prog { child, out, pid }
-    }
-
-    /// Send `c`, return its answer line.
-    fn ask(&mut self, c: &str) -> String {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        stdin.write_all(c.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-        let mut line = String::new();
-        self.out.read_line(&mut line).unwrap();
-        line.trim().to_string()
-    }
-
-    fn quit(mut self) {
-        self.child.stdin.as_mut().unwrap().write_all(b"q").unwrap();
-        let status =
-            profdev_testkit::wait_exit("the program", &mut self.child, Duration::from_secs(60));
-        assert_eq!(status.code(), Some(0), "the detached program ends normally");
-    }
 }
 
 /// `profdev mprof -l -o - -p PID EXTRA...`, started; its first stderr

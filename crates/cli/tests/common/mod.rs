@@ -284,3 +284,58 @@ pub fn can_attach_any() -> Result<(), String> {
         Err("attaching to a process that is not profdev's child needs root".into())
     }
 }
+
+/// A test program driven one command at a time on its standard input,
+/// answering a line each on its standard output, that starts by printing
+/// `ready PID` (tests/data/mprof/detach.c, tests/data/agent/heap.c).
+pub struct Prog {
+    /// The running program.
+    pub child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    /// Its process id.
+    pub pid: u32,
+}
+
+impl Prog {
+    /// Start `exe` and read its `ready PID` line.
+    pub fn start(exe: &Path) -> Prog {
+        use std::io::BufRead as _;
+        use std::process::Stdio;
+        let mut child = Command::new(exe)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let pid = line
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{line:?}"));
+        Prog { child, out, pid }
+    }
+
+    /// Send `c`, return its answer line.
+    pub fn ask(&mut self, c: &str) -> String {
+        use std::io::{BufRead as _, Write as _};
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(c.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+
+    /// Send `q`; the program must end with status 0 (bounded wait).
+    pub fn quit(mut self) {
+        use std::io::Write as _;
+        self.child.stdin.as_mut().unwrap().write_all(b"q").unwrap();
+        let status = profdev_testkit::wait_exit(
+            "the program",
+            &mut self.child,
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(status.code(), Some(0), "the program ends normally");
+    }
+}
