@@ -87,18 +87,6 @@ fn mprof_p(exe: &Path, mode: &str, args: &[&std::ffi::OsStr], tmp: &Path) -> (St
     (out, err)
 }
 
-/// The lines ending with `suffix`, the frames above it left out.
-fn ending<'a>(lines: &'a [&str], suffix: &str) -> Vec<&'a str> {
-    lines
-        .iter()
-        .copied()
-        .filter(|l| {
-            l.ends_with(suffix)
-                && (l.len() == suffix.len() || l[..l.len() - suffix.len()].ends_with(';'))
-        })
-        .collect()
-}
-
 #[test]
 fn folded_of_an_attached_process_has_exact_stacks() {
     if !privileged("mprof -p --folded", can_attach())
@@ -120,12 +108,12 @@ fn folded_of_an_attached_process_has_exact_stacks() {
     // Exactly the two stacks made after the attach, whatever is above main.
     assert_eq!(lines.len(), 2, "{lines:?} {err}");
     assert_eq!(
-        ending(&lines, "main;stacks_main;build;leaf_alloc 409600").len(),
+        common::folded_ending(&lines, "main;stacks_main;build;leaf_alloc 409600").len(),
         1,
         "{lines:?}"
     );
     assert_eq!(
-        ending(&lines, "main;stacks_main;other;leaf_alloc 50000").len(),
+        common::folded_ending(&lines, "main;stacks_main;other;leaf_alloc 50000").len(),
         1,
         "{lines:?}"
     );
@@ -161,7 +149,11 @@ fn folded_of_an_attached_process_without_frame_pointers() {
         "main;stacks_main;build;leaf_alloc 409600",
         "main;stacks_main;other;leaf_alloc 50000",
     ] {
-        assert_eq!(ending(&lines, want).len(), 1, "{want}: {lines:?} {err}");
+        assert_eq!(
+            common::folded_ending(&lines, want).len(),
+            1,
+            "{want}: {lines:?} {err}"
+        );
     }
 }
 
@@ -374,5 +366,9 @@ fn outputs_of_a_run_ended_by_the_detach() {
     assert!(out.contains(&site(37, "main")), "{out}");
     let text = std::fs::read_to_string(&folded).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(ending(&lines, "thread_body 2097152").len(), 1, "{lines:?}");
+    assert_eq!(
+        common::folded_ending(&lines, "thread_body 2097152").len(),
+        1,
+        "{lines:?}"
+    );
 }

@@ -4,6 +4,8 @@
 //! pointers: the two callers are told apart, with exact bytes, in one
 //! thread or four at once.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -51,18 +53,6 @@ fn folded(dir: &Path, exe: &Path, arg: &str, inuse: bool) -> Vec<String> {
     text.lines().map(String::from).collect()
 }
 
-/// The lines ending with `suffix`, the frames above it left out.
-fn ending<'a>(lines: &'a [String], suffix: &str) -> Vec<&'a str> {
-    lines
-        .iter()
-        .filter(|l| {
-            l.ends_with(suffix)
-                && (l.len() == suffix.len() || l[..l.len() - suffix.len()].ends_with(';'))
-        })
-        .map(|l| l.as_str())
-        .collect()
-}
-
 #[test]
 fn folded_tells_the_two_callers_apart() {
     let dir = tempfile::tempdir().unwrap();
@@ -72,12 +62,12 @@ fn folded_tells_the_two_callers_apart() {
         // Exactly two stacks, whatever is above main.
         assert_eq!(lines.len(), 2, "{opt}: {lines:?}");
         assert_eq!(
-            ending(&lines, "main;build;leaf_alloc 409600").len(),
+            common::folded_ending(&lines, "main;build;leaf_alloc 409600").len(),
             1,
             "{opt}: {lines:?}"
         );
         assert_eq!(
-            ending(&lines, "main;other;leaf_alloc 50000").len(),
+            common::folded_ending(&lines, "main;other;leaf_alloc 50000").len(),
             1,
             "{opt}: {lines:?}"
         );
@@ -85,7 +75,7 @@ fn folded_tells_the_two_callers_apart() {
         let lines = folded(dir.path(), &exe, "keep", true);
         assert_eq!(lines.len(), 1, "{opt}: {lines:?}");
         assert_eq!(
-            ending(&lines, "main;other;leaf_alloc 50000").len(),
+            common::folded_ending(&lines, "main;other;leaf_alloc 50000").len(),
             1,
             "{opt}: {lines:?}"
         );
@@ -121,7 +111,7 @@ fn stacks_of_a_killed_process_come_from_its_table() {
         .collect();
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(
-        ending(&lines, "main;other;leaf_alloc 50000").len(),
+        common::folded_ending(&lines, "main;other;leaf_alloc 50000").len(),
         1,
         "{lines:?}"
     );

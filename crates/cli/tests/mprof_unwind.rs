@@ -6,6 +6,8 @@
 //! libc (qsort's comparator, strdup) keeps the user's callers above libc.
 //! A corrupt table is refused by the library, not followed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -47,18 +49,6 @@ fn folded(dir: &Path, exe: &Path, arg: &str) -> Vec<String> {
     text.lines().map(String::from).collect()
 }
 
-/// The lines ending with `suffix` right after a `;` (or equal to it).
-fn ending<'a>(lines: &'a [String], suffix: &str) -> Vec<&'a str> {
-    lines
-        .iter()
-        .filter(|l| {
-            l.ends_with(suffix)
-                && (l.len() == suffix.len() || l[..l.len() - suffix.len()].ends_with(';'))
-        })
-        .map(|l| l.as_str())
-        .collect()
-}
-
 #[test]
 fn folded_without_frame_pointers_tells_the_two_callers_apart() {
     let dir = tempfile::tempdir().unwrap();
@@ -66,12 +56,12 @@ fn folded_without_frame_pointers_tells_the_two_callers_apart() {
     let lines = folded(dir.path(), &exe, "");
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(
-        ending(&lines, "main;build;leaf_alloc 409600").len(),
+        common::folded_ending(&lines, "main;build;leaf_alloc 409600").len(),
         1,
         "{lines:?}"
     );
     assert_eq!(
-        ending(&lines, "main;other;leaf_alloc 50000").len(),
+        common::folded_ending(&lines, "main;other;leaf_alloc 50000").len(),
         1,
         "{lines:?}"
     );

@@ -339,3 +339,16 @@ impl Prog {
         assert_eq!(status.code(), Some(0), "the program ends normally");
     }
 }
+
+/// The folded lines ending with `suffix` right after a `;` (or equal to
+/// it): the stacks through those frames, the frames above left out.
+pub fn folded_ending<'a, S: AsRef<str>>(lines: &'a [S], suffix: &str) -> Vec<&'a str> {
+    lines
+        .iter()
+        .map(|l| l.as_ref())
+        .filter(|l| {
+            l.ends_with(suffix)
+                && (l.len() == suffix.len() || l[..l.len() - suffix.len()].ends_with(';'))
+        })
+        .collect()
+}
