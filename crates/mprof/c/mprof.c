@@ -606,7 +606,7 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
  * site in bash cost about 20 us, most of mprof's start-up in a shell. */
 extern int _dl_find_object(void *, struct dl_find_object *) __attribute__((weak));
 
-static const struct link_map *link_map_of(uintptr_t pc)
+const struct link_map *mprof_link_map_of(uintptr_t pc)
 {
     if (_dl_find_object) {
         struct dl_find_object fo;
@@ -635,7 +635,7 @@ static int is_wrapper(uintptr_t pc)
         if (k == 0)
             break;
     }
-    const struct link_map *lm = link_map_of(pc);
+    const struct link_map *lm = mprof_link_map_of(pc);
     if (lm)
         mprof_scan_module(lm);
     int v = mprof_skipped(pc - 1) ? 2 : 1;
@@ -654,7 +654,7 @@ static int is_wrapper(uintptr_t pc)
 
 static int module_index(uintptr_t pc)
 {
-    const struct link_map *lm = link_map_of(pc);
+    const struct link_map *lm = mprof_link_map_of(pc);
     if (!lm)
         return -1;
     int n = atomic_load_explicit(&nmodules, memory_order_acquire);

@@ -60,6 +60,10 @@ static inline int sys_munmap(void *a, size_t n)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* mprof.c: the loaded object holding pc (glibc 2.35's lock-free
+ * _dl_find_object where present, else dladdr1); 0 if none. */
+const struct link_map *mprof_link_map_of(uintptr_t pc);
+
 /* wrappers.c: the allocator wrappers (by symbol, from each module's
  * .symtab and .dynsym) and system code (the functions profdev found
  * declared in system headers: crates/mprof/src/system.rs), which a site

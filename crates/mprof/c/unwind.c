@@ -159,21 +159,6 @@ static const struct umod *umod_of(const struct link_map *lm)
     return r;
 }
 
-extern int _dl_find_object(void *, struct dl_find_object *) __attribute__((weak));
-
-static const struct link_map *lm_of(uintptr_t pc)
-{
-    if (_dl_find_object) {
-        struct dl_find_object fo;
-        return _dl_find_object((void *)pc, &fo) == 0 ? fo.dlfo_link_map : 0;
-    }
-    Dl_info info;
-    struct link_map *lm = 0;
-    if (!dladdr1((void *)pc, &info, (void **)&lm, RTLD_DL_LINKMAP))
-        return 0;
-    return lm;
-}
-
 /* A rule packed in 64 bits: bit 63 set, kind in bits 0-7, cfa_off in
  * 8-39, rbp_off in 40-55. */
 #define RULE(kind, cfa, rbp)                                                                \
@@ -183,7 +168,7 @@ static const struct link_map *lm_of(uintptr_t pc)
 /* The rule of the frame whose return address is pc (binary search). */
 static uint64_t rule_lookup(uintptr_t pc)
 {
-    const struct link_map *lm = lm_of(pc - 1);
+    const struct link_map *lm = mprof_link_map_of(pc - 1);
     if (!lm)
         return RULE(0, 0, 0);
     const struct umod *m = umod_of(lm);
