@@ -269,15 +269,18 @@ fn unwind_tables(
     let udir = dir.join("unwind");
     let (k, v) = profdev_mprof::unwind::write_tables(&udir, &paths)
         .map_err(|e| io_dev("cannot write the unwind tables", e))?;
-    let chown = |p: &Path| std::os::unix::fs::chown(p, Some(uid), Some(gid));
-    chown(&udir).map_err(|e| io_dev("cannot give the unwind tables to the process's user", e))?;
+    // The files first, while the directory is still root's (0700: nobody
+    // else can put anything in it), never following a link; the directory
+    // last, after which root touches nothing inside it.
+    let chown = |p: &Path| std::os::unix::fs::lchown(p, Some(uid), Some(gid));
+    let given = |e| io_dev("cannot give the unwind tables to the process's user", e);
     for e in std::fs::read_dir(&udir)
         .map_err(|e| io_dev("cannot list the unwind tables", e))?
         .flatten()
     {
-        chown(&e.path())
-            .map_err(|e| io_dev("cannot give the unwind tables to the process's user", e))?;
+        chown(&e.path()).map_err(given)?;
     }
+    chown(&udir).map_err(given)?;
     Ok(format!("{k}={}\n", v.to_string_lossy()))
 }
 
