@@ -41,10 +41,13 @@
 //!
 //! **Marks at the cost of a flag.** When only the marks are wanted (no
 //! `-f`, `-r`, `--lcov` or `--cobertura`), CMD runs in the engine's hit
-//! mode (`profdev_coverage::plan::Mode`): a block records only that it
-//! ran (a byte stored, no flags saved), and a block that another's run
-//! implies gets no probe. The marks are the counting run's; the last
-//! line then gives the instructions that ran, each once. `-p` counts.
+//! mode (`profdev_coverage::plan::Mode`): a block's probe is one `int3`
+//! that records the block at its first run and removes itself, so the
+//! code then runs natively (in modules that make system calls themselves,
+//! libc and the loader, a byte stored in a trampoline instead), and a
+//! block that another's run implies gets no probe. The marks are the
+//! counting run's; the last line gives the instructions that ran, each
+//! once. `-p` counts.
 //!
 //! **Where the listing goes.** With CMD, to standard error, or to FILE
 //! with `-o FILE` (written whole, through a temporary renamed over it):
@@ -251,7 +254,11 @@
 //!   stops counting it (the probes go with cprof).
 //! * Hit mode (marks with CMD): a fault or asynchronous signal whose
 //!   handler never returns may mark wrongly the block cut short or its
-//!   successors when probes were pruned there (`plan/hits.rs`).
+//!   successors when probes were pruned there (`plan/hits.rs`). A probe
+//!   is removed through `/proc/self/mem` (else its page is left writable);
+//!   a child forked before a block's first run marks it, one forked
+//!   after does not (its parent did). SIGTRAP is the runtime's: a
+//!   program's own handler is chained, its masks never hold SIGTRAP.
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.

@@ -7,7 +7,8 @@
  * maps the trampolines profdev encodes next to the module and writes the
  * patches. Counts are `incq %gs:8*INDEX`: each thread's GS base is its own
  * counter array (arch_prctl(ARCH_SET_GS)), summed when a report is
- * written. Reports go to PROFDEV_COV_OUT as cov.PID.SEQ (O_EXCL|O_NOFOLLOW,
+ * written. Hit mode's one-shot probes are `int3`s (PATCH_ONCE) that
+ * on_trap() turns into a mark and the original byte (once()). Reports go to PROFDEV_COV_OUT as cov.PID.SEQ (O_EXCL|O_NOFOLLOW,
  * 0600) at exit, _exit, before exec, and on a fatal SIGINT/SIGTERM/SIGHUP.
  *
  * fork: the child reports only what it runs after the fork (its totals
@@ -80,8 +81,12 @@ struct ttab {
 #define MAXMOD 4096
 #define MAXTHR (1 << 20)
 
+/* A breakpoint: kind 2 (PATCH_INT3) resumes at `entry`, a trampoline;
+ * kind 6 (PATCH_ONCE, hit mode) records block `entry` of its module as
+ * run and puts `orig`, the byte it replaced, back (see once()). */
 struct trap {
     uint64_t addr, entry;
+    uint32_t kind, orig;
 };
 struct mod {
     uint64_t lo, hi, cb, n, id;
@@ -105,6 +110,9 @@ static int reported;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_trap;
 static uint64_t traps; /* breakpoints taken */
+static uint64_t onces; /* one-shot probes taken */
+static int mem_fd = -1; /* this process's /proc/self/mem (once()) */
+static int mem_reopen(void);
 
 static long raw6(long n, long a, long b, long c, long d, long e, long f) {
     long r;
@@ -389,6 +397,8 @@ static void report(void) {
         sigsafe_puti(&o, getpid());
         sigsafe_puts(&o, "\ntraps ");
         sigsafe_putu(&o, traps, 10);
+        sigsafe_puts(&o, "\nonce ");
+        sigsafe_putu(&o, onces, 10);
         sigsafe_puts(&o, "\n");
         for (int m = 0; m < nmods; m++) {
             sigsafe_puts(&o, "M ");
@@ -440,6 +450,85 @@ __asm__(".text\n"
         "    syscall\n"
         ".size profdev_cov_restore,.-profdev_cov_restore\n");
 
+/* This process's /proc/self/mem, through which once() writes code:
+ * opened at setup (and anew in a forked child: a descriptor inherited
+ * across a fork writes the parent's memory), kept at a high number, and
+ * checked before each use (device, inode, pid), since the program may
+ * have closed it and opened a file of its own under that number. */
+static uint64_t mem_dev, mem_ino;
+static int mem_pid, mem_lock;
+
+static int mem_same(int fd, uint64_t dev, uint64_t ino) {
+    struct stat st;
+    return fd >= 0 && !raw6(SYS_fstat, fd, (long)&st, 0, 0, 0, 0) && st.st_dev == dev && st.st_ino == ino;
+}
+
+/* Async-signal-safe; -1 when another thread is at it (the caller falls
+ * back to mprotect). */
+static int mem_reopen(void) {
+    if (__atomic_exchange_n(&mem_lock, 1, __ATOMIC_ACQUIRE)) return -1;
+    int old = __atomic_load_n(&mem_fd, __ATOMIC_ACQUIRE);
+    if (old >= 0 && mem_same(old, mem_dev, mem_ino)) raw6(SYS_close, old, 0, 0, 0, 0, 0);
+    __atomic_store_n(&mem_fd, -1, __ATOMIC_RELEASE);
+    int fd = (int)raw6(SYS_openat, AT_FDCWD, (long)"/proc/self/mem", O_RDWR | O_CLOEXEC, 0, 0, 0);
+    if (fd >= 0) {
+        int hi = (int)raw6(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 1000, 0, 0, 0);
+        if (hi >= 0) {
+            raw6(SYS_close, fd, 0, 0, 0, 0, 0);
+            fd = hi;
+        }
+        struct stat st;
+        if (raw6(SYS_fstat, fd, (long)&st, 0, 0, 0, 0)) {
+            raw6(SYS_close, fd, 0, 0, 0, 0, 0);
+            fd = -1;
+        } else {
+            mem_dev = st.st_dev;
+            mem_ino = st.st_ino;
+            mem_pid = (int)raw6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+            __atomic_store_n(&mem_fd, fd, __ATOMIC_RELEASE);
+        }
+    }
+    __atomic_store_n(&mem_lock, 0, __ATOMIC_RELEASE);
+    return fd;
+}
+
+/* A one-shot probe's first hit (any thread; async-signal-safe): record
+ * the block as run, then put the original byte back, so the block runs
+ * natively from now on. One byte is written: no other thread can see a
+ * torn instruction (it sees the breakpoint, and comes here too, or the
+ * original byte). The write goes through /proc/self/mem, which writes
+ * code pages without making them writable (no mprotect, no window in
+ * which the page is writable or, for another thread, not executable);
+ * it is checked by reading the byte back (a descriptor inherited across
+ * a fork writes the parent's memory: reopened). If the kernel refuses
+ * that (proc_mem.force_override=never, a seccomp filter), the page is
+ * made writable and executable, and left so. */
+static void once(struct trap *t, struct mod *m) {
+    __atomic_fetch_add(&onces, 1, __ATOMIC_RELAXED);
+    uint64_t *a0 = __atomic_load_n(&arrays[0], __ATOMIC_ACQUIRE);
+    if (a0) ((volatile uint8_t *)a0)[8 * (m->cb + t->entry)] = 1;
+    volatile uint8_t *p = (volatile uint8_t *)(uintptr_t)t->addr;
+    uint8_t o = (uint8_t)t->orig;
+    if (*p != o) {
+        int fd = __atomic_load_n(&mem_fd, __ATOMIC_ACQUIRE);
+        uint64_t dev = mem_dev, ino = mem_ino;
+        if (fd < 0 || mem_pid != (int)raw6(SYS_getpid, 0, 0, 0, 0, 0, 0) || !mem_same(fd, dev, ino))
+            fd = mem_reopen();
+        if (fd >= 0) raw6(SYS_pwrite64, fd, (long)&o, 1, (long)t->addr, 0, 0);
+    }
+    if (*p != o) {
+        uint64_t pg = t->addr & ~4095ull;
+        if (!raw6(SYS_mprotect, (long)pg, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0)) *p = o;
+    }
+    if (*p != o) {
+        static const char msg[] = "profdev cprof: cannot remove a probe from the program's code "
+                                  "(writing /proc/self/mem and mprotect were refused); run with -f\n";
+        raw6(SYS_write, 2, (long)msg, sizeof msg - 1, 0, 0, 0);
+        report();
+        raw6(SYS_exit_group, 127, 0, 0, 0, 0, 0);
+    }
+}
+
 static void on_trap(int sig, siginfo_t *si, void *ctx) {
     ucontext_t *uc = ctx;
     uint64_t pc = uc->uc_mcontext.gregs[REG_RIP] - 1;
@@ -451,6 +540,15 @@ static void on_trap(int sig, siginfo_t *si, void *ctx) {
             uint64_t mid = (lo + hi) / 2;
             if (mods[m].traps[mid].addr < pc) lo = mid + 1;
             else hi = mid;
+        }
+        if (lo < mods[m].ntraps && mods[m].traps[lo].addr == pc && mods[m].traps[lo].kind == 6) {
+            /* Only the breakpoint itself (a SIGTRAP sent by kill or a
+             * single step has another code, and pc may hold a restored
+             * probe's byte). */
+            if (si->si_code != SI_KERNEL) break;
+            once(&mods[m].traps[lo], &mods[m]);
+            uc->uc_mcontext.gregs[REG_RIP] = pc;
+            return;
         }
         if (lo < mods[m].ntraps && mods[m].traps[lo].addr == pc) {
             __atomic_fetch_add(&traps, 1, __ATOMIC_RELAXED);
@@ -608,6 +706,7 @@ static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, ui
             memcpy(b + 1, &rel, 4);
             break;
         case 2:
+        case 6:
             break;
         case 3:
             rel = (int32_t)(p->entry - (p->addr + 5));
@@ -700,12 +799,19 @@ static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
     if (!ps || read_full(fd, ps, np * sizeof *ps)) goto out;
     if (raw6(SYS_mprotect, (long)area, (long)size, PROT_READ | PROT_EXEC, 0, 0, 0)) goto out;
     uint64_t nt = 0;
-    for (uint64_t i = 0; i < np; i++) nt += ps[i].kind == 2;
+    for (uint64_t i = 0; i < np; i++) {
+        if (ps[i].kind == 6 && (ps[i].addr < lo || ps[i].addr >= hi || ps[i].entry >= n)) goto out;
+        nt += ps[i].kind == 2 || ps[i].kind == 6;
+    }
     struct trap *traps = big_alloc(nt * sizeof *traps + 8);
     if (!traps) goto out;
     nt = 0;
     for (uint64_t i = 0; i < np; i++)
-        if (ps[i].kind == 2) traps[nt++] = (struct trap){ps[i].addr, ps[i].entry};
+        if (ps[i].kind == 2 || ps[i].kind == 6) {
+            /* The byte a one-shot probe replaces, read before it does. */
+            uint32_t orig = ps[i].kind == 6 ? *(volatile uint8_t *)(uintptr_t)ps[i].addr : 0;
+            traps[nt++] = (struct trap){ps[i].addr, ps[i].entry, ps[i].kind, orig};
+        }
     struct mod *m = &mods[nmods];
     m->lo = lo;
     m->hi = hi;
@@ -816,6 +922,8 @@ static void parent(void) {
 }
 static void child(void) {
     if (!active) return;
+    mem_lock = 0;
+    mem_reopen();
     /* Other threads' arrays are dead copies, in the base and the totals
      * alike, so they cancel. */
     big_free(base, base_n * 8 + 8);
@@ -1014,6 +1122,13 @@ API int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
         if (act) old_trap = *act;
         return 0;
     }
+    if (active && act && sigismember(&act->sa_mask, SIGTRAP) == 1) {
+        /* Nor blocked while a handler runs (a handler that reaches a
+         * probe would be killed). */
+        struct sigaction a = *act;
+        sigdelset(&a.sa_mask, SIGTRAP);
+        return real_sigaction(sig, &a, old);
+    }
     return real_sigaction(sig, act, old);
 }
 
@@ -1037,6 +1152,10 @@ static int setup(const char *sock, const char *out) {
              profdev_cov_restore, 0};
     sigaction(SIGTRAP, NULL, &old_trap);
     raw6(SYS_rt_sigaction, SIGTRAP, (long)&ksa, 0, 8, 0, 0);
+    /* A mask inherited across exec (posix_spawnattr_setsigmask, a
+     * parent's blocked set) may hold SIGTRAP: not in this thread. */
+    uint64_t trap_bit = 1ull << (SIGTRAP - 1);
+    raw6(SYS_rt_sigprocmask, SIG_UNBLOCK, (long)&trap_bit, 0, 8, 0, 0);
     int fatal[] = {SIGINT, SIGTERM, SIGHUP};
     for (int i = 0; i < 3; i++) {
         struct sigaction cur;
@@ -1045,6 +1164,7 @@ static int setup(const char *sock, const char *out) {
             signal(fatal[i], on_fatal);
     }
     pthread_atfork(prepare, parent, child);
+    mem_reopen();
     return 0;
 }
 

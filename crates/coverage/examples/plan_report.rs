@@ -43,6 +43,7 @@ fn main() {
             How::Implied { .. } => "implied",
             How::Branches { .. } => "branches",
             How::None => "uncounted",
+            How::Once => "once",
         };
         *by_how.entry(name).or_default() += 1;
         if all || b.how == How::None {

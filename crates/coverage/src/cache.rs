@@ -255,6 +255,7 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
                 w.u64(len.into());
             }
             How::Covered => w.u8(5),
+            How::Once => w.u8(9),
             How::Fell { branch } => {
                 w.u8(6);
                 w.u64(branch.into());
@@ -366,6 +367,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
                 taken: r.u32()?,
                 fell: r.u32()?,
             },
+            9 => How::Once,
             t => return Err(format!("unknown block kind {t}")),
         };
         let flags_live = r.u8()? != 0;
@@ -513,7 +515,9 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
     let own = |k: u32| {
         matches!(
             how(k),
-            Some(How::Jmp { .. } | How::Int3 { .. } | How::Hop { .. } | How::Call { .. })
+            Some(
+                How::Jmp { .. } | How::Int3 { .. } | How::Hop { .. } | How::Call { .. } | How::Once
+            )
         )
     };
     for b in &plan.blocks {

@@ -19,11 +19,16 @@
 //! module's bytes, the engine's sources and the plan's mode.
 //!
 //! **Hit mode** ([`plan::Mode::Hits`], cprof's marks without `-f`):
-//! the same blocks and trampolines, but a probe only records that its
-//! block ran (`movb $1,%gs:8*i` instead of `incq`: no flag written, so
-//! none saved), a block whose run another block's implies has no probe
-//! ([`plan::How::Implied`]), and no branch edge is stored but those a
-//! derived block reads; each block's count is then 1 or 0. The device's
+//! the same blocks, but a probe only records that its block ran: one
+//! `int3` at the block's start that the runtime's SIGTRAP handler
+//! removes at its first hit, marking the block and putting the original
+//! byte back ([`plan::How::Once`]: no trampoline; later runs are native);
+//! in a module that makes system calls itself (libc, the loader: it may
+//! run with SIGTRAP blocked) the trampolines stay, storing a byte
+//! (`movb $1,%gs:8*i`: no flag written, none saved). A block whose run
+//! another block's implies has no probe ([`plan::How::Implied`]), and no
+//! branch edge is stored but those a derived block reads; each block's
+//! count is then 1 or 0. The device's
 //! histograms, `-f`, `.prf`, lcov and `gmon --exact` always count. [`image`] reads of a module's
 //! file only what its ELF headers name, within stated bounds (the planning
 //! server may be root, reading for another user's process: see

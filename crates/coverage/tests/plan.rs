@@ -45,6 +45,7 @@ fn check(path: &Path) {
             }
             How::Call { .. } => "call",
             How::None => "none",
+            How::Once => "once",
             How::Covered => "covered",
             How::Hop { .. } => "hop",
             How::Fell { .. } => "fell",

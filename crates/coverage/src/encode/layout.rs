@@ -154,6 +154,7 @@ impl Laid {
             How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
             How::Call { .. } => (PATCH_CALL6, b.start, 6),
             How::None
+            | How::Once
             | How::Covered
             | How::Fell { .. }
             | How::Implied { .. }

@@ -8,7 +8,9 @@
 //! count is one unlocked instruction and no count is lost between threads.
 //! Where the flags are live the count saves and restores them with
 //! `lahf`/`seto` and `add`/`sahf` around it, below the red zone. A plan in
-//! hit mode ([`crate::plan::Mode::Hits`]) records with `movb $1,%gs:8*INDEX`
+//! hit mode ([`crate::plan::Mode::Hits`]) has one-shot probes
+//! ([`PATCH_ONCE`], no trampoline) or, in a module that makes system calls
+//! itself, records with `movb $1,%gs:8*INDEX`
 //! instead (the counter's low byte: no flag written, none saved, no read
 //! that one execution's store must wait for), and has no probe for a
 //! block another one implies ([`How::Implied`]: no trampoline, its bytes
@@ -94,6 +96,12 @@ pub const PATCH_CALL6: u32 = 4;
 /// `jmp rel8` to `entry` (a nearby `jmp rel32`).
 pub const PATCH_REL8: u32 = 5;
 
+/// One `int3` that removes itself ([`How::Once`]): `entry` is the
+/// block's index in its module (its counter, from the module's first);
+/// the runtime's SIGTRAP handler records the hit, puts the original byte
+/// back and resumes there.
+pub const PATCH_ONCE: u32 = 6;
+
 /// The area's code and the patches.
 #[derive(Clone, Debug, Default)]
 pub struct Encoded {
@@ -145,6 +153,8 @@ impl Encoded {
                 addr: p.addr.wrapping_sub(bias0).wrapping_add(bias),
                 entry: if p.kind == PATCH_REL8 {
                     p.entry.wrapping_sub(bias0).wrapping_add(bias)
+                } else if p.kind == PATCH_ONCE {
+                    p.entry
                 } else {
                     p.entry.wrapping_sub(area0).wrapping_add(area)
                 },
@@ -195,7 +205,11 @@ pub fn area_size_with(plan: &Plan, opts: Options) -> u64 {
             How::Int3 { to } | How::Hop { to, .. } => 96 + 5 * (to - b.start),
             How::Call { .. } => 48,
             How::Covered => 48,
-            How::None | How::Fell { .. } | How::Implied { .. } | How::Branches { .. } => 0,
+            How::None
+            | How::Once
+            | How::Fell { .. }
+            | How::Implied { .. }
+            | How::Branches { .. } => 0,
         };
         if b.branch.is_some() {
             n += 48;
@@ -271,9 +285,25 @@ pub fn encode_with(
         mut failed,
         mut failed_blocks,
     } = piece::pieces(&cx);
-    let laid = layout::lay_out(&cx, pieces);
+    let mut laid = layout::lay_out(&cx, pieces);
     failed += laid.failed_blocks.len() as u64;
     failed_blocks.extend(laid.failed_blocks);
+    // One-shot probes: no trampoline, an `int3` at the block's start.
+    let once = plan
+        .blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.how == How::Once);
+    let before = laid.patches.len();
+    laid.patches.extend(once.map(|(i, b)| Patch {
+        addr: b.start + bias,
+        entry: i as u64,
+        kind: PATCH_ONCE,
+        len: 1,
+    }));
+    if laid.patches.len() != before {
+        laid.patches.sort_by_key(|p| p.addr);
+    }
     Encoded {
         code: laid.code,
         patches: laid.patches,

@@ -48,6 +48,7 @@ pub(super) fn pieces(cx: &Ctx) -> Pieces {
         };
         let piece = match how {
             How::None
+            | How::Once
             | How::Fell { .. }
             | How::Covered
             | How::Implied { .. }

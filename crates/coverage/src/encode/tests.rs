@@ -262,65 +262,46 @@ fn the_recorded_target_is_the_real_one() {
     unsafe { libc::munmap(map, 8192) };
 }
 
-/// Every instruction of an area's code, decoded from its start (the
-/// pieces are packed, their gaps `int3`).
-fn area_insns(code: &[u8], area: u64) -> Vec<Instruction> {
-    let mut d = Decoder::with_ip(64, code, area, DecoderOptions::NONE);
-    std::iter::from_fn(|| d.can_decode().then(|| d.decode())).collect()
-}
-
 #[test]
-fn hit_mode_stores_a_byte_and_saves_no_flags() {
+fn hit_mode_has_one_shot_probes_and_no_trampolines() {
+    // The test binary makes system calls itself (its `syscall`s): hit
+    // mode keeps trampolines there, no one-shot probe.
     let exe = std::env::current_exe().expect("the test binary's path");
     let bytes = std::fs::read(&exe).unwrap();
-    let counts = Plan::of_bytes(&bytes, &exe).unwrap();
     let hits = Plan::of_bytes_in(&bytes, &exe, crate::plan::Mode::Hits).unwrap();
-    assert!(
-        hits.blocks.iter().any(|b| b.flags_live),
-        "flags live somewhere"
-    );
     let (bias, area) = (0x5555_0000_0000u64, 0x5555_4000_0000u64);
-    let kinds = |p: &Plan| {
-        let e = encode(p, bias, area, RESERVED_SLOTS);
-        let x = area_insns(&e.code, area);
-        let gs = |c: Code| {
-            x.iter()
-                .filter(|i| i.code() == c && i.segment_prefix() == Register::GS)
-                .count()
-        };
-        // A save: `lahf; seto %al` (the copied code's own `lahf`, if any,
-        // is not followed so).
-        let saves = x
-            .windows(2)
-            .filter(|w| w[0].code() == Code::Lahf && w[1].code() == Code::Seto_rm8)
-            .count();
-        (gs(Code::Inc_rm64), gs(Code::Mov_rm8_imm8), saves, e)
-    };
-    let (inc, set, saves, _) = kinds(&counts);
-    assert!(
-        inc > 1000 && set == 0 && saves > 0,
-        "counts: {inc} incq, {set} movb, {saves} saves"
-    );
-    let (inc, set, saves, e) = kinds(&hits);
-    assert_eq!(
-        (inc, saves),
-        (0, 0),
-        "hit mode: no increment, no flag saved"
-    );
-    assert!(set > 1000, "{set} stores");
-    // `movb $1,%gs:DISP32` through a SIB byte, its displacement relocated
-    // as a count's.
-    let x = area_insns(&e.code, area);
-    let store = x.iter().find(|i| i.code() == Code::Mov_rm8_imm8).unwrap();
-    assert_eq!(store.immediate8(), 1);
-    assert_eq!(e.counter_fixups.len(), set);
-    let moved = e.code_for(RESERVED_SLOTS + 10);
-    let first = area_insns(&moved, area)
-        .into_iter()
-        .find(|i| i.code() == Code::Mov_rm8_imm8)
-        .unwrap();
-    assert_eq!(
-        first.memory_displacement64(),
-        store.memory_displacement64() + 80
-    );
+    let e = encode(&hits, bias, area, RESERVED_SLOTS);
+    assert!(e.patches.len() > 1000);
+    assert!(e.patches.iter().all(|p| p.kind != PATCH_ONCE));
+    // Code that does not (`test; je` | `xor; ret` | `mov $1; ret`):
+    // one-shot probes only, on the fork's two ways.
+    let code = vec![
+        0x85, 0xc0, 0x74, 0x03, 0x31, 0xc0, 0xc3, 0xb8, 0x01, 0, 0, 0, 0xc3,
+    ];
+    let sections = vec![(0x1000, code)];
+    let counts = Plan::new(sections.clone(), &[0x1000], &[], &[]);
+    let hits = Plan::new_in(crate::plan::Mode::Hits, sections, &[0x1000], &[], &[]);
+    let e = encode(&counts, bias, area, RESERVED_SLOTS);
+    assert!(e.patches.iter().all(|p| p.kind != PATCH_ONCE));
+    let e = encode(&hits, bias, area, RESERVED_SLOTS);
+    // No code at all: an `int3` at the start of each probed block, whose
+    // entry is the block's index (its counter, from the module's first).
+    assert!(e.code.iter().all(|&b| b == 0xCC), "no trampoline");
+    assert!(e.counter_fixups.is_empty());
+    let once: Vec<usize> = (0..hits.blocks.len())
+        .filter(|&i| hits.blocks[i].how == How::Once)
+        .collect();
+    assert_eq!(once, [1, 2]);
+    assert_eq!(once.len(), hits.probes());
+    assert_eq!(e.patches.len(), once.len());
+    for (p, &i) in e.patches.iter().zip(&once) {
+        assert_eq!(
+            (p.addr, p.entry, p.kind, p.len),
+            (hits.blocks[i].start + bias, i as u64, PATCH_ONCE, 1)
+        );
+    }
+    // Moved to another load: the addresses move, the block indices not.
+    let moved = e.patches_for(bias, area, bias + 0x1000, area + 0x1000);
+    assert_eq!(moved[0].addr, e.patches[0].addr + 0x1000);
+    assert_eq!(moved[0].entry, e.patches[0].entry);
 }

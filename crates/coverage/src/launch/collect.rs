@@ -240,6 +240,11 @@ pub(super) fn read_report(
         if l.starts_with("pid ") {
             continue;
         }
+        // One-shot probes taken (hit mode): each marks its block.
+        if let Some(t) = l.strip_prefix("once ") {
+            t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
+            continue;
+        }
         if let Some(t) = l.strip_prefix("traps ") {
             *traps += t.parse::<u64>().map_err(|_| format!("bad line {l:?}"))?;
             continue;

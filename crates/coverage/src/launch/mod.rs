@@ -68,7 +68,8 @@
 //! target) ([`Server::call_targets`]).
 //!
 //! **Reports** (`cov.PID.SEQ`, one per process image): `profdev-coverage
-//! 1`, `pid N`, `traps N`, then per module `M <id dec> <first counter dec>
+//! 1`, `pid N`, `traps N`, `once N` (one-shot probes taken, hit mode),
+//! then per module `M <id dec> <first counter dec>
 //! <counters dec>` followed by `<index> <count>` lines for the counters
 //! not zero; then, with call targets, one line per (site, target) of this
 //! image: `I <module id dec> <block> <count> <link-time target> <path>`

@@ -17,7 +17,9 @@ pub(super) fn fell_from(
         let (p, b) = (&blocks[bi - 1], &blocks[bi]);
         let counted = match b.how {
             How::Jmp { from, .. } => from == b.start,
-            How::Hop { .. } | How::Int3 { .. } | How::Call { .. } | How::Covered => true,
+            How::Hop { .. } | How::Int3 { .. } | How::Call { .. } | How::Covered | How::Once => {
+                true
+            }
             How::Fell { .. } | How::Implied { .. } | How::Branches { .. } | How::None => false,
         };
         if !counted || scope.unresolved_at(b.start) {

@@ -2,6 +2,21 @@
 //! blocks whose having run other blocks' probes imply, left without a
 //! probe, and the branch edges no derived block reads, left uncounted.
 //!
+//! **One-shot probes** ([`How::Once`], first): in a module that makes no
+//! system call itself, every block with a probe gets one `int3` at its
+//! start instead of a trampoline. The runtime's SIGTRAP handler marks the
+//! block (a byte in the first thread array), puts the original byte back
+//! (through `/proc/self/mem`: the page is never made writable) and resumes
+//! there: every later run is native, so a loop costs one trap per block
+//! once (about 4 µs on the 2-vCPU VM), then nothing (UnTracer's and
+//! bias-free sampling's idea). One byte is written each way, so no thread
+//! ever sees a torn instruction: another thread reaching the probe at
+//! once traps too and finds the byte back, or runs the original. Any
+//! block can hold one (nothing is relocated), so every encoder constraint
+//! below is void for them and more blocks are implied. Not in a module
+//! that makes system calls itself ([`blocks_signals`]): it may run with
+//! SIGTRAP blocked, where an `int3` kills.
+//!
 //! **The rules** (the simplest sound ones over Agrawal's superblocks):
 //!
 //! * **Chains** ([`How::Implied`]): block B is implied by block A when A's
@@ -79,6 +94,34 @@ pub(super) fn hits(blocks: &mut [PlannedBlock], f: &Facts) {
         if b.branch.is_some_and(|j| !read.contains(&j)) {
             b.branch = None;
         }
+    }
+}
+
+/// Whether the module makes system calls itself (`syscall`, `sysenter`,
+/// `int 0x80`): then it may block SIGTRAP behind the runtime's back (the
+/// runtime keeps SIGTRAP out of the masks set through the C library's
+/// `sigprocmask`, `pthread_sigmask` and `sigaction`, not out of a raw
+/// `rt_sigprocmask`), as the C library does itself around `fork`,
+/// `posix_spawn`, `pthread_create` and `raise`, and an `int3` reached
+/// with SIGTRAP blocked kills the process. Such a module (libc.so.6,
+/// the dynamic loader) keeps its trampolines.
+pub(super) fn blocks_signals(code: &Code) -> bool {
+    code.insns.iter().any(|x| {
+        matches!(x.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter)
+            || (x.mnemonic() == Mnemonic::Int && x.immediate8() == 0x80)
+    })
+}
+
+/// One-shot probes: every block with a probe of its own (patched or
+/// counted in a trampoline in counting mode) gets [`How::Once`], an
+/// `int3` at its start; blocks that cannot be counted stay so (code read
+/// as data, code that does not decode). No branch edge is counted.
+pub(super) fn once(blocks: &mut [PlannedBlock]) {
+    for b in blocks.iter_mut() {
+        if b.how != How::None {
+            b.how = How::Once;
+        }
+        b.branch = None;
     }
 }
 
@@ -177,7 +220,7 @@ fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
     let free = |b: &PlannedBlock| {
         let patched_at_start = match b.how {
             How::Jmp { from, to, .. } => from == b.start && to <= b.end,
-            How::Int3 { .. } | How::Hop { .. } => true,
+            How::Int3 { .. } | How::Hop { .. } | How::Once => true,
             _ => false,
         };
         patched_at_start

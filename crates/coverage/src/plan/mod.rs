@@ -127,6 +127,13 @@ pub enum How {
     /// leads to (`taken`, and `fell`, the next one), each with a probe of
     /// its own: it ran exactly when one of them did.
     Branches { taken: u32, fell: u32 },
+    /// Hit mode only ([`Mode::Hits`]): one `int3` at the block's start
+    /// that removes itself. Its first hit, in any thread, records that
+    /// the block ran (counter `i`) and puts the original byte back, so
+    /// every later run of the block is native: no trampoline, nothing
+    /// relocated, and any block can hold one (see `hits.rs`, "One-shot
+    /// probes").
+    Once,
     /// Not counted.
     None,
 }
@@ -138,10 +145,12 @@ pub enum Mode {
     /// fall-throughs.
     #[default]
     Counts,
-    /// Whether each block ran (`movb $1,%gs:8*i`: no flag written, so no
-    /// flag saved), probes only where another block's does not imply
-    /// them ([`How::Implied`]), no branch edges but those a derived block
-    /// reads ([`How::Fell`]). For cprof's marks; never for counts.
+    /// Whether each block ran: a probe only where another block's does
+    /// not imply it ([`How::Implied`], [`How::Branches`]); each one-shot
+    /// ([`How::Once`]) unless the module makes system calls itself (then
+    /// a trampoline storing a byte, `movb $1,%gs:8*i`, and branch edges
+    /// only where a derived block reads them). For cprof's marks; never
+    /// for counts.
     Hits,
 }
 
@@ -437,6 +446,9 @@ impl Plan {
                 scope: &scope,
                 prune,
             };
+            if !hits::blocks_signals(&code) {
+                hits::once(&mut blocks);
+            }
             hits::hits(&mut blocks, &facts);
         }
         Plan {
