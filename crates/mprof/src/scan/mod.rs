@@ -65,11 +65,12 @@
 mod heap;
 mod mark;
 mod report;
+mod table;
 
 #[cfg(test)]
 mod tests;
 
-pub use report::{render, Group};
+pub use report::{render, Group, OriginGroup, Seen};
 
 use profdev_symbolize::maps::MapsEntry;
 use std::cell::Cell;
@@ -194,12 +195,25 @@ pub struct Scan {
     pub root_bytes: u64,
     /// Bytes read from the process in all.
     pub read_bytes: u64,
+    /// With mprof's block table in the process: where mprof saw each
+    /// unreachable block allocated (by `unreachable`'s order; `None`:
+    /// not in its table). `None` without the table.
+    pub seen: Option<Vec<Option<Seen>>>,
 }
 
 impl Scan {
     /// The unreachable blocks grouped by usable size, most bytes first.
     pub fn groups(&self) -> Vec<Group> {
         report::groups(&self.unreachable)
+    }
+
+    /// With mprof's table ([`Scan::seen`]): the unreachable blocks
+    /// grouped by allocating stack (or site), most bytes first, those it
+    /// did not see in one group of their own.
+    pub fn origins(&self) -> Option<Vec<OriginGroup>> {
+        self.seen
+            .as_ref()
+            .map(|seen| report::origins(&self.unreachable, seen))
     }
 }
 
@@ -296,6 +310,9 @@ pub struct Copied {
     roots: Vec<heap::Segment>,
     threads: Vec<ThreadRoots>,
     read_bytes: u64,
+    /// With mprof's table: the scan, marked while the process was held
+    /// (the table's entries of the unreachable blocks read then).
+    done: Option<Scan>,
 }
 
 impl Copied {
@@ -316,21 +333,39 @@ pub fn copy(
 ) -> Result<Copied, ScanError> {
     let reader = Reader::new(mem, limits);
     let heap = heap::Heap::walk(&reader, maps, threads)?;
+    let table = table::find(&reader, maps)?;
+    let skip = table.as_ref().map(|t| t.skip()).unwrap_or_default();
     let mut roots = Vec::new();
-    for (s, e) in mark::roots(maps, threads, &heap) {
-        reader.load_pieces(s, e, &mut roots)?;
+    for r in mark::roots(maps, threads, &heap, &skip) {
+        let mut pieces = Vec::new();
+        reader.load_pieces(r.start, r.end, &mut pieces)?;
+        if !(r.may_be_dead_stack && mark::dead_stack(&pieces, r.end, threads)) {
+            roots.append(&mut pieces);
+        }
     }
-    Ok(Copied {
+    let mut c = Copied {
         heap,
         roots,
         threads: threads.to_vec(),
         read_bytes: reader.read.get(),
-    })
+        done: None,
+    };
+    if let Some(t) = table {
+        let mut s = scan_copy(&c);
+        s.seen = Some(t.seen(&reader, maps, &s.unreachable)?);
+        s.read_bytes = reader.read.get();
+        c.read_bytes = s.read_bytes;
+        c.done = Some(s);
+    }
+    Ok(c)
 }
 
 /// The mark over what [`copy`] copied, and the unreachable blocks: no
 /// reading of the process.
 pub fn scan_copy(c: &Copied) -> Scan {
+    if let Some(s) = &c.done {
+        return s.clone();
+    }
     let blocks = c.heap.blocks();
     let reached = mark::mark(&c.heap, &blocks, &c.roots, &c.threads);
     let mut scan = Scan {

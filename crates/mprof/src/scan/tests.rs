@@ -459,3 +459,58 @@ fn a_blocks_last_word_is_the_next_chunks_prev_size() {
     let s = run(&im, &threads).unwrap();
     assert_eq!(s.unreachable, [(MMAP + 16, 0x2000 - 16)]);
 }
+
+#[test]
+fn memory_the_program_maps_itself_is_a_root() {
+    // Python's object arenas: anonymous memory holding the only pointer
+    // to a block (and a shared mapping holding another's).
+    let (mut im, l, threads) = process();
+    let arena = 0x7f20_0000_0000u64;
+    im.map(arena, 0x4000, "rw-p", "");
+    im.put(arena + 0x1008, l.leak + 16 + 5);
+    let s = run(&im, &threads).unwrap();
+    assert!(!s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
+    assert!(!s.unreachable.contains(&(l.leak_child + 16, 0x30 - 8)));
+    assert_eq!(s.unreachable, [(MMAP + 16, 0x2000 - 16)]);
+    let (mut im, l, threads) = process();
+    im.map(arena, 0x1000, "rw-s", "/dev/shm/pool");
+    im.put(arena + 8, l.leak + 16);
+    assert_eq!(
+        run(&im, &threads).unwrap().unreachable,
+        [(MMAP + 16, 0x2000 - 16)]
+    );
+}
+
+#[test]
+fn kernel_pages_devices_guards_and_dead_stacks_are_no_roots() {
+    let (mut im, l, threads) = process();
+    let at = 0x7f30_0000_0000u64;
+    // A device's memory, a guard page, [vvar]: each holds the leak.
+    im.map(at, 0x1000, "rw-s", "/dev/dri/card0");
+    im.map(at + 0x1000, 0x1000, "---p", "");
+    im.map(at + 0x2000, 0x1000, "rw-p", "[vvar]");
+    for m in 0..3 {
+        im.put(at + m * 0x1000 + 8, l.leak + 16);
+    }
+    // glibc's cache of a dead thread's stack: its guard, its stack
+    // holding the leak, its thread control block at the top.
+    let stack = at + 0x10000;
+    im.map(stack - 0x1000, 0x1000, "---p", "");
+    im.map(stack, 0x8000, "rw-p", "");
+    im.put(stack + 0x4000, l.leak + 16);
+    let tcb = stack + 0x8000 - 0x900;
+    im.put(tcb, tcb);
+    im.put(tcb + 16, tcb);
+    let s = run(&im, &threads).unwrap();
+    assert!(s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
+    // A live thread's (its fs base is the block): a root.
+    let mut live = threads.clone();
+    live.push(ThreadRoots {
+        tid: 2,
+        sp: STACK + 0x2000,
+        fs_base: tcb,
+        registers: vec![],
+    });
+    let s = run(&im, &live).unwrap();
+    assert!(!s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
+}
