@@ -77,7 +77,7 @@ pub(crate) fn find(r: &Reader, maps: &[MapsEntry]) -> Result<Option<Table>, Scan
         let stack_word = (word(u64_at(d, 48))? as u32 as u64).min(3);
         let n = (word(u64_at(d, 64))? as u32 as u64).min(max_leaves);
         let live = word(u64_at(d, 72))?;
-        let head = r.load(live, live + 256)?;
+        let head = r.load(live, live.saturating_add(256))?;
         if top == 0 || &head[..16] != LIVE_MAGIC {
             return Ok(None);
         }
@@ -85,11 +85,15 @@ pub(crate) fn find(r: &Reader, maps: &[MapsEntry]) -> Result<Option<Table>, Scan
         let idx = if n == 0 {
             Vec::new()
         } else {
-            r.load(list, list + 4 * n)?
+            r.load(list, list.saturating_add(4 * n))?
         };
         let mut leaves = Vec::new();
         for t in idx.chunks_exact(4).map(|t| u32_at(t, 0)) {
-            let leaf = if t < top_slots { word(top + 8 * t)? } else { 0 };
+            let leaf = if t < top_slots {
+                word(top.wrapping_add(8 * t))?
+            } else {
+                0
+            };
             if leaf != 0 {
                 leaves.push(leaf);
             }
@@ -117,15 +121,23 @@ impl Table {
     pub(crate) fn skip(&self) -> Vec<(u64, u64)> {
         let leaf = (8u64 << (self.leaf_shift - 4)) << self.entry_shift;
         let mut v = vec![
-            (self.top, self.top + 8 * self.top_slots),
-            (self.live, self.live + u64_at(&self.head, 24)),
+            (self.top, self.top.saturating_add(8 * self.top_slots)),
+            (self.live, self.live.saturating_add(u64_at(&self.head, 24))),
         ];
-        v.extend(self.leaves.iter().map(|&l| (l, l + leaf)));
+        v.extend(self.leaves.iter().map(|&l| (l, l.saturating_add(leaf))));
         v
     }
 
     fn h(&self, o: usize) -> u64 {
         u32_at(&self.head, o)
+    }
+
+    /// The shared table's address at the offset its header holds at
+    /// `field`, plus `plus` (wrapping: the values are the process's).
+    fn addr(&self, field: usize, plus: u64) -> u64 {
+        self.live
+            .wrapping_add(u64_at(&self.head, field))
+            .wrapping_add(plus)
     }
 
     /// The entries of `blocks` ((address, usable size)), each resolved to
@@ -149,13 +161,13 @@ impl Table {
             let leaf = match leaves.get(&t) {
                 Some(&l) => l,
                 None => {
-                    let l = r.word(self.top + 8 * t)?.unwrap_or(0);
+                    let l = r.word(self.top.wrapping_add(8 * t))?.unwrap_or(0);
                     leaves.insert(t, l);
                     l
                 }
             };
             let slot = ((mem >> 4) & ((1 << (self.leaf_shift - 4)) - 1)) << self.entry_shift;
-            let e = leaf + 8 * slot;
+            let e = leaf.wrapping_add(8 * slot);
             let v = if leaf == 0 {
                 0
             } else {
@@ -169,7 +181,7 @@ impl Table {
             let site = (v >> 1) & 0xffff;
             let stack = match self.stack_word {
                 0 => None,
-                w => r.word(e + 8 * w)?.map(|s| s as u32 as u64),
+                w => r.word(e.wrapping_add(8 * w))?.map(|s| s as u32 as u64),
             };
             let mut frames = None;
             if let Some(s) = stack.filter(|&s| s != 0 && s < self.h(184)) {
@@ -227,26 +239,28 @@ impl Table {
         if i >= nsites {
             return Ok(None);
         }
-        let at = self.live + u64_at(&self.head, 48) + i * size;
-        let pc = r.word(at + self.h(104))?.unwrap_or(0);
-        let module = r.word(at + self.h(108))?.unwrap_or(0) as u32 as i32;
-        Ok((pc != 0 && module != 0).then(|| vec![(u64::try_from(module - 1).ok(), pc)]))
+        let at = self.addr(48, i * size);
+        let pc = r.word(at.wrapping_add(self.h(104)))?.unwrap_or(0);
+        let module = r.word(at.wrapping_add(self.h(108)))?.unwrap_or(0) as u32 as i32;
+        Ok((pc != 0 && module != 0)
+            .then(|| vec![(u64::try_from(module.saturating_sub(1)).ok(), pc)]))
     }
 
     fn stack_frames(&self, r: &Reader, i: u64) -> Result<Option<Frames>, ScanError> {
         if self.h(192) != 128 || self.h(196) != 16 {
             return Ok(None);
         }
-        let at = self.live + u64_at(&self.head, 168) + i * 128;
-        let (Some(w8), Some(w16)) = (r.word(at + 8)?, r.word(at + 16)?) else {
+        let at = self.addr(168, i * 128);
+        let (Some(w8), Some(w16)) = (r.word(at.wrapping_add(8))?, r.word(at.wrapping_add(16))?)
+        else {
             return Ok(None);
         };
         let (ready, depth, first) = (w8 & 0xffff_ffff, w8 >> 32, w16 & 0xffff_ffff);
         if ready == 0 || depth == 0 || depth > MAX_DEPTH || first + depth > self.h(188) {
             return Ok(None);
         }
-        let f = self.live + u64_at(&self.head, 176) + first * 16;
-        let b = r.load(f, f + depth * 16)?;
+        let f = self.addr(176, first * 16);
+        let b = r.load(f, f.saturating_add(depth * 16))?;
         Ok(Some(
             b.chunks_exact(16)
                 .map(|fr| {
@@ -270,8 +284,8 @@ impl Table {
         }
         let (max, size) = (self.h(56), self.h(64));
         let m = if i < max && size <= 4096 {
-            let at = self.live + u64_at(&self.head, 32) + i * size;
-            let rec = r.load(at, at + size)?;
+            let at = self.addr(32, i * size);
+            let rec = r.load(at, at.saturating_add(size))?;
             let bias = u64_at(&rec, self.h(72) as usize);
             let (p, n) = (self.h(76) as usize, self.h(80) as usize);
             let path = rec.get(p..p + n).unwrap_or_default();
