@@ -116,8 +116,9 @@ fn origins(groups: &[OriginGroup]) -> String {
         })
         .collect();
     let mut out = String::from(
-        "\nBy allocating stack (mprof's table in the process; bytes: usable, asked: as the \
-         program asked)\nblocks\tbytes\tasked\tstack\n",
+        "\nBy allocating stack, as mprof's table in the process recorded it (the site alone \
+         where it keeps no stacks; bytes: usable, asked: as the program asked)\n\
+         blocks\tbytes\tasked\tstack\n",
     );
     for (g, st) in groups.iter().zip(heap_stacks(&stacks)) {
         let frames: Vec<String> = st

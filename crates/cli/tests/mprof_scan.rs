@@ -340,6 +340,11 @@ fn a_process_counted_by_mprof_is_scanned_too() {
         text.contains(&format!("\n5\t{leak}\t{}\n", 5 * leak)),
         "{text}"
     );
+    // Without stacks, grouped by their site: the call in leak().
+    assert!(
+        text.contains(&format!("\n5\t{}\t{}\tleak", 5 * leak, 5 * 77777)),
+        "{text}"
+    );
     finish(child, out);
     assert!(std::fs::read_to_string(&mprof)
         .unwrap()
