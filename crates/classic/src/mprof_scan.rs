@@ -96,6 +96,10 @@ pub fn scan(pid: u32) -> Result<String> {
     }
     match s.scan.origins() {
         Some(groups) => text.push_str(&origins(&groups)),
+        None if s.scan.unseen.is_some() => text.push_str(&format!(
+            "\n(the allocating stacks in mprof's table were not read: {})\n",
+            s.scan.unseen.as_deref().unwrap_or_default()
+        )),
         None => text.push_str(
             "\n(size: usable bytes, the size asked for rounded up: at most 23 more; the \
              blocks' allocating sites are known only in a process running under mprof)\n",

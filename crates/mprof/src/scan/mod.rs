@@ -215,6 +215,9 @@ pub struct Scan {
     /// unreachable block allocated (by `unreachable`'s order; `None`:
     /// not in its table). `None` without the table.
     pub seen: Option<Vec<Option<Seen>>>,
+    /// Why mprof's table, found in the process, was not read (the time
+    /// or the bytes ran out first): the scan stands without it.
+    pub unseen: Option<String>,
 }
 
 impl Scan {
@@ -368,7 +371,16 @@ pub fn copy(
     };
     if let Some(t) = table {
         let mut s = scan_copy(&c);
-        s.seen = Some(t.seen(&reader, maps, &s.unreachable)?);
+        match t.seen(&reader, maps, &s.unreachable) {
+            Ok(seen) => s.seen = Some(seen),
+            Err(e @ (ScanError::Expired | ScanError::TooLarge { .. })) => {
+                s.unseen = Some(match e {
+                    ScanError::Expired => "the time the process may be held ran out".into(),
+                    e => e.to_string(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
         s.read_bytes = reader.read.get();
         c.read_bytes = s.read_bytes;
         c.done = Some(s);

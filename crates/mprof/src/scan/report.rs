@@ -28,7 +28,7 @@ pub struct Seen {
     /// Its stack, the site first then its callers (just the site without
     /// stacks): each the module's file (empty when in none) and the
     /// return address, link-time within the module.
-    pub frames: Vec<(String, u64)>,
+    pub frames: std::sync::Arc<Vec<(String, u64)>>,
     /// Whether `frames` is a whole stack (else the site alone).
     pub stack: bool,
 }

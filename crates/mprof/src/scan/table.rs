@@ -16,6 +16,7 @@
 use super::{Reader, ScanError, Seen};
 use profdev_symbolize::maps::MapsEntry;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 const MAGIC: &[u8; 16] = b"profdev-mscan 1\0";
 /// The shared table's header (c/mprof.c's `struct live_header`).
@@ -114,6 +115,8 @@ pub(crate) fn find(r: &Reader, maps: &[MapsEntry]) -> Result<Option<Table>, Scan
 
 /// Where one stack or site was, as (module, pc) pairs.
 type Frames = Vec<(Option<u64>, u64)>;
+/// The same named: (the module's file, link-time pc); `None`: unknown.
+type Named = Option<Arc<Vec<(String, u64)>>>;
 
 impl Table {
     /// The library's own memory, never a root: the table's top level,
@@ -140,22 +143,24 @@ impl Table {
             .wrapping_add(plus)
     }
 
-    /// The entries of `blocks` ((address, usable size)), each resolved to
-    /// its site and stack: one per block, `None` where mprof has none.
+    /// The entries of `blocks` ((address, usable size), by address), each
+    /// resolved to its site and stack: one per block, `None` where mprof
+    /// has none. The entries are read in runs (entries less than a page
+    /// apart in one read), the stacks, sites and modules once each.
     pub(crate) fn seen(
         &self,
         r: &Reader,
         maps: &[MapsEntry],
         blocks: &[(u64, u64)],
     ) -> Result<Vec<Option<Seen>>, ScanError> {
+        let width = 8u64 << self.entry_shift;
         let mut leaves: HashMap<u64, u64> = HashMap::new();
-        let mut known: HashMap<(bool, u64), Option<Frames>> = HashMap::new();
-        let mut modules: HashMap<u64, Option<(String, u64)>> = HashMap::new();
-        let mut out = Vec::with_capacity(blocks.len());
-        for &(mem, usable) in blocks {
+        // Each block's entry's address (0: none).
+        let mut at = Vec::with_capacity(blocks.len());
+        for &(mem, _) in blocks {
             let t = mem >> self.leaf_shift;
             if mem % 16 != 0 || t >= self.top_slots {
-                out.push(None);
+                at.push(0);
                 continue;
             }
             let leaf = match leaves.get(&t) {
@@ -166,52 +171,97 @@ impl Table {
                     l
                 }
             };
-            let slot = ((mem >> 4) & ((1 << (self.leaf_shift - 4)) - 1)) << self.entry_shift;
-            let e = leaf.wrapping_add(8 * slot);
-            let v = if leaf == 0 {
+            let slot = (mem >> 4) & ((1 << (self.leaf_shift - 4)) - 1);
+            at.push(if leaf == 0 {
                 0
             } else {
-                r.word(e)?.unwrap_or(0)
-            };
+                leaf.wrapping_add(slot * width)
+            });
+        }
+        let mut order: Vec<usize> = (0..blocks.len()).filter(|&i| at[i] != 0).collect();
+        order.sort_by_key(|&i| at[i]);
+        // (entry, stack) of each block.
+        let mut entry = vec![(0u64, None::<u64>); blocks.len()];
+        let mut k = 0;
+        while k < order.len() {
+            let start = at[order[k]];
+            let mut j = k + 1;
+            while j < order.len()
+                && at[order[j]] - start < 1 << 20
+                && at[order[j]] <= at[order[j - 1]].saturating_add(4096)
+            {
+                j += 1;
+            }
+            let end = at[order[j - 1]].saturating_add(width);
+            let mut run = Vec::new();
+            r.load_pieces(start, end, &mut run)?;
+            for &i in &order[k..j] {
+                let word = |a: u64| run.iter().find_map(|s| s.word(a));
+                let stack = match self.stack_word {
+                    0 => None,
+                    w => word(at[i] + 8 * w).map(|s| s as u32 as u64),
+                };
+                entry[i] = (word(at[i]).unwrap_or(0), stack);
+            }
+            k = j;
+        }
+        let mut known: HashMap<(bool, u64), Option<Frames>> = HashMap::new();
+        let mut named: HashMap<(bool, u64), Named> = HashMap::new();
+        let mut modules: HashMap<u64, Option<(String, u64)>> = HashMap::new();
+        let mut out = Vec::with_capacity(blocks.len());
+        for (&(_, usable), &(v, stack)) in blocks.iter().zip(&entry) {
             let asked = v >> 17;
             if v & 1 == 0 || asked > usable {
                 out.push(None);
                 continue;
             }
-            let site = (v >> 1) & 0xffff;
-            let stack = match self.stack_word {
-                0 => None,
-                w => r.word(e.wrapping_add(8 * w))?.map(|s| s as u32 as u64),
+            let stack = stack.filter(|&s| s != 0 && s < self.h(184));
+            let mut key = (false, (v >> 1) & 0xffff);
+            if let Some(s) = stack {
+                if self.frames(r, &mut known, true, s)?.is_some() {
+                    key = (true, s);
+                }
+            }
+            let frames = match named.get(&key) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = match self.frames(r, &mut known, key.0, key.1)? {
+                        Some(frames) => Some(Arc::new(self.name(r, maps, &mut modules, frames)?)),
+                        None => None,
+                    };
+                    named.insert(key, f.clone());
+                    f
+                }
             };
-            let mut frames = None;
-            if let Some(s) = stack.filter(|&s| s != 0 && s < self.h(184)) {
-                frames = self.frames(r, &mut known, true, s)?;
-            }
-            if frames.is_none() {
-                frames = self.frames(r, &mut known, false, site)?;
-            }
-            let Some(frames) = frames else {
-                out.push(None);
-                continue;
-            };
-            let mut named = Vec::with_capacity(frames.len());
-            for (m, pc) in frames {
-                let m = match m {
-                    Some(i) => self.module(r, maps, &mut modules, i)?,
-                    None => None,
-                };
-                named.push(match m {
-                    Some((path, bias)) => (path, pc.wrapping_sub(bias)),
-                    None => (String::new(), pc),
-                });
-            }
-            out.push(Some(Seen {
+            out.push(frames.map(|frames| Seen {
                 asked,
-                frames: named,
-                stack: stack.is_some_and(|s| s != 0 && s < self.h(184)),
+                frames,
+                stack: key.0,
             }));
         }
         Ok(out)
+    }
+
+    /// `frames` with their modules named (see the module doc).
+    fn name(
+        &self,
+        r: &Reader,
+        maps: &[MapsEntry],
+        modules: &mut HashMap<u64, Option<(String, u64)>>,
+        frames: Frames,
+    ) -> Result<Vec<(String, u64)>, ScanError> {
+        let mut n = Vec::with_capacity(frames.len());
+        for (m, pc) in frames {
+            let m = match m {
+                Some(i) => self.module(r, maps, modules, i)?,
+                None => None,
+            };
+            n.push(match m {
+                Some((path, bias)) => (path, pc.wrapping_sub(bias)),
+                None => (String::new(), pc),
+            });
+        }
+        Ok(n)
     }
 
     /// A stack's frames (`stack`) or a site's one frame, cached.

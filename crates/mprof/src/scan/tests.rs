@@ -649,12 +649,12 @@ fn where_mprof_saw_the_unreachable_blocks_allocated() {
         Some(vec![
             Some(Seen {
                 asked: 4000,
-                frames: stack.clone(),
+                frames: std::sync::Arc::new(stack.clone()),
                 stack: true
             }),
             Some(Seen {
                 asked: 30,
-                frames: vec![(prog.clone(), 0x1234)],
+                frames: std::sync::Arc::new(vec![(prog.clone(), 0x1234)]),
                 stack: false
             }),
             None
@@ -712,4 +712,17 @@ fn a_hostile_table_never_panics_nor_reads_past_the_limit() {
             assert!(s.read_bytes <= limits.max_bytes, "round {round}");
         }
     }
+}
+
+#[test]
+fn a_table_past_the_limit_leaves_the_scan_without_stacks() {
+    let (im, _, threads) = with_table();
+    let full = run(&im, &threads).unwrap();
+    assert!(full.seen.is_some() && full.unseen.is_none());
+    let limits = Limits {
+        max_bytes: full.read_bytes - 1,
+    };
+    let s = scan(&im, &im.maps(), &threads, limits).unwrap();
+    assert_eq!((s.seen, &s.unreachable), (None, &full.unreachable));
+    assert!(s.unseen.unwrap().contains("the scan's bound"));
 }
