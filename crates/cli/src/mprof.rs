@@ -141,7 +141,8 @@
 //! report). A program running under mprof (launched: `-p` its PID, not
 //! mprof's; or attached) also has its leaks grouped by the stack
 //! (`--folded`, `--pprof`; else the site) mprof's block table in it names,
-//! "(allocated before mprof)" for the others.
+//! "(allocated before mprof)" for the others; it is held for the mark too
+//! (0.7 s with a million blocks leaked, 184 MB), a table left unread said.
 //!
 //! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
 //! above; pool 2 is anonymous memory the program itself maps or takes
