@@ -269,6 +269,29 @@ fn memory_the_program_maps_is_a_root() {
     finish(child, out);
 }
 
+/// glibc keeps a dead thread's stack for the next thread: its stale words
+/// hide no leak, and the dtv it keeps with it is no leak either (before:
+/// a false leak of 280 bytes).
+#[test]
+fn a_dead_threads_cached_stack_hides_no_leak() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("dead_thread");
+    compile("dead_thread.c", &["-O0", "-pthread"], &exe);
+    let (child, out) = start(&exe, &[], &[]);
+    let o = scan(child.id());
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let leak = usable(66666);
+    assert!(
+        text.starts_with(&format!("Unreachable: {leak} bytes in 1 blocks,")),
+        "{text}"
+    );
+    finish(child, out);
+}
+
 /// A process launched under mprof with stacks: its leaks grouped by the
 /// two call paths that reach the one allocating line, with their bytes.
 #[test]

@@ -82,15 +82,17 @@ pub(crate) fn roots(
 /// How far below a mapping's end a thread control block is looked for.
 const TCB_WINDOW: u64 = 16 << 10;
 
-/// Whether the copied `segs` of a mapping ending at `end` hold, in their
-/// last [`TCB_WINDOW`] bytes, a glibc thread control block (`struct
-/// pthread`: its `tcb` and `self` words, at 0 and 16, its own address)
-/// that is no live thread's (`fs_base`): a dead thread's stack, kept in
-/// glibc's cache for the next thread, whose stale words would hide leaks.
-pub(crate) fn dead_stack(segs: &[Segment], end: u64, threads: &[ThreadRoots]) -> bool {
-    segs.iter().any(|s| {
+/// The thread control block that the copied `segs` of a mapping ending at
+/// `end` hold in their last [`TCB_WINDOW`] bytes, if it is no live
+/// thread's (`fs_base`): glibc's `struct pthread`, whose `tcb` and `self`
+/// words (at 0 and 16) are its own address. Such a mapping is a dead
+/// thread's stack, kept in glibc's cache for the next thread: its stale
+/// words would hide leaks. Its `dtv` word (at 8) alone stays a root: the
+/// cache keeps that block for the next thread.
+pub(crate) fn dead_stack(segs: &[Segment], end: u64, threads: &[ThreadRoots]) -> Option<u64> {
+    segs.iter().find_map(|s| {
         let from = s.start.max(end.saturating_sub(TCB_WINDOW));
-        (from..s.end().saturating_sub(24)).step_by(8).any(|a| {
+        (from..s.end().saturating_sub(24)).step_by(8).find(|&a| {
             a % 8 == 0
                 && s.word(a) == Some(a)
                 && s.word(a + 16) == Some(a)

@@ -59,7 +59,8 @@
 //! * glibc's cache of dead threads' stacks, whose stale words would hide
 //!   leaks: anonymous memory holding no live thread's stack pointer or
 //!   `fs` base, whose last 16 KiB hold a thread control block (a `struct
-//!   pthread` whose `tcb` and `self` words are its own address);
+//!   pthread` whose `tcb` and `self` words are its own address); its
+//!   `dtv` word alone is a root (the cache keeps that block);
 //! * the tables of mprof's library when it is in the process (`table`).
 //!
 //! Vector registers are not roots.
@@ -358,8 +359,18 @@ pub fn copy(
     for r in mark::roots(maps, threads, &heap, &skip) {
         let mut pieces = Vec::new();
         reader.load_pieces(r.start, r.end, &mut pieces)?;
-        if !(r.may_be_dead_stack && mark::dead_stack(&pieces, r.end, threads)) {
-            roots.append(&mut pieces);
+        match r
+            .may_be_dead_stack
+            .then(|| mark::dead_stack(&pieces, r.end, threads))
+        {
+            Some(Some(tcb)) => roots.extend(pieces.iter().find_map(|s| {
+                let dtv = s.slice(tcb + 8, tcb + 16)?;
+                Some(heap::Segment {
+                    start: tcb + 8,
+                    bytes: dtv.to_vec(),
+                })
+            })),
+            _ => roots.append(&mut pieces),
         }
     }
     let mut c = Copied {

@@ -501,8 +501,11 @@ fn kernel_pages_devices_guards_and_dead_stacks_are_no_roots() {
     let tcb = stack + 0x8000 - 0x900;
     im.put(tcb, tcb);
     im.put(tcb + 16, tcb);
+    // Its dtv, which glibc keeps with the stack: a root.
+    im.put(tcb + 8, l.leak_child + 16 + 16);
     let s = run(&im, &threads).unwrap();
     assert!(s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
+    assert!(!s.unreachable.contains(&(l.leak_child + 16, 0x30 - 8)));
     // A live thread's (its fs base is the block): a root.
     let mut live = threads.clone();
     live.push(ThreadRoots {
