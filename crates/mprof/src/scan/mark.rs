@@ -9,9 +9,10 @@ use profdev_symbolize::maps::MapsEntry;
 pub(crate) struct Root {
     pub(crate) start: u64,
     pub(crate) end: u64,
-    /// Anonymous memory holding no live thread's stack or TLS: glibc's
-    /// cache of dead threads' stacks is such, and is left out when its
-    /// top holds a thread control block ([`dead_stack`]).
+    /// Anonymous memory above a guard page holding no live thread's
+    /// stack or TLS: glibc's cache of dead threads' stacks is such, and
+    /// is left out when its top holds a thread control block
+    /// ([`dead_stack`]).
     pub(crate) may_be_dead_stack: bool,
 }
 
@@ -52,7 +53,11 @@ pub(crate) fn roots(
             .map(|t| t.sp.saturating_sub(RED_ZONE).max(m.start))
             .min();
         let live = sp.is_some() || threads.iter().any(|t| holds(t.fs_base));
-        let may_be_dead_stack = m.path.is_empty() && !live;
+        // glibc maps a thread's stack with a guard page (no access) below.
+        let guarded = maps
+            .iter()
+            .any(|g| g.end == m.start && !g.perms.read() && !g.perms.write() && !g.perms.exec());
+        let may_be_dead_stack = m.path.is_empty() && !live && guarded;
         let mut s = sp.unwrap_or(m.start);
         let e = m.end;
         for &(hs, he) in &holes {

@@ -57,10 +57,11 @@
 //!   but `/dev/zero`, shared anonymous memory, and `/dev/shm`); guard
 //!   pages and read-only memory, which are no roots at all;
 //! * glibc's cache of dead threads' stacks, whose stale words would hide
-//!   leaks: anonymous memory holding no live thread's stack pointer or
-//!   `fs` base, whose last 16 KiB hold a thread control block (a `struct
-//!   pthread` whose `tcb` and `self` words are its own address); its
-//!   `dtv` word alone is a root (the cache keeps that block);
+//!   leaks: anonymous memory right above a guard page (no access),
+//!   holding no live thread's stack pointer or `fs` base, whose last
+//!   16 KiB hold a thread control block (a `struct pthread` whose `tcb`
+//!   and `self` words are its own address); its `dtv` word alone is a
+//!   root (the cache keeps that block);
 //! * the tables of mprof's library when it is in the process (`table`).
 //!
 //! Vector registers are not roots.
@@ -208,7 +209,7 @@ pub struct Scan {
     pub cached_free: u64,
     /// Threads whose registers and stacks were roots.
     pub threads: usize,
-    /// Bytes of roots scanned (stacks, TLS, data and bss).
+    /// Bytes of roots scanned (stacks and the other mappings).
     pub root_bytes: u64,
     /// Bytes read from the process in all.
     pub read_bytes: u64,
@@ -386,8 +387,10 @@ pub fn copy(
             Ok(seen) => s.seen = Some(seen),
             Err(e @ (ScanError::Expired | ScanError::TooLarge { .. })) => {
                 s.unseen = Some(match e {
-                    ScanError::Expired => "the time the process may be held ran out".into(),
-                    e => e.to_string(),
+                    ScanError::TooLarge { max } => {
+                        format!("it would pass the scan's bound of {} MiB read", max >> 20)
+                    }
+                    _ => "the time the process may be held ran out".into(),
                 })
             }
             Err(e) => return Err(e),
