@@ -95,7 +95,7 @@ pub fn scan(pid: u32) -> Result<String> {
         return Ok(text);
     }
     match s.scan.origins() {
-        Some(groups) => text.push_str(&origins(&groups)),
+        Some(groups) => text.push_str(&origins(&groups, s.scan.sampled)),
         None if s.scan.unseen.is_some() => text.push_str(&format!(
             "\n(the allocating stacks in mprof's table were not read: {})\n",
             s.scan.unseen.as_deref().unwrap_or_default()
@@ -110,8 +110,9 @@ pub fn scan(pid: u32) -> Result<String> {
 
 /// The unreachable blocks by allocating stack (or site), as mprof's
 /// table in the process saw them: `blocks bytes asked frames`, the frames
-/// symbolized (`function file:line`, the site first, ` < ` its callers).
-fn origins(groups: &[OriginGroup]) -> String {
+/// symbolized (`function file:line`, the site first, ` < ` its callers);
+/// with mprof `sampled`, the blocks it has not were perhaps not sampled.
+fn origins(groups: &[OriginGroup], sampled: bool) -> String {
     let stacks: Vec<Stack> = groups
         .iter()
         .map(|g| Stack {
@@ -136,6 +137,10 @@ fn origins(groups: &[OriginGroup]) -> String {
             .collect();
         let (asked, where_) = match g.frames {
             Some(_) => (g.asked.to_string(), frames.join(" < ")),
+            None if sampled => (
+                "-".into(),
+                "(not sampled, or allocated before mprof)".into(),
+            ),
             None => ("-".into(), "(allocated before mprof)".into()),
         };
         out.push_str(&format!("{}\t{}\t{asked}\t{where_}\n", g.blocks, g.bytes));

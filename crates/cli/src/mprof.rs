@@ -141,8 +141,9 @@
 //! report). A program running under mprof (launched: `-p` its PID, not
 //! mprof's; or attached) also has its leaks grouped by the stack
 //! (`--folded`, `--pprof`; else the site) mprof's block table in it names,
-//! "(allocated before mprof)" for the others; it is held for the mark too
-//! (0.7 s with a million blocks leaked, 184 MB), a table left unread said.
+//! "(allocated before mprof)" (or not sampled) the others; it is held for
+//! the mark too (0.7 s with a million blocks leaked, 184 MB), a table left
+//! unread said.
 //!
 //! **Pools.** As Inferno's `startmp` digits: pool 1 is the malloc family
 //! above; pool 2 is anonymous memory the program itself maps or takes
@@ -342,8 +343,7 @@
 //! * `--scan` is conservative: a stale or look-alike word hides a leak
 //!   (in memory the program maps and no longer uses too); a pointer kept
 //!   xor'ed or tagged, or in a vector register, shows a live block as
-//!   leaked. Blocks `--sample-bytes` left out show as allocated before
-//!   mprof. Other mallocs are refused.
+//!   leaked. Other mallocs are refused.
 //! * Rust symbols in v0 mangling are recognized as wrappers only in the
 //!   `alloc` crate.
 //! * System code is found only in CMD's executable and the `-m` modules

@@ -220,6 +220,9 @@ pub struct Scan {
     /// Why mprof's table, found in the process, was not read (the time
     /// or the bytes ran out first): the scan stands without it.
     pub unseen: Option<String>,
+    /// mprof in the process samples (`--sample-bytes`): the blocks not
+    /// in its table were left out by the sampling, or allocated before it.
+    pub sampled: bool,
 }
 
 impl Scan {
@@ -383,6 +386,7 @@ pub fn copy(
     };
     if let Some(t) = table {
         let mut s = scan_copy(&c);
+        s.sampled = t.sampled();
         match t.seen(&reader, maps, &s.unreachable) {
             Ok(seen) => s.seen = Some(seen),
             Err(e @ (ScanError::Expired | ScanError::TooLarge { .. })) => {

@@ -131,6 +131,12 @@ impl Table {
         v
     }
 
+    /// Whether mprof samples (`--sample-bytes`): the blocks it left out
+    /// are not in its table either (the header's `obj_shift`, at 208).
+    pub(crate) fn sampled(&self) -> bool {
+        self.h(16) >= 212 && self.h(208) != 0
+    }
+
     fn h(&self, o: usize) -> u64 {
         u32_at(&self.head, o)
     }

@@ -679,6 +679,13 @@ fn where_mprof_saw_the_unreachable_blocks_allocated() {
             (Some(vec![(prog, 0x1234)]), 1, 0x30 - 8, 30)
         ]
     );
+    assert!(!s.sampled);
+    // Sampling (the header's obj_shift): the blocks not in the table
+    // may be unsampled ones.
+    let mut sampled = im.clone();
+    sampled.put32(AREA + 16, 212, 7);
+    sampled.put32(AREA + 208, 10, 0);
+    assert!(run(&sampled, &threads).unwrap().sampled);
     // A library that does not count: no table.
     let mut off = im.clone();
     off.put(LIB + 0x400 + 48, 0);
