@@ -333,12 +333,66 @@ fn leaks_grouped_by_the_stacks_mprof_saw() {
         );
         let site = f[3].split(" < ").next().unwrap_or_default();
         assert!(
-            site.starts_with("leaf_alloc ") && site.ends_with("/mapped.c:19"),
+            site.starts_with("leaf_alloc ") && site.ends_with("/mapped.c:20"),
             "{text}"
         );
     }
     assert!(!by_stack.contains("(allocated before mprof)"), "{text}");
     finish(child, out);
+}
+
+/// A process mprof attached to: the leaks made after the attach grouped
+/// by their site, the older ones as allocated before mprof.
+#[test]
+fn a_process_attached_by_mprof_has_its_later_leaks_by_site() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("mapped");
+    compile("mapped.c", &["-O0", "-g"], &exe);
+    let (mut child, mut out) = start(&exe, &["late"], &[]);
+    let mut mprof = profdev()
+        .args(["mprof", "-o"])
+        .arg(tmp.path().join("tables"))
+        .args(["-p", &child.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(mprof.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("mprof: attached to process"), "{line}");
+    child.stdin.as_mut().unwrap().write_all(b"l\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "leaked\n");
+    let o = scan(child.id());
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<Vec<&str>> = text
+        .split("By allocating stack")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"))
+        .lines()
+        .skip(2)
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let later = (3 * usable(4000)).to_string();
+    assert_eq!(rows[0][..3], ["3", &*later, "12000"], "{text}");
+    assert!(
+        rows[0][3].starts_with("leaf_alloc ") && rows[0][3].ends_with("/mapped.c:20"),
+        "{text}"
+    );
+    assert_eq!(
+        rows[1],
+        ["2", "10000", "-", "(allocated before mprof)"],
+        "{text}"
+    );
+    finish(child, out);
+    let status = profdev_testkit::wait_exit("mprof", &mut mprof, Duration::from_secs(60));
+    assert!(status.success(), "{status}");
 }
 
 #[test]
