@@ -6,10 +6,13 @@
 //!
 //! The process is held only while the heap is walked and copied
 //! (`profdev_mprof::scan::copy`); the mark runs on the copy after the
-//! detach. The pause is bounded: reads stop [`MAX_PAUSE`] after the first
+//! detach (in a process carrying mprof's library, before it: the entries
+//! of mprof's block table for the unreachable blocks are read too). The
+//! pause is bounded: reads stop [`MAX_PAUSE`] after the first
 //! thread was stopped (the scan then gives up and the process is let
 //! go), so the process is held at most [`MAX_PAUSE`] plus one read of at
-//! most 1 MiB and the detach. The pause is measured and returned.
+//! most 1 MiB (with mprof's library, one mark of what was copied) and the
+//! detach. The pause is measured and returned.
 
 use crate::memory::{inject_error, recheck};
 use profdev_dev::access::Permit;

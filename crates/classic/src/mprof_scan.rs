@@ -3,10 +3,12 @@
 //! stopped), a process with an allocator of its own refused, the scan
 //! (`profdev_attach::scan_process`) and its report.
 
-use crate::mprof::own_allocator;
+use crate::mprof::{heap_stacks, own_allocator};
 use anyhow::{anyhow, bail, Result};
 use profdev_dev::access::{ptrace_may_attach, Cred};
 use profdev_dev::DevError;
+use profdev_mprof::scan::OriginGroup;
+use profdev_mprof::Stack;
 use profdev_symbolize::open::{read_object, MappedRange};
 use profdev_symbolize::ElfObject;
 use std::path::Path;
@@ -89,13 +91,61 @@ pub fn scan(pid: u32) -> Result<String> {
     }
     let s = profdev_attach::scan_process(pid, Some(permit)).map_err(sentence)?;
     let mut text = profdev_mprof::scan::render(&s.scan, pid, s.pause);
-    if !s.scan.unreachable.is_empty() {
-        text.push_str(
+    if s.scan.unreachable.is_empty() {
+        return Ok(text);
+    }
+    match s.scan.origins() {
+        Some(groups) => text.push_str(&origins(&groups, s.scan.sampled)),
+        None if s.scan.unseen.is_some() => text.push_str(&format!(
+            "\n(the allocating stacks in mprof's table were not read: {})\n",
+            s.scan.unseen.as_deref().unwrap_or_default()
+        )),
+        None => text.push_str(
             "\n(size: usable bytes, the size asked for rounded up: at most 23 more; the \
-             blocks' allocating sites are not shown)\n",
-        );
+             blocks' allocating sites are known only in a process running under mprof)\n",
+        ),
     }
     Ok(text)
+}
+
+/// The unreachable blocks by allocating stack (or site), as mprof's
+/// table in the process saw them: `blocks bytes asked frames`, the frames
+/// symbolized (`function file:line`, the site first, ` < ` its callers);
+/// with mprof `sampled`, the blocks it has not were perhaps not sampled.
+fn origins(groups: &[OriginGroup], sampled: bool) -> String {
+    let stacks: Vec<Stack> = groups
+        .iter()
+        .map(|g| Stack {
+            frames: g.frames.clone().unwrap_or_default(),
+            ..Default::default()
+        })
+        .collect();
+    let mut out = String::from(
+        "\nBy allocating stack, as mprof's table in the process recorded it (the site alone \
+         where it keeps no stacks; bytes: usable, asked: as the program asked)\n\
+         blocks\tbytes\tasked\tstack\n",
+    );
+    for (g, st) in groups.iter().zip(heap_stacks(&stacks)) {
+        let frames: Vec<String> = st
+            .frames
+            .iter()
+            .map(|f| match (f.file.as_str(), f.line) {
+                ("", _) => f.function.clone(),
+                (file, 0) => format!("{} {file}", f.function),
+                (file, line) => format!("{} {file}:{line}", f.function),
+            })
+            .collect();
+        let (asked, where_) = match g.frames {
+            Some(_) => (g.asked.to_string(), frames.join(" < ")),
+            None if sampled => (
+                "-".into(),
+                "(not sampled, or allocated before mprof)".into(),
+            ),
+            None => ("-".into(), "(allocated before mprof)".into()),
+        };
+        out.push_str(&format!("{}\t{}\t{asked}\t{where_}\n", g.blocks, g.bytes));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -372,6 +372,28 @@ static unsigned stack_word;  /* the entry's word holding its stack, 0 none */
 static uint32_t leaves[MAX_LEAVES]; /* top indices in use, for fork */
 static _Atomic uint32_t nleaves;
 
+/* The block table for `profdev mprof -p PID --scan` (profdev_mprof::scan's
+ * table.rs), which finds this in the library's writable data by its magic
+ * and reads, in the stopped process, the entries of the blocks it found
+ * unreachable and the sites and stacks they name. Addresses, not values:
+ * the reader follows them (each read bounded). Writable (not const): a
+ * const copy would be read-only after relocation, and is looked for in
+ * the data only. */
+struct scan_table {
+    char magic[16]; /* "profdev-mscan 1" */
+    uint32_t leaf_shift, top_slots, max_leaves, pad;
+    void *top;            /* &top: the top level's address */
+    unsigned *entry_shift; /* &entry_shift */
+    unsigned *stack_word;  /* &stack_word */
+    uint32_t *leaves;      /* leaves, nleaves of them */
+    _Atomic uint32_t *nleaves;
+    struct live_header **live; /* &live: the shared table (sites, stacks) */
+    int *enabled;              /* &enabled: counting */
+};
+__attribute__((used)) struct scan_table mprof_scan_table = {
+    "profdev-mscan 1", LEAF_SHIFT, TOP_SLOTS, MAX_LEAVES, 0, (void *)&top, &entry_shift,
+    &stack_word,       leaves,     &nleaves,  &live,      &enabled};
+
 #define untracked_allocs (live->h_untracked)
 #define unknown_frees (live->h_unknown_frees)
 #define table_failures (live->h_table_failures)

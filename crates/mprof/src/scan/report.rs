@@ -20,6 +20,54 @@ impl Group {
     }
 }
 
+/// Where mprof saw a block allocated (its block table's entry).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// The bytes the program asked for.
+    pub asked: u64,
+    /// Its stack, the site first then its callers (just the site without
+    /// stacks): each the module's file (empty when in none) and the
+    /// return address, link-time within the module.
+    pub frames: std::sync::Arc<Vec<(String, u64)>>,
+    /// Whether `frames` is a whole stack (else the site alone).
+    pub stack: bool,
+}
+
+/// Unreachable blocks of one allocating stack or site, or of none mprof
+/// saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OriginGroup {
+    /// The stack's frames, as [`Seen::frames`]; `None`: blocks mprof
+    /// did not see allocated (before it, or left out by sampling).
+    pub frames: Option<Vec<(String, u64)>>,
+    /// How many.
+    pub blocks: u64,
+    /// Their usable bytes.
+    pub bytes: u64,
+    /// The bytes asked for (0 for `frames: None`).
+    pub asked: u64,
+}
+
+/// `blocks` grouped by `seen` (one each), most usable bytes first.
+pub(crate) fn origins(blocks: &[(u64, u64)], seen: &[Option<Seen>]) -> Vec<OriginGroup> {
+    let mut by: BTreeMap<Option<&[(String, u64)]>, OriginGroup> = BTreeMap::new();
+    for (&(_, size), s) in blocks.iter().zip(seen) {
+        let key = s.as_ref().map(|s| s.frames.as_slice());
+        let g = by.entry(key).or_insert_with(|| OriginGroup {
+            frames: key.map(|f| f.to_vec()),
+            blocks: 0,
+            bytes: 0,
+            asked: 0,
+        });
+        g.blocks += 1;
+        g.bytes += size;
+        g.asked += s.as_ref().map_or(0, |s| s.asked);
+    }
+    let mut v: Vec<OriginGroup> = by.into_values().collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.frames.cmp(&b.frames)));
+    v
+}
+
 /// `blocks` ((address, usable size)) grouped by size, most bytes first
 /// (then the larger size first).
 pub(crate) fn groups(blocks: &[(u64, u64)]) -> Vec<Group> {

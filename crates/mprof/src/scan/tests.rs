@@ -459,3 +459,286 @@ fn a_blocks_last_word_is_the_next_chunks_prev_size() {
     let s = run(&im, &threads).unwrap();
     assert_eq!(s.unreachable, [(MMAP + 16, 0x2000 - 16)]);
 }
+
+#[test]
+fn memory_the_program_maps_itself_is_a_root() {
+    // Python's object arenas: anonymous memory holding the only pointer
+    // to a block (and a shared mapping holding another's).
+    let (mut im, l, threads) = process();
+    let arena = 0x7f20_0000_0000u64;
+    im.map(arena, 0x4000, "rw-p", "");
+    im.put(arena + 0x1008, l.leak + 16 + 5);
+    let s = run(&im, &threads).unwrap();
+    assert!(!s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
+    assert!(!s.unreachable.contains(&(l.leak_child + 16, 0x30 - 8)));
+    assert_eq!(s.unreachable, [(MMAP + 16, 0x2000 - 16)]);
+    let (mut im, l, threads) = process();
+    im.map(arena, 0x1000, "rw-s", "/dev/shm/pool");
+    im.put(arena + 8, l.leak + 16);
+    assert_eq!(
+        run(&im, &threads).unwrap().unreachable,
+        [(MMAP + 16, 0x2000 - 16)]
+    );
+}
+
+#[test]
+fn kernel_pages_devices_guards_and_dead_stacks_are_no_roots() {
+    let (mut im, l, threads) = process();
+    let at = 0x7f30_0000_0000u64;
+    // A device's memory, a guard page, [vvar]: each holds the leak.
+    im.map(at, 0x1000, "rw-s", "/dev/dri/card0");
+    im.map(at + 0x1000, 0x1000, "---p", "");
+    im.map(at + 0x2000, 0x1000, "rw-p", "[vvar]");
+    for m in 0..3 {
+        im.put(at + m * 0x1000 + 8, l.leak + 16);
+    }
+    // glibc's cache of a dead thread's stack: its guard, its stack
+    // holding the leak, its thread control block at the top.
+    let stack = at + 0x10000;
+    im.map(stack - 0x1000, 0x1000, "---p", "");
+    im.map(stack, 0x8000, "rw-p", "");
+    im.put(stack + 0x4000, l.leak + 16);
+    let tcb = stack + 0x8000 - 0x900;
+    im.put(tcb, tcb);
+    im.put(tcb + 16, tcb);
+    // Its dtv, which glibc keeps with the stack: a root.
+    im.put(tcb + 8, l.leak_child + 16 + 16);
+    let s = run(&im, &threads).unwrap();
+    assert!(s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
+    assert!(!s.unreachable.contains(&(l.leak_child + 16, 0x30 - 8)));
+    // A live thread's (its fs base is the block): a root.
+    let mut live = threads.clone();
+    live.push(ThreadRoots {
+        tid: 2,
+        sp: STACK + 0x2000,
+        fs_base: tcb,
+        registers: vec![],
+    });
+    let s = run(&im, &live).unwrap();
+    assert!(!s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
+    // Without a guard page below, no thread's stack: a root (a program's
+    // own memory may look like a thread control block).
+    im.maps
+        .retain(|m| !m.starts_with(&format!("{:x}-", stack - 0x1000)));
+    let s = run(&im, &threads).unwrap();
+    assert!(!s.unreachable.contains(&(l.leak + 16, 0x1000 - 8)), "{s:?}");
+}
+
+const LIB: u64 = 0x7f40_0000_0000;
+const TOPA: u64 = 0x7f50_0000_0000;
+const LEAF: u64 = 0x7f60_0000_0000;
+const AREA: u64 = 0x7f70_0000_0000;
+
+impl Image {
+    /// A mapping of `len` bytes of which only [at, at + have) is readable
+    /// (the rest of a MAP_NORESERVE table, never touched).
+    fn sparse(&mut self, start: u64, len: u64, at: u64, have: u64) {
+        self.maps.push(format!(
+            "{start:x}-{:x} rw-p 00000000 00:00 0 ",
+            start + len
+        ));
+        self.regions.insert(at, vec![0; have as usize]);
+    }
+
+    fn put32(&mut self, addr: u64, lo: u64, hi: u64) {
+        self.put(addr, lo | hi << 32);
+    }
+}
+
+/// c/mprof.c's tables in `process()`: `leak` allocated with stack 2
+/// (3 frames: the program, libc, a module the process does not map),
+/// `leak_child` with no stack (its site, 5, in the program), the mmapped
+/// chunk not in the table.
+fn with_table() -> (Image, Layout, Vec<ThreadRoots>) {
+    let (mut im, l, threads) = process();
+    im.map(LIB, 0x1000, "rw-p", "/tmp/s/libprofdev_mprof.so");
+    let d = LIB + 0x220;
+    let magic = *b"profdev-mscan 1\0";
+    im.put(d, u64::from_le_bytes(magic[..8].try_into().unwrap()));
+    im.put(d + 8, u64::from_le_bytes(magic[8..].try_into().unwrap()));
+    im.put32(d + 16, 26, 1 << 21);
+    im.put32(d + 24, 4096, 0);
+    for (i, v) in [TOPA, 1, 1, 0, 1, AREA, 1].into_iter().enumerate() {
+        let var = LIB + 0x400 + 8 * i as u64;
+        im.put(var, v);
+        im.put(
+            d + 32 + 8 * i as u64,
+            if i == 3 { LIB + 0x500 } else { var },
+        );
+    }
+    let t = HEAP >> 26;
+    im.put32(LIB + 0x500, t, 0);
+    im.sparse(TOPA, 8 << 21, TOPA + 8 * t, 8);
+    im.put(TOPA + 8 * t, LEAF);
+    im.sparse(LEAF, 64 << 20, LEAF, 0x10000);
+    // Entries: size << 17 | site << 1 | 1, then the stack.
+    let (e1, e2) = (
+        LEAF + (l.leak + 16 - HEAP),
+        LEAF + (l.leak_child + 16 - HEAP),
+    );
+    im.put(e1, 4000 << 17 | 5 << 1 | 1);
+    im.put(e1 + 8, 2);
+    im.put(e2, 30 << 17 | 5 << 1 | 1);
+    // The shared table: header, modules, a site, a stack, its frames.
+    im.map(AREA, 0x20000, "rw-s", "/tmp/s/out/live.7.0");
+    let magic = *b"profdev-mlive 1\0";
+    im.put(AREA, u64::from_le_bytes(magic[..8].try_into().unwrap()));
+    im.put(AREA + 8, u64::from_le_bytes(magic[8..].try_into().unwrap()));
+    im.put(AREA + 24, 0x20000);
+    im.put(AREA + 32, 0x1000);
+    im.put(AREA + 48, 0x2000);
+    im.put32(AREA + 56, 4, 16);
+    im.put32(AREA + 64, 0x200, 192);
+    im.put32(AREA + 72, 0, 16); // l_addr at 0, path at 16
+    im.put32(AREA + 80, 256, 272); // path size, dev at 272
+    im.put32(AREA + 88, 280, 0); // ino at 280
+    im.put32(AREA + 104, 0, 8); // a site's pc at 0, module at 8
+    im.put(AREA + 168, 0x8000);
+    im.put(AREA + 176, 0x10000);
+    im.put32(AREA + 184, 16, 64);
+    im.put32(AREA + 192, 128, 16);
+    let path = |im: &mut Image, at: u64, p: &str| {
+        for (i, c) in p.as_bytes().chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            im.put(at + 8 * i as u64, u64::from_le_bytes(w));
+        }
+    };
+    // Module 0: named wrongly, found by its device and inode (08:01 42);
+    // 1: by its path; 2: mapped nowhere, so never named.
+    let bias = [DATA - 0x1000, LIBC - 0x3000, 0x1000];
+    let names = [
+        "/tmp/stale-name",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/etc/shadow",
+    ];
+    for i in 0..3u64 {
+        let m = AREA + 0x1000 + 0x200 * i;
+        im.put(m, bias[i as usize]);
+        path(&mut im, m + 16, names[i as usize]);
+        if i == 0 {
+            im.put(m + 272, 8 << 8 | 1);
+            im.put(m + 280, 42);
+        }
+    }
+    im.put(AREA + 0x2000 + 5 * 192, bias[0] + 0x1234);
+    im.put(AREA + 0x2000 + 5 * 192 + 8, 1);
+    let st = AREA + 0x8000 + 2 * 128;
+    im.put32(st + 8, 1, 3); // ready, depth
+    im.put32(st + 16, 4, 5); // first frame, site
+    for (i, (pc, m)) in [(bias[0] + 0x1234, 0), (bias[1] + 0x99, 1), (bias[2] + 7, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        im.put(AREA + 0x10000 + 16 * (4 + i as u64), pc);
+        im.put(AREA + 0x10000 + 16 * (4 + i as u64) + 8, m);
+    }
+    (im, l, threads)
+}
+
+#[test]
+fn where_mprof_saw_the_unreachable_blocks_allocated() {
+    let (im, l, threads) = process();
+    let bare = run(&im, &threads).unwrap();
+    assert_eq!(bare.seen, None);
+    let (im, _, threads) = with_table();
+    let s = run(&im, &threads).unwrap();
+    assert_eq!(s.unreachable, bare.unreachable);
+    // The library's data is a root; its tables are not.
+    assert_eq!(s.root_bytes, bare.root_bytes + 0x1000);
+    let prog = "/usr/bin/prog".to_string();
+    let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6".to_string();
+    let stack = vec![
+        (prog.clone(), 0x1234),
+        (libc, 0x99),
+        (String::new(), 0x1007),
+    ];
+    assert_eq!(
+        s.seen,
+        Some(vec![
+            Some(Seen {
+                asked: 4000,
+                frames: std::sync::Arc::new(stack.clone()),
+                stack: true
+            }),
+            Some(Seen {
+                asked: 30,
+                frames: std::sync::Arc::new(vec![(prog.clone(), 0x1234)]),
+                stack: false
+            }),
+            None
+        ])
+    );
+    let g = s.origins().unwrap();
+    let row = |g: &OriginGroup| (g.frames.clone(), g.blocks, g.bytes, g.asked);
+    assert_eq!(
+        g.iter().map(row).collect::<Vec<_>>(),
+        [
+            (None, 1, 0x2000 - 16, 0),
+            (Some(stack), 1, 0x1000 - 8, 4000),
+            (Some(vec![(prog, 0x1234)]), 1, 0x30 - 8, 30)
+        ]
+    );
+    assert!(!s.sampled);
+    // Sampling (the header's obj_shift): the blocks not in the table
+    // may be unsampled ones.
+    let mut sampled = im.clone();
+    sampled.put32(AREA + 16, 212, 7);
+    sampled.put32(AREA + 208, 10, 0);
+    assert!(run(&sampled, &threads).unwrap().sampled);
+    // A library that does not count: no table.
+    let mut off = im.clone();
+    off.put(LIB + 0x400 + 48, 0);
+    assert_eq!(run(&off, &threads).unwrap().seen, None);
+    let _ = l;
+}
+
+#[test]
+fn a_hostile_table_never_panics_nor_reads_past_the_limit() {
+    let (im, _, threads) = with_table();
+    let words: Vec<u64> = (0..12)
+        .map(|i| LIB + 0x220 + 8 * i)
+        .chain((0..7).map(|i| LIB + 0x400 + 8 * i))
+        .chain((0..26).map(|i| AREA + 8 * i))
+        .chain([
+            TOPA + 8 * (HEAP >> 26),
+            AREA + 0x8000 + 264,
+            AREA + 0x8000 + 272,
+        ])
+        .chain([AREA + 0x2000 + 5 * 192 + 8, AREA + 0x10000 + 72])
+        .collect();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..2000 {
+        let mut bad = im.clone();
+        for _ in 0..1 + round % 3 {
+            let at = words[(rng(&mut seed) % words.len() as u64) as usize];
+            let v = match rng(&mut seed) % 5 {
+                0 => 0,
+                1 => u64::MAX - rng(&mut seed) % 64,
+                2 => rng(&mut seed),
+                3 => im.word(at).wrapping_add(rng(&mut seed) % 0x100),
+                _ => rng(&mut seed) % 0x10000,
+            };
+            bad.put(at, v);
+        }
+        let limits = Limits {
+            max_bytes: 64 << 20,
+        };
+        if let Ok(s) = scan(&bad, &bad.maps(), &threads, limits) {
+            assert!(s.read_bytes <= limits.max_bytes, "round {round}");
+        }
+    }
+}
+
+#[test]
+fn a_table_past_the_limit_leaves_the_scan_without_stacks() {
+    let (im, _, threads) = with_table();
+    let full = run(&im, &threads).unwrap();
+    assert!(full.seen.is_some() && full.unseen.is_none());
+    let limits = Limits {
+        max_bytes: full.read_bytes - 1,
+    };
+    let s = scan(&im, &im.maps(), &threads, limits).unwrap();
+    assert_eq!((s.seen, &s.unreachable), (None, &full.unreachable));
+    assert!(s.unseen.unwrap().contains("the scan's bound"));
+}
