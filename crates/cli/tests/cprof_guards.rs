@@ -238,3 +238,44 @@ fn computed_gotos_at_o2() {
 fn tail_calls_at_o0() {
     compare("cc", "tailcall.c", "-O0");
 }
+
+/// node's own binary, whose code has holes between its executable
+/// segments (unmapped pages and read-only data between them), is
+/// counted: its `main` entered once, and tens of thousands of its
+/// instructions run by `node -e 1` (issue 28, item 4). It was refused
+/// whole before: one mprotect spanned the holes.
+#[test]
+fn nodes_own_binary_is_counted() {
+    if !profdev_testkit::tools("cprof of node's own binary", &["node"]) {
+        return;
+    }
+    let node = ["/usr/bin/node", "/usr/local/bin/node"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .expect("node is installed");
+    let dir = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args(["cprof", "-f", "-r", "-e", "-q", "-o", "/dev/null", "--"])
+        .arg(node)
+        .args(["-e", "1"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let got = profdev_coverage::prf::read(&dir.path().join("node.prf"))
+        .unwrap()
+        .expect("cprof -r wrote node.prf");
+    let main = profdev_symbolize::ElfObject::open(node)
+        .unwrap()
+        .symbols()
+        .iter()
+        .find(|s| s.name() == "main")
+        .map(|s| s.addr);
+    let counts: HashMap<u64, u64> = got.insns.iter().copied().collect();
+    if let Some(main) = main {
+        assert_eq!(counts.get(&main).copied(), Some(1), "node's main at {main:#x}");
+    }
+    let ran = got.insns.iter().filter(|i| i.1 > 0).count();
+    assert!(ran > 10_000, "only {ran} of node's instructions ran");
+}

@@ -29,6 +29,8 @@ pub(super) struct Facts<'a> {
     pub unresolved: &'a HashSet<u64>,
     /// Functions that may run with every signal blocked.
     pub masked: &'a HashSet<u64>,
+    /// Functions whose bytes the code reads as data: not patched.
+    pub read: &'a HashSet<u64>,
     /// Padding instructions' addresses.
     pub padding: &'a HashSet<u64>,
     /// Leaders entered only by falling through a conditional jump.
@@ -105,7 +107,8 @@ pub(super) fn choose(f: &Facts) -> Chosen {
             out.forbidden.push(false);
             continue;
         }
-        let bad = insns[s..e].iter().any(|x| x.code() == Op::INVALID);
+        let bad = insns[s..e].iter().any(|x| x.code() == Op::INVALID)
+            || f.read.contains(&f.funcs.of(start));
         let restricted = f.unresolved.contains(&f.funcs.of(start));
         let mut how = How::None;
         if !bad {

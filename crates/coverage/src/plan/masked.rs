@@ -115,3 +115,25 @@ mod tests {
         assert_eq!(sorted(masked_functions(&code, &funcs)), [0x1000]);
     }
 }
+
+/// The functions (their starts) whose own bytes some instruction reads
+/// or writes as data: a memory operand relative to the instruction
+/// pointer (not a `lea`, which only computes an address) whose address
+/// lies in one of the module's executable `sections`. V8's builtins,
+/// linked into node, load constants embedded among their instructions
+/// this way: a patch there changes the constant, and the builtin's own
+/// check fails (it executes its `int3`). Such a function is not
+/// patched.
+pub(super) fn read_as_data(code: &Code, funcs: &Funcs, sections: &[(u64, u64)]) -> HashSet<u64> {
+    let mut read: HashSet<u64> = HashSet::default();
+    for x in &code.insns {
+        if !x.is_ip_rel_memory_operand() || x.mnemonic() == Mnemonic::Lea {
+            continue;
+        }
+        let a = x.ip_rel_memory_address();
+        if sections.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+            read.insert(funcs.of(a));
+        }
+    }
+    read
+}

@@ -347,7 +347,8 @@ impl Plan {
     ///
     /// The passes, in order, each in a module of its own (`plan/*.rs`):
     /// decode, the hard leaders (`leaders`), jump tables (`tables`),
-    /// masked functions (`masked`), computed gotos (`tables`), the other
+    /// masked functions and functions read as data (`masked`), computed
+    /// gotos (`tables`), the other
     /// leaders and the blocks (`leaders`), flag liveness (`flags`), the
     /// patch choice (`choose`), short blocks (`short`) and fall-throughs
     /// (`fall`).
@@ -381,8 +382,8 @@ impl Plan {
         mode: Mode,
         prune: bool,
     ) -> Plan {
-        let code = decode::decode(&sections);
         let funcs = decode::Funcs::new(function_starts);
+        let code = decode::decode_at(&sections, &funcs);
         let mut hard = leaders::direct(&code, function_starts);
         let tables::Tables {
             targets,
@@ -398,6 +399,11 @@ impl Plan {
         entered.extend(taken.iter().copied());
         hard.extend(targets);
         let masked = masked::masked_functions(&code, &funcs);
+        let spans: Vec<(u64, u64)> = sections
+            .iter()
+            .map(|(a, b)| (*a, *a + b.len() as u64))
+            .collect();
+        let read = masked::read_as_data(&code, &funcs, &spans);
         // Code addresses stored in data (labels of computed gotos,
         // function pointers): leaders.
         hard.extend(taken.iter().copied().filter(|a| code.is_insn(*a)));
@@ -414,6 +420,7 @@ impl Plan {
             funcs: &funcs,
             unresolved: &unresolved,
             masked: &masked,
+            read: &read,
             padding: &leaders.padding,
             soft: &leaders.soft,
             raw: &raw,
@@ -609,6 +616,7 @@ mod testing {
                 funcs: &self.funcs,
                 unresolved: &self.unresolved,
                 masked: &self.masked,
+                read: &Default::default(),
                 padding: &self.leaders.padding,
                 soft: &self.leaders.soft,
                 raw: &self.raw,
