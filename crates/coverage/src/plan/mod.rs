@@ -74,6 +74,7 @@
 //! most one such site, and its count is the site's).
 
 mod choose;
+mod copied;
 mod decode;
 mod fall;
 mod flags;
@@ -193,6 +194,10 @@ pub struct Plan {
     pub mode: Mode,
     /// The executable sections' addresses and bytes.
     pub(crate) sections: Vec<(u64, Vec<u8>)>,
+    /// Code (start, end) the module copies elsewhere at run time, whose
+    /// blocks are therefore never patched: V8's embedded builtins, found
+    /// by symbol (`plan/copied.rs`).
+    pub copied: Vec<(u64, u64)>,
 }
 
 /// What went wrong reading a module.
@@ -221,6 +226,15 @@ impl Plan {
                 )
             })
             .count()
+    }
+
+    /// Blocks in [`Plan::copied`] (code the module copies at run time,
+    /// never counted).
+    pub fn copied_blocks(&self) -> u64 {
+        self.blocks
+            .iter()
+            .filter(|b| copied::within(&self.copied, b.start))
+            .count() as u64
     }
 
     /// Blocks that cannot be counted.
@@ -335,7 +349,10 @@ impl Plan {
         // C++ landing pads are entered by the unwinder, from no jump:
         // where there may be some, no block is implied by another.
         let prune = file.section_by_name(".gcc_except_table").is_none();
-        let mut plan = Plan::build(sections, &starts, &data, &taken, mode, prune);
+        let copied = copied::copied(&file, &data);
+        let mut starts = starts;
+        starts.extend(copied.iter().flat_map(|&(lo, hi)| [lo, hi]));
+        let mut plan = Plan::build(sections, &starts, &data, &taken, mode, prune, copied);
         plan.build_id = elf.build_id().map(<[u8]>::to_vec);
         Ok(plan)
     }
@@ -358,7 +375,15 @@ impl Plan {
         data: &[(u64, &[u8])],
         taken: &[u64],
     ) -> Plan {
-        Plan::build(sections, function_starts, data, taken, Mode::Counts, false)
+        Plan::build(
+            sections,
+            function_starts,
+            data,
+            taken,
+            Mode::Counts,
+            false,
+            Vec::new(),
+        )
     }
 
     /// [`Plan::new`] for the probes of `mode`; in [`Mode::Hits`], the
@@ -371,7 +396,15 @@ impl Plan {
         data: &[(u64, &[u8])],
         taken: &[u64],
     ) -> Plan {
-        Plan::build(sections, function_starts, data, taken, mode, true)
+        Plan::build(
+            sections,
+            function_starts,
+            data,
+            taken,
+            mode,
+            true,
+            Vec::new(),
+        )
     }
 
     fn build(
@@ -381,6 +414,7 @@ impl Plan {
         taken: &[u64],
         mode: Mode,
         prune: bool,
+        copied: Vec<(u64, u64)>,
     ) -> Plan {
         let funcs = decode::Funcs::new(function_starts);
         let code = decode::decode_at(&sections, &funcs);
@@ -421,6 +455,7 @@ impl Plan {
             unresolved: &unresolved,
             masked: &masked,
             read: &read,
+            copied: &copied,
             padding: &leaders.padding,
             soft: &leaders.soft,
             raw: &raw,
@@ -454,6 +489,7 @@ impl Plan {
             tables,
             mode,
             sections,
+            copied,
         }
     }
 
@@ -617,6 +653,7 @@ mod testing {
                 unresolved: &self.unresolved,
                 masked: &self.masked,
                 read: &Default::default(),
+                copied: &[],
                 padding: &self.leaders.padding,
                 soft: &self.leaders.soft,
                 raw: &self.raw,
