@@ -2,12 +2,17 @@
 //! instructions, and the function starts as a sorted list that answers
 //! "which function holds this address".
 //!
-//! The sweep starts again at every function start: data in the code
-//! (OpenSSL's assembly keeps its tables in `.text`, node links it in)
-//! decodes as garbage that can run over the next function's first bytes,
-//! and a block planned there would patch them. An instruction that would
-//! cross a function start is one `Code::INVALID` instruction up to it
-//! (never planned), and decoding goes on from the start.
+//! The sweep starts again at every function the symbol tables name:
+//! data in the code (OpenSSL's assembly keeps its tables in `.text`, node
+//! links it in) decodes as garbage that can run over the next function's
+//! first bytes, and a block planned there would patch them. An
+//! instruction that would cross such a start is one `Code::INVALID`
+//! instruction up to it (never planned), and decoding goes on from the
+//! start. Not at the starts only `.eh_frame` gives: an FDE may begin off
+//! an instruction (glibc's `__restore_rt`'s, one byte early, so that the
+//! unwinder finds it from a return address), and a sweep started there
+//! misdecoded `__restore_rt` and patched it: every signal handler's
+//! return crashed.
 
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 use rustc_hash::FxHashMap as HashMap;

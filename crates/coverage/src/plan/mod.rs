@@ -200,6 +200,19 @@ pub struct Plan {
     pub copied: Vec<(u64, u64)>,
 }
 
+/// What [`Plan::build`] knows of a module besides its code.
+struct Known<'a> {
+    /// The probes' mode.
+    mode: Mode,
+    /// Whether [`Mode::Hits`] may leave implied blocks without a probe.
+    prune: bool,
+    /// Where the sweep starts again (`decode`): function starts that are
+    /// instruction starts for sure.
+    sync: &'a [u64],
+    /// Code the module copies at run time (`copied`): not patched.
+    copied: Vec<(u64, u64)>,
+}
+
 /// What went wrong reading a module.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -281,10 +294,18 @@ impl Plan {
         };
         let elf = profdev_symbolize::elf::ElfObject::parse(bytes, path)
             .map_err(|e| err(e.to_string()))?;
-        let starts: Vec<u64> = elf
-            .all_symbols()
+        let symbols = elf.all_symbols();
+        let starts: Vec<u64> = symbols
             .iter()
             .filter(|s| s.origin != profdev_symbolize::elf::SymOrigin::Plt)
+            .map(|s| s.addr)
+            .collect();
+        // The sweep starts again at the symbol tables' functions only: an
+        // FDE may begin off an instruction (glibc's `__restore_rt`'s
+        // starts on the last byte of the nop before it, for the unwinder).
+        let sync: Vec<u64> = symbols
+            .iter()
+            .filter(|s| s.origin == profdev_symbolize::elf::SymOrigin::Table)
             .map(|s| s.addr)
             .collect();
         let file = profdev_symbolize::elf::parse(bytes, path).map_err(|e| err(e.reason()))?;
@@ -349,10 +370,13 @@ impl Plan {
         // C++ landing pads are entered by the unwinder, from no jump:
         // where there may be some, no block is implied by another.
         let prune = file.section_by_name(".gcc_except_table").is_none();
-        let copied = copied::copied(&file, &data);
-        let mut starts = starts;
-        starts.extend(copied.iter().flat_map(|&(lo, hi)| [lo, hi]));
-        let mut plan = Plan::build(sections, &starts, &data, &taken, mode, prune, copied);
+        let known = Known {
+            mode,
+            prune,
+            sync: &sync,
+            copied: copied::copied(&file, &data),
+        };
+        let mut plan = Plan::build(sections, &starts, &data, &taken, known);
         plan.build_id = elf.build_id().map(<[u8]>::to_vec);
         Ok(plan)
     }
@@ -375,15 +399,13 @@ impl Plan {
         data: &[(u64, &[u8])],
         taken: &[u64],
     ) -> Plan {
-        Plan::build(
-            sections,
-            function_starts,
-            data,
-            taken,
-            Mode::Counts,
-            false,
-            Vec::new(),
-        )
+        let known = Known {
+            mode: Mode::Counts,
+            prune: false,
+            sync: function_starts,
+            copied: Vec::new(),
+        };
+        Plan::build(sections, function_starts, data, taken, known)
     }
 
     /// [`Plan::new`] for the probes of `mode`; in [`Mode::Hits`], the
@@ -396,15 +418,13 @@ impl Plan {
         data: &[(u64, &[u8])],
         taken: &[u64],
     ) -> Plan {
-        Plan::build(
-            sections,
-            function_starts,
-            data,
-            taken,
+        let known = Known {
             mode,
-            true,
-            Vec::new(),
-        )
+            prune: true,
+            sync: function_starts,
+            copied: Vec::new(),
+        };
+        Plan::build(sections, function_starts, data, taken, known)
     }
 
     fn build(
@@ -412,12 +432,16 @@ impl Plan {
         function_starts: &[u64],
         data: &[(u64, &[u8])],
         taken: &[u64],
-        mode: Mode,
-        prune: bool,
-        copied: Vec<(u64, u64)>,
+        known: Known,
     ) -> Plan {
+        let Known {
+            mode,
+            prune,
+            sync,
+            copied,
+        } = known;
         let funcs = decode::Funcs::new(function_starts);
-        let code = decode::decode_at(&sections, &funcs);
+        let code = decode::decode_at(&sections, &decode::Funcs::new(sync));
         let mut hard = leaders::direct(&code, function_starts);
         let tables::Tables {
             targets,
