@@ -52,19 +52,32 @@ pub(super) fn masked_functions(code: &Code, funcs: &Funcs) -> HashSet<u64> {
 /// The functions (their starts) whose own bytes some instruction reads
 /// or writes as data: a memory operand relative to the instruction
 /// pointer (not a `lea`, which only computes an address) whose address
-/// lies in one of the module's executable `sections`. V8's builtins,
-/// linked into node, load constants embedded among their instructions
-/// this way: a patch there changes the constant, and the builtin's own
-/// check fails (it executes its `int3`). Such a function is not
-/// patched.
+/// lies in one of the module's executable `sections`. Code that loads
+/// constants kept among its instructions reads them this way: a patch
+/// there would change the constant. Such a function is not patched.
+///
+/// Only instructions of functions that decode whole count: data in the
+/// code (OpenSSL's tables, node links them in) decodes as instructions
+/// too, some of them loads from random addresses (in node, 6,945 blocks
+/// of V8's `CodeGenerator::AssembleArchInstruction` were left unpatched
+/// for one of them); data of any size holds bytes that are no
+/// instruction (`Code::INVALID`).
 pub(super) fn read_as_data(code: &Code, funcs: &Funcs, sections: &[(u64, u64)]) -> HashSet<u64> {
+    let garbled: HashSet<u64> = code
+        .insns
+        .iter()
+        .filter(|x| x.code() == iced_x86::Code::INVALID)
+        .map(|x| funcs.of(x.ip()))
+        .collect();
     let mut read: HashSet<u64> = HashSet::default();
     for x in &code.insns {
         if !x.is_ip_rel_memory_operand() || x.mnemonic() == Mnemonic::Lea {
             continue;
         }
         let a = x.ip_rel_memory_address();
-        if sections.iter().any(|&(lo, hi)| lo <= a && a < hi) {
+        if sections.iter().any(|&(lo, hi)| lo <= a && a < hi)
+            && !garbled.contains(&funcs.of(x.ip()))
+        {
             read.insert(funcs.of(a));
         }
     }
@@ -154,5 +167,12 @@ mod tests {
         assert_eq!(sorted(read), [0x1200]);
         // Outside the code: data, nothing to leave.
         assert!(read_as_data(&code, &funcs, &[(0x1300, 0x1500)]).is_empty());
+        // The same load from a function holding a byte that is no
+        // instruction (0x06: data decoded as code) counts for nothing.
+        let mut g = vec![0x06, 0x8b, 0x05];
+        g.extend(((0x1200 - 0x1007) as u32).to_le_bytes());
+        g.push(0xc3);
+        let (code, funcs) = chain(&g);
+        assert!(read_as_data(&code, &funcs, &[(0x1000, 0x1500)]).is_empty());
     }
 }
