@@ -189,7 +189,8 @@ for name in sorted(os.listdir(g)):
 # magic line, 32-byte key, then little-endian u64 fields and length-prefixed
 # sequences; one plan of two blocks (a jump-counted one ending in a
 # conditional jump, one derived from its fall-through), one jump whose table
-# was recovered (Plan::tables), the plan's mode (0: counts, 1: hits), and an
+# was recovered (Plan::tables), the plan's mode (0: counts, 1: hits), one
+# range of code the module copies at run time (Plan::copied), and an
 # encoding.
 def cache_file(with_encoding=True, cut=0):
     q = lambda *v: struct.pack("<%dQ" % len(v), *v)
@@ -202,6 +203,7 @@ def cache_file(with_encoding=True, cut=0):
     b += q(1, 0x1000, 16) + b"\x90" * 16
     b += q(1, 0x1004)
     b += b"\x00"  # the plan's mode: counts
+    b += q(1, 0x1008, 0x1010)  # code the module copies at run time (Plan::copied)
     if with_encoding:
         b += b"\x01" + q(0x6000, 64) + b"\xcc" * 64
         b += q(1, 0x1000, 0x7000, 1, 5)

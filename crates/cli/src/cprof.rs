@@ -236,6 +236,11 @@
 //!   blocks shorter than a jump counted through a breakpoint are said
 //!   too. The engine's limits are listed in `profdev_coverage`'s crate
 //!   documentation.
+//! * node (V8): its own binary is counted, but not V8's embedded builtins
+//!   (`v8_Default_embedded_blob_code_`, found by symbol): V8 runs a copy
+//!   of them it makes at run time, which a patch would break. A note
+//!   says how many blocks that leaves uncounted; a stripped node, without
+//!   the symbol, crashes. JavaScript itself (JIT code) is not counted.
 //! * `-p PID`: everything `startcp PID`'s Bugs say (every thread held while
 //!   the code is patched; a thread stopped inside `dlopen`'s lock makes
 //!   the attach give up; blocks under a stopped thread's pc uncounted;

@@ -670,21 +670,45 @@ static void poke(uint8_t *dst, const uint8_t *src, uint32_t n) {
 }
 
 /* Write the patches; `stopped` holds PCs of stopped threads (attach):
- * a patch whose bytes hold one is skipped. Returns patches skipped. */
+ * a patch whose bytes hold one is skipped. Returns patches skipped.
+ *
+ * The pages are made writable for the time of the patching (raw system
+ * calls) run by run: a run is patches whose pages touch, so every page of
+ * a run holds patched code and is given back R-X after. A module's code
+ * may have holes between its executable segments (node's has unmapped
+ * pages and read-only data between them): no mprotect spans one. A run
+ * that cannot be made writable is skipped whole (its blocks uncounted, not
+ * "never run"). */
+static uint64_t apply_run(struct patch *ps, uint64_t np, const uint64_t *stopped, uint64_t nstopped);
+
 static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, uint64_t nstopped) {
-    if (!np) return 0;
-    uint64_t first = ps[0].addr & ~4095ull, last = 0, skipped = 0;
-    for (uint64_t i = 0; i < np; i++)
-        if (ps[i].addr + ps[i].len > last) last = ps[i].addr + ps[i].len;
-    last = (last + 4095) & ~4095ull;
-    /* Pages in between are the module's code (R-X): make them writable
-     * for the time of the patching, with raw system calls. A module whose
-     * code has holes (node's) is refused: nothing is patched, and every
-     * patch is reported skipped (its blocks uncounted, not "never run"). */
-    if (raw6(SYS_mprotect, (long)first, (long)(last - first), PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0)) {
-        for (uint64_t i = 0; i < np; i++) ps[i].kind = 0;
-        return np;
+    uint64_t skipped = 0;
+    for (uint64_t i = 0; i < np;) {
+        uint64_t lo = ps[i].addr & ~4095ull;
+        uint64_t hi = (ps[i].addr + ps[i].len + 4095) & ~4095ull;
+        uint64_t j = i + 1;
+        while (j < np && (ps[j].addr & ~4095ull) >= lo && (ps[j].addr & ~4095ull) <= hi) {
+            uint64_t e = (ps[j].addr + ps[j].len + 4095) & ~4095ull;
+            if (e > hi) hi = e;
+            j++;
+        }
+        if (raw6(SYS_mprotect, (long)lo, (long)(hi - lo), PROT_READ | PROT_WRITE | PROT_EXEC, 0, 0, 0)) {
+            for (uint64_t k = i; k < j; k++) ps[k].kind = 0;
+            skipped += j - i;
+            i = j;
+            continue;
+        }
+        skipped += apply_run(ps + i, j - i, stopped, nstopped);
+        raw6(SYS_mprotect, (long)lo, (long)(hi - lo), PROT_READ | PROT_EXEC, 0, 0, 0);
+        i = j;
     }
+    return skipped;
+}
+
+/* Write the patches of one run, its pages writable. Returns patches
+ * skipped. */
+static uint64_t apply_run(struct patch *ps, uint64_t np, const uint64_t *stopped, uint64_t nstopped) {
+    uint64_t skipped = 0;
     for (uint64_t i = 0; i < np; i++) {
         struct patch *p = &ps[i];
         int hit = 0;
@@ -735,7 +759,6 @@ static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, ui
             poke((uint8_t *)p->addr, b, n);
         }
     }
-    raw6(SYS_mprotect, (long)first, (long)(last - first), PROT_READ | PROT_EXEC, 0, 0, 0);
     return skipped;
 }
 

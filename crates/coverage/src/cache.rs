@@ -299,6 +299,11 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
         Mode::Counts => 0,
         Mode::Hits => 1,
     });
+    w.len(plan.copied.len());
+    for &(lo, hi) in &plan.copied {
+        w.u64(lo);
+        w.u64(hi);
+    }
     match encoded {
         None => w.u8(0),
         Some((offset, e)) => {
@@ -413,6 +418,11 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         1 => Mode::Hits,
         m => return Err(format!("unknown plan mode {m}")),
     };
+    let n = r.len(16)?;
+    let mut copied = Vec::with_capacity(n);
+    for _ in 0..n {
+        copied.push((r.u64()?, r.u64()?));
+    }
     let plan = Plan {
         blocks,
         branches,
@@ -421,6 +431,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         tables,
         mode,
         sections,
+        copied,
     };
     let encoded = match r.u8()? {
         0 => None,
@@ -633,6 +644,7 @@ mod tests {
             tables: vec![0x1004],
             mode: Mode::Counts,
             sections: vec![(0x1000, vec![0x90; 16])],
+            copied: vec![(0x1008, 0x1010)],
         };
         let enc = Encoded {
             code: vec![0xcc; 64],

@@ -48,10 +48,13 @@
 //!   `dlopen` returns (its initializers, run inside dlopen, are not
 //!   counted; a library libc loads on its own, such as an NSS module, is
 //!   covered at the next dlopen).
-//! * **Holes.** A module whose code is mapped with holes between its
-//!   executable pages (node's binary) is not patched: every block is
-//!   reported uncounted ("N of M blocks could not be counted"), never as
-//!   not run.
+//! * **Copied or read code.** A module's code mapped with holes between
+//!   its executable pages (node's binary) is patched run by run. Code the
+//!   module copies at run time and runs there (V8's embedded builtins in
+//!   node, found by their symbol `v8_Default_embedded_blob_code_`: a
+//!   stripped node crashes) and functions whose bytes the code reads as
+//!   data are not patched: their blocks are reported uncounted ("N of M
+//!   blocks could not be counted", and a note for V8's), never as not run.
 //! * **Short blocks.** A block shorter than a 5-byte jump that is entered
 //!   only by falling through a counted conditional jump takes that jump's
 //!   fall-through count (no patch); otherwise it gets a 2-byte

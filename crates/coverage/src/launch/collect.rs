@@ -130,6 +130,14 @@ impl Server {
                     plan.blocks.len()
                 ));
             }
+            let copied = plan.copied_blocks();
+            if copied > 0 {
+                notes.push(format!(
+                    "{}: {copied} blocks of V8's embedded builtins are not counted: \
+                     V8 runs a copy of them made at run time, which a patch would break",
+                    e.path.display()
+                ));
+            }
             if trapped > 0 {
                 notes.push(format!("{}: {trapped}{NOTE_TRAPPED}", e.path.display()));
             }

@@ -29,6 +29,10 @@ pub(super) struct Facts<'a> {
     pub unresolved: &'a HashSet<u64>,
     /// Functions that may run with every signal blocked.
     pub masked: &'a HashSet<u64>,
+    /// Functions whose bytes the code reads as data: not patched.
+    pub read: &'a HashSet<u64>,
+    /// Code the module copies at run time (start, end): not patched.
+    pub copied: &'a [(u64, u64)],
     /// Padding instructions' addresses.
     pub padding: &'a HashSet<u64>,
     /// Leaders entered only by falling through a conditional jump.
@@ -105,7 +109,9 @@ pub(super) fn choose(f: &Facts) -> Chosen {
             out.forbidden.push(false);
             continue;
         }
-        let bad = insns[s..e].iter().any(|x| x.code() == Op::INVALID);
+        let bad = insns[s..e].iter().any(|x| x.code() == Op::INVALID)
+            || f.read.contains(&f.funcs.of(start))
+            || super::copied::within(f.copied, start);
         let restricted = f.unresolved.contains(&f.funcs.of(start));
         let mut how = How::None;
         if !bad {

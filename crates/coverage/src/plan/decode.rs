@@ -1,6 +1,18 @@
 //! Pass 1, decode: the executable sections swept linearly into
 //! instructions, and the function starts as a sorted list that answers
 //! "which function holds this address".
+//!
+//! The sweep starts again at every function the symbol tables name:
+//! data in the code (OpenSSL's assembly keeps its tables in `.text`, node
+//! links it in) decodes as garbage that can run over the next function's
+//! first bytes, and a block planned there would patch them. An
+//! instruction that would cross such a start is one `Code::INVALID`
+//! instruction up to it (never planned), and decoding goes on from the
+//! start. Not at the starts only `.eh_frame` gives: an FDE may begin off
+//! an instruction (glibc's `__restore_rt`'s, one byte early, so that the
+//! unwinder finds it from a return address), and a sweep started there
+//! misdecoded `__restore_rt` and patched it: every signal handler's
+//! return crashed.
 
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 use rustc_hash::FxHashMap as HashMap;
@@ -24,14 +36,41 @@ impl Code {
 }
 
 /// Decode `sections` (address, bytes), each from its start.
+#[cfg(test)]
 pub(super) fn decode(sections: &[(u64, Vec<u8>)]) -> Code {
+    decode_at(sections, &Funcs::new(&[]))
+}
+
+/// Decode `sections` (address, bytes), each from its start and again
+/// from every start of `funcs` (see the module doc).
+pub(super) fn decode_at(sections: &[(u64, Vec<u8>)], funcs: &Funcs) -> Code {
     let mut insns: Vec<Instruction> = Vec::new();
     let mut section_starts = Vec::new();
     for (addr, bytes) in sections {
         section_starts.push(*addr);
         let mut d = Decoder::with_ip(64, bytes, *addr, DecoderOptions::NONE);
+        // The next function start after the instruction being decoded.
+        let mut next = funcs.0.partition_point(|&f| f <= *addr);
         while d.can_decode() {
-            insns.push(d.decode());
+            let x = d.decode();
+            while next < funcs.0.len() && funcs.0[next] <= x.ip() {
+                next += 1;
+            }
+            match funcs.0.get(next) {
+                Some(&f) if f < x.next_ip() => {
+                    let mut bad = Instruction::default();
+                    // The length first: iced keeps the next ip.
+                    bad.set_len((f - x.ip()) as usize);
+                    bad.set_ip(x.ip());
+                    insns.push(bad);
+                    let at = (f - addr) as usize;
+                    if d.set_position(at).is_err() {
+                        break;
+                    }
+                    d.set_ip(f);
+                }
+                _ => insns.push(x),
+            }
         }
     }
     let index = insns.iter().enumerate().map(|(i, x)| (x.ip(), i)).collect();
@@ -43,7 +82,7 @@ pub(super) fn decode(sections: &[(u64, Vec<u8>)]) -> Code {
 }
 
 /// The module's function starts, sorted.
-pub(super) struct Funcs(Vec<u64>);
+pub(super) struct Funcs(pub(super) Vec<u64>);
 
 impl Funcs {
     /// The starts given, in any order, with repeats.
@@ -82,6 +121,23 @@ impl Funcs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Data before a function decodes as an instruction running over its
+    /// first byte: the sweep stops there and starts again at the function.
+    #[test]
+    fn the_sweep_starts_again_at_every_function() {
+        // 0x1000: 0x83 0x33 (would take the next bytes: cmp with imm8);
+        // 0x1002 (a function): mov %rbx,%r8; ret.
+        let bytes = vec![0x83, 0x33, 0x49, 0x89, 0xd8, 0xc3];
+        let funcs = Funcs::new(&[0x1002]);
+        let code = decode_at(&[(0x1000, bytes.clone())], &funcs);
+        assert_eq!(code.insns[0].code(), iced_x86::Code::INVALID);
+        assert_eq!((code.insns[0].ip(), code.insns[0].len()), (0x1000, 2));
+        assert!(code.is_insn(0x1002) && code.is_insn(0x1005));
+        // Without the start, the sweep runs over it.
+        let code = decode(&[(0x1000, bytes)]);
+        assert!(!code.is_insn(0x1002));
+    }
     use iced_x86::Code as Op;
 
     #[test]

@@ -49,6 +49,41 @@ pub(super) fn masked_functions(code: &Code, funcs: &Funcs) -> HashSet<u64> {
     masked
 }
 
+/// The functions (their starts) whose own bytes some instruction reads
+/// or writes as data: a memory operand relative to the instruction
+/// pointer (not a `lea`, which only computes an address) whose address
+/// lies in one of the module's executable `sections`. Code that loads
+/// constants kept among its instructions reads them this way: a patch
+/// there would change the constant. Such a function is not patched.
+///
+/// Only instructions of functions that decode whole count: data in the
+/// code (OpenSSL's tables, node links them in) decodes as instructions
+/// too, some of them loads from random addresses (in node, 6,945 blocks
+/// of V8's `CodeGenerator::AssembleArchInstruction` were left unpatched
+/// for one of them); data of any size holds bytes that are no
+/// instruction (`Code::INVALID`).
+pub(super) fn read_as_data(code: &Code, funcs: &Funcs, sections: &[(u64, u64)]) -> HashSet<u64> {
+    let garbled: HashSet<u64> = code
+        .insns
+        .iter()
+        .filter(|x| x.code() == iced_x86::Code::INVALID)
+        .map(|x| funcs.of(x.ip()))
+        .collect();
+    let mut read: HashSet<u64> = HashSet::default();
+    for x in &code.insns {
+        if !x.is_ip_rel_memory_operand() || x.mnemonic() == Mnemonic::Lea {
+            continue;
+        }
+        let a = x.ip_rel_memory_address();
+        if sections.iter().any(|&(lo, hi)| lo <= a && a < hi)
+            && !garbled.contains(&funcs.of(x.ip()))
+        {
+            read.insert(funcs.of(a));
+        }
+    }
+    read
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::decode::decode;
@@ -113,5 +148,31 @@ mod tests {
         // mov $435,%rax (clone3, sign-extended imm32); syscall
         let (code, funcs) = chain(&[0x48, 0xc7, 0xc0, 0xb3, 0x01, 0, 0, 0x0f, 0x05, 0xc3]);
         assert_eq!(sorted(masked_functions(&code, &funcs)), [0x1000]);
+    }
+
+    /// A load from another function's bytes (V8's builtins read the
+    /// constants among their instructions) leaves that function
+    /// unpatched; a `lea` of it (an address only) does not.
+    #[test]
+    fn a_function_whose_bytes_are_loaded_is_read_as_data() {
+        // 0x1000: mov 0x1200(%rip-relative),%eax (6 bytes: 8b 05 rel32);
+        // lea 0x1300(%rip),%rax (7 bytes); ret.
+        let mut f = vec![0x8b, 0x05];
+        f.extend(((0x1200 - 0x1006) as u32).to_le_bytes());
+        f.extend([0x48, 0x8d, 0x05]);
+        f.extend(((0x1300 - 0x100d) as u32).to_le_bytes());
+        f.push(0xc3);
+        let (code, funcs) = chain(&f);
+        let read = read_as_data(&code, &funcs, &[(0x1000, 0x1500)]);
+        assert_eq!(sorted(read), [0x1200]);
+        // Outside the code: data, nothing to leave.
+        assert!(read_as_data(&code, &funcs, &[(0x1300, 0x1500)]).is_empty());
+        // The same load from a function holding a byte that is no
+        // instruction (0x06: data decoded as code) counts for nothing.
+        let mut g = vec![0x06, 0x8b, 0x05];
+        g.extend(((0x1200 - 0x1007) as u32).to_le_bytes());
+        g.push(0xc3);
+        let (code, funcs) = chain(&g);
+        assert!(read_as_data(&code, &funcs, &[(0x1000, 0x1500)]).is_empty());
     }
 }

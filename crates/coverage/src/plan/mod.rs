@@ -74,6 +74,7 @@
 //! most one such site, and its count is the site's).
 
 mod choose;
+mod copied;
 mod decode;
 mod fall;
 mod flags;
@@ -202,6 +203,23 @@ pub struct Plan {
     pub mode: Mode,
     /// The executable sections' addresses and bytes.
     pub(crate) sections: Vec<(u64, Vec<u8>)>,
+    /// Code (start, end) the module copies elsewhere at run time, whose
+    /// blocks are therefore never patched: V8's embedded builtins, found
+    /// by symbol (`plan/copied.rs`).
+    pub copied: Vec<(u64, u64)>,
+}
+
+/// What [`Plan::build`] knows of a module besides its code.
+struct Known<'a> {
+    /// The probes' mode.
+    mode: Mode,
+    /// Whether [`Mode::Hits`] may leave implied blocks without a probe.
+    prune: bool,
+    /// Where the sweep starts again (`decode`): function starts that are
+    /// instruction starts for sure.
+    sync: &'a [u64],
+    /// Code the module copies at run time (`copied`): not patched.
+    copied: Vec<(u64, u64)>,
 }
 
 /// What went wrong reading a module.
@@ -230,6 +248,15 @@ impl Plan {
                 )
             })
             .count()
+    }
+
+    /// Blocks in [`Plan::copied`] (code the module copies at run time,
+    /// never counted).
+    pub fn copied_blocks(&self) -> u64 {
+        self.blocks
+            .iter()
+            .filter(|b| copied::within(&self.copied, b.start))
+            .count() as u64
     }
 
     /// Blocks that cannot be counted.
@@ -276,10 +303,18 @@ impl Plan {
         };
         let elf = profdev_symbolize::elf::ElfObject::parse(bytes, path)
             .map_err(|e| err(e.to_string()))?;
-        let starts: Vec<u64> = elf
-            .all_symbols()
+        let symbols = elf.all_symbols();
+        let starts: Vec<u64> = symbols
             .iter()
             .filter(|s| s.origin != profdev_symbolize::elf::SymOrigin::Plt)
+            .map(|s| s.addr)
+            .collect();
+        // The sweep starts again at the symbol tables' functions only: an
+        // FDE may begin off an instruction (glibc's `__restore_rt`'s
+        // starts on the last byte of the nop before it, for the unwinder).
+        let sync: Vec<u64> = symbols
+            .iter()
+            .filter(|s| s.origin == profdev_symbolize::elf::SymOrigin::Table)
             .map(|s| s.addr)
             .collect();
         let file = profdev_symbolize::elf::parse(bytes, path).map_err(|e| err(e.reason()))?;
@@ -344,7 +379,13 @@ impl Plan {
         // C++ landing pads are entered by the unwinder, from no jump:
         // where there may be some, no block is implied by another.
         let prune = file.section_by_name(".gcc_except_table").is_none();
-        let mut plan = Plan::build(sections, &starts, &data, &taken, mode, prune);
+        let known = Known {
+            mode,
+            prune,
+            sync: &sync,
+            copied: copied::copied(&file, &data),
+        };
+        let mut plan = Plan::build(sections, &starts, &data, &taken, known);
         plan.build_id = elf.build_id().map(<[u8]>::to_vec);
         Ok(plan)
     }
@@ -356,7 +397,8 @@ impl Plan {
     ///
     /// The passes, in order, each in a module of its own (`plan/*.rs`):
     /// decode, the hard leaders (`leaders`), jump tables (`tables`),
-    /// masked functions (`masked`), computed gotos (`tables`), the other
+    /// masked functions and functions read as data (`masked`), computed
+    /// gotos (`tables`), the other
     /// leaders and the blocks (`leaders`), flag liveness (`flags`), the
     /// patch choice (`choose`), short blocks (`short`) and fall-throughs
     /// (`fall`).
@@ -366,7 +408,13 @@ impl Plan {
         data: &[(u64, &[u8])],
         taken: &[u64],
     ) -> Plan {
-        Plan::build(sections, function_starts, data, taken, Mode::Counts, false)
+        let known = Known {
+            mode: Mode::Counts,
+            prune: false,
+            sync: function_starts,
+            copied: Vec::new(),
+        };
+        Plan::build(sections, function_starts, data, taken, known)
     }
 
     /// [`Plan::new`] for the probes of `mode`; in [`Mode::Hits`], the
@@ -379,7 +427,13 @@ impl Plan {
         data: &[(u64, &[u8])],
         taken: &[u64],
     ) -> Plan {
-        Plan::build(sections, function_starts, data, taken, mode, true)
+        let known = Known {
+            mode,
+            prune: true,
+            sync: function_starts,
+            copied: Vec::new(),
+        };
+        Plan::build(sections, function_starts, data, taken, known)
     }
 
     fn build(
@@ -387,11 +441,16 @@ impl Plan {
         function_starts: &[u64],
         data: &[(u64, &[u8])],
         taken: &[u64],
-        mode: Mode,
-        prune: bool,
+        known: Known,
     ) -> Plan {
-        let code = decode::decode(&sections);
+        let Known {
+            mode,
+            prune,
+            sync,
+            copied,
+        } = known;
         let funcs = decode::Funcs::new(function_starts);
+        let code = decode::decode_at(&sections, &decode::Funcs::new(sync));
         let mut hard = leaders::direct(&code, function_starts);
         let tables::Tables {
             targets,
@@ -407,6 +466,11 @@ impl Plan {
         entered.extend(taken.iter().copied());
         hard.extend(targets);
         let masked = masked::masked_functions(&code, &funcs);
+        let spans: Vec<(u64, u64)> = sections
+            .iter()
+            .map(|(a, b)| (*a, *a + b.len() as u64))
+            .collect();
+        let read = masked::read_as_data(&code, &funcs, &spans);
         // Code addresses stored in data (labels of computed gotos,
         // function pointers): leaders.
         hard.extend(taken.iter().copied().filter(|a| code.is_insn(*a)));
@@ -423,6 +487,8 @@ impl Plan {
             funcs: &funcs,
             unresolved: &unresolved,
             masked: &masked,
+            read: &read,
+            copied: &copied,
             padding: &leaders.padding,
             soft: &leaders.soft,
             raw: &raw,
@@ -459,6 +525,7 @@ impl Plan {
             tables,
             mode,
             sections,
+            copied,
         }
     }
 
@@ -621,6 +688,8 @@ mod testing {
                 funcs: &self.funcs,
                 unresolved: &self.unresolved,
                 masked: &self.masked,
+                read: &Default::default(),
+                copied: &[],
                 padding: &self.leaders.padding,
                 soft: &self.leaders.soft,
                 raw: &self.raw,
