@@ -7,6 +7,7 @@
 use crate::memory::{fs_ids, inject_error, io_dev, recheck, stat_of};
 use profdev_coverage::counts::ModuleCoverage;
 use profdev_coverage::launch::Server;
+use profdev_coverage::plan::Mode;
 use profdev_dev::access::Permit;
 use profdev_dev::DevError;
 use std::path::Path;
@@ -223,6 +224,19 @@ pub fn attach_coverage(
     select: &[String],
     permit: Option<Permit>,
 ) -> Result<CovAttached, DevError> {
+    attach_coverage_in(pid, select, permit, Mode::Counts)
+}
+
+/// [`attach_coverage`] with the probes of `mode`: `profdev cprof -p`
+/// without `-f` asks for [`Mode::Hits`] (one-shot probes, the marks
+/// only); a statically linked process is counted through uprobes all the
+/// same.
+pub fn attach_coverage_in(
+    pid: u32,
+    select: &[String],
+    permit: Option<Permit>,
+    mode: Mode,
+) -> Result<CovAttached, DevError> {
     if pid == std::process::id() {
         // Refused by the injector too, but before any planning.
         return Err(inject_error(
@@ -245,6 +259,7 @@ pub fn attach_coverage(
     let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
     let (uid, gid) = fs_ids(pid).ok_or(DevError::NoProcess(pid))?;
     let server = Server::new(select).map_err(|e| io_dev("cannot set up coverage", e))?;
+    server.set_mode(mode);
     server.share_with(uid, gid).map_err(|e| {
         io_dev(
             "cannot open the coverage directory to the process's user",

@@ -434,8 +434,8 @@ pub fn run_attached(
                 .into_owned(),
         );
     }
-    let attached =
-        profdev_attach::attach_coverage(pid, &words, Some(permit)).map_err(attach_sentence)?;
+    let attached = profdev_attach::attach_coverage_in(pid, &words, Some(permit), args.mode())
+        .map_err(attach_sentence)?;
     note(format!(
         "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
          SIGINT, SIGTERM, SIGHUP)"

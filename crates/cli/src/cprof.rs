@@ -47,7 +47,8 @@
 //! libc and the loader, a byte stored in a trampoline instead), and a
 //! block that another's run implies gets no probe. The marks are the
 //! counting run's; the last line gives the instructions that ran, each
-//! once. `-p` counts.
+//! once. `-p` too (a probe PID had not reached when cprof ended is
+//! removed by the runtime, which stays, at its first hit).
 //!
 //! **Where the listing goes.** With CMD, to standard error, or to FILE
 //! with `-o FILE` (written whole, through a temporary renamed over it):
