@@ -20,8 +20,13 @@
 #   micro1  the same, one thread doing 20,000,000 pairs (no second thread
 #           is ever created: the library takes no lock)
 #   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
-#           entries (most of its small objects come from pymalloc's
-#           arenas; its large and medium blocks from malloc).
+#           entries, three times over (most of its small objects come
+#           from pymalloc's arenas; its large and medium blocks from
+#           malloc); about 2.5 s natively here.
+#   cc      a compiler run: `cc -O2 -c` of a generated C file of 3,000
+#           small functions (cc runs cc1 and as: three processes, each
+#           followed), from a bash script that reports its time; about
+#           3 s natively here.
 #   start   /usr/bin/python3 -c pass: next to nothing but start-up, so the
 #           whole command's time over the native one is each tool's
 #           fixed cost (start, load, report), shown in its own table.
@@ -37,7 +42,9 @@
 # start to its threads' end, dict.py its loop; under each tool, without
 # the tool's start-up and end), and the whole command (profiler start-up,
 # the program, and for mprof its report and tables; heaptrack's and
-# valgrind's own output files are written but not analysed). Rounds interleave the variants; medians are shown. heaptrack and valgrind are Debian's
+# valgrind's own output files are written but not analysed), in wall
+# seconds and in CPU seconds (user + system of the command and all its
+# processes: less moved by other load on a shared machine). Rounds interleave the variants; medians are shown. heaptrack and valgrind are Debian's
 # (apt-get install heaptrack valgrind); a missing one is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,14 +58,27 @@ python=/usr/bin/python3
 cat >"$work/dict.py" <<'P'
 import sys, time
 t0 = time.monotonic()
-d = {}
-for i in range(1000000):
-    d[str(i)] = [i]
+for rep in range(3):
+    d = {}
+    for i in range(1000000):
+        d[str(i)] = [i]
 print("elapsed %.3f" % (time.monotonic() - t0), file=sys.stderr)
 print(len(d))
 P
 
 ops=${MEMORY_BENCH_OPS:-10000000}
+i=0
+while [ $i -lt 3000 ]; do
+  printf 'int f%d(int x, int y) { if (x > %d) x = x * %d + (y >> 3); else y ^= x - %d; return x * y + %d; }\n' $i $i $i $i $i
+  i=$((i + 1))
+done >"$work/gen.c"
+cat >"$work/cc.sh" <<'P'
+t0=${EPOCHREALTIME/./}
+cc -O2 -c "$1" -o "$2"
+t1=${EPOCHREALTIME/./}
+d=$((t1 - t0))
+printf 'elapsed %d.%06d\n' $((d / 1000000)) $((d % 1000000)) >&2
+P
 cat >"$work/chain.sh" <<'P'
 i=0
 while [ $i -lt 20 ]; do /usr/bin/env true; i=$((i + 1)); done
@@ -89,7 +109,7 @@ run() { # variant, command...
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-declare -A secs prog rss
+declare -A secs prog rss cpu
 workloads=(micro micro1 python start chain)
 if [ -n "${MEMORY_BENCH_WORKLOADS:-}" ]; then
   read -r -a workloads <<<"$MEMORY_BENCH_WORKLOADS"
@@ -99,33 +119,37 @@ for w in "${workloads[@]}"; do
     micro) cmd=("$work/micro" "$ops") ;;
     micro1) cmd=("$work/micro" $((2 * ops)) 1) ;;
     python) cmd=("$python" "$work/dict.py") ;;
+    cc) cmd=(/bin/bash "$work/cc.sh" "$work/gen.c" "$work/gen.o") ;;
     start) cmd=("$python" -c pass) ;;
     chain) cmd=(/bin/sh "$work/chain.sh") ;;
   esac
   for r in $(seq "$rounds"); do
     for v in "${variants[@]}"; do
       rm -f "$work"/ht* "$work"/*.out "$work/err"
-      /usr/bin/time -f "%e %M" -o "$work/time" bash -c '"$@" >/dev/null 2>"$0"' "$work/err" \
+      /usr/bin/time -f "%e %M %U %S" -o "$work/time" bash -c '"$@" >/dev/null 2>"$0"' "$work/err" \
         bash -c "$(declare -f run); profdev=$profdev base=$base work=$work; run $v \"\$@\"" _ "${cmd[@]}"
-      read -r e m <"$work/time"
+      read -r e m u sy <"$work/time"
       secs[$w.$v]+="$e "
+      cpu[$w.$v]+="$(echo "$u + $sy" | bc -l) "
       prog[$w.$v]+="$(sed -n 's/^elapsed //p' "$work/err" | tail -n1) "
       rss[$w.$v]+="$m "
     done
   done
 done
 
-printf '\n| workload | tool | program s (median of %s) | slowdown | whole command s | slowdown | max RSS (MiB) |\n|---|---|---|---|---|---|---|\n' "$rounds"
+printf '\n| workload | tool | program s (median of %s) | slowdown | whole command s | slowdown | CPU s (user+sys) | slowdown | max RSS (MiB) |\n|---|---|---|---|---|---|---|---|---|\n' "$rounds"
 for w in "${workloads[@]}"; do
   case $w in start | chain) continue ;; esac
   base=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
   pbase=$(echo ${prog[$w.native]} | tr ' ' '\n' | median)
+  cbase=$(echo ${cpu[$w.native]} | tr ' ' '\n' | median)
   for v in "${variants[@]}"; do
     t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
     p=$(echo ${prog[$w.$v]} | tr ' ' '\n' | median)
     m=$(echo ${rss[$w.$v]} | tr ' ' '\n' | median)
-    printf '| %s | %s | %.2f | %.2fx | %.2f | %.2fx | %.1f |\n' "$w" "$v" "$p" "$(echo "$p / $pbase" | bc -l)" \
-      "$t" "$(echo "$t / $base" | bc -l)" "$(echo "$m / 1024" | bc -l)"
+    c=$(echo ${cpu[$w.$v]} | tr ' ' '\n' | median)
+    printf '| %s | %s | %.2f | %.2fx | %.2f | %.2fx | %.2f | %.2fx | %.1f |\n' "$w" "$v" "$p" "$(echo "$p / $pbase" | bc -l)" \
+      "$t" "$(echo "$t / $base" | bc -l)" "$c" "$(echo "$c / $cbase" | bc -l)" "$(echo "$m / 1024" | bc -l)"
   done
 done
 printf '\n| fixed cost: whole command s over native (median of %s) | start: python3 -c pass | chain: per process of 20 |\n|---|---|---|\n' "$rounds"

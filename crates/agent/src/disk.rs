@@ -7,26 +7,37 @@
 //! are read back (only files of this user that nobody else could have
 //! written: `Dir::read_own`), oldest first, ahead of the new cuts.
 //!
-//! # The file (format of our own, version 1; integers little-endian)
+//! # The file (format of our own, version 2; integers little-endian)
 //!
 //! ```text
-//! magic "profdev-cut\0" (12 bytes), version u16 = 1
+//! magic "profdev-cut\0" (12 bytes), version u16 = 2
 //! seq u64, start_ns u64, end_ns u64, to_unix u64
 //! processes u32, then each: pid u32, exe STR?, cgroup path STR?
 //!   (STR? = present u8 (0 or 1), then length u32 and UTF-8 bytes)
 //! recording length u64, then the recording (profdev_formats::recording)
+//! heap profiles u32 (`--heap`), then each: pid u32, comm STR?,
+//!   sample_bytes u64, stacks u32, then each stack:
+//!   alloc_objects u64, alloc_space u64, inuse_objects u64, inuse_space u64,
+//!   frames u32, then each: module STR?, address u64, function STR?,
+//!   file STR?, line u32
 //! ```
 //!
-//! The cgroup's container id, unit and pod uid are derived again from its
-//! path ([`crate::cgroup::of_path`]).
+//! Version 1 (written before heap profiles were spooled) is the same
+//! without the heap profiles, and is still read. The cgroup's container
+//! id, unit and pod uid are derived again from its path
+//! ([`crate::cgroup::of_path`]).
 
+use crate::heap::HeapProfile;
 use crate::labels::ProcessLabels;
 use crate::Cut;
+use profdev_formats::pprof::heap::{HeapFrame, HeapStack};
 use std::path::Path;
 use std::sync::Arc;
 
 const MAGIC: &[u8; 12] = b"profdev-cut\0";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// The version before heap profiles, still read.
+const VERSION_1: u16 = 1;
 /// The largest spool file read back.
 pub const MAX_FILE: u64 = 256 << 20;
 
@@ -54,7 +65,86 @@ pub fn encode(cut: &Cut) -> Vec<u8> {
     }
     b.extend_from_slice(&(cut.recording.len() as u64).to_le_bytes());
     b.extend_from_slice(&cut.recording);
+    b.extend_from_slice(&(cut.heap.len() as u32).to_le_bytes());
+    for h in &cut.heap {
+        b.extend_from_slice(&h.pid.to_le_bytes());
+        string(&mut b, Some(&h.comm));
+        b.extend_from_slice(&h.sample_bytes.to_le_bytes());
+        b.extend_from_slice(&(h.stacks.len() as u32).to_le_bytes());
+        for s in &h.stacks {
+            for v in [
+                s.alloc_objects,
+                s.alloc_space,
+                s.inuse_objects,
+                s.inuse_space,
+            ] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(&(s.frames.len() as u32).to_le_bytes());
+            for f in &s.frames {
+                string(&mut b, Some(&f.module));
+                b.extend_from_slice(&f.address.to_le_bytes());
+                string(&mut b, Some(&f.function));
+                string(&mut b, Some(&f.file));
+                b.extend_from_slice(&f.line.to_le_bytes());
+            }
+        }
+    }
     b
+}
+
+/// A count read from the file, refused when fewer than `each` bytes per
+/// item are left (a count is never trusted to size an allocation).
+fn count(r: &mut Reader<'_>, each: usize, what: &str) -> Result<usize, String> {
+    let at = r.at;
+    let n = r.u32(what)? as usize;
+    if n.saturating_mul(each) > r.b.len() - r.at {
+        return Err(format!(
+            "{what} at byte {at}: {n} is more than the file holds"
+        ));
+    }
+    Ok(n)
+}
+
+/// The heap profiles at the end of a version 2 file.
+fn heap_profiles(r: &mut Reader<'_>) -> Result<Vec<HeapProfile>, String> {
+    let n = count(r, 17, "heap profiles")?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let pid = r.u32("heap pid")?;
+        let comm = r.string("heap comm")?.unwrap_or_default();
+        let sample_bytes = r.u64("heap sample_bytes")?;
+        let stacks = count(r, 36, "heap stacks")?;
+        let mut h = HeapProfile {
+            pid,
+            comm,
+            sample_bytes,
+            stacks: Vec::with_capacity(stacks),
+        };
+        for _ in 0..stacks {
+            let mut s = HeapStack {
+                alloc_objects: r.u64("alloc_objects")?,
+                alloc_space: r.u64("alloc_space")?,
+                inuse_objects: r.u64("inuse_objects")?,
+                inuse_space: r.u64("inuse_space")?,
+                ..HeapStack::default()
+            };
+            let frames = count(r, 15, "heap frames")?;
+            s.frames.reserve(frames);
+            for _ in 0..frames {
+                s.frames.push(HeapFrame {
+                    module: r.string("frame module")?.unwrap_or_default(),
+                    address: r.u64("frame address")?,
+                    function: r.string("frame function")?.unwrap_or_default(),
+                    file: r.string("frame file")?.unwrap_or_default(),
+                    line: r.u32("frame line")?,
+                });
+            }
+            h.stacks.push(s);
+        }
+        out.push(h);
+    }
+    Ok(out)
 }
 
 /// Reads the file's fields in order, each bounded by what is left.
@@ -107,9 +197,9 @@ pub fn decode(b: &[u8]) -> Result<Cut, String> {
         return Err("not a profdev spool file (magic)".into());
     }
     let version = u16::from_le_bytes(r.take(2, "version")?.try_into().expect("2 bytes"));
-    if version != VERSION {
+    if version != VERSION && version != VERSION_1 {
         return Err(format!(
-            "spool file version {version}, this agent reads {VERSION}"
+            "spool file version {version}, this agent reads {VERSION_1} and {VERSION}"
         ));
     }
     let mut cut = Cut {
@@ -130,8 +220,11 @@ pub fn decode(b: &[u8]) -> Result<Cut, String> {
     let len = r.u64("recording length")?;
     let len = usize::try_from(len).map_err(|_| "recording length too large".to_string())?;
     cut.recording = r.take(len, "recording")?.to_vec();
+    if version != VERSION_1 {
+        cut.heap = heap_profiles(&mut r)?;
+    }
     if r.at != b.len() {
-        return Err(format!("{} bytes after the recording", b.len() - r.at));
+        return Err(format!("{} bytes after the cut", b.len() - r.at));
     }
     Ok(cut)
 }
@@ -226,6 +319,30 @@ mod tests {
             }),
         );
         c.processes.insert(10, Arc::new(ProcessLabels::default()));
+        c.heap.push(HeapProfile {
+            pid: 9,
+            comm: "hot".into(),
+            sample_bytes: 524_288,
+            stacks: vec![HeapStack {
+                frames: vec![
+                    HeapFrame {
+                        module: "/usr/bin/hot".into(),
+                        address: 0x1234,
+                        function: "churn".into(),
+                        file: "hot.c".into(),
+                        line: 12,
+                    },
+                    HeapFrame {
+                        function: "main".into(),
+                        ..HeapFrame::default()
+                    },
+                ],
+                alloc_objects: 3,
+                alloc_space: 3_000_000,
+                inuse_objects: 1,
+                inuse_space: 1_000_000,
+            }],
+        });
         c
     }
 
@@ -239,6 +356,10 @@ mod tests {
         );
         assert_eq!(back.recording, c.recording);
         assert_eq!(back.processes, c.processes);
+        assert_eq!(back.heap.len(), 1);
+        let (h, want) = (&back.heap[0], &c.heap[0]);
+        assert_eq!((h.pid, &h.comm, h.sample_bytes), (9, &want.comm, 524_288));
+        assert_eq!(h.stacks, want.stacks);
         let unit = back.processes[&9].cgroup.as_ref().unwrap();
         assert_eq!(unit.systemd_unit.as_deref(), Some("hot.service"));
     }
@@ -252,10 +373,25 @@ mod tests {
         }
         let mut longer = b.clone();
         longer.push(0);
-        assert_eq!(decode(&longer).unwrap_err(), "1 bytes after the recording");
+        assert_eq!(decode(&longer).unwrap_err(), "1 bytes after the cut");
         let mut bad = b;
-        bad[12] = 2;
-        assert!(decode(&bad).unwrap_err().contains("version 2"));
+        bad[12] = 3;
+        assert!(decode(&bad).unwrap_err().contains("version 3"));
+    }
+
+    /// A file of version 1 (an agent before heap profiles were spooled)
+    /// still reads: the cut without heap profiles.
+    #[test]
+    fn a_version_1_file_reads_without_heap_profiles() {
+        let mut c = cut();
+        c.heap.clear();
+        let mut b = encode(&c);
+        // Version 1: no count of heap profiles at the end.
+        b.truncate(b.len() - 4);
+        b[12..14].copy_from_slice(&1u16.to_le_bytes());
+        let back = decode(&b).unwrap();
+        assert_eq!((back.recording, back.heap.len()), (c.recording, 0));
+        assert_eq!(back.processes, c.processes);
     }
 
     /// Saved, listed oldest first, removed; a file that is not a cut is

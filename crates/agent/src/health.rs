@@ -24,10 +24,13 @@
 //! | `rate_asked` | samples per second per CPU (`-F`) |
 //! | `profiles` | profiles cut |
 //! | `samples` / `lost` | samples in them, records the kernel lost |
+//! | `heap_processes` / `heap_profiles` | processes whose heap is profiled now (`--heap`), heap profiles cut |
 //! | `KIND.destination` | the destination's address (the store's directory) |
 //! | `KIND.sent` / `KIND.failures` | profiles it took, attempts that failed |
+//! | `KIND.heap_sent` | heap profiles in the profiles it took |
 //! | `KIND.last_error` | the last failure's sentence (`-` when none) |
-//! | `KIND.spool_profiles` / `KIND.spool_bytes` | what waits in its spool |
+//! | `KIND.spool_profiles` / `KIND.spool_bytes` | what waits in its spool (bytes of recordings and heap profiles) |
+//! | `KIND.spool_heap_profiles` | heap profiles in the profiles waiting |
 //! | `KIND.dropped` | profiles dropped, oldest first, past the spool's cap |
 //! | `KIND.undelivered` | profiles left unsent when the agent ended |
 //!
@@ -98,6 +101,9 @@ pub struct Health {
     pub profiles: u64,
     pub samples: u64,
     pub lost: u64,
+    /// Processes whose heap is profiled now, heap profiles cut.
+    pub heap_processes: usize,
+    pub heap_profiles: u64,
     /// Each destination's counts.
     pub destinations: Vec<Status>,
 }
@@ -162,6 +168,8 @@ impl Health {
         put("profiles", self.profiles.to_string());
         put("samples", self.samples.to_string());
         put("lost", self.lost.to_string());
+        put("heap_processes", self.heap_processes.to_string());
+        put("heap_profiles", self.heap_profiles.to_string());
         let mut taken = Vec::new();
         for d in &self.destinations {
             let kind = kind_of(&d.name, &taken);
@@ -170,9 +178,11 @@ impl Health {
             put("destination", address.to_string());
             put("sent", d.sent.to_string());
             put("failures", d.failures.to_string());
+            put("heap_sent", d.heap_sent.to_string());
             put("last_error", d.last_error.clone().unwrap_or_default());
             put("spool_profiles", d.spooled.to_string());
             put("spool_bytes", d.spool_bytes.to_string());
+            put("spool_heap_profiles", d.spool_heap.to_string());
             put("dropped", d.dropped.to_string());
             put("undelivered", d.undelivered.to_string());
             taken.push(kind);

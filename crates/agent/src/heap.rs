@@ -66,6 +66,16 @@ pub struct HeapProfile {
 }
 
 impl HeapProfile {
+    /// Its size in a spool file (`crate::disk`): what a spool's cap
+    /// counts it for.
+    pub fn bytes(&self) -> usize {
+        let frame = |f: &profdev_formats::pprof::heap::HeapFrame| {
+            15 + 4 * 3 + f.module.len() + f.function.len() + f.file.len()
+        };
+        let stack = |s: &HeapStack| 36 + s.frames.iter().map(frame).sum::<usize>();
+        21 + self.comm.len() + self.stacks.iter().map(stack).sum::<usize>()
+    }
+
     /// Its pprof (not compressed): Go's heap sample types, the interval
     /// `[start_ns, end_ns)` (Unix ns) as its time and duration, and, as
     /// Go's, period type `space`/`bytes` with the sampling's mean as its
@@ -269,6 +279,11 @@ impl Heap {
     /// Whether no process is attached.
     pub fn is_empty(&self) -> bool {
         self.watched.is_empty()
+    }
+
+    /// How many processes are attached.
+    pub fn processes(&self) -> usize {
+        self.watched.len()
     }
 
     /// The interval's profile of every attached process (a report asked

@@ -91,9 +91,22 @@ pub struct Cut {
     pub recording: Vec<u8>,
     /// The labels of the processes it samples.
     pub processes: BTreeMap<u32, Arc<ProcessLabels>>,
-    /// The heap profiles of the `--heap` processes (none in the disk
-    /// spool).
+    /// The heap profiles of the `--heap` processes (spooled, stored and
+    /// retried with the recording).
     pub heap: Vec<heap::HeapProfile>,
+}
+
+impl Cut {
+    /// The bytes it holds, as a spool's cap counts them: its recording
+    /// and its heap profiles (their size in a spool file).
+    pub fn bytes(&self) -> usize {
+        self.recording.len()
+            + self
+                .heap
+                .iter()
+                .map(heap::HeapProfile::bytes)
+                .sum::<usize>()
+    }
 }
 
 /// An OTLP destination as the command line gives it.
@@ -195,6 +208,10 @@ pub struct Outcome {
     pub samples: u64,
     /// Records the kernel lost.
     pub lost: u64,
+    /// Heap profiles cut (`--heap`), and the processes profiled at the
+    /// last cut.
+    pub heap_profiles: u64,
+    pub heap_processes: usize,
     /// Each destination's counts.
     pub destinations: Vec<Status>,
     /// Why sampling stopped, when it was not asked to.
@@ -440,11 +457,13 @@ pub fn run_with(
             let to_unix = end.wrapping_sub(profdev_sample::sys::monotonic_ns());
             let samples = iv.samples();
             iv.cut(end);
-            let heap = match (stopping, &mut heap) {
+            let heaps = match (stopping, &mut heap) {
                 (true, h) => h.take().map_or_else(Vec::new, |h| h.finish(log)),
                 (false, Some(h)) => h.cut(log),
                 (false, None) => Vec::new(),
             };
+            out.heap_profiles += heaps.len() as u64;
+            out.heap_processes = heap.as_ref().map_or(0, heap::Heap::processes);
             cutting.push_back(Cut {
                 seq: out.profiles,
                 start_ns: start,
@@ -452,7 +471,7 @@ pub fn run_with(
                 to_unix,
                 recording: Vec::new(),
                 processes: labels.cut(),
-                heap,
+                heap: heaps,
             });
             out.profiles += 1;
             out.samples += samples;
@@ -528,6 +547,7 @@ impl Health {
         f.ended = ended;
         f.updated = Some(std::time::SystemTime::now());
         (f.profiles, f.samples, f.lost) = (out.profiles, out.samples, out.lost);
+        (f.heap_processes, f.heap_profiles) = (out.heap_processes, out.heap_profiles);
         f.destinations = dests.to_vec();
         if let Err(e) = f.write(dir) {
             if !std::mem::replace(&mut self.failed, true) {

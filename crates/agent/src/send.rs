@@ -97,15 +97,19 @@ pub struct Status {
     pub name: String,
     /// Profiles the destination took.
     pub sent: u64,
+    /// Heap profiles (`--heap`) in the profiles it took.
+    pub heap_sent: u64,
     /// Attempts that failed.
     pub failures: u64,
     /// The last failure's sentence.
     pub last_error: Option<String>,
     /// Profiles dropped, oldest first, to keep the spool under its cap.
     pub dropped: u64,
-    /// Profiles waiting, and their bytes.
+    /// Profiles waiting, and their bytes (recordings and heap profiles).
     pub spooled: usize,
     pub spool_bytes: usize,
+    /// Heap profiles in the profiles waiting.
+    pub spool_heap: usize,
     /// Profiles still waiting when the agent ended.
     pub undelivered: u64,
 }
@@ -199,11 +203,13 @@ impl Sender {
 /// Queue `cut`, dropping the oldest (and their files) past the cap.
 fn queue(shared: &Shared, cut: Arc<Cut>) {
     let mut st = lock(shared);
-    st.status.spool_bytes += cut.recording.len();
+    st.status.spool_bytes += cut.bytes();
+    st.status.spool_heap += cut.heap.len();
     st.queue.push_back(cut);
     while st.status.spool_bytes > st.cap && st.queue.len() > 1 {
         let old = st.queue.pop_front().expect("more than one");
-        st.status.spool_bytes -= old.recording.len();
+        st.status.spool_bytes -= old.bytes();
+        st.status.spool_heap -= old.heap.len();
         st.status.dropped += 1;
         if let Some(disk) = &shared.disk {
             let _ = disk.remove(&old);
@@ -282,13 +288,15 @@ fn run(shared: &Shared, mut dest: Box<dyn Destination>, backoff: Backoff) {
                 failures = 0;
                 retry_at = None;
                 st.status.sent += 1;
+                st.status.heap_sent += cut.heap.len() as u64;
                 if let Some(n) = dest.note() {
                     st.status.last_error = Some(n);
                 }
                 // The cut may have been dropped for the cap meanwhile.
                 if st.queue.front().is_some_and(|c| Arc::ptr_eq(c, &cut)) {
                     st.queue.pop_front();
-                    st.status.spool_bytes -= cut.recording.len();
+                    st.status.spool_bytes -= cut.bytes();
+                    st.status.spool_heap -= cut.heap.len();
                     if let Some(disk) = &shared.disk {
                         let _ = disk.remove(&cut);
                     }
@@ -431,6 +439,46 @@ mod tests {
         assert_eq!((st.dropped, st.spooled, st.spool_bytes), (3, 2, 200));
         let st = s.finish(Instant::now());
         assert_eq!((st.sent, st.undelivered), (0, 2));
+    }
+
+    /// A cut's heap profiles count in the spool's bytes and in the
+    /// status: waiting, then taken.
+    #[test]
+    fn heap_profiles_are_counted_in_the_spool_and_when_sent() {
+        let down = Arc::new(Mutex::new(true));
+        let (got_tx, got) = mpsc::channel();
+        let (tried_tx, tried) = mpsc::channel();
+        let b = Backoff {
+            first: Duration::from_millis(1),
+            max: Duration::from_millis(4),
+        };
+        let dest = Flaky {
+            down: down.clone(),
+            got: got_tx,
+            tried: tried_tx,
+        };
+        let s = Sender::start(Box::new(dest), 1 << 20, b, None);
+        let mut c = Cut {
+            seq: 5,
+            recording: vec![0; 10],
+            ..Cut::default()
+        };
+        c.heap.push(crate::heap::HeapProfile {
+            pid: 1,
+            comm: "a".into(),
+            ..Default::default()
+        });
+        let bytes = c.bytes();
+        assert_eq!(bytes, 10 + 22);
+        s.push(Arc::new(c));
+        tried.recv_timeout(Duration::from_secs(10)).unwrap();
+        let st = s.status();
+        assert_eq!((st.spooled, st.spool_bytes, st.spool_heap), (1, bytes, 1));
+        *down.lock().unwrap() = false;
+        assert_eq!(got.recv_timeout(Duration::from_secs(10)).unwrap(), 5);
+        let st = s.finish(Instant::now() + Duration::from_secs(10));
+        assert_eq!((st.sent, st.heap_sent), (1, 1));
+        assert_eq!((st.spooled, st.spool_bytes, st.spool_heap), (0, 0, 0));
     }
 
     /// With a spool on disk: an agent that ends with its destination down

@@ -14,8 +14,18 @@
 //! hold kernel addresses) in a directory made 0700. After each write the
 //! store is pruned ([`Store::prune`]): the files whose interval ended
 //! more than `--store-max-age` ago, then the oldest while the files
-//! total more than `--store-max-bytes`; the newest file is always kept.
-//! Other names in the directory are left alone.
+//! total more than `--store-max-bytes`; the newest interval's files are
+//! always kept. Other names in the directory are left alone.
+//!
+//! Each heap profile of the cut (`--heap`) is a file of its own beside
+//! the recording, `START_END.heap-PID-COMM.pb.gz` ([`heap_file_name`]; the
+//! command name's characters other than letters, digits, `_` and `-`
+//! become `_`): a gzipped pprof of Go's heap sample types (`alloc_space`,
+//! `alloc_objects`, `inuse_space`, `inuse_objects`; the interval's
+//! allocations, what was in use at its end), which `go tool pprof
+//! -sample_index=alloc_space FILE` opens. They are pruned with the
+//! recordings, as files of their interval; `--since` reads only the
+//! recordings.
 
 use crate::health::check_path;
 use crate::send::Destination;
@@ -31,6 +41,9 @@ pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 /// The suffix of the store's files.
 const SUFFIX: &str = ".data";
+/// What a heap profile's name has after its interval, and its suffix.
+const HEAP: &str = ".heap-";
+const HEAP_SUFFIX: &str = ".pb.gz";
 /// The largest recording read back.
 const MAX_FILE: u64 = crate::disk::MAX_FILE;
 
@@ -63,23 +76,59 @@ pub fn file_name(start_ns: u64, end_ns: u64) -> String {
     )
 }
 
-/// The interval a store file's name says, or `None` for another name.
-pub fn parse_name(name: &str) -> Option<(u64, u64)> {
-    let (start, end) = name.strip_suffix(SUFFIX)?.split_once('_')?;
+/// The file name of the heap profile of process `pid` running `comm`
+/// over the interval `[start_ns, end_ns)` (Unix ns).
+pub fn heap_file_name(start_ns: u64, end_ns: u64, pid: u32, comm: &str) -> String {
+    let comm: String = comm
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let data = file_name(start_ns, end_ns);
+    let stem = data.strip_suffix(SUFFIX).unwrap_or(&data);
+    format!("{stem}{HEAP}{pid}-{comm}{HEAP_SUFFIX}")
+}
+
+/// The interval of `START_END`.
+fn interval(stem: &str) -> Option<(u64, u64)> {
+    let (start, end) = stem.split_once('_')?;
     let start = ns_of(humantime::parse_rfc3339(start).ok()?);
     let end = ns_of(humantime::parse_rfc3339(end).ok()?);
     (start <= end).then_some((start, end))
 }
 
-/// The store's files: (name, start_ns, end_ns, bytes), oldest first.
-fn list(dir: &Dir) -> Result<Vec<(String, u64, u64, u64)>, String> {
+/// The interval a recording's name says, or `None` for another name.
+pub fn parse_name(name: &str) -> Option<(u64, u64)> {
+    interval(name.strip_suffix(SUFFIX)?)
+}
+
+/// The interval and process id a heap profile's name says, or `None`
+/// for another name.
+pub fn parse_heap_name(name: &str) -> Option<(u64, u64, u32)> {
+    let (stem, rest) = name.strip_suffix(HEAP_SUFFIX)?.split_once(HEAP)?;
+    let (start, end) = interval(stem)?;
+    let pid = rest.split_once('-')?.0.parse().ok()?;
+    Some((start, end, pid))
+}
+
+/// The store's files: (name, start_ns, end_ns, bytes), oldest first;
+/// with `heap`, the heap profiles too.
+fn list(dir: &Dir, heap: bool) -> Result<Vec<(String, u64, u64, u64)>, String> {
     let mut out: Vec<_> = dir
         .files("")
         .map_err(|e| e.to_string())?
         .into_iter()
         .filter_map(|(name, bytes, _)| {
             let name = name.into_string().ok()?;
-            let (start, end) = parse_name(&name)?;
+            let (start, end) = parse_name(&name).or_else(|| {
+                heap.then(|| parse_heap_name(&name).map(|(s, e, _)| (s, e)))
+                    .flatten()
+            })?;
             Some((name, start, end, bytes))
         })
         .collect();
@@ -107,24 +156,40 @@ impl Store {
         })
     }
 
-    /// Write `cut`'s recording (0600).
+    /// Write `cut`'s recording, then each of its heap profiles as a
+    /// gzipped pprof (all 0600).
     pub fn save(&self, cut: &Cut) -> Result<(), String> {
+        use std::io::Write;
         self.dir
             .write_file(file_name(cut.start_ns, cut.end_ns), &cut.recording, 0o600)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        for h in &cut.heap {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let pprof = gz
+                .write_all(&h.pprof(cut.start_ns, cut.end_ns))
+                .and_then(|()| gz.finish())
+                .map_err(|e| {
+                    format!("cannot compress the heap profile of process {}: {e}", h.pid)
+                })?;
+            let name = heap_file_name(cut.start_ns, cut.end_ns, h.pid, &h.comm);
+            self.dir
+                .write_file(name, &pprof, 0o600)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// Remove the files that ended before `now - max_age`, then the
     /// oldest while the files total more than `max_bytes`, always keeping
-    /// the newest: the names removed, oldest first.
+    /// the newest interval's: the names removed, oldest first.
     pub fn prune(&self, now: SystemTime) -> Result<Vec<String>, String> {
-        let files = list(&self.dir)?;
+        let files = list(&self.dir, true)?;
         let oldest_kept = ns_of(now).saturating_sub(self.max_age.as_nanos() as u64);
         let mut total: u64 = files.iter().map(|f| f.3).sum();
         let mut removed = Vec::new();
-        let last = files.len().saturating_sub(1);
-        for (i, (name, _, end, bytes)) in files.into_iter().enumerate() {
-            if i == last || (end >= oldest_kept && total <= self.max_bytes) {
+        let newest = files.last().map(|f| (f.1, f.2));
+        for (name, start, end, bytes) in files {
+            if Some((start, end)) == newest || (end >= oldest_kept && total <= self.max_bytes) {
                 break;
             }
             self.dir.remove(&name).map_err(|e| e.to_string())?;
@@ -195,7 +260,7 @@ pub fn read_window(dir: &Path, since: Duration, now: SystemTime) -> Result<Windo
         notes: Vec::new(),
     };
     let mut recs = Vec::new();
-    for (name, start, end, _) in list(&d)? {
+    for (name, start, end, _) in list(&d, false)? {
         if end <= from || start > to {
             continue;
         }
@@ -349,6 +414,61 @@ mod tests {
         assert_eq!(
             names(&root),
             [file_name(T0 + 90 * S, T0 + 105 * S), "notes.txt".into()]
+        );
+    }
+
+    /// A heap profile is a gzipped pprof beside its interval's recording,
+    /// named by the interval, pid and command; pruned with its interval.
+    #[test]
+    fn heap_profiles_are_pprof_files_of_their_interval() {
+        use profdev_formats::pprof::heap::{HeapFrame, HeapStack};
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("store");
+        let s = Store::open(&root, 1 << 20, Duration::from_secs(60)).unwrap();
+        let heap = |pid| crate::heap::HeapProfile {
+            pid,
+            comm: "web srv/1".into(),
+            sample_bytes: 524_288,
+            stacks: vec![HeapStack {
+                frames: vec![HeapFrame {
+                    function: "churn".into(),
+                    ..HeapFrame::default()
+                }],
+                alloc_objects: 2,
+                alloc_space: 1_000_000,
+                ..HeapStack::default()
+            }],
+        };
+        let mut first = cut(T0, 100);
+        first.heap.push(heap(42));
+        s.save(&first).unwrap();
+        let name = heap_file_name(T0, T0 + 15 * S, 42, "web srv/1");
+        assert_eq!(
+            name,
+            "2027-01-15T08:00:00.000000000Z_2027-01-15T08:00:15.000000000Z.heap-42-web_srv_1.pb.gz"
+        );
+        assert_eq!(parse_heap_name(&name), Some((T0, T0 + 15 * S, 42)));
+        assert_eq!(parse_name(&name), None);
+        let bytes = std::fs::read(root.join(&name)).unwrap();
+        assert_eq!(&bytes[..2], [0x1f, 0x8b], "gzipped");
+        let stacks = profdev_formats::pprof::decode::heap_stacks(&bytes).unwrap();
+        assert_eq!(
+            (stacks[0].frames[0].function.as_str(), stacks[0].alloc_space),
+            ("churn", 1_000_000)
+        );
+        // The next interval's files are the newest; the first's go by age,
+        // the heap profile with its recording.
+        let mut second = cut(T0 + 15 * S, 100);
+        second.heap.push(heap(42));
+        s.save(&second).unwrap();
+        let removed = s.prune(time_of(T0 + 1000 * S)).unwrap();
+        assert_eq!(removed, [file_name(T0, T0 + 15 * S), name]);
+        assert_eq!(
+            names(&root),
+            [
+                file_name(T0 + 15 * S, T0 + 30 * S),
+                heap_file_name(T0 + 15 * S, T0 + 30 * S, 42, "web srv/1")
+            ]
         );
     }
 

@@ -95,7 +95,8 @@
 //! same cap, the same oldest dropped): a
 //! directory per destination under DIR (0700), a file per profile (0600,
 //! written whole through profdev's safe-write path, removed once sent or
-//! dropped); the next start sends what it holds first, oldest first.
+//! dropped; heap profiles with their interval); the next start sends what
+//! it holds first, oldest first.
 //! `--token-file F` gives the bearer token every request carries
 //! (`Authorization: Bearer …`, over gRPC the `authorization` metadata),
 //! `--basic-auth-file F` a `USER:PASSWORD` line for HTTP basic auth
@@ -110,14 +111,16 @@
 //!
 //! With no destination (or with `--store DIR`) each interval's recording
 //! (a `profdev.data`) is kept in a local store, `STATE/store`: one 0600
-//! file per interval named by its UTC times, pruned after each write by
+//! file per interval named by its UTC times (and each `--heap` profile a
+//! gzipped pprof, `START_END.heap-PID-COMM.pb.gz`, that `go tool pprof
+//! -sample_index=alloc_space` opens), pruned after each write by
 //! age (`--store-max-age`, default 24h) then size (`--store-max-bytes`,
 //! default 256 MiB), oldest first, the newest kept; `profdev report
 //! --since 10m` and `profdev export FORMAT --since 2h` read it.
 //!
 //! Every interval the agent writes `health` in its state directory
 //! (`--state-dir DIR`, default /var/lib/profdev-agent, made 0700), in the
-//! devices' stat format: samples, lost, and per destination sent,
+//! devices' stat format: samples, lost, heap profiles, and per destination sent,
 //! failures, last error, spool, dropped, undelivered; 0644, as it holds
 //! no token and no kernel address. `profdev stat --agent` prints it.
 //!
@@ -145,8 +148,7 @@
 //! another cgroup keeps the first. Samples are put in the interval whose cut the merge of the
 //! CPUs' rings has released them to (up to about 10 ms late).
 //!
-//! Heap profiles go only to network destinations (not the store, not
-//! `--spool DIR`). Reports are asked for and symbolized on the sampling
+//! Reports of `--heap` processes are asked for and symbolized on the sampling
 //! thread (up to 5 s for a process that does not answer), the ELF files
 //! read at each cut by their paths in the agent's mount namespace. The
 //! process must see the agent's temporary directory and the agent needs

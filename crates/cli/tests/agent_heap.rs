@@ -10,17 +10,23 @@
 //! (its GOT's malloc is the C library's again), runs on and exits 0.
 //! With `--heap-comm NAME` a program started after the agent is attached
 //! at a cut and dropped once it has exited, and the agent refuses itself
-//! (`--heap-comm profdev`).
+//! (`--heap-comm profdev`). Heap profiles are first-class: with the
+//! destination down they wait in `--spool DIR` (counted in the health
+//! file) and a later agent sends them when it is up; `--store DIR` keeps
+//! each as a pprof that `go tool pprof` reads.
 
 mod common;
 
-use common::{can_sample_system, collector, privileged, profdev, with_default_signals, Prog};
+use common::{
+    can_sample_system, collector, collector_unless, privileged, profdev, with_default_signals, Prog,
+};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use prost::Message;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -199,7 +205,13 @@ impl Agent {
     }
 
     /// SIGTERM, then its lines once it has ended well.
-    fn stop(mut self) -> Vec<String> {
+    fn stop(self) -> Vec<String> {
+        self.stop_health().0
+    }
+
+    /// SIGTERM, then its lines and its last health file once it has
+    /// ended well.
+    fn stop_health(mut self) -> (Vec<String>, String) {
         let pid = self.child.id() as i32;
         // SAFETY: kill(2) on our own child's pid.
         let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -209,7 +221,8 @@ impl Agent {
         self.reader.join().unwrap();
         let lines = self.lines.lock().unwrap().clone();
         assert!(status.success(), "{lines:?}");
-        lines
+        let health = std::fs::read_to_string(self._state.path().join("health")).unwrap();
+        (lines, health)
     }
 }
 
@@ -319,4 +332,124 @@ fn heap_comm_attaches_a_program_seen_later_and_never_the_agent() {
                 || l.contains("could not be detached")),
         "{lines:?}"
     );
+}
+
+/// The value of `key` in a health file's text.
+fn health_value(health: &str, key: &str) -> u64 {
+    let line = health
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} ")));
+    line.unwrap_or_else(|| panic!("no {key} in {health}"))
+        .parse()
+        .unwrap()
+}
+
+/// The destination is down while the program churns: the heap profiles
+/// wait in `--spool DIR` (the health file counts them); the agent ends
+/// with them undelivered; a later agent (no `--heap`) sends them once the
+/// destination is up, churn's bytes within 15%. `--store DIR` of the
+/// first agent holds each interval's heap profile as a gzipped pprof
+/// `START_END.heap-PID-COMM.pb.gz`: summed, churn's bytes within 15%, and
+/// `go tool pprof -raw` reads one with churn in it.
+#[test]
+fn heap_profiles_are_spooled_while_down_sent_when_up_and_stored() {
+    if !ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Prog::start(&build(dir.path(), "heap"));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let down = Arc::new(AtomicBool::new(true));
+    let pushed = collector_unless(listener, down.clone());
+    let (spool, store) = (dir.path().join("spool"), dir.path().join("store"));
+    let (spool_arg, store_arg) = (spool.to_str().unwrap(), store.to_str().unwrap());
+    let pid = p.pid.to_string();
+    let mut agent = Agent::start(&[
+        "--pyroscope",
+        &url,
+        "--spool",
+        spool_arg,
+        "--store",
+        store_arg,
+        "--heap",
+        &pid,
+    ]);
+    agent.wait_for(&format!("heap: attached to process {pid} (heap)"), p.pid);
+    assert_eq!(p.ask("g"), "done");
+    let seen = agent.intervals();
+    profdev_testkit::wait_until("two more intervals", Duration::from_secs(120), || {
+        agent.intervals() >= seen + 2
+    });
+    let (lines, health) = agent.stop_health();
+    assert!(pushed.lock().unwrap().is_empty(), "down: {lines:?}");
+    let cut = health_value(&health, "heap_profiles");
+    assert!(cut >= 3, "{health}");
+    assert_eq!(health_value(&health, "pyroscope.sent"), 0, "{health}");
+    assert_eq!(
+        health_value(&health, "pyroscope.spool_heap_profiles"),
+        cut,
+        "{health}"
+    );
+    assert_eq!(health_value(&health, "store.heap_sent"), cut, "{health}");
+
+    // The store: one pprof per interval, churn's bytes in their sum.
+    let mut heaps: Vec<PathBuf> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|f| {
+            let name = f.file_name().unwrap().to_str().unwrap();
+            name.ends_with(&format!(".heap-{pid}-heap.pb.gz"))
+        })
+        .collect();
+    heaps.sort();
+    assert_eq!(heaps.len() as u64, cut, "{heaps:?}");
+    let stored: u64 = heaps
+        .iter()
+        .map(|f| churned_in_pprof(&std::fs::read(f).unwrap()))
+        .sum();
+    let err = (stored as f64 - CHURNED).abs() / CHURNED;
+    assert!(err <= 0.15, "the store's churn alloc_space {stored}");
+    if profdev_testkit::tools("go tool pprof of a stored heap profile", &["go"]) {
+        let churned = heaps
+            .iter()
+            .find(|f| churned_in_pprof(&std::fs::read(f).unwrap()) > 0)
+            .unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new("go")
+            .args(["tool", "pprof", "-raw", "-sample_index=alloc_space"])
+            .arg(churned)
+            .env("HOME", home.path())
+            .env("PPROF_TMPDIR", home.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("alloc_space/bytes"), "{text}");
+        assert!(text.contains(" churn"), "{text}");
+    }
+
+    // The destination is up: a later agent sends the spooled profiles.
+    down.store(false, Ordering::SeqCst);
+    let agent = Agent::start(&["--pyroscope", &url, "--spool", spool_arg]);
+    let churned = || -> u64 {
+        let heaps = pyroscope_heaps(&pushed.lock().unwrap());
+        heaps.iter().map(|(_, pprof)| churned_in_pprof(pprof)).sum()
+    };
+    profdev_testkit::wait_until(
+        "the spooled heap profiles",
+        Duration::from_secs(120),
+        || churned() as f64 >= 0.85 * CHURNED,
+    );
+    let lines = agent.stop();
+    let sent = churned();
+    let err = (sent as f64 - CHURNED).abs() / CHURNED;
+    assert!(err <= 0.15, "spooled churn alloc_space {sent}: {lines:?}");
+    let heaps = pyroscope_heaps(&pushed.lock().unwrap());
+    assert!(!heaps.is_empty() && heaps.iter().all(|(p, _)| *p == pid));
+    p.quit();
 }

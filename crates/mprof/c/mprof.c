@@ -1319,56 +1319,120 @@ static inline void fast_free(void *p)
         unspin(&m->lock);
 }
 
-EXPORT void *malloc(size_t n)
+/* Sampling, past malloc's countdown test: the countdown crosses 0 (or the
+ * block is past SIZE_LIMIT, or --temporary notes it). */
+static __attribute__((noinline)) void *malloc_sampled(size_t n, uintptr_t ra, uintptr_t fp)
 {
-    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    void *p = __libc_malloc(n);
+    if (UNLIKELY(temps))
+        last_block = (uintptr_t)p;
+    if (UNLIKELY(!p) || LIKELY(!sample_hit(n)))
+        return p;
+    busy = 1;
+    account_block(p, n, ra, fp);
+    busy = 0;
+    return p;
+}
+
+/* Sampling: free of a block the filter says may be a sampled one. */
+static __attribute__((noinline)) void free_sampled(void *p)
+{
+    uint64_t size, t;
+    uint32_t si, stk;
+    busy = 1;
+    account_free(p, &size, &si, &t, &stk);
+    busy = 0;
+    __libc_free(p);
+}
+
+static void *malloc_guarded(size_t n, uintptr_t ra, uintptr_t fp);
+
+/* malloc counting every block (not sampling). ra, fp: malloc's caller's
+ * return address and frame pointer; here: malloc's frame. */
+static __attribute__((noinline)) void *malloc_exact(size_t n, uintptr_t ra, uintptr_t fp,
+                                                    uintptr_t here)
+{
     if (LIKELY(fast) && LIKELY(!busy)) {
         void *p = __libc_malloc(n);
         if (UNLIKELY(temps))
             last_block = (uintptr_t)p;
-        if (sample_n) { /* only the countdown, unless it crosses 0 */
-            if (UNLIKELY(!p) || LIKELY(!sample_hit(n)))
-                return p;
-            busy = 1;
-            account_block(p, n, ra, CALLER_FP());
-            busy = 0;
-            return p;
-        }
-        if (UNLIKELY(!p) ||
-            LIKELY(fast_alloc(p, n, ra, CALLER_FP(), (uintptr_t)__builtin_frame_address(0))))
+        if (UNLIKELY(!p) || LIKELY(fast_alloc(p, n, ra, fp, here)))
             return p;
         busy = 1;
-        account_alloc(p, n, ra, CALLER_FP());
+        account_alloc(p, n, ra, fp);
         busy = 0;
         return p;
     }
+    return malloc_guarded(n, ra, fp);
+}
+
+/* Sampling: between samples only the countdown, then the C library's
+ * malloc as a tail call (the countdown is charged before the call, a
+ * failed malloc's too). Everything else is in functions of its own, so
+ * that this path saves no register and makes no frame but malloc's frame
+ * pointer (the exact path's is one call more). */
+EXPORT void *malloc(size_t n)
+{
+    uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    if (sample_n) {
+        if (LIKELY(fast) && LIKELY(!busy)) {
+            int64_t left = sample_left - (int64_t)n;
+            if (LIKELY(n < SIZE_LIMIT) && LIKELY(left > 0) && LIKELY(!temps)) {
+                sample_left = left;
+                return __libc_malloc(n);
+            }
+            return malloc_sampled(n, ra, CALLER_FP());
+        }
+        return malloc_guarded(n, ra, CALLER_FP());
+    }
+    return malloc_exact(n, ra, CALLER_FP(), (uintptr_t)__builtin_frame_address(0));
+}
+
+/* malloc inside the library, before init, or not counting. */
+static __attribute__((noinline)) void *malloc_guarded(size_t n, uintptr_t ra, uintptr_t fp)
+{
     ENTER();
     void *p = __libc_malloc(n);
     if (track && p)
-        account_alloc(p, n, ra, CALLER_FP());
+        account_alloc(p, n, ra, fp);
     else if (p && heap)
         atomic_fetch_add_explicit(&untracked_allocs, 1, memory_order_relaxed);
     LEAVE();
     return p;
 }
 
+static void free_guarded(void *p);
+
+/* free counting every block (not sampling). */
+static __attribute__((noinline)) void free_exact(void *p)
+{
+    if (LIKELY(fast) && LIKELY(!busy)) {
+        fast_free(p);
+        __libc_free(p);
+        return;
+    }
+    free_guarded(p);
+}
+
+/* Sampling: the filter, then the C library's free as a tail call; the
+ * rest in functions of their own (no register saved on this path). */
 EXPORT void free(void *p)
 {
     if (!p)
         return;
-    if (LIKELY(fast) && LIKELY(!busy)) {
-        if (!sample_n)
-            fast_free(p);
-        else if (UNLIKELY(filter_maybe(p))) {
-            uint64_t size, t;
-            uint32_t si, stk;
-            busy = 1;
-            account_free(p, &size, &si, &t, &stk);
-            busy = 0;
-        }
+    if (!sample_n)
+        free_exact(p);
+    else if (UNLIKELY(!fast) || UNLIKELY(busy))
+        free_guarded(p);
+    else if (UNLIKELY(filter_maybe(p)))
+        free_sampled(p);
+    else
         __libc_free(p);
-        return;
-    }
+}
+
+/* free inside the library, before init, or not counting. */
+static __attribute__((noinline)) void free_guarded(void *p)
+{
     ENTER();
     uint64_t size, t;
     uint32_t si, stk;
@@ -1381,6 +1445,15 @@ EXPORT void free(void *p)
 EXPORT void *calloc(size_t a, size_t b)
 {
     uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+    if (sample_n && LIKELY(fast) && LIKELY(!busy) && LIKELY(!temps)) {
+        /* Sampling: as malloc's, between samples only the countdown. */
+        uint64_t n = (uint64_t)a * b;
+        int64_t left = sample_left - (int64_t)n;
+        if (LIKELY((a | b) < (1u << 31)) && LIKELY(n < SIZE_LIMIT) && LIKELY(left > 0)) {
+            sample_left = left;
+            return __libc_calloc(a, b);
+        }
+    }
     ENTER();
     void *p = __libc_calloc(a, b);
     if (track && p)

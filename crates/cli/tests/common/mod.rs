@@ -211,6 +211,15 @@ pub type Requests = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
 /// An HTTP collector on `listener` (127.0.0.1) answering every POST with
 /// 200, keeping each request's path and body (a gzipped one decoded).
 pub fn collector(listener: std::net::TcpListener) -> Requests {
+    collector_unless(listener, Default::default())
+}
+
+/// A [`collector`] that is down while `down` is set: it answers 503 and
+/// keeps nothing.
+pub fn collector_unless(
+    listener: std::net::TcpListener,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Requests {
     use std::io::{BufRead, BufReader, Read, Write};
     let got = Requests::default();
     let keep = got.clone();
@@ -218,6 +227,7 @@ pub fn collector(listener: std::net::TcpListener) -> Requests {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
             let keep = keep.clone();
+            let down = down.clone();
             std::thread::spawn(move || {
                 let mut r = BufReader::new(stream.try_clone().unwrap());
                 let mut w = stream;
@@ -247,6 +257,13 @@ pub fn collector(listener: std::net::TcpListener) -> Requests {
                             .read_to_end(&mut plain)
                             .unwrap();
                         body = plain;
+                    }
+                    if down.load(std::sync::atomic::Ordering::SeqCst) {
+                        w.write_all(
+                            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+                        )
+                        .unwrap();
+                        continue;
                     }
                     let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
                     keep.lock().unwrap().push((path, body));
