@@ -262,6 +262,35 @@ fn cprof_p_counts_a_running_program_exactly_from_the_attach_on() {
 }
 
 #[test]
+fn cprof_p_without_f_marks_a_running_program_in_hit_mode() {
+    if !gate("cprof -p PID") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("pid_loop");
+    compile(&exe);
+    let mut p = Program::start(&exe);
+    p.run(1000);
+    let c = Cprof::attach(&["-e"], p.child.id());
+    p.run(300);
+    assert_eq!(p.stop(), last_line(1300));
+    let (status, listing, said) = c.finish();
+    assert!(status.success(), "{status}: {said:?}");
+    let m = counts(&listing);
+    assert_eq!(count_at(&m, line_of("/* OUTER */")), "+", "{m:?}");
+    assert_eq!(count_at(&m, line_of("/* INNER */")), "+", "{m:?}");
+    assert_eq!(count_at(&m, line_of("/* NEVER */")), "-", "{m:?}");
+    // Hit mode: the total is the instructions that ran, each once (the
+    // 3,000 inner iterations alone would count more than 3,000).
+    let total: u64 = listing
+        .lines()
+        .find_map(|l| l.strip_prefix("**** module instructions "))
+        .and_then(|r| r.trim_end_matches(" ****").parse().ok())
+        .unwrap_or_else(|| panic!("no total in {listing}"));
+    assert!(total > 0 && total < 1000, "{total}");
+}
+
+#[test]
 fn cprof_p_counts_a_running_static_program_through_uprobes_exactly() {
     if !gate("cprof -p PID on a static program") {
         return;
