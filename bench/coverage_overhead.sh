@@ -19,11 +19,21 @@
 #                                            attach@base, with a plan cache of
 #                                            their own, interleaved with the rest
 #
-# Workloads:
-#   xz       xz -9 -T1 of 3 MB of base64 text
-#   python   /usr/bin/python3 summing squares in a loop (10,000,000 steps)
-#   sqlite   sqlite3 :memory: running a recursive CTE (1,000,000 rows)
-#   cc       cc -O2 -c of a generated C file (cc1, as: an exec chain)
+#   COVERAGE_BENCH_SCALE=N                   inputs N times as long (default
+#                                            1: each native run about 2 s or
+#                                            more on the 2-vCPU VM)
+#
+# Workloads (at scale 1):
+#   xz       xz -9 -T1 of 6 MB of base64 text
+#   python   /usr/bin/python3 summing squares in a loop (50,000,000 steps)
+#   sqlite   sqlite3 :memory: running a recursive CTE (12,000,000 rows)
+#   cc       cc -O2 -c of a generated C file of 1,200 functions (cc1, as:
+#            an exec chain)
+#
+# The `start` variant is start-up apart: the marks harness on the same
+# program with a trivial input (xz of nothing, python3 -c pass, sqlite3
+# of `select 1`, cc of an empty file) less the native run of it, in
+# seconds (the plan cache warm, as for launch); not in the geometric mean.
 # Each variant is timed as a whole command (for coverage: planning every
 # module, the run, and collecting the counts). The launch variant is the
 # engine's harness (target/release/profdev-coverage-run, what `profdev
@@ -61,17 +71,21 @@ profdev=${COVERAGE_BENCH_PROFDEV:-$PWD/target/release/profdev}
 base=${COVERAGE_BENCH_BASE:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-head -c 2250000 /dev/urandom | base64 >"$work/in.txt"
+scale=${COVERAGE_BENCH_SCALE:-1}
+head -c $((4500000 * scale)) /dev/urandom | base64 >"$work/in.txt"
 python=/usr/bin/python3
-echo "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<1000000) SELECT sum(x*x%7) FROM c;" >"$work/q.sql"
-pyloop=$'s=0\nfor i in range(10000000): s+=i*i\nprint(s)'
+echo "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<$((12000000 * scale))) SELECT sum(x*x%7) FROM c;" >"$work/q.sql"
+pyloop="s=0
+for i in range($((50000000 * scale))): s+=i*i
+print(s)"
+: >"$work/empty.c"
 cc1=$(cc -print-prog-name=cc1)
-for i in $(seq 1 400); do
+for i in $(seq 1 $((1200 * scale))); do
   echo "int f$i(int x) { int s = 0; for (int k = 0; k < x; k++) s += k * $i ^ (s >> 3); return s; }"
 done >"$work/gen.c"
 
 export PROFDEV_CACHE_DIR="$work/cache"
-variants=(native cold launch marks attach)
+variants=(native start cold launch marks attach)
 command -v valgrind >/dev/null && variants+=(cachegrind callgrind) || echo "bench: valgrind not found: skipped" >&2
 [ -n "$base" ] && variants+=(launch@base attach@base)
 if [ -n "${COVERAGE_BENCH_VARIANTS:-}" ]; then
@@ -118,8 +132,26 @@ execd() { [ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$2" ]; }
 child_cc1() { target=$(pgrep -P "$1" -x cc1) && execd "$target" "$(readlink -f "$cc1")"; }
 attach_failed=0
 
+trivial() { # variant workload: the workload's program on a trivial input
+  case $2 in
+    xz) run "$1" xz -9 -T1 -c /dev/null >/dev/null ;;
+    python) run "$1" "$python" -c pass ;;
+    sqlite) run "$1" sqlite3 :memory: "select 1" >/dev/null ;;
+    cc) run "$1" cc -O2 -c -o "$work/empty.o" "$work/empty.c" ;;
+  esac
+}
+
 one() { # variant workload -> seconds
   local v=$1 w=$2 t0 t1 pid cp bin cprof=$profdev
+  if [ "$v" = start ]; then
+    # Start-up alone: marks less native, on a trivial input.
+    t0=$(date +%s.%N)
+    trivial native "$w"
+    t1=$(date +%s.%N)
+    trivial marks "$w"
+    echo "$(date +%s.%N) - $t1 - ($t1 - $t0)" | bc -l
+    return
+  fi
   [ "$v" = attach@base ] && cprof=$base/profdev
   t0=$(date +%s.%N)
   if [ "${v%@base}" = attach ]; then
@@ -157,7 +189,10 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 # mode, whose plans are kept apart).
 for w in "${workloads[@]}"; do
   workload launch "$w"
-  [[ " ${variants[*]} " != *" marks "* ]] || workload marks "$w"
+  [[ " ${variants[*]} " != *" marks "* && " ${variants[*]} " != *" start "* ]] || {
+    workload marks "$w"
+    trivial marks "$w"
+  }
   [ -z "$base" ] || workload launch@base "$w"
 done
 
@@ -180,6 +215,10 @@ for w in "${workloads[@]}"; do
   printf '%-8s' "$w"
   for v in "${variants[@]}"; do
     m=$(tr ' ' '\n' <<<"${secs[$w.$v]}" | grep . | median)
+    if [ "$v" = start ]; then
+      printf ' %11.3fs' "$m"
+      continue
+    fi
     ratio=$(echo "$m / $base" | bc -l)
     logsum[$v]=$(echo "${logsum[$v]:-0} + l($ratio)" | bc -l)
     printf ' %6.2fs %4.2fx' "$m" "$ratio"
@@ -188,6 +227,10 @@ for w in "${workloads[@]}"; do
 done
 printf '%-8s' geomean
 for v in "${variants[@]}"; do
+  if [ "$v" = start ]; then
+    printf ' %12s' ""
+    continue
+  fi
   printf ' %12.2fx' "$(echo "e(${logsum[$v]} / ${#workloads[@]})" | bc -l)"
 done
 printf '\n'
