@@ -43,8 +43,8 @@
 //! `-f`, `-r`, `--lcov` or `--cobertura`), CMD runs in the engine's hit
 //! mode (`profdev_coverage::plan::Mode`): a block's probe is one `int3`
 //! that records the block at its first run and removes itself, so the
-//! code then runs natively (in modules that make system calls themselves,
-//! libc and the loader, a byte stored in a trampoline instead), and a
+//! code then runs natively (in C library code that may run with SIGTRAP
+//! blocked, a byte stored in a trampoline instead), and a
 //! block that another's run implies gets no probe. The marks are the
 //! counting run's; the last line gives the instructions that ran, each
 //! once. `-p` too (a probe PID had not reached when cprof ended is
@@ -264,7 +264,10 @@
 //!   is removed through `/proc/self/mem` (else its page is left writable);
 //!   a child forked before a block's first run marks it, one forked
 //!   after does not (its parent did). SIGTRAP is the runtime's: a
-//!   program's own handler is chained, its masks never hold SIGTRAP.
+//!   program's own handler is chained, its masks never hold SIGTRAP; C
+//!   library code reached only through a pointer while the library
+//!   itself holds every signal blocked, run there for the first time,
+//!   would be killed by its probe (none is known; use `-f`).
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.

@@ -23,8 +23,8 @@
 //! `int3` at the block's start that the runtime's SIGTRAP handler
 //! removes at its first hit, marking the block and putting the original
 //! byte back ([`plan::How::Once`]: no trampoline; later runs are native);
-//! in a module that makes system calls itself (libc, the loader: it may
-//! run with SIGTRAP blocked) the trampolines stay, storing a byte
+//! in functions that may run with SIGTRAP blocked (the C library's own,
+//! around `pthread_create`, `posix_spawn`, `raise`) the trampolines stay, storing a byte
 //! (`movb $1,%gs:8*i`: no flag written, none saved). A block whose run
 //! another block's implies has no probe ([`plan::How::Implied`]), and no
 //! branch edge is stored but those a derived block reads; each block's

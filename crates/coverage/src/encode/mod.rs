@@ -9,8 +9,8 @@
 //! Where the flags are live the count saves and restores them with
 //! `lahf`/`seto` and `add`/`sahf` around it, below the red zone. A plan in
 //! hit mode ([`crate::plan::Mode::Hits`]) has one-shot probes
-//! ([`PATCH_ONCE`], no trampoline) or, in a module that makes system calls
-//! itself, records with `movb $1,%gs:8*INDEX`
+//! ([`PATCH_ONCE`], no trampoline) or, in functions that may run with
+//! SIGTRAP blocked, records with `movb $1,%gs:8*INDEX`
 //! instead (the counter's low byte: no flag written, none saved, no read
 //! that one execution's store must wait for), and has no probe for a
 //! block another one implies ([`How::Implied`]: no trampoline, its bytes

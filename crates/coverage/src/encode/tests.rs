@@ -264,17 +264,17 @@ fn the_recorded_target_is_the_real_one() {
 
 #[test]
 fn hit_mode_has_one_shot_probes_and_no_trampolines() {
-    // The test binary makes system calls itself (its `syscall`s): hit
-    // mode keeps trampolines there, no one-shot probe.
+    // The test binary: a one-shot patch per one-shot block.
     let exe = std::env::current_exe().expect("the test binary's path");
     let bytes = std::fs::read(&exe).unwrap();
     let hits = Plan::of_bytes_in(&bytes, &exe, crate::plan::Mode::Hits).unwrap();
     let (bias, area) = (0x5555_0000_0000u64, 0x5555_4000_0000u64);
     let e = encode(&hits, bias, area, RESERVED_SLOTS);
-    assert!(e.patches.len() > 1000);
-    assert!(e.patches.iter().all(|p| p.kind != PATCH_ONCE));
-    // Code that does not (`test; je` | `xor; ret` | `mov $1; ret`):
-    // one-shot probes only, on the fork's two ways.
+    let n = hits.blocks.iter().filter(|b| b.how == How::Once).count();
+    assert!(n > 1000, "{n}");
+    assert_eq!(e.patches.iter().filter(|p| p.kind == PATCH_ONCE).count(), n);
+    // `test; je` | `xor; ret` | `mov $1; ret`: one-shot probes only, on
+    // the fork's two ways.
     let code = vec![
         0x85, 0xc0, 0x74, 0x03, 0x31, 0xc0, 0xc3, 0xb8, 0x01, 0, 0, 0, 0xc3,
     ];

@@ -13,9 +13,10 @@
 //! ever sees a torn instruction: another thread reaching the probe at
 //! once traps too and finds the byte back, or runs the original. Any
 //! block can hold one (nothing is relocated), so every encoder constraint
-//! below is void for them and more blocks are implied. Not in a module
-//! that makes system calls itself ([`blocks_signals`]): it may run with
-//! SIGTRAP blocked, where an `int3` kills.
+//! below is void for them and more blocks are implied. Not in code that
+//! may run with SIGTRAP blocked, where an `int3` kills
+//! ([`masked_functions`]: the C library's, around `pthread_create`,
+//! `posix_spawn`, `raise`), nor in a block a kept patch writes into.
 //!
 //! **The rules** (the simplest sound ones over Agrawal's superblocks):
 //!
@@ -57,7 +58,7 @@
 use iced_x86::{FlowControl, Instruction, Mnemonic, OpKind};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::decode::Code;
+use super::decode::{Code, Funcs};
 use super::short::Scope;
 use super::{ends_flow, How, PlannedBlock};
 
@@ -97,27 +98,148 @@ pub(super) fn hits(blocks: &mut [PlannedBlock], f: &Facts) {
     }
 }
 
-/// Whether the module makes system calls itself (`syscall`, `sysenter`,
-/// `int 0x80`): then it may block SIGTRAP behind the runtime's back (the
-/// runtime keeps SIGTRAP out of the masks set through the C library's
-/// `sigprocmask`, `pthread_sigmask` and `sigaction`, not out of a raw
-/// `rt_sigprocmask`), as the C library does itself around `fork`,
-/// `posix_spawn`, `pthread_create` and `raise`, and an `int3` reached
-/// with SIGTRAP blocked kills the process. Such a module (libc.so.6,
-/// the dynamic loader) keeps its trampolines.
-pub(super) fn blocks_signals(code: &Code) -> bool {
-    code.insns.iter().any(|x| {
-        matches!(x.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter)
-            || (x.mnemonic() == Mnemonic::Int && x.immediate8() == 0x80)
-    })
+/// The functions of a module that may run with SIGTRAP blocked, by the
+/// module's own doing: the runtime keeps SIGTRAP out of the masks set
+/// through the C library's `sigprocmask`, `pthread_sigmask` and
+/// `sigaction` (interposed), not out of a raw `rt_sigprocmask`, and an
+/// `int3` reached with SIGTRAP blocked kills the process. The C library
+/// blocks every signal itself around `pthread_create` (and the new
+/// thread starts so), `posix_spawn` (and its child), `raise`; so these
+/// keep their trampolines, the rest of the module gets one-shot probes.
+///
+/// Which: the functions holding a system call that sets a mask
+/// (`rt_sigprocmask`, `rt_sigaction`'s `sa_mask`) or whose number is not
+/// a constant before it (`syscall()`), and everything they reach by
+/// direct call or jump, or whose address they take (a thread's or
+/// spawned child's start); and their direct callers (a wrapper such as
+/// `pthread_sigmask` returns with the mask it set: glibc's aio and timer
+/// helpers block all, create a thread, restore). A function reached only
+/// through a pointer or an IFUNC slot from there, or called by such a
+/// caller while it holds the mask, is not followed (see cprof's Bugs).
+pub(super) fn masked_functions(code: &Code, funcs: &Funcs) -> HashSet<u64> {
+    let mut seeds: HashSet<u64> = HashSet::default();
+    let mut edges: HashMap<u64, HashSet<u64>> = HashMap::default();
+    let mut callers: HashMap<u64, HashSet<u64>> = HashMap::default();
+    let mut returns: HashSet<u64> = HashSet::default();
+    let starts: HashSet<u64> = funcs.0.iter().copied().collect();
+    for (k, x) in code.insns.iter().enumerate() {
+        let f = funcs.of(x.ip());
+        let sys = matches!(x.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter)
+            || (x.mnemonic() == Mnemonic::Int && x.immediate8() == 0x80);
+        if sys && masks(code, k, f, funcs) {
+            seeds.insert(f);
+        }
+        if x.flow_control() == FlowControl::Return {
+            returns.insert(f);
+        }
+        let to = if x.is_ip_rel_memory_operand() && x.mnemonic() == Mnemonic::Lea {
+            Some(x.ip_rel_memory_address())
+        } else {
+            direct_target(x)
+        };
+        if let Some(t) = to.filter(|t| starts.contains(t) && *t != f) {
+            edges.entry(f).or_default().insert(t);
+            if x.flow_control() == FlowControl::Call {
+                callers.entry(t).or_default().insert(f);
+            }
+        }
+    }
+    let mut out: HashSet<u64> = seeds.clone();
+    let mut todo: Vec<u64> = out.iter().copied().collect();
+    while let Some(f) = todo.pop() {
+        for &g in edges.get(&f).into_iter().flatten() {
+            if out.insert(g) {
+                todo.push(g);
+            }
+        }
+    }
+    // (Callers of a seed that never returns, `abort`, go on unmasked.)
+    for s in seeds.iter().filter(|s| returns.contains(s)) {
+        out.extend(callers.get(s).into_iter().flatten().copied());
+    }
+    out
+}
+
+/// Whether the system call at `code.insns[k]` (in the function at `f`)
+/// may set a signal mask: its number (`%eax`, from a constant moved into
+/// it or into the register copied into it, up to 16 instructions back in
+/// the function, no jump crossed) is `rt_sigaction` (13) or
+/// `rt_sigprocmask` (14), or is not known.
+fn masks(code: &Code, k: usize, f: u64, funcs: &Funcs) -> bool {
+    use iced_x86::Register;
+    let mut want = Register::RAX;
+    for x in code.insns[..k].iter().rev().take(16) {
+        if funcs.of(x.ip()) != f || ends_flow(x) {
+            return true;
+        }
+        let writes = x.op_count() > 0
+            && x.op0_kind() == OpKind::Register
+            && x.op0_register().full_register() == want;
+        if !writes {
+            continue;
+        }
+        match (x.mnemonic(), x.op1_kind()) {
+            (Mnemonic::Mov, OpKind::Immediate32 | OpKind::Immediate32to64) => {
+                return matches!(x.immediate(1), 13 | 14);
+            }
+            (Mnemonic::Mov, OpKind::Register) => want = x.op1_register().full_register(),
+            // `xor %eax,%eax`: read(2).
+            (Mnemonic::Xor, OpKind::Register) if x.op1_register() == x.op0_register() => {
+                return false;
+            }
+            _ => return true,
+        }
+    }
+    true
 }
 
 /// One-shot probes: every block with a probe of its own (patched or
-/// counted in a trampoline in counting mode) gets [`How::Once`], an
-/// `int3` at its start; blocks that cannot be counted stay so (code read
-/// as data, code that does not decode). No branch edge is counted.
-pub(super) fn once(blocks: &mut [PlannedBlock]) {
-    for b in blocks.iter_mut() {
+/// counted in a trampoline in counting mode) outside the functions
+/// `masked` ([`masked_functions`]) gets [`How::Once`], an `int3` at its
+/// start, and no branch edge; blocks that cannot be counted stay so
+/// (code read as data, code that does not decode).
+pub(super) fn once(blocks: &mut [PlannedBlock], funcs: &Funcs, masked: &HashSet<u64>) {
+    let mut keep: Vec<bool> = blocks
+        .iter()
+        .map(|b| masked.contains(&funcs.of(b.start)))
+        .collect();
+    // A block some kept block's patch writes into (a jump's window run
+    // on into it, a hop's slot in its dead bytes) keeps its plan too: its
+    // bytes do not run in place. So does the block a kept one is counted
+    // in.
+    let mut todo: Vec<usize> = (0..blocks.len()).filter(|&i| keep[i]).collect();
+    while let Some(i) = todo.pop() {
+        let b = &blocks[i];
+        // Counted in (or derived from) the trampoline of the block before
+        // it: that one keeps its plan as well.
+        if matches!(b.how, How::Covered | How::Fell { .. }) && i > 0 && !keep[i - 1] {
+            keep[i - 1] = true;
+            todo.push(i - 1);
+        }
+        let written: Vec<(u64, u64)> = match b.how {
+            How::Jmp {
+                from, overwrite, ..
+            } => vec![(from, from + u64::from(overwrite))],
+            How::Hop { slot, .. } => vec![(b.start, b.start + 2), (slot, slot + 5)],
+            _ => Vec::new(),
+        };
+        for (lo, hi) in written {
+            let first = blocks.partition_point(|x| x.end <= lo);
+            for j in first..blocks.len() {
+                if blocks[j].start >= hi {
+                    break;
+                }
+                if !keep[j] {
+                    keep[j] = true;
+                    todo.push(j);
+                }
+            }
+        }
+    }
+    for (b, kept) in blocks.iter_mut().zip(keep) {
+        if kept {
+            continue;
+        }
         if b.how != How::None {
             b.how = How::Once;
         }
@@ -385,6 +507,79 @@ mod tests {
             .blocks
             .iter()
             .all(|b| !matches!(b.how, How::Branches { .. })));
+    }
+
+    /// One function each, at 0x1000 + 0x100 * k.
+    fn funcs(bodies: Vec<Vec<u8>>) -> Plan {
+        let starts: Vec<u64> = (0..bodies.len() as u64)
+            .map(|k| 0x1000 + 0x100 * k)
+            .collect();
+        let sections = starts.iter().copied().zip(bodies).collect();
+        Plan::new_in(Mode::Hits, sections, &starts, &[], &[])
+    }
+
+    /// How the first block of the function at `at` is probed.
+    fn first(p: &Plan, at: u64) -> How {
+        p.blocks[p.block_at(at).unwrap()].how
+    }
+
+    #[test]
+    fn code_that_may_run_with_sigtrap_blocked_keeps_its_trampolines() {
+        use iced_x86::code_asm::*;
+        // 0x1000 masks (rt_sigprocmask) and calls 0x1100, and returns;
+        // 0x1200 calls 0x1000 (it goes on with the mask it set); 0x1300
+        // makes getpid, 0x1400 read (`xor %eax,%eax`), both one-shot;
+        // 0x1500 takes 14 through a register; 0x1600 a number not known
+        // (syscall()); 0x1700 calls nothing masking.
+        let bodies = vec![
+            asm(0x1000, |a| {
+                a.mov(eax, 14).unwrap();
+                a.syscall().unwrap();
+                a.call(0x1100u64).unwrap();
+                a.ret().unwrap();
+            }),
+            asm(0x1100, |a| {
+                a.add(eax, 1).unwrap();
+                a.ret().unwrap();
+            }),
+            asm(0x1200, |a| {
+                a.call(0x1000u64).unwrap();
+                a.add(eax, 2).unwrap();
+                a.ret().unwrap();
+            }),
+            asm(0x1300, |a| {
+                a.mov(eax, 39).unwrap();
+                a.syscall().unwrap();
+                a.ret().unwrap();
+            }),
+            asm(0x1400, |a| {
+                a.xor(eax, eax).unwrap();
+                a.syscall().unwrap();
+                a.ret().unwrap();
+            }),
+            asm(0x1500, |a| {
+                a.mov(r9d, 14).unwrap();
+                a.mov(eax, r9d).unwrap();
+                a.syscall().unwrap();
+                a.ret().unwrap();
+            }),
+            asm(0x1600, |a| {
+                a.mov(rax, rdi).unwrap();
+                a.syscall().unwrap();
+                a.ret().unwrap();
+            }),
+            asm(0x1700, |a| {
+                a.add(eax, 3).unwrap();
+                a.ret().unwrap();
+            }),
+        ];
+        let p = funcs(bodies);
+        for at in [0x1000, 0x1100, 0x1200, 0x1500, 0x1600] {
+            assert_ne!(first(&p, at), How::Once, "{at:#x}: {:?}", p.blocks);
+        }
+        for at in [0x1300, 0x1400, 0x1700] {
+            assert_eq!(first(&p, at), How::Once, "{at:#x}: {:?}", p.blocks);
+        }
     }
 
     #[test]

@@ -148,10 +148,10 @@ pub enum Mode {
     Counts,
     /// Whether each block ran: a probe only where another block's does
     /// not imply it ([`How::Implied`], [`How::Branches`]); each one-shot
-    /// ([`How::Once`]) unless the module makes system calls itself (then
-    /// a trampoline storing a byte, `movb $1,%gs:8*i`, and branch edges
-    /// only where a derived block reads them). For cprof's marks; never
-    /// for counts.
+    /// ([`How::Once`]) but in functions that may run with SIGTRAP blocked
+    /// (then a trampoline storing a byte, `movb $1,%gs:8*i`, and branch
+    /// edges only where a derived block reads them; `hits.rs`). For
+    /// cprof's marks; never for counts.
     Hits,
 }
 
@@ -512,9 +512,8 @@ impl Plan {
                 scope: &scope,
                 prune,
             };
-            if !hits::blocks_signals(&code) {
-                hits::once(&mut blocks);
-            }
+            let signals = hits::masked_functions(&code, &funcs);
+            hits::once(&mut blocks, &funcs, &signals);
             hits::hits(&mut blocks, &facts);
         }
         Plan {
