@@ -278,6 +278,11 @@ pub fn attach_coverage_in(
         let mut pcs = Vec::with_capacity(tids.len() * 8);
         for &tid in &tids {
             pcs.extend_from_slice(&t.pc(tid)?.to_le_bytes());
+            // A thread that blocks SIGTRAP (a server's workers blocking
+            // every signal) would be killed by its first breakpoint: the
+            // runtime keeps SIGTRAP out of masks set from now on, this
+            // takes it out of the masks set before.
+            t.unblock_signal(tid, libc::SIGTRAP)?;
         }
         let handle = t.dlopen(&runtime)?;
         let entry = t.dlsym(handle, "profdev_cov_attach")?;

@@ -264,7 +264,7 @@
 //!   is removed through `/proc/self/mem` (else its page is left writable);
 //!   a child forked before a block's first run marks it, one forked
 //!   after does not (its parent did). SIGTRAP is the runtime's: a
-//!   program's own handler is chained, its masks never hold SIGTRAP; C
+//!   program's handler is chained, no mask holds it (`-p` clears it); C
 //!   library code reached only through a pointer while the library
 //!   itself holds every signal blocked, run there for the first time,
 //!   would be killed by its probe (none is known; use `-f`).

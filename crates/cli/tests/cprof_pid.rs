@@ -291,6 +291,47 @@ fn cprof_p_without_f_marks_a_running_program_in_hit_mode() {
 }
 
 #[test]
+fn cprof_p_marks_a_thread_that_blocked_every_signal_before_the_attach() {
+    if !gate("cprof -p PID") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("pid_masked");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cprof/pid_masked.c");
+    let st = Command::new("cc")
+        .args(["-g", "-O0", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("cc runs");
+    assert!(st.success());
+    let mut p = Program::start(&exe);
+    let c = Cprof::attach(&["-e"], p.child.id());
+    // The worker runs work() for the first time: its breakpoints, with
+    // SIGTRAP blocked in that thread, would kill the process.
+    p.run(5);
+    p.run(7);
+    let last = p.stop();
+    assert!(last.starts_with("n 12 "), "{last}");
+    let (status, listing, said) = c.finish();
+    assert!(status.success(), "{status}: {said:?}");
+    let text = std::fs::read_to_string(&src).unwrap();
+    let work = text.lines().position(|l| l.contains("/* WORK */")).unwrap() + 1;
+    let module = listing
+        .split("Module: ")
+        .find(|m| m.starts_with("pid_masked("))
+        .unwrap_or_else(|| panic!("no pid_masked module in:\n{listing}"));
+    let mark = module
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, '\t');
+            (f.next()?.parse::<usize>().ok()? == work).then(|| f.next().map(str::to_string))?
+        })
+        .unwrap_or_else(|| panic!("no line {work} in {module}"));
+    assert_eq!(mark, "+");
+}
+
+#[test]
 fn cprof_p_counts_a_running_static_program_through_uprobes_exactly() {
     if !gate("cprof -p PID on a static program") {
         return;

@@ -364,6 +364,31 @@ impl Target {
         Ok(())
     }
 
+    /// Take signal `sig` out of thread `tid`'s blocked set
+    /// (`PTRACE_GETSIGMASK`, `PTRACE_SETSIGMASK`): coverage's breakpoints
+    /// kill a thread that blocks SIGTRAP. Whether it was blocked.
+    pub fn unblock_signal(&mut self, tid: u32, sig: i32) -> Result<bool, InjectError> {
+        self.thread(tid)?;
+        let bit = 1u64 << (sig - 1);
+        let mut mask = 0u64;
+        let io = |what: &str| InjectError::Io {
+            what: format!("{what} of thread {tid} of process {}", self.pid),
+            err: io::Error::last_os_error(),
+        };
+        // The kernel's sigset is 8 bytes on x86-64 (addr is its size).
+        if ptrace(0x420a, tid, 8, &mut mask as *mut u64 as u64) < 0 {
+            return Err(io("cannot read the signal mask"));
+        }
+        if mask & bit == 0 {
+            return Ok(false);
+        }
+        mask &= !bit;
+        if ptrace(0x420b, tid, 8, &mut mask as *mut u64 as u64) < 0 {
+            return Err(io("cannot set the signal mask"));
+        }
+        Ok(true)
+    }
+
     /// Read `buf.len()` bytes at `addr` of the target.
     pub fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> Result<(), InjectError> {
         let mem = self.mem.as_ref().ok_or(InjectError::NoProcess(self.pid))?;
