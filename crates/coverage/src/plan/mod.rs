@@ -455,7 +455,7 @@ impl Plan {
         let tables::Tables {
             targets,
             jumps: mut tables,
-            unresolved,
+            mut unresolved,
         } = tables::jump_tables(&code, &funcs, data);
         // Where control may arrive from no instruction of the module's
         // own: function and section starts, jump tables' targets, code
@@ -475,6 +475,7 @@ impl Plan {
         // function pointers): leaders.
         hard.extend(taken.iter().copied().filter(|a| code.is_insn(*a)));
         tables.extend(tables::computed_gotos(&code, &funcs, taken));
+        tables::resolve_gotos(&code, &funcs, taken, &mut unresolved, &mut hard);
         let leaders = leaders::leaders(&code, &hard);
         let raw = leaders::blocks(&code, &leaders);
         let flags = flags::Flags::new(&code.insns, &raw);
