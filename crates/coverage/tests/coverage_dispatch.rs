@@ -55,7 +55,11 @@ fn dispatch_through_short_label_blocks_takes_no_breakpoint_per_iteration() {
             .iter()
             .filter_map(|n| n.strip_suffix(NOTE_TRAPS)?.parse::<u64>().ok())
             .sum();
-        assert!(traps < 64, "{opt}: {traps} breakpoints taken: {:?}", r.notes);
+        assert!(
+            traps < 64,
+            "{opt}: {traps} breakpoints taken: {:?}",
+            r.notes
+        );
         let m = &r.modules[0];
         let main = main_at(&prog);
         for line in printed.lines().filter(|l| !l.starts_with("result")) {

@@ -5,7 +5,8 @@
 //! Reading past a table's end only adds leaders, which splits blocks and
 //! loses nothing; a table not recognized (an indexed `jmp *` of another
 //! form) leaves its function with unknown leaders: it is unresolved, and
-//! there a patch's window is only ever a block's first instruction.
+//! there a patch's window is only ever a block's first instruction,
+//! unless its inner labels are stored in data ([`resolve_gotos`]).
 
 use iced_x86::{FlowControl, Instruction, Mnemonic, OpKind, Register};
 use rustc_hash::FxHashSet as HashSet;
@@ -386,5 +387,34 @@ mod tests {
             computed_gotos(&code, &funcs, &[TEXT + 0x45]),
             [jmp_rax, jmp_rdx]
         );
+    }
+
+    #[test]
+    fn labels_stored_in_data_resolve_an_indexed_jump() {
+        // lea TEXT+0x46(%rip),%rdx (a label formed in code); jmp
+        // *(%rbx,%rax,8) (a table not recognized); cases from TEXT+0x40.
+        let prefix = [
+            op(Instruction::with2(
+                Op::Lea_r64_m,
+                Register::RDX,
+                M::with_base_displ(Register::RIP, (TEXT + 0x46) as i64),
+            )),
+            op(Instruction::with1(
+                Op::Jmp_rm64,
+                M::new(Register::RBX, Register::RAX, 8, 0, 0, false, Register::None),
+            )),
+        ];
+        let (code, funcs) = module(&prefix);
+        let mut t = jump_tables(&code, &funcs, &[]);
+        assert_eq!(t.unresolved.iter().copied().collect::<Vec<_>>(), [TEXT]);
+        // No label stored in data: it stays unresolved.
+        let mut hard = HashSet::default();
+        resolve_gotos(&code, &funcs, &[TEXT + 0x100], &mut t.unresolved, &mut hard);
+        assert_eq!(t.unresolved.len(), 1);
+        assert!(hard.is_empty());
+        // A label stored: resolved, and the label the lea forms is a leader.
+        resolve_gotos(&code, &funcs, &[TEXT + 0x41], &mut t.unresolved, &mut hard);
+        assert!(t.unresolved.is_empty());
+        assert_eq!(hard.into_iter().collect::<Vec<_>>(), [TEXT + 0x46]);
     }
 }
