@@ -2098,12 +2098,48 @@ static void init(void)
     busy = 0;
 }
 
-__attribute__((constructor)) static void ctor(void) { init(); }
+/* Whether this library came with the program (LD_PRELOAD, or a program
+ * linked with it) rather than dlopen'd into it while it ran (attach.c):
+ * the loader keeps its objects in the order it loaded them, and the C
+ * library, which this one needs, comes after it only when both were
+ * loaded at the program's start. */
+static int came_with_program(void)
+{
+    Dl_info di;
+    struct link_map *self = 0;
+    if (!dladdr1((void *)came_with_program, &di, (void **)&self, RTLD_DL_LINKMAP) || !self)
+        return 1;
+    for (const struct link_map *l = self->l_prev; l; l = l->l_prev) {
+        const char *n = l->l_name ? l->l_name : "";
+        const char *b = strrchr(n, '/');
+        b = b ? b + 1 : n;
+        if (!strncmp(b, "libc.so", 7) || !strncmp(b, "libc-", 5))
+            return 0;
+    }
+    return 1;
+}
+
+/* Preloaded: counting starts here, with the environment's settings.
+ * dlopen'd by an attach: nothing yet (the process's environment is not
+ * the settings, and its tables would be mapped for nothing: 40 MiB of
+ * address space the leak scan would read as roots); attach.c's
+ * profdev_mprof_attach starts it once, with its config
+ * (mprof_attach_start). */
+__attribute__((constructor)) static void ctor(void)
+{
+    if (came_with_program())
+        init();
+    else
+        inited = 1; /* counting nothing until mprof_attach_start */
+}
 
 /* attach.c: start counting in a process that loaded this library while it
- * ran: init() again, now that mprof_getenv has the settings. */
+ * ran, now that mprof_getenv has the settings: the one init() (the
+ * constructor did nothing). */
 int mprof_attach_start(void)
 {
+    if (area_base) /* started already (it came with the program): never twice */
+        return enabled;
     inited = 0;
     init();
     return enabled;
