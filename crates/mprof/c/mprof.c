@@ -544,7 +544,8 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
     }
     st->nlive -= k;
     st->cur -= size;
-    st->ntemp += temp;
+    if (UNLIKELY(temp))
+        st->ntemp += temp;
 }
 
 /* stk: the block's stack (with stacks on and pool 1; else NO_STACK).
@@ -1046,8 +1047,9 @@ static __attribute__((noinline)) void stack_bounds(void)
 
 /* pcs[0] is the site; the callers follow from the frame pointer fp on:
  * fp[1] is its function's return address, fp[0] the caller's fp. here:
- * the current frame (the walk's lower bound). The depth. */
-static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here)
+ * the current frame (the walk's lower bound). The depth; the words read
+ * in rec. */
+static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here, struct mprof_wrec *rec)
 {
     if (UNLIKELY(!stk_hi))
         stack_bounds();
@@ -1056,17 +1058,118 @@ static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here)
     if (UNLIKELY(here < stk_lo || here >= hi))
         return n;
     if (mprof_unwind_ready())
-        return mprof_unwind_walk(pcs, MAX_DEPTH, mprof_site_sp, fp, here, hi);
+        return mprof_unwind_walk(pcs, MAX_DEPTH, mprof_site_sp, fp, here, hi, rec);
     uintptr_t prev = here;
+    rec->fp = 1;
     while (n < MAX_DEPTH && fp > prev && !(fp & 7) && fp < hi - 16) {
-        uintptr_t pc = ((const uintptr_t *)fp)[1];
+        uintptr_t pc = mprof_read(rec, fp + 8);
         if (pc < 4096)
             break;
         pcs[n++] = pc;
         prev = fp;
-        fp = ((const uintptr_t *)fp)[0];
+        fp = mprof_read(rec, fp);
     }
     return n;
+}
+
+/* The memo of stacks: each thread's last few walks (direct-mapped by
+ * return address and stack pointer), each with the words it read and
+ * the stack they gave, so that a stack met before costs a compare of
+ * those words, not a walk and a lookup (issue 29: stacks at most 1.3x
+ * the cost of --no-stacks). Exact: a walk is a function of its start
+ * (the site's return address, its stack pointer, and its frame pointer
+ * if the walk used it) and of the words it reads, each read's address
+ * given by the start and the words before it; the same start and the
+ * same words at the same addresses give the same frames, so the same
+ * stack. The addresses lie between the site's frame and the thread's
+ * stack top (the walk checked them), mapped while that frame is. A walk
+ * that read more than MPROF_WREC words is not kept. One page per thread
+ * (mapped at its first stack, given back when the thread ends: a
+ * pthread key's destructor; a thread that allocates after that goes
+ * without), out of the static TLS a dlopen'd library must fit in. */
+#define MEMO_WAYS 8
+struct memo_entry {
+    uintptr_t ra, sp, fp, fpmask; /* the start; fp compared where fpmask */
+    uint32_t stk, si, n;          /* the stack, its site; the words read, made even */
+    uint32_t zero;                /* 0: the word an odd count is made even with */
+    /* (address, word) pairs, interleaved */
+    uintptr_t w[2 * MPROF_WREC];
+};
+_Static_assert(sizeof(struct memo_entry) == 512, "an entry's index is a shift");
+struct memo {
+    struct memo_entry e[MEMO_WAYS];
+};
+_Static_assert(sizeof(struct memo) <= 4096, "a thread's memo is one page");
+#define MEMO_DEAD ((struct memo *)1)
+static __thread struct memo *memo_tls __attribute__((tls_model("initial-exec")));
+static pthread_key_t memo_key;
+static int memo_ok; /* memo_key made */
+
+static inline struct memo_entry *memo_way(struct memo *m, uintptr_t ra, uintptr_t sp)
+{
+    return &m->e[((ra >> 2) ^ (sp >> 4)) & (MEMO_WAYS - 1)];
+}
+
+/* Whether the entry holds this start and its words are unchanged. */
+static inline int memo_hit(const struct memo_entry *e, uintptr_t ra, uintptr_t sp, uintptr_t fp)
+{
+    if ((e->ra ^ ra) | (e->sp ^ sp) | ((e->fp ^ fp) & e->fpmask))
+        return 0;
+    uintptr_t diff = 0;
+    for (const uintptr_t *w = e->w, *end = w + 2 * e->n; w < end; w += 4)
+        diff |= (*(const uintptr_t *)w[0] ^ w[1]) | (*(const uintptr_t *)w[2] ^ w[3]);
+    return !diff;
+}
+
+static void memo_gone(void *p)
+{
+    sys_munmap(p, sizeof(struct memo));
+    memo_tls = MEMO_DEAD;
+}
+
+/* Keep the walk rec (from ra, sp, fp) as giving stk. Under busy: a
+ * signal handler's malloc meanwhile does not use the memo. */
+static __attribute__((noinline)) void memo_keep(uintptr_t ra, uintptr_t sp, uintptr_t fp,
+                                                const struct mprof_wrec *rec, uint32_t stk,
+                                                uint32_t si)
+{
+    if (rec->n + (rec->n & 1) > MPROF_WREC || !memo_ok)
+        return;
+    busy = 1;
+    struct memo *m = memo_tls;
+    if (!m) {
+        m = map(sizeof(struct memo));
+        if (m && pthread_setspecific(memo_key, m)) {
+            sys_munmap(m, sizeof(struct memo));
+            m = 0;
+        }
+        memo_tls = m ? m : MEMO_DEAD;
+    }
+    if (m && m != MEMO_DEAD) {
+        struct memo_entry *e = memo_way(m, ra, sp);
+        e->ra = 0;
+        atomic_signal_fence(memory_order_seq_cst);
+        e->sp = sp;
+        e->fp = fp;
+        e->fpmask = rec->fp ? ~(uintptr_t)0 : 0;
+        e->stk = stk;
+        e->si = si;
+        uint32_t n = (uint32_t)rec->n;
+        for (uint32_t i = 0; i < n; i++) {
+            e->w[2 * i] = rec->addr[i];
+            e->w[2 * i + 1] = rec->val[i];
+        }
+        e->zero = 0;
+        if (n & 1) { /* even: one more pair, always equal */
+            e->w[2 * n] = (uintptr_t)&e->zero;
+            e->w[2 * n + 1] = 0;
+            n++;
+        }
+        e->n = n;
+        atomic_signal_fence(memory_order_seq_cst);
+        e->ra = ra;
+    }
+    busy = 0;
 }
 
 static inline uint64_t stack_hash(const uintptr_t *pcs, int n, uint32_t si)
@@ -1159,8 +1262,10 @@ static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
     uint32_t stk = NO_STACK;
     if (stacks_on) {
         uintptr_t pcs[MAX_DEPTH];
+        struct mprof_wrec rec;
+        rec.n = rec.fp = 0;
         pcs[0] = sites[si].pc;
-        int n = walk_fp(pcs, fp, here);
+        int n = walk_fp(pcs, fp, here, &rec);
         stk = stack_of(pcs, n, si, 1);
     }
     uint64_t born = dhat ? now_us() : 0;
@@ -1245,6 +1350,22 @@ static inline uintptr_t caller_fp(uintptr_t f)
     return *(const uintptr_t *)f;
 }
 
+/* A stack the memo did not have: walked, looked up (NO_STACK if new)
+ * and kept in the memo. */
+static __attribute__((noinline)) uint32_t fast_stack(uintptr_t ra, uintptr_t sp, uintptr_t fp,
+                                                     uintptr_t here, uint32_t si)
+{
+    uintptr_t pcs[MAX_DEPTH];
+    struct mprof_wrec rec;
+    rec.n = rec.fp = 0;
+    pcs[0] = ra;
+    int d = walk_fp(pcs, fp, here, &rec);
+    uint32_t stk = stack_of(pcs, d, si, 0);
+    if (stk != NO_STACK)
+        memo_keep(ra, sp, fp, &rec, stk, si);
+    return stk;
+}
+
 /* The common case, inline and without the guard's writes: counting on
  * (not DHAT), not inside the library, a return address this thread has
  * met before (so no wrapper, and its site exists) and, with stacks, a
@@ -1253,18 +1374,24 @@ static inline uintptr_t caller_fp(uintptr_t f)
 static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n, uintptr_t ra,
                                                              uintptr_t fp, uintptr_t here)
 {
-    struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
-    if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
-        return 0;
-    uint32_t si = c->si;
-    uint32_t stk = 0;
-    if (stacks_on) {
-        uintptr_t pcs[MAX_DEPTH];
-        pcs[0] = ra;
-        int d = walk_fp(pcs, fp, here);
-        stk = stack_of(pcs, d, si, 0);
-        if (UNLIKELY(stk == NO_STACK))
-            return 0; /* a new stack: the slow path makes it */
+    uint32_t si, stk = 0;
+    struct memo *mm;
+    const struct memo_entry *e;
+    uintptr_t sp = 0;
+    if (stacks_on && LIKELY((mm = memo_tls) > MEMO_DEAD) && (sp = mprof_site_sp, 1) &&
+        LIKELY(memo_hit(e = memo_way(mm, ra, sp), ra, sp, fp)) && LIKELY(n < SIZE_LIMIT)) {
+        si = e->si; /* a stack met before: its site too */
+        stk = e->stk;
+    } else {
+        struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
+        if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
+            return 0;
+        si = c->si;
+        if (stacks_on) {
+            stk = fast_stack(ra, mprof_site_sp, fp, here, si);
+            if (UNLIKELY(stk == NO_STACK))
+                return 0; /* a new stack: the slow path makes it */
+        }
     }
     if (UNLIKELY(!table_insert_dh((uintptr_t)p, n, si, 0, stk, 0)))
         return 1;
@@ -1284,8 +1411,14 @@ static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n,
     m->cur = v;
     if (v > m->hw)
         m->hw = v;
-    if (stacks_on)
-        stack_add(stk, n, 1, 1);
+    if (stacks_on) {
+        /* Never the overflow entry here (fast_stack never gives it). */
+        struct stack *st = &stacks[stk];
+        st->nalloc++;
+        st->bytes += n;
+        st->nlive++;
+        st->cur += (int64_t)n;
+    }
     if (mt)
         unspin(&m->lock);
     return 1;
@@ -1987,6 +2120,8 @@ static void after_fork_child(void)
     }
     nleaves = 0;
     memset(rcache, 0, sizeof rcache); /* site indices of the parent's table */
+    if (memo_tls > MEMO_DEAD) /* stacks of the parent's table */
+        memset(memo_tls, 0, sizeof *memo_tls);
     if (sample_n) /* no sampled block is in the child's books */
         memset((void *)sample_filter, 0, sizeof sample_filter);
     char *old = (char *)live;
@@ -2086,6 +2221,8 @@ static void init(void)
         if (v >= 1 && v < max_stacks)
             max_stacks = v + 1; /* and the overflow entry */
     }
+    if (stacks_on && !memo_ok)
+        memo_ok = !pthread_key_create(&memo_key, memo_gone);
     entry_shift = stacks_on ? (dhat ? 2 : 1) : (dhat ? 1 : 0);
     stack_word = stacks_on ? (dhat ? 2 : 1) : 0;
     top = map_noreserve(sizeof(*top) * TOP_SLOTS);
