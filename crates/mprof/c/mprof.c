@@ -1090,8 +1090,8 @@ static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here, struct m
 #define MEMO_WAYS 8
 struct memo_entry {
     uintptr_t ra, sp, fp, fpmask; /* the start; fp compared where fpmask */
-    uint32_t stk, si, n;          /* the stack, its site; the words read, made even */
-    uint32_t zero;                /* 0: the word an odd count is made even with */
+    uint32_t stk, si, n;          /* the stack, its site; the words read, made a multiple of 4 */
+    uint32_t zero;                /* 0: the word the count is made up with */
     /* (address, word) pairs, interleaved */
     uintptr_t w[2 * MPROF_WREC];
 };
@@ -1116,8 +1116,9 @@ static inline int memo_hit(const struct memo_entry *e, uintptr_t ra, uintptr_t s
     if ((e->ra ^ ra) | (e->sp ^ sp) | ((e->fp ^ fp) & e->fpmask))
         return 0;
     uintptr_t diff = 0;
-    for (const uintptr_t *w = e->w, *end = w + 2 * e->n; w < end; w += 4)
-        diff |= (*(const uintptr_t *)w[0] ^ w[1]) | (*(const uintptr_t *)w[2] ^ w[3]);
+    for (const uintptr_t *w = e->w, *end = w + 2 * e->n; w < end; w += 8)
+        diff |= (*(const uintptr_t *)w[0] ^ w[1]) | (*(const uintptr_t *)w[2] ^ w[3]) |
+                (*(const uintptr_t *)w[4] ^ w[5]) | (*(const uintptr_t *)w[6] ^ w[7]);
     return !diff;
 }
 
@@ -1133,7 +1134,7 @@ static __attribute__((noinline)) void memo_keep(uintptr_t ra, uintptr_t sp, uint
                                                 const struct mprof_wrec *rec, uint32_t stk,
                                                 uint32_t si)
 {
-    if (rec->n + (rec->n & 1) > MPROF_WREC || !memo_ok)
+    if (((rec->n + 3) & ~3) > MPROF_WREC || !memo_ok)
         return;
     busy = 1;
     struct memo *m = memo_tls;
@@ -1160,10 +1161,9 @@ static __attribute__((noinline)) void memo_keep(uintptr_t ra, uintptr_t sp, uint
             e->w[2 * i + 1] = rec->val[i];
         }
         e->zero = 0;
-        if (n & 1) { /* even: one more pair, always equal */
+        for (; n & 3; n++) { /* a multiple of 4: pairs always equal */
             e->w[2 * n] = (uintptr_t)&e->zero;
             e->w[2 * n + 1] = 0;
-            n++;
         }
         e->n = n;
         atomic_signal_fence(memory_order_seq_cst);
@@ -1377,8 +1377,8 @@ static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n,
     uint32_t si, stk = 0;
     struct memo *mm;
     const struct memo_entry *e;
-    uintptr_t sp = 0;
-    if (stacks_on && LIKELY((mm = memo_tls) > MEMO_DEAD) && (sp = mprof_site_sp, 1) &&
+    uintptr_t sp = here + 16; /* mprof_site_sp (CALLER_FP of malloc's frame) */
+    if (stacks_on && LIKELY((mm = memo_tls) > MEMO_DEAD) &&
         LIKELY(memo_hit(e = memo_way(mm, ra, sp), ra, sp, fp)) && LIKELY(n < SIZE_LIMIT)) {
         si = e->si; /* a stack met before: its site too */
         stk = e->stk;
@@ -1388,7 +1388,7 @@ static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n,
             return 0;
         si = c->si;
         if (stacks_on) {
-            stk = fast_stack(ra, mprof_site_sp, fp, here, si);
+            stk = fast_stack(ra, sp, fp, here, si);
             if (UNLIKELY(stk == NO_STACK))
                 return 0; /* a new stack: the slow path makes it */
         }
