@@ -788,7 +788,7 @@ static __attribute__((noinline)) _Atomic uint64_t *new_leaf(uintptr_t t)
 
 /* The entry of the block at addr; 0 when out of the map (and, unless
  * create, when its leaf does not exist). */
-static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
+static inline _Atomic uint64_t *entry_at(uintptr_t addr, int create, unsigned shift)
 {
     /* Out of the map (t >= TOP_SLOTS) or not 16-aligned: one test. */
     if (UNLIKELY(addr & (~(((uintptr_t)TOP_SLOTS << LEAF_SHIFT) - 1) | 15)))
@@ -797,7 +797,37 @@ static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
     _Atomic uint64_t *leaf = atomic_load_explicit(&top[t], memory_order_acquire);
     if (UNLIKELY(!leaf) && (!create || !(leaf = new_leaf(t))))
         return 0;
-    return &leaf[(size_t)((addr >> 4) & (LEAF_SLOTS - 1)) << entry_shift];
+    return &leaf[(size_t)((addr >> 4) & (LEAF_SLOTS - 1)) << shift];
+}
+#define entry_of(addr, create) entry_at(addr, create, entry_shift)
+
+/* The fast paths with stacks (never DHAT): entries of two words, the
+ * stack in the second (entry_shift and stack_word 1, known here). */
+static inline int table_insert_st(uintptr_t addr, uint64_t size, uint32_t site, uint32_t stk)
+{
+    _Atomic uint64_t *e = entry_at(addr, 1, 1);
+    if (UNLIKELY(!e)) {
+        atomic_fetch_add(&table_failures, 1);
+        return 0;
+    }
+    atomic_store_explicit(e, size << 17 | (uint64_t)site << 1 | 1, memory_order_relaxed);
+    atomic_store_explicit(e + 1, stk, memory_order_relaxed);
+    return 1;
+}
+
+static inline int table_remove_st(uintptr_t addr, uint64_t *size, uint32_t *site, uint32_t *stk)
+{
+    _Atomic uint64_t *e = entry_at(addr, 0, 1);
+    if (UNLIKELY(!e))
+        return 0;
+    uint64_t v = atomic_load_explicit(e, memory_order_relaxed);
+    if (UNLIKELY(!v))
+        return 0;
+    atomic_store_explicit(e, 0, memory_order_relaxed);
+    *size = v >> 17;
+    *site = (v >> 1) & 0xffff;
+    *stk = (uint32_t)atomic_load_explicit(e + 1, memory_order_relaxed);
+    return 1;
 }
 
 /* Enter a block; 0 (counted as a table failure) if it cannot be: the
@@ -1115,10 +1145,13 @@ static inline int memo_hit(const struct memo_entry *e, uintptr_t ra, uintptr_t s
 {
     if ((e->ra ^ ra) | (e->sp ^ sp) | ((e->fp ^ fp) & e->fpmask))
         return 0;
-    uintptr_t diff = 0;
-    for (const uintptr_t *w = e->w, *end = w + 2 * e->n; w < end; w += 8)
-        diff |= (*(const uintptr_t *)w[0] ^ w[1]) | (*(const uintptr_t *)w[2] ^ w[3]) |
-                (*(const uintptr_t *)w[4] ^ w[5]) | (*(const uintptr_t *)w[6] ^ w[7]);
+#define MEMO_4(w)                                                                          \
+    ((*(const uintptr_t *)(w)[0] ^ (w)[1]) | (*(const uintptr_t *)(w)[2] ^ (w)[3]) |          \
+     (*(const uintptr_t *)(w)[4] ^ (w)[5]) | (*(const uintptr_t *)(w)[6] ^ (w)[7]))
+    const uintptr_t *w = e->w;
+    uintptr_t diff = MEMO_4(w); /* n is 4 at least */
+    for (const uintptr_t *end = w + 2 * e->n; (w += 8) < end;)
+        diff |= MEMO_4(w);
     return !diff;
 }
 
@@ -1161,7 +1194,7 @@ static __attribute__((noinline)) void memo_keep(uintptr_t ra, uintptr_t sp, uint
             e->w[2 * i + 1] = rec->val[i];
         }
         e->zero = 0;
-        for (; n & 3; n++) { /* a multiple of 4: pairs always equal */
+        for (; (n & 3) || !n; n++) { /* a multiple of 4, 4 at least: pairs always equal */
             e->w[2 * n] = (uintptr_t)&e->zero;
             e->w[2 * n + 1] = 0;
         }
@@ -1371,14 +1404,15 @@ static __attribute__((noinline)) uint32_t fast_stack(uintptr_t ra, uintptr_t sp,
  * met before (so no wrapper, and its site exists) and, with stacks, a
  * stack already in the table. Nothing here can call malloc. 1 if it
  * counted the block. */
-static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n, uintptr_t ra,
-                                                             uintptr_t fp, uintptr_t here)
+static inline __attribute__((always_inline)) int fast_alloc_in(void *p, uint64_t n, uintptr_t ra,
+                                                                uintptr_t fp, uintptr_t here,
+                                                                const int st)
 {
     uint32_t si, stk = 0;
     struct memo *mm;
     const struct memo_entry *e;
     uintptr_t sp = here + 16; /* mprof_site_sp (CALLER_FP of malloc's frame) */
-    if (stacks_on && LIKELY((mm = memo_tls) > MEMO_DEAD) &&
+    if (st && LIKELY((mm = memo_tls) > MEMO_DEAD) &&
         LIKELY(memo_hit(e = memo_way(mm, ra, sp), ra, sp, fp)) && LIKELY(n < SIZE_LIMIT)) {
         si = e->si; /* a stack met before: its site too */
         stk = e->stk;
@@ -1387,13 +1421,14 @@ static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n,
         if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
             return 0;
         si = c->si;
-        if (stacks_on) {
+        if (st) {
             stk = fast_stack(ra, sp, fp, here, si);
             if (UNLIKELY(stk == NO_STACK))
                 return 0; /* a new stack: the slow path makes it */
         }
     }
-    if (UNLIKELY(!table_insert_dh((uintptr_t)p, n, si, 0, stk, 0)))
+    if (UNLIKELY(!(st ? table_insert_st((uintptr_t)p, n, si, stk)
+                      : table_insert_dh((uintptr_t)p, n, si, 0, stk, 0))))
         return 1;
     struct site *s = &sites[si];
     struct module *m = s->mod;
@@ -1411,7 +1446,7 @@ static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n,
     m->cur = v;
     if (v > m->hw)
         m->hw = v;
-    if (stacks_on) {
+    if (st) {
         /* Never the overflow entry here (fast_stack never gives it). */
         struct stack *st = &stacks[stk];
         st->nalloc++;
@@ -1424,11 +1459,12 @@ static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n,
     return 1;
 }
 
-static inline void fast_free(void *p)
+static inline __attribute__((always_inline)) void fast_free_in(void *p, const int st)
 {
     uint64_t size, t;
     uint32_t si, stk;
-    if (UNLIKELY(!table_remove_dh((uintptr_t)p, &size, &si, &t, &stk, 0))) {
+    if (UNLIKELY(!(st ? table_remove_st((uintptr_t)p, &size, &si, &stk)
+                      : table_remove_dh((uintptr_t)p, &size, &si, &t, &stk, 0)))) {
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return;
     }
@@ -1446,10 +1482,25 @@ static inline void fast_free(void *p)
     s->c->nlive--;
     if (UNLIKELY(temp))
         s->ntemp++;
-    if (stacks_on)
+    if (st)
         stack_sub(stk, size, 1, temp);
     if (mt)
         unspin(&m->lock);
+}
+
+/* Each mode its own copy (st a constant): with stacks or without. */
+static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n, uintptr_t ra,
+                                                             uintptr_t fp, uintptr_t here)
+{
+    return stacks_on ? fast_alloc_in(p, n, ra, fp, here, 1) : fast_alloc_in(p, n, ra, fp, here, 0);
+}
+
+static inline __attribute__((always_inline)) void fast_free(void *p)
+{
+    if (stacks_on)
+        fast_free_in(p, 1);
+    else
+        fast_free_in(p, 0);
 }
 
 /* Sampling, past malloc's countdown test: the countdown crosses 0 (or the
