@@ -1118,12 +1118,14 @@ static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here, struct m
  * pthread key's destructor; a thread that allocates after that goes
  * without), out of the static TLS a dlopen'd library must fit in. */
 #define MEMO_WAYS 8
+#define MEMO_WORDS 28 /* at most (MPROF_WREC, a multiple of 4) */
 struct memo_entry {
     uintptr_t ra, sp, fp, fpmask; /* the start; fp compared where fpmask */
-    uint32_t stk, si, n;          /* the stack, its site; the words read, made a multiple of 4 */
-    uint32_t zero;                /* 0: the word the count is made up with */
+    uint32_t stk, si, n, pad;     /* the stack, its site; the words read, made a multiple of 4 */
+    uintptr_t zero;               /* 0: the word the count is made up with */
     /* (address, word) pairs, interleaved */
-    uintptr_t w[2 * MPROF_WREC];
+    uintptr_t w[2 * MEMO_WORDS];
+    uintptr_t pad1;
 };
 _Static_assert(sizeof(struct memo_entry) == 512, "an entry's index is a shift");
 struct memo {
@@ -1167,7 +1169,7 @@ static __attribute__((noinline)) void memo_keep(uintptr_t ra, uintptr_t sp, uint
                                                 const struct mprof_wrec *rec, uint32_t stk,
                                                 uint32_t si)
 {
-    if (((rec->n + 3) & ~3) > MPROF_WREC || !memo_ok)
+    if (((rec->n + 3) & ~3) > MEMO_WORDS || !memo_ok)
         return;
     busy = 1;
     struct memo *m = memo_tls;
