@@ -1113,10 +1113,12 @@ static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here, struct m
  * same words at the same addresses give the same frames, so the same
  * stack. The addresses lie between the site's frame and the thread's
  * stack top (the walk checked them), mapped while that frame is. A walk
- * that read more than MPROF_WREC words is not kept. One page per thread
+ * that read more than MEMO_WORDS words is not kept. One page per thread
  * (mapped at its first stack, given back when the thread ends: a
  * pthread key's destructor; a thread that allocates after that goes
- * without), out of the static TLS a dlopen'd library must fit in. */
+ * without), out of the static TLS a dlopen'd library must fit in; a
+ * forked child keeps the forking thread's, emptied (its stacks were the
+ * parent's table's), and the pages of the parent's other threads. */
 #define MEMO_WAYS 8
 #define MEMO_WORDS 28 /* at most (MPROF_WREC, a multiple of 4) */
 struct memo_entry {
@@ -1450,11 +1452,11 @@ static inline __attribute__((always_inline)) int fast_alloc_in(void *p, uint64_t
         m->hw = v;
     if (st) {
         /* Never the overflow entry here (fast_stack never gives it). */
-        struct stack *st = &stacks[stk];
-        st->nalloc++;
-        st->bytes += n;
-        st->nlive++;
-        st->cur += (int64_t)n;
+        struct stack *k = &stacks[stk];
+        k->nalloc++;
+        k->bytes += n;
+        k->nlive++;
+        k->cur += (int64_t)n;
     }
     if (mt)
         unspin(&m->lock);
