@@ -96,8 +96,8 @@
 //! frame whose CFI is of another kind ends the stack. Every address read
 //! is checked first (8-aligned, within the thread's stack, each frame
 //! above the one before). Stacks merge per unique stack (16,384 at most per process,
-//! the rest as one `[mprof: stack table full]` stack). The tables are
-//! unchanged. Cost: `bench/README.md`.
+//! the rest as one `[mprof: stack table full]` stack). The tables are unchanged. A stack
+//! met before costs a compare of the words its walk read. Cost: `bench/README.md`.
 //!
 //! **Sampling.** With `--sample-bytes N`, each thread counts down bytes
 //! drawn from an exponential distribution of mean N (a Poisson process);

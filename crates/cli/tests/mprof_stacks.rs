@@ -207,3 +207,45 @@ fn pprof_traces_show_both_stacks() {
         "{out}"
     );
 }
+
+/// The memo of stacks (issue 29: a stack met before costs a compare of
+/// the words its walk read) stays exact: memo.c's one line is reached by
+/// two stacks with the same site, stack pointer and frame pointer, told
+/// apart only two frames up, alternately; each keeps its own bytes, with
+/// the frame-pointer walk and with unwind tables (no frame pointers).
+#[test]
+fn stacks_alike_near_the_site_keep_their_own_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/memo.c");
+    for flags in [
+        &["-O0", "-fno-omit-frame-pointer"][..],
+        &["-O2", "-fno-omit-frame-pointer"],
+        &["-O2", "-fomit-frame-pointer"],
+    ] {
+        let exe = dir.path().join("memo");
+        let status = Command::new("cc")
+            .arg("-g")
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .expect("cannot run cc");
+        assert!(status.success(), "cc failed on memo.c");
+        let file = dir.path().join("memo.folded");
+        mprof(&["--folded"], &[&file], &[exe.as_os_str()]);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<String> = text.lines().map(String::from).collect();
+        assert_eq!(lines.len(), 2, "{flags:?}: {lines:?}");
+        for want in [
+            "main;outer_a;mid;leaf 300000",
+            "main;outer_b;mid;leaf 10000",
+        ] {
+            assert_eq!(
+                common::folded_ending(&lines, want).len(),
+                1,
+                "{flags:?}: {want}: {lines:?}"
+            );
+        }
+    }
+}

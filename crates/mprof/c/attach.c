@@ -6,7 +6,9 @@
  * profdev_mprof_attach(config) gives the library the settings LD_PRELOAD's
  * environment would have given (config: "NAME=VALUE" lines with the same
  * names, PROFDEV_MPROF_DIR, PROFDEV_MPROF_WRAPPERS...; mprof.c reads them
- * through mprof_getenv), starts the accounting (mprof_attach_start), and
+ * through mprof_getenv), starts the accounting (mprof_attach_start: the
+ * one start, as the constructor dlopen ran saw the library was not
+ * preloaded and started nothing), and
  * redirects the malloc family of every module already loaded to this
  * library: each module's GOT entries (JUMP_SLOT and GLOB_DAT relocations,
  * from DT_JMPREL and DT_RELA) for malloc, free, calloc, realloc,

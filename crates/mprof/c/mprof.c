@@ -544,7 +544,8 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
     }
     st->nlive -= k;
     st->cur -= size;
-    st->ntemp += temp;
+    if (UNLIKELY(temp))
+        st->ntemp += temp;
 }
 
 /* stk: the block's stack (with stacks on and pool 1; else NO_STACK).
@@ -787,7 +788,7 @@ static __attribute__((noinline)) _Atomic uint64_t *new_leaf(uintptr_t t)
 
 /* The entry of the block at addr; 0 when out of the map (and, unless
  * create, when its leaf does not exist). */
-static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
+static inline _Atomic uint64_t *entry_at(uintptr_t addr, int create, unsigned shift)
 {
     /* Out of the map (t >= TOP_SLOTS) or not 16-aligned: one test. */
     if (UNLIKELY(addr & (~(((uintptr_t)TOP_SLOTS << LEAF_SHIFT) - 1) | 15)))
@@ -796,7 +797,37 @@ static inline _Atomic uint64_t *entry_of(uintptr_t addr, int create)
     _Atomic uint64_t *leaf = atomic_load_explicit(&top[t], memory_order_acquire);
     if (UNLIKELY(!leaf) && (!create || !(leaf = new_leaf(t))))
         return 0;
-    return &leaf[(size_t)((addr >> 4) & (LEAF_SLOTS - 1)) << entry_shift];
+    return &leaf[(size_t)((addr >> 4) & (LEAF_SLOTS - 1)) << shift];
+}
+#define entry_of(addr, create) entry_at(addr, create, entry_shift)
+
+/* The fast paths with stacks (never DHAT): entries of two words, the
+ * stack in the second (entry_shift and stack_word 1, known here). */
+static inline int table_insert_st(uintptr_t addr, uint64_t size, uint32_t site, uint32_t stk)
+{
+    _Atomic uint64_t *e = entry_at(addr, 1, 1);
+    if (UNLIKELY(!e)) {
+        atomic_fetch_add(&table_failures, 1);
+        return 0;
+    }
+    atomic_store_explicit(e, size << 17 | (uint64_t)site << 1 | 1, memory_order_relaxed);
+    atomic_store_explicit(e + 1, stk, memory_order_relaxed);
+    return 1;
+}
+
+static inline int table_remove_st(uintptr_t addr, uint64_t *size, uint32_t *site, uint32_t *stk)
+{
+    _Atomic uint64_t *e = entry_at(addr, 0, 1);
+    if (UNLIKELY(!e))
+        return 0;
+    uint64_t v = atomic_load_explicit(e, memory_order_relaxed);
+    if (UNLIKELY(!v))
+        return 0;
+    atomic_store_explicit(e, 0, memory_order_relaxed);
+    *size = v >> 17;
+    *site = (v >> 1) & 0xffff;
+    *stk = (uint32_t)atomic_load_explicit(e + 1, memory_order_relaxed);
+    return 1;
 }
 
 /* Enter a block; 0 (counted as a table failure) if it cannot be: the
@@ -1046,8 +1077,9 @@ static __attribute__((noinline)) void stack_bounds(void)
 
 /* pcs[0] is the site; the callers follow from the frame pointer fp on:
  * fp[1] is its function's return address, fp[0] the caller's fp. here:
- * the current frame (the walk's lower bound). The depth. */
-static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here)
+ * the current frame (the walk's lower bound). The depth; the words read
+ * in rec. */
+static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here, struct mprof_wrec *rec)
 {
     if (UNLIKELY(!stk_hi))
         stack_bounds();
@@ -1056,17 +1088,125 @@ static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here)
     if (UNLIKELY(here < stk_lo || here >= hi))
         return n;
     if (mprof_unwind_ready())
-        return mprof_unwind_walk(pcs, MAX_DEPTH, mprof_site_sp, fp, here, hi);
+        return mprof_unwind_walk(pcs, MAX_DEPTH, mprof_site_sp, fp, here, hi, rec);
     uintptr_t prev = here;
+    rec->fp = 1;
     while (n < MAX_DEPTH && fp > prev && !(fp & 7) && fp < hi - 16) {
-        uintptr_t pc = ((const uintptr_t *)fp)[1];
+        uintptr_t pc = mprof_read(rec, fp + 8);
         if (pc < 4096)
             break;
         pcs[n++] = pc;
         prev = fp;
-        fp = ((const uintptr_t *)fp)[0];
+        fp = mprof_read(rec, fp);
     }
     return n;
+}
+
+/* The memo of stacks: each thread's last few walks (direct-mapped by
+ * return address and stack pointer), each with the words it read and
+ * the stack they gave, so that a stack met before costs a compare of
+ * those words, not a walk and a lookup (issue 29: stacks at most 1.3x
+ * the cost of --no-stacks). Exact: a walk is a function of its start
+ * (the site's return address, its stack pointer, and its frame pointer
+ * if the walk used it) and of the words it reads, each read's address
+ * given by the start and the words before it; the same start and the
+ * same words at the same addresses give the same frames, so the same
+ * stack. The addresses lie between the site's frame and the thread's
+ * stack top (the walk checked them), mapped while that frame is. A walk
+ * that read more than MEMO_WORDS words is not kept. One page per thread
+ * (mapped at its first stack, given back when the thread ends: a
+ * pthread key's destructor; a thread that allocates after that goes
+ * without), out of the static TLS a dlopen'd library must fit in; a
+ * forked child keeps the forking thread's, emptied (its stacks were the
+ * parent's table's), and the pages of the parent's other threads. */
+#define MEMO_WAYS 8
+#define MEMO_WORDS 28 /* at most (MPROF_WREC, a multiple of 4) */
+struct memo_entry {
+    uintptr_t ra, sp, fp, fpmask; /* the start; fp compared where fpmask */
+    uint32_t stk, si, n, pad;     /* the stack, its site; the words read, made a multiple of 4 */
+    uintptr_t zero;               /* 0: the word the count is made up with */
+    /* (address, word) pairs, interleaved */
+    uintptr_t w[2 * MEMO_WORDS];
+    uintptr_t pad1;
+};
+_Static_assert(sizeof(struct memo_entry) == 512, "an entry's index is a shift");
+struct memo {
+    struct memo_entry e[MEMO_WAYS];
+};
+_Static_assert(sizeof(struct memo) <= 4096, "a thread's memo is one page");
+#define MEMO_DEAD ((struct memo *)1)
+static __thread struct memo *memo_tls __attribute__((tls_model("initial-exec")));
+static pthread_key_t memo_key;
+static int memo_ok; /* memo_key made */
+
+static inline struct memo_entry *memo_way(struct memo *m, uintptr_t ra, uintptr_t sp)
+{
+    return &m->e[((ra >> 2) ^ (sp >> 4)) & (MEMO_WAYS - 1)];
+}
+
+/* Whether the entry holds this start and its words are unchanged. */
+static inline int memo_hit(const struct memo_entry *e, uintptr_t ra, uintptr_t sp, uintptr_t fp)
+{
+    if ((e->ra ^ ra) | (e->sp ^ sp) | ((e->fp ^ fp) & e->fpmask))
+        return 0;
+#define MEMO_4(w)                                                                          \
+    ((*(const uintptr_t *)(w)[0] ^ (w)[1]) | (*(const uintptr_t *)(w)[2] ^ (w)[3]) |          \
+     (*(const uintptr_t *)(w)[4] ^ (w)[5]) | (*(const uintptr_t *)(w)[6] ^ (w)[7]))
+    const uintptr_t *w = e->w;
+    uintptr_t diff = MEMO_4(w); /* n is 4 at least */
+    for (const uintptr_t *end = w + 2 * e->n; (w += 8) < end;)
+        diff |= MEMO_4(w);
+    return !diff;
+}
+
+static void memo_gone(void *p)
+{
+    sys_munmap(p, sizeof(struct memo));
+    memo_tls = MEMO_DEAD;
+}
+
+/* Keep the walk rec (from ra, sp, fp) as giving stk. Under busy: a
+ * signal handler's malloc meanwhile does not use the memo. */
+static __attribute__((noinline)) void memo_keep(uintptr_t ra, uintptr_t sp, uintptr_t fp,
+                                                const struct mprof_wrec *rec, uint32_t stk,
+                                                uint32_t si)
+{
+    if (((rec->n + 3) & ~3) > MEMO_WORDS || !memo_ok)
+        return;
+    busy = 1;
+    struct memo *m = memo_tls;
+    if (!m) {
+        m = map(sizeof(struct memo));
+        if (m && pthread_setspecific(memo_key, m)) {
+            sys_munmap(m, sizeof(struct memo));
+            m = 0;
+        }
+        memo_tls = m ? m : MEMO_DEAD;
+    }
+    if (m && m != MEMO_DEAD) {
+        struct memo_entry *e = memo_way(m, ra, sp);
+        e->ra = 0;
+        atomic_signal_fence(memory_order_seq_cst);
+        e->sp = sp;
+        e->fp = fp;
+        e->fpmask = rec->fp ? ~(uintptr_t)0 : 0;
+        e->stk = stk;
+        e->si = si;
+        uint32_t n = (uint32_t)rec->n;
+        for (uint32_t i = 0; i < n; i++) {
+            e->w[2 * i] = rec->addr[i];
+            e->w[2 * i + 1] = rec->val[i];
+        }
+        e->zero = 0;
+        for (; (n & 3) || !n; n++) { /* a multiple of 4, 4 at least: pairs always equal */
+            e->w[2 * n] = (uintptr_t)&e->zero;
+            e->w[2 * n + 1] = 0;
+        }
+        e->n = n;
+        atomic_signal_fence(memory_order_seq_cst);
+        e->ra = ra;
+    }
+    busy = 0;
 }
 
 static inline uint64_t stack_hash(const uintptr_t *pcs, int n, uint32_t si)
@@ -1159,8 +1299,10 @@ static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
     uint32_t stk = NO_STACK;
     if (stacks_on) {
         uintptr_t pcs[MAX_DEPTH];
+        struct mprof_wrec rec;
+        rec.n = rec.fp = 0;
         pcs[0] = sites[si].pc;
-        int n = walk_fp(pcs, fp, here);
+        int n = walk_fp(pcs, fp, here, &rec);
         stk = stack_of(pcs, n, si, 1);
     }
     uint64_t born = dhat ? now_us() : 0;
@@ -1245,28 +1387,52 @@ static inline uintptr_t caller_fp(uintptr_t f)
     return *(const uintptr_t *)f;
 }
 
+/* A stack the memo did not have: walked, looked up (NO_STACK if new)
+ * and kept in the memo. */
+static __attribute__((noinline)) uint32_t fast_stack(uintptr_t ra, uintptr_t sp, uintptr_t fp,
+                                                     uintptr_t here, uint32_t si)
+{
+    uintptr_t pcs[MAX_DEPTH];
+    struct mprof_wrec rec;
+    rec.n = rec.fp = 0;
+    pcs[0] = ra;
+    int d = walk_fp(pcs, fp, here, &rec);
+    uint32_t stk = stack_of(pcs, d, si, 0);
+    if (stk != NO_STACK)
+        memo_keep(ra, sp, fp, &rec, stk, si);
+    return stk;
+}
+
 /* The common case, inline and without the guard's writes: counting on
  * (not DHAT), not inside the library, a return address this thread has
  * met before (so no wrapper, and its site exists) and, with stacks, a
  * stack already in the table. Nothing here can call malloc. 1 if it
  * counted the block. */
-static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n, uintptr_t ra,
-                                                             uintptr_t fp, uintptr_t here)
+static inline __attribute__((always_inline)) int fast_alloc_in(void *p, uint64_t n, uintptr_t ra,
+                                                                uintptr_t fp, uintptr_t here,
+                                                                const int st)
 {
-    struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
-    if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
-        return 0;
-    uint32_t si = c->si;
-    uint32_t stk = 0;
-    if (stacks_on) {
-        uintptr_t pcs[MAX_DEPTH];
-        pcs[0] = ra;
-        int d = walk_fp(pcs, fp, here);
-        stk = stack_of(pcs, d, si, 0);
-        if (UNLIKELY(stk == NO_STACK))
-            return 0; /* a new stack: the slow path makes it */
+    uint32_t si, stk = 0;
+    struct memo *mm;
+    const struct memo_entry *e;
+    uintptr_t sp = here + 16; /* mprof_site_sp (CALLER_FP of malloc's frame) */
+    if (st && LIKELY((mm = memo_tls) > MEMO_DEAD) &&
+        LIKELY(memo_hit(e = memo_way(mm, ra, sp), ra, sp, fp)) && LIKELY(n < SIZE_LIMIT)) {
+        si = e->si; /* a stack met before: its site too */
+        stk = e->stk;
+    } else {
+        struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
+        if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
+            return 0;
+        si = c->si;
+        if (st) {
+            stk = fast_stack(ra, sp, fp, here, si);
+            if (UNLIKELY(stk == NO_STACK))
+                return 0; /* a new stack: the slow path makes it */
+        }
     }
-    if (UNLIKELY(!table_insert_dh((uintptr_t)p, n, si, 0, stk, 0)))
+    if (UNLIKELY(!(st ? table_insert_st((uintptr_t)p, n, si, stk)
+                      : table_insert_dh((uintptr_t)p, n, si, 0, stk, 0))))
         return 1;
     struct site *s = &sites[si];
     struct module *m = s->mod;
@@ -1284,18 +1450,25 @@ static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n,
     m->cur = v;
     if (v > m->hw)
         m->hw = v;
-    if (stacks_on)
-        stack_add(stk, n, 1, 1);
+    if (st) {
+        /* Never the overflow entry here (fast_stack never gives it). */
+        struct stack *k = &stacks[stk];
+        k->nalloc++;
+        k->bytes += n;
+        k->nlive++;
+        k->cur += (int64_t)n;
+    }
     if (mt)
         unspin(&m->lock);
     return 1;
 }
 
-static inline void fast_free(void *p)
+static inline __attribute__((always_inline)) void fast_free_in(void *p, const int st)
 {
     uint64_t size, t;
     uint32_t si, stk;
-    if (UNLIKELY(!table_remove_dh((uintptr_t)p, &size, &si, &t, &stk, 0))) {
+    if (UNLIKELY(!(st ? table_remove_st((uintptr_t)p, &size, &si, &stk)
+                      : table_remove_dh((uintptr_t)p, &size, &si, &t, &stk, 0)))) {
         atomic_fetch_add_explicit(&unknown_frees, 1, memory_order_relaxed);
         return;
     }
@@ -1313,10 +1486,25 @@ static inline void fast_free(void *p)
     s->c->nlive--;
     if (UNLIKELY(temp))
         s->ntemp++;
-    if (stacks_on)
+    if (st)
         stack_sub(stk, size, 1, temp);
     if (mt)
         unspin(&m->lock);
+}
+
+/* Each mode its own copy (st a constant): with stacks or without. */
+static inline __attribute__((always_inline)) int fast_alloc(void *p, uint64_t n, uintptr_t ra,
+                                                             uintptr_t fp, uintptr_t here)
+{
+    return stacks_on ? fast_alloc_in(p, n, ra, fp, here, 1) : fast_alloc_in(p, n, ra, fp, here, 0);
+}
+
+static inline __attribute__((always_inline)) void fast_free(void *p)
+{
+    if (stacks_on)
+        fast_free_in(p, 1);
+    else
+        fast_free_in(p, 0);
 }
 
 /* Sampling, past malloc's countdown test: the countdown crosses 0 (or the
@@ -1987,6 +2175,8 @@ static void after_fork_child(void)
     }
     nleaves = 0;
     memset(rcache, 0, sizeof rcache); /* site indices of the parent's table */
+    if (memo_tls > MEMO_DEAD) /* stacks of the parent's table */
+        memset(memo_tls, 0, sizeof *memo_tls);
     if (sample_n) /* no sampled block is in the child's books */
         memset((void *)sample_filter, 0, sizeof sample_filter);
     char *old = (char *)live;
@@ -2086,6 +2276,8 @@ static void init(void)
         if (v >= 1 && v < max_stacks)
             max_stacks = v + 1; /* and the overflow entry */
     }
+    if (stacks_on && !memo_ok)
+        memo_ok = !pthread_key_create(&memo_key, memo_gone);
     entry_shift = stacks_on ? (dhat ? 2 : 1) : (dhat ? 1 : 0);
     stack_word = stacks_on ? (dhat ? 2 : 1) : 0;
     top = map_noreserve(sizeof(*top) * TOP_SLOTS);
@@ -2098,12 +2290,48 @@ static void init(void)
     busy = 0;
 }
 
-__attribute__((constructor)) static void ctor(void) { init(); }
+/* Whether this library came with the program (LD_PRELOAD, or a program
+ * linked with it) rather than dlopen'd into it while it ran (attach.c):
+ * the loader keeps its objects in the order it loaded them, and the C
+ * library, which this one needs, comes after it only when both were
+ * loaded at the program's start. */
+static int came_with_program(void)
+{
+    Dl_info di;
+    struct link_map *self = 0;
+    if (!dladdr1((void *)came_with_program, &di, (void **)&self, RTLD_DL_LINKMAP) || !self)
+        return 1;
+    for (const struct link_map *l = self->l_prev; l; l = l->l_prev) {
+        const char *n = l->l_name ? l->l_name : "";
+        const char *b = strrchr(n, '/');
+        b = b ? b + 1 : n;
+        if (!strncmp(b, "libc.so", 7) || !strncmp(b, "libc-", 5))
+            return 0;
+    }
+    return 1;
+}
+
+/* Preloaded: counting starts here, with the environment's settings.
+ * dlopen'd by an attach: nothing yet (the process's environment is not
+ * the settings, and its tables would be mapped for nothing: 40 MiB of
+ * address space the leak scan would read as roots); attach.c's
+ * profdev_mprof_attach starts it once, with its config
+ * (mprof_attach_start). */
+__attribute__((constructor)) static void ctor(void)
+{
+    if (came_with_program())
+        init();
+    else
+        inited = 1; /* counting nothing until mprof_attach_start */
+}
 
 /* attach.c: start counting in a process that loaded this library while it
- * ran: init() again, now that mprof_getenv has the settings. */
+ * ran, now that mprof_getenv has the settings: the one init() (the
+ * constructor did nothing). */
 int mprof_attach_start(void)
 {
+    if (area_base) /* started already (it came with the program): never twice */
+        return enabled;
     inited = 0;
     init();
     return enabled;

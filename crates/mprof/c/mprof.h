@@ -84,10 +84,32 @@ void mprof_scan_lock(int take);
 extern __thread uintptr_t mprof_site_sp __attribute__((tls_model("initial-exec")));
 /* Whether tables were given (looked up once). */
 int mprof_unwind_ready(void);
+/* A walk's reads of the stack, in order (for mprof.c's memo of stacks):
+ * the address and the word read of each (n of them; more than
+ * MPROF_WREC: too many to keep), and whether the walk used the frame
+ * pointer it started from (not only ones it read). The same start (pc,
+ * sp, and fp if used) and the same words at these addresses make the
+ * same walk. */
+#define MPROF_WREC 29
+struct mprof_wrec {
+    int n, fp;
+    uintptr_t addr[MPROF_WREC], val[MPROF_WREC];
+};
 /* pcs[0] is the site (a return address), sp and fp its frame's stack and
  * frame pointers; callers follow, at most max in all, every read checked
- * to lie in [here, hi). The depth. */
+ * to lie in [here, hi) (and recorded in rec). The depth. */
 int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,
-                      uintptr_t hi);
+                      uintptr_t hi, struct mprof_wrec *rec);
+/* A word of the stack at a, read, and recorded in rec. */
+static inline uintptr_t mprof_read(struct mprof_wrec *rec, uintptr_t a)
+{
+    uintptr_t v = *(const uintptr_t *)a;
+    if (rec->n < MPROF_WREC) {
+        rec->addr[rec->n] = a;
+        rec->val[rec->n] = v;
+    }
+    rec->n++;
+    return v;
+}
 
 #endif

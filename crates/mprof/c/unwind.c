@@ -243,12 +243,25 @@ static inline int ok_word(uintptr_t a, uintptr_t floor, uintptr_t hi)
 }
 
 int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,
-                      uintptr_t hi)
+                      uintptr_t hi, struct mprof_wrec *rec)
 {
     int n = 1;
     uintptr_t pc = pcs[0];
+    /* Where fp came from: the one given (rec->fp if used), a read not
+     * recorded yet (at pa: recorded only if the value is used, so a
+     * memo compares only words that made the walk), or a recorded one. */
+    enum { GIVEN, PENDING, RECORDED } fsrc = GIVEN;
+    uintptr_t pa = 0;
     if (sp && (sp < here || sp >= hi))
         sp = 0;
+#define FP_USED()                                                                           \
+    do {                                                                                    \
+        if (fsrc == GIVEN)                                                                  \
+            rec->fp = 1;                                                                    \
+        else if (fsrc == PENDING)                                                           \
+            mprof_read(rec, pa);                                                            \
+        fsrc = RECORDED;                                                                    \
+    } while (0)
     while (n < max) {
         uint64_t r = rule_for(pc);
         unsigned kind = r & 0xff;
@@ -259,23 +272,30 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
             break;
         if (kind == 0 || !sp) {
             /* the frame pointer: fp[0] the caller's, fp[1] the return address */
+            FP_USED();
             if (!ok_word(fp, floor, hi) || !ok_word(fp + 8, floor, hi) || fp + 16 <= floor)
                 break;
-            ra = ((const uintptr_t *)fp)[1];
+            ra = mprof_read(rec, fp + 8);
             nfp = ((const uintptr_t *)fp)[0];
+            fsrc = PENDING;
+            pa = fp;
             nsp = fp + 16;
         } else {
             uintptr_t base = kind == 1 ? sp : fp;
+            if (kind == 2)
+                FP_USED();
             uintptr_t cfa = base + (intptr_t)cfa_off;
             if (cfa <= floor || !ok_word(cfa - 8, floor, hi))
                 break;
-            ra = ((const uintptr_t *)cfa)[-1];
+            ra = mprof_read(rec, cfa - 8);
             nfp = fp;
             if (rbp_off) {
                 uintptr_t a = cfa + (intptr_t)rbp_off;
                 if (!ok_word(a, floor, hi))
                     break;
                 nfp = *(const uintptr_t *)a;
+                fsrc = PENDING;
+                pa = a;
             }
             nsp = cfa;
         }
@@ -286,5 +306,6 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
         sp = nsp;
         fp = nfp;
     }
+#undef FP_USED
     return n;
 }
