@@ -291,6 +291,30 @@ fn cprof_p_without_f_marks_a_running_program_in_hit_mode() {
 }
 
 #[test]
+fn cprof_p_without_f_marks_every_module_the_runtime_itself_calls_into() {
+    // Every module, the C library too: the runtime, called by the
+    // injector, runs C library code it has just given one-shot probes;
+    // their SIGTRAPs reach its handler during the call (held back, the
+    // program went on inside an instruction and crashed).
+    if !gate("cprof -p PID") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("pid_loop");
+    compile(&exe);
+    let mut p = Program::start(&exe);
+    p.run(10);
+    let c = Cprof::attach(&[], p.child.id());
+    p.run(20);
+    assert_eq!(p.stop(), last_line(30));
+    let (status, listing, said) = c.finish();
+    assert!(status.success(), "{status}: {said:?}");
+    let m = counts(&listing);
+    assert_eq!(count_at(&m, line_of("/* OUTER */")), "+", "{m:?}");
+    assert!(listing.contains("Module: libc.so.6("), "{said:?}");
+}
+
+#[test]
 fn cprof_p_marks_a_thread_that_blocked_every_signal_before_the_attach() {
     if !gate("cprof -p PID") {
         return;

@@ -174,6 +174,15 @@ impl Target {
                             pc: now.rip,
                         });
                     }
+                    if s == libc::SIGTRAP {
+                        // A breakpoint the call itself reached (coverage's
+                        // runtime patching the C library it then calls):
+                        // delivered now, to the runtime's handler, which
+                        // resumes it; held, the thread would go on past
+                        // the `int3`, inside an instruction.
+                        sig = s;
+                        continue;
+                    }
                     // Someone else's signal: hold it for after the detach.
                     self.thread(tid)?.later.push(s);
                 }
