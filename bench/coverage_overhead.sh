@@ -30,6 +30,9 @@
 #   cc       cc -O2 -c of a generated C file of 1,200 functions (cc1, as:
 #            an exec chain)
 #
+# `marks-attach` is the attach variant in hit mode (`profdev cprof -p PID`
+# without -f, one-shot probes); `attach` counts (`cprof -f -p PID`).
+#
 # The `start` variant is start-up apart: the marks harness on the same
 # program with a trivial input (xz of nothing, python3 -c pass, sqlite3
 # of `select 1`, cc of an empty file) less the native run of it, in
@@ -85,7 +88,7 @@ for i in $(seq 1 $((1200 * scale))); do
 done >"$work/gen.c"
 
 export PROFDEV_CACHE_DIR="$work/cache"
-variants=(native start cold launch marks attach)
+variants=(native start cold launch marks attach marks-attach)
 command -v valgrind >/dev/null && variants+=(cachegrind callgrind) || echo "bench: valgrind not found: skipped" >&2
 [ -n "$base" ] && variants+=(launch@base attach@base)
 if [ -n "${COVERAGE_BENCH_VARIANTS:-}" ]; then
@@ -154,7 +157,7 @@ one() { # variant workload -> seconds
   fi
   [ "$v" = attach@base ] && cprof=$base/profdev
   t0=$(date +%s.%N)
-  if [ "${v%@base}" = attach ]; then
+  if [ "${v%@base}" = attach ] || [ "$v" = marks-attach ]; then
     # A simple command in the background: the shell's child execs it, so
     # $! is the workload's process.
     case $w in
@@ -167,7 +170,12 @@ one() { # variant workload -> seconds
     bin=$(readlink -f "$bin")
     if await "$w's exec" execd "$pid" "$bin" && { [ "$w" != cc ] || await "cc1's start" child_cc1 "$pid"; }; then
       echo "== attach $w: process $target" >>"$work/attach.log"
-      "$cprof" cprof -p "$target" >/dev/null 2>>"$work/attach.log" &
+      # attach counts (-f, what startcp does); marks-attach is the marks.
+      if [ "${v%@base}" = marks-attach ]; then
+        "$cprof" cprof -p "$target" >/dev/null 2>>"$work/attach.log" &
+      else
+        "$cprof" cprof -f -p "$target" >/dev/null 2>>"$work/attach.log" &
+      fi
       cp=$!
     fi
     wait "$pid"
