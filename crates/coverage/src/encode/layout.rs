@@ -47,19 +47,30 @@ fn stub_size(p: &Piece) -> u64 {
         .unwrap_or(STUB)
 }
 
-/// The places of `pieces`, one after the other from the area's start;
-/// the entries of the blocks whose trampoline another one may jump into
+/// The places of `pieces`, one after the other from the area's start,
+/// each given the room `sizes` says (its stubs' and its main part's,
+/// [`Sizes`]) or, without sizes, a bound on what it may take; the
+/// entries of the blocks whose trampoline another one may jump into
 /// (those patched at their start) by their run-time address; and the
 /// end of the last piece.
-fn place(cx: &Ctx, pieces: &[Piece]) -> (Vec<Place>, HashMap<u64, u64>, u64) {
+fn place(
+    cx: &Ctx,
+    pieces: &[Piece],
+    sizes: Option<&[Sizes]>,
+) -> (Vec<Place>, HashMap<u64, u64>, u64) {
     let mut entries = HashMap::default();
     let mut at = cx.area;
     let mut places = Vec::with_capacity(pieces.len());
-    for p in pieces {
+    for (k, p) in pieces.iter().enumerate() {
         let b = &cx.plan.blocks[p.block];
-        let size = stub_size(p);
+        let (size, main_size) = match sizes {
+            Some(s) => (s[k].stub, s[k].main),
+            None => (
+                stub_size(p),
+                if p.main.is_empty() { 0 } else { bound(&p.main) },
+            ),
+        };
         let stubs = size * p.stubs.len() as u64;
-        let main_size = if p.main.is_empty() { 0 } else { bound(&p.main) };
         let (stub_at, main_at) = (at, at + stubs);
         let entry = if matches!(b.how, How::Call { .. }) {
             stub_at
@@ -88,9 +99,42 @@ fn place(cx: &Ctx, pieces: &[Piece]) -> (Vec<Place>, HashMap<u64, u64>, u64) {
     (places, entries, at)
 }
 
-/// Lay `pieces` out in the area and encode them.
+/// The room one piece takes once encoded: each of its stubs' (the
+/// longest) and its main part's, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sizes {
+    stub: u64,
+    main: u64,
+}
+
+/// Lay `pieces` out in the area and encode them, packed.
+///
+/// Twice: first each piece in a room bounded from its instructions
+/// ([`bound`], [`STUB`]: nothing can overflow it), which gives the length
+/// each piece's code really took; then again, the pieces one after the
+/// other in exactly those lengths. The bounds are loose (a count, a
+/// copied branch of rel8 reach and the stubs' least room make sqlite3's
+/// 1 MB of code an 11 MB area, most of it `int3` between trampolines),
+/// and a hot loop's trampolines spread over that many more cache lines
+/// and pages than its code did. Packing cannot make a piece longer: every
+/// distance between two trampolines only shrinks, so a branch that
+/// reached with rel8 still does, and a branch to the module is rel32
+/// either way. Should any piece still not fit (the encoder's choices are
+/// its own), the first layout is kept, whole.
 pub(super) fn lay_out(cx: &Ctx, pieces: Vec<Piece>) -> Laid {
-    let (places, entries, end) = place(cx, &pieces);
+    let (loose, sizes) = encode_at(cx, pieces.clone(), None);
+    let (packed, _) = encode_at(cx, pieces, Some(&sizes));
+    if packed.failed_blocks == loose.failed_blocks {
+        packed
+    } else {
+        loose
+    }
+}
+
+/// `pieces` laid out with `sizes` (or bounds: [`place`]) and encoded,
+/// and the length each piece took (its room where it failed).
+fn encode_at(cx: &Ctx, pieces: Vec<Piece>, sizes: Option<&[Sizes]>) -> (Laid, Vec<Sizes>) {
+    let (places, entries, end) = place(cx, &pieces, sizes);
     let redirect = |t: u64| entries.get(&t).copied().unwrap_or(t);
     let mut out = Laid {
         code: vec![0xCCu8; (end - cx.area) as usize],
@@ -99,24 +143,32 @@ pub(super) fn lay_out(cx: &Ctx, pieces: Vec<Piece>) -> Laid {
         counter_fixups: Vec::new(),
         failed_blocks: Vec::new(),
     };
+    let mut took = Vec::with_capacity(pieces.len());
     for (p, at) in pieces.into_iter().zip(&places) {
         let b = &cx.plan.blocks[p.block];
         let block = p.block;
-        if !emit(cx, p, at, &redirect, &mut out) {
-            // Other trampolines may lead here: go on, uncounted, in the
-            // original code (left unpatched).
-            if !matches!(b.how, How::Fell { .. }) {
-                out.failed_blocks.push(block);
+        match emit(cx, p, at, &redirect, &mut out) {
+            Some(s) => took.push(s),
+            None => {
+                took.push(Sizes {
+                    stub: at.stub_size,
+                    main: at.main_size,
+                });
+                // Other trampolines may lead here: go on, uncounted, in
+                // the original code (left unpatched).
+                if !matches!(b.how, How::Fell { .. }) {
+                    out.failed_blocks.push(block);
+                }
+                if let Some(c) = enc(&[jmp(b.start + cx.bias)], at.entry) {
+                    out.put(cx, at.entry, &c);
+                }
+                continue;
             }
-            if let Some(c) = enc(&[jmp(b.start + cx.bias)], at.entry) {
-                out.put(cx, at.entry, &c);
-            }
-            continue;
         }
         out.patch(b, at.entry, cx.bias);
     }
     out.patches.sort_by_key(|p| p.addr);
-    out
+    (out, took)
 }
 
 impl Laid {
@@ -151,8 +203,10 @@ impl Laid {
                 });
                 return;
             }
-            How::Call { len: 5 } => (PATCH_CALL5, b.start, 5),
-            How::Call { .. } => (PATCH_CALL6, b.start, 6),
+            // The block's final call (the whole block, or after a
+            // prefix that runs in place).
+            How::Call { len: 5 } => (PATCH_CALL5, b.end - 5, 5),
+            How::Call { .. } => (PATCH_CALL6, b.end - 6, 6),
             How::None
             | How::Once
             | How::Covered
@@ -169,10 +223,18 @@ impl Laid {
     }
 }
 
-/// Encode piece `p` at its place `at`, its branches redirected: whether
-/// all of it fits.
-fn emit(cx: &Ctx, p: Piece, at: &Place, redirect: &dyn Fn(u64) -> u64, out: &mut Laid) -> bool {
+/// Encode piece `p` at its place `at`, its branches redirected: the
+/// length its stubs (the longest) and its main part took, or None when
+/// some part did not fit.
+fn emit(
+    cx: &Ctx,
+    p: Piece,
+    at: &Place,
+    redirect: &dyn Fn(u64) -> u64,
+    out: &mut Laid,
+) -> Option<Sizes> {
     let mut ok = true;
+    let mut took = Sizes { stub: 0, main: 0 };
     for (k, mut stub) in p.stubs.into_iter().enumerate() {
         let s_at = at.stub_at + at.stub_size * k as u64;
         let last = stub.len() - 1;
@@ -185,12 +247,16 @@ fn emit(cx: &Ctx, p: Piece, at: &Place, redirect: &dyn Fn(u64) -> u64, out: &mut
             Some(c) if c.len() as u64 <= at.stub_size => {
                 out.put(cx, s_at, &c);
                 out.counter_fixups.extend(fx);
+                took.stub = took.stub.max(c.len() as u64);
             }
             _ => ok = false,
         }
     }
-    if !ok || p.main.is_empty() {
-        return ok;
+    if !ok {
+        return None;
+    }
+    if p.main.is_empty() {
+        return Some(took);
     }
     let mut main = p.main;
     for x in main.iter_mut() {
@@ -210,9 +276,10 @@ fn emit(cx: &Ctx, p: Piece, at: &Place, redirect: &dyn Fn(u64) -> u64, out: &mut
         Some(c) if c.len() as u64 <= at.main_size => {
             out.put(cx, at.main_at, &c);
             out.counter_fixups.extend(fx);
-            true
+            took.main = c.len() as u64;
+            Some(took)
         }
-        _ => false,
+        _ => None,
     }
 }
 
@@ -318,6 +385,31 @@ mod tests {
     }
 
     #[test]
+    fn trampolines_are_packed_one_after_another() {
+        // A loop of short blocks: cmp; jcc | inc; jmp back | calls; ret.
+        // cmp edi,5; jl L2 | L1: add eax,1; sub edi,1; jmp L0 | L2: mov
+        // ecx,2; call f | mov edx,3; ret
+        let bytes = [
+            0x83, 0xff, 0x05, 0x7c, 0x08, // cmp edi,5; jl +8
+            0x83, 0xc0, 0x01, 0x83, 0xef, 0x01, 0xeb, 0xf3, // add; sub; jmp 0x1000
+            0xb9, 2, 0, 0, 0, 0xe8, 0x00, 0x00, 0x00, 0x00, // mov ecx,2; call next
+            0xba, 3, 0, 0, 0, 0xc3, // mov edx,3; ret
+        ];
+        let plan = plan(&bytes);
+        let e = encode(&plan, BIAS, AREA, 0);
+        assert_eq!(e.failed, 0);
+        // No filler between trampolines: each starts where the last ended
+        // (laid out by bounds, 60% of this area was int3).
+        assert!(!e.code.is_empty());
+        assert_eq!(e.code.iter().filter(|&&b| b == 0xcc).count(), 0);
+        // Every patch leads into the area, and every count is relocatable.
+        for p in &e.patches {
+            assert!((AREA..AREA + e.code.len() as u64).contains(&p.entry));
+        }
+        assert!(!e.counter_fixups.is_empty());
+    }
+
+    #[test]
     fn a_piece_that_does_not_fit_its_room_fails() {
         let plan = plan(&[0xc3]);
         let cx = Ctx {
@@ -340,9 +432,13 @@ mod tests {
             entry: AREA,
         };
         let mut out = laid();
-        assert!(!emit(&cx, piece(), &at(4), &|t| t, &mut out));
+        assert!(emit(&cx, piece(), &at(4), &|t| t, &mut out).is_none());
         assert!(out.counter_fixups.is_empty());
-        assert!(emit(&cx, piece(), &at(64), &|t| t, &mut out));
+        // `incq %gs:disp32` is 9 bytes: what it took, not its room.
+        assert_eq!(
+            emit(&cx, piece(), &at(64), &|t| t, &mut out),
+            Some(Sizes { stub: 0, main: 9 })
+        );
         // `incq %gs:56`: its displacement's offset is listed for relocation.
         assert_eq!(out.counter_fixups.len(), 1);
         let o = out.counter_fixups[0] as usize;

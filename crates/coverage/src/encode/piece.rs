@@ -9,6 +9,7 @@ use super::{records_fell, Ctx};
 use crate::plan::{How, PlannedBlock};
 
 /// One block's trampoline pieces, before layout.
+#[derive(Clone)]
 pub(super) struct Piece {
     /// The block's index.
     pub block: usize,

@@ -24,8 +24,9 @@
 //!   in a conditional jump runs its jump on into the block it falls
 //!   through to when that block is entered no other way ([`How::Covered`]).
 //!   When the instructions before a block's final call are shorter than 5
-//!   bytes, the jump covers the call too and the trampoline makes the call
-//!   as a push of the original return address and a jump: the return
+//!   bytes, the call is retargeted ([`How::Call`]) where it can be;
+//!   otherwise the jump covers the call too and the trampoline makes the
+//!   call as a push of the original return address and a jump: the return
 //!   lands in the original code, as the unwinder expects (at the price of
 //!   one mispredicted return).
 //! * [`How::Int3`]: blocks shorter than 5 bytes: `int3` at the start; the
@@ -40,9 +41,12 @@
 //!   the block is left unpatched and takes that count ([`How::Fell`]):
 //!   no trap, and exact. Elsewhere a short block with dead bytes of a
 //!   copied block within 128 bytes hops there ([`How::Hop`]).
-//! * [`How::Call`]: a block that is one call (`call rel32`, or `call
-//!   *disp(%rip)`) is counted by retargeting the call to a stub that counts
-//!   and jumps on; the return address does not change.
+//! * [`How::Call`]: a block that ends in a call (`call rel32`, or `call
+//!   *disp(%rip)`) after less than 5 bytes of other instructions (none,
+//!   often) is counted by retargeting the call to a stub that counts and
+//!   jumps on; the instructions before it run in place, and the return
+//!   address does not change. Nothing in a block branches, so the call
+//!   runs exactly when the block is entered.
 //! * [`How::Implied`] (hit mode only, [`Mode::Hits`]): not patched; the
 //!   block before it in a chain always jumps or falls into it and is its
 //!   only way in, so it ran exactly when the chain's first block did
@@ -111,8 +115,9 @@ pub enum How {
     /// the dead bytes of a nearby block whose trampoline copies it whole;
     /// the trampoline copies `start..to`.
     Hop { to: u64, slot: u64 },
-    /// The block is one call of `len` bytes (5: `call rel32`; 6: `call
-    /// *disp(%rip)`), retargeted to a counting stub.
+    /// The block ends in a call of `len` bytes (5: `call rel32`; 6: `call
+    /// *disp(%rip)`), retargeted to a counting stub; what comes before it
+    /// (less than 5 bytes) runs in place.
     Call { len: u32 },
     /// Counted in the trampoline of an earlier block whose window runs
     /// on into this one (it is entered only by falling through from it).
