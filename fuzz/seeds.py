@@ -191,7 +191,7 @@ for name in sorted(os.listdir(g)):
 # conditional jump, one derived from its fall-through), one jump whose table
 # was recovered (Plan::tables), the plan's mode (0: counts, 1: hits), one
 # range of code the module copies at run time (Plan::copied), and an
-# encoding.
+# encoding (with the offsets of its fields that reach the module).
 def cache_file(with_encoding=True, cut=0):
     q = lambda *v: struct.pack("<%dQ" % len(v), *v)
     b = b"profdev-coverage-cache 2\n" + bytes(range(32))
@@ -208,6 +208,7 @@ def cache_file(with_encoding=True, cut=0):
         b += b"\x01" + q(0x6000, 64) + b"\xcc" * 64
         b += q(1, 0x1000, 0x7000, 1, 5)
         b += q(0, 0, 0, 2, 3, 20, 7)
+        b += b"\x01" + q(2, 9, 40)  # movable, and the fields reaching the module
     else:
         b += b"\x00"
     return b[:len(b) - cut]

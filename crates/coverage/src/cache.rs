@@ -328,6 +328,11 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
                 w.u64(o.into());
             }
             w.u64(e.first_counter);
+            w.u8(e.movable.into());
+            w.len(e.far_fixups.len());
+            for &o in &e.far_fixups {
+                w.u64(o.into());
+            }
         }
     }
     w.0
@@ -461,6 +466,12 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
                 counter_fixups.push(r.u32()?);
             }
             let first_counter = r.u64()?;
+            let movable = r.u8()? != 0;
+            let n = r.len(8)?;
+            let mut far_fixups = Vec::with_capacity(n);
+            for _ in 0..n {
+                far_fixups.push(r.u32()?);
+            }
             Some((
                 offset,
                 Encoded {
@@ -470,6 +481,8 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
                     trapped,
                     failed_blocks,
                     counter_fixups,
+                    far_fixups,
+                    movable,
                     first_counter,
                 },
             ))
@@ -547,9 +560,10 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
         }
         if e.counter_fixups
             .iter()
+            .chain(&e.far_fixups)
             .any(|&o| o as usize + 4 > e.code.len())
         {
-            return Err("a counter relocation is out of range".into());
+            return Err("a relocation is out of range".into());
         }
     }
     Ok(())
@@ -658,6 +672,8 @@ mod tests {
             trapped: 0,
             failed_blocks: vec![],
             counter_fixups: vec![3, 20],
+            far_fixups: vec![9, 40],
+            movable: true,
             first_counter: 7,
         };
         (plan, enc)

@@ -7,7 +7,7 @@ use iced_x86::{Code, FlowControl, OpKind};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::piece::Piece;
-use super::seq::{bound, enc, enc_fix, jmp, SENTINEL};
+use super::seq::{bound, enc_fix, jmp, Fixups, SENTINEL};
 use super::{Ctx, Patch, PATCH_CALL5, PATCH_CALL6, PATCH_INT3, PATCH_JMP, PATCH_REL8};
 use crate::plan::{How, PlannedBlock};
 
@@ -34,6 +34,10 @@ pub(super) struct Laid {
     /// Blocks counted through a trap.
     pub trapped: u64,
     pub counter_fixups: Vec<u32>,
+    /// Offsets in `code` of the 32-bit fields that reach the module.
+    pub far_fixups: Vec<u32>,
+    /// Whether every reference to the module is such a field.
+    pub movable: bool,
     /// Blocks whose trampoline failed to encode (left unpatched).
     pub failed_blocks: Vec<usize>,
 }
@@ -141,13 +145,16 @@ fn encode_at(cx: &Ctx, pieces: Vec<Piece>, sizes: Option<&[Sizes]>) -> (Laid, Ve
         patches: Vec::new(),
         trapped: 0,
         counter_fixups: Vec::new(),
+        far_fixups: Vec::new(),
+        movable: true,
         failed_blocks: Vec::new(),
     };
+    let span = (cx.area, end);
     let mut took = Vec::with_capacity(pieces.len());
     for (p, at) in pieces.into_iter().zip(&places) {
         let b = &cx.plan.blocks[p.block];
         let block = p.block;
-        match emit(cx, p, at, &redirect, &mut out) {
+        match emit(cx, p, at, &redirect, sizes.is_some(), span, &mut out) {
             Some(s) => took.push(s),
             None => {
                 took.push(Sizes {
@@ -159,8 +166,9 @@ fn encode_at(cx: &Ctx, pieces: Vec<Piece>, sizes: Option<&[Sizes]>) -> (Laid, Ve
                 if !matches!(b.how, How::Fell { .. }) {
                     out.failed_blocks.push(block);
                 }
-                if let Some(c) = enc(&[jmp(b.start + cx.bias)], at.entry) {
+                if let Some((c, fx)) = enc_fix(&[jmp(b.start + cx.bias)], at.entry, span) {
                     out.put(cx, at.entry, &c);
+                    out.fixed(at.entry - cx.area, fx);
                 }
                 continue;
             }
@@ -172,6 +180,14 @@ fn encode_at(cx: &Ctx, pieces: Vec<Piece>, sizes: Option<&[Sizes]>) -> (Laid, Ve
 }
 
 impl Laid {
+    /// The fixups of code put at offset `off` of the area.
+    fn fixed(&mut self, off: u64, fx: Fixups) {
+        let at = |o: u32| (u64::from(o) + off) as u32;
+        self.counter_fixups.extend(fx.counters.into_iter().map(at));
+        self.far_fixups.extend(fx.far.into_iter().map(at));
+        self.movable &= fx.movable;
+    }
+
     /// `bytes` into the area's code at run-time address `at`.
     fn put(&mut self, cx: &Ctx, at: u64, bytes: &[u8]) {
         let off = (at - cx.area) as usize;
@@ -226,11 +242,20 @@ impl Laid {
 /// Encode piece `p` at its place `at`, its branches redirected: the
 /// length its stubs (the longest) and its main part took, or None when
 /// some part did not fit.
+///
+/// `packed` (the pieces one after another in the rooms they took): a
+/// main part whose final jump leads to the very next byte after its room
+/// (the trampoline of the block it falls or jumps into, laid out next)
+/// drops that jump and ends in no-ops up to its room's end, so the run
+/// goes on there without a taken branch (python3's dictionary lookup: a
+/// `jmp` to the next instruction between every two blocks).
 fn emit(
     cx: &Ctx,
     p: Piece,
     at: &Place,
     redirect: &dyn Fn(u64) -> u64,
+    packed: bool,
+    span: (u64, u64),
     out: &mut Laid,
 ) -> Option<Sizes> {
     let mut ok = true;
@@ -242,11 +267,10 @@ fn emit(
             let t = redirect(stub[last].near_branch_target());
             stub[last].set_near_branch64(t);
         }
-        let mut fx = Vec::new();
-        match enc_fix(&stub, s_at, &mut fx, s_at - cx.area) {
-            Some(c) if c.len() as u64 <= at.stub_size => {
+        match enc_fix(&stub, s_at, span) {
+            Some((c, fx)) if c.len() as u64 <= at.stub_size => {
                 out.put(cx, s_at, &c);
-                out.counter_fixups.extend(fx);
+                out.fixed(s_at - cx.area, fx);
                 took.stub = took.stub.max(c.len() as u64);
             }
             _ => ok = false,
@@ -271,16 +295,52 @@ fn emit(
             x.set_near_branch64(redirect(t));
         }
     }
-    let mut fx = Vec::new();
-    match enc_fix(&main, at.main_at, &mut fx, at.main_at - cx.area) {
-        Some(c) if c.len() as u64 <= at.main_size => {
+    let end = at.main_at + at.main_size;
+    let falls = packed
+        && main.len() > 1
+        && main
+            .last()
+            .is_some_and(|x| x.code() == Code::Jmp_rel32_64 && x.near_branch_target() == end);
+    if falls {
+        main.pop();
+    }
+    match enc_fix(&main, at.main_at, span) {
+        Some((c, fx)) if c.len() as u64 <= at.main_size => {
             out.put(cx, at.main_at, &c);
-            out.counter_fixups.extend(fx);
+            out.fixed(at.main_at - cx.area, fx);
             took.main = c.len() as u64;
+            if falls {
+                let pad = nops(at.main_size - took.main);
+                out.put(cx, at.main_at + took.main, &pad);
+            }
             Some(took)
         }
         _ => None,
     }
+}
+
+/// `n` bytes of no-ops, in as few instructions as the recommended
+/// multi-byte forms allow (at most 9 bytes each).
+fn nops(n: u64) -> Vec<u8> {
+    const FORMS: [&[u8]; 9] = [
+        &[0x90],
+        &[0x66, 0x90],
+        &[0x0f, 0x1f, 0x00],
+        &[0x0f, 0x1f, 0x40, 0x00],
+        &[0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00],
+        &[0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+        &[0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+    ];
+    let mut out = Vec::with_capacity(n as usize);
+    let mut left = n as usize;
+    while left > 0 {
+        let k = left.min(FORMS.len());
+        out.extend_from_slice(FORMS[k - 1]);
+        left -= k;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -331,6 +391,8 @@ mod tests {
             patches: Vec::new(),
             trapped: 0,
             counter_fixups: Vec::new(),
+            far_fixups: Vec::new(),
+            movable: true,
             failed_blocks: Vec::new(),
         }
     }
@@ -407,6 +469,31 @@ mod tests {
             assert!((AREA..AREA + e.code.len() as u64).contains(&p.entry));
         }
         assert!(!e.counter_fixups.is_empty());
+        // A trampoline that runs into the next one laid out goes on with
+        // no jump to the next byte.
+        let mut d = Decoder::with_ip(64, &e.code, AREA, DecoderOptions::NONE);
+        let mut jumps = 0;
+        while d.can_decode() {
+            let x = d.decode();
+            assert_ne!(x.code(), Code::INVALID);
+            if x.mnemonic() == iced_x86::Mnemonic::Jmp && x.op0_kind() != OpKind::Register {
+                jumps += 1;
+                assert_ne!(x.near_branch_target(), x.next_ip(), "{x:?}");
+            }
+        }
+        assert!(jumps > 0);
+    }
+
+    #[test]
+    fn no_ops_fill_any_length_in_whole_instructions() {
+        for n in 0..40u64 {
+            let pad = nops(n);
+            assert_eq!(pad.len() as u64, n);
+            let mut d = Decoder::with_ip(64, &pad, 0, DecoderOptions::NONE);
+            while d.can_decode() {
+                assert_eq!(d.decode().mnemonic(), iced_x86::Mnemonic::Nop);
+            }
+        }
     }
 
     #[test]
@@ -432,11 +519,28 @@ mod tests {
             entry: AREA,
         };
         let mut out = laid();
-        assert!(emit(&cx, piece(), &at(4), &|t| t, &mut out).is_none());
+        assert!(emit(
+            &cx,
+            piece(),
+            &at(4),
+            &|t| t,
+            false,
+            (AREA, AREA + 256),
+            &mut out
+        )
+        .is_none());
         assert!(out.counter_fixups.is_empty());
         // `incq %gs:disp32` is 9 bytes: what it took, not its room.
         assert_eq!(
-            emit(&cx, piece(), &at(64), &|t| t, &mut out),
+            emit(
+                &cx,
+                piece(),
+                &at(64),
+                &|t| t,
+                false,
+                (AREA, AREA + 256),
+                &mut out
+            ),
             Some(Sizes { stub: 0, main: 9 })
         );
         // `incq %gs:56`: its displacement's offset is listed for relocation.

@@ -119,6 +119,14 @@ pub struct Encoded {
     /// (`incq %gs:DISP`) and of the recorded sites' keys (`lea
     /// %gs:DISP,%rax`), each `8 * (first counter + index)`.
     pub counter_fixups: Vec<u32>,
+    /// Offsets in `code` of the 32-bit fields that reach the module (the
+    /// rel32 of a branch back into it, a RIP-relative operand): what a
+    /// move to another distance between area and module adjusts
+    /// ([`Encoded::code_at`]).
+    pub far_fixups: Vec<u32>,
+    /// Whether `far_fixups` lists every reference to the module (none is
+    /// a rel8 that happened to reach it): the code can move.
+    pub movable: bool,
     /// The first counter the code was encoded for.
     pub first_counter: u64,
 }
@@ -141,6 +149,28 @@ impl Encoded {
             }
         }
         code
+    }
+
+    /// The area's code for a load whose area lies `moved` bytes further
+    /// from its module than the one this was encoded for (`(area - bias)
+    /// - (area0 - bias0)`), its counters from `first_counter`: each field
+    /// reaching the module takes the difference. None when the code
+    /// cannot move ([`Encoded::movable`]) or a field would not reach.
+    pub fn code_at(&self, first_counter: u64, moved: i64) -> Option<Vec<u8>> {
+        if moved == 0 {
+            return Some(self.code_for(first_counter));
+        }
+        if !self.movable {
+            return None;
+        }
+        let mut code = self.code_for(first_counter);
+        for &o in &self.far_fixups {
+            let o = o as usize;
+            let v = i32::from_le_bytes(code.get(o..o + 4)?.try_into().ok()?);
+            let w = i32::try_from(i64::from(v).checked_sub(moved)?).ok()?;
+            code[o..o + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        Some(code)
     }
 
     /// The patches for a load at `bias` with its area at `area`, from an
@@ -311,6 +341,8 @@ pub fn encode_with(
         trapped: laid.trapped,
         failed_blocks,
         counter_fixups: laid.counter_fixups,
+        far_fixups: laid.far_fixups,
+        movable: laid.movable,
         first_counter,
     }
 }

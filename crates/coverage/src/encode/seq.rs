@@ -3,7 +3,8 @@
 //! the area.
 
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, MemoryOperand, Register,
+    BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, MemoryOperand, OpKind,
+    Register,
 };
 
 /// The code that records the target of the indirect call or jump `x`
@@ -258,37 +259,71 @@ pub(super) fn detached(list: &[Instruction]) -> Vec<Instruction> {
         .collect()
 }
 
+/// The 32-bit fields of an encoding that a move must adjust.
+#[derive(Default)]
+pub(super) struct Fixups {
+    /// Offsets of the displacements of its counts and sites' keys.
+    pub counters: Vec<u32>,
+    /// Offsets of the rel32 branch targets and RIP-relative
+    /// displacements that reach outside the area (into the module).
+    pub far: Vec<u32>,
+    /// False when such a reference is not a 32-bit field (a branch that
+    /// reached the module with rel8): the code cannot move.
+    pub movable: bool,
+}
+
+/// `list` encoded at `rip`, and its [`Fixups`] (offsets from the start
+/// of the result); `area` is the trampoline area's span, what is not in
+/// it is the module's.
 pub(super) fn enc_fix(
     list: &[Instruction],
     rip: u64,
-    fixups: &mut Vec<u32>,
-    base: u64,
-) -> Option<Vec<u8>> {
+    area: (u64, u64),
+) -> Option<(Vec<u8>, Fixups)> {
     let list = &detached(list)[..];
-    let counts = list.iter().any(|x| is_count(x) || is_key(x));
-    let opts = if counts {
-        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
-            | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS
-    } else {
-        BlockEncoderOptions::NONE
-    };
+    let opts = BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
+        | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS;
     let r = BlockEncoder::encode(64, InstructionBlock::new(list, rip), opts).ok()?;
-    if counts {
-        for (k, x) in list.iter().enumerate() {
-            let c = r.constant_offsets.get(k)?;
-            let at = *r.new_instruction_offsets.get(k)?;
-            if !is_count(x) && !is_key(x) {
-                continue;
-            }
+    let mut fx = Fixups {
+        movable: true,
+        ..Fixups::default()
+    };
+    let outside = |t: u64| t < area.0 || t >= area.1;
+    for (k, x) in list.iter().enumerate() {
+        let c = r.constant_offsets.get(k)?;
+        let at = *r.new_instruction_offsets.get(k)?;
+        if is_count(x) || is_key(x) {
             if at == u32::MAX || !c.has_displacement() || c.displacement_size() != 4 {
                 return None;
             }
-            fixups.push((base + u64::from(at) + c.displacement_offset() as u64) as u32);
+            fx.counters
+                .push((u64::from(at) + c.displacement_offset() as u64) as u32);
+            continue;
+        }
+        let field = if x.is_ip_rel_memory_operand() && outside(x.ip_rel_memory_address()) {
+            c.has_displacement()
+                .then(|| (c.displacement_offset(), c.displacement_size()))
+        } else if matches!(
+            x.op0_kind(),
+            OpKind::NearBranch64 | OpKind::NearBranch32 | OpKind::NearBranch16
+        ) && outside(x.near_branch_target())
+        {
+            c.has_immediate()
+                .then(|| (c.immediate_offset(), c.immediate_size()))
+        } else {
+            continue;
+        };
+        match field {
+            Some((o, 4)) if at != u32::MAX => {
+                fx.far.push((u64::from(at) + o as u64) as u32);
+            }
+            _ => fx.movable = false,
         }
     }
-    Some(r.code_buffer)
+    Some((r.code_buffer, fx))
 }
 
+#[cfg(test)]
 pub(super) fn enc(list: &[Instruction], rip: u64) -> Option<Vec<u8>> {
     BlockEncoder::encode(
         64,

@@ -33,6 +33,36 @@ fn one_encoding_serves_another_load_at_the_same_offset() {
 }
 
 #[test]
+fn one_encoding_moves_to_another_distance_from_its_module() {
+    // The runtime of another process may not map the area at the
+    // distance the kept encoding was made for (another library is
+    // there): the code moves instead of being encoded again.
+    let plan = own_plan();
+    let (bias1, area1, first1) = (0x5555_0000_0000u64, 0x5555_4000_0000u64, 0u64);
+    let (bias2, area2, first2) = (0x7f12_3456_0000u64, 0x7f12_0456_0000u64, 77u64);
+    for opts in [Options::default(), Options { call_targets: true }] {
+        let once = encode_with(&plan, bias1, area1, first1, opts);
+        let fresh = encode_with(&plan, bias2, area2, first2, opts);
+        assert!(once.movable);
+        assert!(once.far_fixups.len() > 1000, "{}", once.far_fixups.len());
+        assert_eq!(once.failed, fresh.failed);
+        let moved = area2.wrapping_sub(bias2) as i64 - (area1 - bias1) as i64;
+        let code = once.code_at(first2, moved).expect("the code moves");
+        assert!(code == fresh.code, "code moved to another distance");
+        assert_eq!(
+            once.patches_for(bias1, area1, bias2, area2),
+            fresh.patches,
+            "patches moved"
+        );
+        assert!(fresh.code_at(first1, -moved).expect("and back") == once.code);
+    }
+    // Out of a rel32's reach: refused, not wrapped.
+    let once = encode(&plan, bias1, area1, first1);
+    assert!(once.code_at(first1, 3 << 30).is_none());
+    assert!(once.code_at(first1, 0).is_some());
+}
+
+#[test]
 fn an_encoding_recording_call_targets_serves_another_load_too() {
     // The sites' keys are relocated with the counts.
     let plan = own_plan();

@@ -68,26 +68,36 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             return None;
         }
         let entry = &mut s.entries[id];
-        let cached = entry.encoded.get(&key).cloned();
+        let mut cached = entry.encoded.get(&key).cloned();
+        if cached.is_none() {
+            // One made for another distance between area and module (the
+            // area could not be mapped at the one offered: another
+            // library is there), moved rather than encoded again.
+            let other = entry.encoded.values().find(|(_, _, e)| e.movable);
+            if let Some(e) = other.and_then(|(b0, a0, e)| moved(e, (*b0, *a0), (bias, area), first))
+            {
+                let e = Arc::new(e);
+                entry.encoded.insert(key, (bias, area, e.clone()));
+                cached = Some((bias, area, e));
+            }
+        }
         let disk = match (&cached, &entry.disk) {
-            (None, Some((off, _))) if *off == key => entry.disk.take(),
+            (None, Some((off, e))) if *off == key || e.movable => entry.disk.take(),
             _ => None,
         };
         (cached, disk)
     };
+    // The cache's encoding, moved to this load (its patches are kept at
+    // bias 0, its area at the offset), unless it cannot reach from here.
+    let disk = disk.and_then(|(off, e)| moved(&e, (0, off), (bias, area), first));
     let mut store = None;
     let (bias0, area0, enc) = match (cached, disk) {
         (Some(c), _) => {
             state.lock().ok()?.reused += 1;
             c
         }
-        (None, Some((off, e))) => {
-            // The cache's encoding, moved to this load (its patches are
-            // kept at bias 0, its area at the offset).
-            let moved = Arc::new(Encoded {
-                patches: e.patches_for(0, off, bias, area),
-                ..(*e).clone()
-            });
+        (None, Some(moved)) => {
+            let moved = Arc::new(moved);
             let mut s = state.lock().ok()?;
             s.from_disk += 1;
             let entry = &mut s.entries[id];
@@ -164,6 +174,20 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         }
     }
     Some(())
+}
+
+/// Encoding `e`, made for a load at `from` (bias, area), moved to a load
+/// at `to` with its counters from `first`: its patches, and its code
+/// with every field that reaches the module adjusted
+/// ([`Encoded::code_at`]); None when it cannot move there.
+fn moved(e: &Encoded, from: (u64, u64), to: (u64, u64), first: u64) -> Option<Encoded> {
+    let shift = offset_of(to.0, to.1).wrapping_sub(offset_of(from.0, from.1)) as i64;
+    Some(Encoded {
+        code: e.code_at(first, shift)?,
+        patches: e.patches_for(from.0, from.1, to.0, to.1),
+        first_counter: first,
+        ..e.clone()
+    })
 }
 
 /// One cache file being written ([`Server::wait_for_cache`] waits for
