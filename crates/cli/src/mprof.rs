@@ -341,9 +341,9 @@
 //! * Sites are symbolized from the module files as they are when mprof
 //!   reads them; a module replaced while CMD ran is named in a warning.
 //! * `--scan` is conservative: a stale or look-alike word hides a leak
-//!   (in memory the program maps and no longer uses too); a pointer kept
-//!   xor'ed or tagged, or in a vector register, shows a live block as
-//!   leaked. Other mallocs are refused.
+//!   (in memory the program maps and no longer uses too, and in vector
+//!   registers, roots as well); a pointer kept xor'ed or tagged shows a
+//!   live block as leaked. Other mallocs are refused.
 //! * Rust symbols in v0 mangling are recognized as wrappers only in the
 //!   `alloc` crate.
 //! * System code is found only in CMD's executable and the `-m` modules

@@ -321,16 +321,20 @@ impl Target {
         Ok(self.regs(tid)?.rip)
     }
 
-    /// Thread `tid`'s general registers at the stop, as words (every
-    /// field of `user_regs_struct`: a leak scan's candidate pointers),
-    /// its stack pointer and its `fs` base (the thread pointer).
+    /// Thread `tid`'s registers at the stop, as words (every field of
+    /// `user_regs_struct`, then the 64-bit words of its vector registers:
+    /// a leak scan's candidate pointers), its stack pointer and its `fs`
+    /// base (the thread pointer).
     pub fn registers(&mut self, tid: u32) -> Result<Registers, InjectError> {
         let r = self.regs(tid)?;
-        let words = vec![
+        let mut words = vec![
             r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx,
             r.rdx, r.rsi, r.rdi, r.orig_rax, r.rip, r.cs, r.eflags, r.rsp, r.ss, r.fs_base,
             r.gs_base, r.ds, r.es, r.fs, r.gs,
         ];
+        self.save_xstate(tid)?;
+        let x = self.thread(tid)?.xstate.as_deref().unwrap_or_default();
+        words.extend(vector_words(x));
         Ok(Registers {
             sp: r.rsp,
             fs_base: r.fs_base,
@@ -514,6 +518,21 @@ impl Target {
     pub fn detach(self) {}
 }
 
+/// The 64-bit words of the vector registers in a saved FPU state (an
+/// XSAVE area as PTRACE_GETREGSET gives it, or a 512-byte FXSAVE area):
+/// XMM0-15 (the legacy area's bytes 160..416), and past the XSAVE header
+/// (bytes 512..576) every extended component the kernel wrote (AVX's upper
+/// halves, AVX-512's, and whatever else it holds: a word too many is a
+/// root too many, never a block wrongly called leaked). A memcpy in
+/// progress holds pointers there.
+pub fn vector_words(x: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    let xmm = x.get(160..416).unwrap_or_default();
+    let ext = x.get(576..).unwrap_or_default();
+    xmm.chunks_exact(8)
+        .chain(ext.chunks_exact(8))
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+}
+
 impl Drop for Target {
     fn drop(&mut self) {
         let pid = self.pid;
@@ -554,6 +573,25 @@ impl Drop for Target {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn vector_words_are_the_xmm_and_extended_areas() {
+        let mut x = vec![0u8; 1024];
+        x[160..168].copy_from_slice(&0x1111u64.to_le_bytes()); // xmm0
+        x[408..416].copy_from_slice(&0x2222u64.to_le_bytes()); // xmm15's high
+        x[512..520].copy_from_slice(&0x3333u64.to_le_bytes()); // the header
+        x[576..584].copy_from_slice(&0x4444u64.to_le_bytes()); // ymm0's upper
+        x[32..40].copy_from_slice(&0x5555u64.to_le_bytes()); // st0
+        let w: Vec<u64> = super::vector_words(&x).collect();
+        assert_eq!(w.len(), 32 + (1024 - 576) / 8);
+        for v in [0x1111, 0x2222, 0x4444] {
+            assert!(w.contains(&v), "{v:#x}");
+        }
+        assert!(!w.contains(&0x3333) && !w.contains(&0x5555));
+        // FXSAVE's 512 bytes: XMM0-15 alone.
+        assert_eq!(super::vector_words(&x[..512]).count(), 32);
+        assert_eq!(super::vector_words(&[]).count(), 0);
+    }
+
     use super::*;
 
     #[test]
