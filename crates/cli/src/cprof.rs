@@ -258,9 +258,9 @@
 //!   statically linked process is counted through uprobes (as a static
 //!   CMD is, and said so on standard error); an interrupted `-p` then
 //!   stops counting it (the probes go with cprof).
-//! * Hit mode (marks with CMD): a fault or asynchronous signal whose
-//!   handler never returns may mark wrongly the block cut short or its
-//!   successors when probes were pruned there (`plan/hits.rs`). A probe
+//! * A fault or asynchronous signal whose handler never returns may mark
+//!   or count (once too often) the block cut short and blocks derived
+//!   from it (`plan/hits.rs`, `plan/taken.rs`). Hit mode: a probe
 //!   is removed through `/proc/self/mem` (else its page is left writable);
 //!   a child forked before a block's first run marks it, one forked
 //!   after does not (its parent did). SIGTRAP is the runtime's: a

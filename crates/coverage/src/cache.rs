@@ -304,6 +304,11 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
         w.u64(lo);
         w.u64(hi);
     }
+    w.len(plan.taken_from.len());
+    for &(t, p) in &plan.taken_from {
+        w.u64(t.into());
+        w.u64(p.into());
+    }
     match encoded {
         None => w.u8(0),
         Some((offset, e)) => {
@@ -428,6 +433,11 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     for _ in 0..n {
         copied.push((r.u64()?, r.u64()?));
     }
+    let n = r.len(16)?;
+    let mut taken_from = Vec::with_capacity(n);
+    for _ in 0..n {
+        taken_from.push((r.u32()?, r.u32()?));
+    }
     let plan = Plan {
         blocks,
         branches,
@@ -437,6 +447,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         mode,
         sections,
         copied,
+        taken_from,
     };
     let encoded = match r.u8()? {
         0 => None,
@@ -554,6 +565,24 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
             return Err("an implied block derives from none".into());
         }
     }
+    // A taken edge's block: counting mode, in order, from a block in
+    // range with a counted branch that is not derived itself.
+    let derived = |k: u32| plan.taken_from.iter().any(|&(t, _)| t == k);
+    if !plan.taken_from.is_empty()
+        && (plan.mode != Mode::Counts
+            || plan.taken_from.windows(2).any(|w| w[0].0 >= w[1].0)
+            || plan.taken_from.iter().any(|&(t, p)| {
+                t == p
+                    || t as usize >= plan.blocks.len()
+                    || plan
+                        .blocks
+                        .get(p as usize)
+                        .is_none_or(|b| b.branch.is_none())
+                    || derived(p)
+            }))
+    {
+        return Err("a block derived from a taken edge derives from none".into());
+    }
     if let Some(e) = enc {
         if e.failed_blocks.iter().any(|&i| i >= plan.blocks.len()) {
             return Err("a block index is out of range".into());
@@ -659,6 +688,7 @@ mod tests {
             mode: Mode::Counts,
             sections: vec![(0x1000, vec![0x90; 16])],
             copied: vec![(0x1008, 0x1010)],
+            taken_from: vec![],
         };
         let enc = Encoded {
             code: vec![0xcc; 64],

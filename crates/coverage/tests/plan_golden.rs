@@ -37,6 +37,9 @@ fn plan_digest(plan: &Plan) -> String {
     h.update(format!("{:?}\n", plan.build_id).as_bytes());
     h.update(format!("{:?}\n", plan.tables).as_bytes());
     h.update(format!("{} {}\n", plan.counters(), plan.uncounted()).as_bytes());
+    if !plan.taken_from.is_empty() {
+        h.update(format!("{:?}\n", plan.taken_from).as_bytes());
+    }
     hex(h.finalize())
 }
 

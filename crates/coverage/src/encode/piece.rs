@@ -128,7 +128,12 @@ fn copy_piece(
         v.extend(emulate_call(&call)?);
         emulated = Some(v);
     }
-    let mut main = count_seq(counter, b.flags_live, cx.hits());
+    // A block derived from a taken edge counts nothing itself.
+    let mut main = if plan.taken_of(i).is_some() {
+        Vec::new()
+    } else {
+        count_seq(counter, b.flags_live, cx.hits())
+    };
     for x in copied {
         let link = x.ip() - cx.bias;
         if link != from {

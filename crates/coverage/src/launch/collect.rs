@@ -116,7 +116,7 @@ impl Server {
                     let not_taken = plan.fell(j as usize, c);
                     m.branches.push(Branch {
                         addr: plan.branches[j as usize].0,
-                        taken: c[i].saturating_sub(not_taken),
+                        taken: count.saturating_sub(not_taken),
                         not_taken,
                     });
                 }

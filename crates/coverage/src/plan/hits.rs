@@ -248,7 +248,7 @@ pub(super) fn once(blocks: &mut [PlannedBlock], funcs: &Funcs, masked: &HashSet<
 }
 
 /// The instruction at `addr`.
-fn insn_at(code: &Code, addr: u64) -> Option<&Instruction> {
+pub(super) fn insn_at(code: &Code, addr: u64) -> Option<&Instruction> {
     let k = code
         .insns
         .binary_search_by_key(&addr, Instruction::ip)
@@ -271,7 +271,7 @@ fn stops(x: &Instruction) -> bool {
 }
 
 /// Whether `x` is a direct branch (or call) and where it leads.
-fn direct_target(x: &Instruction) -> Option<u64> {
+pub(super) fn direct_target(x: &Instruction) -> Option<u64> {
     let branches = matches!(
         x.flow_control(),
         FlowControl::UnconditionalBranch
@@ -282,12 +282,38 @@ fn direct_target(x: &Instruction) -> Option<u64> {
     (branches && x.op0_kind() == OpKind::NearBranch64).then(|| x.near_branch_target())
 }
 
+/// The ways into each address from the module's own blocks: every
+/// direct branch or call to it, and the fall-through of the block before
+/// it.
+pub(super) fn ways(blocks: &[PlannedBlock], code: &Code) -> HashMap<u64, u32> {
+    let mut ways: HashMap<u64, u32> = HashMap::default();
+    for b in blocks {
+        let Some(last) = b.insns.last().and_then(|&a| insn_at(code, a)) else {
+            continue;
+        };
+        if let Some(t) = direct_target(last) {
+            *ways.entry(t).or_default() += 1;
+        }
+        if !ends_flow(last) {
+            *ways.entry(b.end).or_default() += 1;
+        }
+    }
+    ways
+}
+
+/// Whether every instruction of `b` before its last goes on to the next
+/// (no branch, no call, nothing that may not go on): once entered, `b`
+/// reaches its last instruction.
+pub(super) fn plain_before(b: &PlannedBlock, code: &Code) -> bool {
+    b.insns[..b.insns.len().saturating_sub(1)].iter().all(|&a| {
+        insn_at(code, a).is_some_and(|x| x.flow_control() == FlowControl::Next && !stops(x))
+    })
+}
+
 /// Per block, how its hit derives from other blocks' probes, if it does.
 fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
     let n = blocks.len();
-    // The ways into each address: every direct branch or call to it, and
-    // the fall-through of the block before it.
-    let mut ways: HashMap<u64, u32> = HashMap::default();
+    let ways = ways(blocks, f.code);
     // Per block, the block it always goes on to, when it goes on to one
     // only (a direct jump, or falling through) and runs to its end.
     let mut next: Vec<Option<u64>> = vec![None; n];
@@ -298,22 +324,13 @@ fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
         let Some(last) = b.insns.last().and_then(|&a| insn_at(f.code, a)) else {
             continue;
         };
-        if let Some(t) = direct_target(last) {
-            *ways.entry(t).or_default() += 1;
-        }
-        if !ends_flow(last) {
-            *ways.entry(b.end).or_default() += 1;
-        }
         let goes_on = b.insns.iter().all(|&a| {
             insn_at(f.code, a).is_some_and(|x| {
                 let plain = x.flow_control() == FlowControl::Next && !stops(x);
                 plain || (a == last.ip() && x.flow_control() == FlowControl::UnconditionalBranch)
             })
         });
-        let plain_before = b.insns[..b.insns.len() - 1].iter().all(|&a| {
-            insn_at(f.code, a).is_some_and(|x| x.flow_control() == FlowControl::Next && !stops(x))
-        });
-        if plain_before && last.flow_control() == FlowControl::ConditionalBranch {
+        if plain_before(b, f.code) && last.flow_control() == FlowControl::ConditionalBranch {
             forks[i] = direct_target(last).map(|t| (t, b.end));
         }
         if !goes_on {

@@ -91,6 +91,7 @@ mod leaders;
 mod masked;
 mod short;
 mod tables;
+mod taken;
 
 use std::path::Path;
 
@@ -216,6 +217,11 @@ pub struct Plan {
     /// blocks are therefore never patched: V8's embedded builtins, found
     /// by symbol (`plan/copied.rs`).
     pub copied: Vec<(u64, u64)>,
+    /// Counting mode: blocks entered only by the taken edge of the
+    /// conditional jump that ends another block, as (T, P) block indices
+    /// sorted by T. T's trampoline counts nothing: its count is P's less
+    /// the times P's jump fell through (`plan/taken.rs` states the rule).
+    pub taken_from: Vec<(u32, u32)>,
 }
 
 /// What [`Plan::build`] knows of a module besides its code.
@@ -526,6 +532,17 @@ impl Plan {
             hits::once(&mut blocks, &funcs, &signals);
             hits::hits(&mut blocks, &facts);
         }
+        let taken_from = if mode == Mode::Counts {
+            let facts = hits::Facts {
+                code: &code,
+                entered: &entered,
+                scope: &scope,
+                prune,
+            };
+            taken::taken_from(&blocks, &facts)
+        } else {
+            Vec::new()
+        };
         Plan {
             blocks,
             branches,
@@ -535,7 +552,18 @@ impl Plan {
             mode,
             sections,
             copied,
+            taken_from,
         }
+    }
+
+    /// The block whose taken edge block `i` derives from, if it does
+    /// ([`Plan::taken_from`]).
+    pub fn taken_of(&self, i: usize) -> Option<usize> {
+        let k = self
+            .taken_from
+            .binary_search_by_key(&(i as u32), |&(t, _)| t)
+            .ok()?;
+        Some(self.taken_from[k].1 as usize)
     }
 
     /// The count of block `i` from the module's counters `c` (in
@@ -545,7 +573,13 @@ impl Plan {
     pub fn count(&self, i: usize, c: &[u64]) -> u64 {
         // (What an implied or branching block reads has a probe of its
         // own, or implies by its branches' probes: `hits.rs`, and the
-        // cache's check.)
+        // cache's check; a taken edge's block is counted itself.)
+        if let Some(p) = self.taken_of(i) {
+            let fell = self.blocks[p]
+                .branch
+                .map_or(0, |j| self.fell(j as usize, c));
+            return c[p].saturating_sub(fell);
+        }
         match self.blocks[i].how {
             How::Fell { branch } => self.fell(branch as usize, c),
             How::Implied { by } => match self.blocks[by as usize].how {
@@ -560,6 +594,12 @@ impl Plan {
     /// The blocks whose probes block `i`'s count comes from: `i` itself,
     /// or those of the block implying it, or the two its branches lead to.
     pub fn counted_by(&self, i: usize) -> Vec<usize> {
+        if let Some(p) = self.taken_of(i) {
+            let from = self.blocks[p]
+                .branch
+                .and_then(|j| self.fell_from[j as usize]);
+            return std::iter::once(p).chain(from.map(|k| k as usize)).collect();
+        }
         match self.blocks[i].how {
             How::Implied { by } => self.counted_by(by as usize),
             How::Branches { taken, fell } => vec![taken as usize, fell as usize],
