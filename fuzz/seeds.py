@@ -204,7 +204,7 @@ def cache_file(with_encoding=True, cut=0):
     b += q(1, 0x1004)
     b += b"\x00"  # the plan's mode: counts
     b += q(1, 0x1008, 0x1010)  # code the module copies at run time (Plan::copied)
-    b += q(0)  # blocks derived from a taken edge (Plan::taken_from): none
+    b += q(0)  # blocks derived from the edges into them (Plan::derived): none
     if with_encoding:
         b += b"\x01" + q(0x6000, 64) + b"\xcc" * 64
         b += q(1, 0x1000, 0x7000, 1, 5)

@@ -260,7 +260,7 @@
 //!   stops counting it (the probes go with cprof).
 //! * A fault or asynchronous signal whose handler never returns may mark
 //!   or count (once too often) the block cut short and blocks derived
-//!   from it (`plan/hits.rs`, `plan/taken.rs`). Hit mode: a probe
+//!   from it (`plan/hits.rs`, `plan/derive.rs`). Hit mode: a probe
 //!   is removed through `/proc/self/mem` (else its page is left writable);
 //!   a child forked before a block's first run marks it, one forked
 //!   after does not (its parent did). SIGTRAP is the runtime's: a

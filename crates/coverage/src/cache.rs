@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::encode::{Encoded, Patch};
-use crate::plan::{How, Mode, Plan, PlannedBlock};
+use crate::plan::{Derived, Edge, How, Mode, Plan, PlannedBlock};
 
 /// The engine's identity: the crate version and a digest of its sources
 /// (build.rs).
@@ -304,10 +304,18 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
         w.u64(lo);
         w.u64(hi);
     }
-    w.len(plan.taken_from.len());
-    for &(t, p) in &plan.taken_from {
-        w.u64(t.into());
-        w.u64(p.into());
+    w.len(plan.derived.len());
+    for d in &plan.derived {
+        w.u64(d.block.into());
+        w.len(d.from.len());
+        for &(p, e) in &d.from {
+            w.u64(p.into());
+            w.u8(match e {
+                Edge::Whole => 0,
+                Edge::Taken => 1,
+                Edge::Fell => 2,
+            });
+        }
     }
     match encoded {
         None => w.u8(0),
@@ -434,9 +442,22 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         copied.push((r.u64()?, r.u64()?));
     }
     let n = r.len(16)?;
-    let mut taken_from = Vec::with_capacity(n);
+    let mut derived = Vec::with_capacity(n);
     for _ in 0..n {
-        taken_from.push((r.u32()?, r.u32()?));
+        let block = r.u32()?;
+        let k = r.len(9)?;
+        let mut from = Vec::with_capacity(k);
+        for _ in 0..k {
+            let p = r.u32()?;
+            let e = match r.u8()? {
+                0 => Edge::Whole,
+                1 => Edge::Taken,
+                2 => Edge::Fell,
+                e => return Err(format!("unknown edge {e}")),
+            };
+            from.push((p, e));
+        }
+        derived.push(Derived { block, from });
     }
     let plan = Plan {
         blocks,
@@ -447,7 +468,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         mode,
         sections,
         copied,
-        taken_from,
+        derived,
     };
     let encoded = match r.u8()? {
         0 => None,
@@ -565,23 +586,26 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
             return Err("an implied block derives from none".into());
         }
     }
-    // A taken edge's block: counting mode, in order, from a block in
-    // range with a counted branch that is not derived itself.
-    let derived = |k: u32| plan.taken_from.iter().any(|&(t, _)| t == k);
-    if !plan.taken_from.is_empty()
+    // A derived block: counting mode, in order, from blocks in range that
+    // are not derived themselves, with a counted branch for a branch's
+    // edge.
+    let derived = |k: u32| plan.derived.binary_search_by_key(&k, |d| d.block).is_ok();
+    if !plan.derived.is_empty()
         && (plan.mode != Mode::Counts
-            || plan.taken_from.windows(2).any(|w| w[0].0 >= w[1].0)
-            || plan.taken_from.iter().any(|&(t, p)| {
-                t == p
-                    || t as usize >= plan.blocks.len()
-                    || plan
-                        .blocks
-                        .get(p as usize)
-                        .is_none_or(|b| b.branch.is_none())
-                    || derived(p)
+            || plan.derived.windows(2).any(|w| w[0].block >= w[1].block)
+            || plan.derived.iter().any(|d| {
+                d.block as usize >= plan.blocks.len()
+                    || d.from.iter().any(|&(p, e)| {
+                        p == d.block
+                            || derived(p)
+                            || plan
+                                .blocks
+                                .get(p as usize)
+                                .is_none_or(|b| e != Edge::Whole && b.branch.is_none())
+                    })
             }))
     {
-        return Err("a block derived from a taken edge derives from none".into());
+        return Err("a derived block derives from none".into());
     }
     if let Some(e) = enc {
         if e.failed_blocks.iter().any(|&i| i >= plan.blocks.len()) {
@@ -688,7 +712,7 @@ mod tests {
             mode: Mode::Counts,
             sections: vec![(0x1000, vec![0x90; 16])],
             copied: vec![(0x1008, 0x1010)],
-            taken_from: vec![],
+            derived: vec![],
         };
         let enc = Encoded {
             code: vec![0xcc; 64],

@@ -37,8 +37,8 @@ fn plan_digest(plan: &Plan) -> String {
     h.update(format!("{:?}\n", plan.build_id).as_bytes());
     h.update(format!("{:?}\n", plan.tables).as_bytes());
     h.update(format!("{} {}\n", plan.counters(), plan.uncounted()).as_bytes());
-    if !plan.taken_from.is_empty() {
-        h.update(format!("{:?}\n", plan.taken_from).as_bytes());
+    if !plan.derived.is_empty() {
+        h.update(format!("{:?}\n", plan.derived).as_bytes());
     }
     hex(h.finalize())
 }

@@ -128,8 +128,8 @@ fn copy_piece(
         v.extend(emulate_call(&call)?);
         emulated = Some(v);
     }
-    // A block derived from a taken edge counts nothing itself.
-    let mut main = if plan.taken_of(i).is_some() {
+    // A block derived from the edges into it counts nothing itself.
+    let mut main = if plan.derived_of(i).is_some() {
         Vec::new()
     } else {
         count_seq(counter, b.flags_live, cx.hits())

@@ -258,7 +258,7 @@ pub(super) fn insn_at(code: &Code, addr: u64) -> Option<&Instruction> {
 
 /// Whether `x` may not go on although it does not branch (a system
 /// call, a software interrupt, `hlt`).
-fn stops(x: &Instruction) -> bool {
+pub(super) fn stops(x: &Instruction) -> bool {
     matches!(
         x.mnemonic(),
         Mnemonic::Syscall

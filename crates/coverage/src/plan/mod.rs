@@ -81,9 +81,12 @@
 //! call's (a block ends at each call and each jump, so one block holds at
 //! most one such site, and its count is the site's).
 
+pub use derive::{Derived, Edge};
+
 mod choose;
 mod copied;
 mod decode;
+mod derive;
 mod fall;
 mod flags;
 mod hits;
@@ -91,7 +94,6 @@ mod leaders;
 mod masked;
 mod short;
 mod tables;
-mod taken;
 
 use std::path::Path;
 
@@ -217,11 +219,11 @@ pub struct Plan {
     /// blocks are therefore never patched: V8's embedded builtins, found
     /// by symbol (`plan/copied.rs`).
     pub copied: Vec<(u64, u64)>,
-    /// Counting mode: blocks entered only by the taken edge of the
-    /// conditional jump that ends another block, as (T, P) block indices
-    /// sorted by T. T's trampoline counts nothing: its count is P's less
-    /// the times P's jump fell through (`plan/taken.rs` states the rule).
-    pub taken_from: Vec<(u32, u32)>,
+    /// Counting mode: blocks whose every way in is a counted edge of a
+    /// block that counts itself, sorted by block. Their trampolines count
+    /// nothing: a count is the sum of those edges (`plan/derive.rs`
+    /// states the rule and why it is exact).
+    pub derived: Vec<Derived>,
 }
 
 /// What [`Plan::build`] knows of a module besides its code.
@@ -532,14 +534,14 @@ impl Plan {
             hits::once(&mut blocks, &funcs, &signals);
             hits::hits(&mut blocks, &facts);
         }
-        let taken_from = if mode == Mode::Counts {
+        let derived = if mode == Mode::Counts {
             let facts = hits::Facts {
                 code: &code,
                 entered: &entered,
                 scope: &scope,
                 prune,
             };
-            taken::taken_from(&blocks, &facts)
+            derive::derived(&blocks, &fell_from, &facts)
         } else {
             Vec::new()
         };
@@ -552,18 +554,32 @@ impl Plan {
             mode,
             sections,
             copied,
-            taken_from,
+            derived,
         }
     }
 
-    /// The block whose taken edge block `i` derives from, if it does
-    /// ([`Plan::taken_from`]).
-    pub fn taken_of(&self, i: usize) -> Option<usize> {
+    /// How block `i`'s count derives from the edges into it, if it does
+    /// ([`Plan::derived`]).
+    pub fn derived_of(&self, i: usize) -> Option<&Derived> {
         let k = self
-            .taken_from
-            .binary_search_by_key(&(i as u32), |&(t, _)| t)
+            .derived
+            .binary_search_by_key(&(i as u32), |d| d.block)
             .ok()?;
-        Some(self.taken_from[k].1 as usize)
+        Some(&self.derived[k])
+    }
+
+    /// The times block `p` (which counts itself) left by edge `e`.
+    fn edge(&self, p: usize, e: Edge, c: &[u64]) -> u64 {
+        let fell = || {
+            self.blocks[p]
+                .branch
+                .map_or(0, |j| self.fell(j as usize, c))
+        };
+        match e {
+            Edge::Whole => c[p],
+            Edge::Taken => c[p].saturating_sub(fell()),
+            Edge::Fell => fell(),
+        }
     }
 
     /// The count of block `i` from the module's counters `c` (in
@@ -573,12 +589,13 @@ impl Plan {
     pub fn count(&self, i: usize, c: &[u64]) -> u64 {
         // (What an implied or branching block reads has a probe of its
         // own, or implies by its branches' probes: `hits.rs`, and the
-        // cache's check; a taken edge's block is counted itself.)
-        if let Some(p) = self.taken_of(i) {
-            let fell = self.blocks[p]
-                .branch
-                .map_or(0, |j| self.fell(j as usize, c));
-            return c[p].saturating_sub(fell);
+        // cache's check; a derived block's ways in count themselves.)
+        if let Some(d) = self.derived_of(i) {
+            return d
+                .from
+                .iter()
+                .map(|&(p, e)| self.edge(p as usize, e, c))
+                .sum();
         }
         match self.blocks[i].how {
             How::Fell { branch } => self.fell(branch as usize, c),
@@ -594,11 +611,18 @@ impl Plan {
     /// The blocks whose probes block `i`'s count comes from: `i` itself,
     /// or those of the block implying it, or the two its branches lead to.
     pub fn counted_by(&self, i: usize) -> Vec<usize> {
-        if let Some(p) = self.taken_of(i) {
-            let from = self.blocks[p]
-                .branch
-                .and_then(|j| self.fell_from[j as usize]);
-            return std::iter::once(p).chain(from.map(|k| k as usize)).collect();
+        if let Some(d) = self.derived_of(i) {
+            let mut by = Vec::new();
+            for &(p, e) in &d.from {
+                by.push(p as usize);
+                let j = self.blocks[p as usize].branch;
+                if let Some(k) = j.and_then(|j| self.fell_from[j as usize]) {
+                    if e != Edge::Whole {
+                        by.push(k as usize);
+                    }
+                }
+            }
+            return by;
         }
         match self.blocks[i].how {
             How::Implied { by } => self.counted_by(by as usize),
