@@ -413,7 +413,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         return show(&modules, args, &Default::default(), &report).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
-    let own_allocator = mprof::check_reachable(&program)?;
+    let own_allocator = mprof::prepare(&program)?;
     let session = Session::new().context("cannot prepare the accounting library")?;
     let words = profdev_classic::prof::module_words(&args.modules, args.exec.then_some(&program))?;
     let startmp = startmp_message(&args.pools);

@@ -188,6 +188,12 @@ impl ElfObject {
         Self::from_bytes(Bytes::Owned(bytes.to_vec()), path)
     }
 
+    /// Parse ELF bytes read already, kept without a copy; `path` names
+    /// the object.
+    pub fn parse_owned(bytes: Vec<u8>, path: &Path) -> Result<Self, ElfError> {
+        Self::from_bytes(Bytes::Owned(bytes), path)
+    }
+
     fn from_bytes(data: Bytes, path: &Path) -> Result<Self, ElfError> {
         let bytes: &[u8] = &data;
         let file = parse(bytes, path)?;
@@ -295,6 +301,12 @@ impl ElfObject {
     /// True if the object carries DWARF line information.
     pub fn has_debug_info(&self) -> bool {
         self.has_dwarf
+    }
+
+    /// Build the DWARF context now (the first lookup that needs it would
+    /// otherwise): to have it ready ahead, from another thread.
+    pub fn load_debug_info(&self) {
+        drop(self.dwarf());
     }
 
     fn dwarf(&self) -> Option<std::sync::MutexGuard<'_, addr2line::Context<Reader>>> {
