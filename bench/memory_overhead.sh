@@ -29,7 +29,9 @@
 #           3 s natively here.
 #   start   /usr/bin/python3 -c pass: next to nothing but start-up, so the
 #           whole command's time over the native one is each tool's
-#           fixed cost (start, load, report), shown in its own table.
+#           fixed cost (start, load, report), shown in its own table, in
+#           wall seconds and in CPU seconds (mprof's work done while CMD
+#           runs, on another CPU, costs CPU and no wall time).
 #   shim    `python3 -c pass` as found on PATH (where that is a pyenv
 #           shim, as here: a chain of bash scripts, 40 processes, and a
 #           python with DWARF): the fixed cost as a user meets it; the
@@ -157,7 +159,7 @@ for w in "${workloads[@]}"; do
       "$t" "$(echo "$t / $base" | bc -l)" "$c" "$(echo "$c / $cbase" | bc -l)" "$(echo "$m / 1024" | bc -l)"
   done
 done
-printf '\n| fixed cost: whole command s over native (median of %s) | start: /usr/bin/python3 -c pass | shim: python3 -c pass on PATH | chain: per process of 20 |\n|---|---|---|---|\n' "$rounds"
+printf '\n| fixed cost: whole command s over native, wall / CPU (medians of %s) | start: /usr/bin/python3 -c pass | shim: python3 -c pass on PATH | chain: per process of 20 |\n|---|---|---|---|\n' "$rounds"
 for v in "${variants[@]}"; do
   [ "$v" = native ] && continue
   row="| $v"
@@ -166,8 +168,11 @@ for v in "${variants[@]}"; do
     n=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
     t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
     d=$(echo "$t - $n" | bc -l)
-    [ $w = chain ] && d=$(echo "$d / 20" | bc -l)
-    row+=$(printf ' | %.3f' "$d")
+    cn=$(echo ${cpu[$w.native]} | tr ' ' '\n' | median)
+    ct=$(echo ${cpu[$w.$v]} | tr ' ' '\n' | median)
+    c=$(echo "$ct - $cn" | bc -l)
+    [ $w = chain ] && d=$(echo "$d / 20" | bc -l) && c=$(echo "$c / 20" | bc -l)
+    row+=$(printf ' | %.3f / %.3f' "$d" "$c")
   done
   echo "$row |"
 done

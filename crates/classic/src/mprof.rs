@@ -23,7 +23,6 @@ use profdev_report::mprof::{
 };
 use profdev_report::prof::SourceMap;
 use profdev_sample::job::signal_name;
-use profdev_symbolize::open::{read_bounded, Follow};
 use profdev_symbolize::ElfObject;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
@@ -145,29 +144,33 @@ pub fn check_counted(
 /// program carries ([`own_allocator`]), for
 /// [`check_counted`] after the run.
 pub fn check_reachable(program: &Path) -> Result<Option<String>> {
-    let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
-        return Ok(None); // not readable: let the exec say why
+    // Its head for the program headers, then its symbols from the file
+    // mapped (a system file) or read once; not readable (or larger than
+    // an object may be): the exec says why.
+    let Ok(real) = std::fs::canonicalize(program) else {
+        return Ok(None);
     };
-    if !bytes.starts_with(b"\x7fELF") {
-        return Ok(None); // a script: its interpreter is what runs
+    if std::fs::metadata(&real).map_or(true, |m| m.len() > profdev_symbolize::open::MAX_OBJECT) {
+        return Ok(None);
     }
-    if crate::program::is_static(&bytes) {
+    if crate::program::is_static_program(&real) {
         bail!(
             "{} is statically linked: its allocations are out of reach of mprof (it preloads \
              a library into dynamically linked programs)",
             program.display()
         );
     }
-    Ok(ElfObject::parse_owned(bytes, program)
+    // A script is no ELF file: its interpreter is what runs.
+    Ok(ElfObject::open(&real)
         .ok()
         .and_then(|obj| own_allocator(&obj)))
 }
 
 /// Before CMD's run: start loading, on a thread of its own, the debug
-/// information every run needs ([`objects::prefetch`]), and
+/// information nearly every run needs ([`objects::prefetch`]), and
 /// [`check_reachable`].
 pub fn prepare(program: &Path) -> Result<Option<String>> {
-    objects::prefetch(program);
+    objects::prefetch();
     check_reachable(program)
 }
 

@@ -188,12 +188,6 @@ impl ElfObject {
         Self::from_bytes(Bytes::Owned(bytes.to_vec()), path)
     }
 
-    /// Parse ELF bytes read already, kept without a copy; `path` names
-    /// the object.
-    pub fn parse_owned(bytes: Vec<u8>, path: &Path) -> Result<Self, ElfError> {
-        Self::from_bytes(Bytes::Owned(bytes), path)
-    }
-
     fn from_bytes(data: Bytes, path: &Path) -> Result<Self, ElfError> {
         let bytes: &[u8] = &data;
         let file = parse(bytes, path)?;
