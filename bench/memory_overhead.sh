@@ -29,10 +29,16 @@
 #           3 s natively here.
 #   start   /usr/bin/python3 -c pass: next to nothing but start-up, so the
 #           whole command's time over the native one is each tool's
-#           fixed cost (start, load, report), shown in its own table.
+#           fixed cost (start, load, report), shown in its own table, in
+#           wall seconds and in CPU seconds (mprof's work done while CMD
+#           runs, on another CPU, costs CPU and no wall time).
+#   shim    `python3 -c pass` as found on PATH (where that is a pyenv
+#           shim, as here: a chain of bash scripts, 40 processes, and a
+#           python with DWARF): the fixed cost as a user meets it; the
+#           same command as start where python3 on PATH is /usr/bin's.
 #   chain   a shell script running 20 short processes (as a pyenv shim or
 #           a build's wrapper scripts do): the fixed cost per process.
-#   MEMORY_BENCH_WORKLOADS="start chain"   only these workloads
+#   MEMORY_BENCH_WORKLOADS="start shim chain"   only these workloads
 #   MEMORY_BENCH_OPS=N         malloc/free pairs per thread of micro (one
 #                              thread does 2N in micro1); default 10000000
 #                              (0.2 s natively here; 200000000 makes each
@@ -110,7 +116,7 @@ run() { # variant, command...
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 declare -A secs prog rss cpu
-workloads=(micro micro1 python start chain)
+workloads=(micro micro1 python start shim chain)
 if [ -n "${MEMORY_BENCH_WORKLOADS:-}" ]; then
   read -r -a workloads <<<"$MEMORY_BENCH_WORKLOADS"
 fi
@@ -121,6 +127,7 @@ for w in "${workloads[@]}"; do
     python) cmd=("$python" "$work/dict.py") ;;
     cc) cmd=(/bin/bash "$work/cc.sh" "$work/gen.c" "$work/gen.o") ;;
     start) cmd=("$python" -c pass) ;;
+    shim) cmd=(python3 -c pass) ;;
     chain) cmd=(/bin/sh "$work/chain.sh") ;;
   esac
   for r in $(seq "$rounds"); do
@@ -139,7 +146,7 @@ done
 
 printf '\n| workload | tool | program s (median of %s) | slowdown | whole command s | slowdown | CPU s (user+sys) | slowdown | max RSS (MiB) |\n|---|---|---|---|---|---|---|---|---|\n' "$rounds"
 for w in "${workloads[@]}"; do
-  case $w in start | chain) continue ;; esac
+  case $w in start | shim | chain) continue ;; esac
   base=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
   pbase=$(echo ${prog[$w.native]} | tr ' ' '\n' | median)
   cbase=$(echo ${cpu[$w.native]} | tr ' ' '\n' | median)
@@ -152,17 +159,20 @@ for w in "${workloads[@]}"; do
       "$t" "$(echo "$t / $base" | bc -l)" "$c" "$(echo "$c / $cbase" | bc -l)" "$(echo "$m / 1024" | bc -l)"
   done
 done
-printf '\n| fixed cost: whole command s over native (median of %s) | start: python3 -c pass | chain: per process of 20 |\n|---|---|---|\n' "$rounds"
+printf '\n| fixed cost: whole command s over native, wall / CPU (medians of %s) | start: /usr/bin/python3 -c pass | shim: python3 -c pass on PATH | chain: per process of 20 |\n|---|---|---|---|\n' "$rounds"
 for v in "${variants[@]}"; do
   [ "$v" = native ] && continue
   row="| $v"
-  for w in start chain; do
+  for w in start shim chain; do
     if [ -z "${secs[$w.native]:-}" ]; then row+=" | -"; continue; fi
     n=$(echo ${secs[$w.native]} | tr ' ' '\n' | median)
     t=$(echo ${secs[$w.$v]} | tr ' ' '\n' | median)
     d=$(echo "$t - $n" | bc -l)
-    [ $w = chain ] && d=$(echo "$d / 20" | bc -l)
-    row+=$(printf ' | %.3f' "$d")
+    cn=$(echo ${cpu[$w.native]} | tr ' ' '\n' | median)
+    ct=$(echo ${cpu[$w.$v]} | tr ' ' '\n' | median)
+    c=$(echo "$ct - $cn" | bc -l)
+    [ $w = chain ] && d=$(echo "$d / 20" | bc -l) && c=$(echo "$c / 20" | bc -l)
+    row+=$(printf ' | %.3f / %.3f' "$d" "$c")
   done
   echo "$row |"
 done

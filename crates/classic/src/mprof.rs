@@ -9,7 +9,7 @@
 //! ([`run_attached`]).
 
 use crate::args::mprof::Args;
-use crate::prof::{ctl, open_module, read_file, source_lines, ElfMap};
+use crate::prof::{ctl, module_opened, read_file, source_lines, ElfMap};
 use anyhow::{anyhow, bail, Context as _, Result};
 use profdev_dev::engine::ReplayFactory;
 use profdev_dev::prof::{MemoryModule, Prof};
@@ -23,7 +23,6 @@ use profdev_report::mprof::{
 };
 use profdev_report::prof::SourceMap;
 use profdev_sample::job::signal_name;
-use profdev_symbolize::open::{read_bounded, Follow};
 use profdev_symbolize::ElfObject;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
@@ -31,6 +30,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 
 mod attach;
+pub mod objects;
 pub mod show;
 pub mod system;
 
@@ -56,9 +56,11 @@ pub const RUST_GLOBAL_ALLOCATOR: &str = "a Rust #[global_allocator]";
 /// [`OWN_ALLOCATORS`], its own `malloc`, or a Rust `#[global_allocator]`
 /// ([`RUST_GLOBAL_ALLOCATOR`]); for [`check_counted`] after the run.
 pub fn own_allocator(obj: &ElfObject) -> Option<String> {
+    // The tables' symbols, by address (those `.eh_frame` adds are never
+    // the table's: not built).
     let syms: Vec<_> = obj
-        .all_symbols()
-        .into_iter()
+        .symbols()
+        .iter()
         .filter(|s| s.origin == profdev_symbolize::SymOrigin::Table)
         .collect();
     if let Some(s) = syms
@@ -142,22 +144,34 @@ pub fn check_counted(
 /// program carries ([`own_allocator`]), for
 /// [`check_counted`] after the run.
 pub fn check_reachable(program: &Path) -> Result<Option<String>> {
-    let Ok(bytes) = read_bounded(program, profdev_symbolize::open::MAX_OBJECT, Follow::Yes) else {
-        return Ok(None); // not readable: let the exec say why
+    // Its head for the program headers, then its symbols from the file
+    // mapped (a system file) or read once; not readable (or larger than
+    // an object may be): the exec says why.
+    let Ok(real) = std::fs::canonicalize(program) else {
+        return Ok(None);
     };
-    if !bytes.starts_with(b"\x7fELF") {
-        return Ok(None); // a script: its interpreter is what runs
+    if std::fs::metadata(&real).map_or(true, |m| m.len() > profdev_symbolize::open::MAX_OBJECT) {
+        return Ok(None);
     }
-    if crate::program::is_static(&bytes) {
+    if crate::program::is_static_program(&real) {
         bail!(
             "{} is statically linked: its allocations are out of reach of mprof (it preloads \
              a library into dynamically linked programs)",
             program.display()
         );
     }
-    Ok(ElfObject::parse(&bytes, program)
+    // A script is no ELF file: its interpreter is what runs.
+    Ok(ElfObject::open(&real)
         .ok()
         .and_then(|obj| own_allocator(&obj)))
+}
+
+/// Before CMD's run: start loading, on a thread of its own, the debug
+/// information nearly every run needs ([`objects::prefetch`]), and
+/// [`check_reachable`].
+pub fn prepare(program: &Path) -> Result<Option<String>> {
+    objects::prefetch();
+    check_reachable(program)
 }
 
 /// A module's name: its path's basename.
@@ -506,14 +520,16 @@ pub fn output(
     let mut leaks = Vec::new();
     let mut temporary = Vec::new();
     let mut estimates = Vec::new();
-    for m in modules {
-        // The dynamic linker's name may be a link (/lib64/ld-linux…).
-        let real = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone().into());
-        let map = ElfMap::new(
-            open_module("mprof", &m.path, &real, None, note),
-            false,
-            false,
-        );
+    // The dynamic linker's name may be a link (/lib64/ld-linux…).
+    let real = |path: &str| std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
+    let warm: Vec<_> = modules
+        .iter()
+        .map(|m| (real(&m.path), m.sites.keys().copied().collect()))
+        .collect();
+    objects::warm(&warm);
+    for (m, (real, _)) in modules.iter().zip(&warm) {
+        let opened = module_opened("mprof", &m.path, objects::open(real), note);
+        let map = ElfMap::shared(opened, false, false);
         let sites: Vec<(u64, u64, u64)> = m
             .sites
             .iter()
@@ -668,6 +684,17 @@ pub fn stack_files(
 /// once): a frame is its return address minus one (the call).
 pub fn heap_stacks(stacks: &[Stack]) -> Vec<HeapStack> {
     let mut maps: std::collections::HashMap<&str, ElfMap> = Default::default();
+    let real = |path: &str| std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
+    let mut pcs: std::collections::HashMap<&str, Vec<u64>> = Default::default();
+    for (path, pc) in stacks.iter().flat_map(|st| &st.frames) {
+        pcs.entry(path).or_default().push(*pc);
+    }
+    let warm: Vec<_> = pcs
+        .into_iter()
+        .filter(|(path, _)| !path.is_empty())
+        .map(|(path, pcs)| (real(path), pcs))
+        .collect();
+    objects::warm(&warm);
     let mut out = Vec::with_capacity(stacks.len());
     for st in stacks {
         let mut frames = Vec::with_capacity(st.frames.len().max(1));
@@ -688,13 +715,9 @@ pub fn heap_stacks(stacks: &[Stack]) -> Vec<HeapStack> {
                 continue;
             }
             let map = maps.entry(path).or_insert_with(|| {
-                let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
                 // What a module lacks was said with the tables.
-                ElfMap::new(
-                    open_module("mprof", path, &real, None, &mut |_| {}),
-                    false,
-                    false,
-                )
+                let opened = module_opened("mprof", path, objects::open(&real(path)), &mut |_| {});
+                ElfMap::shared(opened, false, false)
             });
             let line = map.lines(pc);
             frames.push(HeapFrame {

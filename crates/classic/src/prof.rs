@@ -20,6 +20,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Inferno's message when nothing was sampled.
 pub const NO_PROFILE: &str = "no profile information";
@@ -199,7 +200,7 @@ pub fn read_mounted(dir: &Path) -> Result<Vec<Record>> {
 /// line of that function's own code (code inlined there at its call
 /// site), or with `innermost` the inlined subroutine's own.
 pub struct ElfMap {
-    obj: Option<ElfObject>,
+    obj: Option<Arc<ElfObject>>,
     /// `-i`: charge inlined code to its own lines and functions.
     innermost: bool,
     /// Charge code no symbol covers to the module's one unknown row
@@ -211,6 +212,12 @@ pub struct ElfMap {
 impl ElfMap {
     /// The map of `obj` (None: a module that could not be read).
     pub fn new(obj: Option<ElfObject>, innermost: bool, unknown_row: bool) -> ElfMap {
+        ElfMap::shared(obj.map(Arc::new), innermost, unknown_row)
+    }
+
+    /// The map of `obj` shared with others (None: a module that could not
+    /// be read).
+    pub fn shared(obj: Option<Arc<ElfObject>>, innermost: bool, unknown_row: bool) -> ElfMap {
         ElfMap {
             obj,
             innermost,
@@ -221,7 +228,7 @@ impl ElfMap {
 
     /// The module's ELF file, if it could be read.
     pub fn object(&self) -> Option<&ElfObject> {
-        self.obj.as_ref()
+        self.obj.as_deref()
     }
 
     /// The function whose symbol starts at `addr`.
@@ -249,7 +256,7 @@ impl ElfMap {
 
 impl SourceMap for ElfMap {
     fn lines(&self, pc: u64) -> Option<SrcRange> {
-        let obj = self.obj.as_ref()?;
+        let obj = self.obj.as_deref()?;
         if !obj.has_debug_info() {
             return None;
         }
@@ -268,7 +275,7 @@ impl SourceMap for ElfMap {
     }
 
     fn function(&self, pc: u64) -> Option<Function> {
-        let obj = self.obj.as_ref()?;
+        let obj = self.obj.as_deref()?;
         if self.innermost {
             let frames = obj.frames(FileAddr(pc));
             if frames.len() > 1 {
@@ -328,9 +335,21 @@ pub fn open_module(
         Some(bytes) => ElfObject::parse(bytes, file),
         None => ElfObject::open(file),
     };
+    let opened = opened.map(|o| Box::new(o.with_separate_debug_info()));
+    module_opened(tool, path, opened, note).map(|o| *o)
+}
+
+/// What [`open_module`] says of a module opened (its detached debug
+/// information found) as `opened`: a note when it has no debug
+/// information, or could not be read (then None).
+pub fn module_opened<T: std::ops::Deref<Target = ElfObject>>(
+    tool: &str,
+    path: &str,
+    opened: Result<T, profdev_symbolize::ElfError>,
+    note: &mut dyn FnMut(String),
+) -> Option<T> {
     match opened {
         Ok(o) => {
-            let o = o.with_separate_debug_info();
             if !o.has_debug_info() {
                 note(format!(
                     "{tool}: {path} has no debug information: functions from its symbol table, \

@@ -173,7 +173,7 @@
 //! the reports, and the tables of processes that left none. Sites are
 //! mapped to their module's link-time address through the load bias the
 //! dynamic linker recorded and looked up in the module's DWARF line
-//! tables. The overhead is measured by `bench/memory_overhead.sh`.
+//! tables, each file read once (the C library's and the dynamic loader's while CMD runs, the others several at once after it). The overhead, and the fixed cost apart, is measured by `bench/memory_overhead.sh`.
 //!
 //! **Nothing lost.** A process that ends with `_exit` (dash does), dies
 //! of a signal (SIGSEGV...), is killed with SIGKILL (the OOM killer), or
@@ -299,7 +299,7 @@
 //!   frame pointers, and a stack ends at their first frame built without
 //!   them. Frames whose CFI is not the common case (signal frames, a
 //!   CFA computed by an expression, as in PLT stubs) end a stack. A frame
-//!   that calls by a tail call is missing. Building the tables adds to
+//!   that calls by a tail call is missing. Building the tables (several modules at once) adds to
 //!   the fixed cost of a run with stacks (`bench/README.md`).
 //! * Counts taken from a table (a process that ended without its exit
 //!   report) have no DHAT figures (`--dhat` then warns and writes no
@@ -413,7 +413,7 @@ fn run(args: &Args) -> Result<ExitCode> {
         return show(&modules, args, &Default::default(), &report).map(|()| ExitCode::SUCCESS);
     }
     let program = find_program(&args.command[0])?;
-    let own_allocator = mprof::check_reachable(&program)?;
+    let own_allocator = mprof::prepare(&program)?;
     let session = Session::new().context("cannot prepare the accounting library")?;
     let words = profdev_classic::prof::module_words(&args.modules, args.exec.then_some(&program))?;
     let startmp = startmp_message(&args.pools);

@@ -297,6 +297,12 @@ impl ElfObject {
         self.has_dwarf
     }
 
+    /// Build the DWARF context now (the first lookup that needs it would
+    /// otherwise): to have it ready ahead, from another thread.
+    pub fn load_debug_info(&self) {
+        drop(self.dwarf());
+    }
+
     fn dwarf(&self) -> Option<std::sync::MutexGuard<'_, addr2line::Context<Reader>>> {
         self.dwarf
             .get_or_init(|| {

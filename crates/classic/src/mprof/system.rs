@@ -41,7 +41,14 @@ pub fn system_modules(paths: &[std::path::PathBuf]) -> Vec<SystemModule> {
     use std::os::unix::fs::MetadataExt;
     let mut out: Vec<SystemModule> = Vec::new();
     for p in paths {
-        let (Ok(md), Ok(obj)) = (std::fs::metadata(p), ElfObject::open(p)) else {
+        // As `ElfObject::open`, which follows no link at the path's end,
+        // through the objects the report shares ([`super::objects`]).
+        let opened = std::fs::symlink_metadata(p)
+            .ok()
+            .filter(|m| !m.file_type().is_symlink())
+            .and_then(|_| std::fs::canonicalize(p).ok())
+            .and_then(|real| super::objects::open(&real).ok());
+        let (Ok(md), Some(obj)) = (std::fs::metadata(p), opened) else {
             continue;
         };
         if out.iter().any(|m| (m.dev, m.ino) == (md.dev(), md.ino())) {
@@ -50,7 +57,7 @@ pub fn system_modules(paths: &[std::path::PathBuf]) -> Vec<SystemModule> {
         out.push(SystemModule {
             dev: md.dev(),
             ino: md.ino(),
-            ranges: system_ranges(&obj.with_separate_debug_info()),
+            ranges: system_ranges(&obj),
         });
     }
     out
