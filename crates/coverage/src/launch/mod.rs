@@ -420,12 +420,13 @@ pub fn launch_in(mut cmd: Command, select: &[String], mode: Mode) -> Result<Laun
     let mut rd = rd;
     let mut sink = [0u8; 64];
     while matches!(rd.read(&mut sink), Ok(n) if n > 0) {}
-    let (modules, notes) = server.collect();
+    let from_cache = server.encodings_from_cache();
+    let (modules, notes) = server.into_collected();
     Ok(Launched {
         status,
         modules,
         notes,
-        from_cache: server.encodings_from_cache(),
+        from_cache,
     })
 }
 

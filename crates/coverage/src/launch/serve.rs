@@ -82,18 +82,15 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             c
         }
         (None, Some((off, e))) => {
-            // The cache's encoding, moved to this load (its patches are
-            // kept at bias 0, its area at the offset).
-            let moved = Arc::new(Encoded {
-                patches: e.patches_for(0, off, bias, area),
-                ..(*e).clone()
-            });
+            // The cache's encoding, kept as it is read (not copied): its
+            // patches at bias 0, its area at the offset, what they are
+            // moved from for this load (and any other at the offset).
             let mut s = state.lock().ok()?;
             s.from_disk += 1;
             let entry = &mut s.entries[id];
-            entry.lost.extend(moved.failed_blocks.iter().copied());
-            entry.encoded.insert(key, (bias, area, moved.clone()));
-            (bias, area, moved)
+            entry.lost.extend(e.failed_blocks.iter().copied());
+            entry.encoded.insert(key, (0, off, e.clone()));
+            (0, off, e)
         }
         (None, None) => {
             let e = Arc::new(encode_with(&plan, bias, area, first, opts));
@@ -120,7 +117,12 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         id
     )
     .ok()?;
-    buf.extend_from_slice(&enc.code_for(first));
+    if first == enc.first_counter {
+        // (What code_for would copy.)
+        buf.extend_from_slice(&enc.code);
+    } else {
+        buf.extend_from_slice(&enc.code_for(first));
+    }
     for p in enc.patches_for(bias0, area0, bias, area) {
         buf.extend_from_slice(&p.addr.to_le_bytes());
         buf.extend_from_slice(&p.entry.to_le_bytes());
