@@ -104,6 +104,9 @@ impl Server {
                 path: e.path.clone(),
                 file: e.file.clone(),
                 build_id: plan.build_id.clone(),
+                // Sized once: cc1 has 1,350,000 blocks.
+                blocks: Vec::with_capacity(plan.blocks.len()),
+                branches: Vec::with_capacity(plan.branches.len()),
                 ..ModuleCoverage::default()
             };
             let mut trapped = 0;

@@ -108,9 +108,14 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             (bias, area, e)
         }
     };
-    let mut buf = Vec::with_capacity(enc.code.len() + 24 * enc.patches.len() + 64);
+    if let Ok(mut s) = state.lock() {
+        s.entries[id].loads += 1;
+    }
+    // Streamed, not gathered first: cc1's code and patches are tens of
+    // megabytes.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, &w);
     writeln!(
-        buf,
+        out,
         "CODE {:x} {:x} {:x}",
         enc.code.len(),
         enc.patches.len(),
@@ -119,20 +124,20 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     .ok()?;
     if first == enc.first_counter {
         // (What code_for would copy.)
-        buf.extend_from_slice(&enc.code);
+        out.write_all(&enc.code).ok()?;
     } else {
-        buf.extend_from_slice(&enc.code_for(first));
+        out.write_all(&enc.code_for(first)).ok()?;
     }
     for p in enc.patches_for(bias0, area0, bias, area) {
-        buf.extend_from_slice(&p.addr.to_le_bytes());
-        buf.extend_from_slice(&p.entry.to_le_bytes());
-        buf.extend_from_slice(&p.kind.to_le_bytes());
-        buf.extend_from_slice(&p.len.to_le_bytes());
+        let mut rec = [0u8; 24];
+        rec[..8].copy_from_slice(&p.addr.to_le_bytes());
+        rec[8..16].copy_from_slice(&p.entry.to_le_bytes());
+        rec[16..20].copy_from_slice(&p.kind.to_le_bytes());
+        rec[20..].copy_from_slice(&p.len.to_le_bytes());
+        out.write_all(&rec).ok()?;
     }
-    if let Ok(mut s) = state.lock() {
-        s.entries[id].loads += 1;
-    }
-    w.write_all(&buf).ok()?;
+    out.flush().ok()?;
+    drop(out);
     line.clear();
     r.read_line(&mut line).ok()?;
     let skipped = hex(line.trim_end().strip_prefix("DONE ")?)?;
