@@ -370,6 +370,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     // A block: at least four bytes (start, end, count, kind).
     let n = r.len(4)?;
     let mut blocks = Vec::with_capacity(n);
+    huge_pages(&mut blocks);
     let mut prev = 0;
     for _ in 0..n {
         let start = r.d(prev)?;
@@ -483,6 +484,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
             let code = r.bytes()?.to_vec();
             let n = r.len(4)?;
             let mut patches = Vec::with_capacity(n);
+            huge_pages(&mut patches);
             let (mut addr, mut entry) = (0, 0);
             for _ in 0..n {
                 (addr, entry) = (r.d(addr)?, r.d(entry)?);
@@ -529,6 +531,30 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     }
     check(&plan, encoded.as_ref().map(|(_, e)| e))?;
     Ok(Entry { plan, encoded })
+}
+
+/// Ask the kernel to back `v`'s spare capacity, a large buffer about to
+/// be filled, with huge pages where the system leaves that to the
+/// program (transparent huge pages in `madvise` mode): cc1's plan is
+/// 100 MB of blocks, 26,000 page faults in 4 KiB pages and 50 in 2 MiB
+/// ones. Advice only: nothing changes if it is not taken.
+pub(crate) fn huge_pages<T>(v: &mut Vec<T>) {
+    const HUGE: usize = 2 << 20;
+    let spare = v.spare_capacity_mut();
+    let bytes = std::mem::size_of_val(spare);
+    if bytes < 2 * HUGE {
+        return;
+    }
+    let p = spare.as_mut_ptr() as usize;
+    let (lo, hi) = (p.next_multiple_of(HUGE), (p + bytes) / HUGE * HUGE);
+    if hi > lo {
+        // SAFETY: [lo, hi) lies within the vector's own allocation;
+        // MADV_HUGEPAGE changes only how the kernel backs it, not its
+        // contents.
+        unsafe {
+            libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
+        }
+    }
 }
 
 /// The indices a plan and an encoding hold are in range (what the

@@ -109,6 +109,7 @@ impl Server {
                 branches: Vec::with_capacity(plan.branches.len()),
                 ..ModuleCoverage::default()
             };
+            crate::cache::huge_pages(&mut m.blocks);
             let mut trapped = 0;
             let hits = plan.mode == Mode::Hits;
             for (i, b) in plan.blocks.iter().enumerate() {
