@@ -79,7 +79,7 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     let (bias0, area0, enc) = match (cached, disk) {
         (Some(c), _) => {
             state.lock().ok()?.reused += 1;
-            c
+            (c.made.0, c.made.1, c.enc)
         }
         (None, Some((off, e))) => {
             // The cache's encoding, kept as it is read (not copied): its
@@ -89,7 +89,13 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             s.from_disk += 1;
             let entry = &mut s.entries[id];
             entry.lost.extend(e.failed_blocks.iter().copied());
-            entry.encoded.insert(key, (0, off, e.clone()));
+            let kept = Cached {
+                bias,
+                area,
+                enc: e.clone(),
+                made: (0, off),
+            };
+            entry.encoded.insert(key, kept);
             (0, off, e)
         }
         (None, None) => {
@@ -100,7 +106,13 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             let entry = &mut s.entries[id];
             let cache = entry.cache.clone();
             entry.lost.extend(e.failed_blocks.iter().copied());
-            entry.encoded.insert(key, (bias, area, e.clone()));
+            let kept = Cached {
+                bias,
+                area,
+                enc: e.clone(),
+                made: (bias, area),
+            };
+            entry.encoded.insert(key, kept);
             if let (Some(cache), Some(k), false) = (cache, entry.key, entry.stored) {
                 entry.stored = true;
                 store = Some((cache, k, Storing::new(storing)));
