@@ -80,7 +80,10 @@ fn an_encoding_reused_in_an_execd_image_counts_exactly() {
         (1, 1),
         "the second image is served the first's encoding"
     );
+    // Collected again once the run is over, the instructions moved out
+    // of the plans: the same counts.
     let (mods, notes) = server.collect();
+    assert_eq!(server.into_collected(), (mods.clone(), notes.clone()));
     for n in &notes {
         eprintln!("note: {n}");
     }
