@@ -185,31 +185,52 @@ for name in sorted(os.listdir(g)):
         os.makedirs(os.path.join(CORPUS, "gmon"), exist_ok=True)
         shutil.copyfile(os.path.join(g, name), os.path.join(CORPUS, "gmon", name))
 
-# coverage_cache: the coverage engine's on-disk cache (profdev_coverage::cache):
-# magic line, 32-byte key, then little-endian u64 fields and length-prefixed
-# sequences; one plan of two blocks (a jump-counted one ending in a
-# conditional jump, one derived from its fall-through), one jump whose table
-# was recovered (Plan::tables), the plan's mode (0: counts, 1: hits), one
-# range of code the module copies at run time (Plan::copied), and an
-# encoding (with the offsets of its fields that reach the module).
+# coverage_cache: the coverage engine's on-disk cache (profdev_coverage::cache),
+# version 3: magic line, 32-byte key, then unsigned LEB128 numbers (v),
+# addresses as zigzag differences from the one before (d), and
+# length-prefixed sequences; one plan of two blocks (a jump-counted one
+# ending in a conditional jump, its flags live, one derived from its
+# fall-through), one jump whose table was recovered (Plan::tables), the
+# plan's mode (0: counts, 1: hits), one range of code the module copies at
+# run time (Plan::copied), no derived block (Plan::derived), and an
+# encoding (movable, with the offsets of its fields that reach the module).
+def leb(x):
+    out = b""
+    while x >= 0x80:
+        out += bytes([(x & 0x7F) | 0x80])
+        x >>= 7
+    return out + bytes([x])
+
+
 def cache_file(with_encoding=True, cut=0):
-    q = lambda *v: struct.pack("<%dQ" % len(v), *v)
-    b = b"profdev-coverage-cache 2\n" + bytes(range(32))
-    b += q(2)
-    b += q(0x1000, 0x1008, 2, 0, 4) + b"\x01" + q(0x1000, 0x1008, 5) + b"\x01" + q(0)
-    b += q(0x1008, 0x100a, 1, 0) + b"\x06" + q(0) + b"\x00" + q(2**64 - 1)
-    b += q(1, 0x1006) + b"\x01" + q(2**64 - 1)
-    b += b"\x01" + q(3) + b"\x01\x02\x03"
-    b += q(1, 0x1000, 16) + b"\x90" * 16
-    b += q(1, 0x1004)
+    v = lambda *xs: b"".join(leb(x) for x in xs)
+
+    def d(x, base):
+        s = (x - base) % 2**64
+        s = s - 2**64 if s >= 2**63 else s
+        return leb(((s << 1) ^ (s >> 63)) % 2**64)
+
+    b = b"profdev-coverage-cache 3\n" + bytes(range(32))
+    b += v(2)
+    # start, end, instructions; kind 1 (Jmp) | live 0x10 | branch 0x20;
+    # from, to, overwrite; its branch.
+    b += d(0x1000, 0) + d(0x1008, 0x1000) + v(2) + d(0x1000, 0x1000) + d(0x1004, 0x1000)
+    b += b"\x31" + d(0x1000, 0x1000) + d(0x1008, 0x1000) + v(5) + v(0)
+    # kind 6 (Fell) of branch 0.
+    b += d(0x1008, 0x1000) + d(0x100A, 0x1008) + v(1) + d(0x1008, 0x1008) + b"\x06" + v(0)
+    # One branch, live, falling through to no block of its own.
+    b += v(1) + d(0x1006, 0) + v(1)
+    b += b"\x01" + v(3) + b"\x01\x02\x03"
+    b += v(1, 0x1000, 16) + b"\x90" * 16
+    b += v(1) + d(0x1004, 0)
     b += b"\x00"  # the plan's mode: counts
-    b += q(1, 0x1008, 0x1010)  # code the module copies at run time (Plan::copied)
-    b += q(0)  # blocks derived from the edges into them (Plan::derived): none
+    b += v(1, 0x1008) + d(0x1010, 0x1008)  # code copied at run time (Plan::copied)
+    b += v(0)  # blocks derived from the edges into them (Plan::derived): none
     if with_encoding:
-        b += b"\x01" + q(0x6000, 64) + b"\xcc" * 64
-        b += q(1, 0x1000, 0x7000, 1, 5)
-        b += q(0, 0, 0, 2, 3, 20, 7)
-        b += b"\x01" + q(2, 9, 40)  # movable, and the fields reaching the module
+        b += b"\x01" + v(0x6000, 64) + b"\xcc" * 64
+        b += v(1) + d(0x1000, 0) + d(0x7000, 0) + v(1, 5)
+        b += v(0, 0, 0, 2) + d(3, 0) + d(20, 3) + v(7)
+        b += b"\x01" + v(2) + d(9, 0) + d(40, 9)  # movable; fields reaching the module
     else:
         b += b"\x00"
     return b[:len(b) - cut]

@@ -300,7 +300,7 @@ pub fn run_under_coverage(
         .with_context(|| format!("cannot run {}", cmd[0].to_string_lossy()))?;
     job.started(&spawned);
     let status = job.wait();
-    let (modules, said) = server.collect();
+    let (modules, said) = server.into_collected();
     for n in &said {
         notes.engine(n);
     }

@@ -27,7 +27,7 @@ pub fn prf(data: &[u8]) {
 /// fuzzer reaches past the key check. What reads writes back to bytes
 /// that read the same.
 pub fn coverage_cache(data: &[u8]) {
-    let magic = b"profdev-coverage-cache 1\n".len();
+    let magic = crate::cache::MAGIC.len();
     let Some(k) = data.get(magic..magic + 32) else {
         return;
     };

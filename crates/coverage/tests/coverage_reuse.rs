@@ -80,7 +80,10 @@ fn an_encoding_reused_in_an_execd_image_counts_exactly() {
         (1, 1),
         "the second image is served the first's encoding"
     );
+    // Collected again once the run is over, the instructions moved out
+    // of the plans: the same counts.
     let (mods, notes) = server.collect();
+    assert_eq!(server.into_collected(), (mods.clone(), notes.clone()));
     for n in &notes {
         eprintln!("note: {n}");
     }
@@ -105,8 +108,9 @@ fn an_encoding_reused_in_an_execd_image_counts_exactly() {
 /// One run of `prog` (not execing itself) with the cache at `cache`,
 /// address-space randomization off (so the area the first run's encoding
 /// was made for is free in the next): the module's counts, the loads
-/// served from the cache, the encodings made, and the notes.
-fn cached_run(prog: &Path, cache: &Path) -> (ModuleCoverage, u64, u64, Vec<String>) {
+/// served from the cache, the encodings made, the notes, and the areas
+/// (`Server::areas`, as text).
+fn cached_run(prog: &Path, cache: &Path) -> (ModuleCoverage, u64, u64, Vec<String>, String) {
     let name = prog.file_name().unwrap().to_string_lossy().into_owned();
     let server = Server::with_cache(&[name], Some(Cache::open(cache).expect("cache"))).unwrap();
     let mut cmd = Command::new(prog);
@@ -126,9 +130,10 @@ fn cached_run(prog: &Path, cache: &Path) -> (ModuleCoverage, u64, u64, Vec<Strin
     server.wait_for_cache(std::time::Duration::from_secs(60));
     let (made, _) = server.encodings();
     let from_cache = server.encodings_from_cache();
+    let areas = format!("{:?}", server.areas());
     let (mut mods, notes) = server.collect();
     assert_eq!(mods.len(), 1, "{notes:?}");
-    (mods.remove(0), from_cache, made, notes)
+    (mods.remove(0), from_cache, made, notes, areas)
 }
 
 #[test]
@@ -137,16 +142,20 @@ fn a_plan_from_the_cache_counts_as_a_fresh_one() {
     let prog = build(tmp.path());
     let f = fellfn(&prog);
     let cache = tmp.path().join("cache");
-    let (first, from_cache, made, _) = cached_run(&prog, &cache);
+    let (first, from_cache, made, _, areas) = cached_run(&prog, &cache);
     assert_eq!((from_cache, made), (0, 1), "an empty cache: encoded");
     // 7 calls of fellfn(10, 3).
     assert_eq!(count_at(&first, f), 7);
     assert_eq!(count_at(&first, f + 4), 70);
     let files: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
     assert_eq!(files.len(), 1, "one file kept: {files:?}");
-    let (second, from_cache, made, _) = cached_run(&prog, &cache);
+    let (second, from_cache, made, _, areas2) = cached_run(&prog, &cache);
     assert_eq!((from_cache, made), (1, 0), "planned and encoded once only");
     assert_eq!(second, first, "the same counts from the cache");
+    // The area served from the cache: at the same place, its patches in
+    // run-time addresses as the fresh one's (not the cache's bias 0).
+    assert!(areas.contains("patches: [Patch"), "{areas}");
+    assert_eq!(areas2, areas, "the same area from the cache");
     // A damaged file is said so and replaced; the counts stay exact.
     let file = files[0].as_ref().unwrap().path();
     let len = std::fs::metadata(&file).unwrap().len();
@@ -156,7 +165,7 @@ fn a_plan_from_the_cache_counts_as_a_fresh_one() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    let (third, from_cache, made, notes) = cached_run(&prog, &cache);
+    let (third, from_cache, made, notes, _) = cached_run(&prog, &cache);
     assert_eq!((from_cache, made), (0, 1));
     assert!(
         notes.iter().any(|n| n.ends_with("; planned afresh")),

@@ -173,6 +173,22 @@ impl Encoded {
         Some(code)
     }
 
+    /// Whether the code can move `moved` bytes further from its module
+    /// ([`Encoded::code_at`] then gives it).
+    pub fn moves(&self, moved: i64) -> bool {
+        moved == 0
+            || (self.movable
+                && self.far_fixups.iter().all(|&o| {
+                    let o = o as usize;
+                    self.code
+                        .get(o..o + 4)
+                        .and_then(|b| b.try_into().ok())
+                        .map(i32::from_le_bytes)
+                        .and_then(|v| i64::from(v).checked_sub(moved))
+                        .is_some_and(|w| i32::try_from(w).is_ok())
+                }))
+    }
+
     /// The patches for a load at `bias` with its area at `area`, from an
     /// encoding made for `bias0` and `area0` (`area - bias == area0 -
     /// bias0`).

@@ -46,9 +46,35 @@ impl Server {
     /// The counts of every report written so far, per module planned,
     /// and notes (one sentence each) on what was not counted.
     pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
+        self.collect_with(false)
+    }
+
+    /// [`Server::collect`] once the run is over, the server with it: each
+    /// block's instructions are moved into the counts rather than copied
+    /// (millions of them for cc1), where no conversation still holds
+    /// the plan.
+    pub fn into_collected(self) -> (Vec<ModuleCoverage>, Vec<String>) {
+        self.collect_with(true)
+    }
+
+    fn collect_with(&self, take: bool) -> (Vec<ModuleCoverage>, Vec<String>) {
         let mut counts: HashMap<usize, Vec<u64>> = HashMap::new();
         let mut notes = Vec::new();
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // The instructions of the plans nobody else holds, moved out.
+        let mut taken: Vec<Option<Vec<Vec<u64>>>> = state
+            .entries
+            .iter_mut()
+            .map(|e| {
+                let p = Arc::get_mut(&mut e.plan).filter(|_| take)?;
+                Some(
+                    p.blocks
+                        .iter_mut()
+                        .map(|b| std::mem::take(&mut b.insns))
+                        .collect(),
+                )
+            })
+            .collect();
         let (names, more) = report_names(&self.reports_dir());
         if more {
             notes.push(format!(
@@ -78,8 +104,12 @@ impl Server {
                 path: e.path.clone(),
                 file: e.file.clone(),
                 build_id: plan.build_id.clone(),
+                // Sized once: cc1 has 1,350,000 blocks.
+                blocks: Vec::with_capacity(plan.blocks.len()),
+                branches: Vec::with_capacity(plan.branches.len()),
                 ..ModuleCoverage::default()
             };
+            crate::cache::huge_pages(&mut m.blocks);
             let mut trapped = 0;
             let hits = plan.mode == Mode::Hits;
             for (i, b) in plan.blocks.iter().enumerate() {
@@ -102,7 +132,10 @@ impl Server {
                 m.blocks.push(Block {
                     start: b.start,
                     end: b.end,
-                    insns: b.insns.clone(),
+                    insns: match &mut taken[id] {
+                        Some(t) => std::mem::take(&mut t[i]),
+                        None => b.insns.clone(),
+                    },
                     // Hit mode: ran or not (each thread's array adds its 1).
                     count: if hits { count.min(1) } else { count },
                 });

@@ -223,8 +223,19 @@ pub enum LaunchError {
     Spawn { cmd: String, err: std::io::Error },
 }
 
-/// An encoding: the bias and area it was made for, and the result.
-type Cached = (u64, u64, Arc<Encoded>);
+/// An encoding kept for the loads at one offset ([`offset_of`]).
+#[derive(Clone)]
+struct Cached {
+    /// The bias of the first load it served.
+    bias: u64,
+    /// That load's area.
+    area: u64,
+    enc: Arc<Encoded>,
+    /// The bias and area its patches are for: the first load's, or bias
+    /// 0 and the offset for the on-disk cache's (kept as read, not
+    /// copied).
+    made: (u64, u64),
+}
 
 /// The distance from a load's bias to its area, what an encoding is
 /// reusable for.
@@ -420,12 +431,13 @@ pub fn launch_in(mut cmd: Command, select: &[String], mode: Mode) -> Result<Laun
     let mut rd = rd;
     let mut sink = [0u8; 64];
     while matches!(rd.read(&mut sink), Ok(n) if n > 0) {}
-    let (modules, notes) = server.collect();
+    let from_cache = server.encodings_from_cache();
+    let (modules, notes) = server.into_collected();
     Ok(Launched {
         status,
         modules,
         notes,
-        from_cache: server.encodings_from_cache(),
+        from_cache,
     })
 }
 

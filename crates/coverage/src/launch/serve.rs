@@ -72,38 +72,53 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         if cached.is_none() {
             // One made for another distance between area and module (the
             // area could not be mapped at the one offered: another
-            // library is there), moved rather than encoded again.
-            let other = entry.encoded.values().find(|(_, _, e)| e.movable);
-            if let Some(e) = other.and_then(|(b0, a0, e)| moved(e, (*b0, *a0), (bias, area), first))
-            {
-                let e = Arc::new(e);
-                entry.encoded.insert(key, (bias, area, e.clone()));
-                cached = Some((bias, area, e));
+            // library is there), moved as it is sent rather than encoded
+            // again; kept for this distance too (the same encoding).
+            let other = entry
+                .encoded
+                .values()
+                .find(|c| {
+                    c.enc
+                        .moves(key.wrapping_sub(offset_of(c.made.0, c.made.1)) as i64)
+                })
+                .cloned();
+            if let Some(c) = other {
+                let kept = Cached { bias, area, ..c };
+                entry.encoded.insert(key, kept.clone());
+                cached = Some(kept);
             }
         }
         let disk = match (&cached, &entry.disk) {
-            (None, Some((off, e))) if *off == key || e.movable => entry.disk.take(),
+            (None, Some((off, e))) if *off == key || e.moves(key.wrapping_sub(*off) as i64) => {
+                entry.disk.take()
+            }
             _ => None,
         };
         (cached, disk)
     };
-    // The cache's encoding, moved to this load (its patches are kept at
-    // bias 0, its area at the offset), unless it cannot reach from here.
-    let disk = disk.and_then(|(off, e)| moved(&e, (0, off), (bias, area), first));
     let mut store = None;
     let (bias0, area0, enc) = match (cached, disk) {
         (Some(c), _) => {
             state.lock().ok()?.reused += 1;
-            c
+            (c.made.0, c.made.1, c.enc)
         }
-        (None, Some(moved)) => {
-            let moved = Arc::new(moved);
+        (None, Some((off, e))) => {
+            // The cache's encoding, kept as it is read (not copied): its
+            // patches at bias 0, its area at the offset, what they are
+            // moved from for this load (and any other at the offset; its
+            // code moved as it is sent when its offset is another).
             let mut s = state.lock().ok()?;
             s.from_disk += 1;
             let entry = &mut s.entries[id];
-            entry.lost.extend(moved.failed_blocks.iter().copied());
-            entry.encoded.insert(key, (bias, area, moved.clone()));
-            (bias, area, moved)
+            entry.lost.extend(e.failed_blocks.iter().copied());
+            let kept = Cached {
+                bias,
+                area,
+                enc: e.clone(),
+                made: (0, off),
+            };
+            entry.encoded.insert(key, kept);
+            (0, off, e)
         }
         (None, None) => {
             let e = Arc::new(encode_with(&plan, bias, area, first, opts));
@@ -113,7 +128,13 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             let entry = &mut s.entries[id];
             let cache = entry.cache.clone();
             entry.lost.extend(e.failed_blocks.iter().copied());
-            entry.encoded.insert(key, (bias, area, e.clone()));
+            let kept = Cached {
+                bias,
+                area,
+                enc: e.clone(),
+                made: (bias, area),
+            };
+            entry.encoded.insert(key, kept);
             if let (Some(cache), Some(k), false) = (cache, entry.key, entry.stored) {
                 entry.stored = true;
                 store = Some((cache, k, Storing::new(storing)));
@@ -121,26 +142,37 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
             (bias, area, e)
         }
     };
-    let mut buf = Vec::with_capacity(enc.code.len() + 24 * enc.patches.len() + 64);
+    if let Ok(mut s) = state.lock() {
+        s.entries[id].loads += 1;
+    }
+    // Streamed, not gathered first: cc1's code and patches are tens of
+    // megabytes.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, &w);
     writeln!(
-        buf,
+        out,
         "CODE {:x} {:x} {:x}",
         enc.code.len(),
         enc.patches.len(),
         id
     )
     .ok()?;
-    buf.extend_from_slice(&enc.code_for(first));
+    let shift = key.wrapping_sub(offset_of(bias0, area0)) as i64;
+    if first == enc.first_counter && shift == 0 {
+        // (What code_for would copy.)
+        out.write_all(&enc.code).ok()?;
+    } else {
+        out.write_all(&enc.code_at(first, shift)?).ok()?;
+    }
     for p in enc.patches_for(bias0, area0, bias, area) {
-        buf.extend_from_slice(&p.addr.to_le_bytes());
-        buf.extend_from_slice(&p.entry.to_le_bytes());
-        buf.extend_from_slice(&p.kind.to_le_bytes());
-        buf.extend_from_slice(&p.len.to_le_bytes());
+        let mut rec = [0u8; 24];
+        rec[..8].copy_from_slice(&p.addr.to_le_bytes());
+        rec[8..16].copy_from_slice(&p.entry.to_le_bytes());
+        rec[16..20].copy_from_slice(&p.kind.to_le_bytes());
+        rec[20..].copy_from_slice(&p.len.to_le_bytes());
+        out.write_all(&rec).ok()?;
     }
-    if let Ok(mut s) = state.lock() {
-        s.entries[id].loads += 1;
-    }
-    w.write_all(&buf).ok()?;
+    out.flush().ok()?;
+    drop(out);
     line.clear();
     r.read_line(&mut line).ok()?;
     let skipped = hex(line.trim_end().strip_prefix("DONE ")?)?;
@@ -174,20 +206,6 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
         }
     }
     Some(())
-}
-
-/// Encoding `e`, made for a load at `from` (bias, area), moved to a load
-/// at `to` with its counters from `first`: its patches, and its code
-/// with every field that reaches the module adjusted
-/// ([`Encoded::code_at`]); None when it cannot move there.
-fn moved(e: &Encoded, from: (u64, u64), to: (u64, u64), first: u64) -> Option<Encoded> {
-    let shift = offset_of(to.0, to.1).wrapping_sub(offset_of(from.0, from.1)) as i64;
-    Some(Encoded {
-        code: e.code_at(first, shift)?,
-        patches: e.patches_for(from.0, from.1, to.0, to.1),
-        first_counter: first,
-        ..e.clone()
-    })
 }
 
 /// One cache file being written ([`Server::wait_for_cache`] waits for

@@ -263,13 +263,13 @@ impl Server {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         for e in &state.entries {
-            for (bias, area, enc) in e.encoded.values() {
+            for c in e.encoded.values() {
                 out.push(Area {
                     path: e.path.clone(),
-                    bias: *bias,
-                    start: *area,
-                    end: area + enc.code.len() as u64,
-                    patches: enc.patches.clone(),
+                    bias: c.bias,
+                    start: c.area,
+                    end: c.area + c.enc.code.len() as u64,
+                    patches: c.enc.patches_for(c.made.0, c.made.1, c.bias, c.area),
                 });
             }
         }
