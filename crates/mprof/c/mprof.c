@@ -20,45 +20,42 @@
  * both mallocs first: mprof_e2e's known.c checks exactly that). Per-thread
  * deltas merged later cannot give that order: a batch of +1 MiB, -1 MiB
  * flushed after the barrier has lost the moment both MiBs were live, and
- * delaying frees instead invents peaks that never were. So every update
- * of a site's bytes, and of its module's (whose high water is that of the
- * sum of its sites), is made in one order: under the module's spin lock,
- * which covers the site's and the module's counters together (one atomic
- * per call; site counters atomics of their own would be two, and two
- * lines; the module's first site keeps its counters on the lock's line,
- * so a module allocating from one line moves one line). While the
- * process has one thread (glibc's
- * __libc_single_threaded) no lock is taken at all. The price is paid
- * where threads allocate in one module at once: that lock's line and the
- * site's move between CPUs on every call (bench/memory_overhead.sh).
- * Allocation counts (blocks, bytes) sit beside the bytes under the same
- * lock, on the line already written. The common call (counting on, a
- * return address this thread has met: a per-thread cache of 16) is
- * inline in malloc and free, without the recursion guard's writes.
+ * delaying frees instead invents peaks that never were. So a site's and
+ * its module's (whose high water is that of the sum of its sites) bytes
+ * are kept by an exact limit counter (see "lanes"): each thread adds to
+ * its own lane at the site (a compare-and-swap on a line no other thread
+ * writes) while it stays within an allowance handed out under the
+ * module's spin lock, the allowances together never reaching past the
+ * high water; a call past its allowance takes the lock and folds every
+ * lane of the module, which gives the exact bytes at that instant, so
+ * the high water rises exactly when and by what the program's order
+ * says. While the process has one thread (glibc's __libc_single_threaded)
+ * no lock and no lane is used: the counters are written in place.
+ * calloc, realloc and the mapping pools' calls use the lanes too; with
+ * whole stacks (whose counters have no lanes) and past NLANES threads
+ * an update takes the module's lock (folding the module's open lanes
+ * first). Allocation counts (blocks, bytes) go to
+ * the lane with the bytes. The common call (counting on, a return
+ * address this thread has met: a per-thread cache of 16) is inline in
+ * malloc and free, without the recursion guard's writes. --peak and
+ * --dhat take one global lock instead (no lanes): the global peak is
+ * ordered with every site's bytes.
  *
- * What threads cost, measured (issue 29, bench/README.md "Threads"):
- * uncontended (a process with threads, one of them allocating) the lock
- * adds one atomic exchange per call, about 5 ns per malloc/free pair on
- * the 2-vCPU VM; contended (two threads at one line) perf puts two thirds
- * of the library's samples on that exchange, waiting for the line, and
- * the rest of the waiting in sched_yield (a holder that lost its CPU).
- * Tried and dropped: a fetch-and-add per counter without the lock (five
- * atomics on the contended line per allocation, each of which can take
- * the line away: 2x slower than the lock), waiting by reading before the
- * exchange (no difference beyond the noise). Both keep every count
- * exact; so does the lock. What could remove the shared line and stay
- * exact is an exact limit counter (McKenney, "Is Parallel Programming
- * Hard", 5.4): each thread's slot per site holds its own delta and an
- * allowance (the slots' allowances sum to at most high water minus
- * current bytes, for the site and its module), changed by a
- * compare-and-swap on the thread's own line; a call past its allowance
- * takes the lock, freezes every slot of the module (an exchange each),
- * folds them, which gives the exact bytes at that instant, then hands
- * out new allowances. Its fast path is still one atomic per call (the
- * uncontended cost above), its slow path comes every few dozen calls
- * where current bytes stay near the high water (alloc_micro's), slots'
- * counts missing from the shared table until folded (a SIGKILLed
- * process): not done.
+ * What threads cost, measured (issue 29, bench/README.md "Threads" and
+ * "Lanes"): the lock's one atomic exchange per call made its line, and
+ * the site's, move between CPUs on every call where two threads
+ * allocate at one site (alloc_micro: 5.5x native CPU). A lane's
+ * compare-and-swap is still a locked instruction, 9.4 ns uncontended on
+ * the 2-vCPU VM (two per malloc/free pair, against about 11 ns for the
+ * native pair), and the fold comes about once per 250 to 1,000 calls
+ * (alloc_micro's churn near its high water): 4.1x native CPU, not the
+ * 2x aimed at. Tried and dropped before the lanes: a fetch-and-add per
+ * counter without the lock (five atomics on the contended line per
+ * allocation: 2x slower than the lock), waiting by reading before the
+ * exchange (no difference beyond the noise). What could bring the fast
+ * path to plain stores and stay exact: the folder closing lanes behind
+ * an asymmetric fence (membarrier(PRIVATE_EXPEDITED), 1.2 us here, per
+ * fold) with the owner marking itself inside its update: not done.
  *
  * The real allocator is glibc's, reached through its exported
  * __libc_malloc family (no dlsym, which itself allocates). The counters
@@ -598,8 +595,12 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
  * (blocks, bytes allocated, live, temporary) a lane's thread adds to its
  * lane, which the report and the table's reader add to the site's. A lane
  * idle at two folds in a row leaves the list (a closed lane: word 0).
- * In the shared table the lanes are the sites' too: a SIGKILLed process
- * loses nothing but an update half made (its delta in, its counts not). */
+ * In the shared table the lanes are the sites' too: the table's reader
+ * (profdev_mprof::read_live) adds them, and a SIGKILLed process loses
+ * nothing but an update half made (its delta in, its counts not). A
+ * report (at exit, or a snapshot: mprof -p PID --snapshot) folds every
+ * module's lanes under its lock first. A forked child's table is fresh:
+ * its lanes are empty and free, its one thread takes one again. */
 #define LANE_OPEN (1ULL << 63)
 #define LANE_IDLE (1u << 31) /* an open list's entry: idle at the last fold */
 static __thread int lane_tls __attribute__((tls_model("initial-exec"))); /* 1..NLANES; 0 none yet, -1 none */
