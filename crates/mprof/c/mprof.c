@@ -52,10 +52,15 @@
  * 2x aimed at. Tried and dropped before the lanes: a fetch-and-add per
  * counter without the lock (five atomics on the contended line per
  * allocation: 2x slower than the lock), waiting by reading before the
- * exchange (no difference beyond the noise). What could bring the fast
- * path to plain stores and stay exact: the folder closing lanes behind
- * an asymmetric fence (membarrier(PRIVATE_EXPEDITED), 1.2 us here, per
- * fold) with the owner marking itself inside its update: not done.
+ * exchange (no difference beyond the noise). Tried after them: plain
+ * stores in the lane, the owner marking itself inside its update, a fold
+ * closing the lanes, calling membarrier(PRIVATE_EXPEDITED) (1.2 us here)
+ * and waiting for owners inside: 27% less CPU than the compare-and-swap,
+ * but a fold waits for an owner preempted inside its update, 5 to 30 s
+ * of wall time for alloc_micro on the loaded VM. What would keep plain
+ * stores without that wait: the owner's update a restartable sequence
+ * (rseq: the kernel aborts it on preemption) and the fold's fence
+ * MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: not done.
  *
  * The real allocator is glibc's, reached through its exported
  * __libc_malloc family (no dlsym, which itself allocates). The counters
