@@ -159,7 +159,9 @@ struct module {
      * under the lock: site index << 8 | lane. */
     uint32_t nopen;
     uint32_t open[MAX_OPEN];
-    char opad[64 - 4 - 4 * MAX_OPEN];
+    uint32_t nolanes; /* back to the lock for good (see "lanes") */
+    uint32_t nlocked; /* updates under the lock with lanes open, since a lane's fold */
+    char opad[64 - 12 - 4 * MAX_OPEN];
 };
 _Static_assert(sizeof(struct module) % 64 == 0, "a module's hot line is a cache line");
 static struct module *modules;
@@ -600,6 +602,12 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
  * (blocks, bytes allocated, live, temporary) a lane's thread adds to its
  * lane, which the report and the table's reader add to the site's. A lane
  * idle at two folds in a row leaves the list (a closed lane: word 0).
+ * A module whose list is full (MAX_OPEN lanes busy at once), or updated
+ * 64 times under its lock while a lane is open between two of the lanes'
+ * own folds (threads past NLANES; a thread's frees after its lane was
+ * given back at its exit are a few), closes its lanes and goes back to
+ * the lock for good (nolanes): no fold per call, at worst the lock's
+ * cost.
  * In the shared table the lanes are the sites' too: the table's reader
  * (profdev_mprof::read_live) adds them, and a SIGKILLed process loses
  * nothing but an update half made (its delta in, its counts not). A
@@ -686,6 +694,20 @@ static void lanes_grant(struct module *m)
     }
 }
 
+/* Under m's lock, after lanes_fold and an update made under the lock
+ * (a thread without a lane): the lanes open again, or, the 64th time
+ * since a lane's own fold, m goes back to the lock for good, its lanes
+ * closed (see "lanes"). */
+static void lanes_locked(struct module *m)
+{
+    if (++m->nlocked < 64) {
+        lanes_grant(m);
+        return;
+    }
+    m->nolanes = 1;
+    m->nopen = 0;
+}
+
 /* The thread's lane at s past its allowance (or closed): under the lock,
  * fold, apply the update to cur and the counters, open the lane. */
 static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_t size, uint64_t nk,
@@ -694,6 +716,7 @@ static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_
     struct module *m = s->mod;
     spin(&m->lock);
     lanes_fold(m);
+    m->nlocked = 0;
     s->c->cur += size;
     m->cur += size;
     if (s->c->cur > s->c->hw)
@@ -707,8 +730,14 @@ static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_
     uint32_t e = (uint32_t)(s - sites) << 8 | (uint32_t)(lane - 1), i;
     for (i = 0; i < m->nopen && (m->open[i] & ~LANE_IDLE) != e; i++)
         ;
-    if (i == m->nopen && i < MAX_OPEN)
-        m->open[m->nopen++] = e;
+    if (i == m->nopen && !m->nolanes) {
+        if (i < MAX_OPEN)
+            m->open[m->nopen++] = e;
+        else
+            m->nolanes = 1;
+    }
+    if (m->nolanes)
+        m->nopen = 0; /* all closed by the fold above */
     lanes_grant(m);
     unspin(&m->lock);
 }
@@ -721,6 +750,8 @@ static inline int lane_update(struct site *s, int64_t size, uint64_t nk, uint64_
 {
     int l = lane_tls;
     if (UNLIKELY(l <= 0) && (l < 0 || (l = lane_claim()) < 0))
+        return 0;
+    if (UNLIKELY(s->mod->nolanes))
         return 0;
     struct lane *ln = &s->lanes[l - 1];
     uint64_t w = atomic_load_explicit(&ln->word, memory_order_relaxed);
@@ -797,7 +828,7 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
     if (stk != NO_STACK)
         stack_add(stk, size, raise, k);
     if (open)
-        lanes_grant(m);
+        lanes_locked(m);
     unspin(l);
 }
 
@@ -838,7 +869,7 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
     if (stk != NO_STACK)
         stack_sub(stk, size, k, temp);
     if (open)
-        lanes_grant(m);
+        lanes_locked(m);
     unspin(l);
 }
 
@@ -1683,7 +1714,7 @@ static inline __attribute__((always_inline)) int fast_alloc_in(void *p, uint64_t
         k->cur += (int64_t)n;
     }
     if (open)
-        lanes_grant(m);
+        lanes_locked(m);
     if (mt)
         unspin(&m->lock);
     return 1;
@@ -1720,7 +1751,7 @@ static inline __attribute__((always_inline)) void fast_free_in(void *p, const in
     if (st)
         stack_sub(stk, size, 1, temp);
     if (open)
-        lanes_grant(m);
+        lanes_locked(m);
     if (mt)
         unspin(&m->lock);
 }
@@ -2429,7 +2460,7 @@ static void after_fork_child(void)
         for (int i = 0; i < n; i++) {
             fm[i].cur = fm[i].hw = 0;
             memset(&fm[i].resident, 0, sizeof fm[i].resident);
-            fm[i].nopen = 0; /* the sites' lanes are the parent's */
+            fm[i].nopen = fm[i].nolanes = fm[i].nlocked = 0; /* the parent's lanes */
             atomic_store(&fm[i].resident_taken, 0);
             atomic_flag_clear(&fm[i].lock);
         }
