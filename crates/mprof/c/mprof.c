@@ -44,23 +44,25 @@
  * What threads cost, measured (issue 29, bench/README.md "Threads" and
  * "Lanes"): the lock's one atomic exchange per call made its line, and
  * the site's, move between CPUs on every call where two threads
- * allocate at one site (alloc_micro: 5.5x native CPU). A lane's
- * compare-and-swap is still a locked instruction, 9.4 ns uncontended on
- * the 2-vCPU VM (two per malloc/free pair, against about 11 ns for the
- * native pair), and the fold comes about once per 250 to 1,000 calls
- * (alloc_micro's churn near its high water): 4.1x native CPU, not the
- * 2x aimed at. Tried and dropped before the lanes: a fetch-and-add per
- * counter without the lock (five atomics on the contended line per
- * allocation: 2x slower than the lock), waiting by reading before the
- * exchange (no difference beyond the noise). Tried after them: plain
- * stores in the lane, the owner marking itself inside its update, a fold
- * closing the lanes, calling membarrier(PRIVATE_EXPEDITED) (1.2 us here)
- * and waiting for owners inside: 27% less CPU than the compare-and-swap,
- * but a fold waits for an owner preempted inside its update, 5 to 30 s
- * of wall time for alloc_micro on the loaded VM. What would keep plain
- * stores without that wait: the owner's update a restartable sequence
- * (rseq: the kernel aborts it on preemption) and the fold's fence
- * MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: not done.
+ * allocate at one site (alloc_micro: 5.5x to 5.8x native CPU), and its
+ * holder losing its CPU made the other wait. A lane's compare-and-swap
+ * is still a locked instruction, 9.4 ns uncontended on the 2-vCPU VM
+ * (two per malloc/free pair, against about 11 ns for the native pair),
+ * and the fold comes about once per 250 to 1,000 calls (alloc_micro's
+ * churn near its high water): 4.1x to 4.6x native CPU, not the 2x aimed
+ * at (one thread, no lane and no lock, is already 2.6x). Tried and
+ * dropped before the lanes: a fetch-and-add per counter without the lock
+ * (five atomics on the contended line per allocation: 2x slower than
+ * the lock), waiting by reading before the exchange (no difference
+ * beyond the noise). Tried and dropped after them: plain stores in the
+ * lane with the owner marking itself inside, a fold closing the lanes
+ * behind membarrier(PRIVATE_EXPEDITED) and waiting for owners inside
+ * (a fold waits for an owner preempted inside: 5 to 30 s under load);
+ * the owner's update a restartable sequence (rseq) and the fold's fence
+ * membarrier(PRIVATE_EXPEDITED_RSEQ) (20% less CPU than the
+ * compare-and-swap in most runs, but each fold's membarrier interrupts
+ * the other thread: seconds of system time in one run of three). Both
+ * need fewer folds first.
  *
  * The real allocator is glibc's, reached through its exported
  * __libc_malloc family (no dlsym, which itself allocates). The counters
