@@ -34,7 +34,7 @@
  * calloc, realloc and the mapping pools' calls use the lanes too; with
  * whole stacks (whose counters have no lanes) and past NLANES threads
  * an update takes the module's lock (folding the module's open lanes
- * first). Allocation counts (blocks, bytes) go to
+ * first, or closing them for good: see "lanes"). Allocation counts (blocks, bytes) go to
  * the lane with the bytes. The common call (counting on, a return
  * address this thread has met: a per-thread cache of 16) is inline in
  * malloc and free, without the recursion guard's writes. --peak and
@@ -613,8 +613,10 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
  * In the shared table the lanes are the sites' too: the table's reader
  * (profdev_mprof::read_live) adds them, and a SIGKILLed process loses
  * nothing but an update half made (its delta in, its counts not). A
- * report (at exit, or a snapshot: mprof -p PID --snapshot) folds every
- * module's lanes under its lock first. A forked child's table is fresh:
+ * report (at exit, or a snapshot: mprof -p PID --snapshot) adds the
+ * lanes as it reads them, without a lock, as the reader does (a snapshot
+ * of a process whose threads go on may miss an update a fold is moving
+ * from a lane to cur, as it may miss one under way anywhere). A forked child's table is fresh:
  * its lanes are empty and free, its one thread takes one again. */
 #define LANE_OPEN (1ULL << 63)
 #define LANE_IDLE (1u << 31) /* an open list's entry: idle at the last fold */
@@ -2650,6 +2652,15 @@ static void put_at_peak(struct sigsafe_out *o, int64_t bytes, uint64_t blocks)
     put(o, "\n");
 }
 
+/* The bytes s's lanes hold, not yet folded. */
+static int64_t site_delta(struct site *s)
+{
+    int64_t d = 0;
+    for (int l = 0; l < NLANES; l++)
+        d += (int32_t)(uint32_t)atomic_load_explicit(&s->lanes[l].word, memory_order_relaxed);
+    return d;
+}
+
 /* Write the report: mprof.<pid>.<k>, O_EXCL|O_NOFOLLOW, 0600. final: the
  * exit's, after which the shared table is no longer the report. */
 static void report(int final)
@@ -2688,15 +2699,18 @@ static void report(int final)
         put(&o, "\n");
     }
     int n = atomic_load(&nmodules);
-    /* The lanes' deltas into cur: every module's bytes exact now. */
-    for (int i = 0; lanes_ever && i <= n; i++) {
-        struct module *m = i < n ? &modules[i] : &nomodule;
-        spin(&m->lock);
-        if (m->nopen) {
-            lanes_fold(m);
-            lanes_grant(m);
-        }
-        unspin(&m->lock);
+    /* The lanes' deltas, added to the bytes as read (no lock: a report
+     * reads the table as the threads go on, and one made in a signal
+     * handler must not wait for a lock its thread holds). */
+    static int64_t mdelta[MAX_MODULES + 1];
+    memset(mdelta, 0, sizeof mdelta);
+    uint32_t nu = atomic_load(&nused);
+    for (uint32_t u = 0; lanes_ever && u < nu && u < NSITES; u++) {
+        if (!page_known(&used[u]))
+            continue;
+        struct site *s = &sites[used[u]];
+        if (s->mod)
+            mdelta[s->mod - modules] += site_delta(s);
     }
     for (int i = 0; i < n; i++) {
         struct module *m = &modules[i];
@@ -2709,7 +2723,7 @@ static void report(int final)
         put(&o, " ");
         put_u(&o, m->ino, 10);
         put(&o, " ");
-        put_i(&o, m->cur);
+        put_i(&o, m->cur + mdelta[i]);
         put(&o, " ");
         put_i(&o, m->hw);
         put(&o, " ");
@@ -2717,14 +2731,13 @@ static void report(int final)
         put(&o, "\n");
     }
     uint64_t end = dhat ? now_us() : 0;
-    uint32_t nu = atomic_load(&nused);
     for (uint32_t u = 0; u < nu && u < NSITES; u++) {
         if (!page_known(&used[u]))
             continue;
         struct site *s = &sites[used[u]];
         if (!s->pc || !s->c)
             continue;
-        /* Its lanes' counts (their deltas are in cur, folded above). */
+        /* Its lanes' counts and bytes. */
         uint64_t nalloc = s->c->nalloc, bytes = s->c->bytes, nlive = s->c->nlive,
                  ntemp = s->ntemp;
         for (int l = 0; lanes_ever && l < NLANES; l++) {
@@ -2740,7 +2753,7 @@ static void report(int final)
         put(&o, " ");
         put_i(&o, s->module > 0 ? s->module - 1 : -1);
         put(&o, " ");
-        put_i(&o, s->c->cur);
+        put_i(&o, s->c->cur + (lanes_ever ? site_delta(s) : 0));
         put(&o, " ");
         put_i(&o, s->c->hw);
         put(&o, " ");
