@@ -979,12 +979,17 @@ static uint32_t site_of(uintptr_t pc)
             return NSITES;
         uintptr_t k = atomic_load_explicit(&s->pc, memory_order_acquire);
         if (k == pc) {
-            /* Created by another thread: wait (bounded) for its module. */
-            for (int spin = 0; spin < 100000 &&
+            /* Created by another thread: wait (bounded) for its module,
+             * yielding after a while (its maker may have lost its CPU); a
+             * site still without one is not used (its mod is not set). */
+            for (int spin = 0; spin < 1000000 &&
                                atomic_load_explicit(&s->module, memory_order_acquire) == 0;
                  spin++)
-                __builtin_ia32_pause();
-            return j;
+                if (spin < 1000)
+                    __builtin_ia32_pause();
+                else
+                    sched_yield();
+            return atomic_load_explicit(&s->module, memory_order_acquire) ? j : NSITES;
         }
         if (k == 0) {
             uintptr_t zero = 0;
