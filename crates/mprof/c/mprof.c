@@ -20,45 +20,49 @@
  * both mallocs first: mprof_e2e's known.c checks exactly that). Per-thread
  * deltas merged later cannot give that order: a batch of +1 MiB, -1 MiB
  * flushed after the barrier has lost the moment both MiBs were live, and
- * delaying frees instead invents peaks that never were. So every update
- * of a site's bytes, and of its module's (whose high water is that of the
- * sum of its sites), is made in one order: under the module's spin lock,
- * which covers the site's and the module's counters together (one atomic
- * per call; site counters atomics of their own would be two, and two
- * lines; the module's first site keeps its counters on the lock's line,
- * so a module allocating from one line moves one line). While the
- * process has one thread (glibc's
- * __libc_single_threaded) no lock is taken at all. The price is paid
- * where threads allocate in one module at once: that lock's line and the
- * site's move between CPUs on every call (bench/memory_overhead.sh).
- * Allocation counts (blocks, bytes) sit beside the bytes under the same
- * lock, on the line already written. The common call (counting on, a
- * return address this thread has met: a per-thread cache of 16) is
- * inline in malloc and free, without the recursion guard's writes.
+ * delaying frees instead invents peaks that never were. So a site's and
+ * its module's (whose high water is that of the sum of its sites) bytes
+ * are kept by an exact limit counter (see "lanes"): each thread adds to
+ * its own lane at the site (a compare-and-swap on a line no other thread
+ * writes) while it stays within an allowance handed out under the
+ * module's spin lock, the allowances together never reaching past the
+ * high water; a call past its allowance takes the lock and folds every
+ * lane of the module, which gives the exact bytes at that instant, so
+ * the high water rises exactly when and by what the program's order
+ * says. While the process has one thread (glibc's __libc_single_threaded)
+ * no lock and no lane is used: the counters are written in place.
+ * calloc, realloc and the mapping pools' calls use the lanes too; with
+ * whole stacks (whose counters have no lanes) and past NLANES threads
+ * an update takes the module's lock (folding the module's open lanes
+ * first, or closing them for good: see "lanes"). Allocation counts (blocks, bytes) go to
+ * the lane with the bytes. The common call (counting on, a return
+ * address this thread has met: a per-thread cache of 16) is inline in
+ * malloc and free, without the recursion guard's writes. --peak and
+ * --dhat take one global lock instead (no lanes): the global peak is
+ * ordered with every site's bytes.
  *
- * What threads cost, measured (issue 29, bench/README.md "Threads"):
- * uncontended (a process with threads, one of them allocating) the lock
- * adds one atomic exchange per call, about 5 ns per malloc/free pair on
- * the 2-vCPU VM; contended (two threads at one line) perf puts two thirds
- * of the library's samples on that exchange, waiting for the line, and
- * the rest of the waiting in sched_yield (a holder that lost its CPU).
- * Tried and dropped: a fetch-and-add per counter without the lock (five
- * atomics on the contended line per allocation, each of which can take
- * the line away: 2x slower than the lock), waiting by reading before the
- * exchange (no difference beyond the noise). Both keep every count
- * exact; so does the lock. What could remove the shared line and stay
- * exact is an exact limit counter (McKenney, "Is Parallel Programming
- * Hard", 5.4): each thread's slot per site holds its own delta and an
- * allowance (the slots' allowances sum to at most high water minus
- * current bytes, for the site and its module), changed by a
- * compare-and-swap on the thread's own line; a call past its allowance
- * takes the lock, freezes every slot of the module (an exchange each),
- * folds them, which gives the exact bytes at that instant, then hands
- * out new allowances. Its fast path is still one atomic per call (the
- * uncontended cost above), its slow path comes every few dozen calls
- * where current bytes stay near the high water (alloc_micro's), slots'
- * counts missing from the shared table until folded (a SIGKILLed
- * process): not done.
+ * What threads cost, measured (issue 29, bench/README.md "Threads" and
+ * "Lanes"): the lock's one atomic exchange per call made its line, and
+ * the site's, move between CPUs on every call where two threads
+ * allocate at one site (alloc_micro: 5.5x to 5.8x native CPU), and its
+ * holder losing its CPU made the other wait. A lane's compare-and-swap
+ * is still a locked instruction, 9.4 ns uncontended on the 2-vCPU VM
+ * (two per malloc/free pair, against about 11 ns for the native pair),
+ * and the fold comes about once per 250 to 1,000 calls (alloc_micro's
+ * churn near its high water): 4.1x to 4.6x native CPU, not the 2x aimed
+ * at (one thread, no lane and no lock, is already 2.6x). Tried and
+ * dropped before the lanes: a fetch-and-add per counter without the lock
+ * (five atomics on the contended line per allocation: 2x slower than
+ * the lock), waiting by reading before the exchange (no difference
+ * beyond the noise). Tried and dropped after them: plain stores in the
+ * lane with the owner marking itself inside, a fold closing the lanes
+ * behind membarrier(PRIVATE_EXPEDITED) and waiting for owners inside
+ * (a fold waits for an owner preempted inside: 5 to 30 s under load);
+ * the owner's update a restartable sequence (rseq) and the fold's fence
+ * membarrier(PRIVATE_EXPEDITED_RSEQ) (20% less CPU than the
+ * compare-and-swap in most runs, but each fold's membarrier interrupts
+ * the other thread: seconds of system time in one run of three). Both
+ * need fewer folds first.
  *
  * The real allocator is glibc's, reached through its exported
  * __libc_malloc family (no dlsym, which itself allocates). The counters
@@ -127,6 +131,9 @@ static void *map(size_t n)
 
 /* Modules: each link map seen at a site. */
 #define MAX_MODULES 1024
+/* Lanes per site (see "lanes"), and of one module open at once. */
+#define NLANES 8
+#define MAX_OPEN 12
 /* A site's counters. */
 struct counters {
     int64_t cur, hw;
@@ -150,12 +157,30 @@ struct module {
     char lpad[sizeof(int64_t) - sizeof(atomic_flag)];
     int64_t cur, hw;
     struct counters resident;
+    /* Lanes of this module's sites that hold an allowance (see "lanes"),
+     * under the lock: site index << 8 | lane. */
+    uint32_t nopen;
+    uint32_t open[MAX_OPEN];
+    uint32_t nolanes; /* back to the lock for good (see "lanes") */
+    uint32_t nlocked; /* updates under the lock with lanes open, since a lane's fold */
+    char opad[64 - 12 - 4 * MAX_OPEN];
 };
 _Static_assert(sizeof(struct module) % 64 == 0, "a module's hot line is a cache line");
 static struct module *modules;
 /* The counters of sites in no module: the slot after the last module. */
 #define nomodule (modules[MAX_MODULES])
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A thread's lane at a site (see "lanes"): one cache line, written by
+ * its thread only (word also by a fold, under the module's lock). word:
+ * open << 63 | allowance << 32 | (uint32_t)delta; 0 closed. The counts
+ * add to the site's. */
+struct lane {
+    _Atomic uint64_t word;
+    _Atomic uint64_t nalloc, bytes, nlive, ntemp;
+    char pad[64 - 5 * 8];
+};
+_Static_assert(sizeof(struct lane) == 64, "a lane is a cache line");
 
 /* Sites, keyed by their (runtime) return address. */
 #define SITE_BITS 16
@@ -177,8 +202,9 @@ struct site {
     uint64_t tl, sumborn;         /* the same: lifetimes ended, births of the live */
     uint64_t pepoch;              /* --peak: the snapshot gb and gbk hold ("the peak") */
     uint64_t ntemp;               /* temporary blocks, under the counters' lock */
+    struct lane lanes[NLANES];
 };
-_Static_assert(sizeof(struct site) == 192, "a site is three cache lines");
+_Static_assert(sizeof(struct site) == 192 + 64 * NLANES, "a site is three cache lines and lanes");
 static struct site *sites;
 
 /* Stacks: each allocation's whole call stack (with PROFDEV_MPROF_STACKS=1),
@@ -268,8 +294,13 @@ struct live_header {
     _Atomic uint32_t h_nstacks, h_nframes;
     /* Sampling: objects are counted in units of 1/2^obj_shift (0: exact). */
     uint32_t obj_shift;
+    /* Lanes (see "lanes"): their offset in a site, number and size; a
+     * lane's word, then its counts nalloc, bytes, nlive (8 bytes each). */
+    uint32_t s_lanes, nlanes, lane_size;
 };
 _Static_assert(sizeof(struct live_header) <= 4096, "the header is one page");
+_Static_assert(offsetof(struct live_header, s_lanes) == 212 && sizeof(struct live_header) == 224,
+               "the reader's header layout");
 _Static_assert(offsetof(struct counters, cur) == 0 && offsetof(struct counters, hw) == 8 &&
                    offsetof(struct counters, nalloc) == 16 &&
                    offsetof(struct counters, bytes) == 24 && offsetof(struct counters, nlive) == 32,
@@ -548,6 +579,213 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
         st->ntemp += temp;
 }
 
+/* ---- lanes --------------------------------------------------------
+ *
+ * Threads update a site's bytes without a shared line, exactly: an exact
+ * limit counter (McKenney, "Is Parallel Programming Hard", 5.4). A
+ * thread takes one of NLANES lanes for its life (lane_tls; the lanes of
+ * a thread that ended go to the next); at each site its lane is a cache
+ * line of its own holding, in one word, the bytes it added since the
+ * last fold (delta) and how far it may go (allowance), changed by a
+ * compare-and-swap that fails if the lane was closed. The module's lock
+ * guards its sites' folded bytes (cur), their high water, and the list
+ * of its open lanes; every open lane's allowance is at most the room
+ * below the high water, split (for its site and for the module: the
+ * allowances of a site's lanes sum to at most its hw - cur, those of a
+ * module's to at most the module's), and a lane's delta never passes
+ * its allowance, so the true bytes (cur plus the deltas) never pass the
+ * high water without a fold seeing it. A call that would pass (or finds
+ * its lane closed) takes the lock and folds: closes every open lane of
+ * the module (an exchange each), adds their deltas to cur, which are
+ * then the exact bytes at that instant, applies its own update there
+ * (raising the high water if it must), and hands out new allowances.
+ * Every other update under the module's lock (calloc, realloc, threads
+ * past NLANES, whole stacks) folds first if a lane is open. Counts
+ * (blocks, bytes allocated, live, temporary) a lane's thread adds to its
+ * lane, which the report and the table's reader add to the site's. A lane
+ * idle at two folds in a row leaves the list (a closed lane: word 0).
+ * A module whose list is full (MAX_OPEN lanes busy at once), or updated
+ * 64 times under its lock while a lane is open between two of the lanes'
+ * own folds (threads past NLANES; a thread's frees after its lane was
+ * given back at its exit are a few), closes its lanes and goes back to
+ * the lock for good (nolanes): no fold per call, at worst the lock's
+ * cost.
+ * In the shared table the lanes are the sites' too: the table's reader
+ * (profdev_mprof::read_live) adds them, and a SIGKILLed process loses
+ * nothing but an update half made (its delta in, its counts not). A
+ * report (at exit, or a snapshot: mprof -p PID --snapshot) adds the
+ * lanes as it reads them, without a lock, as the reader does (a snapshot
+ * of a process whose threads go on may miss an update a fold is moving
+ * from a lane to cur, as it may miss one under way anywhere). A forked child's table is fresh:
+ * its lanes are empty and free, its one thread takes one again. */
+#define LANE_OPEN (1ULL << 63)
+#define LANE_IDLE (1u << 31) /* an open list's entry: idle at the last fold */
+static __thread int lane_tls __attribute__((tls_model("initial-exec"))); /* 1..NLANES; 0 none yet, -1 none */
+static _Atomic uint32_t lanes_taken;
+static int lanes_ever; /* a lane was taken: the unlocked path looks for open lanes */
+static pthread_key_t lane_key;
+static int lane_key_ok;
+
+static void lane_gone(void *p)
+{
+    (void)p;
+    int l = lane_tls;
+    lane_tls = -1; /* the thread's last calls take the lock */
+    if (l > 0)
+        atomic_fetch_and(&lanes_taken, ~(1u << (l - 1)));
+}
+
+static __attribute__((noinline)) int lane_claim(void)
+{
+    int l = -1;
+    uint32_t t = atomic_load(&lanes_taken);
+    while (lane_key_ok && (~t & ((1u << NLANES) - 1))) {
+        int i = __builtin_ctz(~t);
+        if (atomic_compare_exchange_weak(&lanes_taken, &t, t | 1u << i)) {
+            l = i + 1;
+            break;
+        }
+    }
+    if (l > 0) {
+        int b = busy;
+        busy = 1; /* pthread_setspecific may allocate */
+        if (pthread_setspecific(lane_key, (void *)1)) {
+            atomic_fetch_and(&lanes_taken, ~(1u << (l - 1)));
+            l = -1;
+        }
+        busy = b;
+        lanes_ever = 1;
+    }
+    lane_tls = l;
+    return l;
+}
+
+/* Under m's lock: close m's open lanes, their deltas into cur (exact). */
+static void lanes_fold(struct module *m)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < m->nopen && i < MAX_OPEN; i++) {
+        uint32_t e = m->open[i];
+        struct site *s = &sites[(e & ~LANE_IDLE) >> 8];
+        uint64_t w = atomic_exchange_explicit(&s->lanes[e & 0xff].word, 0, memory_order_acq_rel);
+        int32_t d = (int32_t)(uint32_t)w;
+        s->c->cur += d;
+        m->cur += d;
+        if (d)
+            m->open[k++] = e & ~LANE_IDLE;
+        else if (!(e & LANE_IDLE))
+            m->open[k++] = e | LANE_IDLE;
+    }
+    m->nopen = k;
+}
+
+/* Under m's lock, after lanes_fold: open m's listed lanes, each with its
+ * share of the room below the site's and the module's high water. */
+static void lanes_grant(struct module *m)
+{
+    uint32_t n = m->nopen;
+    int64_t b = (m->hw - m->cur) / (n ? n : 1);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t e = m->open[i] & ~LANE_IDLE, ks = 0;
+        for (uint32_t j = 0; j < n; j++)
+            ks += (m->open[j] & ~LANE_IDLE) >> 8 == e >> 8;
+        struct site *s = &sites[e >> 8];
+        int64_t a = (s->c->hw - s->c->cur) / ks;
+        a = a < b ? a : b;
+        a = a < 0 ? 0 : a > 0x7fffffff ? 0x7fffffff : a;
+        atomic_store_explicit(&s->lanes[e & 0xff].word, LANE_OPEN | (uint64_t)a << 32,
+                              memory_order_release);
+    }
+}
+
+/* Under m's lock, after lanes_fold and an update made under the lock
+ * (a thread without a lane): the lanes open again, or, the 64th time
+ * since a lane's own fold, m goes back to the lock for good, its lanes
+ * closed (see "lanes"). */
+static void lanes_locked(struct module *m)
+{
+    if (++m->nlocked < 64) {
+        lanes_grant(m);
+        return;
+    }
+    m->nolanes = 1;
+    m->nopen = 0;
+}
+
+/* The thread's lane at s past its allowance (or closed): under the lock,
+ * fold, apply the update to cur and the counters, open the lane. */
+static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_t size, uint64_t nk,
+                                               uint64_t bytes, int64_t lk, uint64_t temp)
+{
+    struct module *m = s->mod;
+    spin(&m->lock);
+    lanes_fold(m);
+    m->nlocked = 0;
+    s->c->cur += size;
+    m->cur += size;
+    if (s->c->cur > s->c->hw)
+        s->c->hw = s->c->cur;
+    if (m->cur > m->hw)
+        m->hw = m->cur;
+    s->c->nalloc += nk;
+    s->c->bytes += bytes;
+    s->c->nlive += lk;
+    s->ntemp += temp;
+    uint32_t e = (uint32_t)(s - sites) << 8 | (uint32_t)(lane - 1), i;
+    for (i = 0; i < m->nopen && (m->open[i] & ~LANE_IDLE) != e; i++)
+        ;
+    if (i == m->nopen && !m->nolanes) {
+        if (i < MAX_OPEN)
+            m->open[m->nopen++] = e;
+        else
+            m->nolanes = 1;
+    }
+    if (m->nolanes)
+        m->nopen = 0; /* all closed by the fold above */
+    lanes_grant(m);
+    unspin(&m->lock);
+}
+
+/* An update of s's bytes (size), blocks (nk), bytes allocated, live (lk)
+ * and temporary blocks through the thread's lane; 0 if it has none (the
+ * caller then takes the lock). */
+static inline int lane_update(struct site *s, int64_t size, uint64_t nk, uint64_t bytes, int64_t lk,
+                              uint64_t temp)
+{
+    int l = lane_tls;
+    if (UNLIKELY(l <= 0) && (l < 0 || (l = lane_claim()) < 0))
+        return 0;
+    if (UNLIKELY(s->mod->nolanes))
+        return 0;
+    struct lane *ln = &s->lanes[l - 1];
+    uint64_t w = atomic_load_explicit(&ln->word, memory_order_relaxed);
+    int64_t d = (int64_t)(int32_t)(uint32_t)w + size;
+    if (UNLIKELY(!(w & LANE_OPEN)) || UNLIKELY(d > (int64_t)(w >> 32 & 0x7fffffff)) ||
+        UNLIKELY(d < INT32_MIN) ||
+        UNLIKELY(!atomic_compare_exchange_strong_explicit(&ln->word, &w,
+                                                          (w & ~0xffffffffULL) | (uint32_t)d,
+                                                          memory_order_acq_rel,
+                                                          memory_order_relaxed))) {
+        lane_slow(s, l, size, nk, bytes, lk, temp);
+        return 1;
+    }
+#define LANE_ADD(f, v) atomic_store_explicit(&ln->f, atomic_load_explicit(&ln->f, memory_order_relaxed) + (v), memory_order_relaxed)
+    if (nk) {
+        LANE_ADD(nalloc, nk);
+        LANE_ADD(bytes, bytes);
+    }
+    if (lk)
+        LANE_ADD(nlive, (uint64_t)lk);
+    if (UNLIKELY(temp))
+        LANE_ADD(ntemp, temp);
+#undef LANE_ADD
+    return 1;
+}
+
+/* Whether a lane may be open in m (so an update under its lock must fold
+ * first): lanes_ever spares the unlocked path the module's second line. */
+#define LANES_OPEN(m) (UNLIKELY(lanes_ever) && UNLIKELY((m)->nopen))
+
 /* stk: the block's stack (with stacks on and pool 1; else NO_STACK).
  * k: the objects it counts for (1, or a sampled block's weight in
  * 1/2^obj_shift units, see "sampling"). */
@@ -555,8 +793,14 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
                           uint64_t k)
 {
     struct module *m = module_of_site(s);
+    if (!global && stk == NO_STACK && (!__libc_single_threaded || lanes_ever) &&
+        lane_update(s, size, raise ? k : 0, raise ? (uint64_t)size : 0, (int64_t)k, 0))
+        return;
     atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
+    int open = !global && LANES_OPEN(m);
+    if (open)
+        lanes_fold(m);
     if (global) {
         if (peak)
             peak_keep(s, stk);
@@ -587,6 +831,8 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
     }
     if (stk != NO_STACK)
         stack_add(stk, size, raise, k);
+    if (open)
+        lanes_locked(m);
     unspin(l);
 }
 
@@ -596,8 +842,14 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
                              uint64_t k, uint64_t temp)
 {
     struct module *m = module_of_site(s);
+    if (!global && stk == NO_STACK && (!__libc_single_threaded || lanes_ever) &&
+        lane_update(s, -size, 0, 0, whole ? -(int64_t)k : 0, temp))
+        return;
     atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
+    int open = !global && LANES_OPEN(m);
+    if (open)
+        lanes_fold(m);
     if (global) {
         if (peak_pending) /* the peak is behind us: keep its picture */
             peak_passed();
@@ -620,6 +872,8 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
     m->cur = m->cur > size ? m->cur - size : 0;
     if (stk != NO_STACK)
         stack_sub(stk, size, k, temp);
+    if (open)
+        lanes_locked(m);
     unspin(l);
 }
 
@@ -725,12 +979,17 @@ static uint32_t site_of(uintptr_t pc)
             return NSITES;
         uintptr_t k = atomic_load_explicit(&s->pc, memory_order_acquire);
         if (k == pc) {
-            /* Created by another thread: wait (bounded) for its module. */
-            for (int spin = 0; spin < 100000 &&
+            /* Created by another thread: wait (bounded) for its module,
+             * yielding after a while (its maker may have lost its CPU); a
+             * site still without one is not used (its mod is not set). */
+            for (int spin = 0; spin < 1000000 &&
                                atomic_load_explicit(&s->module, memory_order_acquire) == 0;
                  spin++)
-                __builtin_ia32_pause();
-            return j;
+                if (spin < 1000)
+                    __builtin_ia32_pause();
+                else
+                    sched_yield();
+            return atomic_load_explicit(&s->module, memory_order_acquire) ? j : NSITES;
         }
         if (k == 0) {
             uintptr_t zero = 0;
@@ -1437,8 +1696,13 @@ static inline __attribute__((always_inline)) int fast_alloc_in(void *p, uint64_t
     struct site *s = &sites[si];
     struct module *m = s->mod;
     int mt = !__libc_single_threaded;
+    if (!st && (mt || UNLIKELY(lanes_ever)) && lane_update(s, (int64_t)n, 1, n, 1, 0))
+        return 1;
     if (mt)
         spin_raw(&m->lock);
+    int open = LANES_OPEN(m);
+    if (open)
+        lanes_fold(m);
     int64_t v = s->c->cur + n;
     s->c->cur = v;
     if (v > s->c->hw)
@@ -1458,6 +1722,8 @@ static inline __attribute__((always_inline)) int fast_alloc_in(void *p, uint64_t
         k->nlive++;
         k->cur += (int64_t)n;
     }
+    if (open)
+        lanes_locked(m);
     if (mt)
         unspin(&m->lock);
     return 1;
@@ -1478,8 +1744,13 @@ static inline __attribute__((always_inline)) void fast_free_in(void *p, const in
     if (UNLIKELY(temp))
         last_block = 0;
     int mt = !__libc_single_threaded;
+    if (!st && (mt || UNLIKELY(lanes_ever)) && lane_update(s, -(int64_t)size, 0, 0, -1, temp))
+        return;
     if (mt)
         spin_raw(&m->lock);
+    int open = LANES_OPEN(m);
+    if (open)
+        lanes_fold(m);
     /* The block's bytes are in both (charged when it was entered). */
     s->c->cur -= (int64_t)size;
     m->cur -= (int64_t)size;
@@ -1488,6 +1759,8 @@ static inline __attribute__((always_inline)) void fast_free_in(void *p, const in
         s->ntemp++;
     if (st)
         stack_sub(stk, size, 1, temp);
+    if (open)
+        lanes_locked(m);
     if (mt)
         unspin(&m->lock);
 }
@@ -2104,6 +2377,9 @@ static char *new_area(void)
     h->s_resident = offsetof(struct site, resident);
     h->s_own = offsetof(struct site, own);
     h->counters_size = sizeof(struct counters);
+    h->s_lanes = offsetof(struct site, lanes);
+    h->nlanes = NLANES;
+    h->lane_size = sizeof(struct lane);
     h->stacks_off = STACKS_OFF;
     h->frames_off = FRAMES_OFF;
     h->nstacks = NSTACKS;
@@ -2175,6 +2451,9 @@ static void after_fork_child(void)
     }
     nleaves = 0;
     memset(rcache, 0, sizeof rcache); /* site indices of the parent's table */
+    /* The other threads' lanes are free; this one takes one again. */
+    atomic_store(&lanes_taken, 0);
+    lane_tls = 0;
     if (memo_tls > MEMO_DEAD) /* stacks of the parent's table */
         memset(memo_tls, 0, sizeof *memo_tls);
     if (sample_n) /* no sampled block is in the child's books */
@@ -2190,6 +2469,7 @@ static void after_fork_child(void)
         for (int i = 0; i < n; i++) {
             fm[i].cur = fm[i].hw = 0;
             memset(&fm[i].resident, 0, sizeof fm[i].resident);
+            fm[i].nopen = fm[i].nolanes = fm[i].nlocked = 0; /* the parent's lanes */
             atomic_store(&fm[i].resident_taken, 0);
             atomic_flag_clear(&fm[i].lock);
         }
@@ -2278,6 +2558,8 @@ static void init(void)
     }
     if (stacks_on && !memo_ok)
         memo_ok = !pthread_key_create(&memo_key, memo_gone);
+    if (!lane_key_ok)
+        lane_key_ok = !pthread_key_create(&lane_key, lane_gone);
     entry_shift = stacks_on ? (dhat ? 2 : 1) : (dhat ? 1 : 0);
     stack_word = stacks_on ? (dhat ? 2 : 1) : 0;
     top = map_noreserve(sizeof(*top) * TOP_SLOTS);
@@ -2375,6 +2657,15 @@ static void put_at_peak(struct sigsafe_out *o, int64_t bytes, uint64_t blocks)
     put(o, "\n");
 }
 
+/* The bytes s's lanes hold, not yet folded. */
+static int64_t site_delta(struct site *s)
+{
+    int64_t d = 0;
+    for (int l = 0; l < NLANES; l++)
+        d += (int32_t)(uint32_t)atomic_load_explicit(&s->lanes[l].word, memory_order_relaxed);
+    return d;
+}
+
 /* Write the report: mprof.<pid>.<k>, O_EXCL|O_NOFOLLOW, 0600. final: the
  * exit's, after which the shared table is no longer the report. */
 static void report(int final)
@@ -2413,6 +2704,19 @@ static void report(int final)
         put(&o, "\n");
     }
     int n = atomic_load(&nmodules);
+    /* The lanes' deltas, added to the bytes as read (no lock: a report
+     * reads the table as the threads go on, and one made in a signal
+     * handler must not wait for a lock its thread holds). */
+    static int64_t mdelta[MAX_MODULES + 1];
+    memset(mdelta, 0, sizeof mdelta);
+    uint32_t nu = atomic_load(&nused);
+    for (uint32_t u = 0; lanes_ever && u < nu && u < NSITES; u++) {
+        if (!page_known(&used[u]))
+            continue;
+        struct site *s = &sites[used[u]];
+        if (s->mod)
+            mdelta[s->mod - modules] += site_delta(s);
+    }
     for (int i = 0; i < n; i++) {
         struct module *m = &modules[i];
         put(&o, "module ");
@@ -2424,7 +2728,7 @@ static void report(int final)
         put(&o, " ");
         put_u(&o, m->ino, 10);
         put(&o, " ");
-        put_i(&o, m->cur);
+        put_i(&o, m->cur + mdelta[i]);
         put(&o, " ");
         put_i(&o, m->hw);
         put(&o, " ");
@@ -2432,27 +2736,37 @@ static void report(int final)
         put(&o, "\n");
     }
     uint64_t end = dhat ? now_us() : 0;
-    uint32_t nu = atomic_load(&nused);
     for (uint32_t u = 0; u < nu && u < NSITES; u++) {
         if (!page_known(&used[u]))
             continue;
         struct site *s = &sites[used[u]];
-        if (!s->pc || !s->c || !s->c->nalloc)
+        if (!s->pc || !s->c)
+            continue;
+        /* Its lanes' counts and bytes. */
+        uint64_t nalloc = s->c->nalloc, bytes = s->c->bytes, nlive = s->c->nlive,
+                 ntemp = s->ntemp;
+        for (int l = 0; lanes_ever && l < NLANES; l++) {
+            nalloc += atomic_load_explicit(&s->lanes[l].nalloc, memory_order_relaxed);
+            bytes += atomic_load_explicit(&s->lanes[l].bytes, memory_order_relaxed);
+            nlive += atomic_load_explicit(&s->lanes[l].nlive, memory_order_relaxed);
+            ntemp += atomic_load_explicit(&s->lanes[l].ntemp, memory_order_relaxed);
+        }
+        if (!nalloc)
             continue;
         put(&o, "site ");
         put_u(&o, s->pc, 16);
         put(&o, " ");
         put_i(&o, s->module > 0 ? s->module - 1 : -1);
         put(&o, " ");
-        put_i(&o, s->c->cur);
+        put_i(&o, s->c->cur + (lanes_ever ? site_delta(s) : 0));
         put(&o, " ");
         put_i(&o, s->c->hw);
         put(&o, " ");
-        put_k(&o, s->c->nalloc);
+        put_k(&o, nalloc);
         put(&o, " ");
-        put_u(&o, s->c->bytes, 10);
+        put_u(&o, bytes, 10);
         put(&o, " ");
-        put_k(&o, s->c->nlive);
+        put_k(&o, nlive);
         if (dhat) {
             /* Lifetimes of blocks still live count up to the end. */
             put(&o, " ");
@@ -2470,9 +2784,9 @@ static void report(int final)
             put_u(&o, s->pools, 10);
             put(&o, "\n");
         }
-        if (s->ntemp) {
+        if (ntemp) {
             put(&o, "temp ");
-            put_k(&o, s->ntemp);
+            put_k(&o, ntemp);
             put(&o, "\n");
         }
         if (peak) {

@@ -343,6 +343,20 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
         });
     }
     let io = |e: std::io::Error| format!("cannot read it: {e}");
+    // Lanes (c/mprof.c's "lanes"): a thread's delta and counts at a site,
+    // added to the site's (and the delta to its module's); a header that
+    // names none, or a layout that does not fit the site, has none.
+    let (s_lanes, nlanes, lane_size) = if header_size >= 224 {
+        (u32_at(212) as u64, u32_at(216) as u64, u32_at(220) as u64)
+    } else {
+        (0, 0, 0)
+    };
+    let nlanes = if lane_size >= 32 && fits(s_lanes, nlanes * lane_size, site_size) {
+        nlanes
+    } else {
+        0
+    };
+    let mut module_lanes = vec![0i64; nmodules as usize];
     // Sampling: objects in units of 1/2^shift (c/mprof.c's "sampling").
     let shift = if header_size >= 212 { u32_at(208) } else { 0 };
     let objs = |v: u64| crate::sample::objects(v, shift);
@@ -402,8 +416,20 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
         } else {
             &site[s_own as usize..]
         };
-        let (current, high_water) = (le64(counters, 0) as i64, le64(counters, 8) as i64);
-        let (allocs, bytes, live) = (le64(counters, 16), le64(counters, 24), le64(counters, 32));
+        let (mut current, high_water) = (le64(counters, 0) as i64, le64(counters, 8) as i64);
+        let (mut allocs, mut bytes, mut live) =
+            (le64(counters, 16), le64(counters, 24), le64(counters, 32));
+        for l in 0..nlanes {
+            let at = s_lanes + l * lane_size;
+            let delta = le64(&site, at) as u32 as i32 as i64;
+            current += delta;
+            if let Some(m) = module {
+                module_lanes[m] += delta;
+            }
+            allocs = allocs.wrapping_add(le64(&site, at + 8));
+            bytes = bytes.wrapping_add(le64(&site, at + 16));
+            live = live.wrapping_add(le64(&site, at + 24));
+        }
         let (allocs, live) = (objs(allocs), objs(live));
         if allocs == 0 {
             continue;
@@ -426,6 +452,9 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
             temporary: 0,
             at_peak: None,
         });
+    }
+    for (m, delta) in report.modules.iter_mut().zip(module_lanes) {
+        m.current += delta;
     }
     if header_size >= 208 {
         read += read_live_stacks(&f, &head, total, shift, &mut report).map_err(io)?;
