@@ -493,27 +493,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         let lo = r.v()?;
         copied.push((lo, r.d(lo)?));
     }
-    let n = r.len(2)?;
-    let mut derived = Vec::with_capacity(n);
-    let mut prev = 0u64;
-    for _ in 0..n {
-        prev = r.d(prev)?;
-        let block = u32::try_from(prev).map_err(|_| "a block index out of range")?;
-        let k = r.len(1)?;
-        let mut from = Vec::with_capacity(k);
-        for _ in 0..k {
-            let v = r.v()?;
-            let e = match v & 3 {
-                0 => Edge::Whole,
-                1 => Edge::Taken,
-                2 => Edge::Fell,
-                e => return Err(format!("unknown edge {e}")),
-            };
-            let p = u32::try_from(v >> 2).map_err(|_| "a block index out of range")?;
-            from.push((p, e));
-        }
-        derived.push(Derived { block, from });
-    }
+    let derived = read_derived(&mut r)?;
     let plan = Plan {
         blocks,
         branches,
@@ -589,6 +569,33 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     }
     check(&plan, encoded.as_ref().map(|(_, e)| e))?;
     Ok(Entry { plan, encoded })
+}
+
+/// A plan's derived blocks ([`Plan::derived`]): block differences, each
+/// way in its block shifted past its edge's kind.
+fn read_derived(r: &mut R) -> Result<Vec<Derived>, String> {
+    let n = r.len(2)?;
+    let mut derived = Vec::with_capacity(n);
+    let mut prev = 0u64;
+    for _ in 0..n {
+        prev = r.d(prev)?;
+        let block = u32::try_from(prev).map_err(|_| "a block index out of range")?;
+        let k = r.len(1)?;
+        let mut from = Vec::with_capacity(k);
+        for _ in 0..k {
+            let v = r.v()?;
+            let e = match v & 3 {
+                0 => Edge::Whole,
+                1 => Edge::Taken,
+                2 => Edge::Fell,
+                e => return Err(format!("unknown edge {e}")),
+            };
+            let p = u32::try_from(v >> 2).map_err(|_| "a block index out of range")?;
+            from.push((p, e));
+        }
+        derived.push(Derived { block, from });
+    }
+    Ok(derived)
 }
 
 /// Ask the kernel to back `v`'s spare capacity, a large buffer about to
