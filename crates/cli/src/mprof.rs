@@ -318,14 +318,14 @@
 //!   cannot be made at all counts in private memory as before (a report
 //!   at its normal exit only).
 //! * Exactness costs most when several threads allocate in one module at
-//!   once: a site's and its module's bytes change under the module's lock,
-//!   whose cache line then moves between CPUs on every call (see
-//!   `bench/memory_overhead.sh` for the measured slowdown). A process with
-//!   a single thread takes no lock. What that buys: every count, current
-//!   bytes and high water, per site, stack and module, is exact in one
-//!   order of the calls that agrees with the program's. Two threads at one
-//!   line run 5x to 15x native (one thread 1.5x to 2.5x); `--sample-bytes`
-//!   shares no line.
+//!   once: each thread updates its own line per site (a lane: its delta
+//!   within an allowance), past the allowance the module's lock folds all
+//!   lanes (whole stacks, `--peak`, `--dhat`: the lock on every call; see
+//!   `bench/memory_overhead.sh`). A process with a single thread takes no
+//!   lock. What that buys: every count, current bytes and high water, per
+//!   site, stack and module, is exact in one order of the calls that
+//!   agrees with the program's. Two threads at one line run about 3.5x
+//!   native (one thread 2x); `--sample-bytes` shares no line.
 //! * `--sample-bytes`: pools 2 and 3 stay exact; high waters are those of
 //!   the weighted sums (noisy, and biased upward); block counts are kept
 //!   in 1/256ths, bytes rounded per sample; not with `--dhat`; a thread's
