@@ -1,0 +1,401 @@
+//! The cache's tests: the format read back, damaged files refused, the
+//! cache kept within its bounds.
+
+use super::*;
+
+fn sample() -> (Plan, Encoded) {
+    let plan = Plan {
+        blocks: vec![
+            PlannedBlock {
+                start: 0x1000,
+                end: 0x1008,
+                insns: vec![0x1000, 0x1004],
+                how: How::Jmp {
+                    from: 0x1000,
+                    to: 0x1008,
+                    overwrite: 5,
+                },
+                flags_live: true,
+                branch: Some(0),
+            },
+            PlannedBlock {
+                start: 0x1008,
+                end: 0x100a,
+                insns: vec![0x1008],
+                how: How::Fell { branch: 0 },
+                flags_live: false,
+                branch: None,
+            },
+        ],
+        branches: vec![(0x1006, true)],
+        fell_from: vec![None],
+        build_id: Some(vec![1, 2, 3]),
+        tables: vec![0x1004],
+        mode: Mode::Counts,
+        sections: vec![(0x1000, vec![0x90; 16])],
+        copied: vec![(0x1008, 0x1010)],
+        derived: vec![],
+    };
+    let enc = Encoded {
+        code: vec![0xcc; 64],
+        patches: vec![Patch {
+            addr: 0x1000,
+            entry: 0x7000,
+            kind: 1,
+            len: 5,
+        }],
+        failed: 0,
+        trapped: 0,
+        failed_blocks: vec![],
+        counter_fixups: vec![3, 20],
+        far_fixups: vec![9, 40],
+        movable: true,
+        first_counter: 7,
+    };
+    (plan, enc)
+}
+
+#[test]
+fn an_entry_reads_back_as_written() {
+    let (plan, enc) = sample();
+    let key = Key::of(b"module bytes", Mode::Counts);
+    let bytes = write(&key, &plan, Some((0x6000, &enc)));
+    let e = read(&bytes, &key).unwrap();
+    assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
+    let (off, back) = e.encoded.unwrap();
+    assert_eq!(off, 0x6000);
+    assert_eq!(format!("{back:?}"), format!("{enc:?}"));
+}
+
+#[test]
+fn the_fuzz_seed_is_the_sample() {
+    // fuzz/seeds.py writes the format by hand: it must stay readable.
+    let seed = include_bytes!("../../../../fuzz/corpus/coverage_cache/valid");
+    let key = Key(std::array::from_fn(|i| i as u8));
+    let e = read(seed, &key).expect("the seed reads");
+    let (plan, enc) = sample();
+    assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
+    assert_eq!(
+        format!("{:?}", e.encoded),
+        format!("{:?}", Some((0x6000u64, enc)))
+    );
+    assert_eq!(
+        write(&key, &e.plan, e.encoded.as_ref().map(|(o, x)| (*o, x))),
+        seed
+    );
+}
+
+#[test]
+fn a_damaged_file_is_refused_not_trusted() {
+    let (plan, enc) = sample();
+    let key = Key::of(b"module bytes", Mode::Counts);
+    let bytes = write(&key, &plan, Some((0x6000, &enc)));
+    // Every truncation is refused.
+    for n in 0..bytes.len() {
+        assert!(read(&bytes[..n], &key).is_err(), "cut at {n}");
+    }
+    // Another key, another engine or module.
+    assert!(read(&bytes, &Key::of(b"other", Mode::Counts)).is_err());
+    // An index out of range.
+    let mut bad = plan.clone();
+    bad.blocks[1].how = How::Fell { branch: 5 };
+    let b = write(&key, &bad, None);
+    assert_eq!(
+        read(&b, &key).err().unwrap(),
+        "a branch index is out of range"
+    );
+    // A huge length does not allocate.
+    let at = MAGIC.len() + 32;
+    let mut huge = bytes[..at].to_vec();
+    huge.extend_from_slice(&[0xff; 9]);
+    huge.push(0x01);
+    huge.extend_from_slice(&bytes[at + 1..]);
+    assert_eq!(
+        read(&huge, &key).err().unwrap(),
+        "a length runs past its end"
+    );
+    // A number past 64 bits.
+    let mut long = bytes[..at].to_vec();
+    long.extend_from_slice(&[0xff; 9]);
+    long.push(0x02);
+    long.extend_from_slice(&bytes[at + 1..]);
+    assert_eq!(
+        read(&long, &key).err().unwrap(),
+        "a number runs past 64 bits"
+    );
+    // Any byte changed: refused or read as another entry, never a
+    // panic; what reads writes back to the same entry.
+    for i in MAGIC.len() + 32..bytes.len() {
+        for x in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+            let mut b = bytes.clone();
+            b[i] = x;
+            if let Ok(e) = read(&b, &key) {
+                let again = write(&key, &e.plan, e.encoded.as_ref().map(|(o, x)| (*o, x)));
+                let back = read(&again, &key).unwrap();
+                assert_eq!(format!("{:?}", back.plan), format!("{:?}", e.plan));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_file_of_the_version_before_is_refused_not_misread() {
+    // Version 2 (fixed u64 fields) of the sample's plan, as
+    // fuzz/seeds.py wrote it before: the magic line refuses it.
+    let key = Key(std::array::from_fn(|i| i as u8));
+    let q = |v: &[u64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut v2 = b"profdev-coverage-cache 2\n".to_vec();
+    v2.extend_from_slice(&key.0);
+    v2.extend(q(&[2, 0x1000, 0x1008, 2, 0, 4]));
+    v2.push(1);
+    v2.extend(q(&[0x1000, 0x1008, 5]));
+    v2.push(1);
+    v2.extend(q(&[0]));
+    assert_eq!(
+        read(&v2, &key).err().unwrap(),
+        "not a profdev coverage cache file of this version"
+    );
+    // Kept in the cache under its key, it is refused, then replaced.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(dir.path()).unwrap();
+    std::fs::write(cache.path().join(key.name()), &v2).unwrap();
+    let err = cache.load(&key).err().unwrap();
+    assert!(
+        err.ends_with("not a profdev coverage cache file of this version"),
+        "{err}"
+    );
+    let (plan, enc) = sample();
+    cache.store(&key, &plan, Some((0x6000, &enc))).unwrap();
+    assert!(cache.load(&key).unwrap().is_some());
+}
+
+#[test]
+fn derived_blocks_and_the_fields_reaching_the_module_read_back() {
+    let (mut plan, mut enc) = sample();
+    plan.derived = vec![Derived {
+        block: 1,
+        from: vec![(0, Edge::Taken), (0, Edge::Fell), (0, Edge::Whole)],
+    }];
+    enc.far_fixups = vec![60, 0, 3];
+    let key = Key::of(b"derived", Mode::Counts);
+    let bytes = write(&key, &plan, Some((7, &enc)));
+    let e = read(&bytes, &key).unwrap();
+    assert_eq!(e.plan.derived, plan.derived);
+    let (_, back) = e.encoded.unwrap();
+    assert_eq!((back.far_fixups, back.movable), (vec![60, 0, 3], true));
+    // A block derived from itself, or from no block, is refused.
+    for from in [vec![(1, Edge::Whole)], vec![(9, Edge::Whole)]] {
+        plan.derived = vec![Derived { block: 1, from }];
+        let bytes = write(&key, &plan, None);
+        assert!(read(&bytes, &key).is_err());
+    }
+    // And in a hit-mode plan.
+    plan.derived = vec![Derived {
+        block: 1,
+        from: vec![(0, Edge::Whole)],
+    }];
+    plan.mode = Mode::Hits;
+    assert!(read(&write(&key, &plan, None), &key).is_err());
+}
+
+#[test]
+fn every_field_reads_back_at_its_extremes() {
+    // Addresses that wrap, fields at their widths' ends, every kind of
+    // block: the differences and numbers round-trip exactly.
+    let (mut plan, mut enc) = sample();
+    plan.mode = Mode::Hits;
+    let b = |start: u64, end: u64, insns: Vec<u64>, how: How, branch: Option<u32>| PlannedBlock {
+        start,
+        end,
+        insns,
+        how,
+        flags_live: branch.is_none(),
+        branch,
+    };
+    plan.blocks = vec![
+        b(0, 3, vec![0, 1, 2], How::Once, None),
+        b(5, 9, vec![5], How::Int3 { to: 9 }, None),
+        b(
+            0x10,
+            u64::MAX,
+            vec![0x10, u64::MAX - 1],
+            How::Hop {
+                to: 0x12,
+                slot: u64::MAX,
+            },
+            Some(0),
+        ),
+        b(
+            0x20,
+            0x28,
+            vec![0x27, 0x21],
+            How::Call { len: u32::MAX },
+            None,
+        ),
+        b(0x30, 0x31, vec![], How::Covered, None),
+        b(
+            0x40,
+            0x48,
+            vec![0x40],
+            How::Jmp {
+                from: 0x44,
+                to: 0x41,
+                overwrite: u32::MAX,
+            },
+            Some(0),
+        ),
+        b(0x50, 0x51, vec![0x50], How::Implied { by: 1 }, None),
+        b(
+            0x60,
+            0x61,
+            vec![0x60],
+            How::Branches { taken: 0, fell: 1 },
+            None,
+        ),
+        b(u64::MAX - 1, u64::MAX, vec![u64::MAX - 1], How::None, None),
+    ];
+    plan.branches = vec![(u64::MAX, false)];
+    plan.fell_from = vec![Some(8)];
+    plan.tables = vec![u64::MAX, 0, 7];
+    plan.copied = vec![(u64::MAX, 0)];
+    plan.build_id = None;
+    enc.patches.push(Patch {
+        addr: 0,
+        entry: u64::MAX,
+        kind: u32::MAX,
+        len: 0,
+    });
+    enc.failed_blocks = vec![8, 0];
+    enc.counter_fixups = vec![60, 0, 3];
+    enc.first_counter = u64::MAX;
+    enc.failed = u64::MAX;
+    let key = Key::of(b"extremes", Mode::Hits);
+    let bytes = write(&key, &plan, Some((u64::MAX, &enc)));
+    let e = read(&bytes, &key).unwrap();
+    assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
+    assert_eq!(
+        format!("{:?}", e.encoded),
+        format!("{:?}", Some((u64::MAX, enc)))
+    );
+}
+
+#[test]
+fn a_plan_takes_a_few_bytes_a_block() {
+    // 10,000 blocks of four instructions, each counted by a jump: the
+    // cache file holds them in about 12 bytes each (version 2: 85).
+    let plan = Plan {
+        blocks: (0..10_000u64)
+            .map(|i| {
+                let s = 0x40_0000 + 16 * i;
+                PlannedBlock {
+                    start: s,
+                    end: s + 16,
+                    insns: vec![s, s + 3, s + 7, s + 12],
+                    how: How::Jmp {
+                        from: s,
+                        to: s + 7,
+                        overwrite: 7,
+                    },
+                    flags_live: false,
+                    branch: None,
+                }
+            })
+            .collect(),
+        ..Plan::default()
+    };
+    let bytes = write(&Key([0; 32]), &plan, None);
+    assert!(bytes.len() < 12 * 10_000, "{}", bytes.len());
+}
+
+#[test]
+fn a_hit_mode_plan_is_never_found_under_a_counting_key() {
+    let bytes = b"module bytes";
+    let (counts, hits) = (Key::of(bytes, Mode::Counts), Key::of(bytes, Mode::Hits));
+    assert_ne!(counts, hits);
+    // The key of the engine before plans had modes: neither.
+    let mut h = Sha256::new();
+    h.update(ENGINE.as_bytes());
+    h.update([0]);
+    h.update(bytes);
+    let before = Key(h.finalize().into());
+    assert_ne!(before, counts);
+    assert_ne!(before, hits);
+    // A hit-mode plan kept under its key reads back as one, and is
+    // refused under the counting key.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(dir.path()).unwrap();
+    let (mut plan, _) = sample();
+    plan.mode = Mode::Hits;
+    plan.blocks.push(PlannedBlock {
+        start: 0x1010,
+        end: 0x1012,
+        insns: vec![0x1010],
+        how: How::Implied { by: 0 },
+        flags_live: false,
+        branch: None,
+    });
+    cache.store(&hits, &plan, None).unwrap();
+    assert!(cache.load(&counts).unwrap().is_none());
+    let back = cache.load(&hits).unwrap().unwrap().plan;
+    assert_eq!(
+        (back.mode, back.blocks[2].how),
+        (Mode::Hits, How::Implied { by: 0 })
+    );
+    // Under another key's name, the file is refused.
+    std::fs::rename(
+        cache.path().join(hits.name()),
+        cache.path().join(counts.name()),
+    )
+    .unwrap();
+    let err = cache.load(&counts).err().unwrap();
+    assert!(err.ends_with("it holds another module's entry"), "{err}");
+    // An implied block in a counting plan is refused.
+    plan.mode = Mode::Counts;
+    let b = write(&counts, &plan, None);
+    assert_eq!(
+        read(&b, &counts).err().unwrap(),
+        "an implied block derives from none"
+    );
+}
+
+#[test]
+fn the_cache_keeps_an_entry_and_refuses_a_foreign_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(&dir.path().join("coverage")).unwrap();
+    let (plan, enc) = sample();
+    let key = Key::of(b"module bytes", Mode::Counts);
+    assert!(cache.load(&key).unwrap().is_none());
+    cache.store(&key, &plan, Some((0x6000, &enc))).unwrap();
+    assert!(cache.load(&key).unwrap().is_some());
+    // A file others may write is not read.
+    let path = cache.path().join(key.name());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = cache.load(&key).err().unwrap();
+    assert!(err.contains("writable by group or others"), "{err}");
+}
+
+#[test]
+fn pruning_removes_the_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(dir.path()).unwrap();
+    let (plan, _) = sample();
+    let keys: Vec<Key> = (0..3u8).map(|i| Key::of(&[i], Mode::Counts)).collect();
+    for (i, k) in keys.iter().enumerate() {
+        cache.store(k, &plan, None).unwrap();
+        let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64);
+        std::fs::File::options()
+            .write(true)
+            .open(cache.path().join(k.name()))
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+    let one = std::fs::metadata(cache.path().join(keys[0].name()))
+        .unwrap()
+        .len();
+    cache.prune(2 * one);
+    assert!(cache.load(&keys[0]).unwrap().is_none());
+    assert!(cache.load(&keys[1]).unwrap().is_some());
+    assert!(cache.load(&keys[2]).unwrap().is_some());
+}
