@@ -12,13 +12,7 @@ use std::process::{Command, Stdio};
 fn build(dir: &Path, opt: &str) -> PathBuf {
     let out = dir.join(format!("chain{opt}"));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chain.c");
-    let st = Command::new("cc")
-        .args([opt, "-g", "-o"])
-        .arg(&out)
-        .arg(src)
-        .status()
-        .expect("cc runs");
-    assert!(st.success());
+    profdev_testkit::cc(&src, &[opt, "-g"], &out);
     out
 }
 

@@ -15,13 +15,7 @@ use std::process::{Command, Stdio};
 fn build(dir: &Path, opt: &str) -> PathBuf {
     let out = dir.join(format!("once{opt}"));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/once.c");
-    let st = Command::new("cc")
-        .args([opt, "-g", "-pthread", "-o"])
-        .arg(&out)
-        .arg(src)
-        .status()
-        .expect("cc runs");
-    assert!(st.success());
+    profdev_testkit::cc(&src, &[opt, "-g", "-pthread"], &out);
     out
 }
 

@@ -160,14 +160,7 @@ fn threads_at_two_sites_of_one_module_keep_exact_totals_and_high_waters() {
     let src = dir.path().join("lanes.c");
     std::fs::write(&src, PROGRAM).unwrap();
     let exe = dir.path().join("lanes");
-    let ok = Command::new("cc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("cannot run cc")
-        .success();
-    assert!(ok, "cc failed");
+    profdev_testkit::cc(&src, &["-O1", "-fno-omit-frame-pointer", "-pthread"], &exe);
     // 12 threads: more than a module's lanes (8 a site, 12 open at once):
     // the module goes back to its lock, as exact.
     for threads in [2, 4, 12] {

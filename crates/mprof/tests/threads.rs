@@ -108,14 +108,7 @@ fn threads_at_one_site_keep_exact_totals_and_high_water() {
     let src = dir.path().join("threads.c");
     std::fs::write(&src, PROGRAM).unwrap();
     let exe = dir.path().join("threads");
-    let ok = Command::new("cc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("cannot run cc")
-        .success();
-    assert!(ok, "cc failed");
+    profdev_testkit::cc(&src, &["-O1", "-fno-omit-frame-pointer", "-pthread"], &exe);
     let modes: [&[(&str, &str)]; 3] = [&[], &[(STACKS_ENV, "1")], &[("PROFDEV_MPROF_PEAK", "1")]];
     for threads in [2, 4] {
         let want = expected(threads);

@@ -100,6 +100,19 @@ fn gate(what: &str, available: Result<(), String>, required: bool) -> bool {
     }
 }
 
+/// Compile the C program `src` with `cc`, `flags` first, into `out`;
+/// panics (naming `src`) when cc cannot run or fails.
+pub fn cc(src: &Path, flags: &[&str], out: &Path) {
+    let st = std::process::Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .status()
+        .expect("cc runs");
+    assert!(st.success(), "cc failed on {}", src.display());
+}
+
 /// Is this process root? (Mounting and system-wide sampling need it, or
 /// the capabilities the callers name.)
 pub fn is_root() -> bool {
