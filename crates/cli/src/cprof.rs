@@ -353,7 +353,7 @@ fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
             );
         }
         let launched = if is_static {
-            cprof::run_static(&args.command, &program, say)?
+            cprof::run_static(&args.command, &program, say, notes)?
         } else {
             cprof::run_under_coverage(&args.command, &words, args.mode(), notes)?
         };

@@ -104,4 +104,5 @@ pub mod lines;
 pub mod listing;
 pub mod plan;
 pub mod prf;
+pub mod traced;
 pub mod uprobe;
