@@ -311,8 +311,9 @@ pub fn run_under_coverage(
 /// stop before `_start`, through ptrace, by profdev itself
 /// ([`profdev_coverage::traced`]: the loader route's plans and
 /// trampolines, no runtime in the process); where ptrace is refused,
-/// counted through the uprobe fallback ([`run_uprobes`]). `note` gets
-/// the sentence saying which route ran.
+/// counted through the uprobe fallback ([`run_uprobes`]), as it is with
+/// `PROFDEV_COV_UPROBES=1` in the environment. `note` gets the sentence
+/// saying which route ran; `notes` the engine's.
 pub fn run_static(
     cmd: &[OsString],
     program: &Path,
@@ -321,6 +322,9 @@ pub fn run_static(
 ) -> Result<Launched> {
     use profdev_coverage::traced::{run_traced, Live};
     use profdev_sample::job::{Ended, Interrupted, GRACE};
+    if std::env::var_os("PROFDEV_COV_UPROBES").is_some_and(|v| v == "1") {
+        return run_uprobes(cmd, program, note);
+    }
     let server = profdev_coverage::launch::Server::new(&[])
         .context("cannot prepare coverage (the runtime's private directory)")?;
     let caught = Catcher::new().context("cannot catch signals")?;
@@ -339,7 +343,11 @@ pub fn run_static(
                 while live.running() && std::time::Instant::now() < end {
                     caught.sleep(std::time::Duration::from_millis(20), None);
                 }
-                let ended = if live.kill() { Ended::Killed } else { Ended::InTime };
+                let ended = if live.kill() {
+                    Ended::Killed
+                } else {
+                    Ended::InTime
+                };
                 return Some(Interrupted { signal, ended });
             }
             if done.load(SeqCst) {

@@ -206,7 +206,8 @@ fn syscall(tid: u32, stub: u64, nr: i64, args: [u64; 6]) -> io::Result<i64> {
     r.rax = nr as u64;
     // No system call to restart: these registers are not the thread's.
     r.orig_rax = u64::MAX;
-    (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
+    (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) =
+        (args[0], args[1], args[2], args[3], args[4], args[5]);
     set_regs(tid, &r)?;
     resume(tid, 0);
     let mut again = Vec::new();
@@ -271,7 +272,11 @@ fn module_of(pid: u32) -> Result<(String, u64, u64, u64, u64, u64), String> {
         .iter()
         .filter(|m| m.is_file() && m.inode == meta.ino())
         .collect();
-    let lo = mine.iter().map(|m| m.start).min().ok_or("no executable mapped")?;
+    let lo = mine
+        .iter()
+        .map(|m| m.start)
+        .min()
+        .ok_or("no executable mapped")?;
     let hi = mine.iter().map(|m| m.end).max().unwrap_or(lo);
     let path = mine[0].file_path().to_string();
     // ET_EXEC is linked where it runs; a static-pie (ET_DYN) from 0.
@@ -314,7 +319,13 @@ struct Tracer {
 /// Place the trampoline area of `size` bytes within reach of `lo..hi`
 /// (below the module first, then above, leaving the heap room to grow),
 /// `want` first when given.
-fn place_area(tid: u32, stub: u64, (lo, hi): (u64, u64), size: u64, want: Option<u64>) -> Option<u64> {
+fn place_area(
+    tid: u32,
+    stub: u64,
+    (lo, hi): (u64, u64),
+    size: u64,
+    want: Option<u64>,
+) -> Option<u64> {
     const REACH: u64 = (1 << 31) - (16 << 20);
     const STEP: u64 = 1 << 20;
     let fits = |a: u64| a + size <= lo + REACH && hi <= a + REACH && a & 0xfff == 0;
@@ -392,8 +403,14 @@ impl Tracer {
         let size = hex(it.next())?;
         let counters = hex(it.next())?;
         let offer = it.next().map(|o| hex(Some(o))).transpose()?;
-        let area = place_area(pid, stub, (lo, hi), size, offer.map(|o| bias.wrapping_add(o)))
-            .ok_or("no room for its trampolines within 2 GiB of its code")?;
+        let area = place_area(
+            pid,
+            stub,
+            (lo, hi),
+            size,
+            offer.map(|o| bias.wrapping_add(o)),
+        )
+        .ok_or("no room for its trampolines within 2 GiB of its code")?;
         writeln!(w, "AT {area:x} {RESERVED:x}").map_err(io)?;
         let code_line = line(&mut r)?;
         let mut it = code_line
@@ -420,7 +437,9 @@ impl Tracer {
                 kind: half(16),
                 len: half(20),
             };
-            let written = p.bytes().filter(|_| p.addr >= lo && p.addr + u64::from(p.len) <= hi);
+            let written = p
+                .bytes()
+                .filter(|_| p.addr >= lo && p.addr + u64::from(p.len) <= hi);
             match written.map(|b| poke(pid, p.addr, &b)) {
                 Some(Ok(())) => {
                     if p.kind == crate::encode::PATCH_INT3 {
@@ -533,7 +552,9 @@ impl Tracer {
                     self.live.lock().take(tid);
                     resume(tid, 0);
                 }
-                ev @ (libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK) => {
+                ev @ (libc::PTRACE_EVENT_CLONE
+                | libc::PTRACE_EVENT_FORK
+                | libc::PTRACE_EVENT_VFORK) => {
                     let mut new: libc::c_ulong = 0;
                     ptrace(libc::PTRACE_GETEVENTMSG, tid, 0, &mut new as *mut _ as u64);
                     let new = new as u32;
@@ -605,7 +626,9 @@ pub fn run_traced(cmd: &mut Command, server: Server, live: &Live) -> Result<Trac
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| format!("cannot run it under ptrace: {e}"))?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run it under ptrace: {e}"))?;
     let pid = child.id();
     let ready = match wait(pid as i32) {
         Some((_, st)) if libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP => {
@@ -656,7 +679,10 @@ pub fn run_traced(cmd: &mut Command, server: Server, live: &Live) -> Result<Trac
     let written = profdev_safefile::write_file(&file, report.as_bytes(), 0o600);
     let (modules, mut notes) = server.into_collected();
     if let Err(e) = written {
-        notes.push(format!("cannot write {}: {e}; nothing counted", file.display()));
+        notes.push(format!(
+            "cannot write {}: {e}; nothing counted",
+            file.display()
+        ));
     }
     if unread > 0 {
         notes.push(format!(

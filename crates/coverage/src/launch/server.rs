@@ -193,8 +193,7 @@ impl Server {
     /// (its maps and its user checked as for a runtime's connection).
     pub fn connect_for(&self, pid: u32) -> std::io::Result<UnixStream> {
         let (mine, theirs) = UnixStream::pair()?;
-        let uid =
-            euid_of(pid).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+        let uid = euid_of(pid).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
         let st = self.state.clone();
         std::thread::spawn(move || {
             let _ = serve_as(theirs, &st, Some((pid, uid)));
