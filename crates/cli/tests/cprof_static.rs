@@ -428,6 +428,31 @@ fn two_threads_of_a_static_program_count_exactly() {
 }
 
 #[test]
+fn a_static_programs_forked_child_counts_what_it_ran() {
+    if !ptrace_gate("cprof on a static program through ptrace") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_fork");
+    compile("static_fork.c", &["-static", "-O2", "-g"], &exe);
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-o", "-", "-f", "-e"])
+        .arg(&exe));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("patched by cprof through ptrace"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    // 300 before the fork, 500 in the child, 200 after: each once.
+    let at = |text: &str| count_at(&stdout, "static_fork.c", text);
+    assert_eq!(at("void work(long i)"), 1000, "{stdout}");
+    assert_eq!(at("printf(\"done"), 1, "{stdout}");
+}
+
+#[test]
 fn sigterm_to_cprof_still_lists_a_static_program() {
     if !ptrace_gate("cprof on a static program through ptrace") {
         return;
