@@ -414,7 +414,7 @@ fn two_threads_of_a_static_program_count_exactly() {
         .current_dir(tmp.path())
         .args(["cprof", "-o", "-", "-f", "-e"])
         .arg(&exe)
-        .arg("2000000"));
+        .arg("1000000"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(

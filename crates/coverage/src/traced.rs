@@ -58,8 +58,13 @@ const STUB: [u8; 3] = [0x0f, 0x05, 0xcc];
 /// What the tracer and the caller's signal handling share.
 #[derive(Default)]
 struct Shared {
-    /// Threads counting into an array of their own: tid -> its address.
-    arrays: HashMap<u32, u64>,
+    /// Threads counting into an array of their own: tid -> (its
+    /// process, the array's address).
+    arrays: HashMap<u32, (u32, u64)>,
+    /// Arrays of exited threads, zeroed, per process: a thread made
+    /// later takes one before a new one is mapped (threads that come and
+    /// go do not grow the process).
+    free: HashMap<u32, Vec<u64>>,
     /// Processes traced (for the signals passed on).
     procs: HashSet<u32>,
     /// The module's counters (index from its first), summed.
@@ -69,9 +74,11 @@ struct Shared {
 }
 
 impl Shared {
-    /// Add thread `tid`'s counts (read from its memory) and forget it.
-    fn take(&mut self, tid: u32) {
-        let Some(at) = self.arrays.remove(&tid) else {
+    /// Add thread `tid`'s counts (read from its memory) and forget it;
+    /// `exiting` (stopped at its exit, to run no more code): its array,
+    /// zeroed, is kept for a later thread of its process.
+    fn take(&mut self, tid: u32, exiting: bool) {
+        let Some((tg, at)) = self.arrays.remove(&tid) else {
             return;
         };
         let mut buf = vec![0u8; self.totals.len() * 8];
@@ -84,6 +91,12 @@ impl Shared {
         for (t, c) in self.totals.iter_mut().zip(buf.chunks_exact(8)) {
             let c = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
             *t = t.saturating_add(c);
+        }
+        if exiting {
+            buf.fill(0);
+            if poke(tid, at + RESERVED * 8, &buf).is_ok() {
+                self.free.entry(tg).or_default().push(at);
+            }
         }
     }
 }
@@ -116,7 +129,7 @@ impl Live {
         let mut s = self.lock();
         let tids: Vec<u32> = s.arrays.keys().copied().collect();
         for t in tids {
-            s.take(t);
+            s.take(t, false);
         }
         for &p in &s.procs {
             // SAFETY: kill has no memory-safety preconditions.
@@ -481,15 +494,20 @@ impl Tracer {
 
     /// Give the stopped thread `tid` a counter array of its own.
     fn own_array(&mut self, tid: u32) -> bool {
+        let tg = tgid(tid);
+        let kept = self.live.lock().free.get_mut(&tg).and_then(Vec::pop);
         let len = ((RESERVED + self.counters) * 8 + 4095) & !4095;
-        let Ok(a) = mmap(
-            tid,
-            self.stub,
-            0,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        ) else {
+        let Some(a) = kept.or_else(|| {
+            mmap(
+                tid,
+                self.stub,
+                0,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            )
+            .ok()
+        }) else {
             return false;
         };
         let ok = regs(tid).and_then(|mut r| {
@@ -497,7 +515,7 @@ impl Tracer {
             set_regs(tid, &r)
         });
         if ok.is_ok() {
-            self.live.lock().arrays.insert(tid, a);
+            self.live.lock().arrays.insert(tid, (tg, a));
         }
         ok.is_ok()
     }
@@ -512,7 +530,7 @@ impl Tracer {
                 if let Ok(r) = regs(tid) {
                     let zero = vec![0u8; (self.counters * 8) as usize];
                     if poke(tid, r.gs_base + RESERVED * 8, &zero).is_ok() {
-                        self.live.lock().arrays.insert(tid, r.gs_base);
+                        self.live.lock().arrays.insert(tid, (tid, r.gs_base));
                     }
                 }
                 self.live.lock().procs.insert(tid);
@@ -536,8 +554,9 @@ impl Tracer {
         while let Some((tid, st)) = wait(-1) {
             if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
                 let mut s = self.live.lock();
-                s.take(tid);
+                s.take(tid, false);
                 s.procs.remove(&tid);
+                s.free.remove(&tid);
                 if tid == self.pid {
                     status = ExitStatus::from_raw(st);
                 }
@@ -549,7 +568,7 @@ impl Tracer {
             let sig = libc::WSTOPSIG(st);
             match st >> 16 {
                 libc::PTRACE_EVENT_EXIT => {
-                    self.live.lock().take(tid);
+                    self.live.lock().take(tid, true);
                     resume(tid, 0);
                 }
                 ev @ (libc::PTRACE_EVENT_CLONE
@@ -666,7 +685,7 @@ pub fn run_traced(cmd: &mut Command, server: Server, live: &Live) -> Result<Trac
         // Threads whose exit was not seen (killed): read now if still possible.
         let left: Vec<u32> = s.arrays.keys().copied().collect();
         for tid in left {
-            s.take(tid);
+            s.take(tid, false);
         }
         (s.unread, std::mem::take(&mut s.totals))
     };
