@@ -319,8 +319,8 @@ fn without_capabilities_cprof_says_what_to_do() {
         .arg(&pd)
         .args(["cprof", "-o", "-", "-f"])
         .arg(&exe)
-        // The uprobe route (the ptrace route needs no capability: it
-        // runs as nobody, see the next test).
+        // The uprobe route (the ptrace route needs no capability: as
+        // nobody it would count the program).
         .env("PROFDEV_COV_UPROBES", "1"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
