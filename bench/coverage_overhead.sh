@@ -19,6 +19,7 @@
 #                                            attach@base, with a plan cache of
 #                                            their own, interleaved with the rest
 #
+#   COVERAGE_BENCH_WORKLOADS="static"      only these workloads
 #   COVERAGE_BENCH_SCALE=N                   inputs N times as long (default
 #                                            1: each native run about 2 s or
 #                                            more on the 2-vCPU VM)
@@ -29,6 +30,14 @@
 #   sqlite   sqlite3 :memory: running a recursive CTE (12,000,000 rows)
 #   cc       cc -O2 -c of a generated C file of 1,200 functions (cc1, as:
 #            an exec chain)
+#   static   bench/static_collatz.c built with cc -static -O2 -g, the
+#            Collatz steps of 1..12,000,000: a statically linked program,
+#            which launch and marks count through `profdev cprof` (-f for
+#            launch; the ptrace route, patched at its first stop: the
+#            harness's LD_PRELOAD cannot reach it) with its listing to
+#            /dev/null; attach (`cprof -p` on a static process, the uprobe
+#            route) and valgrind are not run for it ("-", and not in the
+#            geometric means)
 #
 # `marks-attach` is the attach variant in hit mode (`profdev cprof -p PID`
 # without -f, one-shot probes); `attach` counts (`cprof -f -p PID`).
@@ -83,6 +92,7 @@ for i in range($((50000000 * scale))): s+=i*i
 print(s)"
 : >"$work/empty.c"
 cc1=$(cc -print-prog-name=cc1)
+cc -static -O2 -g -o "$work/static_collatz" bench/static_collatz.c
 for i in $(seq 1 $((1200 * scale))); do
   echo "int f$i(int x) { int s = 0; for (int k = 0; k < x; k++) s += k * $i ^ (s >> 3); return s; }"
 done >"$work/gen.c"
@@ -95,10 +105,23 @@ if [ -n "${COVERAGE_BENCH_VARIANTS:-}" ]; then
   read -r -a variants <<<"$COVERAGE_BENCH_VARIANTS"
 fi
 echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) at the start" >&2
-workloads=(xz python sqlite cc)
+workloads=(xz python sqlite cc static)
+if [ -n "${COVERAGE_BENCH_WORKLOADS:-}" ]; then
+  read -r -a workloads <<<"$COVERAGE_BENCH_WORKLOADS"
+fi
 
 run() { # variant, command...
   local v=$1; shift
+  if [ "$1" = "$work/static_collatz" ]; then
+    # A static program: cprof (the ptrace route) is what counts it.
+    case $v in
+      native) "$@" ;;
+      launch) "$profdev" cprof -f -- "$@" 2>>"$work/launch.log" ;;
+      cold) PROFDEV_CACHE_DIR=off "$profdev" cprof -f -- "$@" 2>>"$work/launch.log" ;;
+      marks) "$profdev" cprof -- "$@" 2>>"$work/launch.log" ;;
+    esac
+    return
+  fi
   case $v in
     native) "$@" ;;
     launch) "$launch" -- "$@" 2>>"$work/launch.log" ;;
@@ -116,6 +139,7 @@ workload() { # variant workload
     python) run "$1" "$python" -c "$pyloop" >/dev/null ;;
     sqlite) run "$1" sqlite3 :memory: <"$work/q.sql" >/dev/null ;;
     cc) run "$1" cc -O2 -c -o "$work/gen.o" "$work/gen.c" ;;
+    static) run "$1" "$work/static_collatz" $((12000000 * scale)) >/dev/null ;;
   esac
 }
 
@@ -141,6 +165,7 @@ trivial() { # variant workload: the workload's program on a trivial input
     python) run "$1" "$python" -c pass ;;
     sqlite) run "$1" sqlite3 :memory: "select 1" >/dev/null ;;
     cc) run "$1" cc -O2 -c -o "$work/empty.o" "$work/empty.c" ;;
+    static) run "$1" "$work/static_collatz" 1 >/dev/null ;;
   esac
 }
 
@@ -156,6 +181,10 @@ one() { # variant workload -> seconds
     return
   fi
   [ "$v" = attach@base ] && cprof=$base/profdev
+  case $w.$v in
+    # Not run (see static above): no time.
+    static.*attach* | static.*grind | static.*@base) return 0 ;;
+  esac
   t0=$(date +%s.%N)
   if [ "${v%@base}" = attach ] || [ "$v" = marks-attach ]; then
     # A simple command in the background: the shell's child execs it, so
@@ -217,18 +246,23 @@ done
 printf '%-8s' workload
 for v in "${variants[@]}"; do printf ' %12s' "$v"; done
 printf '\n'
-declare -A logsum
+declare -A logsum logn
 for w in "${workloads[@]}"; do
   base=$(tr ' ' '\n' <<<"${secs[$w.native]}" | grep . | median)
   printf '%-8s' "$w"
   for v in "${variants[@]}"; do
-    m=$(tr ' ' '\n' <<<"${secs[$w.$v]}" | grep . | median)
+    m=$(tr ' ' '\n' <<<"${secs[$w.$v]}" | { grep . || true; } | median)
+    if [ -z "$m" ]; then
+      printf ' %12s' -
+      continue
+    fi
     if [ "$v" = start ]; then
       printf ' %11.3fs' "$m"
       continue
     fi
     ratio=$(echo "$m / $base" | bc -l)
     logsum[$v]=$(echo "${logsum[$v]:-0} + l($ratio)" | bc -l)
+    logn[$v]=$((${logn[$v]:-0} + 1))
     printf ' %6.2fs %4.2fx' "$m" "$ratio"
   done
   printf '\n'
@@ -239,7 +273,7 @@ for v in "${variants[@]}"; do
     printf ' %12s' ""
     continue
   fi
-  printf ' %12.2fx' "$(echo "e(${logsum[$v]} / ${#workloads[@]})" | bc -l)"
+  printf ' %12.2fx' "$(echo "e(${logsum[$v]:-0} / ${logn[$v]:-1})" | bc -l)"
 done
 printf '\n'
 grep -h "breakpoints were taken" "$work/launch.log" | sed 's/^/launch: /' || true

@@ -307,16 +307,100 @@ pub fn run_under_coverage(
     Ok(Launched::new(modules, &job, status))
 }
 
-/// Run the statically linked `program` (`cmd[0]`) counted through the
-/// uprobe fallback (`profdev_coverage::uprobe`): its blocks are planned,
-/// CMD is held between fork and exec until one multi-uprobe link with
-/// its pid is in place, then runs as a job like any CMD; the counts are
-/// read when it ends.
+/// Run the statically linked `program` (`cmd[0]`): patched at its first
+/// stop before `_start`, through ptrace, by profdev itself
+/// ([`profdev_coverage::traced`]: the loader route's plans and
+/// trampolines, no runtime in the process); where ptrace is refused,
+/// counted through the uprobe fallback ([`run_uprobes`]), as it is with
+/// `PROFDEV_COV_UPROBES=1` in the environment. `note` gets the sentence
+/// saying which route ran; `notes` the engine's.
 pub fn run_static(
     cmd: &[OsString],
     program: &Path,
     note: &mut dyn FnMut(String),
+    notes: &mut Notes,
 ) -> Result<Launched> {
+    use profdev_coverage::traced::{run_traced, Live};
+    use profdev_sample::job::{Ended, Interrupted, GRACE};
+    if std::env::var_os("PROFDEV_COV_UPROBES").is_some_and(|v| v == "1") {
+        return run_uprobes(cmd, program, note);
+    }
+    let server = profdev_coverage::launch::Server::new(&[])
+        .context("cannot prepare coverage (the runtime's private directory)")?;
+    let caught = Catcher::new().context("cannot catch signals")?;
+    let live = Live::default();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut child = std::process::Command::new(&cmd[0]);
+    child.args(&cmd[1..]);
+    // CMD's processes get the signals cprof receives; after the grace
+    // period what still runs has its counts read and is killed.
+    let watch = || -> Option<Interrupted> {
+        use std::sync::atomic::Ordering::SeqCst;
+        loop {
+            if let Some(signal) = caught.caught() {
+                live.signal(signal);
+                let end = std::time::Instant::now() + GRACE;
+                while live.running() && std::time::Instant::now() < end {
+                    caught.sleep(std::time::Duration::from_millis(20), None);
+                }
+                let ended = if live.kill() {
+                    Ended::Killed
+                } else {
+                    Ended::InTime
+                };
+                return Some(Interrupted { signal, ended });
+            }
+            if done.load(SeqCst) {
+                return None;
+            }
+            caught.sleep(std::time::Duration::from_millis(50), None);
+            caught.drain();
+        }
+    };
+    let (run, interrupted) = std::thread::scope(|s| {
+        let w = s.spawn(watch);
+        let run = run_traced(&mut child, server, &live);
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        (run, w.join().ok().flatten())
+    });
+    let run = match run {
+        Ok(r) => r,
+        Err(why) => {
+            drop(caught);
+            note(format!(
+                "cprof: {} is statically linked and could not be patched under ptrace ({why}): \
+                 counted through uprobes instead",
+                program.display()
+            ));
+            return run_uprobes(cmd, program, note);
+        }
+    };
+    note(format!(
+        "cprof: {} is statically linked: patched by cprof through ptrace before its first \
+         instruction (no runtime in it)",
+        program.display()
+    ));
+    for n in &run.notes {
+        notes.engine(n);
+    }
+    Ok(Launched {
+        modules: run.modules,
+        exit: match &interrupted {
+            Some(i) => ExitCode::from(128u8.wrapping_add(i.signal as u8)),
+            None => profdev_sample::job::exit_code(run.status),
+        },
+        failed: !run.status.success() || interrupted.is_some(),
+        interrupted: interrupted
+            .map(|i| i.sentence("cprof", "the listing shows what was counted until then")),
+    })
+}
+
+/// The uprobe fallback (`profdev_coverage::uprobe`) for a statically
+/// linked `program` that cannot be traced: its blocks are planned, CMD is
+/// held between fork and exec until one multi-uprobe link with its pid is
+/// in place, then runs as a job like any CMD; the counts are read when
+/// it ends.
+fn run_uprobes(cmd: &[OsString], program: &Path, note: &mut dyn FnMut(String)) -> Result<Launched> {
     use profdev_coverage::uprobe;
     let canon = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
     let probes = uprobe::Probes::of_file(&canon, canon.clone())?;
@@ -326,8 +410,8 @@ pub fn run_static(
     job.prepare(&mut child);
     let (spawned, counter) = uprobe::spawn_counted(&mut child, probes, canon)?;
     note(format!(
-        "cprof: {} is statically linked: counted through {} uprobes instead of the loader \
-         (slower: about 0.2-16 us per block executed; uses {})",
+        "cprof: {} is statically linked: counted through {} uprobes (slower: about 0.2-16 us \
+         per block executed; uses {})",
         program.display(),
         counter.probes(),
         uprobe::FEATURE

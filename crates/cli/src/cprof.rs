@@ -13,7 +13,7 @@
 //!
 //! With CMD, cprof runs CMD under prof's coverage mode, which counts every
 //! instruction of the selected modules exactly (a statically linked CMD
-//! through uprobes: see Bugs), and then lists, per module, each line of
+//! patched by cprof itself: see Bugs), and then lists, per module, each line of
 //! its source files beside a mark:
 //!
 //! | mark | meaning |
@@ -222,14 +222,14 @@
 //!   `-a` lists them all, as profdev did before (files not found as line
 //!   numbers and marks).
 //! * Coverage reaches a program through the dynamic loader (its runtime
-//!   is preloaded). A statically linked CMD is counted through uprobes
-//!   instead (`profdev_coverage::uprobe`; one note on stderr says so): the
-//!   same exact counts, views and files, but a trap into the kernel per
-//!   block executed (0.2–16 µs), so a CPU-bound program runs many times
-//!   slower; it needs root (CAP_BPF and CAP_PERFMON) and a multi-uprobe
-//!   BPF link (Linux 6.6 or later), and without either cprof fails with a
-//!   sentence naming what is missing. Processes a static CMD forks are not
-//!   counted (the link counts one thread group).
+//!   is preloaded). A statically linked CMD is patched by cprof itself,
+//!   through ptrace, at its stop before `_start` (`profdev_coverage::traced`:
+//!   the same plans and trampolines, no runtime in it; a note says so); a
+//!   block too short to patch costs a ptrace stop (µs) per run; its threads
+//!   and forked children count into arrays of their own, a vfork child into
+//!   its parent's; a process that execs is let go (what its image ran is
+//!   lost; a note says so). Where ptrace is refused (or with
+//!   `PROFDEV_COV_UPROBES=1`) uprobes count it: 0.2–16 µs per block, root.
 //!   A setuid program run by another user ignores the preload. The vDSO,
 //!   JIT code and code that runs before the runtime's constructor (the
 //!   loader, libc's initializers) are not counted; blocks that cannot be
@@ -255,8 +255,8 @@
 //!   while the patched process runs; the next cprof or `startcp` of the
 //!   same user removes it once no process maps its runtime), and a
 //!   module it loads from then on is not counted. A
-//!   statically linked process is counted through uprobes (as a static
-//!   CMD is, and said so on standard error); an interrupted `-p` then
+//!   statically linked process is counted through uprobes (a static CMD
+//!   is where ptrace is refused; said on standard error); an interrupted `-p` then
 //!   stops counting it (the probes go with cprof).
 //! * A fault or asynchronous signal whose handler never returns may mark
 //!   or count (once too often) the block cut short and blocks derived
@@ -353,7 +353,7 @@ fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
             );
         }
         let launched = if is_static {
-            cprof::run_static(&args.command, &program, say)?
+            cprof::run_static(&args.command, &program, say, notes)?
         } else {
             cprof::run_under_coverage(&args.command, &words, args.mode(), notes)?
         };

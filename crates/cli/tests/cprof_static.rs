@@ -11,6 +11,8 @@
 //! of `inner` runs exactly 10 times per `outer_X` call, in two threads.
 
 mod common;
+#[path = "cprof/stepper.rs"]
+mod stepper;
 
 use common::*;
 use std::collections::BTreeMap;
@@ -91,29 +93,66 @@ fn line_of(src: &str, text: &str) -> u32 {
         + 1
 }
 
+/// The ptrace route's gate: the kernel lets a process trace its child.
+fn ptrace_gate(what: &str) -> bool {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
+    privileged(
+        what,
+        if scope.trim() == "3" {
+            Err("kernel.yama.ptrace_scope is 3: no ptrace at all".into())
+        } else {
+            Ok(())
+        },
+    ) && profdev_testkit::tools(what, &["cc", "nm"])
+        && static_libc(what)
+}
+
 #[test]
 fn cprof_counts_a_static_program_exactly_through_uprobes() {
-    if !gate("cprof on a static program") {
-        return;
+    if gate("cprof on a static program") {
+        static_known_counts(true);
     }
+}
+
+#[test]
+fn cprof_counts_a_static_program_exactly_through_ptrace() {
+    if ptrace_gate("cprof on a static program through ptrace") {
+        static_known_counts(false);
+    }
+}
+
+/// static_known's counts, lcov and records, through the uprobe fallback
+/// (`PROFDEV_COV_UPROBES=1`) or the ptrace route.
+fn static_known_counts(uprobes: bool) {
     let tmp = tempdir();
     let exe = tmp.path().join("static_known");
     compile("static_known.c", &["-static", "-O1", "-g"], &exe);
     let src = std::fs::read_to_string(data("static_known.c")).unwrap();
     let info = tmp.path().join("s.info");
-    let out = run(profdev()
+    let mut cprof = profdev();
+    if uprobes {
+        cprof.env("PROFDEV_COV_UPROBES", "1");
+    }
+    let out = run(cprof
         .current_dir(tmp.path())
         .args(["cprof", "-o", "-", "-f", "-e", "--lcov"])
         .arg(&info)
         .arg(&exe));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("is statically linked: counted through")
-            && stderr.contains("uprobes")
-            && stderr.contains("Linux 6.6"),
-        "the fallback is said: {stderr}"
-    );
+    if uprobes {
+        assert!(
+            stderr.contains("is statically linked: counted through")
+                && stderr.contains("uprobes")
+                && stderr.contains("Linux 6.6"),
+            "the fallback is said: {stderr}"
+        );
+    } else {
+        assert!(
+            stderr.contains("is statically linked: patched by cprof through ptrace"),
+            "the route is said: {stderr}"
+        );
+    }
     let stdout = String::from_utf8(out.stdout).unwrap();
     // CMD ran as it does without profdev.
     let sink: u64 = (0..N).map(|i| 2 * i).sum::<u64>() + (0..N).filter(|i| i % 7 == 3).sum::<u64>();
@@ -279,7 +318,10 @@ fn without_capabilities_cprof_says_what_to_do() {
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
         .arg(&pd)
         .args(["cprof", "-o", "-", "-f"])
-        .arg(&exe));
+        .arg(&exe)
+        // The uprobe route (the ptrace route needs no capability: as
+        // nobody it would count the program).
+        .env("PROFDEV_COV_UPROBES", "1"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
@@ -289,6 +331,171 @@ fn without_capabilities_cprof_says_what_to_do() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "one sentence: {stderr}");
+}
+
+/// The count column of the line of `file`'s listing holding `text`.
+fn count_at(out: &str, file: &str, text: &str) -> u64 {
+    let src = std::fs::read_to_string(data(file)).unwrap();
+    let n = line_of(&src, text);
+    // One source listed has no header line.
+    let c = match listing(out, file).remove(&n) {
+        Some(c) => c,
+        None => out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{n}\t")))
+            .and_then(|l| l.split('\t').next())
+            .unwrap_or_else(|| panic!("no line {n}: {out}"))
+            .trim()
+            .to_string(),
+    };
+    c.split('|')
+        .map(|x| x.parse::<u64>().unwrap_or_else(|_| panic!("{c:?}: {out}")))
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn a_static_program_counts_as_the_single_stepper_does() {
+    if !ptrace_gate("cprof on a static program through ptrace")
+        || !profdev_testkit::tools("the single-stepper", &["objdump"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_known");
+    compile("static_known.c", &["-static", "-O2", "-g"], &exe);
+    let oracle = stepper::measure(&exe);
+    // The stepper stops at every iteration of a `rep` instruction (the
+    // C library's memset): not compared.
+    let rep: std::collections::HashSet<u64> = stepper::instructions(&exe)
+        .into_iter()
+        .filter(|(_, m)| m.starts_with("rep"))
+        .map(|(a, _)| a)
+        .collect();
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-f", "-r", "-e"])
+        .arg(&exe));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("patched by cprof through ptrace"), "{err}");
+    let got = profdev_coverage::prf::read(&tmp.path().join("static_known.prf"))
+        .unwrap()
+        .expect("cprof -r wrote a record");
+    let engine: std::collections::HashMap<u64, u64> = got.insns.iter().copied().collect();
+    let mut ran = 0;
+    for (addr, n) in profdev_coverage::lines::instruction_counts(&oracle) {
+        ran += usize::from(n > 0);
+        if rep.contains(&addr) {
+            continue;
+        }
+        match engine.get(&addr) {
+            Some(&c) => assert_eq!(c, n, "instruction {addr:#x}: {err}"),
+            None => assert_eq!(n, 0, "instruction {addr:#x} ran but is not counted"),
+        }
+    }
+    // The C library's start-up included: every instruction from _start.
+    assert!(ran > 1000, "only {ran} instructions ran");
+}
+
+#[test]
+fn two_threads_of_a_static_program_count_exactly() {
+    if !ptrace_gate("cprof on a static program through ptrace") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_threads");
+    compile(
+        "static_threads.c",
+        &["-static", "-O2", "-g", "-pthread"],
+        &exe,
+    );
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-o", "-", "-f", "-e"])
+        .arg(&exe)
+        .arg("1000000"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("patched by cprof through ptrace"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let at = |text: &str| count_at(&stdout, "static_threads.c", text);
+    assert_eq!(at("void step(unsigned long i)"), 4_000_000, "{stdout}");
+    assert_eq!(at("printf(\"done"), 1, "{stdout}");
+}
+
+#[test]
+fn a_static_programs_forked_child_counts_what_it_ran() {
+    if !ptrace_gate("cprof on a static program through ptrace") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_fork");
+    compile("static_fork.c", &["-static", "-O2", "-g"], &exe);
+    let out = run(profdev()
+        .current_dir(tmp.path())
+        .args(["cprof", "-o", "-", "-f", "-e"])
+        .arg(&exe));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("patched by cprof through ptrace"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    // 300 before the fork, 500 in the child, 200 after: each once.
+    let at = |text: &str| count_at(&stdout, "static_fork.c", text);
+    assert_eq!(at("void work(long i)"), 1000, "{stdout}");
+    assert_eq!(at("printf(\"done"), 1, "{stdout}");
+}
+
+#[test]
+fn sigterm_to_cprof_still_lists_a_static_program() {
+    if !ptrace_gate("cprof on a static program through ptrace") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_forever");
+    compile("static_forever.c", &["-static", "-O2", "-g"], &exe);
+    let mut child = with_default_signals(
+        profdev()
+            .current_dir(tmp.path())
+            .args(["cprof", "-o", "-", "-f", "-e"])
+            .arg(&exe)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .spawn()
+    .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first, "ready\n");
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert!(
+        stderr.contains("patched by cprof through ptrace"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    let ticks = count_at(&rest, "static_forever.c", "void tick(unsigned long i)");
+    assert!(ticks > 1000, "{ticks}: {rest}");
 }
 
 // ---------------------------------------------------------------------

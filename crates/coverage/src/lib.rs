@@ -13,8 +13,11 @@
 //! [`launch`] runs a command with the runtime preloaded and collects the
 //! counts ([`launch::launch`]; the runtime's entry for attach mode is
 //! described there). A statically linked program, which has no loader to
-//! preload through, is counted by [`uprobe`] instead: the same plan's
-//! blocks, one multi-uprobe BPF link, the same [`counts::ModuleCoverage`].
+//! preload through, is patched by profdev itself at its first stop, through
+//! ptrace ([`traced`]: the same plans and trampolines, no runtime in the
+//! process), or, where ptrace is refused, counted by [`uprobe`]: the same
+//! plan's blocks, one multi-uprobe BPF link, the same
+//! [`counts::ModuleCoverage`].
 //! [`cache`] keeps plans and encodings on disk between runs, keyed by the
 //! module's bytes, the engine's sources and the plan's mode.
 //!
@@ -37,9 +40,11 @@
 //! # Limits (each reported where it applies, never hidden)
 //!
 //! * **Reach.** Programs are rewritten through the loader (`LD_PRELOAD`):
-//!   setuid programs are not reached; static binaries are counted by the
-//!   slower [`uprobe`] fallback instead (one multi-uprobe BPF link: Linux
-//!   6.6 or later, CAP_BPF and CAP_PERFMON); the vDSO and
+//!   setuid programs are not reached; static binaries run by profdev are
+//!   patched through ptrace ([`traced`]), those ptrace cannot reach (and
+//!   running static processes) counted by the slower [`uprobe`] fallback
+//!   (one multi-uprobe BPF link: Linux 6.6 or later, CAP_BPF and
+//!   CAP_PERFMON); the vDSO and
 //!   code that is not file-backed (JIT, self-modifying code) are not
 //!   planned. Code run before the runtime's constructor (the loader's own
 //!   start, the initializers of libc and of libraries loaded before the
@@ -104,4 +109,5 @@ pub mod lines;
 pub mod listing;
 pub mod plan;
 pub mod prf;
+pub mod traced;
 pub mod uprobe;

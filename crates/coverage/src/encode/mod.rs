@@ -84,6 +84,36 @@ pub struct Patch {
     pub len: u32,
 }
 
+impl Patch {
+    /// The bytes written at [`Patch::addr`] (what the runtime's `apply_run`
+    /// writes; a tracer patching a stopped process writes these): the
+    /// jump or call, the rest of `len` bytes `int3`. None for a one-shot
+    /// probe ([`PATCH_ONCE`], whose byte is put back by its handler) or an
+    /// unknown kind, or a target out of reach.
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        let mut b = vec![0xcc; self.len.max(1) as usize];
+        let rel = |after: u64| i32::try_from(self.entry.wrapping_sub(after) as i64).ok();
+        match self.kind {
+            PATCH_JMP | PATCH_CALL5 if b.len() >= 5 => {
+                b[0] = if self.kind == PATCH_JMP { 0xe9 } else { 0xe8 };
+                b[1..5].copy_from_slice(&rel(self.addr + 5)?.to_le_bytes());
+            }
+            PATCH_INT3 => {}
+            PATCH_CALL6 if b.len() >= 6 => {
+                b[0] = 0x3e;
+                b[1] = 0xe8;
+                b[2..6].copy_from_slice(&rel(self.addr + 6)?.to_le_bytes());
+            }
+            PATCH_REL8 if b.len() >= 2 => {
+                b[0] = 0xeb;
+                b[1] = i8::try_from(self.entry.wrapping_sub(self.addr + 2) as i64).ok()? as u8;
+            }
+            _ => return None,
+        }
+        Some(b)
+    }
+}
+
 /// `jmp rel32` to `entry`, the rest of `len` bytes `int3`.
 pub const PATCH_JMP: u32 = 1;
 /// One `int3`; the SIGTRAP handler resumes at `entry`.

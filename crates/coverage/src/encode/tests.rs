@@ -335,3 +335,33 @@ fn hit_mode_has_one_shot_probes_and_no_trampolines() {
     assert_eq!(moved[0].addr, e.patches[0].addr + 0x1000);
     assert_eq!(moved[0].entry, e.patches[0].entry);
 }
+
+#[test]
+fn patch_bytes_are_what_the_runtime_writes() {
+    let p = |kind, entry, len| Patch {
+        addr: 0x1000,
+        entry,
+        kind,
+        len,
+    };
+    // jmp rel32 from the byte after it, the rest int3.
+    assert_eq!(
+        p(PATCH_JMP, 0x2000, 7).bytes().unwrap(),
+        [0xe9, 0xfb, 0x0f, 0, 0, 0xcc, 0xcc]
+    );
+    assert_eq!(
+        p(PATCH_CALL5, 0x1005, 5).bytes().unwrap(),
+        [0xe8, 0, 0, 0, 0]
+    );
+    assert_eq!(
+        p(PATCH_CALL6, 0x1000, 6).bytes().unwrap(),
+        [0x3e, 0xe8, 0xfa, 0xff, 0xff, 0xff]
+    );
+    assert_eq!(p(PATCH_REL8, 0x1010, 2).bytes().unwrap(), [0xeb, 0x0e]);
+    assert_eq!(p(PATCH_INT3, 0x3000, 1).bytes().unwrap(), [0xcc]);
+    // Out of reach, a one-shot probe, a patch too short: nothing.
+    assert_eq!(p(PATCH_REL8, 0x2000, 2).bytes(), None);
+    assert_eq!(p(PATCH_JMP, 0x1_0000_2000, 5).bytes(), None);
+    assert_eq!(p(PATCH_ONCE, 3, 1).bytes(), None);
+    assert_eq!(p(PATCH_JMP, 0x2000, 2).bytes(), None);
+}

@@ -3,8 +3,18 @@
 
 use super::*;
 
-/// One module's conversation.
+/// One module's conversation, with the process that connected.
 pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
+    let peer = peer_cred(&conn);
+    serve_as(conn, state, peer)
+}
+
+/// One module's conversation with process `peer` (pid, effective uid).
+pub(super) fn serve_as(
+    conn: UnixStream,
+    state: &Mutex<State>,
+    peer: Option<(u32, u32)>,
+) -> Option<()> {
     let mut r = BufReader::new(conn.try_clone().ok()?);
     let mut w = conn;
     let mut line = String::new();
@@ -18,7 +28,6 @@ pub(super) fn serve(conn: UnixStream, state: &Mutex<State>) -> Option<()> {
     let lo = hex(it.next()?)?;
     let hi = hex(it.next()?)?;
     let path = PathBuf::from(it.next()?);
-    let peer = peer_cred(&w);
     let id = match lookup(state, &path, peer, (dev, ino), (lo, hi)) {
         Some(id) => id,
         None => {

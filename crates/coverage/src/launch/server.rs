@@ -186,6 +186,21 @@ impl Server {
         planned
     }
 
+    /// One conversation of the runtime's protocol (the module doc) on
+    /// behalf of process `pid`, which profdev traces and patches itself
+    /// (a statically linked program: no runtime in it): the caller's end
+    /// of a socket pair, served on a thread as if `pid` had connected
+    /// (its maps and its user checked as for a runtime's connection).
+    pub fn connect_for(&self, pid: u32) -> std::io::Result<UnixStream> {
+        let (mine, theirs) = UnixStream::pair()?;
+        let uid = euid_of(pid).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+        let st = self.state.clone();
+        std::thread::spawn(move || {
+            let _ = serve_as(theirs, &st, Some((pid, uid)));
+        });
+        Ok(mine)
+    }
+
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
