@@ -26,7 +26,10 @@
 #   cc      a compiler run: `cc -O2 -c` of a generated C file of 3,000
 #           small functions (cc runs cc1 and as: three processes, each
 #           followed), from a bash script that reports its time; about
-#           3 s natively here.
+#           3 s natively here. valgrind runs with --trace-children=yes
+#           (every workload); heaptrack, which follows no child, runs the
+#           bash script and, through gcc's -wrapper, cc1 and as, each
+#           writing its file (the cc driver itself is not traced).
 #   start   /usr/bin/python3 -c pass: next to nothing but start-up, so the
 #           whole command's time over the native one is each tool's
 #           fixed cost (start, load, report), shown in its own table, in
@@ -80,7 +83,7 @@ while [ $i -lt 3000 ]; do
 done >"$work/gen.c"
 cat >"$work/cc.sh" <<'P'
 t0=${EPOCHREALTIME/./}
-cc -O2 -c "$1" -o "$2"
+cc -O2 -c "$1" -o "$2" ${CC_WRAPPER:+-wrapper "$CC_WRAPPER"}
 t1=${EPOCHREALTIME/./}
 d=$((t1 - t0))
 printf 'elapsed %d.%06d\n' $((d / 1000000)) $((d % 1000000)) >&2
@@ -107,9 +110,11 @@ run() { # variant, command...
     mprof-stacks) "$profdev" mprof -l --folded "$work/folded" "$@" ;;
     mprof-sample) "$profdev" mprof -l --sample-bytes 524288 "$@" ;;
     mprof@base) "$base/profdev" mprof -l "$@" ;;
-    heaptrack) heaptrack -o "$work/ht" "$@" ;;
-    massif) valgrind -q --tool=massif --massif-out-file="$work/massif.out" "$@" ;;
-    dhat) valgrind -q --tool=dhat --dhat-out-file="$work/dhat.out" "$@" ;;
+    # heaptrack follows no child process: cc's (cc1, as) run under it
+    # through gcc's -wrapper (as's file replaces cc1's: only time is compared).
+    heaptrack) CC_WRAPPER="heaptrack,-o,$work/ht.sub" heaptrack -o "$work/ht" "$@" ;;
+    massif) valgrind -q --trace-children=yes --tool=massif --massif-out-file="$work/massif.%p.out" "$@" ;;
+    dhat) valgrind -q --trace-children=yes --tool=dhat --dhat-out-file="$work/dhat.%p.out" "$@" ;;
   esac
 }
 
