@@ -598,6 +598,65 @@ mod tests {
             .all(|b| !matches!(b.how, How::Branches { .. })));
     }
 
+    #[test]
+    fn an_edge_into_a_block_with_two_ways_in_is_flagged() {
+        // x: cmp; jne m | t: add; (falls into m) | m: mov; ret. The fall
+        // to t is t's only way in (read from t's hit); the jump to m is
+        // one of m's two (a byte of its own).
+        let bytes = asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut m = a.create_label();
+            a.mov(eax, 1).unwrap();
+            a.mov(ecx, 2).unwrap();
+            a.cmp(eax, ecx).unwrap();
+            a.jne(m).unwrap();
+            a.add(eax, 7).unwrap();
+            a.add(eax, 8).unwrap();
+            a.set_label(&mut m).unwrap();
+            a.mov(edx, 3).unwrap();
+            a.mov(esi, 4).unwrap();
+            a.ret().unwrap();
+        });
+        let plan = |mode| Plan::new_in(mode, vec![(0x1000, bytes.clone())], &[0x1000], &[], &[]);
+        let (hits, edges) = (plan(Mode::Hits), plan(Mode::Edges));
+        assert_eq!(edges.blocks.len(), 3);
+        assert_eq!(edges.branches.len(), 1);
+        assert_eq!(edges.edges, [(None, Some(1))]);
+        assert!(hits.edges.is_empty());
+        assert_eq!(hits.counters(), 4);
+        assert_eq!(edges.counters(), 5);
+        // The jump's block keeps its trampoline and its branch; in hit
+        // mode alone it is one-shot.
+        assert_eq!(hits.blocks[0].how, How::Once);
+        assert!(matches!(edges.blocks[0].how, How::Jmp { .. }), "{:?}", edges.blocks);
+        assert_eq!(edges.blocks[0].branch, Some(0));
+        // Counters: x, t, m, fell through, taken.
+        for (c, want) in [
+            ([1, 1, 1, 1, 0], (0, 1)),
+            ([1, 0, 1, 0, 1], (1, 0)),
+            ([1, 1, 1, 1, 1], (1, 1)),
+        ] {
+            assert_eq!(edges.edge_hits(0, &c), want, "{c:?}");
+        }
+        // Both ways implied (the fork of the test above): no flag.
+        let fork = asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut t = a.create_label();
+            a.cmp(eax, ecx).unwrap();
+            a.add(eax, 7).unwrap();
+            a.je(t).unwrap();
+            a.mov(eax, 1).unwrap();
+            a.ret().unwrap();
+            a.set_label(&mut t).unwrap();
+            a.mov(eax, 2).unwrap();
+            a.ret().unwrap();
+        });
+        let p = Plan::new_in(Mode::Edges, vec![(0x1000, fork)], &[0x1000], &[], &[]);
+        assert_eq!(p.edges, [(Some(2), Some(1))]);
+        assert_eq!(p.blocks[0].how, How::Branches { taken: 2, fell: 1 });
+        assert_eq!(p.edge_hits(0, &[0, 0, 1, 0, 0]), (1, 0));
+    }
+
     /// One function each, at 0x1000 + 0x100 * k.
     fn funcs(bodies: Vec<Vec<u8>>) -> Plan {
         let starts: Vec<u64> = (0..bodies.len() as u64)
