@@ -25,7 +25,10 @@ fn cprof(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
         .current_dir(dir)
         .output()
         .expect("profdev runs");
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// The DA, FNDA and BRDA lines of an lcov file, each value mapped to 1 if
@@ -102,8 +105,10 @@ fn hit_mode_exports_equal_the_counting_ones_mapped_to_ran_or_not() {
             assert!(brda >= 4, "{opt} {input}: {hits}");
             assert_eq!(got, want, "{opt} {input}: hit mode's lcov");
             assert!(
-                got.iter().all(|l| matches!(l.rsplit([',', ':']).next(), Some("0" | "1" | "-"))
-                    || l.starts_with("FNDA:")),
+                got.iter().all(
+                    |l| matches!(l.rsplit([',', ':']).next(), Some("0" | "1" | "-"))
+                        || l.starts_with("FNDA:")
+                ),
                 "{got:?}"
             );
             assert_eq!(
@@ -125,11 +130,28 @@ fn genhtml_renders_a_hit_mode_tracefile() {
     let exe = build(d, "-O0");
     let (st, err) = cprof(
         d,
-        &["-q", "-e", "-o", "out", "--hits", "--lcov", "h.info", exe.to_str().unwrap(), "4"],
+        &[
+            "-q",
+            "-e",
+            "-o",
+            "out",
+            "--hits",
+            "--lcov",
+            "h.info",
+            exe.to_str().unwrap(),
+            "4",
+        ],
     );
     assert_eq!(st, Some(0), "{err}");
     let out = Command::new("genhtml")
-        .args(["--branch-coverage", "--function-coverage", "-q", "-o", "html", "h.info"])
+        .args([
+            "--branch-coverage",
+            "--function-coverage",
+            "-q",
+            "-o",
+            "html",
+            "h.info",
+        ])
         .current_dir(d)
         .output()
         .unwrap();
@@ -139,7 +161,10 @@ fn genhtml_renders_a_hit_mode_tracefile() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "genhtml fails: {said}");
-    assert!(!said.to_lowercase().contains("warning"), "genhtml warns: {said}");
+    assert!(
+        !said.to_lowercase().contains("warning"),
+        "genhtml warns: {said}"
+    );
     assert!(d.join("html/index.html").exists());
 }
 
@@ -153,7 +178,10 @@ fn hits_with_counts_or_records_is_refused_in_one_sentence() {
         let (st, err) = cprof(dir.path(), args);
         assert_eq!(st, Some(2), "{args:?}: {err}");
         let first = err.lines().next().unwrap_or("");
-        assert!(first.starts_with("cprof: ") && first.contains(word), "{err}");
+        assert!(
+            first.starts_with("cprof: ") && first.contains(word),
+            "{err}"
+        );
         assert_eq!(first.matches(". ").count(), 0, "one sentence: {first}");
     }
 }

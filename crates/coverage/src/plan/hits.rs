@@ -628,7 +628,11 @@ mod tests {
         // The jump's block keeps its trampoline and its branch; in hit
         // mode alone it is one-shot.
         assert_eq!(hits.blocks[0].how, How::Once);
-        assert!(matches!(edges.blocks[0].how, How::Jmp { .. }), "{:?}", edges.blocks);
+        assert!(
+            matches!(edges.blocks[0].how, How::Jmp { .. }),
+            "{:?}",
+            edges.blocks
+        );
         assert_eq!(edges.blocks[0].branch, Some(0));
         // Counters: x, t, m, fell through, taken.
         for (c, want) in [
