@@ -50,7 +50,7 @@
 //! counting run's; the last line gives the instructions that ran, each
 //! once. `-p` too (a probe PID had not reached when cprof ended is
 //! removed by the runtime, which stays, at its first hit). With `--hits` the exports come from
-//! hit mode too (`-` still for a jump that never ran): an edge that is its target's only way in
+//! hit mode too, `-p` as well (`-` still for a jump that never ran): an edge that is its target's only way in
 //! is read from the target's mark, and a jump with another edge keeps a trampoline that stores a
 //! byte on each edge (`plan/hits.rs`, "Edges").
 //!
@@ -272,6 +272,7 @@
 //!   library code reached only through a pointer while the library
 //!   itself holds every signal blocked, run there for the first time,
 //!   would be killed by its probe (none is known; use `-f`).
+//! * `--hits`: a header's line compiled into several modules sums their 1s in lcov.
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.
