@@ -218,6 +218,15 @@ mod tests {
         assert!(parse(&["-r"]).is_err());
         assert!(parse(&[]).is_err(), "nothing to show");
         assert!(parse(&["-m", "x"]).is_ok());
+        use profdev_coverage::plan::Mode;
+        let mode = |v: &[&str]| parse(v).unwrap().mode();
+        assert_eq!(mode(&["--hits", "--lcov", "f", "x"]), Mode::Edges);
+        assert_eq!(mode(&["--hits", "--cobertura", "f", "x"]), Mode::Edges);
+        assert_eq!(mode(&["--hits", "x"]), Mode::Hits);
+        assert_eq!(mode(&["--lcov", "f", "x"]), Mode::Counts);
+        assert_eq!(mode(&["x"]), Mode::Hits);
+        assert!(parse(&["--hits", "-f", "x"]).is_err());
+        assert!(parse(&["--hits", "-r", "x"]).is_err());
         let a = parse(&["-Ho", "r.txt", "x"]).unwrap();
         assert!(a.options.header);
         assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));
