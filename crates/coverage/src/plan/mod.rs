@@ -670,7 +670,9 @@ impl Plan {
             Some(k) => self.count(k as usize, c),
             None => c.get(flag).copied().unwrap_or(0),
         };
-        let fell = match fell {
+        // (A fall-through read from the block after the jump is that
+        // block's hit, which may itself derive from others.)
+        let fell = match fell.or(self.fell_from.get(j).copied().flatten()) {
             Some(k) => self.count(k as usize, c),
             None => self.fell(j, c),
         };
