@@ -39,6 +39,12 @@
 #            route) and valgrind are not run for it ("-", and not in the
 #            geometric means)
 #
+# `hits-lcov` is `profdev cprof --hits --lcov FILE CMD` (target/release/
+# profdev, every module): hit mode with each conditional jump's edges (a
+# jump whose edge is not its target's only way in keeps a trampoline that
+# stores a byte per edge), then the listing (to /dev/null) and the
+# tracefile written, both in the time.
+#
 # `marks-attach` is the attach variant in hit mode (`profdev cprof -p PID`
 # without -f, one-shot probes); `attach` counts (`cprof -f -p PID`).
 #
@@ -126,6 +132,7 @@ run() { # variant, command...
     native) "$@" ;;
     launch) "$launch" -- "$@" 2>>"$work/launch.log" ;;
     marks) "$launch" --hits -- "$@" 2>>"$work/launch.log" ;;
+    hits-lcov) "$profdev" cprof -q -o /dev/null --hits --lcov "$work/hits.info" "$@" 2>>"$work/launch.log" ;;
     launch@base) PROFDEV_CACHE_DIR="$work/cache-base" "$base/profdev-coverage-run" -- "$@" 2>>"$work/launch.log" ;;
     cold) PROFDEV_CACHE_DIR=off "$launch" -- "$@" 2>>"$work/launch.log" ;;
     cachegrind) valgrind -q --trace-children=yes --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null "$@" ;;
@@ -230,6 +237,7 @@ for w in "${workloads[@]}"; do
     workload marks "$w"
     trivial marks "$w"
   }
+  [[ " ${variants[*]} " != *" hits-lcov "* ]] || workload hits-lcov "$w"
   [ -z "$base" ] || workload launch@base "$w"
 done
 

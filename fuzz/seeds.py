@@ -191,8 +191,9 @@ for name in sorted(os.listdir(g)):
 # length-prefixed sequences; one plan of two blocks (a jump-counted one
 # ending in a conditional jump, its flags live, one derived from its
 # fall-through), one jump whose table was recovered (Plan::tables), the
-# plan's mode (0: counts, 1: hits), one range of code the module copies at
-# run time (Plan::copied), no derived block (Plan::derived), and an
+# plan's mode (0: counts, 1: hits, 2: edges), one range of code the module copies at
+# run time (Plan::copied), no derived block (Plan::derived), no edges
+# (Plan::edges), and an
 # encoding (movable, with the offsets of its fields that reach the module).
 def leb(x):
     out = b""
@@ -226,6 +227,7 @@ def cache_file(with_encoding=True, cut=0):
     b += b"\x00"  # the plan's mode: counts
     b += v(1, 0x1008) + d(0x1010, 0x1008)  # code copied at run time (Plan::copied)
     b += v(0)  # blocks derived from the edges into them (Plan::derived): none
+    b += v(0)  # where each branch's edges are read from (Plan::edges, mode 2): none
     if with_encoding:
         b += b"\x01" + v(0x6000, 64) + b"\xcc" * 64
         b += v(1) + d(0x1000, 0) + d(0x7000, 0) + v(1, 5)

@@ -186,7 +186,17 @@ pub fn exports(listings: &[Listing], args: &Args, notes: &mut Notes) -> Vec<(OsS
     if args.lcov.is_none() && args.cobertura.is_none() {
         return out;
     }
-    let records = profdev_coverage::lcov::source_records(listings);
+    let mut records = profdev_coverage::lcov::source_records(listings);
+    if args.hits {
+        // Ran or not (a statically linked CMD's uprobes count).
+        for r in records.by_module.values_mut() {
+            r.lines.values_mut().for_each(|c| *c = (*c).min(1));
+            r.functions.values_mut().for_each(|f| f.1 = f.1.min(1));
+            for j in r.jumps.values_mut().flatten().flatten() {
+                *j = (j.0.min(1), j.1.min(1));
+            }
+        }
+    }
     for f in &records.left_out {
         notes.left_out(f);
     }
@@ -202,6 +212,31 @@ pub fn exports(listings: &[Listing], args: &Args, notes: &mut Notes) -> Vec<(OsS
         out.push((file.clone(), xml.into_bytes()));
     }
     out
+}
+
+/// [`check_output`] for `--lcov` and `--cobertura`.
+pub fn check_outputs(args: &Args) -> Result<()> {
+    for (file, option) in [(&args.lcov, "--lcov"), (&args.cobertura, "--cobertura")] {
+        if let Some(f) = file {
+            check_output(f, option)?;
+        }
+    }
+    Ok(())
+}
+
+/// The modules to count for CMD, whose program is `program`: the `-m`
+/// ones, and with `-e` the program itself.
+pub fn selection(args: &Args, program: &Path) -> Vec<String> {
+    let mut words = args.modules.clone();
+    if args.exec {
+        words.push(
+            std::fs::canonicalize(program)
+                .unwrap_or(program.to_path_buf())
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    words
 }
 
 /// Check, before anything runs, that the file an option names (`--lcov

@@ -5,8 +5,8 @@
 //! # Synopsis
 //!
 //! ```text
-//! profdev cprof [-fneraqH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] [CMD [ARGS]]
-//! profdev cprof [-fneraqH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] -p PID
+//! profdev cprof [-fneraqH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] [--hits] [CMD [ARGS]]
+//! profdev cprof [-fneraqH] [-m MODULE]... [-o FILE] [--lcov FILE] [--cobertura FILE] [--hits] -p PID
 //! ```
 //!
 //! # Description
@@ -36,6 +36,7 @@
 //! | `-p PID` | attach to the running process PID instead of running CMD, count from now until it exits (or until cprof gets SIGINT, SIGTERM or SIGHUP), then list |
 //! | `--lcov FILE` | also write an lcov tracefile (`genhtml FILE` renders it) |
 //! | `--cobertura FILE` | also write Cobertura XML |
+//! | `--hits` | hit mode with `--lcov`, `--cobertura` too: each line, function and branch edge 1 if it ran, else 0, at about the cost of the marks; not with `-f` or `-r` |
 //! | `-o FILE` | write the listing to FILE (`-`: standard output) instead of standard error (with CMD) or standard output (with `-p` or without CMD); not in Inferno |
 //! | `-H` | head each module's lines with a line naming the columns, `line  mark  source` (`line  count  source` with `-f`); the rows are unchanged; not in Inferno |
 //!
@@ -48,7 +49,10 @@
 //! block that another's run implies gets no probe. The marks are the
 //! counting run's; the last line gives the instructions that ran, each
 //! once. `-p` too (a probe PID had not reached when cprof ended is
-//! removed by the runtime, which stays, at its first hit).
+//! removed by the runtime, which stays, at its first hit). With `--hits` the exports come from
+//! hit mode too, `-p` as well (`-` still for a jump that never ran): an edge that is its target's only way in
+//! is read from the target's mark, and a jump with another edge keeps a trampoline that stores a
+//! byte on each edge (`plan/hits.rs`, "Edges").
 //!
 //! **Where the listing goes.** With CMD, to standard error, or to FILE
 //! with `-o FILE` (written whole, through a temporary renamed over it):
@@ -268,6 +272,7 @@
 //!   library code reached only through a pointer while the library
 //!   itself holds every signal blocked, run there for the first time,
 //!   would be killed by its probe (none is known; use `-f`).
+//! * `--hits`: a header's line compiled into several modules sums their 1s in lcov.
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.
@@ -320,11 +325,7 @@ fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
             eprintln!("{n}");
         }
     };
-    for (file, option) in [(&args.lcov, "--lcov"), (&args.cobertura, "--cobertura")] {
-        if let Some(f) = file {
-            cprof::check_output(f, option)?;
-        }
-    }
+    cprof::check_outputs(args)?;
     let mut listings = Vec::new();
     let mut exit = ExitCode::SUCCESS;
     let mut interrupted = None;
@@ -343,15 +344,7 @@ fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
     } else {
         let program = crate::child::find_program(&args.command[0])?;
         let is_static = profdev_classic::program::is_static_program(&program);
-        let mut words = args.modules.clone();
-        if args.exec {
-            words.push(
-                std::fs::canonicalize(&program)
-                    .unwrap_or(program.clone())
-                    .to_string_lossy()
-                    .into_owned(),
-            );
-        }
+        let words = cprof::selection(args, &program);
         let launched = if is_static {
             cprof::run_static(&args.command, &program, say, notes)?
         } else {

@@ -269,7 +269,7 @@ fn usage_errors_exit_2_with_the_classic_line_first() {
         (
             "cprof",
             "usage: cprof [-fner] [-m modname]... cmd [arg ... ]",
-            "[-aqH] [-o file] [--lcov file] [--cobertura file] [-p pid]",
+            "[-aqH] [-o file] [--lcov file] [--cobertura file] [--hits] [-p pid]",
         ),
         (
             "mprof",

@@ -8,7 +8,9 @@
 //! the stepper's counts, line by line; and the marks of a run in hit mode
 //! (`profdev cprof CMD` without `-f`: whether each block ran, pruned
 //! probes, issue 28 item 1) against the same, its total the instructions
-//! that ran. The programs (`cprof/guards/`), at -O0 and -O2: longjmp out
+//! that ran; and `cprof --hits --lcov` (each conditional jump's edges
+//! from hit mode) against the stepper's tracefile, 1 for what ran. The
+//! programs (`cprof/guards/`), at -O0 and -O2: longjmp out
 //! of recursion, `exit()` from a callee, C++ exceptions across frames, a
 //! signal handler that siglongjmps, a jump table, computed gotos, and tail
 //! calls (sibling calls at `-O2`).
@@ -115,8 +117,10 @@ fn compare(compiler: &str, src: &str, opt: &str) {
     oracle
         .blocks
         .retain(|b| b.count > 0 || engine.contains_key(&b.start));
+    // (The jumps the engine counts: every one that ran, checked above.)
+    oracle.branches.retain(|b| branches.contains_key(&b.addr));
     profdev_coverage::prf::record(&odir, &oracle).unwrap();
-    let oracle_marks = listing(&odir, &name, &[]);
+    let oracle_marks = listing(&odir, &name, &["--lcov", "oracle.info"]);
     let rows = |t: &str| -> Vec<String> {
         t.lines()
             .filter(|l| {
@@ -155,6 +159,8 @@ fn compare(compiler: &str, src: &str, opt: &str) {
         hit_marks.contains(&total),
         "{src}: {total:?} in {hit_marks}"
     );
+    hit_edges(dir.path(), &exe, src, opt, &odir.join("oracle.info"));
+
     // The one plan cached (of the executable, -e) is a hit-mode plan.
     let files: Vec<PathBuf> = std::fs::read_dir(cache.join("coverage"))
         .unwrap()
@@ -167,6 +173,54 @@ fn compare(compiler: &str, src: &str, opt: &str) {
     let key = profdev_coverage::cache::Key(bytes[at..at + 32].try_into().unwrap());
     let kept = profdev_coverage::cache::read(&bytes, &key).unwrap();
     assert_eq!(kept.plan.mode, profdev_coverage::plan::Mode::Hits, "{src}");
+}
+
+/// `cprof --hits --lcov` of `exe` (hit mode with each jump's edges):
+/// every line, function and branch edge as the stepper's tracefile
+/// (`oracle`) has it, mapped to 1 if it ran, else 0 (`-` for a jump that
+/// never ran).
+fn hit_edges(dir: &Path, exe: &Path, src: &str, opt: &str, oracle: &Path) {
+    let run = Command::new(env!("CARGO_BIN_EXE_profdev"))
+        .args([
+            "cprof",
+            "-e",
+            "-q",
+            "-o",
+            "hits.txt",
+            "--hits",
+            "--lcov",
+            "hits.info",
+        ])
+        .arg(exe)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{src} {opt} --hits: {run:?}");
+    let lines = |text: &str, map: bool| -> Vec<String> {
+        text.lines()
+            .filter(|l| ["DA:", "FNDA:", "BRDA:"].iter().any(|t| l.starts_with(t)))
+            .map(|l| {
+                let (tag, rest) = l.split_once(':').unwrap();
+                let mut f: Vec<&str> = rest.split(',').collect();
+                let k = if tag == "FNDA" { 0 } else { f.len() - 1 };
+                if map && f[k].parse::<u64>().is_ok_and(|n| n > 0) {
+                    f[k] = "1";
+                }
+                format!("{tag}:{}", f.join(","))
+            })
+            .collect()
+    };
+    let got = lines(
+        &std::fs::read_to_string(dir.join("hits.info")).unwrap(),
+        false,
+    );
+    let want = lines(&std::fs::read_to_string(oracle).unwrap(), true);
+    // (goto.c has no conditional jump: its lines only.)
+    assert!(got.len() > 5, "{src} {opt}: {got:?}");
+    assert_eq!(
+        got, want,
+        "{src} {opt}: hit mode's lines and edges differ from the stepper's"
+    );
 }
 
 #[test]

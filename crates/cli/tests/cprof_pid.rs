@@ -291,6 +291,46 @@ fn cprof_p_without_f_marks_a_running_program_in_hit_mode() {
 }
 
 #[test]
+fn cprof_p_hits_lcov_is_the_counting_tracefile_mapped_to_ran_or_not() {
+    if !gate("cprof -p PID --hits") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("pid_loop");
+    compile(&exe);
+    // The DA, FNDA and BRDA lines, each count mapped to 1 if not 0.
+    let tracefile = |extra: &[&str]| -> Vec<String> {
+        let info = tmp.path().join("p.info");
+        let mut p = Program::start(&exe);
+        p.run(1000);
+        let mut args = vec!["-e", "--lcov", info.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let c = Cprof::attach(&args, p.child.id());
+        p.run(300);
+        assert_eq!(p.stop(), last_line(1300));
+        let (status, _, said) = c.finish();
+        assert!(status.success(), "{status}: {said:?}");
+        let text = std::fs::read_to_string(&info).unwrap();
+        text.lines()
+            .filter(|l| ["DA:", "FNDA:", "BRDA:"].iter().any(|t| l.starts_with(t)))
+            .map(|l| {
+                let (tag, rest) = l.split_once(':').unwrap();
+                let mut f: Vec<&str> = rest.split(',').collect();
+                let k = if tag == "FNDA" { 0 } else { f.len() - 1 };
+                if f[k].parse::<u64>().is_ok_and(|n| n > 0) {
+                    f[k] = "1";
+                }
+                format!("{tag}:{}", f.join(","))
+            })
+            .collect()
+    };
+    let counts = tracefile(&[]);
+    let hits = tracefile(&["--hits"]);
+    assert!(hits.iter().any(|l| l.starts_with("BRDA:")), "{hits:?}");
+    assert_eq!(hits, counts);
+}
+
+#[test]
 fn cprof_p_without_f_marks_every_module_the_runtime_itself_calls_into() {
     // Every module, the C library too: the runtime, called by the
     // injector, runs C library code it has just given one-shot probes;

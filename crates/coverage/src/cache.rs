@@ -99,6 +99,7 @@ impl Key {
         h.update(match mode {
             Mode::Counts => b"mode counts\0".as_slice(),
             Mode::Hits => b"mode hits\0".as_slice(),
+            Mode::Edges => b"mode edges\0".as_slice(),
         });
         h.update(bytes);
         Key(h.finalize().into())
@@ -318,6 +319,7 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
     w.u8(match plan.mode {
         Mode::Counts => 0,
         Mode::Hits => 1,
+        Mode::Edges => 2,
     });
     w.v(plan.copied.len() as u64);
     for &(lo, hi) in &plan.copied {
@@ -339,6 +341,13 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
             };
             w.v((u64::from(p) << 2) | kind);
         }
+    }
+    // Edges mode: per branch, the blocks its edges are read from, plus
+    // one (0: its own flag).
+    w.v(plan.edges.len() as u64);
+    for &(t, f) in &plan.edges {
+        w.v(t.map_or(0, |k| u64::from(k) + 1));
+        w.v(f.map_or(0, |k| u64::from(k) + 1));
     }
     match encoded {
         None => w.u8(0),
@@ -485,6 +494,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     let mode = match r.u8()? {
         0 => Mode::Counts,
         1 => Mode::Hits,
+        2 => Mode::Edges,
         m => return Err(format!("unknown plan mode {m}")),
     };
     let n = r.len(2)?;
@@ -494,6 +504,12 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         copied.push((lo, r.d(lo)?));
     }
     let derived = read_derived(&mut r)?;
+    let n = r.len(2)?;
+    let mut edges = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut k = || r.v().map(|k| k.checked_sub(1).map(|k| k as u32));
+        edges.push((k()?, k()?));
+    }
     let plan = Plan {
         blocks,
         branches,
@@ -504,6 +520,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         sections,
         copied,
         derived,
+        edges,
     };
     let encoded = match r.u8()? {
         0 => None,
@@ -642,6 +659,19 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
             return Err("a branch index is out of range".into());
         }
     }
+    let edges_ok = match plan.mode {
+        Mode::Edges => plan.edges.len() == plan.branches.len(),
+        _ => plan.edges.is_empty(),
+    };
+    let in_range = |k: &u32| (*k as usize) < plan.blocks.len();
+    if !edges_ok
+        || !plan
+            .edges
+            .iter()
+            .all(|(t, f)| t.iter().chain(f).all(in_range))
+    {
+        return Err("an edge's block is out of range".into());
+    }
     if plan.fell_from.len() != plan.branches.len()
         || plan
             .fell_from
@@ -677,7 +707,7 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
             How::Branches { taken, fell } => own(taken) && own(fell),
             _ => continue,
         };
-        if !ok || plan.mode != Mode::Hits {
+        if !ok || !plan.mode.hits() {
             return Err("an implied block derives from none".into());
         }
     }

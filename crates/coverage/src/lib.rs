@@ -31,8 +31,11 @@
 //! (`movb $1,%gs:8*i`: no flag written, none saved). A block whose run
 //! another block's implies has no probe ([`plan::How::Implied`]), and no
 //! branch edge is stored but those a derived block reads; each block's
-//! count is then 1 or 0. The device's
-//! histograms, `-f`, `.prf`, lcov and `gmon --exact` always count. [`image`] reads of a module's
+//! count is then 1 or 0. [`plan::Mode::Edges`] (`cprof --hits --lcov`)
+//! adds each conditional jump's edges, 1 or 0: read from the target's
+//! hit where the edge is its only way in, else stored as a byte by the
+//! jump's trampoline, which it keeps. The device's
+//! histograms, `-f`, `.prf`, lcov (but with `--hits`) and `gmon --exact` always count. [`image`] reads of a module's
 //! file only what its ELF headers name, within stated bounds (the planning
 //! server may be root, reading for another user's process: see
 //! [`launch`]'s Bounds).

@@ -22,6 +22,9 @@ pub struct Args {
     pub lcov: Option<OsString>,
     /// `--cobertura FILE`.
     pub cobertura: Option<OsString>,
+    /// `--hits`: run in hit mode (whether each line and branch ran, 1 or
+    /// 0, in the exports too).
+    pub hits: bool,
     /// `-o FILE`: where the listing goes (`-`: standard output).
     pub output: Option<OsString>,
     /// `-p PID`: attach to this running process.
@@ -32,10 +35,15 @@ pub struct Args {
 
 impl Args {
     /// What the run's probes record: hits when only the marks are shown
-    /// (no `-f`, `-r`, `--lcov` or `--cobertura`, which show counts),
-    /// else counts.
+    /// (no `-f`, `-r`, `--lcov` or `--cobertura`, which show counts), or
+    /// with `--hits` (and each branch's edges when an export is asked
+    /// for), else counts.
     pub fn mode(&self) -> profdev_coverage::plan::Mode {
         use profdev_coverage::plan::Mode;
+        let export = self.lcov.is_some() || self.cobertura.is_some();
+        if self.hits {
+            return if export { Mode::Edges } else { Mode::Hits };
+        }
         let counts = self.options.frequency
             || self.record
             || self.lcov.is_some()
@@ -62,7 +70,7 @@ fn parse_pid(word: &str) -> Result<u32, String> {
 pub static SPEC: Spec = Spec {
     name: "cprof",
     synopsis: "cprof [-fner] [-m modname]... cmd [arg ... ]",
-    additions: "[-aqH] [-o file] [--lcov file] [--cobertura file] [-p pid]",
+    additions: "[-aqH] [-o file] [--lcov file] [--cobertura file] [--hits] [-p pid]",
     about: "Run CMD (or attach to running process PID with -p) counting every instruction of \
             its modules exactly, then list each source line marked + (ran), - (never ran) or ? \
             (ran in part), or with -f its count, and each module's coverage; -r records the \
@@ -104,6 +112,11 @@ pub static SPEC: Spec = Spec {
         )
         .hint(ValueHint::FilePath),
         Opt::long("cobertura", "file", "Also write Cobertura XML").hint(ValueHint::FilePath),
+        Opt::long_flag(
+            "hits",
+            "Record only whether each block and branch edge ran (1 or 0 in --lcov and \
+             --cobertura), at about the cost of the marks; not with -f or -r",
+        ),
         Opt::value(
             'o',
             "file",
@@ -135,6 +148,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
             ("p", Some(v)) => a.pid = Some(parse_pid(&v.to_string_lossy())?),
             ("lcov", v) => a.lcov = v,
             ("cobertura", v) => a.cobertura = v,
+            ("hits", _) => a.hits = true,
             ("o", v) => a.output = v,
             ("H", _) => a.options.header = true,
             (id, _) => unreachable!("cprof's table has no option {id}"),
@@ -142,6 +156,12 @@ pub fn parse(args: Vec<OsString>) -> Result<Args, String> {
         Ok(())
     })?;
     a.command = command;
+    if a.hits && a.options.frequency {
+        return Err("--hits records whether code ran, not how often: give -f or --hits".into());
+    }
+    if a.hits && a.record {
+        return Err("-r records counts, which --hits does not take: give -r or --hits".into());
+    }
     if a.pid.is_some() {
         if !a.command.is_empty() {
             return Err("-p attaches to a running process: give a command or -p, not both".into());
@@ -198,6 +218,15 @@ mod tests {
         assert!(parse(&["-r"]).is_err());
         assert!(parse(&[]).is_err(), "nothing to show");
         assert!(parse(&["-m", "x"]).is_ok());
+        use profdev_coverage::plan::Mode;
+        let mode = |v: &[&str]| parse(v).unwrap().mode();
+        assert_eq!(mode(&["--hits", "--lcov", "f", "x"]), Mode::Edges);
+        assert_eq!(mode(&["--hits", "--cobertura", "f", "x"]), Mode::Edges);
+        assert_eq!(mode(&["--hits", "x"]), Mode::Hits);
+        assert_eq!(mode(&["--lcov", "f", "x"]), Mode::Counts);
+        assert_eq!(mode(&["x"]), Mode::Hits);
+        assert!(parse(&["--hits", "-f", "x"]).is_err());
+        assert!(parse(&["--hits", "-r", "x"]).is_err());
         let a = parse(&["-Ho", "r.txt", "x"]).unwrap();
         assert!(a.options.header);
         assert_eq!(a.output.as_deref(), Some("r.txt".as_ref()));

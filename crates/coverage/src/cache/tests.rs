@@ -35,6 +35,7 @@ fn sample() -> (Plan, Encoded) {
         sections: vec![(0x1000, vec![0x90; 16])],
         copied: vec![(0x1008, 0x1010)],
         derived: vec![],
+        edges: vec![],
     };
     let enc = Encoded {
         code: vec![0xcc; 64],

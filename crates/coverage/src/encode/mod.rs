@@ -408,7 +408,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Whether the probes record hits only ([`crate::plan::Mode::Hits`]).
     fn hits(&self) -> bool {
-        self.plan.mode == crate::plan::Mode::Hits
+        self.plan.mode.hits()
     }
 
     /// The recording of the site `x` (at its run-time address) ending a

@@ -4,7 +4,7 @@
 
 use iced_x86::{Code, FlowControl, Instruction};
 
-use super::seq::{count_seq, emulate_call, jmp};
+use super::seq::{count_seq, emulate_call, jmp, SENTINEL};
 use super::{records_fell, Ctx};
 use crate::plan::{How, PlannedBlock};
 
@@ -134,7 +134,8 @@ fn copy_piece(
     } else {
         count_seq(counter, b.flags_live, cx.hits())
     };
-    for x in copied {
+    let mut stubs = Vec::new();
+    for mut x in copied {
         let link = x.ip() - cx.bias;
         if link != from {
             // A block the window runs into: count it here (unless another
@@ -153,6 +154,10 @@ fn copy_piece(
             }
         }
         let fell = fall_count(cx, &x, link);
+        if let Some(stub) = taken_stub(cx, &x, link) {
+            x.set_near_branch64(SENTINEL + stubs.len() as u64);
+            stubs.push(stub);
+        }
         if x.flow_control() == FlowControl::IndirectBranch {
             main.extend(cx.record(&x).into_iter().flatten());
         }
@@ -172,9 +177,35 @@ fn copy_piece(
     }
     Some(Piece {
         block: i,
-        stubs: Vec::new(),
+        stubs,
         main,
     })
+}
+
+/// [`crate::plan::Mode::Edges`]: the stub the copied conditional jump `x`
+/// (at link-time address `link`) leads to when it ends its block and its
+/// taken edge is flagged ([`crate::plan::Plan::edges`]): store the
+/// branch's taken byte, jump to the target.
+fn taken_stub(cx: &Ctx, x: &Instruction, link: u64) -> Option<Vec<Instruction>> {
+    let plan = cx.plan;
+    if plan.mode != crate::plan::Mode::Edges || x.flow_control() != FlowControl::ConditionalBranch {
+        return None;
+    }
+    let c = plan.blocks.partition_point(|k| k.start <= link) - 1;
+    let cb = &plan.blocks[c];
+    let j = cb.branch?;
+    if cb.end != x.next_ip() - cx.bias || plan.edges.get(j as usize)?.0.is_some() {
+        return None;
+    }
+    let nblocks = plan.blocks.len() as u64;
+    let nbranches = plan.branches.len() as u64;
+    let mut stub = count_seq(
+        cx.first_counter + nblocks + nbranches + u64::from(j),
+        false,
+        true,
+    );
+    stub.push(jmp(x.near_branch_target()));
+    Some(stub)
 }
 
 /// The count of the fall-throughs of the copied instruction `x` (at

@@ -111,7 +111,7 @@ impl Server {
             };
             crate::cache::huge_pages(&mut m.blocks);
             let mut trapped = 0;
-            let hits = plan.mode == Mode::Hits;
+            let hits = plan.mode.hits();
             for (i, b) in plan.blocks.iter().enumerate() {
                 // A block derived from its predecessor's fall-throughs,
                 // or implied by another block, is lost with it.
@@ -153,6 +153,9 @@ impl Server {
                         not_taken,
                     });
                 }
+            }
+            if plan.mode == Mode::Edges {
+                m.branches = edge_hits(plan, c, &e.lost);
             }
             m.branches.sort_by_key(|b| b.addr);
             if m.uncounted > 0 {
@@ -352,4 +355,43 @@ pub(super) fn read_report(
         return Err("the report is incomplete (its process died while writing it)".into());
     }
     Ok(out)
+}
+
+/// [`Mode::Edges`]: each branch whose jump's block, and the blocks its
+/// edges are read from, were counted (none in `lost`, a block whose patch
+/// failed): 1 or 0 per edge, both 0 when the jump never ran.
+fn edge_hits(plan: &crate::plan::Plan, c: &[u64], lost: &BTreeSet<usize>) -> Vec<Branch> {
+    let counted = |k: usize| {
+        let lost = |k: usize| {
+            lost.contains(&k)
+                || (matches!(plan.blocks[k].how, How::Fell { .. }) && lost.contains(&(k - 1)))
+        };
+        plan.blocks[k].how != How::None && !lost(k) && !plan.counted_by(k).into_iter().any(lost)
+    };
+    let mut out = Vec::new();
+    for (j, &(addr, _)) in plan.branches.iter().enumerate() {
+        let Some(x) = plan
+            .blocks
+            .partition_point(|b| b.start <= addr)
+            .checked_sub(1)
+        else {
+            continue;
+        };
+        let (t, f) = plan.edges.get(j).copied().unwrap_or_default();
+        let sources = [Some(x as u32), t, f];
+        if !sources.into_iter().flatten().all(|k| counted(k as usize)) {
+            continue;
+        }
+        let (taken, not_taken) = if plan.count(x, c) > 0 {
+            plan.edge_hits(j, c)
+        } else {
+            (0, 0)
+        };
+        out.push(Branch {
+            addr,
+            taken,
+            not_taken,
+        });
+    }
+    out
 }

@@ -108,7 +108,7 @@ impl Server {
     /// or (the default) count ([`Mode::Counts`]). Set it before the first
     /// process asks for a module. In hit mode a block's count is 1 when
     /// it ran (in any thread or process), 0 when it did not, and no
-    /// branch is reported; plans and encodings are cached apart from the
+    /// branch is reported ([`Mode::Edges`]: each branch's edges, 1 or 0); plans and encodings are cached apart from the
     /// counting ones ([`crate::cache::Key`]). Not with call targets,
     /// which need every count: those turn it off.
     pub fn set_mode(&self, mode: Mode) {

@@ -50,6 +50,20 @@
 //! only blocks patched at their start (a jump, a trap, a hop) are left
 //! unpatched, so their bytes run in place.
 //!
+//! **Edges** ([`Mode::Edges`](super::Mode::Edges), `cprof --hits
+//! --lcov`): whether each edge of each counted conditional jump ran. An
+//! edge whose target block has no other way in (the same test as a
+//! chain's: [`ways`], no entry from outside, no unknown indirect jump,
+//! the module pruned at all) ran exactly when its target did, given the
+//! jump's block ran: it is read from the target's hit. A jump with an
+//! edge that is not so implied keeps its trampoline (as in counting mode,
+//! so every entry into its block runs the copy): the copied jump's
+//! fall-through stores a byte (the branch's counter) and its taken path
+//! goes through a stub that stores another (`encode/piece.rs`), both
+//! `movb`, which writes no flag. That block is then neither one-shot nor
+//! implied, and its branch is kept. Nothing else changes: every block's
+//! hit is recorded as in [`Mode::Hits`](super::Mode::Hits).
+//!
 //! The one way the rules can err is the one a block's count already
 //! shares: a fault or an asynchronous signal whose handler does not
 //! return, inside A (or X), leaves A counted as run whole, and so B (and
@@ -74,23 +88,77 @@ pub(super) struct Facts<'a> {
     pub prune: bool,
 }
 
+/// Per branch of `blocks` (`n` in all), where whether it was taken and
+/// whether it fell through are read ([`super::Plan::edges`]): the target
+/// block whose only way in the edge is, or `None`, a flag of the branch's
+/// own.
+pub(super) fn edges(
+    blocks: &[PlannedBlock],
+    n: usize,
+    f: &Facts,
+) -> Vec<(Option<u32>, Option<u32>)> {
+    let mut out = vec![(None, None); n];
+    let ways = ways(blocks, f.code);
+    for (x, b) in blocks.iter().enumerate() {
+        let (Some(j), Some(last)) = (b.branch, b.insns.last().and_then(|&a| insn_at(f.code, a)))
+        else {
+            continue;
+        };
+        let implied = |t: u64| {
+            let k = only_from(blocks, &ways, f, t, x)?;
+            (f.prune && blocks[k].how != How::None).then_some(k as u32)
+        };
+        let taken = direct_target(last).and_then(implied);
+        out[j as usize] = (taken, implied(b.end));
+    }
+    out
+}
+
+/// The branches whose edges are not all implied ([`edges`]): their
+/// blocks keep their trampolines.
+pub(super) fn flagged(edges: &[(Option<u32>, Option<u32>)]) -> HashSet<u32> {
+    (0..edges.len() as u32)
+        .filter(|&j| matches!(edges[j as usize], (None, _) | (_, None)))
+        .collect()
+}
+
+/// Where nothing but the block `from` leads: the block starting at `t`,
+/// when it is one (`ways`: every way into each address).
+fn only_from(
+    blocks: &[PlannedBlock],
+    ways: &HashMap<u64, u32>,
+    f: &Facts,
+    t: u64,
+    from: usize,
+) -> Option<usize> {
+    let k = blocks.binary_search_by_key(&t, |b| b.start).ok()?;
+    let alone = k != from
+        && ways.get(&t) == Some(&1)
+        && !f.entered.contains(&t)
+        && !f.scope.unresolved_at(t);
+    alone.then_some(k)
+}
+
 /// Leave implied blocks without a probe, and the branches no derived
-/// block reads uncounted.
-pub(super) fn hits(blocks: &mut [PlannedBlock], f: &Facts) {
+/// block reads uncounted (but those whose edges are flagged: `edges`,
+/// [`super::Mode::Edges`]).
+pub(super) fn hits(blocks: &mut [PlannedBlock], f: &Facts, edges: &[(Option<u32>, Option<u32>)]) {
+    let flagged = flagged(edges);
     if f.prune {
-        for (i, how) in derived(blocks, f).into_iter().enumerate() {
+        for (i, how) in derived(blocks, f, &flagged).into_iter().enumerate() {
             if let Some(how) = how {
                 blocks[i].how = how;
             }
         }
     }
-    let read: HashSet<u32> = blocks
+    let mut read: HashSet<u32> = blocks
         .iter()
         .filter_map(|b| match b.how {
             How::Fell { branch } => Some(branch),
             _ => None,
         })
         .collect();
+    read.extend(flagged);
     for b in blocks.iter_mut() {
         if b.branch.is_some_and(|j| !read.contains(&j)) {
             b.branch = None;
@@ -195,13 +263,22 @@ fn masks(code: &Code, k: usize, f: u64, funcs: &Funcs) -> bool {
 
 /// One-shot probes: every block with a probe of its own (patched or
 /// counted in a trampoline in counting mode) outside the functions
-/// `masked` ([`masked_functions`]) gets [`How::Once`], an `int3` at its
-/// start, and no branch edge; blocks that cannot be counted stay so
-/// (code read as data, code that does not decode).
-pub(super) fn once(blocks: &mut [PlannedBlock], funcs: &Funcs, masked: &HashSet<u64>) {
+/// `masked` ([`masked_functions`]) and not ending in a jump whose edges
+/// are flagged (`edges`) gets [`How::Once`], an `int3` at its start, and
+/// no branch edge; blocks that cannot be counted stay so (code read as
+/// data, code that does not decode).
+pub(super) fn once(
+    blocks: &mut [PlannedBlock],
+    funcs: &Funcs,
+    masked: &HashSet<u64>,
+    edges: &[(Option<u32>, Option<u32>)],
+) {
+    let flagged = flagged(edges);
     let mut keep: Vec<bool> = blocks
         .iter()
-        .map(|b| masked.contains(&funcs.of(b.start)))
+        .map(|b| {
+            masked.contains(&funcs.of(b.start)) || b.branch.is_some_and(|j| flagged.contains(&j))
+        })
         .collect();
     // A block some kept block's patch writes into (a jump's window run
     // on into it, a hop's slot in its dead bytes) keeps its plan too: its
@@ -311,7 +388,8 @@ pub(super) fn plain_before(b: &PlannedBlock, code: &Code) -> bool {
 }
 
 /// Per block, how its hit derives from other blocks' probes, if it does.
-fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
+/// (`flagged`: branches whose blocks keep their trampolines.)
+fn derived(blocks: &[PlannedBlock], f: &Facts, flagged: &HashSet<u32>) -> Vec<Option<How>> {
     let n = blocks.len();
     let ways = ways(blocks, f.code);
     // Per block, the block it always goes on to, when it goes on to one
@@ -349,13 +427,14 @@ fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
             _ => None,
         })
         .collect();
-    let read: HashSet<u32> = blocks
+    let mut read: HashSet<u32> = blocks
         .iter()
         .filter_map(|b| match b.how {
             How::Fell { branch } => Some(branch),
             _ => None,
         })
         .collect();
+    read.extend(flagged.iter().copied());
     let free = |b: &PlannedBlock| {
         let patched_at_start = match b.how {
             How::Jmp { from, to, .. } => from == b.start && to <= b.end,
@@ -368,14 +447,7 @@ fn derived(blocks: &[PlannedBlock], f: &Facts) -> Vec<Option<How>> {
     };
     // Where nothing but the block at `from` leads: the block starting at
     // `t`, when it is one.
-    let only_from = |t: u64, from: usize| {
-        let k = blocks.binary_search_by_key(&t, |b| b.start).ok()?;
-        let alone = k != from
-            && ways.get(&t) == Some(&1)
-            && !f.entered.contains(&t)
-            && !f.scope.unresolved_at(t);
-        alone.then_some(k)
-    };
+    let only_from = |t: u64, from: usize| only_from(blocks, &ways, f, t, from);
     let mut out: Vec<Option<How>> = vec![None; n];
     // A fork both of whose ways lead to blocks entered from it alone,
     // each patched at its start: one of the two ran exactly when it did.
@@ -524,6 +596,69 @@ mod tests {
             .blocks
             .iter()
             .all(|b| !matches!(b.how, How::Branches { .. })));
+    }
+
+    #[test]
+    fn an_edge_into_a_block_with_two_ways_in_is_flagged() {
+        // x: cmp; jne m | t: add; (falls into m) | m: mov; ret. The fall
+        // to t is t's only way in (read from t's hit); the jump to m is
+        // one of m's two (a byte of its own).
+        let bytes = asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut m = a.create_label();
+            a.mov(eax, 1).unwrap();
+            a.mov(ecx, 2).unwrap();
+            a.cmp(eax, ecx).unwrap();
+            a.jne(m).unwrap();
+            a.add(eax, 7).unwrap();
+            a.add(eax, 8).unwrap();
+            a.set_label(&mut m).unwrap();
+            a.mov(edx, 3).unwrap();
+            a.mov(esi, 4).unwrap();
+            a.ret().unwrap();
+        });
+        let plan = |mode| Plan::new_in(mode, vec![(0x1000, bytes.clone())], &[0x1000], &[], &[]);
+        let (hits, edges) = (plan(Mode::Hits), plan(Mode::Edges));
+        assert_eq!(edges.blocks.len(), 3);
+        assert_eq!(edges.branches.len(), 1);
+        assert_eq!(edges.edges, [(None, Some(1))]);
+        assert!(hits.edges.is_empty());
+        assert_eq!(hits.counters(), 4);
+        assert_eq!(edges.counters(), 5);
+        // The jump's block keeps its trampoline and its branch; in hit
+        // mode alone it is one-shot.
+        assert_eq!(hits.blocks[0].how, How::Once);
+        assert!(
+            matches!(edges.blocks[0].how, How::Jmp { .. }),
+            "{:?}",
+            edges.blocks
+        );
+        assert_eq!(edges.blocks[0].branch, Some(0));
+        // Counters: x, t, m, fell through, taken.
+        for (c, want) in [
+            ([1, 1, 1, 1, 0], (0, 1)),
+            ([1, 0, 1, 0, 1], (1, 0)),
+            ([1, 1, 1, 1, 1], (1, 1)),
+        ] {
+            assert_eq!(edges.edge_hits(0, &c), want, "{c:?}");
+        }
+        // Both ways implied (the fork of the test above): no flag.
+        let fork = asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut t = a.create_label();
+            a.cmp(eax, ecx).unwrap();
+            a.add(eax, 7).unwrap();
+            a.je(t).unwrap();
+            a.mov(eax, 1).unwrap();
+            a.ret().unwrap();
+            a.set_label(&mut t).unwrap();
+            a.mov(eax, 2).unwrap();
+            a.ret().unwrap();
+        });
+        let p = Plan::new_in(Mode::Edges, vec![(0x1000, fork)], &[0x1000], &[], &[]);
+        assert_eq!(p.edges, [(Some(2), Some(1))]);
+        assert_eq!(p.blocks[0].how, How::Branches { taken: 2, fell: 1 });
+        assert_eq!(p.edge_hits(0, &[0, 0, 1, 0, 0]), (1, 0));
     }
 
     /// One function each, at 0x1000 + 0x100 * k.

@@ -165,6 +165,20 @@ pub enum Mode {
     /// edges only where a derived block reads them; `hits.rs`). For
     /// cprof's marks; never for counts.
     Hits,
+    /// [`Mode::Hits`], and whether each edge of each counted conditional
+    /// jump ran ([`Plan::edges`]: `cprof --hits --lcov`). An edge that is
+    /// its target's only way in is read from the target's hit; a jump
+    /// with another edge keeps its trampoline, which stores a byte on
+    /// each edge (`hits.rs`, "Edges").
+    Edges,
+}
+
+impl Mode {
+    /// Whether the probes record hits only ([`Mode::Hits`] or
+    /// [`Mode::Edges`]).
+    pub fn hits(self) -> bool {
+        matches!(self, Mode::Hits | Mode::Edges)
+    }
 }
 
 /// One planned block.
@@ -224,6 +238,12 @@ pub struct Plan {
     /// nothing: a count is the sum of those edges (`plan/derive.rs`
     /// states the rule and why it is exact).
     pub derived: Vec<Derived>,
+    /// [`Mode::Edges`] only, per branch: where whether it was taken and
+    /// whether it fell through are read. `Some(k)`: block `k`'s hit (the
+    /// edge is that block's only way in); `None`: a byte of its own that
+    /// the jump's trampoline stores (taken: counter `blocks.len() +
+    /// branches.len() + j`; fallen through: [`Plan::fell`]).
+    pub edges: Vec<(Option<u32>, Option<u32>)>,
 }
 
 /// What [`Plan::build`] knows of a module besides its code.
@@ -250,7 +270,12 @@ pub enum PlanError {
 impl Plan {
     /// Counters the module needs: one per block, one per branch.
     pub fn counters(&self) -> u64 {
-        (self.blocks.len() + self.branches.len()) as u64
+        let taken = if self.mode == Mode::Edges {
+            self.branches.len()
+        } else {
+            0
+        };
+        (self.blocks.len() + self.branches.len() + taken) as u64
     }
 
     /// Blocks with a probe of their own (patched, or counted in a
@@ -523,16 +548,20 @@ impl Plan {
         tables.sort_unstable();
         tables.dedup();
         let fell_from = fall::fell_from(&blocks, &branches, &scope);
-        if mode == Mode::Hits {
+        let mut edges = Vec::new();
+        if mode.hits() {
             let facts = hits::Facts {
                 code: &code,
                 entered: &entered,
                 scope: &scope,
                 prune,
             };
+            if mode == Mode::Edges {
+                edges = hits::edges(&blocks, branches.len(), &facts);
+            }
             let signals = hits::masked_functions(&code, &funcs);
-            hits::once(&mut blocks, &funcs, &signals);
-            hits::hits(&mut blocks, &facts);
+            hits::once(&mut blocks, &funcs, &signals, &edges);
+            hits::hits(&mut blocks, &facts, &edges);
         }
         let derived = if mode == Mode::Counts {
             let facts = hits::Facts {
@@ -555,6 +584,7 @@ impl Plan {
             sections,
             copied,
             derived,
+            edges,
         }
     }
 
@@ -629,6 +659,24 @@ impl Plan {
             How::Branches { taken, fell } => vec![taken as usize, fell as usize],
             _ => vec![i],
         }
+    }
+
+    /// [`Mode::Edges`]: whether branch `j` was taken and whether it fell
+    /// through (each 1 or 0), from the module's counters `c`.
+    pub fn edge_hits(&self, j: usize, c: &[u64]) -> (u64, u64) {
+        let (taken, fell) = self.edges.get(j).copied().unwrap_or_default();
+        let flag = self.blocks.len() + self.branches.len() + j;
+        let taken = match taken {
+            Some(k) => self.count(k as usize, c),
+            None => c.get(flag).copied().unwrap_or(0),
+        };
+        // (A fall-through read from the block after the jump is that
+        // block's hit, which may itself derive from others.)
+        let fell = match fell.or(self.fell_from.get(j).copied().flatten()) {
+            Some(k) => self.count(k as usize, c),
+            None => self.fell(j, c),
+        };
+        (taken.min(1), fell.min(1))
     }
 
     /// The times branch `j` fell through, from the module's counters `c`.
