@@ -400,12 +400,11 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     let mut blocks = Vec::with_capacity(n);
     huge_pages(&mut blocks);
     // Every block's instructions in one buffer (crate::insns), each
-    // block's range of it kept apart until the buffer is whole. An
+    // block's count of them kept apart until the buffer is whole. An
     // instruction takes a byte at least: the file bounds them.
     let mut all = Vec::with_capacity(r.0.len().min(n.saturating_mul(8)));
     huge_pages(&mut all);
-    let mut ranges = Vec::with_capacity(n);
-    huge_pages(&mut ranges);
+    let mut lens: Vec<u32> = Vec::with_capacity(n);
     let none = Arc::new(Vec::new());
     let mut prev = 0;
     for _ in 0..n {
@@ -413,13 +412,12 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         prev = start;
         let end = r.d(start)?;
         let k = r.len(1)?;
-        let lo = all.len();
+        lens.push(u32::try_from(k).map_err(|_| "a block of too many instructions")?);
         let mut at = start;
         for _ in 0..k {
             at = r.d(at)?;
             all.push(at);
         }
-        ranges.push(lo..all.len());
         let kind = r.u8()?;
         if kind & !(0xf | LIVE | BRANCH) != 0 {
             return Err(format!("unknown block kind {kind:#x}"));
@@ -464,8 +462,11 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         });
     }
     let all = Arc::new(all);
-    for (b, range) in blocks.iter_mut().zip(ranges) {
-        b.insns = Insns::shared(&all, range).ok_or("an instruction range out of bounds")?;
+    let mut lo = 0;
+    for (b, k) in blocks.iter_mut().zip(lens) {
+        let hi = lo + k as usize;
+        b.insns = Insns::shared(&all, lo..hi).ok_or("an instruction range out of bounds")?;
+        lo = hi;
     }
     let n = r.len(2)?;
     let mut branches = Vec::with_capacity(n);
