@@ -18,6 +18,8 @@
 #                                            the variants launch@base and
 #                                            attach@base, with a plan cache of
 #                                            their own, interleaved with the rest
+#                                            (marks@base and start@base too, when
+#                                            named in COVERAGE_BENCH_VARIANTS)
 #
 #   COVERAGE_BENCH_WORKLOADS="static"      only these workloads
 #   COVERAGE_BENCH_SCALE=N                   inputs N times as long (default
@@ -134,6 +136,7 @@ run() { # variant, command...
     marks) "$launch" --hits -- "$@" 2>>"$work/launch.log" ;;
     hits-lcov) "$profdev" cprof -q -o /dev/null --hits --lcov "$work/hits.info" "$@" 2>>"$work/launch.log" ;;
     launch@base) PROFDEV_CACHE_DIR="$work/cache-base" "$base/profdev-coverage-run" -- "$@" 2>>"$work/launch.log" ;;
+    marks@base) PROFDEV_CACHE_DIR="$work/cache-base" "$base/profdev-coverage-run" --hits -- "$@" 2>>"$work/launch.log" ;;
     cold) PROFDEV_CACHE_DIR=off "$launch" -- "$@" 2>>"$work/launch.log" ;;
     cachegrind) valgrind -q --trace-children=yes --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null "$@" ;;
     callgrind) valgrind -q --trace-children=yes --tool=callgrind --callgrind-out-file=/dev/null "$@" ;;
@@ -178,12 +181,12 @@ trivial() { # variant workload: the workload's program on a trivial input
 
 one() { # variant workload -> seconds
   local v=$1 w=$2 t0 t1 pid cp bin cprof=$profdev
-  if [ "$v" = start ]; then
+  if [ "${v%@base}" = start ]; then
     # Start-up alone: marks less native, on a trivial input.
     t0=$(date +%s.%N)
     trivial native "$w"
     t1=$(date +%s.%N)
-    trivial marks "$w"
+    trivial "marks${v#start}" "$w"
     echo "$(date +%s.%N) - $t1 - ($t1 - $t0)" | bc -l
     return
   fi
@@ -238,7 +241,11 @@ for w in "${workloads[@]}"; do
     trivial marks "$w"
   }
   [[ " ${variants[*]} " != *" hits-lcov "* ]] || workload hits-lcov "$w"
-  [ -z "$base" ] || workload launch@base "$w"
+  [ -z "$base" ] || {
+    workload launch@base "$w"
+    workload marks@base "$w"
+    trivial marks@base "$w"
+  }
 done
 
 declare -A secs
@@ -264,7 +271,7 @@ for w in "${workloads[@]}"; do
       printf ' %12s' -
       continue
     fi
-    if [ "$v" = start ]; then
+    if [ "${v%@base}" = start ]; then
       printf ' %11.3fs' "$m"
       continue
     fi
@@ -277,7 +284,7 @@ for w in "${workloads[@]}"; do
 done
 printf '%-8s' geomean
 for v in "${variants[@]}"; do
-  if [ "$v" = start ]; then
+  if [ "${v%@base}" = start ]; then
     printf ' %12s' ""
     continue
   fi

@@ -271,19 +271,19 @@ mod tests {
                 Block {
                     start: 0x1130,
                     end: 0x113a,
-                    insns: vec![0x1130, 0x1134, 0x1137],
+                    insns: vec![0x1130, 0x1134, 0x1137].into(),
                     count: 10,
                 },
                 Block {
                     start: 0x113a,
                     end: 0x1140,
-                    insns: vec![0x113a],
+                    insns: vec![0x113a].into(),
                     count: 0,
                 },
                 Block {
                     start: 0x1140,
                     end: 0x1144,
-                    insns: vec![0x1140, 0x1142],
+                    insns: vec![0x1140, 0x1142].into(),
                     count: 2,
                 },
             ],

@@ -54,10 +54,12 @@
 //! or one of another version, is refused (and replaced), never trusted.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
 use crate::encode::{Encoded, Patch};
+use crate::insns::Insns;
 use crate::plan::{Derived, Edge, How, Mode, Plan, PlannedBlock};
 
 /// The engine's identity: the crate version and a digest of its sources
@@ -406,17 +408,24 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     let n = r.len(4)?;
     let mut blocks = Vec::with_capacity(n);
     huge_pages(&mut blocks);
+    // Every block's instructions in one buffer (crate::insns), each
+    // block's count of them kept apart until the buffer is whole. An
+    // instruction takes a byte at least: the file bounds them.
+    let mut all = Vec::with_capacity(r.0.len().min(n.saturating_mul(8)));
+    huge_pages(&mut all);
+    let mut lens: Vec<u32> = Vec::with_capacity(n);
+    let none = Arc::new(Vec::new());
     let mut prev = 0;
     for _ in 0..n {
         let start = r.d(prev)?;
         prev = start;
         let end = r.d(start)?;
         let k = r.len(1)?;
-        let mut insns = Vec::with_capacity(k);
+        lens.push(u32::try_from(k).map_err(|_| "a block of too many instructions")?);
         let mut at = start;
         for _ in 0..k {
             at = r.d(at)?;
-            insns.push(at);
+            all.push(at);
         }
         let kind = r.u8()?;
         if kind & !(0xf | LIVE | BRANCH) != 0 {
@@ -455,11 +464,18 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         blocks.push(PlannedBlock {
             start,
             end,
-            insns,
+            insns: Insns::shared(&none, 0..0).ok_or("an empty range")?,
             how,
             flags_live: kind & LIVE != 0,
             branch,
         });
+    }
+    let all = Arc::new(all);
+    let mut lo = 0;
+    for (b, k) in blocks.iter_mut().zip(lens) {
+        let hi = lo + k as usize;
+        b.insns = Insns::shared(&all, lo..hi).ok_or("an instruction range out of bounds")?;
+        lo = hi;
     }
     let n = r.len(2)?;
     let mut branches = Vec::with_capacity(n);

@@ -96,8 +96,9 @@ pub struct Block {
     pub start: u64,
     /// Address just past its last instruction.
     pub end: u64,
-    /// Start addresses of its instructions, ascending; the first is `start`.
-    pub insns: Vec<u64>,
+    /// Start addresses of its instructions, ascending; the first is `start`
+    /// (a view of the plan's buffer, [`crate::insns`]).
+    pub insns: crate::insns::Insns,
     /// Times the block was entered.
     pub count: u64,
 }

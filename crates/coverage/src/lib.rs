@@ -106,6 +106,7 @@ pub mod counts;
 pub mod encode;
 pub mod fuzzing;
 pub mod image;
+pub mod insns;
 pub mod launch;
 pub mod lcov;
 pub mod lines;

@@ -373,13 +373,13 @@ mod tests {
                 Block {
                     start: 16,
                     end: 20,
-                    insns: vec![16, 18],
+                    insns: vec![16, 18].into(),
                     count,
                 },
                 Block {
                     start: 20,
                     end: 22,
-                    insns: vec![20],
+                    insns: vec![20].into(),
                     count: 0,
                 },
             ],

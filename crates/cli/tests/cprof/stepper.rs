@@ -128,7 +128,7 @@ pub fn measure(exe: &Path) -> ModuleCoverage {
         .map(|((a, _), end)| Block {
             start: *a,
             end,
-            insns: vec![*a],
+            insns: vec![*a].into(),
             count: counts.get(a).copied().unwrap_or(0),
         })
         .collect();

@@ -9,7 +9,7 @@ fn sample() -> (Plan, Encoded) {
             PlannedBlock {
                 start: 0x1000,
                 end: 0x1008,
-                insns: vec![0x1000, 0x1004],
+                insns: vec![0x1000, 0x1004].into(),
                 how: How::Jmp {
                     from: 0x1000,
                     to: 0x1008,
@@ -21,7 +21,7 @@ fn sample() -> (Plan, Encoded) {
             PlannedBlock {
                 start: 0x1008,
                 end: 0x100a,
-                insns: vec![0x1008],
+                insns: vec![0x1008].into(),
                 how: How::Fell { branch: 0 },
                 flags_live: false,
                 branch: None,
@@ -208,7 +208,7 @@ fn every_field_reads_back_at_its_extremes() {
     let b = |start: u64, end: u64, insns: Vec<u64>, how: How, branch: Option<u32>| PlannedBlock {
         start,
         end,
-        insns,
+        insns: insns.into(),
         how,
         flags_live: branch.is_none(),
         branch,
@@ -291,7 +291,7 @@ fn a_plan_takes_a_few_bytes_a_block() {
                 PlannedBlock {
                     start: s,
                     end: s + 16,
-                    insns: vec![s, s + 3, s + 7, s + 12],
+                    insns: vec![s, s + 3, s + 7, s + 12].into(),
                     how: How::Jmp {
                         from: s,
                         to: s + 7,
@@ -330,7 +330,7 @@ fn a_hit_mode_plan_is_never_found_under_a_counting_key() {
     plan.blocks.push(PlannedBlock {
         start: 0x1010,
         end: 0x1012,
-        insns: vec![0x1010],
+        insns: vec![0x1010].into(),
         how: How::Implied { by: 0 },
         flags_live: false,
         branch: None,
@@ -399,4 +399,48 @@ fn pruning_removes_the_oldest_first() {
     assert!(cache.load(&keys[0]).unwrap().is_none());
     assert!(cache.load(&keys[1]).unwrap().is_some());
     assert!(cache.load(&keys[2]).unwrap().is_some());
+}
+
+#[test]
+fn a_plan_read_back_holds_every_blocks_instructions_in_one_buffer() {
+    // A real module's plan, in both modes: read back, its blocks equal
+    // the planner's, and each block's instructions are a view of one
+    // buffer the whole plan shares (no allocation a block), in block
+    // order; the planner's own plan is shared the same way.
+    let bytes = std::fs::read("/usr/bin/true").unwrap();
+    for mode in [Mode::Counts, Mode::Hits] {
+        let plan = Plan::of_bytes_in(&bytes, Path::new("/usr/bin/true"), mode).unwrap();
+        assert!(plan.blocks.len() > 100, "{}", plan.blocks.len());
+        let key = Key::of(&bytes, mode);
+        let back = read(&write(&key, &plan, None), &key).unwrap().plan;
+        assert_eq!(format!("{back:?}"), format!("{plan:?}"));
+        for p in [&plan, &back] {
+            let first = &p.blocks[0].insns;
+            assert!(p.blocks.iter().all(|b| b.insns.same_buffer(first)));
+            let all: Vec<u64> = p
+                .blocks
+                .iter()
+                .flat_map(|b| b.insns.iter().copied())
+                .collect();
+            assert!(all.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+}
+
+#[test]
+fn an_instruction_list_past_its_file_is_refused() {
+    // A block claiming more instructions than the file has bytes left
+    // is refused before anything that size is allocated.
+    let (plan, _) = sample();
+    let key = Key::of(b"module bytes", Mode::Counts);
+    let bytes = write(&key, &plan, None);
+    // The first block's instruction count is the byte after its start
+    // (LEB128 0x1000: two bytes) and end (one byte).
+    let at = MAGIC.len() + 32 + 1 + 2 + 1;
+    assert_eq!(bytes[at], 2, "the first block's count of instructions");
+    for n in [0x7f, 100] {
+        let mut bad = bytes.clone();
+        bad[at] = n;
+        assert!(read(&bad, &key).is_err(), "{n} instructions");
+    }
 }

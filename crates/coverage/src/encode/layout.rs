@@ -401,7 +401,7 @@ mod tests {
         PlannedBlock {
             start: 0x1000,
             end: 0x1003,
-            insns: vec![0x1000],
+            insns: vec![0x1000].into(),
             how,
             flags_live: false,
             branch: None,

@@ -46,35 +46,20 @@ impl Server {
     /// The counts of every report written so far, per module planned,
     /// and notes (one sentence each) on what was not counted.
     pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
-        self.collect_with(false)
+        self.collect_with()
     }
 
-    /// [`Server::collect`] once the run is over, the server with it: each
-    /// block's instructions are moved into the counts rather than copied
-    /// (millions of them for cc1), where no conversation still holds
-    /// the plan.
+    /// [`Server::collect`] once the run is over, the server with it.
+    /// The counts share each plan's instruction buffer (see
+    /// [`crate::insns`]): nothing is copied either way.
     pub fn into_collected(self) -> (Vec<ModuleCoverage>, Vec<String>) {
-        self.collect_with(true)
+        self.collect_with()
     }
 
-    fn collect_with(&self, take: bool) -> (Vec<ModuleCoverage>, Vec<String>) {
+    fn collect_with(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
         let mut counts: HashMap<usize, Vec<u64>> = HashMap::new();
         let mut notes = Vec::new();
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        // The instructions of the plans nobody else holds, moved out.
-        let mut taken: Vec<Option<Vec<Vec<u64>>>> = state
-            .entries
-            .iter_mut()
-            .map(|e| {
-                let p = Arc::get_mut(&mut e.plan).filter(|_| take)?;
-                Some(
-                    p.blocks
-                        .iter_mut()
-                        .map(|b| std::mem::take(&mut b.insns))
-                        .collect(),
-                )
-            })
-            .collect();
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (names, more) = report_names(&self.reports_dir());
         if more {
             notes.push(format!(
@@ -132,10 +117,7 @@ impl Server {
                 m.blocks.push(Block {
                     start: b.start,
                     end: b.end,
-                    insns: match &mut taken[id] {
-                        Some(t) => std::mem::take(&mut t[i]),
-                        None => b.insns.clone(),
-                    },
+                    insns: b.insns.clone(),
                     // Hit mode: ran or not (each thread's array adds its 1).
                     count: if hits { count.min(1) } else { count },
                 });

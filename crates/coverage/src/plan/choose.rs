@@ -101,7 +101,7 @@ pub(super) fn choose(f: &Facts) -> Chosen {
             out.blocks.push(PlannedBlock {
                 start,
                 end,
-                insns: ips,
+                insns: ips.into(),
                 how: How::Covered,
                 flags_live: f.flags.live_from(s, e),
                 branch,
@@ -146,7 +146,7 @@ pub(super) fn choose(f: &Facts) -> Chosen {
         out.blocks.push(PlannedBlock {
             start,
             end,
-            insns: ips,
+            insns: ips.into(),
             how,
             flags_live,
             branch,

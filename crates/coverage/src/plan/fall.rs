@@ -58,7 +58,7 @@ mod tests {
                 overwrite: 5,
             },
         );
-        p.insns = vec![0x1000, 0x1006];
+        p.insns = vec![0x1000, 0x1006].into();
         p.branch = Some(0);
         let mut q = block(
             0x1008,
@@ -69,7 +69,7 @@ mod tests {
                 overwrite: 5,
             },
         );
-        q.insns = vec![0x1008, 0x100e];
+        q.insns = vec![0x1008, 0x100e].into();
         q.branch = Some(1);
         let r = block(0x1010, 0x1012, How::Fell { branch: 1 });
         let branches = [(0x1006, false), (0x100e, true)];

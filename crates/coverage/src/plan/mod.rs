@@ -189,7 +189,7 @@ pub struct PlannedBlock {
     /// Address past its last instruction.
     pub end: u64,
     /// Its instructions' addresses.
-    pub insns: Vec<u64>,
+    pub insns: crate::insns::Insns,
     /// How it is counted.
     pub how: How,
     /// Whether the flags `inc` writes are live where the count goes.
@@ -428,6 +428,7 @@ impl Plan {
             copied: copied::copied(&file, &data),
         };
         let mut plan = Plan::build(sections, &starts, &data, &taken, known);
+        crate::insns::share(&mut plan.blocks);
         plan.build_id = elf.build_id().map(<[u8]>::to_vec);
         Ok(plan)
     }
@@ -755,7 +756,7 @@ mod testing {
         PlannedBlock {
             start,
             end,
-            insns: vec![start],
+            insns: vec![start].into(),
             how,
             flags_live: false,
             branch: None,

@@ -199,7 +199,7 @@ mod tests {
                 overwrite: 5,
             },
         );
-        p.insns = vec![0x1000, 0x1006];
+        p.insns = vec![0x1000, 0x1006].into();
         p.branch = Some(0);
         let b = block(0x1008, 0x100a, How::Int3 { to: 0x100a });
         let branches = [(0x1006, false)];

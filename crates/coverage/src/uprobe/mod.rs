@@ -172,7 +172,7 @@ pub struct Probes {
     /// The module's file, as reported.
     pub path: PathBuf,
     build_id: Option<Vec<u8>>,
-    blocks: Vec<(u64, u64, Vec<u64>, Source)>,
+    blocks: Vec<(u64, u64, crate::insns::Insns, Source)>,
     /// Conditional jumps: address and first slot of its pair.
     jumps: Vec<(u64, u32)>,
     /// File offsets and cookies, one per probe, offsets ascending.
