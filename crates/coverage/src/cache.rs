@@ -520,12 +520,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         copied.push((lo, r.d(lo)?));
     }
     let derived = read_derived(&mut r)?;
-    let n = r.len(2)?;
-    let mut edges = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut k = || r.v().map(|k| k.checked_sub(1).map(|k| k as u32));
-        edges.push((k()?, k()?));
-    }
+    let edges = read_edges(&mut r)?;
     let plan = Plan {
         blocks,
         branches,
@@ -602,6 +597,22 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     }
     check(&plan, encoded.as_ref().map(|(_, e)| e))?;
     Ok(Entry { plan, encoded })
+}
+
+/// One branch's edges as [`Plan::edges`] keeps them: taken, fallen through.
+type Edges = (Option<u32>, Option<u32>);
+
+/// [`Plan::edges`]: per branch, where its taken and fallen-through
+/// edges' marks come from (each the index plus one of the block whose hit
+/// is read, 0 for a byte of the edge's own).
+fn read_edges(r: &mut R) -> Result<Vec<Edges>, String> {
+    let n = r.len(2)?;
+    let mut edges = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut k = || r.v().map(|k| k.checked_sub(1).map(|k| k as u32));
+        edges.push((k()?, k()?));
+    }
+    Ok(edges)
 }
 
 /// A plan's derived blocks ([`Plan::derived`]): block differences, each
