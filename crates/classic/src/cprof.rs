@@ -201,7 +201,11 @@ pub fn exports(listings: &[Listing], args: &Args, notes: &mut Notes) -> Vec<(OsS
         notes.left_out(f);
     }
     if let Some(file) = &args.lcov {
-        let text = profdev_formats::lcov::lcov(&records);
+        let text = if args.hits {
+            profdev_formats::lcov::lcov_marks(&records)
+        } else {
+            profdev_formats::lcov::lcov(&records)
+        };
         out.push((file.clone(), text.into_bytes()));
     }
     if let Some(file) = &args.cobertura {

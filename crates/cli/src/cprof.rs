@@ -272,7 +272,6 @@
 //!   library code reached only through a pointer while the library
 //!   itself holds every signal blocked, run there for the first time,
 //!   would be killed by its probe (none is known; use `-f`).
-//! * `--hits`: a header's line compiled into several modules sums their 1s in lcov.
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.

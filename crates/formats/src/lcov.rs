@@ -16,7 +16,8 @@
 //! line; a jump that never ran has `-` for both, as lcov writes them. A
 //! function's count is the count of its first instruction. A source file
 //! compiled into several modules (a header) gets one record: its line
-//! and function counts are summed over the modules.
+//! and function counts are summed over the modules ([`lcov_marks`]:
+//! marks, the largest).
 //!
 //! Files whose source text was not found are left out (genhtml would
 //! fail on them); [`SourceRecords::left_out`] names them for a note.
@@ -72,16 +73,30 @@ pub struct SourceRecords {
 
 /// The tracefile of `records`.
 pub fn lcov(records: &SourceRecords) -> String {
+    tracefile(records, u64::saturating_add)
+}
+
+/// The tracefile of `records` whose counts are marks (1 ran, 0 did
+/// not: `cprof --hits`): a header's line compiled into several modules
+/// ran if it ran in any, so the modules' marks merge by the largest, not
+/// by their sum.
+pub fn lcov_marks(records: &SourceRecords) -> String {
+    tracefile(records, u64::max)
+}
+
+/// The tracefile of `records`, a file's line and function counts over
+/// several modules merged by `merge`.
+fn tracefile(records: &SourceRecords, merge: fn(u64, u64) -> u64) -> String {
     let mut by_file: BTreeMap<&str, SourceRecord> = BTreeMap::new();
     for ((_, file), r) in &records.by_module {
         let e = by_file.entry(file).or_default();
         for (&n, &c) in &r.lines {
             let v = e.lines.entry(n).or_insert(0);
-            *v = v.saturating_add(c);
+            *v = merge(*v, c);
         }
         for (name, &(line, c)) in &r.functions {
             let v = e.functions.entry(name.clone()).or_insert((line, 0));
-            v.1 = v.1.saturating_add(c);
+            v.1 = merge(v.1, c);
         }
         for (&n, j) in &r.jumps {
             e.jumps.entry(n).or_default().extend(j.iter().copied());
@@ -146,5 +161,27 @@ mod tests {
              BRDA:7,0,0,1\nBRDA:7,0,1,0\nBRDA:7,1,0,-\nBRDA:7,1,1,-\nBRF:4\nBRH:1\n\
              DA:7,4\nLF:1\nLH:1\nend_of_record\n"
         );
+    }
+
+    #[test]
+    fn marks_of_a_header_in_two_modules_merge_by_the_largest() {
+        let mut ran = SourceRecord::default();
+        ran.lines.insert(7, 1);
+        ran.lines.insert(8, 0);
+        ran.functions.insert("inl".into(), (7, 1));
+        let records = SourceRecords {
+            by_module: [
+                (("a".to_string(), "/s/h.h".to_string()), ran.clone()),
+                (("b".to_string(), "/s/h.h".to_string()), ran),
+            ]
+            .into(),
+            left_out: vec![],
+        };
+        assert_eq!(
+            lcov_marks(&records),
+            "TN:\nSF:/s/h.h\nFN:7,inl\nFNDA:1,inl\nFNF:1\nFNH:1\nBRF:0\nBRH:0\n\
+             DA:7,1\nDA:8,0\nLF:2\nLH:1\nend_of_record\n"
+        );
+        assert!(lcov(&records).contains("DA:7,2\n"), "counts are summed");
     }
 }
