@@ -275,15 +275,35 @@ fn ticks_go_to_the_thread_that_consumed_the_cpu() {
     let dir = tempdir();
     let exe = compile("threads", Link::Static, dir.path());
     let fns = ["main_hot", "worker_hot", "main"];
+    // How many ticks a run gets is the kernel's: with both CPUs busy it
+    // coalesces SIGPROFs still pending (16 of ~40 expected seen under a
+    // busy CI repeat). So a run too short to judge shares is run again,
+    // twice as long, a bounded number of times; what is asserted is where
+    // the ticks went.
+    let attributed = |mode: &str, ms: u32, enough: u64| {
+        let mut ms = ms;
+        loop {
+            let d = run_ok(&exe, &[mode, &ms.to_string()], dir.path(), &[]);
+            let a = attribute(&exe, &d, "main", Formula::Svr4, &fns);
+            if a.total >= enough || ms >= 8 * 400 {
+                assert!(
+                    a.total >= enough,
+                    "{} counts for {ms} ms of CPU per thread",
+                    a.total
+                );
+                return a;
+            }
+            eprintln!("{mode} {ms} ms: only {} counts; running longer", a.total);
+            ms *= 2;
+        }
+    };
     // The worker burns while main sleeps in pthread_join.
-    let d = run_ok(&exe, &["worker", "400"], dir.path(), &[]);
-    let a = attribute(&exe, &d, "main", Formula::Svr4, &fns);
+    let a = attributed("worker", 400, 25);
     eprintln!(
         "worker only: {} counts, worker_hot {:.3}",
         a.total,
         a.fraction("worker_hot")
     );
-    assert!(a.total >= 25, "{} counts", a.total);
     profdev_testkit::assert_share_at_least(
         "worker_hot",
         a.fraction("worker_hot"),
@@ -291,14 +311,12 @@ fn ticks_go_to_the_thread_that_consumed_the_cpu() {
         HOT_SHARE,
     );
     // Both burn the same amount of their own CPU time.
-    let d = run_ok(&exe, &["both", "700"], dir.path(), &[]);
-    let a = attribute(&exe, &d, "main", Formula::Svr4, &fns);
+    let a = attributed("both", 700, 100);
     let (m, w) = (a.fraction("main_hot"), a.fraction("worker_hot"));
     eprintln!(
         "both: {} counts, main_hot {m:.3}, worker_hot {w:.3}",
         a.total
     );
-    assert!(a.total >= 100, "{} counts for ~1400 ms of CPU", a.total);
     // Each thread is charged for its own loop, and nearly every tick lands
     // in one of them. Not "half each": the kernel sends the timer's signal
     // to the thread running when the process clock expires, and with other
@@ -308,7 +326,7 @@ fn ticks_go_to_the_thread_that_consumed_the_cpu() {
     for (name, share) in [("main_hot", m), ("worker_hot", w)] {
         assert!(
             share >= 0.1,
-            "{name}: {:.1}% of {} counts; each thread burned 700 ms in its own loop",
+            "{name}: {:.1}% of {} counts; each thread burned its own loop as long",
             share * 100.0,
             a.total
         );
