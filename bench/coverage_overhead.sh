@@ -34,7 +34,7 @@
 #            an exec chain)
 #   static   bench/static_collatz.c built with cc -static -O2 -g, the
 #            Collatz steps of 1..12,000,000: a statically linked program,
-#            which launch and marks count through `profdev cprof` (-f for
+#            which launch, marks and hits-lcov count through `profdev cprof` (-f for
 #            launch; the ptrace route, patched at its first stop: the
 #            harness's LD_PRELOAD cannot reach it) with its listing to
 #            /dev/null; attach (`cprof -p` on a static process, the uprobe
@@ -127,6 +127,7 @@ run() { # variant, command...
       launch) "$profdev" cprof -f -- "$@" 2>>"$work/launch.log" ;;
       cold) PROFDEV_CACHE_DIR=off "$profdev" cprof -f -- "$@" 2>>"$work/launch.log" ;;
       marks) "$profdev" cprof -- "$@" 2>>"$work/launch.log" ;;
+      hits-lcov) "$profdev" cprof -q -o /dev/null --hits --lcov "$work/hits.info" -- "$@" 2>>"$work/launch.log" ;;
     esac
     return
   fi
