@@ -15,6 +15,7 @@
 //! signal handler that siglongjmps, a jump table, computed gotos, and tail
 //! calls (sibling calls at `-O2`).
 
+mod common;
 #[path = "cprof/stepper.rs"]
 mod stepper;
 
@@ -196,20 +197,7 @@ fn hit_edges(dir: &Path, exe: &Path, src: &str, opt: &str, oracle: &Path) {
         .output()
         .unwrap();
     assert!(run.status.success(), "{src} {opt} --hits: {run:?}");
-    let lines = |text: &str, map: bool| -> Vec<String> {
-        text.lines()
-            .filter(|l| ["DA:", "FNDA:", "BRDA:"].iter().any(|t| l.starts_with(t)))
-            .map(|l| {
-                let (tag, rest) = l.split_once(':').unwrap();
-                let mut f: Vec<&str> = rest.split(',').collect();
-                let k = if tag == "FNDA" { 0 } else { f.len() - 1 };
-                if map && f[k].parse::<u64>().is_ok_and(|n| n > 0) {
-                    f[k] = "1";
-                }
-                format!("{tag}:{}", f.join(","))
-            })
-            .collect()
-    };
+    let lines = common::lcov_coverage_lines;
     let got = lines(
         &std::fs::read_to_string(dir.join("hits.info")).unwrap(),
         false,

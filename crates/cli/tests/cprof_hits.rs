@@ -7,6 +7,8 @@
 //! taken edge is a byte of its own: the block it leads to runs either
 //! way).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -29,26 +31,6 @@ fn cprof(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
         o.status.code(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
-}
-
-/// The DA, FNDA and BRDA lines of an lcov file, each value mapped to 1 if
-/// it is not 0 (or `-`).
-fn coverage_lines(text: &str, map: bool) -> Vec<String> {
-    text.lines()
-        .filter(|l| l.starts_with("DA:") || l.starts_with("FNDA:") || l.starts_with("BRDA:"))
-        .map(|l| {
-            if !map {
-                return l.to_string();
-            }
-            let (tag, rest) = l.split_once(':').unwrap();
-            let mut f: Vec<String> = rest.split(',').map(str::to_string).collect();
-            let k = if tag == "FNDA" { 0 } else { f.len() - 1 };
-            if f[k].parse::<u64>().is_ok_and(|n| n > 0) {
-                f[k] = "1".into();
-            }
-            format!("{tag}:{}", f.join(","))
-        })
-        .collect()
 }
 
 /// Cobertura's `<line>` elements, hits mapped to 1 if not 0.
@@ -99,8 +81,8 @@ fn hit_mode_exports_equal_the_counting_ones_mapped_to_ran_or_not() {
             };
             let (counts, counts_xml) = run(&[], "c.info", "c.xml");
             let (hits, hits_xml) = run(&["--hits"], "h.info", "h.xml");
-            let want = coverage_lines(&counts, true);
-            let got = coverage_lines(&hits, false);
+            let want = common::lcov_coverage_lines(&counts, true);
+            let got = common::lcov_coverage_lines(&hits, false);
             let brda = got.iter().filter(|l| l.starts_with("BRDA:")).count();
             assert!(brda >= 4, "{opt} {input}: {hits}");
             assert_eq!(got, want, "{opt} {input}: hit mode's lcov");
@@ -143,29 +125,7 @@ fn genhtml_renders_a_hit_mode_tracefile() {
         ],
     );
     assert_eq!(st, Some(0), "{err}");
-    let out = Command::new("genhtml")
-        .args([
-            "--branch-coverage",
-            "--function-coverage",
-            "-q",
-            "-o",
-            "html",
-            "h.info",
-        ])
-        .current_dir(d)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "genhtml fails: {said}");
-    assert!(
-        !said.to_lowercase().contains("warning"),
-        "genhtml warns: {said}"
-    );
-    assert!(d.join("html/index.html").exists());
+    profdev_testkit::genhtml_renders(&d.join("h.info"), &d.join("html"));
 }
 
 #[test]

@@ -311,18 +311,7 @@ fn cprof_p_hits_lcov_is_the_counting_tracefile_mapped_to_ran_or_not() {
         let (status, _, said) = c.finish();
         assert!(status.success(), "{status}: {said:?}");
         let text = std::fs::read_to_string(&info).unwrap();
-        text.lines()
-            .filter(|l| ["DA:", "FNDA:", "BRDA:"].iter().any(|t| l.starts_with(t)))
-            .map(|l| {
-                let (tag, rest) = l.split_once(':').unwrap();
-                let mut f: Vec<&str> = rest.split(',').collect();
-                let k = if tag == "FNDA" { 0 } else { f.len() - 1 };
-                if f[k].parse::<u64>().is_ok_and(|n| n > 0) {
-                    f[k] = "1";
-                }
-                format!("{tag}:{}", f.join(","))
-            })
-            .collect()
+        common::lcov_coverage_lines(&text, true)
     };
     let counts = tracefile(&[]);
     let hits = tracefile(&["--hits"]);

@@ -411,6 +411,23 @@ fn a_static_program_counts_as_the_single_stepper_does() {
     assert!(ran > 1000, "only {ran} instructions ran");
 }
 
+/// `cprof -o - -f -e EXE ARGS` in `dir`: its listing, once it succeeded
+/// through the ptrace route.
+fn listed_through_ptrace(dir: &Path, exe: &Path, args: &[&str]) -> String {
+    let out = run(profdev()
+        .current_dir(dir)
+        .args(["cprof", "-o", "-", "-f", "-e"])
+        .arg(exe)
+        .args(args));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("patched by cprof through ptrace"),
+        "{stderr}"
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
 fn two_threads_of_a_static_program_count_exactly() {
     if !ptrace_gate("cprof on a static program through ptrace") {
@@ -423,18 +440,7 @@ fn two_threads_of_a_static_program_count_exactly() {
         &["-static", "-O2", "-g", "-pthread"],
         &exe,
     );
-    let out = run(profdev()
-        .current_dir(tmp.path())
-        .args(["cprof", "-o", "-", "-f", "-e"])
-        .arg(&exe)
-        .arg("1000000"));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("patched by cprof through ptrace"),
-        "{stderr}"
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stdout = listed_through_ptrace(tmp.path(), &exe, &["1000000"]);
     let at = |text: &str| count_at(&stdout, "static_threads.c", text);
     assert_eq!(at("void step(unsigned long i)"), 4_000_000, "{stdout}");
     assert_eq!(at("printf(\"done"), 1, "{stdout}");
@@ -448,17 +454,7 @@ fn a_static_programs_forked_child_counts_what_it_ran() {
     let tmp = tempdir();
     let exe = tmp.path().join("static_fork");
     compile("static_fork.c", &["-static", "-O2", "-g"], &exe);
-    let out = run(profdev()
-        .current_dir(tmp.path())
-        .args(["cprof", "-o", "-", "-f", "-e"])
-        .arg(&exe));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("patched by cprof through ptrace"),
-        "{stderr}"
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stdout = listed_through_ptrace(tmp.path(), &exe, &[]);
     // 300 before the fork, 500 in the child, 200 after: each once.
     let at = |text: &str| count_at(&stdout, "static_fork.c", text);
     assert_eq!(at("void work(long i)"), 1000, "{stdout}");

@@ -193,24 +193,7 @@ fn marks_counts_lcov_and_genhtml_on_exact_counts() {
         "<line number=\"{b}\" hits=\"10\" branch=\"true\" condition-coverage=\"100% (2/2)\"/>"
     )));
 
-    let html = dir.path().join("html");
-    let out = Command::new("genhtml")
-        .args(["--branch-coverage", "--function-coverage", "-q", "-o"])
-        .arg(&html)
-        .arg(dir.path().join("known.info"))
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "genhtml fails: {said}");
-    assert!(
-        !said.to_lowercase().contains("warning"),
-        "genhtml warns: {said}"
-    );
-    assert!(html.join("index.html").exists());
+    profdev_testkit::genhtml_renders(&dir.path().join("known.info"), &dir.path().join("html"));
 }
 
 #[test]

@@ -113,6 +113,29 @@ pub fn cc(src: &Path, flags: &[&str], out: &Path) {
     assert!(st.success(), "cc failed on {}", src.display());
 }
 
+/// Render the lcov tracefile `info` into `html` with genhtml (branch and
+/// function coverage on), the real consumer: panics with genhtml's words
+/// when it fails or warns, or writes no index.
+pub fn genhtml_renders(info: &Path, html: &Path) {
+    let out = std::process::Command::new("genhtml")
+        .args(["--branch-coverage", "--function-coverage", "-q", "-o"])
+        .arg(html)
+        .arg(info)
+        .output()
+        .expect("genhtml runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "genhtml fails: {said}");
+    assert!(
+        !said.to_lowercase().contains("warning"),
+        "genhtml warns: {said}"
+    );
+    assert!(html.join("index.html").exists(), "genhtml wrote no index");
+}
+
 /// Is this process root? (Mounting and system-wide sampling need it, or
 /// the capabilities the callers name.)
 pub fn is_root() -> bool {

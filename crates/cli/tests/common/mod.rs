@@ -369,3 +369,21 @@ pub fn folded_ending<'a, S: AsRef<str>>(lines: &'a [S], suffix: &str) -> Vec<&'a
         })
         .collect()
 }
+
+/// The DA, FNDA and BRDA lines of an lcov tracefile; with `map`, each
+/// count mapped to 1 if it is not 0 (or `-`): what hit mode writes for a
+/// counting run's file.
+pub fn lcov_coverage_lines(text: &str, map: bool) -> Vec<String> {
+    text.lines()
+        .filter(|l| ["DA:", "FNDA:", "BRDA:"].iter().any(|t| l.starts_with(t)))
+        .map(|l| {
+            let (tag, rest) = l.split_once(':').unwrap();
+            let mut f: Vec<&str> = rest.split(',').collect();
+            let k = if tag == "FNDA" { 0 } else { f.len() - 1 };
+            if map && f[k].parse::<u64>().is_ok_and(|n| n > 0) {
+                f[k] = "1";
+            }
+            format!("{tag}:{}", f.join(","))
+        })
+        .collect()
+}
