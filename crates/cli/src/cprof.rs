@@ -52,7 +52,8 @@
 //! removed by the runtime, which stays, at its first hit). With `--hits` the exports come from
 //! hit mode too, `-p` as well (`-` still for a jump that never ran): an edge that is its target's only way in
 //! is read from the target's mark, and a jump with another edge keeps a trampoline that stores a
-//! byte on each edge (`plan/hits.rs`, "Edges").
+//! byte on each edge (`plan/hits.rs`, "Edges"). Only in modules with lines (their own DWARF
+//! or an installed debug file): one without has no branch line to show, and its hits alone.
 //!
 //! **Where the listing goes.** With CMD, to standard error, or to FILE
 //! with `-o FILE` (written whole, through a temporary renamed over it):

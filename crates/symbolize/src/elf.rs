@@ -539,6 +539,36 @@ impl ElfObject {
     }
 }
 
+/// Whether lines can be found for the ELF image `bytes`: it carries DWARF,
+/// or a detached debug file of its build id is installed under
+/// `debug_dir` (in use, [`DEBUG_DIR`]) and carries it, the same test as
+/// [`ElfObject::separate_debug_info`]'s, told from section headers alone
+/// (no symbol table or DWARF is read; the debug file is read only where
+/// its headers are).
+pub fn has_debug_info_in(bytes: &[u8], debug_dir: &Path) -> bool {
+    let Ok(file) = object::File::parse(bytes) else {
+        return false;
+    };
+    if file.section_by_name(".debug_info").is_some() {
+        return true;
+    }
+    let Some(id) = file.build_id().ok().flatten().filter(|id| id.len() > 1) else {
+        return false;
+    };
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let path = debug_dir
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]));
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let cache = object::ReadCache::new(f);
+    object::File::parse(&cache).is_ok_and(|debug| {
+        debug.section_by_name(".debug_info").is_some()
+            && debug.build_id().ok().flatten() == Some(id)
+    })
+}
+
 /// Demangle a Rust or C++ symbol; other names are returned unchanged.
 pub fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
@@ -593,6 +623,46 @@ mod tests {
             obj.frame_decls(FileAddr(sym.addr)).len(),
             obj.frames(FileAddr(sym.addr)).len()
         );
+    }
+
+    #[test]
+    fn debug_info_is_found_in_the_image_or_its_installed_debug_file() {
+        if !profdev_testkit::tools("debug file lookup", &["cc", "objcopy", "strip"]) {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("p.c");
+        std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+        let full = d.path().join("full");
+        profdev_testkit::cc(&src, &["-g", "-Wl,--build-id"], &full);
+        let run = |tool: &str, args: &[&str]| {
+            let st = std::process::Command::new(tool)
+                .args(args)
+                .current_dir(d.path())
+                .status()
+                .unwrap();
+            assert!(st.success(), "{tool} {args:?}");
+        };
+        run("objcopy", &["--only-keep-debug", "full", "full.debug"]);
+        run("strip", &["-g", "-o", "stripped", "full"]);
+        let bytes = |name: &str| std::fs::read(d.path().join(name)).unwrap();
+        let empty = d.path().join("none");
+        assert!(has_debug_info_in(&bytes("full"), &empty));
+        assert!(!has_debug_info_in(&bytes("stripped"), &empty));
+        assert!(!has_debug_info_in(b"#!/bin/sh", &empty));
+        // Installed by build id: found.
+        let id = ElfObject::open(&full).unwrap().build_id().unwrap().to_vec();
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = d.path().join("debug");
+        std::fs::create_dir_all(dir.join(&hex[..2])).unwrap();
+        let at = dir.join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
+        std::fs::copy(d.path().join("full.debug"), &at).unwrap();
+        assert!(has_debug_info_in(&bytes("stripped"), &dir));
+        // A file there of another build (its id differs): not it.
+        let other = d.path().join("other");
+        profdev_testkit::cc(&src, &["-g", "-O2", "-Wl,--build-id"], &other);
+        std::fs::copy(&other, &at).unwrap();
+        assert!(!has_debug_info_in(&bytes("stripped"), &dir));
     }
 
     #[test]

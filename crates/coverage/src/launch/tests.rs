@@ -471,3 +471,46 @@ fn the_sweep_removes_only_what_nothing_uses() {
     assert_eq!(sweep(t), 2);
     assert!(fresh.exists() && other.exists());
 }
+
+#[test]
+fn hit_mode_plans_branch_edges_only_for_a_module_with_lines() {
+    // `cprof --hits --lcov` (edges): a module with DWARF gets its branches'
+    // edges; a stripped one (no debug file either) its hits alone, so no
+    // jump keeps a trampoline for edges no line would show.
+    if !profdev_testkit::tools("edges only with lines", &["cc", "strip"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("b.c");
+    std::fs::write(
+        &src,
+        "int f(int x) { return x > 3 ? x * 2 : x + 1; }\n\
+         int main(int c, char **v) { (void)v; for (int i = 0; i < c; i++) c += f(i) & 1; return c; }\n",
+    )
+    .unwrap();
+    let full = tmp.path().join("full");
+    profdev_testkit::cc(&src, &["-g", "-O0"], &full);
+    let stripped = tmp.path().join("stripped");
+    let st = std::process::Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&full)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let server = Server::with_cache(&[], None).unwrap();
+    server.set_mode(Mode::Edges);
+    for path in [&full, &stripped] {
+        let m = Mapped::new(path);
+        assert!(converse(&server, &m, path, 1 << 30), "{}", path.display());
+    }
+    let (modules, notes) = server.into_collected();
+    let branches = |p: &Path| {
+        let m = modules.iter().find(|m| m.path == p);
+        m.unwrap_or_else(|| panic!("{} collected: {notes:?}", p.display()))
+            .branches
+            .len()
+    };
+    assert!(branches(&full) > 0, "the module with lines has its edges");
+    assert_eq!(branches(&stripped), 0, "the stripped one, hits alone");
+}
