@@ -22,6 +22,8 @@ fn main() {
 /// reused.
 fn engine_id() {
     println!("cargo:rerun-if-changed=src");
+    // covrt.c's own headers (hops.h) too.
+    println!("cargo:rerun-if-changed=c");
     println!(
         "cargo:rustc-env=PROFDEV_COV_ENGINE={}-{:016x}",
         std::env::var("CARGO_PKG_VERSION").unwrap_or_default(),

@@ -46,6 +46,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "hops.h"
 #include "sigsafe_out.h"
 
 #define API __attribute__((visibility("default")))
@@ -658,11 +659,6 @@ static uint64_t place_area(uint64_t lo, uint64_t hi, uint64_t size) {
     return 0;
 }
 
-struct patch {
-    uint64_t addr, entry;
-    uint32_t kind, len;
-};
-
 /* Avoid the library's memcpy/memset while the code may be half patched. */
 static void poke(uint8_t *dst, const uint8_t *src, uint32_t n) {
     volatile uint8_t *d = dst;
@@ -849,7 +845,8 @@ static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
         dprintf(2, "profdev-cov %d: %s bias %lx lo %lx hi %lx area %lx size %lx len %lx patches %lu\n",
                 (int)getpid(), path, (unsigned long)bias, (unsigned long)lo, (unsigned long)hi,
                 (unsigned long)a, (unsigned long)size, len, np);
-    uint64_t skipped = apply(ps, np, stopped, nstopped);
+    uint64_t skipped = nstopped ? hold_hops(ps, np, stopped, nstopped) : 0;
+    skipped += apply(ps, np, stopped, nstopped);
     /* Tell profdev which patches were left out (attach). */
     k = snprintf(line, sizeof line, "DONE %lx\n", (unsigned long)skipped);
     write_full(fd, line, k);
