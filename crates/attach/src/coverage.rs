@@ -35,6 +35,50 @@ enum Engine {
     /// A statically linked process: one multi-uprobe link
     /// (`profdev_coverage::uprobe`), read in place.
     Uprobe(profdev_coverage::uprobe::Counter),
+    /// A statically linked process patched and followed through ptrace by
+    /// a thread of profdev's ([`attach_static_traced`]): its counts when
+    /// that thread lets it go.
+    Traced(Traced),
+}
+
+/// The thread following a process through ptrace, and what it gave.
+struct Traced {
+    live: profdev_coverage::traced::Live,
+    run: std::sync::Mutex<TracedState>,
+}
+
+enum TracedState {
+    Following(std::thread::JoinHandle<Option<profdev_coverage::traced::TracedRun>>),
+    Done(Vec<ModuleCoverage>, Vec<String>),
+}
+
+impl Drop for Traced {
+    /// Never leave the process traced by a thread nobody waits for: its
+    /// breakpoints would kill it once profdev has exited.
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+impl Traced {
+    /// Let the process go (it runs on) and take its counts, once.
+    fn end(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
+        self.live.end();
+        let mut run = self.run.lock().unwrap_or_else(|e| e.into_inner());
+        if let TracedState::Following(_) = &*run {
+            let done = TracedState::Done(Vec::new(), Vec::new());
+            let TracedState::Following(h) = std::mem::replace(&mut *run, done) else {
+                unreachable!("matched above")
+            };
+            if let Ok(Some(r)) = h.join() {
+                *run = TracedState::Done(r.modules, r.notes);
+            }
+        }
+        match &*run {
+            TracedState::Done(m, n) => (m.clone(), n.clone()),
+            TracedState::Following(_) => (Vec::new(), Vec::new()),
+        }
+    }
 }
 
 impl CovAttached {
@@ -74,17 +118,16 @@ impl CovAttached {
 
     /// The counts of every report written so far (cumulative).
     pub fn counts(&self) -> Vec<ModuleCoverage> {
-        match &self.engine {
-            Engine::Runtime { server, .. } => server.collect().0,
-            Engine::Uprobe(c) => vec![c.coverage()],
-        }
+        self.collect().0
     }
 
     /// After `stop`: a static process's probes are removed (the runtime's
     /// patches stay: see Bugs).
     pub fn detach(&self) {
-        if let Engine::Uprobe(c) = &self.engine {
-            c.detach();
+        match &self.engine {
+            Engine::Uprobe(c) => c.detach(),
+            Engine::Traced(t) => drop(t.end()),
+            Engine::Runtime { .. } => {}
         }
     }
 
@@ -95,10 +138,13 @@ impl CovAttached {
 
     /// The counts of every report written so far, and notes (one
     /// sentence each) on what was not counted.
+    /// Through ptrace ([`attach_static_traced`]), the process is let go
+    /// first: its counts up to now are all there will be.
     pub fn collect(&self) -> (Vec<ModuleCoverage>, Vec<String>) {
         match &self.engine {
             Engine::Runtime { server, .. } => server.collect(),
             Engine::Uprobe(c) => (vec![c.coverage()], Vec::new()),
+            Engine::Traced(t) => t.end(),
         }
     }
 
@@ -173,6 +219,72 @@ fn attach_static(pid: u32, permit: Option<Permit>) -> Result<CovAttached, DevErr
         engine: Engine::Uprobe(counter),
         permit,
     })
+}
+
+/// Count the statically linked process `pid` through ptrace, at the
+/// launch route's cost (`profdev_coverage::traced::attach_seized`): a
+/// thread of profdev's seizes and stops every thread of it
+/// (profdev-inject), checks `permit` again once they are stopped, patches
+/// the executable as `profdev cprof CMD` does for a static program, gives
+/// each thread a counter array, and follows the process (new threads,
+/// forks, breakpoints, exits) until it exits or its counts are taken
+/// ([`CovAttached::collect`], which lets it go, running on). `select`:
+/// the executable is the module counted (a static program has no other).
+///
+/// Errors as [`attach_coverage`]'s; ENXIO when the process could not be
+/// patched (nothing is left changed then but an unused mapping).
+pub fn attach_static_traced(pid: u32, permit: Option<Permit>) -> Result<CovAttached, DevError> {
+    use profdev_coverage::traced::{attach_seized, Live};
+    let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
+    let server = Server::new(&[]).map_err(|e| io_dev("cannot set up coverage", e))?;
+    // Planning is the slow part: done before the threads are stopped.
+    server.preplan(pid);
+    let live = Live::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let following = live.clone();
+    let handle = std::thread::Builder::new()
+        .name("profdev-cov-tracer".into())
+        .spawn(move || {
+            let set_up = (|| {
+                let t = profdev_inject::Target::attach(pid).map_err(|e| inject_error(pid, e))?;
+                // Stopped: the requester's right, again, on this very process.
+                recheck(permit.as_ref(), pid).map_err(|e| inject_error(pid, e))?;
+                let seized = attach_seized(pid, &t.threads(), server, &following)
+                    .map_err(|e| DevError::NoDevice(format!("process {pid}: {e}")))?;
+                Ok::<_, DevError>((seized, t.keep()))
+            })();
+            match set_up {
+                Ok((seized, pending)) => {
+                    let _ = tx.send(Ok(()));
+                    Some(seized.follow(&pending))
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    None
+                }
+            }
+        })
+        .map_err(|e| io_dev("cannot start a thread to follow it", e))?;
+    match rx.recv() {
+        Ok(Ok(())) => Ok(CovAttached {
+            pid,
+            start,
+            engine: Engine::Traced(Traced {
+                live,
+                run: std::sync::Mutex::new(TracedState::Following(handle)),
+            }),
+            // Checked once stopped; it is never stopped again for a
+            // request (the tracer follows it from then on).
+            permit: None,
+        }),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(e)
+        }
+        Err(_) => Err(DevError::NoDevice(format!(
+            "process {pid}: the thread following it ended"
+        ))),
+    }
 }
 
 /// Is the running process `pid` out of reach of the runtime because it

@@ -47,8 +47,8 @@ pub mod memory;
 pub mod scan;
 
 pub use coverage::{
-    attach_coverage, attach_coverage_in, coverage_pairs, statically_linked, CovAttached,
-    ATTACH_TIMEOUT,
+    attach_coverage, attach_coverage_in, attach_static_traced, coverage_pairs, statically_linked,
+    CovAttached, ATTACH_TIMEOUT,
 };
 pub use memory::{attach_process, AttachOptions, MemAttached, REPORT_TIMEOUT};
 pub use scan::{scan_process, Scanned, MAX_PAUSE};

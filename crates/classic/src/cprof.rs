@@ -531,15 +531,42 @@ pub fn run_attached(
         gid,
         pid: std::process::id(),
     };
-    let permit = profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {
-        profdev_dev::DevError::NotPermitted(why) => {
-            anyhow::anyhow!("not permitted to ptrace {why}")
+    let may = || {
+        profdev_dev::access::ptrace_may_attach(&me, pid).map_err(|e| match e {
+            profdev_dev::DevError::NotPermitted(why) => {
+                anyhow::anyhow!("not permitted to ptrace {why}")
+            }
+            e => attach_sentence(e),
+        })
+    };
+    let mut permit = Some(may()?);
+    // The static case (no C library to load the runtime with): patched
+    // and followed through ptrace, as `cprof CMD` does for a static
+    // program; else through uprobes by the same attach as startcp's.
+    let is_static = profdev_attach::statically_linked(pid).map_err(attach_sentence)?;
+    let traced = if is_static && std::env::var_os("PROFDEV_COV_UPROBES").is_none() {
+        match profdev_attach::attach_static_traced(pid, permit.take()) {
+            Ok(a) => {
+                note(format!(
+                    "cprof: process {pid} is statically linked: patched by cprof through ptrace, \
+                     which follows it (its threads and forks) until it exits or cprof is \
+                     interrupted"
+                ));
+                Some(a)
+            }
+            Err(e) => {
+                note(format!(
+                    "cprof: process {pid} is statically linked and could not be patched through \
+                     ptrace ({}): counted through uprobes instead",
+                    attach_sentence(e)
+                ));
+                None
+            }
         }
-        e => attach_sentence(e),
-    })?;
-    // The static case (no C library to load the runtime with) is counted
-    // through uprobes by the same attach: say so.
-    if profdev_attach::statically_linked(pid).map_err(attach_sentence)? {
+    } else {
+        None
+    };
+    if is_static && traced.is_none() {
         note(format!(
             "cprof: process {pid} is statically linked: counted through uprobes (one multi-uprobe \
              BPF link, Linux 6.6 or later), about 0.2 to 16 us per block executed; its children \
@@ -557,8 +584,15 @@ pub fn run_attached(
                 .into_owned(),
         );
     }
-    let attached = profdev_attach::attach_coverage_in(pid, &words, Some(permit), args.mode())
-        .map_err(attach_sentence)?;
+    let attached = match traced {
+        Some(a) => a,
+        None => {
+            // Checked again if the ptrace route's attempt took the first.
+            let permit = permit.map_or_else(may, Ok)?;
+            profdev_attach::attach_coverage_in(pid, &words, Some(permit), args.mode())
+                .map_err(attach_sentence)?
+        }
+    };
     note(format!(
         "cprof: counting process {pid} from now; its lines are listed when it exits (or on \
          SIGINT, SIGTERM, SIGHUP)"
@@ -587,7 +621,7 @@ pub fn run_attached(
                 ),
                 None => format!(
                     "cprof: interrupted by {name}; process {pid} runs on, no longer counted \
-                     (its uprobes are removed with cprof); listed: its counts up to now"
+                     (let go by cprof); listed: its counts up to now"
                 ),
             }
         } else {

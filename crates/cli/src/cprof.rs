@@ -259,10 +259,14 @@
 //!   error (kept, not removed, so that no other user can take its name
 //!   while the patched process runs; the next cprof or `startcp` of the
 //!   same user removes it once no process maps its runtime), and a
-//!   module it loads from then on is not counted. A
-//!   statically linked process is counted through uprobes (a static CMD
-//!   is where ptrace is refused; said on standard error); an interrupted `-p` then
-//!   stops counting it (the probes go with cprof).
+//!   module it loads from then on is not counted. A statically linked
+//!   process is patched and followed by cprof through ptrace, as a static
+//!   CMD is (counts, not hit mode; its stops are honoured), until it exits
+//!   or cprof is interrupted: then it is let go, its breakpoints put back,
+//!   its jumps left counting into arrays nobody reads. Killed with SIGKILL,
+//!   cprof cannot put them back, and the process dies at its next short
+//!   block. Where ptrace fails (or with `PROFDEV_COV_UPROBES=1`) uprobes
+//!   count it, said on standard error, and the probes go with cprof.
 //! * A fault or asynchronous signal whose handler never returns may mark
 //!   or count (once too often) the block cut short and blocks derived
 //!   from it (`plan/hits.rs`, `plan/derive.rs`). Hit mode: a probe

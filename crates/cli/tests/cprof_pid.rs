@@ -115,11 +115,16 @@ struct Cprof {
 
 impl Cprof {
     fn attach(args: &[&str], pid: u32) -> Cprof {
+        Cprof::attach_with(args, pid, &[])
+    }
+
+    fn attach_with(args: &[&str], pid: u32, env: &[(&str, &str)]) -> Cprof {
         let mut child = profdev()
             .arg("cprof")
             .args(args)
             .arg("-p")
             .arg(pid.to_string())
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -385,29 +390,39 @@ fn cprof_p_marks_a_thread_that_blocked_every_signal_before_the_attach() {
 }
 
 #[test]
-fn cprof_p_counts_a_running_static_program_through_uprobes_exactly() {
+fn cprof_p_counts_a_running_static_program_exactly_by_either_route() {
     if !gate("cprof -p PID on a static program") {
         return;
     }
     let tmp = tempdir();
     let exe = tmp.path().join("pid_loop");
     compile_with(&exe, &["-static"]);
-    let mut p = Program::start(&exe);
-    p.run(1000); // before the attach: not counted
-    let c = Cprof::attach(&["-f"], p.child.id());
-    assert!(
-        c.said.iter().any(|l| l.contains("counted through uprobes")),
-        "{:?}",
-        c.said
-    );
-    p.run(77);
-    assert_eq!(p.stop(), last_line(1077));
-    let (status, listing, said) = c.finish();
-    assert!(status.success(), "{status}: {said:?}");
-    let f = counts(&listing);
-    assert_eq!(count_at(&f, line_of("/* OUTER */")), "77", "{f:?}");
-    assert_eq!(count_at(&f, line_of("/* INNER */")), "770", "{f:?}");
-    assert_eq!(count_at(&f, line_of("/* NEVER */")), "0");
+    // Patched and followed through ptrace (its counts read as it exits),
+    // or through uprobes where asked.
+    for (env, route) in [
+        (&[][..], "patched by cprof through ptrace"),
+        (
+            &[("PROFDEV_COV_UPROBES", "1")][..],
+            "counted through uprobes",
+        ),
+    ] {
+        let mut p = Program::start(&exe);
+        p.run(1000); // before the attach: not counted
+        let c = Cprof::attach_with(&["-f"], p.child.id(), env);
+        assert!(c.said.iter().any(|l| l.contains(route)), "{:?}", c.said);
+        p.run(77);
+        assert_eq!(p.stop(), last_line(1077));
+        let (status, listing, said) = c.finish();
+        assert!(status.success(), "{route}: {status}: {said:?}");
+        let f = counts(&listing);
+        assert_eq!(count_at(&f, line_of("/* OUTER */")), "77", "{route}: {f:?}");
+        assert_eq!(
+            count_at(&f, line_of("/* INNER */")),
+            "770",
+            "{route}: {f:?}"
+        );
+        assert_eq!(count_at(&f, line_of("/* NEVER */")), "0", "{route}");
+    }
 }
 
 #[test]

@@ -721,3 +721,76 @@ fn startcp_on_a_static_process_fills_the_histogram_at_its_exit() {
     assert_eq!(within(&got, &syms, "outer_b"), [], "no second worker");
     m.ctl("end\n").unwrap();
 }
+
+/// The instruction counts of a `.prf` record, by address.
+fn prf_pairs(path: &Path) -> BTreeMap<u64, u64> {
+    let rec = profdev_coverage::prf::read(path)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no record in {}", path.display()));
+    rec.insns.into_iter().filter(|&(_, c)| c > 0).collect()
+}
+
+#[test]
+fn cprof_p_counts_a_static_process_through_ptrace_and_lets_it_go() {
+    if !ptrace_gate("cprof -p on a static process through ptrace") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("attach_static");
+    compile("attach_loop.c", &["-g", "-O0", "-pthread", "-static"], &exe);
+    let syms = symbols(&exe);
+    let mut p = Program::start(&exe, 2);
+    p.go(5); // before the attach: not counted
+    let mut cprof = with_default_signals(
+        profdev()
+            .current_dir(tmp.path())
+            .args(["cprof", "-r", "-e", "-p"])
+            .arg(p.child.id().to_string())
+            .stderr(Stdio::piped()),
+    )
+    .spawn()
+    .unwrap();
+    let mut err = BufReader::new(cprof.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("cprof: counting process") {
+        assert!(err.read_line(&mut said).unwrap() > 0, "cprof ended: {said}");
+    }
+    assert!(said.contains("patched by cprof through ptrace"), "{said}");
+    p.go(30);
+    // A stop aimed at the process is honoured while it is followed.
+    let pid = p.child.id() as i32;
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let state = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next()))
+            .flatten()
+    };
+    wait_until("the process stopped", Duration::from_secs(30), || {
+        matches!(state(), Some('T' | 't'))
+    });
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    p.go(10);
+    // A thread made after the attach counts into an array of its own,
+    // read at its exit.
+    writeln!(p.child.stdin.as_mut().unwrap(), "new 7").unwrap();
+    assert_eq!(p.line(), format!("new {}\n", worker_value(7)));
+    // SAFETY: as above.
+    unsafe { libc::kill(cprof.id() as i32, libc::SIGINT) };
+    err.read_to_string(&mut said).unwrap();
+    let status = profdev_testkit::wait_exit("cprof -p", &mut cprof, Duration::from_secs(120));
+    assert!(said.contains("interrupted by SIGINT"), "{status}: {said}");
+    let got = prf_pairs(&tmp.path().join("attach_static.prf"));
+    assert_counts(
+        &got,
+        &syms,
+        &[("outer_a", 40 * REPS), ("outer_b", 47 * REPS)],
+        87 * REPS,
+    );
+    // Let go: it runs on, its breakpoints put back, to the same sums.
+    p.go(4);
+    let v = worker_value(49);
+    assert_eq!(p.quit(), format!("sum {v} {v}\n"));
+}

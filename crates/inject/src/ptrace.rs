@@ -514,6 +514,19 @@ impl Target {
         Ok(())
     }
 
+    /// Keep every thread traced and stopped, for the calling thread to
+    /// follow and detach itself (nothing is put back: for a caller that
+    /// changed nothing through this `Target`): each thread with the
+    /// signal it had stopped with (0 none), to deliver when it resumes.
+    pub fn keep(mut self) -> Vec<(u32, i32)> {
+        self.mem = None;
+        std::mem::take(&mut self.threads)
+            .into_iter()
+            .filter(|th| th.stopped)
+            .map(|th| (th.tid, th.signal))
+            .collect()
+    }
+
     /// Put every register set back and detach (what dropping does).
     pub fn detach(self) {}
 }

@@ -50,6 +50,9 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus};
 use std::sync::{Arc, Mutex};
 
+mod seized;
+pub use seized::{attach_seized, Seized};
+
 /// Counter slots below the module's first (the runtime's own).
 const RESERVED: u64 = crate::encode::RESERVED_SLOTS;
 /// `syscall; int3`: what every injected system call runs.
@@ -71,6 +74,9 @@ struct Shared {
     totals: Vec<u64>,
     /// Arrays that could not be read (their counts are lost).
     unread: u64,
+    /// An attached run asked to end ([`Live::end`]): the thread sent the
+    /// `SIGSTOP` that wakes the tracer, if one was.
+    ending: Option<Option<u32>>,
 }
 
 impl Shared {
@@ -305,6 +311,89 @@ fn module_of(pid: u32) -> Result<(String, u64, u64, u64, u64, u64), String> {
     Ok((path, meta.dev(), meta.ino(), bias, lo, hi))
 }
 
+/// Which of `patches` must not be written while threads are stopped at
+/// `stopped` (each pc, and whether it is in a system call, whose restart
+/// runs the 2 bytes before it again): a patch over the middle of an
+/// instruction one of them is in; a hop's `jmp` (a `PATCH_JMP` a
+/// `PATCH_REL8` leads to, in the dead bytes of the block before it,
+/// its host) when the host's own patch is not written or a thread is in
+/// the host before the hop's end (the bytes are live code for it), and
+/// the `jmp rel8` to a hop not written. Nothing, with no thread stopped.
+fn busy_patches(patches: &[Patch], stopped: &[(u64, bool)]) -> Vec<bool> {
+    use crate::encode::{PATCH_JMP, PATCH_REL8};
+    let within = |lo: u64, hi: u64| {
+        stopped.iter().any(|&(pc, call)| {
+            (pc > lo && pc < hi) || (call && pc.wrapping_sub(2) > lo && pc.wrapping_sub(2) < hi)
+        })
+    };
+    let mut busy: Vec<bool> = patches
+        .iter()
+        .map(|p| within(p.addr, p.addr + u64::from(p.len)))
+        .collect();
+    if stopped.is_empty() {
+        return busy;
+    }
+    let slots: HashSet<u64> = patches
+        .iter()
+        .filter(|p| p.kind == PATCH_REL8)
+        .map(|p| p.entry)
+        .collect();
+    // The patches that are no hop, by address: a hop's host is the last
+    // one before it.
+    let mut hosts: Vec<(u64, usize)> = patches
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.kind != PATCH_REL8 && !(p.kind == PATCH_JMP && slots.contains(&p.addr)))
+        .map(|(i, p)| (p.addr, i))
+        .collect();
+    hosts.sort_unstable();
+    let mut hop_busy: HashMap<u64, bool> = HashMap::new();
+    for (i, p) in patches.iter().enumerate() {
+        if p.kind != PATCH_JMP || !slots.contains(&p.addr) {
+            continue;
+        }
+        let host = hosts[..hosts.partition_point(|&(a, _)| a < p.addr)].last();
+        let b = match host {
+            Some(&(at, h)) => busy[h] || busy[i] || within(at, p.addr + 5),
+            None => true,
+        };
+        busy[i] = b;
+        hop_busy.insert(p.addr, b);
+    }
+    for (i, p) in patches.iter().enumerate() {
+        if p.kind == PATCH_REL8 && hop_busy.get(&p.entry).copied().unwrap_or(true) {
+            busy[i] = true;
+        }
+    }
+    busy
+}
+
+/// Map the `syscall; int3` page every injected system call runs, in
+/// process `pid` whose threads are all stopped: one `mmap` run by thread
+/// `tid` from a copy of those bytes written where it stopped, put back
+/// after. The page's address.
+fn make_stub(pid: u32, tid: u32) -> Result<u64, String> {
+    let e = |what: &'static str| move |err: io::Error| format!("{what}: {err}");
+    let at = regs(tid).map_err(e("cannot read its registers"))?.rip;
+    let mut orig = [0u8; 3];
+    File::open(format!("/proc/{pid}/mem"))
+        .and_then(|f| f.read_exact_at(&mut orig, at))
+        .map_err(e("cannot read its code"))?;
+    poke(pid, at, &STUB).map_err(e("cannot write its code"))?;
+    let page = mmap(
+        tid,
+        at,
+        0,
+        4096,
+        libc::PROT_READ | libc::PROT_EXEC,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    );
+    poke(pid, at, &orig).map_err(e("cannot write its code"))?;
+    let stub = page.map_err(e("cannot map a page in it"))?;
+    poke(pid, stub, &STUB).map_err(e("cannot write in it"))?;
+    Ok(stub)
+}
+
 /// What the tracer knows of the run.
 struct Tracer {
     pid: u32,
@@ -315,6 +404,11 @@ struct Tracer {
     counters: u64,
     /// Breakpoints: address -> the trampoline to resume at.
     traps: HashMap<u64, u64>,
+    /// The bytes each patch replaced, and whether it is a breakpoint
+    /// (attached: the breakpoints' are put back when the process is let
+    /// go, nobody taking its traps then; all, if it could not be set up;
+    /// the launch route keeps only the breakpoints').
+    originals: Vec<(u64, Vec<u8>, bool)>,
     taken: u64,
     /// Threads set up or being followed.
     known: HashSet<u32>,
@@ -382,24 +476,29 @@ impl Tracer {
     /// At the first stop: the stub, the module's trampolines and patches,
     /// the main thread's array.
     fn prepare(pid: u32, server: &Server, live: Live) -> Result<Tracer, String> {
+        let stub = make_stub(pid, pid)?;
+        let mut t = Tracer::patched(pid, stub, server, &[], live)?;
+        if !t.own_array(pid) {
+            return Err("cannot map a counter array in it".into());
+        }
+        Ok(t)
+    }
+
+    /// Plan the executable of the stopped process `pid` through `server`,
+    /// write its trampolines and patches (system calls run by `pid`'s
+    /// main thread through `stub`), all its threads stopped. A patch over
+    /// an instruction a stopped thread is in (`stopped`: its pc, and
+    /// whether it is in a system call, which a restart runs again from
+    /// 2 bytes back) is skipped and said to the server. The tracer,
+    /// without any thread's array yet.
+    fn patched(
+        pid: u32,
+        stub: u64,
+        server: &Server,
+        stopped: &[(u64, bool)],
+        live: Live,
+    ) -> Result<Tracer, String> {
         let e = |what: &'static str| move |err: io::Error| format!("{what}: {err}");
-        let entry = regs(pid).map_err(e("cannot read its registers"))?.rip;
-        let mut orig = [0u8; 3];
-        File::open(format!("/proc/{pid}/mem"))
-            .and_then(|f| f.read_exact_at(&mut orig, entry))
-            .map_err(e("cannot read its entry point"))?;
-        poke(pid, entry, &STUB).map_err(e("cannot write its entry point"))?;
-        let page = mmap(
-            pid,
-            entry,
-            0,
-            4096,
-            libc::PROT_READ | libc::PROT_EXEC,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        );
-        poke(pid, entry, &orig).map_err(e("cannot write its entry point"))?;
-        let stub = page.map_err(e("cannot map a page in it"))?;
-        poke(pid, stub, &STUB).map_err(e("cannot write in it"))?;
         let (path, dev, ino, bias, lo, hi) = module_of(pid)?;
         let conn = server
             .connect_for(pid)
@@ -438,24 +537,42 @@ impl Tracer {
         r.read_exact(&mut code).map_err(io)?;
         poke(pid, area, &code).map_err(e("cannot write its trampolines"))?;
         let mut traps = HashMap::new();
+        let mut originals = Vec::new();
+        let attach = !stopped.is_empty();
         let mut skipped = Vec::new();
         let mut rec = [0u8; 24];
+        let mut patches = Vec::with_capacity(np.min(1 << 20) as usize);
         for _ in 0..np {
             r.read_exact(&mut rec).map_err(io)?;
             let word = |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().unwrap_or([0; 8]));
             let half = |i: usize| u32::from_le_bytes(rec[i..i + 4].try_into().unwrap_or([0; 4]));
-            let p = Patch {
+            patches.push(Patch {
                 addr: word(0),
                 entry: word(8),
                 kind: half(16),
                 len: half(20),
-            };
+            });
+        }
+        let busy = busy_patches(&patches, stopped);
+        for (p, busy) in patches.iter().zip(busy) {
             let written = p
                 .bytes()
-                .filter(|_| p.addr >= lo && p.addr + u64::from(p.len) <= hi);
+                .filter(|_| !busy && p.addr >= lo && p.addr + u64::from(p.len) <= hi);
+            let int3 = p.kind == crate::encode::PATCH_INT3;
+            if let (true, Some(b)) = (int3 || attach, &written) {
+                // Put back when an attached process is let go (the
+                // breakpoints), or could not be set up (all).
+                let mut was = vec![0u8; b.len()];
+                if File::open(format!("/proc/{pid}/mem"))
+                    .and_then(|f| f.read_exact_at(&mut was, p.addr))
+                    .is_ok()
+                {
+                    originals.push((p.addr, was, int3));
+                }
+            }
             match written.map(|b| poke(pid, p.addr, &b)) {
                 Some(Ok(())) => {
-                    if p.kind == crate::encode::PATCH_INT3 {
+                    if int3 {
                         traps.insert(p.addr, p.entry);
                     }
                 }
@@ -467,12 +584,13 @@ impl Tracer {
             writeln!(w, "S {a:x}").map_err(io)?;
         }
         drop((r, w));
-        let mut t = Tracer {
+        let t = Tracer {
             pid,
             stub,
             id,
             counters,
             traps,
+            originals,
             taken: 0,
             known: HashSet::from([pid]),
             announced: HashMap::new(),
@@ -485,9 +603,6 @@ impl Tracer {
             let mut s = t.live.lock();
             s.totals = vec![0; counters as usize];
             s.procs.insert(pid);
-        }
-        if !t.own_array(pid) {
-            return Err("cannot map a counter array in it".into());
         }
         Ok(t)
     }
@@ -595,34 +710,104 @@ impl Tracer {
                     ptrace(libc::PTRACE_DETACH, tid, 0, 0);
                 }
                 0 => self.signalled(tid, sig),
+                libc::PTRACE_EVENT_STOP if !self.known.contains(&tid) => self.first_stop(tid),
+                libc::PTRACE_EVENT_STOP
+                    if matches!(
+                        sig,
+                        libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+                    ) =>
+                {
+                    // An attached process's group stop (SIGSTOP, ^Z):
+                    // it stays stopped until SIGCONT.
+                    ptrace(libc::PTRACE_LISTEN, tid, 0, 0);
+                }
                 _ => resume(tid, 0),
+            }
+            if self.live.lock().ending.is_some() {
+                self.let_go(tid, st);
+                break;
             }
         }
         status
     }
 
-    /// Thread `tid` stopped by signal `sig`.
-    fn signalled(&mut self, tid: u32, sig: i32) {
-        if sig == libc::SIGTRAP {
-            if let Ok(mut r) = regs(tid) {
-                if let Some(&to) = self.traps.get(&r.rip.wrapping_sub(1)) {
-                    r.rip = to;
-                    if set_regs(tid, &r).is_ok() {
-                        self.taken += 1;
-                        resume(tid, 0);
-                        return;
-                    }
-                }
+    /// A new thread or process `tid` at its first stop: set up now, or
+    /// once its creator's event names how it was made.
+    fn first_stop(&mut self, tid: u32) {
+        match self.announced.remove(&tid) {
+            Some(ev) => self.start(tid, ev),
+            // Announced later, by its creator's event.
+            None => {
+                self.early.insert(tid);
             }
         }
-        if sig == libc::SIGSTOP && !self.known.contains(&tid) {
-            match self.announced.remove(&tid) {
-                Some(ev) => self.start(tid, ev),
-                // Announced later, by its creator's event.
-                None => {
-                    self.early.insert(tid);
-                }
+    }
+
+    /// The run's counts as one report into the server's `out/`, read
+    /// back with the notes; `status`, CMD's.
+    fn finish(&mut self, status: ExitStatus, server: Server) -> TracedRun {
+        let pid = self.pid;
+        let mut report = format!("profdev-coverage 1\npid {pid}\ntraps {}\n", self.taken);
+        let (unread, totals) = {
+            let mut s = self.live.lock();
+            // Threads whose exit was not seen (killed): read now if still possible.
+            let left: Vec<u32> = s.arrays.keys().copied().collect();
+            for tid in left {
+                s.take(tid, false);
             }
+            (s.unread, std::mem::take(&mut s.totals))
+        };
+        report.push_str(&format!("M {} {RESERVED} {}\n", self.id, self.counters));
+        for (i, c) in totals.iter().enumerate().filter(|(_, c)| **c > 0) {
+            report.push_str(&format!("{i:x} {c:x}\n"));
+        }
+        report.push_str("end\n");
+        let file = server.reports_dir().join(format!("cov.{pid}.0"));
+        let written = profdev_safefile::write_file(&file, report.as_bytes(), 0o600);
+        let (modules, mut notes) = server.into_collected();
+        if let Err(e) = written {
+            notes.push(format!(
+                "cannot write {}: {e}; nothing counted",
+                file.display()
+            ));
+        }
+        if unread > 0 {
+            notes.push(format!(
+                "the counts of {unread} threads could not be read (killed): they are not listed"
+            ));
+        }
+        if self.sharing > 0 {
+            notes.push(format!(
+                "{} threads shared their creator's counter array (none could be mapped for them): \
+                 their counts may race",
+                self.sharing
+            ));
+        }
+        if self.execs > 0 {
+            notes.push(format!(
+                "{} processes exec'd another program: what they ran before is not counted",
+                self.execs
+            ));
+        }
+        TracedRun {
+            modules,
+            notes,
+            status,
+        }
+    }
+
+    /// Thread `tid` stopped by signal `sig`.
+    fn signalled(&mut self, tid: u32, sig: i32) {
+        if sig == libc::SIGTRAP && self.trap_to_trampoline(tid) {
+            resume(tid, 0);
+            return;
+        }
+        if sig == libc::SIGSTOP && !self.known.contains(&tid) {
+            self.first_stop(tid);
+            return;
+        }
+        if sig == libc::SIGSTOP && self.live.lock().ending == Some(Some(tid)) {
+            // The wake-up of an attached run's end: not the process's.
             return;
         }
         resume(tid, sig);
@@ -679,51 +864,5 @@ pub fn run_traced(cmd: &mut Command, server: Server, live: &Live) -> Result<Trac
     };
     resume(pid, 0);
     let status = t.follow();
-    let mut report = format!("profdev-coverage 1\npid {pid}\ntraps {}\n", t.taken);
-    let (unread, totals) = {
-        let mut s = live.lock();
-        // Threads whose exit was not seen (killed): read now if still possible.
-        let left: Vec<u32> = s.arrays.keys().copied().collect();
-        for tid in left {
-            s.take(tid, false);
-        }
-        (s.unread, std::mem::take(&mut s.totals))
-    };
-    report.push_str(&format!("M {} {RESERVED} {}\n", t.id, t.counters));
-    for (i, c) in totals.iter().enumerate().filter(|(_, c)| **c > 0) {
-        report.push_str(&format!("{i:x} {c:x}\n"));
-    }
-    report.push_str("end\n");
-    let file = server.reports_dir().join(format!("cov.{pid}.0"));
-    let written = profdev_safefile::write_file(&file, report.as_bytes(), 0o600);
-    let (modules, mut notes) = server.into_collected();
-    if let Err(e) = written {
-        notes.push(format!(
-            "cannot write {}: {e}; nothing counted",
-            file.display()
-        ));
-    }
-    if unread > 0 {
-        notes.push(format!(
-            "the counts of {unread} threads could not be read (killed): they are not listed"
-        ));
-    }
-    if t.sharing > 0 {
-        notes.push(format!(
-            "{} threads shared their creator's counter array (none could be mapped for them): \
-             their counts may race",
-            t.sharing
-        ));
-    }
-    if t.execs > 0 {
-        notes.push(format!(
-            "{} processes exec'd another program: what they ran before is not counted",
-            t.execs
-        ));
-    }
-    Ok(TracedRun {
-        modules,
-        notes,
-        status,
-    })
+    Ok(t.finish(status, server))
 }

@@ -7,6 +7,8 @@
  *          have finished
  *   gs     "gs M W0 [W1]": the GS base of the main thread and of each
  *          worker, in hex (where coverage keeps each thread's counters)
+ *   new K  a new thread runs outer_b() 1000*K times from 0, and ends;
+ *          "new X" (its final value) is printed once it is joined
  *   quit   the workers end; "sum X0 [X1]" (their final values) is printed
  *          and the program exits 0.
  * outer_X() calls inner() exactly 10 times; inner() is straight-line, so
@@ -64,6 +66,17 @@ static void *work(void *p) {
     return NULL;
 }
 
+struct fresh {
+    uint64_t x;
+    long k;
+};
+
+static void *fresh(void *p) {
+    struct fresh *f = p;
+    for (long r = 0; r < f->k * REPS; r++) f->x = outer_b(f->x);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 1;
     if (n < 1 || n > 2) return 2;
@@ -106,6 +119,11 @@ int main(int argc, char **argv) {
             printf("gs %lx", mine);
             for (int i = 0; i < n; i++) printf(" %lx", w[i].gs);
             printf("\n");
+        } else if (sscanf(line, "new %ld", &k) == 1 && k > 0) {
+            struct fresh f = {0, k};
+            pthread_t t;
+            if (pthread_create(&t, NULL, fresh, &f) || pthread_join(t, NULL)) return 2;
+            printf("new %llu\n", (unsigned long long)f.x);
         } else if (!strcmp(line, "quit\n")) {
             break;
         }

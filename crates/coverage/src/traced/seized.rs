@@ -1,0 +1,296 @@
+//! A running, statically linked process counted through ptrace
+//! (`profdev cprof -p PID`), at the launch route's cost instead of the
+//! uprobes' (about 0.2 to 16 us a block).
+//!
+//! The caller seizes every thread of the process (`PTRACE_SEIZE`, then
+//! `PTRACE_INTERRUPT`: `profdev_inject::Target`, which also checks the
+//! requester's right again once all are stopped) on the thread that will
+//! follow the run, and hands them over. [`attach_seized`] then, while
+//! every thread waits:
+//!
+//! * sets the options that follow new threads, processes and exits;
+//! * maps the `syscall; int3` stub page (from a copy of those bytes
+//!   written where the main thread stopped, put back after);
+//! * plans the executable, maps its trampolines, writes the patches, as
+//!   the launch route does; a patch over an instruction a thread stopped
+//!   in (or, in a system call, the one a restart runs again) is skipped,
+//!   and its block reported uncounted, as the runtime's attach does;
+//! * gives each thread a counter array of its own (its GS base).
+//!
+//! [`Seized::follow`] follows the run as the launch route does (new
+//! threads get arrays, forks count, breakpoints are taken, exits are
+//! read), honouring group stops (`PTRACE_LISTEN`: ^Z and SIGSTOP stop
+//! it, SIGCONT goes on), until the process ends or [`Live::end`] is
+//! asked. Then it lets go: every thread is stopped, their counts read,
+//! each breakpoint's byte put back (nobody would take its trap), and
+//! every thread detached with the signal it had stopped with. The jumps
+//! into the trampolines stay, counting into arrays nobody reads, as the
+//! runtime's patches stay after a dynamic process's attach.
+
+use super::*;
+
+/// An attached process, set up and waiting to be followed
+/// ([`Seized::follow`], on the thread that seized it).
+pub struct Seized {
+    tracer: Tracer,
+    server: Server,
+}
+
+/// Count the running, statically linked process `pid`, whose every
+/// thread (`held`) the calling thread has seized and stopped. Planned by
+/// `server` (counting mode); `live` is for the caller's end
+/// ([`Live::end`]). Err (one sentence) when it could not be set up; the
+/// threads are still stopped then, for the caller to let go (the
+/// trampolines may be mapped, unused; every patch written is put back).
+pub fn attach_seized(
+    pid: u32,
+    held: &[u32],
+    server: Server,
+    live: &Live,
+) -> Result<Seized, String> {
+    let opts = libc::PTRACE_O_TRACECLONE
+        | libc::PTRACE_O_TRACEFORK
+        | libc::PTRACE_O_TRACEVFORK
+        | libc::PTRACE_O_TRACEEXEC
+        | libc::PTRACE_O_TRACEEXIT;
+    let mut stopped = Vec::with_capacity(held.len());
+    for &tid in held {
+        if ptrace(libc::PTRACE_SETOPTIONS, tid, 0, opts as u64) != 0 {
+            return Err(format!("ptrace: {}", io::Error::last_os_error()));
+        }
+        let r = regs(tid).map_err(|e| format!("cannot read its registers: {e}"))?;
+        // In a system call (orig_rax set): a restart runs its
+        // instruction again, 2 bytes back.
+        stopped.push((r.rip, (r.orig_rax as i64) >= 0));
+    }
+    let main = held
+        .iter()
+        .copied()
+        .find(|&t| t == pid)
+        .or(held.first().copied())
+        .ok_or("no thread to run in")?;
+    let stub = make_stub(pid, main)?;
+    let mut tracer = Tracer::patched(pid, stub, &server, &stopped, live.clone())?;
+    // Every thread needs an array before it runs the patched code (its
+    // GS base, else it faults): its own, else the first one's, else the
+    // patches are taken back.
+    let mut first = None;
+    for &tid in held {
+        tracer.known.insert(tid);
+        if tracer.own_array(tid) {
+            first = first.or(live.lock().arrays.get(&tid).map(|&(_, a)| a));
+            continue;
+        }
+        let shared = first.is_some_and(|a| {
+            regs(tid).is_ok_and(|mut r| {
+                r.gs_base = a;
+                set_regs(tid, &r).is_ok()
+            })
+        });
+        if !shared {
+            for (addr, was, _) in &tracer.originals {
+                let _ = poke(pid, *addr, was);
+            }
+            live.lock().procs.clear();
+            return Err("cannot map a counter array in it".into());
+        }
+        tracer.sharing += 1;
+    }
+    Ok(Seized { tracer, server })
+}
+
+impl Seized {
+    /// Let every thread run (`pending`: a thread, the signal it had
+    /// stopped with, delivered now) and follow them until the process has
+    /// ended or [`Live::end`] is asked (then let go, the process running
+    /// on); the counts.
+    pub fn follow(self, pending: &[(u32, i32)]) -> TracedRun {
+        let Seized { mut tracer, server } = self;
+        let threads: Vec<u32> = tracer.known.iter().copied().collect();
+        for tid in threads {
+            let sig = pending.iter().find(|p| p.0 == tid).map_or(0, |p| p.1);
+            resume(tid, sig);
+        }
+        let status = tracer.follow();
+        tracer.finish(status, server)
+    }
+}
+
+impl Live {
+    /// End an attached run: wake its tracer (a `SIGSTOP` to one of the
+    /// process's threads, which the tracer takes and never delivers),
+    /// which lets the process go. Nothing when it has ended already.
+    pub fn end(&self) {
+        let mut s = self.lock();
+        if s.ending.is_some() || s.procs.is_empty() {
+            return;
+        }
+        let kick = s
+            .arrays
+            .iter()
+            .map(|(&tid, &(tg, _))| (tid, tg))
+            .min_by_key(|&(tid, tg)| (tid != tg, tid));
+        s.ending = Some(kick.map(|(tid, _)| tid));
+        if let Some((tid, tg)) = kick {
+            // SAFETY: tgkill has no memory-safety preconditions.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    tg as i64,
+                    tid as i64,
+                    libc::SIGSTOP as i64,
+                );
+            }
+        }
+    }
+}
+
+impl Tracer {
+    /// An attached run's end, the tracer woken by thread `tid`'s stop
+    /// `st`: stop every thread, read the counts, put the breakpoints'
+    /// bytes back and detach each thread with the signal it stopped with.
+    pub(super) fn let_go(&mut self, tid: u32, st: i32) {
+        let kick = self.live.lock().ending.flatten();
+        // Who is stopped already: new threads not yet set up, and the
+        // woken thread if what woke it was the tracer's SIGSTOP.
+        let mut stopped: HashMap<u32, i32> = self.early.drain().map(|t| (t, 0)).collect();
+        let woken = libc::WIFSTOPPED(st)
+            && st >> 16 == 0
+            && libc::WSTOPSIG(st) == libc::SIGSTOP
+            && kick == Some(tid);
+        if woken {
+            stopped.insert(tid, 0);
+        }
+        let mut kicked = woken;
+        let mut waiting: HashSet<u32> = HashSet::new();
+        for &t in &self.known {
+            if !stopped.contains_key(&t) && ptrace(libc::PTRACE_INTERRUPT, t, 0, 0) == 0 {
+                waiting.insert(t);
+            }
+        }
+        while !waiting.is_empty() {
+            let Some((t, st)) = wait(-1) else { break };
+            if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+                waiting.remove(&t);
+                let mut s = self.live.lock();
+                s.take(t, false);
+                s.procs.remove(&t);
+                continue;
+            }
+            if !libc::WIFSTOPPED(st) {
+                continue;
+            }
+            let sig = libc::WSTOPSIG(st);
+            match st >> 16 {
+                libc::PTRACE_EVENT_EXIT => {
+                    // Its counts now; it goes on to exit.
+                    self.live.lock().take(t, true);
+                    waiting.remove(&t);
+                    resume(t, 0);
+                }
+                libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
+                    let mut new: libc::c_ulong = 0;
+                    ptrace(libc::PTRACE_GETEVENTMSG, t, 0, &mut new as *mut _ as u64);
+                    let new = new as u32;
+                    if !stopped.contains_key(&new) {
+                        waiting.insert(new);
+                    }
+                    waiting.remove(&t);
+                    stopped.insert(t, 0);
+                }
+                libc::PTRACE_EVENT_EXEC => {
+                    waiting.remove(&t);
+                    self.live.lock().arrays.remove(&t);
+                    self.execs += 1;
+                    ptrace(libc::PTRACE_DETACH, t, 0, 0);
+                }
+                0 if sig == libc::SIGSTOP && !kicked && kick == Some(t) => {
+                    kicked = true;
+                    waiting.remove(&t);
+                    stopped.insert(t, 0);
+                }
+                0 if sig == libc::SIGTRAP && self.trap_to_trampoline(t) => {
+                    waiting.remove(&t);
+                    stopped.insert(t, 0);
+                }
+                0 => {
+                    // Delivered when it is let go.
+                    waiting.remove(&t);
+                    stopped.insert(t, sig);
+                }
+                _ => {
+                    waiting.remove(&t);
+                    stopped.entry(t).or_insert(0);
+                }
+            }
+        }
+        let procs: Vec<u32> = {
+            let mut s = self.live.lock();
+            let tids: Vec<u32> = s.arrays.keys().copied().collect();
+            for t in tids {
+                s.take(t, false);
+            }
+            s.procs.iter().copied().collect()
+        };
+        for p in procs {
+            for (addr, was, _) in self.originals.iter().filter(|o| o.2) {
+                let _ = poke(p, *addr, was);
+            }
+        }
+        for (t, sig) in stopped {
+            ptrace(libc::PTRACE_DETACH, t, 0, sig as u64);
+        }
+        self.live.lock().procs.clear();
+    }
+
+    /// Thread `t`, stopped by a SIGTRAP: if it is one of the module's
+    /// breakpoints, counted and moved on to its trampoline (not resumed).
+    pub(super) fn trap_to_trampoline(&mut self, t: u32) -> bool {
+        let Ok(mut r) = regs(t) else { return false };
+        let Some(&to) = self.traps.get(&r.rip.wrapping_sub(1)) else {
+            return false;
+        };
+        r.rip = to;
+        let ok = set_regs(t, &r).is_ok();
+        self.taken += u64::from(ok);
+        ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::busy_patches;
+    use crate::encode::{Patch, PATCH_JMP, PATCH_REL8};
+
+    #[test]
+    fn a_hop_in_live_code_is_not_written() {
+        // A host block at 0x100 (its jump, 5 bytes), a hop's jump in its
+        // dead bytes at 0x108, and a short block at 0x180 jumping there.
+        let p = |addr, entry, kind, len| Patch {
+            addr,
+            entry,
+            kind,
+            len,
+        };
+        let patches = [
+            p(0x100, 0x9000, PATCH_JMP, 5),
+            p(0x108, 0x9100, PATCH_JMP, 5),
+            p(0x180, 0x108, PATCH_REL8, 2),
+        ];
+        let busy = |stopped: &[(u64, bool)]| busy_patches(&patches, stopped);
+        assert_eq!(busy(&[]), [false; 3]);
+        // At the host's start (it will take its jump), or past the hop.
+        assert_eq!(busy(&[(0x100, false)]), [false; 3]);
+        assert_eq!(busy(&[(0x110, false)]), [false; 3]);
+        // Inside the host's jump: nothing of the host or its hop.
+        assert_eq!(busy(&[(0x103, false)]), [true; 3]);
+        // Past the host's jump but before the hop's end: the hop's bytes
+        // are code the thread runs.
+        assert_eq!(busy(&[(0x106, false)]), [false, true, true]);
+        assert_eq!(busy(&[(0x10c, false)]), [false, true, true]);
+        // After a system call ending at 0x10a: a restart runs 0x108 again.
+        assert_eq!(busy(&[(0x10a, true)]), [false, true, true]);
+        // In the short block's rel8: that alone.
+        assert_eq!(busy(&[(0x181, false)]), [false, false, true]);
+    }
+}
