@@ -37,9 +37,9 @@
 #            which launch, marks and hits-lcov count through `profdev cprof` (-f for
 #            launch; the ptrace route, patched at its first stop: the
 #            harness's LD_PRELOAD cannot reach it) with its listing to
-#            /dev/null; attach (`cprof -p` on a static process, the uprobe
-#            route) and valgrind are not run for it ("-", and not in the
-#            geometric means)
+#            /dev/null; attach is `cprof -f -p` on it (patched through
+#            ptrace too, followed until it exits); marks-attach and valgrind
+#            are not run for it ("-", and not in the geometric means)
 #
 # `hits-lcov` is `profdev cprof --hits --lcov FILE CMD` (target/release/
 # profdev, every module): hit mode with each conditional jump's edges (a
@@ -194,7 +194,7 @@ one() { # variant workload -> seconds
   [ "$v" = attach@base ] && cprof=$base/profdev
   case $w.$v in
     # Not run (see static above): no time.
-    static.*attach* | static.*grind | static.*@base) return 0 ;;
+    static.marks-attach | static.*grind | static.*@base) return 0 ;;
   esac
   t0=$(date +%s.%N)
   if [ "${v%@base}" = attach ] || [ "$v" = marks-attach ]; then
@@ -205,6 +205,7 @@ one() { # variant workload -> seconds
       python) "$python" -c "$pyloop" >/dev/null & bin=$python ;;
       sqlite) sqlite3 :memory: <"$work/q.sql" >/dev/null & bin=$(command -v sqlite3) ;;
       cc) cc -O2 -c -o "$work/gen.o" "$work/gen.c" & bin=$(command -v cc) ;;
+      static) "$work/static_collatz" $((12000000 * scale)) >/dev/null & bin=$work/static_collatz ;;
     esac
     pid=$! target=$pid cp=
     bin=$(readlink -f "$bin")
