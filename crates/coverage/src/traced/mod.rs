@@ -189,6 +189,13 @@ fn resume(tid: u32, sig: i32) {
     ptrace(libc::PTRACE_CONT, tid, 0, sig as u64);
 }
 
+/// The thread or process a clone, fork or vfork event of `tid` made.
+fn event_msg(tid: u32) -> u32 {
+    let mut new: libc::c_ulong = 0;
+    ptrace(libc::PTRACE_GETEVENTMSG, tid, 0, &mut new as *mut _ as u64);
+    new as u32
+}
+
 /// waitpid for `pid` (-1: any), every kind of child: (tid, status), None
 /// when there is none left.
 fn wait(pid: i32) -> Option<(u32, i32)> {
@@ -689,9 +696,7 @@ impl Tracer {
                 ev @ (libc::PTRACE_EVENT_CLONE
                 | libc::PTRACE_EVENT_FORK
                 | libc::PTRACE_EVENT_VFORK) => {
-                    let mut new: libc::c_ulong = 0;
-                    ptrace(libc::PTRACE_GETEVENTMSG, tid, 0, &mut new as *mut _ as u64);
-                    let new = new as u32;
+                    let new = event_msg(tid);
                     if self.early.remove(&new) {
                         self.start(new, ev);
                     } else {

@@ -189,9 +189,7 @@ impl Tracer {
                     resume(t, 0);
                 }
                 libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
-                    let mut new: libc::c_ulong = 0;
-                    ptrace(libc::PTRACE_GETEVENTMSG, t, 0, &mut new as *mut _ as u64);
-                    let new = new as u32;
+                    let new = event_msg(t);
                     if !stopped.contains_key(&new) {
                         waiting.insert(new);
                     }
