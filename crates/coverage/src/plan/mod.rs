@@ -28,7 +28,9 @@
 //!   otherwise the jump covers the call too and the trampoline makes the
 //!   call as a push of the original return address and a jump: the return
 //!   lands in the original code, as the unwinder expects (at the price of
-//!   one mispredicted return).
+//!   one mispredicted return: the slot is taken by a real call over one
+//!   byte, so the processor's return stack stays in step and the returns
+//!   above it are predicted; `encode::seq::emulate_call`).
 //! * [`How::Int3`]: blocks shorter than 5 bytes: `int3` at the start; the
 //!   runtime's SIGTRAP handler resumes in the same kind of trampoline (a
 //!   copy of the whole block up to a final call). A trampoline that falls
