@@ -267,7 +267,10 @@ fn retargetable(x: &Instruction) -> Option<u32> {
 /// address is the original one, pushed by a real call, so the callee's
 /// return is predicted (an emulated call, a push and a jump, mispredicts
 /// it once). The moved instructions run one push lower: none of them, nor
-/// the call's operand, may use `%rsp` or the stack, explicitly or not.
+/// the call's operand, may use `%rsp` or the stack, explicitly or not
+/// (one reading the red zone through another register would read the
+/// return address there; a compiler keeps nothing live in the red zone
+/// across a call, which overwrites it too).
 fn moved_call(block: &[Instruction]) -> Option<u32> {
     let call = block.last()?;
     if call.code() != Op::Call_rm64 {
