@@ -79,8 +79,14 @@ pub(super) fn pieces(cx: &Ctx) -> Pieces {
 /// target, and jump where the call went (the return address is the
 /// original one: the patch is the call itself, retargeted).
 fn call_piece(cx: &Ctx, i: usize, b: &PlannedBlock, counter: u64) -> Option<Piece> {
-    let x = cx.decode(b.start, b.end)?.pop()?;
-    let mut stub = count_seq(counter, false, cx.hits());
+    let How::Call { len } = b.how else {
+        return None;
+    };
+    // The patched bytes: the call, and what comes before it there (run
+    // here, one push lower, before the count: `choose::moved_call`).
+    let mut stub = cx.decode(b.end.checked_sub(len.into())?, b.end)?;
+    let x = stub.pop()?;
+    stub.extend(count_seq(counter, false, cx.hits()));
     stub.extend(cx.record(&x).into_iter().flatten());
     if x.code() == Code::Call_rel32_64 {
         stub.push(jmp(x.near_branch_target()));
@@ -294,6 +300,25 @@ mod tests {
         assert_eq!(stub[1].code(), Code::Jmp_rel32_64);
         assert_eq!(stub[1].near_branch_target(), BIAS + 0x1010);
         assert!(p.pieces[0].main.is_empty());
+    }
+
+    #[test]
+    fn an_indirect_call_after_a_short_prefix_takes_the_prefix_into_its_stub() {
+        // mov %rbx,%rdi; call *0x28(%rbp) | ret: the six bytes become `ds
+        // call stub`; the stub runs the mov, counts (after it: the mov
+        // may read the flags, the count writes them), and jumps through
+        // the call's operand, the return address the original one.
+        let plan = plan(&[0x48, 0x89, 0xdf, 0xff, 0x55, 0x28, 0xc3]);
+        assert_eq!(plan.blocks[0].how, How::Call { len: 6 });
+        let p = pieces(&cx(&plan, Options::default()));
+        assert_eq!(p.failed, 0);
+        let stub = &p.pieces[0].stubs[0];
+        assert_eq!(stub.len(), 3, "{stub:?}");
+        assert_eq!(stub[0].code(), Code::Mov_rm64_r64);
+        assert_eq!(counter(&stub[1]), Some(100));
+        assert_eq!(stub[2].code(), Code::Jmp_rm64);
+        assert_eq!(stub[2].memory_base(), iced_x86::Register::RBP);
+        assert_eq!(stub[2].memory_displacement64(), 0x28);
     }
 
     #[test]

@@ -365,3 +365,75 @@ fn patch_bytes_are_what_the_runtime_writes() {
     assert_eq!(p(PATCH_ONCE, 3, 1).bytes(), None);
     assert_eq!(p(PATCH_JMP, 0x2000, 2).bytes(), None);
 }
+
+#[test]
+fn an_emulated_call_opens_with_a_real_call_and_returns_to_the_original_code() {
+    // One page: the sequence at its start, the "original" return site
+    // (`ret`) at 2048, the callee (`mov (%rsp),%rax; ret`: it returns
+    // the return address it sees) at 3072.
+    // SAFETY: a fresh private anonymous mapping, unmapped at the end.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    // SAFETY: the mapping above, 4096 bytes, ours alone.
+    let page = unsafe { std::slice::from_raw_parts_mut(map.cast::<u8>(), 4096) };
+    let at = page.as_ptr() as u64;
+    let (landing, callee) = (at + 2048, at + 3072);
+    page[2048] = 0xc3;
+    page[3072..3077].copy_from_slice(&[0x48, 0x8b, 0x04, 0x24, 0xc3]);
+    // The original `call *%rsi`, two bytes ending at the return site.
+    let mut call = Instruction::with1(Code::Call_rm64, Register::RSI).unwrap();
+    call.set_ip(landing - 2);
+    call.set_len(2);
+    call.set_next_ip(landing);
+    let seq = super::seq::emulate_call(&call).expect("an emulated call");
+    let code = BlockEncoder::encode(
+        64,
+        InstructionBlock::new(&seq, at),
+        BlockEncoderOptions::NONE,
+    )
+    .map(|r| r.code_buffer)
+    .unwrap_or_else(|e| panic!("{e}: {seq:?}"));
+    // A real call over one byte takes the return address's slot, so the
+    // processor's return stack stays in step with the stack (with `lea
+    // -8(%rsp),%rsp` there, every return above the callee mispredicted).
+    assert_eq!(code[..6], super::seq::CALL_OVER, "{code:02x?}");
+    page[..code.len()].copy_from_slice(&code);
+    let (seen, mut sp0, mut sp1): (u64, u64, u64);
+    // SAFETY: the page holds the code written above, made executable
+    // for the call and writable again; the sequence leaves every
+    // register but %rax (declared) as it was, and returns through the
+    // return site's `ret` to the call below.
+    unsafe {
+        assert_eq!(
+            libc::mprotect(map, 4096, libc::PROT_READ | libc::PROT_EXEC),
+            0
+        );
+        std::arch::asm!(
+            "mov {sp0}, rsp",
+            "call {code}",
+            "mov {sp1}, rsp",
+            code = in(reg) at,
+            sp0 = out(reg) sp0,
+            sp1 = out(reg) sp1,
+            in("rsi") callee,
+            out("rax") seen,
+        );
+        assert_eq!(
+            libc::mprotect(map, 4096, libc::PROT_READ | libc::PROT_WRITE),
+            0
+        );
+    }
+    assert_eq!(seen, landing, "the callee saw the original return address");
+    assert_eq!(sp1, sp0, "%rsp restored");
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(map, 4096) };
+}

@@ -222,6 +222,15 @@ fn window(f: &Facts, s: usize, e: usize, restricted: bool) -> How {
         How::Call {
             len: retargetable(last).expect("checked"),
         }
+    } else if let Some(len) = (copy_end == e - 1)
+        .then(|| moved_call(&insns[s..e]))
+        .flatten()
+    {
+        // A short prefix and an indirect call (`mov %rbx,%rdi; call
+        // *0x28(%rbp)`) whose last 5 or 6 bytes start at an instruction:
+        // those bytes become the retargeted call, and what they held
+        // before the call runs in its stub (`moved_call`).
+        How::Call { len }
     } else if copy_end == e - 1 && end - start >= 5 {
         // A short prefix and a call of another form (`call *%rax`): the
         // trampoline makes the call as a push of the original return
@@ -247,6 +256,49 @@ fn retargetable(x: &Instruction) -> Option<u32> {
     } else {
         None
     }
+}
+
+/// [`How::Call`] for a block `block` (a short prefix, then an indirect
+/// call of a form that cannot be retargeted where it is: `call *%rax`,
+/// `call *0x28(%rbp)`) whose last 5 or 6 bytes start at an instruction:
+/// the length of those bytes, which the patch turns into `call rel32`
+/// (`ds call rel32` for 6) to a stub that runs the instructions they held
+/// before the call, counts, and jumps where the call went. The return
+/// address is the original one, pushed by a real call, so the callee's
+/// return is predicted (an emulated call, a push and a jump, mispredicts
+/// it once). The moved instructions run one push lower: none of them, nor
+/// the call's operand, may use `%rsp` or the stack, explicitly or not
+/// (one reading the red zone through another register would read the
+/// return address there; a compiler keeps nothing live in the red zone
+/// across a call, which overwrites it too).
+fn moved_call(block: &[Instruction]) -> Option<u32> {
+    let call = block.last()?;
+    if call.code() != Op::Call_rm64 {
+        return None;
+    }
+    let end = call.next_ip();
+    let k = block.iter().position(|x| matches!(end - x.ip(), 5 | 6))?;
+    let rsp = |r: iced_x86::Register| r.full_register() == iced_x86::Register::RSP;
+    if (call.op0_kind() == OpKind::Register && rsp(call.op0_register()))
+        || rsp(call.memory_base())
+        || rsp(call.memory_index())
+    {
+        return None;
+    }
+    let mut info = iced_x86::InstructionInfoFactory::new();
+    for x in &block[k..block.len() - 1] {
+        let i = info.info(x);
+        if x.stack_pointer_increment() != 0
+            || x.flow_control() != FlowControl::Next
+            || i.used_registers().iter().any(|u| rsp(u.register()))
+            || i.used_memory()
+                .iter()
+                .any(|m| rsp(m.base()) || rsp(m.index()))
+        {
+            return None;
+        }
+    }
+    Some((end - block[k].ip()) as u32)
 }
 
 /// A block with no jump: one call retargeted (`call rel32`, `call
@@ -377,12 +429,39 @@ mod tests {
             [
                 How::Call { len: 5 },
                 How::Call { len: 6 },
-                // Not retargetable: the trampoline emulates the call.
+                // An indirect call: the mov moves into the stub with it.
+                How::Call { len: 5 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_prefix_using_the_stack_keeps_its_call_emulated() {
+        // The moved bytes would run one push lower: mov %rsp,%rdi; call
+        // *%rax | mov %rbx,%rdi; call *8(%rsp) | mov %rbx,%rdi; call
+        // *0x28(%rbp) (moved) | ret
+        let bytes = [
+            0x48, 0x89, 0xe7, 0xff, 0xd0, // 0x1000
+            0x48, 0x89, 0xdf, 0xff, 0x54, 0x24, 0x08, // 0x1005
+            0x48, 0x89, 0xdf, 0xff, 0x55, 0x28, // 0x100c
+            0xc3,
+        ];
+        let p = Passes::of(&bytes, &[0x1000]);
+        let hows: Vec<How> = p.choose().blocks.iter().map(|b| b.how).collect();
+        assert_eq!(
+            hows[..3],
+            [
                 How::Jmp {
-                    from: 0x1011,
-                    to: 0x1016,
+                    from: 0x1000,
+                    to: 0x1005,
                     overwrite: 5
-                }
+                },
+                How::Jmp {
+                    from: 0x1005,
+                    to: 0x100c,
+                    overwrite: 7
+                },
+                How::Call { len: 6 },
             ]
         );
     }
