@@ -461,6 +461,22 @@ fn a_static_programs_forked_child_counts_what_it_ran() {
     assert_eq!(at("printf(\"done"), 1, "{stdout}");
 }
 
+/// The children of process `pid` (of all its threads).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|w| w.parse::<u32>().ok()),
+        );
+    }
+    out
+}
+
 #[test]
 fn sigterm_to_cprof_still_lists_a_static_program() {
     if !ptrace_gate("cprof on a static program through ptrace") {
@@ -483,7 +499,33 @@ fn sigterm_to_cprof_still_lists_a_static_program() {
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
     assert_eq!(first, "ready\n");
+    // A stop aimed at CMD alone is honoured, and SIGCONT goes on.
+    let cmd = children_of(child.id());
+    assert_eq!(cmd.len(), 1, "cprof's one child: {cmd:?}");
+    let cmd = cmd[0];
+    let state = |want: fn(char) -> bool| {
+        move || {
+            std::fs::read_to_string(format!("/proc/{cmd}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()))
+                .is_some_and(want)
+        }
+    };
     // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(cmd as i32, libc::SIGSTOP) };
+    wait_until(
+        "CMD stopped",
+        Duration::from_secs(30),
+        state(|c| c == 't' || c == 'T'),
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(cmd as i32, libc::SIGCONT) };
+    wait_until(
+        "CMD running again",
+        Duration::from_secs(30),
+        state(|c| c == 'R' || c == 'S'),
+    );
+    // SAFETY: as above.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }

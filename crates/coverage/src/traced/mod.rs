@@ -3,9 +3,10 @@
 //! and no `dlopen` to load it with, so profdev does the runtime's work
 //! itself, through ptrace, at the program's first stop before `_start`.
 //!
-//! [`run_traced`] runs CMD traced (`PTRACE_TRACEME`: it stops right
-//! after its `execve`, before any instruction of it has run), and while
-//! it is stopped:
+//! [`run_traced`] runs CMD traced (seized between its fork and its exec,
+//! `PTRACE_SEIZE`, and taken from its exec event to the exit of the
+//! `execve` call: stopped before any instruction of it has run, its
+//! registers its own), and while it is stopped:
 //!
 //! * maps a page holding `syscall; int3` (one injected `mmap`, run from a
 //!   copy of those bytes written over the entry point and put back), the
@@ -22,6 +23,8 @@
 //! Then it lets CMD run, following its events (`PTRACE_O_TRACECLONE`,
 //! `TRACEFORK`, `TRACEVFORK`, `TRACEEXEC`, `TRACEEXIT`, `EXITKILL`):
 //!
+//! * a group stop (SIGSTOP, ^Z) is honoured (`PTRACE_LISTEN`): CMD stays
+//!   stopped until SIGCONT;
 //! * a new thread gets a counter array of its own (injected `mmap` in it)
 //!   before its first instruction: counts stay exact;
 //! * a forked child counts into its copy of its parent thread's array,
@@ -45,6 +48,7 @@ use crate::launch::Server;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus};
@@ -819,42 +823,96 @@ impl Tracer {
     }
 }
 
+/// Wait for the seized CMD `pid` to stop at its exec (`PTRACE_EVENT_EXEC`,
+/// inside the system call), then take it on to the system call's exit
+/// (`PTRACE_SYSCALL`): stopped there, with its return value written, its
+/// registers are its own to change and no instruction of it has run.
+fn first_stop(pid: u32) -> Result<(), String> {
+    match wait(pid as i32) {
+        Some((_, st)) if libc::WIFSTOPPED(st) && st >> 16 == libc::PTRACE_EVENT_EXEC => {}
+        _ => return Err("it did not stop at its exec".into()),
+    }
+    ptrace(libc::PTRACE_SYSCALL, pid, 0, 0);
+    match wait(pid as i32) {
+        Some((_, st))
+            if libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP && st >> 16 == 0 =>
+        {
+            Ok(())
+        }
+        _ => Err("it did not stop at its start".into()),
+    }
+}
+
 /// Run `cmd` (a statically linked program) counted by patching it at its
 /// first stop (the module doc), planned by `server`; `live` is for the
 /// caller's signals. Err (one sentence) when it could not be set up: CMD
 /// was then killed before its first instruction (or not started), and
 /// may be counted another way.
 pub fn run_traced(cmd: &mut Command, server: Server, live: &Live) -> Result<TracedRun, String> {
-    // SAFETY: the hook runs between fork and exec and makes one
-    // async-signal-safe system call.
+    // CMD is seized (PTRACE_SEIZE, so that its stops can be honoured:
+    // PTRACE_LISTEN) between its fork and its exec: the child sends its
+    // pid through one pipe and waits for a byte on the other before it
+    // execs; no byte (the seize failed) and it gives up. The fork and
+    // exec are another thread's (spawn returns once CMD has exec'd).
+    let pipe = || {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| format!("cannot make a pipe: {e}"))
+    };
+    let (said_r, said_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let (said, go) = (said_w.as_raw_fd(), go_r.as_raw_fd());
+    // SAFETY: the hook runs between fork and exec and makes only
+    // async-signal-safe system calls on integers and its own stack.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
+        cmd.pre_exec(move || {
+            let pid = libc::getpid().to_ne_bytes();
+            let mut byte = 0u8;
+            if libc::write(said, pid.as_ptr().cast(), 4) != 4
+                || libc::read(go, (&mut byte as *mut u8).cast(), 1) != 1
+            {
+                return Err(io::Error::from_raw_os_error(libc::EPERM));
             }
             Ok(())
         });
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run it under ptrace: {e}"))?;
-    let pid = child.id();
-    let ready = match wait(pid as i32) {
-        Some((_, st)) if libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP => {
-            let opts = libc::PTRACE_O_TRACECLONE
-                | libc::PTRACE_O_TRACEFORK
-                | libc::PTRACE_O_TRACEVFORK
-                | libc::PTRACE_O_TRACEEXEC
-                | libc::PTRACE_O_TRACEEXIT
-                | libc::PTRACE_O_EXITKILL;
-            if ptrace(libc::PTRACE_SETOPTIONS, pid, 0, opts as u64) != 0 {
-                Err(format!("ptrace: {}", io::Error::last_os_error()))
-            } else {
-                Tracer::prepare(pid, &server, live.clone())
-            }
-        }
-        _ => Err("it did not stop at its start".into()),
-    };
+    let ready: Result<(u32, Result<Tracer, String>), String> = std::thread::scope(|s| {
+        let spawned = s.spawn(move || {
+            let child = cmd.spawn();
+            // The child has its own copies (closed as it execs or exits):
+            // the reader sees the end if it never wrote.
+            drop((said_w, go_r));
+            child
+        });
+        let mut pid = [0u8; 4];
+        let seized = rustix::io::read(&said_r, &mut pid)
+            .ok()
+            .filter(|&n| n == 4)
+            .map(|_| u32::from_ne_bytes(pid))
+            .ok_or_else(|| "it did not start".to_string())
+            .and_then(|pid| {
+                let opts = libc::PTRACE_O_TRACECLONE
+                    | libc::PTRACE_O_TRACEFORK
+                    | libc::PTRACE_O_TRACEVFORK
+                    | libc::PTRACE_O_TRACEEXEC
+                    | libc::PTRACE_O_TRACEEXIT
+                    | libc::PTRACE_O_EXITKILL;
+                if ptrace(libc::PTRACE_SEIZE, pid, 0, opts as u64) != 0 {
+                    return Err(format!("ptrace: {}", io::Error::last_os_error()));
+                }
+                rustix::io::write(&go_w, &[1])
+                    .map(|_| pid)
+                    .map_err(|e| format!("cannot start it: {e}"))
+            });
+        drop(go_w);
+        let child = spawned.join().map_err(|_| "cannot run it".to_string())?;
+        let pid = seized?;
+        child.map_err(|e| format!("cannot run it under ptrace: {e}"))?;
+        Ok((
+            pid,
+            first_stop(pid).and_then(|()| Tracer::prepare(pid, &server, live.clone())),
+        ))
+    });
+    let (pid, ready) = ready?;
     let mut t = match ready {
         Ok(t) => t,
         Err(e) => {
