@@ -7,12 +7,13 @@
 //! are read back (only files of this user that nobody else could have
 //! written: `Dir::read_own`), oldest first, ahead of the new cuts.
 //!
-//! # The file (format of our own, version 2; integers little-endian)
+//! # The file (format of our own, version 3; integers little-endian)
 //!
 //! ```text
-//! magic "profdev-cut\0" (12 bytes), version u16 = 2
+//! magic "profdev-cut\0" (12 bytes), version u16 = 3
 //! seq u64, start_ns u64, end_ns u64, to_unix u64
-//! processes u32, then each: pid u32, exe STR?, cgroup path STR?
+//! processes u32, then each: pid u32, exe STR?, cgroup path STR?,
+//!   executable's build id STR? (lower-case hex)
 //!   (STR? = present u8 (0 or 1), then length u32 and UTF-8 bytes)
 //! recording length u64, then the recording (profdev_formats::recording)
 //! heap profiles u32 (`--heap`), then each: pid u32, comm STR?,
@@ -22,8 +23,9 @@
 //!   file STR?, line u32
 //! ```
 //!
-//! Version 1 (written before heap profiles were spooled) is the same
-//! without the heap profiles, and is still read. The cgroup's container
+//! Version 2 (before the executable's build id was a label) is the same
+//! without the build ids, version 1 (before heap profiles were spooled)
+//! without those either; both are still read. The cgroup's container
 //! id, unit and pod uid are derived again from its path
 //! ([`crate::cgroup::of_path`]).
 
@@ -35,7 +37,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 const MAGIC: &[u8; 12] = b"profdev-cut\0";
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
+/// The version before the executable's build id, still read.
+const VERSION_2: u16 = 2;
 /// The version before heap profiles, still read.
 const VERSION_1: u16 = 1;
 /// The largest spool file read back.
@@ -43,9 +47,15 @@ pub const MAX_FILE: u64 = 256 << 20;
 
 /// The bytes of `cut` (see the module doc).
 pub fn encode(cut: &Cut) -> Vec<u8> {
+    encode_version(cut, VERSION)
+}
+
+/// The bytes of `cut` in file version `version` (an older one leaves out
+/// what it did not have).
+fn encode_version(cut: &Cut, version: u16) -> Vec<u8> {
     let mut b = Vec::with_capacity(cut.recording.len() + 256);
     b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&version.to_le_bytes());
     for v in [cut.seq, cut.start_ns, cut.end_ns, cut.to_unix] {
         b.extend_from_slice(&v.to_le_bytes());
     }
@@ -62,9 +72,15 @@ pub fn encode(cut: &Cut) -> Vec<u8> {
         b.extend_from_slice(&pid.to_le_bytes());
         string(&mut b, l.exe.as_deref());
         string(&mut b, l.cgroup.as_ref().map(|c| c.path.as_str()));
+        if version >= VERSION {
+            string(&mut b, l.build_id.as_deref());
+        }
     }
     b.extend_from_slice(&(cut.recording.len() as u64).to_le_bytes());
     b.extend_from_slice(&cut.recording);
+    if version < VERSION_2 {
+        return b;
+    }
     b.extend_from_slice(&(cut.heap.len() as u32).to_le_bytes());
     for h in &cut.heap {
         b.extend_from_slice(&h.pid.to_le_bytes());
@@ -197,9 +213,9 @@ pub fn decode(b: &[u8]) -> Result<Cut, String> {
         return Err("not a profdev spool file (magic)".into());
     }
     let version = u16::from_le_bytes(r.take(2, "version")?.try_into().expect("2 bytes"));
-    if version != VERSION && version != VERSION_1 {
+    if !(VERSION_1..=VERSION).contains(&version) {
         return Err(format!(
-            "spool file version {version}, this agent reads {VERSION_1} and {VERSION}"
+            "spool file version {version}, this agent reads {VERSION_1} to {VERSION}"
         ));
     }
     let mut cut = Cut {
@@ -214,13 +230,24 @@ pub fn decode(b: &[u8]) -> Result<Cut, String> {
         let pid = r.u32("pid")?;
         let exe = r.string("exe")?;
         let cgroup = r.string("cgroup path")?.map(|p| crate::cgroup::of_path(&p));
-        cut.processes
-            .insert(pid, Arc::new(ProcessLabels { exe, cgroup }));
+        let build_id = if version >= VERSION {
+            r.string("build id")?
+        } else {
+            None
+        };
+        cut.processes.insert(
+            pid,
+            Arc::new(ProcessLabels {
+                exe,
+                cgroup,
+                build_id,
+            }),
+        );
     }
     let len = r.u64("recording length")?;
     let len = usize::try_from(len).map_err(|_| "recording length too large".to_string())?;
     cut.recording = r.take(len, "recording")?.to_vec();
-    if version != VERSION_1 {
+    if version >= VERSION_2 {
         cut.heap = heap_profiles(&mut r)?;
     }
     if r.at != b.len() {
@@ -316,6 +343,7 @@ mod tests {
             Arc::new(ProcessLabels {
                 exe: Some("/usr/bin/hot".into()),
                 cgroup: Some(crate::cgroup::of_path("/system.slice/hot.service")),
+                build_id: Some("0123456789abcdef0123456789abcdef01234567".into()),
             }),
         );
         c.processes.insert(10, Arc::new(ProcessLabels::default()));
@@ -375,23 +403,30 @@ mod tests {
         longer.push(0);
         assert_eq!(decode(&longer).unwrap_err(), "1 bytes after the cut");
         let mut bad = b;
-        bad[12] = 3;
-        assert!(decode(&bad).unwrap_err().contains("version 3"));
+        bad[12] = 4;
+        assert!(decode(&bad).unwrap_err().contains("version 4"));
     }
 
-    /// A file of version 1 (an agent before heap profiles were spooled)
-    /// still reads: the cut without heap profiles.
+    /// Files of versions 1 (an agent before heap profiles were spooled)
+    /// and 2 (before the executable's build id) still read: the cut
+    /// without what they did not hold.
     #[test]
-    fn a_version_1_file_reads_without_heap_profiles() {
-        let mut c = cut();
-        c.heap.clear();
-        let mut b = encode(&c);
-        // Version 1: no count of heap profiles at the end.
-        b.truncate(b.len() - 4);
-        b[12..14].copy_from_slice(&1u16.to_le_bytes());
-        let back = decode(&b).unwrap();
-        assert_eq!((back.recording, back.heap.len()), (c.recording, 0));
-        assert_eq!(back.processes, c.processes);
+    fn older_files_read_without_what_they_did_not_hold() {
+        let c = cut();
+        let mut without_ids = c.processes.clone();
+        for l in without_ids.values_mut() {
+            Arc::make_mut(l).build_id = None;
+        }
+        let v2 = decode(&encode_version(&c, VERSION_2)).unwrap();
+        assert_eq!((&v2.recording, v2.heap.len()), (&c.recording, 1));
+        assert_eq!(v2.heap[0].stacks, c.heap[0].stacks);
+        assert_eq!(v2.processes, without_ids);
+        let b = encode_version(&c, VERSION_1);
+        // Version 1 ends with the recording.
+        assert!(b.ends_with(&c.recording));
+        let v1 = decode(&b).unwrap();
+        assert_eq!((&v1.recording, v1.heap.len()), (&c.recording, 0));
+        assert_eq!(v1.processes, without_ids);
     }
 
     /// Saved, listed oldest first, removed; a file that is not a cut is

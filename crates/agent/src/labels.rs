@@ -5,9 +5,13 @@
 //! the executable of an exec is the first file the kernel reports mapped
 //! after it (its MMAP record: no race with the process's end). A process
 //! that lives 200 ms between two cuts is still named; its command comes
-//! from the recording (the kernel's COMM records), and build ids from the
-//! recording's objects, as every mapping carries one. What can no longer
-//! be read keeps its last known value.
+//! from the recording (the kernel's COMM records). The executable's build
+//! id is the one its mapping's record carries, else read from the file
+//! the process runs (`/proc/PID/exe`: the inode it runs, not whatever its
+//! path names now; headers and notes only): the kernel leaves a
+//! mapping's build id out when the page holding it is not in memory, so
+//! the recording's objects alone could leave a process without one. What
+//! can no longer be read keeps its last known value.
 
 use crate::cgroup::{self, Cgroup};
 use profdev_core::Record;
@@ -25,6 +29,21 @@ pub struct ProcessLabels {
     pub exe: Option<String>,
     /// Its cgroup.
     pub cgroup: Option<Cgroup>,
+    /// The executable's GNU build id, in lower-case hex.
+    pub build_id: Option<String>,
+}
+
+/// `bytes` in lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The build id of the executable of process `pid`, read through
+/// `proc/PID/exe` (a link followed on purpose: in /proc it is the inode
+/// the process runs).
+fn exe_build_id(proc: &std::path::Path, pid: u32) -> Option<String> {
+    let exe = std::fs::File::open(proc.join(pid.to_string()).join("exe")).ok()?;
+    profdev_symbolize::elf::build_id_of(exe).map(|b| hex(&b))
 }
 
 impl ProcessLabels {
@@ -41,7 +60,12 @@ impl ProcessLabels {
             .and_then(|f| f.take(MAX_CGROUP_BYTES).read_to_string(&mut text))
             .ok()
             .and_then(|_| cgroup::parse(&text));
-        ProcessLabels { exe, cgroup }
+        let build_id = exe.as_ref().and_then(|_| exe_build_id(proc, pid));
+        ProcessLabels {
+            exe,
+            cgroup,
+            build_id,
+        }
     }
 }
 
@@ -72,6 +96,9 @@ impl Labels {
     fn learn(&mut self, pid: u32) {
         let read = ProcessLabels::read(&self.proc, pid);
         let known = Arc::make_mut(self.by_pid.entry(pid).or_default());
+        if read.exe.is_some() {
+            known.build_id = read.build_id;
+        }
         known.exe = read.exe.or(known.exe.take());
         known.cgroup = read.cgroup.or(known.cgroup.take());
         self.exited.remove(&pid);
@@ -91,13 +118,22 @@ impl Labels {
                 self.exec_pending.insert(*pid);
                 self.exited.remove(pid);
             }
-            Record::Mmap { pid, path, .. }
-                if path.starts_with('/')
-                    && !path.starts_with("//")
-                    && self.exec_pending.remove(pid) =>
+            Record::Mmap {
+                pid,
+                path,
+                build_id,
+                ..
+            } if path.starts_with('/')
+                && !path.starts_with("//")
+                && self.exec_pending.remove(pid) =>
             {
+                let build_id = match build_id {
+                    Some(b) if !b.is_empty() => Some(hex(b)),
+                    _ => exe_build_id(&self.proc, *pid),
+                };
                 let known = Arc::make_mut(self.by_pid.entry(*pid).or_default());
                 known.exe = Some(path.clone());
+                known.build_id = build_id;
             }
             Record::Exit { pid, tid, .. } if pid == tid => {
                 self.exited.insert(*pid);
@@ -201,7 +237,7 @@ mod tests {
                 pgoff: 0,
                 path: path.into(),
                 file: None,
-                build_id: None,
+                build_id: Some(vec![0xab, path.len() as u8]),
                 time: 3,
             });
         }
@@ -220,11 +256,71 @@ mod tests {
         assert_eq!(cut.len(), 1);
         let l = &cut[&42];
         assert_eq!(l.exe.as_deref(), Some("/usr/bin/hot-after-exec"));
+        // The build id its mapping's record carried.
+        assert_eq!(l.build_id.as_deref(), Some("ab17"));
         assert_eq!(
             l.cgroup.as_ref().unwrap().systemd_unit.as_deref(),
             Some("hot.service")
         );
         assert!(t.is_empty());
         assert!(t.cut().is_empty());
+    }
+
+    /// A process first seen running is named with the build id of the
+    /// file it runs (read through /proc/PID/exe), and so is an exec whose
+    /// mapping's record carries none; a file that is not ELF gives none.
+    #[test]
+    fn the_build_id_is_read_from_the_running_file_when_no_record_has_it() {
+        let d = fake_proc();
+        let me = std::env::current_exe().unwrap();
+        let want = profdev_symbolize::elf::ElfLayout::open(&me)
+            .unwrap()
+            .build_id()
+            .map(hex)
+            .expect("the test binary has a build id");
+        assert_eq!(want.len(), 40);
+        let exe = d.path().join("42/exe");
+        std::fs::remove_file(&exe).unwrap();
+        std::os::unix::fs::symlink(&me, &exe).unwrap();
+        let mut t = Labels::new(d.path().to_path_buf());
+        t.observe(&sample(42));
+        assert_eq!(t.cut()[&42].build_id.as_deref(), Some(want.as_str()));
+        // Its exec: the record has no build id, the file has.
+        t.observe(&Record::Comm {
+            pid: 42,
+            tid: 42,
+            comm: "again".into(),
+            exec: true,
+            time: 2,
+        });
+        let mmap = |build_id| Record::Mmap {
+            pid: 42,
+            tid: 42,
+            addr: 0,
+            len: 0,
+            pgoff: 0,
+            path: me.to_string_lossy().into_owned(),
+            file: None,
+            build_id,
+            time: 3,
+        };
+        t.observe(&mmap(None));
+        t.observe(&sample(42));
+        assert_eq!(t.cut()[&42].build_id.as_deref(), Some(want.as_str()));
+        // An exec of a file that is not ELF: no build id, not the old one.
+        let text = d.path().join("script");
+        std::fs::write(&text, "#!/bin/sh\n").unwrap();
+        std::fs::remove_file(&exe).unwrap();
+        std::os::unix::fs::symlink(&text, &exe).unwrap();
+        t.observe(&Record::Comm {
+            pid: 42,
+            tid: 42,
+            comm: "script".into(),
+            exec: true,
+            time: 4,
+        });
+        t.observe(&mmap(None));
+        t.observe(&sample(42));
+        assert_eq!(t.cut()[&42].build_id, None);
     }
 }

@@ -17,7 +17,7 @@
 //! Resource attributes: `host.name` and each `--label` on every resource;
 //! per process `process.pid` and `process.executable.name` (the encoder's),
 //! `process.executable.path`, `process.executable.build_id.gnu` (the
-//! executable's object in the recording), `process.linux.cgroup`,
+//! process's label, else the executable's object in the recording), `process.linux.cgroup`,
 //! `container.id`, `k8s.pod.uid` (OpenTelemetry's semantic conventions)
 //! and `profdev.systemd.unit` (no convention names it).
 
@@ -61,17 +61,12 @@ pub fn resource(cut: &Cut, rec: &Recording, common: &[(String, String)]) -> Reso
         let mut add = |k: &str, v: &str| a.push((k.to_string(), v.to_string()));
         if let Some(exe) = &l.exe {
             add("process.executable.path", exe);
-            let build_id = rec
-                .objects
-                .iter()
-                .find(|o| o.info.path == *exe && !o.info.build_id.is_empty())
-                .map(|o| {
-                    o.info
-                        .build_id
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect::<String>()
-                });
+            let build_id = l.build_id.clone().or_else(|| {
+                rec.objects
+                    .iter()
+                    .find(|o| o.info.path == *exe && !o.info.build_id.is_empty())
+                    .map(|o| crate::labels::hex(&o.info.build_id))
+            });
             if let Some(b) = build_id {
                 add("process.executable.build_id.gnu", &b);
             }

@@ -569,6 +569,16 @@ pub fn has_debug_info_in(bytes: &[u8], debug_dir: &Path) -> bool {
     })
 }
 
+/// The GNU build id of the ELF file open as `file`, read from its headers
+/// and notes alone (through an `object::ReadCache`: a large file is not
+/// read whole), or `None` for a file without one or not ELF.
+pub fn build_id_of(file: std::fs::File) -> Option<Vec<u8>> {
+    let cache = object::ReadCache::new(file);
+    let parsed = object::File::parse(&cache).ok()?;
+    let id = parsed.build_id().ok().flatten()?;
+    (!id.is_empty()).then(|| id.to_vec())
+}
+
 /// Demangle a Rust or C++ symbol; other names are returned unchanged.
 pub fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
