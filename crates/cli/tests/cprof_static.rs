@@ -819,10 +819,17 @@ fn cprof_p_counts_a_static_process_through_ptrace_and_lets_it_go() {
     // read at its exit.
     writeln!(p.child.stdin.as_mut().unwrap(), "new 7").unwrap();
     assert_eq!(p.line(), format!("new {}\n", worker_value(7)));
+    // Interrupted while the process is stopped (^Z): cprof ends, lists,
+    // and leaves it stopped.
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    wait_until("the process stopped again", Duration::from_secs(30), || {
+        matches!(state(), Some('T' | 't'))
+    });
     // SAFETY: as above.
     unsafe { libc::kill(cprof.id() as i32, libc::SIGINT) };
-    err.read_to_string(&mut said).unwrap();
     let status = profdev_testkit::wait_exit("cprof -p", &mut cprof, Duration::from_secs(120));
+    err.read_to_string(&mut said).unwrap();
     assert!(said.contains("interrupted by SIGINT"), "{status}: {said}");
     let got = prf_pairs(&tmp.path().join("attach_static.prf"));
     assert_counts(
@@ -831,6 +838,14 @@ fn cprof_p_counts_a_static_process_through_ptrace_and_lets_it_go() {
         &[("outer_a", 40 * REPS), ("outer_b", 47 * REPS)],
         87 * REPS,
     );
+    // Let go, it stays stopped (back in its group stop, untraced).
+    wait_until(
+        "the process let go, stopped",
+        Duration::from_secs(30),
+        || state() == Some('T'),
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
     // Let go: it runs on, its breakpoints put back, to the same sums.
     p.go(4);
     let v = worker_value(49);

@@ -78,9 +78,11 @@ struct Shared {
     totals: Vec<u64>,
     /// Arrays that could not be read (their counts are lost).
     unread: u64,
-    /// An attached run asked to end ([`Live::end`]): the thread sent the
-    /// `SIGSTOP` that wakes the tracer, if one was.
-    ending: Option<Option<u32>>,
+    /// An attached run asked to end ([`Live::end`]).
+    ending: bool,
+    /// The thread following an attached run, while it does (woken by
+    /// [`Live::end`]).
+    follower: Option<libc::pthread_t>,
 }
 
 impl Shared {
@@ -566,19 +568,22 @@ impl Tracer {
         }
         let busy = busy_patches(&patches, stopped);
         for (p, busy) in patches.iter().zip(busy) {
-            let written = p
+            let mut written = p
                 .bytes()
                 .filter(|_| !busy && p.addr >= lo && p.addr + u64::from(p.len) <= hi);
             let int3 = p.kind == crate::encode::PATCH_INT3;
             if let (true, Some(b)) = (int3 || attach, &written) {
                 // Put back when an attached process is let go (the
-                // breakpoints), or could not be set up (all).
+                // breakpoints), or could not be set up (all): a patch
+                // whose bytes cannot be read first is not written.
                 let mut was = vec![0u8; b.len()];
                 if File::open(format!("/proc/{pid}/mem"))
                     .and_then(|f| f.read_exact_at(&mut was, p.addr))
                     .is_ok()
                 {
                     originals.push((p.addr, was, int3));
+                } else {
+                    written = None;
                 }
             }
             match written.map(|b| poke(pid, p.addr, &b)) {
@@ -590,9 +595,17 @@ impl Tracer {
                 _ => skipped.push(p.addr),
             }
         }
-        writeln!(w, "DONE {:x}", skipped.len()).map_err(io)?;
-        for a in &skipped {
-            writeln!(w, "S {a:x}").map_err(io)?;
+        let told = writeln!(w, "DONE {:x}", skipped.len())
+            .and_then(|()| skipped.iter().try_for_each(|a| writeln!(w, "S {a:x}")));
+        if let Err(err) = told {
+            if attach {
+                // Its threads run on, without counter arrays: not into
+                // the patches.
+                for (addr, was, _) in &originals {
+                    let _ = poke(pid, *addr, was);
+                }
+            }
+            return Err(io(err));
         }
         drop((r, w));
         let t = Tracer {
@@ -732,8 +745,8 @@ impl Tracer {
                 }
                 _ => resume(tid, 0),
             }
-            if self.live.lock().ending.is_some() {
-                self.let_go(tid, st);
+            if self.live.lock().ending {
+                self.let_go();
                 break;
             }
         }
@@ -813,10 +826,6 @@ impl Tracer {
         }
         if sig == libc::SIGSTOP && !self.known.contains(&tid) {
             self.first_stop(tid);
-            return;
-        }
-        if sig == libc::SIGSTOP && self.live.lock().ending == Some(Some(tid)) {
-            // The wake-up of an attached run's end: not the process's.
             return;
         }
         resume(tid, sig);

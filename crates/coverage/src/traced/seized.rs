@@ -21,13 +21,17 @@
 //! threads get arrays, forks count, breakpoints are taken, exits are
 //! read), honouring group stops (`PTRACE_LISTEN`: ^Z and SIGSTOP stop
 //! it, SIGCONT goes on), until the process ends or [`Live::end`] is
-//! asked. Then it lets go: every thread is stopped, their counts read,
-//! each breakpoint's byte put back (nobody would take its trap), and
-//! every thread detached with the signal it had stopped with. The jumps
+//! asked. That wakes the follower with a signal to its thread, whose
+//! handler interrupts one of the process's threads (`PTRACE_INTERRUPT`,
+//! heard even while the process is stopped by ^Z). Then it lets go: every
+//! thread is stopped, their counts read, each breakpoint's byte put back
+//! (nobody would take its trap), and every thread detached with the
+//! signal it had stopped with (a process stopped by ^Z stays stopped). The jumps
 //! into the trampolines stay, counting into arrays nobody reads, as the
 //! runtime's patches stay after a dynamic process's attach.
 
 use super::*;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// An attached process, set up and waiting to be followed
 /// ([`Seized::follow`], on the thread that seized it).
@@ -103,65 +107,109 @@ impl Seized {
     /// Let every thread run (`pending`: a thread, the signal it had
     /// stopped with, delivered now) and follow them until the process has
     /// ended or [`Live::end`] is asked (then let go, the process running
-    /// on); the counts.
+    /// on, or staying stopped if it was); the counts.
     pub fn follow(self, pending: &[(u32, i32)]) -> TracedRun {
         let Seized { mut tracer, server } = self;
+        wake_handler();
+        let ending = {
+            let mut s = tracer.live.lock();
+            // SAFETY: pthread_self has no preconditions.
+            s.follower = Some(unsafe { libc::pthread_self() });
+            s.ending
+        };
         let threads: Vec<u32> = tracer.known.iter().copied().collect();
         for tid in threads {
             let sig = pending.iter().find(|p| p.0 == tid).map_or(0, |p| p.1);
             resume(tid, sig);
         }
+        if ending {
+            // Asked before this thread was known to [`Live::end`].
+            wake(0);
+        }
         let status = tracer.follow();
+        tracer.live.lock().follower = None;
+        WAKE_TID.store(0, Ordering::SeqCst);
         tracer.finish(status, server)
     }
 }
 
+/// The thread [`wake`] interrupts: one of the attached run's.
+static WAKE_TID: AtomicI32 = AtomicI32::new(0);
+/// The signal that wakes the follower (sent to that thread alone; its
+/// default action is to ignore it).
+const WAKE_SIGNAL: i32 = libc::SIGURG;
+
+/// [`WAKE_SIGNAL`]'s handler, on the follower (the tracer: only it may
+/// ptrace its tracees): interrupt [`WAKE_TID`]. Its stop is an event for
+/// the follower's `waitpid` whatever the thread was doing, running or
+/// held in a group stop (`PTRACE_LISTEN`, where a new signal would not
+/// be reported); the follower sees the end asked after that event.
+extern "C" fn wake(_: libc::c_int) {
+    let tid = WAKE_TID.load(Ordering::SeqCst);
+    if tid > 0 {
+        // SAFETY: ptrace and errno's location are async-signal-safe;
+        // errno is put back for the code the signal interrupted.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// Install [`wake`] (once per process; `SA_RESTART`: the follower's
+/// `waitpid` goes on and returns the interrupt's stop).
+fn wake_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a zeroed sigaction is valid; the handler only calls
+        // async-signal-safe functions.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = wake as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(WAKE_SIGNAL, &sa, std::ptr::null_mut());
+        }
+    });
+}
+
 impl Live {
-    /// End an attached run: wake its tracer (a `SIGSTOP` to one of the
-    /// process's threads, which the tracer takes and never delivers),
+    /// End an attached run: wake its follower (a signal to that thread,
+    /// whose handler interrupts one of the process's threads: [`wake`]),
     /// which lets the process go. Nothing when it has ended already.
     pub fn end(&self) {
         let mut s = self.lock();
-        if s.ending.is_some() || s.procs.is_empty() {
+        if s.ending || s.procs.is_empty() {
             return;
         }
+        s.ending = true;
         let kick = s
             .arrays
             .iter()
             .map(|(&tid, &(tg, _))| (tid, tg))
-            .min_by_key(|&(tid, tg)| (tid != tg, tid));
-        s.ending = Some(kick.map(|(tid, _)| tid));
-        if let Some((tid, tg)) = kick {
-            // SAFETY: tgkill has no memory-safety preconditions.
+            .min_by_key(|&(tid, tg)| (tid != tg, tid))
+            .map(|(tid, _)| tid)
+            .or(s.procs.iter().copied().min());
+        WAKE_TID.store(kick.map_or(0, |t| t as i32), Ordering::SeqCst);
+        if let Some(f) = s.follower {
+            // SAFETY: the follower clears `follower` under this lock
+            // before it ends, so the thread is alive.
             unsafe {
-                libc::syscall(
-                    libc::SYS_tgkill,
-                    tg as i64,
-                    tid as i64,
-                    libc::SIGSTOP as i64,
-                );
+                libc::pthread_kill(f, WAKE_SIGNAL);
             }
         }
     }
 }
 
 impl Tracer {
-    /// An attached run's end, the tracer woken by thread `tid`'s stop
-    /// `st`: stop every thread, read the counts, put the breakpoints'
-    /// bytes back and detach each thread with the signal it stopped with.
-    pub(super) fn let_go(&mut self, tid: u32, st: i32) {
-        let kick = self.live.lock().ending.flatten();
-        // Who is stopped already: new threads not yet set up, and the
-        // woken thread if what woke it was the tracer's SIGSTOP.
+    /// An attached run's end: stop every thread (each interrupted, one
+    /// held in a group stop included), read the counts, put the
+    /// breakpoints' bytes back and detach each thread with the signal it
+    /// stopped with (one in a group stop stays stopped).
+    pub(super) fn let_go(&mut self) {
+        // Who is stopped already: new threads not yet set up.
         let mut stopped: HashMap<u32, i32> = self.early.drain().map(|t| (t, 0)).collect();
-        let woken = libc::WIFSTOPPED(st)
-            && st >> 16 == 0
-            && libc::WSTOPSIG(st) == libc::SIGSTOP
-            && kick == Some(tid);
-        if woken {
-            stopped.insert(tid, 0);
-        }
-        let mut kicked = woken;
         let mut waiting: HashSet<u32> = HashSet::new();
         for &t in &self.known {
             if !stopped.contains_key(&t) && ptrace(libc::PTRACE_INTERRUPT, t, 0, 0) == 0 {
@@ -201,11 +249,6 @@ impl Tracer {
                     self.live.lock().arrays.remove(&t);
                     self.execs += 1;
                     ptrace(libc::PTRACE_DETACH, t, 0, 0);
-                }
-                0 if sig == libc::SIGSTOP && !kicked && kick == Some(t) => {
-                    kicked = true;
-                    waiting.remove(&t);
-                    stopped.insert(t, 0);
                 }
                 0 if sig == libc::SIGTRAP && self.trap_to_trampoline(t) => {
                     waiting.remove(&t);
