@@ -38,8 +38,10 @@
 #            launch; the ptrace route, patched at its first stop: the
 #            harness's LD_PRELOAD cannot reach it) with its listing to
 #            /dev/null; attach is `cprof -f -p` on it (patched through
-#            ptrace too, followed until it exits); marks-attach and valgrind
-#            are not run for it ("-", and not in the geometric means)
+#            ptrace too, followed until it exits); marks-attach, valgrind
+#            and the @base variants are not run for it ("-"); the geometric
+#            means are of the four classic workloads alone, so that every
+#            column's is of the same set
 #
 # `hits-lcov` is `profdev cprof --hits --lcov FILE CMD` (target/release/
 # profdev, every module): hit mode with each conditional jump's edges (a
@@ -278,8 +280,13 @@ for w in "${workloads[@]}"; do
       continue
     fi
     ratio=$(echo "$m / $base" | bc -l)
-    logsum[$v]=$(echo "${logsum[$v]:-0} + l($ratio)" | bc -l)
-    logn[$v]=$((${logn[$v]:-0} + 1))
+    # The geomean is of the classic (dynamic) workloads alone: static runs
+    # neither valgrind nor the @base variants, and would make the columns'
+    # means of different sets.
+    if [ "$w" != static ]; then
+      logsum[$v]=$(echo "${logsum[$v]:-0} + l($ratio)" | bc -l)
+      logn[$v]=$((${logn[$v]:-0} + 1))
+    fi
     printf ' %6.2fs %4.2fx' "$m" "$ratio"
   done
   printf '\n'
@@ -290,7 +297,11 @@ for v in "${variants[@]}"; do
     printf ' %12s' ""
     continue
   fi
-  printf ' %12.2fx' "$(echo "e(${logsum[$v]:-0} / ${logn[$v]:-1})" | bc -l)"
+  if [ -z "${logn[$v]:-}" ]; then
+    printf ' %12s' -
+    continue
+  fi
+  printf ' %12.2fx' "$(echo "e(${logsum[$v]} / ${logn[$v]})" | bc -l)"
 done
 printf '\n'
 grep -h "breakpoints were taken" "$work/launch.log" | sed 's/^/launch: /' || true
