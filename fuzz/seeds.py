@@ -186,7 +186,9 @@ for name in sorted(os.listdir(g)):
         shutil.copyfile(os.path.join(g, name), os.path.join(CORPUS, "gmon", name))
 
 # coverage_cache: the coverage engine's on-disk cache (profdev_coverage::cache),
-# version 3: magic line, 32-byte key, then unsigned LEB128 numbers (v),
+# version 4: magic line, 32-byte key, a header (the plan's blocks, its
+# counters, its area's size for plain counting code), the plan prefixed
+# by its length in bytes, then the encoding; unsigned LEB128 numbers (v),
 # addresses as zigzag differences from the one before (d), and
 # length-prefixed sequences; one plan of two blocks (a jump-counted one
 # ending in a conditional jump, its flags live, one derived from its
@@ -211,8 +213,7 @@ def cache_file(with_encoding=True, cut=0):
         s = s - 2**64 if s >= 2**63 else s
         return leb(((s << 1) ^ (s >> 63)) % 2**64)
 
-    b = b"profdev-coverage-cache 3\n" + bytes(range(32))
-    b += v(2)
+    b = v(2)
     # start, end, instructions; kind 1 (Jmp) | live 0x10 | branch 0x20;
     # from, to, overwrite; its branch.
     b += d(0x1000, 0) + d(0x1008, 0x1000) + v(2) + d(0x1000, 0x1000) + d(0x1004, 0x1000)
@@ -228,6 +229,10 @@ def cache_file(with_encoding=True, cut=0):
     b += v(1, 0x1008) + d(0x1010, 0x1008)  # code copied at run time (Plan::copied)
     b += v(0)  # blocks derived from the edges into them (Plan::derived): none
     b += v(0)  # where each branch's edges are read from (Plan::edges, mode 2): none
+    # The header: 2 blocks, 3 counters (the blocks and the branch), an area
+    # of 8192 bytes (a page, and 96 + 5 * 8 + 48 for the jump-counted
+    # block, rounded up to pages).
+    b = b"profdev-coverage-cache 4\n" + bytes(range(32)) + v(2, 3, 8192) + v(len(b)) + b
     if with_encoding:
         b += b"\x01" + v(0x6000, 64) + b"\xcc" * 64
         b += v(1) + d(0x1000, 0) + d(0x7000, 0) + v(1, 5)

@@ -38,8 +38,11 @@
 //! of another user; the cache as a whole holds at most [`MAX_TOTAL`]
 //! plus [`USER_TOTAL`] per such user.
 //!
-//! **Format**: the line `profdev-coverage-cache 3\n` ([`MAGIC`]), the
-//! 32-byte key, then the plan and the encoding (see [`write`]): every
+//! **Format**: the line `profdev-coverage-cache 4\n` ([`MAGIC`]), the
+//! 32-byte key, a header (the plan's blocks, counters and area size for
+//! plain counting code), the plan prefixed by its length in bytes (so a
+//! load is served from the header and the encoding while the plan is read
+//! on another thread: [`Split`]), then the encoding (see [`write`]): every
 //! number an unsigned LEB128, every address or offset as its difference
 //! from the one before it (the previous block's start, the block's
 //! start, the previous instruction, patch or branch; wrapping, zigzag),
@@ -69,7 +72,7 @@ pub const ENGINE: &str = env!("PROFDEV_COV_ENGINE");
 /// A cache file's first line. Version 3: numbers as LEB128, addresses
 /// as differences; a file of another version is refused (and
 /// replaced), never misread.
-pub const MAGIC: &[u8] = b"profdev-coverage-cache 3\n";
+pub const MAGIC: &[u8] = b"profdev-coverage-cache 4\n";
 
 /// A cache file larger than this is refused.
 const MAX_FILE: u64 = 1 << 30;
@@ -179,6 +182,20 @@ impl Cache {
     /// The entry kept for `key`: Ok(None) when there is none; an error
     /// (one sentence) when a file is there and cannot be trusted or read.
     pub fn load(&self, key: &Key) -> Result<Option<Entry>, String> {
+        let Some(s) = self.load_split(key)? else {
+            return Ok(None);
+        };
+        let plan = s
+            .plan()
+            .map_err(|why| format!("{}: {why}", self.file(key).display()))?;
+        Ok(Some(Entry {
+            plan,
+            encoded: s.encoded,
+        }))
+    }
+
+    /// The entry kept for `key`, its plan not read yet ([`Split`]).
+    pub fn load_split(&self, key: &Key) -> Result<Option<Split>, String> {
         let name = key.name();
         let Some(bytes) = self
             .dir
@@ -187,11 +204,15 @@ impl Cache {
         else {
             return Ok(None);
         };
-        let entry = read(&bytes, key)
-            .map_err(|why| format!("{}: {why}", self.dir.path().join(&name).display()))?;
+        let s = split(bytes, key).map_err(|why| format!("{}: {why}", self.file(key).display()))?;
         // Used: the last to be pruned.
         let _ = self.dir.touch(&name);
-        Ok(Some(entry))
+        Ok(Some(s))
+    }
+
+    /// The file of `key`'s entry.
+    pub fn file(&self, key: &Key) -> PathBuf {
+        self.dir.path().join(key.name())
     }
 
     /// Keep `plan` and `encoded` (made for an area at `offset` from the
@@ -233,9 +254,25 @@ impl Cache {
 
 /// The cache file of `plan` and `encoded` under `key`.
 pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8> {
-    let mut w = W(Vec::with_capacity(1 << 20));
+    let mut p = W(Vec::with_capacity(1 << 20));
+    write_plan(&mut p, plan);
+    let mut w = W(Vec::with_capacity(p.0.len() + (1 << 20)));
     w.0.extend_from_slice(MAGIC);
     w.0.extend_from_slice(&key.0);
+    // The header: what a load needs before the plan is read.
+    w.v(plan.blocks.len() as u64);
+    w.v(plan.counters());
+    w.v(crate::encode::area_size_with(
+        plan,
+        crate::encode::Options::default(),
+    ));
+    w.bytes(&p.0);
+    write_encoding(&mut w, encoded);
+    w.0
+}
+
+/// The plan's part of a cache file.
+fn write_plan(w: &mut W, plan: &Plan) {
     w.v(plan.blocks.len() as u64);
     let mut prev = 0;
     for b in &plan.blocks {
@@ -351,6 +388,10 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
         w.v(t.map_or(0, |k| u64::from(k) + 1));
         w.v(f.map_or(0, |k| u64::from(k) + 1));
     }
+}
+
+/// The encoding's part of a cache file.
+fn write_encoding(w: &mut W, encoded: Option<(u64, &Encoded)>) {
     match encoded {
         None => w.u8(0),
         Some((offset, e)) => {
@@ -388,7 +429,6 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
             }
         }
     }
-    w.0
 }
 
 /// A block's kind byte: the [`How`] in the low bits, and these.
@@ -397,13 +437,88 @@ const BRANCH: u8 = 0x20;
 
 /// Read a cache file that must hold `key`'s entry.
 pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
-    let mut r = R(bytes);
+    let s = split(bytes.to_vec(), key)?;
+    let plan = s.plan()?;
+    Ok(Entry {
+        plan,
+        encoded: s.encoded,
+    })
+}
+
+/// A cache file read in two steps: its header and encoding at once (what
+/// a load is served from), its plan, the larger part (cc1's: 1,350,000
+/// blocks, a quarter of a second), when asked ([`Split::plan`], which
+/// the launch server does on a thread of its own while the load runs).
+pub struct Split {
+    /// The plan's blocks and counters ([`Plan::counters`]).
+    pub blocks: u64,
+    pub counters: u64,
+    /// Its area's size for plain counting code
+    /// ([`crate::encode::area_size_with`], default options).
+    pub size: u64,
+    /// The encoding kept, for an area at that offset from the bias.
+    pub encoded: Option<(u64, Encoded)>,
+    bytes: Vec<u8>,
+    plan_at: std::ops::Range<usize>,
+}
+
+impl Split {
+    /// The size of its plan in the file, in bytes.
+    pub fn plan_bytes(&self) -> usize {
+        self.plan_at.len()
+    }
+
+    /// The plan, read and checked (against the header too).
+    pub fn plan(&self) -> Result<Plan, String> {
+        let mut r = R(&self.bytes[self.plan_at.clone()]);
+        let plan = read_plan(&mut r)?;
+        if !r.0.is_empty() {
+            return Err("its plan has bytes past its end".into());
+        }
+        check(&plan, None)?;
+        if plan.blocks.len() as u64 != self.blocks
+            || plan.counters() != self.counters
+            || crate::encode::area_size_with(&plan, crate::encode::Options::default()) != self.size
+        {
+            return Err("its header does not match its plan".into());
+        }
+        Ok(plan)
+    }
+}
+
+/// Read the header and encoding of a cache file that must hold `key`'s
+/// entry, keeping its bytes for [`Split::plan`].
+pub fn split(bytes: Vec<u8>, key: &Key) -> Result<Split, String> {
+    let mut r = R(&bytes);
     if r.take(MAGIC.len())? != MAGIC {
         return Err("not a profdev coverage cache file of this version".into());
     }
     if r.take(32)? != key.0 {
         return Err("it holds another module's entry".into());
     }
+    let (blocks, counters, size) = (r.v()?, r.v()?, r.v()?);
+    let n = r.len(1)?;
+    let at = bytes.len() - r.0.len();
+    r.take(n)?;
+    let encoded = read_encoding(&mut r)?;
+    if !r.0.is_empty() {
+        return Err("it has bytes past its end".into());
+    }
+    if let Some((_, e)) = &encoded {
+        check_encoding(e, blocks)?;
+    }
+    Ok(Split {
+        blocks,
+        counters,
+        size,
+        encoded,
+        bytes,
+        plan_at: at..at + n,
+    })
+}
+
+/// The plan's part of a cache file.
+fn read_plan(r: &mut R) -> Result<Plan, String> {
     // A block: at least four bytes (start, end, count, kind).
     let n = r.len(4)?;
     let mut blocks = Vec::with_capacity(n);
@@ -519,9 +634,9 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         let lo = r.v()?;
         copied.push((lo, r.d(lo)?));
     }
-    let derived = read_derived(&mut r)?;
-    let edges = read_edges(&mut r)?;
-    let plan = Plan {
+    let derived = read_derived(r)?;
+    let edges = read_edges(r)?;
+    Ok(Plan {
         blocks,
         branches,
         fell_from,
@@ -532,8 +647,12 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
         copied,
         derived,
         edges,
-    };
-    let encoded = match r.u8()? {
+    })
+}
+
+/// The encoding's part of a cache file.
+fn read_encoding(r: &mut R) -> Result<Option<(u64, Encoded)>, String> {
+    Ok(match r.u8()? {
         0 => None,
         _ => {
             let offset = r.v()?;
@@ -591,12 +710,7 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
                 },
             ))
         }
-    };
-    if !r.0.is_empty() {
-        return Err("it has bytes past its end".into());
-    }
-    check(&plan, encoded.as_ref().map(|(_, e)| e))?;
-    Ok(Entry { plan, encoded })
+    })
 }
 
 /// One branch's edges as [`Plan::edges`] keeps them: taken, fallen through.
@@ -759,17 +873,24 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
     {
         return Err("a derived block derives from none".into());
     }
-    if let Some(e) = enc {
-        if e.failed_blocks.iter().any(|&i| i >= plan.blocks.len()) {
-            return Err("a block index is out of range".into());
-        }
-        if e.counter_fixups
-            .iter()
-            .chain(&e.far_fixups)
-            .any(|&o| o as usize + 4 > e.code.len())
-        {
-            return Err("a relocation is out of range".into());
-        }
+    match enc {
+        Some(e) => check_encoding(e, plan.blocks.len() as u64),
+        None => Ok(()),
+    }
+}
+
+/// The indices an encoding holds are in range, for a plan of `blocks`
+/// blocks.
+fn check_encoding(e: &Encoded, blocks: u64) -> Result<(), String> {
+    if e.failed_blocks.iter().any(|&i| i as u64 >= blocks) {
+        return Err("a block index is out of range".into());
+    }
+    if e.counter_fixups
+        .iter()
+        .chain(&e.far_fixups)
+        .any(|&o| o as usize + 4 > e.code.len())
+    {
+        return Err("a relocation is out of range".into());
     }
     Ok(())
 }

@@ -105,24 +105,39 @@ fn a_damaged_file_is_refused_not_trusted() {
         read(&b, &key).err().unwrap(),
         "a branch index is out of range"
     );
-    // A huge length does not allocate.
-    let at = MAGIC.len() + 32;
-    let mut huge = bytes[..at].to_vec();
-    huge.extend_from_slice(&[0xff; 9]);
-    huge.push(0x01);
-    huge.extend_from_slice(&bytes[at + 1..]);
+    // A huge length (the plan's count of blocks) does not allocate.
+    let huge = with_plan(&bytes, |p| {
+        p.splice(0..1, [0xff; 9].into_iter().chain([0x01]));
+    });
     assert_eq!(
         read(&huge, &key).err().unwrap(),
         "a length runs past its end"
     );
     // A number past 64 bits.
-    let mut long = bytes[..at].to_vec();
-    long.extend_from_slice(&[0xff; 9]);
-    long.push(0x02);
-    long.extend_from_slice(&bytes[at + 1..]);
+    let long = with_plan(&bytes, |p| {
+        p.splice(0..1, [0xff; 9].into_iter().chain([0x02]));
+    });
     assert_eq!(
         read(&long, &key).err().unwrap(),
         "a number runs past 64 bits"
+    );
+    // A header that does not match its plan.
+    let mut b = bytes.clone();
+    b[MAGIC.len() + 32] += 1;
+    assert_eq!(
+        read(&b, &key).err().unwrap(),
+        "its header does not match its plan"
+    );
+    // The encoding is read before the plan: a load is served from it.
+    let s = split(bytes.clone(), &key).unwrap();
+    assert_eq!(
+        (s.blocks, s.counters),
+        (plan.blocks.len() as u64, plan.counters())
+    );
+    assert_eq!(s.size, crate::encode::area_size(&plan));
+    assert_eq!(
+        format!("{:?}", s.encoded.as_ref().unwrap().1),
+        format!("{enc:?}")
     );
     // Any byte changed: refused or read as another entry, never a
     // panic; what reads writes back to the same entry.
@@ -434,13 +449,33 @@ fn an_instruction_list_past_its_file_is_refused() {
     let (plan, _) = sample();
     let key = Key::of(b"module bytes", Mode::Counts);
     let bytes = write(&key, &plan, None);
-    // The first block's instruction count is the byte after its start
-    // (LEB128 0x1000: two bytes) and end (one byte).
-    let at = MAGIC.len() + 32 + 1 + 2 + 1;
-    assert_eq!(bytes[at], 2, "the first block's count of instructions");
+    // The first block's instruction count is the plan's byte after its
+    // count of blocks (one byte), its start (LEB128 0x1000: two bytes)
+    // and end (one byte).
+    let at = 1 + 2 + 1;
+    with_plan(&bytes, |p| {
+        assert_eq!(p[at], 2, "the first block's count of instructions")
+    });
     for n in [0x7f, 100] {
-        let mut bad = bytes.clone();
-        bad[at] = n;
+        let bad = with_plan(&bytes, |p| p[at] = n);
         assert!(read(&bad, &key).is_err(), "{n} instructions");
     }
+}
+
+/// The cache file `bytes` with its plan's bytes changed by `f` (its
+/// length prefix made to match).
+fn with_plan(bytes: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut r = R(&bytes[MAGIC.len() + 32..]);
+    for _ in 0..3 {
+        r.v().unwrap();
+    }
+    let head = bytes.len() - r.0.len();
+    let n = r.v().unwrap() as usize;
+    let at = bytes.len() - r.0.len();
+    let mut plan = bytes[at..at + n].to_vec();
+    f(&mut plan);
+    let mut w = W(bytes[..head].to_vec());
+    w.bytes(&plan);
+    w.0.extend_from_slice(&bytes[at + n..]);
+    w.0
 }

@@ -266,19 +266,22 @@ pub fn area_size(plan: &Plan) -> u64 {
 
 /// [`area_size`] for trampolines made with `opts`.
 pub fn area_size_with(plan: &Plan, opts: Options) -> u64 {
+    // Saturating: a plan read back from a damaged cache file must not
+    // overflow here.
+    let code = |from: u64, to: u64| to.saturating_sub(from).saturating_mul(5).saturating_add(96);
     let mut n = 4096u64;
     if opts.call_targets {
         for b in plan.blocks.iter().filter(|b| ends_in_site(plan, b)) {
-            n += RECORD_BYTES;
+            n = n.saturating_add(RECORD_BYTES);
             if matches!(b.how, How::Fell { .. }) {
-                n += 96 + 5 * (b.end - b.start);
+                n = n.saturating_add(code(b.start, b.end));
             }
         }
     }
     for b in &plan.blocks {
-        n += match b.how {
-            How::Jmp { from, to, .. } => 96 + 5 * (to - from),
-            How::Int3 { to } | How::Hop { to, .. } => 96 + 5 * (to - b.start),
+        n = n.saturating_add(match b.how {
+            How::Jmp { from, to, .. } => code(from, to),
+            How::Int3 { to } | How::Hop { to, .. } => code(b.start, to),
             How::Call { .. } => 48,
             How::Covered => 48,
             How::None
@@ -286,12 +289,12 @@ pub fn area_size_with(plan: &Plan, opts: Options) -> u64 {
             | How::Fell { .. }
             | How::Implied { .. }
             | How::Branches { .. } => 0,
-        };
+        });
         if b.branch.is_some() {
-            n += 48;
+            n = n.saturating_add(48);
         }
     }
-    n.div_ceil(4096) * 4096
+    n.div_ceil(4096).saturating_mul(4096)
 }
 
 /// The last instruction of `b`, decoded at its link-time address.

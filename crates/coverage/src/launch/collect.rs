@@ -19,11 +19,10 @@ impl Server {
                 continue; // (collect's notes name it)
             }
             for (id, block, target, count) in raw {
-                let Some(site) = state.entries[id]
-                    .plan
-                    .blocks
-                    .get(block)
-                    .and_then(|b| b.insns.last().copied())
+                let Ok(plan) = state.entries[id].plan.get() else {
+                    continue; // (collect's notes name it)
+                };
+                let Some(site) = plan.blocks.get(block).and_then(|b| b.insns.last().copied())
                 else {
                     continue;
                 };
@@ -82,7 +81,25 @@ impl Server {
         }
         let mut out = Vec::new();
         for (id, e) in state.entries.iter().enumerate() {
-            let plan = &e.plan;
+            let plan = match e.plan.get() {
+                Ok(p) => p,
+                Err(why) => {
+                    if e.loads > 0 {
+                        notes.push(format!("{why}; its counts are not listed"));
+                    }
+                    continue;
+                }
+            };
+            let plan = &*plan;
+            // Blocks lost: by an encoding failure, or a skipped patch in
+            // them.
+            let mut gone = e.lost.clone();
+            for &link in &e.skipped {
+                let i = plan.blocks.partition_point(|b| b.start <= link);
+                if i > 0 {
+                    gone.insert(i - 1);
+                }
+            }
             let zero = vec![0; plan.counters() as usize];
             let c = counts.get(&id).unwrap_or(&zero);
             let mut m = ModuleCoverage {
@@ -101,9 +118,9 @@ impl Server {
                 // A block derived from its predecessor's fall-throughs,
                 // or implied by another block, is lost with it.
                 let lost = |k: usize| {
-                    e.lost.contains(&k)
+                    gone.contains(&k)
                         || (matches!(plan.blocks[k].how, How::Fell { .. })
-                            && e.lost.contains(&(k - 1)))
+                            && gone.contains(&(k - 1)))
                 };
                 let by = plan.counted_by(i);
                 if b.how == How::None || lost(i) || by.into_iter().any(lost) {
@@ -125,7 +142,7 @@ impl Server {
                     // A fall-through read from the next block is lost
                     // with it.
                     let from = plan.fell_from[j as usize];
-                    if from.is_some_and(|k| e.lost.contains(&(k as usize))) {
+                    if from.is_some_and(|k| gone.contains(&(k as usize))) {
                         continue;
                     }
                     let not_taken = plan.fell(j as usize, c);
@@ -137,7 +154,7 @@ impl Server {
                 }
             }
             if plan.mode == Mode::Edges {
-                m.branches = edge_hits(plan, c, &e.lost);
+                m.branches = edge_hits(plan, c, &gone);
             }
             m.branches.sort_by_key(|b| b.addr);
             if m.uncounted > 0 {
@@ -291,9 +308,10 @@ pub(super) fn read_report(
                 .entries
                 .get(id)
                 .ok_or(format!("unknown module {id}"))?;
+            let blocks = e.plan.get()?.blocks.len();
             let block = usize::try_from(block)
                 .ok()
-                .filter(|b| *b < e.plan.blocks.len())
+                .filter(|b| *b < blocks)
                 .ok_or(format!("block {block:x} out of range"))?;
             let target = match w.next() {
                 Some(p) if p.starts_with('/') => Target::Module {

@@ -178,6 +178,8 @@ mod bounds;
 mod collect;
 // Directories earlier runs left behind.
 mod sweep;
+// A plan, there or being read from the cache.
+mod plan_cell;
 #[cfg(test)]
 mod tests;
 
@@ -186,6 +188,7 @@ pub use server::Area;
 pub use sweep::sweep;
 // (The submodules share this module's names: `use super::*`.)
 use bounds::*;
+use plan_cell::PlanCell;
 use planning::*;
 use serve::*;
 
@@ -261,7 +264,7 @@ struct Entry {
     /// after the processes are gone (`ModuleCoverage::file`); None when
     /// the descriptor could not be duplicated.
     file: Option<crate::counts::OpenFile>,
-    plan: Arc<Plan>,
+    plan: PlanCell,
     /// Its key in the on-disk cache, when there is one.
     key: Option<Key>,
     /// The encoding the cache kept (for an area at that offset from the
@@ -278,6 +281,8 @@ struct Entry {
     loads: u64,
     /// Blocks left uncounted by an encoding failure or a skipped patch.
     lost: BTreeSet<usize>,
+    /// Skipped patches' link-time addresses (their blocks are lost too).
+    skipped: Vec<u64>,
     /// Encodings by the area's offset from the bias ([`offset_of`]): the
     /// bias and area each was made for, and the result.
     encoded: HashMap<u64, Cached>,

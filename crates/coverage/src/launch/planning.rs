@@ -148,8 +148,8 @@ pub(super) fn plan_into(
     };
     let key = cache.as_ref().map(|_| Key::of(&bytes, mode));
     let kept = match (&cache, &key) {
-        (Some(c), Some(k)) => match c.load(k) {
-            Ok(e) => e,
+        (Some(c), Some(k)) => match c.load_split(k) {
+            Ok(e) => e.map(|e| (e, c.file(k))),
             Err(why) => {
                 note(format!("{why}; planned afresh"));
                 None
@@ -158,16 +158,15 @@ pub(super) fn plan_into(
         _ => None,
     };
     let (plan, disk, stored) = match kept {
-        Some(e) => {
+        Some((mut e, file)) => {
             let stored = e.encoded.is_some();
-            (
-                Arc::new(e.plan),
-                e.encoded.map(|(o, e)| (o, Arc::new(e))),
-                stored,
-            )
+            let disk = e.encoded.take().map(|(o, e)| (o, Arc::new(e)));
+            // Its plan read on another thread: the load is served from
+            // the header and the encoding.
+            (PlanCell::reading(e, &file, who.is_some()), disk, stored)
         }
         None => match Plan::of_bytes_in(&bytes, path, mode) {
-            Ok(p) => (Arc::new(p), None, false),
+            Ok(p) => (PlanCell::ready(Arc::new(p)), None, false),
             Err(e) => {
                 note(format!("{e}; not counted"));
                 return None;
@@ -198,6 +197,7 @@ pub(super) fn plan_into(
         cache,
         loads: 0,
         lost: BTreeSet::new(),
+        skipped: Vec::new(),
         encoded: HashMap::new(),
     });
     s.by_file.insert((dev, ino), id);

@@ -42,7 +42,12 @@ pub(super) fn serve_as(
         (e.plan.clone(), e.encoded.keys().next().copied().or(disk))
     };
     let opts = state.lock().ok()?.options;
-    let size = crate::encode::area_size_with(&plan, opts);
+    let note = |why: String| {
+        if let Ok(mut s) = state.lock() {
+            s.note(format!("{why}; not counted"));
+        }
+    };
+    let size = plan.area_size(opts).map_err(note).ok()?;
     match offer {
         Some(o) => writeln!(w, "SIZE {size:x} {:x} {o:x}", plan.counters()).ok()?,
         None => writeln!(w, "SIZE {size:x} {:x}", plan.counters()).ok()?,
@@ -130,7 +135,8 @@ pub(super) fn serve_as(
             (0, off, e)
         }
         (None, None) => {
-            let e = Arc::new(encode_with(&plan, bias, area, first, opts));
+            let made = plan.get().map_err(note).ok()?;
+            let e = Arc::new(encode_with(&made, bias, area, first, opts));
             let mut s = state.lock().ok()?;
             s.made += 1;
             let storing = s.storing.clone();
@@ -146,7 +152,7 @@ pub(super) fn serve_as(
             entry.encoded.insert(key, kept);
             if let (Some(cache), Some(k), false) = (cache, entry.key, entry.stored) {
                 entry.stored = true;
-                store = Some((cache, k, Storing::new(storing)));
+                store = Some((cache, k, Storing::new(storing), made));
             }
             (bias, area, e)
         }
@@ -185,21 +191,21 @@ pub(super) fn serve_as(
     line.clear();
     r.read_line(&mut line).ok()?;
     let skipped = hex(line.trim_end().strip_prefix("DONE ")?)?;
-    for _ in 0..skipped {
+    let mut links = Vec::new();
+    for _ in 0..skipped.min(1 << 24) {
         line.clear();
         r.read_line(&mut line).ok()?;
         let a = hex(line.trim_end().strip_prefix("S ")?)?;
-        let link = a.wrapping_sub(bias);
+        links.push(a.wrapping_sub(bias));
+    }
+    if !links.is_empty() {
+        // Their blocks are found when the counts are collected (the
+        // plan may still be being read).
         let mut s = state.lock().ok()?;
-        let entry = &mut s.entries[id];
-        // The block holding the skipped patch.
-        let i = entry.plan.blocks.partition_point(|b| b.start <= link);
-        if i > 0 {
-            entry.lost.insert(i - 1);
-        }
+        s.entries[id].skipped.extend(links);
     }
     drop((r, w));
-    if let Some((cache, k, _storing)) = store {
+    if let Some((cache, k, _storing, plan)) = store {
         // Kept for later runs, once the process has its code. The
         // patches at bias 0, the area at the offset: what a load at any
         // bias moves them from.
