@@ -6,12 +6,13 @@
 //! after it (its MMAP record: no race with the process's end). A process
 //! that lives 200 ms between two cuts is still named; its command comes
 //! from the recording (the kernel's COMM records). The executable's build
-//! id is the one its mapping's record carries, else read from the file
-//! the process runs (`/proc/PID/exe`: the inode it runs, not whatever its
-//! path names now; headers and notes only): the kernel leaves a
-//! mapping's build id out when the page holding it is not in memory, so
-//! the recording's objects alone could leave a process without one. What
-//! can no longer be read keeps its last known value.
+//! id is the one its mapping's record carries, else read, at the
+//! process's first sample in an interval, from the file it runs
+//! (`/proc/PID/exe`: the inode it runs, not whatever its path names now;
+//! headers and notes only; a process never sampled is never read): the
+//! kernel leaves a mapping's build id out when the page holding it is not
+//! in memory, so the recording's objects alone could leave a process
+//! without one. What can no longer be read keeps its last known value.
 
 use crate::cgroup::{self, Cgroup};
 use profdev_core::Record;
@@ -60,11 +61,11 @@ impl ProcessLabels {
             .and_then(|f| f.take(MAX_CGROUP_BYTES).read_to_string(&mut text))
             .ok()
             .and_then(|_| cgroup::parse(&text));
-        let build_id = exe.as_ref().and_then(|_| exe_build_id(proc, pid));
+        // (The build id: at its first sample, [`Labels::observe`].)
         ProcessLabels {
             exe,
             cgroup,
-            build_id,
+            build_id: None,
         }
     }
 }
@@ -97,7 +98,8 @@ impl Labels {
         let read = ProcessLabels::read(&self.proc, pid);
         let known = Arc::make_mut(self.by_pid.entry(pid).or_default());
         if read.exe.is_some() {
-            known.build_id = read.build_id;
+            // Read again at its first sample.
+            known.build_id = None;
         }
         known.exe = read.exe.or(known.exe.take());
         known.cgroup = read.cgroup.or(known.cgroup.take());
@@ -127,10 +129,8 @@ impl Labels {
                 && !path.starts_with("//")
                 && self.exec_pending.remove(pid) =>
             {
-                let build_id = match build_id {
-                    Some(b) if !b.is_empty() => Some(hex(b)),
-                    _ => exe_build_id(&self.proc, *pid),
-                };
+                // Else read at its first sample.
+                let build_id = build_id.as_ref().filter(|b| !b.is_empty()).map(|b| hex(b));
                 let known = Arc::make_mut(self.by_pid.entry(*pid).or_default());
                 known.exe = Some(path.clone());
                 known.build_id = build_id;
@@ -142,7 +142,16 @@ impl Labels {
                 if !self.by_pid.contains_key(&s.pid) {
                     self.learn(s.pid);
                 }
-                self.sampled.insert(s.pid);
+                if self.sampled.insert(s.pid) {
+                    let proc = &self.proc;
+                    if let Some(known) = self.by_pid.get_mut(&s.pid) {
+                        if known.build_id.is_none() && known.exe.is_some() {
+                            if let Some(b) = exe_build_id(proc, s.pid) {
+                                Arc::make_mut(known).build_id = Some(b);
+                            }
+                        }
+                    }
+                }
             }
             _ => {}
         }
