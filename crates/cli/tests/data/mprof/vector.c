@@ -23,11 +23,14 @@ __attribute__((noinline)) static uintptr_t make(size_t n)
     return (uintptr_t)p ^ MASK;
 }
 
-/* No stale copy of a pointer left on the stack below main's frame. */
+/* No stale copy of a pointer left on the stack below main's frame. The
+ * empty asm that reads the buffer keeps the stores: without it gcc 12 at
+ * -O2 drops the memset of a dead local, then the call itself. */
 __attribute__((noinline)) static void scribble(void)
 {
-    volatile char buf[65536];
-    memset((char *)buf, 0x5a, sizeof buf);
+    char buf[65536];
+    memset(buf, 0x5a, sizeof buf);
+    __asm__ volatile("" : : "r"(buf) : "memory");
 }
 
 static void *holder(void *arg)
@@ -52,7 +55,8 @@ int main(void)
     (void)make(44444);
     /* libc's data may keep a word pointing to the last block malloc
      * returned: one more allocation moves it on. */
-    free(malloc(100));
+    void *volatile moved = malloc(100); /* volatile: not elided with its free */
+    free(moved);
     scribble();
     pthread_t t;
     if (pthread_create(&t, 0, holder, (void *)held))
