@@ -567,15 +567,15 @@ fn open_hands_the_file_to_xdg_open_or_says_why_not() {
     std::fs::create_dir(&bin).unwrap();
     let opened = d.path().join("opened");
     let script = bin.join("xdg-open");
-    std::fs::write(
+    profdev_testkit::write_executable(
         &script,
         format!(
             "#!/bin/sh\nprintf '%s\\n' \"$1\" > {o}.tmp && mv {o}.tmp {o}\n",
             o = opened.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        )
+        .as_bytes(),
+        0o755,
+    );
     let o = profdev()
         .args(args)
         .env_remove("DISPLAY")

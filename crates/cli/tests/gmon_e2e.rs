@@ -201,9 +201,8 @@ fn errors_are_one_sentence() {
     // A script is not an ELF executable: refused before running.
     let script = d.path().join("job.sh");
     let marker = d.path().join("ran");
-    std::fs::write(&script, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let body = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    profdev_testkit::write_executable(&script, body.as_bytes(), 0o755);
     let o = run(profdev()
         .arg("gmon")
         .arg("-o")

@@ -414,8 +414,7 @@ fn gmon_refuses_a_text_that_claims_more_than_the_file_holds() {
     let size = shoff + 64 + 0x20;
     elf[size..size + 8].copy_from_slice(&(1u64 << 62).to_le_bytes());
     let exe = dir.path().join("crafted");
-    std::fs::write(&exe, &elf).unwrap();
-    std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    profdev_testkit::write_executable(&exe, &elf, 0o755);
     let out = dir.path().join("gmon.out");
     let c = measured(&[
         "gmon".as_ref(),
@@ -497,8 +496,7 @@ fn prof_names_the_malformed_elf_it_could_not_profile() {
     // The kernel refuses to run it (the shell then reads it as a script);
     // nothing of it is sampled.
     let bad = dir.path().join("cut");
-    std::fs::write(&bad, &FX[..100]).unwrap();
-    std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    profdev_testkit::write_executable(&bad, &FX[..100], 0o755);
     let why = format!(
         "prof: no profile information\nprof: {} is a malformed ELF file: Invalid ELF program \
          header size or alignment\n",

@@ -493,9 +493,12 @@ mod tests {
     #[test]
     fn a_process_of_another_user_passes_for_that_user_only() {
         use std::os::unix::process::CommandExt;
-        // SAFETY: getuid has no preconditions.
-        if unsafe { libc::getuid() } != 0 {
-            eprintln!("SKIPPED a_process_of_another_user: needs root to start a process as nobody");
+        let root = if profdev_testkit::is_root() {
+            Ok(())
+        } else {
+            Err("needs root to start a process as nobody".to_string())
+        };
+        if !profdev_testkit::privileged("a_process_of_another_user", root) {
             return;
         }
         let mut child = std::process::Command::new("sleep")
@@ -538,16 +541,18 @@ mod tests {
     fn a_process_that_is_not_dumpable_is_refused_to_its_own_user() {
         use std::os::unix::fs::PermissionsExt;
         use std::os::unix::process::CommandExt;
-        // SAFETY: getuid has no preconditions.
-        if unsafe { libc::getuid() } != 0 {
-            eprintln!("SKIPPED not_dumpable: needs root to start a process as nobody");
+        let root = if profdev_testkit::is_root() {
+            Ok(())
+        } else {
+            Err("needs root to start a process as nobody".to_string())
+        };
+        if !profdev_testkit::privileged("not_dumpable", root) {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let prog = dir.path().join("sleep");
-        std::fs::copy("/bin/sleep", &prog).unwrap();
-        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o711)).unwrap();
+        profdev_testkit::copy_executable(std::path::Path::new("/bin/sleep"), &prog, 0o711);
         let mut child = std::process::Command::new(&prog)
             .arg("30")
             .uid(65534)

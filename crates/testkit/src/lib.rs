@@ -113,6 +113,51 @@ pub fn cc(src: &Path, flags: &[&str], out: &Path) {
     assert!(st.success(), "cc failed on {}", src.display());
 }
 
+/// Copy the executable `from` to `to` with `mode`, for a test to run it.
+/// cp(1) and chmod(1), child processes, do the writing: had this
+/// multi-threaded test process held the copy's write descriptor, a fork by
+/// another test thread at that moment would keep it open in the child
+/// until that child's exec, and running the copy would fail with ETXTBSY.
+pub fn copy_executable(from: &Path, to: &Path, mode: u32) {
+    let st = std::process::Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp runs");
+    assert!(
+        st.success(),
+        "cp {} {} failed",
+        from.display(),
+        to.display()
+    );
+    chmod(to, mode);
+}
+
+/// Write `bytes` to a new executable `to` with `mode`, for a test to run
+/// it: written by a child process, for the reason [`copy_executable`]
+/// gives.
+pub fn write_executable(to: &Path, bytes: &[u8], mode: u32) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "cat > \"$1\"", "sh"])
+        .arg(to)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("sh runs");
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "writing {} failed",
+        to.display()
+    );
+    chmod(to, mode);
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
 /// Render the lcov tracefile `info` into `html` with genhtml (branch and
 /// function coverage on), the real consumer: panics with genhtml's words
 /// when it fails or warns, or writes no index.

@@ -189,19 +189,13 @@ impl Drop for Mount {
     }
 }
 
-/// A copy of the profdev binary at `dir/profdev` (its mode as cp keeps it), for running
-/// it as another user wherever the build tree is. Copied by cp(1), a child
-/// process: had this multi-threaded test process held the copy's write
-/// descriptor, a fork by another test thread at that moment would keep it
-/// open in the child, and exec'ing the copy would fail with ETXTBSY.
+/// A copy of the profdev binary at `dir/profdev` (mode 0755), for running
+/// it as another user wherever the build tree is; copied as
+/// [`profdev_testkit::copy_executable`] says, so that running it never meets
+/// ETXTBSY.
 pub fn profdev_copy(dir: &Path) -> PathBuf {
     let exe = dir.join("profdev");
-    let st = Command::new("cp")
-        .arg(env!("CARGO_BIN_EXE_profdev"))
-        .arg(&exe)
-        .status()
-        .expect("cp runs");
-    assert!(st.success(), "cp of the profdev binary failed");
+    profdev_testkit::copy_executable(Path::new(env!("CARGO_BIN_EXE_profdev")), &exe, 0o755);
     exe
 }
 
