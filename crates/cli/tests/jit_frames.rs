@@ -69,6 +69,20 @@ fn share(data: &Path, name: &str) -> f64 {
         .sum()
 }
 
+/// `report --sort dso,sym` of `data`, for a failure's message.
+fn report(data: &Path) -> String {
+    let o = profdev()
+        .args(["report", "--sort", "dso,sym", "-i"])
+        .arg(data)
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 #[test]
 fn a_jitdump_names_generated_code_its_lines_and_its_callers() {
     if !ready("JIT frames from a jitdump", &["gcc"]) {
@@ -82,7 +96,11 @@ fn a_jitdump_names_generated_code_its_lines_and_its_callers() {
         &[exe.as_os_str(), d.path().as_os_str(), "0.5".as_ref()],
     );
     let s = share(&data, "gen_spin");
-    assert!(s >= 50.0, "gen_spin has {s}% of the samples");
+    assert!(
+        s >= 50.0,
+        "gen_spin has {s}% of the samples:\n{}",
+        report(&data)
+    );
     // Callers through the generated code's frame pointer.
     let folded = ok(profdev()
         .args(["export", "folded", "-i"])
@@ -167,7 +185,11 @@ fn node_perf_basic_prof_names_the_hot_javascript_function() {
         }
     }
     let s = share(&data, "profdevHotLoop");
-    assert!(s >= 50.0, "profdevHotLoop has {s}% of the samples");
+    assert!(
+        s >= 50.0,
+        "profdevHotLoop has {s}% of the samples:\n{}",
+        report(&data)
+    );
 }
 
 #[test]

@@ -4,8 +4,11 @@
 //! A process's names come from its jitdump when it has mapped one (a
 //! mapping whose file is `jit-N.dump`, anywhere: the marker perf looks
 //! for), else from `/tmp/perf-N.map` inside its root, N its pid in its own
-//! namespace. The file is read when a sample first lands in the process's
-//! anonymous memory, and read on from where it ended when a later sample
+//! namespace. A jitdump is read from the descriptor the objects table
+//! opened when its mapping was reported (the file the process mapped,
+//! readable however long after the process ended the recorder gets to
+//! its samples), a perf map inside the process's root. The file is read
+//! when a sample first lands in the process's anonymous memory, and read on from where it ended when a later sample
 //! falls outside every function it named (at most every 10 ms of sample
 //! time; a process without such a file is tried again each second), so
 //! names follow the runtime as it compiles.
@@ -22,8 +25,10 @@
 
 use profdev_formats::recording::{Encoder, Frame, Function, Line, ObjectInfo, ObjectKind};
 use profdev_symbolize::jit::{self, JitFunction};
+use profdev_symbolize::{Mapping, Object};
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Sample-time nanoseconds between reads of a file that named nothing
 /// new, and between tries of a process that has no file.
@@ -55,6 +60,9 @@ struct Generation {
 #[derive(Default)]
 struct Proc {
     source: Option<Source>,
+    /// The jitdump's object, holding the descriptor opened when its
+    /// mapping was reported.
+    held: Option<Arc<Object>>,
     /// Bytes of the file consumed.
     read: u64,
     funcs: Vec<JitFunction>,
@@ -104,7 +112,11 @@ impl Proc {
             // functions already known are skipped.
             Source::JitDump(_) => 0,
         };
-        let Ok(bytes) = jit::read_process_file(pid, source.path(), from) else {
+        let read = match (source, self.held.as_ref().and_then(|o| o.file())) {
+            (Source::JitDump(_), Some(file)) => jit::read_mapped_file(file),
+            _ => jit::read_process_file(pid, source.path(), from),
+        };
+        let Ok(bytes) = read else {
             self.missing = true;
             return;
         };
@@ -140,24 +152,30 @@ impl Proc {
 
 impl Jit {
     /// The frame of `va` in process `pid`'s anonymous memory at sample
-    /// time `time`, if a JIT file names it; `paths` are the process's
-    /// mapped files, for its jitdump.
-    pub(crate) fn frame<'a>(
+    /// time `time`, if a JIT file names it; `maps` are the process's
+    /// mappings, for its jitdump.
+    pub(crate) fn frame(
         &mut self,
         enc: &mut Encoder,
         pid: u32,
         va: u64,
         time: u64,
-        paths: impl Iterator<Item = &'a str>,
+        maps: &[Mapping],
     ) -> Option<Frame> {
         let p = self.procs.entry(pid).or_default();
-        let source = source_of(pid, paths);
+        let source = source_of(pid, maps.iter().map(|m| m.path.as_str()));
         if p.source.as_ref() != Some(&source) {
             // First sight, or a jitdump mapped since.
             *p = Proc {
                 source: Some(source),
                 ..Proc::default()
             };
+        }
+        if let (None, Some(Source::JitDump(dump))) = (&p.held, &p.source) {
+            p.held = maps
+                .iter()
+                .find(|m| Path::new(&m.path) == dump)
+                .and_then(|m| m.object.clone());
         }
         let due = match p.tried {
             None => true,
@@ -291,6 +309,75 @@ mod tests {
         assert_eq!(jit.len(), 0);
     }
 
+    /// A jitdump with one function, `name` at `addr` (16 bytes), loaded at
+    /// time 1, as a runtime writes it.
+    fn jitdump(pid: u32, addr: u64, name: &str) -> Vec<u8> {
+        let mut d = Vec::new();
+        for v in [0x4A69_5444u32, 1, 40, 62, 0, pid] {
+            d.extend(v.to_le_bytes());
+        }
+        d.extend([0u8; 16]);
+        let name = format!("{name}\0");
+        let size = 16 + 40 + name.len() + 16;
+        d.extend(0u32.to_le_bytes());
+        d.extend((size as u32).to_le_bytes());
+        d.extend(1u64.to_le_bytes());
+        d.extend(pid.to_le_bytes());
+        d.extend(pid.to_le_bytes());
+        for v in [addr, addr, 16, 1] {
+            d.extend(v.to_le_bytes());
+        }
+        d.extend(name.as_bytes());
+        d.extend([0xc3u8; 16]);
+        d
+    }
+
+    /// The recorder may reach a process's samples after the process has
+    /// ended (a busy machine, a slow symbol read): its jitdump is then read
+    /// from the descriptor opened when its mapping was reported, not
+    /// through its root, which no longer resolves. Here the process is
+    /// gone (reaped) and the file removed before the first sample is
+    /// seen, and its function is still named; with no held descriptor the
+    /// same sample has no name.
+    #[test]
+    fn a_jitdump_is_read_after_its_process_has_ended() {
+        use profdev_formats::recording::{read, Header};
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("jit-{pid}.dump"));
+        std::fs::write(&path, jitdump(pid, 0x7000_0000, "gen_spin")).unwrap();
+        let objects = profdev_symbolize::Objects::new();
+        let held = objects.open_path(path.to_str().unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let mapping = |object| Mapping {
+            start: 0x6000_0000,
+            end: 0x6000_1000,
+            pgoff: 0,
+            path: path.display().to_string(),
+            file: None,
+            build_id: None,
+            object,
+        };
+        let mut enc = Encoder::new(&Header::default());
+        let mut unheld = Jit::default();
+        assert_eq!(
+            unheld.frame(&mut enc, pid, 0x7000_0004, 5, &[mapping(None)]),
+            None,
+            "the process is gone: nothing to read by path"
+        );
+        let mut jit = Jit::default();
+        let fr = jit
+            .frame(&mut enc, pid, 0x7000_0004, 5, &[mapping(Some(held))])
+            .expect("named from the held descriptor");
+        enc.end();
+        let rec = read(&enc.take()).unwrap();
+        let o = rec.object(fr.object).unwrap();
+        assert_eq!(o.function_at(fr.offset).unwrap().name, "gen_spin");
+        assert_eq!(o.info.path, path.display().to_string());
+    }
+
     /// Two functions loaded at one address, one after the other: the
     /// samples of each are named by the one loaded at their time, in two
     /// generations of the object.
@@ -317,7 +404,7 @@ mod tests {
         let mut enc = Encoder::new(&Header::default());
         let mut frame = |enc: &mut Encoder, time| {
             jit.procs.get_mut(&9).unwrap().tried = Some(time);
-            jit.frame(enc, 9, 0x1010, time, std::iter::empty()).unwrap()
+            jit.frame(enc, 9, 0x1010, time, &[]).unwrap()
         };
         let a = frame(&mut enc, 15);
         let b = frame(&mut enc, 25);

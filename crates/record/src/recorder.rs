@@ -634,13 +634,8 @@ impl Recorder {
             };
         };
         if !m.is_file && self.symbols {
-            let paths = self
-                .model
-                .tasks
-                .mappings(pid)
-                .iter()
-                .map(|m| m.path.as_str());
-            if let Some(f) = self.jit.frame(&mut self.enc, pid, va, time, paths) {
+            let maps = self.model.tasks.mappings(pid);
+            if let Some(f) = self.jit.frame(&mut self.enc, pid, va, time, maps) {
                 return f;
             }
         }

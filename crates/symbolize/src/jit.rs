@@ -14,11 +14,15 @@
 //!   layout of the Linux kernel's `tools/perf/Documentation/jitdump-specification.txt`).
 //!
 //! Both files belong to the profiled process's user, who may write
-//! anything into them, or put a link where they are expected: every
-//! read here ([`read_process_file`]) resolves the path inside the
-//! process's own root (`/proc/PID/root`, `RESOLVE_IN_ROOT`, no magic
-//! links, no final symbolic link), takes only a regular file owned by the
-//! process's user, and is bounded; the parsers bound what they keep by
+//! anything into them, or put a link where they are expected: a read by
+//! path ([`read_process_file`]) resolves the path inside the process's
+//! own root (`/proc/PID/root`, `RESOLVE_IN_ROOT`, no magic links, no
+//! final symbolic link) and takes only a regular file owned by the
+//! process's user. A jitdump is better read from the descriptor an
+//! objects table opened when its mapping was reported
+//! ([`read_mapped_file`]): that is the very file the process mapped, and
+//! it stays readable after the process has ended, when its root no longer
+//! resolves. Every read is bounded; the parsers bound what they keep by
 //! the bytes they were given, and stop at the first torn or unknown
 //! record (a file still being written ends in one).
 
@@ -307,6 +311,34 @@ pub fn read_process_file(pid: u32, path: &Path, from: u64) -> Result<Vec<u8>, St
     file.take(MAX_JIT_FILE.saturating_sub(from))
         .read_to_end(&mut out)
         .map_err(|e| what(&e))?;
+    Ok(out)
+}
+
+/// A jitdump read whole (at most [`MAX_JIT_FILE`] bytes) from `file`, the
+/// descriptor its process's mapping was opened by (through
+/// `/proc/PID/map_files`, or by path with its inode checked against the
+/// kernel's record: [`crate::Objects::for_mapping`]). The file is the one
+/// the kernel says the process mapped, so neither its path nor its owner
+/// is asked again; it is read by position, leaving the descriptor's
+/// offset to its other readers.
+pub fn read_mapped_file(file: &std::fs::File) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::FileExt;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let len = meta.len().min(MAX_JIT_FILE);
+    let mut out = vec![0; usize::try_from(len).map_err(|e| e.to_string())?];
+    let mut at = 0;
+    while at < out.len() {
+        match file.read_at(&mut out[at..], at as u64) {
+            Ok(0) => break,
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    out.truncate(at);
     Ok(out)
 }
 
