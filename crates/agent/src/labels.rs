@@ -80,6 +80,11 @@ pub struct Labels {
     /// Processes that exec'ed and whose executable's mapping is still to
     /// come.
     exec_pending: HashSet<u32>,
+    /// Processes whose executable was read and has no build id (a Go
+    /// binary without a GNU note, a script's interpreter's file that
+    /// lacks one): not read again until they exec. Their file cannot
+    /// change meanwhile (a running file is not written: ETXTBSY).
+    no_build_id: HashSet<u32>,
 }
 
 impl Labels {
@@ -91,6 +96,7 @@ impl Labels {
             exited: HashSet::new(),
             sampled: HashSet::new(),
             exec_pending: HashSet::new(),
+            no_build_id: HashSet::new(),
         }
     }
 
@@ -100,6 +106,7 @@ impl Labels {
         if read.exe.is_some() {
             // Read again at its first sample.
             known.build_id = None;
+            self.no_build_id.remove(&pid);
         }
         known.exe = read.exe.or(known.exe.take());
         known.cgroup = read.cgroup.or(known.cgroup.take());
@@ -118,6 +125,7 @@ impl Labels {
                 let known = Arc::make_mut(self.by_pid.entry(*pid).or_default());
                 known.cgroup = read.cgroup.or(known.cgroup.take());
                 self.exec_pending.insert(*pid);
+                self.no_build_id.remove(pid);
                 self.exited.remove(pid);
             }
             Record::Mmap {
@@ -145,9 +153,15 @@ impl Labels {
                 if self.sampled.insert(s.pid) {
                     let proc = &self.proc;
                     if let Some(known) = self.by_pid.get_mut(&s.pid) {
-                        if known.build_id.is_none() && known.exe.is_some() {
-                            if let Some(b) = exe_build_id(proc, s.pid) {
-                                Arc::make_mut(known).build_id = Some(b);
+                        if known.build_id.is_none()
+                            && known.exe.is_some()
+                            && !self.no_build_id.contains(&s.pid)
+                        {
+                            match exe_build_id(proc, s.pid) {
+                                Some(b) => Arc::make_mut(known).build_id = Some(b),
+                                None => {
+                                    self.no_build_id.insert(s.pid);
+                                }
                             }
                         }
                     }
@@ -168,6 +182,7 @@ impl Labels {
         for pid in self.exited.drain() {
             self.by_pid.remove(&pid);
             self.exec_pending.remove(&pid);
+            self.no_build_id.remove(&pid);
         }
         out
     }
@@ -331,5 +346,22 @@ mod tests {
         t.observe(&mmap(None));
         t.observe(&sample(42));
         assert_eq!(t.cut()[&42].build_id, None);
+        // Read once: the next interval does not read it again (here the
+        // link is changed to show it; a running file cannot change)...
+        std::fs::remove_file(&exe).unwrap();
+        std::os::unix::fs::symlink(&me, &exe).unwrap();
+        t.observe(&sample(42));
+        assert_eq!(t.cut()[&42].build_id, None, "read again");
+        // ... until the process execs.
+        t.observe(&Record::Comm {
+            pid: 42,
+            tid: 42,
+            comm: "again".into(),
+            exec: true,
+            time: 5,
+        });
+        t.observe(&mmap(None));
+        t.observe(&sample(42));
+        assert_eq!(t.cut()[&42].build_id.as_deref(), Some(want.as_str()));
     }
 }
