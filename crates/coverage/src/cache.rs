@@ -458,19 +458,19 @@ pub struct Split {
     pub size: u64,
     /// The encoding kept, for an area at that offset from the bias.
     pub encoded: Option<(u64, Encoded)>,
-    bytes: Vec<u8>,
-    plan_at: std::ops::Range<usize>,
+    /// The plan's bytes, alone (not the rest of the file).
+    plan: Vec<u8>,
 }
 
 impl Split {
     /// The size of its plan in the file, in bytes.
     pub fn plan_bytes(&self) -> usize {
-        self.plan_at.len()
+        self.plan.len()
     }
 
     /// The plan, read and checked (against the header too).
     pub fn plan(&self) -> Result<Plan, String> {
-        let mut r = R(&self.bytes[self.plan_at.clone()]);
+        let mut r = R(&self.plan);
         let plan = read_plan(&mut r)?;
         if !r.0.is_empty() {
             return Err("its plan has bytes past its end".into());
@@ -487,7 +487,7 @@ impl Split {
 }
 
 /// Read the header and encoding of a cache file that must hold `key`'s
-/// entry, keeping its bytes for [`Split::plan`].
+/// entry, keeping its plan's bytes for [`Split::plan`].
 pub fn split(bytes: Vec<u8>, key: &Key) -> Result<Split, String> {
     let mut r = R(&bytes);
     if r.take(MAGIC.len())? != MAGIC {
@@ -507,13 +507,15 @@ pub fn split(bytes: Vec<u8>, key: &Key) -> Result<Split, String> {
     if let Some((_, e)) = &encoded {
         check_encoding(e, blocks)?;
     }
+    // Only the plan's bytes are kept: the rest of the file (the
+    // encoding's code, cc1's 21 MB, now copied out) would otherwise
+    // stay until the plan has been read.
     Ok(Split {
         blocks,
         counters,
         size,
         encoded,
-        bytes,
-        plan_at: at..at + n,
+        plan: bytes[at..at + n].to_vec(),
     })
 }
 
