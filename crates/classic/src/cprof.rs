@@ -353,6 +353,11 @@ pub fn run_under_coverage(
 /// counted through the uprobe fallback ([`run_uprobes`]), as it is with
 /// `PROFDEV_COV_UPROBES=1` in the environment. `note` gets the sentence
 /// saying which route ran; `notes` the engine's.
+///
+/// CMD stays in cprof's process group (its job control would need the
+/// tracer's waits). A SIGINT, SIGTERM or SIGHUP cprof gets is passed on to
+/// CMD's processes, but one from the terminal (^C, a hangup: the kernel's)
+/// only to those that left the group: the others got it already.
 pub fn run_static(
     cmd: &[OsString],
     program: &Path,
@@ -377,7 +382,10 @@ pub fn run_static(
         use std::sync::atomic::Ordering::SeqCst;
         loop {
             if let Some(signal) = caught.caught() {
-                live.signal(signal);
+                // CMD shares cprof's process group: a signal from the
+                // terminal reached it already, and is passed on only to
+                // the processes that left the group.
+                live.signal_outside(signal, caught.from_terminal(signal));
                 let end = std::time::Instant::now() + GRACE;
                 while live.running() && std::time::Instant::now() < end {
                     caught.sleep(std::time::Duration::from_millis(20), None);

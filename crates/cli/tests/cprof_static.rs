@@ -851,3 +851,30 @@ fn cprof_p_counts_a_static_process_through_ptrace_and_lets_it_go() {
     let v = worker_value(49);
     assert_eq!(p.quit(), format!("sum {v} {v}\n"));
 }
+
+/// A ^C on the terminal reaches a static CMD once. CMD shares cprof's
+/// process group on the ptrace route, so the terminal's SIGINT reached it
+/// already; cprof, which caught it too, passes on only signals a process
+/// sent (before: twice, and a program that counts its ^Cs saw two).
+#[test]
+fn a_terminal_interrupt_reaches_a_static_program_once() {
+    if !ptrace_gate("cprof on a static program through ptrace")
+        || !profdev_testkit::tools("a ^C on a terminal", &["script"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_sigint");
+    compile("static_sigint.c", &["-static", "-O1"], &exe);
+    let mut run = profdev_testkit::terminal::Terminal::spawn(&format!(
+        "cd {} && exec {} cprof -o /dev/null -- {}",
+        tmp.path().display(),
+        env!("CARGO_BIN_EXE_profdev"),
+        exe.display()
+    ));
+    let at = run.wait_for("ready", 0);
+    run.press("\x03");
+    run.wait_for("SIGINT", at);
+    let (_, text) = run.finish(Duration::from_secs(120));
+    assert!(text.contains("got 1 SIGINT"), "{text}");
+}

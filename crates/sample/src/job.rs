@@ -174,6 +174,9 @@ fn send(pid: libc::pid_t, sig: libc::c_int) {
 /// handlers back.
 pub struct Catcher {
     flags: Vec<(libc::c_int, Arc<AtomicBool>)>,
+    /// Per signal caught: whether its latest came from the kernel (the
+    /// terminal's ^C or hangup), not from a process.
+    kernel: Vec<(libc::c_int, Arc<AtomicBool>)>,
     wake: UnixStream,
     ids: Vec<signal_hook::SigId>,
 }
@@ -191,6 +194,7 @@ impl Catcher {
         wake.set_nonblocking(true)?;
         let mut c = Catcher {
             flags: Vec::new(),
+            kernel: Vec::new(),
             wake,
             ids: Vec::new(),
         };
@@ -198,6 +202,19 @@ impl Catcher {
             if ignored(sig) {
                 continue;
             }
+            // Where it came from is noted first (the actions run in the
+            // order they were registered), so that a flag seen set has
+            // its origin noted.
+            let kernel = Arc::new(AtomicBool::new(false));
+            let mark = kernel.clone();
+            // SAFETY: the action only stores to an atomic, which is
+            // async-signal-safe.
+            c.ids.push(unsafe {
+                signal_hook_registry::register_sigaction(sig, move |info: &libc::siginfo_t| {
+                    mark.store(info.si_code == libc::SI_KERNEL, Ordering::SeqCst)
+                })
+            }?);
+            c.kernel.push((sig, kernel));
             let flag = Arc::new(AtomicBool::new(false));
             c.ids.push(signal_hook::flag::register(sig, flag.clone())?);
             c.ids.push(signal_hook::low_level::pipe::register(
@@ -221,6 +238,15 @@ impl Catcher {
             .iter()
             .find(|(_, f)| f.load(Ordering::SeqCst))
             .map(|(sig, _)| *sig)
+    }
+
+    /// Whether the latest `sig` caught came from the kernel: from the
+    /// terminal (^C, a hangup) to its whole foreground group, not sent by
+    /// a process.
+    pub fn from_terminal(&self, sig: libc::c_int) -> bool {
+        self.kernel
+            .iter()
+            .any(|(s, k)| *s == sig && k.load(Ordering::SeqCst))
     }
 
     /// The signals that came since the last call, each forgotten.

@@ -125,9 +125,23 @@ impl Live {
 
     /// Send `sig` to every process of the run (and `SIGCONT`).
     pub fn signal(&self, sig: i32) {
+        self.signal_outside(sig, false);
+    }
+
+    /// [`Live::signal`], but not to the processes of this process's own
+    /// process group when `from_terminal`: a signal from the terminal
+    /// reached its whole foreground group, cprof and the CMD that shares
+    /// cprof's group, already.
+    pub fn signal_outside(&self, sig: i32, from_terminal: bool) {
+        // SAFETY: getpgrp only queries.
+        let own = unsafe { libc::getpgrp() };
         for &p in &self.lock().procs {
-            // SAFETY: kill has no memory-safety preconditions.
+            // SAFETY: getpgid and kill have no memory-safety
+            // preconditions.
             unsafe {
+                if from_terminal && libc::getpgid(p as i32) == own {
+                    continue;
+                }
                 libc::kill(p as i32, sig);
                 libc::kill(p as i32, libc::SIGCONT);
             }
