@@ -8,8 +8,9 @@
 //! opened when its mapping was reported (the file the process mapped,
 //! readable however long after the process ended the recorder gets to
 //! its samples), a perf map inside the process's root. The file is read
-//! when a sample first lands in the process's anonymous memory, and read on from where it ended when a later sample
-//! falls outside every function it named (at most every 10 ms of sample
+//! when a sample first lands in the process's anonymous memory, and read
+//! on from where it ended when a later sample falls outside every
+//! function it named (at most every 10 ms of sample
 //! time; a process without such a file is tried again each second), so
 //! names follow the runtime as it compiles.
 //!
