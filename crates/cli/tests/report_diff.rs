@@ -4,9 +4,12 @@
 //! change's sign; a row that cannot have changed (`--sort comm`: every
 //! sample is the program's in both) is not, nor is any row of a
 //! recording compared with itself. The shares are set by the program's
-//! work, not by time, so a busy machine does not move them; with about a
-//! second of CPU time per run at the default rate each recording has
-//! hundreds of samples, far more than a 40-point change needs. (That
+//! work: the two functions take turns every few milliseconds, so a busy
+//! machine, or time stolen from this virtual CPU, falls on both alike
+//! (with the functions run one after the other, a stolen stretch during
+//! the first once gave it 78% instead of 70%). With about a second of CPU
+//! time per run at the default rate each recording has hundreds of
+//! samples, far more than a 40-point change needs. (That
 //! unchanged rows among many are left unstarred by chance is tested on
 //! synthetic counts in `profdev_report::diff`.) `profdev export svg
 //! --diff` of the same two draws NEW's graph with hot blue (faster), warm
@@ -70,9 +73,10 @@ fn a_hot_function_moving_from_70_to_30_percent_is_starred() {
     let d = tempdir();
     let exe = build(d.path());
     let (base, new) = (d.path().join("base.data"), d.path().join("new.data"));
-    // About 1.5e9 loop steps per run: a second or so of CPU time.
-    record(&exe, &base, "1050", "450");
-    record(&exe, &new, "450", "1050");
+    // 150 rounds of 10 units, about 1.5e9 loop steps per run: a second or
+    // so of CPU time.
+    record(&exe, &base, "7", "3");
+    record(&exe, &new, "3", "7");
 
     let t = report(&["--sort", "sym"], &[&base, &new]);
     let (hot, warm) = (row(&t, "hot"), row(&t, "warm"));
