@@ -423,6 +423,9 @@ pub fn launch_env(
         let modules = profdev_mprof::unwind::modules(program);
         let (k, v) = profdev_mprof::unwind::write_tables(&dir, &modules)
             .context("cannot write the unwind tables")?;
+        session
+            .serve_unwind(&dir)
+            .context("cannot serve unwind tables")?;
         env.push((k.to_string(), v));
     }
     let mut paths = vec![program.to_path_buf()];

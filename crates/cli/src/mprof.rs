@@ -91,9 +91,11 @@
 //! module the process has mapped): address ranges and their rule (the
 //! CFA at `rsp` or `rbp` plus an offset, the return address below it, `rbp`
 //! saved or unchanged), shared read-only with the library, which keeps
-//! each return address's rule in a lock-free hash. A frame no table
-//! covers (a library `dlopen`'d later) is walked by its frame pointer; a
-//! frame whose CFI is of another kind ends the stack. Every address read
+//! each return address's rule in a lock-free hash. A module met later (a
+//! program CMD executes, a library it `dlopen`s) gets its table on request:
+//! the library sends profdev the module's open file and waits (10 s at most;
+//! none with `-p PID`). A frame no table covers is walked by its frame
+//! pointer; a frame whose CFI is of another kind ends the stack. Every address read
 //! is checked first (8-aligned, within the thread's stack, each frame
 //! above the one before). Stacks merge per unique stack (16,384 at most per process,
 //! the rest as one `[mprof: stack table full]` stack). The tables are unchanged. A stack

@@ -4,40 +4,60 @@
 //! (profdev_mprof::unwind): `build()` and `other()`, which call one
 //! `leaf_alloc()`, are told apart with exact bytes, and a stack through
 //! libc (qsort's comparator, strdup) keeps the user's callers above libc.
-//! A corrupt table is refused by the library, not followed.
+//! A corrupt table is refused by the library, not followed. A module
+//! profdev did not know before the run (a program CMD executes, a
+//! library it loads with `dlopen`) is walked as well: the library asks
+//! profdev for its table when the walk first meets it
+//! (profdev_mprof::unwind::serve); without that, its frames were followed
+//! by a frame pointer the module does not keep.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn compile(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/unwind.c");
-    let exe = dir.join("unwind");
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/mprof")
+        .join(name)
+}
+
+/// `source` built into `out` without frame pointers, with `flags`.
+fn cc(source: &Path, out: &Path, flags: &[&str]) {
     let status = Command::new("cc")
         .args([
             "-g",
             "-O2",
             "-fomit-frame-pointer",
             "-fno-optimize-sibling-calls",
-            "-o",
         ])
-        .arg(&exe)
-        .arg(&src)
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(source)
         .status()
         .expect("cannot run cc");
-    assert!(status.success(), "cc failed on unwind.c");
+    assert!(status.success(), "cc failed on {}", source.display());
+}
+
+fn compile(dir: &Path) -> PathBuf {
+    let exe = dir.join("unwind");
+    cc(&data("unwind.c"), &exe, &[]);
     exe
 }
 
 /// The `--folded` lines of EXE ARG under mprof.
 fn folded(dir: &Path, exe: &Path, arg: &str) -> Vec<String> {
+    folded_of(dir, &[exe.as_os_str(), arg.as_ref()])
+}
+
+/// The `--folded` lines of CMD under mprof.
+fn folded_of(dir: &Path, cmd: &[&std::ffi::OsStr]) -> Vec<String> {
     let file = dir.join("unwind.folded");
     let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
         .args(["mprof", "-o", "-", "--folded"])
         .arg(&file)
-        .arg(exe)
-        .arg(arg)
+        .args(cmd)
         .output()
         .unwrap();
     assert!(
@@ -65,6 +85,52 @@ fn folded_without_frame_pointers_tells_the_two_callers_apart() {
         1,
         "{lines:?}"
     );
+}
+
+/// `build;leaf_alloc` and `other;leaf_alloc`, each once in `lines`, under
+/// `caller`, with their exact bytes.
+fn told_apart(lines: &[String], caller: &str) {
+    for (callee, bytes) in [("build", 409600), ("other", 50000)] {
+        let want = format!("{caller};{callee};leaf_alloc {bytes}");
+        assert_eq!(
+            common::folded_ending(lines, &want).len(),
+            1,
+            "{want}: {lines:?}"
+        );
+    }
+}
+
+#[test]
+fn a_program_cmd_executes_is_walked_with_a_table_built_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path());
+    // The shell forks and executes the program (the `; true` after it
+    // keeps the shell from replacing itself).
+    let lines = folded_of(
+        dir.path(),
+        &[
+            "sh".as_ref(),
+            "-c".as_ref(),
+            "\"$0\"; true".as_ref(),
+            exe.as_os_str(),
+        ],
+    );
+    told_apart(&lines, "main");
+}
+
+#[test]
+fn a_library_loaded_with_dlopen_is_walked_with_a_table_built_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libunwind_user.so");
+    cc(
+        &data("unwind.c"),
+        &lib,
+        &["-shared", "-fPIC", "-Dmain=unwind_main"],
+    );
+    let loader = dir.path().join("unwind_dlopen");
+    cc(&data("unwind_dlopen.c"), &loader, &[]);
+    let lines = folded_of(dir.path(), &[loader.as_os_str(), lib.as_os_str()]);
+    told_apart(&lines, "main;unwind_main");
 }
 
 #[test]

@@ -9,6 +9,13 @@
  * module's size and mtime), and keeps each return address's rule in a
  * lock-free hash: a frame seen before costs one lookup.
  *
+ * A module profdev did not know before the run (a program CMD executes,
+ * a library loaded with dlopen) has no table there at first: the library
+ * opens the module's file and sends the descriptor over the directory's
+ * socket USOCK (profdev_mprof::unwind::serve), and waits for its one-byte
+ * answer at most UREQ_MS, once per module and process (the walk stays on
+ * the frame pointer there if no table comes).
+ *
  * At each frame the rule for its pc gives the CFA (rsp+N or rbp+N), the
  * return address at CFA-8 and rbp (saved at CFA+K or unchanged); where
  * no table covers the pc (a module without a table: dlopen'd ones, code
@@ -19,6 +26,9 @@
  * ends). No lock is taken on a cached frame and nothing is allocated.
  */
 #include "mprof.h"
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 __thread uintptr_t mprof_site_sp __attribute__((tls_model("initial-exec")));
 
@@ -35,6 +45,8 @@ _Static_assert(sizeof(struct uentry) == 16, "an entry is 16 bytes");
 #define UVERSION 1
 #define UHEADER 32
 #define UMODS 256
+#define USOCK "build.sock" /* profdev_mprof::unwind::SOCKET */
+#define UREQ_MS 10000
 
 struct umod {
     _Atomic(const void *) lm;
@@ -80,6 +92,69 @@ static char *put_hex(char *o, uint64_t v)
     return o;
 }
 
+/* Ask profdev for the table of the module whose file is path (ms: its
+ * stat, which names the table): its descriptor sent over USOCK, at most
+ * UREQ_MS for the answer. Whether the table is there now. */
+static int request_table(const char *path, const struct stat *ms)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t dl = strlen(udir);
+    if (dl + 1 + sizeof USOCK > sizeof a.sun_path)
+        return 0;
+    memcpy(a.sun_path, udir, dl);
+    a.sun_path[dl] = '/';
+    memcpy(a.sun_path + dl + 1, USOCK, sizeof USOCK);
+    int mfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (mfd < 0)
+        return 0;
+    struct stat fs;
+    int s = -1;
+    char answer = 0;
+    if (fstat(mfd, &fs) || !S_ISREG(fs.st_mode) || fs.st_dev != ms->st_dev ||
+        fs.st_ino != ms->st_ino)
+        goto out;
+    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a))
+        goto out;
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } c;
+    memset(&c, 0, sizeof c);
+    char one = 'u';
+    struct iovec v = {.iov_base = &one, .iov_len = 1};
+    struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = c.b,
+                       .msg_controllen = sizeof c.b};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &mfd, sizeof(int));
+    if (sendmsg(s, &m, MSG_NOSIGNAL) != 1)
+        goto out;
+    struct timespec now, end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += UREQ_MS / 1000;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left = (end.tv_sec - now.tv_sec) * 1000 + (end.tv_nsec - now.tv_nsec) / 1000000;
+        if (left <= 0)
+            break;
+        struct pollfd p = {.fd = s, .events = POLLIN};
+        int r = poll(&p, 1, (int)left);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 1 && read(s, &answer, 1) != 1)
+            answer = 0;
+        break;
+    }
+out:
+    if (s >= 0)
+        close(s);
+    close(mfd);
+    return answer == '1';
+}
+
 /* Map the table of the module lm (whose file is path) into m, checked;
  * m->e stays 0 when there is none or it is bad. */
 static void load_table(struct umod *m, const char *path)
@@ -97,6 +172,8 @@ static void load_table(struct umod *m, const char *path)
     o = put_hex(o, (uint64_t)ms.st_ino);
     memcpy(o, ".unw", 5);
     int fd = open(f, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT && request_table(path, &ms))
+        fd = open(f, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return;
     if (fstat(fd, &ts) || !S_ISREG(ts.st_mode) || ts.st_size < UHEADER ||
@@ -149,8 +226,10 @@ static const struct umod *umod_of(const struct link_map *lm)
             exe[k > 0 ? k : 0] = 0;
             path = exe;
         }
+        int e = errno; /* the call the walk is inside of keeps its errno */
         if (path[0])
             load_table(m, path);
+        errno = e;
         atomic_store_explicit(&m->lm, lm, memory_order_relaxed);
         atomic_store_explicit(&numods, n + 1, memory_order_release);
         r = m;

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 
 /// One run's private directory: the library, and the reports it writes.
 pub struct Session {
+    /// The service of unwind tables on request, stopped before the
+    /// directory is removed ([`Session::serve_unwind`]).
+    unwind: std::sync::OnceLock<crate::unwind::Server>,
     dir: tempfile::TempDir,
     /// The directory's lock, held while the session lives ([`sweep`]).
     _held: std::fs::File,
@@ -37,12 +40,25 @@ impl Session {
             .map_err(profdev_safefile::Error::into_os_error)?;
         profdev_safefile::create_dir(dir.path().join("out"), 0o700)
             .map_err(profdev_safefile::Error::into_os_error)?;
-        Ok(Session { dir, _held: held })
+        Ok(Session {
+            unwind: std::sync::OnceLock::new(),
+            dir,
+            _held: held,
+        })
     }
 
     /// The session's directory.
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Builds unwind tables on request in `dir`, the session's directory
+    /// of tables, while the session lives ([`crate::unwind::serve`]): for
+    /// the programs CMD executes and the libraries it loads with `dlopen`.
+    pub fn serve_unwind(&self, dir: &Path) -> std::io::Result<()> {
+        let server = crate::unwind::serve(dir)?;
+        let _ = self.unwind.set(server);
+        Ok(())
     }
 
     /// The library's path.

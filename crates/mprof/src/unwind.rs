@@ -321,22 +321,137 @@ pub fn write_tables(dir: &Path, modules: &[PathBuf]) -> std::io::Result<(&'stati
 /// Writes module `m`'s table into `dir` ([`write_tables`]); nothing for a
 /// module whose table cannot be built.
 fn write_table(dir: &Path, m: &Path) -> std::io::Result<()> {
-    let Ok(meta) = std::fs::metadata(m) else {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Not blocked by a FIFO at m: its metadata refuses it.
+    let open = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(m);
+    let Ok(file) = open else {
         return Ok(());
     };
+    write_table_of(dir, &file).map(drop)
+}
+
+/// Writes the table of the module open as `file` into `dir`, unless it is
+/// there already: whether the directory holds it now. A module that is
+/// not a regular file, is larger than [`MAX_MODULE`] or has no usable
+/// `.eh_frame` gets none (its frames are walked by frame pointer).
+fn write_table_of(dir: &Path, file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let meta = file.metadata()?;
     if !meta.is_file() || meta.len() > MAX_MODULE {
-        return Ok(());
+        return Ok(false);
     }
-    let Ok(data) = std::fs::read(m) else {
-        return Ok(());
-    };
+    let path = dir.join(file_name(&meta));
+    if std::fs::symlink_metadata(&path).is_ok() {
+        return Ok(true);
+    }
+    let mut data = vec![0; meta.len() as usize];
+    if file.read_exact_at(&mut data, 0).is_err() {
+        return Ok(false);
+    }
     let Ok(table) = build(&data) else {
-        return Ok(());
+        return Ok(false);
     };
     let mtime = (meta.mtime() as u64)
         .wrapping_mul(1_000_000_000)
         .wrapping_add(meta.mtime_nsec() as u64);
     let bytes = encode(&table, meta.size(), mtime);
-    profdev_safefile::write_file(dir.join(file_name(&meta)), &bytes, 0o400)
-        .map_err(profdev_safefile::Error::into_os_error)
+    match profdev_safefile::write_file(&path, &bytes, 0o400) {
+        Ok(()) => Ok(true),
+        // Written by a request served meanwhile: the same table.
+        Err(_) if std::fs::symlink_metadata(&path).is_ok() => Ok(true),
+        Err(e) => Err(e.into_os_error()),
+    }
+}
+
+/// The socket, in a directory of tables, on which [`serve`] builds the
+/// table of a module the run meets that profdev did not know before it:
+/// a program CMD executes (a compiler driver's `cc1`, a shell script's
+/// commands) and a library loaded with `dlopen`. `c/unwind.c` names it
+/// too.
+pub const SOCKET: &str = "build.sock";
+
+/// How long [`serve`] waits for a request's one message.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serving tables on request in one directory ([`serve`]): dropping it
+/// stops the service.
+pub struct Server {
+    /// The listening socket (a duplicate of the serving thread's).
+    listener: std::os::fd::OwnedFd,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // A listening socket shut down wakes its accept (EINVAL) and
+        // refuses new connections. The thread is not joined: it may be in
+        // the read of a module on a file system that does not answer.
+        let _ = rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Both);
+    }
+}
+
+/// Builds tables on request in `dir` (private: made by [`write_tables`])
+/// while the returned [`Server`] lives, on a thread of its own. The
+/// library, meeting a module that has no table, opens the module's file,
+/// sends the descriptor over [`SOCKET`] with one byte, and waits (a
+/// bounded time) for one byte back: `1` if the table is there now, `0`
+/// if it cannot be made. The table is built from the very file the
+/// process opened, named by that file's device and inode as the library
+/// names it, and written through profdev-safefile; nothing is read by
+/// path. Only the directory's owner can connect (0700), and a request
+/// is a file the process could read already.
+pub fn serve(dir: &Path) -> std::io::Result<Server> {
+    use std::os::fd::AsFd;
+    let listener = std::os::unix::net::UnixListener::bind(dir.join(SOCKET))?;
+    let handle = listener.as_fd().try_clone_to_owned()?;
+    let dir = dir.to_path_buf();
+    std::thread::Builder::new()
+        .name("mprof-unwind".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(s) => answer(&dir, &s),
+                    Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // Shut down (EINVAL), or out of descriptors.
+                    Err(_) => break,
+                }
+            }
+        })?;
+    Ok(Server { listener: handle })
+}
+
+/// One request on `s`: its descriptor's table written into `dir`, and the
+/// answer.
+fn answer(dir: &Path, s: &std::os::unix::net::UnixStream) {
+    use std::io::Write;
+    let ok = s.set_read_timeout(Some(REQUEST_TIMEOUT)).is_ok()
+        && received(s).is_some_and(|f| write_table_of(dir, &f).unwrap_or(false));
+    let _ = (&*s).write_all(if ok { b"1" } else { b"0" });
+}
+
+/// The one descriptor a request carries, with its one byte.
+fn received(s: &std::os::unix::net::UnixStream) -> Option<std::fs::File> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut byte = [0u8; 1];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        s,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut cmsg,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .ok()?;
+    let mut fds: Vec<std::os::fd::OwnedFd> = cmsg
+        .drain()
+        .filter_map(|m| match m {
+            RecvAncillaryMessage::ScmRights(fds) => Some(fds),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    (got.bytes == 1 && fds.len() == 1).then(|| std::fs::File::from(fds.remove(0)))
 }

@@ -238,3 +238,74 @@ fn a_corrupt_table_is_refused_or_followed_within_bounds() {
         assert_eq!(total, 459600, "case {i}: {v:?}");
     }
 }
+
+/// One request to the table service at `dir`: `byte`, with `fds`
+/// attached; the answer (None: the connection was refused).
+fn request(dir: &Path, byte: u8, fds: &[std::os::fd::BorrowedFd]) -> Option<u8> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::io::Read;
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join(unwind::SOCKET)).ok()?;
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() {
+        assert!(cmsg.push(SendAncillaryMessage::ScmRights(fds)));
+    }
+    rustix::net::sendmsg(
+        &s,
+        &[std::io::IoSlice::new(&[byte])],
+        &mut cmsg,
+        SendFlags::empty(),
+    )
+    .unwrap();
+    let mut answer = [0u8; 1];
+    s.read_exact(&mut answer).unwrap();
+    Some(answer[0])
+}
+
+/// The table service (unwind::serve) builds the table of the very file
+/// a request carries, named as the library names it, the same bytes as
+/// a table built before the run; it answers `0` to a request without
+/// exactly one regular file, writes nothing for it, and refuses
+/// connections once stopped.
+#[test]
+fn the_table_service_builds_the_table_of_the_file_it_is_sent() {
+    use std::os::fd::AsFd;
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = compile(tmp.path());
+    let before = tmp.path().join("before");
+    unwind::write_tables(&before, std::slice::from_ref(&exe)).unwrap();
+    let dir = tmp.path().join("tables");
+    unwind::write_tables(&dir, &[]).unwrap();
+    let server = unwind::serve(&dir).unwrap();
+    let listed = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != unwind::SOCKET)
+            .collect();
+        v.sort();
+        v
+    };
+
+    let (r, w) = std::io::pipe().unwrap();
+    assert_eq!(request(&dir, b'u', &[r.as_fd()]), Some(b'0'));
+    assert_eq!(request(&dir, b'u', &[]), Some(b'0'));
+    let f = std::fs::File::open(&exe).unwrap();
+    assert_eq!(request(&dir, b'u', &[f.as_fd(), w.as_fd()]), Some(b'0'));
+    assert!(listed().is_empty(), "{:?}", listed());
+
+    assert_eq!(request(&dir, b'u', &[f.as_fd()]), Some(b'1'));
+    let name = unwind::file_name(&std::fs::metadata(&exe).unwrap());
+    assert_eq!(listed(), std::slice::from_ref(&name));
+    assert_eq!(
+        std::fs::read(dir.join(&name)).unwrap(),
+        std::fs::read(before.join(&name)).unwrap()
+    );
+    let mode = std::fs::metadata(dir.join(&name)).unwrap().mode();
+    assert_eq!(mode & 0o777, 0o400);
+    // Asked again: there already.
+    assert_eq!(request(&dir, b'u', &[f.as_fd()]), Some(b'1'));
+
+    drop(server);
+    assert_eq!(request(&dir, b'u', &[f.as_fd()]), None);
+}
