@@ -418,16 +418,21 @@ pub fn launch_env(
     if args.temporary {
         push(profdev_mprof::TEMPORARY_ENV, "1".into());
     }
-    if args.stacks() {
-        let dir = session.path().join("unwind");
-        let modules = profdev_mprof::unwind::modules(program);
-        let (k, v) = profdev_mprof::unwind::write_tables(&dir, &modules)
-            .context("cannot write the unwind tables")?;
-        session
-            .serve_unwind(&dir)
-            .context("cannot serve unwind tables")?;
-        env.push((k.to_string(), v));
-    }
+    // Unwind tables: with stacks, those of the program and its libraries
+    // made before the run; the others on request (a program CMD runs, a
+    // library it loads), and without stacks all of them, for a wrapper's
+    // caller (a compiler's xmalloc, C++'s operator new) is found by them.
+    let dir = session.path().join("unwind");
+    let modules = match args.stacks() {
+        true => profdev_mprof::unwind::modules(program),
+        false => Vec::new(),
+    };
+    let (k, v) = profdev_mprof::unwind::write_tables(&dir, &modules)
+        .context("cannot write the unwind tables")?;
+    session
+        .serve_unwind(&dir)
+        .context("cannot serve unwind tables")?;
+    env.push((k.to_string(), v));
     let mut paths = vec![program.to_path_buf()];
     paths.extend(
         args.modules

@@ -69,7 +69,8 @@
 //! known wrapper (C++'s operator new, Rust's `__rust_alloc`, its
 //! `alloc::raw_vec` growth and `finish_grow`, `strdup`, `xmalloc`,
 //! `g_malloc` and the list in `profdev_mprof`'s documentation), the first
-//! return address outside the wrappers: a `new` or a Rust `Vec` growing is
+//! return address outside the wrappers (found by the unwind tables below: a
+//! cached rule a frame), so a `new` or a Rust `Vec` growing is
 //! charged to the user's line. So is *system code*: a function declared
 //! under a system include directory (`/usr/include`, `/usr/local/include`,
 //! gcc's and clang's under `/usr/lib`, Rust's `/rustc/…`; any other file
@@ -85,7 +86,7 @@
 //!
 //! **Stacks.** With `--folded`, `--pprof` or `--peak` (unless `--no-stacks`) each
 //! allocation is charged to its whole call stack too: its site (as above)
-//! and its callers (at most 64 frames). Before the run, profdev builds
+//! and its callers (at most 64 frames). Before the run (without stacks: on request), profdev builds
 //! from `.eh_frame` an unwind table for the program and the libraries it
 //! needs (`DT_NEEDED`, found as the loader would; with `-p PID`, for every
 //! module the process has mapped): address ranges and their rule (the

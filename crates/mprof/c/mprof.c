@@ -1299,12 +1299,21 @@ static _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg)
     return _URC_END_OF_STACK;
 }
 
+static uintptr_t past_wrappers(uintptr_t ra, uintptr_t *fp);
+
 /* The site for a call whose return address is ra; *fp becomes the frame
- * pointer to walk on from (that of the site's function). */
+ * pointer to walk on from (that of the site's function). By the unwind
+ * tables where they cover the wrappers' frames (a cached rule each: a
+ * compiler's xmalloc and C++'s operator new are called at most of its
+ * allocations), else by libgcc's unwinder (which reads .eh_frame each
+ * time: half of cc1's time under mprof before the tables did this). */
 static uintptr_t resolve_site(uintptr_t ra, uintptr_t *fp)
 {
     if (LIKELY(!is_wrapper(ra)))
         return ra;
+    uintptr_t site = past_wrappers(ra, fp);
+    if (site)
+        return site;
     struct walk w = {ra, 0, ra, 0, 0};
     _Unwind_Backtrace(walk_cb, &w);
     *fp = w.fp;
@@ -1364,6 +1373,34 @@ static __attribute__((noinline)) void stack_bounds(void)
         hi = (uintptr_t)pthread_self();
     stk_lo = hi > size ? hi - size : 1;
     stk_hi = hi;
+}
+
+/* The first caller past the wrappers, from the frame ra returns to, by
+ * the unwind tables alone (its sp is mprof_site_sp, checked: the word
+ * below it is ra, as the call pushed it); *fp and mprof_site_sp become
+ * the site frame's. 0 where the tables cannot say (no tables, a frame
+ * without a rule, a check failed, 16 wrappers deep). */
+static uintptr_t past_wrappers(uintptr_t ra, uintptr_t *fp)
+{
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (!mprof_unwind_ready())
+        return 0;
+    if (UNLIKELY(!stk_hi))
+        stack_bounds();
+    uintptr_t hi = stk_hi, sp = mprof_site_sp, f = *fp, pc = ra;
+    if (here < stk_lo || here >= hi || sp < here + 8 || sp >= hi || (sp & 7) ||
+        *(const uintptr_t *)(sp - 8) != ra)
+        return 0;
+    for (int i = 0; i < 16; i++) {
+        if (!mprof_unwind_step(&pc, &sp, &f, hi))
+            return 0;
+        if (!is_wrapper(pc)) {
+            *fp = f;
+            mprof_site_sp = sp;
+            return pc;
+        }
+    }
+    return 0;
 }
 
 /* pcs[0] is the site; the callers follow from the frame pointer fp on:

@@ -100,6 +100,11 @@ struct mprof_wrec {
  * to lie in [here, hi) (and recorded in rec). The depth. */
 int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,
                       uintptr_t hi, struct mprof_wrec *rec);
+/* One frame up by a table rule alone: from the frame of return address
+ * *pc (its stack and frame pointers *sp, *fp) to its caller's, every
+ * read checked to lie in [*sp, hi). 0 (nothing changed) where the frame
+ * has no table rule of the common kinds or a check fails. */
+int mprof_unwind_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *fp, uintptr_t hi);
 /* A word of the stack at a, read, and recorded in rec. */
 static inline uintptr_t mprof_read(struct mprof_wrec *rec, uintptr_t a)
 {
