@@ -381,3 +381,59 @@ pub fn lcov_coverage_lines(text: &str, map: bool) -> Vec<String> {
         })
         .collect()
 }
+
+/// The names of the files in a directory read (read(2), pread(2)) since
+/// [`Reads::watch`]: inotify's `IN_ACCESS` events, whoever reads.
+pub struct Reads(std::fs::File);
+
+impl Reads {
+    pub fn watch(dir: &Path) -> Reads {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: inotify_init1 has no memory-safety preconditions.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(
+            fd >= 0,
+            "inotify_init1: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: fd is a new descriptor, owned by nothing else.
+        let f = unsafe { std::fs::File::from_raw_fd(fd) };
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: c is a NUL-terminated path.
+        let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_ACCESS) };
+        assert!(
+            wd >= 0,
+            "inotify_add_watch: {}",
+            std::io::Error::last_os_error()
+        );
+        Reads(f)
+    }
+
+    /// The names read so far (events are queued by the read itself, so
+    /// every read made before this call is here).
+    pub fn names(&mut self) -> std::collections::BTreeSet<String> {
+        use std::io::Read as _;
+        let mut names = std::collections::BTreeSet::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = match self.0.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return names,
+                Err(e) => panic!("reading inotify events: {e}"),
+            };
+            let mut at = 0;
+            while at + 16 <= n {
+                let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
+                let (mask, len) = (u32_at(at + 4), u32_at(at + 12) as usize);
+                assert_eq!(mask & libc::IN_Q_OVERFLOW, 0, "inotify's queue overflowed");
+                let name = &buf[at + 16..at + 16 + len];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(len)];
+                if !name.is_empty() {
+                    names.insert(String::from_utf8_lossy(name).into_owned());
+                }
+                at += 16 + len;
+            }
+        }
+    }
+}
