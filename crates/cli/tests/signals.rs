@@ -428,26 +428,25 @@ fn stubborn_workload_is_killed() {
     }
 }
 
-/// `timeout --preserve-status 10 profdev CMD ...`: timeout's SIGTERM ends
-/// the run with a complete profile and status 143. (10 s rather than the
-/// issue's 3: on a loaded 2-CPU machine a debug profdev sample can take
-/// seconds to start, and the workload needs 0.2 s of CPU time before it
-/// records its pids.)
+/// `timeout --preserve-status 600 profdev CMD ...` ended by timeout's
+/// SIGTERM: a complete profile and status 143. timeout passes a SIGTERM
+/// it receives on to profdev (to profdev, then to its own process group,
+/// each followed by SIGCONT) in the same handler, and the same way, as the
+/// SIGTERM it sends when its time is up; so the test sends timeout SIGTERM
+/// once the workload has recorded its pids, rather than racing a short
+/// duration against profdev's start and the workload's 0.2 s of CPU time
+/// on a loaded machine.
 fn timed_out(cmd: Cmd) {
     let r = Run::new(cmd);
     let mut c = Command::new("timeout");
-    c.args(["--preserve-status", "10"])
+    c.args(["--preserve-status", "600"])
         .arg(env!("CARGO_BIN_EXE_profdev"))
         .args(r.args("plain"));
     r.stdio(&mut c);
     let mut child = r.spawn(&mut c);
+    let pids = r.wait_for_pids(&mut child);
+    send(child.id(), libc::SIGTERM);
     let status = wait_bounded(&mut child);
-    let pids = r.pids().unwrap_or_else(|| {
-        panic!(
-            "the workload did not get 0.2 s of CPU time in 10 s: {}",
-            r.stderr()
-        )
-    });
     assert_eq!(status.code(), Some(143), "{}", r.stderr());
     assert_all_gone(pids);
     r.check_profile();
