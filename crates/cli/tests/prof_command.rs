@@ -378,7 +378,12 @@ fn errors_are_sentences() {
     );
 
     // A module deleted before prof reads it is still symbolized: the
-    // objects table opened the file when it was mapped and kept it.
+    // objects table opened the file when it was mapped and kept it. prof
+    // opens it when its reader gets to the mapping's record, which a
+    // 0.1 s run can outpace on a loaded machine; so the shell (prof's
+    // child) removes `gone` once prof holds a descriptor of it (at most
+    // 120 s; past that, the file is removed all the same and the test
+    // fails on the note).
     let (out, err) = prof(
         d.path(),
         &[
@@ -386,10 +391,20 @@ fn errors_are_sentences() {
             "gone",
             "sh",
             "-c",
-            "cp prog gone && ./gone 10 && rm gone",
+            "cp prog gone && ./gone 10 || exit 1
+             end=$(($(date +%s) + 120))
+             until ls -l /proc/$PPID/fd | grep -q ' -> .*/gone$'; do
+                 if [ $(date +%s) -ge $end ]; then
+                     echo 'prof never opened gone' >&2
+                     break
+                 fi
+                 sleep 0.01
+             done
+             rm gone",
         ],
     );
     assert!(!err.contains("cannot read module"), "{err}");
+    assert!(!err.contains("prof never opened gone"), "{err}");
     assert!(out.contains("hot()"), "{out}");
 }
 

@@ -235,7 +235,10 @@ fn system_wide_session_through_the_mount() {
 /// A program rebuilt at the same path between two runs inside one server
 /// keeps both builds' symbols: each record's `object` is the file that was
 /// mapped, so record 1 is symbolized from the first build although the
-/// path now holds the second.
+/// path now holds the second. The server opens a mapped file when its
+/// reader gets to the mapping's record, which the first run (0.1 s) and
+/// the rebuild can outpace on a loaded machine: the rebuild waits until
+/// the server holds a descriptor of the first build (at most 120 s).
 #[test]
 fn a_program_rebuilt_at_the_same_path_keeps_both_builds_symbols() {
     if !privileged("prof through the mount", can_mount()) {
@@ -268,7 +271,17 @@ fn a_program_rebuilt_at_the_same_path_keeps_both_builds_symbols() {
     m.ctl(b"interval 1\n").unwrap();
     m.ctl(b"start\n").unwrap();
     build("first_build_spin");
+    let first_build = {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&exe).unwrap();
+        (meta.dev(), meta.ino())
+    };
     assert!(Command::new(&exe).status().unwrap().success());
+    wait_until(
+        "the server to hold the first build open",
+        std::time::Duration::from_secs(120),
+        || server_holds(&m.dir, first_build),
+    );
     build("second_build_spin");
     assert!(Command::new(&exe).status().unwrap().success());
     m.ctl(b"stop\n").unwrap();
@@ -294,4 +307,25 @@ fn a_program_rebuilt_at_the_same_path_keeps_both_builds_symbols() {
     assert!(sections[1].contains("second_build_spin"), "{stdout}");
     assert!(!sections[1].contains("first_build_spin"), "{stdout}");
     m.ctl(b"end\n").unwrap();
+}
+
+/// Does the server of the mount at `dir` (the process whose arguments
+/// name `dir`) hold a descriptor of the file `(device, inode)`?
+fn server_holds(dir: &Path, file: (u64, u64)) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        let names_dir = std::fs::read(p.path().join("cmdline")).is_ok_and(|c| {
+            c.split(|&b| b == 0)
+                .any(|a| a == dir.as_os_str().as_encoded_bytes())
+        });
+        names_dir
+            && std::fs::read_dir(p.path().join("fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::metadata(fd.path()).is_ok_and(|m| (m.dev(), m.ino()) == file)
+                })
+            })
+    })
 }
