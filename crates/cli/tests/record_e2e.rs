@@ -24,6 +24,74 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
+/// How long bounded waits may take: a hang guard, not a duration.
+const LONG: Duration = Duration::from_secs(120);
+
+/// The CPU time a task of an attached recording must use while it
+/// records.
+const ATTACHED_CPU: Duration = Duration::from_millis(200);
+
+/// The user and system time of the task whose `/proc/.../stat` is
+/// `stat`; none once it is gone.
+fn cpu_time(stat: &str) -> Option<Duration> {
+    let text = std::fs::read_to_string(stat).ok()?;
+    // The fields after the command name, which may hold spaces: from 3.
+    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    let ticks = field(14)? + field(15)?;
+    // SAFETY: sysconf only reads a constant of the system.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    Some(Duration::from_nanos(ticks * 1_000_000_000 / hz.max(1)))
+}
+
+/// `profdev record ARGS -o DATA -- CMD`, attached (ARGS give -p), with a
+/// CMD that ends once each task whose `/proc/.../stat` is in `busy` has
+/// used [`ATTACHED_CPU`] since it started (after the sessions opened): a
+/// window of the targets' CPU time, not of the wall clock, which a loaded
+/// machine may give to others.
+fn record_attached(args: &[&str], data: &Path, busy: &[String]) -> Output {
+    let started = data.with_extension("started");
+    let _ = std::fs::remove_file(&started);
+    // CMD says it started, then waits for the end of its input.
+    let mut rec = profdev()
+        .arg("record")
+        .args(args)
+        .arg("-o")
+        .arg(data)
+        .args(["--", "sh", "-c", ": > \"$1\"; read -r _ || :", "sh"])
+        .arg(&started)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    profdev_testkit::wait_until("record's CMD to start", LONG, || {
+        started.exists() || rec.try_wait().unwrap().is_some()
+    });
+    if started.exists() {
+        let from: Vec<Duration> = busy
+            .iter()
+            .map(|s| cpu_time(s).unwrap_or_else(|| panic!("{s} is gone")))
+            .collect();
+        profdev_testkit::wait_until(
+            &format!("{busy:?} to use {ATTACHED_CPU:?} of CPU time while attached"),
+            LONG,
+            || {
+                // (A recording that ended already says why in its output.)
+                rec.try_wait().unwrap().is_some()
+                    || busy
+                        .iter()
+                        .zip(&from)
+                        .all(|(s, &t)| cpu_time(s).is_some_and(|now| now >= t + ATTACHED_CPU))
+            },
+        );
+    }
+    // End of input: CMD ends, and the recording with it.
+    drop(rec.stdin.take());
+    profdev_testkit::wait_exit("profdev record", &mut rec, LONG);
+    rec.wait_with_output().unwrap()
+}
+
 fn ok(o: Output) -> String {
     assert!(
         o.status.success(),
@@ -201,6 +269,7 @@ fn call_tree_of_a_c_program() {
 
 /// -p attaches to a running process for the duration of CMD and leaves it
 /// running; a second recording to the same name keeps the first as .old.
+/// Each lasts until the process has run 200 ms while attached.
 #[test]
 fn attach_with_p_and_keep_old() {
     if !ready("profdev record -p PID", &["gcc"]) {
@@ -216,12 +285,11 @@ fn attach_with_p_and_keep_old() {
     let pid = target.id();
     let data = d.path().join("attach.data");
     for _ in 0..2 {
-        ok(profdev()
-            .args(["record", "-g", "-p", &pid.to_string(), "-o"])
-            .arg(&data)
-            .args(["--", "sleep", "0.3"])
-            .output()
-            .unwrap());
+        ok(record_attached(
+            &["-g", "-p", &pid.to_string()],
+            &data,
+            &[format!("/proc/{pid}/stat")],
+        ));
     }
     assert!(
         target.try_wait().unwrap().is_none(),
@@ -640,12 +708,20 @@ fn attach_follows_every_thread_of_every_listed_process() {
     }
     let data = d.path().join("p.data");
     let list = format!("{},{}", pids[0], pids[1]);
-    let o = profdev()
-        .args(["record", "-p", &list, "-o"])
-        .arg(&data)
-        .args(["--", "sleep", "0.5"])
-        .output()
-        .unwrap();
+    // The worker threads (every thread but the main one), each to run
+    // while attached.
+    let workers: Vec<String> = pids
+        .iter()
+        .flat_map(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .map(|t| t.unwrap().file_name().into_string().unwrap())
+                .filter(|tid| *tid != pid.to_string())
+                .map(move |tid| format!("/proc/{pid}/task/{tid}/stat"))
+        })
+        .collect();
+    assert_eq!(workers.len(), 4, "{workers:?}");
+    let o = record_attached(&["-p", &list], &data, &workers);
     for t in &mut targets {
         t.kill().unwrap();
         t.wait().unwrap();
