@@ -123,12 +123,14 @@ fn napper_sleeps_off_cpu_and_the_wall_view_splits_nap_and_burn() {
     let wall = rec.view(SampleType::Wall);
     let (nap, total) = ns_with(&wall, "napper");
     let (burn, _) = ns_with(&wall, "burner");
-    let share = |x: u64| x as f64 / total as f64;
-    for (name, s) in [("napper", share(nap)), ("burner", share(burn))] {
+    // Each is about 2 s of the wall (napper more on a busy machine, its
+    // wake-ups late): at least 1.5 s each, whatever the load (shares
+    // would move with the late wake-ups); a view without the sleeps has
+    // almost none of napper's.
+    for (name, ns) in [("napper", nap), ("burner", burn)] {
         assert!(
-            (0.35..=0.65).contains(&s),
-            "{name} has {:.1}% of the wall time ({nap} and {burn} of {total} ns)",
-            100.0 * s
+            ns >= 1_500_000_000,
+            "{name} has {ns} ns of the wall time ({nap} and {burn} of {total} ns)"
         );
     }
 }
