@@ -6,7 +6,7 @@ mod common;
 use common::*;
 
 #[test]
-fn bpf_dd_zeroing_routine_is_in_the_top_three() {
+fn bpf_dd_zeroing_routine_is_in_the_top_five() {
     let d = tempdir();
     let out_dir = d.path().join("out");
     let out = run(profdev()
@@ -28,10 +28,13 @@ fn bpf_dd_zeroing_routine_is_in_the_top_three() {
     }
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
 
-    let top = kprof_top(&stdout, 3);
+    // Five, not three: the table is system wide, and a busy machine's
+    // other work (the idle loop, other programs' system calls) may rank
+    // above dd's zeroing.
+    let top = kprof_top(&stdout, 5);
     assert!(
         top.iter().any(|s| is_zeroing(s)),
-        "top three {top:?}\n{stdout}"
+        "top five {top:?}\n{stdout}"
     );
     assert!(
         stdout.contains("\noutside section unavailable with --bpf: "),

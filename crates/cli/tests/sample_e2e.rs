@@ -13,7 +13,7 @@ fn outside_header(stdout: &str) -> &str {
 }
 
 #[test]
-fn dd_zeroing_routine_is_in_the_top_three_and_dd_is_named() {
+fn dd_zeroing_routine_is_in_the_top_five_and_dd_is_named() {
     if !privileged("profdev sample end-to-end", can_sample_system()) {
         return;
     }
@@ -36,10 +36,13 @@ fn dd_zeroing_routine_is_in_the_top_three_and_dd_is_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
 
-    let top = kprof_top(&stdout, 3);
+    // Five, not three: the table is system wide, and a busy machine's
+    // other work (the idle loop, other programs' system calls) may rank
+    // above dd's zeroing.
+    let top = kprof_top(&stdout, 5);
     assert!(
         top.iter().any(|s| is_zeroing(s)),
-        "top three {top:?}\n{stdout}"
+        "top five {top:?}\n{stdout}"
     );
 
     // The outside section names dd among the processes.
