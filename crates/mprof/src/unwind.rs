@@ -406,13 +406,14 @@ pub fn serve(dir: &Path) -> std::io::Result<Server> {
     use std::os::fd::AsFd;
     let listener = std::os::unix::net::UnixListener::bind(dir.join(SOCKET))?;
     let handle = listener.as_fd().try_clone_to_owned()?;
-    let dir = dir.to_path_buf();
+    let dir = std::sync::Arc::new(dir.to_path_buf());
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("mprof-unwind".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 match conn {
-                    Ok(s) => answer(&dir, &s),
+                    Ok(s) => request(&dir, &busy, s),
                     Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     // Shut down (EINVAL), or out of descriptors.
@@ -421,6 +422,41 @@ pub fn serve(dir: &Path) -> std::io::Result<Server> {
             }
         })?;
     Ok(Server { listener: handle })
+}
+
+/// Requests served at once, each on a thread of its own: one whose module
+/// is slow to read (a file system that does not answer) or whose client
+/// sends nothing holds up no other. Past this many, a request is answered
+/// `0` at once.
+const MAX_REQUESTS: usize = 4;
+
+/// Serves the request on `s` on a thread of its own ([`MAX_REQUESTS`]).
+fn request(
+    dir: &std::sync::Arc<PathBuf>,
+    busy: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    s: std::os::unix::net::UnixStream,
+) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    if busy.fetch_add(1, Ordering::AcqRel) >= MAX_REQUESTS {
+        busy.fetch_sub(1, Ordering::AcqRel);
+        let _ = (&s).write_all(b"0");
+        return;
+    }
+    let (dir, done) = (dir.clone(), busy.clone());
+    let serve = move || {
+        answer(&dir, &s);
+        done.fetch_sub(1, Ordering::AcqRel);
+    };
+    // Not spawned: the connection is dropped with the closure, and the
+    // library reads no answer (no table).
+    if std::thread::Builder::new()
+        .name("mprof-unwind-request".into())
+        .spawn(serve)
+        .is_err()
+    {
+        busy.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// One request on `s`: its descriptor's table written into `dir`, and the

@@ -287,6 +287,10 @@ fn the_table_service_builds_the_table_of_the_file_it_is_sent() {
         v
     };
 
+    // A client that sends nothing holds up no other: a request made after
+    // it is answered while it still waits for its own answer (`0`, once
+    // the service's wait for its message ends).
+    let silent = std::os::unix::net::UnixStream::connect(dir.join(unwind::SOCKET)).unwrap();
     let (r, w) = std::io::pipe().unwrap();
     assert_eq!(request(&dir, b'u', &[r.as_fd()]), Some(b'0'));
     assert_eq!(request(&dir, b'u', &[]), Some(b'0'));
@@ -305,6 +309,13 @@ fn the_table_service_builds_the_table_of_the_file_it_is_sent() {
     assert_eq!(mode & 0o777, 0o400);
     // Asked again: there already.
     assert_eq!(request(&dir, b'u', &[f.as_fd()]), Some(b'1'));
+    silent.set_nonblocking(true).unwrap();
+    let mut none = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut &silent, &mut none).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "the silent client was answered first"
+    );
 
     drop(server);
     assert_eq!(request(&dir, b'u', &[f.as_fd()]), None);
