@@ -703,6 +703,9 @@ pub fn heap_stacks(stacks: &[Stack]) -> Vec<HeapStack> {
         .map(|(path, pcs)| (real(path), pcs))
         .collect();
     objects::warm(&warm);
+    // Stacks share most of their frames (a deep interpreter's outer ones
+    // are in every stack): each (module, address) is symbolized once.
+    let mut seen: std::collections::HashMap<(&str, u64), HeapFrame> = Default::default();
     let mut out = Vec::with_capacity(stacks.len());
     for st in stacks {
         let mut frames = Vec::with_capacity(st.frames.len().max(1));
@@ -722,21 +725,25 @@ pub fn heap_stacks(stacks: &[Stack]) -> Vec<HeapStack> {
                 });
                 continue;
             }
-            let map = maps.entry(path).or_insert_with(|| {
-                // What a module lacks was said with the tables.
-                let opened = module_opened("mprof", path, objects::open(&real(path)), &mut |_| {});
-                ElfMap::shared(opened, false, false)
+            let frame = seen.entry((path, pc)).or_insert_with(|| {
+                let map = maps.entry(path).or_insert_with(|| {
+                    // What a module lacks was said with the tables.
+                    let opened =
+                        module_opened("mprof", path, objects::open(&real(path)), &mut |_| {});
+                    ElfMap::shared(opened, false, false)
+                });
+                let line = map.lines(pc);
+                HeapFrame {
+                    module: path.clone(),
+                    address: pc,
+                    function: map
+                        .function(pc)
+                        .map_or_else(|| format!("{}+{pc:#x}", module_name(path)), |f| f.name),
+                    file: line.as_ref().map_or_else(String::new, |l| l.file.clone()),
+                    line: line.map_or(0, |l| l.first),
+                }
             });
-            let line = map.lines(pc);
-            frames.push(HeapFrame {
-                module: path.clone(),
-                address: pc,
-                function: map
-                    .function(pc)
-                    .map_or_else(|| format!("{}+{pc:#x}", module_name(path)), |f| f.name),
-                file: line.as_ref().map_or_else(String::new, |l| l.file.clone()),
-                line: line.map_or(0, |l| l.first),
-            });
+            frames.push(frame.clone());
         }
         out.push(HeapStack {
             frames,
