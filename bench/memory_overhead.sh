@@ -19,6 +19,10 @@
 #           all from the same line (the worst case for shared counters).
 #   micro1  the same, one thread doing 20,000,000 pairs (no second thread
 #           is ever created: the library takes no lock)
+#   cxx     bench/alloc_new.cpp (c++ -O2): one thread, MEMORY_BENCH_OPS
+#           pairs of C++'s operator new and delete at one line: each
+#           allocation made through a wrapper whose caller is the site
+#           (not in the default list; needs c++)
 #   python  /usr/bin/python3 building a dict of 1,000,000 str -> list
 #           entries, three times over (most of its small objects come
 #           from pymalloc's arenas; its large and medium blocks from
@@ -63,6 +67,7 @@ profdev=$PWD/target/release/profdev
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc -O2 -g -pthread -o "$work/micro" bench/alloc_micro.c
+if command -v c++ >/dev/null; then c++ -O2 -g -o "$work/cxx" bench/alloc_new.cpp; fi
 python=/usr/bin/python3
 cat >"$work/dict.py" <<'P'
 import sys, time
@@ -129,6 +134,7 @@ for w in "${workloads[@]}"; do
   case $w in
     micro) cmd=("$work/micro" "$ops") ;;
     micro1) cmd=("$work/micro" $((2 * ops)) 1) ;;
+    cxx) cmd=("$work/cxx" "$ops") ;;
     python) cmd=("$python" "$work/dict.py") ;;
     cc) cmd=(/bin/bash "$work/cc.sh" "$work/gen.c" "$work/gen.o") ;;
     start) cmd=("$python" -c pass) ;;
