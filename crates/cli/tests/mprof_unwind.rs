@@ -53,8 +53,17 @@ fn folded(dir: &Path, exe: &Path, arg: &str) -> Vec<String> {
 
 /// The `--folded` lines of CMD under mprof.
 fn folded_of(dir: &Path, cmd: &[&std::ffi::OsStr]) -> Vec<String> {
+    folded_in(dir, cmd, None)
+}
+
+/// [`folded_of`], with mprof's `$TMPDIR` (where its session goes) `tmp`.
+fn folded_in(dir: &Path, cmd: &[&std::ffi::OsStr], tmp: Option<&Path>) -> Vec<String> {
     let file = dir.join("unwind.folded");
-    let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+    let mut mprof = Command::new(env!("CARGO_BIN_EXE_profdev"));
+    if let Some(t) = tmp {
+        mprof.env("TMPDIR", t);
+    }
+    let o = mprof
         .args(["mprof", "-o", "-", "--folded"])
         .arg(&file)
         .args(cmd)
@@ -114,6 +123,29 @@ fn a_program_cmd_executes_is_walked_with_a_table_built_on_request() {
             "\"$0\"; true".as_ref(),
             exe.as_os_str(),
         ],
+    );
+    told_apart(&lines, "main");
+}
+
+/// A session directory too long to name in a socket's address (a
+/// `$TMPDIR` of over 100 bytes; the limit is 108) is named through a
+/// descriptor of it, by profdev and by the library: tables are still
+/// built on request (before, mprof refused to run).
+#[test]
+fn a_long_tmpdir_still_gets_tables_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path());
+    let tmp = dir.path().join("t".repeat(110));
+    std::fs::create_dir(&tmp).unwrap();
+    let lines = folded_in(
+        dir.path(),
+        &[
+            "sh".as_ref(),
+            "-c".as_ref(),
+            "\"$0\"; true".as_ref(),
+            exe.as_os_str(),
+        ],
+        Some(&tmp),
     );
     told_apart(&lines, "main");
 }

@@ -99,17 +99,36 @@ static int request_table(const char *path, const struct stat *ms)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     size_t dl = strlen(udir);
-    if (dl + 1 + sizeof USOCK > sizeof a.sun_path)
-        return 0;
-    memcpy(a.sun_path, udir, dl);
-    a.sun_path[dl] = '/';
-    memcpy(a.sun_path + dl + 1, USOCK, sizeof USOCK);
+    int dfd = -1;
+    if (dl + 1 + sizeof USOCK <= sizeof a.sun_path) {
+        memcpy(a.sun_path, udir, dl);
+        a.sun_path[dl] = '/';
+        memcpy(a.sun_path + dl + 1, USOCK, sizeof USOCK);
+    } else {
+        /* A directory too long to name in sun_path: named through a
+         * descriptor of it, /proc/self/fd/N/USOCK. */
+        dfd = open(udir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+            return 0;
+        static const char pre[] = "/proc/self/fd/";
+        char *o = a.sun_path;
+        memcpy(o, pre, sizeof pre - 1);
+        o += sizeof pre - 1;
+        char t[12];
+        int k = 0;
+        for (unsigned v = (unsigned)dfd; k == 0 || v; v /= 10)
+            t[k++] = (char)('0' + v % 10);
+        while (k)
+            *o++ = t[--k];
+        *o++ = '/';
+        memcpy(o, USOCK, sizeof USOCK);
+    }
     int mfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (mfd < 0)
-        return 0;
     struct stat fs;
     int s = -1;
     char answer = 0;
+    if (mfd < 0)
+        goto out;
     if (fstat(mfd, &fs) || !S_ISREG(fs.st_mode) || fs.st_dev != ms->st_dev ||
         fs.st_ino != ms->st_ino)
         goto out;
@@ -151,7 +170,10 @@ static int request_table(const char *path, const struct stat *ms)
 out:
     if (s >= 0)
         close(s);
-    close(mfd);
+    if (mfd >= 0)
+        close(mfd);
+    if (dfd >= 0)
+        close(dfd);
     return answer == '1';
 }
 

@@ -403,8 +403,20 @@ impl Drop for Server {
 /// path. Only the directory's owner can connect (0700), and a request
 /// is a file the process could read already.
 pub fn serve(dir: &Path) -> std::io::Result<Server> {
-    use std::os::fd::AsFd;
-    let listener = std::os::unix::net::UnixListener::bind(dir.join(SOCKET))?;
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    // A directory too long to name in a socket address (108 bytes: a long
+    // $TMPDIR) is named through a descriptor of it, as the library does.
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)?;
+    let mut path = dir.join(SOCKET);
+    if path.as_os_str().len() >= 100 {
+        path = format!("/proc/self/fd/{}/{SOCKET}", held.as_raw_fd()).into();
+    }
+    let listener = std::os::unix::net::UnixListener::bind(&path)?;
+    drop(held);
     let handle = listener.as_fd().try_clone_to_owned()?;
     let dir = std::sync::Arc::new(dir.to_path_buf());
     let busy = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
