@@ -7,7 +7,8 @@
 # Usage: bench/memory_overhead.sh [ROUNDS]      (default 3 rounds)
 #   MEMORY_BENCH_BASE=DIR      a release directory of another build
 #                              (bench/interleaved.sh): adds the variant
-#                              mprof@base, interleaved with the rest
+#                              mprof@base, interleaved with the rest (and
+#                              mprof-stacks@base, if named in the variants)
 #   MEMORY_BENCH_VARIANTS="native mprof"   only these variants
 #                              (mprof-stacks: mprof capturing whole
 #                              stacks, as --folded asks; mprof-sample:
@@ -115,6 +116,7 @@ run() { # variant, command...
     mprof-stacks) "$profdev" mprof -l --folded "$work/folded" "$@" ;;
     mprof-sample) "$profdev" mprof -l --sample-bytes 524288 "$@" ;;
     mprof@base) "$base/profdev" mprof -l "$@" ;;
+    mprof-stacks@base) "$base/profdev" mprof -l --folded "$work/folded" "$@" ;;
     # heaptrack follows no child process: cc's (cc1, as) run under it
     # through gcc's -wrapper (as's file replaces cc1's: only time is compared).
     heaptrack) CC_WRAPPER="heaptrack,-o,$work/ht.sub" heaptrack -o "$work/ht" "$@" ;;

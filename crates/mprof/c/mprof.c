@@ -1321,6 +1321,10 @@ static uintptr_t resolve_site(uintptr_t ra, uintptr_t *fp)
     return w.site;
 }
 
+/* The thread's stack (see "stacks" below). */
+static __thread uintptr_t stk_lo __attribute__((tls_model("initial-exec")));
+static __thread uintptr_t stk_hi __attribute__((tls_model("initial-exec")));
+
 /* Each thread's last few plain (not wrapper) return addresses and their
  * sites, direct-mapped: most calls skip the shared tables. */
 #define RC 16
@@ -1330,13 +1334,47 @@ struct rcache {
 };
 static __thread struct rcache rcache[RC] __attribute__((tls_model("initial-exec")));
 
+/* Each thread's last few return addresses inside a wrapper (operator
+ * new's call of malloc, a compiler's xmalloc's) whose caller, the site,
+ * one table step reached, with that frame's rule, direct-mapped: the
+ * inline path takes the step itself (the rule applied to this call's
+ * own frame: a wrapper called from many places has one entry) and finds
+ * the site the caller's return address names in rcache, where site_for
+ * put it. A return address found to be a wrapper's is never a plain
+ * one, nor the reverse: the same code, the same answer. */
+#define WC 4
+struct wcache {
+    uintptr_t ra;
+    uint64_t rule;
+};
+static __thread struct wcache wcache[WC] __attribute__((tls_model("initial-exec")));
+
 static inline uint32_t site_for(uintptr_t ra, uintptr_t *fp)
 {
     struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
     if (LIKELY(c->ra == ra))
         return c->si;
-    if (is_wrapper(ra))
-        return site_of(resolve_site(ra, fp));
+    if (is_wrapper(ra)) {
+        uintptr_t f0 = *fp, sp0 = mprof_site_sp;
+        uintptr_t site = resolve_site(ra, fp);
+        uint32_t si = site_of(site);
+        /* The inline path's way, tried here: the rule of ra's frame
+         * alone leads from this frame to the same site, frame and
+         * stack pointer. */
+        uint64_t r;
+        uintptr_t pc = ra, sp = sp0, f = f0;
+        if (si != NSITES && site && stk_hi && mprof_unwind_ready() &&
+            (r = mprof_unwind_rule(ra)) && mprof_rule_step(r, &pc, &sp, &f, stk_hi) &&
+            pc == site && sp == mprof_site_sp && f == *fp) {
+            struct wcache *w = &wcache[(ra >> 2) & (WC - 1)];
+            w->ra = ra;
+            w->rule = r;
+            c = &rcache[(site >> 2) & (RC - 1)];
+            c->ra = site;
+            c->si = si;
+        }
+        return si;
+    }
     uint32_t si = site_of(ra);
     if (si != NSITES) {
         c->ra = ra;
@@ -1357,8 +1395,7 @@ static inline uint32_t site_for(uintptr_t ra, uintptr_t *fp)
  * only its site. Above the current frame and below stk_hi the thread's
  * stack is mapped, so no check-passing read can fault. */
 extern void *__libc_stack_end;
-static __thread uintptr_t stk_lo __attribute__((tls_model("initial-exec")));
-static __thread uintptr_t stk_hi __attribute__((tls_model("initial-exec")));
+/* stk_lo, stk_hi: declared above (rcache's users read them) */
 
 static __attribute__((noinline)) void stack_bounds(void)
 {
@@ -1744,14 +1781,28 @@ static inline __attribute__((always_inline)) int fast_alloc_in(void *p, uint64_t
     struct memo *mm;
     const struct memo_entry *e;
     uintptr_t sp = here + 16; /* mprof_site_sp (CALLER_FP of malloc's frame) */
+    int stepped = 0;
+again:
     if (st && LIKELY((mm = memo_tls) > MEMO_DEAD) &&
         LIKELY(memo_hit(e = memo_way(mm, ra, sp), ra, sp, fp)) && LIKELY(n < SIZE_LIMIT)) {
         si = e->si; /* a stack met before: its site too */
         stk = e->stk;
     } else {
         struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
-        if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT))
-            return 0;
+        if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT)) {
+            /* A wrapper's call met before (see wcache): one step to its
+             * caller, on this thread's own stack, and the caller's site
+             * (and stack) as if it had called malloc itself. */
+            struct wcache *w = &wcache[(ra >> 2) & (WC - 1)];
+            uintptr_t hi = stk_hi;
+            if (stepped || w->ra != ra || n >= SIZE_LIMIT || here < stk_lo || here >= hi ||
+                !mprof_rule_step(w->rule, &ra, &sp, &fp, hi))
+                return 0;
+            stepped = 1;
+            if (st)
+                mprof_site_sp = sp; /* for the walk (fast_stack) */
+            goto again;
+        }
         si = c->si;
         if (st) {
             stk = fast_stack(ra, sp, fp, here, si);

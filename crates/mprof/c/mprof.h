@@ -105,6 +105,41 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
  * read checked to lie in [*sp, hi). 0 (nothing changed) where the frame
  * has no table rule of the common kinds or a check fails. */
 int mprof_unwind_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *fp, uintptr_t hi);
+/* The packed rule of the frame whose return address is pc (cached; a
+ * table built on request if need be): kind in bits 0-7 (1 CFA=rsp+N, 2
+ * CFA=rbp+N, others no step), N in bits 8-39, the saved rbp's offset
+ * from the CFA in bits 40-55 (0: not saved). */
+uint64_t mprof_unwind_rule(uintptr_t pc);
+/* mprof_unwind_step with the frame's rule r already in hand. */
+static inline int mprof_rule_step(uint64_t r, uintptr_t *pc, uintptr_t *sp, uintptr_t *fp,
+                                  uintptr_t hi)
+{
+    unsigned kind = r & 0xff;
+    if (kind != 1 && kind != 2)
+        return 0;
+    int32_t cfa_off = (int32_t)(uint32_t)(r >> 8);
+    int16_t rbp_off = (int16_t)(uint16_t)(r >> 40);
+    uintptr_t floor = *sp, nfp = *fp;
+    uintptr_t cfa = (kind == 1 ? *sp : *fp) + (intptr_t)cfa_off;
+    /* [a, a+8) a word of the stack: 8-aligned, at or above floor, below hi */
+#define MPROF_OK_WORD(a) (!((a) & 7) && (a) >= floor && (a) < hi && hi - (a) >= 8)
+    if (cfa <= floor || !MPROF_OK_WORD(cfa - 8))
+        return 0;
+    uintptr_t ra = *(const uintptr_t *)(cfa - 8);
+    if (rbp_off) {
+        uintptr_t a = cfa + (intptr_t)rbp_off;
+        if (!MPROF_OK_WORD(a))
+            return 0;
+        nfp = *(const uintptr_t *)a;
+    }
+#undef MPROF_OK_WORD
+    if (ra < 4096)
+        return 0;
+    *pc = ra;
+    *sp = cfa;
+    *fp = nfp;
+    return 1;
+}
 /* A word of the stack at a, read, and recorded in rec. */
 static inline uintptr_t mprof_read(struct mprof_wrec *rec, uintptr_t a)
 {

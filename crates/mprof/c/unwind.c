@@ -343,31 +343,14 @@ static inline int ok_word(uintptr_t a, uintptr_t floor, uintptr_t hi)
     return !(a & 7) && a >= floor && a < hi && hi - a >= 8;
 }
 
+uint64_t mprof_unwind_rule(uintptr_t pc)
+{
+    return rule_for(pc);
+}
+
 int mprof_unwind_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *fp, uintptr_t hi)
 {
-    uint64_t r = rule_for(*pc);
-    unsigned kind = r & 0xff;
-    if (kind != 1 && kind != 2)
-        return 0;
-    int32_t cfa_off = (int32_t)(uint32_t)(r >> 8);
-    int16_t rbp_off = (int16_t)(uint16_t)(r >> 40);
-    uintptr_t floor = *sp, nfp = *fp;
-    uintptr_t cfa = (kind == 1 ? *sp : *fp) + (intptr_t)cfa_off;
-    if (cfa <= floor || !ok_word(cfa - 8, floor, hi))
-        return 0;
-    uintptr_t ra = *(const uintptr_t *)(cfa - 8);
-    if (rbp_off) {
-        uintptr_t a = cfa + (intptr_t)rbp_off;
-        if (!ok_word(a, floor, hi))
-            return 0;
-        nfp = *(const uintptr_t *)a;
-    }
-    if (ra < 4096)
-        return 0;
-    *pc = ra;
-    *sp = cfa;
-    *fp = nfp;
-    return 1;
+    return mprof_rule_step(rule_for(*pc), pc, sp, fp, hi);
 }
 
 int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,

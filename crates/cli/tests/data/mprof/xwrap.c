@@ -1,7 +1,7 @@
 /* An allocator wrapper (xmalloc, on mprof's list) called by two callers,
  * for mprof_wrapper.rs: built with and without frame pointers and run as
  * a program CMD execs, each caller's bytes must be charged to the
- * caller's line, not to xmalloc's. */
+ * caller's line, not to xmalloc's, the callers taking turns. */
 #include <stdlib.h>
 
 __attribute__((noipa)) void *xmalloc(size_t n)
@@ -14,22 +14,26 @@ __attribute__((noipa)) void *xmalloc(size_t n)
 
 static void *keep[200];
 
-__attribute__((noipa)) void build(void)
+/* One block a call, the two callers taking turns: a site found past the
+ * wrapper must be found again at each call (mprof's inline path steps
+ * from xmalloc's frame to whichever caller it has). */
+__attribute__((noipa)) void build(int i)
 {
-    for (int i = 0; i < 100; i++)
-        keep[i] = xmalloc(4096); /* build's site */
+    keep[i] = xmalloc(4096); /* build's site */
 }
 
-__attribute__((noipa)) void other(void)
+__attribute__((noipa)) void other(int i)
 {
-    for (int i = 0; i < 10; i++)
-        keep[100 + i] = xmalloc(5000); /* other's site */
+    keep[100 + i] = xmalloc(5000); /* other's site */
 }
 
 int main(void)
 {
-    build();
-    other();
+    for (int i = 0; i < 100; i++) {
+        build(i);
+        if (i % 10 == 0)
+            other(i / 10);
+    }
     for (int i = 0; i < 110; i++)
         free(keep[i]);
     return 0;
