@@ -36,7 +36,8 @@
  * an update takes the module's lock (folding the module's open lanes
  * first, or closing them for good: see "lanes"). Allocation counts (blocks, bytes) go to
  * the lane with the bytes. The common call (counting on, a return
- * address this thread has met: a per-thread cache of 16) is inline in
+ * address this thread has met: a per-thread cache of 16, or one inside a
+ * wrapper whose caller one table step finds: see "wcache") is inline in
  * malloc and free, without the recursion guard's writes. --peak and
  * --dhat take one global lock instead (no lanes): the global peak is
  * ordered with every site's bytes.
