@@ -697,10 +697,15 @@ pub fn heap_stacks(stacks: &[Stack]) -> Vec<HeapStack> {
     for (path, pc) in stacks.iter().flat_map(|st| &st.frames) {
         pcs.entry(path).or_default().push(*pc);
     }
+    // Each address once: the frames of many stacks are the same.
     let warm: Vec<_> = pcs
         .into_iter()
         .filter(|(path, _)| !path.is_empty())
-        .map(|(path, pcs)| (real(path), pcs))
+        .map(|(path, mut pcs)| {
+            pcs.sort_unstable();
+            pcs.dedup();
+            (real(path), pcs)
+        })
         .collect();
     objects::warm(&warm);
     // Stacks share most of their frames (a deep interpreter's outer ones

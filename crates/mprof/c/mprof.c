@@ -1800,13 +1800,15 @@ again:
                 !mprof_rule_step(w->rule, &ra, &sp, &fp, hi))
                 return 0;
             stepped = 1;
-            if (st)
-                mprof_site_sp = sp; /* for the walk (fast_stack) */
             goto again;
         }
         si = c->si;
         if (st) {
+            /* The walk starts at the site's frame (mprof_site_sp), and
+             * the slow path, if taken, from malloc's caller's again. */
+            mprof_site_sp = sp;
             stk = fast_stack(ra, sp, fp, here, si);
+            mprof_site_sp = here + 16;
             if (UNLIKELY(stk == NO_STACK))
                 return 0; /* a new stack: the slow path makes it */
         }
