@@ -19,6 +19,10 @@ pub struct MemAttached {
     /// is another process.
     start: u64,
     dir: tempfile::TempDir,
+    /// With stacks: the service of unwind tables on request, for the
+    /// modules the process loads after the attach (`dlopen`), stopped
+    /// when this is dropped.
+    _tables: Option<profdev_mprof::unwind::Server>,
 }
 
 /// The sentence for a process no library can be loaded into.
@@ -213,8 +217,11 @@ pub fn attach_process(
     std::os::unix::fs::chown(&out, Some(uid), Some(gid))
         .map_err(|e| io_dev("cannot give the report directory to the process's user", e))?;
     let mut config = options.config(&out);
+    let mut tables = None;
     if options.stacks {
-        config.push_str(&unwind_tables(pid, dir.path(), &maps, uid, gid)?);
+        let (line, server) = unwind_tables(pid, dir.path(), &maps, uid, gid)?;
+        config.push_str(&line);
+        tables = server;
     }
     let lib_s = lib.to_string_lossy().into_owned();
     // On a thread of its own: when it ends, the kernel releases any thread
@@ -231,7 +238,12 @@ pub fn attach_process(
     })
     .map_err(|e| inject_error(pid, e))?;
     match r {
-        n if n > 0 => Ok(MemAttached { pid, start, dir }),
+        n if n > 0 => Ok(MemAttached {
+            pid,
+            start,
+            dir,
+            _tables: tables,
+        }),
         0 => Err(DevError::NoDevice(format!(
             "process {pid} calls no malloc through a module's GOT: nothing to count"
         ))),
@@ -249,14 +261,16 @@ pub fn attach_process(
 /// The unwind tables of the modules `maps` (process `pid`'s) holds (all
 /// it has loaded, dlopen'd ones too), in `dir/unwind`, which becomes the
 /// process's user's (`uid`, `gid`), with its files: the config line that
-/// names it.
+/// names it, and the service that builds the table of a module loaded
+/// later on request ([`profdev_mprof::unwind::serve`]; none if it cannot
+/// start: such a module's frames are then walked by frame pointer).
 fn unwind_tables(
     pid: u32,
     dir: &Path,
     maps: &[profdev_inject::Mapping],
     uid: u32,
     gid: u32,
-) -> Result<String, DevError> {
+) -> Result<(String, Option<profdev_mprof::unwind::Server>), DevError> {
     // Each executable file mapping once, opened through map_files: the
     // very file mapped, whatever its path names now.
     let mut seen = std::collections::BTreeSet::new();
@@ -269,9 +283,22 @@ fn unwind_tables(
     let udir = dir.join("unwind");
     let (k, v) = profdev_mprof::unwind::write_tables(&udir, &paths)
         .map_err(|e| io_dev("cannot write the unwind tables", e))?;
-    // The files first, while the directory is still root's (0700: nobody
-    // else can put anything in it), never following a link; the directory
-    // last, after which root touches nothing inside it.
+    // The socket bound while the directory is still root's (0700: nobody
+    // else can put anything in it or swap what is there), 0600, and given
+    // to the process's user below with the tables. Tables it builds later
+    // are root's, 0444: the user reads them and cannot change them (the
+    // directory is the user's: it can remove them, its own loss).
+    let server = profdev_mprof::unwind::serve(&udir, 0o444).ok();
+    if server.is_some() {
+        use std::os::unix::fs::PermissionsExt;
+        let socket = udir.join(profdev_mprof::unwind::SOCKET);
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| io_dev("cannot give the unwind tables' socket its mode", e))?;
+    }
+    // The files first, while the directory is still root's, never
+    // following a link; the directory last, after which root only adds
+    // tables inside it (unique names, O_EXCL|O_NOFOLLOW, renamed: through
+    // profdev-safefile), in a parent the user cannot change (root's).
     let chown = |p: &Path| std::os::unix::fs::lchown(p, Some(uid), Some(gid));
     let given = |e| io_dev("cannot give the unwind tables to the process's user", e);
     for e in std::fs::read_dir(&udir)
@@ -281,7 +308,7 @@ fn unwind_tables(
         chown(&e.path()).map_err(given)?;
     }
     chown(&udir).map_err(given)?;
-    Ok(format!("{k}={}\n", v.to_string_lossy()))
+    Ok((format!("{k}={}\n", v.to_string_lossy()), server))
 }
 
 /// At most this many entries of an attached process's report directory

@@ -94,8 +94,11 @@
 //! saved or unchanged), shared read-only with the library, which keeps
 //! each return address's rule in a lock-free hash. A module met later (a
 //! program CMD executes, a library it `dlopen`s) gets its table on request:
-//! the library sends profdev the module's open file and waits (10 s at most;
-//! none with `-p PID`). A frame no table covers is walked by its frame
+//! the library sends profdev the module's open file and waits (10 s at most).
+//! With `-p PID` the service runs while profdev is attached, its socket and
+//! tables in the process's own tables directory (its user's, 0700); a module
+//! whose mapping profdev cannot open (`/proc/PID/map_files` is root's) gets
+//! its table that way too. A frame no table covers is walked by its frame
 //! pointer; a frame whose CFI is of another kind ends the stack. Every address read
 //! is checked first (8-aligned, within the thread's stack, each frame
 //! above the one before). Stacks merge per unique stack (16,384 at most per process,

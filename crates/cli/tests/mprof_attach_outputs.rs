@@ -40,8 +40,18 @@ fn compile_with(dir: &Path, opts: &[&str]) -> PathBuf {
 /// "attached" line read, "go" sent; mprof's standard output and error
 /// once the program's exit ended it.
 fn mprof_p(exe: &Path, mode: &str, args: &[&std::ffi::OsStr], tmp: &Path) -> (String, String) {
+    mprof_p_of(exe, &[mode.as_ref()], args, tmp)
+}
+
+/// [`mprof_p`] with the program's arguments `prog` (its mode first).
+fn mprof_p_of(
+    exe: &Path,
+    prog: &[&std::ffi::OsStr],
+    args: &[&std::ffi::OsStr],
+    tmp: &Path,
+) -> (String, String) {
     let mut child = Command::new(exe)
-        .arg(mode)
+        .args(prog)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -148,6 +158,52 @@ fn folded_of_an_attached_process_without_frame_pointers() {
     for want in [
         "main;stacks_main;build;leaf_alloc 409600",
         "main;stacks_main;other;leaf_alloc 50000",
+    ] {
+        assert_eq!(
+            common::folded_ending(&lines, want).len(),
+            1,
+            "{want}: {lines:?} {err}"
+        );
+    }
+}
+
+/// A library the process loads with `dlopen` after the attach, built
+/// without frame pointers, is walked by a table profdev builds on the
+/// library's request (the attach's service, in the process's tables
+/// directory): before it, its frames were followed by a frame pointer
+/// the code does not keep.
+#[test]
+fn folded_of_an_attached_process_walks_a_library_loaded_after_the_attach() {
+    if !privileged("mprof -p --folded", can_attach())
+        || !profdev_testkit::tools("mprof -p --folded", &["cc"])
+    {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = compile(tmp.path());
+    let lib = tmp.path().join("libunwind_late.so");
+    let no_fp = [
+        "-g",
+        "-O2",
+        "-fomit-frame-pointer",
+        "-fno-optimize-sibling-calls",
+        "-shared",
+        "-fPIC",
+        "-Dmain=unwind_main",
+    ];
+    cc_mprof_fixture("unwind.c", &no_fp, &lib);
+    let file = tmp.path().join("attach.folded");
+    let (_, err) = mprof_p_of(
+        &exe,
+        &["dlopen".as_ref(), lib.as_os_str()],
+        &["--folded".as_ref(), file.as_os_str()],
+        tmp.path(),
+    );
+    let text = std::fs::read_to_string(&file).expect(&err);
+    let lines: Vec<&str> = text.lines().collect();
+    for want in [
+        "main;unwind_main;build;leaf_alloc 409600",
+        "main;unwind_main;other;leaf_alloc 50000",
     ] {
         assert_eq!(
             common::folded_ending(&lines, want).len(),

@@ -56,7 +56,7 @@ impl Session {
     /// of tables, while the session lives ([`crate::unwind::serve`]): for
     /// the programs CMD executes and the libraries it loads with `dlopen`.
     pub fn serve_unwind(&self, dir: &Path) -> std::io::Result<()> {
-        let server = crate::unwind::serve(dir)?;
+        let server = crate::unwind::serve(dir, 0o400)?;
         let _ = self.unwind.set(server);
         Ok(())
     }

@@ -330,14 +330,15 @@ fn write_table(dir: &Path, m: &Path) -> std::io::Result<()> {
     let Ok(file) = open else {
         return Ok(());
     };
-    write_table_of(dir, &file).map(drop)
+    write_table_of(dir, &file, 0o400).map(drop)
 }
 
-/// Writes the table of the module open as `file` into `dir`, unless it is
-/// there already: whether the directory holds it now. A module that is
-/// not a regular file, is larger than [`MAX_MODULE`] or has no usable
-/// `.eh_frame` gets none (its frames are walked by frame pointer).
-fn write_table_of(dir: &Path, file: &std::fs::File) -> std::io::Result<bool> {
+/// Writes the table of the module open as `file` into `dir` (its mode
+/// `mode`), unless it is there already: whether the directory holds it
+/// now. A module that is not a regular file, is larger than
+/// [`MAX_MODULE`] or has no usable `.eh_frame` gets none (its frames are
+/// walked by frame pointer).
+fn write_table_of(dir: &Path, file: &std::fs::File, mode: u32) -> std::io::Result<bool> {
     use std::os::unix::fs::FileExt;
     let meta = file.metadata()?;
     if !meta.is_file() || meta.len() > MAX_MODULE {
@@ -358,7 +359,7 @@ fn write_table_of(dir: &Path, file: &std::fs::File) -> std::io::Result<bool> {
         .wrapping_mul(1_000_000_000)
         .wrapping_add(meta.mtime_nsec() as u64);
     let bytes = encode(&table, meta.size(), mtime);
-    match profdev_safefile::write_file(&path, &bytes, 0o400) {
+    match profdev_safefile::write_file(&path, &bytes, mode) {
         Ok(()) => Ok(true),
         // Written by a request served meanwhile: the same table.
         Err(_) if std::fs::symlink_metadata(&path).is_ok() => Ok(true),
@@ -392,17 +393,19 @@ impl Drop for Server {
     }
 }
 
-/// Builds tables on request in `dir` (private: made by [`write_tables`])
-/// while the returned [`Server`] lives, on a thread of its own. The
-/// library, meeting a module that has no table, opens the module's file,
-/// sends the descriptor over [`SOCKET`] with one byte, and waits (a
-/// bounded time) for one byte back: `1` if the table is there now, `0`
-/// if it cannot be made. The table is built from the very file the
-/// process opened, named by that file's device and inode as the library
-/// names it, and written through profdev-safefile; nothing is read by
-/// path. Only the directory's owner can connect (0700), and a request
-/// is a file the process could read already.
-pub fn serve(dir: &Path) -> std::io::Result<Server> {
+/// Builds tables on request in `dir` (made by [`write_tables`]) while
+/// the returned [`Server`] lives, on a thread of its own, each table
+/// written with mode `mode`. The library, meeting a module that has no
+/// table, opens the module's file, sends the descriptor over [`SOCKET`]
+/// with one byte, and waits (a bounded time) for one byte back: `1` if
+/// the table is there now, `0` if it cannot be made. The table is built
+/// from the very file the process opened, named by that file's device and
+/// inode as the library names it, and written through profdev-safefile;
+/// nothing is read by path. Only who can enter `dir` can connect (a
+/// launch's: 0700, root's; an attached process's: 0700, its user's, the
+/// socket given to that user too), and a request is a file the process
+/// could read already: a table says nothing its file does not.
+pub fn serve(dir: &Path, mode: u32) -> std::io::Result<Server> {
     use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::fs::OpenOptionsExt;
     // A directory too long to name in a socket address (108 bytes: a long
@@ -425,7 +428,7 @@ pub fn serve(dir: &Path) -> std::io::Result<Server> {
         .spawn(move || {
             for conn in listener.incoming() {
                 match conn {
-                    Ok(s) => request(&dir, &busy, s),
+                    Ok(s) => request(&dir, mode, &busy, s),
                     Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     // Shut down (EINVAL), or out of descriptors.
@@ -445,6 +448,7 @@ const MAX_REQUESTS: usize = 4;
 /// Serves the request on `s` on a thread of its own ([`MAX_REQUESTS`]).
 fn request(
     dir: &std::sync::Arc<PathBuf>,
+    mode: u32,
     busy: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
     s: std::os::unix::net::UnixStream,
 ) {
@@ -457,7 +461,7 @@ fn request(
     }
     let (dir, done) = (dir.clone(), busy.clone());
     let serve = move || {
-        answer(&dir, &s);
+        answer(&dir, mode, &s);
         done.fetch_sub(1, Ordering::AcqRel);
     };
     // Not spawned: the connection is dropped with the closure, and the
@@ -471,12 +475,12 @@ fn request(
     }
 }
 
-/// One request on `s`: its descriptor's table written into `dir`, and the
-/// answer.
-fn answer(dir: &Path, s: &std::os::unix::net::UnixStream) {
+/// One request on `s`: its descriptor's table written into `dir` (mode
+/// `mode`), and the answer.
+fn answer(dir: &Path, mode: u32, s: &std::os::unix::net::UnixStream) {
     use std::io::Write;
     let ok = s.set_read_timeout(Some(REQUEST_TIMEOUT)).is_ok()
-        && received(s).is_some_and(|f| write_table_of(dir, &f).unwrap_or(false));
+        && received(s).is_some_and(|f| write_table_of(dir, &f, mode).unwrap_or(false));
     let _ = (&*s).write_all(if ok { b"1" } else { b"0" });
 }
 

@@ -276,7 +276,7 @@ fn the_table_service_builds_the_table_of_the_file_it_is_sent() {
     unwind::write_tables(&before, std::slice::from_ref(&exe)).unwrap();
     let dir = tmp.path().join("tables");
     unwind::write_tables(&dir, &[]).unwrap();
-    let server = unwind::serve(&dir).unwrap();
+    let server = unwind::serve(&dir, 0o400).unwrap();
     let listed = || -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
