@@ -354,10 +354,15 @@ pub fn run_under_coverage(
 /// `PROFDEV_COV_UPROBES=1` in the environment. `note` gets the sentence
 /// saying which route ran; `notes` the engine's.
 ///
-/// CMD stays in cprof's process group (its job control would need the
-/// tracer's waits). A SIGINT, SIGTERM or SIGHUP cprof gets is passed on to
-/// CMD's processes, but one from the terminal (^C, a hangup: the kernel's)
-/// only to those that left the group: the others got it already.
+/// CMD runs in its own process group, the terminal's foreground group
+/// when cprof's is, as on the other routes: ^C and ^Z reach CMD alone;
+/// CMD stopped from the terminal stops cprof too, so that the shell sees
+/// the job stopped, and `fg` continues both, CMD holding the terminal
+/// ([`profdev_sample::job::Foreground`], told of CMD's stops by the
+/// tracer). A SIGINT, SIGTERM or SIGHUP cprof gets is passed on to CMD's
+/// processes, but one from the terminal (^C, a hangup: the kernel's) not
+/// to those in cprof's own group (none but what joined it), which got it
+/// already.
 pub fn run_static(
     cmd: &[OsString],
     program: &Path,
@@ -376,15 +381,16 @@ pub fn run_static(
     let done = std::sync::atomic::AtomicBool::new(false);
     let mut child = std::process::Command::new(&cmd[0]);
     child.args(&cmd[1..]);
+    let mut fg = profdev_sample::job::Foreground::new();
+    fg.prepare(&mut child);
     // CMD's processes get the signals cprof receives; after the grace
     // period what still runs has its counts read and is killed.
     let watch = || -> Option<Interrupted> {
         use std::sync::atomic::Ordering::SeqCst;
         loop {
             if let Some(signal) = caught.caught() {
-                // CMD shares cprof's process group: a signal from the
-                // terminal reached it already, and is passed on only to
-                // the processes that left the group.
+                // A signal from the terminal reached cprof's group, not
+                // CMD's (its own): passed on to all but cprof's group.
                 live.signal_outside(signal, caught.from_terminal(signal));
                 let end = std::time::Instant::now() + GRACE;
                 while live.running() && std::time::Instant::now() < end {
@@ -406,14 +412,15 @@ pub fn run_static(
     };
     let (run, interrupted) = std::thread::scope(|s| {
         let w = s.spawn(watch);
-        let run = run_traced(&mut child, server, &live);
+        let run = run_traced(&mut child, server, &live, &mut fg);
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         (run, w.join().ok().flatten())
     });
     let run = match run {
         Ok(r) => r,
         Err(why) => {
-            drop(caught);
+            // The fallback's own Job handles the terminal and SIGTTOU.
+            drop((caught, fg));
             note(format!(
                 "cprof: {} is statically linked and could not be patched under ptrace ({why}): \
                  counted through uprobes instead",

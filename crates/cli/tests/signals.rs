@@ -1,7 +1,9 @@
 //! Signals: `profdev sample`, `gmon` and `prof` run CMD in its own process
 //! group, pass SIGINT, SIGTERM and SIGHUP on to it, end it within a bounded
 //! time, write what they gathered and exit with 128 + the signal; no
-//! process CMD started survives (see `crates/sample/src/job.rs`).
+//! process CMD started survives (see `crates/sample/src/job.rs`). `cprof`
+//! of a static program (traced: `profdev_coverage::traced`) gives CMD the
+//! terminal and follows its ^Z the same way.
 //!
 //! The workload (built here from C) spins in `hot` for 0.2 s of CPU time,
 //! so every profile has samples, then forks a child that stays in its
@@ -111,6 +113,26 @@ fn workload() -> &'static Path {
     })
 }
 
+/// The workload linked statically (cprof's traced route), built once per
+/// test process; None without libc.a.
+fn static_workload() -> Option<&'static Path> {
+    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let src = dir.join("spin.c");
+        std::fs::write(&src, WORKLOAD).unwrap();
+        let exe = dir.join("spin-static");
+        let o = Command::new("cc")
+            .args(["-g", "-O1", "-static", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .expect("running cc");
+        o.status.success().then_some(exe)
+    })
+    .as_deref()
+}
+
 /// Can this process sample system wide (which covers its children)?
 fn ready(what: &str) -> bool {
     privileged(what, can_sample_system())
@@ -121,6 +143,8 @@ enum Cmd {
     Sample,
     Gmon,
     Prof,
+    /// `cprof` of the static workload (its traced route).
+    CprofStatic,
 }
 
 /// One run: its directory, the pid file, and where stdout and stderr go.
@@ -169,9 +193,13 @@ impl Run {
             Cmd::Sample => vec!["sample".into(), "-o".into(), self.path("out").into()],
             Cmd::Gmon => vec!["gmon".into(), "-o".into(), self.path("gmon.out").into()],
             Cmd::Prof => vec!["prof".into(), "-f".into()],
+            Cmd::CprofStatic => vec!["cprof".into(), "-o".into(), self.path("listing").into()],
         };
         a.push("--".into());
-        a.push(workload().into());
+        a.push(match self.cmd {
+            Cmd::CprofStatic => static_workload().expect("libc.a").into(),
+            _ => workload().into(),
+        });
         a.push(self.path("pids").into());
         a.push(mode.into());
         a
@@ -303,6 +331,14 @@ impl Run {
                 );
                 assert!(out.contains("hot("), "the listing names hot:\n{out}");
             }
+            Cmd::CprofStatic => {
+                let out = std::fs::read_to_string(self.path("listing")).unwrap_or_default();
+                assert!(
+                    out.contains("hot(double cpu)"),
+                    "cprof listed the workload's source:\n{out}\n{}",
+                    self.stderr()
+                );
+            }
         }
     }
 }
@@ -368,6 +404,7 @@ fn interrupted(cmd: Cmd, sig: i32, mode: &str) -> Run {
         Cmd::Sample => "profdev sample",
         Cmd::Gmon => "profdev gmon",
         Cmd::Prof => "prof",
+        Cmd::CprofStatic => "cprof",
     };
     let signame = match sig {
         libc::SIGINT => "SIGINT",
@@ -718,6 +755,86 @@ fn terminal_job_control() {
     unsafe {
         libc::kill(pids[2], libc::SIGKILL);
     }
+    for p in pids {
+        wait_gone(p);
+    }
+    r.check_profile();
+}
+
+/// The same job control for `cprof` of a static program, whose route
+/// traces CMD (the tracer's waits see CMD's stops, not a Job's): CMD runs
+/// in its own group holding the terminal, ^Z stops CMD and cprof and bash
+/// gets the terminal back, `fg` continues CMD in the foreground, and ^C
+/// reaches CMD alone; cprof lists what ran and exits with 130.
+#[test]
+fn terminal_job_control_of_a_static_program_under_cprof() {
+    let what = "terminal_job_control_of_a_static_program_under_cprof";
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
+    let can = if scope.trim() == "3" {
+        Err("kernel.yama.ptrace_scope is 3: no ptrace at all".to_string())
+    } else if static_workload().is_none() {
+        Err("cc -static failed: libc.a (libc6-dev) is not installed".to_string())
+    } else {
+        Ok(())
+    };
+    if !privileged(what, can) || !profdev_testkit::tools(what, &["cc", "bash"]) {
+        return;
+    }
+    let r = Run::new(Cmd::CprofStatic);
+    let mut sh = Bash::start(&r);
+    let bash_pid = sh.child.id() as i32;
+    sh.type_in(&format!(
+        "{} >'{}' 2>'{}'\n",
+        r.command_line("plain"),
+        r.path("stdout").display(),
+        r.path("stderr").display()
+    ));
+    let pids = r.wait_for_pids(&mut sh.child);
+    let cprof_pid = parent_of(pids[0]);
+    r.started.borrow_mut().push(cprof_pid);
+    let master_fd = sh.master_fd;
+    // SAFETY: tcgetpgrp on the master queries the slave's foreground group.
+    let foreground = || unsafe { libc::tcgetpgrp(master_fd) };
+    poll_until("CMD's group holds the terminal", || foreground() == pids[0]);
+    // A traced process in a group stop shows 't' (held by the tracer).
+    let stopped = |p| matches!(state(p), Some('T' | 't'));
+
+    sh.type_in("\x1a");
+    poll_until("^Z stopped CMD and cprof", || {
+        stopped(pids[0]) && state(cprof_pid) == Some('T')
+    });
+    poll_until("bash has the terminal back", || foreground() == bash_pid);
+    sh.type_in(&format!("jobs -l >'{}'\n", r.path("jobs").display()));
+    poll_until("bash lists the stopped job", || {
+        std::fs::read_to_string(r.path("jobs")).is_ok_and(|j| j.contains("Stopped"))
+    });
+
+    sh.type_in("fg\n");
+    poll_until("fg continued CMD in the foreground", || {
+        foreground() == pids[0] && state(pids[0]) == Some('R')
+    });
+
+    // cprof follows every traced process to its end: the one that left
+    // CMD's group gets no ^C, so it goes first.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pids[2], libc::SIGKILL);
+    }
+    sh.type_in("\x03");
+    poll_until("^C ended cprof", || state(cprof_pid).is_none());
+    sh.type_in(&format!(
+        "echo $? >'{}'; exit\n",
+        r.path("status").display()
+    ));
+    let status = wait_bounded(&mut sh.child);
+    assert!(status.success(), "bash: {status}");
+    let code = std::fs::read_to_string(r.path("status")).unwrap();
+    assert_eq!(code.trim(), "130", "CMD's status: {}", r.stderr());
+    assert!(
+        !r.stderr().contains("interrupted by"),
+        "cprof itself got no signal: {}",
+        r.stderr()
+    );
     for p in pids {
         wait_gone(p);
     }

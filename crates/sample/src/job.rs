@@ -58,6 +58,11 @@
 //! is noted and wakes the waiter, a signal ignored at the start stays
 //! ignored, and the process waited for is sent nothing.
 
+mod terminal;
+
+pub use terminal::Foreground;
+use terminal::{controlling_terminal, give_terminal};
+
 use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
@@ -101,37 +106,6 @@ fn ignored(sig: libc::c_int) -> bool {
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
-    }
-}
-
-/// `tcsetpgrp(fd, pgrp)` with SIGTTOU blocked in this thread, so that a
-/// process in a background group may do it without being stopped.
-fn give_terminal(fd: libc::c_int, pgrp: libc::pid_t) -> bool {
-    // SAFETY: plain calls on a sigset on the stack; the old mask is
-    // restored before returning.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut block);
-        libc::sigaddset(&mut block, libc::SIGTTOU);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-        let ok = libc::tcsetpgrp(fd, pgrp) == 0;
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        ok
-    }
-}
-
-/// The first of our standard descriptors that is our controlling
-/// terminal (tcgetpgrp fails on any other terminal), and whether our
-/// process group is its foreground group.
-fn controlling_terminal() -> Option<(libc::c_int, bool)> {
-    // SAFETY: getpgrp, isatty and tcgetpgrp only query.
-    unsafe {
-        let own = libc::getpgrp();
-        [0, 1, 2].into_iter().find_map(|fd| {
-            let fg = (libc::isatty(fd) == 1).then(|| libc::tcgetpgrp(fd))?;
-            (fg > 0).then_some((fd, fg == own))
-        })
     }
 }
 

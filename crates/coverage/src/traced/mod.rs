@@ -45,6 +45,7 @@
 use crate::counts::ModuleCoverage;
 use crate::encode::Patch;
 use crate::launch::Server;
+use profdev_sample::job::Foreground;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -702,7 +703,9 @@ impl Tracer {
     }
 
     /// Follow the run until no traced process is left; CMD's status.
-    fn follow(&mut self) -> ExitStatus {
+    /// `fg`: CMD's stops from the terminal and its exit, for job control
+    /// (a launch's; an attached process has none).
+    fn follow(&mut self, mut fg: Option<&mut Foreground>) -> ExitStatus {
         let mut status = ExitStatus::from_raw(0);
         while let Some((tid, st)) = wait(-1) {
             if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
@@ -710,8 +713,12 @@ impl Tracer {
                 s.take(tid, false);
                 s.procs.remove(&tid);
                 s.free.remove(&tid);
+                drop(s);
                 if tid == self.pid {
                     status = ExitStatus::from_raw(st);
+                    if let Some(fg) = fg.as_deref_mut() {
+                        fg.ended(tid);
+                    }
                 }
                 continue;
             }
@@ -753,9 +760,12 @@ impl Tracer {
                         libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
                     ) =>
                 {
-                    // An attached process's group stop (SIGSTOP, ^Z):
-                    // it stays stopped until SIGCONT.
+                    // A group stop (SIGSTOP, ^Z): it stays stopped until
+                    // SIGCONT. CMD's from the terminal stops cprof too.
                     ptrace(libc::PTRACE_LISTEN, tid, 0, 0);
+                    if let (true, Some(fg)) = (tid == self.pid, fg.as_deref_mut()) {
+                        fg.stopped(tid, sig);
+                    }
                 }
                 _ => resume(tid, 0),
             }
@@ -871,7 +881,12 @@ fn first_stop(pid: u32) -> Result<(), String> {
 /// caller's signals. Err (one sentence) when it could not be set up: CMD
 /// was then killed before its first instruction (or not started), and
 /// may be counted another way.
-pub fn run_traced(cmd: &mut Command, server: Server, live: &Live) -> Result<TracedRun, String> {
+pub fn run_traced(
+    cmd: &mut Command,
+    server: Server,
+    live: &Live,
+    fg: &mut Foreground,
+) -> Result<TracedRun, String> {
     // CMD is seized (PTRACE_SEIZE, so that its stops can be honoured:
     // PTRACE_LISTEN) between its fork and its exec: the child sends its
     // pid through one pipe and waits for a byte on the other before it
@@ -949,6 +964,6 @@ pub fn run_traced(cmd: &mut Command, server: Server, live: &Live) -> Result<Trac
         }
     };
     resume(pid, 0);
-    let status = t.follow();
+    let status = t.follow(Some(fg));
     Ok(t.finish(status, server))
 }

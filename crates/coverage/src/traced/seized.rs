@@ -126,7 +126,7 @@ impl Seized {
             // Asked before this thread was known to [`Live::end`].
             wake(0);
         }
-        let status = tracer.follow();
+        let status = tracer.follow(None);
         tracer.live.lock().follower = None;
         WAKE_TID.store(0, Ordering::SeqCst);
         tracer.finish(status, server)

@@ -1,8 +1,9 @@
-/* Counts the SIGINTs it gets: prints "ready", then "got N SIGINT" as each
- * comes, and waits for more until it is killed (cprof kills CMD's group
- * with SIGKILL when the grace after its own SIGINT ends): a duplicate is
- * seen whenever it comes before the kill, and nothing has to end in time.
- * A ^C on its terminal must reach it once. */
+/* Counts the SIGINTs it gets: prints "ready PID", then "got N SIGINT" as
+ * each comes, and waits for more until it is ended (the test sends it
+ * SIGTERM once it has shown the first): a duplicate is seen whenever it
+ * comes before that, and nothing has to end in time. A ^C on its
+ * terminal must reach it once. */
+#include <unistd.h>
 #include <signal.h>
 #include <stdio.h>
 
@@ -24,7 +25,7 @@ int main(void)
 	sigprocmask(SIG_BLOCK, &block, &wait);
 	sigdelset(&wait, SIGINT);
 	signal(SIGINT, count);
-	printf("ready\n");
+	printf("ready %d\n", (int)getpid());
 	fflush(stdout);
 	for (int seen = 0;;) {
 		while (n == seen)
