@@ -427,18 +427,7 @@ impl Job {
                     // profdev died before the line above took effect.
                     return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
-                if let Some(fd) = terminal {
-                    let mut block: libc::sigset_t = std::mem::zeroed();
-                    let mut old: libc::sigset_t = std::mem::zeroed();
-                    libc::sigemptyset(&mut block);
-                    libc::sigaddset(&mut block, libc::SIGTTOU);
-                    libc::sigprocmask(libc::SIG_BLOCK, &block, &mut old);
-                    libc::tcsetpgrp(fd, libc::getpid());
-                    libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-                }
-                if ttou {
-                    libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-                }
+                terminal::in_child(terminal, ttou);
                 Ok(())
             });
         }

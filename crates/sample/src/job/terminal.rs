@@ -36,6 +36,29 @@ pub(super) fn controlling_terminal() -> Option<(libc::c_int, bool)> {
     }
 }
 
+/// In CMD, between fork and exec (a `pre_exec` hook of a [`super::Job`]
+/// or a [`Foreground`]): take `terminal` for CMD's group (its own, made
+/// already) with SIGTTOU blocked, and give SIGTTOU its default back when
+/// profdev ignores it (`ttou`). Only async-signal-safe calls.
+pub(super) fn in_child(terminal: Option<libc::c_int>, ttou: bool) {
+    // SAFETY: sigprocmask, tcsetpgrp, getpid and signal on a sigset on the
+    // stack and integers: async-signal-safe, no allocation.
+    unsafe {
+        if let Some(fd) = terminal {
+            let mut block: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut block);
+            libc::sigaddset(&mut block, libc::SIGTTOU);
+            libc::sigprocmask(libc::SIG_BLOCK, &block, &mut old);
+            libc::tcsetpgrp(fd, libc::getpid());
+            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        if ttou {
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+        }
+    }
+}
+
 /// CMD's process group and the terminal, as a [`super::Job`] keeps them,
 /// for a CMD whose stops its caller learns of itself (a tracer):
 ///
@@ -94,18 +117,7 @@ impl Foreground {
         // on values copied in; it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
-                if let Some(fd) = terminal {
-                    let mut block: libc::sigset_t = std::mem::zeroed();
-                    let mut old: libc::sigset_t = std::mem::zeroed();
-                    libc::sigemptyset(&mut block);
-                    libc::sigaddset(&mut block, libc::SIGTTOU);
-                    libc::sigprocmask(libc::SIG_BLOCK, &block, &mut old);
-                    libc::tcsetpgrp(fd, libc::getpid());
-                    libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-                }
-                if ttou {
-                    libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-                }
+                in_child(terminal, ttou);
                 Ok(())
             });
         }
