@@ -18,6 +18,9 @@
 //! that records call targets ([`crate::encode::Options`], `profdev gmon
 //! --exact`) takes the plan and encodes afresh.
 //!
+//! A warm run finds the key by the module file's stamp instead
+//! ([`Stamp`]: device, inode, size, times), without reading the module.
+//!
 //! **Where.** `$PROFDEV_CACHE_DIR/coverage` when that is set (`off`
 //! disables the cache); otherwise `/var/cache/profdev/coverage` for root
 //! and `$XDG_CACHE_HOME/profdev/coverage` (or `~/.cache/...`) for other
@@ -65,6 +68,9 @@ use crate::encode::{Encoded, Patch};
 use crate::insns::Insns;
 use crate::plan::{Derived, Edge, How, Mode, Plan, PlannedBlock};
 
+mod stamp;
+pub use stamp::{now, Stamp};
+
 /// The engine's identity: the crate version and a digest of its sources
 /// (build.rs).
 pub const ENGINE: &str = env!("PROFDEV_COV_ENGINE");
@@ -101,11 +107,7 @@ impl Key {
         let mut h = Sha256::new();
         h.update(ENGINE.as_bytes());
         h.update([0]);
-        h.update(match mode {
-            Mode::Counts => b"mode counts\0".as_slice(),
-            Mode::Hits => b"mode hits\0".as_slice(),
-            Mode::Edges => b"mode edges\0".as_slice(),
-        });
+        h.update(mode_tag(mode));
         h.update(bytes);
         Key(h.finalize().into())
     }
@@ -116,6 +118,15 @@ impl Key {
             s.push_str(&format!("{b:02x}"));
         }
         s
+    }
+}
+
+/// A mode as a key's digest takes it.
+fn mode_tag(mode: Mode) -> &'static [u8] {
+    match mode {
+        Mode::Counts => b"mode counts\0",
+        Mode::Hits => b"mode hits\0",
+        Mode::Edges => b"mode edges\0",
     }
 }
 

@@ -1,6 +1,7 @@
 //! The cache's tests: the format read back, damaged files refused, the
 //! cache kept within its bounds.
 
+use super::stamp::SETTLED;
 use super::*;
 
 fn sample() -> (Plan, Encoded) {
@@ -389,6 +390,112 @@ fn the_cache_keeps_an_entry_and_refuses_a_foreign_file() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
     let err = cache.load(&key).err().unwrap();
     assert!(err.contains("writable by group or others"), "{err}");
+}
+
+#[test]
+fn a_key_is_known_by_its_files_stamp_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(dir.path()).unwrap();
+    let module = dir.path().join("module");
+    std::fs::write(&module, b"module bytes").unwrap();
+    let st = Stamp::of(&std::fs::metadata(&module).unwrap());
+    let key = Key::of(b"module bytes", Mode::Hits);
+    assert_eq!(cache.known(&st, Mode::Hits).unwrap(), None);
+    cache.remember(&st, Mode::Hits, &key).unwrap();
+    assert_eq!(cache.known(&st, Mode::Hits).unwrap(), Some(key));
+    // Not for another mode, nor for the file changed in any way the
+    // kernel records (here its ctime, one nanosecond on).
+    assert_eq!(cache.known(&st, Mode::Counts).unwrap(), None);
+    let later = Stamp {
+        ctime: st.ctime + 1,
+        ..st
+    };
+    assert_eq!(cache.known(&later, Mode::Hits).unwrap(), None);
+    // A stamp file put under another stamp's name is refused, not taken.
+    cache.remember(&later, Mode::Hits, &key).unwrap();
+    let name = |s: &Stamp| {
+        let files = |d: &Path| -> Vec<std::ffi::OsString> {
+            std::fs::read_dir(d)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect()
+        };
+        let before = files(dir.path());
+        let probe = tempfile::tempdir().unwrap();
+        let c = Cache::open(probe.path()).unwrap();
+        c.remember(s, Mode::Hits, &key).unwrap();
+        let n = files(probe.path()).pop().unwrap();
+        assert!(before.contains(&n));
+        n
+    };
+    std::fs::rename(dir.path().join(name(&later)), dir.path().join(name(&st))).unwrap();
+    let err = cache.known(&st, Mode::Hits).err().unwrap();
+    assert!(err.contains("not a stamp of this file"), "{err}");
+    // And one others may write is not read.
+    cache.remember(&st, Mode::Hits, &key).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.path().join(name(&st));
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o620)).unwrap();
+    let err = cache.known(&st, Mode::Hits).err().unwrap();
+    assert!(err.contains("writable by group or others"), "{err}");
+}
+
+#[test]
+fn a_stamp_is_settled_only_well_after_its_last_change() {
+    let st = Stamp {
+        dev: 1,
+        ino: 2,
+        size: 3,
+        mtime: 0,
+        ctime: 10_000_000_000,
+    };
+    assert!(!st.settled_at(st.ctime));
+    assert!(!st.settled_at(st.ctime + SETTLED - 1));
+    assert!(st.settled_at(st.ctime + SETTLED));
+    // A file written just now is not.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let now = Stamp::of(&std::fs::metadata(&f).unwrap());
+    assert!(!now.settled_at(super::now()));
+}
+
+#[test]
+fn stamps_past_their_bound_go_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(dir.path()).unwrap();
+    let key = Key::of(b"m", Mode::Hits);
+    let stamp = |i: u64| Stamp {
+        dev: 1,
+        ino: i,
+        size: 0,
+        mtime: 0,
+        ctime: 0,
+    };
+    for i in 0..4u64 {
+        cache.remember(&stamp(i), Mode::Hits, &key).unwrap();
+    }
+    // Stamp 2 used longest ago, then 0 (used when known: touched).
+    for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
+        let f = std::fs::File::options().write(true).open(e.path()).unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(9000))
+            .unwrap();
+    }
+    assert!(cache.known(&stamp(0), Mode::Hits).unwrap().is_some());
+    assert!(cache.known(&stamp(1), Mode::Hits).unwrap().is_some());
+    assert!(cache.known(&stamp(3), Mode::Hits).unwrap().is_some());
+    cache.prune_stamps(3);
+    assert_eq!(cache.known(&stamp(2), Mode::Hits).unwrap(), None);
+    for i in [0, 1, 3] {
+        assert_eq!(cache.known(&stamp(i), Mode::Hits).unwrap(), Some(key));
+    }
+    // Entries are not stamps: pruning stamps leaves them.
+    let (plan, _) = sample();
+    cache.store(&key, &plan, None).unwrap();
+    cache.prune_stamps(0);
+    assert!(cache.load(&key).unwrap().is_some());
+    assert_eq!(cache.known(&stamp(0), Mode::Hits).unwrap(), None);
 }
 
 #[test]

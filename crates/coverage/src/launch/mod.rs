@@ -161,7 +161,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use crate::arcs::{CallTarget, Target};
-use crate::cache::{Cache, Key};
+use crate::cache::{Cache, Key, Stamp};
 use crate::counts::{Block, Branch, ModuleCoverage};
 use crate::encode::{encode_with, Encoded};
 use crate::plan::{How, Mode, Plan};

@@ -98,13 +98,6 @@ pub(super) fn plan_into(
     // device): its memory peak is one module's, however many processes
     // ask at once.
     let _one = who.map(|_| FOREIGN_PLANNING.lock().unwrap_or_else(|e| e.into_inner()));
-    let bytes = match layout.read(file, path) {
-        Ok(b) => b,
-        Err(e) => {
-            note(format!("{e}; not counted"));
-            return None;
-        }
-    };
     let cache = {
         let mut s = state.lock().ok()?;
         match who {
@@ -130,48 +123,96 @@ pub(super) fn plan_into(
             }
         }
     };
-    let mode = match state.lock().ok()?.mode {
-        // Branch edges are for lcov's and Cobertura's branch lines, which
-        // a module without lines (no DWARF of its own, no debug file
-        // installed) never gets: its hits alone, so that no jump keeps a
-        // trampoline for an edge nothing shows (cc1, stripped, ran 2.2x
-        // native with them, against 1.4x for its hits).
-        Mode::Edges
-            if !profdev_symbolize::elf::has_debug_info_in(
-                &bytes,
-                Path::new(profdev_symbolize::elf::DEBUG_DIR),
-            ) =>
-        {
-            Mode::Hits
-        }
-        mode => mode,
-    };
-    let key = cache.as_ref().map(|_| Key::of(&bytes, mode));
-    let kept = match (&cache, &key) {
-        (Some(c), Some(k)) => match c.load_split(k) {
-            Ok(e) => e.map(|e| (e, c.file(k))),
+    let asked = state.lock().ok()?.mode;
+    // A warm run takes the key remembered for the file's stamp and reads
+    // nothing of the module ([`crate::cache::Stamp`]). Not for edges:
+    // whether a module gets them depends on a debug file, found from its
+    // bytes.
+    let stamp = file.metadata().ok().map(|m| Stamp::of(&m));
+    let known = match (&cache, &stamp) {
+        (Some(c), Some(st)) if asked != Mode::Edges => match c.known(st, asked) {
+            Ok(Some(k)) => match c.load_split(&k) {
+                Ok(Some(e)) => Some((k, e, c.file(&k))),
+                Ok(None) => None,
+                Err(why) => {
+                    note(format!("{why}; planned afresh"));
+                    None
+                }
+            },
+            Ok(None) => None,
             Err(why) => {
-                note(format!("{why}; planned afresh"));
+                note(format!("{why}; the module is read again"));
                 None
             }
         },
         _ => None,
     };
-    let (plan, disk, stored) = match kept {
-        Some((mut e, file)) => {
+    let (key, kept, bytes) = match known {
+        Some((k, e, f)) => (Some(k), Some((e, f)), None),
+        None => {
+            let t = crate::cache::now();
+            let bytes = match layout.read(file, path) {
+                Ok(b) => b,
+                Err(e) => {
+                    note(format!("{e}; not counted"));
+                    return None;
+                }
+            };
+            let mode = match asked {
+                // Branch edges are for lcov's and Cobertura's branch
+                // lines, which a module without lines (no DWARF of its
+                // own, no debug file installed) never gets: its hits
+                // alone, so that no jump keeps a trampoline for an edge
+                // nothing shows (cc1, stripped, ran 2.2x native with
+                // them, against 1.4x for its hits).
+                Mode::Edges
+                    if !profdev_symbolize::elf::has_debug_info_in(
+                        &bytes,
+                        Path::new(profdev_symbolize::elf::DEBUG_DIR),
+                    ) =>
+                {
+                    Mode::Hits
+                }
+                mode => mode,
+            };
+            let key = cache.as_ref().map(|_| Key::of(&bytes, mode));
+            if let (Some(c), Some(k), Some(st)) = (&cache, &key, &stamp) {
+                let same = file.metadata().ok().map(|m| Stamp::of(&m)) == Some(*st);
+                if asked != Mode::Edges && same && st.settled_at(t) {
+                    if let Err(why) = c.remember(st, asked, k) {
+                        note(format!("{why}; the module will be read again next time"));
+                    }
+                }
+            }
+            let kept = match (&cache, &key) {
+                (Some(c), Some(k)) => match c.load_split(k) {
+                    Ok(e) => e.map(|e| (e, c.file(k))),
+                    Err(why) => {
+                        note(format!("{why}; planned afresh"));
+                        None
+                    }
+                },
+                _ => None,
+            };
+            (key, kept, Some((bytes, mode)))
+        }
+    };
+    let (plan, disk, stored) = match (kept, &bytes) {
+        (Some((mut e, file)), _) => {
             let stored = e.encoded.is_some();
             let disk = e.encoded.take().map(|(o, e)| (o, Arc::new(e)));
             // Its plan read on another thread: the load is served from
             // the header and the encoding.
             (PlanCell::reading(e, &file, who.is_some()), disk, stored)
         }
-        None => match Plan::of_bytes_in(&bytes, path, mode) {
+        (None, Some((bytes, mode))) => match Plan::of_bytes_in(bytes, path, *mode) {
             Ok(p) => (PlanCell::ready(Arc::new(p)), None, false),
             Err(e) => {
                 note(format!("{e}; not counted"));
                 return None;
             }
         },
+        (None, None) => return None,
     };
     drop(bytes);
     let mut s = state.lock().ok()?;

@@ -279,6 +279,52 @@ fn converse_code(server: &Server, m: &Mapped, path: &Path, below: u64) -> Option
 }
 
 #[test]
+fn a_settled_module_is_known_by_its_stamp_and_one_just_written_is_not() {
+    // The system's `true`, unchanged for long, gets its key remembered:
+    // the next run takes it without reading the module. A copy made just
+    // now does not (a change to it could fall in the same clock tick).
+    let tmp = tempfile::tempdir().unwrap();
+    let old = std::fs::canonicalize("/bin/true").unwrap();
+    let st = Stamp::of(&std::fs::metadata(&old).unwrap());
+    assert!(
+        st.settled_at(crate::cache::now()),
+        "{} changed in the last seconds",
+        old.display()
+    );
+    let fresh = tmp.path().join("fresh");
+    std::fs::copy(&old, &fresh).unwrap();
+    let cache_dir = tmp.path().join("cache");
+    let server = Server::with_cache(&[], Some(Cache::open(&cache_dir).unwrap())).unwrap();
+    for p in [&old, &fresh] {
+        assert!(converse(&server, &Mapped::new(p), p, 1 << 30));
+    }
+    let stamps = || {
+        std::fs::read_dir(&cache_dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("id-"))
+            .count()
+    };
+    assert_eq!(stamps(), 1, "one stamp: the settled module's");
+    let cache = Cache::open(&cache_dir).unwrap();
+    let key = cache.known(&st, Mode::Counts).unwrap().expect("its key");
+    let fresh_st = Stamp::of(&std::fs::metadata(&fresh).unwrap());
+    assert_eq!(cache.known(&fresh_st, Mode::Counts).unwrap(), None);
+    // The entry it names is the one the run stored.
+    let storing = server.lock().storing.clone();
+    profdev_testkit::wait_until(
+        "the cache files written",
+        std::time::Duration::from_secs(60),
+        || *storing.0.lock().unwrap() == 0,
+    );
+    assert!(cache.load_split(&key).unwrap().is_some());
+    // A second run takes the plan and encoding from there.
+    let again = Server::with_cache(&[], Some(Cache::open(&cache_dir).unwrap())).unwrap();
+    assert!(converse(&again, &Mapped::new(&old), &old, 1 << 30));
+    assert_eq!(again.encodings_from_cache(), 1);
+}
+
+#[test]
 fn another_users_process_gets_a_bounded_number_of_encodings() {
     if !profdev_testkit::privileged("a run shared with user 65534", root()) {
         return;
