@@ -68,7 +68,9 @@ use crate::encode::{Encoded, Patch};
 use crate::insns::Insns;
 use crate::plan::{Derived, Edge, How, Mode, Plan, PlannedBlock};
 
+mod split;
 mod stamp;
+pub use split::{split, Split};
 pub use stamp::{now, Stamp};
 
 /// The engine's identity: the crate version and a digest of its sources
@@ -203,22 +205,6 @@ impl Cache {
             plan,
             encoded: s.encoded,
         }))
-    }
-
-    /// The entry kept for `key`, its plan not read yet ([`Split`]).
-    pub fn load_split(&self, key: &Key) -> Result<Option<Split>, String> {
-        let name = key.name();
-        let Some(bytes) = self
-            .dir
-            .read_own(&name, MAX_FILE)
-            .map_err(|e| e.to_string())?
-        else {
-            return Ok(None);
-        };
-        let s = split(bytes, key).map_err(|why| format!("{}: {why}", self.file(key).display()))?;
-        // Used: the last to be pruned.
-        let _ = self.dir.touch(&name);
-        Ok(Some(s))
     }
 
     /// The file of `key`'s entry.
@@ -453,80 +439,6 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     Ok(Entry {
         plan,
         encoded: s.encoded,
-    })
-}
-
-/// A cache file read in two steps: its header and encoding at once (what
-/// a load is served from), its plan, the larger part (cc1's: 1,350,000
-/// blocks, a quarter of a second), when asked ([`Split::plan`], which
-/// the launch server does on a thread of its own while the load runs).
-pub struct Split {
-    /// The plan's blocks and counters ([`Plan::counters`]).
-    pub blocks: u64,
-    pub counters: u64,
-    /// Its area's size for plain counting code
-    /// ([`crate::encode::area_size_with`], default options).
-    pub size: u64,
-    /// The encoding kept, for an area at that offset from the bias.
-    pub encoded: Option<(u64, Encoded)>,
-    /// The plan's bytes, alone (not the rest of the file).
-    plan: Vec<u8>,
-}
-
-impl Split {
-    /// The size of its plan in the file, in bytes.
-    pub fn plan_bytes(&self) -> usize {
-        self.plan.len()
-    }
-
-    /// The plan, read and checked (against the header too).
-    pub fn plan(&self) -> Result<Plan, String> {
-        let mut r = R(&self.plan);
-        let plan = read_plan(&mut r)?;
-        if !r.0.is_empty() {
-            return Err("its plan has bytes past its end".into());
-        }
-        check(&plan, None)?;
-        if plan.blocks.len() as u64 != self.blocks
-            || plan.counters() != self.counters
-            || crate::encode::area_size_with(&plan, crate::encode::Options::default()) != self.size
-        {
-            return Err("its header does not match its plan".into());
-        }
-        Ok(plan)
-    }
-}
-
-/// Read the header and encoding of a cache file that must hold `key`'s
-/// entry, keeping its plan's bytes for [`Split::plan`].
-pub fn split(bytes: Vec<u8>, key: &Key) -> Result<Split, String> {
-    let mut r = R(&bytes);
-    if r.take(MAGIC.len())? != MAGIC {
-        return Err("not a profdev coverage cache file of this version".into());
-    }
-    if r.take(32)? != key.0 {
-        return Err("it holds another module's entry".into());
-    }
-    let (blocks, counters, size) = (r.v()?, r.v()?, r.v()?);
-    let n = r.len(1)?;
-    let at = bytes.len() - r.0.len();
-    r.take(n)?;
-    let encoded = read_encoding(&mut r)?;
-    if !r.0.is_empty() {
-        return Err("it has bytes past its end".into());
-    }
-    if let Some((_, e)) = &encoded {
-        check_encoding(e, blocks)?;
-    }
-    // Only the plan's bytes are kept: the rest of the file (the
-    // encoding's code, cc1's 21 MB, now copied out) would otherwise
-    // stay until the plan has been read.
-    Ok(Split {
-        blocks,
-        counters,
-        size,
-        encoded,
-        plan: bytes[at..at + n].to_vec(),
     })
 }
 

@@ -443,8 +443,28 @@ impl Dir {
         self.read_checked(name.as_ref(), max, true)
     }
 
+    /// Open `name` in this directory for reading, with the checks of
+    /// [`Dir::read_own`] (the effective user's alone, one link, at most
+    /// `max` bytes): the file and its length, for a reader that takes
+    /// parts of it (a plan cache's header now, its plan later).
+    pub fn open_own(&self, name: impl AsRef<Path>, max: u64) -> Result<Option<(File, u64)>> {
+        self.open_checked(name.as_ref(), max, false)
+    }
+
     fn read_checked(&self, name: &Path, max: u64, root_too: bool) -> Result<Option<Vec<u8>>> {
         use std::io::Read;
+        let Some((file, len)) = self.open_checked(name, max, root_too)? else {
+            return Ok(None);
+        };
+        let path = self.path.join(self.name_of(name)?);
+        let mut out = Vec::with_capacity(len as usize);
+        file.take(max)
+            .read_to_end(&mut out)
+            .map_err(|e| Error::io("cannot read", &path, e))?;
+        Ok(Some(out))
+    }
+
+    fn open_checked(&self, name: &Path, max: u64, root_too: bool) -> Result<Option<(File, u64)>> {
         let name = self.name_of(name)?;
         let path = self.path.join(&name);
         let euid = rustix::process::geteuid().as_raw();
@@ -496,12 +516,7 @@ impl Dir {
                 },
             ));
         }
-        let mut out = Vec::with_capacity(len as usize);
-        File::from(fd)
-            .take(max)
-            .read_to_end(&mut out)
-            .map_err(|e| Error::io("cannot read", &path, e))?;
-        Ok(Some(out))
+        Ok(Some((File::from(fd), len)))
     }
 
     /// The regular files in this directory whose names start with
