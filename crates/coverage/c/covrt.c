@@ -82,16 +82,9 @@ struct ttab {
 #define MAXMOD 4096
 #define MAXTHR (1 << 20)
 
-/* A breakpoint: kind 2 (PATCH_INT3) resumes at `entry`, a trampoline;
- * kind 6 (PATCH_ONCE, hit mode) records block `entry` of its module as
- * run and puts `orig`, the byte it replaced, back (see once()). */
-struct trap {
-    uint64_t addr, entry;
-    uint32_t kind, orig;
-};
 struct mod {
     uint64_t lo, hi, cb, n, id;
-    struct trap *traps;
+    struct patch *traps; /* its breakpoints (hops.h), by address */
     uint64_t ntraps;
 };
 
@@ -504,7 +497,7 @@ static int mem_reopen(void) {
  * a fork writes the parent's memory: reopened). If the kernel refuses
  * that (proc_mem.force_override=never, a seccomp filter), the page is
  * made writable and executable, and left so. */
-static void once(struct trap *t, struct mod *m) {
+static void once(struct patch *t, struct mod *m) {
     __atomic_fetch_add(&onces, 1, __ATOMIC_RELAXED);
     uint64_t *a0 = __atomic_load_n(&arrays[0], __ATOMIC_ACQUIRE);
     if (a0) ((volatile uint8_t *)a0)[8 * (m->cb + t->entry)] = 1;
@@ -681,10 +674,10 @@ static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, ui
     uint64_t skipped = 0;
     for (uint64_t i = 0; i < np;) {
         uint64_t lo = ps[i].addr & ~4095ull;
-        uint64_t hi = (ps[i].addr + ps[i].len + 4095) & ~4095ull;
+        uint64_t hi = (ps[i].addr + patch_len(&ps[i]) + 4095) & ~4095ull;
         uint64_t j = i + 1;
         while (j < np && (ps[j].addr & ~4095ull) >= lo && (ps[j].addr & ~4095ull) <= hi) {
-            uint64_t e = (ps[j].addr + ps[j].len + 4095) & ~4095ull;
+            uint64_t e = (ps[j].addr + patch_len(&ps[j]) + 4095) & ~4095ull;
             if (e > hi) hi = e;
             j++;
         }
@@ -709,14 +702,14 @@ static uint64_t apply_run(struct patch *ps, uint64_t np, const uint64_t *stopped
         struct patch *p = &ps[i];
         int hit = 0;
         for (uint64_t s = 0; s < nstopped; s++)
-            if (stopped[s] > p->addr && stopped[s] < p->addr + p->len) hit = 1;
+            if (stopped[s] > p->addr && stopped[s] < p->addr + patch_len(p)) hit = 1;
         if (hit) {
             skipped++;
             p->kind = 0;
             continue;
         }
         uint8_t b[64];
-        uint32_t n = p->len > sizeof b ? sizeof b : p->len;
+        uint32_t n = patch_len(p) > sizeof b ? sizeof b : patch_len(p);
         for (uint32_t k = 0; k < n; k++) b[k] = 0xcc;
         int32_t rel;
         switch (p->kind) {
@@ -812,25 +805,46 @@ static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
     k = snprintf(line, sizeof line, "AT %lx %lx\n", (unsigned long)a, (unsigned long)next_counter);
     if (write_full(fd, line, k) || read_line(fd, line, sizeof line)) goto out;
     unsigned long len, id;
-    if (sscanf(line, "CODE %lx %lx %lx", &len, &np, &id) != 3 || len > size) goto out;
+    if (sscanf(line, "TEXT %lx %lx %lx", &len, &np, &id) != 3 || len > size) goto out;
+    if (np > (1ull << 40) / sizeof *ps) goto out;
     if (read_full(fd, area, len)) goto out;
     ps = big_alloc(np * sizeof *ps + 8);
-    if (!ps || read_full(fd, ps, np * sizeof *ps)) goto out;
-    if (raw6(SYS_mprotect, (long)area, (long)size, PROT_READ | PROT_EXEC, 0, 0, 0)) goto out;
+    if (!ps) goto out;
+    /* 12 bytes a patch, relative to this load (the server's
+     * encode/wire.rs), read into the array's upper half and widened in
+     * place from the front: record i is read before patch i, which ends
+     * at or below record i's start, is written. */
+    uint8_t *wire = (uint8_t *)ps + np * (sizeof *ps - WIRE);
     uint64_t nt = 0;
+    if (read_full(fd, wire, np * WIRE)) goto out;
     for (uint64_t i = 0; i < np; i++) {
-        if (ps[i].kind == 6 && (ps[i].addr < lo || ps[i].addr >= hi || ps[i].entry >= n)) goto out;
-        nt += ps[i].kind == 2 || ps[i].kind == 6;
-    }
-    struct trap *traps = big_alloc(nt * sizeof *traps + 8);
-    if (!traps) goto out;
-    nt = 0;
-    for (uint64_t i = 0; i < np; i++)
-        if (ps[i].kind == 2 || ps[i].kind == 6) {
+        uint32_t a32, e32;
+        uint16_t kind, plen;
+        memcpy(&a32, wire + i * WIRE, 4);
+        memcpy(&e32, wire + i * WIRE + 4, 4);
+        memcpy(&kind, wire + i * WIRE + 8, 2);
+        memcpy(&plen, wire + i * WIRE + 10, 2);
+        uint64_t entry = kind == 5 ? bias + e32 : kind == 6 ? e32 : a + e32;
+        ps[i] = (struct patch){bias + a32, entry, kind, {plen}};
+        if (kind == 6 && (ps[i].addr < lo || ps[i].addr >= hi || entry >= n)) goto out;
+        if (is_trap(&ps[i])) {
+            if (plen != 1) goto out;
             /* The byte a one-shot probe replaces, read before it does. */
-            uint32_t orig = ps[i].kind == 6 ? *(volatile uint8_t *)(uintptr_t)ps[i].addr : 0;
-            traps[nt++] = (struct trap){ps[i].addr, ps[i].entry, ps[i].kind, orig};
+            ps[i].orig = kind == 6 ? *(volatile uint8_t *)(uintptr_t)ps[i].addr : 0;
+            nt++;
         }
+    }
+    if (raw6(SYS_mprotect, (long)area, (long)size, PROT_READ | PROT_EXEC, 0, 0, 0)) goto out;
+    /* Every patch a breakpoint (a module in hit mode: cc1's 1,350,000):
+     * the patches are the table, and kept. */
+    struct patch *traps = ps;
+    if (nt != np) {
+        traps = big_alloc(nt * sizeof *traps + 8);
+        if (!traps) goto out;
+        nt = 0;
+        for (uint64_t i = 0; i < np; i++)
+            if (is_trap(&ps[i])) traps[nt++] = ps[i];
+    }
     struct mod *m = &mods[nmods];
     m->lo = lo;
     m->hi = hi;
@@ -858,6 +872,7 @@ static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
         }
     }
     area = NULL; /* kept */
+    if (traps == ps) ps = NULL; /* kept: the trap table */
     rc = 0;
 out:
     if (area) big_free(area, size);

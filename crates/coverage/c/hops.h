@@ -8,10 +8,30 @@
 
 /* One patch: kind 1 `jmp rel32`, 2 `int3`, 3/4 a call retargeted, 5 `jmp
  * rel8`, 6 a one-shot `int3`; 0 left out. */
+/* A patch, and a breakpoint in a module's trap table: kind 2
+ * (PATCH_INT3) resumes at `entry`, a trampoline; kind 6 (PATCH_ONCE, hit
+ * mode) records block `entry` of its module as run and puts `orig`, the
+ * byte it replaced, back (see covrt.c's once()). A breakpoint's length
+ * is 1: in the table its `orig` takes that field. */
 struct patch {
     uint64_t addr, entry;
-    uint32_t kind, len;
+    uint32_t kind;
+    union {
+        uint32_t len, orig;
+    };
 };
+
+static inline int is_trap(const struct patch *p) {
+    return p->kind == 2 || p->kind == 6;
+}
+
+/* Bytes the patch overwrites. */
+static inline uint32_t patch_len(const struct patch *p) {
+    return is_trap(p) ? 1 : p->len;
+}
+
+/* Bytes a patch takes on the wire (encode/wire.rs). */
+#define WIRE 12
 
 /* Is ps[i] a hop's `jmp rel32` (kind 1), written in the dead bytes of a
  * copied block (its host) for the short block whose `jmp rel8` (kind 5,

@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
     for (char *t = strtok(argv[1], ","); t && np < 16; t = strtok(NULL, ",")) {
         unsigned long a, e, k, l;
         if (sscanf(t, "%lx:%lx:%lx:%lx", &a, &e, &k, &l) != 4) return 2;
-        ps[np++] = (struct patch){a, e, (uint32_t)k, (uint32_t)l};
+        ps[np++] = (struct patch){.addr = a, .entry = e, .kind = (uint32_t)k, .len = (uint32_t)l};
     }
     for (int i = 2; i < argc && n < 16; i++) pcs[n++] = strtoull(argv[i], NULL, 16);
     uint64_t held = n ? hold_hops(ps, np, pcs, n) : 0;

@@ -65,6 +65,7 @@ mod piece;
 mod seq;
 #[cfg(test)]
 mod tests;
+pub mod wire;
 
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction};
 

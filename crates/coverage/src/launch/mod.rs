@@ -26,9 +26,9 @@
 //! profdev: SKIP                       (not selected)
 //!        | SIZE <area bytes> <counters> [<offset>]
 //! runtime: AT <area address> <first counter>
-//! profdev: CODE <code bytes> <patches> <module id>
-//!          then the code, then 24 bytes per patch (u64 address, u64
-//!          entry, u32 kind, u32 length, little-endian)
+//! profdev: TEXT <code bytes> <patches> <module id>
+//!          then the code, then 12 bytes per patch, relative to the
+//!          load ([`crate::encode::wire`])
 //! runtime: DONE <patches skipped>, then `S <address>` per skipped patch
 //! ```
 //!

@@ -160,12 +160,20 @@ pub(super) fn serve_as(
     if let Ok(mut s) = state.lock() {
         s.entries[id].loads += 1;
     }
-    // Streamed, not gathered first: cc1's code and patches are tens of
-    // megabytes.
+    // The patches relative to the load: the same bytes for any
+    // (crate::encode::wire).
+    let Some(wire) = enc.wire(bias0, area0) else {
+        note(format!(
+            "{}: a patch lies past 4 GiB of its module or area",
+            path.display()
+        ));
+        return None;
+    };
+    // Streamed, not gathered first: cc1's code is tens of megabytes.
     let mut out = std::io::BufWriter::with_capacity(1 << 16, &w);
     writeln!(
         out,
-        "CODE {:x} {:x} {:x}",
+        "TEXT {:x} {:x} {:x}",
         enc.code.len(),
         enc.patches.len(),
         id
@@ -178,14 +186,7 @@ pub(super) fn serve_as(
     } else {
         out.write_all(&enc.code_at(first, shift)?).ok()?;
     }
-    for p in enc.patches_for(bias0, area0, bias, area) {
-        let mut rec = [0u8; 24];
-        rec[..8].copy_from_slice(&p.addr.to_le_bytes());
-        rec[8..16].copy_from_slice(&p.entry.to_le_bytes());
-        rec[16..20].copy_from_slice(&p.kind.to_le_bytes());
-        rec[20..].copy_from_slice(&p.len.to_le_bytes());
-        out.write_all(&rec).ok()?;
-    }
+    out.write_all(&wire).ok()?;
     out.flush().ok()?;
     drop(out);
     line.clear();

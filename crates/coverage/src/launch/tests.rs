@@ -106,7 +106,7 @@ fn a_conversation_given_up_leaves_no_store_pending() {
     writeln!(c, "AT {:x} 0", lo.wrapping_sub(1 << 30)).unwrap();
     let mut code = String::new();
     r.read_line(&mut code).unwrap();
-    assert!(code.starts_with("CODE "), "{code:?}");
+    assert!(code.starts_with("TEXT "), "{code:?}");
     drop((r, c));
     let storing = server.lock().storing.clone();
     profdev_testkit::wait_until(
@@ -269,9 +269,9 @@ fn converse_code(server: &Server, m: &Mapped, path: &Path, below: u64) -> Option
     writeln!(c, "AT {:x} 0", (m.0 as u64).wrapping_sub(below)).unwrap();
     line.clear();
     r.read_line(&mut line).unwrap();
-    let code = line.trim_end().strip_prefix("CODE ")?;
+    let code = line.trim_end().strip_prefix("TEXT ")?;
     let w: Vec<u64> = code.split(' ').map(|x| hex(x).unwrap()).collect();
-    let mut sink = vec![0u8; (w[0] + 24 * w[1]) as usize];
+    let mut sink = vec![0u8; w[0] as usize + crate::encode::wire::WIRE * w[1] as usize];
     r.read_exact(&mut sink).unwrap();
     writeln!(c, "DONE 0").unwrap();
     sink.truncate(w[0] as usize);

@@ -554,7 +554,7 @@ impl Tracer {
         writeln!(w, "AT {area:x} {RESERVED:x}").map_err(io)?;
         let code_line = line(&mut r)?;
         let mut it = code_line
-            .strip_prefix("CODE ")
+            .strip_prefix("TEXT ")
             .ok_or("the planning server sent no code")?
             .split(' ');
         let (len, np, id) = (hex(it.next())?, hex(it.next())?, hex(it.next())?);
@@ -568,18 +568,11 @@ impl Tracer {
         let mut originals = Vec::new();
         let attach = !stopped.is_empty();
         let mut skipped = Vec::new();
-        let mut rec = [0u8; 24];
+        let mut rec = [0u8; crate::encode::wire::WIRE];
         let mut patches = Vec::with_capacity(np.min(1 << 20) as usize);
         for _ in 0..np {
             r.read_exact(&mut rec).map_err(io)?;
-            let word = |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().unwrap_or([0; 8]));
-            let half = |i: usize| u32::from_le_bytes(rec[i..i + 4].try_into().unwrap_or([0; 4]));
-            patches.push(Patch {
-                addr: word(0),
-                entry: word(8),
-                kind: half(16),
-                len: half(20),
-            });
+            patches.push(crate::encode::wire::patch_of(&rec, bias, area));
         }
         let busy = busy_patches(&patches, stopped);
         for (p, busy) in patches.iter().zip(busy) {

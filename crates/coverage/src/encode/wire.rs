@@ -1,0 +1,100 @@
+//! Patches as the planning server sends them (the `TEXT` answer of
+//! [`crate::launch`]'s protocol): 12 bytes each, relative to the load,
+//! so the same bytes serve a load at any bias and area. Half of the 24
+//! bytes of absolute addresses they replace: cc1's 1,350,000 one-shot
+//! probes are 16 MB on the socket, not 32, and nothing is moved per load.
+//!
+//! A record is, little-endian: u32 the address less the bias; u32 the
+//! entry, less the bias for [`PATCH_REL8`] (a jump within the module),
+//! as it is for [`PATCH_ONCE`] (a block index), less the area's address
+//! for the others (a trampoline); u16 the kind; u16 the length.
+
+use super::{Encoded, Patch, PATCH_ONCE, PATCH_REL8};
+
+/// Bytes per patch on the wire.
+pub const WIRE: usize = 12;
+
+impl Encoded {
+    /// The patches of this encoding (made for a load at `bias0`, its area
+    /// at `area0`) on the wire; None when one does not fit in a record (a
+    /// module or area past 4 GiB, a kind or length past 16 bits).
+    pub fn wire(&self, bias0: u64, area0: u64) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.patches.len() * WIRE);
+        for p in &self.patches {
+            let entry = match p.kind {
+                PATCH_REL8 => p.entry.checked_sub(bias0)?,
+                PATCH_ONCE => p.entry,
+                _ => p.entry.checked_sub(area0)?,
+            };
+            let addr = u32::try_from(p.addr.checked_sub(bias0)?).ok()?;
+            out.extend_from_slice(&addr.to_le_bytes());
+            out.extend_from_slice(&u32::try_from(entry).ok()?.to_le_bytes());
+            out.extend_from_slice(&u16::try_from(p.kind).ok()?.to_le_bytes());
+            out.extend_from_slice(&u16::try_from(p.len).ok()?.to_le_bytes());
+        }
+        Some(out)
+    }
+}
+
+/// One record read back for a load at `bias` with its area at `area`
+/// (what the runtime's `cover` does in C).
+pub fn patch_of(rec: &[u8; WIRE], bias: u64, area: u64) -> Patch {
+    let half = |i: usize| u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]]);
+    let short = |i: usize| u32::from(u16::from_le_bytes([rec[i], rec[i + 1]]));
+    let (kind, entry) = (short(8), u64::from(half(4)));
+    Patch {
+        addr: bias.wrapping_add(half(0).into()),
+        entry: match kind {
+            PATCH_REL8 => bias.wrapping_add(entry),
+            PATCH_ONCE => entry,
+            _ => area.wrapping_add(entry),
+        },
+        kind,
+        len: short(10),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{PATCH_INT3, PATCH_JMP};
+
+    #[test]
+    fn a_patch_read_back_for_any_load_is_the_patch_moved_there() {
+        let (bias0, area0) = (0x5555_0000_0000, 0x5554_c000_0000);
+        let p = |addr, entry, kind, len| Patch {
+            addr: bias0 + addr,
+            entry,
+            kind,
+            len,
+        };
+        let enc = Encoded {
+            patches: vec![
+                p(0x1000, area0 + 0x40, PATCH_JMP, 7),
+                p(0x1010, bias0 + 0x1040, PATCH_REL8, 2),
+                p(0x1020, 77, PATCH_ONCE, 1),
+                p(0xffff_fff0, area0 + 0x7fff_0000, PATCH_INT3, 1),
+            ],
+            ..Encoded::default()
+        };
+        let wire = enc.wire(bias0, area0).expect("it fits");
+        assert_eq!(wire.len(), 4 * WIRE);
+        let (bias, area) = (0x7f00_1234_5000, 0x7f00_0000_0000);
+        let back: Vec<Patch> = wire
+            .chunks_exact(WIRE)
+            .map(|r| patch_of(r.try_into().unwrap(), bias, area))
+            .collect();
+        assert_eq!(back, enc.patches_for(bias0, area0, bias, area));
+        // Past 4 GiB from the bias, or a length past 16 bits: no record.
+        let far = Encoded {
+            patches: vec![p(1 << 32, area0, PATCH_JMP, 5)],
+            ..Encoded::default()
+        };
+        assert_eq!(far.wire(bias0, area0), None);
+        let long = Encoded {
+            patches: vec![p(0, area0, PATCH_JMP, 1 << 16)],
+            ..Encoded::default()
+        };
+        assert_eq!(long.wire(bias0, area0), None);
+    }
+}
