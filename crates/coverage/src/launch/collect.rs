@@ -122,8 +122,10 @@ impl Server {
                         || (matches!(plan.blocks[k].how, How::Fell { .. })
                             && gone.contains(&(k - 1)))
                 };
-                let by = plan.counted_by(i);
-                if b.how == How::None || lost(i) || by.into_iter().any(lost) {
+                // (Most runs lose none: then no block asks.)
+                let lost_with =
+                    |i| !gone.is_empty() && (lost(i) || plan.counted_by(i).into_iter().any(lost));
+                if b.how == How::None || lost_with(i) {
                     m.uncounted += 1;
                     continue;
                 }
