@@ -231,12 +231,21 @@ fn attach_static(pid: u32, permit: Option<Permit>) -> Result<CovAttached, DevErr
 /// ([`CovAttached::collect`], which lets it go, running on). `select`:
 /// the executable is the module counted (a static program has no other).
 ///
+/// In `mode`: [`Mode::Hits`] (`cprof -p` without `-f`) stores a mark per
+/// block that ran instead of counting it (no flags saved; one-shot
+/// breakpoints are not used: there is no handler in the process).
+///
 /// Errors as [`attach_coverage`]'s; ENXIO when the process could not be
 /// patched (nothing is left changed then but an unused mapping).
-pub fn attach_static_traced(pid: u32, permit: Option<Permit>) -> Result<CovAttached, DevError> {
+pub fn attach_static_traced(
+    pid: u32,
+    permit: Option<Permit>,
+    mode: Mode,
+) -> Result<CovAttached, DevError> {
     use profdev_coverage::traced::{attach_seized, Live};
     let (_, start) = stat_of(pid).ok_or(DevError::NoProcess(pid))?;
     let server = Server::new(&[]).map_err(|e| io_dev("cannot set up coverage", e))?;
+    server.set_mode(mode);
     // Planning is the slow part: done before the threads are stopped.
     server.preplan(pid);
     let live = Live::default();

@@ -351,8 +351,10 @@ pub fn run_under_coverage(
 /// ([`profdev_coverage::traced`]: the loader route's plans and
 /// trampolines, no runtime in the process); where ptrace is refused,
 /// counted through the uprobe fallback ([`run_uprobes`]), as it is with
-/// `PROFDEV_COV_UPROBES=1` in the environment. `note` gets the sentence
-/// saying which route ran; `notes` the engine's.
+/// `PROFDEV_COV_UPROBES=1` in the environment. In `mode` on the ptrace
+/// route (the uprobes count): [`Mode::Hits`](profdev_coverage::plan::Mode)
+/// stores a mark per block that ran, without saving flags. `note` gets
+/// the sentence saying which route ran; `notes` the engine's.
 ///
 /// CMD runs in its own process group, the terminal's foreground group
 /// when cprof's is, as on the other routes: ^C and ^Z reach CMD alone;
@@ -366,6 +368,7 @@ pub fn run_under_coverage(
 pub fn run_static(
     cmd: &[OsString],
     program: &Path,
+    mode: profdev_coverage::plan::Mode,
     note: &mut dyn FnMut(String),
     notes: &mut Notes,
 ) -> Result<Launched> {
@@ -376,6 +379,7 @@ pub fn run_static(
     }
     let server = profdev_coverage::launch::Server::new(&[])
         .context("cannot prepare coverage (the runtime's private directory)")?;
+    server.set_mode(mode);
     let caught = Catcher::new().context("cannot catch signals")?;
     let live = Live::default();
     let done = std::sync::atomic::AtomicBool::new(false);
@@ -560,7 +564,7 @@ pub fn run_attached(
     // program; else through uprobes by the same attach as startcp's.
     let is_static = profdev_attach::statically_linked(pid).map_err(attach_sentence)?;
     let traced = if is_static && std::env::var_os("PROFDEV_COV_UPROBES").is_none() {
-        match profdev_attach::attach_static_traced(pid, permit.take()) {
+        match profdev_attach::attach_static_traced(pid, permit.take(), args.mode()) {
             Ok(a) => {
                 note(format!(
                     "cprof: process {pid} is statically linked: patched by cprof through ptrace, \

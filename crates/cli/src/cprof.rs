@@ -350,7 +350,7 @@ fn work(args: &Args, notes: &mut Notes) -> Result<(ExitCode, Option<String>)> {
         let is_static = profdev_classic::program::is_static_program(&program);
         let words = cprof::selection(args, &program);
         let launched = if is_static {
-            cprof::run_static(&args.command, &program, say, notes)?
+            cprof::run_static(&args.command, &program, args.mode(), say, notes)?
         } else {
             cprof::run_under_coverage(&args.command, &words, args.mode(), notes)?
         };

@@ -221,6 +221,69 @@ fn static_known_counts(uprobes: bool) {
 }
 
 #[test]
+fn hit_mode_of_a_static_program_marks_what_ran_through_ptrace() {
+    // `cprof --hits --lcov` of a static program: the ptrace route in hit
+    // mode (a byte stored per block that ran, no count), its lines and
+    // functions the counting run's mapped to ran or not.
+    if !ptrace_gate("cprof --hits on a static program through ptrace") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("static_known");
+    compile("static_known.c", &["-static", "-O1", "-g"], &exe);
+    let record = |args: &[&str], name: &str| -> String {
+        let info = tmp.path().join(name);
+        let out = run(profdev()
+            .current_dir(tmp.path())
+            .args(["cprof", "-o", "-", "-e"])
+            .args(args)
+            .arg("--lcov")
+            .arg(&info)
+            .arg(&exe));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("patched by cprof through ptrace"),
+            "{stderr}"
+        );
+        let lcov = std::fs::read_to_string(&info).unwrap();
+        let ours = lcov
+            .split("end_of_record")
+            .find(|r| r.contains("static_known.c"));
+        ours.expect("a record for the source").to_string()
+    };
+    let counts = record(&[], "counts.info");
+    let hits = record(&["--hits"], "hits.info");
+    // DA:<line>,<count> and FNDA:<count>,<name>, counts mapped to 1 or 0.
+    let ran = |n: &str| if n == "0" { "0" } else { "1" };
+    let da = |rec: &str, map: bool| -> Vec<String> {
+        rec.lines()
+            .filter_map(|l| l.strip_prefix("DA:"))
+            .map(|r| {
+                let (line, n) = r.split_once(',').unwrap();
+                format!("{line},{}", if map { ran(n) } else { n })
+            })
+            .collect()
+    };
+    let fnda = |rec: &str, map: bool| -> Vec<String> {
+        rec.lines()
+            .filter_map(|l| l.strip_prefix("FNDA:"))
+            .map(|r| {
+                let (n, f) = r.split_once(',').unwrap();
+                format!("{},{f}", if map { ran(n) } else { n })
+            })
+            .collect()
+    };
+    assert!(da(&counts, false).len() > 10, "{counts}");
+    assert_eq!(da(&hits, false), da(&counts, true));
+    assert_eq!(fnda(&hits, false), fnda(&counts, true));
+    // Marks, not counts: called() ran N times, and is marked once.
+    assert!(counts.contains(&format!("FNDA:{N},called\n")), "{counts}");
+    assert!(hits.contains("FNDA:1,called\n"), "{hits}");
+    assert!(hits.contains("FNDA:0,never\n"), "{hits}");
+}
+
+#[test]
 fn every_condition_code_is_decided_as_the_cpu_decides_it() {
     if !gate("cprof on a static program") {
         return;

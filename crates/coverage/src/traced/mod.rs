@@ -432,6 +432,9 @@ struct Tracer {
     counters: u64,
     /// Breakpoints: address -> the trampoline to resume at.
     traps: HashMap<u64, u64>,
+    /// One-shot probes (hit mode): address -> the block marked when it
+    /// is taken, and the byte put back.
+    onces: HashMap<u64, (u64, u8)>,
     /// The bytes each patch replaced, and whether it is a breakpoint
     /// (attached: the breakpoints' are put back when the process is let
     /// go, nobody taking its traps then; all, if it could not be set up;
@@ -565,6 +568,7 @@ impl Tracer {
         r.read_exact(&mut code).map_err(io)?;
         poke(pid, area, &code).map_err(e("cannot write its trampolines"))?;
         let mut traps = HashMap::new();
+        let mut onces = HashMap::new();
         let mut originals = Vec::new();
         let attach = !stopped.is_empty();
         let mut skipped = Vec::new();
@@ -575,29 +579,38 @@ impl Tracer {
             patches.push(crate::encode::wire::patch_of(&rec, bias, area));
         }
         let busy = busy_patches(&patches, stopped);
+        let mem = File::open(format!("/proc/{pid}/mem")).map_err(e("cannot read its memory"))?;
         for (p, busy) in patches.iter().zip(busy) {
-            let mut written = p
-                .bytes()
-                .filter(|_| !busy && p.addr >= lo && p.addr + u64::from(p.len) <= hi);
+            // A one-shot probe (hit mode): an `int3` the tracer takes
+            // (`trap_to_trampoline`), for a block of this module.
+            let once = p.kind == crate::encode::PATCH_ONCE;
+            let bytes = match once {
+                true => (p.entry < counters && p.len == 1).then(|| vec![0xcc]),
+                false => p.bytes(),
+            };
+            let mut written =
+                bytes.filter(|_| !busy && p.addr >= lo && p.addr + u64::from(p.len) <= hi);
             let int3 = p.kind == crate::encode::PATCH_INT3;
-            if let (true, Some(b)) = (int3 || attach, &written) {
+            let mut was = Vec::new();
+            if let (true, Some(b)) = (int3 || once || attach, &written) {
                 // Put back when an attached process is let go (the
                 // breakpoints), or could not be set up (all): a patch
-                // whose bytes cannot be read first is not written.
-                let mut was = vec![0u8; b.len()];
-                if File::open(format!("/proc/{pid}/mem"))
-                    .and_then(|f| f.read_exact_at(&mut was, p.addr))
-                    .is_ok()
-                {
-                    originals.push((p.addr, was, int3));
-                } else {
-                    written = None;
+                // whose bytes cannot be read first is not written, nor a
+                // probe on the program's own `int3`.
+                was = vec![0u8; b.len()];
+                match mem.read_exact_at(&mut was, p.addr) {
+                    Ok(()) if once && was[0] == 0xcc => written = None,
+                    Ok(()) => originals.push((p.addr, was.clone(), int3 || once)),
+                    Err(_) => written = None,
                 }
             }
             match written.map(|b| poke(pid, p.addr, &b)) {
                 Some(Ok(())) => {
                     if int3 {
                         traps.insert(p.addr, p.entry);
+                    }
+                    if once {
+                        onces.insert(p.addr, (p.entry, was[0]));
                     }
                 }
                 _ => skipped.push(p.addr),
@@ -622,6 +635,7 @@ impl Tracer {
             id,
             counters,
             traps,
+            onces,
             originals,
             taken: 0,
             known: HashSet::from([pid]),

@@ -285,10 +285,25 @@ impl Tracer {
     }
 
     /// Thread `t`, stopped by a SIGTRAP: if it is one of the module's
-    /// breakpoints, counted and moved on to its trampoline (not resumed).
+    /// breakpoints, counted and moved on to its trampoline (not resumed);
+    /// if one of its one-shot probes (hit mode), its block marked, the
+    /// byte put back in the thread's process (another thread there taking
+    /// it at once finds it back, and is marked again: a mark is ran or
+    /// not), and sent back to run it.
     pub(super) fn trap_to_trampoline(&mut self, t: u32) -> bool {
         let Ok(mut r) = regs(t) else { return false };
-        let Some(&to) = self.traps.get(&r.rip.wrapping_sub(1)) else {
+        let at = r.rip.wrapping_sub(1);
+        if let Some(&(block, orig)) = self.onces.get(&at) {
+            if poke(t, at, &[orig]).is_err() {
+                return false;
+            }
+            if let Some(c) = self.live.lock().totals.get_mut(block as usize) {
+                *c = c.saturating_add(1);
+            }
+            r.rip = at;
+            return set_regs(t, &r).is_ok();
+        }
+        let Some(&to) = self.traps.get(&at) else {
             return false;
         };
         r.rip = to;
