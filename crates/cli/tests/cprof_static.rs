@@ -915,6 +915,68 @@ fn cprof_p_counts_a_static_process_through_ptrace_and_lets_it_go() {
     assert_eq!(p.quit(), format!("sum {v} {v}\n"));
 }
 
+/// `cprof -p` without `-f` of a static process: hit mode through ptrace
+/// (the tracer takes each one-shot probe once, in every thread, a thread
+/// made after the attach too), then the process let go with every probe
+/// not taken put back: it runs on to the same sums.
+#[test]
+fn cprof_p_marks_a_static_process_in_hit_mode_and_lets_it_go() {
+    if !ptrace_gate("cprof -p on a static process through ptrace, hit mode") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("attach_static");
+    compile("attach_loop.c", &["-g", "-O0", "-pthread", "-static"], &exe);
+    let src = std::fs::read_to_string(data("attach_loop.c")).unwrap();
+    let mut p = Program::start(&exe, 2);
+    p.go(5); // before the attach: not marked
+    let out = tmp.path().join("marks.txt");
+    let mut cprof = with_default_signals(
+        profdev()
+            .current_dir(tmp.path())
+            .args(["cprof", "-e", "-o"])
+            .arg(&out)
+            .arg("-p")
+            .arg(p.child.id().to_string())
+            .stderr(Stdio::piped()),
+    )
+    .spawn()
+    .unwrap();
+    let mut err = BufReader::new(cprof.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("cprof: counting process") {
+        assert!(err.read_line(&mut said).unwrap() > 0, "cprof ended: {said}");
+    }
+    assert!(said.contains("patched by cprof through ptrace"), "{said}");
+    p.go(3);
+    writeln!(p.child.stdin.as_mut().unwrap(), "new 7").unwrap();
+    assert_eq!(p.line(), format!("new {}\n", worker_value(7)));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(cprof.id() as i32, libc::SIGINT) };
+    let status = profdev_testkit::wait_exit("cprof -p", &mut cprof, Duration::from_secs(120));
+    err.read_to_string(&mut said).unwrap();
+    assert!(said.contains("interrupted by SIGINT"), "{status}: {said}");
+    // line -> mark of the listing.
+    let listing = std::fs::read_to_string(&out).unwrap();
+    let marks: BTreeMap<u32, String> = listing
+        .lines()
+        .filter_map(|l| {
+            let mut c = l.splitn(3, '\t');
+            Some((c.next()?.parse().ok()?, c.next()?.to_string()))
+        })
+        .collect();
+    let at = |text: &str| marks[&line_of(&src, text)].clone();
+    for f in ["uint64_t inner(", "uint64_t outer_a(", "uint64_t outer_b("] {
+        assert_eq!(at(f), "+", "{f}: {listing}");
+    }
+    assert_eq!(at("void before_only(void)"), "-", "{listing}");
+    assert_eq!(at("void never(void)"), "-", "{listing}");
+    // Let go, its probes not taken put back: it runs on to the same sums.
+    p.go(4);
+    let v = worker_value(12);
+    assert_eq!(p.quit(), format!("sum {v} {v}\n"));
+}
+
 /// A ^C on the terminal reaches a static CMD once, and cprof not at all:
 /// on the ptrace route too CMD runs in its own process group, the
 /// terminal's foreground group (before: CMD shared cprof's group, so
