@@ -234,7 +234,8 @@ one() { # variant workload -> seconds
   echo "$t1 - $t0" | bc -l
 }
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# (Nothing for no times: the column shows "-".)
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 # The cache filled: one untimed launch run per workload (and one in hit
 # mode, whose plans are kept apart).
