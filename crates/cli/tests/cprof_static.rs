@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 /// `called()`'s runs, and `hit()`'s (i % 7 == 3 for i < N).
@@ -835,21 +835,20 @@ fn prf_pairs(path: &Path) -> BTreeMap<u64, u64> {
     rec.insns.into_iter().filter(|&(_, c)| c > 0).collect()
 }
 
-#[test]
-fn cprof_p_counts_a_static_process_through_ptrace_and_lets_it_go() {
-    if !ptrace_gate("cprof -p on a static process through ptrace") {
-        return;
-    }
-    let tmp = tempdir();
-    let exe = tmp.path().join("attach_static");
-    compile("attach_loop.c", &["-g", "-O0", "-pthread", "-static"], &exe);
-    let syms = symbols(&exe);
-    let mut p = Program::start(&exe, 2);
-    p.go(5); // before the attach: not counted
+/// `profdev cprof ARGS -p` the static program `p`, run in `dir`, once it
+/// says it counts the process through ptrace: cprof, its standard error
+/// and what it has said so far.
+fn attach_traced(
+    dir: &Path,
+    args: &[&str],
+    p: &Program,
+) -> (Child, BufReader<ChildStderr>, String) {
     let mut cprof = with_default_signals(
         profdev()
-            .current_dir(tmp.path())
-            .args(["cprof", "-r", "-e", "-p"])
+            .current_dir(dir)
+            .arg("cprof")
+            .args(args)
+            .arg("-p")
             .arg(p.child.id().to_string())
             .stderr(Stdio::piped()),
     )
@@ -861,6 +860,21 @@ fn cprof_p_counts_a_static_process_through_ptrace_and_lets_it_go() {
         assert!(err.read_line(&mut said).unwrap() > 0, "cprof ended: {said}");
     }
     assert!(said.contains("patched by cprof through ptrace"), "{said}");
+    (cprof, err, said)
+}
+
+#[test]
+fn cprof_p_counts_a_static_process_through_ptrace_and_lets_it_go() {
+    if !ptrace_gate("cprof -p on a static process through ptrace") {
+        return;
+    }
+    let tmp = tempdir();
+    let exe = tmp.path().join("attach_static");
+    compile("attach_loop.c", &["-g", "-O0", "-pthread", "-static"], &exe);
+    let syms = symbols(&exe);
+    let mut p = Program::start(&exe, 2);
+    p.go(5); // before the attach: not counted
+    let (mut cprof, mut err, mut said) = attach_traced(tmp.path(), &["-r", "-e"], &p);
     p.go(30);
     // A stop aimed at the process is honoured while it is followed.
     let pid = p.child.id() as i32;
@@ -931,23 +945,8 @@ fn cprof_p_marks_a_static_process_in_hit_mode_and_lets_it_go() {
     let mut p = Program::start(&exe, 2);
     p.go(5); // before the attach: not marked
     let out = tmp.path().join("marks.txt");
-    let mut cprof = with_default_signals(
-        profdev()
-            .current_dir(tmp.path())
-            .args(["cprof", "-e", "-o"])
-            .arg(&out)
-            .arg("-p")
-            .arg(p.child.id().to_string())
-            .stderr(Stdio::piped()),
-    )
-    .spawn()
-    .unwrap();
-    let mut err = BufReader::new(cprof.stderr.take().unwrap());
-    let mut said = String::new();
-    while !said.contains("cprof: counting process") {
-        assert!(err.read_line(&mut said).unwrap() > 0, "cprof ended: {said}");
-    }
-    assert!(said.contains("patched by cprof through ptrace"), "{said}");
+    let args = ["-e", "-o", out.to_str().unwrap()];
+    let (mut cprof, mut err, mut said) = attach_traced(tmp.path(), &args, &p);
     p.go(3);
     writeln!(p.child.stdin.as_mut().unwrap(), "new 7").unwrap();
     assert_eq!(p.line(), format!("new {}\n", worker_value(7)));
