@@ -117,6 +117,59 @@ fn stacks_of_a_killed_process_come_from_its_table() {
     );
 }
 
+/// The lines of `lines` ending in `suffix`, their bytes added up.
+fn sum_ending(lines: &[String], suffix: &str) -> u64 {
+    lines
+        .iter()
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(k, _)| k.ends_with(suffix))
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// Four threads at once, then SIGKILL: the threads' counts of each stack
+/// (kept in their lanes, c/mprof.c's "lanes") are read from the shared
+/// table with the stack's own.
+#[test]
+fn threads_stacks_of_a_killed_process_come_from_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("-O2", dir.path());
+    let file = dir.path().join("killed.folded");
+    for (kind, build, other) in [
+        ("alloc", 4 * 409600u64, 4 * 50000u64),
+        ("inuse", 0, 4 * 50000),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
+            .args(["mprof", "-o", "-", "--folded-type", kind, "--folded"])
+            .arg(&file)
+            .arg(&exe)
+            .arg("threads-kill")
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(137),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let lines: Vec<String> = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            sum_ending(&lines, "thread_body;build;leaf_alloc"),
+            build,
+            "{kind}: {lines:?}"
+        );
+        assert_eq!(
+            sum_ending(&lines, "thread_body;other;leaf_alloc"),
+            other,
+            "{kind}: {lines:?}"
+        );
+    }
+}
+
 /// Four threads at once: each stack's bytes exactly four times one
 /// thread's (what lies above thread_body may differ between threads: the
 /// lines ending the same are added up).
@@ -130,13 +183,11 @@ fn threads_keep_exact_totals_per_stack() {
             ("thread_body;build;leaf_alloc", 4 * 409600u64),
             ("thread_body;other;leaf_alloc", 4 * 50000),
         ] {
-            let sum: u64 = lines
-                .iter()
-                .filter_map(|l| l.rsplit_once(' '))
-                .filter(|(k, _)| k.ends_with(suffix))
-                .map(|(_, v)| v.parse::<u64>().unwrap())
-                .sum();
-            assert_eq!(sum, total, "{opt} {suffix}: {lines:?}");
+            assert_eq!(
+                sum_ending(&lines, suffix),
+                total,
+                "{opt} {suffix}: {lines:?}"
+            );
         }
         assert!(folded(dir.path(), &exe, "threads", true)
             .iter()

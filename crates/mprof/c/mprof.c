@@ -31,11 +31,12 @@
  * the high water rises exactly when and by what the program's order
  * says. While the process has one thread (glibc's __libc_single_threaded)
  * no lock and no lane is used: the counters are written in place.
- * calloc, realloc and the mapping pools' calls use the lanes too; with
- * whole stacks (whose counters have no lanes) and past NLANES threads
- * an update takes the module's lock (folding the module's open lanes
- * first, or closing them for good: see "lanes"). Allocation counts (blocks, bytes) go to
- * the lane with the bytes. The common call (counting on, a return
+ * calloc, realloc and the mapping pools' calls use the lanes too, and
+ * so do whole stacks (a stack has no high water: its counts go to its
+ * own lane of the thread's, beside the site's); past NLANES threads an
+ * update takes the module's lock (folding the module's open lanes
+ * first, or closing them for good: see "lanes"). Allocation counts
+ * (blocks, bytes) go to the lane with the bytes. The common call (counting on, a return
  * address this thread has met: a per-thread cache of 16, or one inside a
  * wrapper whose caller one table step finds: see "wcache") is inline in
  * malloc and free, without the recursion guard's writes. --peak and
@@ -223,7 +224,9 @@ static struct site *sites;
  * entry: a stack met when the table is full (max_stacks in use, or
  * STACK_PROBES slots taken) is charged there. A stack's counters change
  * under its site's module lock, with the site's (a stack's first frame
- * is its site: one module); the overflow entry's by atomics. Frames are
+ * is its site: one module), or, where the site's update goes through
+ * the thread's lane, in the stack's lane of that thread (see "lanes");
+ * the overflow entry's by atomics. Frames are
  * appended to a shared array of (pc, module) pairs. */
 #define MAX_DEPTH 64
 #define STACK_BITS 14
@@ -250,10 +253,22 @@ struct frame {
     int32_t module; /* index, -1 none */
     uint32_t pad;
 };
+/* A thread's counts at a stack (see "lanes"): written by its lane's
+ * thread alone, added to the stack's by the report and the table's
+ * reader; a stack's lanes are NLANES lines in a row (stack_lanes[stack *
+ * NLANES + lane]). */
+struct stack_lane {
+    _Atomic uint64_t nalloc, bytes, nlive;
+    _Atomic int64_t cur;
+    _Atomic uint64_t ntemp;
+    char pad[64 - 5 * 8];
+};
+_Static_assert(sizeof(struct stack_lane) == 64, "a stack's lane is a cache line");
 static int stacks_on;
 static uint32_t max_stacks = NSTACKS - NSTACKS / 4;
 static struct stack *stacks;
 static struct frame *frames;
+static struct stack_lane *stack_lanes;
 static uint32_t *used; /* indices of created sites (DHAT's snapshots, the table's reader) */
 
 /* ---- the shared table -------------------------------------------------
@@ -302,9 +317,15 @@ struct live_header {
     /* Lanes (see "lanes"): their offset in a site, number and size; a
      * lane's word, then its counts nalloc, bytes, nlive (8 bytes each). */
     uint32_t s_lanes, nlanes, lane_size;
+    /* Stacks' lanes (see "lanes"): NLANES of stack_lane_size bytes per
+     * stack, the stacks' in a row from stack_lanes_off. */
+    uint32_t stack_lane_size;
+    uint64_t stack_lanes_off;
 };
 _Static_assert(sizeof(struct live_header) <= 4096, "the header is one page");
-_Static_assert(offsetof(struct live_header, s_lanes) == 212 && sizeof(struct live_header) == 224,
+_Static_assert(offsetof(struct live_header, s_lanes) == 212 &&
+                   offsetof(struct live_header, stack_lanes_off) == 232 &&
+                   sizeof(struct live_header) == 240,
                "the reader's header layout");
 _Static_assert(offsetof(struct counters, cur) == 0 && offsetof(struct counters, hw) == 8 &&
                    offsetof(struct counters, nalloc) == 16 &&
@@ -322,7 +343,8 @@ static char live_path[4200]; /* the shared table's file, if any */
 #define SITES_OFF (USED_OFF + PAGE_ROUND(sizeof(uint32_t) * NSITES))
 #define STACKS_OFF (SITES_OFF + PAGE_ROUND(sizeof(struct site) * NSITES))
 #define FRAMES_OFF (STACKS_OFF + PAGE_ROUND(sizeof(struct stack) * NSTACKS))
-#define AREA_SIZE (FRAMES_OFF + PAGE_ROUND(sizeof(struct frame) * NFRAMES))
+#define STACK_LANES_OFF (FRAMES_OFF + PAGE_ROUND(sizeof(struct frame) * NFRAMES))
+#define AREA_SIZE (STACK_LANES_OFF + PAGE_ROUND(sizeof(struct stack_lane) * NLANES * NSTACKS))
 #define AREA_PAGES (AREA_SIZE / 4096)
 
 /* The file is sparse, and a hole touched on a full filesystem would be
@@ -604,10 +626,14 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
  * the module (an exchange each), adds their deltas to cur, which are
  * then the exact bytes at that instant, applies its own update there
  * (raising the high water if it must), and hands out new allowances.
- * Every other update under the module's lock (calloc, realloc, threads
- * past NLANES, whole stacks) folds first if a lane is open. Counts
- * (blocks, bytes allocated, live, temporary) a lane's thread adds to its
- * lane, which the report and the table's reader add to the site's. A lane
+ * Every other update under the module's lock (threads past NLANES, the
+ * one thread of a process that never had two) folds first if a lane is
+ * open. Counts (blocks, bytes allocated, live, temporary) a lane's
+ * thread adds to its lane, which the report and the table's reader add
+ * to the site's; with whole stacks, the block's stack's counts (bytes
+ * live too: a stack has no high water to keep in order) go to the
+ * stack's lane of the same number, a line of its own written by the
+ * thread alone (struct stack_lane), added likewise. A lane
  * idle at two folds in a row leaves the list (a closed lane: word 0).
  * A module whose list is full (MAX_OPEN lanes busy at once), or updated
  * 64 times under its lock while a lane is open between two of the lanes'
@@ -751,11 +777,33 @@ static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_
     unspin(&m->lock);
 }
 
+#define LANE_ADD(ln, f, v)                                                                         \
+    atomic_store_explicit(&(ln)->f, atomic_load_explicit(&(ln)->f, memory_order_relaxed) + (v),    \
+                          memory_order_relaxed)
+
+/* The same update of stack stk's counts in lane l (1..NLANES): the
+ * lane's thread is their only writer. */
+static inline void stack_lane_update(int l, uint32_t stk, int64_t size, uint64_t nk, uint64_t bytes,
+                                     int64_t lk, uint64_t temp)
+{
+    struct stack_lane *sl = &stack_lanes[(size_t)stk * NLANES + (size_t)(l - 1)];
+    LANE_ADD(sl, cur, size);
+    if (nk) {
+        LANE_ADD(sl, nalloc, nk);
+        LANE_ADD(sl, bytes, bytes);
+    }
+    if (lk)
+        LANE_ADD(sl, nlive, (uint64_t)lk);
+    if (UNLIKELY(temp))
+        LANE_ADD(sl, ntemp, temp);
+}
+
 /* An update of s's bytes (size), blocks (nk), bytes allocated, live (lk)
- * and temporary blocks through the thread's lane; 0 if it has none (the
- * caller then takes the lock). */
+ * and temporary blocks through the thread's lane, and of stack stk's
+ * counts (NO_STACK none; never the overflow entry, whose counters are
+ * atomics); 0 if it has no lane (the caller then takes the lock). */
 static inline int lane_update(struct site *s, int64_t size, uint64_t nk, uint64_t bytes, int64_t lk,
-                              uint64_t temp)
+                              uint64_t temp, uint32_t stk)
 {
     int l = lane_tls;
     if (UNLIKELY(l <= 0) && (l < 0 || (l = lane_claim()) < 0))
@@ -772,18 +820,18 @@ static inline int lane_update(struct site *s, int64_t size, uint64_t nk, uint64_
                                                           memory_order_acq_rel,
                                                           memory_order_relaxed))) {
         lane_slow(s, l, size, nk, bytes, lk, temp);
-        return 1;
+    } else {
+        if (nk) {
+            LANE_ADD(ln, nalloc, nk);
+            LANE_ADD(ln, bytes, bytes);
+        }
+        if (lk)
+            LANE_ADD(ln, nlive, (uint64_t)lk);
+        if (UNLIKELY(temp))
+            LANE_ADD(ln, ntemp, temp);
     }
-#define LANE_ADD(f, v) atomic_store_explicit(&ln->f, atomic_load_explicit(&ln->f, memory_order_relaxed) + (v), memory_order_relaxed)
-    if (nk) {
-        LANE_ADD(nalloc, nk);
-        LANE_ADD(bytes, bytes);
-    }
-    if (lk)
-        LANE_ADD(nlive, (uint64_t)lk);
-    if (UNLIKELY(temp))
-        LANE_ADD(ntemp, temp);
-#undef LANE_ADD
+    if (stk != NO_STACK)
+        stack_lane_update(l, stk, size, nk, bytes, lk, temp);
     return 1;
 }
 
@@ -798,8 +846,8 @@ static inline void charge(struct site *s, int64_t size, int raise, uint64_t born
                           uint64_t k)
 {
     struct module *m = module_of_site(s);
-    if (!global && stk == NO_STACK && (!__libc_single_threaded || lanes_ever) &&
-        lane_update(s, size, raise ? k : 0, raise ? (uint64_t)size : 0, (int64_t)k, 0))
+    if (!global && stk && (!__libc_single_threaded || lanes_ever) &&
+        lane_update(s, size, raise ? k : 0, raise ? (uint64_t)size : 0, (int64_t)k, 0, stk))
         return;
     atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
@@ -847,8 +895,8 @@ static inline void discharge(struct site *s, int64_t size, uint64_t born, int wh
                              uint64_t k, uint64_t temp)
 {
     struct module *m = module_of_site(s);
-    if (!global && stk == NO_STACK && (!__libc_single_threaded || lanes_ever) &&
-        lane_update(s, -size, 0, 0, whole ? -(int64_t)k : 0, temp))
+    if (!global && stk && (!__libc_single_threaded || lanes_ever) &&
+        lane_update(s, -size, 0, 0, whole ? -(int64_t)k : 0, temp, stk))
         return;
     atomic_flag *l = global ? &global_lock : &m->lock;
     spin(l);
@@ -1596,7 +1644,8 @@ static __attribute__((noinline)) uint32_t stack_create(uint32_t j, const uintptr
 {
     struct stack *st = &stacks[j];
     uint32_t f = atomic_fetch_add(&live->h_nframes, (uint32_t)n);
-    if (f > NFRAMES - (uint32_t)n || !ensure(&frames[f], sizeof(struct frame) * n))
+    if (f > NFRAMES - (uint32_t)n || !ensure(&frames[f], sizeof(struct frame) * n) ||
+        !ensure(&stack_lanes[(size_t)j * NLANES], sizeof(struct stack_lane) * NLANES))
         return 0; /* st stays not ready: its key leads nowhere */
     for (int i = 0; i < n; i++) {
         frames[f + i].pc = pcs[i];
@@ -1819,7 +1868,8 @@ again:
     struct site *s = &sites[si];
     struct module *m = s->mod;
     int mt = !__libc_single_threaded;
-    if (!st && (mt || UNLIKELY(lanes_ever)) && lane_update(s, (int64_t)n, 1, n, 1, 0))
+    if ((!st || stk) && (mt || UNLIKELY(lanes_ever)) &&
+        lane_update(s, (int64_t)n, 1, n, 1, 0, st ? stk : NO_STACK))
         return 1;
     if (mt)
         spin_raw(&m->lock);
@@ -1867,7 +1917,8 @@ static inline __attribute__((always_inline)) void fast_free_in(void *p, const in
     if (UNLIKELY(temp))
         last_block = 0;
     int mt = !__libc_single_threaded;
-    if (!st && (mt || UNLIKELY(lanes_ever)) && lane_update(s, -(int64_t)size, 0, 0, -1, temp))
+    if ((!st || stk) && (mt || UNLIKELY(lanes_ever)) &&
+        lane_update(s, -(int64_t)size, 0, 0, -1, temp, st ? stk : NO_STACK))
         return;
     if (mt)
         spin_raw(&m->lock);
@@ -2421,6 +2472,7 @@ static void use_area(char *a)
     sites = (struct site *)(a + SITES_OFF);
     stacks = (struct stack *)(a + STACKS_OFF);
     frames = (struct frame *)(a + FRAMES_OFF);
+    stack_lanes = (struct stack_lane *)(a + STACK_LANES_OFF);
 }
 
 /* A fresh, empty area for the tables: a shared mapping of live.PID.K in
@@ -2509,6 +2561,8 @@ static char *new_area(void)
     h->nframes = NFRAMES;
     h->stack_size = sizeof(struct stack);
     h->frame_size = sizeof(struct frame);
+    h->stack_lanes_off = STACK_LANES_OFF;
+    h->stack_lane_size = sizeof(struct stack_lane);
     h->h_nstacks = 1; /* the overflow entry */
     atomic_thread_fence(memory_order_release);
     memcpy(h->magic, "profdev-mlive 1", 16);
@@ -2919,16 +2973,29 @@ static void report(int final)
     }
     for (uint32_t j = 0; stacks_on && j < NSTACKS; j++) {
         struct stack *st = &stacks[j];
-        if (!page_known(st) || !st->nalloc || (j && !st->ready))
+        if (!page_known(st) || (j && !st->ready))
+            continue;
+        uint64_t nalloc = st->nalloc, bytes = st->bytes, nlive = st->nlive, ntemp = st->ntemp;
+        int64_t cur = st->cur;
+        for (uint32_t l = 0; j && l < NLANES; l++) {
+            /* Ready: its lanes have their blocks (stack_create). */
+            const struct stack_lane *sl = &stack_lanes[(size_t)j * NLANES + l];
+            nalloc += atomic_load_explicit(&sl->nalloc, memory_order_relaxed);
+            bytes += atomic_load_explicit(&sl->bytes, memory_order_relaxed);
+            nlive += atomic_load_explicit(&sl->nlive, memory_order_relaxed);
+            cur += atomic_load_explicit(&sl->cur, memory_order_relaxed);
+            ntemp += atomic_load_explicit(&sl->ntemp, memory_order_relaxed);
+        }
+        if (!nalloc)
             continue;
         put(&o, "stack ");
-        put_k(&o, st->nalloc);
+        put_k(&o, nalloc);
         put(&o, " ");
-        put_u(&o, st->bytes, 10);
+        put_u(&o, bytes, 10);
         put(&o, " ");
-        put_k(&o, st->nlive);
+        put_k(&o, nlive);
         put(&o, " ");
-        put_i(&o, st->cur);
+        put_i(&o, cur);
         if (!j)
             put(&o, " overflow");
         for (uint32_t d = 0; j && d < st->depth; d++) {
@@ -2938,9 +3005,9 @@ static void report(int final)
             put_u(&o, frames[st->first + d].pc, 16);
         }
         put(&o, "\n");
-        if (st->ntemp) {
+        if (ntemp) {
             put(&o, "temp ");
-            put_k(&o, st->ntemp);
+            put_k(&o, ntemp);
             put(&o, "\n");
         }
         if (peak) {

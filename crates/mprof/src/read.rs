@@ -457,7 +457,8 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
         m.current += delta;
     }
     if header_size >= 208 {
-        read += read_live_stacks(&f, &head, total, shift, &mut report).map_err(io)?;
+        let lanes = if header_size >= 240 { nlanes } else { 0 };
+        read += read_live_stacks(&f, &head, total, shift, lanes, &mut report).map_err(io)?;
     }
     Ok(Live {
         state,
@@ -469,12 +470,15 @@ pub fn read_live(path: &Path) -> Result<Live, String> {
 /// The stacks of a shared table (c/mprof.c's "stacks": a stack is 128
 /// bytes, its key, depth, first frame and site, then its counters on the
 /// next line; a frame 16, its pc and module), when its header names a
-/// table of that layout within the file; the bytes read.
+/// table of that layout within the file; with `nlanes`, each stack's
+/// lanes (its threads' counts, added to its own: c/mprof.c's "lanes")
+/// where the header names them; the bytes read.
 fn read_live_stacks(
     f: &std::fs::File,
     head: &[u8],
     total: u64,
     shift: u32,
+    nlanes: u64,
     report: &mut Report,
 ) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
@@ -501,12 +505,35 @@ fn read_live_stacks(
     let mut frames = vec![0u8; (nframes * 16) as usize];
     f.read_exact_at(&mut frames, frames_off)?;
     let le = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    // A stack's lanes: nalloc, bytes, nlive, cur (8 bytes each) first.
+    let (lanes_off, lane_size) = (u64_at(232), u32_at(224) as u64);
+    let nlanes = if (1..=64).contains(&nlanes)
+        && (32..=4096).contains(&lane_size)
+        && fits(lanes_off, nstacks * nlanes * lane_size)
+    {
+        nlanes
+    } else {
+        0
+    };
+    let mut lanes = vec![0u8; (nlanes * lane_size) as usize];
+    let mut read = stacks.len() as u64 + frames.len() as u64;
     let nmodules = report.modules.len();
     for (j, st) in stacks.chunks_exact(128).enumerate() {
         let (depth, first) = (le(st, 8) >> 32, le(st, 16) & 0xffff_ffff);
         let ready = le(st, 8) & 0xffff_ffff != 0;
-        let (allocs, bytes, live, current) = (le(st, 64), le(st, 72), le(st, 80), le(st, 88));
+        let (mut allocs, mut bytes, mut live, mut current) =
+            (le(st, 64), le(st, 72), le(st, 80), le(st, 88));
         let overflow = j == 0;
+        if !overflow && ready && nlanes > 0 {
+            f.read_exact_at(&mut lanes, lanes_off + j as u64 * nlanes * lane_size)?;
+            read += lanes.len() as u64;
+            for l in lanes.chunks_exact(lane_size as usize) {
+                allocs = allocs.wrapping_add(le(l, 0));
+                bytes = bytes.wrapping_add(le(l, 8));
+                live = live.wrapping_add(le(l, 16));
+                current = current.wrapping_add(le(l, 24));
+            }
+        }
         if allocs == 0
             || (!overflow
                 && (!ready
@@ -538,5 +565,5 @@ fn read_live_stacks(
             ..Default::default()
         });
     }
-    Ok(stacks.len() as u64 + frames.len() as u64)
+    Ok(read)
 }

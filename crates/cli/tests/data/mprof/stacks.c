@@ -2,7 +2,8 @@
  * and 500 times, 100 bytes each: 409,600 and 50,000 bytes. Argument
  * "keep": other()'s blocks are never freed; "kill": nor are they, and the
  * program ends by SIGKILL; "threads": four threads do it all at once
- * (each frees everything). */
+ * (each frees everything); "threads-kill": four threads at once, each
+ * keeping other()'s blocks, then SIGKILL once they are done. */
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #define THREADS 4
 static void *blocks[THREADS][4096];
 static pthread_barrier_t barrier;
+static int keep_other;
 
 __attribute__((noinline)) void leaf_alloc(void **slot)
 {
@@ -43,20 +45,24 @@ static void *thread_body(void *arg)
     build(b);
     release(b, 4096);
     other(b);
-    release(b, 500);
+    if (!keep_other)
+        release(b, 500);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
-    if (!strcmp(mode, "threads")) {
+    if (!strcmp(mode, "threads") || !strcmp(mode, "threads-kill")) {
         pthread_t t[THREADS];
+        keep_other = !strcmp(mode, "threads-kill");
         pthread_barrier_init(&barrier, 0, THREADS);
         for (long i = 0; i < THREADS; i++)
             pthread_create(&t[i], 0, thread_body, (void *)i);
         for (int i = 0; i < THREADS; i++)
             pthread_join(t[i], 0);
+        if (keep_other)
+            raise(SIGKILL);
         return 0;
     }
     build(blocks[0]);
