@@ -208,7 +208,7 @@
 //! **Reports read.** A report larger than the library can write (about
 //! 15 MB: 1024 modules, 65536 sites) or with more modules or sites is
 //! refused by its size before it is read; a table must be the size its
-//! header names (13 MiB). From an attached process's directory, which its
+//! header names (63 MiB). From an attached process's directory, which its
 //! user owns, at most 256 reports and 64 MiB are read per session.
 //!
 //! **Signals.** CMD runs in its own process group as under `profdev prof`.
@@ -315,7 +315,7 @@
 //!   site may show that update half made (a high water not yet raised).
 //! * A process image that execs now counts too: its allocations up to the
 //!   exec are in its table (before, it wrote no report). Each process
-//!   leaves a sparse 13 MiB file in the private directory for as long as
+//!   leaves a sparse 63 MiB file in the private directory for as long as
 //!   it runs (its touched pages only, as its memory did), or until mprof
 //!   ends if it ended without its report. On a disk-backed `$TMPDIR` the
 //!   kernel writes those pages back now and then. A page is given its
@@ -326,12 +326,14 @@
 //! * Exactness costs most when several threads allocate in one module at
 //!   once: each thread updates its own line per site (a lane: its delta
 //!   within an allowance), past the allowance the module's lock folds all
-//!   lanes (whole stacks, `--peak`, `--dhat`: the lock on every call; see
-//!   `bench/memory_overhead.sh`). A process with a single thread takes no
-//!   lock. What that buys: every count, current bytes and high water, per
-//!   site, stack and module, is exact in one order of the calls that
-//!   agrees with the program's. Two threads at one line run about 3.5x
-//!   native (one thread 2x); `--sample-bytes` shares no line.
+//!   lanes (`--peak`, `--dhat`: the lock on every call; see
+//!   `bench/memory_overhead.sh`). With whole stacks a stack's counts go
+//!   to the thread's own line for that stack too. A process with a single
+//!   thread takes no lock. What that buys: every count, current bytes and
+//!   high water, per site, stack and module, is exact in one order of the
+//!   calls that agrees with the program's. Two threads churning at one
+//!   line run about 2.5x native, 3.1x with stacks (one thread 2.5x and
+//!   2.9x); `--sample-bytes` shares no line.
 //! * `--sample-bytes`: pools 2 and 3 stay exact; high waters are those of
 //!   the weighted sums (noisy, and biased upward); block counts are kept
 //!   in 1/256ths, bytes rounded per sample; not with `--dhat`; a thread's

@@ -346,6 +346,7 @@ static char live_path[4200]; /* the shared table's file, if any */
 #define STACK_LANES_OFF (FRAMES_OFF + PAGE_ROUND(sizeof(struct frame) * NFRAMES))
 #define AREA_SIZE (STACK_LANES_OFF + PAGE_ROUND(sizeof(struct stack_lane) * NLANES * NSTACKS))
 #define AREA_PAGES (AREA_SIZE / 4096)
+_Static_assert(AREA_SIZE <= 64 << 20, "the reader's bound (profdev_mprof::MAX_LIVE)");
 
 /* The file is sparse, and a hole touched on a full filesystem would be
  * SIGBUS for the program: a page of the area is given its block

@@ -202,7 +202,7 @@ pub const MAX_REPORT: u64 = (16 + 15 + 47 + 26)
 const TEMP_PEAK_LINES: u64 = (5 + 20 + 1) + (7 + 2 * 21 + 1);
 
 /// The shared table's size is checked against the header it starts with,
-/// and refused above this (the library's is 13 MiB).
+/// and refused above this (the library's is 63 MiB).
 pub const MAX_LIVE: u64 = 64 << 20;
 
 #[cfg(test)]

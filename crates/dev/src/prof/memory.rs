@@ -81,7 +81,7 @@
 //! * The report directory is the process's user's: what is read from it
 //!   is bounded before it is read (a report at most what the library can
 //!   write, about 15 MB, checked by its size; a table the size its header
-//!   names, 13 MiB; at most 256 files and 64 MiB per reading), and only
+//!   names, 63 MiB; at most 256 files and 64 MiB per reading), and only
 //!   regular files opened without following links. The library opens its
 //!   FIFO `request` `O_NOFOLLOW` and stops asking for reports if anything
 //!   else is found there.
