@@ -701,64 +701,7 @@ fn terminal_job_control() {
     if !ready("terminal_job_control") {
         return;
     }
-    let r = Run::new(Cmd::Sample);
-    let mut sh = Bash::start(&r);
-    let bash_pid = sh.child.id() as i32;
-    sh.type_in(&format!(
-        "{} >'{}' 2>'{}'\n",
-        r.command_line("plain"),
-        r.path("stdout").display(),
-        r.path("stderr").display()
-    ));
-    let mut bash = sh.child;
-    let mut type_in = |keys: &str| sh.master.write_all(keys.as_bytes()).unwrap();
-    let master_fd = sh.master_fd;
-    // SAFETY: tcgetpgrp on the master queries the slave's foreground group.
-    let foreground = || unsafe { libc::tcgetpgrp(master_fd) };
-    let pids = r.wait_for_pids(&mut bash);
-    let profdev_pid = parent_of(pids[0]);
-    r.started.borrow_mut().push(profdev_pid);
-    poll_until("CMD's group holds the terminal", || foreground() == pids[0]);
-
-    type_in("\x1a");
-    poll_until("^Z stopped CMD and profdev", || {
-        state(pids[0]) == Some('T') && state(profdev_pid) == Some('T')
-    });
-    poll_until("bash has the terminal back", || foreground() == bash_pid);
-    type_in(&format!("jobs -l >'{}'\n", r.path("jobs").display()));
-    poll_until("bash lists the stopped job", || {
-        std::fs::read_to_string(r.path("jobs")).is_ok_and(|j| j.contains("Stopped"))
-    });
-
-    type_in("fg\n");
-    poll_until("fg continued CMD in the foreground", || {
-        foreground() == pids[0] && state(pids[0]) == Some('R')
-    });
-
-    type_in("\x03");
-    poll_until("^C ended profdev", || state(profdev_pid).is_none());
-    type_in(&format!(
-        "echo $? >'{}'; exit\n",
-        r.path("status").display()
-    ));
-    let status = wait_bounded(&mut bash);
-    assert!(status.success(), "bash: {status}");
-    let code = std::fs::read_to_string(r.path("status")).unwrap();
-    assert_eq!(code.trim(), "130", "CMD's status: {}", r.stderr());
-    assert!(
-        !r.stderr().contains("interrupted by"),
-        "profdev itself got no signal: {}",
-        r.stderr()
-    );
-    // The child that left CMD's group got no ^C; end it here.
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pids[2], libc::SIGKILL);
-    }
-    for p in pids {
-        wait_gone(p);
-    }
-    r.check_profile();
+    job_control(Run::new(Cmd::Sample), false);
 }
 
 /// The same job control for `cprof` of a static program, whose route
@@ -780,7 +723,15 @@ fn terminal_job_control_of_a_static_program_under_cprof() {
     if !privileged(what, can) || !profdev_testkit::tools(what, &["cc", "bash"]) {
         return;
     }
-    let r = Run::new(Cmd::CprofStatic);
+    job_control(Run::new(Cmd::CprofStatic), true);
+}
+
+/// ^Z, `jobs`, `fg` and ^C through an interactive bash for run `r` (see
+/// the two tests above). traced: CMD is traced by the profiler (cprof's
+/// static route), so a stopped CMD may show 't', and the child that left
+/// CMD's group, which gets no ^C and which the tracer follows to its end,
+/// is killed before the ^C rather than after.
+fn job_control(r: Run, traced: bool) {
     let mut sh = Bash::start(&r);
     let bash_pid = sh.child.id() as i32;
     sh.type_in(&format!(
@@ -790,18 +741,18 @@ fn terminal_job_control_of_a_static_program_under_cprof() {
         r.path("stderr").display()
     ));
     let pids = r.wait_for_pids(&mut sh.child);
-    let cprof_pid = parent_of(pids[0]);
-    r.started.borrow_mut().push(cprof_pid);
+    let profiler = parent_of(pids[0]);
+    r.started.borrow_mut().push(profiler);
     let master_fd = sh.master_fd;
     // SAFETY: tcgetpgrp on the master queries the slave's foreground group.
     let foreground = || unsafe { libc::tcgetpgrp(master_fd) };
     poll_until("CMD's group holds the terminal", || foreground() == pids[0]);
     // A traced process in a group stop shows 't' (held by the tracer).
-    let stopped = |p| matches!(state(p), Some('T' | 't'));
+    let stopped = |p| matches!(state(p), Some('T')) || traced && state(p) == Some('t');
 
     sh.type_in("\x1a");
-    poll_until("^Z stopped CMD and cprof", || {
-        stopped(pids[0]) && state(cprof_pid) == Some('T')
+    poll_until("^Z stopped CMD and the profiler", || {
+        stopped(pids[0]) && state(profiler) == Some('T')
     });
     poll_until("bash has the terminal back", || foreground() == bash_pid);
     sh.type_in(&format!("jobs -l >'{}'\n", r.path("jobs").display()));
@@ -814,14 +765,16 @@ fn terminal_job_control_of_a_static_program_under_cprof() {
         foreground() == pids[0] && state(pids[0]) == Some('R')
     });
 
-    // cprof follows every traced process to its end: the one that left
-    // CMD's group gets no ^C, so it goes first.
+    // The child that left CMD's group gets no ^C: it is ended here.
     // SAFETY: kill has no memory-safety preconditions.
-    unsafe {
+    let end_loner = || unsafe {
         libc::kill(pids[2], libc::SIGKILL);
+    };
+    if traced {
+        end_loner();
     }
     sh.type_in("\x03");
-    poll_until("^C ended cprof", || state(cprof_pid).is_none());
+    poll_until("^C ended the profiler", || state(profiler).is_none());
     sh.type_in(&format!(
         "echo $? >'{}'; exit\n",
         r.path("status").display()
@@ -832,9 +785,12 @@ fn terminal_job_control_of_a_static_program_under_cprof() {
     assert_eq!(code.trim(), "130", "CMD's status: {}", r.stderr());
     assert!(
         !r.stderr().contains("interrupted by"),
-        "cprof itself got no signal: {}",
+        "the profiler itself got no signal: {}",
         r.stderr()
     );
+    if !traced {
+        end_loner();
+    }
     for p in pids {
         wait_gone(p);
     }
