@@ -326,14 +326,13 @@
 //! * Exactness costs most when several threads allocate in one module at
 //!   once: each thread updates its own line per site (a lane: its delta
 //!   within an allowance), past the allowance the module's lock folds all
-//!   lanes (`--peak`, `--dhat`: the lock on every call; see
-//!   `bench/memory_overhead.sh`). With whole stacks a stack's counts go
-//!   to the thread's own line for that stack too. A process with a single
-//!   thread takes no lock. What that buys: every count, current bytes and
-//!   high water, per site, stack and module, is exact in one order of the
-//!   calls that agrees with the program's. Two threads churning at one
-//!   line run about 2.5x native, 3.1x with stacks (one thread 2.5x and
-//!   2.9x); `--sample-bytes` shares no line.
+//!   lanes, a stack's counts on the thread's own line too (`--peak`,
+//!   `--dhat`: the lock on every call). A single thread takes no lock.
+//!   What that buys: every count, current bytes and high water, per site,
+//!   stack and module, is exact in one order of the calls that agrees with
+//!   the program's. Two threads churning at one line run about 2.5x
+//!   native, 3.1x with stacks (one thread 2.5x and 2.9x; see
+//!   `bench/README.md`); `--sample-bytes` shares no line.
 //! * `--sample-bytes`: pools 2 and 3 stay exact; high waters are those of
 //!   the weighted sums (noisy, and biased upward); block counts are kept
 //!   in 1/256ths, bytes rounded per sample; not with `--dhat`; a thread's

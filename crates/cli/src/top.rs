@@ -53,7 +53,8 @@
 //! **`--batch`** prints snapshots as plain text instead, every `-d`
 //! seconds, `-n N` of them (until a signal without `-n`), for scripts and
 //! tests: a title line, the health line, the column heads and the rows
-//! with at least 0.1% of the samples, then an empty line:
+//! with at least 0.1% of the samples, then an empty line; each holds all
+//! the samples its health line counts, however long naming them takes:
 //!
 //! ```text
 //! profdev top: snapshot 1 of 2, every 1 s, system-wide at 1000 Hz, by self

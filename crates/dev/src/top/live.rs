@@ -89,9 +89,10 @@ struct Event {
     weight: f64,
 }
 
-/// What the sampling thread sends: samples, or why it stopped.
+/// What the sampling thread sends: samples (with when it read them from
+/// the rings, as the health counts them), or why it stopped.
 enum Batch {
-    Events(Vec<Event>),
+    Events(Instant, Vec<Event>),
     Failed(String),
 }
 
@@ -115,6 +116,7 @@ fn sample(
     let mut user = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let r = source.read(&mut records, Duration::from_millis(100));
+        let read_at = Instant::now();
         health.count(&records);
         let mut events = Vec::new();
         for rec in records.drain(..) {
@@ -159,7 +161,7 @@ fn sample(
             let u = unwinder.stats();
             health.set_unwind(u.samples - u.truncated, [0, u.truncated, 0]);
         }
-        if !events.is_empty() && tx.send(Batch::Events(events)).is_err() {
+        if !events.is_empty() && tx.send(Batch::Events(read_at, events)).is_err() {
             return;
         }
         match r {
@@ -309,8 +311,38 @@ impl Live {
         }
     }
 
+    /// Take in, without waiting, every batch the sampler read from the
+    /// rings by `deadline` and has sent (the first read after it too, then
+    /// stop: bounded however fast samples come): a snapshot then holds
+    /// the samples its health line counts, however far naming them fell
+    /// behind (a loaded machine, a large object named the first time).
+    /// False when the sampler stopped.
+    pub fn catch_up(&mut self, deadline: Instant) -> bool {
+        loop {
+            match self.rx.try_recv() {
+                Ok(Batch::Events(at, events)) => {
+                    self.take(Batch::Events(at, events));
+                    if at > deadline {
+                        return true;
+                    }
+                }
+                Ok(failed) => {
+                    self.take(failed);
+                    return false;
+                }
+                Err(mpsc::TryRecvError::Empty) => return true,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.failed
+                        .get_or_insert_with(|| "the sampling thread ended unexpectedly".into());
+                    return false;
+                }
+            }
+        }
+    }
+
     /// Take in what the sampler sends until `deadline`, waking at least
-    /// every 100 ms to see whether `signal` was set (non-zero).
+    /// every 100 ms to see whether `signal` was set (non-zero); then
+    /// everything it read by the deadline ([`Live::catch_up`]).
     pub fn wait(&mut self, deadline: Instant, signal: &AtomicUsize) -> Wake {
         while Instant::now() < deadline {
             let step = deadline.min(Instant::now() + Duration::from_millis(100));
@@ -322,12 +354,15 @@ impl Live {
                 return Wake::Signal(sig);
             }
         }
+        if !self.catch_up(deadline) {
+            return Wake::Stopped;
+        }
         Wake::Deadline
     }
 
     fn take(&mut self, batch: Batch) {
         let events = match batch {
-            Batch::Events(e) => e,
+            Batch::Events(_, e) => e,
             Batch::Failed(why) => {
                 self.failed = Some(why);
                 return;
@@ -474,6 +509,59 @@ mod tests {
         });
         assert_eq!(snap.rows.len(), 1);
         assert_eq!(snap.rows[0].pid, 7);
+    }
+
+    /// A batch snapshot's catch-up takes, without waiting, every batch
+    /// read by its deadline and the first read after it, then stops: the
+    /// rest stays for the next snapshot; a stopped sampler ends it.
+    #[test]
+    fn catching_up_takes_what_was_read_by_the_deadline_and_one_more() {
+        let (tx, rx) = mpsc::channel();
+        let mut live = Live {
+            rx,
+            symbolizer: Symbolizer::new(None),
+            window: Window::new(),
+            health: Arc::new(Health::new()),
+            failed: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            sampler: None,
+        };
+        let t0 = Instant::now();
+        let one = |pid: u32| Event {
+            pid,
+            comm: Arc::from("w"),
+            frames: vec![Frame::Anonymous],
+            weight: 1.0,
+        };
+        // Read at t0, t0 + 1 s, t0 + 2 s and t0 + 3 s: two of pid 1, one
+        // each of pids 2, 3 and 4.
+        for (at, pids) in [(0, vec![1, 1]), (1, vec![2]), (2, vec![3]), (3, vec![4])] {
+            let events = pids.into_iter().map(one).collect();
+            tx.send(Batch::Events(t0 + Duration::from_secs(at), events))
+                .unwrap();
+        }
+        let pids = |live: &Live| {
+            let mut p: Vec<u32> = live
+                .snapshot(&View {
+                    sort: super::super::Sort::SelfShare,
+                    zoom: None,
+                })
+                .rows
+                .iter()
+                .map(|r| r.pid)
+                .collect();
+            p.sort();
+            p
+        };
+        assert!(live.catch_up(t0 + Duration::from_millis(500)));
+        assert_eq!(pids(&live), [1, 2]);
+        assert!(live.catch_up(t0 + Duration::from_secs(2)));
+        assert_eq!(pids(&live), [1, 2, 3, 4]);
+        // Nothing waiting: back at once.
+        assert!(live.catch_up(t0 + Duration::from_secs(9)));
+        tx.send(Batch::Failed("gone".into())).unwrap();
+        assert!(!live.catch_up(t0));
+        assert_eq!(live.failed.as_deref(), Some("gone"));
     }
 
     /// The wall view counts a thread's time off the CPU, from its switch
