@@ -96,6 +96,42 @@ enum Batch {
     Failed(String),
 }
 
+/// How far the sampling thread has handed over: when it read the rings
+/// last, in nanoseconds after `epoch` (plus one; 0 before its first read),
+/// once that read's samples were sent. See [`Live::catch_up`].
+struct Handed {
+    epoch: Instant,
+    through: std::sync::atomic::AtomicU64,
+}
+
+impl Handed {
+    fn new() -> Handed {
+        Handed {
+            epoch: Instant::now(),
+            through: 0.into(),
+        }
+    }
+
+    fn set(&self, read_at: Instant) {
+        let ns = read_at.saturating_duration_since(self.epoch).as_nanos();
+        self.through.store(
+            u64::try_from(ns).unwrap_or(u64::MAX - 1) + 1,
+            Ordering::Release,
+        );
+    }
+
+    /// Has a read after `t` been handed over (so every one before it)?
+    fn past(&self, t: Instant) -> bool {
+        match self.through.load(Ordering::Acquire) {
+            0 => false,
+            n => self.epoch + Duration::from_nanos(n - 1) > t,
+        }
+    }
+}
+
+/// How long [`Live::catch_up`] waits for the sampling thread at most.
+const CATCH_UP: Duration = Duration::from_secs(10);
+
 /// The sampling thread: read the rings, keep the tasks, place each
 /// sample's frames in their objects, hand them over. No naming here.
 fn sample(
@@ -104,7 +140,7 @@ fn sample(
     stop: Arc<AtomicBool>,
     filter: Option<u32>,
     config: SessionConfig,
-    tx: mpsc::Sender<Batch>,
+    (tx, handed): (mpsc::Sender<Batch>, Arc<Handed>),
 ) {
     let (callgraph, wall, period) = (config.callchain, config.off_cpu, config.period_ns() as f64);
     let mut tasks = Tasks::with_objects(Objects::new());
@@ -164,6 +200,7 @@ fn sample(
         if !events.is_empty() && tx.send(Batch::Events(read_at, events)).is_err() {
             return;
         }
+        handed.set(read_at);
         match r {
             Ok(()) => {}
             Err(SourceError::Ended) => return,
@@ -256,6 +293,8 @@ pub struct Live {
     failed: Option<String>,
     stop: Arc<AtomicBool>,
     sampler: Option<std::thread::JoinHandle<()>>,
+    handed: Arc<Handed>,
+    catch_up_limit: Duration,
 }
 
 impl Live {
@@ -272,9 +311,11 @@ impl Live {
         health.started(config);
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
+        let handed = Arc::new(Handed::new());
         let sampler = {
             let (health, stop, config) = (health.clone(), stop.clone(), config.clone());
-            std::thread::spawn(move || sample(source, health, stop, filter, config, tx))
+            let to = (tx, handed.clone());
+            std::thread::spawn(move || sample(source, health, stop, filter, config, to))
         };
         Live {
             rx,
@@ -284,6 +325,8 @@ impl Live {
             failed: None,
             stop,
             sampler: Some(sampler),
+            handed,
+            catch_up_limit: CATCH_UP,
         }
     }
 
@@ -311,15 +354,28 @@ impl Live {
         }
     }
 
-    /// Take in, without waiting, every batch the sampler read from the
-    /// rings by `deadline` and has sent (the first read after it too, then
-    /// stop: bounded however fast samples come): a snapshot then holds
-    /// the samples its health line counts, however far naming them fell
-    /// behind (a loaded machine, a large object named the first time).
-    /// False when the sampler stopped.
+    /// Take in every batch the sampler read from the rings by `deadline`
+    /// (and the first read after it, then stop: bounded however fast
+    /// samples come), waiting for those it is still placing until it has
+    /// handed over a read after the deadline (at most [`CATCH_UP`]): a
+    /// snapshot then holds the samples its health line counts, however far
+    /// either side fell behind (a loaded machine, a large object named the
+    /// first time). False when the sampler stopped.
     pub fn catch_up(&mut self, deadline: Instant) -> bool {
+        let limit = Instant::now() + self.catch_up_limit;
         loop {
-            match self.rx.try_recv() {
+            let handed = self.handed.past(deadline) || Instant::now() >= limit;
+            // Err(true): the sampler is gone; Err(false): nothing yet.
+            let next = if handed {
+                self.rx
+                    .try_recv()
+                    .map_err(|e| e == mpsc::TryRecvError::Disconnected)
+            } else {
+                self.rx
+                    .recv_timeout(Duration::from_millis(10))
+                    .map_err(|e| e == mpsc::RecvTimeoutError::Disconnected)
+            };
+            match next {
                 Ok(Batch::Events(at, events)) => {
                     self.take(Batch::Events(at, events));
                     if at > deadline {
@@ -330,8 +386,9 @@ impl Live {
                     self.take(failed);
                     return false;
                 }
-                Err(mpsc::TryRecvError::Empty) => return true,
-                Err(mpsc::TryRecvError::Disconnected) => {
+                Err(false) if handed => return true,
+                Err(false) => {}
+                Err(true) => {
                     self.failed
                         .get_or_insert_with(|| "the sampling thread ended unexpectedly".into());
                     return false;
@@ -511,9 +568,10 @@ mod tests {
         assert_eq!(snap.rows[0].pid, 7);
     }
 
-    /// A batch snapshot's catch-up takes, without waiting, every batch
-    /// read by its deadline and the first read after it, then stops: the
-    /// rest stays for the next snapshot; a stopped sampler ends it.
+    /// A batch snapshot's catch-up takes every batch read by its deadline
+    /// and the first read after it, then stops (the rest stays for the
+    /// next snapshot); it waits for a read the sampler has not handed over
+    /// yet; a stopped sampler ends it.
     #[test]
     fn catching_up_takes_what_was_read_by_the_deadline_and_one_more() {
         let (tx, rx) = mpsc::channel();
@@ -525,6 +583,8 @@ mod tests {
             failed: None,
             stop: Arc::new(AtomicBool::new(false)),
             sampler: None,
+            handed: Arc::new(Handed::new()),
+            catch_up_limit: Duration::from_secs(600),
         };
         let t0 = Instant::now();
         let one = |pid: u32| Event {
@@ -540,6 +600,7 @@ mod tests {
             tx.send(Batch::Events(t0 + Duration::from_secs(at), events))
                 .unwrap();
         }
+        live.handed.set(t0 + Duration::from_secs(3));
         let pids = |live: &Live| {
             let mut p: Vec<u32> = live
                 .snapshot(&View {
@@ -557,7 +618,19 @@ mod tests {
         assert_eq!(pids(&live), [1, 2]);
         assert!(live.catch_up(t0 + Duration::from_secs(2)));
         assert_eq!(pids(&live), [1, 2, 3, 4]);
-        // Nothing waiting: back at once.
+        // A read by the deadline not handed over yet: waited for, until
+        // the sampler has handed over one after it.
+        let handed = live.handed.clone();
+        let late = std::thread::spawn(move || {
+            tx.send(Batch::Events(t0 + Duration::from_secs(8), vec![one(5)]))
+                .unwrap();
+            handed.set(t0 + Duration::from_secs(10));
+            tx
+        });
+        assert!(live.catch_up(t0 + Duration::from_secs(9)));
+        assert_eq!(pids(&live), [1, 2, 3, 4, 5]);
+        let tx = late.join().unwrap();
+        // Nothing waiting, all handed over: back at once.
         assert!(live.catch_up(t0 + Duration::from_secs(9)));
         tx.send(Batch::Failed("gone".into())).unwrap();
         assert!(!live.catch_up(t0));
