@@ -90,12 +90,24 @@ fn folded_tells_the_two_callers_apart() {
 fn stacks_of_a_killed_process_come_from_its_table() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile("-O2", dir.path());
-    let file = dir.path().join("killed.folded");
+    let lines = killed_folded(dir.path(), &exe, "kill", "inuse");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        common::folded_ending(&lines, "main;other;leaf_alloc 50000").len(),
+        1,
+        "{lines:?}"
+    );
+}
+
+/// The folded file's lines (`--folded-type kind`) of `exe arg`, which ends
+/// by SIGKILL.
+fn killed_folded(dir: &Path, exe: &Path, arg: &str, kind: &str) -> Vec<String> {
+    let file = dir.join("killed.folded");
     let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-        .args(["mprof", "-o", "-", "--folded-type", "inuse", "--folded"])
+        .args(["mprof", "-o", "-", "--folded-type", kind, "--folded"])
         .arg(&file)
-        .arg(&exe)
-        .arg("kill")
+        .arg(exe)
+        .arg(arg)
         .output()
         .unwrap();
     assert_eq!(
@@ -104,17 +116,8 @@ fn stacks_of_a_killed_process_come_from_its_table() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let lines: Vec<String> = std::fs::read_to_string(&file)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert_eq!(
-        common::folded_ending(&lines, "main;other;leaf_alloc 50000").len(),
-        1,
-        "{lines:?}"
-    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    text.lines().map(String::from).collect()
 }
 
 /// The lines of `lines` ending in `suffix`, their bytes added up.
@@ -134,29 +137,11 @@ fn sum_ending(lines: &[String], suffix: &str) -> u64 {
 fn threads_stacks_of_a_killed_process_come_from_its_table() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile("-O2", dir.path());
-    let file = dir.path().join("killed.folded");
     for (kind, build, other) in [
         ("alloc", 4 * 409600u64, 4 * 50000u64),
         ("inuse", 0, 4 * 50000),
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_profdev"))
-            .args(["mprof", "-o", "-", "--folded-type", kind, "--folded"])
-            .arg(&file)
-            .arg(&exe)
-            .arg("threads-kill")
-            .output()
-            .unwrap();
-        assert_eq!(
-            o.status.code(),
-            Some(137),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let lines: Vec<String> = std::fs::read_to_string(&file)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect();
+        let lines = killed_folded(dir.path(), &exe, "threads-kill", kind);
         assert_eq!(
             sum_ending(&lines, "thread_body;build;leaf_alloc"),
             build,

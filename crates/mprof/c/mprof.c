@@ -627,9 +627,9 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
  * the module (an exchange each), adds their deltas to cur, which are
  * then the exact bytes at that instant, applies its own update there
  * (raising the high water if it must), and hands out new allowances.
- * Every other update under the module's lock (threads past NLANES, the
- * one thread of a process that never had two) folds first if a lane is
- * open. Counts (blocks, bytes allocated, live, temporary) a lane's
+ * Every other update under the module's lock (threads past NLANES, a
+ * thread's last frees after its lane was given back, a block charged to
+ * the stacks' overflow entry) folds first if a lane is open. Counts (blocks, bytes allocated, live, temporary) a lane's
  * thread adds to its lane, which the report and the table's reader add
  * to the site's; with whole stacks, the block's stack's counts (bytes
  * live too: a stack has no high water to keep in order) go to the

@@ -96,36 +96,22 @@ enum Batch {
     Failed(String),
 }
 
-/// How far the sampling thread has handed over: when it read the rings
-/// last, in nanoseconds after `epoch` (plus one; 0 before its first read),
-/// once that read's samples were sent. See [`Live::catch_up`].
-struct Handed {
-    epoch: Instant,
-    through: std::sync::atomic::AtomicU64,
-}
+/// When the sampling thread last read the rings, once that read's samples
+/// were sent (None before its first read). See [`Live::catch_up`].
+#[derive(Default)]
+struct Handed(std::sync::Mutex<Option<Instant>>);
 
 impl Handed {
-    fn new() -> Handed {
-        Handed {
-            epoch: Instant::now(),
-            through: 0.into(),
-        }
-    }
-
     fn set(&self, read_at: Instant) {
-        let ns = read_at.saturating_duration_since(self.epoch).as_nanos();
-        self.through.store(
-            u64::try_from(ns).unwrap_or(u64::MAX - 1) + 1,
-            Ordering::Release,
-        );
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(read_at);
     }
 
     /// Has a read after `t` been handed over (so every one before it)?
     fn past(&self, t: Instant) -> bool {
-        match self.through.load(Ordering::Acquire) {
-            0 => false,
-            n => self.epoch + Duration::from_nanos(n - 1) > t,
-        }
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|r| r > t)
     }
 }
 
@@ -311,7 +297,7 @@ impl Live {
         health.started(config);
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
-        let handed = Arc::new(Handed::new());
+        let handed = Arc::new(Handed::default());
         let sampler = {
             let (health, stop, config) = (health.clone(), stop.clone(), config.clone());
             let to = (tx, handed.clone());
@@ -583,7 +569,7 @@ mod tests {
             failed: None,
             stop: Arc::new(AtomicBool::new(false)),
             sampler: None,
-            handed: Arc::new(Handed::new()),
+            handed: Arc::new(Handed::default()),
             catch_up_limit: Duration::from_secs(600),
         };
         let t0 = Instant::now();
