@@ -781,6 +781,19 @@ static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_
 #define LANE_ADD(ln, f, v)                                                                         \
     atomic_store_explicit(&(ln)->f, atomic_load_explicit(&(ln)->f, memory_order_relaxed) + (v),    \
                           memory_order_relaxed)
+/* A lane's (or a stack's lane's) counts: k blocks of b bytes allocated,
+ * live lk, temporary t; its thread is their only writer. */
+#define LANE_COUNTS(ln, k, b, lk, t)                                                               \
+    do {                                                                                           \
+        if (k) {                                                                                   \
+            LANE_ADD(ln, nalloc, k);                                                               \
+            LANE_ADD(ln, bytes, b);                                                                \
+        }                                                                                          \
+        if (lk)                                                                                    \
+            LANE_ADD(ln, nlive, (uint64_t)(lk));                                                   \
+        if (UNLIKELY(t))                                                                           \
+            LANE_ADD(ln, ntemp, t);                                                                \
+    } while (0)
 
 /* The same update of stack stk's counts in lane l (1..NLANES): the
  * lane's thread is their only writer. */
@@ -789,14 +802,7 @@ static inline void stack_lane_update(int l, uint32_t stk, int64_t size, uint64_t
 {
     struct stack_lane *sl = &stack_lanes[(size_t)stk * NLANES + (size_t)(l - 1)];
     LANE_ADD(sl, cur, size);
-    if (nk) {
-        LANE_ADD(sl, nalloc, nk);
-        LANE_ADD(sl, bytes, bytes);
-    }
-    if (lk)
-        LANE_ADD(sl, nlive, (uint64_t)lk);
-    if (UNLIKELY(temp))
-        LANE_ADD(sl, ntemp, temp);
+    LANE_COUNTS(sl, nk, bytes, lk, temp);
 }
 
 /* An update of s's bytes (size), blocks (nk), bytes allocated, live (lk)
@@ -822,14 +828,7 @@ static inline int lane_update(struct site *s, int64_t size, uint64_t nk, uint64_
                                                           memory_order_relaxed))) {
         lane_slow(s, l, size, nk, bytes, lk, temp);
     } else {
-        if (nk) {
-            LANE_ADD(ln, nalloc, nk);
-            LANE_ADD(ln, bytes, bytes);
-        }
-        if (lk)
-            LANE_ADD(ln, nlive, (uint64_t)lk);
-        if (UNLIKELY(temp))
-            LANE_ADD(ln, ntemp, temp);
+        LANE_COUNTS(ln, nk, bytes, lk, temp);
     }
     if (stk != NO_STACK)
         stack_lane_update(l, stk, size, nk, bytes, lk, temp);
