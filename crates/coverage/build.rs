@@ -16,7 +16,8 @@ fn main() {
 }
 
 /// `PROFDEV_COV_ENGINE`: a digest of the engine's sources (src/ and c/,
-/// and the shared headers of profdev-cbuild the runtime includes),
+/// the shared headers of profdev-cbuild the runtime includes, and
+/// profdev-symbolize's, whose symbols and landing pads the plan reads),
 /// part of every on-disk cache key (src/cache.rs), so a plan or encoding
 /// made by another version of the planner, encoder or runtime is never
 /// reused.
@@ -24,9 +25,11 @@ fn engine_id() {
     println!("cargo:rerun-if-changed=src");
     // covrt.c's own headers (hops.h) too.
     println!("cargo:rerun-if-changed=c");
+    println!("cargo:rerun-if-changed=../symbolize/src");
     println!(
         "cargo:rustc-env=PROFDEV_COV_ENGINE={}-{:016x}",
         std::env::var("CARGO_PKG_VERSION").unwrap_or_default(),
-        profdev_cbuild::source_digest(&["src", "c"]) ^ profdev_cbuild::headers_digest()
+        profdev_cbuild::source_digest(&["src", "c", "../symbolize/src"])
+            ^ profdev_cbuild::headers_digest()
     );
 }

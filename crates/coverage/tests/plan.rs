@@ -88,3 +88,104 @@ fn plans_libc_and_ls() {
     check(&libc());
     check(Path::new("/bin/ls"));
 }
+
+/// A C++ module's landing pads (read from its LSDAs) each start a block
+/// that no other block implies or derives, and the rest of the module is
+/// pruned as C's is (before, a module with exception tables was not
+/// pruned at all). The counts and marks themselves are checked against
+/// the single-stepper by the cli's `cprof_guards` (`throw.cpp`).
+#[test]
+fn a_cpp_modules_landing_pads_start_blocks_and_the_rest_is_pruned() {
+    use profdev_coverage::plan::Mode;
+    if !profdev_testkit::tools("landing pads", &["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("pads.cpp");
+    std::fs::write(
+        &src,
+        r#"#include <stdexcept>
+#include <string>
+static volatile int sum;
+struct Guard { ~Guard() { sum += 1; } };
+__attribute__((noinline)) static void thrower(int i)
+{
+    if (i % 3 == 0)
+        throw std::runtime_error("three");
+    sum += i;
+}
+__attribute__((noinline)) static void middle(int i)
+{
+    Guard g; // a cleanup pad
+    std::string s(i + 20, 'x');
+    thrower(i);
+    sum += (int)s.size();
+}
+int main(int argc, char **)
+{
+    int caught = 0;
+    for (int i = 0; i < 9 + argc; i++) {
+        try {
+            middle(i);
+        } catch (const std::exception &) { // a catching pad
+            caught++;
+        }
+        if (i > 4 && sum > 7)
+            sum -= 2;
+        else if (i < 2)
+            sum += 3;
+    }
+    return caught == 3 ? 0 : 1;
+}
+"#,
+    )
+    .unwrap();
+    for opt in ["-O0", "-O2"] {
+        let exe = dir.path().join(format!("pads{opt}"));
+        let o = std::process::Command::new("g++")
+            .args([opt, "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .expect("g++ runs");
+        assert!(o.status.success(), "g++ {opt}: {o:?}");
+        let bytes = std::fs::read(&exe).unwrap();
+        let file = profdev_symbolize::elf::parse(&bytes[..], &exe).unwrap();
+        let pads = profdev_symbolize::elf::landing_pads(&file).expect("the LSDAs read");
+        assert!(pads.len() >= 2, "{opt}: pads {pads:x?}");
+        for mode in [Mode::Hits, Mode::Counts] {
+            let plan = Plan::of_bytes_in(&bytes, &exe, mode).expect("plans");
+            for &pad in &pads {
+                let k = plan
+                    .blocks
+                    .binary_search_by_key(&pad, |b| b.start)
+                    .unwrap_or_else(|_| {
+                        panic!("{opt} {mode:?}: no block starts at the pad {pad:#x}")
+                    });
+                assert!(
+                    !matches!(
+                        plan.blocks[k].how,
+                        How::Implied { .. } | How::Branches { .. }
+                    ),
+                    "{opt}: the pad at {pad:#x} is implied: {:?}",
+                    plan.blocks[k].how
+                );
+                assert!(
+                    plan.derived_of(k).is_none(),
+                    "{opt}: the pad at {pad:#x} is derived"
+                );
+            }
+            let pruned = match mode {
+                Mode::Counts => !plan.derived.is_empty(),
+                _ => plan
+                    .blocks
+                    .iter()
+                    .any(|b| matches!(b.how, How::Implied { .. } | How::Branches { .. })),
+            };
+            assert!(
+                pruned,
+                "{opt} {mode:?}: nothing pruned in a module with exception tables"
+            );
+        }
+    }
+}

@@ -14,6 +14,7 @@ mod dwarf;
 mod eh_frame;
 mod file;
 mod layout;
+mod lsda;
 mod plt;
 
 use dwarf::{decl_of, load_dwarf};
@@ -24,6 +25,7 @@ pub(crate) use file::only_root_writes;
 pub(crate) use file::{file_bytes, Bytes};
 pub use file::{parse, ElfBytes};
 pub use layout::ElfLayout;
+pub use lsda::{call_site_pads, landing_pads};
 use plt::plt_symbols;
 
 type Reader = gimli::EndianReader<gimli::RunTimeEndian, dwarf::Section>;

@@ -6,12 +6,15 @@ use crate::unwind::{UserStack, UserUnwinder, MAX_FRAMES};
 use crate::{ElfObject, KernelSymbols, Objects, Tasks};
 use profdev_core::{CpuMode, FileAddr, Record, Sample, UserRegs};
 
-/// `fuzz_targets/elf.rs`: an object file, as the symbolizer and the
-/// kernel's vmlinux reader take it.
+/// `fuzz_targets/elf.rs`: an object file, as the symbolizer, the reader
+/// of C++ landing pads and the kernel's vmlinux reader take it.
 pub fn elf(data: &[u8]) {
     if let Ok(o) = ElfObject::parse(data, std::path::Path::new("fuzz")) {
         let _ = o.frames(FileAddr(0x1000));
         let _ = o.file_addr_of_offset(0x1000);
+    }
+    if let Ok(f) = crate::elf::parse(data, std::path::Path::new("fuzz")) {
+        let _ = crate::elf::landing_pads(&f);
     }
     let _ = KernelSymbols::from_vmlinux(data, "fuzz");
 }

@@ -24,9 +24,10 @@
 //! derived only from blocks that count themselves (chosen in address
 //! order: a block some derived block reads is not derived), never from
 //! itself, and never when its own counter is read as a branch's
-//! fall-throughs ([`Plan::fell_from`](super::Plan)). A module with C++
-//! exception tables is left alone (landing pads are entered by the
-//! unwinder, from no jump). The commonest cases: the body of a loop laid
+//! fall-throughs ([`Plan::fell_from`](super::Plan)). A C++ landing pad
+//! is entered by the unwinder, from no jump, so it is never derived (it
+//! is in `entered`); a module whose exception tables cannot all be read
+//! is left alone. The commonest cases: the body of a loop laid
 //! out after its test (`jmp test; body: ...; test: cmp; jl body`), and the
 //! block where an `if`'s two arms meet again.
 //!
@@ -219,7 +220,7 @@ mod tests {
         let j = p.blocks[test].branch.expect("a counted branch") as usize;
         c[p.blocks.len() + j] = 1;
         assert_eq!(p.fell(j, &c), 1);
-        // Without pruning (a module with C++ exception tables), none.
+        // Without pruning (a module whose exception tables cannot be read), none.
         let q = Plan::new(vec![(0x1000, the_loop())], &[0x1000], &[], &[]);
         assert!(q.derived.is_empty());
     }

@@ -36,10 +36,13 @@
 //! * nothing else enters B (or X's two): no other jump, call or
 //!   fall-through of the module leads there, it is no function or
 //!   section start, no jump table's target, no code address stored in
-//!   data (computed gotos, function pointers), and its function has no
-//!   indirect jump whose targets are unknown. A module with C++ exception
-//!   tables (`.gcc_except_table`) is not pruned at all: its landing pads
-//!   are entered by the unwinder, from no jump.
+//!   data (computed gotos, function pointers), no C++ landing pad (the
+//!   unwinder enters those, from no jump: read from each FDE's LSDA by
+//!   `profdev_symbolize::elf::landing_pads`, and each starts a block), and
+//!   its function has no indirect jump whose targets are unknown. A module
+//!   whose exception tables cannot all be read (an LSDA with a landing pad
+//!   base of its own, through a pointer, in an encoding not known) is not
+//!   pruned at all: any instruction may be a landing pad.
 //!
 //! Chains are followed to their first block, which is counted (it may be
 //! a fork); a cycle (code no one enters) is left probed. A fork's two
@@ -84,7 +87,7 @@ pub(super) struct Facts<'a> {
     /// stored code addresses).
     pub entered: &'a HashSet<u64>,
     pub scope: &'a Scope<'a>,
-    /// Whether blocks may be implied at all (no exception tables).
+    /// Whether blocks may be implied at all (the landing pads are known).
     pub prune: bool,
 }
 
@@ -746,5 +749,33 @@ mod tests {
         assert_eq!(hits(&[0x1000, c], &[]), 2);
         // c's address is stored in data.
         assert_eq!(hits(&[0x1000], &[c]), 2);
+        // c is a C++ landing pad: the unwinder enters it.
+        let padded = |pads: Vec<u64>| {
+            let known = crate::plan::Known {
+                mode: Mode::Hits,
+                prune: true,
+                sync: &[0x1000],
+                copied: Vec::new(),
+                pads,
+            };
+            Plan::build(vec![(0x1000, chain())], &[0x1000], &[], &[], known)
+        };
+        assert_eq!(padded(Vec::new()).probes(), 1);
+        let p = padded(vec![c]);
+        assert_eq!(p.probes(), 2, "{:?}", p.blocks);
+        assert!(!matches!(p.blocks[1].how, How::Implied { .. }));
+        // Counting: the pad counts itself, not derived from the jump.
+        let counts = |pads: Vec<u64>| {
+            let known = crate::plan::Known {
+                mode: Mode::Counts,
+                prune: true,
+                sync: &[0x1000],
+                copied: Vec::new(),
+                pads,
+            };
+            Plan::build(vec![(0x1000, chain())], &[0x1000], &[], &[], known)
+        };
+        assert!(counts(Vec::new()).derived_of(1).is_some());
+        assert!(counts(vec![c]).derived_of(1).is_none());
     }
 }

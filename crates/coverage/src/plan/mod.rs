@@ -270,6 +270,8 @@ struct Known<'a> {
     sync: &'a [u64],
     /// Code the module copies at run time (`copied`): not patched.
     copied: Vec<(u64, u64)>,
+    /// C++ landing pads (`.eh_frame`'s LSDAs): entered by the unwinder.
+    pads: Vec<u64>,
 }
 
 /// What went wrong reading a module.
@@ -431,14 +433,23 @@ impl Plan {
                 }
             }
         }
-        // C++ landing pads are entered by the unwinder, from no jump:
-        // where there may be some, no block is implied by another.
-        let prune = file.section_by_name(".gcc_except_table").is_none();
+        // C++ landing pads are entered by the unwinder, from no jump: they
+        // are entries, as function starts are. Where they cannot all be
+        // read from the exception tables, any block may be one, and no
+        // block is implied by another.
+        let (prune, pads) = match profdev_symbolize::elf::landing_pads(&file) {
+            Ok(pads) => (true, pads),
+            Err(_) => (
+                file.section_by_name(".gcc_except_table").is_none(),
+                Vec::new(),
+            ),
+        };
         let known = Known {
             mode,
             prune,
             sync: &sync,
             copied: copied::copied(&file, &data),
+            pads,
         };
         let mut plan = Plan::build(sections, &starts, &data, &taken, known);
         crate::insns::share(&mut plan.blocks);
@@ -469,6 +480,7 @@ impl Plan {
             prune: false,
             sync: function_starts,
             copied: Vec::new(),
+            pads: Vec::new(),
         };
         Plan::build(sections, function_starts, data, taken, known)
     }
@@ -488,6 +500,7 @@ impl Plan {
             prune: true,
             sync: function_starts,
             copied: Vec::new(),
+            pads: Vec::new(),
         };
         Plan::build(sections, function_starts, data, taken, known)
     }
@@ -504,6 +517,7 @@ impl Plan {
             prune,
             sync,
             copied,
+            pads,
         } = known;
         let funcs = decode::Funcs::new(function_starts);
         let code = decode::decode_at(&sections, &decode::Funcs::new(sync));
@@ -515,12 +529,15 @@ impl Plan {
         } = tables::jump_tables(&code, &funcs, data);
         // Where control may arrive from no instruction of the module's
         // own: function and section starts, jump tables' targets, code
-        // addresses stored in data.
+        // addresses stored in data, landing pads.
         let mut entered: HashSet<u64> = function_starts.iter().copied().collect();
         entered.extend(code.section_starts.iter().copied());
         entered.extend(targets.iter().copied());
         entered.extend(taken.iter().copied());
+        entered.extend(pads.iter().copied());
         hard.extend(targets);
+        // A landing pad starts a block (no patch's window runs across it).
+        hard.extend(pads.iter().copied().filter(|a| code.is_insn(*a)));
         let masked = masked::masked_functions(&code, &funcs);
         let spans: Vec<(u64, u64)> = sections
             .iter()
