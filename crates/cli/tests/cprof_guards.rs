@@ -12,8 +12,9 @@
 //! from hit mode) against the stepper's tracefile, 1 for what ran. The
 //! programs (`cprof/guards/`), at -O0 and -O2: longjmp out
 //! of recursion, `exit()` from a callee, C++ exceptions across frames, a
-//! signal handler that siglongjmps, a jump table, computed gotos, and tail
-//! calls (sibling calls at `-O2`).
+//! signal handler that siglongjmps, a jump table, computed gotos, tail
+//! calls (sibling calls at `-O2`), and forks whose ways meet again (one
+//! join also reached by a goto that skips its fork).
 
 mod common;
 #[path = "cprof/stepper.rs"]
@@ -229,6 +230,16 @@ fn cpp_exceptions_across_frames() {
 #[test]
 fn a_signal_handler_that_siglongjmps() {
     compare("cc", "siglongjmp.c", "-O0");
+}
+
+#[test]
+fn where_forks_meet_again() {
+    compare("cc", "meetings.c", "-O0");
+}
+
+#[test]
+fn where_forks_meet_again_at_o2() {
+    compare("cc", "meetings.c", "-O2");
 }
 
 #[test]

@@ -26,23 +26,32 @@
 //! * **Forks** ([`How::Branches`]): block X ending in a conditional jump
 //!   is the only way into both blocks the jump leads to, and each has a
 //!   probe at its start. Then X ran exactly when one of them did.
+//! * **Meetings** ([`How::Implied`], [`meeting`]): block J is where the
+//!   ways out of X ending in a conditional jump meet again: the blocks
+//!   between (at most [`REGION`]) are entered from X and one another
+//!   alone, each goes on as A does (no call, no return, no indirect
+//!   jump), none leads back to X or into the region, and every way into J
+//!   comes from them (an `if` with or without an `else`, nested ones).
+//!   Then J ran exactly when X did: once in X, control crosses a few of
+//!   them (no cycle) and must reach J, and J is reached only so.
 //!
-//! Both hold because:
+//! All three hold because:
 //!
 //! * A (or X, up to its jump) holds no call (calls end blocks) and no
 //!   instruction that may not go on (`syscall`, `int`, `hlt`), so once
 //!   entered it reaches its jump: a callee that exits or longjmps ends a
 //!   *call* block, never such an A;
-//! * nothing else enters B (or X's two): no other jump, call or
-//!   fall-through of the module leads there, it is no function or
-//!   section start, no jump table's target, no code address stored in
-//!   data (computed gotos, function pointers), no C++ landing pad (the
-//!   unwinder enters those, from no jump: read from each FDE's LSDA by
-//!   `profdev_symbolize::elf::landing_pads`, and each starts a block), and
-//!   its function has no indirect jump whose targets are unknown. A module
-//!   whose exception tables cannot all be read (an LSDA with a landing pad
-//!   base of its own, through a pointer, in an encoding not known) is not
-//!   pruned at all: any instruction may be a landing pad.
+//! * nothing else enters B (or X's two, or a meeting's region and J): no
+//!   other jump, call or fall-through of the module leads there, it is no
+//!   function or section start, no jump table's target, no code address
+//!   stored in data (computed gotos, function pointers), no C++ landing
+//!   pad (the unwinder enters those, from no jump: read from each FDE's
+//!   LSDA by `profdev_symbolize::elf::landing_pads`, and each starts a
+//!   block), and its function has no indirect jump whose targets are
+//!   unknown. A module whose exception tables cannot all be read (an LSDA
+//!   with a landing pad base of its own, through a pointer, in an
+//!   encoding not known) is not pruned at all: any instruction may be a
+//!   landing pad.
 //!
 //! Chains are followed to their first block, which is counted (it may be
 //! a fork); a cycle (code no one enters) is left probed. A fork's two
@@ -484,6 +493,20 @@ fn derived(blocks: &[PlannedBlock], f: &Facts, flagged: &HashSet<u32>) -> Vec<Op
             by[bi] = Some(a);
         }
     }
+    // A region: the block a fork's ways meet again at, when nothing else
+    // leads into the region or to that block (an `if` with or without an
+    // `else`, nested ones, no call): it ran exactly when the fork did.
+    for (x, fork) in forks.iter().enumerate() {
+        if fork.is_none() || f.scope.unresolved_at(blocks[x].start) {
+            continue;
+        }
+        let Some(j) = meeting(blocks, &ways, f, &next, &forks, x) else {
+            continue;
+        };
+        if free(&blocks[j]) && !kept[j] && out[j].is_none() && by[j].is_none() {
+            by[j] = Some(x);
+        }
+    }
     // Each chain to its first block, which must be counted (by a probe of
     // its own or a fork's two); a cycle (no way in) stays probed.
     for (i, o) in out.iter_mut().enumerate() {
@@ -502,6 +525,70 @@ fn derived(blocks: &[PlannedBlock], f: &Facts, flagged: &HashSet<u32>) -> Vec<Op
         }
     }
     out
+}
+
+/// The most blocks [`meeting`] takes into a region.
+const REGION: usize = 16;
+
+/// Where every way out of the fork `x` meets again: the block `j` such
+/// that the blocks between (the region, at most [`REGION`]) are entered
+/// from `x` and one another alone, each runs to its end and goes on
+/// (`next`, `forks`: no call, nothing that may not go on, no return or
+/// indirect jump), none leads back into the region or to `x`, and every
+/// way into `j` comes from the region; `j` is no entry from outside
+/// either. Then `x` ran exactly when `j` did: once in `x`, control passes
+/// a few region blocks (no cycle) and must reach `j`; and `j` is reached
+/// only through the region, which is entered only through `x`.
+fn meeting(
+    blocks: &[PlannedBlock],
+    ways: &HashMap<u64, u32>,
+    f: &Facts,
+    next: &[Option<u64>],
+    forks: &[Option<(u64, u64)>],
+    x: usize,
+) -> Option<usize> {
+    let at = |t: u64| blocks.binary_search_by_key(&t, |b| b.start).ok();
+    let outs = |k: usize| match (forks[k], next[k]) {
+        (Some((t, fl)), _) => Some([Some(t), Some(fl)]),
+        (None, Some(t)) => Some([Some(t), None]),
+        (None, None) => None,
+    };
+    let alone = |t: u64, edges: u32| {
+        ways.get(&t) == Some(&edges) && !f.entered.contains(&t) && !f.scope.unresolved_at(t)
+    };
+    let mut region: Vec<u64> = vec![blocks[x].start];
+    // The ways from the region into each address outside it.
+    let mut open: Vec<(u64, u32)> = Vec::new();
+    let add = |k: usize, open: &mut Vec<(u64, u32)>| -> Option<()> {
+        for t in outs(k)?.into_iter().flatten() {
+            match open.iter_mut().find(|e| e.0 == t) {
+                Some(e) => e.1 += 1,
+                None => open.push((t, 1)),
+            }
+        }
+        Some(())
+    };
+    add(x, &mut open)?;
+    loop {
+        // No way back into the region (to `x`: the other blocks are
+        // entered from the region alone, so a later way into one is
+        // already counted in its ways).
+        if open.iter().any(|e| region.contains(&e.0)) {
+            return None;
+        }
+        if let [(t, edges)] = open[..] {
+            return at(t).filter(|&j| j != x && alone(t, edges));
+        }
+        if region.len() >= REGION {
+            return None;
+        }
+        let i = open
+            .iter()
+            .position(|&(t, edges)| alone(t, edges) && at(t).is_some_and(|k| outs(k).is_some()))?;
+        let (t, _) = open.swap_remove(i);
+        region.push(t);
+        add(at(t)?, &mut open)?;
+    }
 }
 
 #[cfg(test)]
@@ -549,6 +636,124 @@ mod tests {
             let marks: Vec<u64> = (0..3).map(|i| hits.count(i, &c)).collect();
             assert_eq!(marks, [ran; 3]);
         }
+    }
+
+    /// x: cmp; je else | then: add; add; [call f;] jmp join | else: sub;
+    /// sub | join: add; ret [| out: jmp join] (blocks by address).
+    fn diamond(call: bool, outside: bool) -> Vec<u8> {
+        asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut other = a.create_label();
+            let mut join = a.create_label();
+            a.cmp(eax, edi).unwrap();
+            a.add(ecx, 1).unwrap();
+            a.je(other).unwrap();
+            a.add(eax, ecx).unwrap();
+            a.add(eax, edx).unwrap();
+            if call {
+                a.call(0x9000u64).unwrap();
+            }
+            a.jmp(join).unwrap();
+            a.set_label(&mut other).unwrap();
+            a.sub(eax, ecx).unwrap();
+            a.sub(eax, edx).unwrap();
+            a.set_label(&mut join).unwrap();
+            a.add(eax, 7).unwrap();
+            a.ret().unwrap();
+            if outside {
+                a.jmp(join).unwrap();
+            }
+        })
+    }
+
+    #[test]
+    fn where_a_forks_ways_meet_again_the_block_ran_when_the_fork_did() {
+        let plan = |call, outside| {
+            Plan::new_in(
+                Mode::Hits,
+                vec![(0x1000, diamond(call, outside))],
+                &[0x1000],
+                &[],
+                &[],
+            )
+        };
+        // x is a fork of then and else (each its only way in), and join
+        // is where they meet: no probe but then's and else's.
+        let p = plan(false, false);
+        assert_eq!(p.blocks.len(), 4, "{:?}", p.blocks);
+        assert_eq!(p.blocks[0].how, How::Branches { taken: 2, fell: 1 });
+        assert_eq!(p.blocks[3].how, How::Implied { by: 0 }, "{:?}", p.blocks);
+        assert_eq!(p.probes(), 2);
+        for (c, ran) in [([0, 0, 0, 0], 0), ([0, 1, 0, 0], 1), ([0, 0, 1, 0], 1)] {
+            assert_eq!(p.count(3, &c), ran, "{c:?}");
+        }
+        // A call in then may not return: join keeps its probe (and so
+        // does then, a call block; x is no fork of two blocks run whole).
+        let p = plan(true, false);
+        assert!(!matches!(p.blocks.last().unwrap().how, How::Implied { .. }));
+        assert!(p
+            .blocks
+            .iter()
+            .all(|b| !matches!(b.how, How::Implied { .. })));
+        // Another way into join (a jump from outside the region): join
+        // keeps its probe.
+        let p = plan(false, true);
+        assert!(
+            p.blocks
+                .iter()
+                .all(|b| !matches!(b.how, How::Implied { .. })),
+            "{:?}",
+            p.blocks
+        );
+    }
+
+    #[test]
+    fn an_if_without_else_and_a_loop() {
+        // x: cmp; je join | then: add; add | join: add; ret. then is
+        // entered from x alone, join from x and then: join ran exactly
+        // when x did.
+        let bytes = asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut join = a.create_label();
+            a.cmp(eax, edi).unwrap();
+            a.add(ecx, 1).unwrap();
+            a.je(join).unwrap();
+            a.add(eax, ecx).unwrap();
+            a.add(eax, edx).unwrap();
+            a.set_label(&mut join).unwrap();
+            a.add(eax, 7).unwrap();
+            a.ret().unwrap();
+        });
+        let p = Plan::new_in(Mode::Hits, vec![(0x1000, bytes)], &[0x1000], &[], &[]);
+        assert_eq!(p.blocks.len(), 3);
+        assert_eq!(p.blocks[2].how, How::Implied { by: 0 }, "{:?}", p.blocks);
+        assert_eq!(p.probes(), 2);
+        assert_eq!(p.count(2, &[1, 0, 0]), 1);
+        assert_eq!(p.count(2, &[0, 0, 0]), 0);
+        // A loop: x: cmp; je out | body: add; jmp x | out: ret. The way
+        // back makes no region (x may run many times, out once).
+        let bytes = asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut top = a.create_label();
+            let mut out = a.create_label();
+            a.add(eax, 1).unwrap();
+            a.set_label(&mut top).unwrap();
+            a.cmp(eax, edi).unwrap();
+            a.add(ecx, 1).unwrap();
+            a.je(out).unwrap();
+            a.add(eax, ecx).unwrap();
+            a.add(eax, edx).unwrap();
+            a.jmp(top).unwrap();
+            a.set_label(&mut out).unwrap();
+            a.ret().unwrap();
+        });
+        let p = Plan::new_in(Mode::Hits, vec![(0x1000, bytes)], &[0x1000], &[], &[]);
+        let out = p.blocks.len() - 1;
+        assert!(
+            !matches!(p.blocks[out].how, How::Implied { .. }),
+            "{:?}",
+            p.blocks
+        );
     }
 
     #[test]
