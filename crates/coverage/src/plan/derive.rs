@@ -162,7 +162,7 @@ pub(super) fn derived(
 #[cfg(test)]
 mod tests {
     use super::{Derived, Edge};
-    use crate::plan::testing::asm;
+    use crate::plan::testing::{asm, diamond};
     use crate::plan::{How, Mode, Plan};
 
     /// `jmp test | body: add; add; add | test: cmp; jl body | ret`: a loop
@@ -229,24 +229,7 @@ mod tests {
     fn where_two_arms_meet_the_block_is_their_sum() {
         // p: cmp; je else | then: add; add; jmp join | else: sub; sub |
         // join: add; ret
-        let bytes = asm(0x1000, |a| {
-            use iced_x86::code_asm::*;
-            let mut other = a.create_label();
-            let mut join = a.create_label();
-            a.cmp(eax, edi).unwrap();
-            a.add(ecx, 1).unwrap();
-            a.je(other).unwrap();
-            a.add(eax, ecx).unwrap();
-            a.add(eax, edx).unwrap();
-            a.jmp(join).unwrap();
-            a.set_label(&mut other).unwrap();
-            a.sub(eax, ecx).unwrap();
-            a.sub(eax, edx).unwrap();
-            a.set_label(&mut join).unwrap();
-            a.add(eax, esi).unwrap();
-            a.add(eax, edi).unwrap();
-            a.ret().unwrap();
-        });
+        let bytes = diamond(false, false);
         let p = Plan::new_in(Mode::Counts, vec![(0x1000, bytes)], &[0x1000], &[], &[]);
         let at = |a: u64| p.blocks.iter().position(|b| b.start == a).unwrap();
         let (then, other, join) = (at(0x1007), at(0x100d), at(0x1011));

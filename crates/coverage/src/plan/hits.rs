@@ -593,7 +593,7 @@ fn meeting(
 
 #[cfg(test)]
 mod tests {
-    use crate::plan::testing::asm;
+    use crate::plan::testing::{asm, diamond};
     use crate::plan::{How, Mode, Plan};
 
     /// A chain of three blocks laid out out of order, each entered only by
@@ -636,34 +636,6 @@ mod tests {
             let marks: Vec<u64> = (0..3).map(|i| hits.count(i, &c)).collect();
             assert_eq!(marks, [ran; 3]);
         }
-    }
-
-    /// x: cmp; je else | then: add; add; [call f;] jmp join | else: sub;
-    /// sub | join: add; ret [| out: jmp join] (blocks by address).
-    fn diamond(call: bool, outside: bool) -> Vec<u8> {
-        asm(0x1000, |a| {
-            use iced_x86::code_asm::*;
-            let mut other = a.create_label();
-            let mut join = a.create_label();
-            a.cmp(eax, edi).unwrap();
-            a.add(ecx, 1).unwrap();
-            a.je(other).unwrap();
-            a.add(eax, ecx).unwrap();
-            a.add(eax, edx).unwrap();
-            if call {
-                a.call(0x9000u64).unwrap();
-            }
-            a.jmp(join).unwrap();
-            a.set_label(&mut other).unwrap();
-            a.sub(eax, ecx).unwrap();
-            a.sub(eax, edx).unwrap();
-            a.set_label(&mut join).unwrap();
-            a.add(eax, 7).unwrap();
-            a.ret().unwrap();
-            if outside {
-                a.jmp(join).unwrap();
-            }
-        })
     }
 
     #[test]

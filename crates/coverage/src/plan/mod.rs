@@ -759,6 +759,38 @@ mod testing {
         a.assemble(ip).expect("assembles")
     }
 
+    /// An `if` with an `else`, at 0x1000: x: cmp; add; je else | then:
+    /// add; add; [call 0x9000;] jmp join | else: sub; sub | join: add;
+    /// add; ret [| out: jmp join]. Blocks by address: x, then, else,
+    /// join (then at 0x1007, else at 0x100d, join at 0x1011 without the
+    /// call).
+    pub fn diamond(call: bool, outside: bool) -> Vec<u8> {
+        asm(0x1000, |a| {
+            use iced_x86::code_asm::*;
+            let mut other = a.create_label();
+            let mut join = a.create_label();
+            a.cmp(eax, edi).unwrap();
+            a.add(ecx, 1).unwrap();
+            a.je(other).unwrap();
+            a.add(eax, ecx).unwrap();
+            a.add(eax, edx).unwrap();
+            if call {
+                a.call(0x9000u64).unwrap();
+            }
+            a.jmp(join).unwrap();
+            a.set_label(&mut other).unwrap();
+            a.sub(eax, ecx).unwrap();
+            a.sub(eax, edx).unwrap();
+            a.set_label(&mut join).unwrap();
+            a.add(eax, esi).unwrap();
+            a.add(eax, edi).unwrap();
+            a.ret().unwrap();
+            if outside {
+                a.jmp(join).unwrap();
+            }
+        })
+    }
+
     /// `list` encoded at `ip` (its branch targets and RIP-relative
     /// operands absolute).
     pub fn encode_at(ip: u64, list: &[Instruction]) -> Vec<u8> {

@@ -4,20 +4,19 @@
 use super::{FnSym, SymOrigin};
 use object::{Object, ObjectSection};
 
-/// Symbols for the `.eh_frame` FDEs whose first byte `covered` says no
-/// symbol holds: see [`SymOrigin::EhFrame`]. `table` is the object's other
-/// symbols, sorted by address, for naming `.cold` fragments.
-pub(super) fn eh_frame_symbols(
-    file: &object::File<'_>,
-    table: &[FnSym],
-    covered: &dyn Fn(u64) -> bool,
-) -> Vec<FnSym> {
-    use gimli::UnwindSection;
-    let Some(sec) = file.section_by_name(".eh_frame") else {
-        return Vec::new();
-    };
-    let Ok(data) = sec.data() else {
-        return Vec::new();
+/// An object's `.eh_frame`, read in place.
+pub(super) type EhFrame<'a> = gimli::EhFrame<gimli::EndianSlice<'a, gimli::RunTimeEndian>>;
+
+/// The object's `.eh_frame`, ready to read (with the bases its pointers
+/// are relative to); `None` when it has none, an error when its bytes
+/// cannot be had.
+pub(super) fn eh_frame<'a>(
+    file: &object::File<'a>,
+) -> Option<Result<(EhFrame<'a>, gimli::BaseAddresses), String>> {
+    let sec = file.section_by_name(".eh_frame")?;
+    let data = match sec.data() {
+        Ok(d) => d,
+        Err(e) => return Some(Err(format!(".eh_frame: {e}"))),
     };
     let endian = if file.is_little_endian() {
         gimli::RunTimeEndian::Little
@@ -33,6 +32,21 @@ pub(super) fn eh_frame_symbols(
     if let Some(got) = file.section_by_name(".got") {
         bases = bases.set_got(got.address());
     }
+    Some(Ok((eh, bases)))
+}
+
+/// Symbols for the `.eh_frame` FDEs whose first byte `covered` says no
+/// symbol holds: see [`SymOrigin::EhFrame`]. `table` is the object's other
+/// symbols, sorted by address, for naming `.cold` fragments.
+pub(super) fn eh_frame_symbols(
+    file: &object::File<'_>,
+    table: &[FnSym],
+    covered: &dyn Fn(u64) -> bool,
+) -> Vec<FnSym> {
+    use gimli::UnwindSection;
+    let Some(Ok((eh, bases))) = eh_frame(file) else {
+        return Vec::new();
+    };
     let x86_64 = file.architecture() == object::Architecture::X86_64;
     // (start, len, entry, parent) of the FDEs no symbol covers: entry is
     // false for a fragment whose first instruction does not see the CFA at

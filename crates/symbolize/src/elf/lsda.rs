@@ -24,28 +24,16 @@ const OMIT: u8 = 0xff;
 /// instruction of the object may be a landing pad.
 pub fn landing_pads(file: &object::File<'_>) -> Result<Vec<u64>, String> {
     use gimli::UnwindSection;
-    let Some(sec) = file.section_by_name(".eh_frame") else {
+    let (eh, bases) = match super::eh_frame::eh_frame(file) {
+        Some(r) => r?,
         // No unwinder can reach an LSDA without an FDE.
-        return match file.section_by_name(".gcc_except_table") {
-            Some(_) => Err("it has exception tables but no .eh_frame".into()),
-            None => Ok(Vec::new()),
-        };
+        None => {
+            return match file.section_by_name(".gcc_except_table") {
+                Some(_) => Err("it has exception tables but no .eh_frame".into()),
+                None => Ok(Vec::new()),
+            }
+        }
     };
-    let data = sec.data().map_err(|e| format!(".eh_frame: {e}"))?;
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
-    let mut eh = gimli::EhFrame::new(data, endian);
-    eh.set_address_size(if file.is_64() { 8 } else { 4 });
-    let mut bases = gimli::BaseAddresses::default().set_eh_frame(sec.address());
-    if let Some(text) = file.section_by_name(".text") {
-        bases = bases.set_text(text.address());
-    }
-    if let Some(got) = file.section_by_name(".got") {
-        bases = bases.set_got(got.address());
-    }
     // The sections an LSDA may lie in: (address, bytes).
     let spans: Vec<(u64, &[u8])> = file
         .sections()
@@ -86,31 +74,34 @@ pub fn landing_pads(file: &object::File<'_>) -> Result<Vec<u64>, String> {
 }
 
 /// The landing pads one LSDA names: `bytes` from the LSDA's first byte
-/// (to its section's end, which bounds every read), `start` its
-/// function's first address, from which the pads are offsets.
+/// (to its section's end, which bounds every read; little-endian, as on
+/// x86-64), `start` its function's first address, from which the pads
+/// are offsets.
 pub fn call_site_pads(bytes: &[u8], start: u64) -> Result<Vec<u64>, String> {
-    let mut r = Reader(bytes);
-    if r.u8()? != OMIT {
+    use gimli::Reader as _;
+    let why = |e: gimli::Error| format!("{e}");
+    let mut r = gimli::EndianSlice::new(bytes, gimli::LittleEndian);
+    if r.read_u8().map_err(why)? != OMIT {
         // GCC and Clang never write one: each function's pads are offsets
         // from its own start.
         return Err("it names a landing pad base of its own".into());
     }
-    if r.u8()? != OMIT {
-        r.uleb()?; // the type table's offset: not needed here
+    if r.read_u8().map_err(why)? != OMIT {
+        r.read_uleb128().map_err(why)?; // the type table's offset: not needed here
     }
-    let enc = r.u8()?;
-    let len = r.uleb()?;
+    let enc = r.read_u8().map_err(why)?;
+    let len = r.read_uleb128().map_err(why)?;
     let len = usize::try_from(len)
         .ok()
-        .filter(|&n| n <= r.0.len())
+        .filter(|&n| n <= r.len())
         .ok_or("its call-site table runs past its section")?;
-    let mut table = Reader(&r.0[..len]);
+    let mut table = r.split(len).map_err(why)?;
     let mut pads = Vec::new();
-    while !table.0.is_empty() {
-        let _call = table.value(enc)?;
-        let _len = table.value(enc)?;
-        let pad = table.value(enc)?;
-        let _action = table.uleb()?;
+    while !table.is_empty() {
+        let _call = value(&mut table, enc)?;
+        let _len = value(&mut table, enc)?;
+        let pad = value(&mut table, enc)?;
+        let _action = table.read_uleb128().map_err(why)?;
         if pad != 0 {
             pads.push(
                 start
@@ -122,77 +113,24 @@ pub fn call_site_pads(bytes: &[u8], start: u64) -> Result<Vec<u64>, String> {
     Ok(pads)
 }
 
-/// A bounded reader of an LSDA's bytes.
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], String> {
-        if self.0.len() < n {
-            return Err("it ends inside a value".into());
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn uleb(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("a LEB128 value is longer than 64 bits".into())
-    }
-
-    fn sleb(&mut self) -> Result<i64, String> {
-        let mut v = 0i64;
-        let mut shift = 0;
-        loop {
-            let b = self.u8()?;
-            if shift >= 64 {
-                return Err("a LEB128 value is longer than 64 bits".into());
-            }
-            v |= i64::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                if shift < 64 && b & 0x40 != 0 {
-                    v |= -1i64 << shift;
-                }
-                return Ok(v);
-            }
-        }
-    }
-
-    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut a = [0; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-
-    /// A call-site table's value in encoding `enc` (`DW_EH_PE_*`): an
-    /// offset, so only the plain formats, no base applied, none negative.
-    fn value(&mut self, enc: u8) -> Result<u64, String> {
-        let signed = |v: i64| u64::try_from(v).map_err(|_| "an offset is negative".to_string());
-        match enc {
-            0x00 | 0x04 => Ok(u64::from_le_bytes(self.fixed()?)),
-            0x01 => self.uleb(),
-            0x02 => Ok(u64::from(u16::from_le_bytes(self.fixed()?))),
-            0x03 => Ok(u64::from(u32::from_le_bytes(self.fixed()?))),
-            0x09 => signed(self.sleb()?),
-            0x0a => signed(i64::from(i16::from_le_bytes(self.fixed()?))),
-            0x0b => signed(i64::from(i32::from_le_bytes(self.fixed()?))),
-            0x0c => signed(i64::from_le_bytes(self.fixed()?)),
-            e => Err(format!(
-                "its call sites are in an encoding not known here ({e:#x})"
-            )),
-        }
+/// A call-site table's value in encoding `enc` (`DW_EH_PE_*`): an
+/// offset, so only the plain formats, no base applied, none negative.
+fn value(r: &mut gimli::EndianSlice<'_, gimli::LittleEndian>, enc: u8) -> Result<u64, String> {
+    use gimli::Reader as _;
+    let why = |e: gimli::Error| format!("{e}");
+    let signed = |v: i64| u64::try_from(v).map_err(|_| "an offset is negative".to_string());
+    match enc {
+        0x00 | 0x04 => r.read_u64().map_err(why),
+        0x01 => r.read_uleb128().map_err(why),
+        0x02 => r.read_u16().map(u64::from).map_err(why),
+        0x03 => r.read_u32().map(u64::from).map_err(why),
+        0x09 => signed(r.read_sleb128().map_err(why)?),
+        0x0a => signed(i64::from(r.read_i16().map_err(why)?)),
+        0x0b => signed(i64::from(r.read_i32().map_err(why)?)),
+        0x0c => signed(r.read_i64().map_err(why)?),
+        e => Err(format!(
+            "its call sites are in an encoding not known here ({e:#x})"
+        )),
     }
 }
 
