@@ -37,7 +37,7 @@
  * update takes the module's lock (folding the module's open lanes
  * first, or closing them for good: see "lanes"). Allocation counts
  * (blocks, bytes) go to the lane with the bytes. The common call (counting on, a return
- * address this thread has met: a per-thread cache of 16, or one inside a
+ * address this thread has met: a per-thread cache of 1,024, or one inside a
  * wrapper whose caller one table step finds: see "wcache") is inline in
  * malloc and free, without the recursion guard's writes. --peak and
  * --dhat take one global lock instead (no lanes): the global peak is
@@ -1374,34 +1374,126 @@ static uintptr_t resolve_site(uintptr_t ra, uintptr_t *fp)
 static __thread uintptr_t stk_lo __attribute__((tls_model("initial-exec")));
 static __thread uintptr_t stk_hi __attribute__((tls_model("initial-exec")));
 
-/* Each thread's last few plain (not wrapper) return addresses and their
- * sites, direct-mapped: most calls skip the shared tables. */
-#define RC 16
+/* Each thread's plain (not wrapper) return addresses met and their
+ * sites, direct-mapped: most calls skip the shared tables. 1,024 of
+ * them (in the thread's memo, below): a compiler calls its allocator
+ * from thousands of places (cc1: with 16, 69% of its calls missed and
+ * took the slow path, issue 29). */
+#define RC 1024
 struct rcache {
     uintptr_t ra;
     uint32_t si;
 };
-static __thread struct rcache rcache[RC] __attribute__((tls_model("initial-exec")));
 
-/* Each thread's last few return addresses inside a wrapper (operator
- * new's call of malloc, a compiler's xmalloc's) whose caller, the site,
- * one table step reached, with that frame's rule, direct-mapped: the
- * inline path takes the step itself (the rule applied to this call's
- * own frame: a wrapper called from many places has one entry) and finds
- * the site the caller's return address names in rcache, where site_for
+/* Each thread's return addresses inside a wrapper (operator new's call
+ * of malloc, a compiler's xmalloc's) whose caller, the site, one table
+ * step reached, with that frame's rule, direct-mapped: the inline path
+ * takes the step itself (the rule applied to this call's own frame: a
+ * wrapper called from many places has one entry) and finds the site the
+ * caller's return address names in the thread's rcache, where site_for
  * put it. A return address found to be a wrapper's is never a plain
  * one, nor the reverse: the same code, the same answer. */
-#define WC 4
+#define WC 64
 struct wcache {
     uintptr_t ra;
     uint64_t rule;
 };
-static __thread struct wcache wcache[WC] __attribute__((tls_model("initial-exec")));
 
+/* The memo of stacks: each thread's last few walks (direct-mapped by
+ * return address and stack pointer), each with the words it read and
+ * the stack they gave, so that a stack met before costs a compare of
+ * those words, not a walk and a lookup (issue 29: stacks at most 1.3x
+ * the cost of --no-stacks). Exact: a walk is a function of its start
+ * (the site's return address, its stack pointer, and its frame pointer
+ * if the walk used it) and of the words it reads, each read's address
+ * given by the start and the words before it; the same start and the
+ * same words at the same addresses give the same frames, so the same
+ * stack. The addresses lie between the site's frame and the thread's
+ * stack top (the walk checked them), mapped while that frame is. A walk
+ * that read more than MEMO_WORDS words is not kept.
+ *
+ * The thread's memo holds its rcache, its wcache and its last walk too
+ * (struct mprof_last, unwind.c): 29 KiB per thread
+ * (mapped at its first call the inline path cannot take, given back
+ * when the thread ends: a pthread key's destructor; a thread that
+ * allocates after that takes the slow path), out of the static TLS a
+ * dlopen'd library must fit in; a forked child keeps the forking
+ * thread's, emptied (its sites and stacks were the parent's table's),
+ * and the pages of the parent's other threads. */
+#define MEMO_WAYS 8
+#define MEMO_WORDS 28 /* at most (MPROF_WREC, a multiple of 4) */
+struct memo_entry {
+    uintptr_t ra, sp, fp, fpmask; /* the start; fp compared where fpmask */
+    uint32_t stk, si, n, pad;     /* the stack, its site; the words read, made a multiple of 4 */
+    uintptr_t zero;               /* 0: the word the count is made up with */
+    /* (address, word) pairs, interleaved */
+    uintptr_t w[2 * MEMO_WORDS];
+    uintptr_t pad1;
+};
+_Static_assert(sizeof(struct memo_entry) == 512, "an entry's index is a shift");
+struct memo {
+    struct memo_entry e[MEMO_WAYS];
+    struct rcache rc[RC];
+    struct wcache wc[WC];
+    struct mprof_last last; /* its last walk (unwind.c) */
+};
+_Static_assert(sizeof(struct memo) <= 8 * 4096, "a thread's memo is eight pages");
+#define MEMO_DEAD ((struct memo *)1)
+static __thread struct memo *memo_tls __attribute__((tls_model("initial-exec")));
+static pthread_key_t memo_key;
+static int memo_ok; /* memo_key made */
+
+static inline struct memo_entry *memo_way(struct memo *m, uintptr_t ra, uintptr_t sp)
+{
+    return &m->e[((ra >> 2) ^ (sp >> 4)) & (MEMO_WAYS - 1)];
+}
+
+/* Whether the entry holds this start and its words are unchanged. */
+static inline int memo_hit(const struct memo_entry *e, uintptr_t ra, uintptr_t sp, uintptr_t fp)
+{
+    if ((e->ra ^ ra) | (e->sp ^ sp) | ((e->fp ^ fp) & e->fpmask))
+        return 0;
+#define MEMO_4(w)                                                                          \
+    ((*(const uintptr_t *)(w)[0] ^ (w)[1]) | (*(const uintptr_t *)(w)[2] ^ (w)[3]) |          \
+     (*(const uintptr_t *)(w)[4] ^ (w)[5]) | (*(const uintptr_t *)(w)[6] ^ (w)[7]))
+    const uintptr_t *w = e->w;
+    uintptr_t diff = MEMO_4(w); /* n is 4 at least */
+    for (const uintptr_t *end = w + 2 * e->n; (w += 8) < end;)
+        diff |= MEMO_4(w);
+    return !diff;
+}
+
+static void memo_gone(void *p)
+{
+    sys_munmap(p, sizeof(struct memo));
+    memo_tls = MEMO_DEAD;
+}
+
+/* The thread's memo, mapped if it has none yet; 0 if it cannot have one
+ * (the key not made, no memory, or the thread's end passed). Under busy:
+ * pthread_setspecific may call calloc. */
+static __attribute__((noinline)) struct memo *memo_get(void)
+{
+    struct memo *m = memo_tls;
+    if (LIKELY(m > MEMO_DEAD))
+        return m;
+    if (m || !memo_ok)
+        return 0;
+    m = map(sizeof(struct memo));
+    if (m && pthread_setspecific(memo_key, m)) {
+        sys_munmap(m, sizeof(struct memo));
+        m = 0;
+    }
+    memo_tls = m ? m : MEMO_DEAD;
+    return m;
+}
+
+/* Under busy (memo_get). */
 static inline uint32_t site_for(uintptr_t ra, uintptr_t *fp)
 {
-    struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
-    if (LIKELY(c->ra == ra))
+    struct memo *mm = memo_get();
+    struct rcache *c = mm ? &mm->rc[(ra >> 2) & (RC - 1)] : 0;
+    if (c && LIKELY(c->ra == ra))
         return c->si;
     if (is_wrapper(ra)) {
         uintptr_t f0 = *fp, sp0 = mprof_site_sp;
@@ -1412,20 +1504,20 @@ static inline uint32_t site_for(uintptr_t ra, uintptr_t *fp)
          * stack pointer. */
         uint64_t r;
         uintptr_t pc = ra, sp = sp0, f = f0;
-        if (si != NSITES && site && stk_hi && mprof_unwind_ready() &&
+        if (mm && si != NSITES && site && stk_hi && mprof_unwind_ready() &&
             (r = mprof_unwind_rule(ra)) && mprof_rule_step(r, &pc, &sp, &f, stk_hi) &&
             pc == site && sp == mprof_site_sp && f == *fp) {
-            struct wcache *w = &wcache[(ra >> 2) & (WC - 1)];
+            struct wcache *w = &mm->wc[(ra >> 2) & (WC - 1)];
             w->ra = ra;
             w->rule = r;
-            c = &rcache[(site >> 2) & (RC - 1)];
+            c = &mm->rc[(site >> 2) & (RC - 1)];
             c->ra = site;
             c->si = si;
         }
         return si;
     }
     uint32_t si = site_of(ra);
-    if (si != NSITES) {
+    if (c && si != NSITES) {
         c->ra = ra;
         c->si = si;
     }
@@ -1501,8 +1593,11 @@ static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here, struct m
     int n = 1;
     if (UNLIKELY(here < stk_lo || here >= hi))
         return n;
-    if (mprof_unwind_ready())
-        return mprof_unwind_walk(pcs, MAX_DEPTH, mprof_site_sp, fp, here, hi, rec);
+    if (mprof_unwind_ready()) {
+        struct memo *m = memo_tls;
+        return mprof_unwind_walk(pcs, MAX_DEPTH, mprof_site_sp, fp, here, hi, rec,
+                                 m > MEMO_DEAD ? &m->last : 0);
+    }
     uintptr_t prev = here;
     rec->fp = 1;
     while (n < MAX_DEPTH && fp > prev && !(fp & 7) && fp < hi - 16) {
@@ -1516,69 +1611,6 @@ static inline int walk_fp(uintptr_t *pcs, uintptr_t fp, uintptr_t here, struct m
     return n;
 }
 
-/* The memo of stacks: each thread's last few walks (direct-mapped by
- * return address and stack pointer), each with the words it read and
- * the stack they gave, so that a stack met before costs a compare of
- * those words, not a walk and a lookup (issue 29: stacks at most 1.3x
- * the cost of --no-stacks). Exact: a walk is a function of its start
- * (the site's return address, its stack pointer, and its frame pointer
- * if the walk used it) and of the words it reads, each read's address
- * given by the start and the words before it; the same start and the
- * same words at the same addresses give the same frames, so the same
- * stack. The addresses lie between the site's frame and the thread's
- * stack top (the walk checked them), mapped while that frame is. A walk
- * that read more than MEMO_WORDS words is not kept. One page per thread
- * (mapped at its first stack, given back when the thread ends: a
- * pthread key's destructor; a thread that allocates after that goes
- * without), out of the static TLS a dlopen'd library must fit in; a
- * forked child keeps the forking thread's, emptied (its stacks were the
- * parent's table's), and the pages of the parent's other threads. */
-#define MEMO_WAYS 8
-#define MEMO_WORDS 28 /* at most (MPROF_WREC, a multiple of 4) */
-struct memo_entry {
-    uintptr_t ra, sp, fp, fpmask; /* the start; fp compared where fpmask */
-    uint32_t stk, si, n, pad;     /* the stack, its site; the words read, made a multiple of 4 */
-    uintptr_t zero;               /* 0: the word the count is made up with */
-    /* (address, word) pairs, interleaved */
-    uintptr_t w[2 * MEMO_WORDS];
-    uintptr_t pad1;
-};
-_Static_assert(sizeof(struct memo_entry) == 512, "an entry's index is a shift");
-struct memo {
-    struct memo_entry e[MEMO_WAYS];
-};
-_Static_assert(sizeof(struct memo) <= 4096, "a thread's memo is one page");
-#define MEMO_DEAD ((struct memo *)1)
-static __thread struct memo *memo_tls __attribute__((tls_model("initial-exec")));
-static pthread_key_t memo_key;
-static int memo_ok; /* memo_key made */
-
-static inline struct memo_entry *memo_way(struct memo *m, uintptr_t ra, uintptr_t sp)
-{
-    return &m->e[((ra >> 2) ^ (sp >> 4)) & (MEMO_WAYS - 1)];
-}
-
-/* Whether the entry holds this start and its words are unchanged. */
-static inline int memo_hit(const struct memo_entry *e, uintptr_t ra, uintptr_t sp, uintptr_t fp)
-{
-    if ((e->ra ^ ra) | (e->sp ^ sp) | ((e->fp ^ fp) & e->fpmask))
-        return 0;
-#define MEMO_4(w)                                                                          \
-    ((*(const uintptr_t *)(w)[0] ^ (w)[1]) | (*(const uintptr_t *)(w)[2] ^ (w)[3]) |          \
-     (*(const uintptr_t *)(w)[4] ^ (w)[5]) | (*(const uintptr_t *)(w)[6] ^ (w)[7]))
-    const uintptr_t *w = e->w;
-    uintptr_t diff = MEMO_4(w); /* n is 4 at least */
-    for (const uintptr_t *end = w + 2 * e->n; (w += 8) < end;)
-        diff |= MEMO_4(w);
-    return !diff;
-}
-
-static void memo_gone(void *p)
-{
-    sys_munmap(p, sizeof(struct memo));
-    memo_tls = MEMO_DEAD;
-}
-
 /* Keep the walk rec (from ra, sp, fp) as giving stk. Under busy: a
  * signal handler's malloc meanwhile does not use the memo. */
 static __attribute__((noinline)) void memo_keep(uintptr_t ra, uintptr_t sp, uintptr_t fp,
@@ -1588,16 +1620,8 @@ static __attribute__((noinline)) void memo_keep(uintptr_t ra, uintptr_t sp, uint
     if (((rec->n + 3) & ~3) > MEMO_WORDS || !memo_ok)
         return;
     busy = 1;
-    struct memo *m = memo_tls;
-    if (!m) {
-        m = map(sizeof(struct memo));
-        if (m && pthread_setspecific(memo_key, m)) {
-            sys_munmap(m, sizeof(struct memo));
-            m = 0;
-        }
-        memo_tls = m ? m : MEMO_DEAD;
-    }
-    if (m && m != MEMO_DEAD) {
+    struct memo *m = memo_get();
+    if (m) {
         struct memo_entry *e = memo_way(m, ra, sp);
         e->ra = 0;
         atomic_signal_fence(memory_order_seq_cst);
@@ -1702,6 +1726,23 @@ static inline uint32_t stack_of(const uintptr_t *pcs, int n, uint32_t si, int cr
     return create ? 0 : NO_STACK;
 }
 
+/* The stack of a walk (stack_of): the last walk's, if it gave the very
+ * same frames, else looked up, and kept with the thread's last walk. */
+static inline uint32_t walk_stack(const struct mprof_wrec *rec, const uintptr_t *pcs, int n,
+                                  uint32_t si, int create)
+{
+    struct memo *m = memo_tls;
+    if (!rec->own || m <= MEMO_DEAD)
+        return stack_of(pcs, n, si, create);
+    struct mprof_last *l = &m->last;
+    if (rec->same && l->stk && l->si == si)
+        return l->stk;
+    uint32_t stk = stack_of(pcs, n, si, create);
+    l->stk = stk != NO_STACK ? stk : 0;
+    l->si = si;
+    return stk;
+}
+
 /* A block the sampler (if on) took: into the table and the books. */
 static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
 {
@@ -1715,10 +1756,10 @@ static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
     if (stacks_on) {
         uintptr_t pcs[MAX_DEPTH];
         struct mprof_wrec rec;
-        rec.n = rec.fp = 0;
+        rec.n = rec.fp = rec.own = rec.same = 0;
         pcs[0] = sites[si].pc;
         int n = walk_fp(pcs, fp, here, &rec);
-        stk = stack_of(pcs, n, si, 1);
+        stk = walk_stack(&rec, pcs, n, si, 1);
     }
     uint64_t born = dhat ? now_us() : 0;
     if (!table_insert((uintptr_t)p, size, si, born, stk))
@@ -1803,17 +1844,19 @@ static inline uintptr_t caller_fp(uintptr_t f)
 }
 
 /* A stack the memo did not have: walked, looked up (NO_STACK if new)
- * and kept in the memo. */
+ * and, if the thread's last walk gave it too, kept in the memo. */
 static __attribute__((noinline)) uint32_t fast_stack(uintptr_t ra, uintptr_t sp, uintptr_t fp,
                                                      uintptr_t here, uint32_t si)
 {
     uintptr_t pcs[MAX_DEPTH];
     struct mprof_wrec rec;
-    rec.n = rec.fp = 0;
+    rec.n = rec.fp = rec.own = rec.same = 0;
     pcs[0] = ra;
     int d = walk_fp(pcs, fp, here, &rec);
-    uint32_t stk = stack_of(pcs, d, si, 0);
-    if (stk != NO_STACK)
+    uint32_t stk = walk_stack(&rec, pcs, d, si, 0);
+    /* Kept in the memo once met twice in a row (a walk is cheaper than
+     * keeping it where stacks vary: cc1's). */
+    if (stk != NO_STACK && (!rec.own || rec.same))
         memo_keep(ra, sp, fp, &rec, stk, si);
     return stk;
 }
@@ -1832,18 +1875,19 @@ static inline __attribute__((always_inline)) int fast_alloc_in(void *p, uint64_t
     const struct memo_entry *e;
     uintptr_t sp = here + 16; /* mprof_site_sp (CALLER_FP of malloc's frame) */
     int stepped = 0;
+    if (UNLIKELY((mm = memo_tls) <= MEMO_DEAD))
+        return 0; /* the slow path maps it */
 again:
-    if (st && LIKELY((mm = memo_tls) > MEMO_DEAD) &&
-        LIKELY(memo_hit(e = memo_way(mm, ra, sp), ra, sp, fp)) && LIKELY(n < SIZE_LIMIT)) {
+    if (st && LIKELY(memo_hit(e = memo_way(mm, ra, sp), ra, sp, fp)) && LIKELY(n < SIZE_LIMIT)) {
         si = e->si; /* a stack met before: its site too */
         stk = e->stk;
     } else {
-        struct rcache *c = &rcache[(ra >> 2) & (RC - 1)];
+        struct rcache *c = &mm->rc[(ra >> 2) & (RC - 1)];
         if (UNLIKELY(c->ra != ra || n >= SIZE_LIMIT)) {
             /* A wrapper's call met before (see wcache): one step to its
              * caller, on this thread's own stack, and the caller's site
              * (and stack) as if it had called malloc itself. */
-            struct wcache *w = &wcache[(ra >> 2) & (WC - 1)];
+            struct wcache *w = &mm->wc[(ra >> 2) & (WC - 1)];
             uintptr_t hi = stk_hi;
             if (stepped || w->ra != ra || n >= SIZE_LIMIT || here < stk_lo || here >= hi ||
                 !mprof_rule_step(w->rule, &ra, &sp, &fp, hi))
@@ -2627,11 +2671,10 @@ static void after_fork_child(void)
             }
     }
     nleaves = 0;
-    memset(rcache, 0, sizeof rcache); /* site indices of the parent's table */
     /* The other threads' lanes are free; this one takes one again. */
     atomic_store(&lanes_taken, 0);
     lane_tls = 0;
-    if (memo_tls > MEMO_DEAD) /* stacks of the parent's table */
+    if (memo_tls > MEMO_DEAD) /* sites and stacks of the parent's table */
         memset(memo_tls, 0, sizeof *memo_tls);
     if (sample_n) /* no sampled block is in the child's books */
         memset((void *)sample_filter, 0, sizeof sample_filter);
@@ -2733,7 +2776,7 @@ static void init(void)
         if (v >= 1 && v < max_stacks)
             max_stacks = v + 1; /* and the overflow entry */
     }
-    if (stacks_on && !memo_ok)
+    if (!memo_ok)
         memo_ok = !pthread_key_create(&memo_key, memo_gone);
     if (!lane_key_ok)
         lane_key_ok = !pthread_key_create(&lane_key, lane_gone);

@@ -93,13 +93,45 @@ int mprof_unwind_ready(void);
 #define MPROF_WREC 29
 struct mprof_wrec {
     int n, fp;
+    /* Set by mprof_unwind_walk: own, the walk used and kept the thread's
+     * last walk; same, it gave the very frames the last one did. */
+    int own, same;
     uintptr_t addr[MPROF_WREC], val[MPROF_WREC];
+};
+/* A thread's last walk, kept so that the next one, once it reaches one
+ * of its frames (the same return address and stack pointer, and frame
+ * pointer if the rest used it) with every word read above it unchanged,
+ * takes the rest of the frames from it instead of stepping through them
+ * (issue 29: the frames above an allocation are mostly the same from one
+ * to the next; cc1's walks were 17 frames deep at 97 instructions a
+ * step). Kept outermost frame first, so that a walk that took the rest
+ * rewrites only the frames below: frame t (the walk's frame n-1-t) has
+ * its pc, the stack and frame pointers it was reached with, whether the
+ * walk from it used that frame pointer, and q[t]: the reads made from
+ * its step on are ra/rv[0..q[t]) (every word read, used or not: a
+ * superset of what decides the walk, so a match is never wrong). The w*
+ * fields are the walk under way's own frames and reads, in the order
+ * made. n is 0 when nothing is kept; inuse: a walk is under way (a
+ * signal handler's walk meanwhile leaves it alone). */
+#define MPROF_LAST_FRAMES 64
+#define MPROF_LAST_READS 128
+struct mprof_last {
+    int inuse, n, whole, wnr; /* whole: the walk ended by itself (not at max) */
+    uint32_t stk, si; /* its stack and site, set by the caller (stk 0: none) */
+    uintptr_t pc[MPROF_LAST_FRAMES], sp[MPROF_LAST_FRAMES], fp[MPROF_LAST_FRAMES];
+    uint8_t fpuse[MPROF_LAST_FRAMES], q[MPROF_LAST_FRAMES];
+    uintptr_t ra[MPROF_LAST_READS], rv[MPROF_LAST_READS];
+    uintptr_t wsp[MPROF_LAST_FRAMES], wfp[MPROF_LAST_FRAMES];
+    uint8_t wfpuse[MPROF_LAST_FRAMES], wq0[MPROF_LAST_FRAMES];
+    uintptr_t wra[MPROF_LAST_READS], wrv[MPROF_LAST_READS];
 };
 /* pcs[0] is the site (a return address), sp and fp its frame's stack and
  * frame pointers; callers follow, at most max in all, every read checked
- * to lie in [here, hi) (and recorded in rec). The depth. */
+ * to lie in [here, hi) (and recorded in rec; where the rest came from
+ * last, its reads kept there). The depth. last: the thread's last walk
+ * (0: none), read and updated. */
 int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,
-                      uintptr_t hi, struct mprof_wrec *rec);
+                      uintptr_t hi, struct mprof_wrec *rec, struct mprof_last *last);
 /* One frame up by a table rule alone: from the frame of return address
  * *pc (its stack and frame pointers *sp, *fp) to its caller's, every
  * read checked to lie in [*sp, hi). 0 (nothing changed) where the frame

@@ -353,18 +353,89 @@ int mprof_unwind_step(uintptr_t *pc, uintptr_t *sp, uintptr_t *fp, uintptr_t hi)
     return mprof_rule_step(rule_for(*pc), pc, sp, fp, hi);
 }
 
-int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,
-                      uintptr_t hi, struct mprof_wrec *rec)
+/* Whether the words last read from frame t's step on are unchanged. */
+static inline int rest_holds(const struct mprof_last *last, int t)
 {
-    int n = 1;
+    uintptr_t diff = 0;
+    for (int k = 0; k < last->q[t]; k++)
+        diff |= *(const uintptr_t *)last->ra[k] ^ last->rv[k];
+    return !diff;
+}
+
+/* Keep the walk just made (pcs) in last: its own frames 0..m-1 (the
+ * rest, if taken, is last's frames 0..t, kept; else t is -1) and its
+ * reads. same: the frames are the last walk's (its stack stays). */
+static void keep_walk(struct mprof_last *last, const uintptr_t *pcs, int t, int m, int whole,
+                      int same)
+{
+    int qb = t >= 0 ? last->q[t] : 0, nr = last->wnr;
+    if (t + 1 + m > MPROF_LAST_FRAMES || qb + nr > MPROF_LAST_READS) {
+        last->n = 0;
+        last->stk = 0;
+        return;
+    }
+    for (int k = 0; k < m; k++) {
+        int p = t + m - k;
+        last->pc[p] = pcs[k];
+        last->sp[p] = last->wsp[k];
+        last->fp[p] = last->wfp[k];
+        last->fpuse[p] = last->wfpuse[k];
+        last->q[p] = (uint8_t)(qb + nr - last->wq0[k]);
+    }
+    for (int r = 0; r < nr; r++) {
+        last->ra[qb + nr - 1 - r] = last->wra[r];
+        last->rv[qb + nr - 1 - r] = last->wrv[r];
+    }
+    last->n = t + 1 + m;
+    last->whole = whole;
+    if (!same)
+        last->stk = 0;
+}
+
+int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintptr_t here,
+                      uintptr_t hi, struct mprof_wrec *rec, struct mprof_last *last)
+{
+    int n = 1, whole = 1;
     uintptr_t pc = pcs[0];
     /* Where fp came from: the one given (rec->fp if used), a read not
      * recorded yet (at pa: recorded only if the value is used, so a
      * memo compares only words that made the walk), or a recorded one. */
     enum { GIVEN, PENDING, RECORDED } fsrc = GIVEN;
     uintptr_t pa = 0;
+    /* With last: the cursor t (its frame at or above the current one),
+     * the frame matched (-1 none), and fp_from: the frame since which fp
+     * is in hand. */
+    int t = -1, matched = -1, mine = 0, fp_from = 0, tries = 2, own = 0;
     if (sp && (sp < here || sp >= hi))
         sp = 0;
+    rec->own = rec->same = 0;
+    if (last && !last->inuse) {
+        last->inuse = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+        own = rec->own = 1;
+        t = last->n - 2; /* frame 1's candidates and above */
+        last->wnr = 0;
+    }
+    /* The walk's own frame i (pcs[i]), reached with s and f. */
+#define OWN_FRAME(i, s, f)                                                                  \
+    do {                                                                                    \
+        if (own && (i) < MPROF_LAST_FRAMES) {                                               \
+            last->wsp[i] = (s);                                                             \
+            last->wfp[i] = (f);                                                             \
+            last->wfpuse[i] = 0;                                                            \
+            last->wq0[i] = (uint8_t)(last->wnr < 255 ? last->wnr : 255);                    \
+        }                                                                                   \
+    } while (0)
+#define KEEP_READ(a, v)                                                                     \
+    do {                                                                                    \
+        if (own) {                                                                          \
+            if (last->wnr < MPROF_LAST_READS) {                                             \
+                last->wra[last->wnr] = (a);                                                 \
+                last->wrv[last->wnr] = (v);                                                 \
+            }                                                                               \
+            last->wnr++;                                                                    \
+        }                                                                                   \
+    } while (0)
 #define FP_USED()                                                                           \
     do {                                                                                    \
         if (fsrc == GIVEN)                                                                  \
@@ -372,8 +443,45 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
         else if (fsrc == PENDING)                                                           \
             mprof_read(rec, pa);                                                            \
         fsrc = RECORDED;                                                                    \
+        if (own)                                                                            \
+            for (int u = fp_from; u < n && u < MPROF_LAST_FRAMES; u++)                      \
+                last->wfpuse[u] = 1;                                                        \
     } while (0)
+    OWN_FRAME(0, sp, fp);
     while (n < max) {
+        if (t >= 0 && n > 1) {
+            /* Frame n-1 (pc, sp, fp): last's frame t? (sp grows with
+             * each frame, and with each of last's toward t = 0.) */
+            while (t >= 0 && last->sp[t] < sp)
+                t--;
+            int i = n - 1, j = t >= 0 ? last->n - 1 - t : 0;
+            if (t >= 0 && last->sp[t] == sp && last->pc[t] == pc &&
+                (!last->fpuse[t] || last->fp[t] == fp) && (last->whole || i >= j) && tries-- > 0 &&
+                rest_holds(last, t)) {
+                if (last->fpuse[t])
+                    FP_USED();
+                /* The same frames below as the last walk's too? */
+                int same = last->n == t + 1 + i;
+                for (int k = 0; same && k < i; k++)
+                    same = pcs[k] == last->pc[t + i - k];
+                rec->same = same;
+                int c = t < max - n ? t : max - n;
+                for (int k = t - 1; k >= t - c; k--)
+                    pcs[n++] = last->pc[k];
+                whole = last->whole && n == i + 1 + t;
+                matched = t;
+                mine = i;
+                /* The rest's reads, for the memo, where they fit. */
+                if (rec->n + last->q[t] <= MPROF_WREC) {
+                    for (int k = 0; k < last->q[t]; k++, rec->n++) {
+                        rec->addr[rec->n] = last->ra[k];
+                        rec->val[rec->n] = last->rv[k];
+                    }
+                } else
+                    rec->n = MPROF_WREC + 1;
+                break;
+            }
+        }
         uint64_t r = rule_for(pc);
         unsigned kind = r & 0xff;
         int32_t cfa_off = (int32_t)(uint32_t)(r >> 8);
@@ -388,8 +496,11 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
                 break;
             ra = mprof_read(rec, fp + 8);
             nfp = ((const uintptr_t *)fp)[0];
+            KEEP_READ(fp + 8, ra);
+            KEEP_READ(fp, nfp);
             fsrc = PENDING;
             pa = fp;
+            fp_from = n;
             nsp = fp + 16;
         } else {
             uintptr_t base = kind == 1 ? sp : fp;
@@ -399,24 +510,38 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
             if (cfa <= floor || !ok_word(cfa - 8, floor, hi))
                 break;
             ra = mprof_read(rec, cfa - 8);
+            KEEP_READ(cfa - 8, ra);
             nfp = fp;
             if (rbp_off) {
                 uintptr_t a = cfa + (intptr_t)rbp_off;
                 if (!ok_word(a, floor, hi))
                     break;
                 nfp = *(const uintptr_t *)a;
+                KEEP_READ(a, nfp);
                 fsrc = PENDING;
                 pa = a;
+                fp_from = n;
             }
             nsp = cfa;
         }
         if (ra < 4096 || nsp <= floor)
             break;
+        OWN_FRAME(n, nsp, nfp);
         pcs[n++] = ra;
         pc = ra;
         sp = nsp;
         fp = nfp;
     }
+    if (n >= max)
+        whole = 0;
+    if (own) {
+        /* Its own frames: below the one matched (which last keeps), else all. */
+        keep_walk(last, pcs, matched, matched >= 0 ? mine : n, whole, rec->same);
+        atomic_signal_fence(memory_order_seq_cst);
+        last->inuse = 0;
+    }
 #undef FP_USED
+#undef KEEP_READ
+#undef OWN_FRAME
     return n;
 }
