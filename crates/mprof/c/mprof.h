@@ -108,8 +108,9 @@ struct mprof_wrec {
  * rewrites only the frames below: frame t (the walk's frame n-1-t) has
  * its pc, the stack and frame pointers it was reached with, whether the
  * walk from it used that frame pointer, and q[t]: the reads made from
- * its step on are ra/rv[0..q[t]) (every word read, used or not: a
- * superset of what decides the walk, so a match is never wrong). The w*
+ * its step on are ra/rv[0..q[t]) (every word that decided the walk: a
+ * return address, or a saved frame pointer whose value a later step
+ * used; the same words give the same frames). The w*
  * fields are the walk under way's own frames and reads, in the order
  * made. n is 0 when nothing is kept; inuse: a walk is under way (a
  * signal handler's walk meanwhile leaves it alone). */
@@ -122,7 +123,7 @@ struct mprof_last {
     uint8_t fpuse[MPROF_LAST_FRAMES], q[MPROF_LAST_FRAMES];
     uintptr_t ra[MPROF_LAST_READS], rv[MPROF_LAST_READS];
     uintptr_t wsp[MPROF_LAST_FRAMES], wfp[MPROF_LAST_FRAMES];
-    uint8_t wfpuse[MPROF_LAST_FRAMES], wq0[MPROF_LAST_FRAMES];
+    uint8_t wfpuse[MPROF_LAST_FRAMES], wq0[MPROF_LAST_FRAMES], wused[MPROF_LAST_READS];
     uintptr_t wra[MPROF_LAST_READS], wrv[MPROF_LAST_READS];
 };
 /* pcs[0] is the site (a return address), sp and fp its frame's stack and

@@ -369,7 +369,26 @@ static void keep_walk(struct mprof_last *last, const uintptr_t *pcs, int t, int 
                       int same)
 {
     int qb = t >= 0 ? last->q[t] : 0, nr = last->wnr;
-    if (t + 1 + m > MPROF_LAST_FRAMES || qb + nr > MPROF_LAST_READS) {
+    if (t + 1 + m > MPROF_LAST_FRAMES || nr > MPROF_LAST_READS) {
+        last->n = 0;
+        last->stk = 0;
+        return;
+    }
+    /* Only the reads that decided the walk; wq0 counts those. */
+    int w = 0, f = 0;
+    for (int r = 0; r < nr; r++) {
+        for (; f < m && last->wq0[f] <= r; f++)
+            last->wq0[f] = (uint8_t)w;
+        if (last->wused[r]) {
+            last->wra[w] = last->wra[r];
+            last->wrv[w] = last->wrv[r];
+            w++;
+        }
+    }
+    for (; f < m; f++)
+        last->wq0[f] = (uint8_t)w;
+    nr = w;
+    if (qb + nr > MPROF_LAST_READS) {
         last->n = 0;
         last->stk = 0;
         return;
@@ -402,6 +421,7 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
      * memo compares only words that made the walk), or a recorded one. */
     enum { GIVEN, PENDING, RECORDED } fsrc = GIVEN;
     uintptr_t pa = 0;
+    int pk = 0; /* where the read at pa is among the kept ones */
     /* With last: the cursor t (its frame at or above the current one),
      * the frame matched (-1 none), and fp_from: the frame since which fp
      * is in hand. */
@@ -426,12 +446,16 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
             last->wq0[i] = (uint8_t)(last->wnr < 255 ? last->wnr : 255);                    \
         }                                                                                   \
     } while (0)
-#define KEEP_READ(a, v)                                                                     \
+    /* A read kept for the next walk; used: it decided this walk (a
+     * return address), or not yet (a saved frame pointer: kept only if
+     * that value is used, at pk). */
+#define KEEP_READ(a, v, used)                                                               \
     do {                                                                                    \
         if (own) {                                                                          \
             if (last->wnr < MPROF_LAST_READS) {                                             \
                 last->wra[last->wnr] = (a);                                                 \
                 last->wrv[last->wnr] = (v);                                                 \
+                last->wused[last->wnr] = (used);                                            \
             }                                                                               \
             last->wnr++;                                                                    \
         }                                                                                   \
@@ -442,10 +466,13 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
             rec->fp = 1;                                                                    \
         else if (fsrc == PENDING)                                                           \
             mprof_read(rec, pa);                                                            \
-        fsrc = RECORDED;                                                                    \
-        if (own)                                                                            \
+        if (own) {                                                                          \
+            if (fsrc == PENDING && pk < MPROF_LAST_READS)                                   \
+                last->wused[pk] = 1;                                                        \
             for (int u = fp_from; u < n && u < MPROF_LAST_FRAMES; u++)                      \
                 last->wfpuse[u] = 1;                                                        \
+        }                                                                                   \
+        fsrc = RECORDED;                                                                    \
     } while (0)
     OWN_FRAME(0, sp, fp);
     while (n < max) {
@@ -466,13 +493,17 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
                     same = pcs[k] == last->pc[t + i - k];
                 rec->same = same;
                 int c = t < max - n ? t : max - n;
-                for (int k = t - 1; k >= t - c; k--)
-                    pcs[n++] = last->pc[k];
+                const uintptr_t *from = &last->pc[t - 1];
+                for (int k = 0; k < c; k++)
+                    pcs[n + k] = from[-k];
+                n += c;
                 whole = last->whole && n == i + 1 + t;
                 matched = t;
                 mine = i;
-                /* The rest's reads, for the memo, where they fit. */
-                if (rec->n + last->q[t] <= MPROF_WREC) {
+                /* The rest's reads, for the memo, where they fit and the
+                 * memo will take them (mprof.c's fast_stack: a stack met
+                 * twice in a row). */
+                if (same && rec->n + last->q[t] <= MPROF_WREC) {
                     for (int k = 0; k < last->q[t]; k++, rec->n++) {
                         rec->addr[rec->n] = last->ra[k];
                         rec->val[rec->n] = last->rv[k];
@@ -496,8 +527,9 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
                 break;
             ra = mprof_read(rec, fp + 8);
             nfp = ((const uintptr_t *)fp)[0];
-            KEEP_READ(fp + 8, ra);
-            KEEP_READ(fp, nfp);
+            KEEP_READ(fp + 8, ra, 1);
+            pk = own ? last->wnr : 0;
+            KEEP_READ(fp, nfp, 0);
             fsrc = PENDING;
             pa = fp;
             fp_from = n;
@@ -510,14 +542,15 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
             if (cfa <= floor || !ok_word(cfa - 8, floor, hi))
                 break;
             ra = mprof_read(rec, cfa - 8);
-            KEEP_READ(cfa - 8, ra);
+            KEEP_READ(cfa - 8, ra, 1);
             nfp = fp;
             if (rbp_off) {
                 uintptr_t a = cfa + (intptr_t)rbp_off;
                 if (!ok_word(a, floor, hi))
                     break;
                 nfp = *(const uintptr_t *)a;
-                KEEP_READ(a, nfp);
+                pk = own ? last->wnr : 0;
+                KEEP_READ(a, nfp, 0);
                 fsrc = PENDING;
                 pa = a;
                 fp_from = n;
