@@ -109,6 +109,34 @@ impl PlanCell {
             g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
+
+    /// The plan itself, `held` being the [`PlanCell::get`] of this cell:
+    /// the cell gives up its own reference, and if `held` is then the
+    /// last, the plan is the caller's (the cell answers an error from
+    /// then on). Otherwise (a clone of the cell or of the plan lives on)
+    /// `held` comes back, and the cell is unchanged.
+    pub(super) fn take(&self, held: Arc<Plan>) -> Result<Plan, Arc<Plan>> {
+        let (m, _) = &*self.slot;
+        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = match g.take() {
+            Some(Ok(p)) if Arc::ptr_eq(&p, &held) => p,
+            other => {
+                *g = other;
+                return Err(held);
+            }
+        };
+        drop(mine);
+        match Arc::try_unwrap(held) {
+            Ok(plan) => {
+                *g = Some(Err("its plan was taken by the counts".into()));
+                Ok(plan)
+            }
+            Err(held) => {
+                *g = Some(Ok(held.clone()));
+                Err(held)
+            }
+        }
+    }
 }
 
 /// Sets the outcome and wakes the waiters when dropped.

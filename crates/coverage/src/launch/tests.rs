@@ -560,3 +560,33 @@ fn hit_mode_plans_branch_edges_only_for_a_module_with_lines() {
     assert!(branches(&full) > 0, "the module with lines has its edges");
     assert_eq!(branches(&stripped), 0, "the stripped one, hits alone");
 }
+
+#[test]
+fn the_counts_taken_with_the_server_are_the_counts_collected() {
+    // into_collected moves each plan's blocks into the counts (in
+    // place); what it gives is what collect gives, counts, uncounted
+    // blocks and notes alike, in counting and hit mode.
+    for mode in [Mode::Counts, Mode::Hits] {
+        let server = Server::with_cache(&[], None).unwrap();
+        server.set_mode(mode);
+        let path = Path::new("/bin/true");
+        let m = Mapped::new(path);
+        assert!(converse(&server, &m, path, 1 << 30));
+        let n = server.lock().entries[0].plan.counters();
+        assert!(n > 10, "{n}");
+        // Counters 0, 3, 7, ... ran; in counting mode, k times.
+        let mut report = format!("profdev-coverage 1\npid 2\ntraps 0\nM 0 {n:x} {n}\n");
+        for k in (0..n).step_by(4) {
+            report += &format!("{k:x} {:x}\n", k % 5 + 1);
+        }
+        report += "end\n";
+        std::fs::write(server.reports_dir().join("cov.2.0"), report).unwrap();
+        let (want, want_notes) = server.collect();
+        assert_eq!(want.len(), 1);
+        assert!(want[0].blocks.iter().any(|b| b.count > 0));
+        assert!(want[0].blocks.iter().any(|b| b.count == 0));
+        let (got, notes) = server.into_collected();
+        assert_eq!(got, want, "{mode:?}");
+        assert_eq!(notes, want_notes);
+    }
+}
