@@ -268,7 +268,12 @@ static void rebase_targets(void) {
 static void *big_alloc(uint64_t bytes) {
     void *p = (void *)raw6(SYS_mmap, 0, (long)bytes, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return (unsigned long)p > -4096UL ? NULL : p;
+    if ((unsigned long)p > -4096UL) return NULL;
+    /* In huge pages where the kernel has them: cc1's patches (29 MB,
+     * 1,350,000 of them in hit mode) were 7,000 faults, each zeroing a
+     * page, a third of reading them. */
+    if (bytes >= (4u << 20)) raw6(SYS_madvise, (long)p, (long)bytes, MADV_HUGEPAGE, 0, 0, 0);
+    return p;
 }
 
 static void big_free(void *p, uint64_t bytes) {
@@ -700,6 +705,12 @@ static uint64_t apply_run(struct patch *ps, uint64_t np, const uint64_t *stopped
     uint64_t skipped = 0;
     for (uint64_t i = 0; i < np; i++) {
         struct patch *p = &ps[i];
+        if (p->kind == 6 && !nstopped) {
+            /* A one-shot probe, nothing stopped in it (a launch): its
+             * byte (cc1's 1,350,000 in hit mode). */
+            *(volatile uint8_t *)(uintptr_t)p->addr = 0xcc;
+            continue;
+        }
         int hit = 0;
         for (uint64_t s = 0; s < nstopped; s++)
             if (stopped[s] > p->addr && stopped[s] < p->addr + patch_len(p)) hit = 1;
