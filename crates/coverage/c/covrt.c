@@ -762,28 +762,48 @@ static uint64_t apply_run(struct patch *ps, uint64_t np, const uint64_t *stopped
     return skipped;
 }
 
-/* Ask profdev for one module's plan and apply it. Returns 0 when done or
- * skipped by profdev, -1 on failure. Holds `lock`. */
-static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
-                 const uint64_t *stopped, uint64_t nstopped) {
+/* Open a module's conversation: connect and send its MOD line (the
+ * server starts finding its plan and encoding at once). The descriptor;
+ * -2 when the module has no file (the vDSO: nothing to cover), -1 on
+ * failure. */
+static int cover_open(const char *path, uint64_t bias, uint64_t lo, uint64_t hi) {
     struct stat st;
-    if (stat(path, &st)) return 0; /* no file (vDSO): not reachable */
-    if (nmods >= MAXMOD) return -1;
+    if (stat(path, &st)) return -2;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     memcpy(sa.sun_path, sock_path, sizeof sa.sun_path - 1);
+    char line[4400];
+    int k = snprintf(line, sizeof line, "MOD %d %lu %lu %lx %lx %lx %s\n", (int)getpid(),
+                     (unsigned long)st.st_dev, (unsigned long)st.st_ino, (unsigned long)bias,
+                     (unsigned long)lo, (unsigned long)hi, path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) || k >= (int)sizeof line || write_full(fd, line, k)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Go on with the conversation cover_open began (fd; closed here): the
+ * module's plan applied. Returns 0 when done or skipped by profdev, -1 on
+ * failure, -3 when the server closed the conversation unanswered (one
+ * opened ahead of its turn, beyond the server's bound on another user's
+ * connections). Holds `lock`. */
+static int cover(int fd, uint64_t bias, uint64_t lo, uint64_t hi, const uint64_t *stopped,
+                 uint64_t nstopped) {
+    if (fd == -2) return 0;
+    if (fd < 0) return -1;
     int rc = -1;
     char line[4400];
     uint8_t *area = NULL;
     uint64_t size = 0;
     struct patch *ps = NULL;
     uint64_t np = 0;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) goto out;
-    int k = snprintf(line, sizeof line, "MOD %d %lu %lu %lx %lx %lx %s\n", (int)getpid(),
-                     (unsigned long)st.st_dev, (unsigned long)st.st_ino, (unsigned long)bias,
-                     (unsigned long)lo, (unsigned long)hi, path);
-    if (k >= (int)sizeof line || write_full(fd, line, k) || read_line(fd, line, sizeof line)) goto out;
+    if (nmods >= MAXMOD) goto out;
+    if (read_line(fd, line, sizeof line)) {
+        rc = -3;
+        goto out;
+    }
     unsigned long sz, n;
     if (!strcmp(line, "SKIP")) {
         rc = 0;
@@ -813,7 +833,7 @@ static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
     if (!a) a = place_area(lo, hi, size);
     if (!a) goto out;
     area = (uint8_t *)a;
-    k = snprintf(line, sizeof line, "AT %lx %lx\n", (unsigned long)a, (unsigned long)next_counter);
+    int k = snprintf(line, sizeof line, "AT %lx %lx\n", (unsigned long)a, (unsigned long)next_counter);
     if (write_full(fd, line, k) || read_line(fd, line, sizeof line)) goto out;
     unsigned long len, id;
     if (sscanf(line, "TEXT %lx %lx %lx", &len, &np, &id) != 3 || len > size) goto out;
@@ -867,8 +887,8 @@ static int cover(const char *path, uint64_t bias, uint64_t lo, uint64_t hi,
     next_counter += n;
     __atomic_store_n(&nmods, nmods + 1, __ATOMIC_RELEASE);
     if (getenv("PROFDEV_COV_DEBUG"))
-        dprintf(2, "profdev-cov %d: %s bias %lx lo %lx hi %lx area %lx size %lx len %lx patches %lu\n",
-                (int)getpid(), path, (unsigned long)bias, (unsigned long)lo, (unsigned long)hi,
+        dprintf(2, "profdev-cov %d: module %lu bias %lx lo %lx hi %lx area %lx size %lx len %lx patches %lu\n",
+                (int)getpid(), id, (unsigned long)bias, (unsigned long)lo, (unsigned long)hi,
                 (unsigned long)a, (unsigned long)size, len, np);
     uint64_t skipped = nstopped ? hold_hops(ps, np, stopped, nstopped) : 0;
     skipped += apply(ps, np, stopped, nstopped);
@@ -945,8 +965,22 @@ static void cover_all(const uint64_t *stopped, uint64_t nstopped) {
     if (!f.v) return;
     pthread_mutex_lock(&lock);
     dl_iterate_phdr(collect, &f);
-    for (int i = 0; i < f.n; i++)
-        cover(f.v[i].path, f.v[i].bias, f.v[i].lo, f.v[i].hi, stopped, nstopped);
+    /* Up to AHEAD conversations are opened before their turn: the server
+     * finds the next modules' plans (on threads of its own) while this
+     * one's patches are written. (Not more: another user's processes
+     * have a bounded number of connections; one refused is asked again
+     * in its turn.) */
+    enum { AHEAD = 8 };
+    int ring[AHEAD];
+    int opened = 0;
+    for (int i = 0; i < f.n; i++) {
+        for (; opened < f.n && opened < i + AHEAD; opened++)
+            ring[opened % AHEAD] = cover_open(f.v[opened].path, f.v[opened].bias, f.v[opened].lo,
+                                              f.v[opened].hi);
+        struct found *x = &f.v[i];
+        if (cover(ring[i % AHEAD], x->bias, x->lo, x->hi, stopped, nstopped) == -3)
+            cover(cover_open(x->path, x->bias, x->lo, x->hi), x->bias, x->lo, x->hi, stopped, nstopped);
+    }
     pthread_mutex_unlock(&lock);
     big_free(f.v, sizeof(struct found) * f.cap);
 }
