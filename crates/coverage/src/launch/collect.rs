@@ -30,6 +30,9 @@ impl Server {
                 *c = c.saturating_add(count);
             }
         }
+        let rank = listed(&state);
+        let mut sum: Vec<_> = sum.into_iter().collect();
+        sum.sort_by_key(|((id, site, target), _)| (rank[*id], *site, target.clone()));
         let out = sum
             .into_iter()
             .map(|((id, site, target), count)| CallTarget {
@@ -85,7 +88,11 @@ impl Server {
             }
         }
         let mut out = Vec::new();
-        for (id, e) in state.entries.iter().enumerate() {
+        let rank = listed(&state);
+        let mut ids: Vec<usize> = (0..state.entries.len()).collect();
+        ids.sort_by_key(|&id| rank[id]);
+        for id in ids {
+            let e = &state.entries[id];
             let held = match e.plan.get() {
                 Ok(p) => p,
                 Err(why) => {
@@ -218,6 +225,19 @@ impl Server {
         notes.extend(state.notes.iter().cloned());
         (out, notes)
     }
+}
+
+/// Per entry, its place in the counts: modules in the order their first
+/// loads were served (the loader's order in each process), then those
+/// never loaded, as they were planned.
+fn listed(state: &State) -> Vec<usize> {
+    let mut ids: Vec<usize> = (0..state.entries.len()).collect();
+    ids.sort_by_key(|&id| (state.entries[id].first_load.unwrap_or(u64::MAX), id));
+    let mut rank = vec![0; ids.len()];
+    for (r, id) in ids.into_iter().enumerate() {
+        rank[id] = r;
+    }
+    rank
 }
 
 /// The reports in `dir` (files named `cov.*`), sorted, at most

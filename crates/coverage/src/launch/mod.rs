@@ -279,6 +279,11 @@ struct Entry {
     cache: Option<Arc<Cache>>,
     /// Loads served code (each may write its counters in a report).
     loads: u64,
+    /// Where its first load came among the run's loads served: the
+    /// order the counts list modules in (a process asks for its modules
+    /// in the loader's order, one after another; their entries are made
+    /// as the server finds them, several at once).
+    first_load: Option<u64>,
     /// Blocks left uncounted by an encoding failure or a skipped patch.
     lost: BTreeSet<usize>,
     /// Skipped patches' link-time addresses (their blocks are lost too).
@@ -303,6 +308,8 @@ struct State {
     made: u64,
     reused: u64,
     from_disk: u64,
+    /// Loads served so far.
+    served: u64,
     /// The on-disk cache of plans and encodings.
     cache: Option<Arc<Cache>>,
     /// The caches of other users' modules, by uid (None: it could not

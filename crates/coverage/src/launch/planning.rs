@@ -237,6 +237,7 @@ pub(super) fn plan_into(
         stored,
         cache,
         loads: 0,
+        first_load: None,
         lost: BTreeSet::new(),
         skipped: Vec::new(),
         encoded: HashMap::new(),

@@ -158,7 +158,11 @@ pub(super) fn serve_as(
         }
     };
     if let Ok(mut s) = state.lock() {
-        s.entries[id].loads += 1;
+        let n = s.served;
+        s.served += 1;
+        let e = &mut s.entries[id];
+        e.loads += 1;
+        e.first_load.get_or_insert(n);
     }
     // The patches relative to the load: the same bytes for any
     // (crate::encode::wire).

@@ -590,3 +590,29 @@ fn the_counts_taken_with_the_server_are_the_counts_collected() {
         assert_eq!(notes, want_notes);
     }
 }
+
+#[test]
+fn modules_are_listed_in_the_order_their_loads_were_served() {
+    // A process opens conversations ahead of their turn (the runtime's
+    // cover_all): the entries are made as the server finds them, the
+    // loads served in the loader's order. The counts follow the loads.
+    let server = Server::with_cache(&[], None).unwrap();
+    let (first, second) = (Path::new("/bin/true"), Path::new("/bin/false"));
+    let (m1, m2) = (Mapped::new(first), Mapped::new(second));
+    // The first module's entry is made (its SIZE came) ...
+    let mut c = UnixStream::connect(server.socket()).unwrap();
+    c.write_all(m1.line(first).as_bytes()).unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("SIZE "), "{line:?}");
+    // ... but the second module's load is served first.
+    assert!(converse(&server, &m2, second, 1 << 30));
+    writeln!(c, "AT {:x} 0", (m1.0 as u64).wrapping_sub(1 << 30)).unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("TEXT "), "{line:?}");
+    let (modules, _) = server.collect();
+    let paths: Vec<&Path> = modules.iter().map(|m| m.path.as_path()).collect();
+    assert_eq!(paths, [second, first]);
+}
