@@ -13,8 +13,9 @@
 //! programs (`cprof/guards/`), at -O0 and -O2: longjmp out
 //! of recursion, `exit()` from a callee, C++ exceptions across frames, a
 //! signal handler that siglongjmps, a jump table, computed gotos, tail
-//! calls (sibling calls at `-O2`), and forks whose ways meet again (one
-//! join also reached by a goto that skips its fork).
+//! calls (sibling calls at `-O2`), forks whose ways meet again (one
+//! join also reached by a goto that skips its fork), and short blocks
+//! each entered only by falling through the jump before it.
 
 mod common;
 #[path = "cprof/stepper.rs"]
@@ -285,6 +286,16 @@ fn a_jump_table_at_o2() {
 #[test]
 fn computed_gotos_at_o2() {
     compare("cc", "goto.c", "-O2");
+}
+
+#[test]
+fn fall_throughs_in_a_chain() {
+    compare("cc", "chained.c", "-O0");
+}
+
+#[test]
+fn fall_throughs_in_a_chain_at_o2() {
+    compare("cc", "chained.c", "-O2");
 }
 
 #[test]

@@ -70,11 +70,24 @@ pub(super) fn dead_bytes(blocks: &[PlannedBlock], scope: &Scope) -> Vec<(u64, u6
 
 /// Short blocks entered only by the fall-through of the block before it,
 /// whose conditional jump a trampoline copies: derived, no patch at all.
+///
+/// The block before must have a trampoline of its own (a jump, a hop, a
+/// breakpoint, or the window of an earlier block running on into it): a
+/// block left unpatched itself, one that takes its count from the block
+/// before it in turn, runs its jump in place, where nothing counts its
+/// fall-throughs (`test; js; je; mov`: the `mov` read 0).
 pub(super) fn fell(blocks: &mut [PlannedBlock], branches: &[(u64, bool)], scope: &Scope) {
     for bi in 1..blocks.len() {
         let (before, rest) = blocks.split_at_mut(bi);
         let (p, b) = (&before[bi - 1], &mut rest[0]);
         if !matches!(b.how, How::Int3 { .. }) || scope.unresolved_at(b.start) {
+            continue;
+        }
+        let copied = matches!(
+            p.how,
+            How::Jmp { .. } | How::Int3 { .. } | How::Hop { .. } | How::Covered
+        );
+        if !copied {
             continue;
         }
         if let Some(j) = scope.falls_only(p, b, branches) {
@@ -214,6 +227,34 @@ mod tests {
             &scope(&funcs, &none, &HashSet::default()),
         );
         assert_eq!(blocks[1].how, How::Int3 { to: 0x100a });
+    }
+
+    #[test]
+    fn a_fall_through_of_a_block_run_in_place_is_not_a_count() {
+        // `test; js` (counted), `je` (derived from js's fall-throughs, run
+        // in place), `mov`: nothing counts je's fall-throughs.
+        let funcs = Funcs::new(&[0x1000]);
+        let none = HashSet::default();
+        let soft: HashSet<u64> = [0x1008, 0x100a].into_iter().collect();
+        let mut p = block(
+            0x1000,
+            0x1008,
+            How::Jmp {
+                from: 0x1000,
+                to: 0x1008,
+                overwrite: 5,
+            },
+        );
+        p.insns = vec![0x1000, 0x1006].into();
+        p.branch = Some(0);
+        let mut je = block(0x1008, 0x100a, How::Int3 { to: 0x100a });
+        je.branch = Some(1);
+        let mov = block(0x100a, 0x100c, How::Int3 { to: 0x100c });
+        let branches = [(0x1006, false), (0x1008, false)];
+        let mut blocks = [p, je, mov];
+        fell(&mut blocks, &branches, &scope(&funcs, &none, &soft));
+        assert_eq!(blocks[1].how, How::Fell { branch: 0 });
+        assert_eq!(blocks[2].how, How::Int3 { to: 0x100c });
     }
 
     #[test]
