@@ -968,8 +968,9 @@ static void cover_all(const uint64_t *stopped, uint64_t nstopped) {
     /* Up to AHEAD conversations are opened before their turn: the server
      * finds the next modules' plans (on threads of its own) while this
      * one's patches are written. (Not more: another user's processes
-     * have a bounded number of connections; one refused is asked again
-     * in its turn.) */
+     * have a bounded number of connections, and each takes a descriptor
+     * of a process that may be near its limit: one refused, or not
+     * opened, is asked again in its turn.) */
     enum { AHEAD = 8 };
     int ring[AHEAD];
     int opened = 0;
@@ -978,7 +979,8 @@ static void cover_all(const uint64_t *stopped, uint64_t nstopped) {
             ring[opened % AHEAD] = cover_open(f.v[opened].path, f.v[opened].bias, f.v[opened].lo,
                                               f.v[opened].hi);
         struct found *x = &f.v[i];
-        if (cover(ring[i % AHEAD], x->bias, x->lo, x->hi, stopped, nstopped) == -3)
+        int fd = ring[i % AHEAD];
+        if (cover(fd, x->bias, x->lo, x->hi, stopped, nstopped) == -3 || fd == -1)
             cover(cover_open(x->path, x->bias, x->lo, x->hi), x->bias, x->lo, x->hi, stopped, nstopped);
     }
     pthread_mutex_unlock(&lock);

@@ -250,3 +250,52 @@ fn attach_entry_counts_from_the_attach_on() {
     // main ran before the attach: its entry block is not counted.
     assert_eq!(count_at(m, sym(&prog, "main").0), 0);
 }
+
+/// A process near its descriptor limit: the runtime opens up to eight
+/// conversations with the server ahead of their turn, and one it could
+/// not open then (no descriptor left) is opened again in its turn, so
+/// every module is counted as without the limit (at a limit of 6, `ls`
+/// lost libc and the loader).
+#[test]
+fn every_module_is_counted_near_the_descriptor_limit() {
+    use std::os::unix::process::CommandExt;
+    let modules = |limit: Option<u64>| -> Vec<PathBuf> {
+        let mut cmd = Command::new("/bin/ls");
+        cmd.arg("/").stdout(Stdio::null());
+        if let Some(n) = limit {
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs
+            // between the fork and the exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let r = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let run = launch(cmd, &[]).expect("launches");
+        assert!(
+            run.status.success(),
+            "ls with {limit:?} descriptors: {:?}",
+            run.status
+        );
+        let mut v: Vec<PathBuf> = run
+            .modules
+            .iter()
+            .filter(|m| m.blocks.iter().any(|b| b.count > 0))
+            .map(|m| m.path.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    let all = modules(None);
+    assert!(all.len() >= 3, "{all:?}");
+    for n in [6, 7] {
+        assert_eq!(modules(Some(n)), all, "with {n} descriptors");
+    }
+}
