@@ -259,13 +259,24 @@ fn a_load_whose_area_lies_at_another_distance_gets_the_code_moved() {
 }
 
 /// [`converse`], and the code and the number of patches that came.
-fn converse_code(server: &Server, m: &Mapped, path: &Path, below: u64) -> Option<(Vec<u8>, u64)> {
+/// A conversation begun: the module's MOD line sent, its SIZE answer
+/// read (the stream, and a reader of it holding that line).
+fn converse_open(
+    server: &Server,
+    m: &Mapped,
+    path: &Path,
+) -> (UnixStream, BufReader<UnixStream>, String) {
     let mut c = UnixStream::connect(server.socket()).unwrap();
     c.write_all(m.line(path).as_bytes()).unwrap();
     let mut r = BufReader::new(c.try_clone().unwrap());
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     assert!(line.starts_with("SIZE "), "{line:?}");
+    (c, r, line)
+}
+
+fn converse_code(server: &Server, m: &Mapped, path: &Path, below: u64) -> Option<(Vec<u8>, u64)> {
+    let (mut c, mut r, mut line) = converse_open(server, m, path);
     writeln!(c, "AT {:x} 0", (m.0 as u64).wrapping_sub(below)).unwrap();
     line.clear();
     r.read_line(&mut line).unwrap();
@@ -600,12 +611,7 @@ fn modules_are_listed_in_the_order_their_loads_were_served() {
     let (first, second) = (Path::new("/bin/true"), Path::new("/bin/false"));
     let (m1, m2) = (Mapped::new(first), Mapped::new(second));
     // The first module's entry is made (its SIZE came) ...
-    let mut c = UnixStream::connect(server.socket()).unwrap();
-    c.write_all(m1.line(first).as_bytes()).unwrap();
-    let mut r = BufReader::new(c.try_clone().unwrap());
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    assert!(line.starts_with("SIZE "), "{line:?}");
+    let (mut c, mut r, mut line) = converse_open(&server, &m1, first);
     // ... but the second module's load is served first.
     assert!(converse(&server, &m2, second, 1 << 30));
     writeln!(c, "AT {:x} 0", (m1.0 as u64).wrapping_sub(1 << 30)).unwrap();
