@@ -5,7 +5,7 @@
 use iced_x86::{Code, FlowControl, Instruction};
 
 use super::seq::{count_seq, emulate_call, jmp, SENTINEL};
-use super::{records_fell, Ctx};
+use super::{fell_copy, Ctx};
 use crate::plan::{How, PlannedBlock};
 
 /// One block's trampoline pieces, before layout.
@@ -36,16 +36,19 @@ pub(super) fn pieces(cx: &Ctx) -> Pieces {
     for (i, b) in cx.plan.blocks.iter().enumerate() {
         let counter = cx.first_counter + i as u64;
         // A block left unpatched because it takes its count from the
-        // fall-through of the block before it (How::Fell) and ending in a
-        // site gets a trampoline all the same, for the recording, reached
-        // from the trampoline before it (which jumps there by `entry`);
-        // still unpatched, its count still derived, nothing lost if it
-        // cannot be made.
-        let fell_site = matches!(b.how, How::Fell { .. }) && records_fell(cx.plan, b, cx.opts);
-        let how = if fell_site {
-            How::Int3 { to: b.end }
-        } else {
-            b.how
+        // fall-through of the block before it (How::Fell) gets a
+        // trampoline all the same (`fell_copy`: for the run on, and the
+        // recording of a final site), reached from the trampoline before
+        // it (which jumps there by `entry`); still unpatched, its count
+        // still derived, nothing lost if it cannot be made.
+        let fell_to = match b.how {
+            How::Fell { .. } => fell_copy(cx.plan, b, cx.opts),
+            _ => None,
+        };
+        let fell_site = fell_to.is_some();
+        let how = match fell_to {
+            Some(to) => How::Int3 { to },
+            None => b.how,
         };
         let piece = match how {
             How::None
@@ -134,8 +137,9 @@ fn copy_piece(
         v.extend(emulate_call(&call)?);
         emulated = Some(v);
     }
-    // A block derived from the edges into it counts nothing itself.
-    let mut main = if plan.derived_of(i).is_some() {
+    // A block derived from the edges into it, or from the fall-through
+    // before it, counts nothing itself.
+    let mut main = if plan.derived_of(i).is_some() || matches!(b.how, How::Fell { .. }) {
         Vec::new()
     } else {
         count_seq(counter, b.flags_live, cx.hits())
@@ -339,14 +343,36 @@ mod tests {
         // 100 + 3 blocks + branch 0), jump back.
         assert_eq!(codes, [Some(100), None, None, None, Some(103), None]);
         assert_eq!(main[5].near_branch_target(), BIAS + plan.blocks[0].end);
-        // Block 1 has no trampoline; block 2 (a lone ret) traps into one
-        // that ends with the ret itself.
-        assert_eq!(p.pieces.len(), 2);
-        assert_eq!(p.pieces[1].block, 2);
+        // Block 1 is not patched, but has a trampoline the one before
+        // goes on into (by its entry): its copy, counting nothing (its
+        // count is the fall-through's). Block 2 (a lone ret) traps into
+        // one that ends with the ret itself.
+        assert_eq!(p.pieces.len(), 3);
+        assert_eq!(p.pieces[1].block, 1);
+        let fell: Vec<Code> = p.pieces[1].main.iter().map(Instruction::code).collect();
+        assert_eq!(fell, [Code::Xor_rm32_r32, Code::Retnq]);
+        assert_eq!(p.pieces[2].block, 2);
         assert_eq!(
-            p.pieces[1].main.last().map(Instruction::code),
+            p.pieces[2].main.last().map(Instruction::code),
             Some(Code::Retnq)
         );
+    }
+
+    #[test]
+    fn a_block_derived_from_a_fall_through_ending_in_a_call_has_no_trampoline() {
+        // mov eax,1; cmp eax,ecx; jne L | mov edi,eax; call *%rax | L:
+        // ret: the block after the jump would only jump back to its call.
+        let bytes = [
+            0xb8, 1, 0, 0, 0, 0x39, 0xc8, 0x75, 0x04, 0x89, 0xc7, 0xff, 0xd0, 0xc3,
+        ];
+        let plan = plan(&bytes);
+        assert_eq!(plan.blocks[1].how, How::Fell { branch: 0 });
+        let p = pieces(&cx(&plan, Options::default()));
+        assert!(p.pieces.iter().all(|q| q.block != 1));
+        // Unless its call is recorded there.
+        let on = Options { call_targets: true };
+        let p = pieces(&cx(&plan, on));
+        assert!(p.pieces.iter().any(|q| q.block == 1));
     }
 
     #[test]
