@@ -50,6 +50,8 @@ pub(super) struct Leaders {
     /// Addresses of padding instructions (no-ops and `int3` after an
     /// instruction that does not go on, up to the next hard leader).
     pub padding: HashSet<u64>,
+    /// The same padding as runs of bytes (start, end), by address.
+    pub runs: Vec<(u64, u64)>,
     /// Leaders entered only by falling through a conditional jump.
     pub soft: HashSet<u64>,
 }
@@ -59,6 +61,7 @@ pub(super) fn leaders(code: &Code, hard: &HashSet<u64>) -> Leaders {
     let insns = &code.insns;
     let mut all: BTreeSet<u64> = hard.iter().copied().collect();
     let mut padding: HashSet<u64> = HashSet::default();
+    let mut runs = Vec::new();
     let mut soft: HashSet<u64> = HashSet::default();
     let mut i = 0;
     while i < insns.len() {
@@ -76,6 +79,9 @@ pub(super) fn leaders(code: &Code, hard: &HashSet<u64>) -> Leaders {
                     padding.insert(insns[j].ip());
                     j += 1;
                 }
+                if j > i + 1 {
+                    runs.push((insns[i + 1].ip(), insns[j - 1].next_ip()));
+                }
             }
             if j < insns.len() {
                 all.insert(insns[j].ip());
@@ -88,7 +94,12 @@ pub(super) fn leaders(code: &Code, hard: &HashSet<u64>) -> Leaders {
             i += 1;
         }
     }
-    Leaders { all, padding, soft }
+    Leaders {
+        all,
+        padding,
+        runs,
+        soft,
+    }
 }
 
 /// The blocks, as ranges of instruction indices: each from a leader (or
@@ -166,6 +177,7 @@ mod tests {
         let mut pad: Vec<u64> = l.padding.iter().copied().collect();
         pad.sort_unstable();
         assert_eq!(pad, [0x1007, 0x1008]);
+        assert_eq!(l.runs, [(0x1007, 0x1009)]);
         assert_eq!(l.soft.iter().copied().collect::<Vec<_>>(), [0x1004]);
         let raw = blocks(&code, &l);
         assert_eq!(starts(&code, &raw), [0x1000, 0x1004, 0x1009, 0x100a]);

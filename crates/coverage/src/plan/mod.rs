@@ -42,7 +42,8 @@
 //!   jump is copied in a trampoline (so its fall-throughs are counted),
 //!   the block is left unpatched and takes that count ([`How::Fell`]):
 //!   no trap, and exact. Elsewhere a short block with dead bytes of a
-//!   copied block within 128 bytes hops there ([`How::Hop`]).
+//!   copied block, or alignment padding, within 128 bytes hops there
+//!   ([`How::Hop`]).
 //! * [`How::Call`]: a block that ends in a call (`call rel32`, or `call
 //!   *disp(%rip)`) after less than 5 bytes of other instructions (none,
 //!   often) is counted by retargeting the call to a stub that counts and
@@ -576,7 +577,7 @@ impl Plan {
             unresolved: &unresolved,
             soft: &leaders.soft,
         };
-        let dead = short::dead_bytes(&blocks, &scope);
+        let dead = short::dead_bytes(&blocks, &leaders.runs, &scope);
         short::fell(&mut blocks, &branches, &scope);
         short::hop(&mut blocks, dead, &forbidden, &scope);
         tables.sort_unstable();

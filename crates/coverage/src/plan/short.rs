@@ -4,7 +4,8 @@
 //! that count, unpatched ([`How::Fell`]); else a 2-byte jump to a 5-byte
 //! one placed in the dead bytes of a block near by ([`How::Hop`]: the
 //! bytes of a block, past its patch, that its trampoline copies whole,
-//! which nothing runs any more). A block that may not trap and finds
+//! which nothing runs any more, or the alignment padding between blocks,
+//! which never ran). A block that may not trap and finds
 //! neither is not counted.
 
 use rustc_hash::FxHashSet as HashSet;
@@ -49,9 +50,34 @@ impl Scope<'_> {
 
 /// The dead bytes of the blocks (from past each jump's patch to the
 /// block's end, when its trampoline copies it whole and 5 bytes fit),
-/// as (first free byte, end), by address.
-pub(super) fn dead_bytes(blocks: &[PlannedBlock], scope: &Scope) -> Vec<(u64, u64)> {
+/// and the alignment padding between them (`padding`, runs of no-ops and
+/// `int3` after an instruction that does not go on, which never run:
+/// past the patch of the block before, when it runs on into them), as
+/// (first free byte, end), by address. (Padding after a call returning
+/// into a short block, as in cc1's `call set; mov %rbp,%rax` before a
+/// function's last block, is often the only room within reach.)
+pub(super) fn dead_bytes(
+    blocks: &[PlannedBlock],
+    padding: &[(u64, u64)],
+    scope: &Scope,
+) -> Vec<(u64, u64)> {
     let mut dead = Vec::new();
+    for &(start, end) in padding {
+        if scope.unresolved_at(start) {
+            continue;
+        }
+        let k = blocks.partition_point(|b| b.start < start);
+        let mut a = start;
+        if let Some(How::Jmp {
+            from, overwrite, ..
+        }) = k.checked_sub(1).map(|k| blocks[k].how)
+        {
+            a = a.max(from + u64::from(overwrite));
+        }
+        if a + 5 <= end {
+            dead.push((a, end));
+        }
+    }
     for b in blocks {
         if let How::Jmp {
             from,
@@ -65,6 +91,7 @@ pub(super) fn dead_bytes(blocks: &[PlannedBlock], scope: &Scope) -> Vec<(u64, u6
             }
         }
     }
+    dead.sort_unstable();
     dead
 }
 
@@ -191,11 +218,45 @@ mod tests {
             ),
         ];
         assert_eq!(
-            dead_bytes(&blocks, &scope(&funcs, &none, &soft)),
+            dead_bytes(&blocks, &[], &scope(&funcs, &none, &soft)),
             [(0x1005, 0x1014)]
         );
         let unresolved: HashSet<u64> = [0x1000].into_iter().collect();
-        assert!(dead_bytes(&blocks, &scope(&funcs, &unresolved, &soft)).is_empty());
+        assert!(dead_bytes(&blocks, &[], &scope(&funcs, &unresolved, &soft)).is_empty());
+    }
+
+    #[test]
+    fn padding_is_dead_past_the_patch_that_runs_into_it() {
+        let funcs = Funcs::new(&[0x1000, 0x1100]);
+        let (none, soft) = (HashSet::default(), HashSet::default());
+        let blocks = [
+            // `xor; ret` (3 bytes): its jump's patch takes 4 bytes of the
+            // padding after it.
+            block(
+                0x1000,
+                0x1003,
+                How::Jmp {
+                    from: 0x1000,
+                    to: 0x1003,
+                    overwrite: 7,
+                },
+            ),
+            block(0x1010, 0x1012, How::Int3 { to: 0x1012 }),
+            block(0x1100, 0x1110, How::Int3 { to: 0x1110 }),
+        ];
+        // Padding after each (the second run too short for a slot).
+        let runs = [(0x1003, 0x1010), (0x1012, 0x1016), (0x1110, 0x1120)];
+        assert_eq!(
+            dead_bytes(&blocks, &runs, &scope(&funcs, &none, &soft)),
+            [(0x1007, 0x1010), (0x1110, 0x1120)]
+        );
+        // In a function whose leaders are not all known: not padding for
+        // certain.
+        let unresolved: HashSet<u64> = [0x1100].into_iter().collect();
+        assert_eq!(
+            dead_bytes(&blocks, &runs, &scope(&funcs, &unresolved, &soft)),
+            [(0x1007, 0x1010)]
+        );
     }
 
     #[test]
