@@ -50,8 +50,8 @@
 //! jump), the recording comes before the push; a block that is one `call
 //! *disp(%rip)` records in its counting stub; a block the planner leaves
 //! unpatched because its count derives from the fall-through before it
-//! ([`How::Fell`]), which has a trampoline only when it does not end in a
-//! call (`fell_copy`), has one for a final site too, entered from the
+//! ([`How::Fell`]), which has a trampoline only when it goes on into a
+//! block that traps (`fell_copy`), has one for a final site too, entered from the
 //! trampoline before it (still unpatched, its count still derived; the
 //! call emulated there). A site whose target cannot
 //! be evaluated there (`call *%rsp`, a 32-bit address) is not recorded: its
@@ -339,24 +339,35 @@ fn records_fell(plan: &Plan, b: &crate::plan::PlannedBlock, opts: Options) -> bo
 }
 
 /// Where the trampoline of the unpatched block `b` (How::Fell) ends its
-/// copy, if it has one: the block's end. Entered only by falling through
-/// the jump that ends the block before it, whose trampoline then goes on
-/// into this one instead of back into the module: the block's bytes stay
-/// as they are (it counts nothing; its count is that fall-through), and
-/// what comes after it is reached from a trampoline, as a trampoline
-/// reaches it, not from the module (where a short block after it would
-/// trap: cc1's `xor %eax,%eax; ret` took 72,000 breakpoints in one
-/// compile). None for a block ending in a call, run in place either way.
+/// copy, if it has one: the block's end, when it goes on into a block
+/// counted through a breakpoint (falling or jumping there). Entered only
+/// by falling through the jump that ends the block before it, whose
+/// trampoline then goes on into this one instead of back into the
+/// module: the block's bytes stay as they are (it counts nothing; its
+/// count is that fall-through), and the short block after it is reached
+/// from a trampoline, which goes to its trampoline directly, not from
+/// the module, where it traps (cc1's `xor %eax,%eax; ret` took 72,000
+/// breakpoints in one compile). Not for every such block: given
+/// trampolines everywhere, python3's loop ran 1.3x slower (for no cause
+/// found without hardware counters; `bench/README.md`, session 48). None
+/// for a block ending in a call, run in place either way.
 fn fell_copy(plan: &Plan, b: &crate::plan::PlannedBlock, opts: Options) -> Option<u64> {
     if records_fell(plan, b, opts) {
         return Some(b.end);
     }
     let last = last_insn(plan, b)?;
-    (!matches!(
-        last.flow_control(),
-        FlowControl::Call | FlowControl::IndirectCall
-    ))
-    .then_some(b.end)
+    let traps = |at: u64| {
+        plan.block_at(at)
+            .is_some_and(|k| matches!(plan.blocks[k].how, How::Int3 { .. }))
+    };
+    let goes_on = match last.flow_control() {
+        FlowControl::Call | FlowControl::IndirectCall => return None,
+        FlowControl::UnconditionalBranch => traps(last.near_branch_target()),
+        FlowControl::ConditionalBranch => traps(last.near_branch_target()) || traps(b.end),
+        FlowControl::Next => traps(b.end),
+        _ => false,
+    };
+    goes_on.then_some(b.end)
 }
 
 /// The trampolines for `plan` loaded at `bias`, the area at `area`, the

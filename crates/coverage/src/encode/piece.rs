@@ -343,19 +343,40 @@ mod tests {
         // 100 + 3 blocks + branch 0), jump back.
         assert_eq!(codes, [Some(100), None, None, None, Some(103), None]);
         assert_eq!(main[5].near_branch_target(), BIAS + plan.blocks[0].end);
-        // Block 1 is not patched, but has a trampoline the one before
-        // goes on into (by its entry): its copy, counting nothing (its
-        // count is the fall-through's). Block 2 (a lone ret) traps into
-        // one that ends with the ret itself.
-        assert_eq!(p.pieces.len(), 3);
-        assert_eq!(p.pieces[1].block, 1);
-        let fell: Vec<Code> = p.pieces[1].main.iter().map(Instruction::code).collect();
-        assert_eq!(fell, [Code::Xor_rm32_r32, Code::Retnq]);
-        assert_eq!(p.pieces[2].block, 2);
+        // Block 1 has no trampoline (it ends in a return, nothing after
+        // it runs from the module); block 2 (a lone ret) traps into one
+        // that ends with the ret itself.
+        assert_eq!(p.pieces.len(), 2);
+        assert_eq!(p.pieces[1].block, 2);
         assert_eq!(
-            p.pieces[2].main.last().map(Instruction::code),
+            p.pieces[1].main.last().map(Instruction::code),
             Some(Code::Retnq)
         );
+    }
+
+    #[test]
+    fn a_block_derived_from_a_fall_through_goes_on_into_a_short_one_from_a_trampoline() {
+        // mov eax,1; cmp eax,ecx; jne L | xor eax,eax | R: ret | L: inc
+        // eax; jmp R: the xor falls into a block that traps (a lone ret,
+        // also jumped to); run in place, it would trap there.
+        let bytes = [
+            0xb8, 1, 0, 0, 0, 0x39, 0xc8, 0x75, 0x03, 0x31, 0xc0, 0xc3, 0xff, 0xc0, 0xeb, 0xfb,
+        ];
+        let plan = plan(&bytes);
+        assert_eq!(plan.blocks[1].how, How::Fell { branch: 0 });
+        assert_eq!(plan.blocks[2].how, How::Int3 { to: 0x100c });
+        let p = pieces(&cx(&plan, Options::default()));
+        let fell = p
+            .pieces
+            .iter()
+            .find(|q| q.block == 1)
+            .expect("a trampoline");
+        // Its copy, counting nothing, and on to the ret's start (which
+        // the layout leads to the ret's trampoline).
+        assert!(fell.stubs.is_empty());
+        let codes: Vec<Code> = fell.main.iter().map(Instruction::code).collect();
+        assert_eq!(codes, [Code::Xor_rm32_r32, Code::Jmp_rel32_64]);
+        assert_eq!(fell.main[1].near_branch_target(), BIAS + 0x100b);
     }
 
     #[test]

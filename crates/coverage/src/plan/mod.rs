@@ -142,10 +142,10 @@ pub enum How {
     /// Not patched: the block is entered only by falling through the
     /// conditional jump that ends the block before it, whose trampoline
     /// counts its fall-throughs (branch `branch`): that is its count,
-    /// exactly. (A short block there would otherwise trap.) Unless it
-    /// ends in a call, it has a trampoline all the same, counting
-    /// nothing, which the one before it goes on into (`encode`,
-    /// `fell_copy`).
+    /// exactly. (A short block there would otherwise trap.) When it goes
+    /// on into a block counted through a breakpoint, it has a trampoline
+    /// all the same, counting nothing, which the one before it goes on
+    /// into (`encode`, `fell_copy`).
     Fell { branch: u32 },
     /// Hit mode only ([`Mode::Hits`]): not patched; it ran exactly when
     /// block `by` ran, which always ends by jumping (or falling) into the
