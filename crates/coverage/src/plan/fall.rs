@@ -35,7 +35,7 @@ pub(super) fn fell_from(
 #[cfg(test)]
 mod tests {
     use super::super::decode::Funcs;
-    use super::super::testing::block;
+    use super::super::testing::{block, branching};
     use super::*;
     use rustc_hash::FxHashSet as HashSet;
 
@@ -49,28 +49,8 @@ mod tests {
             unresolved: &none,
             soft: &soft,
         };
-        let mut p = block(
-            0x1000,
-            0x1008,
-            How::Jmp {
-                from: 0x1000,
-                to: 0x1008,
-                overwrite: 5,
-            },
-        );
-        p.insns = vec![0x1000, 0x1006].into();
-        p.branch = Some(0);
-        let mut q = block(
-            0x1008,
-            0x1010,
-            How::Jmp {
-                from: 0x1008,
-                to: 0x1010,
-                overwrite: 5,
-            },
-        );
-        q.insns = vec![0x1008, 0x100e].into();
-        q.branch = Some(1);
+        let p = branching(0x1000, 0x1008, 0);
+        let mut q = branching(0x1008, 0x1010, 1);
         let r = block(0x1010, 0x1012, How::Fell { branch: 1 });
         let branches = [(0x1006, false), (0x100e, true)];
         assert_eq!(

@@ -829,6 +829,24 @@ mod testing {
         }
     }
 
+    /// A block `start..end` patched by a jump at its start and copied
+    /// whole, ending in conditional jump `branch` (its last instruction,
+    /// 2 bytes).
+    pub fn branching(start: u64, end: u64, branch: u32) -> PlannedBlock {
+        let mut b = block(
+            start,
+            end,
+            How::Jmp {
+                from: start,
+                to: end,
+                overwrite: 5,
+            },
+        );
+        b.insns = vec![start, end - 2].into();
+        b.branch = Some(branch);
+        b
+    }
+
     /// The passes up to the blocks, over `bytes` at 0x1000.
     pub struct Passes {
         code: Code,

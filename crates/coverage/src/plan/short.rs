@@ -166,7 +166,7 @@ pub(super) fn hop(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::block;
+    use super::super::testing::{block, branching};
     use super::*;
 
     fn scope<'a>(
@@ -264,17 +264,7 @@ mod tests {
         let funcs = Funcs::new(&[0x1000]);
         let none = HashSet::default();
         let soft: HashSet<u64> = [0x1008].into_iter().collect();
-        let mut p = block(
-            0x1000,
-            0x1008,
-            How::Jmp {
-                from: 0x1000,
-                to: 0x1008,
-                overwrite: 5,
-            },
-        );
-        p.insns = vec![0x1000, 0x1006].into();
-        p.branch = Some(0);
+        let p = branching(0x1000, 0x1008, 0);
         let b = block(0x1008, 0x100a, How::Int3 { to: 0x100a });
         let branches = [(0x1006, false)];
         let mut blocks = [p.clone(), b.clone()];
@@ -297,17 +287,7 @@ mod tests {
         let funcs = Funcs::new(&[0x1000]);
         let none = HashSet::default();
         let soft: HashSet<u64> = [0x1008, 0x100a].into_iter().collect();
-        let mut p = block(
-            0x1000,
-            0x1008,
-            How::Jmp {
-                from: 0x1000,
-                to: 0x1008,
-                overwrite: 5,
-            },
-        );
-        p.insns = vec![0x1000, 0x1006].into();
-        p.branch = Some(0);
+        let p = branching(0x1000, 0x1008, 0);
         let mut je = block(0x1008, 0x100a, How::Int3 { to: 0x100a });
         je.branch = Some(1);
         let mov = block(0x100a, 0x100c, How::Int3 { to: 0x100c });
