@@ -48,6 +48,11 @@ impl Scope<'_> {
     }
 }
 
+/// How far before its end a jump's patch may start: its window's first
+/// instructions (5 bytes and at most one more instruction of 15) and the
+/// padding after them.
+const PATCH_REACH: u64 = 256;
+
 /// The dead bytes of the blocks (from past each jump's patch to the
 /// block's end, when its trampoline copies it whole and 5 bytes fit),
 /// and the alignment padding between them (`padding`, runs of no-ops and
@@ -66,14 +71,21 @@ pub(super) fn dead_bytes(
         if scope.unresolved_at(start) {
             continue;
         }
+        // A jump's patch may run on past its block (over a short block
+        // its window covers, then into the padding): every patch that
+        // starts close enough before.
         let k = blocks.partition_point(|b| b.start < start);
-        let mut a = start;
-        if let Some(How::Jmp {
-            from, overwrite, ..
-        }) = k.checked_sub(1).map(|k| blocks[k].how)
-        {
-            a = a.max(from + u64::from(overwrite));
-        }
+        let a = blocks[..k]
+            .iter()
+            .rev()
+            .take_while(|b| b.start + PATCH_REACH > start)
+            .filter_map(|b| match b.how {
+                How::Jmp {
+                    from, overwrite, ..
+                } => Some(from + u64::from(overwrite)),
+                _ => None,
+            })
+            .fold(start, u64::max);
         if a + 5 <= end {
             dead.push((a, end));
         }
@@ -229,7 +241,7 @@ mod tests {
     fn padding_is_dead_past_the_patch_that_runs_into_it() {
         let funcs = Funcs::new(&[0x1000, 0x1100]);
         let (none, soft) = (HashSet::default(), HashSet::default());
-        let blocks = [
+        let blocks = vec![
             // `xor; ret` (3 bytes): its jump's patch takes 4 bytes of the
             // padding after it.
             block(
@@ -248,6 +260,15 @@ mod tests {
         let runs = [(0x1003, 0x1010), (0x1012, 0x1016), (0x1110, 0x1120)];
         assert_eq!(
             dead_bytes(&blocks, &runs, &scope(&funcs, &none, &soft)),
+            [(0x1007, 0x1010), (0x1110, 0x1120)]
+        );
+        // A window run on over a short block before the padding: its
+        // patch still takes the padding's first bytes.
+        let mut ran_on = blocks.clone();
+        ran_on[0].end = 0x1001;
+        ran_on.insert(1, block(0x1001, 0x1003, How::Covered));
+        assert_eq!(
+            dead_bytes(&ran_on, &runs, &scope(&funcs, &none, &soft)),
             [(0x1007, 0x1010), (0x1110, 0x1120)]
         );
         // In a function whose leaders are not all known: not padding for
