@@ -30,9 +30,10 @@ impl Server {
                 *c = c.saturating_add(count);
             }
         }
+        // (Sorted by site and target already: a stable sort by module.)
         let rank = listed(&state);
         let mut sum: Vec<_> = sum.into_iter().collect();
-        sum.sort_by_key(|((id, site, target), _)| (rank[*id], *site, target.clone()));
+        sum.sort_by_key(|((id, _, _), _)| rank[*id]);
         let out = sum
             .into_iter()
             .map(|((id, site, target), count)| CallTarget {

@@ -258,7 +258,6 @@ fn a_load_whose_area_lies_at_another_distance_gets_the_code_moved() {
     assert!(second.0 != first.0, "the fields reaching the module moved");
 }
 
-/// [`converse`], and the code and the number of patches that came.
 /// A conversation begun: the module's MOD line sent, its SIZE answer
 /// read (the stream, and a reader of it holding that line).
 fn converse_open(
@@ -275,6 +274,7 @@ fn converse_open(
     (c, r, line)
 }
 
+/// [`converse`], and the code and the number of patches that came.
 fn converse_code(server: &Server, m: &Mapped, path: &Path, below: u64) -> Option<(Vec<u8>, u64)> {
     let (mut c, mut r, mut line) = converse_open(server, m, path);
     writeln!(c, "AT {:x} 0", (m.0 as u64).wrapping_sub(below)).unwrap();
