@@ -755,27 +755,10 @@ fn check(plan: &Plan, enc: Option<&Encoded>) -> Result<(), String> {
         return Err("its first block derives from none".into());
     }
     // An implied or branching block: only in a hit-mode plan, derived
-    // from blocks in range that are counted (implied) or patched at their
-    // start (a branching block's two).
-    let how = |k: u32| plan.blocks.get(k as usize).map(|a| a.how);
-    let counted = |k: u32| !matches!(how(k), None | Some(How::Implied { .. } | How::None));
-    let own = |k: u32| {
-        matches!(
-            how(k),
-            Some(
-                How::Jmp { .. } | How::Int3 { .. } | How::Hop { .. } | How::Call { .. } | How::Once
-            )
-        )
-    };
-    for b in &plan.blocks {
-        let ok = match b.how {
-            How::Implied { by } => counted(by),
-            How::Branches { taken, fell } => own(taken) && own(fell),
-            _ => continue,
-        };
-        if !ok || !plan.mode.hits() {
-            return Err("an implied block derives from none".into());
-        }
+    // from blocks in range that are counted, with no cycle and at most
+    // TREE blocks read for any one hit (Plan::count reads them).
+    if !plan.hits_readable() {
+        return Err("an implied block derives from none".into());
     }
     // A derived block: counting mode, in order, from blocks in range that
     // are not derived themselves, with a counted branch for a branch's

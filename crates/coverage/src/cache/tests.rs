@@ -366,7 +366,48 @@ fn a_hit_mode_plan_is_never_found_under_a_counting_key() {
     .unwrap();
     let err = cache.load(&counts).err().unwrap();
     assert!(err.ends_with("it holds another module's entry"), "{err}");
+    // Hits read through derived blocks in turn, read back; a plan whose
+    // reading would not end (a cycle), or reads more than dom::TREE
+    // blocks for one, is refused.
+    let refused = |plan: &Plan| {
+        let b = write(&hits, plan, None);
+        read(&b, &hits).err()
+    };
+    plan.blocks[2].how = How::Branches { taken: 0, fell: 1 };
+    plan.blocks[1].how = How::Implied { by: 0 };
+    assert_eq!(refused(&plan), None);
+    plan.blocks[0].how = How::Implied { by: 2 };
+    assert_eq!(
+        refused(&plan).as_deref(),
+        Some("an implied block derives from none")
+    );
+    let mut long = plan.clone();
+    long.blocks = (0..=crate::plan::TREE as u64)
+        .map(|i| PlannedBlock {
+            start: 0x1000 + 2 * i,
+            end: 0x1002 + 2 * i,
+            insns: vec![0x1000 + 2 * i].into(),
+            how: if i == crate::plan::TREE as u64 {
+                How::Once
+            } else {
+                How::Implied { by: i as u32 + 1 }
+            },
+            flags_live: false,
+            branch: None,
+        })
+        .collect();
+    long.branches.clear();
+    long.fell_from.clear();
+    long.copied.clear();
+    long.sections = vec![(0x1000, vec![0x90; 0x100])];
+    assert_eq!(
+        refused(&long).as_deref(),
+        Some("an implied block derives from none")
+    );
+    long.blocks[0].how = How::Once;
+    assert_eq!(refused(&long), None);
     // An implied block in a counting plan is refused.
+    plan.blocks[0].how = How::Once;
     plan.mode = Mode::Counts;
     let b = write(&counts, &plan, None);
     assert_eq!(

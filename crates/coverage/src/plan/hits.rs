@@ -34,8 +34,14 @@
 //!   comes from them (an `if` with or without an `else`, nested ones).
 //!   Then J ran exactly when X did: once in X, control crosses a few of
 //!   them (no cycle) and must reach J, and J is reached only so.
+//! * **Dominance** and **joins** (`dom.rs`, last): X that runs to its end
+//!   and goes on only to blocks it dominates ran exactly when one of
+//!   them did (a loop's guard, an entry falling into a loop); J entered
+//!   by two ways alone, from blocks that each go on to J alone, ran
+//!   exactly when one of them did (the join after two calls). Their
+//!   hits may be read through other derived blocks, with no cycle.
 //!
-//! All three hold because:
+//! The first three hold because (the last two: `dom.rs`):
 //!
 //! * A (or X, up to its jump) holds no call (calls end blocks) and no
 //!   instruction that may not go on (`syscall`, `int`, `hlt`), so once
@@ -394,9 +400,13 @@ pub(super) fn ways(blocks: &[PlannedBlock], code: &Code) -> HashMap<u64, u32> {
 /// (no branch, no call, nothing that may not go on): once entered, `b`
 /// reaches its last instruction.
 pub(super) fn plain_before(b: &PlannedBlock, code: &Code) -> bool {
-    b.insns[..b.insns.len().saturating_sub(1)].iter().all(|&a| {
-        insn_at(code, a).is_some_and(|x| x.flow_control() == FlowControl::Next && !stops(x))
-    })
+    let plain = |x: &Instruction| x.flow_control() == FlowControl::Next && !stops(x);
+    if let Some((_, before)) = super::dom::insns_of(b, code).and_then(|x| x.split_last()) {
+        return before.iter().all(plain);
+    }
+    b.insns[..b.insns.len().saturating_sub(1)]
+        .iter()
+        .all(|&a| insn_at(code, a).is_some_and(plain))
 }
 
 /// Per block, how its hit derives from other blocks' probes, if it does.
@@ -414,13 +424,14 @@ fn derived(blocks: &[PlannedBlock], f: &Facts, flagged: &HashSet<u32>) -> Vec<Op
         let Some(last) = b.insns.last().and_then(|&a| insn_at(f.code, a)) else {
             continue;
         };
-        let goes_on = b.insns.iter().all(|&a| {
-            insn_at(f.code, a).is_some_and(|x| {
-                let plain = x.flow_control() == FlowControl::Next && !stops(x);
-                plain || (a == last.ip() && x.flow_control() == FlowControl::UnconditionalBranch)
-            })
-        });
-        if plain_before(b, f.code) && last.flow_control() == FlowControl::ConditionalBranch {
+        let before = plain_before(b, f.code);
+        let goes_on = before
+            && match last.flow_control() {
+                FlowControl::Next => !stops(last),
+                FlowControl::UnconditionalBranch => true,
+                _ => false,
+            };
+        if before && last.flow_control() == FlowControl::ConditionalBranch {
             forks[i] = direct_target(last).map(|t| (t, b.end));
         }
         if !goes_on {
@@ -432,13 +443,14 @@ fn derived(blocks: &[PlannedBlock], f: &Facts, flagged: &HashSet<u32>) -> Vec<Op
         };
     }
     // What the encoder needs of each block.
-    let slots: Vec<u64> = blocks
+    let mut slots: Vec<u64> = blocks
         .iter()
         .filter_map(|b| match b.how {
             How::Hop { slot, .. } => Some(slot),
             _ => None,
         })
         .collect();
+    slots.sort_unstable();
     let mut read: HashSet<u32> = blocks
         .iter()
         .filter_map(|b| match b.how {
@@ -454,7 +466,9 @@ fn derived(blocks: &[PlannedBlock], f: &Facts, flagged: &HashSet<u32>) -> Vec<Op
             _ => false,
         };
         patched_at_start
-            && !slots.iter().any(|&s| b.start <= s && s < b.end)
+            && slots
+                .get(slots.partition_point(|&s| s < b.start))
+                .is_none_or(|&s| s >= b.end)
             && b.branch.is_none_or(|j| !read.contains(&j))
     };
     // Where nothing but the block at `from` leads: the block starting at
@@ -524,6 +538,7 @@ fn derived(blocks: &[PlannedBlock], f: &Facts, flagged: &HashSet<u32>) -> Vec<Op
             *o = Some(How::Implied { by: r as u32 });
         }
     }
+    super::dom::from_dominated(blocks, f, &ways, |k| free(&blocks[k]), &mut out);
     out
 }
 

@@ -93,11 +93,13 @@
 //! most one such site, and its count is the site's).
 
 pub use derive::{Derived, Edge};
+pub use dom::TREE;
 
 mod choose;
 mod copied;
 mod decode;
 mod derive;
+mod dom;
 mod fall;
 mod flags;
 mod hits;
@@ -148,14 +150,17 @@ pub enum How {
     /// into (`encode`, `fell_copy`).
     Fell { branch: u32 },
     /// Hit mode only ([`Mode::Hits`]): not patched; it ran exactly when
-    /// block `by` ran, which always ends by jumping (or falling) into the
-    /// chain that reaches this block, its only way in (see `hits.rs`).
-    /// `by` is the chain's first block, counted itself.
+    /// block `by` ran: `by` always ends by jumping (or falling) into the
+    /// chain that reaches this block, its only way in, and is the chain's
+    /// first block (see `hits.rs`); or this block always goes on to `by`,
+    /// which it dominates (see `dom.rs`). `by`'s hit may be derived in
+    /// turn.
     Implied { by: u32 },
     /// Hit mode only: not patched; it ends in a conditional jump with no
     /// call before it, and is the only way into both blocks the jump
     /// leads to (`taken`, and `fell`, the next one), each with a probe of
-    /// its own: it ran exactly when one of them did.
+    /// its own, or dominates both (`dom.rs`, their hits derived in turn):
+    /// it ran exactly when one of them did.
     Branches { taken: u32, fell: u32 },
     /// Hit mode only ([`Mode::Hits`]): one `int3` at the block's start
     /// that removes itself. Its first hit, in any thread, records that
@@ -652,8 +657,9 @@ impl Plan {
     /// fall-throughs it is derived from, or the count of the block that
     /// implies it.
     pub fn count(&self, i: usize, c: &[u64]) -> u64 {
-        // (What an implied or branching block reads has a probe of its
-        // own, or implies by its branches' probes: `hits.rs`, and the
+        // (What an implied or branching block reads is counted, by a
+        // probe of its own or derived in turn, with no cycle and at most
+        // `dom::TREE` blocks read in all: `hits.rs`, `dom.rs`, and the
         // cache's check; a derived block's ways in count themselves.)
         if let Some(d) = self.derived_of(i) {
             return d
@@ -664,17 +670,17 @@ impl Plan {
         }
         match self.blocks[i].how {
             How::Fell { branch } => self.fell(branch as usize, c),
-            How::Implied { by } => match self.blocks[by as usize].how {
-                How::Implied { .. } => 0,
-                _ => self.count(by as usize, c),
-            },
-            How::Branches { taken, fell } => c[taken as usize].max(c[fell as usize]),
+            How::Implied { by } => self.count(by as usize, c),
+            How::Branches { taken, fell } => self
+                .count(taken as usize, c)
+                .max(self.count(fell as usize, c)),
             _ => c[i],
         }
     }
 
     /// The blocks whose probes block `i`'s count comes from: `i` itself,
-    /// or those of the block implying it, or the two its branches lead to.
+    /// or those of the block implying it, or those of the two it reads
+    /// (each derived in turn, or counted itself).
     pub fn counted_by(&self, i: usize) -> Vec<usize> {
         if let Some(d) = self.derived_of(i) {
             let mut by = Vec::new();
@@ -691,7 +697,11 @@ impl Plan {
         }
         match self.blocks[i].how {
             How::Implied { by } => self.counted_by(by as usize),
-            How::Branches { taken, fell } => vec![taken as usize, fell as usize],
+            How::Branches { taken, fell } => {
+                let mut by = self.counted_by(taken as usize);
+                by.extend(self.counted_by(fell as usize));
+                by
+            }
             _ => vec![i],
         }
     }
