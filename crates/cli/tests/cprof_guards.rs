@@ -14,8 +14,11 @@
 //! of recursion, `exit()` from a callee, C++ exceptions across frames, a
 //! signal handler that siglongjmps, a jump table, computed gotos, tail
 //! calls (sibling calls at `-O2`), forks whose ways meet again (one
-//! join also reached by a goto that skips its fork), and short blocks
-//! each entered only by falling through the jump before it.
+//! join also reached by a goto that skips its fork), blocks whose hit
+//! is read from the blocks they lead to and dominate (a loop's guard, a
+//! join entered from two blocks after calls, left by longjmp and
+//! `exit()`), and short blocks each entered only by falling through the
+//! jump before it.
 
 mod common;
 #[path = "cprof/stepper.rs"]
@@ -231,6 +234,16 @@ fn cpp_exceptions_across_frames() {
 #[test]
 fn a_signal_handler_that_siglongjmps() {
     compare("cc", "siglongjmp.c", "-O0");
+}
+
+#[test]
+fn blocks_read_from_those_they_lead_to() {
+    compare("cc", "dominance.c", "-O0");
+}
+
+#[test]
+fn blocks_read_from_those_they_lead_to_at_o2() {
+    compare("cc", "dominance.c", "-O2");
 }
 
 #[test]
