@@ -418,18 +418,14 @@ pub(super) fn from_dominated(
     // However the blocks were taken, no hit reads more than TREE others
     // (a block read past that keeps its probe), and none leads back to
     // itself (else none of this rule's derivations is kept).
-    let mut how: Vec<How> = (0..blocks.len())
-        .map(|k| out[k].unwrap_or(blocks[k].how))
-        .collect();
-    let ok = sizes(&mut how, |k| (before[k].is_none()).then_some(blocks[k].how));
-    if ok {
-        for (k, h) in how.into_iter().enumerate() {
-            if out[k].is_some() && reads(h) == [None, None] {
+    let how = |k: usize| out[k].unwrap_or(blocks[k].how);
+    match sizes(blocks.len(), how, |k| before[k].is_none()) {
+        Some(cut) => {
+            for k in cut {
                 out[k] = None;
             }
         }
-    } else {
-        out.copy_from_slice(&before);
+        None => out.copy_from_slice(&before),
     }
 }
 
@@ -439,9 +435,9 @@ impl super::Plan {
     /// cycle and at most [`TREE`] blocks read for any one (what the
     /// cache's check asks of a plan it reads).
     pub(crate) fn hits_readable(&self) -> bool {
-        let mut how: Vec<How> = self.blocks.iter().map(|b| b.how).collect();
-        let derives = how.iter().any(|h| reads(*h) != [None, None]);
-        !derives || (self.mode.hits() && sizes(&mut how, |_| None))
+        let how = |k: usize| self.blocks[k].how;
+        let derives = self.blocks.iter().any(|b| reads(b.how) != [None, None]);
+        !derives || (self.mode.hits() && sizes(self.blocks.len(), how, |_| false).is_some())
     }
 }
 
@@ -454,70 +450,89 @@ fn reads(how: How) -> [Option<usize>; 2] {
     }
 }
 
-/// Whether every block's hit can be read (`how`: each block's plan):
-/// from blocks in range that are counted, with no cycle, and at most
-/// [`TREE`] blocks read for it (itself included, as often as the reading
-/// meets them). A block read past that is given to `cut`, which may plan
-/// it to read no other (then it counts as one), or else the blocks it
-/// reads are (the blocks read before for others are then counted as
-/// they were: more than they are); else the answer is no.
-fn sizes(how: &mut [How], mut cut: impl FnMut(usize) -> Option<How>) -> bool {
-    let n = how.len();
-    // Per block, the blocks read for its hit, once known; 0 while its
-    // walk is under way.
-    let mut size: Vec<usize> = vec![usize::MAX; n];
+/// Whether every block's hit can be read (`how`: each of the `n`
+/// blocks' plan): from blocks in range that are counted, with no cycle,
+/// and at most [`TREE`] blocks read for it (itself included, as often as
+/// the reading meets them). A block read past that, if `may_cut` allows,
+/// is cut: taken to read none (it keeps a probe of its own), and counts
+/// as one; else the blocks it reads are, if allowed (the blocks read
+/// before for others are then counted as they were: more than they are).
+/// The blocks cut; `None` if the reading cannot be bounded so.
+fn sizes(
+    n: usize,
+    how: impl Fn(usize) -> How,
+    may_cut: impl Fn(usize) -> bool,
+) -> Option<Vec<usize>> {
+    const TODO: u8 = u8::MAX;
+    const UNDER_WAY: u8 = 0;
+    let mut cut: Vec<usize> = Vec::new();
+    let mut is_cut = vec![false; n];
+    let reads_of = |k: usize, is_cut: &[bool]| {
+        if is_cut[k] {
+            [None, None]
+        } else {
+            reads(how(k))
+        }
+    };
+    // Per block, the blocks read for its hit, once known (at most TREE).
+    let mut size: Vec<u8> = vec![TODO; n];
+    let mut stack: Vec<(usize, bool)> = Vec::new();
     for i in 0..n {
-        let mut stack = vec![(i, false)];
+        if size[i] != TODO {
+            continue;
+        }
+        if reads_of(i, &is_cut) == [None, None] {
+            size[i] = 1;
+            continue;
+        }
+        stack.push((i, false));
         while let Some((k, after)) = stack.pop() {
             if after {
-                let mut total = 1usize;
-                for w in reads(how[k]).into_iter().flatten() {
-                    total = total.saturating_add(size[w]);
-                }
-                if total > TREE {
-                    match cut(k) {
-                        Some(h) if reads(h) == [None, None] => {
-                            how[k] = h;
-                            total = 1;
-                        }
-                        // Not this one: the blocks it reads, then.
-                        _ => {
-                            total = 1;
-                            for w in reads(how[k]).into_iter().flatten() {
-                                match cut(w) {
-                                    Some(h) if reads(h) == [None, None] => {
-                                        how[w] = h;
-                                        size[w] = 1;
-                                    }
-                                    _ => {}
-                                }
-                                total = total.saturating_add(size[w]);
-                            }
-                            if total > TREE {
-                                return false;
-                            }
+                let total = |is_cut: &[bool], size: &[u8]| {
+                    1 + reads_of(k, is_cut)
+                        .into_iter()
+                        .flatten()
+                        .map(|w| usize::from(size[w]))
+                        .sum::<usize>()
+                };
+                let mut t = total(&is_cut, &size);
+                if t > TREE && may_cut(k) {
+                    is_cut[k] = true;
+                    cut.push(k);
+                    t = 1;
+                } else if t > TREE {
+                    // Not this one: the blocks it reads, then.
+                    for w in reads_of(k, &is_cut).into_iter().flatten() {
+                        if size[w] > 1 && may_cut(w) {
+                            is_cut[w] = true;
+                            cut.push(w);
+                            size[w] = 1;
                         }
                     }
+                    t = total(&is_cut, &size);
+                    if t > TREE {
+                        return None;
+                    }
                 }
-                size[k] = total;
+                size[k] = t as u8;
                 continue;
             }
             match size[k] {
-                0 => return false, // a cycle
-                usize::MAX => {}
+                UNDER_WAY => return None, // a cycle
+                TODO => {}
                 _ => continue,
             }
-            size[k] = 0;
+            size[k] = UNDER_WAY;
             stack.push((k, true));
-            for w in reads(how[k]).into_iter().flatten() {
-                if w >= n || matches!(how[w], How::None) {
-                    return false;
+            for w in reads_of(k, &is_cut).into_iter().flatten() {
+                if w >= n || matches!(how(w), How::None) {
+                    return None;
                 }
                 stack.push((w, false));
             }
         }
     }
-    true
+    Some(cut)
 }
 
 #[cfg(test)]
@@ -648,31 +663,27 @@ mod tests {
                 })
                 .collect()
         };
-        let mut how = chain();
-        let mut cut = 0;
-        assert!(sizes(&mut how, |_| {
-            cut += 1;
-            Some(How::Once)
-        }));
-        assert_eq!(cut, (n - 1) / TREE);
+        let how = chain();
+        let cut = sizes(n, |k| how[k], |_| true).unwrap();
+        assert_eq!(cut.len(), (n - 1) / TREE);
         // Each block's reading, walked: at most TREE blocks.
         for i in 0..n {
             let (mut k, mut read) = (i, 1);
-            while let How::Implied { by } = how[k] {
+            while let (How::Implied { by }, false) = (how[k], cut.contains(&k)) {
                 k = by as usize;
                 read += 1;
             }
             assert!(read <= TREE, "{i}: {read}");
         }
         // Nothing may be cut: refused.
-        assert!(!sizes(&mut chain(), |_| None));
+        assert_eq!(sizes(n, |k| how[k], |_| false), None);
         // A cycle: refused, whatever may be cut.
-        let mut how = chain();
-        how[n - 1] = How::Implied { by: 0 };
-        assert!(!sizes(&mut how, |_| Some(How::Once)));
+        let mut cycle = chain();
+        cycle[n - 1] = How::Implied { by: 0 };
+        assert_eq!(sizes(n, |k| cycle[k], |_| true), None);
         // A block read from one that reads none.
-        let mut how = chain();
-        how[3] = How::None;
-        assert!(!sizes(&mut how, |_| Some(How::Once)));
+        let mut none = chain();
+        none[3] = How::None;
+        assert_eq!(sizes(n, |k| none[k], |_| true), None);
     }
 }
