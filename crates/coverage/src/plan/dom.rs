@@ -47,7 +47,12 @@
 //! Both rules err only where the others do: a fault or an asynchronous
 //! signal whose handler does not return, inside X, leaves X unmarked
 //! though it ran; inside a block leading to J, J marked though it did not
-//! run.
+//! run. Where a module runs before its probes are in (attached, or the
+//! loader's code before the runtime is), X is marked when it ran before
+//! and a block after it ran since (its own probe, put in after it ran,
+//! said nothing: ld.so's `call_init` is now `+`); J, like a chain's block,
+//! misses a run entered from a thread that was inside one of its two
+//! when the probes went in.
 //!
 //! **No cycle.** A derived block's hit is read from others' at report
 //! time ([`super::Plan::count`]), which may be derived in turn: a block
