@@ -67,7 +67,7 @@ use iced_x86::{FlowControl, Instruction};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::decode::Code;
-use super::hits::{direct_target, stops, Facts};
+use super::hits::{direct_target, insn_at, stops, Facts};
 use super::{ends_flow, How, PlannedBlock};
 
 /// The most blocks read for one block's hit (a hit-mode plan's derived
@@ -126,7 +126,7 @@ impl Dominators {
             if f.entered.contains(&b.start) || f.scope.unresolved_at(b.start) {
                 entered[i] = true;
             }
-            let Some(last) = insns_of(b, f.code).and_then(|x| x.last()) else {
+            let Some(last) = b.insns.last().and_then(|&a| insn_at(f.code, a)) else {
                 // Where control goes is not known: the next block may be
                 // entered from here.
                 if i + 1 < n {
@@ -404,9 +404,17 @@ pub(super) fn from_dominated(
             continue;
         }
         let (p, q) = (p as usize, q as usize);
+        // (Nor from the block before, if where it goes is not known.)
+        let unknown_before = j > 0
+            && blocks[j - 1]
+                .insns
+                .last()
+                .and_then(|&a| insn_at(f.code, a))
+                .is_none();
         let alone = ways.get(&b.start) == Some(&2)
             && !f.entered.contains(&b.start)
-            && !f.scope.unresolved_at(b.start);
+            && !f.scope.unresolved_at(b.start)
+            && !unknown_before;
         if !alone || p == q || p == j || q == j || out[j].is_some() || !free(j) {
             continue;
         }
