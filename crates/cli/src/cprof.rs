@@ -277,12 +277,6 @@
 //!   library code reached only through a pointer while the library
 //!   itself holds every signal blocked, run there for the first time,
 //!   would be killed by its probe (none is known; use `-f`).
-//! * Hit mode reads some blocks' marks from the blocks they lead to and
-//!   dominate (`plan/dom.rs`): a block that ran before its probes were in
-//!   is marked once a block after it runs. With `-p`, a function's entry
-//!   or a loop's guard that a thread passed before the attach, on its way
-//!   into a loop it still runs, shows `+` (it ran, before the attach); so
-//!   does loader code that ran before the runtime's constructor.
 //! * Lines come from the line table: code the compiler attributed to no
 //!   line (padding, some startup code) counts in the coverage but is in no
 //!   listing; code optimized away has no instructions, so no mark.

@@ -56,6 +56,13 @@
 //!   `dlopen` returns (its initializers, run inside dlopen, are not
 //!   counted; a library libc loads on its own, such as an NSS module, is
 //!   covered at the next dlopen).
+//! * **Hit mode's derived marks.** A block whose mark is read from the
+//!   blocks it leads to and dominates (`plan/dom.rs`) is marked once one
+//!   of them runs, though it ran before its probe was in: the loader's
+//!   `call_init`, run before the runtime's constructor, shows `+`;
+//!   attached (`cprof -p`), so does a function's entry or a loop's guard
+//!   a thread passed before the attach, on its way into a loop it still
+//!   runs.
 //! * **Copied or read code.** A module's code mapped with holes between
 //!   its executable pages (node's binary) is patched run by run. Code the
 //!   module copies at run time and runs there (V8's embedded builtins in
