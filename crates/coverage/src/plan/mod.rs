@@ -156,11 +156,13 @@ pub enum How {
     /// which it dominates (see `dom.rs`). `by`'s hit may be derived in
     /// turn.
     Implied { by: u32 },
-    /// Hit mode only: not patched; it ends in a conditional jump with no
-    /// call before it, and is the only way into both blocks the jump
-    /// leads to (`taken`, and `fell`, the next one), each with a probe of
-    /// its own, or dominates both (`dom.rs`, their hits derived in turn):
-    /// it ran exactly when one of them did.
+    /// Hit mode only: not patched; it ran exactly when one of `taken`
+    /// and `fell` did. Either it ends in a conditional jump with no call
+    /// before it and is the only way into both blocks the jump leads to
+    /// (`taken`, and `fell`, the next one), each with a probe of its own,
+    /// or dominates both (`dom.rs`); or it is a join entered from these
+    /// two alone, each going on to it alone (`dom.rs`). Their hits may be
+    /// derived in turn.
     Branches { taken: u32, fell: u32 },
     /// Hit mode only ([`Mode::Hits`]): one `int3` at the block's start
     /// that removes itself. Its first hit, in any thread, records that
