@@ -86,6 +86,7 @@ struct mod {
     uint64_t lo, hi, cb, n, id;
     struct patch *traps; /* its breakpoints (hops.h), by address */
     uint64_t ntraps;
+    int wx; /* its one-shot probes' pages were left writable (the launch window) */
 };
 
 static struct mod mods[MAXMOD];
@@ -491,6 +492,86 @@ static int mem_reopen(void) {
     return fd;
 }
 
+/* ---- the launch window: one-shot probes put back by a store ----
+ *
+ * A one-shot probe's first hit costs a signal (about 3.3 us on the
+ * 2-vCPU VM) and the write that puts its byte back through
+ * /proc/self/mem, with the checks that the descriptor is still ours:
+ * 2.5 us more (bench/trap_cost.c). Most probes are hit at start-up
+ * (`python3 -c pass`: 25,800). So at a launch (the constructor's
+ * cover_all, not an attach nor a later dlopen) the runs of pages that
+ * hold one-shot probes are left writable and executable after their
+ * patching, for a window of PROFDEV_COV_WINDOW_MS milliseconds from the
+ * runtime's start (WX_DEFAULT_MS; 0: no window), and a hit in the window
+ * stores the byte. The window ends, and every run is made R-X again:
+ * at the first hit past it (every 16th hit reads the clock); at any call
+ * the runtime interposes past it (dlopen, fork, pthread_create, exec's
+ * report); and at once, before the program's own mprotect, mmap
+ * (MAP_FIXED), munmap or mremap of a page in a run (so such a call
+ * never finds the pages other than the program left them). A process
+ * that hits no probe and makes none of those calls after the window
+ * keeps its pages writable until it exits. A store and the end of the
+ * window cannot cross: a hit counts itself in (wx_inflight) before it
+ * tests wx_open again, and the end clears wx_open before it waits (a
+ * bounded number of yields) for no hit to be in; a hit that finds the
+ * window ending writes through /proc/self/mem as outside it. Not
+ * covered: a program changing its own code pages by a raw system call
+ * (then a hit's store could fault). */
+#define WX_DEFAULT_MS 1000
+#define WX_RUNS 4096
+static struct {
+    uint64_t lo, hi;
+} wx_run[WX_RUNS];
+static int wx_nrun;     /* runs left writable */
+static int wx_launch;   /* set while the constructor patches: apply() keeps runs writable */
+static int wx_open;     /* hits store their byte */
+static int wx_inflight; /* hits between their test of wx_open and their store */
+static int wx_lock;     /* one wx_end at a time */
+static uint64_t wx_until; /* the window's end, CLOCK_MONOTONIC nanoseconds */
+
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    if (raw6(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&t, 0, 0, 0, 0)) return ~0ull;
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* End the window (async-signal-safe): no hit stores any more, and every
+ * run is R-X again once no hit is storing. A run left writable by a
+ * failed try is made R-X by the next call. */
+static void wx_end(void) {
+    if (!__atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE) || __atomic_load_n(&wx_launch, __ATOMIC_ACQUIRE))
+        return;
+    if (__atomic_exchange_n(&wx_lock, 1, __ATOMIC_ACQUIRE)) return;
+    __atomic_store_n(&wx_open, 0, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < 10000 && __atomic_load_n(&wx_inflight, __ATOMIC_SEQ_CST); i++)
+        raw6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+    if (!__atomic_load_n(&wx_inflight, __ATOMIC_SEQ_CST)) {
+        int n = __atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE);
+        for (int i = 0; i < n; i++)
+            raw6(SYS_mprotect, (long)wx_run[i].lo, (long)(wx_run[i].hi - wx_run[i].lo), PROT_READ | PROT_EXEC, 0,
+                 0, 0);
+        __atomic_store_n(&wx_nrun, 0, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&wx_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* The window is past its time: end it. */
+static void wx_check(void) {
+    if (__atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE) && mono_ns() >= wx_until) wx_end();
+}
+
+/* Before the program changes the mapping of [a, a+len): if that touches
+ * a run, the window ends first. */
+static void wx_touch(const void *a, size_t len) {
+    int n = __atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE);
+    uint64_t lo = (uint64_t)(uintptr_t)a, hi = lo + len;
+    for (int i = 0; i < n; i++)
+        if (lo < wx_run[i].hi && hi > wx_run[i].lo) {
+            wx_end();
+            return;
+        }
+}
+
 /* A one-shot probe's first hit (any thread; async-signal-safe): record
  * the block as run, then put the original byte back, so the block runs
  * natively from now on. One byte is written: no other thread can see a
@@ -503,11 +584,18 @@ static int mem_reopen(void) {
  * that (proc_mem.force_override=never, a seccomp filter), the page is
  * made writable and executable, and left so. */
 static void once(struct patch *t, struct mod *m) {
-    __atomic_fetch_add(&onces, 1, __ATOMIC_RELAXED);
+    uint64_t n_once = __atomic_fetch_add(&onces, 1, __ATOMIC_RELAXED);
     uint64_t *a0 = __atomic_load_n(&arrays[0], __ATOMIC_ACQUIRE);
     if (a0) ((volatile uint8_t *)a0)[8 * (m->cb + t->entry)] = 1;
     volatile uint8_t *p = (volatile uint8_t *)(uintptr_t)t->addr;
     uint8_t o = (uint8_t)t->orig;
+    if (*p != o && m->wx && __atomic_load_n(&wx_open, __ATOMIC_ACQUIRE)) {
+        /* In the launch window: its page is writable. */
+        __atomic_fetch_add(&wx_inflight, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&wx_open, __ATOMIC_SEQ_CST)) *p = o;
+        __atomic_fetch_sub(&wx_inflight, 1, __ATOMIC_SEQ_CST);
+        if (!(n_once & 15)) wx_check();
+    }
     if (*p != o) {
         int fd = __atomic_load_n(&mem_fd, __ATOMIC_ACQUIRE);
         uint64_t dev = mem_dev, ino = mem_ino;
@@ -675,8 +763,10 @@ static void poke(uint8_t *dst, const uint8_t *src, uint32_t n) {
  * "never run"). */
 static uint64_t apply_run(struct patch *ps, uint64_t np, const uint64_t *stopped, uint64_t nstopped);
 
-static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, uint64_t nstopped) {
+static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, uint64_t nstopped,
+                      int *wx) {
     uint64_t skipped = 0;
+    *wx = wx_launch && !nstopped;
     for (uint64_t i = 0; i < np;) {
         uint64_t lo = ps[i].addr & ~4095ull;
         uint64_t hi = (ps[i].addr + patch_len(&ps[i]) + 4095) & ~4095ull;
@@ -693,7 +783,17 @@ static uint64_t apply(struct patch *ps, uint64_t np, const uint64_t *stopped, ui
             continue;
         }
         skipped += apply_run(ps + i, j - i, stopped, nstopped);
-        raw6(SYS_mprotect, (long)lo, (long)(hi - lo), PROT_READ | PROT_EXEC, 0, 0, 0);
+        int once = 0;
+        for (uint64_t k = i; k < j && !once; k++) once = ps[k].kind == 6;
+        if (once && *wx && wx_nrun < WX_RUNS) {
+            /* The launch window: left writable (see there). */
+            wx_run[wx_nrun].lo = lo;
+            wx_run[wx_nrun].hi = hi;
+            __atomic_store_n(&wx_nrun, wx_nrun + 1, __ATOMIC_RELEASE);
+        } else {
+            if (once) *wx = 0;
+            raw6(SYS_mprotect, (long)lo, (long)(hi - lo), PROT_READ | PROT_EXEC, 0, 0, 0);
+        }
         i = j;
     }
     return skipped;
@@ -891,7 +991,9 @@ static int cover(int fd, uint64_t bias, uint64_t lo, uint64_t hi, const uint64_t
                 (int)getpid(), id, (unsigned long)bias, (unsigned long)lo, (unsigned long)hi,
                 (unsigned long)a, (unsigned long)size, len, np);
     uint64_t skipped = nstopped ? hold_hops(ps, np, stopped, nstopped) : 0;
-    skipped += apply(ps, np, stopped, nstopped);
+    int wx;
+    skipped += apply(ps, np, stopped, nstopped, &wx);
+    __atomic_store_n(&m->wx, wx, __ATOMIC_RELEASE);
     /* Tell profdev which patches were left out (attach). */
     k = snprintf(line, sizeof line, "DONE %lx\n", (unsigned long)skipped);
     write_full(fd, line, k);
@@ -991,6 +1093,7 @@ static void cover_all(const uint64_t *stopped, uint64_t nstopped) {
 
 static void prepare(void) {
     if (!active) return;
+    wx_check();
     pending_n = next_counter;
     pending = big_alloc(pending_n * 8 + 8);
     if (pending) {
@@ -1005,6 +1108,8 @@ static void parent(void) {
 static void child(void) {
     if (!active) return;
     mem_lock = 0;
+    wx_inflight = 0; /* only this thread goes on */
+    wx_lock = 0;
     mem_reopen();
     /* Other threads' arrays are dead copies, in the base and the totals
      * alike, so they cancel. */
@@ -1033,6 +1138,7 @@ API int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *
     static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
     if (!real) real = dlsym(RTLD_NEXT, "pthread_create");
     if (!active) return real(t, a, fn, arg);
+    wx_check();
     struct start *s = malloc(sizeof *s);
     if (!s) return real(t, a, fn, arg);
     s->fn = fn;
@@ -1047,7 +1153,10 @@ API void *dlopen(const char *file, int mode) {
     static void *(*real)(const char *, int);
     if (!real) real = dlsym(RTLD_NEXT, "dlopen");
     void *h = real(file, mode);
-    if (h && active) cover_all(NULL, 0);
+    if (h && active) {
+        wx_check();
+        cover_all(NULL, 0);
+    }
     return h;
 }
 
@@ -1085,6 +1194,47 @@ static char **with_ours(char *const envp[]) {
 #define REAL(name) \
     static __typeof__(name) *real_##name; \
     if (!real_##name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
+
+/* The program's own changes to its mappings: where one touches the
+ * launch window's pages, the window ends first (see there). */
+API int mprotect(void *a, size_t len, int prot) {
+    REAL(mprotect);
+    wx_touch(a, len);
+    return real_mprotect(a, len, prot);
+}
+
+API int pkey_mprotect(void *a, size_t len, int prot, int pkey) {
+    REAL(pkey_mprotect);
+    wx_touch(a, len);
+    return real_pkey_mprotect(a, len, prot, pkey);
+}
+
+API int munmap(void *a, size_t len) {
+    REAL(munmap);
+    wx_touch(a, len);
+    return real_munmap(a, len);
+}
+
+API void *mmap(void *a, size_t len, int prot, int flags, int fd, off_t off) {
+    REAL(mmap);
+    if (flags & MAP_FIXED) wx_touch(a, len);
+    return real_mmap(a, len, prot, flags, fd, off);
+}
+
+API void *mmap64(void *a, size_t len, int prot, int flags, int fd, off_t off) {
+    return mmap(a, len, prot, flags, fd, off);
+}
+
+API void *mremap(void *a, size_t len, size_t nlen, int flags, ...) {
+    REAL(mremap);
+    va_list ap;
+    va_start(ap, flags);
+    void *to = flags & MREMAP_FIXED ? va_arg(ap, void *) : NULL;
+    va_end(ap);
+    wx_touch(a, len);
+    if (to) wx_touch(to, nlen);
+    return flags & MREMAP_FIXED ? real_mremap(a, len, nlen, flags, to) : real_mremap(a, len, nlen, flags);
+}
 
 API int execve(const char *path, char *const argv[], char *const envp[]) {
     REAL(execve);
@@ -1259,7 +1409,17 @@ __attribute__((constructor)) static void start(void) {
     if (!main_array) return;
     set_gs(main_array);
     active = 1;
+    /* The launch window (see there). */
+    const char *w = getenv("PROFDEV_COV_WINDOW_MS");
+    unsigned long ms = w && *w ? strtoul(w, NULL, 10) : WX_DEFAULT_MS;
+    if (ms > 0) {
+        wx_until = mono_ns() + (ms > 3600000ul ? 3600000ul : ms) * 1000000ull;
+        __atomic_store_n(&wx_open, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&wx_launch, 1, __ATOMIC_RELEASE);
+    }
     cover_all(NULL, 0);
+    __atomic_store_n(&wx_launch, 0, __ATOMIC_RELEASE);
+    wx_check();
 }
 
 __attribute__((destructor)) static void stop(void) { report(); }

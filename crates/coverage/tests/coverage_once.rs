@@ -19,18 +19,39 @@ fn build(dir: &Path, opt: &str) -> PathBuf {
     out
 }
 
-/// Run `prog` in `mode`: its module's coverage and what it printed.
-fn run(prog: &Path, mode: Mode, dir: &Path, off: u64) -> (ModuleCoverage, String) {
+/// Run `prog` with `args` in `mode`, the runtime's launch window set to
+/// `window` milliseconds (None: its default): its module's coverage and
+/// what it printed.
+fn run_with(
+    prog: &Path,
+    mode: Mode,
+    dir: &Path,
+    args: &[&str],
+    window: Option<&str>,
+) -> (ModuleCoverage, String) {
     let out = dir.join(format!("out-{mode:?}"));
     let mut cmd = Command::new(prog);
-    cmd.arg(off.to_string())
+    cmd.args(args)
         .stdout(Stdio::from(std::fs::File::create(&out).unwrap()));
+    if let Some(ms) = window {
+        cmd.env("PROFDEV_COV_WINDOW_MS", ms);
+    }
     let name = prog.file_name().unwrap().to_string_lossy().into_owned();
     let r = launch_in(cmd, &[name], mode).expect("launches");
     assert!(r.status.success(), "{:?}", r.status);
     let mut m = r.modules;
     assert_eq!(m.len(), 1, "{m:?}");
     (m.pop().unwrap(), std::fs::read_to_string(out).unwrap())
+}
+
+fn run(
+    prog: &Path,
+    mode: Mode,
+    dir: &Path,
+    off: u64,
+    window: Option<&str>,
+) -> (ModuleCoverage, String) {
+    run_with(prog, mode, dir, &[&off.to_string()], window)
 }
 
 /// A function's address range and the byte at `off` in its code in the
@@ -93,40 +114,114 @@ fn probes_remove_themselves_while_threads_run_the_same_code() {
             How::Once
         );
 
-        let (hits, out) = run(&prog, Mode::Hits, tmp.path(), probe - work);
-        // The probe was there when main started, and is gone after four
-        // threads ran work() 8,000 times (the original byte is back).
-        assert_eq!(printed(&out, "before "), [0xcc, 0xcc], "{opt}: {out}");
-        assert_eq!(printed(&out, "after "), [work_byte], "{opt}: {out}");
-        // The child removed child_only's probe in its own memory only.
-        assert_eq!(printed(&out, "child "), [child_byte], "{opt}: {out}");
-        assert_eq!(printed(&out, "parent "), [0xcc], "{opt}: {out}");
+        // Within the launch window (its default), a hit stores the byte;
+        // with none, it writes through /proc/self/mem.
+        for window in [None, Some("0")] {
+            let (hits, out) = run(&prog, Mode::Hits, tmp.path(), probe - work, window);
+            // The probe was there when main started, and is gone after four
+            // threads ran work() 8,000 times (the original byte is back).
+            assert_eq!(printed(&out, "before "), [0xcc, 0xcc], "{opt}: {out}");
+            assert_eq!(printed(&out, "after "), [work_byte], "{opt}: {out}");
+            // The child removed child_only's probe in its own memory only.
+            assert_eq!(printed(&out, "child "), [child_byte], "{opt}: {out}");
+            assert_eq!(printed(&out, "parent "), [0xcc], "{opt}: {out}");
 
-        // The marks are the counting run's, block by block.
-        let (exact, _) = run(&prog, Mode::Counts, tmp.path(), probe - work);
-        assert_eq!(hits.blocks.len(), exact.blocks.len());
-        for (h, e) in hits.blocks.iter().zip(&exact.blocks) {
-            assert_eq!(h.start, e.start);
-            assert!(h.count <= 1, "{opt}: {:#x} counted {}", h.start, h.count);
-            assert_eq!(h.count > 0, e.count > 0, "{opt}: block {:#x}", h.start);
+            // The marks are the counting run's, block by block.
+            let (exact, _) = run(&prog, Mode::Counts, tmp.path(), probe - work, None);
+            assert_eq!(hits.blocks.len(), exact.blocks.len());
+            for (h, e) in hits.blocks.iter().zip(&exact.blocks) {
+                assert_eq!(h.start, e.start);
+                assert!(h.count <= 1, "{opt}: {:#x} counted {}", h.start, h.count);
+                assert_eq!(h.count > 0, e.count > 0, "{opt}: block {:#x}", h.start);
+            }
+            let ran = |lo: u64, hi: u64| {
+                hits.blocks
+                    .iter()
+                    .filter(|b| lo <= b.start && b.start < hi)
+                    .map(|b| b.count)
+                    .collect::<Vec<_>>()
+            };
+            // Both ways of work()'s branch ran (at -O0, where each is a
+            // block); never() did not; the child's
+            // function is marked (the union of the processes' marks).
+            let w = ran(work, work_end);
+            assert!(w.contains(&1), "{opt}");
+            if opt == "-O0" {
+                assert!(w.iter().all(|&c| c == 1), "{opt}");
+            }
+            let (never, never_end, _) = func(&bytes, "never");
+            assert!(ran(never, never_end).iter().all(|&c| c == 0), "{opt}");
+            assert_eq!(ran(child_only, child_only + 1), [1], "{opt}");
         }
-        let ran = |lo: u64, hi: u64| {
-            hits.blocks
-                .iter()
-                .filter(|b| lo <= b.start && b.start < hi)
-                .map(|b| b.count)
-                .collect::<Vec<_>>()
-        };
-        // Both ways of work()'s branch ran (at -O0, where each is a
-        // block); never() did not; the child's
-        // function is marked (the union of the processes' marks).
-        let w = ran(work, work_end);
-        assert!(w.contains(&1), "{opt}");
-        if opt == "-O0" {
-            assert!(w.iter().all(|&c| c == 1), "{opt}");
-        }
-        let (never, never_end, _) = func(&bytes, "never");
-        assert!(ran(never, never_end).iter().all(|&c| c == 0), "{opt}");
-        assert_eq!(ran(child_only, child_only + 1), [1], "{opt}");
     }
+}
+
+fn build_window(dir: &Path) -> PathBuf {
+    let out = dir.join("window");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/window.c");
+    profdev_testkit::cc(&src, &["-O2", "-g"], &out);
+    out
+}
+
+/// The line of `out` that starts with `word`, less the word.
+fn line_of<'a>(out: &'a str, word: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(word))
+        .unwrap_or_else(|| panic!("no {word:?} line in {out:?}"))
+}
+
+/// The marks of `f`'s blocks.
+fn marks_of(cov: &ModuleCoverage, bytes: &[u8], f: &str) -> Vec<u64> {
+    let (lo, hi, _) = func(bytes, f);
+    cov.blocks
+        .iter()
+        .filter(|b| lo <= b.start && b.start < hi)
+        .map(|b| b.count)
+        .collect()
+}
+
+#[test]
+fn the_launch_window_ends_before_the_programs_own_mprotect() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build_window(tmp.path());
+    let bytes = std::fs::read(&prog).unwrap();
+    // A window far longer than the run: the pages are writable at main,
+    // until the program's own mprotect of one of them ends the window
+    // (all its pages R-X again) before it is done; late()'s probe, hit
+    // after that, is put back through /proc/self/mem.
+    let (cov, out) = run_with(&prog, Mode::Hits, tmp.path(), &["mprotect"], Some("600000"));
+    assert_eq!(line_of(&out, "start "), "rwxp", "{out}");
+    assert_eq!(line_of(&out, "after "), "r-xp", "{out}");
+    assert_eq!(line_of(&out, "other "), "r-xp 1", "{out}");
+    assert_eq!(line_of(&out, "late "), "20", "{out}");
+    let late = marks_of(&cov, &bytes, "late");
+    assert!(
+        late.contains(&1) && late.iter().all(|&c| c <= 1),
+        "{late:?}"
+    );
+    // With no window the code is never writable.
+    let (cov, out) = run_with(&prog, Mode::Hits, tmp.path(), &["mprotect"], Some("0"));
+    assert_eq!(line_of(&out, "start "), "r-xp", "{out}");
+    assert_eq!(marks_of(&cov, &bytes, "late"), late);
+}
+
+#[test]
+fn the_launch_window_ends_at_a_hit_past_its_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build_window(tmp.path());
+    // A window of 1.5 s (much longer than the runtime's start, so open
+    // at main), which the program lets pass: of any 16 hits after it one
+    // reads the clock and ends the window (every page R-X again).
+    let (_, out) = run_with(
+        &prog,
+        Mode::Hits,
+        tmp.path(),
+        &["expire", "1500"],
+        Some("1500"),
+    );
+    assert_eq!(line_of(&out, "start "), "rwxp", "{out}");
+    let n: usize = line_of(&out, "expired ")
+        .parse()
+        .unwrap_or_else(|_| panic!("{out}"));
+    assert!(n <= 16, "{out}");
 }
