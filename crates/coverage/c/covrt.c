@@ -502,11 +502,11 @@ static int mem_reopen(void) {
  * cover_all, not an attach nor a later dlopen) the runs of pages that
  * hold one-shot probes are left writable and executable after their
  * patching, for a window of PROFDEV_COV_WINDOW_MS milliseconds from the
- * runtime's start (WX_DEFAULT_MS; 0: no window), and a hit in the window
- * stores the byte. The window ends, and every run is made R-X again:
- * at the first hit past it (every 16th hit reads the clock); at any call
- * the runtime interposes past it (dlopen, fork, pthread_create, exec's
- * report); and at once, before the program's own mprotect, mmap
+ * end of the constructor's patching (WX_DEFAULT_MS; 0: no window), and a
+ * hit in the window stores the byte. The window ends, and every run is
+ * made R-X again: at a hit past it (of any 16 hits that store, one reads
+ * the clock); at any call the runtime interposes past it (dlopen, fork,
+ * pthread_create); and at once, before the program's own mprotect, mmap
  * (MAP_FIXED), munmap or mremap of a page in a run (so such a call
  * never finds the pages other than the program left them). A process
  * that hits no probe and makes none of those calls after the window
@@ -1413,13 +1413,16 @@ __attribute__((constructor)) static void start(void) {
     const char *w = getenv("PROFDEV_COV_WINDOW_MS");
     unsigned long ms = w && *w ? strtoul(w, NULL, 10) : WX_DEFAULT_MS;
     if (ms > 0) {
-        wx_until = mono_ns() + (ms > 3600000ul ? 3600000ul : ms) * 1000000ull;
+        wx_until = ~0ull;
         __atomic_store_n(&wx_open, 1, __ATOMIC_RELEASE);
         __atomic_store_n(&wx_launch, 1, __ATOMIC_RELEASE);
     }
     cover_all(NULL, 0);
-    __atomic_store_n(&wx_launch, 0, __ATOMIC_RELEASE);
-    wx_check();
+    if (ms > 0) {
+        /* Planning (a module's first run) does not eat the window. */
+        wx_until = mono_ns() + (ms > 3600000ul ? 3600000ul : ms) * 1000000ull;
+        __atomic_store_n(&wx_launch, 0, __ATOMIC_RELEASE);
+    }
 }
 
 __attribute__((destructor)) static void stop(void) { report(); }

@@ -68,8 +68,9 @@
 //!   second (`PROFDEV_COV_WINDOW_MS`, milliseconds; `0`: never), so a
 //!   probe's first hit puts its byte back by a store, not a write to
 //!   `/proc/self/mem` (`python3 -c pass`: 0.24 to 0.18 s). They are made
-//!   R-X again at the first hit or interposed call (`dlopen`, `fork`,
-//!   `pthread_create`) past that time, and at once before the program's
+//!   R-X again at a hit or interposed call (`dlopen`, `fork`,
+//!   `pthread_create`) past that time (a second from the end of the
+//!   runtime's patching at start), and at once before the program's
 //!   own `mprotect`, `mmap`, `munmap` or `mremap` of one of them. A
 //!   process that does none of these after the window keeps them
 //!   writable until it exits. A program that changes its own code's

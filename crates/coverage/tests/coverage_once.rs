@@ -209,9 +209,10 @@ fn the_launch_window_ends_before_the_programs_own_mprotect() {
 fn the_launch_window_ends_at_a_hit_past_its_time() {
     let tmp = tempfile::tempdir().unwrap();
     let prog = build_window(tmp.path());
-    // A window of 1.5 s (much longer than the runtime's start, so open
-    // at main), which the program lets pass: of any 16 hits after it one
-    // reads the clock and ends the window (every page R-X again).
+    // A window of 1.5 s from the end of the runtime's patching (so open
+    // at main), which the program lets pass from its own start: of any 16
+    // hits after it one reads the clock and ends the window (every page
+    // R-X again).
     let (_, out) = run_with(
         &prog,
         Mode::Hits,
