@@ -498,15 +498,19 @@ static int mem_reopen(void) {
  * 2-vCPU VM) and the write that puts its byte back through
  * /proc/self/mem, with the checks that the descriptor is still ours:
  * 2.5 us more (bench/trap_cost.c). Most probes are hit at start-up
- * (`python3 -c pass`: 25,800). So at a launch (the constructor's
- * cover_all, not an attach nor a later dlopen) the runs of pages that
- * hold one-shot probes are left writable and executable after their
- * patching, for a window of PROFDEV_COV_WINDOW_MS milliseconds from the
- * end of the constructor's patching (WX_DEFAULT_MS; 0: no window), and a
- * hit in the window stores the byte. The window ends, and every run is
- * made R-X again: at a hit past it (of any 16 hits that store, one reads
- * the clock); at any call the runtime interposes past it (dlopen, fork,
- * pthread_create); and at once, before the program's own mprotect, mmap
+ * (`python3 -c pass`: 25,800), or while a program reaches new code
+ * (a compiler's passes: `cc -O2 -c` of the bench's gen.c hits 83,600,
+ * over its whole run). So at a launch (the constructor's cover_all, not
+ * an attach nor a later dlopen) the runs of pages that hold one-shot
+ * probes are left writable and executable after their patching, for a
+ * window of PROFDEV_COV_WINDOW_MS milliseconds (WX_DEFAULT_MS; 0: no
+ * window) from the end of the constructor's patching, which each hit
+ * that reads the clock moves on (of any 16 hits that store, one does):
+ * the window stays open while the program hits new probes, 16 in each
+ * such span at least. A hit in the window stores the byte. The window
+ * ends, and every run is made R-X again: at a hit past it; at any call
+ * the runtime interposes past it (dlopen, fork, pthread_create); and at
+ * once, before the program's own mprotect, mmap
  * (MAP_FIXED), munmap or mremap of a page in a run (so such a call
  * never finds the pages other than the program left them). A process
  * that hits no probe and makes none of those calls after the window
@@ -555,9 +559,17 @@ static void wx_end(void) {
     __atomic_store_n(&wx_lock, 0, __ATOMIC_RELEASE);
 }
 
-/* The window is past its time: end it. */
-static void wx_check(void) {
-    if (__atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE) && mono_ns() >= wx_until) wx_end();
+static uint64_t wx_span; /* PROFDEV_COV_WINDOW_MS in nanoseconds */
+
+/* The window is past its time: end it. At a hit (hit), a window still
+ * open is moved on. */
+static void wx_check(int hit) {
+    if (!__atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE)) return;
+    uint64_t now = mono_ns();
+    if (now >= __atomic_load_n(&wx_until, __ATOMIC_RELAXED))
+        wx_end();
+    else if (hit)
+        __atomic_store_n(&wx_until, now + wx_span, __ATOMIC_RELAXED);
 }
 
 /* Before the program changes the mapping of [a, a+len): if that touches
@@ -594,7 +606,7 @@ static void once(struct patch *t, struct mod *m) {
         __atomic_fetch_add(&wx_inflight, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&wx_open, __ATOMIC_SEQ_CST)) *p = o;
         __atomic_fetch_sub(&wx_inflight, 1, __ATOMIC_SEQ_CST);
-        if (!(n_once & 15)) wx_check();
+        if (!(n_once & 15)) wx_check(1);
     }
     if (*p != o) {
         int fd = __atomic_load_n(&mem_fd, __ATOMIC_ACQUIRE);
@@ -1093,7 +1105,7 @@ static void cover_all(const uint64_t *stopped, uint64_t nstopped) {
 
 static void prepare(void) {
     if (!active) return;
-    wx_check();
+    wx_check(0);
     pending_n = next_counter;
     pending = big_alloc(pending_n * 8 + 8);
     if (pending) {
@@ -1138,7 +1150,7 @@ API int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *
     static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
     if (!real) real = dlsym(RTLD_NEXT, "pthread_create");
     if (!active) return real(t, a, fn, arg);
-    wx_check();
+    wx_check(0);
     struct start *s = malloc(sizeof *s);
     if (!s) return real(t, a, fn, arg);
     s->fn = fn;
@@ -1154,7 +1166,7 @@ API void *dlopen(const char *file, int mode) {
     if (!real) real = dlsym(RTLD_NEXT, "dlopen");
     void *h = real(file, mode);
     if (h && active) {
-        wx_check();
+        wx_check(0);
         cover_all(NULL, 0);
     }
     return h;
@@ -1420,7 +1432,8 @@ __attribute__((constructor)) static void start(void) {
     cover_all(NULL, 0);
     if (ms > 0) {
         /* Planning (a module's first run) does not eat the window. */
-        wx_until = mono_ns() + (ms > 3600000ul ? 3600000ul : ms) * 1000000ull;
+        wx_span = (ms > 3600000ul ? 3600000ul : ms) * 1000000ull;
+        wx_until = mono_ns() + wx_span;
         __atomic_store_n(&wx_launch, 0, __ATOMIC_RELEASE);
     }
 }
