@@ -44,7 +44,7 @@
 //! `-f`, `-r`, `--lcov` or `--cobertura`), CMD runs in the engine's hit
 //! mode (`profdev_coverage::plan::Mode`): a block's probe is one `int3`
 //! that records the block at its first run and removes itself (in the
-//! first second by a store: the pages stay writable, see the engine's limits), so the code
+//! launch window by a store: the pages stay writable while new code runs, see the engine's limits), so the code
 //! then runs natively (a trampoline's byte in C library code that may run with SIGTRAP blocked), and a
 //! block that another's run implies gets no probe. The marks are the
 //! counting run's; the last line gives the instructions that ran, each
