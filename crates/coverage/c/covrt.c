@@ -551,9 +551,12 @@ static void wx_end(void) {
         raw6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
     if (!__atomic_load_n(&wx_inflight, __ATOMIC_SEQ_CST)) {
         int n = __atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE);
-        for (int i = 0; i < n; i++)
-            raw6(SYS_mprotect, (long)wx_run[i].lo, (long)(wx_run[i].hi - wx_run[i].lo), PROT_READ | PROT_EXEC, 0,
-                 0, 0);
+        for (int i = 0; i < n; i++) {
+            /* lo before hi (wx_touch drops a run hi first). */
+            uint64_t lo = __atomic_load_n(&wx_run[i].lo, __ATOMIC_ACQUIRE);
+            uint64_t hi = __atomic_load_n(&wx_run[i].hi, __ATOMIC_ACQUIRE);
+            raw6(SYS_mprotect, (long)lo, (long)(hi - lo), PROT_READ | PROT_EXEC, 0, 0, 0);
+        }
         __atomic_store_n(&wx_nrun, 0, __ATOMIC_RELEASE);
     }
     __atomic_store_n(&wx_lock, 0, __ATOMIC_RELEASE);
@@ -573,13 +576,23 @@ static void wx_check(int hit) {
 }
 
 /* Before the program changes the mapping of [a, a+len): if that touches
- * a run, the window ends first. */
+ * a run, the window ends first. Should it not (a hit storing that cannot
+ * go on: a handler's, on this thread), the runs touched are dropped, so
+ * that the end never changes what the program maps there next (its
+ * high bound first: a run read half dropped has hi below lo, which
+ * mprotect refuses whole). */
 static void wx_touch(const void *a, size_t len) {
     int n = __atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE);
     uint64_t lo = (uint64_t)(uintptr_t)a, hi = lo + len;
     for (int i = 0; i < n; i++)
         if (lo < wx_run[i].hi && hi > wx_run[i].lo) {
             wx_end();
+            n = __atomic_load_n(&wx_nrun, __ATOMIC_ACQUIRE);
+            for (int k = 0; k < n; k++)
+                if (lo < wx_run[k].hi && hi > wx_run[k].lo) {
+                    __atomic_store_n(&wx_run[k].hi, 0, __ATOMIC_RELEASE);
+                    __atomic_store_n(&wx_run[k].lo, 0, __ATOMIC_RELEASE);
+                }
             return;
         }
 }
