@@ -205,22 +205,23 @@ fn the_launch_window_ends_before_the_programs_own_mprotect() {
     assert_eq!(marks_of(&cov, &bytes, "late"), late);
 }
 
-#[test]
-fn the_launch_window_ends_at_a_hit_past_its_time() {
+/// window.c's `MODE MS` in hit mode with a window of MS milliseconds,
+/// open at its main (its code writable): what it printed.
+fn windowed(mode: &str, ms: &str) -> String {
     let tmp = tempfile::tempdir().unwrap();
     let prog = build_window(tmp.path());
+    let (_, out) = run_with(&prog, Mode::Hits, tmp.path(), &[mode, ms], Some(ms));
+    assert_eq!(line_of(&out, "start "), "rwxp", "{out}");
+    out
+}
+
+#[test]
+fn the_launch_window_ends_at_a_hit_past_its_time() {
     // A window of 500 ms from the end of the runtime's patching (so open
     // at main), which the program lets pass, twice, with no new code run:
     // of any 16 hits after that one reads the clock and ends the window
     // (every page R-X again).
-    let (_, out) = run_with(
-        &prog,
-        Mode::Hits,
-        tmp.path(),
-        &["expire", "500"],
-        Some("500"),
-    );
-    assert_eq!(line_of(&out, "start "), "rwxp", "{out}");
+    let out = windowed("expire", "500");
     let n: usize = line_of(&out, "expired ")
         .parse()
         .unwrap_or_else(|_| panic!("{out}"));
@@ -229,18 +230,9 @@ fn the_launch_window_ends_at_a_hit_past_its_time() {
 
 #[test]
 fn the_launch_window_stays_open_while_new_code_runs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let prog = build_window(tmp.path());
     // A window of 1 s, and new code run for 2.5 s at least, 16 hits in
     // every 40 ms: each hit that reads the clock moves the window on.
-    let (_, out) = run_with(
-        &prog,
-        Mode::Hits,
-        tmp.path(),
-        &["slide", "1000"],
-        Some("1000"),
-    );
-    assert_eq!(line_of(&out, "start "), "rwxp", "{out}");
+    let out = windowed("slide", "1000");
     let slid: Vec<&str> = line_of(&out, "slid ").split(' ').collect();
     let ms: u64 = slid[0].parse().unwrap_or_else(|_| panic!("{out}"));
     assert!(ms >= 2000, "{out}");
