@@ -179,7 +179,7 @@ pub fn arcs_of(
     let branch_taken: HashMap<u64, u64> = m.branches.iter().map(|b| (b.addr, b.taken)).collect();
     let mut out = Arcs::default();
     for b in &m.blocks {
-        let Some(&last) = b.insns.last() else {
+        let Some(last) = b.insns.last() else {
             continue;
         };
         if b.count == 0 || b.end <= last {

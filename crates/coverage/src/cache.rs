@@ -60,7 +60,6 @@
 //! or one of another version, is refused (and replaced), never trusted.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -278,7 +277,7 @@ fn write_plan(w: &mut W, plan: &Plan) {
         w.d(b.end, b.start);
         w.v(b.insns.len() as u64);
         let mut at = b.start;
-        for &a in &b.insns {
+        for a in &b.insns {
             w.d(a, at);
             at = a;
         }
@@ -449,24 +448,24 @@ fn read_plan(r: &mut R) -> Result<Plan, String> {
     let mut blocks = Vec::with_capacity(n);
     huge_pages(&mut blocks);
     // Every block's instructions in one buffer (crate::insns), each
-    // block's count of them kept apart until the buffer is whole. An
-    // instruction takes a byte at least: the file bounds them.
-    let mut all = Vec::with_capacity(r.0.len().min(n.saturating_mul(8)));
-    huge_pages(&mut all);
-    let mut lens: Vec<u32> = Vec::with_capacity(n);
-    let none = Arc::new(Vec::new());
+    // block's view of it taken once the buffer is whole. An instruction
+    // takes a byte at least: the file bounds them.
+    let mut all = crate::insns::Builder::with_capacity(n, r.0.len());
+    let mut one = Vec::new();
+    let none = Insns::default();
     let mut prev = 0;
     for _ in 0..n {
         let start = r.d(prev)?;
         prev = start;
         let end = r.d(start)?;
         let k = r.len(1)?;
-        lens.push(u32::try_from(k).map_err(|_| "a block of too many instructions")?);
         let mut at = start;
+        one.clear();
         for _ in 0..k {
             at = r.d(at)?;
-            all.push(at);
+            one.push(at);
         }
+        all.push(&one).ok_or("a plan of too many instructions")?;
         let kind = r.u8()?;
         if kind & !(0xf | LIVE | BRANCH) != 0 {
             return Err(format!("unknown block kind {kind:#x}"));
@@ -504,18 +503,14 @@ fn read_plan(r: &mut R) -> Result<Plan, String> {
         blocks.push(PlannedBlock {
             start,
             end,
-            insns: Insns::shared(&none, 0..0).ok_or("an empty range")?,
+            insns: none.clone(),
             how,
             flags_live: kind & LIVE != 0,
             branch,
         });
     }
-    let all = Arc::new(all);
-    let mut lo = 0;
-    for (b, k) in blocks.iter_mut().zip(lens) {
-        let hi = lo + k as usize;
-        b.insns = Insns::shared(&all, lo..hi).ok_or("an instruction range out of bounds")?;
-        lo = hi;
+    for (b, v) in blocks.iter_mut().zip(all.views()) {
+        b.insns = v;
     }
     let n = r.len(2)?;
     let mut branches = Vec::with_capacity(n);

@@ -6,36 +6,93 @@
 //! `free`s at the exit), the addresses scattered over the heap with a
 //! header each. A plan read from the cache holds every block's
 //! addresses in one buffer, in block order, and each block a range of
-//! it ([`Insns::shared`]); the counts take the same view (a reference
-//! count, not a copy). A list made alone ([`Insns::from`] a `Vec`) has a
-//! buffer of its own.
+//! it ([`Builder`]); the counts take the same view (a reference count,
+//! not a copy). A list made alone ([`Insns::from`] a `Vec`) has a buffer
+//! of its own.
+//!
+//! The buffer holds a block's first address whole and each later one as
+//! its distance from the one before, a byte (an x86 instruction is 1 to
+//! 15 bytes long, and a block's instructions follow each other): cc1's
+//! 14 million addresses take 26 MB, not 113 MB, of fresh pages in every
+//! run that reads its plan. A list with a gap of more than 255 bytes, or
+//! addresses not ascending, makes its whole buffer one of 8-byte
+//! addresses instead ([`Buf::Wide`]).
 
 use std::fmt;
-use std::ops::{Deref, Range};
 use std::sync::Arc;
 
-/// Start addresses of a block's instructions, ascending (derefs to a
-/// slice).
+/// A plan's (or one list's) addresses.
+enum Buf {
+    /// Per block: its first address (8 bytes, little-endian), then one
+    /// byte per later instruction, its distance (1 to 255) from the one
+    /// before.
+    Near(Vec<u8>),
+    /// Per block: its addresses.
+    Wide(Vec<u64>),
+}
+
+/// Start addresses of a block's instructions, ascending.
 #[derive(Clone)]
 pub struct Insns {
-    buf: Arc<Vec<u64>>,
-    // Invariant: lo <= hi <= buf.len().
+    buf: Arc<Buf>,
+    // Invariant: lo <= hi <= the buffer's length; a `Near` range is empty
+    // or holds 8 bytes and more.
     lo: u32,
     hi: u32,
 }
 
 impl Insns {
-    /// The addresses `range` of `buf`; None when the range is not within
-    /// it (or past what a view holds: 2^32 addresses).
-    pub fn shared(buf: &Arc<Vec<u64>>, range: Range<usize>) -> Option<Insns> {
-        if range.start > range.end || range.end > buf.len() {
-            return None;
+    /// Its number of instructions.
+    pub fn len(&self) -> usize {
+        let n = (self.hi - self.lo) as usize;
+        match &*self.buf {
+            Buf::Near(_) if n > 0 => n - 7,
+            _ => n,
         }
-        Some(Insns {
-            buf: Arc::clone(buf),
-            lo: u32::try_from(range.start).ok()?,
-            hi: u32::try_from(range.end).ok()?,
-        })
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.lo == self.hi
+    }
+
+    /// Its instructions' addresses, in order.
+    pub fn iter(&self) -> Iter<'_> {
+        let (lo, hi) = (self.lo as usize, self.hi as usize);
+        match &*self.buf {
+            Buf::Near(b) if lo < hi => Iter::Near {
+                at: Some(u64::from_le_bytes(
+                    b[lo..lo + 8].try_into().unwrap_or_default(),
+                )),
+                rest: b[lo + 8..hi].iter(),
+            },
+            Buf::Near(_) => Iter::Near {
+                at: None,
+                rest: [].iter(),
+            },
+            Buf::Wide(v) => Iter::Wide(v[lo..hi].iter()),
+        }
+    }
+
+    /// The first address.
+    pub fn first(&self) -> Option<u64> {
+        self.iter().next()
+    }
+
+    /// The last address.
+    pub fn last(&self) -> Option<u64> {
+        match &*self.buf {
+            Buf::Wide(v) => v[self.lo as usize..self.hi as usize].last().copied(),
+            Buf::Near(_) => self.iter().last(),
+        }
+    }
+
+    /// The `k`th address.
+    pub fn get(&self, k: usize) -> Option<u64> {
+        match &*self.buf {
+            Buf::Wide(v) => v[self.lo as usize..self.hi as usize].get(k).copied(),
+            Buf::Near(_) => self.iter().nth(k),
+        }
     }
 
     /// Whether `self` and `other` are views of the same buffer.
@@ -44,25 +101,140 @@ impl Insns {
     }
 }
 
-impl Deref for Insns {
-    type Target = [u64];
+/// [`Insns::iter`].
+pub enum Iter<'a> {
+    #[doc(hidden)]
+    Near {
+        at: Option<u64>,
+        rest: std::slice::Iter<'a, u8>,
+    },
+    #[doc(hidden)]
+    Wide(std::slice::Iter<'a, u64>),
+}
 
-    fn deref(&self) -> &[u64] {
-        &self.buf[self.lo as usize..self.hi as usize]
+impl Iterator for Iter<'_> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        match self {
+            Iter::Near { at, rest } => {
+                let here = (*at)?;
+                *at = rest.next().map(|&d| here + u64::from(d));
+                Some(here)
+            }
+            Iter::Wide(v) => v.next().copied(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match self {
+            Iter::Near { at, rest } => usize::from(at.is_some()) + rest.len(),
+            Iter::Wide(v) => v.len(),
+        };
+        (n, Some(n))
     }
 }
 
-impl<'a> IntoIterator for &'a Insns {
-    type Item = &'a u64;
-    type IntoIter = std::slice::Iter<'a, u64>;
+impl ExactSizeIterator for Iter<'_> {}
 
-    fn into_iter(self) -> Self::IntoIter {
+impl<'a> IntoIterator for &'a Insns {
+    type Item = u64;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
         self.iter()
     }
 }
 
+/// Blocks' lists, one after another, in one buffer: [`Builder::push`]
+/// each, then [`Builder::views`].
+pub struct Builder {
+    buf: Buf,
+    /// Per block, where its list ends in `buf`.
+    ends: Vec<u32>,
+}
+
+impl Builder {
+    /// For about `blocks` blocks of `insns` instructions in all.
+    pub fn with_capacity(blocks: usize, insns: usize) -> Builder {
+        let mut b = Vec::with_capacity(blocks.saturating_mul(7).saturating_add(insns));
+        crate::cache::huge_pages(&mut b);
+        Builder {
+            buf: Buf::Near(b),
+            ends: Vec::with_capacity(blocks),
+        }
+    }
+
+    /// Add the next block's list; None when the buffer would pass what a
+    /// view holds (4 GiB).
+    pub fn push(&mut self, addrs: &[u64]) -> Option<()> {
+        let near = addrs
+            .windows(2)
+            .all(|w| (1..=255).contains(&(w[1].wrapping_sub(w[0]))));
+        if !near {
+            self.widen();
+        }
+        match &mut self.buf {
+            Buf::Near(b) => {
+                if let Some((&first, rest)) = addrs.split_first() {
+                    b.extend_from_slice(&first.to_le_bytes());
+                    let mut at = first;
+                    b.extend(rest.iter().map(|&a| {
+                        let d = (a - at) as u8;
+                        at = a;
+                        d
+                    }));
+                }
+            }
+            Buf::Wide(v) => v.extend_from_slice(addrs),
+        }
+        let end = match &self.buf {
+            Buf::Near(b) => b.len(),
+            Buf::Wide(v) => v.len(),
+        };
+        self.ends.push(u32::try_from(end).ok()?);
+        Some(())
+    }
+
+    /// Make the buffer one of 8-byte addresses (the blocks so far kept).
+    fn widen(&mut self) {
+        let Buf::Near(b) = &mut self.buf else { return };
+        let buf = Arc::new(Buf::Near(std::mem::take(b)));
+        let mut wide = Vec::with_capacity(b.len());
+        let mut lo = 0;
+        for end in &mut self.ends {
+            let view = Insns {
+                buf: buf.clone(),
+                lo,
+                hi: *end,
+            };
+            lo = *end;
+            wide.extend(view.iter());
+            // (Fewer entries than bytes: within u32 as the bytes were.)
+            *end = wide.len() as u32;
+        }
+        self.buf = Buf::Wide(wide);
+    }
+
+    /// Every block's view, in the order pushed.
+    pub fn views(self) -> impl Iterator<Item = Insns> {
+        let buf = Arc::new(self.buf);
+        let mut lo = 0;
+        self.ends.into_iter().map(move |hi| {
+            let v = Insns {
+                buf: buf.clone(),
+                lo,
+                hi,
+            };
+            lo = hi;
+            v
+        })
+    }
+}
+
 impl From<Vec<u64>> for Insns {
-    /// A list with a buffer of its own.
+    /// A list with a buffer of its own (its addresses whole: a plan
+    /// being made holds these until [`share`] packs them).
     ///
     /// # Panics
     ///
@@ -70,7 +242,7 @@ impl From<Vec<u64>> for Insns {
     fn from(v: Vec<u64>) -> Insns {
         let hi = u32::try_from(v.len()).expect("at most 2^32 instructions in a block");
         Insns {
-            buf: Arc::new(v),
+            buf: Arc::new(Buf::Wide(v)),
             lo: 0,
             hi,
         }
@@ -79,7 +251,11 @@ impl From<Vec<u64>> for Insns {
 
 impl Default for Insns {
     fn default() -> Insns {
-        Insns::from(Vec::new())
+        Insns {
+            buf: Arc::new(Buf::Wide(Vec::new())),
+            lo: 0,
+            hi: 0,
+        }
     }
 }
 
@@ -91,7 +267,7 @@ impl fmt::Debug for Insns {
 
 impl PartialEq for Insns {
     fn eq(&self, other: &Insns) -> bool {
-        **self == **other
+        self.iter().eq(other.iter())
     }
 }
 
@@ -99,39 +275,36 @@ impl Eq for Insns {}
 
 impl PartialEq<[u64]> for Insns {
     fn eq(&self, other: &[u64]) -> bool {
-        **self == *other
+        self.iter().eq(other.iter().copied())
     }
 }
 
 impl<const N: usize> PartialEq<[u64; N]> for Insns {
     fn eq(&self, other: &[u64; N]) -> bool {
-        **self == other[..]
+        *self == other[..]
     }
 }
 
 impl PartialEq<Vec<u64>> for Insns {
     fn eq(&self, other: &Vec<u64>) -> bool {
-        **self == other[..]
+        *self == other[..]
     }
 }
 
 /// Move every block's addresses into one buffer (as a plan read from
 /// the cache holds them): one allocation instead of one a block.
 pub(crate) fn share(blocks: &mut [crate::plan::PlannedBlock]) {
-    let mut all = Vec::with_capacity(blocks.iter().map(|b| b.insns.len()).sum());
-    let ranges: Vec<Range<usize>> = blocks
-        .iter()
-        .map(|b| {
-            let lo = all.len();
-            all.extend_from_slice(&b.insns);
-            lo..all.len()
-        })
-        .collect();
-    let all = Arc::new(all);
-    for (b, r) in blocks.iter_mut().zip(ranges) {
-        if let Some(v) = Insns::shared(&all, r) {
-            b.insns = v;
+    let mut b = Builder::with_capacity(blocks.len(), blocks.iter().map(|b| b.insns.len()).sum());
+    let mut one = Vec::new();
+    for blk in blocks.iter() {
+        one.clear();
+        one.extend(blk.insns.iter());
+        if b.push(&one).is_none() {
+            return; // (Past 4 GiB: each keeps its own.)
         }
+    }
+    for (blk, v) in blocks.iter_mut().zip(b.views()) {
+        blk.insns = v;
     }
 }
 
@@ -139,27 +312,56 @@ pub(crate) fn share(blocks: &mut [crate::plan::PlannedBlock]) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_view_is_its_range_of_the_buffer() {
-        let buf = Arc::new(vec![1, 2, 3, 4, 5]);
-        let a = Insns::shared(&buf, 1..3).unwrap();
-        let b = Insns::shared(&buf, 3..5).unwrap();
-        assert_eq!(*a, [2, 3]);
-        assert_eq!(b, [4, 5]);
-        assert!(a.same_buffer(&b));
-        assert_eq!(a, Insns::from(vec![2, 3]));
-        assert!(!a.same_buffer(&Insns::from(vec![2, 3])));
-        assert!(Insns::shared(&buf, 5..5).unwrap().is_empty());
-        assert_eq!(format!("{a:?}"), "[2, 3]");
+    fn built(lists: &[&[u64]]) -> Vec<Insns> {
+        let mut b = Builder::with_capacity(lists.len(), 0);
+        for l in lists {
+            b.push(l).unwrap();
+        }
+        b.views().collect()
     }
 
     #[test]
-    fn a_range_outside_the_buffer_is_refused() {
-        let buf = Arc::new(vec![1, 2, 3]);
-        assert!(Insns::shared(&buf, 2..4).is_none());
-        #[allow(clippy::reversed_empty_ranges)]
-        let backwards = 2..1;
-        assert!(Insns::shared(&buf, backwards).is_none());
-        assert!(Insns::shared(&buf, 4..4).is_none());
+    fn a_view_is_its_blocks_addresses() {
+        let v = built(&[&[1, 2], &[3, 7, 8], &[], &[300]]);
+        assert_eq!(v[0], [1, 2]);
+        assert_eq!(v[1], [3, 7, 8]);
+        assert!(v[2].is_empty() && v[2].first().is_none() && v[2].last().is_none());
+        assert_eq!(v[3], [300]);
+        assert!(v[0].same_buffer(&v[3]));
+        assert!(matches!(*v[0].buf, Buf::Near(_)));
+        assert_eq!(
+            (v[1].len(), v[1].first(), v[1].last()),
+            (3, Some(3), Some(8))
+        );
+        assert_eq!((v[1].get(1), v[1].get(3)), (Some(7), None));
+        assert_eq!(v[1].iter().len(), 3);
+        assert_eq!(v[1], Insns::from(vec![3, 7, 8]));
+        assert!(matches!(*Insns::from(vec![3, 7, 8]).buf, Buf::Wide(_)));
+        assert!(!v[1].same_buffer(&Insns::from(vec![3, 7, 8])));
+        assert_eq!(format!("{:?}", v[1]), "[3, 7, 8]");
+    }
+
+    #[test]
+    fn a_gap_past_a_byte_widens_the_whole_buffer() {
+        let far = 0xffff_ffff_0000_u64;
+        let v = built(&[
+            &[10, 12],
+            &[20, 20 + 255],
+            &[30, 30 + 256, far],
+            &[5],
+            &[9, 4],
+        ]);
+        assert!(matches!(*v[0].buf, Buf::Wide(_)));
+        assert_eq!(v[0], [10, 12]);
+        assert_eq!(v[1], [20, 275]);
+        assert_eq!(v[2], [30, 286, far]);
+        assert_eq!(
+            (v[2].len(), v[2].last(), v[2].get(2)),
+            (3, Some(far), Some(far))
+        );
+        assert_eq!(v[3], [5]);
+        assert_eq!(v[4], [9, 4]);
+        assert_eq!(Insns::from(vec![1, 1]), [1, 1]);
+        assert_eq!(Insns::default().len(), 0);
     }
 }

@@ -39,7 +39,7 @@ pub fn instruction_counts(m: &ModuleCoverage) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = m
         .blocks
         .iter()
-        .flat_map(|b| b.insns.iter().map(move |&i| (i, b.count)))
+        .flat_map(|b| b.insns.iter().map(move |i| (i, b.count)))
         .collect();
     out.sort_unstable();
     out.dedup_by_key(|p| p.0);

@@ -19,7 +19,7 @@ fn libc() -> std::path::PathBuf {
 fn ways_on(plan: &Plan, file: &object::File, k: usize) -> Vec<u64> {
     use iced_x86::{Decoder, DecoderOptions, FlowControl, OpKind};
     use object::{Object, ObjectSection};
-    let last = *plan.blocks[k].insns.last().unwrap();
+    let last = plan.blocks[k].insns.last().unwrap();
     let s = file
         .sections()
         .find(|s| s.address() <= last && last < s.address() + s.size())
@@ -55,7 +55,7 @@ fn check(path: &Path) {
     }
     let mut hist = std::collections::BTreeMap::new();
     for b in &plan.blocks {
-        assert_eq!(b.insns.first(), Some(&b.start));
+        assert_eq!(b.insns.first(), Some(b.start));
         let k = match b.how {
             How::Jmp {
                 from,

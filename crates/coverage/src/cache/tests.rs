@@ -580,11 +580,7 @@ fn a_plan_read_back_holds_every_blocks_instructions_in_one_buffer() {
         for p in [&plan, &back] {
             let first = &p.blocks[0].insns;
             assert!(p.blocks.iter().all(|b| b.insns.same_buffer(first)));
-            let all: Vec<u64> = p
-                .blocks
-                .iter()
-                .flat_map(|b| b.insns.iter().copied())
-                .collect();
+            let all: Vec<u64> = p.blocks.iter().flat_map(|b| b.insns.iter()).collect();
             assert!(all.windows(2).all(|w| w[0] < w[1]));
         }
     }

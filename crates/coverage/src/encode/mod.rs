@@ -307,7 +307,7 @@ pub fn area_size_with(plan: &Plan, opts: Options) -> u64 {
 
 /// The last instruction of `b`, decoded at its link-time address.
 fn last_insn(plan: &Plan, b: &crate::plan::PlannedBlock) -> Option<Instruction> {
-    let &last = b.insns.last()?;
+    let last = b.insns.last()?;
     let bytes = plan.bytes(last, b.end.checked_sub(last)?)?;
     let x = Decoder::with_ip(64, bytes, last, DecoderOptions::NONE).decode();
     (x.code() != Code::INVALID).then_some(x)

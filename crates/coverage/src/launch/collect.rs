@@ -22,8 +22,7 @@ impl Server {
                 let Ok(plan) = state.entries[id].plan.get() else {
                     continue; // (collect's notes name it)
                 };
-                let Some(site) = plan.blocks.get(block).and_then(|b| b.insns.last().copied())
-                else {
+                let Some(site) = plan.blocks.get(block).and_then(|b| b.insns.last()) else {
                     continue;
                 };
                 let c = sum.entry((id, site, target)).or_insert(0);

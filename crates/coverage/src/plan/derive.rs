@@ -101,7 +101,7 @@ pub(super) fn derived(
         if !counts_itself(pb) || f.scope.unresolved_at(pb.start) || !plain_before(pb, f.code) {
             continue;
         }
-        let Some(last) = pb.insns.last().and_then(|&a| insn_at(f.code, a)) else {
+        let Some(last) = pb.insns.last().and_then(|a| insn_at(f.code, a)) else {
             continue;
         };
         let mut edge = |to: u64, e: Edge| {

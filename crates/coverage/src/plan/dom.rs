@@ -126,7 +126,7 @@ impl Dominators {
             if f.entered.contains(&b.start) || f.scope.unresolved_at(b.start) {
                 entered[i] = true;
             }
-            let Some(last) = b.insns.last().and_then(|&a| insn_at(f.code, a)) else {
+            let Some(last) = b.insns.last().and_then(|a| insn_at(f.code, a)) else {
                 // Where control goes is not known: the next block may be
                 // entered from here.
                 if i + 1 < n {
@@ -310,12 +310,12 @@ fn reads_without(
 pub(super) fn insns_of<'a>(b: &PlannedBlock, code: &'a Code) -> Option<&'a [Instruction]> {
     let k = code
         .insns
-        .binary_search_by_key(b.insns.first()?, Instruction::ip)
+        .binary_search_by_key(&b.insns.first()?, Instruction::ip)
         .ok()?;
     let x = code.insns.get(k..k + b.insns.len())?;
     x.iter()
         .zip(&b.insns)
-        .all(|(x, &a)| x.ip() == a)
+        .all(|(x, a)| x.ip() == a)
         .then_some(x)
 }
 
@@ -409,7 +409,7 @@ pub(super) fn from_dominated(
             && blocks[j - 1]
                 .insns
                 .last()
-                .and_then(|&a| insn_at(f.code, a))
+                .and_then(|a| insn_at(f.code, a))
                 .is_none();
         let alone = ways.get(&b.start) == Some(&2)
             && !f.entered.contains(&b.start)

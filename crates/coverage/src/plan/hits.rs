@@ -118,7 +118,7 @@ pub(super) fn edges(
     let mut out = vec![(None, None); n];
     let ways = ways(blocks, f.code);
     for (x, b) in blocks.iter().enumerate() {
-        let (Some(j), Some(last)) = (b.branch, b.insns.last().and_then(|&a| insn_at(f.code, a)))
+        let (Some(j), Some(last)) = (b.branch, b.insns.last().and_then(|a| insn_at(f.code, a)))
         else {
             continue;
         };
@@ -383,7 +383,7 @@ pub(super) fn direct_target(x: &Instruction) -> Option<u64> {
 pub(super) fn ways(blocks: &[PlannedBlock], code: &Code) -> HashMap<u64, u32> {
     let mut ways: HashMap<u64, u32> = HashMap::default();
     for b in blocks {
-        let Some(last) = b.insns.last().and_then(|&a| insn_at(code, a)) else {
+        let Some(last) = b.insns.last().and_then(|a| insn_at(code, a)) else {
             continue;
         };
         if let Some(t) = direct_target(last) {
@@ -404,9 +404,10 @@ pub(super) fn plain_before(b: &PlannedBlock, code: &Code) -> bool {
     if let Some((_, before)) = super::dom::insns_of(b, code).and_then(|x| x.split_last()) {
         return before.iter().all(plain);
     }
-    b.insns[..b.insns.len().saturating_sub(1)]
+    b.insns
         .iter()
-        .all(|&a| insn_at(code, a).is_some_and(plain))
+        .take(b.insns.len().saturating_sub(1))
+        .all(|a| insn_at(code, a).is_some_and(plain))
 }
 
 /// Per block, how its hit derives from other blocks' probes, if it does.
@@ -421,7 +422,7 @@ fn derived(blocks: &[PlannedBlock], f: &Facts, flagged: &HashSet<u32>) -> Vec<Op
     // may not go on, where the jump leads (taken, fallen through).
     let mut forks: Vec<Option<(u64, u64)>> = vec![None; n];
     for (i, b) in blocks.iter().enumerate() {
-        let Some(last) = b.insns.last().and_then(|&a| insn_at(f.code, a)) else {
+        let Some(last) = b.insns.last().and_then(|a| insn_at(f.code, a)) else {
             continue;
         };
         let before = plain_before(b, f.code);

@@ -43,7 +43,7 @@ impl Scope<'_> {
         let j = p.branch?;
         (p.end == b.start
             && self.soft.contains(&b.start)
-            && p.insns.last() == Some(&branches[j as usize].0))
+            && p.insns.last() == Some(branches[j as usize].0))
         .then_some(j)
     }
 }

@@ -230,8 +230,8 @@ impl Probes {
             // (instruction, probeable, its jcc condition, emulated)
             let mut insns: Vec<(Instruction, bool, Option<u8>, bool)> =
                 Vec::with_capacity(b.insns.len());
-            for (k, &a) in b.insns.iter().enumerate() {
-                let end = b.insns.get(k + 1).copied().unwrap_or(b.end);
+            let ends = b.insns.iter().skip(1).chain([b.end]);
+            for (a, end) in b.insns.iter().zip(ends) {
                 let Some(bytes) = plan.bytes(a, end.saturating_sub(a)) else {
                     insns.clear();
                     break;
