@@ -20,8 +20,7 @@ mod plt;
 use dwarf::{decl_of, load_dwarf};
 use eh_frame::eh_frame_symbols;
 use file::map_file;
-#[cfg(test)]
-pub(crate) use file::only_root_writes;
+pub use file::only_root_writes;
 pub(crate) use file::{file_bytes, Bytes};
 pub use file::{parse, ElfBytes};
 pub use layout::ElfLayout;

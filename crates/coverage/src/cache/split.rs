@@ -115,16 +115,24 @@ impl Split {
 
     /// The plan, read and checked (against the header too).
     pub fn plan(&self) -> Result<Plan, String> {
-        let read;
-        let bytes = match &self.plan {
+        let (read, mapped);
+        let bytes: &[u8] = match &self.plan {
             PlanBytes::Here(b) => b,
-            PlanBytes::File { file, at, len } => {
-                let mut b = vec![0; *len];
-                file.read_exact_at(&mut b, *at)
-                    .map_err(|e| format!("its plan cannot be read: {e}"))?;
-                read = b;
-                &read
-            }
+            PlanBytes::File { file, at, len } => match map(file) {
+                // (The file's length was known at its opening: a file
+                // only root writes cannot have changed since.)
+                Some(m) if m.len() as u64 >= at + *len as u64 => {
+                    mapped = m;
+                    &mapped[*at as usize..*at as usize + *len]
+                }
+                _ => {
+                    let mut b = vec![0; *len];
+                    file.read_exact_at(&mut b, *at)
+                        .map_err(|e| format!("its plan cannot be read: {e}"))?;
+                    read = b;
+                    &read
+                }
+            },
         };
         let mut r = R(bytes);
         let plan = read_plan(&mut r)?;
@@ -140,6 +148,21 @@ impl Split {
         }
         Ok(plan)
     }
+}
+
+/// The whole of a cache file, mapped read-only, when only root can write
+/// it (profdev_symbolize's rule: whoever can write a mapped file can
+/// truncate it, and a read of the truncated part kills the reader with
+/// SIGBUS). cc1's plan is 35 MB: read, it was as many fresh pages to
+/// fault in and fill in every run; mapped, it is the page cache's.
+pub(super) fn map(file: &File) -> Option<memmap2::Mmap> {
+    let meta = file.metadata().ok()?;
+    if !profdev_symbolize::elf::only_root_writes(&meta) {
+        return None;
+    }
+    // SAFETY: the map is read-only and private, and only root can write
+    // (or truncate) the file, so it cannot shrink under the map.
+    unsafe { memmap2::Mmap::map(file) }.ok()
 }
 
 impl Cache {

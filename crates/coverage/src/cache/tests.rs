@@ -434,6 +434,36 @@ fn the_cache_keeps_an_entry_and_refuses_a_foreign_file() {
 }
 
 #[test]
+fn a_plan_left_in_its_file_is_read_whole_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(&dir.path().join("coverage")).unwrap();
+    let (plan, enc) = sample();
+    let key = Key::of(b"module bytes", Mode::Counts);
+    cache.store(&key, &plan, Some((0x6000, &enc))).unwrap();
+    let path = cache.path().join(key.name());
+    // Mapped when only root can write the file (run as root), read
+    // otherwise: the same plan either way.
+    let meta = std::fs::metadata(&path).unwrap();
+    let root = profdev_symbolize::elf::only_root_writes(&meta);
+    let file = std::fs::File::open(&path).unwrap();
+    assert_eq!(super::split::map(&file).is_some(), root);
+    let split = cache.load_split(&key).unwrap().unwrap();
+    assert_eq!(format!("{:?}", split.plan().unwrap()), format!("{plan:?}"));
+    // A file cut short after its header was read: an error, not a
+    // signal (its mapping is shorter than the plan it should hold).
+    let head = MAGIC.len() as u64 + 32;
+    assert!(meta.len() > head);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(head)
+        .unwrap();
+    let err = split.plan().err().unwrap();
+    assert!(err.contains("its plan cannot be read"), "{err}");
+}
+
+#[test]
 fn a_key_is_known_by_its_files_stamp_alone() {
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::open(dir.path()).unwrap();

@@ -112,7 +112,7 @@ pub(super) fn map_file(path: &Path) -> Result<Bytes, ElfError> {
 /// nobody else. Only such a file is memory-mapped; anyone who can write a
 /// mapped file can truncate it, and a read of a truncated mapping kills
 /// the reader with SIGBUS (a root server serving other users would die).
-pub(crate) fn only_root_writes(meta: &std::fs::Metadata) -> bool {
+pub fn only_root_writes(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
     meta.uid() == 0 && meta.mode() & 0o022 == 0
 }
