@@ -449,6 +449,12 @@ fn a_plan_left_in_its_file_is_read_whole_or_refused() {
     assert_eq!(super::split::map(&file).is_some(), root);
     let split = cache.load_split(&key).unwrap().unwrap();
     assert_eq!(format!("{:?}", split.plan().unwrap()), format!("{plan:?}"));
+    if root {
+        // Another owner now: read, not mapped, the same plan.
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        assert!(super::split::map(&file).is_none());
+        assert_eq!(format!("{:?}", split.plan().unwrap()), format!("{plan:?}"));
+    }
     // A file cut short after its header was read: an error, not a
     // signal (its mapping is shorter than the plan it should hold).
     let head = MAGIC.len() as u64 + 32;
