@@ -60,17 +60,17 @@ impl Insns {
     pub fn iter(&self) -> Iter<'_> {
         let (lo, hi) = (self.lo as usize, self.hi as usize);
         match &*self.buf {
-            Buf::Near(b) if lo < hi => Iter::Near {
+            Buf::Near(b) if lo < hi => Iter(Walk::Near {
                 at: Some(u64::from_le_bytes(
                     b[lo..lo + 8].try_into().unwrap_or_default(),
                 )),
                 rest: b[lo + 8..hi].iter(),
-            },
-            Buf::Near(_) => Iter::Near {
+            }),
+            Buf::Near(_) => Iter(Walk::Near {
                 at: None,
                 rest: [].iter(),
-            },
-            Buf::Wide(v) => Iter::Wide(v[lo..hi].iter()),
+            }),
+            Buf::Wide(v) => Iter(Walk::Wide(v[lo..hi].iter())),
         }
     }
 
@@ -102,13 +102,13 @@ impl Insns {
 }
 
 /// [`Insns::iter`].
-pub enum Iter<'a> {
-    #[doc(hidden)]
+pub struct Iter<'a>(Walk<'a>);
+
+enum Walk<'a> {
     Near {
         at: Option<u64>,
         rest: std::slice::Iter<'a, u8>,
     },
-    #[doc(hidden)]
     Wide(std::slice::Iter<'a, u64>),
 }
 
@@ -116,20 +116,20 @@ impl Iterator for Iter<'_> {
     type Item = u64;
 
     fn next(&mut self) -> Option<u64> {
-        match self {
-            Iter::Near { at, rest } => {
+        match &mut self.0 {
+            Walk::Near { at, rest } => {
                 let here = (*at)?;
                 *at = rest.next().map(|&d| here + u64::from(d));
                 Some(here)
             }
-            Iter::Wide(v) => v.next().copied(),
+            Walk::Wide(v) => v.next().copied(),
         }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = match self {
-            Iter::Near { at, rest } => usize::from(at.is_some()) + rest.len(),
-            Iter::Wide(v) => v.len(),
+        let n = match &self.0 {
+            Walk::Near { at, rest } => usize::from(at.is_some()) + rest.len(),
+            Walk::Wide(v) => v.len(),
         };
         (n, Some(n))
     }
