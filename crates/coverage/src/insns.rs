@@ -16,7 +16,7 @@
 //! 14 million addresses take 26 MB, not 113 MB, of fresh pages in every
 //! run that reads its plan. A list with a gap of more than 255 bytes, or
 //! addresses not ascending, makes its whole buffer one of 8-byte
-//! addresses instead ([`Buf::Wide`]).
+//! addresses instead.
 
 use std::fmt;
 use std::sync::Arc;
