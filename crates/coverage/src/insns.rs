@@ -199,8 +199,8 @@ impl Builder {
     /// Make the buffer one of 8-byte addresses (the blocks so far kept).
     fn widen(&mut self) {
         let Buf::Near(b) = &mut self.buf else { return };
-        let buf = Arc::new(Buf::Near(std::mem::take(b)));
         let mut wide = Vec::with_capacity(b.len());
+        let buf = Arc::new(Buf::Near(std::mem::take(b)));
         let mut lo = 0;
         for end in &mut self.ends {
             let view = Insns {
