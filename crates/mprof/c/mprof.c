@@ -623,7 +623,12 @@ static inline void stack_sub(uint32_t stk, int64_t size, uint64_t k, uint64_t te
  * module's to at most the module's), and a lane's delta never passes
  * its allowance, so the true bytes (cur plus the deltas) never pass the
  * high water without a fold seeing it. A call that would pass (or finds
- * its lane closed) takes the lock and folds: closes every open lane of
+ * its lane closed) takes the lock; if the fold it waited behind opened
+ * its lane again with room for it, it updates the lane and is done (two
+ * threads near the high water would otherwise fold in turn, each fold
+ * sending the other, whose lane it closed, to fold again: alloc_micro's
+ * two threads folded 204,526 times in 40 million calls, 45,000 times
+ * with this). Else it folds: closes every open lane of
  * the module (an exchange each), adds their deltas to cur, which are
  * then the exact bytes at that instant, applies its own update there
  * (raising the high water if it must), and hands out new allowances.
@@ -744,6 +749,33 @@ static void lanes_locked(struct module *m)
     m->nopen = 0;
 }
 
+#define LANE_ADD(ln, f, v)                                                                         \
+    atomic_store_explicit(&(ln)->f, atomic_load_explicit(&(ln)->f, memory_order_relaxed) + (v),    \
+                          memory_order_relaxed)
+/* A lane's (or a stack's lane's) counts: k blocks of b bytes allocated,
+ * live lk, temporary t; its thread is their only writer. */
+#define LANE_COUNTS(ln, k, b, lk, t)                                                               \
+    do {                                                                                           \
+        if (k) {                                                                                   \
+            LANE_ADD(ln, nalloc, k);                                                               \
+            LANE_ADD(ln, bytes, b);                                                                \
+        }                                                                                          \
+        if (lk)                                                                                    \
+            LANE_ADD(ln, nlive, (uint64_t)(lk));                                                   \
+        if (UNLIKELY(t))                                                                           \
+            LANE_ADD(ln, ntemp, t);                                                                \
+    } while (0)
+
+/* Whether lane word w is open with room for size more bytes (its delta
+ * within the allowance and an int32): then *to is w with them added. */
+static inline int lane_fits(uint64_t w, int64_t size, uint64_t *to)
+{
+    int64_t d = (int64_t)(int32_t)(uint32_t)w + size;
+    *to = (w & ~0xffffffffULL) | (uint32_t)d;
+    return LIKELY(w & LANE_OPEN) && LIKELY(d <= (int64_t)(w >> 32 & 0x7fffffff)) &&
+           LIKELY(d >= INT32_MIN);
+}
+
 /* The thread's lane at s past its allowance (or closed): under the lock,
  * fold, apply the update to cur and the counters, open the lane. */
 static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_t size, uint64_t nk,
@@ -751,6 +783,18 @@ static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_
 {
     struct module *m = s->mod;
     spin(&m->lock);
+    /* Another thread's fold closed the lane while this call waited for
+     * the lock, and opened it again: with room enough, no fold (else two
+     * threads near the high water fold in turn, each fold closing the
+     * other's lane). */
+    struct lane *ln = &s->lanes[lane - 1];
+    uint64_t w = atomic_load_explicit(&ln->word, memory_order_relaxed), to;
+    if (lane_fits(w, size, &to)) {
+        atomic_store_explicit(&ln->word, to, memory_order_relaxed);
+        LANE_COUNTS(ln, nk, bytes, lk, temp);
+        unspin(&m->lock);
+        return;
+    }
     lanes_fold(m);
     m->nlocked = 0;
     s->c->cur += size;
@@ -778,23 +822,6 @@ static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_
     unspin(&m->lock);
 }
 
-#define LANE_ADD(ln, f, v)                                                                         \
-    atomic_store_explicit(&(ln)->f, atomic_load_explicit(&(ln)->f, memory_order_relaxed) + (v),    \
-                          memory_order_relaxed)
-/* A lane's (or a stack's lane's) counts: k blocks of b bytes allocated,
- * live lk, temporary t; its thread is their only writer. */
-#define LANE_COUNTS(ln, k, b, lk, t)                                                               \
-    do {                                                                                           \
-        if (k) {                                                                                   \
-            LANE_ADD(ln, nalloc, k);                                                               \
-            LANE_ADD(ln, bytes, b);                                                                \
-        }                                                                                          \
-        if (lk)                                                                                    \
-            LANE_ADD(ln, nlive, (uint64_t)(lk));                                                   \
-        if (UNLIKELY(t))                                                                           \
-            LANE_ADD(ln, ntemp, t);                                                                \
-    } while (0)
-
 /* The same update of stack stk's counts in lane l (1..NLANES): the
  * lane's thread is their only writer. */
 static inline void stack_lane_update(int l, uint32_t stk, int64_t size, uint64_t nk, uint64_t bytes,
@@ -818,13 +845,9 @@ static inline int lane_update(struct site *s, int64_t size, uint64_t nk, uint64_
     if (UNLIKELY(s->mod->nolanes))
         return 0;
     struct lane *ln = &s->lanes[l - 1];
-    uint64_t w = atomic_load_explicit(&ln->word, memory_order_relaxed);
-    int64_t d = (int64_t)(int32_t)(uint32_t)w + size;
-    if (UNLIKELY(!(w & LANE_OPEN)) || UNLIKELY(d > (int64_t)(w >> 32 & 0x7fffffff)) ||
-        UNLIKELY(d < INT32_MIN) ||
-        UNLIKELY(!atomic_compare_exchange_strong_explicit(&ln->word, &w,
-                                                          (w & ~0xffffffffULL) | (uint32_t)d,
-                                                          memory_order_acq_rel,
+    uint64_t w = atomic_load_explicit(&ln->word, memory_order_relaxed), to;
+    if (UNLIKELY(!lane_fits(w, size, &to)) ||
+        UNLIKELY(!atomic_compare_exchange_strong_explicit(&ln->word, &w, to, memory_order_acq_rel,
                                                           memory_order_relaxed))) {
         lane_slow(s, l, size, nk, bytes, lk, temp);
     } else {
