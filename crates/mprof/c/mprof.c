@@ -836,8 +836,10 @@ static inline void stack_lane_update(int l, uint32_t stk, int64_t size, uint64_t
  * and temporary blocks through the thread's lane, and of stack stk's
  * counts (NO_STACK none; never the overflow entry, whose counters are
  * atomics); 0 if it has no lane (the caller then takes the lock). */
-static inline int lane_update(struct site *s, int64_t size, uint64_t nk, uint64_t bytes, int64_t lk,
-                              uint64_t temp, uint32_t stk)
+static inline __attribute__((always_inline)) int lane_update(struct site *s, int64_t size,
+                                                             uint64_t nk, uint64_t bytes,
+                                                             int64_t lk, uint64_t temp,
+                                                             uint32_t stk)
 {
     int l = lane_tls;
     if (UNLIKELY(l <= 0) && (l < 0 || (l = lane_claim()) < 0))
