@@ -50,9 +50,15 @@
  * holder losing its CPU made the other wait. A lane's compare-and-swap
  * is still a locked instruction, 9.4 ns uncontended on the 2-vCPU VM
  * (two per malloc/free pair, against about 11 ns for the native pair),
- * and the fold comes about once per 250 to 1,000 calls (alloc_micro's
- * churn near its high water): 4.1x to 4.6x native CPU, not the 2x aimed
- * at (one thread, no lane and no lock, is already 2.6x). Tried and
+ * and the fold came about once per 200 to 1,000 calls (alloc_micro's
+ * churn near its high water), most of them calls sent to fold by the
+ * other thread's fold closing their lane: about once per 900 since such
+ * a call uses its lane opened again. With the lane's update inline on
+ * every path (it was an outlined call saving six registers on the free
+ * path and with stacks: 17% to 24% of the two threads' added
+ * instructions), two threads take 2.5x native CPU, 3.0x with stacks
+ * (bench/README.md "two threads' lanes, inline"), not the 2x aimed at
+ * (one thread, no lane and no lock, is 2.3x). Tried and
  * dropped before the lanes: a fetch-and-add per counter without the lock
  * (five atomics on the contended line per allocation: 2x slower than
  * the lock), waiting by reading before the exchange (no difference
