@@ -783,7 +783,9 @@ static inline int lane_fits(uint64_t w, int64_t size, uint64_t *to)
 }
 
 /* The thread's lane at s past its allowance (or closed): under the lock,
- * fold, apply the update to cur and the counters, open the lane. */
+ * the lane takes the update if a fold this call waited behind opened it
+ * again with room; else fold, apply the update to cur and the counters,
+ * open the lane. */
 static __attribute__((noinline)) void lane_slow(struct site *s, int lane, int64_t size, uint64_t nk,
                                                uint64_t bytes, int64_t lk, uint64_t temp)
 {

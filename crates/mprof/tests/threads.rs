@@ -1,7 +1,8 @@
 //! Threads allocating and freeing at one site at once (issue 29, "threads
 //! at native pace"): the site's and its module's totals stay exact, and
 //! so does their high water, for a pattern whose true high water is
-//! known. Two and four threads, synchronized by a barrier into phases:
+//! known. Two, four and twelve threads (twelve is past the library's
+//! eight lanes), synchronized by a barrier into phases:
 //! each thread enters a leak, then per round allocates its big blocks
 //! (all threads at once, interleaved), all hold them at a barrier (the
 //! round's peak: the leaks plus every thread's big blocks), each frees
