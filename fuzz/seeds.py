@@ -186,7 +186,7 @@ for name in sorted(os.listdir(g)):
         shutil.copyfile(os.path.join(g, name), os.path.join(CORPUS, "gmon", name))
 
 # coverage_cache: the coverage engine's on-disk cache (profdev_coverage::cache),
-# version 4: magic line, 32-byte key, a header (the plan's blocks, its
+# version 5: magic line, 32-byte key, a header (the plan's blocks, its
 # counters, its area's size for plain counting code), the plan prefixed
 # by its length in bytes, then the encoding; unsigned LEB128 numbers (v),
 # addresses as zigzag differences from the one before (d), and
@@ -196,7 +196,9 @@ for name in sorted(os.listdir(g)):
 # plan's mode (0: counts, 1: hits, 2: edges), one range of code the module copies at
 # run time (Plan::copied), no derived block (Plan::derived), no edges
 # (Plan::edges), and an
-# encoding (movable, with the offsets of its fields that reach the module).
+# encoding (movable, with the offsets of its fields that reach the module;
+# its patches as the 12-byte records a load is sent: u32 address, u32
+# entry less the area's offset, u16 kind, u16 length, little-endian).
 def leb(x):
     out = b""
     while x >= 0x80:
@@ -232,10 +234,10 @@ def cache_file(with_encoding=True, cut=0):
     # The header: 2 blocks, 3 counters (the blocks and the branch), an area
     # of 8192 bytes (a page, and 96 + 5 * 8 + 48 for the jump-counted
     # block, rounded up to pages).
-    b = b"profdev-coverage-cache 4\n" + bytes(range(32)) + v(2, 3, 8192) + v(len(b)) + b
+    b = b"profdev-coverage-cache 5\n" + bytes(range(32)) + v(2, 3, 8192) + v(len(b)) + b
     if with_encoding:
         b += b"\x01" + v(0x6000, 64) + b"\xcc" * 64
-        b += v(1) + d(0x1000, 0) + d(0x7000, 0) + v(1, 5)
+        b += v(1) + struct.pack("<IIHH", 0x1000, 0x7000 - 0x6000, 1, 5)
         b += v(0, 0, 0, 2) + d(3, 0) + d(20, 3) + v(7)
         b += b"\x01" + v(2) + d(9, 0) + d(40, 9)  # movable; fields reaching the module
     else:

@@ -41,7 +41,7 @@
 //! of another user; the cache as a whole holds at most [`MAX_TOTAL`]
 //! plus [`USER_TOTAL`] per such user.
 //!
-//! **Format**: the line `profdev-coverage-cache 4\n` ([`MAGIC`]), the
+//! **Format**: the line `profdev-coverage-cache 5\n` ([`MAGIC`]), the
 //! 32-byte key, a header (the plan's blocks, counters and area size for
 //! plain counting code), the plan prefixed by its length in bytes (so a
 //! load is served from the header and the encoding while the plan is read
@@ -52,7 +52,10 @@
 //! so that an instruction is a byte and a block a few: cc1's hit-mode
 //! entry (1,350,000 blocks) is 39 MB, 21 of them its code's own bytes
 //! (version 2, fixed 8-byte fields: 159 MB); sequences are prefixed by
-//! their length. The reader checks every length against the bytes left
+//! their length. The encoding's patches are the exception: kept as the
+//! 12-byte records a load is sent ([`crate::encode::wire`], version 5),
+//! so that a load is served from the file's bytes as they are. The
+//! reader checks every length against the bytes left
 //! before it allocates (each element takes at least one to four bytes of
 //! the file: what is reserved is bounded by a small multiple of the
 //! file's size, and filled only as far as the file holds), every number
@@ -63,7 +66,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::encode::{Encoded, Patch};
+use crate::encode::wire::{Records, WIRE};
+use crate::encode::Encoded;
 use crate::insns::Insns;
 use crate::plan::{Derived, Edge, How, Mode, Plan, PlannedBlock};
 
@@ -79,7 +83,7 @@ pub const ENGINE: &str = env!("PROFDEV_COV_ENGINE");
 /// A cache file's first line. Version 3: numbers as LEB128, addresses
 /// as differences; a file of another version is refused (and
 /// replaced), never misread.
-pub const MAGIC: &[u8] = b"profdev-coverage-cache 4\n";
+pub const MAGIC: &[u8] = b"profdev-coverage-cache 5\n";
 
 /// A cache file larger than this is refused.
 const MAX_FILE: u64 = 1 << 30;
@@ -386,23 +390,20 @@ fn write_plan(w: &mut W, plan: &Plan) {
     }
 }
 
-/// The encoding's part of a cache file.
+/// The encoding's part of a cache file (`encoded`: its patches at bias
+/// 0, its area at the offset). Its patches are kept as the records a load
+/// is sent ([`crate::encode::wire`]): an encoding whose patches do not fit
+/// them (a module past 4 GiB) could serve no load, and is not kept.
 fn write_encoding(w: &mut W, encoded: Option<(u64, &Encoded)>) {
-    match encoded {
+    let wire = encoded.and_then(|(offset, e)| Some((offset, e, e.wire(0, offset)?)));
+    match wire {
         None => w.u8(0),
-        Some((offset, e)) => {
+        Some((offset, e, wire)) => {
             w.u8(1);
             w.v(offset);
             w.bytes(&e.code);
-            w.v(e.patches.len() as u64);
-            let (mut addr, mut entry) = (0, 0);
-            for p in &e.patches {
-                w.d(p.addr, addr);
-                w.d(p.entry, entry);
-                (addr, entry) = (p.addr, p.entry);
-                w.v(p.kind.into());
-                w.v(p.len.into());
-            }
+            w.v((wire.len() / WIRE) as u64);
+            w.0.extend_from_slice(&wire);
             w.v(e.failed);
             w.v(e.trapped);
             w.v(e.failed_blocks.len() as u64);
@@ -441,8 +442,9 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     })
 }
 
-/// The plan's part of a cache file.
-fn read_plan(r: &mut R) -> Result<Plan, String> {
+/// The plan's part of a cache file; its sections' bytes share `owner`'s
+/// when `r` reads from it (a mapped file), else they are copied.
+fn read_plan(r: &mut R, owner: Option<&bytes::Bytes>) -> Result<Plan, String> {
     // A block: at least four bytes (start, end, count, kind).
     let n = r.len(4)?;
     let mut blocks = Vec::with_capacity(n);
@@ -533,7 +535,12 @@ fn read_plan(r: &mut R) -> Result<Plan, String> {
     let n = r.len(2)?;
     let mut sections = Vec::with_capacity(n);
     for _ in 0..n {
-        sections.push((r.v()?, r.bytes()?.to_vec()));
+        let (at, b) = (r.v()?, r.bytes()?);
+        let b = match owner {
+            Some(o) => o.slice_ref(b),
+            None => bytes::Bytes::copy_from_slice(b),
+        };
+        sections.push((at, b));
     }
     let n = r.len(1)?;
     let mut tables = Vec::with_capacity(n);
@@ -571,25 +578,25 @@ fn read_plan(r: &mut R) -> Result<Plan, String> {
 }
 
 /// The encoding's part of a cache file.
-fn read_encoding(r: &mut R) -> Result<Option<(u64, Encoded)>, String> {
+/// The encoding's part of a cache file; its patches' records share
+/// `owner`'s bytes when `r` reads from it, else they are copied.
+fn read_encoding(
+    r: &mut R,
+    owner: Option<&bytes::Bytes>,
+) -> Result<Option<(u64, Encoded)>, String> {
     Ok(match r.u8()? {
         0 => None,
         _ => {
             let offset = r.v()?;
             let code = r.bytes()?.to_vec();
-            let n = r.len(4)?;
-            let mut patches = Vec::with_capacity(n);
-            huge_pages(&mut patches);
-            let (mut addr, mut entry) = (0, 0);
-            for _ in 0..n {
-                (addr, entry) = (r.d(addr)?, r.d(entry)?);
-                patches.push(Patch {
-                    addr,
-                    entry,
-                    kind: r.v32()?,
-                    len: r.v32()?,
-                });
-            }
+            let n = r.len(WIRE)?;
+            let wire = r.take(n * WIRE)?;
+            let wire = match owner {
+                Some(o) => o.slice_ref(wire),
+                None => bytes::Bytes::copy_from_slice(wire),
+            };
+            let records = Records::new(wire, 0, offset)
+                .ok_or("a patch's kind is unknown, or the patches are out of order")?;
             let failed = r.v()?;
             let trapped = r.v()?;
             let n = r.len(1)?;
@@ -619,7 +626,8 @@ fn read_encoding(r: &mut R) -> Result<Option<(u64, Encoded)>, String> {
                 offset,
                 Encoded {
                     code,
-                    patches,
+                    patches: Vec::new(),
+                    records: Some(records),
                     failed,
                     trapped,
                     failed_blocks,

@@ -74,10 +74,15 @@ fn head(b: &[u8], key: &Key, total: usize) -> Result<Head, String> {
     })
 }
 
-/// The encoding part (`b`: all of the file after the plan).
-fn encoding(b: &[u8], blocks: u64) -> Result<Option<(u64, Encoded)>, String> {
+/// The encoding part (`b`: all of the file after the plan; within
+/// `owner`'s bytes when given, which its patches' records then share).
+fn encoding(
+    b: &[u8],
+    owner: Option<&bytes::Bytes>,
+    blocks: u64,
+) -> Result<Option<(u64, Encoded)>, String> {
     let mut r = R(b);
-    let encoded = read_encoding(&mut r)?;
+    let encoded = read_encoding(&mut r, owner)?;
     if !r.0.is_empty() {
         return Err("it has bytes past its end".into());
     }
@@ -91,7 +96,7 @@ fn encoding(b: &[u8], blocks: u64) -> Result<Option<(u64, Encoded)>, String> {
 /// `key`'s entry, keeping its plan's bytes for [`Split::plan`].
 pub fn split(bytes: Vec<u8>, key: &Key) -> Result<Split, String> {
     let h = head(&bytes, key, bytes.len())?;
-    let encoded = encoding(&bytes[h.at + h.len..], h.blocks)?;
+    let encoded = encoding(&bytes[h.at + h.len..], None, h.blocks)?;
     // Only the plan's bytes are kept: the rest of the file (the
     // encoding's code, cc1's 21 MB in counting mode, now copied out)
     // would otherwise stay until the plan has been read.
@@ -116,26 +121,28 @@ impl Split {
     /// The plan, read and checked (against the header too).
     pub fn plan(&self) -> Result<Plan, String> {
         let (read, mapped);
-        let bytes: &[u8] = match &self.plan {
-            PlanBytes::Here(b) => b,
+        // A mapped file's bytes are the plan's sections' too (kept
+        // mapped while the plan lives): not copied.
+        let (bytes, owner): (&[u8], _) = match &self.plan {
+            PlanBytes::Here(b) => (b, None),
             PlanBytes::File { file, at, len } => match map(file) {
                 // (The file's length was known at its opening: a file
                 // only root writes cannot have changed since.)
                 Some(m) if m.len() as u64 >= at + *len as u64 => {
-                    mapped = m;
-                    &mapped[*at as usize..*at as usize + *len]
+                    mapped = bytes::Bytes::from_owner(m);
+                    (&mapped[*at as usize..*at as usize + *len], Some(&mapped))
                 }
                 _ => {
                     let mut b = vec![0; *len];
                     file.read_exact_at(&mut b, *at)
                         .map_err(|e| format!("its plan cannot be read: {e}"))?;
                     read = b;
-                    &read
+                    (&read[..], None)
                 }
             },
         };
         let mut r = R(bytes);
-        let plan = read_plan(&mut r)?;
+        let plan = read_plan(&mut r, owner)?;
         if !r.0.is_empty() {
             return Err("its plan has bytes past its end".into());
         }
@@ -190,7 +197,17 @@ impl Cache {
         };
         let h = head(&read(0, HEAD_MAX.min(total))?, key, total).map_err(at)?;
         let rest = h.at + h.len;
-        let encoded = encoding(&read(rest, total - rest)?, h.blocks).map_err(at)?;
+        // Mapped (when only root can write the file), the patches' records
+        // are the file's, sent to each load as they are (cc1's 1,350,000
+        // one-shot probes: 16 MB); else read, and copied out.
+        let encoded = match map(&file).filter(|m| m.len() == total) {
+            Some(m) => {
+                let m = bytes::Bytes::from_owner(m);
+                encoding(&m[rest..], Some(&m), h.blocks)
+            }
+            None => encoding(&read(rest, total - rest)?, None, h.blocks),
+        }
+        .map_err(at)?;
         // Used: the last to be pruned.
         let _ = self.dir.touch(&name);
         Ok(Some(Split {

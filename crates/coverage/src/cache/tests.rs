@@ -3,6 +3,16 @@
 
 use super::stamp::SETTLED;
 use super::*;
+use crate::encode::{Patch, PATCH_JMP, PATCH_ONCE};
+
+/// An encoding read back, its patches listed (as it was written).
+fn listed(e: &Encoded) -> Encoded {
+    Encoded {
+        patches: e.patch_list().into_owned(),
+        records: None,
+        ..e.clone()
+    }
+}
 
 fn sample() -> (Plan, Encoded) {
     let plan = Plan {
@@ -33,7 +43,7 @@ fn sample() -> (Plan, Encoded) {
         build_id: Some(vec![1, 2, 3]),
         tables: vec![0x1004],
         mode: Mode::Counts,
-        sections: vec![(0x1000, vec![0x90; 16])],
+        sections: vec![(0x1000, vec![0x90; 16].into())],
         copied: vec![(0x1008, 0x1010)],
         derived: vec![],
         edges: vec![],
@@ -46,6 +56,7 @@ fn sample() -> (Plan, Encoded) {
             kind: 1,
             len: 5,
         }],
+        records: None,
         failed: 0,
         trapped: 0,
         failed_blocks: vec![],
@@ -66,7 +77,27 @@ fn an_entry_reads_back_as_written() {
     assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
     let (off, back) = e.encoded.unwrap();
     assert_eq!(off, 0x6000);
-    assert_eq!(format!("{back:?}"), format!("{enc:?}"));
+    assert_eq!(format!("{:?}", listed(&back)), format!("{enc:?}"));
+    // Its patches are the records a load is sent, as they were kept.
+    let r = back.records.as_ref().expect("kept as records");
+    assert_eq!((r.bias0, r.area0, back.patches.len()), (0, 0x6000, 0));
+    assert_eq!(back.wire(0, 0x6000), enc.wire(0, 0x6000));
+    assert!(matches!(
+        back.wire(0, 0x6000),
+        Some(std::borrow::Cow::Borrowed(_))
+    ));
+}
+
+#[test]
+fn an_encoding_no_load_could_be_sent_is_not_kept() {
+    // A patch past 4 GiB of its module fits no record: the plan is kept,
+    // the encoding not (a load would find it refused).
+    let (plan, mut enc) = sample();
+    enc.patches[0].addr = 1 << 32;
+    let key = Key::of(b"module bytes", Mode::Counts);
+    let e = read(&write(&key, &plan, Some((0x6000, &enc))), &key).unwrap();
+    assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
+    assert!(e.encoded.is_none());
 }
 
 #[test]
@@ -78,7 +109,7 @@ fn the_fuzz_seed_is_the_sample() {
     let (plan, enc) = sample();
     assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
     assert_eq!(
-        format!("{:?}", e.encoded),
+        format!("{:?}", e.encoded.as_ref().map(|(o, x)| (o, listed(x)))),
         format!("{:?}", Some((0x6000u64, enc)))
     );
     assert_eq!(
@@ -137,7 +168,7 @@ fn a_damaged_file_is_refused_not_trusted() {
     );
     assert_eq!(s.size, crate::encode::area_size(&plan));
     assert_eq!(
-        format!("{:?}", s.encoded.as_ref().unwrap().1),
+        format!("{:?}", listed(&s.encoded.as_ref().unwrap().1)),
         format!("{enc:?}")
     );
     // Any byte changed: refused or read as another entry, never a
@@ -184,6 +215,28 @@ fn a_file_of_the_version_before_is_refused_not_misread() {
     let (plan, enc) = sample();
     cache.store(&key, &plan, Some((0x6000, &enc))).unwrap();
     assert!(cache.load(&key).unwrap().is_some());
+    // Version 4 (the patches as differences, not records), the sample as
+    // fuzz/seeds.py wrote it before: refused too.
+    let hex = concat!(
+        "70726f666465762d636f7665726167652d636163686520340a00010203040506",
+        "0708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f02038040390280",
+        "40100200083100100500100401000600018c4001010301020301802010909090",
+        "90909090909090909090909090018840000188201000000180c00140cccccccc",
+        "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
+        "cccccccccccccccccccccccccccccccccccccccccccccccccccccccc01804080",
+        "c0030105000000020622070102123e",
+    );
+    let mut v4: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    assert_eq!(v4.len(), 207);
+    assert_eq!(
+        read(&v4, &key).err().unwrap(),
+        "not a profdev coverage cache file of this version"
+    );
+    // (Read as version 5, its patches would not be what was written.)
+    v4[MAGIC.len() - 2] = b'5';
+    assert!(read(&v4, &key).is_err());
 }
 
 #[test]
@@ -276,12 +329,22 @@ fn every_field_reads_back_at_its_extremes() {
     plan.tables = vec![u64::MAX, 0, 7];
     plan.copied = vec![(u64::MAX, 0)];
     plan.build_id = None;
-    enc.patches.push(Patch {
-        addr: 0,
-        entry: u64::MAX,
-        kind: u32::MAX,
-        len: 0,
-    });
+    // The records' extremes: 32-bit addresses and entries, 16-bit lengths
+    // (the area at the last offset: the trampoline's entry is its start).
+    enc.patches = vec![
+        Patch {
+            addr: 0,
+            entry: u64::MAX,
+            kind: PATCH_JMP,
+            len: u16::MAX.into(),
+        },
+        Patch {
+            addr: u32::MAX.into(),
+            entry: u32::MAX.into(),
+            kind: PATCH_ONCE,
+            len: 1,
+        },
+    ];
     enc.failed_blocks = vec![8, 0];
     enc.counter_fixups = vec![60, 0, 3];
     enc.first_counter = u64::MAX;
@@ -291,7 +354,7 @@ fn every_field_reads_back_at_its_extremes() {
     let e = read(&bytes, &key).unwrap();
     assert_eq!(format!("{:?}", e.plan), format!("{plan:?}"));
     assert_eq!(
-        format!("{:?}", e.encoded),
+        format!("{:?}", e.encoded.as_ref().map(|(o, x)| (o, listed(x)))),
         format!("{:?}", Some((u64::MAX, enc)))
     );
 }
@@ -399,7 +462,7 @@ fn a_hit_mode_plan_is_never_found_under_a_counting_key() {
     long.branches.clear();
     long.fell_from.clear();
     long.copied.clear();
-    long.sections = vec![(0x1000, vec![0x90; 0x100])];
+    long.sections = vec![(0x1000, vec![0x90; 0x100].into())];
     assert_eq!(
         refused(&long).as_deref(),
         Some("an implied block derives from none")
@@ -433,6 +496,24 @@ fn the_cache_keeps_an_entry_and_refuses_a_foreign_file() {
     assert!(err.contains("writable by group or others"), "{err}");
 }
 
+/// The file mapped at `p` in this process (/proc/self/maps), if any.
+fn mapped_from(p: *const u8) -> Option<PathBuf> {
+    let at = p as u64;
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (lo, hi) = f.next()?.split_once('-')?;
+            let (lo, hi) = (
+                u64::from_str_radix(lo, 16).ok()?,
+                u64::from_str_radix(hi, 16).ok()?,
+            );
+            let path = f.nth(4)?;
+            (lo <= at && at < hi && path.starts_with('/')).then(|| PathBuf::from(path))
+        })
+}
+
 #[test]
 fn a_plan_left_in_its_file_is_read_whole_or_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -448,12 +529,22 @@ fn a_plan_left_in_its_file_is_read_whole_or_refused() {
     let file = std::fs::File::open(&path).unwrap();
     assert_eq!(super::split::map(&file).is_some(), root);
     let split = cache.load_split(&key).unwrap().unwrap();
-    assert_eq!(format!("{:?}", split.plan().unwrap()), format!("{plan:?}"));
+    let read = split.plan().unwrap();
+    assert_eq!(format!("{read:?}"), format!("{plan:?}"));
+    // Mapped, its sections' bytes are the file's (not copied); read, a
+    // copy of their own.
+    let canon = std::fs::canonicalize(&path).unwrap();
+    assert_eq!(
+        mapped_from(read.sections[0].1.as_ptr()) == Some(canon.clone()),
+        root
+    );
     if root {
         // Another owner now: read, not mapped, the same plan.
         std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
         assert!(super::split::map(&file).is_none());
-        assert_eq!(format!("{:?}", split.plan().unwrap()), format!("{plan:?}"));
+        let read = split.plan().unwrap();
+        assert_eq!(format!("{read:?}"), format!("{plan:?}"));
+        assert_ne!(mapped_from(read.sections[0].1.as_ptr()), Some(canon));
     }
     // A file cut short after its header was read: an error, not a
     // signal (its mapping is shorter than the plan it should hold).

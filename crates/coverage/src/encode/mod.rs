@@ -139,8 +139,15 @@ pub const PATCH_ONCE: u32 = 6;
 pub struct Encoded {
     /// The trampoline area's bytes, to be mapped at the area's address.
     pub code: Vec<u8>,
-    /// Patches by address.
+    /// Patches by address (none here when `records` holds them).
     pub patches: Vec<Patch>,
+    /// The patches as a cache file keeps them, when the encoding was read
+    /// from one: their wire records, served as they are and read into
+    /// [`Patch`]es only when asked for ([`Encoded::patch_list`]). cc1's
+    /// 1,350,000 one-shot probes had been 32 MB of patches made from the
+    /// file and then 16 MB of records made from those, before its process
+    /// could start.
+    pub records: Option<wire::Records>,
     /// Blocks the planner meant to count whose trampoline failed to encode.
     pub failed: u64,
     /// Blocks counted through a trap.
@@ -221,11 +228,27 @@ impl Encoded {
                 }))
     }
 
+    /// Its patches, by address, for the load it was made for.
+    pub fn patch_list(&self) -> std::borrow::Cow<'_, [Patch]> {
+        match &self.records {
+            Some(r) => r.patches().into(),
+            None => (&self.patches[..]).into(),
+        }
+    }
+
+    /// How many patches it has.
+    pub fn patch_count(&self) -> usize {
+        match &self.records {
+            Some(r) => r.len(),
+            None => self.patches.len(),
+        }
+    }
+
     /// The patches for a load at `bias` with its area at `area`, from an
     /// encoding made for `bias0` and `area0` (`area - bias == area0 -
     /// bias0`).
     pub fn patches_for(&self, bias0: u64, area0: u64, bias: u64, area: u64) -> Vec<Patch> {
-        self.patches
+        self.patch_list()
             .iter()
             .map(|p| Patch {
                 addr: p.addr.wrapping_sub(bias0).wrapping_add(bias),
@@ -426,6 +449,7 @@ pub fn encode_with(
     Encoded {
         code: laid.code,
         patches: laid.patches,
+        records: None,
         failed,
         trapped: laid.trapped,
         failed_blocks,

@@ -9,18 +9,84 @@
 //! as it is for [`PATCH_ONCE`] (a block index), less the area's address
 //! for the others (a trampoline); u16 the kind; u16 the length.
 
+use std::borrow::Cow;
+
 use super::{Encoded, Patch, PATCH_ONCE, PATCH_REL8};
 
 /// Bytes per patch on the wire.
 pub const WIRE: usize = 12;
 
+/// Patches as records, for a load at `bias0` with its area at `area0`
+/// (what a cache file keeps: bias 0, the area at the offset it was
+/// encoded for).
+#[derive(Clone, Debug, Default)]
+pub struct Records {
+    /// The records, [`WIRE`] bytes each (a whole number of them).
+    bytes: bytes::Bytes,
+    pub bias0: u64,
+    pub area0: u64,
+}
+
+impl Records {
+    /// `bytes` as records; None when they are not a whole number of
+    /// records, one's kind is not a patch's, or their addresses do not
+    /// ascend.
+    pub fn new(bytes: bytes::Bytes, bias0: u64, area0: u64) -> Option<Records> {
+        let addr = |r: &[u8]| u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
+        let known = |r: &[u8]| (1..=6).contains(&u16::from_le_bytes([r[8], r[9]]));
+        let mut last = None;
+        let ok = bytes.len() % WIRE == 0
+            && bytes.chunks_exact(WIRE).all(|r| {
+                let a = Some(addr(r));
+                known(r) && std::mem::replace(&mut last, a) < a
+            });
+        ok.then_some(Records {
+            bytes,
+            bias0,
+            area0,
+        })
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / WIRE
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Their bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The patches they hold.
+    pub fn patches(&self) -> Vec<Patch> {
+        self.bytes
+            .chunks_exact(WIRE)
+            .map(|r| patch_of(r.try_into().expect("a record"), self.bias0, self.area0))
+            .collect()
+    }
+}
+
 impl Encoded {
     /// The patches of this encoding (made for a load at `bias0`, its area
     /// at `area0`) on the wire; None when one does not fit in a record (a
-    /// module or area past 4 GiB, a kind or length past 16 bits).
-    pub fn wire(&self, bias0: u64, area0: u64) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.patches.len() * WIRE);
-        for p in &self.patches {
+    /// module or area past 4 GiB, a kind or length past 16 bits). An
+    /// encoding read from the cache for that load has them already.
+    pub fn wire(&self, bias0: u64, area0: u64) -> Option<Cow<'_, [u8]>> {
+        if let Some(r) = self
+            .records
+            .as_ref()
+            .filter(|r| (r.bias0, r.area0) == (bias0, area0))
+        {
+            return Some(Cow::Borrowed(r.bytes()));
+        }
+        let patches = self.patch_list();
+        let mut out = Vec::with_capacity(patches.len() * WIRE);
+        for p in patches.iter() {
             let entry = match p.kind {
                 PATCH_REL8 => p.entry.checked_sub(bias0)?,
                 PATCH_ONCE => p.entry,
@@ -32,7 +98,7 @@ impl Encoded {
             out.extend_from_slice(&u16::try_from(p.kind).ok()?.to_le_bytes());
             out.extend_from_slice(&u16::try_from(p.len).ok()?.to_le_bytes());
         }
-        Some(out)
+        Some(Cow::Owned(out))
     }
 }
 
@@ -96,5 +162,48 @@ mod tests {
             ..Encoded::default()
         };
         assert_eq!(long.wire(bias0, area0), None);
+    }
+
+    #[test]
+    fn records_kept_are_the_patches_and_are_sent_as_they_are() {
+        let (bias0, area0) = (0, 0x4000_0000);
+        let p = |addr, entry, kind, len| Patch {
+            addr,
+            entry,
+            kind,
+            len,
+        };
+        let made = Encoded {
+            patches: vec![
+                p(0x1000, area0 + 0x40, PATCH_JMP, 7),
+                p(0x1010, 0x1040, PATCH_REL8, 2),
+                p(0x1020, 77, PATCH_ONCE, 1),
+            ],
+            ..Encoded::default()
+        };
+        let wire = made.wire(bias0, area0).unwrap().into_owned();
+        let kept = Encoded {
+            records: Records::new(wire.clone().into(), bias0, area0),
+            ..Encoded::default()
+        };
+        assert_eq!((kept.patch_count(), kept.patches.len()), (3, 0));
+        assert_eq!(kept.patch_list(), made.patch_list());
+        let (bias, area) = (0x7f00_0000_0000, 0x7f00_4000_0000);
+        assert_eq!(
+            kept.patches_for(bias0, area0, bias, area),
+            made.patches_for(bias0, area0, bias, area)
+        );
+        // Sent as kept (no copy); for another load's bias and area, made.
+        assert!(matches!(kept.wire(bias0, area0), Some(Cow::Borrowed(w)) if w == &wire[..]));
+        assert_eq!(kept.wire(bias, area), made.wire(bias, area));
+        // Damaged: a record cut short, an unknown kind, addresses that do
+        // not ascend.
+        assert!(Records::new(wire[..wire.len() - 1].to_vec().into(), 0, 0).is_none());
+        let mut bad = wire.clone();
+        bad[8] = 7;
+        assert!(Records::new(bad.into(), 0, 0).is_none());
+        let mut bad = wire.clone();
+        bad[WIRE..WIRE + 4].copy_from_slice(&0x1000u32.to_le_bytes());
+        assert!(Records::new(bad.into(), 0, 0).is_none());
     }
 }

@@ -179,7 +179,7 @@ pub(super) fn serve_as(
         out,
         "TEXT {:x} {:x} {:x}",
         enc.code.len(),
-        enc.patches.len(),
+        enc.patch_count(),
         id
     )
     .ok()?;
@@ -216,6 +216,7 @@ pub(super) fn serve_as(
         // bias moves them from.
         let canonical = Encoded {
             patches: enc.patches_for(bias0, area0, 0, key),
+            records: None,
             ..(*enc).clone()
         };
         if let Err(e) = cache.store(&k, &plan, Some((key, &canonical))) {

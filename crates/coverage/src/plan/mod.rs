@@ -251,8 +251,9 @@ pub struct Plan {
     /// What its probes record: counts, or hits (then some blocks are
     /// [`How::Implied`] and its counters read 0 or 1 per thread).
     pub mode: Mode,
-    /// The executable sections' addresses and bytes.
-    pub(crate) sections: Vec<(u64, Vec<u8>)>,
+    /// The executable sections' addresses and bytes (a plan read from a
+    /// mapped cache file shares the mapping's: cc1's text is 25 MB).
+    pub(crate) sections: Vec<(u64, bytes::Bytes)>,
     /// Code (start, end) the module copies elsewhere at run time, whose
     /// blocks are therefore never patched: V8's embedded builtins, found
     /// by symbol (`plan/copied.rs`).
@@ -623,7 +624,7 @@ impl Plan {
             build_id: None,
             tables,
             mode,
-            sections,
+            sections: sections.into_iter().map(|(a, b)| (a, b.into())).collect(),
             copied,
             derived,
             edges,
