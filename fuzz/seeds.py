@@ -188,7 +188,8 @@ for name in sorted(os.listdir(g)):
 # coverage_cache: the coverage engine's on-disk cache (profdev_coverage::cache),
 # version 5: magic line, 32-byte key, a header (the plan's blocks, its
 # counters, its area's size for plain counting code), the plan prefixed
-# by its length in bytes, then the encoding; unsigned LEB128 numbers (v),
+# by its length in bytes (its blocks' instructions as one buffer, then the
+# blocks), then the encoding; unsigned LEB128 numbers (v),
 # addresses as zigzag differences from the one before (d), and
 # length-prefixed sequences; one plan of two blocks (a jump-counted one
 # ending in a conditional jump, its flags live, one derived from its
@@ -216,12 +217,17 @@ def cache_file(with_encoding=True, cut=0):
         return leb(((s << 1) ^ (s >> 63)) % 2**64)
 
     b = v(2)
-    # start, end, instructions; kind 1 (Jmp) | live 0x10 | branch 0x20;
-    # from, to, overwrite; its branch.
-    b += d(0x1000, 0) + d(0x1008, 0x1000) + v(2) + d(0x1000, 0x1000) + d(0x1004, 0x1000)
+    # The blocks' instructions, one buffer of bytes (0): per block its
+    # first address whole (8 bytes), then a byte per later instruction,
+    # its distance from the one before; then each block's length in it.
+    insns = struct.pack("<Q", 0x1000) + bytes([4]) + struct.pack("<Q", 0x1008)
+    b += b"\x00" + v(len(insns)) + insns + v(9, 8)
+    # start, end; kind 1 (Jmp) | live 0x10 | branch 0x20; from, to,
+    # overwrite; its branch.
+    b += d(0x1000, 0) + d(0x1008, 0x1000)
     b += b"\x31" + d(0x1000, 0x1000) + d(0x1008, 0x1000) + v(5) + v(0)
     # kind 6 (Fell) of branch 0.
-    b += d(0x1008, 0x1000) + d(0x100A, 0x1008) + v(1) + d(0x1008, 0x1008) + b"\x06" + v(0)
+    b += d(0x1008, 0x1000) + d(0x100A, 0x1008) + b"\x06" + v(0)
     # One branch, live, falling through to no block of its own.
     b += v(1) + d(0x1006, 0) + v(1)
     b += b"\x01" + v(3) + b"\x01\x02\x03"

@@ -68,7 +68,7 @@ use sha2::{Digest, Sha256};
 
 use crate::encode::wire::{Records, WIRE};
 use crate::encode::Encoded;
-use crate::insns::Insns;
+use crate::insns::Parts;
 use crate::plan::{Derived, Edge, How, Mode, Plan, PlannedBlock};
 
 mod split;
@@ -271,20 +271,42 @@ pub fn write(key: &Key, plan: &Plan, encoded: Option<(u64, &Encoded)>) -> Vec<u8
     w.0
 }
 
-/// The plan's part of a cache file.
+/// The plan's part of a cache file: its blocks' count, their
+/// instructions as one buffer ([`crate::insns`]'s, as it is: a byte each,
+/// read back without decoding, and shared with a mapped file) and where
+/// each block's list ends in it, then the blocks.
 fn write_plan(w: &mut W, plan: &Plan) {
     w.v(plan.blocks.len() as u64);
+    let mut all = crate::insns::Builder::with_capacity(plan.blocks.len(), 0);
+    let mut one = Vec::new();
+    let mut fits = true;
+    for b in &plan.blocks {
+        one.clear();
+        one.extend(b.insns.iter());
+        fits = fits && all.push(&one).is_some();
+    }
+    match all.parts() {
+        // (Past 4 GiB of addresses: marked, and refused when read.)
+        _ if !fits => w.u8(2),
+        (Parts::Near(b), ends) => {
+            w.u8(0);
+            w.bytes(&b);
+            write_ends(w, &ends);
+        }
+        (Parts::Wide(v), ends) => {
+            w.u8(1);
+            w.v(8 * v.len() as u64);
+            for a in v {
+                w.0.extend_from_slice(&a.to_le_bytes());
+            }
+            write_ends(w, &ends);
+        }
+    }
     let mut prev = 0;
     for b in &plan.blocks {
         w.d(b.start, prev);
         prev = b.start;
         w.d(b.end, b.start);
-        w.v(b.insns.len() as u64);
-        let mut at = b.start;
-        for a in &b.insns {
-            w.d(a, at);
-            at = a;
-        }
         let kind = match b.how {
             How::None => 0,
             How::Jmp { .. } => 1,
@@ -390,6 +412,15 @@ fn write_plan(w: &mut W, plan: &Plan) {
     }
 }
 
+/// Where each block's list ends: its length.
+fn write_ends(w: &mut W, ends: &[u32]) {
+    let mut prev = 0;
+    for &e in ends {
+        w.v(u64::from(e - prev));
+        prev = e;
+    }
+}
+
 /// The encoding's part of a cache file (`encoded`: its patches at bias
 /// 0, its area at the offset). Its patches are kept as the records a load
 /// is sent ([`crate::encode::wire`]): an encoding whose patches do not fit
@@ -445,29 +476,41 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
 /// The plan's part of a cache file; its sections' bytes share `owner`'s
 /// when `r` reads from it (a mapped file), else they are copied.
 fn read_plan(r: &mut R, owner: Option<&bytes::Bytes>) -> Result<Plan, String> {
-    // A block: at least four bytes (start, end, count, kind).
+    // A block: at least four bytes (its list's length, start, end, kind).
     let n = r.len(4)?;
+    // Every block's instructions: one buffer, as written.
+    let parts = match (r.u8()?, r.bytes()?) {
+        (0, b) => Parts::Near(match owner {
+            Some(o) => o.slice_ref(b),
+            None => bytes::Bytes::copy_from_slice(b),
+        }),
+        (1, b) if b.len() % 8 == 0 => Parts::Wide(
+            b.chunks_exact(8)
+                .map(|a| u64::from_le_bytes(a.try_into().expect("8 bytes")))
+                .collect(),
+        ),
+        (2, _) => return Err("a plan of too many instructions".into()),
+        _ => return Err("its instructions are neither bytes nor addresses".into()),
+    };
+    let mut ends = Vec::with_capacity(n);
+    let mut end = 0u32;
+    for _ in 0..n {
+        end = u32::try_from(r.v()?)
+            .ok()
+            .and_then(|k| end.checked_add(k))
+            .ok_or("a block's instructions lie past their buffer")?;
+        ends.push(end);
+    }
+    let mut views = crate::insns::views_of(parts, ends)
+        .ok_or("a block's instructions lie past their buffer")?;
     let mut blocks = Vec::with_capacity(n);
     huge_pages(&mut blocks);
-    // Every block's instructions in one buffer (crate::insns), each
-    // block's view of it taken once the buffer is whole. An instruction
-    // takes a byte at least: the file bounds them.
-    let mut all = crate::insns::Builder::with_capacity(n, r.0.len());
-    let mut one = Vec::new();
-    let none = Insns::default();
     let mut prev = 0;
     for _ in 0..n {
         let start = r.d(prev)?;
         prev = start;
         let end = r.d(start)?;
-        let k = r.len(1)?;
-        let mut at = start;
-        one.clear();
-        for _ in 0..k {
-            at = r.d(at)?;
-            one.push(at);
-        }
-        all.push(&one).ok_or("a plan of too many instructions")?;
+        let insns = views.next().expect("a view per block");
         let kind = r.u8()?;
         if kind & !(0xf | LIVE | BRANCH) != 0 {
             return Err(format!("unknown block kind {kind:#x}"));
@@ -505,14 +548,11 @@ fn read_plan(r: &mut R, owner: Option<&bytes::Bytes>) -> Result<Plan, String> {
         blocks.push(PlannedBlock {
             start,
             end,
-            insns: none.clone(),
+            insns,
             how,
             flags_live: kind & LIVE != 0,
             branch,
         });
-    }
-    for (b, v) in blocks.iter_mut().zip(all.views()) {
-        b.insns = v;
     }
     let n = r.len(2)?;
     let mut branches = Vec::with_capacity(n);

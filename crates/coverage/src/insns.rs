@@ -25,9 +25,24 @@ use std::sync::Arc;
 enum Buf {
     /// Per block: its first address (8 bytes, little-endian), then one
     /// byte per later instruction, its distance (1 to 255) from the one
-    /// before.
-    Near(Vec<u8>),
+    /// before. (A plan read from a mapped cache file: the file's bytes.)
+    Near(bytes::Bytes),
     /// Per block: its addresses.
+    Wide(Vec<u64>),
+}
+
+/// A [`Builder`]'s buffer, growing.
+enum Growing {
+    Near(Vec<u8>),
+    Wide(Vec<u64>),
+}
+
+/// A whole buffer and where each block's list ends in it, as a cache file
+/// keeps them ([`Builder::parts`], [`views_of`]).
+pub enum Parts {
+    /// [`Buf::Near`]'s bytes.
+    Near(bytes::Bytes),
+    /// [`Buf::Wide`]'s addresses.
     Wide(Vec<u64>),
 }
 
@@ -149,7 +164,7 @@ impl<'a> IntoIterator for &'a Insns {
 /// Blocks' lists, one after another, in one buffer: [`Builder::push`]
 /// each, then [`Builder::views`].
 pub struct Builder {
-    buf: Buf,
+    buf: Growing,
     /// Per block, where its list ends in `buf`.
     ends: Vec<u32>,
 }
@@ -160,7 +175,7 @@ impl Builder {
         let mut b = Vec::with_capacity(blocks.saturating_mul(7).saturating_add(insns));
         crate::cache::huge_pages(&mut b);
         Builder {
-            buf: Buf::Near(b),
+            buf: Growing::Near(b),
             ends: Vec::with_capacity(blocks),
         }
     }
@@ -175,7 +190,7 @@ impl Builder {
             self.widen();
         }
         match &mut self.buf {
-            Buf::Near(b) => {
+            Growing::Near(b) => {
                 if let Some((&first, rest)) = addrs.split_first() {
                     b.extend_from_slice(&first.to_le_bytes());
                     let mut at = first;
@@ -186,11 +201,11 @@ impl Builder {
                     }));
                 }
             }
-            Buf::Wide(v) => v.extend_from_slice(addrs),
+            Growing::Wide(v) => v.extend_from_slice(addrs),
         }
         let end = match &self.buf {
-            Buf::Near(b) => b.len(),
-            Buf::Wide(v) => v.len(),
+            Growing::Near(b) => b.len(),
+            Growing::Wide(v) => v.len(),
         };
         self.ends.push(u32::try_from(end).ok()?);
         Some(())
@@ -198,9 +213,11 @@ impl Builder {
 
     /// Make the buffer one of 8-byte addresses (the blocks so far kept).
     fn widen(&mut self) {
-        let Buf::Near(b) = &mut self.buf else { return };
+        let Growing::Near(b) = &mut self.buf else {
+            return;
+        };
         let mut wide = Vec::with_capacity(b.len());
-        let buf = Arc::new(Buf::Near(std::mem::take(b)));
+        let buf = Arc::new(Buf::Near(std::mem::take(b).into()));
         let mut lo = 0;
         for end in &mut self.ends {
             let view = Insns {
@@ -213,23 +230,66 @@ impl Builder {
             // (Fewer entries than bytes: within u32 as the bytes were.)
             *end = wide.len() as u32;
         }
-        self.buf = Buf::Wide(wide);
+        self.buf = Growing::Wide(wide);
     }
 
     /// Every block's view, in the order pushed.
     pub fn views(self) -> impl Iterator<Item = Insns> {
-        let buf = Arc::new(self.buf);
-        let mut lo = 0;
-        self.ends.into_iter().map(move |hi| {
-            let v = Insns {
-                buf: buf.clone(),
-                lo,
-                hi,
-            };
-            lo = hi;
-            v
-        })
+        let (parts, ends) = self.parts();
+        views(Arc::new(parts.into()), ends)
     }
+
+    /// The buffer, and where each block's list ends in it.
+    pub fn parts(self) -> (Parts, Vec<u32>) {
+        let parts = match self.buf {
+            Growing::Near(b) => Parts::Near(b.into()),
+            Growing::Wide(v) => Parts::Wide(v),
+        };
+        (parts, self.ends)
+    }
+}
+
+impl From<Parts> for Buf {
+    fn from(p: Parts) -> Buf {
+        match p {
+            Parts::Near(b) => Buf::Near(b),
+            Parts::Wide(v) => Buf::Wide(v),
+        }
+    }
+}
+
+fn views(buf: Arc<Buf>, ends: Vec<u32>) -> impl Iterator<Item = Insns> {
+    let mut lo = 0;
+    ends.into_iter().map(move |hi| {
+        let v = Insns {
+            buf: buf.clone(),
+            lo,
+            hi,
+        };
+        lo = hi;
+        v
+    })
+}
+
+/// The views of a buffer and its blocks' ends ([`Builder::parts`], read
+/// back); None when an end lies before the one before it or past the
+/// buffer, or a list of [`Parts::Near`] is neither empty nor 8 bytes and
+/// more (a first address whole).
+pub fn views_of(parts: Parts, ends: Vec<u32>) -> Option<impl Iterator<Item = Insns>> {
+    let len = match &parts {
+        Parts::Near(b) => b.len(),
+        Parts::Wide(v) => v.len(),
+    };
+    let near = matches!(parts, Parts::Near(_));
+    let mut lo = 0;
+    for &hi in &ends {
+        let n = hi.checked_sub(lo)? as usize;
+        if hi as usize > len || (near && n > 0 && n < 8) {
+            return None;
+        }
+        lo = hi;
+    }
+    Some(views(Arc::new(parts.into()), ends))
 }
 
 impl From<Vec<u64>> for Insns {
