@@ -48,13 +48,15 @@
 //! on another thread: [`Split`]), then the encoding (see [`write`]): every
 //! number an unsigned LEB128, every address or offset as its difference
 //! from the one before it (the previous block's start, the block's
-//! start, the previous instruction, patch or branch; wrapping, zigzag),
-//! so that an instruction is a byte and a block a few: cc1's hit-mode
-//! entry (1,350,000 blocks) is 39 MB, 21 of them its code's own bytes
-//! (version 2, fixed 8-byte fields: 159 MB); sequences are prefixed by
-//! their length. The encoding's patches are the exception: kept as the
-//! 12-byte records a load is sent ([`crate::encode::wire`], version 5),
-//! so that a load is served from the file's bytes as they are. The
+//! start, the previous patch or branch; wrapping, zigzag), so that a
+//! block takes a few bytes; sequences are prefixed by their length. Two
+//! parts are kept as the program holds them in memory, to be read back as
+//! they are (version 5): the blocks' instruction addresses, one buffer of
+//! a byte per instruction ([`crate::insns`]) and each block's length in
+//! it; and the encoding's patches, the 12-byte records a load is sent
+//! ([`crate::encode::wire`]). cc1's hit-mode entry (1,350,000 blocks) is
+//! 57 MB: 21 MB of its code's own bytes, 13 MB of records (version 4, all
+//! differences: 39 MB; version 2, fixed 8-byte fields: 159 MB). The
 //! reader checks every length against the bytes left
 //! before it allocates (each element takes at least one to four bytes of
 //! the file: what is reserved is bounded by a small multiple of the

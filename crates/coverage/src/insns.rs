@@ -17,6 +17,10 @@
 //! run that reads its plan. A list with a gap of more than 255 bytes, or
 //! addresses not ascending, makes its whole buffer one of 8-byte
 //! addresses instead.
+//!
+//! The cache keeps the buffer as it is, with each block's length in it
+//! ([`Builder::parts`]); read back ([`views_of`]), it is taken whole, not
+//! decoded, and a plan read from a mapped file views the file's bytes.
 
 use std::fmt;
 use std::sync::Arc;
