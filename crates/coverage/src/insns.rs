@@ -44,9 +44,9 @@ enum Growing {
 /// A whole buffer and where each block's list ends in it, as a cache file
 /// keeps them ([`Builder::parts`], [`views_of`]).
 pub enum Parts {
-    /// [`Buf::Near`]'s bytes.
+    /// Bytes: per block its first address whole, then a byte per later one.
     Near(bytes::Bytes),
-    /// [`Buf::Wide`]'s addresses.
+    /// Per block, its addresses.
     Wide(Vec<u64>),
 }
 
