@@ -125,22 +125,32 @@ mod tests {
     use super::*;
     use crate::encode::{PATCH_INT3, PATCH_JMP};
 
-    #[test]
-    fn a_patch_read_back_for_any_load_is_the_patch_moved_there() {
-        let (bias0, area0) = (0x5555_0000_0000, 0x5554_c000_0000);
-        let p = |addr, entry, kind, len| Patch {
+    /// A patch at `addr` past the bias `bias0`.
+    fn p(bias0: u64, addr: u64, entry: u64, kind: u32, len: u32) -> Patch {
+        Patch {
             addr: bias0 + addr,
             entry,
             kind,
             len,
-        };
+        }
+    }
+
+    /// A jump into the area, a jump within the module, a one-shot probe.
+    fn three(bias0: u64, area0: u64) -> Vec<Patch> {
+        vec![
+            p(bias0, 0x1000, area0 + 0x40, PATCH_JMP, 7),
+            p(bias0, 0x1010, bias0 + 0x1040, PATCH_REL8, 2),
+            p(bias0, 0x1020, 77, PATCH_ONCE, 1),
+        ]
+    }
+
+    #[test]
+    fn a_patch_read_back_for_any_load_is_the_patch_moved_there() {
+        let (bias0, area0) = (0x5555_0000_0000, 0x5554_c000_0000);
+        let mut patches = three(bias0, area0);
+        patches.push(p(bias0, 0xffff_fff0, area0 + 0x7fff_0000, PATCH_INT3, 1));
         let enc = Encoded {
-            patches: vec![
-                p(0x1000, area0 + 0x40, PATCH_JMP, 7),
-                p(0x1010, bias0 + 0x1040, PATCH_REL8, 2),
-                p(0x1020, 77, PATCH_ONCE, 1),
-                p(0xffff_fff0, area0 + 0x7fff_0000, PATCH_INT3, 1),
-            ],
+            patches,
             ..Encoded::default()
         };
         let wire = enc.wire(bias0, area0).expect("it fits");
@@ -153,12 +163,12 @@ mod tests {
         assert_eq!(back, enc.patches_for(bias0, area0, bias, area));
         // Past 4 GiB from the bias, or a length past 16 bits: no record.
         let far = Encoded {
-            patches: vec![p(1 << 32, area0, PATCH_JMP, 5)],
+            patches: vec![p(bias0, 1 << 32, area0, PATCH_JMP, 5)],
             ..Encoded::default()
         };
         assert_eq!(far.wire(bias0, area0), None);
         let long = Encoded {
-            patches: vec![p(0, area0, PATCH_JMP, 1 << 16)],
+            patches: vec![p(bias0, 0, area0, PATCH_JMP, 1 << 16)],
             ..Encoded::default()
         };
         assert_eq!(long.wire(bias0, area0), None);
@@ -167,18 +177,8 @@ mod tests {
     #[test]
     fn records_kept_are_the_patches_and_are_sent_as_they_are() {
         let (bias0, area0) = (0, 0x4000_0000);
-        let p = |addr, entry, kind, len| Patch {
-            addr,
-            entry,
-            kind,
-            len,
-        };
         let made = Encoded {
-            patches: vec![
-                p(0x1000, area0 + 0x40, PATCH_JMP, 7),
-                p(0x1010, 0x1040, PATCH_REL8, 2),
-                p(0x1020, 77, PATCH_ONCE, 1),
-            ],
+            patches: three(bias0, area0),
             ..Encoded::default()
         };
         let wire = made.wire(bias0, area0).unwrap().into_owned();
