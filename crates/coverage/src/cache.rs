@@ -475,6 +475,15 @@ pub fn read(bytes: &[u8], key: &Key) -> Result<Entry, String> {
     })
 }
 
+/// `b`, a part of `owner`'s bytes when given (shared, not copied), else
+/// copied.
+fn shared(owner: Option<&bytes::Bytes>, b: &[u8]) -> bytes::Bytes {
+    match owner {
+        Some(o) => o.slice_ref(b),
+        None => bytes::Bytes::copy_from_slice(b),
+    }
+}
+
 /// The plan's part of a cache file; its sections' bytes share `owner`'s
 /// when `r` reads from it (a mapped file), else they are copied.
 fn read_plan(r: &mut R, owner: Option<&bytes::Bytes>) -> Result<Plan, String> {
@@ -482,10 +491,7 @@ fn read_plan(r: &mut R, owner: Option<&bytes::Bytes>) -> Result<Plan, String> {
     let n = r.len(4)?;
     // Every block's instructions: one buffer, as written.
     let parts = match (r.u8()?, r.bytes()?) {
-        (0, b) => Parts::Near(match owner {
-            Some(o) => o.slice_ref(b),
-            None => bytes::Bytes::copy_from_slice(b),
-        }),
+        (0, b) => Parts::Near(shared(owner, b)),
         (1, b) if b.len() % 8 == 0 => Parts::Wide(
             b.chunks_exact(8)
                 .map(|a| u64::from_le_bytes(a.try_into().expect("8 bytes")))
@@ -577,12 +583,7 @@ fn read_plan(r: &mut R, owner: Option<&bytes::Bytes>) -> Result<Plan, String> {
     let n = r.len(2)?;
     let mut sections = Vec::with_capacity(n);
     for _ in 0..n {
-        let (at, b) = (r.v()?, r.bytes()?);
-        let b = match owner {
-            Some(o) => o.slice_ref(b),
-            None => bytes::Bytes::copy_from_slice(b),
-        };
-        sections.push((at, b));
+        sections.push((r.v()?, shared(owner, r.bytes()?)));
     }
     let n = r.len(1)?;
     let mut tables = Vec::with_capacity(n);
@@ -633,10 +634,7 @@ fn read_encoding(
             let code = r.bytes()?.to_vec();
             let n = r.len(WIRE)?;
             let wire = r.take(n * WIRE)?;
-            let wire = match owner {
-                Some(o) => o.slice_ref(wire),
-                None => bytes::Bytes::copy_from_slice(wire),
-            };
+            let wire = shared(owner, wire);
             let records = Records::new(wire, 0, offset)
                 .ok_or("a patch's kind is unknown, or the patches are out of order")?;
             let failed = r.v()?;
