@@ -70,7 +70,7 @@ use sha2::{Digest, Sha256};
 
 use crate::encode::wire::{Records, WIRE};
 use crate::encode::Encoded;
-use crate::insns::Parts;
+use crate::insns::Buf;
 use crate::plan::{Derived, Edge, How, Mode, Plan, PlannedBlock};
 
 mod split;
@@ -290,12 +290,12 @@ fn write_plan(w: &mut W, plan: &Plan) {
     match all.parts() {
         // (Past 4 GiB of addresses: marked, and refused when read.)
         _ if !fits => w.u8(2),
-        (Parts::Near(b), ends) => {
+        (Buf::Near(b), ends) => {
             w.u8(0);
             w.bytes(&b);
             write_ends(w, &ends);
         }
-        (Parts::Wide(v), ends) => {
+        (Buf::Wide(v), ends) => {
             w.u8(1);
             w.v(8 * v.len() as u64);
             for a in v {
@@ -491,8 +491,8 @@ fn read_plan(r: &mut R, owner: Option<&bytes::Bytes>) -> Result<Plan, String> {
     let n = r.len(4)?;
     // Every block's instructions: one buffer, as written.
     let parts = match (r.u8()?, r.bytes()?) {
-        (0, b) => Parts::Near(shared(owner, b)),
-        (1, b) if b.len() % 8 == 0 => Parts::Wide(
+        (0, b) => Buf::Near(shared(owner, b)),
+        (1, b) if b.len() % 8 == 0 => Buf::Wide(
             b.chunks_exact(8)
                 .map(|a| u64::from_le_bytes(a.try_into().expect("8 bytes")))
                 .collect(),

@@ -25,8 +25,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// A plan's (or one list's) addresses.
-enum Buf {
+/// A plan's (or one list's) addresses; a cache file keeps them as they
+/// are, with where each block's list ends ([`Builder::parts`],
+/// [`views_of`]).
+pub enum Buf {
     /// Per block: its first address (8 bytes, little-endian), then one
     /// byte per later instruction, its distance (1 to 255) from the one
     /// before. (A plan read from a mapped cache file: the file's bytes.)
@@ -38,15 +40,6 @@ enum Buf {
 /// A [`Builder`]'s buffer, growing.
 enum Growing {
     Near(Vec<u8>),
-    Wide(Vec<u64>),
-}
-
-/// A whole buffer and where each block's list ends in it, as a cache file
-/// keeps them ([`Builder::parts`], [`views_of`]).
-pub enum Parts {
-    /// Bytes: per block its first address whole, then a byte per later one.
-    Near(bytes::Bytes),
-    /// Per block, its addresses.
     Wide(Vec<u64>),
 }
 
@@ -240,25 +233,16 @@ impl Builder {
     /// Every block's view, in the order pushed.
     pub fn views(self) -> impl Iterator<Item = Insns> {
         let (parts, ends) = self.parts();
-        views(Arc::new(parts.into()), ends)
+        views(Arc::new(parts), ends)
     }
 
     /// The buffer, and where each block's list ends in it.
-    pub fn parts(self) -> (Parts, Vec<u32>) {
-        let parts = match self.buf {
-            Growing::Near(b) => Parts::Near(b.into()),
-            Growing::Wide(v) => Parts::Wide(v),
+    pub fn parts(self) -> (Buf, Vec<u32>) {
+        let buf = match self.buf {
+            Growing::Near(b) => Buf::Near(b.into()),
+            Growing::Wide(v) => Buf::Wide(v),
         };
-        (parts, self.ends)
-    }
-}
-
-impl From<Parts> for Buf {
-    fn from(p: Parts) -> Buf {
-        match p {
-            Parts::Near(b) => Buf::Near(b),
-            Parts::Wide(v) => Buf::Wide(v),
-        }
+        (buf, self.ends)
     }
 }
 
@@ -277,14 +261,14 @@ fn views(buf: Arc<Buf>, ends: Vec<u32>) -> impl Iterator<Item = Insns> {
 
 /// The views of a buffer and its blocks' ends ([`Builder::parts`], read
 /// back); None when an end lies before the one before it or past the
-/// buffer, or a list of [`Parts::Near`] is neither empty nor 8 bytes and
+/// buffer, or a list of [`Buf::Near`] is neither empty nor 8 bytes and
 /// more (a first address whole).
-pub fn views_of(parts: Parts, ends: Vec<u32>) -> Option<impl Iterator<Item = Insns>> {
-    let len = match &parts {
-        Parts::Near(b) => b.len(),
-        Parts::Wide(v) => v.len(),
+pub fn views_of(buf: Buf, ends: Vec<u32>) -> Option<impl Iterator<Item = Insns>> {
+    let len = match &buf {
+        Buf::Near(b) => b.len(),
+        Buf::Wide(v) => v.len(),
     };
-    let near = matches!(parts, Parts::Near(_));
+    let near = matches!(buf, Buf::Near(_));
     let mut lo = 0;
     for &hi in &ends {
         let n = hi.checked_sub(lo)? as usize;
@@ -293,7 +277,7 @@ pub fn views_of(parts: Parts, ends: Vec<u32>) -> Option<impl Iterator<Item = Ins
         }
         lo = hi;
     }
-    Some(views(Arc::new(parts.into()), ends))
+    Some(views(Arc::new(buf), ends))
 }
 
 impl From<Vec<u64>> for Insns {
