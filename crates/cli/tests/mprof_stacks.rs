@@ -289,3 +289,29 @@ fn stacks_alike_near_the_site_keep_their_own_bytes() {
         }
     }
 }
+
+/// A forked child's stacks are in a table of its own: the same stack
+/// met by the parent, then by the child, is charged in each process's
+/// table and the two add up (3 x 1,000 before the fork, 5 x 700 after).
+#[test]
+fn a_forked_child_charges_its_own_stacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/stacks_fork.c");
+    for opt in ["-O0", "-O2"] {
+        let exe = dir.path().join("stacks_fork");
+        let status = Command::new("cc")
+            .args(["-g", opt, "-fno-omit-frame-pointer", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .expect("cannot run cc");
+        assert!(status.success(), "cc failed on stacks_fork.c");
+        let lines = folded(dir.path(), &exe, "", false);
+        assert_eq!(
+            common::folded_ending(&lines, "main;work;leaf_alloc 6500").len(),
+            1,
+            "{opt}: {lines:?}"
+        );
+        assert_eq!(sum_ending(&lines, ";leaf_alloc"), 6500, "{opt}: {lines:?}");
+    }
+}
