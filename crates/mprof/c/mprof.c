@@ -226,10 +226,7 @@ static struct site *sites;
  * pointer checked before it is read (8-aligned, strictly above the one
  * before, below the thread's stack top); the walk ends where a caller
  * keeps no frame pointer (the stack is then shorter, never wrong by a
- * read). A walk's frames are first looked up in the frames' trie (see
- * "the frames' trie" below, and mprof.h): the node of its frames links
- * to their stack once a lookup found it. Else open addressing by the
- * frames' hash; slot 0 is the overflow
+ * read). Open addressing by the frames' hash; slot 0 is the overflow
  * entry: a stack met when the table is full (max_stacks in use, or
  * STACK_PROBES slots taken) is charged there. A stack's counters change
  * under its site's module lock, with the site's (a stack's first frame
@@ -1762,86 +1759,8 @@ static inline uint32_t stack_of(const uintptr_t *pcs, int n, uint32_t si, int cr
     return create ? 0 : NO_STACK;
 }
 
-/* The frames' trie (mprof.h): open addressing by the hash of (parent,
- * pc), both kept and compared; slot 0 unused. A node also links to the
- * stack of its frames, once a lookup by the frames found it (with the
- * stack's site: the link is the two in one word, the stack's slot in
- * the low half, 0 none). Private to the process (a fork's child maps
- * its own: its stacks are in a table of its own). cc1's walks looked up
- * 17 frames a stack through the table (a hash of every frame, then a
- * compare of every frame); a walk that takes the last one's rest looks
- * up about two nodes (bench/README.md "the frames' trie": 17% fewer
- * instructions over --no-stacks). 2^17 slots, 4 MiB mapped and touched
- * as used (cc1 on a 3,000-function file made 11,445 nodes); past three
- * quarters full no node is made, and a walk's stack is found by the
- * frames' hash as before. */
-#define NODE_BITS 17
-#define NNODES (1u << NODE_BITS)
-#define NODE_PROBES 32
-struct node {
-    _Atomic uint64_t key; /* the hash (never 0); 0 free */
-    uintptr_t pc;
-    uint32_t parent;
-    _Atomic uint32_t ready; /* pc and parent written */
-    _Atomic uint64_t link;  /* stack | site << 32; 0 none */
-};
-_Static_assert(sizeof(struct node) == 32, "two nodes a half line");
-static struct node *nodes;
-static _Atomic uint32_t nnodes;
-
-uint32_t mprof_node_child(uint32_t parent, uintptr_t pc)
-{
-    struct node *t = nodes;
-    if (UNLIKELY(!t) || parent == MPROF_NODE_NONE)
-        return MPROF_NODE_NONE;
-    uint64_t h = hash(pc ^ ((uint64_t)parent << 40 | (uint64_t)parent >> 24));
-    h = h ? h : 1;
-    for (unsigned i = 0; i < NODE_PROBES; i++) {
-        uint32_t j = (uint32_t)((h + i) & (NNODES - 1));
-        if (UNLIKELY(!j))
-            continue;
-        struct node *nd = &t[j];
-        uint64_t k = atomic_load_explicit(&nd->key, memory_order_acquire);
-        if (k == h) {
-            for (int w = 0; w < 100000 && !atomic_load_explicit(&nd->ready, memory_order_acquire);
-                 w++)
-                __builtin_ia32_pause();
-            if (LIKELY(atomic_load_explicit(&nd->ready, memory_order_acquire)) &&
-                nd->pc == pc && nd->parent == parent)
-                return j;
-            continue; /* another's, or one not written yet: never waited on for good */
-        }
-        if (k)
-            continue;
-        if (atomic_load_explicit(&nnodes, memory_order_relaxed) >= NNODES / 4 * 3)
-            return MPROF_NODE_NONE;
-        uint64_t zero = 0;
-        if (atomic_compare_exchange_strong(&nd->key, &zero, h)) {
-            atomic_fetch_add_explicit(&nnodes, 1, memory_order_relaxed);
-            nd->pc = pc;
-            nd->parent = parent;
-            atomic_store_explicit(&nd->ready, 1, memory_order_release);
-            return j;
-        }
-        if (zero == h)
-            i--; /* another thread's, maybe this very node: look again */
-    }
-    return MPROF_NODE_NONE;
-}
-
-/* The stack a node links to for site si, 0 if none. */
-static inline uint32_t node_stack(uint32_t node, uint32_t si)
-{
-    if (node == MPROF_NODE_NONE || !node)
-        return 0;
-    uint64_t l = atomic_load_explicit(&nodes[node].link, memory_order_acquire);
-    return l && (uint32_t)(l >> 32) == si ? (uint32_t)l : 0;
-}
-
 /* The stack of a walk (stack_of): the last walk's, if it gave the very
- * same frames, else its node's, else looked up (and linked to the
- * node), and kept with the thread's last walk. With a rest left out of
- * pcs (rec->rest), a stack the node does not link to is NO_STACK. */
+ * same frames, else looked up, and kept with the thread's last walk. */
 static inline uint32_t walk_stack(const struct mprof_wrec *rec, const uintptr_t *pcs, int n,
                                   uint32_t si, int create)
 {
@@ -1851,15 +1770,7 @@ static inline uint32_t walk_stack(const struct mprof_wrec *rec, const uintptr_t 
     struct mprof_last *l = &m->last;
     if (rec->same && l->stk && l->si == si)
         return l->stk;
-    uint32_t stk = node_stack(rec->node, si);
-    if (!stk) {
-        if (rec->rest)
-            return NO_STACK;
-        stk = stack_of(pcs, n, si, create);
-        if (stk && stk != NO_STACK && rec->node != MPROF_NODE_NONE && rec->node)
-            atomic_store_explicit(&nodes[rec->node].link, (uint64_t)si << 32 | stk,
-                                  memory_order_release);
-    }
+    uint32_t stk = stack_of(pcs, n, si, create);
     l->stk = stk != NO_STACK ? stk : 0;
     l->si = si;
     return stk;
@@ -1878,8 +1789,7 @@ static void account_block(void *p, uint64_t size, uintptr_t ra, uintptr_t fp)
     if (stacks_on) {
         uintptr_t pcs[MAX_DEPTH];
         struct mprof_wrec rec;
-        rec.n = rec.fp = rec.own = rec.same = rec.lazy = rec.rest = 0;
-        rec.node = MPROF_NODE_NONE;
+        rec.n = rec.fp = rec.own = rec.same = 0;
         pcs[0] = sites[si].pc;
         int n = walk_fp(pcs, fp, here, &rec);
         stk = walk_stack(&rec, pcs, n, si, 1);
@@ -1973,9 +1883,7 @@ static __attribute__((noinline)) uint32_t fast_stack(uintptr_t ra, uintptr_t sp,
 {
     uintptr_t pcs[MAX_DEPTH];
     struct mprof_wrec rec;
-    rec.n = rec.fp = rec.own = rec.same = rec.rest = 0;
-    rec.lazy = 1; /* a stack not linked yet: the slow path's walk takes it */
-    rec.node = MPROF_NODE_NONE;
+    rec.n = rec.fp = rec.own = rec.same = 0;
     pcs[0] = ra;
     int d = walk_fp(pcs, fp, here, &rec);
     uint32_t stk = walk_stack(&rec, pcs, d, si, 0);
@@ -2801,11 +2709,6 @@ static void after_fork_child(void)
     lane_tls = 0;
     if (memo_tls > MEMO_DEAD) /* sites and stacks of the parent's table */
         memset(memo_tls, 0, sizeof *memo_tls);
-    if (nodes) { /* their links name the parent's stacks */
-        sys_munmap(nodes, sizeof(struct node) * NNODES);
-        nodes = map_noreserve(sizeof(struct node) * NNODES);
-        nnodes = 0;
-    }
     if (sample_n) /* no sampled block is in the child's books */
         memset((void *)sample_filter, 0, sizeof sample_filter);
     char *old = (char *)live;
@@ -2913,8 +2816,6 @@ static void init(void)
     entry_shift = stacks_on ? (dhat ? 2 : 1) : (dhat ? 1 : 0);
     stack_word = stacks_on ? (dhat ? 2 : 1) : 0;
     top = map_noreserve(sizeof(*top) * TOP_SLOTS);
-    if (stacks_on && !nodes)
-        nodes = map_noreserve(sizeof(struct node) * NNODES);
     if (outdir[0] && area && cls && ranges && top) {
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
         enabled = 1;

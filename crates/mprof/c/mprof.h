@@ -96,12 +96,6 @@ struct mprof_wrec {
     /* Set by mprof_unwind_walk: own, the walk used and kept the thread's
      * last walk; same, it gave the very frames the last one did. */
     int own, same;
-    /* lazy (given): the rest taken from the last walk may be left out of
-     * pcs where the walk's frames have a node; rest (set): how many
-     * frames at the end of pcs were so left out; node (set): the walk's
-     * frames' node (MPROF_NODE_NONE: not known). */
-    int lazy, rest;
-    uint32_t node;
     uintptr_t addr[MPROF_WREC], val[MPROF_WREC];
 };
 /* A thread's last walk, kept so that the next one, once it reaches one
@@ -126,23 +120,12 @@ struct mprof_last {
     int inuse, n, whole, wnr; /* whole: the walk ended by itself (not at max) */
     uint32_t stk, si; /* its stack and site, set by the caller (stk 0: none) */
     uintptr_t pc[MPROF_LAST_FRAMES], sp[MPROF_LAST_FRAMES], fp[MPROF_LAST_FRAMES];
-    uint32_t node[MPROF_LAST_FRAMES], wnode[MPROF_LAST_FRAMES]; /* frames 0..t's node */
     uint8_t fpuse[MPROF_LAST_FRAMES], q[MPROF_LAST_FRAMES];
     uintptr_t ra[MPROF_LAST_READS], rv[MPROF_LAST_READS];
     uintptr_t wsp[MPROF_LAST_FRAMES], wfp[MPROF_LAST_FRAMES];
     uint8_t wfpuse[MPROF_LAST_FRAMES], wq0[MPROF_LAST_FRAMES], wused[MPROF_LAST_READS];
     uintptr_t wra[MPROF_LAST_READS], wrv[MPROF_LAST_READS];
 };
-/* The frames' trie (mprof.c): a node stands for a sequence of return
- * addresses, outermost first, and is found from its parent's node and
- * its last address, exactly (both compared). A walk that took the rest
- * of the last one starts from that rest's node and looks up only its own
- * frames, and a stack is found from its node without hashing or
- * comparing its frames. MPROF_NODE_TOP is the empty sequence's;
- * MPROF_NODE_NONE: not known (the table full), never a parent. */
-#define MPROF_NODE_TOP 0u
-#define MPROF_NODE_NONE UINT32_MAX
-uint32_t mprof_node_child(uint32_t parent, uintptr_t pc);
 /* pcs[0] is the site (a return address), sp and fp its frame's stack and
  * frame pointers; callers follow, at most max in all, every read checked
  * to lie in [here, hi) (and recorded in rec; where the rest came from

@@ -395,7 +395,6 @@ static void keep_walk(struct mprof_last *last, const uintptr_t *pcs, int t, int 
     }
     for (int k = 0; k < m; k++) {
         int p = t + m - k;
-        last->node[p] = last->wnode[k];
         last->pc[p] = pcs[k];
         last->sp[p] = last->wsp[k];
         last->fp[p] = last->wfp[k];
@@ -427,13 +426,9 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
      * the frame matched (-1 none), and fp_from: the frame since which fp
      * is in hand. */
     int t = -1, matched = -1, mine = 0, fp_from = 0, tries = 2, own = 0;
-    /* The rest taken from last: its c frames, last's from t-1 down, go
-     * to pcs[at..]; filled at the end, where they may be left out. */
-    int rest_c = 0, rest_at = 0;
     if (sp && (sp < here || sp >= hi))
         sp = 0;
-    rec->own = rec->same = rec->rest = 0;
-    rec->node = MPROF_NODE_NONE;
+    rec->own = rec->same = 0;
     if (last && !last->inuse) {
         last->inuse = 1;
         atomic_signal_fence(memory_order_seq_cst);
@@ -498,8 +493,9 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
                     same = pcs[k] == last->pc[t + i - k];
                 rec->same = same;
                 int c = t < max - n ? t : max - n;
-                rest_c = c;
-                rest_at = n;
+                const uintptr_t *from = &last->pc[t - 1];
+                for (int k = 0; k < c; k++)
+                    pcs[n + k] = from[-k];
                 n += c;
                 whole = last->whole && n == i + 1 + t;
                 matched = t;
@@ -573,28 +569,7 @@ int mprof_unwind_walk(uintptr_t *pcs, int max, uintptr_t sp, uintptr_t fp, uintp
         whole = 0;
     if (own) {
         /* Its own frames: below the one matched (which last keeps), else all. */
-        int m = matched >= 0 ? mine : n;
-        /* Their nodes, from the rest's (all of it taken) or the top. */
-        uint32_t nd = matched < 0 ? MPROF_NODE_TOP
-                      : rest_c == matched ? last->node[matched]
-                                          : MPROF_NODE_NONE;
-        for (int k = m - 1; k >= 0; k--) {
-            if (nd != MPROF_NODE_NONE)
-                nd = mprof_node_child(nd, pcs[k]);
-            if (k < MPROF_LAST_FRAMES)
-                last->wnode[k] = nd;
-        }
-        rec->node = nd;
-        /* The rest (last's frames 0..t-1, which keep_walk leaves as they
-         * are), unless the caller can do without it. */
-        if (rec->lazy && nd != MPROF_NODE_NONE)
-            rec->rest = rest_c;
-        else {
-            const uintptr_t *from = &last->pc[matched - 1];
-            for (int k = 0; k < rest_c; k++)
-                pcs[rest_at + k] = from[-k];
-        }
-        keep_walk(last, pcs, matched, m, whole, rec->same);
+        keep_walk(last, pcs, matched, matched >= 0 ? mine : n, whole, rec->same);
         atomic_signal_fence(memory_order_seq_cst);
         last->inuse = 0;
     }
