@@ -293,6 +293,8 @@ fn stacks_alike_near_the_site_keep_their_own_bytes() {
 /// A forked child's stacks are in a table of its own: the same stack
 /// met by the parent, then by the child, is charged in each process's
 /// table and the two add up (3 x 1,000 before the fork, 5 x 700 after).
+/// With the forking thread's memo kept in the child (tried), the child's
+/// bytes went to a slot of the parent's table and were lost.
 #[test]
 fn a_forked_child_charges_its_own_stacks() {
     let dir = tempfile::tempdir().unwrap();
