@@ -10,15 +10,23 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn compile(opt: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/stacks.c");
-    let exe = dir.join(format!("stacks{opt}"));
+    build("stacks", &[opt, "-fno-omit-frame-pointer", "-pthread"], dir)
+}
+
+/// tests/data/mprof/NAME.c built with `-g` and `flags` into dir (the
+/// program's name: NAME and its flags).
+fn build(name: &str, flags: &[&str], dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/mprof/{name}.c"));
+    let exe = dir.join(format!("{name}{}", flags.concat()));
     let status = Command::new("cc")
-        .args(["-g", opt, "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg("-g")
+        .args(flags)
+        .arg("-o")
         .arg(&exe)
         .arg(&src)
         .status()
         .expect("cannot run cc");
-    assert!(status.success(), "cc failed on stacks.c");
+    assert!(status.success(), "cc failed on {name}.c");
     exe
 }
 
@@ -256,22 +264,12 @@ fn pprof_traces_show_both_stacks() {
 #[test]
 fn stacks_alike_near_the_site_keep_their_own_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/memo.c");
     for flags in [
         &["-O0", "-fno-omit-frame-pointer"][..],
         &["-O2", "-fno-omit-frame-pointer"],
         &["-O2", "-fomit-frame-pointer"],
     ] {
-        let exe = dir.path().join("memo");
-        let status = Command::new("cc")
-            .arg("-g")
-            .args(flags)
-            .arg("-o")
-            .arg(&exe)
-            .arg(&src)
-            .status()
-            .expect("cannot run cc");
-        assert!(status.success(), "cc failed on memo.c");
+        let exe = build("memo", flags, dir.path());
         let file = dir.path().join("memo.folded");
         mprof(&["--folded"], &[&file], &[exe.as_os_str()]);
         let text = std::fs::read_to_string(&file).unwrap();
@@ -298,16 +296,8 @@ fn stacks_alike_near_the_site_keep_their_own_bytes() {
 #[test]
 fn a_forked_child_charges_its_own_stacks() {
     let dir = tempfile::tempdir().unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mprof/stacks_fork.c");
     for opt in ["-O0", "-O2"] {
-        let exe = dir.path().join("stacks_fork");
-        let status = Command::new("cc")
-            .args(["-g", opt, "-fno-omit-frame-pointer", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .status()
-            .expect("cannot run cc");
-        assert!(status.success(), "cc failed on stacks_fork.c");
+        let exe = build("stacks_fork", &[opt, "-fno-omit-frame-pointer"], dir.path());
         let lines = folded(dir.path(), &exe, "", false);
         assert_eq!(
             common::folded_ending(&lines, "main;work;leaf_alloc 6500").len(),

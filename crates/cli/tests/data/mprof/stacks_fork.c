@@ -1,10 +1,9 @@
 /* mprof_stacks.rs's fork test: the parent allocates 3 x 1000 bytes at
  * one stack (main;work;leaf_alloc), forks, and the child allocates
  * 5 x 700 at the very same stack (the same call in main): the child's
- * stacks are in a table of its own, so nothing the parent kept of a
- * stack (a memo, a last walk, a link to a slot of the parent's table)
- * may be taken for the child's. Summed over both processes: 6,500
- * bytes. */
+ * stacks are in a table of its own, so nothing the forking thread kept
+ * of a stack (its memo, its last walk: slots of the parent's table) may
+ * be taken for the child's. Summed over both processes: 6,500 bytes. */
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
